@@ -1,0 +1,141 @@
+"""The usage ledger: GPU-seconds per budget over a sliding window, for any ``now``.
+
+Each series (charged GPU-seconds of a budget node, free GPU-seconds of a budget node, and the
+cluster's healthy GPUs) is a piecewise-linear cumulative function ``C(t)`` kept as
+breakpoints where its rate changed. Usage in the window ``(now - W, now]`` is
+``C(now) - C(now - W)``: two binary searches, whatever the history's length. Updates append
+a breakpoint (amortised O(1)) and old breakpoints are pruned past the longest window asked
+for, so memory follows the number of rate changes in one window.
+
+Charges go to a leaf and to every ancestor, so a subtree's usage is one lookup.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .tree import ancestors
+from .types import CoreError
+
+CAPACITY = "\x00capacity"  # series key of the cluster's healthy GPUs
+
+
+class _Series:
+    __slots__ = ("cum", "rate", "rates", "times")
+
+    def __init__(self, t: float) -> None:
+        self.times: list[float] = [t]
+        self.cum: list[float] = [0.0]
+        self.rates: list[float] = [0.0]
+        self.rate = 0.0
+
+    def value(self, t: float) -> float:
+        times = self.times
+        if t >= times[-1]:
+            return self.cum[-1] + self.rate * (t - times[-1])
+        i = bisect_right(times, t) - 1
+        if i < 0:
+            return self.cum[0]  # before the first kept breakpoint: nothing was used yet
+        return self.cum[i] + self.rates[i] * (t - times[i])
+
+    def change_rate(self, delta: float, t: float) -> None:
+        last = self.times[-1]
+        if t < last:
+            raise CoreError(f"ledger: time went backwards ({t} < {last})")
+        if t > last:
+            self.cum.append(self.cum[-1] + self.rate * (t - last))
+            self.times.append(t)
+            self.rates.append(self.rate)
+        self.rate += delta
+        if abs(self.rate) < 1e-9:
+            self.rate = 0.0
+        self.rates[-1] = self.rate
+
+    def prune(self, horizon: float) -> None:
+        i = bisect_right(self.times, horizon) - 1
+        if i > 64:  # amortise: slice only when a good chunk is dead
+            del self.times[:i], self.cum[:i], self.rates[:i]
+
+
+class UsageLedger:
+    """Charged (allocated) and free (unallocated) GPU-seconds per budget node, and the
+    cluster's healthy GPU-seconds, over any window ending at any time not before the last
+    update. Mutated only by drivers (through :class:`~apportion.core.state.ClusterState`);
+    the policy only reads it."""
+
+    __slots__ = ("_charged", "_free", "_horizon", "_last", "_start", "_updates")
+
+    def __init__(self, start: float = 0.0, keep: float = 30 * 86400.0) -> None:
+        self._start = start
+        self._last = start
+        self._horizon = keep
+        self._charged: dict[str, _Series] = {}
+        self._free: dict[str, _Series] = {}
+        self._updates = 0
+
+    # ---- updates ---------------------------------------------------------------------
+    def _bump(self, table: dict[str, _Series], key: str, delta: float, t: float) -> None:
+        s = table.get(key)
+        if s is None:
+            s = table[key] = _Series(self._start)
+        s.change_rate(delta, t)
+
+    def change(self, budget: str, gpus: float, t: float, charged: bool) -> None:
+        """From ``t`` on, ``budget`` (a leaf) uses ``gpus`` more GPUs (negative: fewer)."""
+        if t < self._last:
+            raise CoreError(f"ledger: time went backwards ({t} < {self._last})")
+        self._last = t
+        table = self._charged if charged else self._free
+        for node in ancestors(budget):
+            self._bump(table, node, gpus, t)
+        self._updates += 1
+        if self._updates % 512 == 0:
+            horizon = t - self._horizon
+            for series in (*self._charged.values(), *self._free.values()):
+                series.prune(horizon)
+
+    def change_capacity(self, gpus: float, t: float) -> None:
+        """From ``t`` on, the cluster has ``gpus`` more healthy GPUs (negative: fewer)."""
+        if t < self._last:
+            raise CoreError(f"ledger: time went backwards ({t} < {self._last})")
+        self._last = t
+        self._bump(self._charged, CAPACITY, gpus, t)
+
+    # ---- queries ---------------------------------------------------------------------
+    def _window(self, table: dict[str, _Series], key: str, now: float, window: float) -> float:
+        s = table.get(key)
+        if s is None:
+            return 0.0
+        return s.value(now) - s.value(now - window)
+
+    def charged(self, node: str, now: float, window: float) -> float:
+        """Allocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``."""
+        return self._window(self._charged, node, now, window)
+
+    def free(self, node: str, now: float, window: float) -> float:
+        """Unallocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``."""
+        return self._window(self._free, node, now, window)
+
+    def capacity(self, now: float, window: float) -> float:
+        """Healthy GPU-seconds of the cluster in ``(now - window, now]``."""
+        return self._window(self._charged, CAPACITY, now, window)
+
+    def charged_total(self, node: str, now: float) -> float:
+        """All allocated GPU-seconds of ``node`` since the ledger began (kept history only)."""
+        s = self._charged.get(node)
+        return 0.0 if s is None else s.value(now)
+
+    def rate(self, node: str, charged: bool = True) -> float:
+        """GPUs ``node``'s subtree uses right now."""
+        s = (self._charged if charged else self._free).get(node)
+        return 0.0 if s is None else s.rate
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """Everything the ledger holds, for tests that prove a reader changed nothing."""
+        def dump(table: dict[str, _Series]) -> tuple[object, ...]:
+            return tuple(
+                (k, tuple(s.times), tuple(s.cum), tuple(s.rates), s.rate)
+                for k, s in sorted(table.items())
+            )
+
+        return (self._start, self._last, dump(self._charged), dump(self._free))

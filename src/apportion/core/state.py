@@ -1,0 +1,172 @@
+"""The snapshot the policy decides on, kept up to date incrementally by a driver.
+
+Both drivers (simulator and service) hold one :class:`ClusterState` and change it only
+through the methods below, so both fold events into state the same way; :func:`decide`
+only reads it. Indexes (pending work per budget in queue order, GPUs used per host, running
+work per host, the usage ledger) are maintained on each change so a pass never rebuilds
+them from scratch.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from collections.abc import Iterable
+
+from .ledger import UsageLedger
+from .lifecycle import HOST_TRANSITIONS, check_transition
+from .tree import BudgetTree
+from .types import CoreError, Host, HostState, Pending, Placement, Running, WorkloadSpec
+
+QueueKey = tuple[int, float, str]
+
+
+def queue_key(spec: WorkloadSpec) -> QueueKey:
+    """Order inside one budget: higher priority first, then earlier submission, then id."""
+    return (-spec.priority, spec.submit_time, spec.id)
+
+
+class ClusterState:
+    """Budgets, hosts, running and pending work, and usage: what ``decide`` reads."""
+
+    def __init__(
+        self,
+        tree: BudgetTree,
+        hosts: Iterable[Host] = (),
+        start: float = 0.0,
+        ledger_keep: float = 30 * 86400.0,
+    ) -> None:
+        self.tree = tree
+        self.hosts: dict[str, Host] = {}
+        self.running: dict[str, Running] = {}
+        self.pending: dict[str, Pending] = {}
+        self.queues: dict[str, list[tuple[QueueKey, str]]] = {}  # leaf -> sorted pending ids
+        self.used: dict[str, int] = {}  # host -> GPUs held
+        self.on_host: dict[str, set[str]] = {}  # host -> running ids
+        self.ledger = UsageLedger(start, keep=ledger_keep)
+        self.time = start
+        for h in hosts:
+            self.add_host(h, start)
+
+    # ---- hosts -----------------------------------------------------------------------
+    def add_host(self, host: Host, t: float) -> None:
+        if host.name in self.hosts:
+            raise CoreError(f"host {host.name}: name: duplicate")
+        self._tick(t)
+        self.hosts[host.name] = host
+        self.used[host.name] = 0
+        self.on_host[host.name] = set()
+        if host.state is HostState.HEALTHY:
+            self.ledger.change_capacity(host.gpus, t)
+
+    def set_host_state(self, name: str, state: HostState, t: float) -> Host:
+        host = self._host(name)
+        check_transition(HOST_TRANSITIONS, "host", name, host.state, state)
+        self._tick(t)
+        was, now = host.state is HostState.HEALTHY, state is HostState.HEALTHY
+        if was != now:
+            self.ledger.change_capacity(host.gpus if now else -host.gpus, t)
+        new = Host(host.name, host.gpus, state)
+        self.hosts[name] = new
+        return new
+
+    def _host(self, name: str) -> Host:
+        try:
+            return self.hosts[name]
+        except KeyError:
+            raise CoreError(f"host {name!r}: unknown host") from None
+
+    # ---- workloads -------------------------------------------------------------------
+    def submit(self, spec: WorkloadSpec, t: float, queued_at: float | None = None) -> Pending:
+        """Queue a new (or requeued) workload. The caller validated it (see ``validate``)."""
+        if spec.id in self.pending or spec.id in self.running:
+            raise CoreError(f"workload {spec.id}: id: already queued or running")
+        self.tree.require_leaf(spec.budget)
+        self._tick(t)
+        p = Pending(spec, t if queued_at is None else queued_at)
+        self.pending[spec.id] = p
+        insort(self.queues.setdefault(spec.budget, []), (queue_key(spec), spec.id))
+        return p
+
+    def unqueue(self, workload: str) -> Pending:
+        """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
+        p = self.pending.pop(workload, None)
+        if p is None:
+            raise CoreError(f"workload {workload}: not pending")
+        self.queues[p.spec.budget].remove((queue_key(p.spec), workload))
+        return p
+
+    def start(self, workload: str, placement: Placement, t: float) -> Running:
+        """Pending -> running on ``placement``. Refuses to over-commit a host."""
+        self._tick(t)
+        p = self.pending.get(workload)
+        if p is None:
+            raise CoreError(f"workload {workload}: not pending")
+        for s in placement:
+            host = self._host(s.host)
+            if self.used[s.host] + s.gpus > host.gpus:
+                raise CoreError(f"host {s.host}: over-commit by workload {workload}")
+            if not host.schedulable:
+                raise CoreError(f"host {s.host}: is {host.state.value}, takes no new work")
+        self.unqueue(workload)
+        r = Running(p.spec, placement, t)
+        self.running[workload] = r
+        for s in placement:
+            self.used[s.host] += s.gpus
+            self.on_host[s.host].add(workload)
+        self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
+        return r
+
+    def mark_stopping(self, workload: str) -> Running:
+        r = self._running(workload)
+        new = Running(r.spec, r.placement, r.started_at, stopping=True)
+        self.running[workload] = new
+        return new
+
+    def finish(self, workload: str, t: float) -> Running:
+        """Running -> gone (completed, failed, cancelled, preempted, lost). Stops charging."""
+        self._tick(t)
+        r = self.running.pop(workload, None)
+        if r is None:
+            raise CoreError(f"workload {workload}: not running")
+        for s in r.placement:
+            self.used[s.host] -= s.gpus
+            self.on_host[s.host].discard(workload)
+        self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
+        return r
+
+    def requeue(self, workload: str, t: float) -> Pending:
+        """Running -> pending again (resumable preemption, host failure). Keeps its place."""
+        r = self.finish(workload, t)
+        return self.submit(r.spec, t)
+
+    def _running(self, workload: str) -> Running:
+        try:
+            return self.running[workload]
+        except KeyError:
+            raise CoreError(f"workload {workload}: not running") from None
+
+    def _tick(self, t: float) -> None:
+        if t < self.time:
+            raise CoreError(f"state: time went backwards ({t} < {self.time})")
+        self.time = t
+
+    # ---- views -----------------------------------------------------------------------
+    def healthy_gpus(self) -> int:
+        return sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
+
+    def free_gpus(self, host: str) -> int:
+        return self.hosts[host].gpus - self.used[host]
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """Everything ``decide`` may read, as plain values: equal before and after a pass."""
+        return (
+            tuple(sorted(self.tree.as_dict().items())),
+            tuple(sorted(self.hosts.items())),
+            tuple(sorted(self.running.items())),
+            tuple(sorted(self.pending.items())),
+            tuple(sorted((k, tuple(v)) for k, v in self.queues.items())),
+            tuple(sorted(self.used.items())),
+            tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
+            self.ledger.fingerprint(),
+            self.time,
+        )

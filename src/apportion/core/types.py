@@ -1,0 +1,164 @@
+"""Plain value types of the policy: workloads, hosts and decisions.
+
+Times are seconds (floats) on whatever clock the driver uses; GPUs are integers.
+Everything here is frozen: the policy reads values and returns new ones.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class CoreError(ValueError):
+    """Bad input to the policy core; the message names the offending item."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """What a researcher asked for. Never carries the true duration: the policy must not know it.
+
+    ``min_runtime == 0`` marks the workload *unallocated*: free, never charged, preemptible
+    at any moment by allocated work. ``checkpoint_interval`` (0 = unknown) only helps the
+    policy estimate how much progress a preemption would lose.
+    """
+
+    id: str
+    budget: str
+    gpus: int
+    min_runtime: float
+    submit_time: float
+    user: str = ""
+    resumable: bool = False
+    priority: int = 0
+    checkpoint_interval: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            raise CoreError("workload: id: must not be empty")
+        if self.gpus <= 0:
+            raise CoreError(f"workload {self.id}: gpus: must be > 0, got {self.gpus}")
+        if self.min_runtime < 0:
+            raise CoreError(f"workload {self.id}: min_runtime: must be >= 0, got {self.min_runtime}")
+        if self.checkpoint_interval < 0:
+            raise CoreError(f"workload {self.id}: checkpoint_interval: must be >= 0")
+
+    @property
+    def allocated(self) -> bool:
+        """Charged to its budget and protected for ``min_runtime``."""
+        return self.min_runtime > 0
+
+
+class HostState(enum.Enum):
+    HEALTHY = "healthy"
+    DRAINING = "draining"  # marked unhealthy: no new work, emptied as protections end
+    REPAIR = "repair"  # empty and waiting for (automated) repair
+    DOWN = "down"  # dead: its workloads ended at once
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    name: str
+    gpus: int
+    state: HostState = HostState.HEALTHY
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise CoreError("host: name: must not be empty")
+        if self.gpus <= 0:
+            raise CoreError(f"host {self.name}: gpus: must be > 0, got {self.gpus}")
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is HostState.HEALTHY
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """GPUs of one host given to one workload."""
+
+    host: str
+    gpus: int
+
+
+Placement = tuple[Slice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A workload holding GPUs. ``stopping`` means a preemption was issued and the driver
+    is waiting for it to exit: its GPUs are still held but already promised to someone."""
+
+    spec: WorkloadSpec
+    placement: Placement
+    started_at: float
+    stopping: bool = False
+
+    @property
+    def gpus_held(self) -> int:
+        return sum(s.gpus for s in self.placement)
+
+    def protected_until(self) -> float:
+        """Allocated work may not be preempted before this time (only a host dying ends it)."""
+        return self.started_at + self.spec.min_runtime if self.spec.allocated else self.started_at
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A workload waiting to start. ``queued_at`` is submit or requeue time (waits count from
+    it); ordering within a budget uses the original ``spec.submit_time``, so a requeued
+    workload keeps its place."""
+
+    spec: WorkloadSpec
+    queued_at: float
+
+
+class PreemptReason(enum.Enum):
+    UNALLOCATED = "unallocated"  # displaced by allocated work
+    REBALANCE = "rebalance"  # past its minimum runtime, its budget over-used
+    DRAIN = "drain"  # its host is draining
+    HOST_FAILURE = "host_failure"  # its host died (issued by drivers, never by decide)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    workload: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``workload``; a resumable one goes back to the queue, others end as preempted."""
+
+    workload: str
+    reason: PreemptReason
+    requeue: bool
+    by: str | None = None  # the workload the GPUs are freed for, if any
+
+
+@dataclass(frozen=True, slots=True)
+class HostChange:
+    host: str
+    to: HostState
+    why: str
+
+
+class WaitReason(enum.Enum):
+    NO_CAPACITY = "no_capacity"  # does not fit, nothing it may preempt
+    WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # victims are stopping for it
+    TOO_LARGE = "too_large"  # more GPUs than all healthy hosts together
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """Everything one pass decided. ``waiting`` explains, for each pending workload the pass
+    looked at and did not start, why; ``order`` is the order it considered them in."""
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    host_changes: tuple[HostChange, ...] = ()
+    order: tuple[str, ...] = ()
+    waiting: dict[str, WaitReason] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.starts or self.preemptions or self.host_changes)

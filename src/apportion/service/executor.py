@@ -1,0 +1,89 @@
+"""The one narrow interface between the live scheduler and whatever runs the work.
+
+Implementations: ``local`` (real process groups on this machine), ``slurm`` (sbatch/scancel
+on a real Slurm cluster) and ``memory`` (in-process, for the parity test and fast unit
+tests). The scheduler never asks an executor to decide anything: it only launches, stops,
+and reports what it observes; the reconciler folds those observations into state.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class HostSlots:
+    """GPUs of one host given to one attempt, by index (for CUDA_VISIBLE_DEVICES)."""
+
+    host: str
+    gpu_indexes: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything needed to start one attempt of a workload."""
+
+    workload_id: str
+    attempt: int
+    command: Sequence[str]
+    slots: tuple[HostSlots, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    log_path: str = ""  # per-attempt log file (stdout and stderr)
+    whole_hosts: bool = False  # multi-host work owns its hosts
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryHost:
+    name: str
+    gpus: int
+    state: str  # "healthy" | "draining" | "repair" | "down"
+    reason: str = ""
+
+
+class AttemptState(enum.Enum):
+    RUNNING = "running"
+    EXITED = "exited"  # finished; exit_code tells how
+    GONE = "gone"  # the executor has no trace of it any more
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the executor saw of one attempt it was given (by its handle)."""
+
+    handle: str
+    state: AttemptState
+    exit_code: int | None = None
+    signalled: bool = False  # ended by a signal we (or someone) sent
+
+
+class Executor(Protocol):
+    """What runs the work. All methods are synchronous and must not block for long."""
+
+    name: str
+
+    def inventory(self) -> list[InventoryHost]:
+        """Hosts as the executor sees them (the config's for ``local``; Slurm's nodes)."""
+        ...
+
+    def launch(self, launch: Launch) -> str:
+        """Start one attempt; return a durable handle (pid/pgid, Slurm job id, ...)."""
+        ...
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        """Ask the attempt to stop: SIGTERM now, SIGKILL after ``grace_s`` if still alive.
+        Returns at once; the exit shows up in :meth:`observe`."""
+        ...
+
+    def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
+        """Current state of each handle (including ones launched before a restart)."""
+        ...
+
+    def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
+        """Mirror a drain (or its end) into the backend, where it has such a notion."""
+        ...
+
+    def close(self) -> None:
+        ...
