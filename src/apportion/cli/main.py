@@ -1,0 +1,49 @@
+"""The one command, ``apportion``. Subcommands live in their own modules and are imported
+lazily so ``apportion --help`` and the client commands start fast."""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+# subcommand name -> "module:attribute" of a click.Command
+_COMMANDS: dict[str, str] = {
+    "simulate": "apportion.cli.simulate:simulate",
+    "sweep": "apportion.cli.simulate:sweep",
+    "bench": "apportion.cli.bench:bench",
+    "serve": "apportion.cli.serve:serve",
+    "submit": "apportion.cli.client:submit",
+    "queue": "apportion.cli.client:queue",
+    "show": "apportion.cli.client:show",
+    "cancel": "apportion.cli.client:cancel",
+    "logs": "apportion.cli.client:logs",
+    "budgets": "apportion.cli.client:budgets",
+    "hosts": "apportion.cli.client:hosts",
+    "audit": "apportion.cli.client:audit",
+    "why": "apportion.cli.client:why",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        cmd = getattr(importlib.import_module(module), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+
+@click.group(cls=_LazyGroup)
+@click.version_option(package_name="apportion")
+def main() -> None:
+    """apportion: GPU-time budgets, hierarchical fair share and a minimum-runtime contract."""
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The pure scheduling policy: ``decide(state, now, config) -> Decisions``.
+
+No I/O, no clock, nothing imported from the rest of the package (a test enforces it).
+Drivers (the simulator and the live service) keep a :class:`ClusterState` up to date and
+apply the decisions; the policy only reads.
+"""
+
+from .ledger import UsageLedger
+from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
+from .policy import PolicyConfig, decide, is_debug, validate_spec
+from .state import ClusterState
+from .tree import ROOT, BudgetNode, BudgetTree, ancestors, parent_of
+from .types import (
+    CoreError,
+    Decisions,
+    Host,
+    HostChange,
+    HostState,
+    Pending,
+    Placement,
+    Preempt,
+    PreemptReason,
+    Running,
+    Slice,
+    Start,
+    WaitReason,
+    WorkloadSpec,
+)
+
+__all__ = [
+    "FINAL",
+    "HOST_TRANSITIONS",
+    "ROOT",
+    "WORKLOAD_TRANSITIONS",
+    "BudgetNode",
+    "BudgetTree",
+    "ClusterState",
+    "CoreError",
+    "Decisions",
+    "Host",
+    "HostChange",
+    "HostState",
+    "Pending",
+    "Placement",
+    "PolicyConfig",
+    "Preempt",
+    "PreemptReason",
+    "Running",
+    "Slice",
+    "Start",
+    "Status",
+    "UsageLedger",
+    "WaitReason",
+    "WorkloadSpec",
+    "ancestors",
+    "check_transition",
+    "decide",
+    "is_debug",
+    "parent_of",
+    "validate_spec",
+]

@@ -1,0 +1,61 @@
+"""What the simulator replays: jobs with their hidden true durations, host events, scenarios."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from apportion.core import BudgetTree, Host, WorkloadSpec
+
+
+class LegacyPriority(enum.IntEnum):
+    """The old scheduler's priority levels (higher value wins)."""
+
+    LOW = 0
+    NORMAL = 1
+    HIGH = 2
+    URGENT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    """One workload of a trace or scenario.
+
+    ``spec`` is all the policy sees. ``duration`` is the true run time needed to finish
+    (hidden from the policy). The ``legacy_*`` fields and ``squat`` drive the old scheduler:
+    its priority, whether the job opted out of preemption, and whether it is an idle
+    placeholder that holds GPUs without doing work (squatting)."""
+
+    spec: WorkloadSpec
+    duration: float
+    legacy_priority: LegacyPriority = LegacyPriority.NORMAL
+    legacy_preemptible: bool = True
+    squat: bool = False
+
+
+class HostEventKind(enum.Enum):
+    FAIL = "fail"  # the host dies: its work ends at once
+    UNHEALTHY = "unhealthy"  # marked unhealthy: the policy drains it
+    REPAIRED = "repaired"  # back to healthy
+
+
+@dataclass(frozen=True, slots=True)
+class HostEvent:
+    time: float
+    host: str
+    kind: HostEventKind
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A complete input to one simulation run: same for every policy compared."""
+
+    name: str
+    tree: BudgetTree
+    hosts: tuple[Host, ...]
+    jobs: tuple[SimJob, ...]
+    host_events: tuple[HostEvent, ...] = ()
+    days: float = 30.0
+    # seconds a failed host needs to come back, and a drained host spends in repair
+    repair_time: float = 4 * 3600.0
+    meta: dict[str, object] = field(default_factory=dict)
