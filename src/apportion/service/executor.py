@@ -57,6 +57,7 @@ class Observation:
     state: AttemptState
     exit_code: int | None = None
     signalled: bool = False  # ended by a signal we (or someone) sent
+    ended_at: float | None = None  # when it exited, if the executor knows (else: when seen)
 
 
 class Executor(Protocol):
