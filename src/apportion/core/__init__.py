@@ -25,6 +25,7 @@ from .types import (
     Start,
     WaitReason,
     WorkloadSpec,
+    decision_log,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ancestors",
     "check_transition",
     "decide",
+    "decision_log",
     "is_debug",
     "parent_of",
     "validate_spec",

@@ -83,7 +83,7 @@ def check_transition(
     """Return why ``old -> new`` is allowed, or raise :class:`CoreError` naming the item."""
     if old == new:
         return "unchanged"
-    edges: Mapping[enum.Enum, str] = table.get(old, {})  # type: ignore[call-overload,assignment]
+    edges: Mapping[enum.Enum, str] = table.get(old, {})  # type: ignore[call-overload]
     if new not in edges:
         raise CoreError(f"{kind} {name}: state: cannot go from {old.value} to {new.value}")
     return edges[new]

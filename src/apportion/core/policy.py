@@ -1,1 +1,246 @@
-"""PLACEHOLDER: replaced by the real pass within the hour."""
+"""One scheduling pass: ``decide(state, now, config) -> Decisions``.
+
+The pass runs in numbered phases over a read-only :class:`ClusterState`:
+
+1. **drain**: on draining hosts, preempt what is no longer protected; an empty draining
+   host goes to repair.
+2. **rank**: pending allocated work in Fair Tree order: at each level of the budget tree the
+   child with the lowest usage ratio first, depth-first; inside a budget by priority, then
+   submission time. Admitting a workload charges its budget ``gpus x min_runtime`` at once
+   (provisionally, for this pass) and re-ranks, so one budget cannot take everything before
+   its ratio moves.
+3. **admit or preempt**: each workload in that order is placed if it fits (best fit, so large
+   jobs stay placeable); otherwise it may displace unallocated work, then allocated work past
+   its minimum runtime under the two rebalance rules of :mod:`apportion.core.preemption`.
+   Never protected work.
+4. **backfill**: unallocated work fills what is left, never preempting.
+
+All working data is local to the pass; ``state`` is never written.
+"""
+
+from __future__ import annotations
+
+from .config import PolicyConfig, is_debug
+from .placement import HostView, find_fit, find_victims
+from .preemption import Candidate, RebalanceRules, victim_class
+from .state import ClusterState
+from .tree import ROOT, ancestors
+from .types import (
+    CoreError,
+    Decisions,
+    HostChange,
+    HostState,
+    Preempt,
+    PreemptReason,
+    Start,
+    WaitReason,
+    WorkloadSpec,
+)
+
+
+def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig) -> None:
+    """Refuse a workload the policy could never run, naming the field."""
+    state.tree.require_leaf(spec.budget)
+    if spec.min_runtime > config.max_min_runtime:
+        raise CoreError(
+            f"workload {spec.id}: min_runtime: {spec.min_runtime:g} s is over the cap of "
+            f"{config.max_min_runtime:g} s"
+        )
+    sizes = [h.gpus for h in state.hosts.values()]
+    if not sizes:
+        raise CoreError(f"workload {spec.id}: gpus: the cluster has no hosts")
+    if spec.gpus > max(sizes) and spec.gpus > sum(sizes):
+        raise CoreError(
+            f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {sum(sizes)}"
+        )
+
+
+def decide(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+    """Decide what to start, preempt and drain at ``now``. Pure: same inputs, same output,
+    and ``state`` is left exactly as it was."""
+    return _Pass(state, now, config).run()
+
+
+class _Pass:
+    """Working data of one pass. Everything the pass changes lives here."""
+
+    def __init__(self, state: ClusterState, now: float, config: PolicyConfig) -> None:
+        self.state = state
+        self.now = now
+        self.cfg = config
+        tree = state.tree
+        ledger = state.ledger
+        capacity = max(ledger.capacity(now, config.lookback), 1.0)
+        healthy = max(state.healthy_gpus(), 1)
+        nodes = tree.nodes()
+        usage = {n: ledger.charged(n, now, config.lookback) for n in nodes}
+        alloc = {n: ledger.rate(n) for n in nodes}
+        for wid in state.stopping:  # leaving already: they no longer count as held
+            r = state.running[wid]
+            if r.spec.allocated:
+                for node in ancestors(r.spec.budget)[:-1]:
+                    alloc[node] -= r.gpus_held
+        self.rules = RebalanceRules(tree, usage, alloc, capacity, healthy, config)
+        self.hosts = HostView(state, config.default_checkpoint_interval)
+        self.starts: list[Start] = []
+        self.preempts: list[Preempt] = []
+        self.changes: list[HostChange] = []
+        self.order: list[str] = []
+        self.waiting: dict[str, WaitReason] = {}
+        self.fit_fail_min = 1 << 30  # smallest request that did not fit this pass
+        self.unalloc_fail_min = 1 << 30  # smallest that unallocated victims could not make room for
+        self.rebalance_fail_min: dict[str, int] = {}  # per preemptor budget
+        self._victim_gpus: dict[str, int] | None = None
+
+    def run(self) -> Decisions:
+        self.drain()
+        self.admit_allocated()
+        self.backfill_unallocated()
+        return Decisions(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preempts),
+            host_changes=tuple(self.changes),
+            order=tuple(self.order),
+            waiting=self.waiting,
+        )
+
+    # ---- phase 1: drain ----------------------------------------------------------------
+    def drain(self) -> None:
+        st = self.state
+        for name in sorted(st.hosts):
+            if st.hosts[name].state is not HostState.DRAINING:
+                continue
+            on = st.on_host[name]
+            if not on:
+                self.changes.append(HostChange(name, HostState.REPAIR, "drained: empty"))
+                continue
+            for wid in sorted(on):
+                r = st.running[wid]
+                if r.stopping or self.now < r.protected_until():
+                    continue
+                self.preempts.append(Preempt(wid, PreemptReason.DRAIN, r.spec.resumable))
+
+    # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
+    def admit_allocated(self) -> None:
+        st, tree = self.state, self.state.tree
+        remaining: dict[str, int] = {}
+        for budget, q in st.queues.items():
+            if q:
+                for node in ancestors(budget):
+                    remaining[node] = remaining.get(node, 0) + len(q)
+        cursor: dict[str, int] = {}
+
+        def pick() -> str | None:
+            node: str = ROOT
+            while True:
+                best: str | None = None
+                best_key: tuple[float, str] | None = None
+                for kid in tree.children(node):
+                    if remaining.get(kid, 0) > 0:
+                        key = (self.rules.ratio(kid), kid)
+                        if best_key is None or key < best_key:
+                            best, best_key = kid, key
+                if best is None:
+                    return None if node == ROOT else node
+                node = best
+
+        leaf: str | None = pick()
+        while leaf is not None:
+            i = cursor.get(leaf, 0)
+            cursor[leaf] = i + 1
+            for node in ancestors(leaf):
+                remaining[node] -= 1
+            spec = st.pending[st.queues[leaf][i][1]].spec
+            self.order.append(spec.id)
+            if self.try_admit(spec):
+                self.rules.admit(spec)  # ratios moved: re-rank
+                leaf = pick()
+            elif remaining.get(leaf, 0) == 0:
+                leaf = pick()
+
+    def try_admit(self, spec: WorkloadSpec) -> bool:
+        if spec.gpus > self.hosts.healthy_total:
+            self.waiting[spec.id] = WaitReason.TOO_LARGE
+            return False
+        if self.try_fit(spec):
+            return True
+        if self.try_preempt(spec):
+            return True
+        self.waiting[spec.id] = WaitReason.NO_CAPACITY
+        return False
+
+    def try_fit(self, spec: WorkloadSpec) -> bool:
+        if spec.gpus >= self.fit_fail_min:
+            return False
+        placement = find_fit(self.hosts, spec.gpus)
+        if placement is None:
+            self.fit_fail_min = spec.gpus
+            return False
+        self.hosts.take(placement)
+        self.starts.append(Start(spec.id, placement))
+        return True
+
+    def try_preempt(self, spec: WorkloadSpec) -> bool:
+        """Make room by displacing work: unallocated only, then with rebalance victims."""
+        plan = None
+        if spec.gpus < self.unalloc_fail_min:
+            plan = find_victims(self.hosts, spec, self.now, lambda c, taken: c.klass == 1)
+            if plan is None:
+                self.unalloc_fail_min = spec.gpus
+        if plan is None and self.cfg.rebalance:
+            if spec.gpus >= self.rebalance_fail_min.get(spec.budget, 1 << 30):
+                return False
+            sides = self.rules.sides(spec)
+            reachable = self.hosts.reclaimable_unallocated() + sum(
+                self.victim_gpus().get(theirs, 0) for theirs in sides
+            )
+            if reachable >= spec.gpus:
+                plan = find_victims(
+                    self.hosts,
+                    spec,
+                    self.now,
+                    lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
+                )
+            if plan is None:
+                self.rebalance_fail_min[spec.budget] = spec.gpus
+        if plan is None:
+            return False
+        self.hosts.claim(plan)
+        for victim in plan.victims:
+            reason = PreemptReason.UNALLOCATED if victim.klass == 1 else PreemptReason.REBALANCE
+            self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
+            self.rules.evict(victim)
+        self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
+        return True
+
+    def victim_gpus(self) -> dict[str, int]:
+        """GPUs per budget node held by allocated work past its minimum runtime: an upper
+        bound on what rebalancing could take from that subtree (computed once per pass)."""
+        if self._victim_gpus is None:
+            out: dict[str, int] = {}
+            st = self.state
+            for wid, r in st.running.items():
+                if r.spec.allocated and wid not in st.stopping and self.now >= r.protected_until():
+                    for node in ancestors(r.spec.budget)[:-1]:
+                        out[node] = out.get(node, 0) + r.gpus_held
+            self._victim_gpus = out
+        return self._victim_gpus
+
+    # ---- phase 4: backfill unallocated work ------------------------------------------------
+    def backfill_unallocated(self) -> None:
+        st = self.state
+        leaves = sorted(
+            (leaf for leaf, q in st.unallocated_queues.items() if q),
+            key=lambda leaf: (self.rules.ratio(leaf), leaf),
+        )
+        for leaf in leaves:
+            for _, wid in st.unallocated_queues[leaf]:
+                if self.fit_fail_min <= 1:
+                    return  # not one GPU left: nothing more can start this pass
+                spec = st.pending[wid].spec
+                self.order.append(wid)
+                if not self.try_fit(spec):
+                    self.waiting[wid] = WaitReason.NO_CAPACITY
+
+
+__all__ = ["Candidate", "PolicyConfig", "decide", "is_debug", "validate_spec", "victim_class"]

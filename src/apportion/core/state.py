@@ -39,13 +39,29 @@ class ClusterState:
         self.hosts: dict[str, Host] = {}
         self.running: dict[str, Running] = {}
         self.pending: dict[str, Pending] = {}
-        self.queues: dict[str, list[tuple[QueueKey, str]]] = {}  # leaf -> sorted pending ids
+        # leaf -> pending ids in queue order, allocated and unallocated kept apart because
+        # the policy considers all allocated work before any unallocated work
+        self.queues: dict[str, list[tuple[QueueKey, str]]] = {}
+        self.unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
+        self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.used: dict[str, int] = {}  # host -> GPUs held
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         self.ledger = UsageLedger(start, keep=ledger_keep)
         self.time = start
         for h in hosts:
             self.add_host(h, start)
+
+    def set_tree(self, tree: BudgetTree) -> None:
+        """Swap in a changed budget tree (weights, new nodes). Usage history is kept; every
+        budget that has queued or running work must still be a leaf."""
+        for spec in [p.spec for p in self.pending.values()] + [
+            r.spec for r in self.running.values()
+        ]:
+            if not tree.is_leaf(spec.budget):
+                raise CoreError(
+                    f"budget {spec.budget!r}: workload {spec.id} draws on it, it must stay a leaf"
+                )
+        self.tree = tree
 
     # ---- hosts -----------------------------------------------------------------------
     def add_host(self, host: Host, t: float) -> None:
@@ -84,15 +100,18 @@ class ClusterState:
         self._tick(t)
         p = Pending(spec, t if queued_at is None else queued_at)
         self.pending[spec.id] = p
-        insort(self.queues.setdefault(spec.budget, []), (queue_key(spec), spec.id))
+        insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
         return p
+
+    def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
+        return self.queues if spec.allocated else self.unallocated_queues
 
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
         p = self.pending.pop(workload, None)
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
-        self.queues[p.spec.budget].remove((queue_key(p.spec), workload))
+        self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
         return p
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
@@ -120,6 +139,7 @@ class ClusterState:
         r = self._running(workload)
         new = Running(r.spec, r.placement, r.started_at, stopping=True)
         self.running[workload] = new
+        self.stopping.add(workload)
         return new
 
     def finish(self, workload: str, t: float) -> Running:
@@ -128,6 +148,7 @@ class ClusterState:
         r = self.running.pop(workload, None)
         if r is None:
             raise CoreError(f"workload {workload}: not running")
+        self.stopping.discard(workload)
         for s in r.placement:
             self.used[s.host] -= s.gpus
             self.on_host[s.host].discard(workload)
@@ -165,6 +186,8 @@ class ClusterState:
             tuple(sorted(self.running.items())),
             tuple(sorted(self.pending.items())),
             tuple(sorted((k, tuple(v)) for k, v in self.queues.items())),
+            tuple(sorted((k, tuple(v)) for k, v in self.unallocated_queues.items())),
+            tuple(sorted(self.stopping)),
             tuple(sorted(self.used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             self.ledger.fingerprint(),

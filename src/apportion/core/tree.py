@@ -100,7 +100,7 @@ class BudgetTree:
 
         Raises :class:`CoreError` on an unknown parent or a cycle, naming the node.
         """
-        rows = {}
+        rows: dict[str, tuple[str | None, float]] = {}
         for name, parent, weight in links:
             if name in rows:
                 raise CoreError(f"budget {name!r}: name: duplicate")
@@ -109,7 +109,8 @@ class BudgetTree:
             rows[name] = (parent, weight)
         paths: dict[str, str] = {}
         for name in rows:
-            chain, cur = [], name
+            chain: list[str] = []
+            cur: str | None = name
             while cur is not None:
                 if cur in chain:
                     raise CoreError(f"budget {name!r}: parent: cycle through {cur!r}")
@@ -133,6 +134,9 @@ class BudgetTree:
             out.append(node)
             stack.extend(reversed(self._children.get(node, ())))
         return out
+
+    def parent_of(self, path: str) -> str:
+        return parent_of(path)
 
     def children(self, path: str) -> tuple[str, ...]:
         return self._children.get(path, ())

@@ -39,7 +39,9 @@ class WorkloadSpec:
         if self.gpus <= 0:
             raise CoreError(f"workload {self.id}: gpus: must be > 0, got {self.gpus}")
         if self.min_runtime < 0:
-            raise CoreError(f"workload {self.id}: min_runtime: must be >= 0, got {self.min_runtime}")
+            raise CoreError(
+                f"workload {self.id}: min_runtime: must be >= 0, got {self.min_runtime}"
+            )
         if self.checkpoint_interval < 0:
             raise CoreError(f"workload {self.id}: checkpoint_interval: must be >= 0")
 
@@ -162,3 +164,19 @@ class Decisions:
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes)
+
+
+def decision_log(now: float, decisions: Decisions) -> list[str]:
+    """One line per decision, in a fixed order: the format both drivers log, so the simulator
+    and the service can be compared line by line (the parity test)."""
+    lines = [f"{now:.3f} host {c.host} -> {c.to.value} ({c.why})" for c in decisions.host_changes]
+    lines += [
+        f"{now:.3f} preempt {p.workload} {p.reason.value} requeue={p.requeue} by={p.by}"
+        for p in decisions.preemptions
+    ]
+    lines += [
+        f"{now:.3f} start {s.workload} on "
+        + ",".join(f"{sl.host}:{sl.gpus}" for sl in s.placement)
+        for s in decisions.starts
+    ]
+    return lines

@@ -1,0 +1,157 @@
+"""Latency of one ``decide`` pass on a large, full cluster.
+
+The setting of the target: 128 hosts x 8 GPUs, 150 leaf budgets (4 programs, 15 teams),
+10,000 pending workloads and as many running ones as the GPUs can hold (2,000 running
+workloads of at least one GPU each cannot fit on 1,024 GPUs: the cluster is filled with
+one- and two-GPU work, the worst case for the victim search, which looks at every one).
+A week of usage history is in the ledger, so the usage ratios are realistic.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+from apportion.core import (
+    BudgetNode,
+    BudgetTree,
+    ClusterState,
+    Host,
+    PolicyConfig,
+    Slice,
+    WorkloadSpec,
+    decide,
+)
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class DecideBench:
+    hosts: int
+    gpus_per_host: int
+    budgets: int
+    running: int
+    pending: int
+    passes: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    starts: int
+    preemptions: int
+
+
+def build_state(
+    hosts: int = 128, gpus_per_host: int = 8, pending: int = 10_000, seed: int = 0
+) -> ClusterState:
+    rng = random.Random(seed)
+    nodes: list[BudgetNode] = []
+    programs = [("p0", 4.0), ("p1", 3.0), ("p2", 2.0), ("p3", 1.0)]
+    leaves: list[str] = []
+    team = 0
+    for prog, w in programs:
+        nodes.append(BudgetNode(prog, w))
+        for _ in range(4 if prog != "p3" else 3):  # 15 teams
+            tname = f"{prog}/t{team:02d}"
+            nodes.append(BudgetNode(tname, rng.uniform(1, 5)))
+            for r in range(10):  # 150 researchers
+                leaf = f"{tname}/r{r}"
+                nodes.append(BudgetNode(leaf, rng.uniform(0.5, 2)))
+                leaves.append(leaf)
+            team += 1
+    tree = BudgetTree.build(nodes)
+    now = 7 * DAY
+    st = ClusterState(tree, [Host(f"h{i:03d}", gpus_per_host) for i in range(hosts)])
+    # a week of history: short allocated runs spread over the budgets, replayed in time order
+    events: list[tuple[float, int, WorkloadSpec | str]] = []
+    t = 0.0
+    seq = 0
+    while t < now - 4 * 3600:
+        spec = WorkloadSpec(f"hist{seq}", rng.choice(leaves), rng.choice([1, 2, 4, 8]), 3600.0, t)
+        events.append((t, 1, spec))
+        events.append((t + rng.uniform(600, 3600), 0, spec.id))
+        t += rng.uniform(20, 120)
+        seq += 1
+    events.sort(key=lambda e: (e[0], e[1]))
+    used = [0] * hosts
+    where: dict[str, tuple[int, int]] = {}
+    for at, _, item in events:
+        if isinstance(item, str):
+            h, g = where.pop(item)
+            used[h] -= g
+            st.finish(item, at)
+            continue
+        h = min(range(hosts), key=lambda i: used[i])
+        if used[h] + item.gpus > gpus_per_host:
+            continue
+        st.submit(item, at)
+        st.start(item.id, (Slice(f"h{h:03d}", item.gpus),), at)
+        used[h] += item.gpus
+        where[item.id] = (h, item.gpus)
+    for wid in list(where):
+        st.finish(wid, st.time)
+    t = max(st.time, now - 4 * 3600)
+    # fill the cluster: one- and two-GPU work, a fifth unallocated, started over the last 4 h
+    run_id = 0
+    for h in range(hosts):
+        free = gpus_per_host
+        while free > 0:
+            g = min(free, rng.choice([1, 1, 2]))
+            unalloc = rng.random() < 0.2
+            spec = WorkloadSpec(
+                f"run{run_id}",
+                rng.choice(leaves),
+                g,
+                0.0 if unalloc else rng.choice([900.0, 3600.0, 4 * 3600.0]),
+                t,
+                resumable=rng.random() < 0.7,
+            )
+            st.submit(spec, t)
+            st.start(spec.id, (Slice(f"h{h:03d}", g),), t)
+            t = min(now, t + rng.uniform(0, 30))
+            run_id += 1
+            free -= g
+    for i in range(pending):
+        g = rng.choice([1, 1, 2, 4, 8, 8, 16, 32, 64])
+        unalloc = rng.random() < 0.2
+        spec = WorkloadSpec(
+            f"pend{i}",
+            rng.choice(leaves),
+            g,
+            0.0 if unalloc else rng.choice([600.0, 3600.0, 4 * 3600.0, 8 * 3600.0]),
+            now - rng.uniform(0, DAY),
+            priority=rng.choice([0, 0, 0, 1]),
+            resumable=rng.random() < 0.6,
+        )
+        st.submit(spec, st.time)
+    st.time = now
+    return st
+
+
+def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
+    state = build_state(pending=pending, seed=seed)
+    config = PolicyConfig()
+    now = state.time
+    times: list[float] = []
+    last = None
+    for i in range(passes):
+        t0 = time.perf_counter()
+        last = decide(state, now + i, config)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    assert last is not None
+    return DecideBench(
+        hosts=len(state.hosts),
+        gpus_per_host=8,
+        budgets=len(state.tree.leaves),
+        running=len(state.running),
+        pending=len(state.pending),
+        passes=passes,
+        p50_ms=statistics.median(times),
+        p99_ms=times[min(len(times) - 1, int(round(0.99 * (len(times) - 1))))],
+        max_ms=times[-1],
+        starts=len(last.starts),
+        preemptions=len(last.preemptions),
+    )

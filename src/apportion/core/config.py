@@ -1,0 +1,57 @@
+"""The policy's knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .types import CoreError, WorkloadSpec
+
+MINUTE = 60.0
+HOUR = 3600.0
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """Every knob of the policy. Durations in seconds."""
+
+    lookback: float = 7 * DAY
+    """Sliding window over which usage ratios are measured."""
+    max_min_runtime: float = 8 * HOUR
+    """Cap on a workload's declared minimum runtime (its protection)."""
+    debug_max_gpus: int = 8
+    debug_max_min_runtime: float = 15 * MINUTE
+    rebalance: bool = True
+    """Preempt allocated work past its minimum runtime to rebalance (False: only unallocated
+    work is ever displaced, and the share guarantee no longer holds)."""
+    rebalance_margin: float = 0.10
+    """Hysteresis of the fair-share rule: the victim's usage ratio must exceed the
+    preemptor's (after the swap) by this fraction."""
+    admission_charge: float = 1.0
+    """Provisional charge on admission, as a multiple of ``gpus x min_runtime``."""
+    default_checkpoint_interval: float = 30 * MINUTE
+    """Assumed checkpoint interval when a workload declares none (for progress-lost estimates)."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool):
+                continue
+            if not isinstance(value, int | float) or value != value or value < 0:
+                raise CoreError(f"policy: {f.name}: must be a number >= 0, got {value!r}")
+        if self.lookback <= 0:
+            raise CoreError("policy: lookback: must be > 0")
+        if self.max_min_runtime <= 0:
+            raise CoreError("policy: max_min_runtime: must be > 0")
+
+
+def is_debug(spec: WorkloadSpec, config: PolicyConfig) -> bool:
+    """A debug workload: few GPUs and a short minimum runtime; its owner is waiting at a
+    terminal. (Unallocated work is not debug work: nobody is owed anything for it.)"""
+    return (
+        spec.allocated
+        and spec.gpus <= config.debug_max_gpus
+        and spec.min_runtime <= config.debug_max_min_runtime
+    )
+
+

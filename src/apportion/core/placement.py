@@ -1,0 +1,183 @@
+"""Where work goes: gang placement on healthy hosts, and the cheapest room to make.
+
+Shape rule: a workload asking for at most one host's GPUs goes on one host; a larger one
+takes whole hosts. Single-host work is placed *best fit* (the host with the fewest free GPUs
+that still fits), which keeps empty hosts empty for the large runs that need them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .preemption import Candidate
+from .state import ClusterState
+from .tree import ROOT
+from .types import Placement, Slice, WorkloadSpec
+
+Allowed = Callable[[Candidate, dict[str, int]], bool]
+
+
+class HostView:
+    """Free GPUs per healthy host as the pass hands them out, and victims per host."""
+
+    def __init__(self, state: ClusterState, default_checkpoint: float = 1800.0) -> None:
+        self.state = state
+        self.default_checkpoint = default_checkpoint
+        self.size = {n: h.gpus for n, h in state.hosts.items() if h.schedulable}
+        self.names = sorted(self.size)
+        self.free = {n: self.size[n] - state.used[n] for n in self.names}
+        self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
+        for wid in state.stopping:
+            for s in state.running[wid].placement:
+                if s.host in self.stopping:
+                    self.stopping[s.host] += s.gpus
+        self.healthy_total = sum(self.size.values())
+        self.max_size = max((h.gpus for h in state.hosts.values()), default=0)
+        self.claimed: set[str] = set()
+        self._cands: dict[str, list[Candidate]] = {}
+
+    def candidates(self, host: str, now: float) -> list[Candidate]:
+        """Running work on ``host`` that is not already stopping, cheapest victim first."""
+        cands = self._cands.get(host)
+        if cands is None:
+            st = self.state
+            cands = sorted(
+                (
+                    Candidate.of(st.running[wid], now, self.default_checkpoint)
+                    for wid in st.on_host[host]
+                    if wid not in st.stopping
+                ),
+                key=lambda c: (c.klass, c.lost, c.id),
+            )
+            self._cands[host] = cands
+        return cands
+
+    def reclaimable_unallocated(self) -> int:
+        """Upper bound on the GPUs free, stopping or held by unallocated work right now."""
+        unallocated = int(self.state.ledger.rate(ROOT, charged=False))
+        return sum(self.free.values()) + sum(self.stopping.values()) + unallocated
+
+    def take(self, placement: Placement) -> None:
+        for s in placement:
+            self.free[s.host] -= s.gpus
+
+    def claim(self, plan: VictimPlan) -> None:
+        """Promise the plan's GPUs to its workload: nobody else gets them this pass."""
+        for host, gpus in plan.hosts:
+            from_free = min(self.free[host], gpus)
+            self.free[host] -= from_free
+            self.stopping[host] -= min(self.stopping[host], gpus - from_free)
+        self.claimed.update(v.id for v in plan.victims)
+
+
+@dataclass(frozen=True, slots=True)
+class VictimPlan:
+    hosts: tuple[tuple[str, int], ...]  # host and GPUs the workload will get there
+    victims: tuple[Candidate, ...]  # to preempt now (none: waiting for stopping work only)
+    cost: tuple[int, float, int]
+
+
+def find_fit(view: HostView, gpus: int) -> Placement | None:
+    """A placement on free GPUs only, or None."""
+    if gpus <= view.max_size:
+        best: str | None = None
+        for name in view.names:
+            free = view.free[name]
+            if free >= gpus and (best is None or free < view.free[best]):
+                best = name
+        return None if best is None else (Slice(best, gpus),)
+    whole = [n for n in view.names if view.free[n] == view.size[n]]
+    whole.sort(key=lambda n: (-view.size[n], n))
+    chosen: list[str] = []
+    total = 0
+    for name in whole:
+        if total >= gpus:
+            break
+        chosen.append(name)
+        total += view.size[name]
+    if total < gpus:
+        return None
+    return tuple(Slice(n, view.size[n]) for n in sorted(chosen))
+
+
+def find_victims(
+    view: HostView, spec: WorkloadSpec, now: float, allowed: Allowed
+) -> VictimPlan | None:
+    """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
+    ``allowed`` accepts. Protected work (inside its minimum runtime) is never a victim,
+    whatever ``allowed`` says: this is the one place that guarantees it."""
+    if spec.gpus <= view.max_size:
+        return _one_host(view, spec.gpus, now, allowed)
+    return _whole_hosts(view, spec.gpus, now, allowed)
+
+
+def _usable(view: HostView, c: Candidate, now: float) -> bool:
+    return c.id not in view.claimed and now >= c.protected_until
+
+
+def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
+    """Prefer unallocated, then resumable, then least progress lost, then fewest victims."""
+    return (max((v.klass for v in victims), default=0), sum(v.lost for v in victims), len(victims))
+
+
+def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed) -> VictimPlan | None:
+    best: VictimPlan | None = None
+    best_key: tuple[tuple[int, float, int], str] | None = None
+    for name in view.names:
+        if view.size[name] < gpus:
+            continue
+        need = gpus - view.free[name] - view.stopping[name]
+        chosen: list[Candidate] = []
+        taken: dict[str, int] = {}
+        if need > 0:
+            for c in view.candidates(name, now):
+                if not _usable(view, c, now) or not allowed(c, taken):
+                    continue
+                chosen.append(c)
+                taken[c.budget] = taken.get(c.budget, 0) + c.gpus
+                need -= c.gpus
+                if need <= 0:
+                    break
+            if need > 0:
+                continue
+        key = (_cost(chosen), name)
+        if best_key is None or key < best_key:
+            best_key = key
+            best = VictimPlan(((name, gpus),), tuple(chosen), key[0])
+            if key[0] == (0, 0.0, 0):
+                break  # only waiting for stopping work: cannot do better
+    return best
+
+
+def _whole_hosts(view: HostView, gpus: int, now: float, allowed: Allowed) -> VictimPlan | None:
+    options: list[tuple[tuple[int, float, int], str, list[Candidate]]] = []
+    for name in view.names:
+        cands = [c for c in view.candidates(name, now) if c.id not in view.claimed]
+        if any(now < c.protected_until for c in cands):
+            continue
+        options.append((_cost(cands), name, cands))
+    options.sort(key=lambda o: (o[0], o[1]))
+    taken: dict[str, int] = {}
+    hosts: list[tuple[str, int]] = []
+    victims: list[Candidate] = []
+    total = 0
+    for _, name, cands in options:
+        if total >= gpus:
+            break
+        trial = dict(taken)
+        ok = True
+        for c in cands:
+            if not allowed(c, trial):
+                ok = False
+                break
+            trial[c.budget] = trial.get(c.budget, 0) + c.gpus
+        if not ok:
+            continue
+        taken = trial
+        hosts.append((name, view.size[name]))
+        victims.extend(cands)
+        total += view.size[name]
+    if total < gpus:
+        return None
+    return VictimPlan(tuple(sorted(hosts)), tuple(victims), _cost(victims))

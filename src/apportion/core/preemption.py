@@ -1,0 +1,155 @@
+"""Who may displace whom.
+
+Unallocated work may be displaced by any allocated workload. Allocated work may be
+displaced only after its minimum runtime (enforced in :mod:`placement`, whatever the rules
+here say) and only under one of two rules, both judged at the level where the two budgets'
+paths diverge (the two sibling subtrees under their lowest common ancestor, as Fair Tree
+compares them):
+
+* **guarantee**: the preemptor's side stays within its share of the healthy GPUs after the
+  swap, and the victim's side stays *more* over its share than the preemptor's. This is what
+  makes "a budget asking for no more than its share gets it within ``max_min_runtime``" true.
+* **fair share**: the victim's side has the higher usage ratio over the lookback window (by
+  ``rebalance_margin``, after charging the preemptor's admission), and stays at or above its
+  share after the swap. This lets an under-used budget burst to reclaim what it missed.
+
+Neither rule can be undone by the other right away: after a guarantee swap the victim's side
+is above the preemptor's, so the guarantee rule cannot turn back, and the preemptor's side is
+within its share, so the fair-share rule (victim must stay at or above share) cannot either;
+after a fair-share swap the victim's side is still at or above its share, so taking a GPU
+back would put it over. No ping-pong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import PolicyConfig
+from .tree import BudgetTree, ancestors
+from .types import Running, WorkloadSpec
+
+_EPS = 1e-9
+
+
+def victim_class(spec: WorkloadSpec) -> int:
+    """Cheaper victims first: 1 unallocated, 2 allocated and resumable, 3 allocated only."""
+    if not spec.allocated:
+        return 1
+    return 2 if spec.resumable else 3
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A running workload as a possible victim, with what preempting it would cost."""
+
+    id: str
+    budget: str
+    gpus: int
+    klass: int
+    lost: float  # GPU-seconds of progress a preemption would throw away (estimate)
+    protected_until: float
+    resumable: bool
+
+    @classmethod
+    def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:
+        elapsed = max(0.0, now - r.started_at)
+        if r.spec.resumable:
+            elapsed = min(elapsed, r.spec.checkpoint_interval or default_checkpoint)
+        return cls(
+            r.spec.id,
+            r.spec.budget,
+            r.gpus_held,
+            victim_class(r.spec),
+            elapsed * r.gpus_held,
+            r.protected_until(),
+            r.spec.resumable,
+        )
+
+
+class RebalanceRules:
+    """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
+
+    def __init__(
+        self,
+        tree: BudgetTree,
+        usage: dict[str, float],
+        alloc: dict[str, float],
+        capacity: float,
+        healthy: int,
+        config: PolicyConfig,
+    ) -> None:
+        self.tree = tree
+        self.usage = usage  # charged GPU-seconds in the window, per node
+        self.alloc = alloc  # allocated GPUs held now, per node
+        self.capacity = capacity  # healthy GPU-seconds in the window
+        self.healthy = healthy  # healthy GPUs now
+        self.cfg = config
+        self.extra: dict[str, float] = {}  # provisional admission charges of this pass
+        self._div: dict[tuple[str, str], tuple[str, str] | None] = {}
+
+    def ratio(self, node: str) -> float:
+        """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
+        used = self.usage.get(node, 0.0) + self.extra.get(node, 0.0)
+        return used / (self.tree.share(node) * self.capacity)
+
+    def admission(self, spec: WorkloadSpec) -> float:
+        return spec.gpus * spec.min_runtime * self.cfg.admission_charge
+
+    def admit(self, spec: WorkloadSpec) -> None:
+        charge = self.admission(spec)
+        for node in ancestors(spec.budget)[:-1]:
+            self.extra[node] = self.extra.get(node, 0.0) + charge
+            self.alloc[node] = self.alloc.get(node, 0.0) + spec.gpus
+
+    def evict(self, victim: Candidate) -> None:
+        if victim.klass != 1:
+            for node in ancestors(victim.budget)[:-1]:
+                self.alloc[node] = self.alloc.get(node, 0.0) - victim.gpus
+
+    def divergence(self, a: str, b: str) -> tuple[str, str] | None:
+        key = (a, b)
+        if key not in self._div:
+            self._div[key] = self.tree.divergence(a, b)
+        return self._div[key]
+
+    def sides(self, spec: WorkloadSpec) -> dict[str, str]:
+        """For each subtree that may hold victims for ``spec`` under either rule (judged with
+        an empty swap, so a superset), the preemptor's own side at that level.
+
+        Fair Tree compares siblings only, so it suffices to walk up the preemptor's path and
+        look at each ancestor's siblings: a handful of checks instead of one per budget."""
+        out: dict[str, str] = {}
+        for mine in ancestors(spec.budget)[:-1]:
+            parent = self.tree.parent_of(mine)
+            for theirs in self.tree.children(parent):
+                if theirs != mine and self._allowed(spec, mine, theirs, 0):
+                    out[theirs] = mine
+        return out
+
+    def may_preempt(
+        self, spec: WorkloadSpec, victim: Candidate, taken: dict[str, int], sides: dict[str, str]
+    ) -> bool:
+        """May ``spec`` displace ``victim``, given the GPUs already ``taken`` (per victim
+        budget) from others in the same plan? ``sides`` comes from :meth:`sides`.
+        Protection is checked by the caller."""
+        if victim.klass == 1:
+            return True
+        div = self.divergence(spec.budget, victim.budget)
+        if div is None or div[1] not in sides:
+            return False  # same budget (priority never preempts), or that side is not over
+        mine, theirs = div
+        already = sum(
+            g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
+        )
+        return self._allowed(spec, mine, theirs, already + victim.gpus)
+
+    def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
+        share_p, share_v = self.tree.share(mine), self.tree.share(theirs)
+        inst_p = (self.alloc.get(mine, 0.0) + spec.gpus) / (share_p * self.healthy)
+        inst_v = (self.alloc.get(theirs, 0.0) - removed) / (share_v * self.healthy)
+        if inst_p <= 1 + _EPS and inst_v > inst_p + _EPS:
+            return True  # guarantee rule
+        if inst_v < 1 - _EPS:
+            return False
+        ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
+        return self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin)  # fair-share rule
