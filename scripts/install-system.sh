@@ -1,0 +1,30 @@
+#!/bin/bash
+# install-system.sh - install the system packages apportion's tests need (Debian, as root).
+# Idempotent: installs only the packages that are missing; runs `apt-get update` at most once.
+# Add packages to the list below, one per line, grouped by what needs them.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+PACKAGES=(
+    # Slurm backend (tests/slurm): controller, node daemon, CLI, munge authentication
+    slurmctld
+    slurmd
+    slurm-client
+    munge
+    # service store tests (scripts/with-services.sh): PostgreSQL server
+    postgresql
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "install-system: all ${#PACKAGES[@]} packages present"
+    exit 0
+fi
+echo "install-system: installing ${missing[*]}"
+apt-get update -q >/dev/null
+# no init system here: a package's refusal to start its service is expected and harmless
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-system: done"

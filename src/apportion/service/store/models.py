@@ -1,0 +1,122 @@
+"""SQLAlchemy 2 table models of the service's store.
+
+The schema itself is owned by the Alembic migrations in ``apportion/service/migrations``;
+these models must match them (a test compares the two). Times are float seconds on the
+caller's clock, like everywhere else in apportion; JSON columns hold small lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every store table."""
+
+
+class BudgetModel(Base):
+    __tablename__ = "budgets"
+
+    path: Mapped[str] = mapped_column(String(255), primary_key=True)
+    # parent path; NULL for a top-level node (the implicit root has no row)
+    parent: Mapped[str | None] = mapped_column(
+        String(255), ForeignKey("budgets.path"), nullable=True
+    )
+    weight: Mapped[float] = mapped_column(Double, nullable=False)
+    managers: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    members: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+
+
+class UserModel(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    admin: Mapped[bool] = mapped_column(Boolean, nullable=False)
+
+
+class TokenModel(Base):
+    __tablename__ = "tokens"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex
+    user: Mapped[str] = mapped_column(String(128), ForeignKey("users.name"), nullable=False)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+
+class WorkloadModel(Base):
+    __tablename__ = "workloads"
+
+    # the autoincrement key gives the public id ("w-000123"), written in the same transaction
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str | None] = mapped_column(String(32), unique=True, nullable=True)
+    budget: Mapped[str] = mapped_column(String(255), nullable=False)
+    user: Mapped[str] = mapped_column(String(128), nullable=False)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    min_runtime: Mapped[float] = mapped_column(Double, nullable=False)
+    resumable: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    checkpoint_interval: Mapped[float] = mapped_column(Double, nullable=False)
+    command: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    submit_time: Mapped[float] = mapped_column(Double, nullable=False)
+    queued_at: Mapped[float] = mapped_column(Double, nullable=False)
+    status: Mapped[str] = mapped_column(String(16), nullable=False)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    attempts_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+    __table_args__ = (Index("ix_workloads_status", "status"),)
+
+
+class AttemptModel(Base):
+    __tablename__ = "attempts"
+
+    workload_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("workloads.id"), primary_key=True
+    )
+    n: Mapped[int] = mapped_column(Integer, primary_key=True)  # 1-based
+    placement: Mapped[list[Any]] = mapped_column(JSON, nullable=False)  # [[host, gpus, [idx]]]
+    gpus_held: Mapped[int] = mapped_column(Integer, nullable=False)
+    started_at: Mapped[float] = mapped_column(Double, nullable=False)
+    ended_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+    handle: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    gpu_seconds: Mapped[float | None] = mapped_column(Double, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    __table_args__ = (Index("ix_attempts_ended_at", "ended_at"),)
+
+
+class HostModel(Base):
+    __tablename__ = "hosts"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[str] = mapped_column(String(16), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    changed_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+
+class AuditModel(Base):
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Double, nullable=False)
+    actor: Mapped[str] = mapped_column(String(128), nullable=False)
+    action: Mapped[str] = mapped_column(String(64), nullable=False)
+    target: Mapped[str] = mapped_column(String(255), nullable=False)
+    old: Mapped[Any] = mapped_column(JSON, nullable=True)
+    new: Mapped[Any] = mapped_column(JSON, nullable=True)

@@ -1,0 +1,194 @@
+"""Plain, frozen rows the store hands out. Callers never see live ORM objects, so nothing
+lazily touches the database after a transaction ended, and rows cross threads safely."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from apportion.core import Host, HostState, Placement, Slice, Status, WorkloadSpec
+
+# one host's part of a placement: (host, gpus, GPU indexes on that host)
+PlacementEntry = tuple[str, int, tuple[int, ...]]
+
+
+class StoreError(Exception):
+    """Base of the store's errors; the message names the row and the problem."""
+
+
+class NotFound(StoreError):
+    """No such workload, attempt, budget, host or user."""
+
+
+class Conflict(StoreError):
+    """The change does not apply to the row's current state (compare-and-set failed,
+    illegal lifecycle transition, duplicate name, ...). Nothing was changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """One run of a workload. ``ended_at`` is None while it runs; ``handle`` is None until
+    the executor launched it; ``gpu_seconds`` is set once, when it ends."""
+
+    workload_id: str
+    n: int
+    placement: tuple[PlacementEntry, ...]
+    gpus_held: int
+    started_at: float
+    ended_at: float | None = None
+    handle: str | None = None
+    exit_code: int | None = None
+    end_reason: str | None = None
+    gpu_seconds: float | None = None
+    log_path: str | None = None
+
+    def core_placement(self) -> Placement:
+        """The placement as the policy core knows it (host and GPU count per slice)."""
+        return tuple(Slice(host, gpus) for host, gpus, _ in self.placement)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "placement": [[h, g, list(ix)] for h, g, ix in self.placement],
+            "gpus_held": self.gpus_held,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "handle": self.handle,
+            "exit_code": self.exit_code,
+            "end_reason": self.end_reason,
+            "gpu_seconds": self.gpu_seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRow:
+    """A workload. ``attempt`` is its open attempt (None if none is running);
+    ``attempts`` lists every attempt, oldest first, when the query asked for them
+    (:meth:`Store.get_workload`), and is empty otherwise."""
+
+    id: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    resumable: bool
+    priority: int
+    checkpoint_interval: float
+    command: tuple[str, ...]
+    submit_time: float
+    queued_at: float
+    status: Status
+    cancel_requested: bool
+    attempts_count: int
+    exit_code: int | None
+    end_reason: str | None
+    created_at: float
+    attempt: AttemptRow | None = None
+    attempts: tuple[AttemptRow, ...] = field(default=())
+
+    def spec(self) -> WorkloadSpec:
+        """What the policy sees of this workload."""
+        return WorkloadSpec(
+            id=self.id,
+            budget=self.budget,
+            gpus=self.gpus,
+            min_runtime=self.min_runtime,
+            submit_time=self.submit_time,
+            user=self.user,
+            resumable=self.resumable,
+            priority=self.priority,
+            checkpoint_interval=self.checkpoint_interval,
+        )
+
+    def as_dict(self, with_attempts: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "budget": self.budget,
+            "user": self.user,
+            "gpus": self.gpus,
+            "min_runtime": self.min_runtime,
+            "resumable": self.resumable,
+            "priority": self.priority,
+            "checkpoint_interval": self.checkpoint_interval,
+            "command": list(self.command),
+            "submit_time": self.submit_time,
+            "queued_at": self.queued_at,
+            "status": self.status.value,
+            "cancel_requested": self.cancel_requested,
+            "attempts_count": self.attempts_count,
+            "exit_code": self.exit_code,
+            "end_reason": self.end_reason,
+            "created_at": self.created_at,
+            "attempt": self.attempt.as_dict() if self.attempt else None,
+        }
+        if with_attempts:
+            out["attempts"] = [a.as_dict() for a in self.attempts]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    name: str
+    gpus: int
+    state: HostState
+    reason: str
+    changed_at: float
+
+    def host(self) -> Host:
+        return Host(self.name, self.gpus, self.state)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "state": self.state.value,
+            "reason": self.reason,
+            "changed_at": self.changed_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRow:
+    path: str
+    parent: str | None
+    weight: float
+    managers: tuple[str, ...]
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class UserRow:
+    name: str
+    admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    old: Any
+    new: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "actor": self.actor,
+            "action": self.action,
+            "target": self.target,
+            "old": self.old,
+            "new": self.new,
+        }
+
+
+class UsageInterval(NamedTuple):
+    """GPUs one attempt held from ``started_at`` to ``ended_at`` (None: still running)."""
+
+    budget: str
+    gpus_held: int
+    allocated: bool
+    started_at: float
+    ended_at: float | None

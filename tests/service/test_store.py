@@ -1,0 +1,339 @@
+"""The store's contract, against SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import text
+from store_db import BACKENDS, db_url, open_store
+
+from apportion.core import HostState, Status
+from apportion.service.store import Conflict, NotFound, Store
+from apportion.service.store.models import Base
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = open_store(request.param, tmp_path)
+    yield s
+    s.close()
+
+
+def submit(store: Store, budget: str = "ai/llm", gpus: int = 2, t: float = 0.0,
+           min_runtime: float = 600.0, user: str = "alice", resumable: bool = False) -> str:
+    return store.add_workload(
+        budget=budget, gpus=gpus, min_runtime=min_runtime, submit_time=t,
+        command=["sleep", "1"], actor=user, resumable=resumable,
+    ).id
+
+
+def test_migrations_match_models(store: Store) -> None:
+    """After migrate(), the database schema is exactly what the models declare."""
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+
+
+def test_migrate_twice_is_harmless(store: Store) -> None:
+    """migrate() on an up-to-date database changes nothing and keeps the data."""
+    wid = submit(store)
+    store.migrate()
+    assert store.get_workload(wid).status is Status.PENDING
+
+
+def test_workload_ids_are_sequential_and_durable(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Ids come from the database sequence; a submission survives reopening the store."""
+    url = db_url("sqlite", tmp_path)
+    s1 = Store(url)
+    s1.migrate()
+    a, b = submit(s1), submit(s1)
+    s1.close()
+    s2 = Store(url)
+    assert (a, b) == ("w-000001", "w-000002")
+    assert [w.id for w in s2.active_workloads()] == [a, b]
+    s2.close()
+
+
+def test_add_workload_stores_every_field(store: Store) -> None:
+    """Every spec field round-trips and the new workload is pending, queued at submit."""
+    w = store.add_workload(
+        budget="ai/llm", gpus=16, min_runtime=1800, submit_time=12.5, command=["a", "b c"],
+        actor="bob", resumable=True, priority=3, checkpoint_interval=900,
+    )
+    got = store.get_workload(w.id)
+    assert (got.budget, got.user, got.gpus, got.min_runtime, got.resumable) == (
+        "ai/llm", "bob", 16, 1800.0, True)
+    assert (got.priority, got.checkpoint_interval, got.command) == (3, 900.0, ("a", "b c"))
+    assert (got.status, got.submit_time, got.queued_at, got.attempts_count) == (
+        Status.PENDING, 12.5, 12.5, 0)
+    assert got.spec().allocated
+
+
+def test_begin_attempt_moves_pending_to_running(store: Store) -> None:
+    """begin_attempt writes the attempt (no handle yet) and sets running in one go."""
+    wid = submit(store)
+    a = store.begin_attempt(wid, [("h1", 2, [0, 1])], started_at=10.0)
+    assert (a.n, a.gpus_held, a.handle, a.ended_at) == (1, 2, None, None)
+    w = store.get_workload(wid)
+    assert (w.status, w.attempts_count) == (Status.RUNNING, 1)
+    assert w.attempt == a
+    assert a.core_placement()[0].host == "h1"
+
+
+def test_begin_attempt_is_compare_and_set(store: Store) -> None:
+    """A second begin_attempt on a running workload fails and changes nothing."""
+    wid = submit(store)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    with pytest.raises(Conflict, match=f"workload {wid}: state: cannot go from running"):
+        store.begin_attempt(wid, [("h2", 2, [0, 1])], 11.0)
+    w = store.get_workload(wid)
+    assert w.attempts_count == 1 and len(w.attempts) == 1
+
+
+def test_concurrent_begin_attempt_has_one_winner(store: Store) -> None:
+    """Eight threads race to start one workload: exactly one succeeds."""
+    wid = submit(store)
+    wins: list[int] = []
+    errors: list[Exception] = []
+
+    def race(i: int) -> None:
+        try:
+            store.begin_attempt(wid, [(f"h{i}", 2, [0, 1])], 10.0)
+            wins.append(i)
+        except Conflict as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and len(errors) == 7
+    assert store.get_workload(wid).attempts_count == 1
+
+
+def test_unknown_workload_is_not_found(store: Store) -> None:
+    """Operations on a missing workload raise NotFound naming it."""
+    with pytest.raises(NotFound, match="w-999999"):
+        store.get_workload("w-999999")
+    with pytest.raises(NotFound, match="w-999999"):
+        store.begin_attempt("w-999999", [("h", 1, [0])], 0.0)
+
+
+def test_set_attempt_handle(store: Store) -> None:
+    """The executor's handle is recorded on the attempt."""
+    wid = submit(store)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    store.set_attempt_handle(wid, 1, "pid:123")
+    assert store.get_workload(wid).attempts[0].handle == "pid:123"
+
+
+def test_end_attempt_charges_once(store: Store) -> None:
+    """end_attempt charges gpus x duration and a second call is a no-op returning False."""
+    wid = submit(store, gpus=4)
+    store.begin_attempt(wid, [("h1", 4, [0, 1, 2, 3])], 100.0)
+    assert store.end_attempt(wid, 1, 160.0, 0, "exited", Status.COMPLETED) is True
+    assert store.end_attempt(wid, 1, 999.0, 1, "again", Status.FAILED) is False
+    w = store.get_workload(wid)
+    assert (w.status, w.exit_code, w.end_reason) == (Status.COMPLETED, 0, "exited")
+    assert (w.attempts[0].gpu_seconds, w.attempts[0].ended_at) == (240.0, 160.0)
+    assert w.attempt is None
+
+
+def test_end_attempt_requeue(store: Store) -> None:
+    """Requeue: the workload is pending again, queued at the end time, keeps submit time."""
+    wid = submit(store, t=5.0, resumable=True)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    store.mark_stopping(wid)
+    assert store.end_attempt(wid, 1, 50.0, None, "preempted: rebalance", Status.PENDING)
+    w = store.get_workload(wid)
+    assert (w.status, w.queued_at, w.submit_time) == (Status.PENDING, 50.0, 5.0)
+    a2 = store.begin_attempt(wid, [("h2", 2, [0, 1])], 60.0)
+    assert a2.n == 2
+
+
+def test_end_attempt_illegal_transition_changes_nothing(store: Store) -> None:
+    """running -> preempted skips stopping: refused, and the attempt stays open."""
+    wid = submit(store)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    with pytest.raises(Conflict, match="cannot go from running to preempted"):
+        store.end_attempt(wid, 1, 20.0, None, "x", Status.PREEMPTED)
+    w = store.get_workload(wid)
+    assert w.status is Status.RUNNING and w.attempt is not None and w.attempt.ended_at is None
+
+
+def test_mark_stopping_needs_running(store: Store) -> None:
+    """mark_stopping on a pending workload is refused."""
+    wid = submit(store)
+    with pytest.raises(Conflict, match="cannot go from pending to stopping"):
+        store.mark_stopping(wid)
+
+
+def test_cancel_pending(store: Store) -> None:
+    """Cancelling a pending workload ends it at once, audited."""
+    wid = submit(store)
+    w = store.cancel_workload(wid, actor="carol")
+    assert w.status is Status.CANCELLED
+    entry = store.audit(limit=1)[0]
+    assert (entry.actor, entry.action, entry.target) == ("carol", "workload.cancel", wid)
+
+
+def test_cancel_running_requests_stop(store: Store) -> None:
+    """Cancelling a running workload only flags it; the scheduler stops it."""
+    wid = submit(store)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    w = store.cancel_workload(wid, actor="alice")
+    assert w.status is Status.RUNNING and w.cancel_requested
+
+
+def test_cancel_finished_is_conflict(store: Store) -> None:
+    """A finished workload cannot be cancelled."""
+    wid = submit(store)
+    store.cancel_workload(wid, actor="alice")
+    with pytest.raises(Conflict, match="already cancelled"):
+        store.cancel_workload(wid, actor="alice")
+
+
+def test_active_workloads(store: Store) -> None:
+    """active_workloads lists pending/running/stopping with open attempts, not final ones."""
+    a, b, c = submit(store), submit(store), submit(store)
+    store.begin_attempt(b, [("h1", 2, [0, 1])], 1.0)
+    store.cancel_workload(c, "alice")
+    rows = {w.id: w for w in store.active_workloads()}
+    assert set(rows) == {a, b}
+    assert rows[a].attempt is None and rows[b].attempt is not None
+
+
+def test_list_workloads_filters(store: Store) -> None:
+    """Filters by status, budget subtree and user."""
+    a = submit(store, budget="ai/llm", user="alice")
+    b = submit(store, budget="ai/vision", user="bob")
+    store.begin_attempt(b, [("h", 2, [0, 1])], 1.0)
+    assert [w.id for w in store.list_workloads(budget="ai")] == [a, b]
+    assert [w.id for w in store.list_workloads(budget="ai/llm")] == [a]
+    assert [w.id for w in store.list_workloads(user="bob")] == [b]
+    assert [w.id for w in store.list_workloads(statuses=[Status.RUNNING])] == [b]
+
+
+def test_usage_intervals_overlap_window(store: Store) -> None:
+    """Only attempts that overlap [since, now) come back, open ones with ended_at None."""
+    old, recent, running = submit(store), submit(store, min_runtime=0), submit(store)
+    for wid, t in ((old, 0.0), (recent, 50.0), (running, 90.0)):
+        store.begin_attempt(wid, [("h", 2, [0, 1])], t)
+    store.end_attempt(old, 1, 40.0, 0, "done", Status.COMPLETED)
+    store.end_attempt(recent, 1, 120.0, 0, "done", Status.COMPLETED)
+    got = store.usage_intervals(since=100.0)
+    assert [(u.allocated, u.started_at, u.ended_at) for u in got] == [
+        (False, 50.0, 120.0), (True, 90.0, None)]
+
+
+def test_host_state_audited(store: Store) -> None:
+    """A host change is audited old -> new; an illegal one is refused and changes nothing."""
+    store.add_host("h1", 8, actor="admin")
+    h = store.set_host_state("h1", HostState.DRAINING, "bad fan", actor="admin")
+    assert (h.state, h.reason) == (HostState.DRAINING, "bad fan")
+    e = store.audit(limit=1)[0]
+    assert (e.action, e.old["state"], e.new["state"]) == ("host.state", "healthy", "draining")
+    store.set_host_state("h1", HostState.REPAIR, "empty", actor="scheduler")
+    with pytest.raises(Conflict, match="cannot go from repair to draining"):
+        store.set_host_state("h1", HostState.DRAINING, "x", actor="admin")
+    assert store.get_host("h1").state is HostState.REPAIR
+
+
+def test_budget_tree_round_trip(store: Store) -> None:
+    """Budgets load as the core tree; missing parents are created with weight 1."""
+    store.add_budget("ai/llm", 3, actor="admin", create_parents=True, managers=["carol"])
+    store.add_budget("ai/vision", 1, actor="admin")
+    tree = store.load_tree()
+    assert tree.share("ai/llm") == pytest.approx(0.75)
+    assert [b.path for b in store.budgets()] == ["ai", "ai/llm", "ai/vision"]
+    assert store.get_budget("ai/llm").managers == ("carol",)
+
+
+def test_budget_needs_parent(store: Store) -> None:
+    """Without create_parents, an unknown parent is refused and nothing is created."""
+    with pytest.raises(Conflict, match="parent: unknown budget 'ai'"):
+        store.add_budget("ai/llm", 1, actor="admin")
+    assert store.budgets() == []
+
+
+def test_leaf_with_work_cannot_get_children(store: Store) -> None:
+    """A leaf with active workloads stays a leaf."""
+    store.add_budget("ai", 1, actor="admin")
+    submit(store, budget="ai")
+    with pytest.raises(Conflict, match="leaf with active workloads"):
+        store.add_budget("ai/llm", 1, actor="admin")
+
+
+def test_budget_changes_are_audited(store: Store) -> None:
+    """Weight, member and manager changes each leave an old -> new audit entry."""
+    store.add_budget("ai", 1, actor="admin")
+    store.set_budget_weight("ai", 2.5, actor="root")
+    store.set_budget_members("ai", ["bob", "alice"], actor="root")
+    store.set_budget_managers("ai", ["carol"], actor="root")
+    entries = store.audit(limit=3)
+    assert [(e.action, e.old, e.new) for e in reversed(entries)] == [
+        ("budget.weight", {"weight": 1.0}, {"weight": 2.5}),
+        ("budget.members", {"members": []}, {"members": ["alice", "bob"]}),
+        ("budget.managers", {"managers": []}, {"managers": ["carol"]}),
+    ]
+
+
+def test_bad_weight_refused(store: Store) -> None:
+    """Weights must be > 0."""
+    store.add_budget("ai", 1, actor="admin")
+    with pytest.raises(Conflict, match="weight: must be > 0"):
+        store.set_budget_weight("ai", 0, actor="admin")
+    with pytest.raises(Conflict, match="weight: must be > 0"):
+        store.add_budget("ml", -1, actor="admin")
+
+
+def test_tokens_map_to_users(store: Store) -> None:
+    """A token digest finds its user; unknown digests find nobody."""
+    store.add_user("alice", actor="admin", admin=True)
+    store.add_token("alice", "ab" * 32)
+    assert store.user_for_token("ab" * 32) is not None
+    assert store.user_for_token("cd" * 32) is None
+    with pytest.raises(NotFound):
+        store.add_token("nobody", "ef" * 32)
+
+
+def test_is_empty(store: Store) -> None:
+    """A fresh store is empty; one user makes it non-empty."""
+    assert store.is_empty()
+    store.add_user("alice", actor="admin")
+    assert not store.is_empty()
+
+
+def test_sqlite_is_wal_and_full_sync(tmp_path: Path) -> None:
+    """SQLite runs in WAL mode with synchronous=FULL (2) and a busy timeout."""
+    store = open_store("sqlite", tmp_path)
+    with store.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA synchronous")).scalar() == 2
+        assert conn.execute(text("PRAGMA busy_timeout")).scalar() > 0
+    store.close()
+
+
+def test_sqlite_parallel_writers(tmp_path: Path) -> None:
+    """Four threads submitting at once on SQLite all succeed (no 'database is locked')."""
+    store = open_store("sqlite", tmp_path)
+
+    def work() -> None:
+        for _ in range(25):
+            submit(store)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(store.active_workloads()) == 100
+    store.close()
