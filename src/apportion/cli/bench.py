@@ -29,3 +29,7 @@ def bench(passes: int, pending: int, as_json: bool) -> None:
         f"  p50 {result.p50_ms:.1f} ms   p99 {result.p99_ms:.1f} ms   max {result.max_ms:.1f} ms"
         f"   (last pass: {result.starts} starts, {result.preemptions} preemptions)"
     )
+    click.echo(
+        f"  settling the random fill: first pass {result.first_pass_ms:.1f} ms with "
+        f"{result.first_pass_preemptions} preemptions, quiet after {result.settle_rounds} rounds"
+    )

@@ -36,22 +36,34 @@ class HostView:
         self.max_size = max((h.gpus for h in state.hosts.values()), default=0)
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
+        self._cand_gpus: dict[str, int] = {}
 
     def candidates(self, host: str, now: float) -> list[Candidate]:
-        """Running work on ``host`` that is not already stopping, cheapest victim first."""
+        """Running work on ``host`` that could be a victim now (not stopping, not protected),
+        cheapest victim first. Built once per host per pass."""
         cands = self._cands.get(host)
         if cands is None:
             st = self.state
             cands = sorted(
                 (
-                    Candidate.of(st.running[wid], now, self.default_checkpoint)
+                    c
                     for wid in st.on_host[host]
                     if wid not in st.stopping
+                    and now
+                    >= (
+                        c := Candidate.of(st.running[wid], now, self.default_checkpoint)
+                    ).protected_until
                 ),
                 key=lambda c: (c.klass, c.lost, c.id),
             )
             self._cands[host] = cands
+            self._cand_gpus[host] = sum(c.gpus for c in cands)
         return cands
+
+    def reachable(self, host: str, now: float) -> int:
+        """GPUs of ``host`` that free space, stopping work and unclaimed victims add up to."""
+        self.candidates(host, now)
+        return self.free[host] + self.stopping[host] + self._cand_gpus[host]
 
     def reclaimable_unallocated(self) -> int:
         """Upper bound on the GPUs free, stopping or held by unallocated work right now."""
@@ -68,7 +80,11 @@ class HostView:
             from_free = min(self.free[host], gpus)
             self.free[host] -= from_free
             self.stopping[host] -= min(self.stopping[host], gpus - from_free)
-        self.claimed.update(v.id for v in plan.victims)
+        for v in plan.victims:
+            self.claimed.add(v.id)
+            for host, _ in plan.hosts:
+                if host in self._cand_gpus and any(c.id == v.id for c in self._cands[host]):
+                    self._cand_gpus[host] -= v.gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +118,15 @@ def find_fit(view: HostView, gpus: int) -> Placement | None:
 
 
 def find_victims(
-    view: HostView, spec: WorkloadSpec, now: float, allowed: Allowed
+    view: HostView, spec: WorkloadSpec, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
     """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
-    ``allowed`` accepts. Protected work (inside its minimum runtime) is never a victim,
-    whatever ``allowed`` says: this is the one place that guarantees it."""
+    ``allowed`` accepts (``None``: unallocated victims only). Protected work (inside its
+    minimum runtime) is never a victim, whatever ``allowed`` says: this is the one place that
+    guarantees it (see :meth:`HostView.candidates`)."""
     if spec.gpus <= view.max_size:
         return _one_host(view, spec.gpus, now, allowed)
     return _whole_hosts(view, spec.gpus, now, allowed)
-
-
-def _usable(view: HostView, c: Candidate, now: float) -> bool:
-    return c.id not in view.claimed and now >= c.protected_until
 
 
 def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
@@ -121,18 +134,24 @@ def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
     return (max((v.klass for v in victims), default=0), sum(v.lost for v in victims), len(victims))
 
 
-def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed) -> VictimPlan | None:
+def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed | None) -> VictimPlan | None:
     best: VictimPlan | None = None
     best_key: tuple[tuple[int, float, int], str] | None = None
+    claimed = view.claimed
     for name in view.names:
-        if view.size[name] < gpus:
+        if view.size[name] < gpus or view.reachable(name, now) < gpus:
             continue
         need = gpus - view.free[name] - view.stopping[name]
         chosen: list[Candidate] = []
         taken: dict[str, int] = {}
         if need > 0:
             for c in view.candidates(name, now):
-                if not _usable(view, c, now) or not allowed(c, taken):
+                if c.id in claimed:
+                    continue
+                if allowed is None:
+                    if c.klass != 1:
+                        break  # sorted by class: no unallocated victims left on this host
+                elif not allowed(c, taken):
                     continue
                 chosen.append(c)
                 taken[c.budget] = taken.get(c.budget, 0) + c.gpus
@@ -150,12 +169,15 @@ def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed) -> Victim
     return best
 
 
-def _whole_hosts(view: HostView, gpus: int, now: float, allowed: Allowed) -> VictimPlan | None:
+def _whole_hosts(
+    view: HostView, gpus: int, now: float, allowed: Allowed | None
+) -> VictimPlan | None:
     options: list[tuple[tuple[int, float, int], str, list[Candidate]]] = []
     for name in view.names:
+        on_host = sum(1 for w in view.state.on_host[name] if w not in view.state.stopping)
         cands = [c for c in view.candidates(name, now) if c.id not in view.claimed]
-        if any(now < c.protected_until for c in cands):
-            continue
+        if len(cands) < on_host or view.reachable(name, now) < view.size[name]:
+            continue  # something on it is protected, or promised to another workload
         options.append((_cost(cands), name, cands))
     options.sort(key=lambda o: (o[0], o[1]))
     taken: dict[str, int] = {}
@@ -168,7 +190,9 @@ def _whole_hosts(view: HostView, gpus: int, now: float, allowed: Allowed) -> Vic
         trial = dict(taken)
         ok = True
         for c in cands:
-            if not allowed(c, trial):
+            if (allowed is None and c.klass != 1) or (
+                allowed is not None and not allowed(c, trial)
+            ):
                 ok = False
                 break
             trial[c.budget] = trial.get(c.budget, 0) + c.gpus

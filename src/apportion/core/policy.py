@@ -184,7 +184,7 @@ class _Pass:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
         plan = None
         if spec.gpus < self.unalloc_fail_min:
-            plan = find_victims(self.hosts, spec, self.now, lambda c, taken: c.klass == 1)
+            plan = find_victims(self.hosts, spec, self.now, None)
             if plan is None:
                 self.unalloc_fail_min = spec.gpus
         if plan is None and self.cfg.rebalance:

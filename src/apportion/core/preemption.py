@@ -6,8 +6,9 @@ here say) and only under one of two rules, both judged at the level where the tw
 paths diverge (the two sibling subtrees under their lowest common ancestor, as Fair Tree
 compares them):
 
-* **guarantee**: the preemptor's side stays within its share of the healthy GPUs after the
-  swap, and the victim's side stays *more* over its share than the preemptor's. This is what
+* **guarantee**: the victim's side holds more than its share of the healthy GPUs, the
+  preemptor's side stays within its share after the swap, and the victim's side stays
+  further over (relative to its share) than the preemptor's. This is what
   makes "a budget asking for no more than its share gets it within ``max_min_runtime``" true.
 * **fair share**: the victim's side has the higher usage ratio over the lookback window (by
   ``rebalance_margin``, after charging the preemptor's admission), and stays at or above its
@@ -146,8 +147,9 @@ class RebalanceRules:
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
         share_p, share_v = self.tree.share(mine), self.tree.share(theirs)
         inst_p = (self.alloc.get(mine, 0.0) + spec.gpus) / (share_p * self.healthy)
-        inst_v = (self.alloc.get(theirs, 0.0) - removed) / (share_v * self.healthy)
-        if inst_p <= 1 + _EPS and inst_v > inst_p + _EPS:
+        held_v = self.alloc.get(theirs, 0.0)
+        inst_v = (held_v - removed) / (share_v * self.healthy)
+        if inst_p <= 1 + _EPS and inst_v > inst_p + _EPS and held_v > share_v * self.healthy:
             return True  # guarantee rule
         if inst_v < 1 - _EPS:
             return False
