@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .types import CoreError
 
@@ -25,13 +26,15 @@ def parent_of(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path else ROOT
 
 
-def ancestors(path: str) -> list[str]:
-    """``path`` and every node above it, leaf first, root (``""``) last."""
+@lru_cache(maxsize=1 << 16)
+def ancestors(path: str) -> tuple[str, ...]:
+    """``path`` and every node above it, leaf first, root (``""``) last. Cached: the pass
+    asks for the same few hundred paths many thousands of times."""
     out = [path]
     while path:
         path = parent_of(path)
         out.append(path)
-    return out
+    return tuple(out)
 
 
 class BudgetTree:
