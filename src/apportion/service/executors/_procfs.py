@@ -1,0 +1,90 @@
+"""Process identity from /proc: a pid alone is recycled, ``pid:starttime`` never is."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None if no such
+    process. The name is skipped by its last ')' because it may hold spaces or parens."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def starttime(pid: int) -> int | None:
+    """Clock ticks after boot at which ``pid`` started (field 22 of /proc/<pid>/stat)."""
+    f = stat_fields(pid)
+    return int(f[19]) if f is not None else None
+
+
+def handle_of(pid: int) -> str | None:
+    st = starttime(pid)
+    return None if st is None else f"{pid}:{st}"
+
+
+def parse_handle(handle: str) -> tuple[int, int]:
+    pid, _, st = handle.partition(":")
+    try:
+        return int(pid), int(st)
+    except ValueError:
+        raise ValueError(f"local executor: handle {handle!r}: expected 'pid:starttime'") from None
+
+
+def alive(handle: str) -> bool:
+    """True if the process named by ``handle`` still runs (a zombie has ended)."""
+    pid, st = parse_handle(handle)
+    f = stat_fields(pid)
+    return f is not None and int(f[19]) == st and f[0] not in ("Z", "X", "x")
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Readers see the old file or the whole new one, never a partial write."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def create_json_exclusive(path: Path, data: dict[str, Any]) -> bool:
+    """Create ``path`` with ``data`` only if it does not exist, atomically (write a temporary
+    file, then hard-link it into place). Returns False if it already existed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.claim")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+    return True
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,255 @@
+"""An in-process executor: attempts are records, time is the injected clock.
+
+Used by fast scheduler tests and by the parity test, where it must end work exactly when the
+simulator would. A workload given a true duration exits 0 once it has run its remaining work;
+one without runs until stopped. The cost of a preemption follows the simulator's model
+(docs/simulator.md, "Cost model"): a run stopped after ``e`` seconds keeps
+``floor(e / c) * c`` seconds of progress (``c`` the checkpoint interval), and every run after
+the first starts with ``restart_overhead`` seconds of set-up added to the remaining work.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from apportion.service.clock import Clock
+from apportion.service.executor import (
+    AttemptState,
+    InventoryHost,
+    Launch,
+    Observation,
+)
+
+
+class ExecutorError(RuntimeError):
+    """The backend refused or is unavailable (the scheduler retries on a later pass)."""
+
+
+@dataclass(slots=True)
+class _Attempt:
+    workload_id: str
+    attempt: int
+    hosts: tuple[str, ...]
+    started_at: float
+    remaining: float | None  # work left when it started (None: runs until stopped)
+    launch: Launch
+    ended_at: float | None = None
+    exit_code: int | None = None
+    signalled: bool = False
+    gone: bool = False
+    term_at: float | None = None
+    kill_at: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class MemoryExecutor:
+    """Runs nothing: keeps attempts in memory and ends them on the clock.
+
+    ``durations`` maps workload id -> true run time (absent: runs until stopped).
+    ``checkpoints`` maps workload id -> checkpoint interval (0 or absent:
+    ``checkpoint_default``). ``term_delays`` maps workload id -> seconds it takes to exit
+    after SIGTERM (absent: exits at once); one slower than the grace period is killed.
+    """
+
+    name = "memory"
+
+    def __init__(
+        self,
+        hosts: Iterable[InventoryHost | tuple[str, int]],
+        clock: Clock,
+        durations: Mapping[str, float] | None = None,
+        checkpoints: Mapping[str, float] | None = None,
+        checkpoint_default: float = 1800.0,
+        restart_overhead: float = 0.0,
+        term_delays: Mapping[str, float] | None = None,
+    ) -> None:
+        self.clock = clock
+        self._hosts: dict[str, InventoryHost] = {}
+        for h in hosts:
+            ih = h if isinstance(h, InventoryHost) else InventoryHost(h[0], h[1], "healthy")
+            self._hosts[ih.name] = ih
+        self.durations = dict(durations or {})
+        self.checkpoints = dict(checkpoints or {})
+        self.checkpoint_default = checkpoint_default
+        self.restart_overhead = restart_overhead
+        self.term_delays = dict(term_delays or {})
+        self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
+        self.runs: dict[str, int] = {}  # workload -> runs launched
+        self.attempts: dict[str, _Attempt] = {}  # handle -> attempt
+        self.drained: dict[str, str] = {}  # host -> reason, as mirrored by the scheduler
+        self.broken = False  # when True every call fails, like an unreachable backend
+        self.launches: list[Launch] = []
+
+    # ---- the Executor protocol -------------------------------------------------------
+    def inventory(self) -> list[InventoryHost]:
+        self._check()
+        return list(self._hosts.values())
+
+    def launch(self, launch: Launch) -> str:
+        self._check()
+        for s in launch.slots:
+            if s.host not in self._hosts:
+                raise ExecutorError(f"memory executor: host {s.host!r}: unknown host")
+        wid = launch.workload_id
+        handle = f"mem:{wid}:{launch.attempt}"
+        if handle in self.attempts:
+            raise ExecutorError(f"memory executor: {handle}: launched twice")
+        runs = self.runs.get(wid, 0)
+        remaining: float | None = None
+        if wid in self.durations:
+            remaining = max(0.0, self.durations[wid] - self.progress.get(wid, 0.0))
+            if runs > 0:
+                remaining += self.restart_overhead
+        self.runs[wid] = runs + 1
+        self.attempts[handle] = _Attempt(
+            wid,
+            launch.attempt,
+            tuple(s.host for s in launch.slots),
+            self.clock.now(),
+            remaining,
+            launch,
+            env=dict(launch.env),
+        )
+        self.launches.append(launch)
+        return handle
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        self._check()
+        a = self.attempts.get(handle)
+        if a is None:
+            return
+        now = self.clock.now()
+        self._advance(a, now)
+        if a.ended_at is not None or a.term_at is not None:
+            return
+        a.term_at = now
+        delay = self.term_delays.get(a.workload_id, 0.0)
+        if delay <= grace_s:
+            a.kill_at = now + delay
+            code = -signal.SIGTERM
+        else:
+            a.kill_at = now + grace_s
+            code = -signal.SIGKILL
+        if a.kill_at <= now:
+            self._end(a, now, code, signalled=True)
+        else:
+            a.exit_code = code  # applied when the clock reaches kill_at
+
+    def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
+        self._check()
+        now = self.clock.now()
+        out: dict[str, Observation] = {}
+        for h in handles:
+            a = self.attempts.get(h)
+            if a is None or a.gone:
+                out[h] = Observation(h, AttemptState.GONE)
+                continue
+            self._advance(a, now)
+            if a.ended_at is None:
+                out[h] = Observation(h, AttemptState.RUNNING)
+            else:
+                out[h] = Observation(
+                    h, AttemptState.EXITED, a.exit_code, a.signalled, ended_at=a.ended_at
+                )
+        return out
+
+    def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
+        self._check()
+        if drain:
+            self.drained[host] = reason
+        else:
+            self.drained.pop(host, None)
+
+    def close(self) -> None:
+        pass
+
+    # ---- extras the scheduler uses when present --------------------------------------
+    def find(self, workload_id: str, attempt: int) -> str | None:
+        """The handle of an attempt launched under this id, if any."""
+        handle = f"mem:{workload_id}:{attempt}"
+        return handle if handle in self.attempts else None
+
+    # ---- test controls ---------------------------------------------------------------
+    def finish(self, workload_id: str, exit_code: int = 0) -> None:
+        """Make the running attempt of ``workload_id`` exit now with ``exit_code``."""
+        now = self.clock.now()
+        for a in self.attempts.values():
+            if a.workload_id == workload_id and a.ended_at is None and not a.gone:
+                self._end(a, now, exit_code, signalled=False)
+
+    def fail_host(self, name: str, reason: str = "died") -> None:
+        """The host dies: inventory reports it down and its attempts vanish."""
+        h = self._hosts[name]
+        self._hosts[name] = InventoryHost(h.name, h.gpus, "down", reason)
+        for a in self.attempts.values():
+            if name in a.hosts and a.ended_at is None:
+                self._lose(a, self.clock.now())
+
+    def revive_host(self, name: str) -> None:
+        h = self._hosts[name]
+        self._hosts[name] = InventoryHost(h.name, h.gpus, "healthy")
+
+    def running(self) -> list[str]:
+        """Workload ids with a live attempt (for tests)."""
+        now = self.clock.now()
+        out = []
+        for a in self.attempts.values():
+            self._advance(a, now)
+            if a.ended_at is None and not a.gone:
+                out.append(a.workload_id)
+        return out
+
+    def next_exit(self) -> float | None:
+        """The earliest time a live attempt will exit by itself or be killed (None: never)."""
+        times = []
+        for a in self.attempts.values():
+            if a.ended_at is not None or a.gone:
+                continue
+            if a.remaining is not None:
+                times.append(a.started_at + a.remaining)
+            if a.kill_at is not None:
+                times.append(a.kill_at)
+        return min(times) if times else None
+
+    # ---- internals -------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.broken:
+            raise ExecutorError("memory executor: backend unavailable")
+
+    def _advance(self, a: _Attempt, now: float) -> None:
+        """Apply whatever happened to ``a`` up to ``now``: completion or the end of a stop."""
+        if a.ended_at is not None or a.gone:
+            return
+        done_at = a.started_at + a.remaining if a.remaining is not None else math.inf
+        stop_at = a.kill_at if a.kill_at is not None else math.inf
+        if done_at <= stop_at and done_at <= now:
+            self._end(a, done_at, 0, signalled=False)
+        elif stop_at < done_at and stop_at <= now:
+            self._end(a, stop_at, a.exit_code, signalled=True)
+
+    def _end(self, a: _Attempt, t: float, code: int | None, signalled: bool) -> None:
+        a.ended_at, a.exit_code, a.signalled = t, code, signalled
+        self._keep_progress(a, t)
+
+    def _lose(self, a: _Attempt, t: float) -> None:
+        a.gone = True
+        self._keep_progress(a, t)
+
+    def _keep_progress(self, a: _Attempt, t: float) -> None:
+        if a.remaining is None:
+            return
+        wid = a.workload_id
+        if a.exit_code == 0 and not a.signalled:
+            self.progress[wid] = self.durations[wid]
+            return
+        ran = t - a.started_at
+        c = self.checkpoints.get(wid) or self.checkpoint_default
+        kept = math.floor(ran / c) * c if c > 0 else 0.0
+        overhead = self.restart_overhead if self.runs.get(wid, 0) > 1 else 0.0
+        # the set-up of a resumed run is not progress: only work past it counts
+        self.progress[wid] = min(
+            self.durations[wid], self.progress.get(wid, 0.0) + max(0.0, kept - overhead)
+        )

@@ -1,0 +1,663 @@
+"""The live scheduler: reconcile -> decide -> apply, around the same policy as the simulator.
+
+One :class:`Scheduler` owns the service's :class:`~apportion.core.ClusterState` (it is its
+only writer) and drives it from three inputs: the store (submissions, cancellations, budget
+changes), the executor (exits, host deaths) and the clock. Each pass (:meth:`Scheduler.step`)
+
+1. loads what changed in the store (new pending work, cancellations, the budget tree);
+2. folds the executor's observations into the store and the state (exits, dead hosts);
+3. calls ``decide`` and applies its decisions, again and again at the same instant until
+   it returns none (a preemptor starts once its victims have exited).
+
+Rules that make a crash at any point safe (see docs/operations.md):
+
+* the store is written first, then the executor is told: ``begin_attempt`` before
+  ``launch``, ``mark_stopping`` before ``stop``;
+* ``Store.end_attempt`` is the only place GPU-seconds are charged and it is idempotent, so
+  an exit observed twice (before and after a restart) is charged once;
+* on start the state is rebuilt from the store alone, then reconciled with the executor.
+
+Errors from the store or the executor never kill the loop: the pass is abandoned, logged,
+and the next pass rebuilds the state from the store and retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apportion.core import (
+    ClusterState,
+    CoreError,
+    Decisions,
+    Host,
+    HostState,
+    PolicyConfig,
+    Start,
+    Status,
+    decide,
+    decision_log,
+    validate_spec,
+)
+from apportion.core.types import WorkloadSpec
+from apportion.service.clock import Clock
+from apportion.service.executor import AttemptState, Executor, HostSlots, Launch, Observation
+from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
+
+log = logging.getLogger("apportion.scheduler")
+
+ACTOR = "scheduler"
+MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
+DAY = 86400.0
+EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """The open attempt of a running workload, as the scheduler tracks it."""
+
+    n: int
+    slots: tuple[HostSlots, ...]
+    started_at: float
+    handle: str | None = None
+    stop_reason: str | None = None  # set once a stop was decided: "preempted: ...", "cancelled"
+    requeue: bool = False  # when it has stopped: back to the queue (else a final status)
+    stop_sent: bool = False  # the executor accepted the stop
+
+
+class Scheduler:
+    """The scheduling loop of one service. Thread-safe: API handlers may call
+    :meth:`wake`, :meth:`set_host_state`, :meth:`validate` and the read views while a
+    background thread runs :meth:`run_forever`."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        config: PolicyConfig,
+        clock: Clock,
+        grace_s: float = 10.0,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.config = config
+        self.clock = clock
+        self.grace_s = grace_s
+        self.lock = threading.RLock()
+        self._wake = threading.Event()
+        self.state: ClusterState | None = None
+        self._open: dict[str, _Attempt] = {}
+        self._commands: dict[str, tuple[str, ...]] = {}
+        self._free: dict[str, list[int]] = {}  # host -> free GPU indexes, ascending
+        self._host_reason: dict[str, str] = {}
+        self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
+        self._last = Decisions()
+        self._last_pass_at: float | None = None
+        self._started = False
+        self.recent: deque[str] = deque(maxlen=2000)  # recent decision log lines
+        self.passes = 0
+        self.errors = 0
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Rebuild the state from the store and reconcile it with the executor: attempts
+        that ended while the server was down are ended with their observed exit, vanished
+        ones as lost, and ones that never got a handle (a crash between ``begin_attempt``
+        and the launch) are found by the executor or ended with nothing charged."""
+        with self.lock:
+            self._started = False
+            now = self.clock.now()
+            self._settle_unlaunched(now)
+            self._rebuild(now)
+            self._started = True
+            self._fold(now)
+
+    def step(self, now: float | None = None) -> list[str]:
+        """One pass at ``now`` (default: the clock). Returns the decision log lines."""
+        with self.lock:
+            if not self._started:
+                self.start()
+            st = self._st()
+            t = self.clock.now() if now is None else now
+            t = max(t, st.time)
+            lines: list[str] = []
+            try:
+                self._sync_store(t)
+                self._sync_inventory(t)
+                self._retry(t)
+                self._fold(t)
+                for _ in range(MAX_ROUNDS):
+                    d = decide(st, t, self.config)
+                    self._last = d
+                    if d.empty():
+                        break
+                    new = decision_log(t, d)
+                    lines += new
+                    self.recent.extend(new)
+                    launched = self._apply(d, t)
+                    self._fold(t)  # exits that happened at once (memory executor, grace 0)
+                    if not launched:
+                        break  # the executor refused a launch: try again next pass
+                else:
+                    log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)
+            except Exception:
+                self.errors += 1
+                self._started = False  # rebuild from the store before the next pass
+                raise
+            self.passes += 1
+            self._last_pass_at = t
+            return lines
+
+    def wake(self) -> None:
+        """Ask the background loop for a pass now (after a submission, a cancel, ...)."""
+        self._wake.set()
+
+    def run_forever(self, interval_s: float, stop_event: threading.Event) -> None:
+        """Pass on every :meth:`wake` and at least every ``interval_s`` until
+        ``stop_event`` is set (set it, then :meth:`wake`, to stop promptly). A failed pass
+        is logged and retried; it never ends the loop."""
+        while not stop_event.is_set():
+            self._wake.clear()
+            try:
+                self.step()
+            except Exception:
+                log.exception("scheduling pass failed; retrying on the next pass")
+            if stop_event.is_set():
+                break
+            self._wake.wait(interval_s)
+
+    # ---- commands from the API -------------------------------------------------------
+    def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
+        """Drain, repair, undrain or mark down a host (audited in the store). A host marked
+        down ends its workloads at once; a drain is mirrored to the executor."""
+        with self.lock:
+            if not self._started:
+                self.start()
+            st = self._st()
+            now = max(self.clock.now(), st.time)
+            if name not in st.hosts:
+                raise NotFound(f"host {name}: not found")
+            if state is HostState.DOWN:
+                self._end_host_work(name, now)
+            self.store.set_host_state(name, state, reason, actor, at=now)
+            st.set_host_state(name, state, now)
+            self._host_reason[name] = reason
+            self._mirror_drain(name, state, reason)
+        self.wake()
+
+    def validate(self, spec: WorkloadSpec) -> None:
+        """Raise :class:`CoreError` naming the field if the policy could never run ``spec``."""
+        with self.lock:
+            if not self._started:
+                self.start()
+            validate_spec(spec, self._st(), self.config)
+
+    # ---- read views ------------------------------------------------------------------
+    def queue_view(self) -> dict[str, Any]:
+        """The queue as the policy sees it, for the API and the dashboard:
+
+        * ``pending``: in the order of the last pass, each with its ``wait_reason``
+          (``no_capacity``, ``waiting_for_preemption``, ``too_large``, or None if the pass
+          did not reach it);
+        * ``running``: with placement, ``protected_until`` and ``stopping``;
+        * ``hosts``: state, GPUs used and free; ``budgets``: share and usage ratio.
+        """
+        with self.lock:
+            st = self.state
+            if st is None:
+                return {"now": None, "pending": [], "running": [], "hosts": [], "budgets": []}
+            now = st.time
+            order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
+            listed = set(order)
+            rest = sorted(
+                (p for w, p in st.pending.items() if w not in listed),
+                key=lambda p: (not p.spec.allocated, -p.spec.priority, p.spec.submit_time,
+                               p.spec.id),
+            )
+            order += [p.spec.id for p in rest]
+            pending = []
+            for i, wid in enumerate(order):
+                p = st.pending[wid]
+                reason = self._last.waiting.get(wid)
+                pending.append({
+                    **_spec_dict(p.spec),
+                    "position": i + 1,
+                    "queued_at": p.queued_at,
+                    "wait_reason": reason.value if reason else None,
+                })
+            running = []
+            for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
+                a = self._open.get(wid)
+                running.append({
+                    **_spec_dict(r.spec),
+                    "attempt": a.n if a else None,
+                    "placement": [[s.host, len(s.gpu_indexes), list(s.gpu_indexes)]
+                                  for s in (a.slots if a else ())],
+                    "started_at": r.started_at,
+                    "protected_until": r.protected_until(),
+                    "stopping": r.stopping,
+                    "stop_reason": a.stop_reason if a else None,
+                })
+            hosts = [
+                {"name": h.name, "gpus": h.gpus, "state": h.state.value,
+                 "reason": self._host_reason.get(h.name, ""), "used": st.used[h.name],
+                 "free": h.gpus - st.used[h.name]}
+                for h in sorted(st.hosts.values(), key=lambda h: h.name)
+            ]
+            lookback = self.config.lookback
+            capacity = st.ledger.capacity(now, lookback)
+            budgets = []
+            for node in st.tree.nodes():
+                charged = st.ledger.charged(node, now, lookback)
+                share = st.tree.share(node)
+                budgets.append({
+                    "path": node,
+                    "share": share,
+                    "charged_gpu_s": charged,
+                    "usage_ratio": charged / (share * capacity) if capacity > 0 else None,
+                    "gpus_charged_now": st.ledger.rate(node),
+                    "gpus_free_now": st.ledger.rate(node, charged=False),
+                })
+            return {
+                "now": now,
+                "last_pass_at": self._last_pass_at,
+                "pending": pending,
+                "running": running,
+                "hosts": hosts,
+                "budgets": budgets,
+            }
+
+    def why(self, workload_id: str) -> dict[str, Any] | None:
+        """Why a workload waits, or until when it is protected; None if not active."""
+        view = self.queue_view()
+        for p in view["pending"]:
+            if p["id"] == workload_id:
+                return {"status": "pending", **p}
+        for r in view["running"]:
+            if r["id"] == workload_id:
+                return {"status": "stopping" if r["stopping"] else "running", **r}
+        return None
+
+    # ---- rebuild and reconcile -------------------------------------------------------
+    def _st(self) -> ClusterState:
+        assert self.state is not None, "scheduler: not started"
+        return self.state
+
+    def _settle_unlaunched(self, now: float) -> None:
+        """Attempts begun but never given a handle: adopt the executor's if it launched
+        them, else end them at their start (nothing charged) and requeue."""
+        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
+        for row in self.store.active_workloads():
+            a = row.attempt
+            if a is None or a.handle is not None:
+                continue
+            handle = self._unsaved.pop((row.id, a.n), None)
+            if handle is None and find is not None:
+                handle = find(row.id, a.n)
+            if handle is not None:
+                self.store.set_attempt_handle(row.id, a.n, handle)
+                continue
+            log.warning("%s attempt %d: never launched; requeued, nothing charged", row.id, a.n)
+            self.store.end_attempt(row.id, a.n, a.started_at, None, "never launched",
+                                   Status.PENDING)
+
+    def _rebuild(self, now: float) -> None:
+        """The state from the store: hosts, tree, usage over the lookback, running attempts
+        (with their real start times and GPU indexes) and the queue."""
+        tree = self.store.load_tree()
+        hosts = self.store.hosts()
+        rows = self.store.active_workloads()
+        lookback = self.config.lookback
+        # the cluster's history starts no earlier than its hosts were registered
+        t0 = now - lookback
+        if hosts:
+            t0 = max(t0, min(h.changed_at for h in hosts))
+        running = [r for r in rows if r.attempt is not None]
+        t0 = min([t0, now, *(r.attempt.started_at for r in running if r.attempt)])
+        # hosts join healthy at t0 and take their current state when it was set, so the
+        # ledger's capacity follows the latest state change of each host
+        st = ClusterState(tree, (Host(h.name, h.gpus) for h in hosts), start=t0,
+                          ledger_keep=max(30 * DAY, 2 * lookback))
+        events: list[tuple[float, int, int, Callable[[float], None]]] = []
+        for i, iv in enumerate(self.store.usage_intervals(t0)):
+            if iv.ended_at is None:
+                continue  # a running attempt: replayed below through state.start
+            b, g, alloc = iv.budget, iv.gpus_held, iv.allocated
+            start_t = max(iv.started_at, t0)
+            events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
+            events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
+        for i, row in enumerate(running):
+            events.append((row.attempt.started_at, 1, i, _replay_start(st, row)))  # type: ignore[union-attr]
+        for i, h in enumerate(hosts):
+            if h.state is not HostState.HEALTHY:
+                events.append((max(h.changed_at, t0), 2, i, _replay_host(st, h.name, h.state)))
+        events.sort(key=lambda e: e[:3])
+        for t, _, _, apply in events:
+            apply(t)
+        self.state = st
+        self._host_reason = {h.name: h.reason for h in hosts}
+        self._free = {h.name: list(range(h.gpus)) for h in hosts}
+        self._open = {}
+        self._commands = {}
+        for row in running:
+            a = row.attempt
+            assert a is not None
+            slots = tuple(HostSlots(h, tuple(ix)) for h, _, ix in a.placement)
+            self._take(slots)
+            stop_reason = None
+            if row.status is Status.STOPPING or row.cancel_requested:
+                stop_reason = "cancelled" if row.cancel_requested else "preempted"
+            self._open[row.id] = _Attempt(
+                a.n, slots, a.started_at, a.handle, stop_reason, row.resumable, False
+            )
+            self._commands[row.id] = row.command
+        t = max(now, st.time)
+        for row in rows:
+            if row.status is Status.PENDING:
+                self._queue(row, t)
+
+    def _queue(self, row: WorkloadRow, t: float) -> None:
+        st = self._st()
+        spec = row.spec()
+        try:
+            validate_spec(spec, st, self.config)
+            st.submit(spec, t, queued_at=row.queued_at)
+        except CoreError as e:
+            # the policy can never run it (e.g. its budget stopped being a leaf): end it
+            log.warning("%s: refused: %s", row.id, e)
+            self.store.cancel_workload(row.id, ACTOR)
+            self.store.append_audit(ACTOR, "workload.refuse", row.id, None, {"reason": str(e)})
+            return
+        self._commands[row.id] = row.command
+
+    # ---- pass phases -----------------------------------------------------------------
+    def _sync_store(self, now: float) -> None:
+        """New submissions, cancellations and budget changes from the store."""
+        st = self._st()
+        tree = self.store.load_tree()
+        if tree.as_dict() != st.tree.as_dict():
+            try:
+                st.set_tree(tree)
+            except CoreError as e:
+                log.error("budget tree change not applied: %s", e)
+        pending_rows: set[str] = set()
+        for row in self.store.active_workloads():
+            if row.status is Status.PENDING:
+                pending_rows.add(row.id)
+                if row.id not in st.pending and row.id not in st.running:
+                    self._queue(row, now)
+            elif row.cancel_requested and row.id in self._open:
+                a = self._open[row.id]
+                if a.stop_reason is None:
+                    self._stop(row.id, "cancelled", False)
+                elif a.stop_reason != "cancelled":
+                    a.stop_reason, a.requeue = "cancelled", False  # already stopping: end it
+        for wid in [w for w in st.pending if w not in pending_rows]:
+            st.unqueue(wid)  # cancelled while pending
+            self._commands.pop(wid, None)
+
+    def _sync_inventory(self, now: float) -> None:
+        """Host deaths (and returns) as the executor reports them."""
+        st = self._st()
+        try:
+            inventory = self.executor.inventory()
+        except Exception as e:
+            log.warning("executor inventory failed: %s", e)
+            return
+        for ih in inventory:
+            if ih.name not in st.hosts:
+                self.store.add_host(ih.name, ih.gpus, ACTOR, at=now)
+                st.add_host(Host(ih.name, ih.gpus), now)
+                self._free[ih.name] = list(range(ih.gpus))
+                self._host_reason[ih.name] = ""
+                continue
+            cur = st.hosts[ih.name].state
+            if ih.state == "down" and cur is not HostState.DOWN:
+                reason = EXECUTOR_DOWN + (ih.reason or "down")
+                self._end_host_work(ih.name, now)
+                self.store.set_host_state(ih.name, HostState.DOWN, reason, ACTOR, at=now)
+                st.set_host_state(ih.name, HostState.DOWN, now)
+                self._host_reason[ih.name] = reason
+            elif (
+                ih.state == "healthy"
+                and cur is HostState.DOWN
+                and self._host_reason.get(ih.name, "").startswith(EXECUTOR_DOWN)
+            ):
+                self.store.set_host_state(ih.name, HostState.HEALTHY, "executor: back up",
+                                          ACTOR, at=now)
+                st.set_host_state(ih.name, HostState.HEALTHY, now)
+                self._host_reason[ih.name] = "executor: back up"
+
+    def _retry(self, now: float) -> None:
+        """Finish what an earlier pass could not: handles not yet stored, stops not sent."""
+        for (wid, n), handle in list(self._unsaved.items()):
+            self.store.set_attempt_handle(wid, n, handle)
+            del self._unsaved[(wid, n)]
+        for wid, a in self._open.items():
+            if a.stop_reason is not None and not a.stop_sent:
+                self._send_stop(wid, a)
+
+    def _fold(self, now: float) -> None:
+        """Exits and vanished attempts, from the executor into the store, then the state."""
+        handles = {a.handle: wid for wid, a in self._open.items() if a.handle is not None}
+        if not handles:
+            return
+        try:
+            seen = self.executor.observe(list(handles))
+        except Exception as e:
+            log.warning("executor observe failed: %s", e)
+            return
+        for handle, wid in handles.items():
+            o = seen.get(handle)
+            if o is not None and o.state is not AttemptState.RUNNING:
+                self._ended(wid, o, now)
+
+    def _ended(self, wid: str, o: Observation, now: float) -> None:
+        a = self._open[wid]
+        spec = self._st().running[wid].spec
+        t = now if o.ended_at is None else min(max(o.ended_at, a.started_at), now)
+        finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
+        if a.stop_reason is not None and not finished_alone:
+            # we asked it to stop: the outcome is the stop's, whatever the exit code
+            if a.stop_reason == "cancelled":
+                status = Status.CANCELLED
+            else:
+                status = Status.PENDING if a.requeue else Status.PREEMPTED
+            reason = a.stop_reason
+        elif o.state is AttemptState.GONE:
+            status = Status.PENDING if spec.resumable else Status.LOST
+            reason = "lost: the executor has no trace of it"
+        else:
+            status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
+            reason = _exit_reason(o)
+        self._end(wid, t, o.exit_code, reason, status)
+
+    def _end(self, wid: str, t: float, code: int | None, reason: str, status: Status) -> None:
+        """End the open attempt: store first (the one place charging happens), then state."""
+        st = self._st()
+        a = self._open[wid]
+        self.store.end_attempt(wid, a.n, t, code, reason, status)
+        ts = max(t, st.time)
+        if status is Status.PENDING:
+            st.requeue(wid, ts)
+        else:
+            st.finish(wid, ts)
+            self._commands.pop(wid, None)
+        del self._open[wid]
+        self._release(a.slots)
+
+    def _end_host_work(self, host: str, now: float) -> None:
+        """A host died: its workloads end at once (resumable ones are requeued)."""
+        st = self._st()
+        for wid in sorted(st.on_host[host]):
+            a = self._open[wid]
+            spec = st.running[wid].spec
+            if a.handle is not None:
+                try:  # multi-host work may still run on its other hosts
+                    self.executor.stop(a.handle, 0)
+                except Exception as e:
+                    log.warning("%s: stop after host %s died failed: %s", wid, host, e)
+            if a.stop_reason == "cancelled":
+                status = Status.CANCELLED
+            else:
+                status = Status.PENDING if spec.resumable else Status.LOST
+            self._end(wid, now, None, "host_failure", status)
+
+    # ---- applying decisions ----------------------------------------------------------
+    def _apply(self, d: Decisions, now: float) -> bool:
+        st = self._st()
+        for c in d.host_changes:
+            self.store.set_host_state(c.host, c.to, c.why, ACTOR, at=now)
+            st.set_host_state(c.host, c.to, now)
+            self._host_reason[c.host] = c.why
+            self._mirror_drain(c.host, c.to, c.why)
+        for p in d.preemptions:
+            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
+        return all(self._launch(s, now) for s in d.starts)
+
+    def _stop(self, wid: str, reason: str, requeue: bool) -> None:
+        self.store.mark_stopping(wid)
+        self._st().mark_stopping(wid)
+        a = self._open[wid]
+        a.stop_reason, a.requeue = reason, requeue
+        self._send_stop(wid, a)
+
+    def _send_stop(self, wid: str, a: _Attempt) -> None:
+        if a.handle is None:
+            return
+        try:
+            self.executor.stop(a.handle, self.grace_s)
+            a.stop_sent = True
+        except Exception as e:
+            log.warning("%s: stop failed (retried next pass): %s", wid, e)
+
+    def _launch(self, s: Start, now: float) -> bool:
+        """Store the attempt, then launch it. False if the executor refused (retry later)."""
+        st = self._st()
+        wid = s.workload
+        slots = self._assign(s)
+        entries = [(sl.host, len(sl.gpu_indexes), list(sl.gpu_indexes)) for sl in slots]
+        try:
+            row = self.store.begin_attempt(wid, entries, now)
+        except Conflict as e:  # no longer pending (cancelled meanwhile): drop it
+            log.info("%s: not started: %s", wid, e)
+            st.unqueue(wid)
+            self._commands.pop(wid, None)
+            return True
+        self._take(slots)
+        st.start(wid, s.placement, now)
+        a = self._open[wid] = _Attempt(row.n, slots, now)
+        log_path = getattr(self.executor, "log_path", None)
+        launch = Launch(
+            workload_id=wid,
+            attempt=row.n,
+            command=self._commands[wid],
+            slots=slots,
+            log_path=str(log_path(wid, row.n)) if log_path is not None else "",
+            whole_hosts=len(slots) > 1,
+        )
+        try:
+            a.handle = self.executor.launch(launch)
+        except ValueError as e:  # the executor says this workload cannot run at all
+            log.warning("%s: launch refused: %s", wid, e)
+            self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
+            return True
+        except Exception as e:
+            log.warning("%s: launch failed, requeued: %s", wid, e)
+            self._end(wid, now, None, "launch failed", Status.PENDING)
+            return False
+        try:
+            self.store.set_attempt_handle(wid, row.n, a.handle)
+        except Exception as e:
+            log.warning("%s: handle not stored yet (retried): %s", wid, e)
+            self._unsaved[(wid, row.n)] = a.handle
+        return True
+
+    def _mirror_drain(self, host: str, state: HostState, reason: str) -> None:
+        if state not in (HostState.DRAINING, HostState.HEALTHY):
+            return
+        try:
+            self.executor.set_host_drain(host, state is HostState.DRAINING, reason)
+        except Exception as e:
+            log.warning("host %s: drain not mirrored to the executor: %s", host, e)
+
+    # ---- GPU indexes -------------------------------------------------------------------
+    def _assign(self, s: Start) -> tuple[HostSlots, ...]:
+        """The lowest free GPU indexes of each host of the placement."""
+        out = []
+        for sl in s.placement:
+            free = self._free[sl.host]
+            if len(free) < sl.gpus:
+                raise CoreError(f"host {sl.host}: GPU indexes: {len(free)} free, {sl.gpus} asked")
+            out.append(HostSlots(sl.host, tuple(free[: sl.gpus])))
+        return tuple(out)
+
+    def _take(self, slots: Sequence[HostSlots]) -> None:
+        for sl in slots:
+            free = self._free.setdefault(sl.host, [])
+            taken = set(sl.gpu_indexes)
+            free[:] = [i for i in free if i not in taken]
+
+    def _release(self, slots: Sequence[HostSlots]) -> None:
+        for sl in slots:
+            free = self._free.setdefault(sl.host, [])
+            free.extend(sl.gpu_indexes)
+            free.sort()
+
+
+# ---- helpers ---------------------------------------------------------------------------
+def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
+    return {
+        "id": spec.id,
+        "budget": spec.budget,
+        "user": spec.user,
+        "gpus": spec.gpus,
+        "min_runtime": spec.min_runtime,
+        "allocated": spec.allocated,
+        "resumable": spec.resumable,
+        "priority": spec.priority,
+        "submit_time": spec.submit_time,
+    }
+
+
+def _exit_reason(o: Observation) -> str:
+    if o.exit_code is not None and o.exit_code < 0:
+        return f"killed by signal {-o.exit_code}"
+    return f"exited {o.exit_code}"
+
+
+def _ledger_change(
+    st: ClusterState, budget: str, gpus: int, alloc: bool
+) -> Callable[[float], None]:
+    def apply(t: float) -> None:
+        st.ledger.change(budget, gpus, t, charged=alloc)
+
+    return apply
+
+
+def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]:
+    def apply(t: float) -> None:
+        a = row.attempt
+        assert a is not None
+        st.submit(row.spec(), t, queued_at=row.queued_at)
+        st.start(row.id, a.core_placement(), t)
+        if row.status is Status.STOPPING:
+            st.mark_stopping(row.id)
+
+    return apply
+
+
+def _replay_host(st: ClusterState, name: str, state: HostState) -> Callable[[float], None]:
+    def apply(t: float) -> None:
+        if state is HostState.REPAIR:
+            st.set_host_state(name, HostState.DRAINING, t)
+        st.set_host_state(name, state, t)
+
+    return apply
+
+
+__all__ = ["ACTOR", "Scheduler"]
