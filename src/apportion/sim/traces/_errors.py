@@ -1,0 +1,60 @@
+"""The one exception of trace import, and the small helper that counts skipped rows.
+
+::
+
+    ValueError
+     └── TraceError   "file:line: field: problem" for a bad row,
+                      "file: field: problem" for a bad file, "option: problem" for a bad argument
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class TraceError(ValueError):
+    """A trace file or an import option is unusable. Nothing is returned when it is raised."""
+
+
+class Bad(Exception):
+    """Raised by field parsers with the bare problem; the reader adds ``file:line: field:``
+    (``field`` overrides the column the reader thought it was reading)."""
+
+    def __init__(self, problem: str, field: str | None = None) -> None:
+        super().__init__(problem)
+        self.field = field
+
+
+@dataclass
+class Notes:
+    """Rows skipped or adjusted during import, counted per reason with the first line seen."""
+
+    source: str
+    skipped: dict[str, int] = field(default_factory=dict)
+    adjusted: dict[str, int] = field(default_factory=dict)
+    first_line: dict[str, int] = field(default_factory=dict)
+    quiet: set[str] = field(default_factory=set)  # reasons counted but not worth a warning
+
+    def skip(self, reason: str, line: int, quiet: bool = False) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        self.first_line.setdefault(reason, line)
+        if quiet:
+            self.quiet.add(reason)
+
+    def adjust(self, reason: str, line: int) -> None:
+        self.adjusted[reason] = self.adjusted.get(reason, 0) + 1
+        self.first_line.setdefault(reason, line)
+
+    def warnings(self) -> tuple[str, ...]:
+        out = [
+            f"{self.source}: skipped {n} row{'s' if n != 1 else ''}: {reason} "
+            f"(first at line {self.first_line[reason]})"
+            for reason, n in self.skipped.items()
+            if reason not in self.quiet
+        ]
+        out += [
+            f"{self.source}: {n} row{'s' if n != 1 else ''}: {reason} "
+            f"(first at line {self.first_line[reason]})"
+            for reason, n in self.adjusted.items()
+        ]
+        return tuple(out)

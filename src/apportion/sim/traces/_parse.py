@@ -1,0 +1,160 @@
+"""Field parsers shared by every importer. Each takes one raw cell (a string from a text file,
+or a typed value from JSON Lines or Parquet) and returns a plain value or raises :class:`Bad`
+with the problem; the caller adds ``file:line: field:``. Empty cells are handled by callers."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, date, datetime, timedelta
+
+from ._errors import Bad
+
+_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_SUFFIXED = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([dhms])", re.IGNORECASE)
+_SUFFIXED_ALL = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)\s*[dhms]\s*)+", re.IGNORECASE)
+# [D-]HH:MM:SS or MM:SS (Slurm's Elapsed, and what people type)
+_CLOCK = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+
+
+def _finite(x: float, text: object) -> float:
+    if not math.isfinite(x):
+        raise Bad(f"must be a finite number, got {text!r}")
+    return x
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number, a suffixed form (``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``,
+    ``"1h30m"``, ``"1.5h"``) or a clock form (``"[D-]HH:MM:SS"``, ``"MM:SS"``).
+
+    Raises :class:`Bad` for anything else and for negative values."""
+    if isinstance(value, bool):
+        raise Bad(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        seconds = _finite(float(value), value)
+    elif isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str):
+        seconds = _duration_text(value.strip())
+    else:
+        raise Bad(f"not a duration: {value!r}")
+    if seconds < 0:
+        raise Bad(f"must be >= 0, got {value!r}")
+    return seconds
+
+
+def _duration_text(text: str) -> float:
+    try:
+        return _finite(float(text), text)
+    except ValueError:
+        pass
+    if _SUFFIXED_ALL.fullmatch(text):
+        return sum(float(n) * _UNIT[u.lower()] for n, u in _SUFFIXED.findall(text))
+    m = _CLOCK.fullmatch(text)
+    if m and not (m.group(1) and not m.group(2)):  # "D-MM:SS" is not a Slurm form
+        days, hours, minutes, seconds = m.groups()
+        return (
+            int(days or 0) * 86400.0
+            + int(hours or 0) * 3600.0
+            + int(minutes) * 60.0
+            + float(seconds)
+        )
+    raise Bad(
+        f"not a duration: {text!r} (use seconds, a suffixed form like '30m', '2h', '15s', "
+        "or [D-]HH:MM:SS)"
+    )
+
+
+def parse_time(value: object) -> tuple[float, bool]:
+    """``(seconds, absolute)``: a number of seconds (``absolute`` False), or an ISO 8601
+    time converted to seconds since the Unix epoch (``absolute`` True). A time without a
+    zone is taken as UTC."""
+    if isinstance(value, bool):
+        raise Bad(f"not seconds or an ISO 8601 time: {value!r}")
+    if isinstance(value, int | float):
+        return _finite(float(value), value), False
+    if isinstance(value, datetime):
+        return _epoch(value), True
+    if isinstance(value, date):
+        return _epoch(datetime(value.year, value.month, value.day)), True
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return _finite(float(text), text), False
+        except ValueError:
+            pass
+        try:
+            return _epoch(datetime.fromisoformat(text)), True
+        except ValueError:
+            pass
+    raise Bad(f"not seconds or an ISO 8601 time: {value!r}")
+
+
+def _epoch(dt: datetime) -> float:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def parse_int(value: object) -> int:
+    """A whole number (``"8"``, ``8``, ``"8.0"``); anything else raises :class:`Bad`."""
+    if isinstance(value, bool):
+        raise Bad(f"not a whole number: {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        try:
+            value = float(text)
+        except ValueError:
+            raise Bad(f"not a whole number: {text!r}") from None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    raise Bad(f"not a whole number: {value!r}")
+
+
+_TRUE = {"true", "t", "yes", "y", "1"}
+_FALSE = {"false", "f", "no", "n", "0"}
+
+
+def parse_bool(value: object) -> bool:
+    """``true/false``, ``yes/no``, ``t/f``, ``y/n``, ``1/0`` (any case) or a boolean."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise Bad(f"not a boolean: {value!r} (use true/false, yes/no or 1/0)")
+
+
+def text(value: object) -> str:
+    """A cell as a string (numbers from JSON or Parquet become their usual text)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
+def is_missing(value: object) -> bool:
+    """Empty cells, JSON null and Parquet nulls all mean "not given"."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def check_path(path: str) -> str:
+    """A budget path as the budget tree accepts it: names joined by '/'."""
+    if not path or path.startswith("/") or path.endswith("/") or "//" in path:
+        raise Bad(f"must be names joined by '/', got {path!r}")
+    return path
+
+
+def clean_name(value: str) -> str:
+    """A value used as one budget name: '/' would nest, so it becomes '_'; empty is '_none'."""
+    name = value.strip().replace("/", "_")
+    return name or "_none"

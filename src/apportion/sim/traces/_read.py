@@ -1,0 +1,141 @@
+"""Row readers: every file becomes a header (column names) and rows ``(line, {column: value})``.
+
+Line numbers are 1-based lines of the file. CSV: the header is line 1 and a row is numbered
+by the line it starts on (quoted cells may span lines). JSON Lines: the line of the record.
+Parquet has no lines: record ``i`` (0-based) is reported as line ``i + 2``, the line it would
+have in the same trace written as CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ._errors import TraceError
+
+Row = dict[str, object]
+Table = tuple[list[str], Iterator[tuple[int, Row]]]
+
+
+def kind_of(path: Path) -> str:
+    """``csv``, ``jsonl`` or ``parquet`` from the file name (a ``.gz`` suffix is looked past)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    ext = suffixes[-1] if suffixes else ""
+    if ext in (".csv", ".tsv"):
+        return "csv"
+    if ext in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if ext in (".parquet", ".pq"):
+        return "parquet"
+    raise TraceError(
+        f"{path}: format: cannot tell the file type from its name "
+        "(use .csv, .jsonl or .parquet)"
+    )
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open a text trace, gzip-compressed or not; a UTF-8 byte-order mark is skipped."""
+    try:
+        if path.suffix.lower() == ".gz":
+            return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
+        return open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 - caller closes
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
+
+
+def read_table(path: Path, kind: str, delimiter: str = ",") -> Table:
+    if kind == "csv":
+        return _read_csv(path, "\t" if path.suffix.lower() == ".tsv" else delimiter)
+    if kind == "jsonl":
+        return _read_jsonl(path)
+    if kind == "parquet":
+        return _read_parquet(path)
+    raise AssertionError(kind)
+
+
+def _read_csv(path: Path, delimiter: str) -> Table:
+    f = open_text(path)
+    reader = csv.reader(f, delimiter=delimiter)
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        f.close()
+        raise TraceError(f"{path}: header: the file is empty") from None
+    except (csv.Error, UnicodeDecodeError) as e:
+        f.close()
+        raise TraceError(f"{path}:1: header: {e}") from None
+
+    def rows() -> Iterator[tuple[int, Row]]:
+        with f:
+            end = reader.line_num
+            while True:
+                line = end + 1
+                try:
+                    cells = next(reader)
+                except StopIteration:
+                    return
+                except (csv.Error, UnicodeDecodeError) as e:
+                    raise TraceError(f"{path}:{line}: row: {e}") from None
+                end = reader.line_num
+                if not cells or (len(cells) == 1 and not cells[0].strip()):
+                    continue  # blank line
+                if len(cells) != len(header):
+                    raise TraceError(
+                        f"{path}:{line}: row: expected {len(header)} fields, got {len(cells)}"
+                    )
+                yield line, dict(zip(header, cells, strict=True))
+
+    return header, rows()
+
+
+def _read_jsonl(path: Path) -> Table:
+    records: list[tuple[int, Row]] = []
+    header: dict[str, None] = {}  # ordered set: columns in order of first appearance
+    with open_text(path) as f:
+        try:
+            for line, raw in enumerate(f, start=1):
+                if not raw.strip():
+                    continue
+                try:
+                    record = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    raise TraceError(f"{path}:{line}: row: not valid JSON: {e.msg}") from None
+                if not isinstance(record, dict):
+                    raise TraceError(f"{path}:{line}: row: expected a JSON object")
+                header.update(dict.fromkeys(record))
+                records.append((line, record))
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{path}: row: not UTF-8 text: {e}") from None
+    return list(header), iter(records)
+
+
+def _read_parquet(path: Path) -> Table:
+    import pyarrow as pa  # imported here: only Parquet traces need it
+    import pyarrow.parquet as pq
+
+    if not path.is_file():
+        raise TraceError(f"{path}: cannot open: No such file")
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise TraceError(f"{path}: cannot read Parquet: {e}") from None
+    header = list(table.column_names)
+    records = table.to_pylist()
+    return header, ((i + 2, r) for i, r in enumerate(records))
+
+
+def find_column(header: list[str], name: str) -> str | None:
+    """The header's column called ``name``: exact match first, then ignoring case."""
+    if name in header:
+        return name
+    low = name.lower()
+    for h in header:
+        if h.lower() == low:
+            return h
+    return None

@@ -1,0 +1,113 @@
+"""One imported row, in canonical terms, before defaults and budgets are applied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..model import LegacyPriority
+from ._errors import Bad, TraceError
+from ._parse import parse_int, text
+
+#: The canonical trace columns, in the order :func:`write_canonical` writes them.
+CANONICAL_COLUMNS: tuple[str, ...] = (
+    "id",
+    "submit_time",
+    "budget",
+    "user",
+    "gpus",
+    "duration",
+    "min_runtime",
+    "resumable",
+    "priority",
+    "preemptible",
+    "checkpoint_interval",
+)
+REQUIRED_COLUMNS: tuple[str, ...] = ("submit_time", "gpus", "duration")
+#: Written only when needed to round-trip jobs built by scenario code (see docs/traces.md).
+EXTRA_COLUMNS: tuple[str, ...] = ("legacy_priority", "squat")
+
+
+@dataclass(slots=True)
+class Record:
+    """A row that will become a job. ``None`` means the trace did not say (a default applies).
+
+    ``submit`` is raw seconds, or seconds since the Unix epoch when ``absolute``."""
+
+    line: int
+    submit: float
+    absolute: bool
+    gpus: int
+    duration: float
+    id: str | None = None
+    budget: str | None = None
+    user: str = ""
+    min_runtime: float | None = None
+    resumable: bool | None = None
+    priority: int | None = None
+    legacy_priority: LegacyPriority | None = None
+    preemptible: bool | None = None
+    checkpoint_interval: float | None = None
+    squat: bool | None = None
+    keys: dict[str, str] = field(default_factory=dict)  # other columns, for budget synthesis
+
+
+class TimeKind:
+    """Guards that one file uses one form of submit time (all seconds or all ISO 8601)."""
+
+    __slots__ = ("absolute", "line", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.absolute: bool | None = None
+        self.line = 0
+
+    def check(self, absolute: bool, line: int, column: str) -> None:
+        if self.absolute is None:
+            self.absolute, self.line = absolute, line
+        elif absolute != self.absolute:
+            this, that = ("an ISO 8601 time", "seconds") if absolute else (
+                "seconds", "ISO 8601 times"
+            )
+            raise TraceError(
+                f"{self.path}:{line}: {column}: {this}, but line {self.line} gives {that}; "
+                "use one form for the whole file"
+            )
+
+
+def legacy_from_priority(priority: int) -> LegacyPriority:
+    """The old scheduler's level for a numeric priority: 0 is NORMAL, 1 HIGH, 2 URGENT,
+    -1 LOW (clamped beyond)."""
+    return _LEVELS[min(max(priority + 1, 0), len(_LEVELS) - 1)]
+
+
+_LEVELS = tuple(sorted(LegacyPriority))
+
+
+def parse_priority(value: object) -> tuple[int, LegacyPriority]:
+    """``(priority, legacy level)`` from a number or a level name (low/normal/high/urgent).
+
+    A name sets the legacy level and the within-budget priority ``level - 1`` (normal = 0,
+    the default); a number sets the priority and the legacy level by
+    :func:`legacy_from_priority`."""
+    try:
+        p = parse_int(value)
+    except Bad:
+        name = text(value).upper()
+        if name not in LegacyPriority.__members__:
+            raise Bad(
+                f"not a priority: {value!r} (use a whole number or low/normal/high/urgent)"
+            ) from None
+        level = LegacyPriority[name]
+        return int(level) - 1, level
+    return p, legacy_from_priority(p)
+
+
+def parse_level(value: object) -> LegacyPriority:
+    """A legacy level by name or number (0-3)."""
+    name = text(value).upper()
+    if name in LegacyPriority.__members__:
+        return LegacyPriority[name]
+    try:
+        return LegacyPriority(parse_int(value))
+    except (Bad, ValueError):
+        raise Bad(f"not a legacy priority: {value!r} (use low/normal/high/urgent)") from None

@@ -1,0 +1,194 @@
+"""Importer for Slurm accounting: ``sacct --parsable2`` output (``|``-separated, header first).
+
+Example export::
+
+    sacct --allusers --parsable2 --starttime 2024-01-01 --endtime now \\
+      --format JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State
+
+Rules: job steps (``123.batch``, ``123.0``, ``123.extern``) are not jobs; jobs that never
+started (PENDING, or cancelled before a start time) and jobs without GPUs are skipped and
+counted; a RUNNING job counts with the time elapsed so far; repeated JobIDs
+(``sacct --duplicates``: earlier runs of requeued jobs) keep the first record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from ._errors import Bad, Notes, TraceError
+from ._parse import clean_name, parse_duration, parse_int, parse_time
+from ._read import find_column, open_text
+from ._record import Record
+
+_NOT_STARTED = {"", "unknown", "none"}
+
+
+def parse_tres(value: str) -> int:
+    """GPUs in a TRES string such as ``billing=8,cpu=8,gres/gpu=2,mem=64G,node=1``.
+
+    Uses ``gres/gpu=N``; when only typed counts are present (``gres/gpu:a100=2``), their sum.
+    No GPU entry means 0."""
+    generic: int | None = None
+    typed = 0
+    for item in value.split(","):
+        key, _, count = item.strip().partition("=")
+        key = key.strip().lower()
+        if key == "gres/gpu" or key.startswith("gres/gpu:"):
+            try:
+                n = parse_int(count)
+            except Bad:
+                raise Bad(f"{key}: not a whole number: {count!r}") from None
+            if n < 0:
+                raise Bad(f"{key}: must be >= 0, got {n}")
+            if key == "gres/gpu":
+                generic = n
+            else:
+                typed += n
+    return typed if generic is None else generic
+
+
+def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
+    with open_text(path) as f:
+        try:
+            lines = f.read().splitlines()
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{path}: row: not UTF-8 text: {e}") from None
+    if not lines:
+        raise TraceError(f"{path}: header: the file is empty")
+    header = [h.strip() for h in lines[0].split("|")]
+    trailing = header[-1] == ""  # plain --parsable ends every line with '|'
+    if trailing:
+        header.pop()
+
+    def col(name: str, required: bool = False) -> int | None:
+        found = find_column(header, name)
+        if found is None:
+            if required:
+                raise TraceError(
+                    f"{path}: {name}: required column missing (columns: {', '.join(header)})"
+                )
+            return None
+        return header.index(found)
+
+    i_id = col("JobID", True)
+    i_submit = col("Submit", True)
+    i_state = col("State", True)
+    i_alloc, i_req = col("AllocTRES"), col("ReqTRES")
+    if i_alloc is None and i_req is None:
+        raise TraceError(
+            f"{path}: AllocTRES: required column missing, and no ReqTRES either "
+            f"(columns: {', '.join(header)})"
+        )
+    i_elapsed, i_start, i_end = col("Elapsed"), col("Start"), col("End")
+    if i_elapsed is None and (i_start is None or i_end is None):
+        raise TraceError(
+            f"{path}: Elapsed: required column missing, and no Start and End either "
+            f"(columns: {', '.join(header)})"
+        )
+    i_user, i_account = col("User"), col("Account")
+    keep: dict[str, int] = {}
+    for name in extras:
+        idx = col(name)
+        if idx is None:
+            raise TraceError(f"{path}: {name}: column not found (columns: {', '.join(header)})")
+        keep[name] = idx
+    assert i_id is not None and i_submit is not None and i_state is not None
+
+    out: list[Record] = []
+    seen: set[str] = set()
+    width = len(header) + (1 if trailing else 0)
+    for line, raw in enumerate(lines[1:], start=2):
+        if not raw.strip():
+            continue
+        cells = raw.split("|")
+        if len(cells) != width:
+            raise TraceError(f"{path}:{line}: row: expected {width} fields, got {len(cells)}")
+        job = cells[i_id].strip()
+        if "." in job:
+            notes.skip("job step", line, quiet=True)
+            continue
+        name = header[i_submit]
+        try:
+            submit = _iso(cells[i_submit], name)
+            name = header[i_state]
+            state = cells[i_state].strip().split(" ")[0].upper()  # "CANCELLED by 1000"
+            if not state:
+                raise Bad("missing value")
+            started = i_start is None or cells[i_start].strip().lower() not in _NOT_STARTED
+            gpus = 0
+            for idx in (i_alloc, i_req):  # AllocTRES is empty until a job starts
+                if idx is not None and cells[idx].strip():
+                    name = header[idx]
+                    gpus = parse_tres(cells[idx])
+                    break
+            duration = _duration(cells, header, i_elapsed, i_start, i_end)
+        except Bad as e:
+            raise TraceError(f"{path}:{line}: {e.field or name}: {e}") from None
+        if state == "PENDING" or not started:
+            notes.skip(f"never started ({state})", line)
+            continue
+        if gpus == 0:
+            notes.skip("no GPUs", line)
+            continue
+        if duration is None:
+            notes.skip("still running and no Elapsed to tell for how long", line)
+            continue
+        if duration == 0:
+            notes.skip("duration is 0", line)
+            continue
+        if job in seen:
+            notes.skip("repeated JobID (earlier run of a requeued job)", line)
+            continue
+        seen.add(job)
+        if state == "RUNNING":
+            notes.adjust("still running: duration is the time elapsed so far", line)
+        user = cells[i_user].strip() if i_user is not None else ""
+        account = cells[i_account].strip() if i_account is not None else ""
+        budget = (
+            f"account/{clean_name(account)}" if account
+            else f"user/{clean_name(user)}" if user
+            else None
+        )
+        rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user)
+        for key, idx in keep.items():
+            rec.keys[key] = cells[idx].strip()
+        out.append(rec)
+    return out
+
+
+def _duration(
+    cells: list[str],
+    header: list[str],
+    i_elapsed: int | None,
+    i_start: int | None,
+    i_end: int | None,
+) -> float | None:
+    """Seconds run: Elapsed when given, else End - Start; None while still running."""
+    if i_elapsed is not None and cells[i_elapsed].strip():
+        try:
+            return parse_duration(cells[i_elapsed])
+        except Bad as e:
+            raise Bad(str(e), header[i_elapsed]) from None
+    start = cells[i_start].strip() if i_start is not None else ""
+    end = cells[i_end].strip() if i_end is not None else ""
+    if start.lower() in _NOT_STARTED:
+        return 0.0  # never started: the caller skips it
+    if end.lower() in _NOT_STARTED:
+        return None
+    assert i_start is not None and i_end is not None
+    t0 = _iso(start, header[i_start])
+    t1 = _iso(end, header[i_end])
+    if t1 < t0:
+        raise Bad(f"before Start ({end} < {start})", header[i_end])
+    return t1 - t0
+
+
+def _iso(value: str, column: str) -> float:
+    try:
+        t, absolute = parse_time(value)
+    except Bad as e:
+        raise Bad(str(e), column) from None
+    if not absolute:
+        raise Bad(f"not an ISO 8601 time: {value!r}", column)
+    return t

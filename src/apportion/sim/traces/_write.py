@@ -1,0 +1,103 @@
+"""``write_canonical``: jobs to a canonical trace (CSV, JSON Lines or Parquet, by extension)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
+
+from ..model import SimJob
+from ._errors import TraceError
+from ._read import kind_of
+from ._record import CANONICAL_COLUMNS, legacy_from_priority
+
+
+def _number(x: float) -> int | float:
+    """Whole seconds as integers (``604`` rather than ``604.0``); others exactly (repr)."""
+    return int(x) if float(x).is_integer() else float(x)
+
+
+def _row(job: SimJob, extra: tuple[str, ...]) -> dict[str, object]:
+    s = job.spec
+    row: dict[str, object] = {
+        "id": s.id,
+        "submit_time": _number(s.submit_time),
+        "budget": s.budget,
+        "user": s.user,
+        "gpus": s.gpus,
+        "duration": _number(job.duration),
+        "min_runtime": _number(s.min_runtime),
+        "resumable": s.resumable,
+        "priority": s.priority,
+        "preemptible": job.legacy_preemptible,
+        "checkpoint_interval": _number(s.checkpoint_interval),
+    }
+    if "legacy_priority" in extra:
+        row["legacy_priority"] = job.legacy_priority.name.lower()
+    if "squat" in extra:
+        row["squat"] = job.squat
+    return row
+
+
+def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Path:
+    """Write ``jobs`` as a canonical trace; the format follows the extension (``.csv``,
+    ``.jsonl``, ``.parquet``; ``.csv.gz``/``.jsonl.gz`` compress). Every field is written, so
+    ``load_trace(path)`` gives back the same jobs. Two extra columns appear only when needed:
+    ``legacy_priority`` when a job's old-scheduler level is not the one its priority implies,
+    ``squat`` when a job is an idle placeholder. Returns the path written."""
+    file = Path(path)
+    kind = kind_of(file)
+    jobs = list(jobs)
+    extra: tuple[str, ...] = ()
+    if any(j.legacy_priority != legacy_from_priority(j.spec.priority) for j in jobs):
+        extra += ("legacy_priority",)
+    if any(j.squat for j in jobs):
+        extra += ("squat",)
+    columns = CANONICAL_COLUMNS + extra
+    rows = [_row(j, extra) for j in jobs]
+    try:
+        if kind == "parquet":
+            _write_parquet(file, columns, rows)
+        else:
+            with _open(file) as f:
+                if kind == "csv":
+                    w = csv.writer(f, lineterminator="\n")
+                    w.writerow(columns)
+                    for r in rows:
+                        w.writerow(_cell(r[c]) for c in columns)
+                else:
+                    for r in rows:
+                        f.write(json.dumps(r, separators=(",", ":")) + "\n")
+    except OSError as e:
+        raise TraceError(f"{file}: cannot write: {e.strerror or e}") from None
+    return file
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def _open(file: Path) -> IO[str]:
+    if file.suffix.lower() == ".gz":
+        return gzip.open(file, "wt", encoding="utf-8", newline="")
+    return open(file, "w", encoding="utf-8", newline="")  # noqa: SIM115 - caller closes
+
+
+def _write_parquet(file: Path, columns: tuple[str, ...], rows: list[dict[str, object]]) -> None:
+    import pyarrow as pa  # imported here: only Parquet traces need it
+    import pyarrow.parquet as pq
+
+    types = {
+        "id": pa.string(), "budget": pa.string(), "user": pa.string(),
+        "legacy_priority": pa.string(), "gpus": pa.int64(), "priority": pa.int64(),
+        "resumable": pa.bool_(), "preemptible": pa.bool_(), "squat": pa.bool_(),
+    }
+    schema = pa.schema([(c, types.get(c, pa.float64())) for c in columns])
+    data = {c: [r[c] for r in rows] for c in columns}
+    pq.write_table(pa.table(data, schema=schema), file)

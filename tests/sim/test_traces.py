@@ -1,0 +1,486 @@
+"""Trace import: canonical files, ITP, sacct and mapped CSV into simulator jobs and budgets."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from apportion.core import BudgetNode, BudgetTree, PolicyConfig, is_debug
+from apportion.sim.model import LegacyPriority, SimJob
+from apportion.sim.traces import (
+    TraceError,
+    default_min_runtime,
+    load_trace,
+    parse_duration,
+    parse_mapping,
+    parse_tres,
+    stable_bucket,
+    write_canonical,
+)
+
+DATA = Path(__file__).parent / "data"
+# a verbatim copy of microsoft/elasticflow-traces cluster10.csv (MIT, see data/itp/LICENSE)
+CLUSTER10 = DATA / "itp" / "cluster10.csv"
+SACCT = DATA / "sacct_sample.txt"
+HOUR = 3600.0
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def big_itp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An ITP-format trace of 6,000 jobs, made up (same columns as the real files)."""
+    path = tmp_path_factory.mktemp("itp") / "big.csv"
+    lines = ["job_id,submission_time,duration,num_gpu"]
+    lines += [f"job-{i:05d},{i * 60},{600 + (i * 7919) % 90000},{2 ** (i % 6)}"
+              for i in range(6000)]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def by_id(jobs: tuple[SimJob, ...]) -> dict[str, SimJob]:
+    return {j.spec.id: j for j in jobs}
+
+
+# ---- ITP ---------------------------------------------------------------------------------
+def test_itp_imports_every_row_of_a_real_cluster_trace() -> None:
+    """cluster10.csv: one job per data row, with the file's ids, GPUs, durations and times."""
+    with CLUSTER10.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    trace = load_trace(CLUSTER10, format="itp", budgets=4)
+    assert len(trace.jobs) == len(rows) == 260
+    assert trace.n_skipped == 0 and trace.warnings == ()
+    jobs = by_id(trace.jobs)
+    for row in rows:
+        job = jobs[row["job_id"]]
+        assert job.spec.gpus == int(row["num_gpu"])
+        assert job.duration == float(row["duration"])
+        assert job.spec.submit_time == float(row["submission_time"])
+    assert sum(j.spec.gpus for j in trace.jobs) == sum(int(r["num_gpu"]) for r in rows)
+
+
+def test_itp_rebase_starts_the_trace_at_zero() -> None:
+    """rebase subtracts the first submit time and reports it as time_origin."""
+    trace = load_trace(CLUSTER10, format="itp", budgets=4, rebase=True)
+    assert trace.jobs[0].spec.submit_time == 0.0
+    assert trace.time_origin == 2266647.0
+
+
+def test_itp_without_budget_options_is_an_error_naming_the_options() -> None:
+    """ITP has no budget or user column, so the caller must say how to make budgets."""
+    with pytest.raises(TraceError, match=r"cluster10.csv: budget: .*budgets=N"):
+        load_trace(CLUSTER10, format="itp")
+
+
+# ---- canonical round trips ---------------------------------------------------------------
+@pytest.mark.parametrize("ext", [".csv", ".jsonl", ".parquet", ".csv.gz"])
+def test_canonical_round_trip(tmp_path: Path, ext: str) -> None:
+    """write_canonical then load_trace gives back the same jobs and the same budget tree."""
+    original = load_trace(
+        CLUSTER10, format="itp", budgets=3, unallocated_fraction=0.2, rebase=True
+    )
+    path = write_canonical(original.jobs, tmp_path / f"trace{ext}")
+    again = load_trace(path)
+    assert again.jobs == original.jobs
+    assert again.tree.leaves == original.tree.leaves
+
+
+def test_round_trip_keeps_legacy_level_and_squat(tmp_path: Path) -> None:
+    """Jobs whose old-scheduler level differs from what their priority implies, and squatters,
+    survive a round trip (the extra columns are written only then)."""
+    base = load_trace(DATA / "canonical_iso.jsonl").jobs[1]
+    odd = SimJob(base.spec, base.duration, LegacyPriority.URGENT, False, squat=True)
+    path = write_canonical([odd], tmp_path / "t.csv")
+    assert path.read_text().splitlines()[0].endswith(",legacy_priority,squat")
+    assert load_trace(path).jobs == (odd,)
+
+
+def test_plain_trace_has_exactly_the_canonical_columns(tmp_path: Path) -> None:
+    """A trace of imported jobs writes the eleven canonical columns, in order."""
+    trace = load_trace(CLUSTER10, format="itp", budgets=2)
+    path = write_canonical(trace.jobs, tmp_path / "t.csv")
+    assert path.read_text().splitlines()[0] == (
+        "id,submit_time,budget,user,gpus,duration,min_runtime,resumable,priority,"
+        "preemptible,checkpoint_interval"
+    )
+
+
+def test_iso_submit_times_become_seconds_after_the_first_submission() -> None:
+    """ISO 8601 times (with Z, an offset, or no zone = UTC) are seconds since the earliest."""
+    trace = load_trace(DATA / "canonical_iso.jsonl")
+    jobs = by_id(trace.jobs)
+    assert jobs["a"].spec.submit_time == 0.0
+    assert jobs["b"].spec.submit_time == 1800.0  # 10:30+01:00 is 09:30Z
+    assert jobs["c"].spec.submit_time == 2730.0
+    assert trace.time_origin == 1709283600.0  # 2024-03-01T09:00:00Z
+
+
+def test_canonical_fields_and_suffixed_durations() -> None:
+    """Given fields are used as given; "2h", "30m", "1h30m" are seconds."""
+    jobs = by_id(load_trace(DATA / "canonical_iso.jsonl").jobs)
+    a, c = jobs["a"], jobs["c"]
+    assert (a.duration, a.spec.min_runtime, a.spec.checkpoint_interval) == (7200, 1800, 900)
+    assert a.spec.resumable and not a.legacy_preemptible
+    assert a.spec.priority == 2 and a.legacy_priority is LegacyPriority.URGENT
+    assert c.duration == 5400 and c.spec.min_runtime == 0  # unallocated by choice
+    assert c.spec.priority == 1 and c.legacy_priority is LegacyPriority.HIGH  # "high"
+
+
+def test_budgets_from_the_trace_build_the_tree_with_equal_weights() -> None:
+    """The distinct budget paths become the leaves, weight 1 each."""
+    tree = load_trace(DATA / "canonical_iso.jsonl").tree
+    assert tree.leaves == ("ai/llm", "ai/vision")
+    assert tree.share("ai/llm") == tree.share("ai/vision") == 0.5
+
+
+def test_mixing_seconds_and_iso_times_is_an_error(tmp_path: Path) -> None:
+    """One file uses one form of submit time."""
+    path = write(tmp_path, "t.csv",
+                 "submit_time,gpus,duration\n10,1,60\n2024-03-01T00:00:00,1,60\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == (
+        f"{path}:3: submit_time: an ISO 8601 time, but line 2 gives seconds; "
+        "use one form for the whole file"
+    )
+
+
+# ---- sacct -------------------------------------------------------------------------------
+def test_sacct_keeps_jobs_that_ran_on_gpus() -> None:
+    """Steps, never-started jobs (PENDING, cancelled before start) and CPU jobs are skipped."""
+    trace = load_trace(SACCT, format="sacct")
+    assert [j.spec.id for j in trace.jobs] == [
+        "1001", "1002", "1005", "1007", "1008", "1009", "1010_1"
+    ]
+    assert trace.skipped == {
+        "job step": 7,
+        "never started (PENDING)": 2,
+        "never started (CANCELLED)": 1,
+        "no GPUs": 1,
+    }
+    assert trace.rows == 18
+
+
+def test_sacct_durations_gpus_and_times() -> None:
+    """Elapsed in D-HH:MM:SS, HH:MM:SS and MM:SS; gres/gpu (or typed gres) for GPUs; Submit
+    relative to the first job."""
+    jobs = by_id(load_trace(SACCT, format="sacct").jobs)
+    assert jobs["1002"].duration == 2 * 86400 + 2 * HOUR and jobs["1002"].spec.gpus == 32
+    assert jobs["1009"].duration == 45 and jobs["1009"].spec.gpus == 1
+    assert jobs["1005"].duration == 720 and jobs["1005"].spec.gpus == 2  # cancelled after start
+    assert jobs["1008"].spec.gpus == 8  # only gres/gpu:h100=8
+    assert jobs["1001"].spec.submit_time == 0 and jobs["1002"].spec.submit_time == 1800
+
+
+def test_sacct_running_job_counts_with_elapsed_time_and_a_warning() -> None:
+    """A RUNNING job's duration is the time elapsed so far; the import says so."""
+    trace = load_trace(SACCT, format="sacct")
+    assert by_id(trace.jobs)["1007"].duration == 5.5 * HOUR
+    assert f"{SACCT}: 1 row: still running: duration is the time elapsed so far " \
+        "(first at line 13)" in trace.warnings
+    assert f"{SACCT}: skipped 2 rows: never started (PENDING) (first at line 8)" in trace.warnings
+
+
+def test_sacct_budgets_are_accounts_falling_back_to_users() -> None:
+    """Account gives the budget; a job without one draws on its user's budget."""
+    trace = load_trace(SACCT, format="sacct")
+    jobs = by_id(trace.jobs)
+    assert jobs["1001"].spec.budget == "account/llm" and jobs["1001"].spec.user == "alice"
+    assert jobs["1008"].spec.budget == "user/frank"
+    assert trace.tree.leaves == ("account/llm", "account/vision", "user/frank")
+
+
+def test_sacct_nested_budgets_from_account_and_user() -> None:
+    """budget_column=(account, user) nests users under accounts, like Slurm associations."""
+    trace = load_trace(SACCT, format="sacct", budget_column=("account", "user"))
+    assert by_id(trace.jobs)["1005"].spec.budget == "account/vision/dave"
+    assert "account/_none/frank" in trace.tree.leaves
+
+
+def test_sacct_bad_elapsed_names_line_and_column(tmp_path: Path) -> None:
+    """An unreadable Elapsed fails the import at its line."""
+    text = SACCT.read_text().replace("|00:45|", "|forty|")
+    path = write(tmp_path, "s.txt", text)
+    with pytest.raises(TraceError, match=rf"^{path}:16: Elapsed: not a duration: 'forty'"):
+        load_trace(path, format="sacct")
+
+
+def test_parse_tres() -> None:
+    """gres/gpu wins over typed counts; typed counts add up; no GPU entry is 0."""
+    assert parse_tres("cpu=4,gres/gpu=2,gres/gpu:a100=2") == 2
+    assert parse_tres("gres/gpu:a100=2,gres/gpu:h100=4") == 6
+    assert parse_tres("billing=4,cpu=4,mem=16G,node=1") == 0
+
+
+# ---- mapped CSV --------------------------------------------------------------------------
+def test_csv_with_map_options_and_budget_per_column_value() -> None:
+    """--map canonical=column reads any CSV; budget_column makes one budget per value."""
+    mapping = parse_mapping([
+        "id=job_name", "user=owner", "submit_time=queued_at", "gpus=gpu_num", "duration=runtime"
+    ])
+    trace = load_trace(DATA / "helios_like.csv", format="csv", mapping=mapping,
+                       budget_column="vc")
+    jobs = by_id(trace.jobs)
+    assert set(jobs) == {"j-0001", "j-0002", "j-0004", "j-0005"}
+    assert trace.skipped == {"no GPUs": 1}
+    assert jobs["j-0004"].duration == 36 * HOUR and jobs["j-0004"].spec.user == "alice"
+    assert trace.tree.leaves == ("vc/vc-infra", "vc/vc-llm", "vc/vc-vision")
+
+
+def test_bad_map_option() -> None:
+    """A --map item without '=' is refused, naming the option."""
+    with pytest.raises(TraceError, match="^--map: expected canonical=column, got 'gpus'$"):
+        parse_mapping(["gpus"])
+
+
+def test_map_to_a_missing_column(tmp_path: Path) -> None:
+    """A mapped column the file lacks is named with the file."""
+    path = DATA / "helios_like.csv"
+    with pytest.raises(TraceError, match=rf"^{path}: num_gpu: column not found \(mapped to gpus"):
+        load_trace(path, format="csv", mapping={"gpus": "num_gpu"})
+
+
+# ---- budget synthesis --------------------------------------------------------------------
+def test_n_budgets_tree_and_assignment(big_itp: Path) -> None:
+    """budgets=N gives N equal leaves trace/b00.. and spreads jobs over all of them."""
+    trace = load_trace(big_itp, format="itp", budgets=12)
+    assert trace.tree.leaves == tuple(f"trace/b{i:02d}" for i in range(12))
+    assert all(trace.tree.share(leaf) == pytest.approx(1 / 12) for leaf in trace.tree.leaves)
+    counts = Counter(j.spec.budget for j in trace.jobs)
+    assert set(counts) == set(trace.tree.leaves)
+    assert max(counts.values()) < 1.3 * min(counts.values())
+
+
+def test_budget_assignment_is_stable() -> None:
+    """Same input, same budgets, in this process and any other (hashlib, not hash())."""
+    a = load_trace(CLUSTER10, format="itp", budgets=5)
+    b = load_trace(CLUSTER10, format="itp", budgets=5)
+    assert [j.spec.budget for j in a.jobs] == [j.spec.budget for j in b.jobs]
+    # fixed values: a salted hash would not reproduce them across processes
+    assert [stable_bucket(k, 10) for k in ("alice", "bob", "job-1")] == [5, 2, 5]
+
+
+def test_budgets_hash_by_user_so_a_user_stays_in_one_budget() -> None:
+    """With a user column, all of one user's jobs share a budget."""
+    trace = load_trace(SACCT, format="sacct", budgets=3)
+    per_user = {(j.spec.user, j.spec.budget) for j in trace.jobs}
+    assert len(per_user) == len({j.spec.user for j in trace.jobs})
+
+
+def test_weights_and_named_leaves() -> None:
+    """budgets may name the leaves; weights set their shares."""
+    trace = load_trace(CLUSTER10, format="itp", budgets=["ai/llm", "ai/vision", "infra"],
+                       weights={"ai": 3.0, "infra": 1.0})
+    assert trace.tree.share("ai/llm") == pytest.approx(0.375)
+    assert trace.tree.share("infra") == pytest.approx(0.25)
+
+
+def test_given_tree_receives_the_jobs() -> None:
+    """A given tree is used as is; jobs are hashed onto its leaves."""
+    tree = BudgetTree.build([BudgetNode("p/a", 2.0), BudgetNode("p/b", 1.0), BudgetNode("q", 1)])
+    trace = load_trace(CLUSTER10, format="itp", tree=tree)
+    assert trace.tree is tree
+    assert {j.spec.budget for j in trace.jobs} == {"p/a", "p/b", "q"}
+
+
+def test_trace_budget_not_in_given_tree(tmp_path: Path) -> None:
+    """A trace budget that is not a leaf of the given tree is named with its line."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,budget\n0,1,60,x\n")
+    tree = BudgetTree.build([BudgetNode("y")])
+    with pytest.raises(TraceError) as e:
+        load_trace(path, tree=tree)
+    assert str(e.value) == f"{path}:2: budget: 'x' is not a leaf of the given budget tree"
+
+
+def test_budget_that_is_also_a_parent(tmp_path: Path) -> None:
+    """Jobs draw on leaves: a budget that is the parent of another is refused at its line."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,budget\n0,1,60,ai/llm\n1,1,60,ai\n")
+    with pytest.raises(TraceError, match=rf"^{path}:3: budget: 'ai' is also the parent"):
+        load_trace(path)
+
+
+# ---- default rules -----------------------------------------------------------------------
+def test_min_runtime_rule() -> None:
+    """Debug jobs are protected for their whole (short) run; others for a quarter of it,
+    at least 30 min, at most the run and the cap."""
+    assert default_min_runtime(8, 600) == 600  # debug
+    assert default_min_runtime(16, 600) == 600  # short but large: its whole run
+    assert default_min_runtime(1, 1200) == 1200  # 20 min: floor of 30 min, capped by the run
+    assert default_min_runtime(1, 1.5 * HOUR) == 1800  # floor
+    assert default_min_runtime(64, 10 * HOUR) == 2.5 * HOUR  # a quarter
+    assert default_min_runtime(64, 100 * HOUR) == 8 * HOUR  # cap
+    assert default_min_runtime(64, 100 * HOUR, max_min_runtime=2 * HOUR) == 2 * HOUR
+
+
+def test_rule_keeps_debug_jobs_debug_and_others_not() -> None:
+    """Imported jobs are debug workloads exactly when small and short."""
+    config = PolicyConfig()
+    for job in load_trace(CLUSTER10, format="itp", budgets=2).jobs:
+        small_short = job.spec.gpus <= 8 and job.duration <= 900
+        assert is_debug(job.spec, config) == small_short
+        assert 0 < job.spec.min_runtime <= config.max_min_runtime
+
+
+def test_unallocated_fraction_is_stable_and_about_right(big_itp: Path) -> None:
+    """Asked for 30% unallocated: about 30% of jobs get min_runtime 0, the same ones each time,
+    other ones with another seed."""
+    def unallocated(seed: int) -> set[str]:
+        trace = load_trace(big_itp, format="itp", budgets=2,
+                           unallocated_fraction=0.3, seed=seed)
+        return {j.spec.id for j in trace.jobs if j.spec.min_runtime == 0}
+
+    first = unallocated(0)
+    assert 0.27 < len(first) / 6000 < 0.33
+    assert unallocated(0) == first
+    assert unallocated(1) != first
+
+
+def test_no_unallocated_jobs_unless_asked() -> None:
+    """By default every imported job is allocated."""
+    assert all(j.spec.min_runtime > 0
+               for j in load_trace(CLUSTER10, format="itp", budgets=2).jobs)
+
+
+def test_given_min_runtime_above_the_cap_is_lowered_and_counted(tmp_path: Path) -> None:
+    """An explicit min_runtime over max_min_runtime becomes the cap, with a warning."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,min_runtime,budget\n"
+                 "0,8,20h,10h,a\n0,8,20h,1h,a\n")
+    trace = load_trace(path, max_min_runtime=4 * HOUR)
+    assert [j.spec.min_runtime for j in trace.jobs] == [4 * HOUR, HOUR]
+    assert trace.warnings == (
+        f"{path}: 1 row: min_runtime above max_min_runtime (14400 s): lowered to it "
+        "(first at line 2)",
+    )
+
+
+def test_resumable_and_checkpoint_defaults(tmp_path: Path) -> None:
+    """Longer than 1 h: resumable with 30 min checkpoints; shorter: not, no interval."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,budget\n0,1,1h,a\n0,1,61m,a\n")
+    short, long = load_trace(path).jobs
+    assert (short.spec.resumable, short.spec.checkpoint_interval) == (False, 0.0)
+    assert (long.spec.resumable, long.spec.checkpoint_interval) == (True, 1800.0)
+
+
+def test_parse_duration_forms() -> None:
+    """Seconds, suffixed forms and clock forms."""
+    assert parse_duration("15s") == 15 and parse_duration("30m") == 1800
+    assert parse_duration("2h") == 7200 and parse_duration("1h30m") == 5400
+    assert parse_duration("1.5h") == 5400 and parse_duration("1d") == 86400
+    assert parse_duration("1-02:00:00") == 93600 and parse_duration("05:30") == 330
+    assert parse_duration("90") == 90 and parse_duration(2.5) == 2.5
+
+
+# ---- bad input ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("0,-1,60", "gpus: must be >= 0, got -1"),
+        ("0,1.5,60", "gpus: not a whole number: 1.5"),
+        ("0,1,soon", "duration: not a duration: 'soon' (use seconds, a suffixed form like "
+                     "'30m', '2h', '15s', or [D-]HH:MM:SS)"),
+        ("0,1,-5", "duration: must be >= 0, got '-5'"),
+        ("yesterday,1,60", "submit_time: not seconds or an ISO 8601 time: 'yesterday'"),
+        ("2024-13-01T00:00:00,1,60",
+         "submit_time: not seconds or an ISO 8601 time: '2024-13-01T00:00:00'"),
+        (",1,60", "submit_time: missing value (required)"),
+        ("0,1", "row: expected 3 fields, got 2"),
+    ],
+)
+def test_bad_row_message(tmp_path: Path, row: str, message: str) -> None:
+    """A bad row fails the whole import with file:line: field: problem."""
+    path = write(tmp_path, "t.csv", f"submit_time,gpus,duration\n0,1,60\n\n{row}\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=2)
+    assert str(e.value) == f"{path}:4: {message}"
+
+
+def test_bad_row_in_jsonl_names_its_line(tmp_path: Path) -> None:
+    """JSON Lines errors give the record's line."""
+    path = write(tmp_path, "t.jsonl",
+                 '{"submit_time": 0, "gpus": 1, "duration": 60}\n'
+                 '{"submit_time": 0, "gpus": "two", "duration": 60}\n')
+    with pytest.raises(TraceError, match=rf"^{path}:2: gpus: not a whole number: 'two'$"):
+        load_trace(path, budgets=1)
+
+
+def test_bad_row_in_mapped_csv_names_the_file_column(tmp_path: Path) -> None:
+    """With a mapping, the message names the file's column, not the canonical name."""
+    path = write(tmp_path, "t.csv", "job_id,submission_time,duration,num_gpu\nx,0,60,-2\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="itp", budgets=1)
+    assert str(e.value) == f"{path}:2: num_gpu: must be >= 0, got -2"
+
+
+def test_duplicate_id(tmp_path: Path) -> None:
+    """Ids are unique within a trace."""
+    path = write(tmp_path, "t.csv", "id,submit_time,gpus,duration\nx,0,1,60\nx,1,1,60\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}:3: id: duplicate id 'x' (first at line 2)"
+
+
+def test_missing_required_column(tmp_path: Path) -> None:
+    """The message names the missing column and the file."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus\n0,1\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}: duration: required column missing (columns: submit_time, gpus)"
+
+
+def test_unknown_format() -> None:
+    """Unknown formats are refused, listing the known ones."""
+    with pytest.raises(TraceError) as e:
+        load_trace(CLUSTER10, format="philly")
+    assert str(e.value) == "format: unknown format 'philly' (known: canonical, itp, sacct, csv)"
+
+
+def test_trace_error_is_a_value_error() -> None:
+    """Callers may catch ValueError."""
+    assert issubclass(TraceError, ValueError)
+
+
+def test_zero_gpu_and_zero_duration_rows_are_skipped_and_counted(tmp_path: Path) -> None:
+    """CPU-only and zero-length rows are not jobs; they are counted, not errors."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration\n0,0,60\n0,1,0\n0,1,60\n")
+    trace = load_trace(path, budgets=1)
+    assert len(trace.jobs) == 1
+    assert trace.skipped == {"no GPUs": 1, "duration is 0": 1}
+
+
+def test_a_trace_without_jobs_is_an_error(tmp_path: Path) -> None:
+    """All rows skipped means there is nothing to simulate."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration\n0,0,60\n")
+    with pytest.raises(TraceError, match=rf"^{path}: no jobs in the trace; skipped 1 row: no GPUs"):
+        load_trace(path, budgets=1)
+
+
+def test_sacct_parsable_with_trailing_pipes(tmp_path: Path) -> None:
+    """Plain --parsable output (every line ends with '|') reads like --parsable2."""
+    text = "".join(line + "|\n" for line in SACCT.read_text().splitlines())
+    path = write(tmp_path, "s.txt", text)
+    assert load_trace(path, format="sacct").jobs == load_trace(SACCT, format="sacct").jobs
+
+
+def test_budget_column_missing_from_the_file(tmp_path: Path) -> None:
+    """budget_column must name a column of the file."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration\n0,1,60\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budget_column="team")
+    assert str(e.value) == f"{path}: team: column not found (columns: submit_time, gpus, duration)"
+
+
+def test_sacct_missing_required_column(tmp_path: Path) -> None:
+    """sacct output without Submit is refused, naming the column and the file."""
+    path = write(tmp_path, "s.txt", "JobID|State|AllocTRES|Elapsed\n1|COMPLETED|gres/gpu=1|01:00\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (
+        f"{path}: Submit: required column missing (columns: JobID, State, AllocTRES, Elapsed)"
+    )
