@@ -5,6 +5,7 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
+from .explain import Explanation, explain
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
@@ -38,6 +39,7 @@ __all__ = [
     "ClusterState",
     "CoreError",
     "Decisions",
+    "Explanation",
     "Host",
     "HostChange",
     "HostState",
@@ -57,6 +59,7 @@ __all__ = [
     "check_transition",
     "decide",
     "decision_log",
+    "explain",
     "is_debug",
     "parent_of",
     "validate_spec",
