@@ -184,11 +184,14 @@ def _whole_hosts(
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
     total = 0
+    chosen: set[str] = set()
     for _, name, cands in options:
         if total >= gpus:
             break
         trial = dict(taken)
         ok = True
+        # a victim spanning several of the chosen hosts is preempted (and counted) once
+        cands = [c for c in cands if c.id not in chosen]
         for c in cands:
             if (allowed is None and c.klass != 1) or (
                 allowed is not None and not allowed(c, trial)
@@ -201,6 +204,7 @@ def _whole_hosts(
         taken = trial
         hosts.append((name, view.size[name]))
         victims.extend(cands)
+        chosen.update(c.id for c in cands)
         total += view.size[name]
     if total < gpus:
         return None

@@ -116,8 +116,11 @@ class _Pass:
                 continue
             for wid in sorted(on):
                 r = st.running[wid]
-                if r.stopping or self.now < r.protected_until():
+                if r.stopping or wid in self.hosts.claimed or self.now < r.protected_until():
                     continue
+                # claimed: a workload spanning several hosts is preempted once, and is no
+                # victim for anyone else in this pass
+                self.hosts.claimed.add(wid)
                 self.preempts.append(Preempt(wid, PreemptReason.DRAIN, r.spec.resumable))
 
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
