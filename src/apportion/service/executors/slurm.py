@@ -1,0 +1,495 @@
+"""Run workloads as Slurm batch jobs: ``sbatch``/``scancel``/``squeue``/``sinfo``/``scontrol``.
+
+apportion decides; Slurm only carries out. Every attempt becomes one batch job pinned to the
+hosts apportion chose (``--nodelist``, ``-N``, ``--gres=gpu:N`` per host, ``--exclusive`` for
+whole hosts), with ``--no-requeue`` because apportion requeues by itself. The handle is the
+Slurm job id. See docs/slurm.md for the state mapping and the limits.
+
+Exceptions::
+
+    SlurmError             a Slurm command failed, or printed something we cannot read
+     +-- SlurmUnavailable  slurmctld did not answer (down, unreachable, or too slow);
+                           the caller keeps its own state and retries later
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apportion.service.executor import (
+    AttemptState,
+    InventoryHost,
+    Launch,
+    Observation,
+)
+
+__all__ = [
+    "SlurmError",
+    "SlurmExecutor",
+    "SlurmJob",
+    "SlurmUnavailable",
+    "map_job_state",
+    "map_node_state",
+    "parse_exit_code",
+    "parse_gpu_count",
+]
+
+JOB_NAME_PREFIX = "apportion-"
+COMMENT_PREFIX = "apportion:"
+
+# Slurm job states in which the attempt still holds (or is about to hold) its GPUs. A PENDING
+# job was placed by apportion and waits only for Slurm to start it, so apportion counts it
+# as running; COMPLETING still holds the GPUs while Slurm cleans up.
+ACTIVE_JOB_STATES = frozenset({
+    "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
+    "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "STAGE_OUT",
+    "RESV_DEL_HOLD", "REVOKED",
+})
+FAILED_JOB_STATES = frozenset({
+    "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
+})
+
+# stderr fragments of Slurm's client library when slurmctld cannot be reached
+_UNAVAILABLE_MARKERS = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Zero Bytes were transmitted",
+    "Connection refused",
+    "Communication connection failure",
+    "Slurm backup controller in standby mode",
+)
+_GONE_MARKERS = ("Invalid job id specified",)
+_ALREADY_DONE_MARKERS = ("already completing or completed", "Invalid job id specified")
+_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or printed something unreadable; the message names which."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld did not answer within the timeout. Nothing was changed that we know of."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One apportion job as Slurm lists it (for reconciliation after a restart)."""
+
+    job_id: str
+    workload_id: str
+    attempt: int
+    state: str  # Slurm's job state, e.g. RUNNING, COMPLETED
+    nodes: str  # Slurm's node list, e.g. "gpu[1-2]"
+
+
+class SlurmExecutor:
+    """Executor backed by a Slurm cluster reached through its command-line tools.
+
+    ``jobs_dir``: where batch scripts (and logs without a ``log_path``) are written; on a real
+    cluster it must be readable on the submit host only, but a log path must be writable from
+    the compute nodes. ``partition``: passed to ``sbatch -p`` and filters the inventory (None:
+    the cluster's default partition, all nodes). ``env``: environment for every Slurm command
+    (e.g. with ``SLURM_CONF``); None means this process's. ``timeout_s``: limit of one command;
+    past it :class:`SlurmUnavailable` is raised.
+    """
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        jobs_dir: str | os.PathLike[str],
+        partition: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
+        self.jobs_dir = Path(jobs_dir)
+        self.jobs_dir.mkdir(parents=True, exist_ok=True)
+        self.partition = partition
+        self.env = dict(os.environ if env is None else env)
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._kill_at: dict[str, float] = {}  # handle -> monotonic deadline of the hard kill
+        self._stopped: set[str] = set()  # handles we asked to stop (their end is "signalled")
+
+    # -- Executor protocol ---------------------------------------------------------------
+
+    def inventory(self) -> list[InventoryHost]:
+        """Slurm's nodes (of the partition, when one is set) with their GPUs and state."""
+        data = self._json(["sinfo", "--json"], "nodes")
+        hosts: dict[str, InventoryHost] = {}
+        for node in data["nodes"]:
+            name = str(node["name"])
+            if self.partition and self.partition not in node.get("partitions", []):
+                continue
+            flags = [str(f) for f in node.get("state_flags") or []]
+            reason = str(node.get("reason") or "")
+            if not reason and "NOT_RESPONDING" in flags:
+                reason = "not responding to slurmctld"
+            hosts[name] = InventoryHost(
+                name=name,
+                gpus=parse_gpu_count(str(node.get("gres") or "")),
+                state=map_node_state(str(node.get("state") or ""), flags),
+                reason=reason,
+            )
+        return [hosts[n] for n in sorted(hosts, key=_natural_key)]
+
+    def launch(self, launch: Launch) -> str:
+        """Write the batch script and ``sbatch`` it pinned to the slots' hosts; return the id."""
+        if not launch.command:
+            raise ValueError(f"command: empty for workload {launch.workload_id}")
+        if not launch.slots:
+            raise ValueError(f"slots: empty for workload {launch.workload_id}")
+        hosts = [s.host for s in launch.slots]
+        if len(set(hosts)) != len(hosts):
+            raise ValueError(f"slots: a host appears twice: {hosts}")
+        per_host = {len(s.gpu_indexes) for s in launch.slots}
+        if len(per_host) != 1:
+            # one batch job has one --gres=gpu:N for all of its nodes
+            raise ValueError(f"slots: Slurm needs the same GPU count on every host: {hosts}")
+        gpus = per_host.pop()
+        for key in launch.env:
+            if not _ENV_KEY.match(key):
+                raise ValueError(f"env: not a variable name: {key!r}")
+
+        base = f"{JOB_NAME_PREFIX}{_safe(launch.workload_id)}-{launch.attempt}"
+        script = self.jobs_dir / f"{base}.sh"
+        log = Path(launch.log_path) if launch.log_path else self.jobs_dir / f"{base}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(batch_script(launch, hosts))
+        args = [
+            "sbatch", "--parsable",
+            f"--job-name={base}",
+            f"--comment={COMMENT_PREFIX}{launch.attempt}:{launch.workload_id}",
+            f"--nodes={len(hosts)}",
+            f"--nodelist={','.join(hosts)}",
+            "--no-requeue",
+            "--open-mode=append",
+            # sbatch expands %j etc. in file names; %% is a literal %
+            f"--output={str(log).replace('%', '%%')}",
+        ]
+        if gpus:
+            args.append(f"--gres=gpu:{gpus}")
+        if launch.whole_hosts:
+            args.append("--exclusive")
+        if self.partition:
+            args.append(f"--partition={self.partition}")
+        args.append(str(script))
+        out = self._run(args).stdout.strip()
+        job_id = out.split(";", 1)[0]  # "id" or "id;cluster"
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch: unexpected output {out!r}")
+        return job_id
+
+    def stop(self, handle: str, grace_s: float) -> None:
+        """SIGTERM the batch script now (it forwards it to the command); SIGKILL after
+        ``grace_s``, enforced by :meth:`tick` (called by :meth:`observe`). Never blocks on
+        the job itself."""
+        if not handle.isdigit():
+            return
+        with self._lock:
+            self._stopped.add(handle)
+        if grace_s <= 0:
+            self._hard_kill(handle)
+            return
+        # a pending job would silently drop the signal: cancel it outright instead
+        self._scancel(["--state=PENDING", handle])
+        self._scancel(["--batch", "--signal=TERM", handle])
+        with self._lock:
+            self._kill_at[handle] = time.monotonic() + grace_s
+
+    def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
+        """State of each handle from one ``squeue --json`` (plus ``scontrol`` for misses)."""
+        self.tick()
+        jobs = self._squeue()
+        result: dict[str, Observation] = {}
+        for handle in handles:
+            job = jobs.get(handle)
+            if job is not None:
+                state = _job_state(job.get("job_state"))
+                code, sig = _wait_status(job.get("exit_code"))
+            elif handle.isdigit():
+                found = self._scontrol_job(handle)
+                if found is None:
+                    result[handle] = Observation(handle, AttemptState.GONE)
+                    continue
+                state = found.get("JobState", "")
+                code, sig = parse_exit_code(found.get("ExitCode", "0:0"))
+            else:
+                result[handle] = Observation(handle, AttemptState.GONE)
+                continue
+            with self._lock:
+                stopped = handle in self._stopped
+            result[handle] = map_job_state(handle, state, code, sig, stopped)
+        return result
+
+    def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
+        """``scontrol update State=DRAIN`` (with the reason) or ``State=RESUME``."""
+        if drain:
+            reason = reason.replace("\n", " ").strip() or "drained by apportion"
+            self._run(["scontrol", "update", f"NodeName={host}", "State=DRAIN",
+                       f"Reason={reason}"])
+            return
+        proc = self._run(["scontrol", "update", f"NodeName={host}", "State=RESUME"],
+                         check=False)
+        # resuming a node that is not drained is a no-op for us, not an error
+        if proc.returncode != 0 and "Invalid node state" not in proc.stderr:
+            raise SlurmError(f"scontrol update NodeName={host} State=RESUME: "
+                             f"{proc.stderr.strip()}")
+
+    def close(self) -> None:
+        """Nothing to release: every call is a short-lived subprocess."""
+
+    # -- beyond the protocol -------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Send the hard kill to every stopped job whose grace period has run out."""
+        now = time.monotonic()
+        with self._lock:
+            due = [h for h, t in self._kill_at.items() if t <= now]
+        for handle in due:
+            self._hard_kill(handle)  # raises SlurmUnavailable: the deadline stays for later
+            with self._lock:
+                self._kill_at.pop(handle, None)
+
+    def list_jobs(self) -> dict[str, SlurmJob]:
+        """Every job apportion submitted that Slurm still knows of, by job id (finished ones
+        stay listed for Slurm's MinJobAge)."""
+        jobs: dict[str, SlurmJob] = {}
+        for job_id, job in self._squeue().items():
+            parsed = _parse_comment(str(job.get("comment") or ""))
+            if parsed is None:
+                continue
+            attempt, workload_id = parsed
+            jobs[job_id] = SlurmJob(
+                job_id=job_id, workload_id=workload_id, attempt=attempt,
+                state=_job_state(job.get("job_state")), nodes=str(job.get("nodes") or ""),
+            )
+        return jobs
+
+    def find_by_workload(self, workload_id: str) -> list[SlurmJob]:
+        """This workload's jobs that Slurm still knows of, oldest attempt first."""
+        found = [j for j in self.list_jobs().values() if j.workload_id == workload_id]
+        return sorted(found, key=lambda j: (j.attempt, int(j.job_id)))
+
+    # -- Slurm calls ---------------------------------------------------------------------
+
+    def _run(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        try:
+            proc = subprocess.run(
+                args, env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(
+                f"{args[0]}: no answer within {self.timeout_s:g} s (slurmctld down or slow)"
+            ) from None
+        except FileNotFoundError:
+            raise SlurmError(f"{args[0]}: not installed (scripts/install-system.sh)") from None
+        if proc.returncode != 0:
+            err = proc.stderr.strip()
+            if any(m in err for m in _UNAVAILABLE_MARKERS):
+                raise SlurmUnavailable(f"{args[0]}: {err}")
+            if check:
+                raise SlurmError(f"{' '.join(args[:3])}: exit {proc.returncode}: {err}")
+        return proc
+
+    def _json(self, args: list[str], key: str) -> dict[str, Any]:
+        out = self._run(args).stdout
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as e:
+            raise SlurmError(f"{args[0]} --json: unreadable output: {e}") from None
+        errors = data.get("errors") or []
+        if errors:
+            # these tools exit 0 with an "errors" list when slurmctld does not answer
+            text = "; ".join(str(e.get("error", e)) for e in errors)
+            raise SlurmUnavailable(f"{args[0]} --json: {text}")
+        if not isinstance(data.get(key), list):
+            raise SlurmError(f"{args[0]} --json: no {key!r} list in output")
+        return dict(data)
+
+    def _squeue(self) -> dict[str, dict[str, Any]]:
+        # squeue --json ignores -j and state filters in Slurm 22.05: it lists every job
+        data = self._json(["squeue", "--json"], "jobs")
+        return {str(j["job_id"]): j for j in data["jobs"]}
+
+    def _scontrol_job(self, job_id: str) -> dict[str, str] | None:
+        proc = self._run(["scontrol", "-o", "show", "job", job_id], check=False)
+        if proc.returncode != 0:
+            if any(m in proc.stderr for m in _GONE_MARKERS):
+                return None
+            raise SlurmError(f"scontrol show job {job_id}: {proc.stderr.strip()}")
+        return _parse_scontrol_line(proc.stdout.strip().splitlines()[0] if proc.stdout else "")
+
+    def _scancel(self, args: list[str]) -> None:
+        proc = self._run(["scancel", *args], check=False)
+        if proc.returncode != 0 and not any(m in proc.stderr for m in _ALREADY_DONE_MARKERS):
+            raise SlurmError(f"scancel {' '.join(args)}: {proc.stderr.strip()}")
+
+    def _hard_kill(self, handle: str) -> None:
+        # SIGKILL goes to every step including the batch script, and ends the job CANCELLED
+        self._scancel(["--signal=KILL", handle])
+
+
+# -- pure helpers (tested without Slurm) ---------------------------------------------------
+
+
+def batch_script(launch: Launch, hosts: Sequence[str]) -> str:
+    """The bash batch script of one attempt.
+
+    The command runs in the background and the script waits for it: bash runs a trap only
+    between commands, and ``wait`` returns as soon as a trapped signal arrives, so a SIGTERM
+    sent to the script (``scancel --batch``) is forwarded to the command at once. The script
+    exits with the command's status.
+    """
+    env = {
+        "APPORTION_WORKLOAD_ID": launch.workload_id,
+        "APPORTION_ATTEMPT": str(launch.attempt),
+        "APPORTION_HOSTS": ",".join(hosts),
+        **dict(launch.env),
+    }
+    lines = [
+        "#!/bin/bash",
+        f"# apportion workload {_one_line(launch.workload_id)} attempt {launch.attempt}",
+        *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        "forwarded=",
+        "child=",
+        'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
+        f"{shlex.join(launch.command)} &",
+        "child=$!",
+        '[ -n "$forwarded" ] && kill -TERM "$child" 2>/dev/null  # TERM came before the start',
+        'wait "$child"; rc=$?',
+        "# a trapped TERM interrupts wait: wait again for the command's own status",
+        'while [ -n "$forwarded" ]; do forwarded=; wait "$child"; rc=$?; done',
+        'exit "$rc"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def map_job_state(
+    handle: str, state: str, exit_code: int, signal: int, stopped: bool = False
+) -> Observation:
+    """Observation of a Slurm job state. ``stopped``: apportion asked it to stop.
+
+    PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
+    only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, NODE_FAIL etc. keep
+    the exit code (a signal N reads as 128 + N, like a shell) and never read as 0; CANCELLED is
+    always ``signalled``.
+    """
+    if state in ACTIVE_JOB_STATES:
+        return Observation(handle, AttemptState.RUNNING)
+    code = 128 + signal if signal else exit_code
+    if state == "COMPLETED":
+        return Observation(handle, AttemptState.EXITED, code, stopped or bool(signal))
+    if state == "CANCELLED":
+        return Observation(handle, AttemptState.EXITED, code, True)
+    if state in FAILED_JOB_STATES:
+        # e.g. NODE_FAIL often carries ExitCode 0:0; it must not look like success
+        return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal))
+    # a state this version does not know: it still holds its resources as far as we can tell
+    return Observation(handle, AttemptState.RUNNING)
+
+
+def map_node_state(state: str, flags: Sequence[str]) -> str:
+    """apportion host state of a Slurm node state (``sinfo --json`` ``state`` + flags).
+
+    DOWN, FAIL, POWERED_DOWN -> down; any DRAIN (draining or drained) -> draining;
+    IDLE/MIXED/ALLOCATED/COMPLETING and UNKNOWN -> healthy. Slurm's own verdict decides when
+    a node is dead: it marks a silent node DOWN after SlurmdTimeout. Before that, reading a
+    blip as down would end workloads that are running fine, and Slurm shows such blips
+    routinely: NOT_RESPONDING for a moment after every RESUME, UNKNOWN after a slurmctld
+    restart until each slurmd registers again. A drained, empty node still reads as
+    draining: moving it to repair is apportion's step, not Slurm's.
+    """
+    base = state.strip().upper()
+    parts = {base, *(f.strip().upper() for f in flags)}
+    if parts & {"DOWN", "FAIL", "FAILING", "POWERED_DOWN", "POWER_DOWN", "ERROR", "FUTURE",
+                "INVAL"}:
+        return "down"
+    if parts & {"DRAIN", "DRAINED", "DRAINING"}:
+        return "draining"
+    return "healthy"
+
+
+def parse_exit_code(text: str) -> tuple[int, int]:
+    """``scontrol``'s ``ExitCode=N:S`` -> (exit code N, signal S)."""
+    code, _, sig = text.partition(":")
+    try:
+        return int(code or 0), int(sig or 0)
+    except ValueError:
+        raise SlurmError(f"ExitCode: not N:S: {text!r}") from None
+
+
+def parse_gpu_count(gres: str) -> int:
+    """GPUs in a Gres string: ``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:2,shard:4`` -> 8, 4, 2."""
+    total = 0
+    for item in re.split(r",(?![^()]*\))", gres):
+        item = re.sub(r"\(.*\)$", "", item.strip())
+        parts = item.split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        try:
+            total += int(parts[-1])
+        except ValueError:
+            total += 1 if len(parts) == 2 else 0  # "gpu:a100" with no count: one device
+    return total
+
+
+def _wait_status(value: Any) -> tuple[int, int]:
+    """``squeue --json`` gives the raw wait status (exit code << 8 | signal)."""
+    if isinstance(value, dict):  # newer OpenAPI versions
+        number = value.get("return_code", 0)
+        signal = value.get("signal", {})
+        sig = signal.get("id", 0) if isinstance(signal, dict) else 0
+        return int(number or 0), int(sig or 0)
+    status = int(value or 0)
+    return (status >> 8) & 0xFF, status & 0x7F
+
+
+def _job_state(value: Any) -> str:
+    if isinstance(value, list):  # newer OpenAPI versions: a list of state + flags
+        return str(value[0]) if value else ""
+    return str(value or "")
+
+
+def _parse_comment(comment: str) -> tuple[int, str] | None:
+    if not comment.startswith(COMMENT_PREFIX):
+        return None
+    attempt, sep, workload_id = comment.removeprefix(COMMENT_PREFIX).partition(":")
+    if not sep or not attempt.isdigit():
+        return None
+    return int(attempt), workload_id
+
+
+def _parse_scontrol_line(line: str) -> dict[str, str]:
+    """``Key=value Key=value`` with values that may contain spaces (e.g. Reason=)."""
+    fields: dict[str, str] = {}
+    for m in re.finditer(r"(?:^|\s)([A-Za-z][\w/:]*)=(.*?)(?=\s[A-Za-z][\w/:]*=|$)", line):
+        fields[m.group(1)] = m.group(2)
+    return fields
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:100]
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\n", " ")
+
+
+def _natural_key(name: str) -> tuple[str, int]:
+    m = re.match(r"(.*?)(\d+)$", name)
+    return (m.group(1), int(m.group(2))) if m else (name, -1)

@@ -1,0 +1,1 @@
+"""Test harnesses that run real backing systems (Slurm) on this machine."""
