@@ -130,6 +130,11 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def ping(self) -> None:
+        """Raise if the database cannot be reached."""
+        with self.engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+
     @contextmanager
     def _tx(self, write: bool = True) -> Iterator[Session]:
         maker = self._write if write else self._read

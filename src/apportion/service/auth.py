@@ -1,0 +1,97 @@
+"""Bearer tokens and who may change what.
+
+Tokens are random (``secrets.token_urlsafe``); the store keeps only their sha256 hex
+digest, so a leaked database does not leak working tokens.
+
+Rights follow the budget tree (see docs/service.md, "Roles and rights"):
+
+* an **admin** may do everything, and is the only one who may drain or repair hosts,
+  create users and tokens, or change top-level weights;
+* a **manager** of node N (listed in N's ``managers``) acts on N's subtree: create children
+  of N or of any node below it, change the weight of any node strictly below N, change the
+  members and managers of N and of any node below it, and cancel any workload of a leaf in
+  the subtree. N's *own* weight is not theirs: it is a share of N's parent, set by the
+  parent's manager;
+* a **member** listed on a leaf or on any of its ancestors (and a manager of any of them)
+  may submit to that leaf, and cancel their own workloads.
+
+Reading (queue, budgets, hosts, audit) needs any valid token; a workload's logs are shown
+to whoever may cancel it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from apportion.core import ancestors, parent_of
+
+from .store import BudgetRow, UserRow
+
+
+def new_token() -> str:
+    """A fresh random bearer token (43 URL-safe characters)."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """The digest stored for ``token``."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Rights:
+    """What one user may do, given the budget rows at the time of the request."""
+
+    user: UserRow
+    managers: dict[str, frozenset[str]]
+    members: dict[str, frozenset[str]]
+
+    @classmethod
+    def of(cls, user: UserRow, budgets: Iterable[BudgetRow]) -> Rights:
+        rows = list(budgets)
+        return cls(
+            user,
+            {b.path: frozenset(b.managers) for b in rows},
+            {b.path: frozenset(b.members) for b in rows},
+        )
+
+    @property
+    def admin(self) -> bool:
+        return self.user.admin
+
+    def manages(self, path: str) -> bool:
+        """Admin, or a manager of ``path`` or of one of its ancestors."""
+        if self.admin:
+            return True
+        name = self.user.name
+        return any(name in self.managers.get(p, ()) for p in ancestors(path)[:-1])
+
+    def can_submit(self, leaf: str) -> bool:
+        name = self.user.name
+        return self.manages(leaf) or any(
+            name in self.members.get(p, ()) for p in ancestors(leaf)[:-1]
+        )
+
+    def can_cancel(self, owner: str, budget: str) -> bool:
+        return owner == self.user.name or self.manages(budget)
+
+    def can_set_weight(self, path: str) -> bool:
+        parent = parent_of(path)
+        return self.admin or (bool(parent) and self.manages(parent))
+
+    def can_set_people(self, path: str) -> bool:
+        """Members and managers of ``path``."""
+        return self.manages(path)
+
+    def can_create(self, path: str) -> bool:
+        parent = parent_of(path)
+        return self.admin or (bool(parent) and self.manages(parent))
+
+    def can_change_hosts(self) -> bool:
+        return self.admin
+
+    def can_manage_users(self) -> bool:
+        return self.admin

@@ -1,0 +1,316 @@
+"""The service's TOML configuration, loaded into frozen dataclasses.
+
+Every problem is reported as ``file: key: problem`` (``key`` dotted, list items by index,
+e.g. ``apportion.toml: hosts[1].gpus: must be an integer > 0``). Relative paths
+(``server.data_dir``) are taken relative to the config file's directory, so a config means
+the same thing whatever directory the server is started from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from apportion.core import CoreError, PolicyConfig
+
+from .store import default_sqlite_url
+
+T = TypeVar("T")
+EXECUTOR_KINDS = ("local", "slurm", "memory")
+_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
+
+
+class ConfigError(ValueError):
+    """A bad configuration file; the message is ``file: key: problem``."""
+
+
+def parse_duration(value: object) -> float:
+    """Seconds from a number or a string like ``"7d"``, ``"8h"``, ``"15m"``, ``"30s"``,
+    ``"1h30m"`` or ``"90"``. Raises ValueError with a readable problem."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        try:
+            seconds = float(text)
+        except ValueError:
+            parts = _DURATION.findall(text)
+            if not parts or _DURATION.sub("", text).strip():
+                raise ValueError(
+                    f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}"
+                ) from None
+            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    else:
+        raise ValueError(f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}")
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        raise ValueError(f"must be a finite duration >= 0, got {value!r}")
+    return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8642
+    data_dir: Path = Path("apportion-data")
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseConfig:
+    url: str = ""  # empty: sqlite:///<data_dir>/apportion.db
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorConfig:
+    kind: str = "local"
+    grace_s: float = 10.0
+    # [executor.slurm] is handed to the Slurm executor as keyword arguments
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    interval_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostConfig:
+    name: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    path: str
+    weight: float = 1.0
+    managers: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    name: str
+    admin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceConfig:
+    """The whole configuration. ``budgets``, ``users`` and ``hosts`` seed an empty database
+    only; afterwards the database is the source of truth."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    hosts: tuple[HostConfig, ...] = ()
+    budgets: tuple[BudgetConfig, ...] = ()
+    users: tuple[UserConfig, ...] = ()
+    source: str = "<defaults>"
+
+    @property
+    def db_url(self) -> str:
+        return self.database.url or default_sqlite_url(self.server.data_dir)
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.server.data_dir / "logs"
+
+    @property
+    def tokens_dir(self) -> Path:
+        return self.server.data_dir / "tokens"
+
+
+# ---- loading -----------------------------------------------------------------------------
+class _Reader:
+    """Reads one table, remembering which keys were used so leftovers are reported."""
+
+    def __init__(self, src: str, where: str, table: object) -> None:
+        self.src, self.where = src, where
+        if not isinstance(table, dict):
+            raise self.error("", "must be a table")
+        self.table: dict[str, Any] = table
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.where}.{name}" if self.where else name
+
+    def error(self, name: str, problem: str) -> ConfigError:
+        key = self.key(name) if name else self.where
+        return ConfigError(f"{self.src}: {key}: {problem}")
+
+    def get(self, name: str, default: Any = None, required: bool = False) -> Any:
+        self.used.add(name)
+        if name not in self.table:
+            if required:
+                raise self.error(name, "missing")
+            return default
+        return self.table[name]
+
+    def string(self, name: str, default: str = "", required: bool = False) -> str:
+        v = self.get(name, default, required)
+        if not isinstance(v, str):
+            raise self.error(name, f"must be a string, got {v!r}")
+        return v
+
+    def integer(self, name: str, default: int = 0, minimum: int = 0,
+                required: bool = False) -> int:
+        v = self.get(name, default, required)
+        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+            raise self.error(name, f"must be an integer >= {minimum}, got {v!r}")
+        return v
+
+    def number(self, name: str, default: float, positive: bool = False) -> float:
+        v = self.get(name, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (
+            positive and v <= 0
+        ):
+            raise self.error(name, f"must be a number {'>' if positive else '>='} 0, got {v!r}")
+        return float(v)
+
+    def boolean(self, name: str, default: bool = False) -> bool:
+        v = self.get(name, default)
+        if not isinstance(v, bool):
+            raise self.error(name, f"must be true or false, got {v!r}")
+        return v
+
+    def duration(self, name: str, default: float) -> float:
+        try:
+            return parse_duration(self.get(name, default))
+        except ValueError as e:
+            raise self.error(name, str(e)) from None
+
+    def names(self, name: str) -> tuple[str, ...]:
+        v = self.get(name, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise self.error(name, f"must be a list of names, got {v!r}")
+        return tuple(v)
+
+    def done(self, valid: tuple[str, ...] | None = None) -> None:
+        extra = sorted(set(self.table) - self.used)
+        if extra:
+            known = ", ".join(sorted(valid if valid is not None else self.used))
+            raise self.error(extra[0], f"unknown key (valid keys: {known})")
+
+
+def load_config(path: str | Path) -> ServiceConfig:
+    """Read and check a TOML config file."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: {e}") from None
+    return parse_config(data, source=str(p), base_dir=p.resolve().parent)
+
+
+def parse_config(
+    data: Mapping[str, Any], source: str = "<config>", base_dir: Path | None = None
+) -> ServiceConfig:
+    """Check a parsed TOML document; see the module docstring for the error format."""
+    top = _Reader(source, "", dict(data))
+    base = base_dir if base_dir is not None else Path.cwd()
+
+    r = _Reader(source, "server", top.get("server", {}))
+    data_dir = Path(r.string("data_dir", "apportion-data"))
+    server = ServerConfig(
+        host=r.string("host", "127.0.0.1"),
+        port=r.integer("port", 8642, minimum=0),
+        data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
+    )
+    if server.port > 65535:
+        raise r.error("port", f"must be <= 65535, got {server.port}")
+    r.done()
+
+    r = _Reader(source, "database", top.get("database", {}))
+    database = DatabaseConfig(url=r.string("url", ""))
+    r.done()
+
+    r = _Reader(source, "executor", top.get("executor", {}))
+    kind = r.string("kind", "local")
+    if kind not in EXECUTOR_KINDS:
+        raise r.error("kind", f"must be one of {', '.join(EXECUTOR_KINDS)}, got {kind!r}")
+    grace = r.duration("grace_s", 10.0)
+    slurm = r.get("slurm", {})
+    if not isinstance(slurm, dict):
+        raise r.error("slurm", "must be a table")
+    executor = ExecutorConfig(kind=kind, grace_s=grace, slurm=dict(slurm))
+    r.done()
+
+    policy = _policy(_Reader(source, "policy", top.get("policy", {})))
+
+    r = _Reader(source, "scheduler", top.get("scheduler", {}))
+    interval = r.duration("interval_s", 5.0)
+    if interval <= 0:
+        raise r.error("interval_s", "must be > 0")
+    scheduler = SchedulerConfig(interval_s=interval)
+    r.done()
+
+    hosts = _each(source, "hosts", top.get("hosts", []), lambda x: HostConfig(
+        name=x.string("name", required=True), gpus=x.integer("gpus", required=True, minimum=1)
+    ))
+    _unique(source, "hosts", [h.name for h in hosts])
+    budgets = _each(source, "budgets", top.get("budgets", []), lambda x: BudgetConfig(
+        path=x.string("path", required=True), weight=x.number("weight", 1.0, positive=True),
+        managers=x.names("managers"), members=x.names("members"),
+    ))
+    _unique(source, "budgets", [b.path for b in budgets], what="path")
+    users = _each(source, "users", top.get("users", []), lambda x: UserConfig(
+        name=x.string("name", required=True), admin=x.boolean("admin")
+    ))
+    _unique(source, "users", [u.name for u in users])
+    top.done(("budgets", "database", "executor", "hosts", "policy", "scheduler", "server",
+              "users"))
+    return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
+                         source)
+
+
+def _each(src: str, name: str, value: object, build: Callable[[_Reader], T]) -> tuple[T, ...]:
+    """Build one item per ``[[name]]`` table, then report that table's unknown keys."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{src}: {name}: must be an array of tables ([[{name}]])")
+    out = []
+    for i, item in enumerate(value):
+        r = _Reader(src, f"{name}[{i}]", item)
+        out.append(build(r))
+        r.done()
+    return tuple(out)
+
+
+def _unique(src: str, name: str, values: list[str], what: str = "name") -> None:
+    seen: set[str] = set()
+    for i, v in enumerate(values):
+        if v in seen:
+            raise ConfigError(f"{src}: {name}[{i}].{what}: duplicate {v!r}")
+        seen.add(v)
+
+
+def _policy(r: _Reader) -> PolicyConfig:
+    valid = tuple(f.name for f in dataclasses.fields(PolicyConfig))
+    defaults = PolicyConfig()
+    for key in r.table:
+        if key not in valid:
+            raise r.error(key, f"unknown key (valid keys: {', '.join(valid)})")
+    values: dict[str, Any] = {}
+    for name in valid:
+        if name not in r.table:
+            continue
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            values[name] = r.boolean(name, default)
+        elif isinstance(default, int):
+            values[name] = r.integer(name, default)
+        else:  # float fields are durations or plain numbers (e.g. rebalance_margin)
+            values[name] = r.duration(name, default)
+    try:
+        return PolicyConfig(**values)
+    except CoreError as e:
+        raise ConfigError(f"{r.src}: {e}") from None

@@ -1,0 +1,50 @@
+"""First start: fill an empty database from the config, and hand out tokens."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from apportion.core import parent_of
+
+from ..auth import hash_token, new_token
+from ..config import ServiceConfig
+from .store import Store
+
+SEED_ACTOR = "config"
+
+
+def write_token(tokens_dir: Path, user: str, token: str) -> Path:
+    """Write ``token`` to ``tokens_dir/user`` readable by the server's owner only (0600)."""
+    tokens_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(tokens_dir, 0o700)
+    path = tokens_dir / user
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -> dict[str, str]:
+    """If the store is empty, create the configured users (one token each, written to
+    ``<data_dir>/tokens/<user>`` when ``write_tokens``), budgets and hosts, all audited as
+    done by ``config``. Returns the new tokens by user; ``{}`` if the store was not empty."""
+    if not store.is_empty():
+        return {}
+    tokens: dict[str, str] = {}
+    for u in config.users:
+        store.add_user(u.name, actor=SEED_ACTOR, admin=u.admin)
+        token = new_token()
+        store.add_token(u.name, hash_token(token))
+        tokens[u.name] = token
+        if write_tokens:
+            write_token(config.tokens_dir, u.name, token)
+    explicit = {b.path for b in config.budgets}
+    for b in sorted(config.budgets, key=lambda b: b.path.count("/")):
+        # a listed parent comes first (sorted by depth); unlisted ones get weight 1
+        store.add_budget(b.path, b.weight, actor=SEED_ACTOR, managers=b.managers,
+                         members=b.members, create_parents=parent_of(b.path) not in explicit)
+    for h in config.hosts:
+        store.add_host(h.name, h.gpus, actor=SEED_ACTOR)
+    return tokens

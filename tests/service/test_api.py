@@ -1,0 +1,410 @@
+"""The HTTP API: validation, rights, audit. Real store (SQLite; PostgreSQL for a smoke test),
+real FastAPI app served by uvicorn on a local port."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from store_db import BACKENDS, ServerThread, SwappableApp, db_url, write_config
+
+from apportion.core import HostState, Status
+from apportion.service.api import create_app
+from apportion.service.clock import FakeClock
+from apportion.service.config import ServiceConfig, load_config
+from apportion.service.store import HostRow, Store
+from apportion.service.store.seed import seed_store
+
+
+@dataclass
+class StandInScheduler:
+    """Stands in for the Scheduler until the API tests run against the real one: records
+    wakes and applies host changes to the store only."""
+
+    store: Store
+    clock: FakeClock = field(default_factory=lambda: FakeClock(1_000_000.0))
+    wakes: int = 0
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> HostRow:
+        return self.store.set_host_state(name, state, reason, actor, at=self.clock.now())
+
+
+@dataclass
+class Service:
+    client: httpx.Client
+    server: ServerThread
+    store: Store
+    scheduler: StandInScheduler
+    config: ServiceConfig
+    tokens: dict[str, str]
+    own_server: bool = True
+
+    def call(self, method: str, url: str, who: str | None = None,
+             body: Any = None, raw: str | None = None) -> Any:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+        if raw is not None:
+            headers["Content-Type"] = "application/json"
+            return self.client.request(method, url, headers=headers, content=raw)
+        return self.client.request(method, url, headers=headers, json=body)
+
+
+def make_service(tmp_path: Path, backend: str = "sqlite",
+                 template: tuple[Path, dict[str, str]] | None = None,
+                 shared: tuple[ServerThread, SwappableApp] | None = None) -> Service:
+    """A seeded service. With ``template`` (a seeded SQLite file and its tokens), the file is
+    copied instead of migrating and seeding again, which keeps the many API tests fast."""
+    config = load_config(write_config(tmp_path))
+    if template is not None:
+        shutil.copy(template[0], tmp_path / "apportion.db")
+        store, tokens = Store(db_url("sqlite", tmp_path)), dict(template[1])
+    else:
+        store = Store(db_url(backend, tmp_path))
+        store.migrate()
+        tokens = seed_store(store, config)
+    sched = StandInScheduler(store)
+    app = create_app(store, sched, config)
+    if shared is not None:
+        server, swap = shared
+        swap.app = app
+    else:
+        server = ServerThread(app)
+    client = httpx.Client(base_url=server.url, timeout=30)
+    return Service(client, server, store, sched, config, tokens, own_server=shared is None)
+
+
+def close_service(s: Service) -> None:
+    s.client.close()
+    if s.own_server:
+        s.server.stop()
+    s.store.close()
+
+
+@pytest.fixture(scope="session")
+def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    d = tmp_path_factory.mktemp("template")
+    s = make_service(d)
+    close_service(s)  # closing checkpoints the WAL: the .db file alone is complete
+    return d / "apportion.db", s.tokens
+
+
+@pytest.fixture(scope="session")
+def shared_server() -> Iterator[tuple[ServerThread, SwappableApp]]:
+    swap = SwappableApp()
+    server = ServerThread(swap)
+    yield server, swap
+    server.stop()
+
+
+@pytest.fixture
+def svc(tmp_path: Path, template: tuple[Path, dict[str, str]],
+        shared_server: tuple[ServerThread, SwappableApp]) -> Iterator[Service]:
+    s = make_service(tmp_path, template=template, shared=shared_server)
+    yield s
+    close_service(s)
+
+
+JOB = {"budget": "ai/llm", "gpus": 2, "min_runtime": "30m", "command": ["sleep", "60"]}
+
+
+def submit(svc: Service, who: str = "alice", **over: Any) -> Any:
+    return svc.call("POST", "/v1/workloads", who, {**JOB, **over})
+
+
+# ---- submission and validation -----------------------------------------------------------
+def test_submit_stores_and_wakes(svc: Service) -> None:
+    """A valid submission is stored pending, owned by the caller, and wakes the scheduler."""
+    r = submit(svc, resumable=True, priority=2, checkpoint_interval=600)
+    assert r.status_code == 201, r.text
+    w = r.json()
+    assert (w["status"], w["user"], w["min_runtime"], w["resumable"]) == (
+        "pending", "alice", 1800.0, True)
+    assert w["submit_time"] == svc.scheduler.clock.now()
+    assert svc.store.get_workload(w["id"]).checkpoint_interval == 600.0
+    assert svc.scheduler.wakes == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "field_"),
+    [
+        ("negative gpus", {**JOB, "gpus": -1}, "gpus"),
+        ("zero gpus", {**JOB, "gpus": 0}, "gpus"),
+        ("more than the cluster", {**JOB, "gpus": 17}, "gpus"),
+        ("min_runtime over the cap", {**JOB, "min_runtime": "9h"}, "min_runtime"),
+        ("min_runtime not a duration", {**JOB, "min_runtime": "soon"}, "min_runtime"),
+        ("negative min_runtime", {**JOB, "min_runtime": -5}, "min_runtime"),
+        ("unknown budget", {**JOB, "budget": "ai/nope"}, "budget"),
+        ("inner budget", {**JOB, "budget": "ai"}, "not a leaf"),
+        ("gpus not a number", {**JOB, "gpus": "many"}, "gpus"),
+        ("empty command", {**JOB, "command": []}, "command"),
+        ("missing budget", {k: v for k, v in JOB.items() if k != "budget"}, "budget"),
+        ("unknown field", {**JOB, "colour": "red"}, "colour"),
+    ],
+)
+def test_submit_rejects_bad_input(svc: Service, name: str, body: dict[str, Any],
+                                  field_: str) -> None:
+    """Bad submissions get 422 with a message naming the field; nothing is stored."""
+    r = svc.call("POST", "/v1/workloads", "alice", body)
+    assert r.status_code == 422, (name, r.text)
+    assert field_ in r.json()["detail"], (name, r.json())
+    assert svc.store.list_workloads() == []
+    assert svc.scheduler.wakes == 0
+
+
+def test_malformed_json_is_rejected(svc: Service) -> None:
+    """A body that is not JSON gets 422 'body: malformed JSON'; nothing is stored."""
+    r = svc.call("POST", "/v1/workloads", "alice", raw='{"budget": "ai/llm", "gpus": ')
+    assert r.status_code == 422
+    assert r.json()["detail"].startswith("body: malformed JSON")
+    assert svc.store.list_workloads() == []
+
+
+def test_queue_and_show(svc: Service) -> None:
+    """The queue lists active workloads; show gives one with its attempts."""
+    wid = submit(svc).json()["id"]
+    submit(svc, who="bob", budget="ai/vision")
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    q = svc.call("GET", "/v1/workloads?status=running", "bob").json()
+    assert [w["id"] for w in q] == [wid]
+    assert len(svc.call("GET", "/v1/workloads?budget=ai", "bob").json()) == 2
+    shown = svc.call("GET", f"/v1/workloads/{wid}", "bob").json()
+    assert shown["attempts"][0]["placement"] == [["h1", 2, [0, 1]]]
+    assert svc.call("GET", "/v1/workloads?status=bogus", "bob").status_code == 422
+    assert svc.call("GET", "/v1/workloads/w-999999", "bob").status_code == 404
+
+
+def test_logs_of_an_attempt(svc: Service) -> None:
+    """Logs are read from <data_dir>/logs/<workload>/<attempt>.log."""
+    wid = submit(svc).json()["id"]
+    assert svc.call("GET", f"/v1/workloads/{wid}/logs", "alice").status_code == 404
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("hello\nworld\n")
+    r = svc.call("GET", f"/v1/workloads/{wid}/logs?attempt=1", "alice")
+    assert (r.status_code, r.text) == (200, "hello\nworld\n")
+    assert svc.call("GET", f"/v1/workloads/{wid}/logs?tail=6", "alice").text == "world\n"
+    assert svc.call("GET", f"/v1/workloads/{wid}/logs?attempt=2", "alice").status_code == 404
+    assert svc.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
+
+
+def test_cancel_pending(svc: Service) -> None:
+    """Cancelling a pending workload ends it and wakes the scheduler; twice is 409."""
+    wid = submit(svc).json()["id"]
+    r = svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice")
+    assert r.json()["status"] == "cancelled"
+    assert svc.scheduler.wakes == 2
+    assert svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice").status_code == 409
+
+
+# ---- rights ------------------------------------------------------------------------------
+def _workload(svc: Service) -> str:
+    return str(submit(svc).json()["id"])
+
+
+# (what, method, url, body, who is allowed, who is refused)
+WRITES: list[tuple[str, str, str, Any, str, str]] = [
+    ("submit", "POST", "/v1/workloads", JOB, "alice", "bob"),
+    ("submit as manager", "POST", "/v1/workloads", JOB, "carol", "bob"),
+    ("cancel own", "POST", "/v1/workloads/{wid}/cancel", None, "alice", "bob"),
+    ("cancel as manager", "POST", "/v1/workloads/{wid}/cancel", None, "dave", "bob"),
+    ("weight below own node", "PATCH", "/v1/budgets/ai/llm", {"weight": 3}, "carol", "dave"),
+    ("weight of top node", "PATCH", "/v1/budgets/ai", {"weight": 3}, "root", "carol"),
+    ("members", "PUT", "/v1/budgets/ai/llm/members", {"members": ["x"]}, "dave", "alice"),
+    ("members of sibling", "PUT", "/v1/budgets/ai/vision/members", {"members": ["x"]},
+     "carol", "dave"),
+    ("managers", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["x"]}, "dave", "bob"),
+    ("create child", "POST", "/v1/budgets", {"path": "ai/llm/new", "weight": 1}, "dave",
+     "alice"),
+    ("create top", "POST", "/v1/budgets", {"path": "research", "weight": 1}, "root",
+     "carol"),
+    ("drain", "POST", "/v1/hosts/h1/drain", {"reason": "fan"}, "root", "carol"),
+    ("repair", "POST", "/v1/hosts/h2/repair", {"reason": "ok"}, "root", "carol"),
+    ("create user", "POST", "/v1/users", {"name": "eve"}, "root", "carol"),
+    ("create token", "POST", "/v1/users/alice/tokens", None, "root", "alice"),
+]
+
+
+def _fingerprint(svc: Service) -> tuple[Any, ...]:
+    """Everything a write could change."""
+    return (
+        [w.as_dict() for w in svc.store.list_workloads(statuses=list(Status))],
+        svc.store.budgets(), svc.store.hosts(), svc.store.users(),
+        [a.id for a in svc.store.audit(limit=1000)],
+    )
+
+
+def _prepare(svc: Service, url: str) -> str:
+    if "{wid}" in url:
+        url = url.replace("{wid}", _workload(svc))
+    if url.endswith("h2/repair"):  # repair needs a host that is not healthy
+        svc.store.set_host_state("h2", HostState.DOWN, "died", "test")
+    return url
+
+
+@pytest.mark.parametrize(("what", "method", "url", "body", "ok", "refused"), WRITES,
+                         ids=[w[0] for w in WRITES])
+def test_write_without_token_is_401(svc: Service, what: str, method: str, url: str,
+                                    body: Any, ok: str, refused: str) -> None:
+    """Every write without a token (or with a wrong one) is 401 and changes nothing."""
+    url = _prepare(svc, url)
+    before = _fingerprint(svc)
+    assert svc.call(method, url, None, body).status_code == 401
+    svc.tokens["mallory"] = "not-a-token"
+    assert svc.call(method, url, "mallory", body).status_code == 401
+    assert _fingerprint(svc) == before
+
+
+@pytest.mark.parametrize(("what", "method", "url", "body", "ok", "refused"), WRITES,
+                         ids=[w[0] for w in WRITES])
+def test_write_outside_rights_is_403(svc: Service, what: str, method: str, url: str,
+                                     body: Any, ok: str, refused: str) -> None:
+    """Every write by someone without the right is 403 and changes nothing."""
+    url = _prepare(svc, url)
+    before = _fingerprint(svc)
+    r = svc.call(method, url, refused, body)
+    assert r.status_code == 403, r.text
+    assert r.json()["detail"].startswith(f"forbidden: {refused} may not")
+    assert _fingerprint(svc) == before
+
+
+@pytest.mark.parametrize(("what", "method", "url", "body", "ok", "refused"), WRITES,
+                         ids=[w[0] for w in WRITES])
+def test_write_within_rights_succeeds(svc: Service, what: str, method: str, url: str,
+                                      body: Any, ok: str, refused: str) -> None:
+    """The same write by someone with the right succeeds."""
+    url = _prepare(svc, url)
+    r = svc.call(method, url, ok, body)
+    assert r.status_code in (200, 201), r.text
+
+
+def test_manager_cannot_set_own_weight(svc: Service) -> None:
+    """A node's own weight belongs to its parent's manager: dave manages ai/llm, not ai."""
+    assert svc.call("PATCH", "/v1/budgets/ai/llm", "dave", {"weight": 9}).status_code == 403
+    assert svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": 9}).status_code == 200
+
+
+def test_member_of_ancestor_may_submit(svc: Service) -> None:
+    """Members listed on an ancestor may submit to every leaf below it."""
+    r = svc.call("PUT", "/v1/budgets/ai/members", "carol", {"members": ["bob"]})
+    assert r.status_code == 200
+    assert submit(svc, who="bob").status_code == 201
+
+
+def test_reads_need_a_token(svc: Service) -> None:
+    """Reads need a valid token; health does not."""
+    for url in ("/v1/workloads", "/v1/budgets", "/v1/budgets/usage", "/v1/hosts", "/v1/audit"):
+        assert svc.call("GET", url).status_code == 401, url
+        assert svc.call("GET", url, "bob").status_code == 200, url
+    assert svc.call("GET", "/v1/health").json()["status"] == "ok"
+
+
+# ---- budgets, hosts, audit --------------------------------------------------------------
+def test_every_budget_change_is_audited(svc: Service) -> None:
+    """Weight, members, managers and create each append who, old and new."""
+    svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": 5})
+    svc.call("PUT", "/v1/budgets/ai/llm/members", "dave", {"members": ["alice", "zoe"]})
+    svc.call("PUT", "/v1/budgets/ai/llm/managers", "carol", {"managers": ["erin"]})
+    svc.call("POST", "/v1/budgets", "carol", {"path": "ai/robotics", "weight": 2})
+    got = svc.call("GET", "/v1/audit?limit=4", "bob").json()
+    assert [(a["actor"], a["action"], a["target"], a["old"], a["new"]) for a in got[::-1]] == [
+        ("carol", "budget.weight", "ai/llm", {"weight": 2.0}, {"weight": 5.0}),
+        ("dave", "budget.members", "ai/llm", {"members": ["alice"]},
+         {"members": ["alice", "zoe"]}),
+        ("carol", "budget.managers", "ai/llm", {"managers": ["dave"]},
+         {"managers": ["erin"]}),
+        ("carol", "budget.create", "ai/robotics", None,
+         {"weight": 2.0, "managers": [], "members": []}),
+    ]
+    assert all(a["at"] > 0 for a in got)
+
+
+def test_budget_tree_with_shares(svc: Service) -> None:
+    """GET /budgets gives every node with its share of the cluster."""
+    tree = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
+    assert tree["ai/llm"]["share"] == pytest.approx(1 / 3)
+    assert tree["ai"]["managers"] == ["carol"] and not tree["ai"]["leaf"]
+
+
+def test_budget_bad_input(svc: Service) -> None:
+    """Bad weight is 422 naming weight; unknown node 404; bad path 409; nothing changes."""
+    before = _fingerprint(svc)
+    assert "weight" in svc.call("PATCH", "/v1/budgets/ai/llm", "root",
+                                {"weight": -1}).json()["detail"]
+    assert svc.call("PATCH", "/v1/budgets/nope", "root", {"weight": 1}).status_code == 404
+    r = svc.call("POST", "/v1/budgets", "root", {"path": "ai//x", "weight": 1})
+    assert r.status_code == 409 and "path" in r.json()["detail"]
+    assert _fingerprint(svc) == before
+
+
+def test_usage_from_attempts(svc: Service) -> None:
+    """Usage charges allocated attempts to the leaf and its ancestors."""
+    wid = submit(svc).json()["id"]
+    t = svc.scheduler.clock.now()
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], t)
+    svc.scheduler.clock.advance(3600)
+    u = {b["path"]: b for b in svc.call("GET", "/v1/budgets/usage", "bob").json()["budgets"]}
+    assert u["ai/llm"]["charged_gpu_hours"] == pytest.approx(2.0)
+    assert u["ai"]["charged_gpu_hours"] == pytest.approx(2.0)
+    assert u["ops"]["charged_gpu_hours"] == 0.0
+
+
+def test_drain_and_repair(svc: Service) -> None:
+    """Drain goes through the scheduler and is audited; an illegal change is 409."""
+    r = svc.call("POST", "/v1/hosts/h1/drain", "root", {"reason": "ECC errors"})
+    assert (r.json()["state"], r.json()["reason"]) == ("draining", "ECC errors")
+    assert svc.store.audit(limit=1)[0].new == {"state": "draining", "reason": "ECC errors"}
+    assert svc.call("POST", "/v1/hosts/h1/repair", "root").json()["state"] == "healthy"
+    assert svc.call("POST", "/v1/hosts/h1/repair", "root").status_code == 200  # unchanged
+    svc.store.set_host_state("h1", HostState.DOWN, "died", "test")
+    assert svc.call("POST", "/v1/hosts/h1/drain", "root").status_code == 409
+    assert svc.call("POST", "/v1/hosts/nope/drain", "root").status_code == 404
+    hosts = svc.call("GET", "/v1/hosts", "bob").json()
+    assert [h["name"] for h in hosts] == ["h1", "h2"]
+
+
+def test_admin_creates_user_and_token(svc: Service) -> None:
+    """A token made through the API works; the store keeps only its hash."""
+    svc.call("POST", "/v1/users", "root", {"name": "eve"})
+    token = svc.call("POST", "/v1/users/eve/tokens", "root").json()["token"]
+    svc.tokens["eve"] = token
+    assert svc.call("GET", "/v1/hosts", "eve").status_code == 200
+    assert svc.store.user_for_token(token) is None  # looked up by digest only
+
+
+def test_tokens_written_0600(tmp_path: Path) -> None:
+    """Seeding writes one token file per user, readable by the owner only."""
+    s = make_service(tmp_path)
+    try:
+        path = s.config.tokens_dir / "alice"
+        assert path.read_text().strip() == s.tokens["alice"]
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert s.config.tokens_dir.stat().st_mode & 0o777 == 0o700
+    finally:
+        close_service(s)
+
+
+def test_openapi_served(svc: Service) -> None:
+    """The OpenAPI schema lists the routes."""
+    paths = json.loads(svc.client.get("/openapi.json").text)["paths"]
+    assert "/v1/workloads" in paths and "/v1/hosts/{name}/drain" in paths
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_submit_and_cancel_on_each_database(tmp_path: Path, backend: str) -> None:
+    """Submit, queue and cancel work the same on SQLite and PostgreSQL."""
+    s = make_service(tmp_path, backend)
+    try:
+        wid = submit(s).json()["id"]
+        assert [w["id"] for w in s.call("GET", "/v1/workloads", "alice").json()] == [wid]
+        assert s.call("POST", f"/v1/workloads/{wid}/cancel", "dave").status_code == 200
+    finally:
+        close_service(s)

@@ -1,0 +1,138 @@
+"""The service's TOML config: values, defaults and error messages naming file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from apportion.service.config import (
+    ConfigError,
+    ServiceConfig,
+    load_config,
+    parse_config,
+    parse_duration,
+)
+
+
+def load_config_text(tmp_path: Path, text: str) -> ServiceConfig:
+    p = tmp_path / "svc.toml"
+    p.write_text(text)
+    return load_config(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("7d", 604800.0), ("8h", 28800.0), ("15m", 900.0), ("30s", 30.0), ("90", 90.0),
+     (45, 45.0), (1.5, 1.5), ("1h30m", 5400.0), (" 2H ", 7200.0)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    """Durations are numbers of seconds or strings with d/h/m/s units."""
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["soon", "3 weeks", "-5", -1, True, "5x", "", [1]])
+def test_bad_durations(bad: object) -> None:
+    """Anything else is refused with a readable problem."""
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(bad)
+
+
+def test_full_config(tmp_path: Path) -> None:
+    """Every section is read; data_dir is relative to the config file; policy by name."""
+    cfg = load_config_text(tmp_path, """
+[server]
+host = "0.0.0.0"
+port = 9000
+data_dir = "d"
+[database]
+url = "postgresql+psycopg://x@h/db"
+[executor]
+kind = "slurm"
+grace_s = "1m"
+[executor.slurm]
+partition = "gpu"
+[policy]
+lookback = "3d"
+max_min_runtime = "4h"
+debug_max_gpus = 4
+rebalance = false
+rebalance_margin = 0.2
+[scheduler]
+interval_s = 2
+[[hosts]]
+name = "n1"
+gpus = 8
+[[budgets]]
+path = "ai/llm"
+weight = 2
+managers = ["carol"]
+members = ["alice"]
+[[users]]
+name = "root"
+admin = true
+""")
+    assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("0.0.0.0", 9000,
+                                                                       tmp_path / "d")
+    assert cfg.db_url == "postgresql+psycopg://x@h/db"
+    assert (cfg.executor.kind, cfg.executor.grace_s, dict(cfg.executor.slurm)) == (
+        "slurm", 60.0, {"partition": "gpu"})
+    p = cfg.policy
+    assert (p.lookback, p.max_min_runtime, p.debug_max_gpus, p.rebalance,
+            p.rebalance_margin) == (259200.0, 14400.0, 4, False, 0.2)
+    assert cfg.scheduler.interval_s == 2.0
+    assert cfg.hosts[0].gpus == 8 and cfg.budgets[0].members == ("alice",)
+    assert cfg.users[0].admin
+
+
+def test_defaults(tmp_path: Path) -> None:
+    """An empty file gives the documented defaults and a SQLite database in data_dir."""
+    cfg = load_config_text(tmp_path, "")
+    assert (cfg.server.port, cfg.executor.kind, cfg.scheduler.interval_s) == (8642, "local", 5.0)
+    assert cfg.db_url == f"sqlite:///{tmp_path / 'apportion-data' / 'apportion.db'}"
+    assert cfg.policy.lookback == 7 * 86400
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[policy]\nlookbak = '7d'", "policy.lookbak: unknown key (valid keys: lookback, "),
+        ("[policy]\nlookback = 'a week'", "policy.lookback: must be a duration"),
+        ("[policy]\nlookback = 0", "policy: lookback: must be > 0"),
+        ("[policy]\nrebalance = 1", "policy.rebalance: must be true or false"),
+        ("[server]\nport = 'http'", "server.port: must be an integer"),
+        ("[server]\nport = 70000", "server.port: must be <= 65535"),
+        ("[server]\nhots = 1", "server.hots: unknown key"),
+        ("[executor]\nkind = 'k8s'", "executor.kind: must be one of local, slurm, memory"),
+        ("[scheduler]\ninterval_s = 0", "scheduler.interval_s: must be > 0"),
+        ("[[hosts]]\nname = 'a'\ngpus = 0", "hosts[0].gpus: must be an integer >= 1"),
+        ("[[hosts]]\ngpus = 8", "hosts[0].name: missing"),
+        ("[[hosts]]\nname='a'\ngpus=8\n[[hosts]]\nname='a'\ngpus=8",
+         "hosts[1].name: duplicate 'a'"),
+        ("[[budgets]]\npath = 'a'\nweight = 0", "budgets[0].weight: must be a number > 0"),
+        ("[[budgets]]\npath = 'a'\nmembers = 'bob'", "budgets[0].members: must be a list"),
+        ("[[users]]\nname = 'x'\nadmin = 'yes'", "users[0].admin: must be true or false"),
+        ("[[users]]\nname = 'x'\nrole = 'admin'", "users[0].role: unknown key"),
+        ("hosts = 3", "hosts: must be an array of tables"),
+        ("sever = 1", "sever: unknown key (valid keys: budgets, database"),
+        ("[server\n", "Expected ']'"),
+    ],
+)
+def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    """Each problem is reported as `file: key: problem`."""
+    with pytest.raises(ConfigError) as e:
+        load_config_text(tmp_path, text)
+    assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}: "), str(e.value)
+    assert message in str(e.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    """A missing file is reported by name."""
+    with pytest.raises(ConfigError, match="nope.toml: cannot read"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_parse_config_source_name() -> None:
+    """Errors from parse_config carry the given source name."""
+    with pytest.raises(ConfigError, match="^inline: server.port"):
+        parse_config({"server": {"port": -1}}, source="inline")
