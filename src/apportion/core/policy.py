@@ -87,9 +87,12 @@ class _Pass:
         self.changes: list[HostChange] = []
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
-        self.fit_fail_min = 1 << 30  # smallest request that did not fit this pass
-        self.unalloc_fail_min = 1 << 30  # smallest that unallocated victims could not make room for
-        self.rebalance_fail_min: dict[str, int] = {}  # per preemptor budget
+        # Smallest request that failed this pass: anything larger of the same shape fails too.
+        # Kept per shape (one host / whole hosts): with hosts of mixed sizes, a single-host
+        # request failing says nothing about whole free smaller hosts.
+        self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
+        self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
+        self.rebalance_fail_min: dict[tuple[str, bool], int] = {}  # per preemptor budget
         self._victim_gpus: dict[str, int] | None = None
 
     def run(self) -> Decisions:
@@ -173,11 +176,12 @@ class _Pass:
         return False
 
     def try_fit(self, spec: WorkloadSpec) -> bool:
-        if spec.gpus >= self.fit_fail_min:
+        multi = spec.gpus > self.hosts.max_size
+        if spec.gpus >= self.fit_fail_min[multi]:
             return False
         placement = find_fit(self.hosts, spec.gpus)
         if placement is None:
-            self.fit_fail_min = spec.gpus
+            self.fit_fail_min[multi] = spec.gpus
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -186,12 +190,13 @@ class _Pass:
     def try_preempt(self, spec: WorkloadSpec) -> bool:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
         plan = None
-        if spec.gpus < self.unalloc_fail_min:
+        multi = spec.gpus > self.hosts.max_size
+        if spec.gpus < self.unalloc_fail_min[multi]:
             plan = find_victims(self.hosts, spec, self.now, None)
             if plan is None:
-                self.unalloc_fail_min = spec.gpus
+                self.unalloc_fail_min[multi] = spec.gpus
         if plan is None and self.cfg.rebalance:
-            if spec.gpus >= self.rebalance_fail_min.get(spec.budget, 1 << 30):
+            if spec.gpus >= self.rebalance_fail_min.get((spec.budget, multi), 1 << 30):
                 return False
             sides = self.rules.sides(spec)
             reachable = self.hosts.reclaimable_unallocated() + sum(
@@ -205,7 +210,7 @@ class _Pass:
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
                 )
             if plan is None:
-                self.rebalance_fail_min[spec.budget] = spec.gpus
+                self.rebalance_fail_min[(spec.budget, multi)] = spec.gpus
         if plan is None:
             return False
         self.hosts.claim(plan)
@@ -238,7 +243,7 @@ class _Pass:
         )
         for leaf in leaves:
             for _, wid in st.unallocated_queues[leaf]:
-                if self.fit_fail_min <= 1:
+                if self.fit_fail_min[False] <= 1:
                     return  # not one GPU left: nothing more can start this pass
                 spec = st.pending[wid].spec
                 self.order.append(wid)
