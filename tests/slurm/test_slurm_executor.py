@@ -241,3 +241,16 @@ def test_list_jobs_finds_apportion_jobs_by_workload(
     assert [(j.job_id, j.workload_id, j.attempt) for j in found] == [
         (handles[0], wid, 1), (handles[1], wid, 2),
     ]
+
+
+def test_stop_of_a_finished_job_is_harmless(executor: SlurmExecutor, tmp_path: Path) -> None:
+    """Stopping a job that already ended changes nothing and raises nothing."""
+    handle = executor.launch(Launch(
+        workload_id="done", attempt=1, slots=one_host("gpu1", 1),
+        log_path=str(tmp_path / "d.log"), command=["true"],
+    ))
+    wait_for_state(executor, handle, AttemptState.EXITED)
+    executor.stop(handle, grace_s=0.1)
+    executor.stop(handle, grace_s=0)
+    obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    assert obs.exit_code == 0
