@@ -292,7 +292,17 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     def usage(_user: User) -> dict[str, Any]:
         """Charged and free GPU-hours of every node over the lookback window, and its usage
         ratio (charged / (share x healthy GPU-hours))."""
-        return _usage(store, settings, now())
+        view = scheduler.queue_view() if hasattr(scheduler, "queue_view") else None
+        return _usage(store, settings, now(), view)
+
+    @app.get(f"{v1}/queue", tags=["workloads"])
+    def policy_queue(_user: User) -> dict[str, Any]:
+        """The queue as the scheduler's last pass saw it: pending work in policy order with
+        its wait reason, running work with its protection, hosts and budget ratios."""
+        if not hasattr(scheduler, "queue_view"):
+            raise _fail(404, "queue: this scheduler has no queue view")
+        view: dict[str, Any] = scheduler.queue_view()
+        return view
 
     @app.post(f"{v1}/budgets", status_code=201, tags=["budgets"])
     def create_budget(body: CreateBudgetBody, user: User) -> dict[str, Any]:
@@ -401,9 +411,13 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     return app
 
 
-def _usage(store: Store, settings: ServiceConfig, now: float) -> dict[str, Any]:
-    """Per-node usage over the lookback, from the attempts in the store. Capacity is the
-    healthy GPUs now times the window (host history is not kept per second)."""
+def _usage(
+    store: Store, settings: ServiceConfig, now: float, view: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Per-node usage over the lookback. Charged GPU-hours and ratios come from the
+    scheduler's ledger when it is running (``view``: its queue view), else from the attempts
+    in the store with capacity taken as the healthy GPUs now times the window (the store
+    keeps no per-second host history). Free GPU-hours always come from the store."""
     window = settings.policy.lookback
     since = now - window
     rows = store.budgets()
@@ -420,15 +434,22 @@ def _usage(store: Store, settings: ServiceConfig, now: float) -> dict[str, Any]:
             table[node] = table.get(node, 0.0) + seconds
     healthy = sum(h.gpus for h in store.hosts() if h.state is HostState.HEALTHY)
     capacity = healthy * window
+    live: dict[str, dict[str, Any]] = {}
+    if view and view.get("now") is not None:
+        live = {b["path"]: b for b in view.get("budgets", [])}
     out = []
     for path in tree.nodes():
         c = charged.get(path, 0.0)
         fair = tree.share(path) * capacity
+        ratio = c / fair if fair > 0 else None
+        if path in live:
+            c, ratio = float(live[path]["charged_gpu_s"]), live[path]["usage_ratio"]
         out.append({
             "path": path,
             "share": tree.share(path),
             "charged_gpu_hours": c / 3600.0,
             "free_gpu_hours": free.get(path, 0.0) / 3600.0,
-            "usage_ratio": c / fair if fair > 0 else None,
+            "usage_ratio": ratio,
         })
-    return {"lookback_s": window, "capacity_gpu_hours": capacity / 3600.0, "budgets": out}
+    return {"lookback_s": window, "capacity_gpu_hours": capacity / 3600.0,
+            "source": "scheduler" if live else "store", "budgets": out}
