@@ -1,0 +1,83 @@
+"""``apportion serve``: the live service (API, scheduler loop, executor) in one process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def build_executor(config: Any, clock: Any) -> Any:
+    """The executor named by ``[executor] kind``, imported only when used."""
+    from apportion.service.config import ConfigError
+
+    kind = config.executor.kind
+    hosts = [(h.name, h.gpus) for h in config.hosts]
+    data_dir: Path = config.server.data_dir
+    if kind in ("local", "memory") and not hosts:
+        raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
+    if kind == "local":
+        from apportion.service.executors.local import LocalExecutor
+
+        return LocalExecutor(hosts, config.logs_dir, data_dir / "run")
+    if kind == "memory":
+        from apportion.service.executors.memory import MemoryExecutor
+
+        return MemoryExecutor(hosts, clock)
+    from apportion.service.executors.slurm import SlurmExecutor
+
+    try:
+        return SlurmExecutor(data_dir / "slurm-jobs", **dict(config.executor.slurm))
+    except TypeError as e:
+        raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="TOML config file (see docs/service.md)")
+@click.option("--host", default=None, help="listen address (default: [server] host)")
+@click.option("--port", type=int, default=None, help="listen port (default: [server] port)")
+def serve(config_path: str | None, host: str | None, port: int | None) -> None:
+    """Run the scheduler service: HTTP API, scheduling loop and executor."""
+    import uvicorn
+
+    from apportion.service.api import create_app
+    from apportion.service.clock import WallClock
+    from apportion.service.config import ConfigError, ServiceConfig, load_config
+    from apportion.service.scheduler import Scheduler
+    from apportion.service.store import Store
+    from apportion.service.store.seed import seed_store
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        config = load_config(config_path) if config_path else ServiceConfig()
+        config.server.data_dir.mkdir(parents=True, exist_ok=True)
+        clock = WallClock()
+        store = Store(config.db_url)
+        store.migrate()
+        tokens = seed_store(store, config)
+        executor = build_executor(config, clock)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    if tokens:
+        click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
+                   f"to {config.tokens_dir}", err=True)
+    scheduler = Scheduler(store, executor, config.policy, clock, grace_s=config.executor.grace_s)
+    scheduler.start()
+    stop = threading.Event()
+    loop = threading.Thread(target=scheduler.run_forever, args=(config.scheduler.interval_s, stop),
+                            name="apportion-scheduler", daemon=True)
+    loop.start()
+    app = create_app(store, scheduler, config)
+    try:
+        uvicorn.run(app, host=host or config.server.host, port=port or config.server.port,
+                    log_level="info")
+    finally:
+        stop.set()
+        scheduler.wake()
+        loop.join(timeout=30)
+        executor.close()
+        store.close()

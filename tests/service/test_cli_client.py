@@ -1,0 +1,195 @@
+"""The client commands against a real `apportion serve` (local executor, SQLite) in a
+subprocess on a free port."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from click.testing import CliRunner, Result
+from store_db import write_config
+
+from apportion.cli.main import main
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    data_dir: Path
+    tokens: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    d = tmp_path_factory.mktemp("serve")
+    cfg = write_config(d, "").read_text().replace('kind = "memory"', 'kind = "local"\ngrace_s = 2')
+    cfg = cfg.replace("[policy]", "[scheduler]\ninterval_s = 0.2\n[policy]")
+    (d / "apportion.toml").write_text(cfg)
+    port = free_port()
+    with open(d / "serve.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "apportion.cli.main", "serve", "--config",
+             str(d / "apportion.toml"), "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"apportion serve did not start:\n{(d / 'serve.log').read_text()}")
+            time.sleep(0.1)
+        tokens = {p.name: p.read_text().strip() for p in (d / "data" / "tokens").iterdir()}
+        yield Server(url, d / "data", tokens)
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def run(server: Server, who: str | None, *args: str, env: dict[str, str] | None = None,
+        ) -> Result:
+    """Run a client command in-process, with url and token from the environment."""
+    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+    if who:
+        base["APPORTION_TOKEN"] = server.tokens[who]
+    return CliRunner().invoke(main, list(args), env={**base, **(env or {})},
+                              catch_exceptions=False)
+
+
+def run_json(server: Server, who: str, *args: str) -> Any:
+    r = run(server, who, *args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def wait_status(server: Server, wid: str, want: set[str]) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        w: dict[str, Any] = run_json(server, "alice", "show", wid)
+        if w["status"] in want or time.monotonic() > deadline:
+            return w
+        time.sleep(0.1)
+
+
+def test_submit_runs_and_logs(server: Server) -> None:
+    """submit -> the local executor runs it -> show says completed -> logs prints its output."""
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "2", "--min-runtime",
+            "30m", "--", "sh", "-c", "echo hello from $CUDA_VISIBLE_DEVICES")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert r.stdout.startswith(f"submitted {wid} to ai/llm (2 GPUs, min runtime 30m)")
+    w = wait_status(server, wid, {"completed", "failed"})
+    assert w["status"] == "completed", w
+    out = run(server, "alice", "logs", wid)
+    assert out.exit_code == 0 and out.stdout.startswith("hello from ")
+    shown = run(server, "alice", "show", wid).stdout
+    assert "status:              completed" in shown and "attempts:" in shown
+
+
+def test_queue_and_cancel(server: Server) -> None:
+    """A long workload shows in the queue (table and JSON) and can be cancelled."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--resumable", "--priority", "3", "--", "sleep", "600")
+    wid = r.stdout.split()[1]
+    rows = run_json(server, "bob", "queue", "--user", "bob")
+    assert [w["id"] for w in rows] == [wid] and rows[0]["priority"] == 3
+    table = run(server, "bob", "queue").stdout.splitlines()
+    assert table[0].split()[:3] == ["ID", "STATUS", "BUDGET"]
+    assert any(line.startswith(wid) for line in table[1:])
+    wait_status(server, wid, {"running"})
+    c = run(server, "bob", "cancel", wid)
+    assert c.exit_code == 0 and wid in c.stdout
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_validation_error_is_printed(server: Server) -> None:
+    """The server's message is printed and the exit status is non-zero."""
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "99", "--min-runtime",
+            "30m", "--", "true")
+    assert r.exit_code == 1
+    assert "gpus: 99 is more than the cluster's 16" in r.stderr and "HTTP 422" in r.stderr
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "9h", "--", "true")
+    assert r.exit_code == 1 and "min_runtime" in r.stderr
+
+
+def test_forbidden_and_unauthenticated(server: Server) -> None:
+    """403 and 401 messages from the server reach the user."""
+    r = run(server, "alice", "hosts", "drain", "h1")
+    assert r.exit_code == 1 and "forbidden: alice may not change host h1" in r.stderr
+    r = run(server, None, "queue")
+    assert r.exit_code == 1 and "missing bearer token (HTTP 401)" in r.stderr
+    r = run(server, "alice", "queue", "--token", "wrong")
+    assert r.exit_code == 1 and "invalid token" in r.stderr
+
+
+def test_budget_commands(server: Server) -> None:
+    """tree, create, set, members, managers and usage; every change lands in the audit."""
+    assert run(server, "carol", "budgets", "create", "ai/robotics", "--weight", "2",
+               "--member", "bob").exit_code == 0
+    assert run(server, "carol", "budgets", "set", "ai/robotics", "3").exit_code == 0
+    assert run(server, "carol", "budgets", "members", "ai/robotics", "bob",
+               "alice").exit_code == 0
+    assert run(server, "carol", "budgets", "managers", "ai/robotics", "dave").exit_code == 0
+    tree = {b["path"]: b for b in run_json(server, "bob", "budgets", "tree")}
+    robotics = tree["ai/robotics"]
+    assert (robotics["weight"], robotics["members"], robotics["managers"]) == (
+        3.0, ["alice", "bob"], ["dave"])
+    text = run(server, "bob", "budgets", "tree").stdout
+    assert "  robotics" in text
+    usage = run_json(server, "bob", "budgets", "usage")
+    assert {b["path"] for b in usage["budgets"]} >= {"ai", "ai/robotics"}
+    audit = run_json(server, "bob", "audit", "--target", "ai/robotics")
+    assert [a["action"] for a in audit] == [
+        "budget.managers", "budget.members", "budget.weight", "budget.create"]
+    assert all(a["actor"] == "carol" for a in audit)
+    assert "budget.weight" in run(server, "bob", "audit").stdout
+
+
+def test_host_commands(server: Server) -> None:
+    """An admin drains and repairs a host; hosts list shows the state."""
+    r = run(server, "root", "hosts", "drain", "h2", "--reason", "ECC errors")
+    assert r.exit_code == 0 and "h2: draining" in r.stdout
+    hosts = {h["name"]: h for h in run_json(server, "root", "hosts", "list")}
+    assert hosts["h2"]["state"] in ("draining", "repair")
+    assert run(server, "root", "hosts", "repair", "h2").stdout.strip() == "h2: healthy"
+    assert "h2" in run(server, "root", "hosts", "list").stdout
+
+
+def test_config_file(server: Server, tmp_path: Path) -> None:
+    """Without flags or env, url and token_file come from the client config file."""
+    (tmp_path / "tok").write_text(server.tokens["bob"] + "\n")
+    cfg = tmp_path / "client.toml"
+    cfg.write_text(f'url = "{server.url}"\ntoken_file = "{tmp_path / "tok"}"\n')
+    env: dict[str, str | None] = {
+        "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(cfg)}
+    r = CliRunner().invoke(main, ["hosts", "list", "--json"], env=env)
+    assert r.exit_code == 0, r.output
+    assert {h["name"] for h in json.loads(r.stdout)} == {"h1", "h2"}
+
+
+def test_unreachable_server() -> None:
+    """A server that is not there gives a clear message, not a traceback."""
+    r = CliRunner().invoke(main, ["queue"], env={
+        "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
+        "APPORTION_CLIENT_CONFIG": "/nonexistent"})
+    assert r.exit_code == 1 and "cannot reach the server" in r.stderr
