@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from apportion.core import (
     ClusterState,
@@ -54,6 +55,17 @@ ACTOR = "scheduler"
 MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
+
+
+class PassListener(Protocol):
+    """A read-only observer of the loop (metrics, dashboard): called under the scheduler's
+    lock, must be quick and must not change the state."""
+
+    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+        """A round decided something; called before it is applied."""
+
+    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+        """A pass ended (``seconds``: its wall time)."""
 
 
 @dataclass(slots=True)
@@ -100,7 +112,9 @@ class Scheduler:
         self._started = False
         self.recent: deque[str] = deque(maxlen=2000)  # recent decision log lines
         self.passes = 0
-        self.errors = 0
+        self.errors = 0  # failed passes, ever
+        self.failing = 0  # failed passes in a row
+        self.listeners: list[PassListener] = []
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -119,13 +133,14 @@ class Scheduler:
     def step(self, now: float | None = None) -> list[str]:
         """One pass at ``now`` (default: the clock). Returns the decision log lines."""
         with self.lock:
-            if not self._started:
-                self.start()
-            st = self._st()
-            t = self.clock.now() if now is None else now
-            t = max(t, st.time)
             lines: list[str] = []
+            wall = time.perf_counter()
             try:
+                if not self._started:
+                    self.start()
+                st = self._st()
+                t = self.clock.now() if now is None else now
+                t = max(t, st.time)
                 self._sync_store(t)
                 self._sync_inventory(t)
                 self._retry(t)
@@ -135,6 +150,7 @@ class Scheduler:
                     self._last = d
                     if d.empty():
                         break
+                    self._notify("decided", t, d, st)
                     new = decision_log(t, d)
                     lines += new
                     self.recent.extend(new)
@@ -146,11 +162,22 @@ class Scheduler:
                     log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)
             except Exception:
                 self.errors += 1
+                self.failing += 1
                 self._started = False  # rebuild from the store before the next pass
                 raise
+            self.failing = 0
             self.passes += 1
             self._last_pass_at = t
+            seconds = time.perf_counter() - wall
+            self._notify("passed", t, seconds, st)
             return lines
+
+    def _notify(self, event: str, *args: Any) -> None:
+        for fn in self.listeners:
+            try:
+                getattr(fn, event)(*args)
+            except Exception:  # an observer's bug must never stop scheduling
+                log.exception("pass listener failed")
 
     def wake(self) -> None:
         """Ask the background loop for a pass now (after a submission, a cancel, ...)."""
@@ -164,8 +191,11 @@ class Scheduler:
             self._wake.clear()
             try:
                 self.step()
-            except Exception:
-                log.exception("scheduling pass failed; retrying on the next pass")
+            except Exception as e:
+                if self.failing <= 1:
+                    log.exception("scheduling pass failed; retrying on every pass")
+                else:
+                    log.warning("scheduling pass failed again (%d in a row): %s", self.failing, e)
             if stop_event.is_set():
                 break
             self._wake.wait(interval_s)
@@ -660,4 +690,4 @@ def _replay_host(st: ClusterState, name: str, state: HostState) -> Callable[[flo
     return apply
 
 
-__all__ = ["ACTOR", "Scheduler"]
+__all__ = ["ACTOR", "PassListener", "Scheduler"]

@@ -77,6 +77,7 @@ class MemoryExecutor:
         self.restart_overhead = restart_overhead
         self.term_delays = dict(term_delays or {})
         self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
+        self.overhead: dict[str, float] = {}  # workload -> set-up seconds of its next run
         self.runs: dict[str, int] = {}  # workload -> runs launched
         self.attempts: dict[str, _Attempt] = {}  # handle -> attempt
         self.drained: dict[str, str] = {}  # host -> reason, as mirrored by the scheduler
@@ -97,13 +98,11 @@ class MemoryExecutor:
         handle = f"mem:{wid}:{launch.attempt}"
         if handle in self.attempts:
             raise ExecutorError(f"memory executor: {handle}: launched twice")
-        runs = self.runs.get(wid, 0)
         remaining: float | None = None
         if wid in self.durations:
-            remaining = max(0.0, self.durations[wid] - self.progress.get(wid, 0.0))
-            if runs > 0:
-                remaining += self.restart_overhead
-        self.runs[wid] = runs + 1
+            work = self.durations[wid] - self.progress.get(wid, 0.0)
+            remaining = self.overhead.get(wid, 0.0) + work
+        self.runs[wid] = self.runs.get(wid, 0) + 1
         self.attempts[handle] = _Attempt(
             wid,
             launch.attempt,
@@ -239,17 +238,17 @@ class MemoryExecutor:
         self._keep_progress(a, t)
 
     def _keep_progress(self, a: _Attempt, t: float) -> None:
+        """Progress kept when a run ends, as the simulator's engine computes it."""
         if a.remaining is None:
             return
         wid = a.workload_id
         if a.exit_code == 0 and not a.signalled:
             self.progress[wid] = self.durations[wid]
             return
-        ran = t - a.started_at
+        overhead = self.overhead.get(wid, 0.0)
+        work = max(0.0, (t - a.started_at) - overhead)  # set-up time is not progress
+        left = self.durations[wid] - self.progress.get(wid, 0.0)
         c = self.checkpoints.get(wid) or self.checkpoint_default
-        kept = math.floor(ran / c) * c if c > 0 else 0.0
-        overhead = self.restart_overhead if self.runs.get(wid, 0) > 1 else 0.0
-        # the set-up of a resumed run is not progress: only work past it counts
-        self.progress[wid] = min(
-            self.durations[wid], self.progress.get(wid, 0.0) + max(0.0, kept - overhead)
-        )
+        kept = min(math.floor(work / c) * c, left) if c > 0 else 0.0
+        self.progress[wid] = self.progress.get(wid, 0.0) + kept
+        self.overhead[wid] = self.restart_overhead  # a next run resumes: it pays the set-up

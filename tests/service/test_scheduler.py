@@ -1,0 +1,298 @@
+"""The live scheduler with the in-memory executor and a fake clock, on a real store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sched_env import Env, make_env
+from store_db import BACKENDS
+
+from apportion.core import HostState, Status
+from apportion.service.store import Store
+
+
+@pytest.fixture(params=BACKENDS)
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Env]:
+    e = make_env(request.param, tmp_path)
+    yield e
+    e.store.close()
+
+
+@pytest.fixture
+def lite(tmp_path: Path) -> Iterator[Env]:
+    e = make_env("sqlite", tmp_path)
+    yield e
+    e.store.close()
+
+
+def status(env: Env, wid: str) -> Status:
+    return env.store.get_workload(wid).status
+
+
+def test_submitted_workload_starts_and_completes(env: Env) -> None:
+    """A submission starts on the next pass and completes when it exits 0; its one attempt
+    is charged gpus x run time."""
+    wid = env.submit(gpus=4, duration=100.0)
+    assert env.at(0.0) == [f"0.000 start {wid} on h0:4"]
+    assert status(env, wid) is Status.RUNNING
+    env.at(100.0)
+    w = env.store.get_workload(wid)
+    assert w.status is Status.COMPLETED and w.exit_code == 0
+    assert [a.gpu_seconds for a in w.attempts] == [400.0]
+
+
+def test_nonzero_exit_fails_the_workload(lite: Env) -> None:
+    """An attempt that exits non-zero ends the workload as failed with that code."""
+    wid = lite.submit()
+    lite.at(0.0)
+    lite.clock.set(5.0)
+    lite.executor.finish(wid, exit_code=3)
+    lite.at(5.0)
+    w = lite.store.get_workload(wid)
+    assert (w.status, w.exit_code) == (Status.FAILED, 3)
+
+
+def test_allocated_preempts_unallocated_and_resumable_is_requeued(env: Env) -> None:
+    """Unallocated work is displaced by allocated work; being resumable, it is requeued with
+    its original submit time (it keeps its place) and restarts as a second attempt."""
+    free = env.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=True)
+    env.at(0.0)
+    alloc = env.submit(budget="ai/llm", gpus=8, min_runtime=60.0, duration=50.0)
+    lines = env.at(10.0)
+    assert lines == [
+        f"10.000 preempt {free} unallocated requeue=True by={alloc}",
+        f"10.000 start {alloc} on h0:8",
+    ]
+    w = env.store.get_workload(free)
+    assert (w.status, w.submit_time, w.queued_at) == (Status.PENDING, 0.0, 10.0)
+    assert w.attempts[0].end_reason == "preempted: unallocated"
+    assert w.attempts[0].gpu_seconds == 80.0
+    env.at(60.0)
+    w = env.store.get_workload(free)
+    assert w.status is Status.RUNNING and w.attempt is not None and w.attempt.n == 2
+
+
+def test_non_resumable_preempted_workload_ends_preempted(lite: Env) -> None:
+    """A preempted workload that cannot resume ends as preempted."""
+    free = lite.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=False)
+    lite.at(0.0)
+    lite.submit(budget="ai/llm", gpus=8)
+    lite.at(1.0)
+    assert status(lite, free) is Status.PREEMPTED
+
+
+def test_preemptor_waits_for_victims_to_exit(tmp_path: Path) -> None:
+    """With a grace period, the preemptor starts only once its victim has exited, and the
+    victim is charged until its real exit."""
+    env = make_env("sqlite", tmp_path, grace_s=30.0, term_delays={})
+    env.executor.term_delays["w-000001"] = 20.0  # takes 20 s to checkpoint and exit
+    free = env.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=True)
+    env.at(0.0)
+    alloc = env.submit(budget="ai/llm", gpus=8)
+    assert env.at(10.0) == [f"10.000 preempt {free} unallocated requeue=True by={alloc}"]
+    assert status(env, free) is Status.STOPPING
+    assert env.at(20.0) == []
+    assert env.sched.queue_view()["pending"][0]["wait_reason"] == "waiting_for_preemption"
+    assert env.at(30.0) == [f"30.000 start {alloc} on h0:8"]
+    assert env.store.get_workload(free).attempts[0].gpu_seconds == 8 * 30.0
+    env.store.close()
+
+
+def test_drained_host_is_emptied_then_goes_to_repair(env: Env) -> None:
+    """Draining a host stops new work on it, preempts each workload once its minimum
+    runtime has passed, then moves the empty host to repair; the executor is told."""
+    wid = env.submit(gpus=4, min_runtime=600.0, resumable=True)
+    env.at(0.0)
+    env.clock.set(100.0)
+    env.sched.set_host_state("h0", HostState.DRAINING, "ECC errors", "admin")
+    assert env.executor.drained == {"h0": "ECC errors"}
+    assert env.at(100.0) == []
+    assert env.at(600.0) == [
+        f"600.000 preempt {wid} drain requeue=True by=None",
+        "600.000 host h0 -> repair (drained: empty)",  # the victim exited at once
+    ]
+    assert env.store.get_host("h0").state is HostState.REPAIR
+    assert status(env, wid) is Status.PENDING
+
+
+def test_cancel_pending_and_running(lite: Env) -> None:
+    """A cancelled pending workload never starts; a cancelled running one is stopped and
+    ends as cancelled."""
+    running = lite.submit(gpus=8)
+    lite.at(0.0)
+    waiting = lite.submit(gpus=8)
+    lite.at(1.0)
+    lite.store.cancel_workload(waiting, "alice")
+    lite.store.cancel_workload(running, "alice")
+    lite.at(2.0)
+    assert status(lite, running) is Status.CANCELLED
+    assert status(lite, waiting) is Status.CANCELLED
+    assert lite.executor.running() == []
+    assert lite.store.get_workload(waiting).attempts == ()
+
+
+def test_host_death_ends_its_work_at_once(tmp_path: Path) -> None:
+    """When the executor reports a host down, its workloads end at once, even protected
+    ones: resumable ones are requeued, others are lost; the host is down in the store."""
+    env = make_env("sqlite", tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    a = env.submit(gpus=8, min_runtime=3600.0, resumable=True)
+    b = env.submit(gpus=8, min_runtime=3600.0, resumable=False)
+    env.at(0.0)
+    placed = env.store.get_workload(a).attempt
+    assert placed is not None
+    victim_host = placed.placement[0][0]
+    env.clock.set(50.0)
+    env.executor.fail_host(victim_host)
+    env.at(50.0)
+    assert env.store.get_host(victim_host).state is HostState.DOWN
+    assert status(env, a) is Status.PENDING
+    assert env.store.get_workload(a).attempts[0].end_reason == "host_failure"
+    assert status(env, b) is Status.RUNNING
+    env.store.close()
+
+
+def test_gpu_indexes_are_lowest_free_and_reused(lite: Env) -> None:
+    """The scheduler hands out the lowest free GPU indexes of a host and reuses freed ones."""
+    a = lite.submit(gpus=2, duration=10.0)
+    b = lite.submit(gpus=3)
+    lite.at(0.0)
+    slots = {ln.workload_id: ln.slots[0].gpu_indexes for ln in lite.executor.launches}
+    assert (slots[a], slots[b]) == ((0, 1), (2, 3, 4))
+    lite.at(10.0)
+    c = lite.submit(gpus=5)
+    lite.at(11.0)
+    got = next(ln for ln in lite.executor.launches if ln.workload_id == c).slots[0].gpu_indexes
+    assert set(got).isdisjoint(slots[b]) and len(got) == 5 and min(got) == 0
+
+
+def test_restart_observes_exits_that_happened_while_down(env: Env) -> None:
+    """After a restart, an attempt that finished while the server was down is ended with
+    its observed exit code and its real exit time, and charged exactly once."""
+    wid = env.submit(gpus=2, duration=100.0)
+    env.at(0.0)
+    env.clock.set(500.0)  # the server was down from t=0 to t=500
+    env.restart()
+    w = env.store.get_workload(wid)
+    assert w.status is Status.COMPLETED
+    assert (w.attempts[0].ended_at, w.attempts[0].gpu_seconds) == (100.0, 200.0)
+    env.restart()  # observing it again changes nothing
+    assert env.store.get_workload(wid).attempts[0].gpu_seconds == 200.0
+
+
+def test_restart_keeps_running_work_and_gpu_indexes(env: Env) -> None:
+    """After a restart, running attempts stay running on the same GPU indexes, and the new
+    scheduler does not start anything on them."""
+    a = env.submit(gpus=6)
+    env.at(0.0)
+    env.restart()
+    b = env.submit(gpus=4)
+    env.at(10.0)
+    assert status(env, a) is Status.RUNNING and status(env, b) is Status.PENDING
+    c = env.submit(gpus=2)
+    env.at(11.0)
+    got = next(ln for ln in env.executor.launches if ln.workload_id == c).slots[0].gpu_indexes
+    assert got == (6, 7)
+
+
+def test_attempt_begun_but_never_launched_is_requeued_uncharged(env: Env) -> None:
+    """A crash between begin_attempt and the launch leaves an attempt without a handle:
+    on start it is ended at its start time (0 GPU-seconds) and the workload runs again."""
+    wid = env.submit(gpus=2)
+    env.store.begin_attempt(wid, [("h0", 2, [0, 1])], 0.0)  # then the server died
+    env.clock.set(30.0)
+    env.restart()
+    w = env.store.get_workload(wid)
+    assert w.status is Status.PENDING
+    assert (w.attempts[0].end_reason, w.attempts[0].gpu_seconds) == ("never launched", 0.0)
+    env.at(30.0)
+    w = env.store.get_workload(wid)
+    assert w.status is Status.RUNNING and w.attempt is not None and w.attempt.n == 2
+
+
+def test_attempt_launched_before_its_handle_was_stored_is_adopted(lite: Env) -> None:
+    """If the executor launched the attempt but the handle never reached the store, the
+    restarted scheduler finds it through the executor and keeps it running."""
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    a = lite.store.get_workload(wid).attempt
+    assert a is not None and a.handle is not None
+    with lite.store.engine.begin() as conn:  # as if the crash came before set_attempt_handle
+        conn.exec_driver_sql("UPDATE attempts SET handle = NULL")
+    lite.restart()
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.RUNNING and w.attempt is not None and w.attempt.handle == a.handle
+
+
+def test_executor_failures_do_not_stop_scheduling(lite: Env) -> None:
+    """While the executor is unavailable, a launch is undone (requeued, nothing charged)
+    and the pass goes on; once it is back the workload starts."""
+    lite.executor.broken = True
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.PENDING
+    assert (w.attempts[0].end_reason, w.attempts[0].gpu_seconds) == ("launch failed", 0.0)
+    lite.executor.broken = False
+    lite.at(5.0)
+    assert status(lite, wid) is Status.RUNNING
+
+
+class _FlakyStore:
+    """The real store, made to fail on demand like a database that went away."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if callable(attr) and self.down:
+            def fail(*args: object, **kwargs: object) -> Any:
+                raise ConnectionError("database unavailable")
+            return fail
+        return attr
+
+
+def test_loop_survives_store_outage(lite: Env) -> None:
+    """A pass that hits a store error fails, the loop keeps running, and once the store is
+    back the scheduler rebuilds its state and starts what was submitted meanwhile."""
+    flaky = _FlakyStore(lite.store)
+    lite.sched.store = flaky  # type: ignore[assignment]
+    stop = threading.Event()
+    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop))
+    thread.start()
+    try:
+        flaky.down = True
+        failures = lite.sched.errors
+        while lite.sched.errors < failures + 3:
+            lite.sched.wake()
+            stop.wait(0.01)
+        wid = lite.submit(gpus=2)  # accepted while the scheduler cannot read the store
+        flaky.down = False
+        while status(lite, wid) is not Status.RUNNING:
+            lite.sched.wake()
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        lite.sched.wake()
+        thread.join()
+    assert thread.is_alive() is False
+
+
+def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
+    """The queue view lists pending work in the policy's order with wait reasons, and
+    running work with the end of its protection."""
+    big = lite.submit(gpus=8, min_runtime=600.0)
+    lite.at(0.0)
+    small = lite.submit(budget="ai/vision", gpus=2, min_runtime=60.0)
+    lite.at(1.0)
+    view = lite.sched.queue_view()
+    assert [(p["id"], p["wait_reason"]) for p in view["pending"]] == [(small, "no_capacity")]
+    assert [(r["id"], r["protected_until"]) for r in view["running"]] == [(big, 600.0)]
+    assert view["hosts"][0] == {"name": "h0", "gpus": 8, "state": "healthy", "reason": "",
+                                "used": 8, "free": 0}
+    assert lite.sched.why(small) is not None
