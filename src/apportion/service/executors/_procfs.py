@@ -45,13 +45,20 @@ def alive(handle: str) -> bool:
 
 
 def group_alive(pgid: int) -> bool:
+    """True if a live (non-zombie) process is in process group ``pgid``. A group of only
+    zombies counts as ended: their parent may be an init that reaps late."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            f = stat_fields(int(entry.name))
+            if f is not None and int(f[2]) == pgid and f[0] not in ("Z", "X", "x"):
+                return True
+    return False
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

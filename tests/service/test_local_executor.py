@@ -1,0 +1,179 @@
+"""The local executor with real process groups."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
+from apportion.service.executors import _procfs
+from apportion.service.executors.local import LocalExecutor
+
+DEADLINE_S = 30.0  # generous: only bounds a hang, never asserts speed
+
+
+@pytest.fixture
+def ex(tmp_path: Path) -> Iterator[LocalExecutor]:
+    e = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    yield e
+    e.close()
+
+
+def launch(ex: LocalExecutor, script: str, wid: str = "w-000001", attempt: int = 1,
+           gpus: tuple[int, ...] = (0,)) -> str:
+    return ex.launch(Launch(wid, attempt, ["sh", "-c", script], (HostSlots("h0", gpus),)))
+
+
+def wait_for(ex: LocalExecutor, handle: str,
+             done: Callable[[Observation], bool] = lambda o: o.state is not AttemptState.RUNNING
+             ) -> Observation:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        o = ex.observe([handle])[handle]
+        if done(o):
+            return o
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{handle}: still {o.state.value} after {DEADLINE_S} s")
+        time.sleep(0.02)
+
+
+def wait_file(path: Path) -> str:
+    deadline = time.monotonic() + DEADLINE_S
+    while not path.exists() or not path.read_text().strip():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path}: never written")
+        time.sleep(0.02)
+    return path.read_text()
+
+
+def test_environment_and_log_file(ex: LocalExecutor, tmp_path: Path) -> None:
+    """The command sees its GPU indexes, workload id and attempt; stdout and stderr go to
+    <logs>/<workload>/<attempt>.log."""
+    h = launch(ex, 'echo "$CUDA_VISIBLE_DEVICES $APPORTION_WORKLOAD_ID $APPORTION_ATTEMPT"; '
+                   "echo oops >&2", wid="w-000007", attempt=3, gpus=(2, 5))
+    o = wait_for(ex, h)
+    assert (o.state, o.exit_code) == (AttemptState.EXITED, 0)
+    log = (tmp_path / "logs" / "w-000007" / "3.log").read_text()
+    assert "2,5 w-000007 3" in log and "oops" in log
+
+
+def test_exit_codes_are_reported(ex: LocalExecutor) -> None:
+    """A command's exit code is observed as is; a missing program is 127."""
+    h1 = launch(ex, "exit 3", wid="w-000001")
+    h2 = ex.launch(Launch("w-000002", 1, ["/nonexistent/program"], (HostSlots("h0", (0,)),)))
+    assert wait_for(ex, h1).exit_code == 3
+    assert wait_for(ex, h2).exit_code == 127
+
+
+def test_stop_sends_sigterm_to_a_trapping_process(ex: LocalExecutor, tmp_path: Path) -> None:
+    """stop() delivers SIGTERM; a command that traps it exits on its own terms (here 7)
+    before the grace period ends, and the exit is marked as signalled."""
+    ready = tmp_path / "ready"
+    h = launch(ex, f"trap 'echo got TERM; exit 7' TERM; touch {ready}; "
+                   "while true; do sleep 0.05; done")
+    wait_file_exists(ready)
+    ex.stop(h, grace_s=60.0)
+    o = wait_for(ex, h)
+    assert (o.exit_code, o.signalled) == (7, True)
+    assert "got TERM" in (tmp_path / "logs" / "w-000001" / "1.log").read_text()
+
+
+def wait_file_exists(path: Path) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path}: never created")
+        time.sleep(0.02)
+
+
+def test_sigkill_after_grace_for_a_process_ignoring_sigterm(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """A command that ignores SIGTERM is killed with SIGKILL once the grace period ends."""
+    ready = tmp_path / "ready"
+    h = launch(ex, f"trap '' TERM; touch {ready}; while true; do sleep 0.05; done")
+    wait_file_exists(ready)
+    ex.stop(h, grace_s=0.3)
+    o = wait_for(ex, h)
+    assert (o.exit_code, o.signalled) == (-9, True)
+
+
+def test_stop_ends_the_whole_process_group(ex: LocalExecutor, tmp_path: Path) -> None:
+    """Background children of the command are stopped with it: nothing of the attempt's
+    process group survives."""
+    pids = tmp_path / "pids"
+    h = launch(ex, f"sleep 300 & echo $! > {pids}; wait")
+    child = int(wait_file(pids))
+    run = _procfs.read_json(tmp_path / "run" / "w-000001.1.run")
+    assert run is not None and isinstance(run["child_pgid"], int)
+    ex.stop(h, grace_s=5.0)
+    wait_for(ex, h)
+    fields = _procfs.stat_fields(child)
+    assert fields is None or fields[0] == "Z"
+    assert not _procfs.group_alive(run["child_pgid"])
+
+
+def test_new_executor_observes_attempts_of_the_old_one(tmp_path: Path) -> None:
+    """After a restart (a new executor over the same run directory), a running attempt is
+    still seen running, and one that exited meanwhile is seen with its real exit code and
+    exit time."""
+    old = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    go = tmp_path / "go"
+    quick = launch(old, "exit 5", wid="w-000001")
+    slow = launch(old, f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4", wid="w-000002")
+    wait_for(old, quick)
+    old.close()
+    new = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    seen = new.observe([quick, slow])
+    assert (seen[quick].state, seen[quick].exit_code) == (AttemptState.EXITED, 5)
+    assert seen[slow].state is AttemptState.RUNNING
+    go.touch()
+    o = wait_for(new, slow)
+    observed_at = time.time()
+    assert o.exit_code == 4 and o.ended_at is not None and o.ended_at <= observed_at
+
+
+def test_stop_from_a_new_executor_reaches_an_old_attempt(tmp_path: Path) -> None:
+    """An attempt launched before a restart can be stopped by the new executor."""
+    old = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    ready = tmp_path / "ready"
+    h = launch(old, f"touch {ready}; while true; do sleep 0.05; done")
+    wait_file_exists(ready)
+    old.close()
+    new = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    new.stop(h, grace_s=5.0)
+    o = wait_for(new, h)
+    assert o.signalled and o.exit_code == -15
+
+
+def test_recycled_pid_is_not_mistaken_for_the_attempt(ex: LocalExecutor) -> None:
+    """A handle names pid *and* start time: a live process with the same pid but another
+    start time is not the attempt (it is reported gone, never running)."""
+    me = os.getpid()
+    bogus = f"{me}:{(_procfs.starttime(me) or 0) + 12345}"
+    assert ex.observe([bogus])[bogus].state is AttemptState.GONE
+
+
+def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """find() returns the handle of an attempt whose wrapper started; for one that no
+    wrapper claimed it writes a void claim, so a wrapper starting late refuses to run."""
+    h = launch(ex, "exit 0", wid="w-000001")
+    wait_for(ex, h)
+    assert ex.find("w-000001", 1) == h
+    assert ex.find("w-000002", 1) is None
+    marker = tmp_path / "ran"
+    rc = subprocess.run(
+        [sys.executable, "-m", "apportion.service.executors._wrapper", str(tmp_path / "run"),
+         "w-000002", "1", "--", "touch", str(marker)],
+        capture_output=True, text=True, check=False,
+    )
+    assert rc.returncode == 0 and "voided" in rc.stderr
+    assert not marker.exists()
