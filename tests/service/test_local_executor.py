@@ -177,3 +177,12 @@ def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
     )
     assert rc.returncode == 0 and "voided" in rc.stderr
     assert not marker.exists()
+
+
+def test_stop_right_after_launch_ends_the_attempt(ex: LocalExecutor, tmp_path: Path) -> None:
+    """A stop that arrives while the wrapper is still starting ends the attempt (signalled)
+    whichever comes first: the stop voids it, or the wrapper forwards the SIGTERM."""
+    h = launch(ex, "sleep 300")
+    ex.stop(h, grace_s=5.0)
+    o = wait_for(ex, h)
+    assert o.state is AttemptState.EXITED and o.signalled

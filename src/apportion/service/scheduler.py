@@ -489,7 +489,8 @@ class Scheduler:
     def _ended(self, wid: str, o: Observation, now: float) -> None:
         a = self._open[wid]
         spec = self._st().running[wid].spec
-        t = now if o.ended_at is None else min(max(o.ended_at, a.started_at), now)
+        # the real exit time, which may fall after this pass began (wall clock)
+        t = now if o.ended_at is None else max(o.ended_at, a.started_at)
         finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
         if a.stop_reason is not None and not finished_alone:
             # we asked it to stop: the outcome is the stop's, whatever the exit code
@@ -504,14 +505,18 @@ class Scheduler:
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
-        self._end(wid, t, o.exit_code, reason, status)
+        self._end(wid, t, o.exit_code, reason, status, now)
 
-    def _end(self, wid: str, t: float, code: int | None, reason: str, status: Status) -> None:
-        """End the open attempt: store first (the one place charging happens), then state."""
+    def _end(
+        self, wid: str, t: float, code: int | None, reason: str, status: Status,
+        now: float | None = None,
+    ) -> None:
+        """End the open attempt at ``t``: store first (the one place charging happens), then
+        the state, whose time may not go backwards nor past the pass's ``now``."""
         st = self._st()
         a = self._open[wid]
         self.store.end_attempt(wid, a.n, t, code, reason, status)
-        ts = max(t, st.time)
+        ts = max(min(t, t if now is None else now), st.time)
         if status is Status.PENDING:
             st.requeue(wid, ts)
         else:

@@ -114,6 +114,8 @@ class LocalExecutor:
         stem = self._stem(handle)
         if stem is not None and self._exit_info(stem) is not None:
             return
+        if stem is not None and self._void(stem):
+            return  # stopped before its wrapper claimed it: the command will never start
         if _procfs.alive(handle):
             pid, _ = _procfs.parse_handle(handle)
             with contextlib.suppress(ProcessLookupError):
@@ -180,6 +182,20 @@ class LocalExecutor:
             if _procfs.create_json_exclusive(run_file, {"void": True, "at": time.time()}):
                 return None
         return None
+
+    def _void(self, stem: str) -> bool:
+        """Forbid an attempt whose wrapper has not claimed it yet (it may still be starting
+        up, before it can handle SIGTERM), and record it as ended now. False if claimed."""
+        if not _procfs.create_json_exclusive(
+            self.run_dir / f"{stem}.run", {"void": True, "at": time.time()}
+        ):
+            return False
+        _procfs.write_json_atomic(
+            self.run_dir / f"{stem}.exit",
+            {"exit_code": -signal.SIGTERM, "signalled": True, "ended_at": time.time(),
+             "voided": True},
+        )
+        return True
 
     def log_path(self, workload_id: str, attempt: int) -> Path:
         return self.logs_dir / workload_id / f"{attempt}.log"
