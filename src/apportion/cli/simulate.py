@@ -1,0 +1,321 @@
+"""``apportion simulate`` and ``apportion sweep``: replay a scenario or a trace against the
+policies and write comparable tables (docs/simulator.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import tomllib
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from apportion.core import BudgetTree, CoreError, Host, PolicyConfig
+from apportion.sim.engine import SimConfig
+from apportion.sim.model import Scenario
+
+POLICY_CHOICES = ("fairshare", "legacy")
+
+
+# ---- option parsing ------------------------------------------------------------------------
+def _duration(text: str) -> float:
+    from apportion.sim.traces import parse_duration
+    from apportion.sim.traces._errors import Bad
+
+    try:
+        return parse_duration(text)
+    except Bad as e:
+        raise ValueError(str(e)) from None
+
+
+def _convert(kind: Any, text: str) -> Any:
+    """``text`` as a value of the dataclass field type ``kind`` (durations accept 7d/8h)."""
+    args = typing.get_args(kind) if isinstance(kind, types.UnionType) else ()
+    if args:  # float | None
+        if text.lower() in ("none", ""):
+            return None
+        kind = next(a for a in args if a is not type(None))
+    if kind is bool:
+        low = text.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"not a boolean: {text!r}")
+    if kind is int:
+        return int(text)
+    return _duration(text)
+
+
+def _fields() -> dict[str, tuple[str, Any]]:
+    """Every settable key -> (which config, its type)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for owner, cls in (("policy", PolicyConfig), ("sim", SimConfig)):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            out[f.name] = (owner, hints[f.name])
+    return out
+
+
+def parse_settings(items: Sequence[str], option: str = "--set") -> dict[str, Any]:
+    """``["lookback=3d", ...]`` -> ``{"lookback": 259200.0}``; errors name the option and key."""
+    fields = _fields()
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint=option)
+        if key not in fields:
+            raise click.BadParameter(
+                f"unknown key {key!r}; valid keys: {', '.join(sorted(fields))}", param_hint=option
+            )
+        try:
+            out[key] = _convert(fields[key][1], text.strip())
+        except ValueError as e:
+            raise click.BadParameter(f"{key}: {e}", param_hint=option) from None
+    return out
+
+
+def build_configs(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
+    fields = _fields()
+    policy = {k: v for k, v in settings.items() if fields[k][0] == "policy"}
+    sim = {k: v for k, v in settings.items() if fields[k][0] == "sim"}
+    try:
+        return PolicyConfig(**policy), SimConfig(**sim)
+    except (CoreError, ValueError) as e:
+        raise click.BadParameter(str(e), param_hint="--set") from None
+
+
+def _read_table(path: Path, option: str) -> Any:
+    text = path.read_text()
+    try:
+        if path.suffix.lower() == ".toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise click.BadParameter(f"{path}: {e}", param_hint=option) from None
+
+
+def load_tree(path: Path) -> BudgetTree:
+    """A TOML or JSON table ``budget path -> weight`` (nested tables are flattened)."""
+    data = _read_table(path, "--tree")
+    if isinstance(data, dict) and isinstance(data.get("budgets"), dict):
+        data = data["budgets"]
+    if not isinstance(data, dict):
+        raise click.BadParameter(f"{path}: expected a table of budget path -> weight",
+                                 param_hint="--tree")
+    weights: dict[str, float] = {}
+
+    def walk(prefix: str, table: dict[str, Any]) -> None:
+        for key, value in table.items():
+            path_ = f"{prefix}/{key}" if prefix else str(key)
+            if isinstance(value, dict):
+                if "weight" in value:
+                    weights[path_] = value["weight"]
+                walk(path_, {k: v for k, v in value.items() if k != "weight"})
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                weights[path_] = float(value)
+            else:
+                raise click.BadParameter(
+                    f"{path}: {path_}: weight must be a number, got {value!r}",
+                    param_hint="--tree")
+
+    walk("", data)
+    try:
+        return BudgetTree.build(list(weights.items()))
+    except CoreError as e:
+        raise click.BadParameter(f"{path}: {e}", param_hint="--tree") from None
+
+
+def parse_cluster(text: str) -> tuple[Host, ...]:
+    """``128x8`` (hosts x GPUs) or a TOML/JSON file listing hosts."""
+    if "x" in text and not Path(text).exists():
+        n, _, g = text.lower().partition("x")
+        try:
+            hosts, gpus = int(n), int(g)
+        except ValueError:
+            raise click.BadParameter(f"expected HOSTSxGPUS like 128x8 or a file, got {text!r}",
+                                     param_hint="--cluster") from None
+        if hosts <= 0 or gpus <= 0:
+            raise click.BadParameter("hosts and GPUs must be > 0", param_hint="--cluster")
+        return tuple(Host(f"h{i:03d}", gpus) for i in range(hosts))
+    path = Path(text)
+    if not path.exists():
+        raise click.BadParameter(f"no such file, and not HOSTSxGPUS: {text!r}",
+                                 param_hint="--cluster")
+    data = _read_table(path, "--cluster")
+    if isinstance(data, dict):
+        data = data.get("hosts")
+    if not isinstance(data, list) or not data:
+        raise click.BadParameter(f"{path}: expected a list of hosts (name, gpus)",
+                                 param_hint="--cluster")
+    out = []
+    for i, item in enumerate(data):
+        try:
+            out.append(Host(str(item["name"]), int(item["gpus"])))
+        except (KeyError, TypeError, ValueError, CoreError) as e:
+            raise click.BadParameter(f"{path}: host #{i + 1}: {e}",
+                                     param_hint="--cluster") from None
+    names = [h.name for h in out]
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"{path}: duplicate host names", param_hint="--cluster")
+    return tuple(out)
+
+
+def build_scenario(
+    scenario: str, trace: Path | None, fmt: str, maps: Sequence[str], budgets: int | None,
+    budget_column: str | None, tree_file: Path | None, cluster: str | None, days: float | None,
+    seed: int, size: int | None, max_min_runtime: float,
+) -> Scenario:
+    """The scenario the options describe: built-in or a trace, then tree and cluster."""
+    tree = load_tree(tree_file) if tree_file else None
+    hosts = parse_cluster(cluster) if cluster else None
+    if trace is not None:
+        from apportion.sim.traces import TraceError, load_trace, parse_mapping
+
+        if budgets is not None and budget_column is not None:
+            raise click.UsageError("--budgets and --budget-column exclude each other")
+        try:
+            loaded = load_trace(
+                trace, fmt, mapping=parse_mapping(maps) or None, budgets=budgets,
+                budget_column=budget_column, tree=tree, seed=seed, rebase=True,
+                max_min_runtime=max_min_runtime,
+            )
+        except TraceError as e:
+            raise click.ClickException(str(e)) from None
+        if not loaded.jobs:
+            raise click.ClickException(f"{trace}: no usable jobs in the trace")
+        last = max(j.spec.submit_time for j in loaded.jobs)
+        span = days if days is not None else max(1.0, math.ceil(last / 86400.0))
+        if hosts is None:
+            gpus = size or 1024
+            hosts = tuple(Host(f"h{i:03d}", 8) for i in range(max(1, gpus // 8)))
+        return Scenario(name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs,
+                        days=span, meta={"source": str(trace), "format": fmt})
+    if maps or budgets is not None or budget_column is not None:
+        raise click.UsageError("--map, --budgets and --budget-column need --trace")
+    from apportion.sim.scenarios import get_scenario
+
+    try:
+        sc = get_scenario(scenario, days=days, seed=seed, size=size)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--scenario") from None
+    if tree is not None:
+        used = sorted({j.spec.budget for j in sc.jobs})
+        for budget in used:
+            if not tree.is_leaf(budget):
+                raise click.BadParameter(
+                    f"budget {budget!r} of the scenario's workloads is not a leaf of the tree",
+                    param_hint="--tree")
+        sc = dataclasses.replace(sc, tree=tree)
+    if hosts is not None:
+        names = {h.name for h in hosts}
+        sc = dataclasses.replace(
+            sc, hosts=hosts, host_events=tuple(e for e in sc.host_events if e.host in names))
+    return sc
+
+
+def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The options shared by ``simulate`` and ``sweep`` that say what to replay."""
+    opts = [
+        click.option("--scenario", default="seed", show_default=True,
+                     help="built-in scenario: seed or small"),
+        click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="replay this trace file instead of a built-in scenario"),
+        click.option("--format", "fmt", default="canonical", show_default=True,
+                     type=click.Choice(["canonical", "itp", "sacct", "csv"]),
+                     help="trace format"),
+        click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+                     help="map a canonical field to a trace column (repeatable)"),
+        click.option("--budgets", type=click.IntRange(min=1),
+                     help="synthesise N budgets for a trace without a budget column"),
+        click.option("--budget-column", help="trace column that names the budget"),
+        click.option("--tree", "tree_file",
+                     type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                     help="TOML/JSON budget tree (path -> weight) replacing the scenario's"),
+        click.option("--cluster", help="HOSTSxGPUS (e.g. 128x8) or a TOML/JSON host list"),
+        click.option("--days", type=click.FloatRange(min=0, min_open=True),
+                     help="simulated days (default: the scenario's, or the trace's span)"),
+        click.option("--seed", default=0, show_default=True, help="scenario seed"),
+        click.option("--size", type=click.IntRange(min=8),
+                     help="GPUs of the built-in scenario's cluster (hosts of 8)"),
+        click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+                     help="PolicyConfig or engine setting; durations accept 7d/8h/15m/30s"),
+        click.option("--quiet", is_flag=True, help="no progress bar"),
+        click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+                     help="output directory"),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _scenario_from(kw: dict[str, Any], config: PolicyConfig) -> Scenario:
+    return build_scenario(
+        kw["scenario"], kw["trace"], kw["fmt"], kw["maps"], kw["budgets"], kw["budget_column"],
+        kw["tree_file"], kw["cluster"], kw["days"], kw["seed"], kw["size"],
+        float(config.max_min_runtime),
+    )
+
+
+# ---- commands -------------------------------------------------------------------------------
+@click.command()
+@input_options
+@click.option("--policy", "policies", multiple=True, type=click.Choice(POLICY_CHOICES),
+              help="policy to run (repeatable; default: fairshare and legacy)")
+def simulate(policies: tuple[str, ...], **kw: Any) -> None:
+    """Replay a scenario or trace against fair share and the legacy scheduler, side by side.
+
+    Writes summary.json, workloads-P.csv, budget_hours-P.csv, cluster_hours-P.csv and
+    report.html to --out."""
+    from apportion.sim.run import format_table, run_policies
+
+    config, sim = build_configs(parse_settings(kw["settings"]))
+    scenario = _scenario_from(kw, config)
+    out: Path = kw["out"]
+    results = run_policies(
+        scenario, list(dict.fromkeys(policies or POLICY_CHOICES)), config, seed=kw["seed"],
+        progress=not kw["quiet"], sim=sim, out=out,
+    )
+    click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
+               f"{len(scenario.hosts)} hosts, {scenario.days:g} days")
+    click.echo(format_table([r.summary for r in results]))
+    click.echo(f"wrote {out}")
+
+
+@click.command()
+@input_options
+@click.option("--grid", "grid", multiple=True, required=True, metavar="KEY=V1,V2,...",
+              help="a setting and the values to try (repeatable: every combination runs)")
+@click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
+              help="parallel worker processes")
+def sweep(grid: tuple[str, ...], jobs: int, **kw: Any) -> None:
+    """Run fair share over every combination of the --grid values and chart the trade-offs.
+
+    Writes sweep.csv, sweep.json and sweep.png/svg to --out."""
+    from apportion.sim.sweep import format_sweep, run_sweep
+
+    base = parse_settings(kw["settings"])
+    axes: dict[str, list[Any]] = {}
+    for item in grid:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not text.strip():
+            raise click.BadParameter(f"expected KEY=V1,V2,..., got {item!r}", param_hint="--grid")
+        axes[key] = [parse_settings([f"{key}={v}"], option="--grid")[key] for v in text.split(",")]
+    config, _ = build_configs(base)
+    for key, vals in axes.items():  # every value must make a valid config
+        for v in vals:
+            build_configs({**base, key: v})
+    scenario = _scenario_from(kw, config)
+    out: Path = kw["out"]
+    rows = run_sweep(scenario, base, axes, out, jobs=jobs, seed=kw["seed"],
+                     progress=not kw["quiet"])
+    click.echo(format_sweep(rows, list(axes)))
+    click.echo(f"wrote {out}")

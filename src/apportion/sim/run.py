@@ -1,0 +1,175 @@
+"""Run one or several policies on the same scenario and write the outputs
+(summary.json, per-workload, per-budget-hour and per-cluster-hour tables, report.html).
+Schemas: docs/simulator.md."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from apportion.core import PolicyConfig, decide
+
+from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig
+from .legacy import LegacyPolicy
+from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
+from .model import Scenario
+
+POLICIES = ("fairshare", "legacy")
+
+
+def make_policy(name: str, scenario: Scenario, sim: SimConfig) -> Policy:
+    """The policy function called ``name``: core's ``decide`` or the legacy model."""
+    if name == "fairshare":
+        return decide
+    if name == "legacy":
+        return LegacyPolicy(
+            {j.spec.id: j for j in scenario.jobs}, scenario.tree,
+            sum(h.gpus for h in scenario.hosts),
+            team_depth=sim.legacy_team_depth, cap_factor=sim.legacy_cap_factor,
+        )
+    raise ValueError(f"policy: unknown policy {name!r} (choose from {', '.join(POLICIES)})")
+
+
+def run_policies(
+    scenario: Scenario,
+    policies: Sequence[str] = POLICIES,
+    config: PolicyConfig | None = None,
+    seed: int = 0,
+    progress: bool = True,
+    sim: SimConfig | None = None,
+    out: Path | None = None,
+    keep_log: bool = False,
+) -> list[RunResult]:
+    """Run each policy on the identical scenario; write the outputs to ``out`` if given."""
+    config = config or PolicyConfig()
+    sim = sim or SimConfig()
+    results = []
+    for name in policies:
+        engine = Engine(
+            scenario, make_policy(name, scenario, sim), config, name=name, sim=sim, seed=seed,
+            progress=progress, keep_log=keep_log,
+        )
+        results.append(engine.run())
+    if out is not None:
+        write_outputs(Path(out), results)
+    return results
+
+
+# ---- outputs -------------------------------------------------------------------------
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(round(value, 6)) if math.isfinite(value) else ""
+    return value
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        for row in rows:
+            w.writerow([_cell(v) for v in row])
+
+
+def write_outputs(out: Path, results: Sequence[RunResult]) -> None:
+    """summary.json and the per-policy tables, then report.html when the writer exists."""
+    out.mkdir(parents=True, exist_ok=True)
+    summaries = [r.summary for r in results]
+    (out / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
+    for r in results:
+        write_csv(out / f"workloads-{r.policy}.csv", WORKLOAD_COLUMNS,
+                  ([row[c] for c in WORKLOAD_COLUMNS] for row in r.workloads))
+        write_csv(out / f"budget_hours-{r.policy}.csv", BUDGET_HOUR_COLUMNS, r.budget_hours)
+        write_csv(out / f"cluster_hours-{r.policy}.csv", CLUSTER_HOUR_COLUMNS, r.cluster_hours)
+    try:
+        from . import report  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        click.echo("note: report writer (apportion.sim.report) not available; "
+                   "report.html skipped", err=True)
+        return
+    report.write_report(out, summaries)
+
+
+# ---- terminal table --------------------------------------------------------------------
+def _get(summary: dict[str, Any], path: str) -> Any:
+    value: Any = summary
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _dur(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    if v < 120:
+        return f"{v:.0f}s"
+    if v < 7200:
+        return f"{v / 60:.1f}m"
+    return f"{v / 3600:.1f}h"
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+
+
+ROWS: tuple[tuple[str, str, Any], ...] = (
+    ("workloads", "workloads", _num),
+    ("attainment overall", "attainment.overall", _pct),
+    ("attainment min (team)", "attainment.min", _pct),
+    ("teams >= 95%", "attainment.teams_ge_95", _num),
+    ("occupancy", "occupancy", _pct),
+    ("unallocated fraction", "unallocated_fraction", _pct),
+    ("availability", "availability", _pct),
+    ("wait p50", "wait_s.all.p50", _dur),
+    ("wait p90", "wait_s.all.p90", _dur),
+    ("wait p99", "wait_s.all.p99", _dur),
+    ("debug wait p50", "wait_s.debug.p50", _dur),
+    ("debug wait p90", "wait_s.debug.p90", _dur),
+    ("preemptions", "preemptions.total", _num),
+    ("  unallocated", "preemptions.unallocated", _num),
+    ("  rebalance", "preemptions.rebalance", _num),
+    ("  drain", "preemptions.drain", _num),
+    ("  host failure", "preemptions.host_failure", _num),
+    ("protected preemptions", "protected_preemptions", _num),
+    ("lost GPU-hours", "lost_gpu_hours", _num),
+    ("squat GPU-hours", "squat_gpu_hours", _num),
+    ("drains", "drains.count", _num),
+    ("drain p90", "drains.p90_time_to_drain_s", _dur),
+    ("automated repairs", "drains.automated_fraction", _pct),
+    ("events", "events", _num),
+    ("wall", "wall_s", lambda v: "-" if v is None else f"{v:.2f}s"),
+    ("peak memory MB", "peak_memory_mb", _num),
+)
+
+
+def format_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A side-by-side text table of the main figures of each policy."""
+    header = ["", *[str(s["policy"]) for s in summaries]]
+    rows = [header] + [
+        [label, *[fmt(_get(s, path)) for s in summaries]] for label, path, fmt in ROWS
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = []
+    for n, r in enumerate(rows):
+        lines.append("  ".join(
+            r[i].ljust(widths[i]) if i == 0 else r[i].rjust(widths[i]) for i in range(len(r))
+        ).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
