@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlalchemy import select
+
 from apportion.core import (
     ClusterState,
     CoreError,
@@ -47,11 +49,13 @@ from apportion.core import (
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.executor import AttemptState, Executor, HostSlots, Launch, Observation
-from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
+from apportion.service.store import ACTIVE, Conflict, NotFound, Store, WorkloadRow
+from apportion.service.store.models import WorkloadModel
 
 log = logging.getLogger("apportion.scheduler")
 
 ACTOR = "scheduler"
+BULK_LOAD = 200  # more new submissions than this in one pass: load them in one query
 MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
@@ -414,19 +418,27 @@ class Scheduler:
                 st.set_tree(tree)
             except CoreError as e:
                 log.error("budget tree change not applied: %s", e)
-        pending_rows: set[str] = set()
-        for row in self.store.active_workloads():
-            if row.status is Status.PENDING:
-                pending_rows.add(row.id)
-                if row.id not in st.pending and row.id not in st.running:
-                    self._queue(row, now)
-            elif row.cancel_requested and row.id in self._open:
-                a = self._open[row.id]
+        index = _active_index(self.store)
+        pending = Status.PENDING.value
+        new = [wid for wid, (status, _) in index.items()
+               if status == pending and wid not in st.pending and wid not in st.running]
+        if len(new) > BULK_LOAD:
+            wanted = set(new)
+            rows = {r.id: r for r in self.store.active_workloads() if r.id in wanted}
+        else:
+            rows = {wid: self.store.get_workload(wid) for wid in new}
+        for wid in new:
+            row = rows.get(wid)
+            if row is not None and row.status is Status.PENDING:
+                self._queue(row, now)
+        for wid, (status, cancel) in index.items():
+            if cancel and status != pending and wid in self._open:
+                a = self._open[wid]
                 if a.stop_reason is None:
-                    self._stop(row.id, "cancelled", False)
+                    self._stop(wid, "cancelled", False)
                 elif a.stop_reason != "cancelled":
                     a.stop_reason, a.requeue = "cancelled", False  # already stopping: end it
-        for wid in [w for w in st.pending if w not in pending_rows]:
+        for wid in [w for w in st.pending if index.get(w, ("", False))[0] != pending]:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
 
@@ -645,6 +657,18 @@ class Scheduler:
 
 
 # ---- helpers ---------------------------------------------------------------------------
+def _active_index(store: Store) -> dict[str, tuple[str, bool]]:
+    """Id -> (status value, cancel requested) of every active workload, oldest first: three
+    narrow columns, so a pass over a long queue does not load (and decode) every row."""
+    q = (
+        select(WorkloadModel.id, WorkloadModel.status, WorkloadModel.cancel_requested)
+        .where(WorkloadModel.status.in_([st.value for st in ACTIVE]))
+        .order_by(WorkloadModel.seq)
+    )
+    with store.engine.connect() as conn:
+        return {str(wid): (status, cancel) for wid, status, cancel in conn.execute(q).all()}
+
+
 def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
     return {
         "id": spec.id,
