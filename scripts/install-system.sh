@@ -13,6 +13,8 @@ PACKAGES=(
     munge
     # service store tests (scripts/with-services.sh): PostgreSQL server
     postgresql
+    # dashboard browser tests (tests/service/test_dashboard_browser.py): headless Chromium
+    chromium
 )
 
 missing=()

@@ -34,6 +34,7 @@ from apportion.core import (
 
 from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
+from .dashboard import dashboard_router, explain_workload
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 
 API_VERSION = "v1"
@@ -401,6 +402,13 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     ) -> list[dict[str, Any]]:
         """Audit entries, newest first: who changed what, when, old -> new."""
         return [a.as_dict() for a in store.audit(limit=limit, target=target)]
+
+    @app.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
+    def why(workload_id: str, _user: User) -> dict[str, Any]:
+        """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
+        return explain_workload(store, scheduler, workload_id)
+
+    app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:

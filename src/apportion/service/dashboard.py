@@ -1,0 +1,248 @@
+"""The dashboard: a read-only web page of the live schedule, and its JSON.
+
+``dashboard_router(store, scheduler, settings)`` serves
+
+* ``/`` the dashboard and ``/sim`` the simulator-run viewer (plain HTML, CSS and JavaScript
+  from ``service/static/``: no build step, nothing fetched from the internet);
+* ``/v1/dashboard/state``: everything the page shows, polled every 2 s: the budget tree with
+  shares, usage ratios, owed and delivered GPUs; the queue in the order the scheduler
+  considers it, each with its wait reason; running work with its protection end; hosts
+  with drain progress; the audit log;
+* ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
+* ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``);
+* ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
+
+These routes need no token, like ``/v1/health``: they only read, and show what every
+cluster user may see (``squeue`` shows as much). Put the server behind a proxy with
+authentication if the schedule itself is confidential.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.responses import FileResponse
+
+from apportion.core import FINAL, ClusterState, CoreError, explain
+
+from .config import ServiceConfig
+from .prom import SchedulerView, Telemetry, metrics_router, nodes_now, workload_class
+from .store import Store
+
+STATIC = Path(__file__).parent / "static"
+MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
+HOUR = 3600.0
+
+
+def _scheduler_now(scheduler: object) -> Callable[[], float]:
+    clock = getattr(scheduler, "clock", None)
+    if clock is None:
+        import time
+
+        return time.time
+    now: Callable[[], float] = clock.now
+    return now
+
+
+def _view(scheduler: object) -> SchedulerView:
+    if not (hasattr(scheduler, "lock") and hasattr(scheduler, "state")):
+        raise HTTPException(503, "scheduler: not available in this server")
+    return scheduler  # type: ignore[return-value]
+
+
+def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[str, Any]:
+    """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``). Raises the
+    store's NotFound for an unknown id (404), HTTP 409 for work that is not active (or not
+    yet seen by the scheduler) and 503 before the scheduler has started."""
+    row = store.get_workload(workload_id)
+    sched = _view(scheduler)
+    now_fn = _scheduler_now(scheduler)
+    with sched.lock:
+        st = sched.state
+        if st is None:
+            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+        if workload_id not in st.pending and workload_id not in st.running:
+            if row.status in FINAL:
+                raise HTTPException(
+                    409, f"workload {workload_id}: {row.status.value}: only pending or "
+                    "running work has an explanation")
+            raise HTTPException(
+                409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
+                "scheduler: retry in a moment")
+        now = max(now_fn(), st.time)
+        try:
+            e = explain(st, now, sched.config, workload_id)
+        except CoreError as err:
+            raise HTTPException(409, str(err)) from None
+    return {**e.as_dict(), "user": row.user, "submit_time": row.submit_time}
+
+
+def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[dict[str, Any]]:
+    out = []
+    for name in sorted(st.hosts):
+        h = st.hosts[name]
+        on = sorted(st.on_host[name])
+        protected = [st.running[w].protected_until() for w in on if w not in st.stopping]
+        out.append({
+            "name": name,
+            "gpus": h.gpus,
+            "state": h.state.value,
+            "reason": reasons.get(name, ""),
+            "used": st.used[name],
+            "workloads": on,
+            "stopping": sum(1 for w in on if w in st.stopping),
+            "last_protection_end": max([now, *protected]) if on else None,
+        })
+    return out
+
+
+def dashboard_state(
+    store: Store, scheduler: object, settings: ServiceConfig, telemetry: Telemetry
+) -> dict[str, Any]:
+    """What ``/v1/dashboard/state`` returns (see the module docstring)."""
+    sched = _view(scheduler)
+    now_fn = _scheduler_now(scheduler)
+    queue_view = getattr(scheduler, "queue_view", None)
+    with sched.lock:
+        st = sched.state
+        if st is None:
+            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+        now = max(now_fn(), st.time)
+        view: dict[str, Any] = queue_view() if queue_view is not None else {}
+        nodes = nodes_now(st, now, sched.config)
+        tree = st.tree
+        reasons = {h["name"]: h.get("reason", "") for h in view.get("hosts", [])}
+        hosts = _hosts(st, now, reasons)
+        classes = {wid: workload_class(p.spec, sched.config) for wid, p in st.pending.items()}
+        classes.update(
+            {wid: workload_class(r.spec, sched.config) for wid, r in st.running.items()})
+        healthy = st.healthy_gpus()
+        used = sum(st.used.values())
+        passes, errors = sched.passes, sched.errors
+        recent = list(getattr(scheduler, "recent", []))[-20:]
+    window = telemetry.window(now)
+    budgets = []
+    for n in nodes:
+        owed_h, delivered_h = window.get(n.path, (0.0, 0.0))
+        budgets.append({
+            "path": n.path,
+            "name": n.path.rsplit("/", 1)[-1],
+            "depth": tree.depth(n.path),
+            "leaf": tree.is_leaf(n.path),
+            "weight": tree.weight(n.path),
+            "share": n.share,
+            "usage_ratio": n.usage_ratio,
+            "charged_gpu_hours": n.charged_gpu_s / HOUR,
+            "asked_gpus": n.asked,
+            "owed_gpus": n.owed,
+            "delivered_gpus": n.delivered,
+            "unallocated_gpus": n.free,
+            "owed_gpu_hours": owed_h,
+            "delivered_gpu_hours": delivered_h,
+            "pending": n.pending,
+            "running": n.running,
+        })
+    pending = [{**p, "class": classes.get(p["id"])} for p in view.get("pending", [])]
+    running = [{**r, "class": classes.get(r["id"])} for r in view.get("running", [])]
+    audit = [a.as_dict() for a in store.audit(limit=30)]
+    return {
+        "now": now,
+        "last_pass_at": view.get("last_pass_at"),
+        "passes": passes,
+        "errors": errors,
+        "lookback_s": settings.policy.lookback,
+        "owed_since": telemetry.since,
+        "executor": settings.executor.kind,
+        "cluster": {
+            "hosts": len(hosts),
+            "gpus": sum(h["gpus"] for h in hosts),
+            "healthy_gpus": healthy,
+            "used_gpus": used,
+            "pending": len(pending),
+            "running": len(running),
+        },
+        "budgets": budgets,
+        "pending": pending[:MAX_LISTED],
+        "running": running[:MAX_LISTED],
+        "hosts": hosts,
+        "audit": audit,
+        "recent": recent,
+    }
+
+
+def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
+    """Average charged GPUs per node in each of the last ``hours`` hours (from the usage
+    ledger), and each node's fair share of the healthy GPUs in the same hours."""
+    sched = _view(scheduler)
+    now_fn = _scheduler_now(scheduler)
+    with sched.lock:
+        st = sched.state
+        if st is None:
+            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+        now = max(now_fn(), st.time)
+        ends = [now - (hours - 1 - k) * HOUR for k in range(hours)]
+        healthy = [st.ledger.capacity(t, HOUR) / HOUR for t in ends]
+        series = {
+            node: [round(st.ledger.charged(node, t, HOUR) / HOUR, 3) for t in ends]
+            for node in st.tree.nodes()
+        }
+        fair = {node: [round(st.tree.share(node) * h, 3) for h in healthy]
+                for node in st.tree.nodes()}
+    return {"end": now, "step_s": HOUR, "hours": hours, "usage": series, "fair": fair}
+
+
+def dashboard_router(
+    store: Store,
+    scheduler: object,
+    settings: ServiceConfig,
+    telemetry: Telemetry | None = None,
+) -> APIRouter:
+    """The dashboard's pages, JSON and ``/metrics``. Registers a :class:`Telemetry` with the
+    scheduler (unless one is given) to count starts, waits and preemptions as they happen."""
+    tel = telemetry or Telemetry(settings.policy).attach(scheduler)
+    router = APIRouter()
+    router.include_router(metrics_router(scheduler, tel))
+    files = {p.name: p for p in STATIC.iterdir() if p.is_file()} if STATIC.is_dir() else {}
+
+    def page(name: str) -> FileResponse:
+        if name not in files:
+            raise HTTPException(404, f"static: {name}: not found")
+        media = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        return FileResponse(files[name], media_type=media,
+                            headers={"Cache-Control": "no-cache"})
+
+    @router.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        return page("index.html")
+
+    @router.get("/sim", include_in_schema=False)
+    def sim() -> FileResponse:
+        return page("sim.html")
+
+    @router.get("/static/{name}", include_in_schema=False)
+    def static(name: str) -> FileResponse:
+        return page(name)
+
+    @router.get("/v1/dashboard/state", tags=["dashboard"])
+    def state() -> dict[str, Any]:
+        """Budgets, queue (in the order considered), running work, hosts, audit log."""
+        return dashboard_state(store, scheduler, settings, tel)
+
+    @router.get("/v1/dashboard/usage", tags=["dashboard"])
+    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> dict[str, Any]:
+        """Hourly charged GPUs per budget node over the last ``hours`` hours."""
+        return usage_series(scheduler, hours)
+
+    @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"])
+    def why(workload_id: str) -> dict[str, Any]:
+        """Why a workload waits, or until when it is protected."""
+        return explain_workload(store, scheduler, workload_id)
+
+    return router
+
+
+__all__ = ["dashboard_router", "dashboard_state", "explain_workload", "usage_series"]

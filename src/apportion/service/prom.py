@@ -1,0 +1,362 @@
+"""Prometheus metrics of a running service: ``GET /metrics``.
+
+Two kinds of series, in one registry per app (never the process-wide default registry, so
+several apps in one process do not collide):
+
+* **events** the scheduler reports as they happen (:class:`Telemetry`, a
+  :class:`~apportion.service.scheduler.PassListener`): workload starts with their wait,
+  preemptions by reason, scheduling pass latency. Counters and histograms.
+* **state** read from the scheduler's :class:`~apportion.core.ClusterState` on every scrape
+  (:class:`StateCollector`): usage ratio, owed and delivered GPUs per budget node, queue
+  length by class, hosts by state. Gauges, so a scrape always shows the present.
+
+Workload classes (label ``class``): ``debug`` (allocated, few GPUs, short minimum runtime,
+see ``core.is_debug``), ``allocated`` (other allocated work) and ``unallocated``.
+Owed and delivered GPUs follow the definitions of the product brief, instantaneous:
+``owed = min(share x healthy GPUs, GPUs asked by the node's allocated pending and running
+work)``, ``delivered = GPUs held by its allocated running work``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from apportion.core import (
+    ClusterState,
+    Decisions,
+    HostState,
+    PolicyConfig,
+    PreemptReason,
+    WorkloadSpec,
+    ancestors,
+    is_debug,
+)
+
+CLASSES = ("debug", "allocated", "unallocated")
+HOUR = 3600.0
+WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400,
+                259200)
+PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class SchedulerView(Protocol):
+    """What the metrics and the dashboard read from the scheduler."""
+
+    lock: threading.RLock
+    state: ClusterState | None
+    config: PolicyConfig
+    passes: int
+    errors: int
+
+
+def workload_class(spec: WorkloadSpec, config: PolicyConfig) -> str:
+    """``debug``, ``allocated`` or ``unallocated`` (the ``class`` label)."""
+    if not spec.allocated:
+        return "unallocated"
+    return "debug" if is_debug(spec, config) else "allocated"
+
+
+# ---- per-node figures shared by the metrics and the dashboard --------------------------------
+@dataclass(frozen=True, slots=True)
+class NodeNow:
+    """One budget node at one instant."""
+
+    path: str
+    share: float
+    usage_ratio: float  # charged / (share x healthy GPU-seconds), over the lookback window
+    charged_gpu_s: float  # in the lookback window
+    asked: int  # GPUs its allocated pending and running work asks for
+    owed: float  # min(share x healthy GPUs, asked)
+    delivered: float  # GPUs held by its allocated running work
+    free: float  # GPUs held by its unallocated running work
+    pending: int
+    running: int
+
+
+def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNow]:
+    """Every node of the tree (parents first) at ``now``. The usage ratio is the policy's
+    sort metric (same formula and the same guard against an empty window)."""
+    asked: dict[str, int] = {}
+    pending: dict[str, int] = {}
+    running: dict[str, int] = {}
+    for p in st.pending.values():
+        for node in ancestors(p.spec.budget)[:-1]:
+            pending[node] = pending.get(node, 0) + 1
+            if p.spec.allocated:
+                asked[node] = asked.get(node, 0) + p.spec.gpus
+    for r in st.running.values():
+        for node in ancestors(r.spec.budget)[:-1]:
+            running[node] = running.get(node, 0) + 1
+            if r.spec.allocated:
+                asked[node] = asked.get(node, 0) + r.spec.gpus
+    capacity = max(st.ledger.capacity(now, config.lookback), 1.0)
+    healthy = st.healthy_gpus()
+    out = []
+    for node in st.tree.nodes():
+        share = st.tree.share(node)
+        charged = st.ledger.charged(node, now, config.lookback)
+        a = asked.get(node, 0)
+        out.append(NodeNow(
+            path=node,
+            share=share,
+            usage_ratio=charged / (share * capacity),
+            charged_gpu_s=charged,
+            asked=a,
+            owed=min(share * healthy, float(a)),
+            delivered=st.ledger.rate(node),
+            free=st.ledger.rate(node, charged=False),
+            pending=pending.get(node, 0),
+            running=running.get(node, 0),
+        ))
+    return out
+
+
+# ---- events ------------------------------------------------------------------------------
+class Telemetry:
+    """Listens to the scheduler's passes: counts and times what happened, and integrates
+    owed and delivered GPU-seconds per node into hourly bins (what the dashboard shows over
+    the lookback window; kept in memory, so counted since this process started)."""
+
+    def __init__(self, config: PolicyConfig, registry: CollectorRegistry | None = None) -> None:
+        self.config = config
+        self.registry = registry or CollectorRegistry()
+        self.waits = Histogram(
+            "apportion_wait_seconds",
+            "Wait from submission (or requeue) to start, observed when a workload starts.",
+            ["class"], buckets=WAIT_BUCKETS, registry=self.registry,
+        )
+        self.starts = Counter(
+            "apportion_starts", "Workloads started.", ["class"], registry=self.registry
+        )
+        self.preemptions = Counter(
+            "apportion_preemptions",
+            "Workloads stopped by the scheduler, by reason (host_failure: ended because "
+            "their host died).",
+            ["reason"], registry=self.registry,
+        )
+        self.pass_seconds = Histogram(
+            "apportion_pass_seconds",
+            "Wall time of one scheduling pass (reconcile, decide and apply).",
+            buckets=PASS_BUCKETS, registry=self.registry,
+        )
+        for c in CLASSES:  # every series exists from the first scrape on
+            self.waits.labels(c)
+            self.starts.labels(c)
+        for r in PreemptReason:
+            self.preemptions.labels(r.value)
+        self._lock = threading.Lock()
+        self.since: float | None = None  # time of the first pass seen
+        self._t: float | None = None
+        self._owed: dict[str, float] = {}  # current owed GPUs per node
+        self._delivered: dict[str, float] = {}
+        self._bins: dict[int, dict[str, list[float]]] = {}  # hour -> node -> [owed, delivered]
+        self._seen: dict[str, tuple[float, frozenset[str]]] = {}  # running: start, hosts
+        self._preempted: set[str] = set()
+
+    def attach(self, scheduler: object) -> Telemetry:
+        """Register with a scheduler that takes listeners (others are left alone)."""
+        listeners = getattr(scheduler, "listeners", None)
+        if isinstance(listeners, list) and self not in listeners:
+            listeners.append(self)
+        return self
+
+    # ---- PassListener ----
+    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+        for s in decisions.starts:
+            p = state.pending.get(s.workload)
+            if p is None:
+                continue
+            c = workload_class(p.spec, self.config)
+            self.waits.labels(c).observe(max(0.0, now - p.queued_at))
+            self.starts.labels(c).inc()
+        for pr in decisions.preemptions:
+            self.preemptions.labels(pr.reason.value).inc()
+            self._preempted.add(pr.workload)
+
+    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+        self.pass_seconds.observe(seconds)
+        self._count_host_failures(state)
+        with self._lock:
+            self._integrate(now)
+            if self.since is None:
+                self.since = now
+            self._owed, self._delivered = {}, {}
+            for n in nodes_now(state, now, self.config):
+                self._owed[n.path] = n.owed
+                self._delivered[n.path] = n.delivered
+
+    def _count_host_failures(self, state: ClusterState) -> None:
+        """Work that left (or restarted) since the last pass while one of its hosts is down,
+        and was not stopped by a decision, ended because its host died."""
+        down = {n for n, h in state.hosts.items() if h.state is HostState.DOWN}
+        for wid, (started, hosts) in self._seen.items():
+            r = state.running.get(wid)
+            if r is not None and r.started_at == started:
+                continue
+            if wid in self._preempted:
+                self._preempted.discard(wid)
+            elif hosts & down:
+                self.preemptions.labels(PreemptReason.HOST_FAILURE.value).inc()
+        self._seen = {
+            wid: (r.started_at, frozenset(s.host for s in r.placement))
+            for wid, r in state.running.items()
+        }
+        self._preempted &= set(self._seen)
+
+    def _integrate(self, now: float) -> None:
+        """Add the current owed/delivered GPUs x elapsed time to the hourly bins."""
+        t = self._t
+        self._t = now
+        if t is None or now <= t:
+            return
+        while t < now:
+            hour = int(t // HOUR)
+            end = min(now, (hour + 1) * HOUR)
+            dt = end - t
+            b = self._bins.setdefault(hour, {})
+            for node, owed in self._owed.items():
+                cell = b.setdefault(node, [0.0, 0.0])
+                cell[0] += owed * dt
+                cell[1] += self._delivered.get(node, 0.0) * dt
+            t = end
+        keep = int((now - max(self.config.lookback, 30 * 86400.0)) // HOUR)
+        for hour in [h for h in self._bins if h < keep]:
+            del self._bins[hour]
+
+    def window(self, now: float) -> dict[str, tuple[float, float]]:
+        """Owed and delivered GPU-hours per node over the lookback window ending at ``now``
+        (whole hours at the window's start; only since :attr:`since`)."""
+        with self._lock:
+            first = int((now - self.config.lookback) // HOUR)
+            out: dict[str, list[float]] = {}
+            for hour, cells in self._bins.items():
+                if hour < first:
+                    continue
+                for node, (o, d) in cells.items():
+                    acc = out.setdefault(node, [0.0, 0.0])
+                    acc[0] += o
+                    acc[1] += d
+            if self._t is not None and now > self._t:  # the pass-free stretch until now
+                dt = now - self._t
+                for node, owed in self._owed.items():
+                    acc = out.setdefault(node, [0.0, 0.0])
+                    acc[0] += owed * dt
+                    acc[1] += self._delivered.get(node, 0.0) * dt
+            return {n: (o / HOUR, d / HOUR) for n, (o, d) in out.items()}
+
+
+# ---- state, read on each scrape -----------------------------------------------------------
+class StateCollector(Collector):
+    """Gauges computed from the scheduler's state when Prometheus scrapes."""
+
+    def __init__(self, scheduler: SchedulerView, now: Any) -> None:
+        self.scheduler = scheduler
+        self.now = now  # () -> float, the scheduler's clock
+
+    def collect(self) -> Iterator[Metric]:
+        sched = self.scheduler
+        passes = CounterMetricFamily("apportion_scheduler_passes",
+                                     "Scheduling passes completed.")
+        errors = CounterMetricFamily("apportion_scheduler_errors",
+                                     "Scheduling passes abandoned on an error (retried).")
+        with sched.lock:
+            passes.add_metric([], float(sched.passes))
+            errors.add_metric([], float(sched.errors))
+            st = sched.state
+            if st is None:
+                yield from (passes, errors)
+                return
+            now = max(float(self.now()), st.time)
+            nodes = nodes_now(st, now, sched.config)
+            queue = dict.fromkeys(CLASSES, 0)
+            for p in st.pending.values():
+                queue[workload_class(p.spec, sched.config)] += 1
+            run_n = dict.fromkeys(CLASSES, 0)
+            run_g = dict.fromkeys(CLASSES, 0)
+            for r in st.running.values():
+                c = workload_class(r.spec, sched.config)
+                run_n[c] += 1
+                run_g[c] += r.gpus_held
+            hosts = {s.value: 0 for s in HostState}
+            gpus = {s.value: 0 for s in HostState}
+            for h in st.hosts.values():
+                hosts[h.state.value] += 1
+                gpus[h.state.value] += h.gpus
+            used = sum(st.used.values())
+        yield from (passes, errors)
+
+        def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=["budget"])
+            for n in nodes:
+                g.add_metric([n.path], float(getattr(n, attr)))
+            return g
+
+        yield per_node("apportion_budget_share", "Share of the cluster (product of weight "
+                       "fractions down the path).", "share")
+        yield per_node("apportion_budget_usage_ratio", "Sort metric: charged GPU-seconds in "
+                       "the lookback window / (share x healthy GPU-seconds).", "usage_ratio")
+        yield per_node("apportion_budget_owed_gpus", "min(share x healthy GPUs, GPUs asked by "
+                       "the node's allocated pending and running work).", "owed")
+        yield per_node("apportion_budget_delivered_gpus",
+                       "GPUs held by the node's allocated running work.", "delivered")
+        yield per_node("apportion_budget_unallocated_gpus",
+                       "GPUs held by the node's unallocated running work.", "free")
+        q = GaugeMetricFamily("apportion_queue_length", "Pending workloads by class.",
+                              labels=["class"])
+        rn = GaugeMetricFamily("apportion_running_workloads", "Running workloads by class.",
+                               labels=["class"])
+        rg = GaugeMetricFamily("apportion_running_gpus", "GPUs held by running work by class.",
+                               labels=["class"])
+        for c in CLASSES:
+            q.add_metric([c], float(queue[c]))
+            rn.add_metric([c], float(run_n[c]))
+            rg.add_metric([c], float(run_g[c]))
+        yield from (q, rn, rg)
+        hs = GaugeMetricFamily("apportion_hosts", "Hosts by state.", labels=["state"])
+        hg = GaugeMetricFamily("apportion_host_gpus", "GPUs of hosts by host state.",
+                               labels=["state"])
+        for s in HostState:
+            hs.add_metric([s.value], float(hosts[s.value]))
+            hg.add_metric([s.value], float(gpus[s.value]))
+        yield from (hs, hg)
+        yield GaugeMetricFamily("apportion_gpus_used", "GPUs held by running work.",
+                                value=float(used))
+
+
+def metrics_router(scheduler: object, telemetry: Telemetry) -> APIRouter:
+    """``GET /metrics`` in the Prometheus text format. The state collector is registered
+    only for a real scheduler (one with a lock and a state)."""
+    from prometheus_client import generate_latest
+
+    if hasattr(scheduler, "lock") and hasattr(scheduler, "state"):
+        clock = getattr(scheduler, "clock", None)
+        now = clock.now if clock is not None else (lambda: 0.0)
+        telemetry.registry.register(StateCollector(scheduler, now))  # type: ignore[arg-type]
+    router = APIRouter(tags=["metrics"])
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(telemetry.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+__all__ = [
+    "CLASSES",
+    "NodeNow",
+    "SchedulerView",
+    "StateCollector",
+    "Telemetry",
+    "metrics_router",
+    "nodes_now",
+    "workload_class",
+]

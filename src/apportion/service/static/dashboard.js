@@ -1,0 +1,248 @@
+// apportion dashboard: polls /v1/dashboard/state every 2 s and redraws; no libraries.
+"use strict";
+
+const POLL_MS = 2000;
+const USAGE_MS = 60000;
+const WHY_MS = 10000;
+
+const $ = (sel) => document.querySelector(sel);
+const expanded = new Map(); // workload id -> {lines, at}
+let usage = null;
+let last = null;
+
+function esc(v) {
+  return String(v ?? "").replace(/[&<>"']/g, (c) => (
+    { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+}
+
+function dur(s) {
+  if (s === null || s === undefined || !isFinite(s)) return "-";
+  s = Math.max(0, Math.round(s));
+  if (s < 120) return s + "s";
+  const m = Math.floor(s / 60);
+  if (m < 120) return m + "m";
+  const h = Math.floor(m / 60);
+  if (h < 48) return h + "h" + String(m % 60).padStart(2, "0");
+  return Math.floor(h / 24) + "d" + String(h % 24).padStart(2, "0") + "h";
+}
+
+function num(v, digits = 1) {
+  if (v === null || v === undefined || !isFinite(v)) return "-";
+  return Number(v).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+
+function pct(v) { return v === null || v === undefined ? "-" : (100 * v).toFixed(1) + "%"; }
+
+function ratioCell(r) {
+  if (r === null || r === undefined) return '<span class="muted">-</span>';
+  const cls = r < 0.9 ? "under" : r > 1.1 ? "over" : "even";
+  const w = Math.min(100, (r / 2) * 100); // the middle mark is ratio 1
+  return `<span class="ratio"><span class="bar"><span class="${cls}-bg" style="width:${w}%"></span><i></i></span>` +
+    `<span class="${cls}">${r.toFixed(3)}</span></span>`;
+}
+
+function spark(values, fair, width = 180, height = 26) {
+  if (!values || !values.length) return "";
+  const top = Math.max(1e-9, ...values, ...(fair || []));
+  const x = (i) => (values.length === 1 ? width : (i / (values.length - 1)) * width);
+  const y = (v) => height - 2 - (v / top) * (height - 4);
+  const pts = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  const area = `0,${height} ${pts} ${width},${height}`;
+  const fairLine = fair ? `<polyline class="fair" points="${fair.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ")}"/>` : "";
+  const peak = Math.max(...values);
+  return `<svg class="spark" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">` +
+    `<title>peak ${peak.toFixed(1)} GPUs</title><polygon class="area" points="${area}"/>${fairLine}` +
+    `<polyline class="use" points="${pts}"/></svg>`;
+}
+
+function setRows(section, html, cols, emptyText) {
+  const tbody = $(`#${section} tbody`);
+  tbody.innerHTML = html || `<tr><td colspan="${cols}" class="empty">${esc(emptyText)}</td></tr>`;
+}
+
+function renderCards(s) {
+  const c = s.cluster;
+  $("#c-healthy").innerHTML = `${c.healthy_gpus} <small>of ${c.gpus}</small>`;
+  const used = c.healthy_gpus ? c.used_gpus / c.healthy_gpus : 0;
+  $("#c-used").innerHTML = `${c.used_gpus} <small>${pct(used)}</small>`;
+  $("#c-pending").textContent = c.pending;
+  $("#c-running").textContent = c.running;
+  const down = s.hosts.filter((h) => h.state !== "healthy").length;
+  $("#c-hosts").innerHTML = `${c.hosts} <small>${down ? down + " not healthy" : "all healthy"}</small>`;
+}
+
+function renderBudgets(s) {
+  const rows = s.budgets.map((b) => {
+    const pad = 14 * (b.depth - 1);
+    const u = usage && usage.usage[b.path];
+    const f = usage && usage.fair[b.path];
+    return `<tr data-path="${esc(b.path)}">` +
+      `<td><span class="tree-name" style="padding-left:${pad}px"><span class="${b.leaf ? "leaf" : "inner"}"></span>` +
+      `<span title="${esc(b.path)}">${esc(b.name)}</span></span></td>` +
+      `<td class="num">${pct(b.share)}</td>` +
+      `<td>${ratioCell(b.usage_ratio)}</td>` +
+      `<td class="num">${num(b.delivered_gpus, 0)} / ${num(b.owed_gpus, 1)}</td>` +
+      `<td class="num">${num(b.owed_gpu_hours)}</td>` +
+      `<td class="num">${num(b.delivered_gpu_hours)}</td>` +
+      `<td class="num">${b.pending || ""}</td>` +
+      `<td>${spark(u, f)}</td></tr>`;
+  }).join("");
+  setRows("budgets", rows, 8, "No budgets yet.");
+  const days = (s.lookback_s / 86400).toFixed(s.lookback_s % 86400 ? 1 : 0);
+  let note = `Owed and delivered GPU-hours over the lookback window (${days} d)`;
+  if (s.owed_since !== null && s.owed_since > s.now - s.lookback_s) {
+    note += `, counted since the server started ${dur(s.now - s.owed_since)} ago`;
+  }
+  $("#owed-note").textContent = note + ".";
+}
+
+function reasonBadge(r) {
+  if (!r) return '<span class="muted">not reached yet</span>';
+  return `<span class="badge ${esc(r)}">${esc(r.replace(/_/g, " "))}</span>`;
+}
+
+function renderQueue(s) {
+  const rows = s.pending.map((p) => {
+    let html = `<tr class="clickable" data-id="${esc(p.id)}">` +
+      `<td class="num">${p.position}</td><td class="mono">${esc(p.id)}</td>` +
+      `<td>${esc(p.budget)}</td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td>` +
+      `<td class="num">${p.min_runtime ? dur(p.min_runtime) : "0"}</td>` +
+      `<td><span class="badge ${esc(p.class)}">${esc(p.class)}</span></td>` +
+      `<td class="num">${dur(s.now - p.queued_at)}</td><td>${reasonBadge(p.wait_reason)}</td></tr>`;
+    const why = expanded.get(p.id);
+    if (why) {
+      const body = why.lines ? why.lines.map((l) => `<li>${esc(l)}</li>`).join("") : "<li>loading...</li>";
+      html += `<tr class="why" data-why="${esc(p.id)}"><td></td><td colspan="8"><ul class="why-lines">${body}</ul></td></tr>`;
+    }
+    return html;
+  }).join("");
+  setRows("queue", rows, 9, "Nothing is waiting.");
+}
+
+function protection(r, now) {
+  if (r.stopping) return `<span class="badge stopping">stopping</span> <span class="muted">${esc(r.stop_reason || "")}</span>`;
+  if (!r.allocated) return '<span class="muted">unallocated: preemptible</span>';
+  if (r.protected_until > now) return `<span class="badge protected">protected</span> ends in ${dur(r.protected_until - now)}`;
+  return '<span class="muted">ended ' + dur(now - r.protected_until) + " ago</span>";
+}
+
+function renderRunning(s) {
+  const rows = s.running.map((r) => {
+    const hosts = (r.placement || []).map((p) => `${p[0]}:${p[1]}`).join(", ");
+    return `<tr data-id="${esc(r.id)}"><td class="mono">${esc(r.id)}</td><td>${esc(r.budget)}</td>` +
+      `<td class="num">${r.gpus}</td><td class="mono">${esc(hosts)}</td>` +
+      `<td class="num">${dur(s.now - r.started_at)}</td><td>${protection(r, s.now)}</td></tr>`;
+  }).join("");
+  setRows("running", rows, 6, "Nothing is running.");
+}
+
+function renderHosts(s) {
+  const rows = s.hosts.map((h) => {
+    const w = h.gpus ? (100 * h.used) / h.gpus : 0;
+    let drain = '<span class="muted">-</span>';
+    if (h.state === "draining") {
+      const n = h.workloads.length;
+      drain = n === 0 ? "empty: going to repair" :
+        `${n} workload${n > 1 ? "s" : ""} left` + (h.stopping ? `, ${h.stopping} stopping` : "") +
+        (h.last_protection_end !== null ? `; last protection ends in ${dur(h.last_protection_end - s.now)}` : "");
+    }
+    return `<tr data-host="${esc(h.name)}"><td class="mono">${esc(h.name)}</td>` +
+      `<td><span class="badge ${esc(h.state)}">${esc(h.state)}</span></td>` +
+      `<td><span class="gpubar"><span style="width:${w}%"></span></span>${h.used} / ${h.gpus}</td>` +
+      `<td>${drain}</td><td class="muted">${esc(h.reason)}</td></tr>`;
+  }).join("");
+  setRows("hosts", rows, 5, "No hosts.");
+}
+
+function compact(v) {
+  if (v === null || v === undefined) return "";
+  const t = typeof v === "string" ? v : JSON.stringify(v);
+  return t.length > 70 ? t.slice(0, 67) + "..." : t;
+}
+
+function renderAudit(s) {
+  const rows = s.audit.map((a) => {
+    const change = [compact(a.old), compact(a.new)].filter((x) => x).join(" \u2192 ");
+    return `<tr><td class="muted">${dur(s.now - a.at)} ago</td><td>${esc(a.actor)}</td>` +
+      `<td class="mono">${esc(a.action)}</td><td class="mono">${esc(a.target)}</td>` +
+      `<td class="mono muted">${esc(change)}</td></tr>`;
+  }).join("");
+  setRows("audit", rows, 5, "No changes recorded yet.");
+}
+
+function setStatus(ok, text) {
+  $("#status").className = "pill " + (ok ? "live" : "down");
+  $("#status-text").textContent = text;
+}
+
+function render(s) {
+  renderCards(s);
+  renderBudgets(s);
+  renderQueue(s);
+  renderRunning(s);
+  renderHosts(s);
+  renderAudit(s);
+  const ago = s.last_pass_at === null ? "no pass yet" : `last pass ${dur(s.now - s.last_pass_at)} ago`;
+  setStatus(true, `live \u00b7 ${ago}`);
+  $("#footer").textContent = `apportion \u00b7 executor ${s.executor} \u00b7 ${s.passes} passes` +
+    (s.errors ? ` \u00b7 ${s.errors} failed` : "");
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: "no-store" });
+  if (!r.ok) {
+    let detail = r.statusText;
+    try { detail = (await r.json()).detail || detail; } catch (e) { /* not JSON */ }
+    throw new Error(`${r.status} ${detail}`);
+  }
+  return r.json();
+}
+
+async function refreshWhy(id) {
+  try {
+    const e = await getJSON(`/v1/dashboard/why/${encodeURIComponent(id)}`);
+    expanded.set(id, { lines: e.text, at: Date.now() });
+  } catch (err) {
+    expanded.set(id, { lines: [String(err.message)], at: Date.now() });
+  }
+  if (last) renderQueue(last);
+}
+
+async function poll() {
+  try {
+    last = await getJSON("/v1/dashboard/state");
+    const listed = new Set(last.pending.map((p) => p.id));
+    for (const id of [...expanded.keys()]) if (!listed.has(id)) expanded.delete(id);
+    render(last);
+    for (const [id, w] of expanded) if (Date.now() - w.at > WHY_MS) refreshWhy(id);
+  } catch (err) {
+    setStatus(false, "disconnected: " + err.message);
+  } finally {
+    setTimeout(poll, POLL_MS);
+  }
+}
+
+async function pollUsage() {
+  try {
+    usage = await getJSON("/v1/dashboard/usage?hours=168");
+    if (last) renderBudgets(last);
+  } catch (err) { /* the state poll reports connection problems */ }
+  setTimeout(pollUsage, USAGE_MS);
+}
+
+$("#queue tbody").addEventListener("click", (ev) => {
+  const tr = ev.target.closest("tr[data-id]");
+  if (!tr) return;
+  const id = tr.dataset.id;
+  if (expanded.has(id)) {
+    expanded.delete(id);
+    if (last) renderQueue(last);
+  } else {
+    expanded.set(id, { lines: null, at: Date.now() });
+    if (last) renderQueue(last);
+    refreshWhy(id);
+  }
+});
+
+pollUsage();
+poll();

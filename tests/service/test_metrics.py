@@ -1,0 +1,183 @@
+"""GET /metrics of a real app (real store, real Scheduler, in-memory executor, fake clock),
+parsed with prometheus_client's own parser.
+
+The situation (2 hosts x 8 GPUs; ai/llm has share 1/3, ai/vision 1/6, ops 1/2):
+t0      alice submits U (8 GPUs, unallocated); it starts at once.
+t0+50   alice submits C (16 GPUs, 1 h): it waits for the pass at t0+100, which preempts U
+        (unallocated displaced) and starts C on both hosts (wait 50 s).
+t0+1900 bob submits B (8 GPUs, 10 min: debug); C is protected, so B waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from store_db import ServerThread, write_config
+
+from apportion.core import HostState
+from apportion.service.api import create_app
+from apportion.service.clock import FakeClock
+from apportion.service.config import load_config
+from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.scheduler import Scheduler
+from apportion.service.store import Store
+from apportion.service.store.seed import seed_store
+
+T0 = 1_000_000.0
+
+
+@dataclass
+class Live:
+    client: httpx.Client
+    clock: FakeClock
+    sched: Scheduler
+    tokens: dict[str, str]
+    ids: dict[str, str] = field(default_factory=dict)  # U, C, B -> workload id
+
+    def submit(self, who: str, budget: str, gpus: int, min_runtime: float) -> str:
+        r = self.client.post(
+            "/v1/workloads", headers={"Authorization": f"Bearer {self.tokens[who]}"},
+            json={"budget": budget, "gpus": gpus, "min_runtime": min_runtime, "command": ["x"]},
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["id"])
+
+    def at(self, t: float) -> None:
+        self.clock.set(t)
+        self.sched.step()
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample as (name, sorted labels) -> value."""
+        r = self.client.get("/metrics")
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/plain")
+        out = {}
+        for fam in text_string_to_metric_families(r.text):
+            for s in fam.samples:
+                out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+        return out
+
+
+def start_live(tmp_path: Path) -> tuple[Live, Callable[[], None]]:
+    """The situation of this module's docstring, served by a real uvicorn; and its cleanup."""
+    config = load_config(write_config(tmp_path))
+    clock = FakeClock(T0)
+    store = Store(f"sqlite:///{tmp_path / 'apportion.db'}")
+    store.clock = clock.now
+    store.migrate()
+    tokens = seed_store(store, config)
+    executor = MemoryExecutor([(h.name, h.gpus) for h in config.hosts], clock)
+    sched = Scheduler(store, executor, config.policy, clock, grace_s=0.0)
+    server = ServerThread(create_app(store, sched, config))
+    client = httpx.Client(base_url=server.url, timeout=30)
+    live = Live(client, clock, sched, tokens)
+    live.ids["U"] = live.submit("alice", "ai/llm", 8, 0)
+    live.at(T0)
+    clock.set(T0 + 50)
+    live.ids["C"] = live.submit("alice", "ai/llm", 16, 3600)
+    live.at(T0 + 100)
+    clock.set(T0 + 1900)
+    live.ids["B"] = live.submit("bob", "ai/vision", 8, 600)
+    live.at(T0 + 1900)
+
+    def close() -> None:
+        client.close()
+        server.stop()
+        store.close()
+
+    return live, close
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    service, close = start_live(tmp_path)
+    try:
+        yield service
+    finally:
+        close()
+
+
+def test_budget_gauges_follow_the_definitions(live: Live) -> None:
+    """Usage ratio = charged / (share x healthy GPU-seconds); owed = min(share x healthy,
+    asked); delivered = GPUs held by allocated work."""
+    m = live.scrape()
+
+    def g(name: str, budget: str) -> float:
+        return m[(name, (("budget", budget),))]
+
+    # C: 16 GPUs for 1800 s; the cluster: 16 healthy GPUs for 1900 s; share of ai/llm 1/3
+    assert g("apportion_budget_usage_ratio", "ai/llm") == pytest.approx(
+        16 * 1800 / (16 * 1900 / 3))
+    assert g("apportion_budget_usage_ratio", "ops") == 0.0
+    assert g("apportion_budget_share", "ai/vision") == pytest.approx(1 / 6)
+    assert g("apportion_budget_owed_gpus", "ai/llm") == pytest.approx(16 / 3)  # capped
+    assert g("apportion_budget_owed_gpus", "ai/vision") == pytest.approx(16 / 6)  # asks 8
+    assert g("apportion_budget_owed_gpus", "ops") == 0.0
+    assert g("apportion_budget_delivered_gpus", "ai/llm") == 16.0
+    assert g("apportion_budget_delivered_gpus", "ai") == 16.0
+    assert g("apportion_budget_delivered_gpus", "ai/vision") == 0.0
+
+
+def test_queue_and_running_by_class(live: Live) -> None:
+    """B waits as debug work; C runs as allocated work on all 16 GPUs."""
+    m = live.scrape()
+    assert m[("apportion_queue_length", (("class", "debug"),))] == 1.0
+    assert m[("apportion_queue_length", (("class", "allocated"),))] == 0.0
+    assert m[("apportion_queue_length", (("class", "unallocated"),))] == 0.0
+    assert m[("apportion_running_gpus", (("class", "allocated"),))] == 16.0
+    assert m[("apportion_gpus_used", ())] == 16.0
+
+
+def test_wait_histogram_observes_starts(live: Live) -> None:
+    """U started without waiting, C after 50 s; B has not started, so no debug sample."""
+    m = live.scrape()
+    assert m[("apportion_wait_seconds_count", (("class", "allocated"),))] == 1.0
+    assert m[("apportion_wait_seconds_sum", (("class", "allocated"),))] == 50.0
+    assert m[("apportion_wait_seconds_bucket", (("class", "allocated"), ("le", "30.0")))] == 0.0
+    assert m[("apportion_wait_seconds_bucket", (("class", "allocated"), ("le", "60.0")))] == 1.0
+    assert m[("apportion_wait_seconds_count", (("class", "unallocated"),))] == 1.0
+    assert m[("apportion_wait_seconds_count", (("class", "debug"),))] == 0.0
+    assert m[("apportion_starts_total", (("class", "allocated"),))] == 1.0
+
+
+def test_preemptions_counted_by_reason(live: Live) -> None:
+    """One unallocated workload was displaced; every reason has a series."""
+    m = live.scrape()
+    assert m[("apportion_preemptions_total", (("reason", "unallocated"),))] == 1.0
+    for reason in ("rebalance", "drain", "host_failure"):
+        assert m[("apportion_preemptions_total", (("reason", reason),))] == 0.0
+
+
+def test_hosts_by_state_follow_a_drain(live: Live) -> None:
+    """Draining h2 moves one host (and its 8 GPUs) from healthy to draining."""
+    before = live.scrape()
+    assert before[("apportion_hosts", (("state", "healthy"),))] == 2.0
+    r = live.client.post("/v1/hosts/h2/drain", json={"reason": "fan"},
+                         headers={"Authorization": f"Bearer {live.tokens['root']}"})
+    assert r.status_code == 200, r.text
+    after = live.scrape()
+    assert after[("apportion_hosts", (("state", "healthy"),))] == 1.0
+    assert after[("apportion_hosts", (("state", "draining"),))] == 1.0
+    assert after[("apportion_host_gpus", (("state", "draining"),))] == 8.0
+
+
+def test_host_failure_counts_as_a_preemption_reason(live: Live) -> None:
+    """A host that dies under running work counts one host_failure on the next pass."""
+    live.sched.set_host_state("h1", HostState.DOWN, "dead", "root")
+    live.at(T0 + 2000)
+    m = live.scrape()
+    assert m[("apportion_preemptions_total", (("reason", "host_failure"),))] == 1.0
+
+
+def test_pass_latency_and_pass_count(live: Live) -> None:
+    """Every pass is timed: as many latency samples as passes, all positive."""
+    m = live.scrape()
+    passes = m[("apportion_scheduler_passes_total", ())]
+    assert passes >= 3
+    assert m[("apportion_pass_seconds_count", ())] == passes
+    assert m[("apportion_pass_seconds_sum", ())] > 0

@@ -1,0 +1,105 @@
+"""GET /v1/workloads/{id}/why and ``apportion why ID`` end to end, on the situation of
+test_metrics (2 hosts x 8 GPUs, fake clock at T0 + 1900):
+
+* C (ai/llm, 16 GPUs, 1 h) runs on both hosts since T0 + 100: protected until T0 + 3700;
+* B (ai/vision, 8 GPUs, 10 min) waits: the only thing in its way is C, protected until
+  T0 + 3700, which is therefore its earliest start;
+* U (unallocated) was preempted for C: it has ended, there is nothing to explain.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_metrics import T0, Live, start_live
+
+from apportion.cli.main import main
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    service, close = start_live(tmp_path)
+    try:
+        yield service
+    finally:
+        close()
+
+
+def why(live: Live, wid: str, who: str = "bob") -> Any:
+    return live.client.get(f"/v1/workloads/{wid}/why",
+                           headers={"Authorization": f"Bearer {live.tokens[who]}"})
+
+
+def test_waiting_workload_explained_with_known_answer(live: Live) -> None:
+    """B: first in order, no capacity, blocked by C protected until T0+3700 (its earliest
+    start, not a lower bound since nothing is ahead), and the rules would not let it take C
+    (taking all 16 GPUs would leave ai/llm below its share)."""
+    r = why(live, live.ids["B"])
+    assert r.status_code == 200, r.text
+    e = r.json()
+    assert (e["status"], e["position"], e["considered"]) == ("pending", 1, 1)
+    assert e["wait_reason"] == "no_capacity"
+    assert e["ratio"] == 0.0
+    assert [(v["id"], v["protected"], v["protected_until"], v["rules_allow"])
+            for v in e["victims"]] == [(live.ids["C"], True, T0 + 3700, False)]
+    assert e["earliest_start"] == T0 + 3700
+    assert e["lower_bound"] is False
+    assert "could start at the earliest at t=1003700 (in 30m)" in e["text"]
+
+
+def test_second_in_line_sees_the_rival_budget_and_a_lower_bound(live: Live) -> None:
+    """D (ai/llm, submitted after B) comes second: ai/vision (ratio 0) is ahead of ai/llm
+    (ratio 16x1800 / (16x1900/3)) where their paths diverge; its estimate is a lower bound."""
+    d = live.submit("alice", "ai/llm", 8, 600)
+    live.at(T0 + 1900)
+    e = why(live, d, who="alice").json()
+    assert e["position"] == 2
+    (rival,) = e["rivals"]
+    assert (rival["path"], rival["ratio"], rival["mine"], rival["workloads"]) == (
+        "ai/vision", 0.0, "ai/llm", 1)
+    assert rival["mine_ratio"] == pytest.approx(16 * 1800 / (16 * 1900 / 3))
+    assert e["earliest_start"] == T0 + 3700
+    assert e["lower_bound"] is True
+
+
+def test_running_workload_reports_its_protection(live: Live) -> None:
+    """C runs on h1 and h2 since T0+100, protected until T0+3700."""
+    e = why(live, live.ids["C"]).json()
+    assert (e["status"], e["started_at"], e["protected_until"]) == ("running", T0 + 100,
+                                                                      T0 + 3700)
+    assert e["placement"] == [["h1", 8], ["h2", 8]]
+
+
+def test_unknown_workload_is_404_naming_it(live: Live) -> None:
+    """An id the store does not know: 404 whose detail names it."""
+    r = why(live, "w-999999")
+    assert r.status_code == 404
+    assert "w-999999" in r.json()["detail"]
+
+
+def test_ended_workload_is_409_with_its_status(live: Live) -> None:
+    """U was preempted (not resumable): nothing to explain, and the answer says why."""
+    r = why(live, live.ids["U"])
+    assert r.status_code == 409
+    assert r.json()["detail"] == (f"workload {live.ids['U']}: preempted: only pending or "
+                                  "running work has an explanation")
+
+
+def test_why_needs_a_token(live: Live) -> None:
+    """Like every /v1 route but health: no token, 401."""
+    assert live.client.get(f"/v1/workloads/{live.ids['B']}/why").status_code == 401
+
+
+def test_cli_why_prints_the_explanation(live: Live) -> None:
+    """``apportion why ID --json`` prints the route's answer."""
+    url = str(live.client.base_url).rstrip("/")
+    result = CliRunner().invoke(
+        main, ["why", live.ids["B"], "--json", "--url", url, "--token", live.tokens["bob"]])
+    assert result.exit_code == 0, result.output
+    e = json.loads(result.output)
+    assert (e["workload"], e["earliest_start"]) == (live.ids["B"], T0 + 3700)
