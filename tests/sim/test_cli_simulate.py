@@ -1,0 +1,125 @@
+"""``apportion simulate`` and ``apportion sweep`` end to end on tiny inputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from apportion.cli.main import main
+from apportion.sim.engine import WORKLOAD_COLUMNS
+from apportion.sim.metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
+
+SUMMARY_KEYS = {
+    "policy", "sim_days", "workloads", "occupancy", "unallocated_fraction", "availability",
+    "attainment", "wait_s", "preemptions", "protected_preemptions", "lost_gpu_hours", "drains",
+    "wall_s", "events", "peak_memory_mb", "squat_gpu_hours", "priority_inflation",
+}
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def header(path: Path) -> list[str]:
+    with path.open() as f:
+        return next(csv.reader(f))
+
+
+def test_simulate_writes_the_documented_outputs(tmp_path: Path) -> None:
+    """The small scenario under both policies: summary.json is an array with the documented
+    keys, one per policy, and every table has the documented columns."""
+    code, out = invoke("simulate", "--scenario", "small", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    summaries = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["policy"] for s in summaries] == ["fairshare", "legacy"]
+    for s in summaries:
+        assert set(s) >= SUMMARY_KEYS, SUMMARY_KEYS - set(s)
+        assert set(s["wait_s"]["all"]) >= {"p50", "p90", "p99"}
+        assert set(s["wait_s"]) >= {"all", "debug"}
+        assert set(s["attainment"]) >= {"overall", "min", "per_budget"}
+        assert set(s["preemptions"]) >= {"unallocated", "rebalance", "drain", "host_failure"}
+        assert set(s["drains"]) >= {"count", "p90_time_to_drain_s", "automated_fraction"}
+        policy = s["policy"]
+        assert header(tmp_path / f"workloads-{policy}.csv") == list(WORKLOAD_COLUMNS)
+        assert header(tmp_path / f"budget_hours-{policy}.csv") == list(BUDGET_HOUR_COLUMNS)
+        assert header(tmp_path / f"cluster_hours-{policy}.csv") == list(CLUSTER_HOUR_COLUMNS)
+    assert "attainment overall" in out and "fairshare" in out and "legacy" in out
+
+
+def test_set_parses_durations_and_one_policy(tmp_path: Path) -> None:
+    """--set lookback=1d is 86,400 s in the summary's config; --policy picks one policy;
+    --cluster 2x8 sizes the cluster."""
+    code, out = invoke("simulate", "--scenario", "small", "--policy", "fairshare", "--set",
+                       "lookback=1d", "--set", "restart_overhead=5m", "--cluster", "2x8",
+                       "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert s["config"]["lookback"] == 86400
+    assert s["sim_config"]["restart_overhead"] == 300
+    assert s["gpus"] == 16
+
+
+def test_bad_set_key_lists_valid_keys(tmp_path: Path) -> None:
+    """An unknown --set key is a usage error naming the option and the valid keys."""
+    code, out = invoke("simulate", "--scenario", "small", "--set", "lookbak=3d",
+                       "--out", str(tmp_path))
+    assert code == 2
+    assert "--set" in out and "lookbak" in out and "max_min_runtime" in out
+
+
+def test_bad_set_value_names_the_key(tmp_path: Path) -> None:
+    """A value that is not a duration is refused, naming the key."""
+    code, out = invoke("simulate", "--scenario", "small", "--set", "lookback=soon",
+                       "--out", str(tmp_path))
+    assert code == 2
+    assert "lookback" in out
+
+
+def test_tree_file_must_cover_the_budgets(tmp_path: Path) -> None:
+    """A --tree that lacks the scenario's budgets is refused, naming a missing budget."""
+    tree = tmp_path / "tree.toml"
+    tree.write_text('"other/team/x" = 1\n')
+    code, out = invoke("simulate", "--scenario", "small", "--tree", str(tree),
+                       "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert "--tree" in out and "not a leaf" in out
+
+
+def test_trace_replay(tmp_path: Path) -> None:
+    """An ITP-format trace with 3 synthetic budgets replays on a 2x8 cluster."""
+    trace = tmp_path / "trace.csv"
+    lines = ["job_id,submission_time,duration,num_gpu"]
+    lines += [f"j{i},{1000 + 600 * i},{1800 + 300 * (i % 5)},{1 + i % 8}" for i in range(30)]
+    lines += [f"d{i},{1200 + 900 * i},300,1" for i in range(10)]  # short debug-sized jobs
+    trace.write_text("\n".join(lines) + "\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--format", "itp", "--budgets", "3",
+                       "--cluster", "2x8", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert all(s["workloads"] == 40 for s in summaries)
+
+
+def test_sweep_runs_every_combination(tmp_path: Path) -> None:
+    """A 2 x 1 grid on two worker processes: two rows in sweep.csv and sweep.json, a plot."""
+    code, out = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d,3d", "--grid",
+                       "max_min_runtime=4h", "--jobs", "2", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    with (tmp_path / "sweep.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["lookback"]) for r in rows] == [86400, 3 * 86400]
+    assert all(float(r["max_min_runtime"]) == 4 * 3600 for r in rows)
+    assert len(json.loads((tmp_path / "sweep.json").read_text())) == 2
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+    assert (tmp_path / "sweep.svg").stat().st_size > 0
+
+
+def test_sweep_bad_grid_key(tmp_path: Path) -> None:
+    """An unknown --grid key is a usage error naming --grid."""
+    code, out = invoke("sweep", "--scenario", "small", "--grid", "nope=1,2", "--out",
+                       str(tmp_path))
+    assert code == 2
+    assert "--grid" in out and "nope" in out

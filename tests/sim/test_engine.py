@@ -1,0 +1,273 @@
+"""The simulator engine on small hand-built cases whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from apportion.core import (
+    BudgetTree,
+    ClusterState,
+    Decisions,
+    Host,
+    PolicyConfig,
+    Slice,
+    Start,
+    WorkloadSpec,
+    decide,
+)
+from apportion.sim.engine import Engine, RunResult, SimConfig
+from apportion.sim.model import HostEvent, HostEventKind, Scenario, SimJob
+from apportion.sim.run import run_policies
+from apportion.sim.scenarios import small_scenario
+
+HOUR = 3600.0
+TREE = BudgetTree.build([("a/x/u", 1.0), ("b/y/v", 1.0)])  # two teams, 50/50
+
+
+def job(wid: str, budget: str, gpus: int, submit: float, duration: float,
+        min_runtime: float = 60.0, resumable: bool = False, checkpoint: float = 0.0) -> SimJob:
+    leaf = {"a": "a/x/u", "b": "b/y/v"}[budget]
+    spec = WorkloadSpec(wid, leaf, gpus, min_runtime, submit, resumable=resumable,
+                        checkpoint_interval=checkpoint)
+    return SimJob(spec, duration)
+
+
+def scenario(jobs: list[SimJob], hours: float, hosts: int = 1,
+             events: tuple[HostEvent, ...] = (), repair: float = 1000.0) -> Scenario:
+    return Scenario("hand", TREE, tuple(Host(f"h{i}", 8) for i in range(hosts)), tuple(jobs),
+                    events, days=hours / 24.0, repair_time=repair)
+
+
+def fifo(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+    """Stand-in policy: start pending work in submission order on the first host that fits,
+    stopping at the first that does not (strict FIFO, no preemption)."""
+    free = {n: h.gpus - state.used[n] for n, h in state.hosts.items() if h.schedulable}
+    starts = []
+    for p in sorted(state.pending.values(), key=lambda p: (p.spec.submit_time, p.spec.id)):
+        host = next((n for n in sorted(free) if free[n] >= p.spec.gpus), None)
+        if host is None:
+            break
+        free[host] -= p.spec.gpus
+        starts.append(Start(p.spec.id, (Slice(host, p.spec.gpus),)))
+    return Decisions(starts=tuple(starts))
+
+
+def run(sc: Scenario, policy: object = decide, sim: SimConfig | None = None) -> RunResult:
+    return Engine(sc, policy, PolicyConfig(), sim=sim or SimConfig()).run()  # type: ignore[arg-type]
+
+
+def row(result: RunResult, wid: str) -> dict[str, object]:
+    return next(r for r in result.workloads if r["id"] == wid)
+
+
+FIFO_JOBS = [
+    job("j1", "a", 8, 0, 1000),
+    job("j2", "b", 4, 100, 500),
+    job("j3", "a", 4, 200, 100),
+]
+
+
+def test_fifo_waits_are_exact() -> None:
+    """j1 holds the host 0-1000 s; j2 (submitted at 100) and j3 (at 200) both start at 1000:
+    waits 0, 900 and 800 s, so p50 = 800 s."""
+    res = run(scenario(FIFO_JOBS, 1), fifo)
+    assert [row(res, w)["first_start"] for w in ("j1", "j2", "j3")] == [0, 1000, 1000]
+    assert [row(res, w)["end_time"] for w in ("j1", "j2", "j3")] == [1000, 1500, 1100]
+    assert res.summary["wait_s"]["all"]["p50"] == 800
+    assert res.summary["wait_s"]["all"]["n"] == 3
+
+
+def test_occupancy_integrates_gpu_seconds() -> None:
+    """Assigned GPU-seconds 8x1000 + 4x500 + 4x100 = 10,400 over 8 GPUs x 3,600 s healthy:
+    occupancy 10,400 / 28,800; availability 1."""
+    res = run(scenario(FIFO_JOBS, 1), fifo)
+    assert res.summary["occupancy"] == pytest.approx(10400 / 28800)
+    assert res.summary["availability"] == pytest.approx(1.0)
+    assert res.summary["unallocated_fraction"] == 0
+
+
+def test_attainment_by_hand() -> None:
+    """Budget a (share 4 GPUs) asks 8-12 GPUs over 0-1000 s then 4 GPUs to 1100: owed
+    4 x 1100 = 4,400 GPU-s, delivered 8,400 >= owed, attainment 1. Budget b asks 4 GPUs over
+    100-1500 s: owed 5,600, delivered 4 x 500 = 2,000, attainment 2,000 / 5,600. Overall
+    (4,400 + 2,000) / (4,400 + 5,600) = 0.64; the worst team is b/y."""
+    res = run(scenario(FIFO_JOBS, 1), fifo)
+    att = res.summary["attainment"]
+    assert att["per_budget"]["a/x/u"] == pytest.approx(1.0)
+    assert att["per_budget"]["a"] == pytest.approx(1.0)
+    assert att["per_budget"]["b/y/v"] == pytest.approx(2000 / 5600)
+    assert att["overall"] == pytest.approx(0.64)
+    assert att["min"] == pytest.approx(2000 / 5600)
+    assert att["min_budget"] == "b/y"
+    hour0 = {r[2]: r for r in res.budget_hours if r[0] == 0}
+    assert hour0["a/x/u"][8] == pytest.approx(4400 / 3600)  # owed, GPU-hours
+    assert hour0["b/y/v"][9] == pytest.approx(2000 / 3600)  # delivered
+
+
+def test_hour_bins_split_exactly() -> None:
+    """A 4-GPU job running 1800-5400 s puts exactly 2 GPU-hours in hour 0 and 2 in hour 1
+    (the accounting boundary at 3600 s splits the integral): 2 GPUs on average in each."""
+    res = run(scenario([job("j", "a", 4, 1800, 3600)], 2), fifo)
+    delivered = {r[0]: r[9] for r in res.budget_hours if r[2] == "a/x/u"}
+    assert delivered == {0: pytest.approx(2.0), 1: pytest.approx(2.0)}
+    assert [r[4] for r in res.cluster_hours] == [pytest.approx(2.0), pytest.approx(2.0)]
+
+
+def test_unallocated_work_is_displaced_with_checkpoint_loss() -> None:
+    """u (unallocated, 8 GPUs, resumable, checkpoint every 600 s) runs from 0; allocated a1
+    arrives at 1000 and displaces it at once. u keeps 600 s of its 1000 s of work (lost
+    400 s x 8 GPUs), waits for a1 to finish at 1500, then needs 10,000 - 600 + 120 s
+    restart overhead: it completes at 11,020."""
+    jobs = [job("u", "b", 8, 0, 10000, min_runtime=0, resumable=True, checkpoint=600),
+            job("a1", "a", 8, 1000, 500, min_runtime=600)]
+    res = run(scenario(jobs, 4), decide)
+    assert res.summary["preemptions"]["unallocated"] == 1
+    assert row(res, "a1")["first_start"] == 1000
+    assert row(res, "u")["status"] == "completed"
+    assert row(res, "u")["end_time"] == pytest.approx(11020)
+    assert row(res, "u")["lost_gpu_hours"] == pytest.approx(400 * 8 / 3600)
+    assert res.summary["restart_overhead_gpu_hours"] == pytest.approx(120 * 8 / 3600)
+    assert res.summary["protected_preemptions"] == 0
+
+
+def test_min_runtime_protection_is_respected() -> None:
+    """b1 and b2 (allocated, 4 GPUs each, min_runtime 1 h) fill the only host from 0. a1, of
+    an idle budget, asks for its share (4 GPUs) at 100 s but may not take them before the
+    protections end at 3600 s; at the end of the minimum runtimes it rebalances one of them
+    away (b stays at its share) and starts at exactly 3600 s."""
+    jobs = [job("b1", "b", 4, 0, 20000, min_runtime=HOUR, resumable=True),
+            job("b2", "b", 4, 0, 20000, min_runtime=HOUR, resumable=True),
+            job("a1", "a", 4, 100, 1000, min_runtime=600)]
+    res = run(scenario(jobs, 3), decide)
+    assert row(res, "a1")["first_start"] == HOUR
+    assert res.summary["preemptions"]["rebalance"] == 1
+    assert res.summary["protected_preemptions"] == 0
+
+
+def test_protected_preemptions_are_counted_from_engine_records() -> None:
+    """A policy that preempts work inside its minimum runtime is caught by the engine's own
+    count, whatever reason it gives."""
+    from apportion.core import Preempt, PreemptReason
+
+    def rude(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        if now == 100 and "b1" in state.running:
+            return Decisions(preemptions=(Preempt("b1", PreemptReason.REBALANCE, False),))
+        return fifo(state, now, config)
+
+    jobs = [job("b1", "b", 8, 0, 5000, min_runtime=HOUR), job("a1", "a", 8, 100, 100)]
+    res = run(scenario(jobs, 2), rude)
+    assert res.summary["protected_preemptions"] == 1
+    assert row(res, "b1")["status"] == "preempted"
+    assert row(res, "b1")["lost_gpu_hours"] == pytest.approx(100 * 8 / 3600)
+
+
+def test_host_failure_requeues_with_checkpoint_loss() -> None:
+    """r (resumable, checkpoint 1000 s, 5000 s of work) dies with its host at 2500 s: it keeps
+    2000 s, loses 500 s x 8 GPUs. The host is back after the 1000 s repair time, at 3500 s;
+    r restarts then and finishes 3000 + 120 s later, at 6620 s. Healthy capacity was lost for
+    1000 of 7200 s: availability 6200 / 7200."""
+    jobs = [job("r", "a", 8, 0, 5000, min_runtime=600, resumable=True, checkpoint=1000)]
+    events = (HostEvent(2500, "h0", HostEventKind.FAIL),)
+    res = run(scenario(jobs, 2, events=events, repair=1000), decide)
+    assert res.summary["preemptions"]["host_failure"] == 1
+    assert res.summary["host_failures"] == 1
+    assert row(res, "r")["first_start"] == 0
+    assert row(res, "r")["end_time"] == pytest.approx(6620)
+    assert row(res, "r")["wait_s"] == pytest.approx(1000)
+    assert row(res, "r")["lost_gpu_hours"] == pytest.approx(500 * 8 / 3600)
+    assert res.summary["availability"] == pytest.approx(6200 / 7200)
+
+
+def test_host_failure_loses_non_resumable_work() -> None:
+    """A non-resumable workload on a host that dies inside its minimum runtime ends as lost,
+    all 300 s of its progress gone; a host failure is not a protected preemption."""
+    jobs = [job("n", "a", 8, 0, 5000, min_runtime=HOUR)]
+    events = (HostEvent(300, "h0", HostEventKind.FAIL),)
+    res = run(scenario(jobs, 2, events=events), decide)
+    assert row(res, "n")["status"] == "lost"
+    assert res.summary["lost_gpu_hours"] == pytest.approx(300 * 8 / 3600)
+    assert res.summary["protected_preemptions"] == 0
+
+
+def test_drain_waits_for_protection_then_repairs() -> None:
+    """h0 is marked unhealthy at 100 s while p (min_runtime 600 s) runs there; the policy
+    moves p off at 600 s (to h1) and h0 goes to repair: one automated drain of 500 s."""
+    jobs = [job("p", "a", 8, 0, 5000, min_runtime=600, resumable=True)]
+    events = (HostEvent(100, "h0", HostEventKind.UNHEALTHY),)
+    res = run(scenario(jobs, 2, hosts=2, events=events), decide)
+    drains = res.summary["drains"]
+    assert drains["count"] == 1 and drains["finished"] == 1
+    assert drains["p90_time_to_drain_s"] == pytest.approx(500)
+    assert drains["automated_fraction"] == 1.0
+    assert res.summary["preemptions"]["drain"] == 1
+    assert res.summary["protected_preemptions"] == 0
+
+
+def test_human_kill_ends_a_stuck_drain() -> None:
+    """With a policy that never drains, the engine's human kill empties the host
+    ``human_kill_after`` (here 1000 s) after the drain began; the drain counts as manual."""
+    jobs = [job("p", "a", 8, 0, 50000, min_runtime=600)]
+    events = (HostEvent(100, "h0", HostEventKind.UNHEALTHY),)
+    res = run(scenario(jobs, 2, events=events), fifo, SimConfig(human_kill_after=1000))
+    drains = res.summary["drains"]
+    assert drains["human_kills"] == 1
+    assert row(res, "p")["end_time"] == 1100
+    assert drains["finished"] == 0  # the stand-in policy never sends the host to repair
+
+
+def test_squatting_counts_as_assigned_not_lost() -> None:
+    """A squatting job holds 8 GPUs for 1800 s: 4 squat GPU-hours, occupancy 0.5 over the
+    hour, and nothing counted as lost work."""
+    spec = WorkloadSpec("s", "a/x/u", 8, 600, 0)
+    res = run(scenario([SimJob(spec, 1800, squat=True)], 1), fifo)
+    assert res.summary["squat_gpu_hours"] == pytest.approx(4.0)
+    assert res.summary["occupancy"] == pytest.approx(0.5)
+    assert res.summary["lost_gpu_hours"] == 0
+
+
+def test_rejected_specs_are_counted() -> None:
+    """A min_runtime over the cap is refused by validate_spec at submission."""
+    res = run(scenario([job("big", "a", 8, 0, 100, min_runtime=9 * HOUR)], 1), decide)
+    assert res.summary["rejected"] == 1
+    assert row(res, "big")["status"] == "rejected"
+
+
+def test_decide_loop_cap_is_counted() -> None:
+    """A policy that never quiets down hits the round cap at each moment, which is counted."""
+    def restless(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        from apportion.core import HostChange, HostState
+
+        return Decisions(host_changes=(HostChange("h0", HostState.HEALTHY, "again"),))
+
+    res = run(scenario([job("j", "a", 1, 10, 10)], 1), restless, SimConfig(decide_rounds=3))
+    assert res.summary["decide"]["rounds_capped"] == res.summary["decide"]["moments"] > 0
+
+
+def test_same_input_same_output() -> None:
+    """Two runs of the small scenario give identical summaries (except the cost of the run)
+    and identical tables, for both policies."""
+    sc = small_scenario(seed=1)
+    first = run_policies(sc, progress=False)
+    second = run_policies(sc, progress=False)
+    volatile = {"wall_s", "events_per_s", "peak_memory_mb"}
+    for a, b in zip(first, second, strict=True):
+        assert {k: v for k, v in a.summary.items() if k not in volatile} == {
+            k: v for k, v in b.summary.items() if k not in volatile
+        }
+        assert a.workloads == b.workloads
+        assert a.budget_hours == b.budget_hours
+        assert a.cluster_hours == b.cluster_hours
+
+
+def test_fairshare_never_preempts_protected_work_on_small_scenario() -> None:
+    """On the small scenario (drains, a failure, a full cluster) fair share issues no
+    preemption inside a minimum runtime, and the hourly owed GPU-hours never exceed the
+    healthy capacity."""
+    res = run_policies(small_scenario(), policies=["fairshare"], progress=False)[0]
+    assert res.summary["protected_preemptions"] == 0
+    for r in res.budget_hours:
+        owed, share, healthy, span = (float(r[i]) for i in (8, 5, 6, 1))  # type: ignore[arg-type]
+        assert owed <= share * healthy * span + 1e-9
+    assert not math.isnan(res.summary["occupancy"])
