@@ -109,7 +109,10 @@ class ServerThread:
 
         import uvicorn
 
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted connections only
+        # when the listening socket says TCP, and without it every response waits ~40 ms
+        # for a delayed ACK (Nagle: h11 writes headers and body separately)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", 0))
         port = self._sock.getsockname()[1]

@@ -23,6 +23,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import (
+    BudgetNode,
+    BudgetTree,
     ClusterState,
     CoreError,
     HostState,
@@ -38,6 +40,7 @@ from .dashboard import dashboard_router, explain_workload
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 
 API_VERSION = "v1"
+TOKEN_CACHE_S = 30.0
 
 
 class SchedulerPort(Protocol):
@@ -131,6 +134,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         description="GPU-time budgets, hierarchical fair share and a minimum-runtime contract.",
     )
     bearer = HTTPBearer(auto_error=False, description="a token from <data_dir>/tokens/<user>")
+    # digest -> (user, valid until): saves a query per request; tokens are never changed
+    # in place (only added), so the cache can only be stale about a user's admin flag
+    token_cache: dict[str, tuple[UserRow, float]] = {}
     clock = getattr(scheduler, "clock", None)
     now: Callable[[], float] = clock.now if clock is not None else time.time
 
@@ -151,9 +157,16 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     ) -> UserRow:
         if cred is None or not cred.credentials:
             raise HTTPException(401, "missing bearer token", {"WWW-Authenticate": "Bearer"})
-        user = store.user_for_token(hash_token(cred.credentials))
+        digest = hash_token(cred.credentials)
+        hit = token_cache.get(digest)
+        if hit is not None and hit[1] > time.monotonic():
+            return hit[0]
+        user = store.user_for_token(digest)
         if user is None:
             raise HTTPException(401, "invalid token", {"WWW-Authenticate": "Bearer"})
+        if len(token_cache) > 10_000:
+            token_cache.clear()
+        token_cache[digest] = (user, time.monotonic() + TOKEN_CACHE_S)
         return user
 
     User = Annotated[UserRow, Depends(current_user)]
@@ -185,15 +198,15 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
             )
-            try:
-                tree = store.load_tree()
-            except NotFound:
-                raise _fail(422, f"budget: {body.budget!r}: no budgets exist yet") from None
+            rows = store.budgets()  # one read serves validation and rights
+            if not rows:
+                raise _fail(422, f"budget: {body.budget!r}: no budgets exist yet")
+            tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
             state = ClusterState(tree, [h.host() for h in store.hosts()], start=t)
             validate_spec(spec, state, settings.policy)
         except CoreError as e:
             raise _fail(422, _core_message(e)) from None
-        if not rights(user).can_submit(body.budget):
+        if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
         row = store.add_workload(
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
