@@ -211,6 +211,15 @@ def test_active_workloads(store: Store) -> None:
     assert rows[a].attempt is None and rows[b].attempt is not None
 
 
+def test_active_index(store: Store) -> None:
+    """active_index maps each active workload to its status and cancel flag."""
+    a, b, c = submit(store), submit(store), submit(store)
+    store.begin_attempt(b, [("h1", 2, [0, 1])], 1.0)
+    store.cancel_workload(b, "alice")
+    store.cancel_workload(c, "alice")
+    assert store.active_index() == {a: ("pending", False), b: ("running", True)}
+
+
 def test_list_workloads_filters(store: Store) -> None:
     """Filters by status, budget subtree and user."""
     a = submit(store, budget="ai/llm", user="alice")

@@ -225,6 +225,17 @@ class Store:
             )
             return self._with_open_attempts(s, rows)
 
+    def active_index(self) -> dict[str, tuple[str, bool]]:
+        """``id -> (status value, cancel_requested)`` of every active workload: the narrow
+        read a scheduling pass needs to notice submissions, cancels and ends."""
+        with self._tx(write=False) as s:
+            q = (
+                select(WM.id, WM.status, WM.cancel_requested)
+                .where(WM.status.in_([st.value for st in ACTIVE]))
+                .order_by(WM.seq)
+            )
+            return {str(i): (st, bool(c)) for i, st, c in s.execute(q)}
+
     def _with_open_attempts(self, s: Session, rows: list[WM]) -> list[WorkloadRow]:
         ids = [m.id for m in rows if m.status != Status.PENDING.value]
         open_: dict[str, AttemptRow] = {}
