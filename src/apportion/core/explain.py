@@ -92,7 +92,8 @@ class Explanation:
     placement: Placement = ()
 
     def lines(self) -> list[str]:
-        """The explanation as short sentences, for a terminal."""
+        """The explanation as short sentences for people (times relative to ``now``; the
+        absolute times are in the fields)."""
         return _lines(self)
 
     def as_dict(self) -> dict[str, Any]:
@@ -287,10 +288,12 @@ def _hypothetical_plan(
     pas: _Pass,
 ) -> tuple[tuple[str, ...], tuple[Victim, ...]]:
     """The victim search's cheapest plan on the hosts as this pass leaves them (its starts
-    take their GPUs), with every running workload allowed as a victim."""
+    take their GPUs, its victims are promised to their preemptors), with every other running
+    workload allowed as a victim."""
     view = _AnyVictimView(state, config.default_checkpoint_interval)
     for s in d.starts:
         view.take(s.placement)
+    view.claimed.update(p.workload for p in d.preemptions)  # promised to someone else
     plan = find_victims(view, spec, now, lambda c, taken: True)
     if plan is None:
         return (), ()
@@ -366,10 +369,9 @@ def _lines(e: Explanation) -> list[str]:
     if e.status != "pending":
         assert e.protected_until is not None and e.started_at is not None
         where = ",".join(f"{s.host}:{s.gpus}" for s in e.placement)
-        out.append(f"running on {where} since t={e.started_at:.0f}")
+        out.append(f"running on {where} for {_dur(e.now - e.started_at)}")
         if e.protected_until > e.now:
-            out.append(f"protected until t={e.protected_until:.0f} "
-                       f"(in {_dur(e.protected_until - e.now)})")
+            out.append(f"protected for another {_dur(e.protected_until - e.now)}")
         else:
             out.append("not protected: it may be preempted (unallocated, or past its "
                        "minimum runtime)")
@@ -393,14 +395,20 @@ def _lines(e: Explanation) -> list[str]:
     if e.preempting:
         out.append("preempting " + ", ".join(e.preempting))
     for v in e.victims:
-        state = (f"protected until t={v.protected_until:.0f} (in "
-                 f"{_dur(v.protected_until - e.now)})" if v.protected else "not protected")
+        state = (f"protected for another {_dur(v.protected_until - e.now)}" if v.protected
+                 else "not protected")
         rule = "" if v.rules_allow else ", rules do not allow it now"
         out.append(f"would displace {v.id} ({v.budget}, {v.gpus} GPU(s)): {state}{rule}")
     if e.earliest_start is not None and not e.preempting:
-        label = "at the earliest (lower bound)" if e.lower_bound else "at the earliest"
-        out.append(f"could start {label} at t={e.earliest_start:.0f} "
-                   f"(in {_dur(e.earliest_start - e.now)})")
+        if e.earliest_start > e.now:
+            label = " (a lower bound)" if e.lower_bound else ""
+            out.append(f"could start in {_dur(e.earliest_start - e.now)} at the earliest{label}")
+        elif e.lower_bound:
+            out.append("room without protected work exists already: it waits for the work "
+                       "considered before it, which is served first")
+        else:
+            out.append("room without protected work exists already: it waits for the "
+                       "rebalance rules to let it displace that work (or for that work to end)")
     out.extend(e.caveats)
     return out
 

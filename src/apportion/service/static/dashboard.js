@@ -63,8 +63,7 @@ function setRows(section, html, cols, emptyText) {
 function renderCards(s) {
   const c = s.cluster;
   $("#c-healthy").innerHTML = `${c.healthy_gpus} <small>of ${c.gpus}</small>`;
-  const used = c.healthy_gpus ? c.used_gpus / c.healthy_gpus : 0;
-  $("#c-used").innerHTML = `${c.used_gpus} <small>${pct(used)}</small>`;
+  $("#c-used").innerHTML = `${c.used_gpus} <small>of ${c.gpus}</small>`;
   $("#c-pending").textContent = c.pending;
   $("#c-running").textContent = c.running;
   const down = s.hosts.filter((h) => h.state !== "healthy").length;
@@ -122,7 +121,7 @@ function renderQueue(s) {
 function protection(r, now) {
   if (r.stopping) return `<span class="badge stopping">stopping</span> <span class="muted">${esc(r.stop_reason || "")}</span>`;
   if (!r.allocated) return '<span class="muted">unallocated: preemptible</span>';
-  if (r.protected_until > now) return `<span class="badge protected">protected</span> ends in ${dur(r.protected_until - now)}`;
+  if (r.protected_until > now) return `<span class="badge protected">protected</span> ${dur(r.protected_until - now)} left`;
   return '<span class="muted">ended ' + dur(now - r.protected_until) + " ago</span>";
 }
 
@@ -131,7 +130,7 @@ function renderRunning(s) {
     const hosts = (r.placement || []).map((p) => `${p[0]}:${p[1]}`).join(", ");
     return `<tr data-id="${esc(r.id)}"><td class="mono">${esc(r.id)}</td><td>${esc(r.budget)}</td>` +
       `<td class="num">${r.gpus}</td><td class="mono">${esc(hosts)}</td>` +
-      `<td class="num">${dur(s.now - r.started_at)}</td><td>${protection(r, s.now)}</td></tr>`;
+      `<td class="num">${dur(s.now - r.started_at)}</td><td class="wrap">${protection(r, s.now)}</td></tr>`;
   }).join("");
   setRows("running", rows, 6, "Nothing is running.");
 }
@@ -149,7 +148,7 @@ function renderHosts(s) {
     return `<tr data-host="${esc(h.name)}"><td class="mono">${esc(h.name)}</td>` +
       `<td><span class="badge ${esc(h.state)}">${esc(h.state)}</span></td>` +
       `<td><span class="gpubar"><span style="width:${w}%"></span></span>${h.used} / ${h.gpus}</td>` +
-      `<td>${drain}</td><td class="muted">${esc(h.reason)}</td></tr>`;
+      `<td class="wrap">${drain}</td><td class="muted wrap">${esc(h.reason)}</td></tr>`;
   }).join("");
   setRows("hosts", rows, 5, "No hosts.");
 }
