@@ -48,7 +48,15 @@ from apportion.core import (
 )
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
-from apportion.service.executor import AttemptState, Executor, HostSlots, Launch, Observation
+from apportion.service.executor import (
+    AttemptState,
+    Executor,
+    ExecutorUnavailable,
+    HostSlots,
+    InventoryHost,
+    Launch,
+    Observation,
+)
 from apportion.service.store import ACTIVE, Conflict, NotFound, Store, WorkloadRow
 from apportion.service.store.models import WorkloadModel
 
@@ -111,6 +119,8 @@ class Scheduler:
         self._free: dict[str, list[int]] = {}  # host -> free GPU indexes, ascending
         self._host_reason: dict[str, str] = {}
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
+        self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
+        self._seen_drained: set[str] = set()  # hosts the executor last reported draining
         self._last = Decisions()
         self._last_pass_at: float | None = None
         self._started = False
@@ -146,10 +156,11 @@ class Scheduler:
                 t = self.clock.now() if now is None else now
                 t = max(t, st.time)
                 self._sync_store(t)
-                self._sync_inventory(t)
-                self._retry(t)
-                self._fold(t)
-                for _ in range(MAX_ROUNDS):
+                reachable = self._sync_inventory(t)
+                if reachable:  # else: decide nothing until the executor answers again
+                    self._retry(t)
+                    self._fold(t)
+                for _ in range(MAX_ROUNDS if reachable else 0):
                     d = decide(st, t, self.config)
                     self._last = d
                     if d.empty():
@@ -163,7 +174,8 @@ class Scheduler:
                     if not launched:
                         break  # the executor refused a launch: try again next pass
                 else:
-                    log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)
+                    if reachable:
+                        log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)
             except Exception:
                 self.errors += 1
                 self.failing += 1
@@ -442,46 +454,102 @@ class Scheduler:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
 
-    def _sync_inventory(self, now: float) -> None:
-        """Host deaths (and returns) as the executor reports them."""
+    def _sync_inventory(self, now: float) -> bool:
+        """Host deaths, returns and drains as the executor reports them. False when the
+        executor's backend did not answer (:class:`ExecutorUnavailable`): the pass then
+        leaves the executor alone and decides nothing."""
         st = self._st()
         try:
             inventory = self.executor.inventory()
+        except ExecutorUnavailable as e:
+            log.warning("executor unavailable, nothing decided this pass: %s", e)
+            return False
         except Exception as e:
             log.warning("executor inventory failed: %s", e)
-            return
+            return True
         for ih in inventory:
             if ih.name not in st.hosts:
                 self.store.add_host(ih.name, ih.gpus, ACTOR, at=now)
                 st.add_host(Host(ih.name, ih.gpus), now)
                 self._free[ih.name] = list(range(ih.gpus))
                 self._host_reason[ih.name] = ""
+            if ih.name in self._unmirrored:
+                # the executor has not seen our own drain (or its end) yet: tell it again, and
+                # follow its view only from the next pass
+                self._mirror(ih.name, *self._unmirrored[ih.name])
                 continue
-            cur = st.hosts[ih.name].state
-            if ih.state == "down" and cur is not HostState.DOWN:
-                reason = EXECUTOR_DOWN + (ih.reason or "down")
-                self._end_host_work(ih.name, now)
-                self.store.set_host_state(ih.name, HostState.DOWN, reason, ACTOR, at=now)
-                st.set_host_state(ih.name, HostState.DOWN, now)
-                self._host_reason[ih.name] = reason
-            elif (
-                ih.state == "healthy"
-                and cur is HostState.DOWN
-                and self._host_reason.get(ih.name, "").startswith(EXECUTOR_DOWN)
-            ):
-                self.store.set_host_state(ih.name, HostState.HEALTHY, "executor: back up",
-                                          ACTOR, at=now)
-                st.set_host_state(ih.name, HostState.HEALTHY, now)
-                self._host_reason[ih.name] = "executor: back up"
+            self._follow_host(ih, now)
+        return True
+
+    def _follow_host(self, ih: InventoryHost, now: float) -> None:
+        """Take one host's state from the executor (e.g. Slurm's DOWN, DRAIN, RESUME).
+
+        down -> down (its work ends); draining -> draining (or repair if it was down);
+        back to healthy -> healthy, from down only if the executor put it there, and from
+        draining/repair only once the executor was seen draining it (an operator resumed
+        it there). So an executor without drains (local) never undoes apportion's own."""
+        st = self._st()
+        name = ih.name
+        cur = st.hosts[name].state
+        by_executor = self._host_reason.get(name, "").startswith(EXECUTOR_DOWN)
+        was_drained = name in self._seen_drained
+        if ih.state == "draining":
+            self._seen_drained.add(name)
+        else:
+            self._seen_drained.discard(name)
+        if ih.state == "down" and cur is not HostState.DOWN:
+            self._end_host_work(name, now)
+            self._host_to(name, HostState.DOWN, EXECUTOR_DOWN + (ih.reason or "down"), now)
+        elif ih.state == "draining" and cur is HostState.HEALTHY:
+            self._host_to(name, HostState.DRAINING, EXECUTOR_DOWN + (ih.reason or "drained"),
+                          now)
+        elif ih.state == "draining" and cur is HostState.DOWN and by_executor:
+            self._host_to(name, HostState.REPAIR,
+                          EXECUTOR_DOWN + "back up, drained: " + (ih.reason or ""), now)
+        elif ih.state == "healthy" and (
+            (cur is HostState.DOWN and by_executor)
+            or (cur in (HostState.DRAINING, HostState.REPAIR) and was_drained)
+        ):
+            self._host_to(name, HostState.HEALTHY, EXECUTOR_DOWN + "back up", now)
+
+    def _host_to(self, name: str, state: HostState, reason: str, now: float) -> None:
+        self.store.set_host_state(name, state, reason, ACTOR, at=now)
+        self._st().set_host_state(name, state, now)
+        self._host_reason[name] = reason
 
     def _retry(self, now: float) -> None:
         """Finish what an earlier pass could not: handles not yet stored, stops not sent."""
         for (wid, n), handle in list(self._unsaved.items()):
             self.store.set_attempt_handle(wid, n, handle)
             del self._unsaved[(wid, n)]
-        for wid, a in self._open.items():
-            if a.stop_reason is not None and not a.stop_sent:
+        for wid, a in list(self._open.items()):
+            if a.handle is None:
+                try:
+                    self._find_launched(wid, a, now)
+                except ExecutorUnavailable as e:
+                    log.warning("%s: launch still unconfirmed: %s", wid, e)
+                    return
+            if wid in self._open and a.stop_reason is not None and not a.stop_sent:
                 self._send_stop(wid, a)
+
+    def _find_launched(self, wid: str, a: _Attempt, now: float) -> None:
+        """An attempt whose launch got no answer: adopt the executor's job if the launch
+        went through after all, else end the attempt at its start (nothing charged)."""
+        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
+        handle = find(wid, a.n) if find is not None else None
+        if handle is not None:
+            log.info("%s attempt %d: launched after all as %s; adopted", wid, a.n, handle)
+            a.handle = handle
+            self.store.set_attempt_handle(wid, a.n, handle)
+            return
+        log.warning("%s attempt %d: never launched; requeued, nothing charged", wid, a.n)
+        if a.stop_reason == "cancelled":
+            status = Status.CANCELLED
+        elif a.stop_reason is not None and not a.requeue:
+            status = Status.PREEMPTED
+        else:
+            status = Status.PENDING
+        self._end(wid, a.started_at, None, "never launched", status, now)
 
     def _fold(self, now: float) -> None:
         """Exits and vanished attempts, from the executor into the store, then the state."""
@@ -589,7 +657,9 @@ class Scheduler:
         slots = self._assign(s)
         entries = [(sl.host, len(sl.gpu_indexes), list(sl.gpu_indexes)) for sl in slots]
         try:
-            row = self.store.begin_attempt(wid, entries, now)
+            # charged from when it is really launched: on a wall clock, later starts of
+            # a busy pass begin after the pass's ``now`` (the state keeps ``now``)
+            row = self.store.begin_attempt(wid, entries, max(now, self.clock.now()))
         except Conflict as e:  # no longer pending (cancelled meanwhile): drop it
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)
@@ -597,7 +667,7 @@ class Scheduler:
             return True
         self._take(slots)
         st.start(wid, s.placement, now)
-        a = self._open[wid] = _Attempt(row.n, slots, now)
+        a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
         log_path = getattr(self.executor, "log_path", None)
         launch = Launch(
             workload_id=wid,
@@ -613,6 +683,14 @@ class Scheduler:
             log.warning("%s: launch refused: %s", wid, e)
             self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
             return True
+        except ExecutorUnavailable as e:
+            if getattr(self.executor, "find", None) is None:
+                log.warning("%s: launch failed, requeued: %s", wid, e)
+                self._end(wid, now, None, "launch failed", Status.PENDING)
+                return False
+            # no answer: the job may exist all the same; looked for (find) before a relaunch
+            log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
+            return False
         except Exception as e:
             log.warning("%s: launch failed, requeued: %s", wid, e)
             self._end(wid, now, None, "launch failed", Status.PENDING)
@@ -627,10 +705,17 @@ class Scheduler:
     def _mirror_drain(self, host: str, state: HostState, reason: str) -> None:
         if state not in (HostState.DRAINING, HostState.HEALTHY):
             return
+        self._mirror(host, state is HostState.DRAINING, reason)
+
+    def _mirror(self, host: str, drain: bool, reason: str) -> None:
+        """Tell the executor of a drain (or its end); kept and retried each pass if it fails."""
         try:
-            self.executor.set_host_drain(host, state is HostState.DRAINING, reason)
+            self.executor.set_host_drain(host, drain, reason)
         except Exception as e:
-            log.warning("host %s: drain not mirrored to the executor: %s", host, e)
+            log.warning("host %s: drain not mirrored to the executor (retried): %s", host, e)
+            self._unmirrored[host] = (drain, reason)
+            return
+        self._unmirrored.pop(host, None)
 
     # ---- GPU indexes -------------------------------------------------------------------
     def _assign(self, s: Start) -> tuple[HostSlots, ...]:
