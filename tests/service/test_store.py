@@ -46,9 +46,7 @@ def test_migrate_twice_is_harmless(store: Store) -> None:
     assert store.get_workload(wid).status is Status.PENDING
 
 
-def test_workload_ids_are_sequential_and_durable(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
+def test_workload_ids_are_sequential_and_durable(tmp_path: Path) -> None:
     """Ids come from the database sequence; a submission survives reopening the store."""
     url = db_url("sqlite", tmp_path)
     s1 = Store(url)
