@@ -31,8 +31,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import select
-
 from apportion.core import (
     ClusterState,
     CoreError,
@@ -57,8 +55,7 @@ from apportion.service.executor import (
     Launch,
     Observation,
 )
-from apportion.service.store import ACTIVE, Conflict, NotFound, Store, WorkloadRow
-from apportion.service.store.models import WorkloadModel
+from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -430,7 +427,7 @@ class Scheduler:
                 st.set_tree(tree)
             except CoreError as e:
                 log.error("budget tree change not applied: %s", e)
-        index = _active_index(self.store)
+        index = self.store.active_index()  # narrow: ids, statuses, cancel flags
         pending = Status.PENDING.value
         new = [wid for wid, (status, _) in index.items()
                if status == pending and wid not in st.pending and wid not in st.running]
@@ -742,18 +739,6 @@ class Scheduler:
 
 
 # ---- helpers ---------------------------------------------------------------------------
-def _active_index(store: Store) -> dict[str, tuple[str, bool]]:
-    """Id -> (status value, cancel requested) of every active workload, oldest first: three
-    narrow columns, so a pass over a long queue does not load (and decode) every row."""
-    q = (
-        select(WorkloadModel.id, WorkloadModel.status, WorkloadModel.cancel_requested)
-        .where(WorkloadModel.status.in_([st.value for st in ACTIVE]))
-        .order_by(WorkloadModel.seq)
-    )
-    with store.engine.connect() as conn:
-        return {str(wid): (status, cancel) for wid, status, cancel in conn.execute(q).all()}
-
-
 def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
     return {
         "id": spec.id,
