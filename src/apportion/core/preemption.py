@@ -7,16 +7,18 @@ paths diverge (the two sibling subtrees under their lowest common ancestor, as F
 compares them):
 
 * **guarantee**: the victim's side holds more than its share of the healthy GPUs, the
-  preemptor's side stays within its share after the swap, and the victim's side stays
-  further over (relative to its share) than the preemptor's. This is what
-  makes "a budget asking for no more than its share gets it within ``max_min_runtime``" true.
+  preemptor's side stays within its share after the swap, and the victim's side ends at
+  least as far over (relative to its share) as the preemptor's (a tie is allowed: a budget
+  asking for exactly its share must get it from a side holding exactly that much too many).
+  This is what makes "a budget asking for no more than its share gets it within
+  ``max_min_runtime``" true.
 * **fair share**: the victim's side has the higher usage ratio over the lookback window (by
   ``rebalance_margin``, after charging the preemptor's admission), and stays at or above its
   share after the swap. This lets an under-used budget burst to reclaim what it missed.
 
-Neither rule can be undone by the other right away: after a guarantee swap the victim's side
-is above the preemptor's, so the guarantee rule cannot turn back, and the preemptor's side is
-within its share, so the fair-share rule (victim must stay at or above share) cannot either;
+Neither rule can be undone by the other right away: after a guarantee swap the preemptor's
+side is within its share, so the guarantee rule cannot turn back (its victim side must hold
+more than its share) and the fair-share rule (victim must stay at or above share) cannot either;
 after a fair-share swap the victim's side is still at or above its share, so taking a GPU
 back would put it over. No ping-pong.
 """
@@ -149,7 +151,7 @@ class RebalanceRules:
         inst_p = (self.alloc.get(mine, 0.0) + spec.gpus) / (share_p * self.healthy)
         held_v = self.alloc.get(theirs, 0.0)
         inst_v = (held_v - removed) / (share_v * self.healthy)
-        if inst_p <= 1 + _EPS and inst_v > inst_p + _EPS and held_v > share_v * self.healthy:
+        if inst_p <= 1 + _EPS and inst_v >= inst_p - _EPS and held_v > share_v * self.healthy:
             return True  # guarantee rule
         if inst_v < 1 - _EPS:
             return False
