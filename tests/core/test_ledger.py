@@ -1,0 +1,122 @@
+"""The usage ledger: exact GPU-seconds over windows ending at any time, computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from apportion.core import ROOT, CoreError, UsageLedger
+
+
+def history() -> UsageLedger:
+    """a/x uses 4 GPUs on [0, 100) and 2 more on [50, 150); b uses 8 free GPUs on [20, 70);
+    the cluster has 16 healthy GPUs from 0 and 8 more from 60."""
+    led = UsageLedger(start=0.0)
+    led.change_capacity(16, 0.0)
+    led.change("a/x", 4, 0.0, charged=True)
+    led.change("b", 8, 20.0, charged=False)
+    led.change("a/x", 2, 50.0, charged=True)
+    led.change_capacity(8, 60.0)
+    led.change("b", -8, 70.0, charged=False)
+    led.change("a/x", -4, 100.0, charged=True)
+    led.change("a/x", -2, 150.0, charged=True)
+    return led
+
+
+@pytest.mark.parametrize(
+    ("node", "now", "window", "expected"),
+    [
+        # 4 x 100 + 2 x 100
+        ("a/x", 200.0, 1e9, 600.0),
+        ("a", 200.0, 1e9, 600.0),
+        (ROOT, 200.0, 1e9, 600.0),
+        # (75, 125]: 4 x 25 (to 100) + 2 x 50
+        ("a/x", 125.0, 50.0, 200.0),
+        # (0, 75] at now=75 between breakpoints: 4 x 75 + 2 x 25
+        ("a/x", 75.0, 75.0, 350.0),
+        # (30, 60]: 4 x 30 + 2 x 10
+        ("a", 60.0, 30.0, 140.0),
+        # a window reaching before the ledger began counts nothing there
+        ("a/x", 10.0, 1000.0, 40.0),
+        # a window entirely after the last use
+        ("a/x", 500.0, 100.0, 0.0),
+        ("b", 200.0, 1e9, 0.0),  # b's usage was free, not charged
+        ("nobody", 200.0, 1e9, 0.0),
+    ],
+)
+def test_charged_windows(node: str, now: float, window: float, expected: float) -> None:
+    """Charged GPU-seconds of a subtree in ``(now - window, now]``, exactly."""
+    assert history().charged(node, now, window) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("node", "now", "window", "expected"),
+    [
+        ("b", 200.0, 1e9, 400.0),  # 8 x 50
+        (ROOT, 200.0, 1e9, 400.0),
+        ("b", 40.0, 30.0, 160.0),  # (10, 40]: 8 x 20
+        ("a/x", 200.0, 1e9, 0.0),
+    ],
+)
+def test_free_windows(node: str, now: float, window: float, expected: float) -> None:
+    """Unallocated GPU-seconds are kept apart from charged ones."""
+    assert history().free(node, now, window) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("now", "window", "expected"),
+    [
+        (60.0, 60.0, 960.0),  # 16 x 60
+        (100.0, 100.0, 16 * 100 + 8 * 40),
+        (100.0, 20.0, 24 * 20),
+        (70.0, 20.0, 16 * 10 + 24 * 10),
+    ],
+)
+def test_capacity_windows(now: float, window: float, expected: float) -> None:
+    """Healthy GPU-seconds follow capacity changes."""
+    assert history().capacity(now, window) == pytest.approx(expected)
+
+
+def test_rate_and_total() -> None:
+    """``rate`` is the GPUs in use now; ``charged_total`` everything since the start."""
+    led = history()
+    assert led.rate("a") == 0.0 and led.rate("b", charged=False) == 0.0
+    led.change("a/x", 3, 200.0, charged=True)
+    assert led.rate("a") == 3.0 and led.rate(ROOT) == 3.0
+    assert led.charged_total("a", 210.0) == pytest.approx(630.0)
+
+
+def test_same_instant_changes_add_up() -> None:
+    """Several changes at one instant net out (start and stop at the same time: nothing)."""
+    led = UsageLedger(start=0.0)
+    led.change("a", 4, 10.0, charged=True)
+    led.change("a", -4, 10.0, charged=True)
+    led.change("a", 2, 10.0, charged=True)
+    assert led.charged("a", 20.0, 100.0) == pytest.approx(20.0)
+
+
+def test_time_never_goes_backwards() -> None:
+    """An update before the last one is refused (the ledger is append-only)."""
+    led = UsageLedger(start=0.0)
+    led.change("a", 1, 10.0, charged=True)
+    with pytest.raises(CoreError, match="ledger: time went backwards"):
+        led.change("a", -1, 5.0, charged=True)
+    with pytest.raises(CoreError, match="ledger: time went backwards"):
+        led.change_capacity(8, 5.0)
+
+
+def test_windows_stay_exact_after_pruning() -> None:
+    """Thousands of updates over 60 days: old breakpoints are pruned, yet any window within
+    the kept horizon (here 10 days) is still exact. One GPU on [k*600, k*600 + 300) for
+    every k: 300 GPU-seconds per 600 s."""
+    keep = 10 * 86400.0
+    led = UsageLedger(start=0.0, keep=keep)
+    end = 60 * 86400.0
+    t = 0.0
+    while t < end:
+        led.change("a/x", 1, t, charged=True)
+        led.change("a/x", -1, t + 300, charged=True)
+        t += 600
+    assert len(led.fingerprint()[2][0][1]) < 2 * keep / 300 + 200  # memory follows the window
+    for window in (600.0, 3600.0, 86400.0, 7 * 86400.0):
+        assert led.charged("a", end, window) == pytest.approx(window / 2)
+    assert led.charged("a/x", end - 150, 600.0) == pytest.approx(300.0)
