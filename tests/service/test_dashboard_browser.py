@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ class Served:
     url: str
     tokens: dict[str, str]
     client: httpx.Client
+    ids: dict[str, str] = field(default_factory=dict)  # running, waiting -> workload id
 
     def call(self, who: str, method: str, path: str, body: Any = None) -> Any:
         r = self.client.request(method, path, json=body,
@@ -132,12 +133,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         _until("the server answering /v1/health", healthy, log)
         tokens = {p.name: p.read_text().strip() for p in (d / "data" / "tokens").iterdir()}
         s = Served(url, tokens, client)
-        s.ids = {}  # type: ignore[attr-defined]
         run = s.submit("alice", "ai/llm", 16, "1h")
         _until("the first workload running",
                lambda: any(r["id"] == run for r in s.state()["running"]), log)
-        s.ids["running"] = run  # type: ignore[attr-defined]
-        s.ids["waiting"] = s.submit("carol", "ops", 8, "30m")  # type: ignore[attr-defined]
+        s.ids["running"] = run
+        s.ids["waiting"] = s.submit("carol", "ops", 8, "30m")
         s.call("root", "POST", "/v1/hosts/h2/drain", {"reason": "ECC errors on GPU 3"})
         yield s
     finally:
@@ -186,7 +186,7 @@ def _shot(pg: Any, name: str) -> None:
 def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) -> None:
     """The tree, the queue, running work and the drain are shown; a workload submitted
     through the API appears in the queue, in the policy's order, without reloading."""
-    ids: dict[str, str] = served.ids  # type: ignore[attr-defined]
+    ids = served.ids
     page.goto(served.url + "/")
     page.wait_for_selector('#budgets tbody tr[data-path="ai/vision"]', timeout=WAIT_MS)
     paths = page.eval_on_selector_all("#budgets tbody tr[data-path]",
