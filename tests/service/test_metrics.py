@@ -1,5 +1,5 @@
-"""GET /metrics of a real app (real store, real Scheduler, in-memory executor, fake clock),
-parsed with prometheus_client's own parser.
+"""GET /metrics (and the dashboard JSON) of a real app (real store, real Scheduler, in-memory
+executor, fake clock), the metrics parsed with prometheus_client's own parser.
 
 The situation (2 hosts x 8 GPUs; ai/llm has share 1/3, ai/vision 1/6, ops 1/2):
 t0      alice submits U (8 GPUs, unallocated); it starts at once.
@@ -181,3 +181,29 @@ def test_pass_latency_and_pass_count(live: Live) -> None:
     assert passes >= 3
     assert m[("apportion_pass_seconds_count", ())] == passes
     assert m[("apportion_pass_seconds_sum", ())] > 0
+
+
+def test_dashboard_state_integrates_owed_and_delivered(live: Live) -> None:
+    """Between the passes at T0+100 and T0+1900 ai/llm was owed min(16/3, 16) GPUs and got
+    16: 16/3 x 0.5 h = 2.67 owed and 8 delivered GPU-hours; the queue holds B, first, with
+    its wait reason, and C runs protected until T0+3700."""
+    s = live.client.get("/v1/dashboard/state").json()
+    llm = next(b for b in s["budgets"] if b["path"] == "ai/llm")
+    assert llm["owed_gpu_hours"] == pytest.approx(16 / 3 * 0.5)
+    assert llm["delivered_gpu_hours"] == pytest.approx(8.0)
+    assert (llm["owed_gpus"], llm["delivered_gpus"]) == (pytest.approx(16 / 3), 16.0)
+    assert [(p["id"], p["position"], p["wait_reason"], p["class"]) for p in s["pending"]] == [
+        (live.ids["B"], 1, "no_capacity", "debug")]
+    assert [(r["id"], r["protected_until"]) for r in s["running"]] == [
+        (live.ids["C"], T0 + 3700)]
+    assert s["cluster"] == {"hosts": 2, "gpus": 16, "healthy_gpus": 16, "used_gpus": 16,
+                            "pending": 1, "running": 1}
+
+
+def test_dashboard_usage_series_from_the_ledger(live: Live) -> None:
+    """The last hour: ai/llm held 16 GPUs for 1800 of its 3600 s (8 on average), against a
+    share of 1/3 of 16 GPUs healthy for the 1900 s the cluster has existed."""
+    u = live.client.get("/v1/dashboard/usage", params={"hours": 1}).json()
+    assert u["usage"]["ai/llm"] == [8.0]
+    assert u["fair"]["ai/llm"] == [round(16 / 3 * 1900 / 3600, 3)]
+    assert u["usage"]["ops"] == [0.0]
