@@ -251,7 +251,7 @@ def test_same_input_same_output() -> None:
     sc = small_scenario(seed=1)
     first = run_policies(sc, progress=False)
     second = run_policies(sc, progress=False)
-    volatile = {"wall_s", "events_per_s", "peak_memory_mb"}
+    volatile = {"wall_s", "cpu_s", "events_per_s", "peak_memory_mb"}
     for a, b in zip(first, second, strict=True):
         assert {k: v for k, v in a.summary.items() if k not in volatile} == {
             k: v for k, v in b.summary.items() if k not in volatile

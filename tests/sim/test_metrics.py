@@ -12,7 +12,7 @@ TREE = BudgetTree.build([("p/t1/a", 1.0), ("p/t1/b", 1.0), ("q/t2/c", 2.0)])
 
 
 def recorder(healthy: int = 8) -> Recorder:
-    return Recorder(TREE, total_gpus=8, healthy=healthy, window=lambda t, node: (0.0, 0.0))
+    return Recorder(TREE, total_gpus=8, healthy=healthy)
 
 
 def rows(rec: Recorder, budget: str) -> list[tuple[object, ...]]:

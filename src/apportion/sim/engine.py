@@ -150,8 +150,8 @@ class Engine:
         ledger = self.state.ledger
         self.rec = Recorder(
             sc.tree, self.total_gpus, self.state.healthy_gpus(),
-            window=lambda t, node: (ledger.charged(node, t, lookback),
-                                    ledger.capacity(t, lookback)),
+            charged=lambda t, node: ledger.charged(node, t, lookback),
+            capacity=lambda t: ledger.capacity(t, lookback),
         )
         self.jobs: dict[str, _Job] = {}
         self._heap: list[tuple[float, int, int, int, Any, int]] = []
@@ -188,7 +188,7 @@ class Engine:
         heapq.heappush(self._heap, (t, kind, self._seq, kind, arg, gen))
 
     def run(self) -> RunResult:
-        wall0 = time.perf_counter()
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         sc = self.scenario
         entries = []
         for job in sc.jobs:
@@ -234,9 +234,9 @@ class Engine:
         self.rec.close_hour(self.end)
         if bar is not None:
             bar.close()
-        wall = time.perf_counter() - wall0
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         return RunResult(
-            self.name, self._summary(wall), self._workload_rows(),
+            self.name, self._summary(wall, cpu), self._workload_rows(),
             self.rec.budget_rows, self.rec.cluster_rows, self.log,
         )
 
@@ -445,7 +445,7 @@ class Engine:
         return True
 
     # ---- results ---------------------------------------------------------------------
-    def _summary(self, wall: float) -> dict[str, Any]:
+    def _summary(self, wall: float, cpu: float) -> dict[str, Any]:
         rec, sc = self.rec, self.scenario
         tot = rec.totals
         jobs = list(self.jobs.values())
@@ -527,6 +527,7 @@ class Engine:
                        "rounds_capped": self.capped},
             "events": self.events,
             "wall_s": wall,
+            "cpu_s": cpu,
             "events_per_s": self.events / wall if wall > 0 else None,
             "peak_memory_mb": peak_memory_mb(),
             "config": _plain(dataclasses.asdict(self.config)),

@@ -195,12 +195,10 @@ class LegacyPolicy:
         skipped = searches = 0
         fit_fail = search_fail = 1 << 30  # smallest request that failed (free only shrinks)
         smallest = self._smallest()  # no job that may start asks for fewer GPUs
-        order: list[str] = []
         infos, caps, np_used = self._info, self.caps, self._np_used
         for _, wid in self._pending:
             info = infos[wid]
             gpus = info.gpus
-            order.append(wid)
             below = below_of[info.prio]
             may_fit = gpus <= free_total and gpus < fit_fail
             may_preempt = below > 0 and gpus < search_fail and searches < 3
@@ -228,8 +226,7 @@ class LegacyPolicy:
                                 state.running[v].spec.resumable, by=wid)
                         for v in victims
                     )
-                    return Decisions(starts=tuple(starts), preemptions=preempts,
-                                     order=tuple(order))
+                    return Decisions(starts=tuple(starts), preemptions=preempts)
                 search_fail = gpus
             # later jobs have the same or lower priority (fewer victims) and ask >= smallest
             can_fit = free_total >= smallest and fit_fail > smallest
@@ -239,7 +236,7 @@ class LegacyPolicy:
             skipped += 1
             if skipped >= self.scan_depth:
                 break
-        return Decisions(starts=tuple(starts), order=tuple(order))
+        return Decisions(starts=tuple(starts))
 
     def _smallest(self) -> int:
         """GPUs of the smallest pending job that the team caps allow to start."""

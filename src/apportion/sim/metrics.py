@@ -52,8 +52,12 @@ class Totals:
     squat: float = 0.0
 
 
-# (now, node) -> (window charged GPU-seconds, window healthy GPU-seconds)
-WindowFn = Callable[[float, str], tuple[float, float]]
+def _nothing_charged(now: float, node: str) -> float:
+    return 0.0
+
+
+def _no_capacity(now: float) -> float:
+    return 0.0
 
 
 @dataclass
@@ -63,7 +67,9 @@ class Recorder:
     tree: BudgetTree
     total_gpus: int
     healthy: int
-    window: WindowFn
+    # charged GPU-seconds of a node, and healthy GPU-seconds, in the lookback window ending now
+    charged: Callable[[float, str], float] = _nothing_charged
+    capacity: Callable[[float], float] = _no_capacity
     start: float = 0.0
     nodes: list[str] = field(default_factory=list)
     totals: Totals = field(default_factory=Totals)
@@ -202,29 +208,45 @@ class Recorder:
     def close_hour(self, t: float) -> None:
         """Close the bin ``[hour start, t)``: append its rows and start the next one."""
         self.advance(t)
-        self._touch_all(t)
         span = t - self._hour_start
         if span <= 0:
             return
         hour = int(round((self._hour_start - self.start) / HOUR))
         span_h = span / HOUR
         healthy_avg = self._h_healthy / span
+        capacity_s = self.capacity(t)
+        charged = self.charged
+        healthy = self.healthy
+        rows = self.budget_rows
+        last, share = self._last, self._share
+        ask_, run_, free_, squat_ = self._ask, self._run, self._free, self._squat
+        i_owed, i_ask, i_run = self._i_owed, self._i_ask, self._i_run
+        i_free, i_squat = self._i_free, self._i_squat
         for i, path in enumerate(self.nodes):
-            owed = self._i_owed[i] / HOUR
-            run = self._i_run[i] / HOUR
-            attained = min(run, owed)
+            dt = t - last[i]  # the lazy integration of _touch, inlined: this loop is hot
+            if dt > 0:
+                ask = ask_[i]
+                cap = share[i] * healthy
+                i_owed[i] += (ask if ask < cap else cap) * dt
+                i_ask[i] += ask * dt
+                i_run[i] += run_[i] * dt
+                i_free[i] += free_[i] * dt
+                i_squat[i] += squat_[i] * dt
+                last[i] = t
+            owed = i_owed[i] / HOUR
+            run = i_run[i] / HOUR
+            attained = run if run < owed else owed
             self.owed_total[i] += owed
             self.attained_total[i] += attained
-            charged_s, capacity_s = self.window(t, path)
-            denominator = self._share[i] * capacity_s
+            charged_s = charged(t, path)
+            denominator = share[i] * capacity_s
             ratio: float | str = charged_s / denominator if denominator > 0 else ""
-            self.budget_rows.append((
-                hour, span_h, path, self._depth[i], int(self._leaf[i]), self._share[i],
-                healthy_avg, self._i_ask[i] / span, owed, run, attained,
-                self._i_free[i] / HOUR, self._i_squat[i] / HOUR, charged_s / HOUR, ratio,
+            rows.append((
+                hour, span_h, path, self._depth[i], int(self._leaf[i]), share[i],
+                healthy_avg, i_ask[i] / span, owed, run, attained,
+                i_free[i] / HOUR, i_squat[i] / HOUR, charged_s / HOUR, ratio,
             ))
-            self._i_owed[i] = self._i_ask[i] = self._i_run[i] = 0.0
-            self._i_free[i] = self._i_squat[i] = 0.0
+            i_owed[i] = i_ask[i] = i_run[i] = i_free[i] = i_squat[i] = 0.0
         self.cluster_rows.append((
             hour, span_h, self.total_gpus, healthy_avg, self._h_assigned / span,
             (self._h_assigned - self._h_unalloc) / span, self._h_unalloc / span,

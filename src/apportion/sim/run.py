@@ -154,6 +154,7 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
     ("automated repairs", "drains.automated_fraction", _pct),
     ("events", "events", _num),
     ("wall", "wall_s", lambda v: "-" if v is None else f"{v:.2f}s"),
+    ("cpu", "cpu_s", lambda v: "-" if v is None else f"{v:.2f}s"),
     ("peak memory MB", "peak_memory_mb", _num),
 )
 
