@@ -9,6 +9,10 @@ from typing import Any
 
 import click
 
+# Slurm commands are cut off after this many seconds unless [executor.slurm] timeout_s says
+# otherwise: while slurmctld is down, each scheduling pass waits this long once, then retries.
+SLURM_TIMEOUT_S = 3.0
+
 
 def build_executor(config: Any, clock: Any) -> Any:
     """The executor named by ``[executor] kind``, imported only when used."""
@@ -29,9 +33,15 @@ def build_executor(config: Any, clock: Any) -> Any:
         return MemoryExecutor(hosts, clock)
     from apportion.service.executors.slurm import SlurmExecutor
 
+    if hosts:
+        # a configured host Slurm does not know would take work that can never start there
+        raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
+                          "Slurm (sinfo); remove the [[hosts]] tables")
+    options = {"timeout_s": SLURM_TIMEOUT_S, "logs_dir": config.logs_dir,
+               **dict(config.executor.slurm)}
     try:
-        return SlurmExecutor(data_dir / "slurm-jobs", **dict(config.executor.slurm))
-    except TypeError as e:
+        return SlurmExecutor(data_dir / "slurm-jobs", **options)
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
 
 
@@ -56,17 +66,20 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         config = load_config(config_path) if config_path else ServiceConfig()
         config.server.data_dir.mkdir(parents=True, exist_ok=True)
         clock = WallClock()
+        executor = build_executor(config, clock)
         store = Store(config.db_url)
         store.migrate()
         tokens = seed_store(store, config)
-        executor = build_executor(config, clock)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)
     scheduler = Scheduler(store, executor, config.policy, clock, grace_s=config.executor.grace_s)
-    scheduler.start()
+    try:
+        scheduler.start()
+    except Exception:  # e.g. Slurm unreachable: the loop's first pass starts it again
+        logging.getLogger("apportion.serve").exception("scheduler start failed; retrying")
     stop = threading.Event()
     loop = threading.Thread(target=scheduler.run_forever, args=(config.scheduler.interval_s, stop),
                             name="apportion-scheduler", daemon=True)

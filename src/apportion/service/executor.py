@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+class ExecutorUnavailable(Exception):
+    """The executor's backend did not answer (e.g. Slurm's controller is down). What was
+    asked may or may not have happened: a launch must be looked for (``find``) before it is
+    repeated. The scheduler decides nothing while the backend cannot be reached."""
+
+
 @dataclass(frozen=True, slots=True)
 class HostSlots:
     """GPUs of one host given to one attempt, by index (for CUDA_VISIBLE_DEVICES)."""

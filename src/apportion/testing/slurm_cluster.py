@@ -254,6 +254,12 @@ class SlurmCluster:
             time.sleep(0.1)
         raise SlurmClusterError(f"slurmctld did not answer scontrol ping\n{self._log_tail()}")
 
+    def controller_pid(self) -> int | None:
+        """PID of the running slurmctld (e.g. to SIGSTOP it: a controller that hangs)."""
+        if self._slurmctld is None or self._slurmctld.poll() is not None:
+            return None
+        return self._slurmctld.pid
+
     def daemon_pids(self) -> list[int]:
         """PIDs of the daemons this cluster runs now (munged, slurmctld, each slurmd)."""
         procs = [self._munged, self._slurmctld, *self._slurmd.values()]

@@ -23,11 +23,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from apportion.service.executor import (
     AttemptState,
+    ExecutorUnavailable,
     InventoryHost,
     Launch,
     Observation,
@@ -77,7 +79,7 @@ class SlurmError(RuntimeError):
     """A Slurm command failed or printed something unreadable; the message names which."""
 
 
-class SlurmUnavailable(SlurmError):
+class SlurmUnavailable(SlurmError, ExecutorUnavailable):
     """slurmctld did not answer within the timeout. Nothing was changed that we know of."""
 
 
@@ -100,7 +102,8 @@ class SlurmExecutor:
     the compute nodes. ``partition``: passed to ``sbatch -p`` and filters the inventory (None:
     the cluster's default partition, all nodes). ``env``: environment for every Slurm command
     (e.g. with ``SLURM_CONF``); None means this process's. ``timeout_s``: limit of one command;
-    past it :class:`SlurmUnavailable` is raised.
+    past it :class:`SlurmUnavailable` is raised. ``logs_dir``: where :meth:`log_path` puts each
+    attempt's log (``<logs_dir>/<workload>/<attempt>.log``; default: beside the scripts).
     """
 
     name = "slurm"
@@ -111,6 +114,7 @@ class SlurmExecutor:
         partition: str | None = None,
         env: Mapping[str, str] | None = None,
         timeout_s: float = 10.0,
+        logs_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
@@ -119,6 +123,7 @@ class SlurmExecutor:
         self.partition = partition
         self.env = dict(os.environ if env is None else env)
         self.timeout_s = timeout_s
+        self.logs_dir = Path(logs_dir) if logs_dir is not None else None
         self._lock = threading.Lock()
         self._kill_at: dict[str, float] = {}  # handle -> monotonic deadline of the hard kill
         self._stopped: set[str] = set()  # handles we asked to stop (their end is "signalled")
@@ -167,7 +172,9 @@ class SlurmExecutor:
         script = self.jobs_dir / f"{base}.sh"
         log = Path(launch.log_path) if launch.log_path else self.jobs_dir / f"{base}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        script.write_text(batch_script(launch, hosts))
+        end_file = _end_file(str(log), base)
+        end_file.unlink(missing_ok=True)
+        script.write_text(batch_script(launch, hosts, str(end_file)))
         args = [
             "sbatch", "--parsable",
             f"--job-name={base}",
@@ -219,6 +226,8 @@ class SlurmExecutor:
             if job is not None:
                 state = _job_state(job.get("job_state"))
                 code, sig = _wait_status(job.get("exit_code"))
+                name, stdout = str(job.get("name") or ""), str(job.get("standard_output") or "")
+                slurm_end = float(job.get("end_time") or 0)
             elif handle.isdigit():
                 found = self._scontrol_job(handle)
                 if found is None:
@@ -226,12 +235,17 @@ class SlurmExecutor:
                     continue
                 state = found.get("JobState", "")
                 code, sig = parse_exit_code(found.get("ExitCode", "0:0"))
+                name, stdout = found.get("JobName", ""), found.get("StdOut", "")
+                slurm_end = _scontrol_time(found.get("EndTime", ""))
             else:
                 result[handle] = Observation(handle, AttemptState.GONE)
                 continue
             with self._lock:
                 stopped = handle in self._stopped
-            result[handle] = map_job_state(handle, state, code, sig, stopped)
+            ended_at = None
+            if state not in ACTIVE_JOB_STATES:
+                ended_at = _marked_end(handle, name, stdout) or slurm_end or None
+            result[handle] = map_job_state(handle, state, code, sig, stopped, ended_at)
         return result
 
     def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
@@ -250,6 +264,28 @@ class SlurmExecutor:
 
     def close(self) -> None:
         """Nothing to release: every call is a short-lived subprocess."""
+
+    def log_path(self, workload_id: str, attempt: int) -> Path:
+        """Where an attempt's output goes (the scheduler passes it as ``Launch.log_path``)."""
+        if self.logs_dir is None:
+            return self.jobs_dir / f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.log"
+        return self.logs_dir / _safe(workload_id) / f"{attempt}.log"
+
+    def find(self, workload_id: str, attempt: int) -> str | None:
+        """The job id of this attempt if Slurm has it (a launch whose answer was lost, e.g. an
+        ``sbatch`` that timed out after the controller had queued the job), else None.
+        Only a job of this executor's script counts: another apportion (or an earlier
+        database) on the same cluster may have used the same workload id. Raises
+        :class:`SlurmUnavailable` when Slurm cannot say."""
+        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+        script = os.path.abspath(self.jobs_dir / name)
+        ids = sorted(
+            (job_id for job_id, job in self._squeue().items()
+             if _parse_comment(str(job.get("comment") or "")) == (attempt, workload_id)
+             and os.path.abspath(str(job.get("command") or "")) == script),
+            key=int,
+        )
+        return ids[0] if ids else None
 
     # -- beyond the protocol -------------------------------------------------------------
 
@@ -346,13 +382,15 @@ class SlurmExecutor:
 # -- pure helpers (tested without Slurm) ---------------------------------------------------
 
 
-def batch_script(launch: Launch, hosts: Sequence[str]) -> str:
+def batch_script(launch: Launch, hosts: Sequence[str], end_file: str = "") -> str:
     """The bash batch script of one attempt.
 
     The command runs in the background and the script waits for it: bash runs a trap only
     between commands, and ``wait`` returns as soon as a trapped signal arrives, so a SIGTERM
     sent to the script (``scancel --batch``) is forwarded to the command at once. The script
-    exits with the command's status.
+    exits with the command's status. With ``end_file``, it first writes
+    ``<job id> <status> <epoch seconds>`` there: Slurm dates a job's end when the controller
+    hears of it, which after a controller outage can be long after the real end.
     """
     env = {
         "APPORTION_WORKLOAD_ID": launch.workload_id,
@@ -373,6 +411,9 @@ def batch_script(launch: Launch, hosts: Sequence[str]) -> str:
         'wait "$child"; rc=$?',
         "# a trapped TERM interrupts wait: wait again for the command's own status",
         'while [ -n "$forwarded" ]; do forwarded=; wait "$child"; rc=$?; done',
+        *([f'printf \'%s %s %s\\n\' "${{SLURM_JOB_ID:-}}" "$rc" "${{EPOCHREALTIME/,/.}}" '
+           f'> {shlex.quote(end_file)} 2>/dev/null']
+          if end_file else []),
         'exit "$rc"',
         "",
     ]
@@ -380,9 +421,11 @@ def batch_script(launch: Launch, hosts: Sequence[str]) -> str:
 
 
 def map_job_state(
-    handle: str, state: str, exit_code: int, signal: int, stopped: bool = False
+    handle: str, state: str, exit_code: int, signal: int, stopped: bool = False,
+    ended_at: float | None = None,
 ) -> Observation:
-    """Observation of a Slurm job state. ``stopped``: apportion asked it to stop.
+    """Observation of a Slurm job state. ``stopped``: apportion asked it to stop;
+    ``ended_at``: when it ended, if known (kept on the observation of a finished job).
 
     PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
     only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, NODE_FAIL etc. keep
@@ -393,12 +436,13 @@ def map_job_state(
         return Observation(handle, AttemptState.RUNNING)
     code = 128 + signal if signal else exit_code
     if state == "COMPLETED":
-        return Observation(handle, AttemptState.EXITED, code, stopped or bool(signal))
+        return Observation(handle, AttemptState.EXITED, code, stopped or bool(signal), ended_at)
     if state == "CANCELLED":
-        return Observation(handle, AttemptState.EXITED, code, True)
+        return Observation(handle, AttemptState.EXITED, code, True, ended_at)
     if state in FAILED_JOB_STATES:
         # e.g. NODE_FAIL often carries ExitCode 0:0; it must not look like success
-        return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal))
+        return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal),
+                           ended_at)
     # a state this version does not know: it still holds its resources as far as we can tell
     return Observation(handle, AttemptState.RUNNING)
 
@@ -463,6 +507,35 @@ def _job_state(value: Any) -> str:
     if isinstance(value, list):  # newer OpenAPI versions: a list of state + flags
         return str(value[0]) if value else ""
     return str(value or "")
+
+
+def _end_file(log: str, job_name: str) -> Path:
+    """The end marker of an attempt: beside its log (which the nodes can write), by job name."""
+    return Path(log).parent / f"{job_name}.end"
+
+
+def _marked_end(handle: str, job_name: str, stdout: str) -> float | None:
+    """The end time the batch script wrote, if it is this job's (the job id must match)."""
+    if not job_name.startswith(JOB_NAME_PREFIX) or not stdout:
+        return None
+    try:
+        fields = _end_file(stdout, job_name).read_text().split()
+    except OSError:
+        return None
+    if len(fields) != 3 or fields[0] != handle:
+        return None
+    try:
+        return float(fields[2])
+    except ValueError:
+        return None
+
+
+def _scontrol_time(text: str) -> float:
+    """``scontrol``'s local ``2024-05-01T10:00:00`` as epoch seconds (0 if absent)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return 0.0
 
 
 def _parse_comment(comment: str) -> tuple[int, str] | None:
