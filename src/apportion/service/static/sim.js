@@ -40,7 +40,7 @@ const ROWS = [
   ["Wait p99", "wait_s.all.p99", dur, -1],
   ["Debug wait p50", "wait_s.debug.p50", dur, -1],
   ["Debug wait p90", "wait_s.debug.p90", dur, -1],
-  ["Preemptions", "preemptions.total", n0, -1],
+  ["Preemptions", "preemptions.total", n0, 0], // by design: no better direction
   ["  unallocated displaced", "preemptions.unallocated", n0, 0],
   ["  rebalance", "preemptions.rebalance", n0, 0],
   ["  drain", "preemptions.drain", n0, 0],
