@@ -205,3 +205,9 @@ def test_get_scenario_by_name() -> None:
     assert get_scenario("seed", days=1, size=88).days == 1
     with pytest.raises(ValueError, match="nope"):
         get_scenario("nope")
+
+
+def test_demand_keyword_sets_the_ratio() -> None:
+    """``demand`` sets requested GPU-time over GPUs x window (for what-if runs)."""
+    ratio = seed_scenario(days=10, size=256, demand=1.2).meta["demand_supply_ratio"]
+    assert ratio == pytest.approx(1.2, abs=0.1)

@@ -278,7 +278,9 @@ def _pivot(bh: Columns, depth: int, column: str) -> tuple[np.ndarray, list[str],
     """(hours, node names, matrix [hour, node]) of one column for the nodes at ``depth``."""
     mask = bh["depth"] == depth
     hours = np.unique(bh["hour"][mask]).astype(int)
-    nodes = sorted(str(n) for n in np.unique(bh["budget"][mask]))
+    names = bh["budget"][mask]
+    share = dict(zip(names.tolist(), bh["share"][mask].tolist(), strict=True))
+    nodes = sorted(share, key=lambda n: (-share[n], n))  # biggest budget at the bottom
     h_index = {h: i for i, h in enumerate(hours)}
     n_index = {n: i for i, n in enumerate(nodes)}
     mat = np.zeros((len(hours), len(nodes)))

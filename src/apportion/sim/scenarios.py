@@ -326,11 +326,13 @@ def _host_events(rng: np.random.Generator, hosts: Sequence[str],
 
 # ---- assembly ---------------------------------------------------------------------------
 def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, size: int,
-              host_events: bool) -> Scenario:
+              host_events: bool, demand: float = TARGET_RATIO) -> Scenario:
     if size < GPUS_PER_HOST or size % GPUS_PER_HOST:
         raise ValueError(f"size: must be a positive multiple of {GPUS_PER_HOST}, got {size}")
     if not days > 0:
         raise ValueError(f"days: must be > 0, got {days}")
+    if not demand > 0:
+        raise ValueError(f"demand: must be > 0, got {demand}")
     rng = np.random.default_rng(seed)
     window = days * DAY
     n_hours = math.ceil(days * 24)
@@ -347,7 +349,7 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
     if size < 16:
         max_train = 0
     capacity = size * window
-    target = TARGET_RATIO * capacity
+    target = demand * capacity
 
     batches: list[_Batch] = []
 
@@ -566,13 +568,16 @@ def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object
     return meta
 
 
-def seed_scenario(days: float = 30, seed: int = 0, size: int = 1024) -> Scenario:
+def seed_scenario(days: float = 30, seed: int = 0, size: int = 1024, *,
+                  demand: float = TARGET_RATIO) -> Scenario:
     """The built-in scenario ``seed``: ``size`` GPUs (hosts of 8) shared by 150 researchers in
-    15 teams under 4 programs weighted 40/30/20/10, for ``days`` days, demand about 2.5x supply.
+    15 teams under 4 programs weighted 40/30/20/10, for ``days`` days; the work submitted
+    asks for ``demand`` times the cluster's GPU-time (default 2.5).
 
-    Deterministic for a given ``(days, seed, size)``. Calibration figures are in ``meta``.
+    Deterministic for a given ``(days, seed, size, demand)``. Calibration figures are in
+    ``meta``.
     """
-    return _generate("seed", SEED_ORG, days, seed, size, host_events=True)
+    return _generate("seed", SEED_ORG, days, seed, size, host_events=True, demand=demand)
 
 
 def small_scenario(seed: int = 0) -> Scenario:
@@ -593,11 +598,12 @@ SCENARIOS = {"seed": seed_scenario, "small": small_scenario}
 
 
 def get_scenario(name: str, days: float | None = None, seed: int = 0,
-                 size: int | None = None) -> Scenario:
+                 size: int | None = None, demand: float | None = None) -> Scenario:
     """A built-in scenario by name (``seed`` or ``small``), for the command line."""
     if name == "seed":
         return seed_scenario(days=30 if days is None else days, seed=seed,
-                             size=1024 if size is None else size)
+                             size=1024 if size is None else size,
+                             demand=TARGET_RATIO if demand is None else demand)
     if name == "small":
         return small_scenario(seed=seed)
     raise ValueError(f"scenario {name!r}: unknown; built-in scenarios: {', '.join(SCENARIOS)}")
