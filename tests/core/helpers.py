@@ -119,10 +119,10 @@ def check_pass(state: ClusterState, now: float, d: Decisions) -> None:
     # starts only on free GPUs (victims may still be holding theirs), healthy hosts, right shape
     extra: dict[str, int] = {}
     for s in d.starts:
-        p = state.pending.get(s.workload)
-        assert p is not None, f"started {s.workload} is not pending"
-        assert shape_ok(state, p.spec.gpus, s.placement), (
-            f"{s.workload} ({p.spec.gpus} GPUs) badly shaped: {s.placement}"
+        queued = state.pending.get(s.workload)
+        assert queued is not None, f"started {s.workload} is not pending"
+        assert shape_ok(state, queued.spec.gpus, s.placement), (
+            f"{s.workload} ({queued.spec.gpus} GPUs) badly shaped: {s.placement}"
         )
         for sl in s.placement:
             assert state.hosts[sl.host].state is HostState.HEALTHY, (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from apportion.core import (
@@ -159,10 +161,10 @@ def test_multi_host_workload_on_draining_hosts_is_preempted_once() -> None:
         ({"gpus": 40}, "workload w: gpus: 40 is more than the cluster's 32"),
     ],
 )
-def test_validate_spec_names_the_field(kwargs: dict[str, object], message: str) -> None:
+def test_validate_spec_names_the_field(kwargs: dict[str, Any], message: str) -> None:
     """The policy refuses work it could never run, naming the field."""
     st = make_state(make_tree("team/a", "b"), make_hosts(8, 8, 8, 8))
-    args: dict[str, object] = {"budget": "b", "gpus": 8, "min_runtime": HOUR} | kwargs
+    args: dict[str, Any] = {"budget": "b", "gpus": 8, "min_runtime": HOUR} | kwargs
     spec = make_spec("w", **args)
     with pytest.raises(CoreError) as err:
         validate_spec(spec, st, CFG)
@@ -187,9 +189,9 @@ def test_validate_spec_accepts_the_largest_and_refuses_an_empty_cluster() -> Non
         ({"checkpoint_interval": -5.0}, "workload w: checkpoint_interval: must be >= 0"),
     ],
 )
-def test_workload_spec_rejects_bad_fields(kwargs: dict[str, object], message: str) -> None:
+def test_workload_spec_rejects_bad_fields(kwargs: dict[str, Any], message: str) -> None:
     """A malformed spec cannot even be built, and the error names the field."""
-    args: dict[str, object] = {
+    args: dict[str, Any] = {
         "id": "w", "budget": "b", "gpus": 1, "min_runtime": 1.0, "submit_time": 0.0
     } | kwargs
     with pytest.raises(CoreError) as err:
@@ -206,7 +208,7 @@ def test_workload_spec_rejects_bad_fields(kwargs: dict[str, object], message: st
         ({"debug_max_gpus": float("nan")}, "policy: debug_max_gpus: must be a number >= 0"),
     ],
 )
-def test_policy_config_rejects_bad_knobs(kwargs: dict[str, float], message: str) -> None:
+def test_policy_config_rejects_bad_knobs(kwargs: dict[str, Any], message: str) -> None:
     """Each bad knob is named."""
     with pytest.raises(CoreError, match=message):
         PolicyConfig(**kwargs)

@@ -216,8 +216,9 @@ def test_ledger_conserves_gpu_seconds(sc: Scenario, windows: list[float]) -> Non
             assert math.isclose(led.free(node, now, w), free, rel_tol=1e-9, abs_tol=1e-6)
             kids = tree.children(node)
             if kids:
-                total = sum(led.charged(k, now, w) for k in kids)
-                assert math.isclose(led.charged(node, now, w), total, rel_tol=1e-9, abs_tol=1e-6)
+                for series in (led.charged, led.free):
+                    total = sum(series(k, now, w) for k in kids)
+                    assert math.isclose(series(node, now, w), total, rel_tol=1e-9, abs_tol=1e-6)
 
 
 @DRIVEN_SETTINGS
