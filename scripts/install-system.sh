@@ -11,6 +11,9 @@ PACKAGES=(
     slurmd
     slurm-client
     munge
+    # Slurm accounting for the sacct import test (tests/slurm/test_sacct_import.py)
+    slurmdbd
+    mariadb-server
     # service store tests (scripts/with-services.sh): PostgreSQL server
     postgresql
     # dashboard browser tests (tests/service/test_dashboard_browser.py): headless Chromium

@@ -40,6 +40,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
+from apportion.testing.slurmdbd import SlurmDbd
+
 __all__ = ["SlurmCluster", "SlurmClusterError", "missing_slurm_binaries"]
 
 REQUIRED_BINARIES = (
@@ -80,8 +82,7 @@ MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+{accounting}JobCompType=jobcomp/none
 SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -127,6 +128,8 @@ class SlurmCluster:
     Attributes available once started: :attr:`dir` (the temporary directory), :attr:`env`
     (environment for any Slurm command), :attr:`conf_path`, :attr:`node_names`,
     :attr:`partition` and :attr:`jobs_dir` (a scratch directory for job scripts and logs).
+    ``accounting=True`` also starts a private MariaDB and slurmdbd (so ``sacct`` works; see
+    :mod:`apportion.testing.slurmdbd`) with the Slurm accounts ``accounts`` open to root.
     """
 
     def __init__(
@@ -137,6 +140,8 @@ class SlurmCluster:
         base_dir: str | None = None,
         keep_dir: bool = False,
         start_timeout_s: float = 60.0,
+        accounting: bool = False,
+        accounts: Sequence[str] = (),
     ) -> None:
         if not 1 <= nodes <= 250:
             raise ValueError(f"nodes: must be 1..250, got {nodes}")
@@ -149,6 +154,9 @@ class SlurmCluster:
         self._base_dir = base_dir
         self._keep_dir = keep_dir or bool(os.environ.get("APPORTION_KEEP_SLURM_DIR"))
         self._start_timeout_s = start_timeout_s
+        self.accounting = accounting
+        self.accounts = tuple(accounts)
+        self.dbd: SlurmDbd | None = None
         self.dir = Path()
         self.env: dict[str, str] = {}
         self._munged: subprocess.Popen[bytes] | None = None
@@ -198,6 +206,9 @@ class SlurmCluster:
         try:
             self._prepare_dir()
             self._start_munged()
+            if self.dbd is not None:
+                self.dbd.start()
+                self.dbd.register_cluster("apportion", self.accounts)
             self.start_controller()
             for node in self.node_names:
                 self._start_slurmd(node)
@@ -222,6 +233,8 @@ class SlurmCluster:
             if self._slurmctld is not None:
                 _terminate(self._slurmctld)
                 self._slurmctld = None
+            if self.dbd is not None:
+                self.dbd.stop()
             if self._munged is not None:
                 _terminate(self._munged)
                 self._munged = None
@@ -263,7 +276,8 @@ class SlurmCluster:
     def daemon_pids(self) -> list[int]:
         """PIDs of the daemons this cluster runs now (munged, slurmctld, each slurmd)."""
         procs = [self._munged, self._slurmctld, *self._slurmd.values()]
-        return [p.pid for p in procs if p is not None and p.poll() is None]
+        pids = [p.pid for p in procs if p is not None and p.poll() is None]
+        return pids + (self.dbd.daemon_pids() if self.dbd is not None else [])
 
     # -- commands ------------------------------------------------------------------------
 
@@ -353,6 +367,12 @@ class SlurmCluster:
         ctld_port, node_port = _free_port_block(self.nodes + 1)
         nodes = f"gpu[1-{self.nodes}]" if self.nodes > 1 else "gpu1"
         last_port = node_port + self.nodes - 1
+        accounting = "AccountingStorageType=accounting_storage/none\n"
+        if self.accounting:
+            dbd_port, db_port = _free_port_block(2)
+            self.dbd = SlurmDbd(self.dir, self.env, self.dir / "munge-run" / "munge.socket",
+                                dbd_port, db_port, self._start_timeout_s)
+            accounting = self.dbd.slurm_conf_lines()
         fields = {
             "dir": str(self.dir),
             "ctld_port": ctld_port,
@@ -363,6 +383,7 @@ class SlurmCluster:
             "gpus": self.gpus_per_node,
             "last_gpu": self.gpus_per_node - 1,
             "partition": self.partition,
+            "accounting": accounting,
         }
         self.conf_path.write_text(SLURM_CONF_TEMPLATE.format(**fields))
         (self.dir / "gres.conf").write_text(GRES_CONF_TEMPLATE.format(**fields))
@@ -375,6 +396,8 @@ class SlurmCluster:
         for key in [k for k in self.env if k.startswith(("SLURM_", "SBATCH_", "SQUEUE_"))]:
             if key != "SLURM_CONF":
                 del self.env[key]
+        if self.dbd is not None:
+            self.dbd.env = self.env
 
     def _start_munged(self) -> None:
         key = self.dir / "munge" / "munge.key"
