@@ -89,6 +89,8 @@ class RebalanceRules:
         self.cfg = config
         self.extra: dict[str, float] = {}  # provisional admission charges of this pass
         self._div: dict[tuple[str, str], tuple[str, str] | None] = {}
+        # sides() answers until the next admission or eviction moves the numbers it reads
+        self._sides: dict[str, dict[str, str]] = {}
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
@@ -100,12 +102,14 @@ class RebalanceRules:
 
     def admit(self, spec: WorkloadSpec) -> None:
         charge = self.admission(spec)
+        self._sides.clear()
         for node in ancestors(spec.budget)[:-1]:
             self.extra[node] = self.extra.get(node, 0.0) + charge
             self.alloc[node] = self.alloc.get(node, 0.0) + spec.gpus
 
     def evict(self, victim: Candidate) -> None:
         if victim.klass != 1:
+            self._sides.clear()
             for node in ancestors(victim.budget)[:-1]:
                 self.alloc[node] = self.alloc.get(node, 0.0) - victim.gpus
 
@@ -116,17 +120,25 @@ class RebalanceRules:
         return self._div[key]
 
     def sides(self, spec: WorkloadSpec) -> dict[str, str]:
-        """For each subtree that may hold victims for ``spec`` under either rule (judged with
-        an empty swap, so a superset), the preemptor's own side at that level.
+        """For each subtree that may hold victims for work of ``spec``'s budget under either
+        rule, the preemptor's own side at that level. A superset: judged for the smallest
+        possible request (one GPU, no admission charge) so one answer serves every workload
+        of the budget until the next admission or eviction; :meth:`may_preempt` then judges
+        the real request.
 
         Fair Tree compares siblings only, so it suffices to walk up the preemptor's path and
         look at each ancestor's siblings: a handful of checks instead of one per budget."""
+        cached = self._sides.get(spec.budget)
+        if cached is not None:
+            return cached
+        smallest = WorkloadSpec("\x00side", spec.budget, 1, 0.0, 0.0)
         out: dict[str, str] = {}
         for mine in ancestors(spec.budget)[:-1]:
             parent = self.tree.parent_of(mine)
             for theirs in self.tree.children(parent):
-                if theirs != mine and self._allowed(spec, mine, theirs, 0):
+                if theirs != mine and self._allowed(smallest, mine, theirs, 0):
                     out[theirs] = mine
+        self._sides[spec.budget] = out
         return out
 
     def may_preempt(

@@ -43,6 +43,9 @@ class ClusterState:
         # the policy considers all allocated work before any unallocated work
         self.queues: dict[str, list[tuple[QueueKey, str]]] = {}
         self.unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
+        # leaf -> {gpus: count} of its pending allocated work, so a pass can tell at once that
+        # nothing left in a budget's queue can succeed
+        self.sizes: dict[str, dict[int, int]] = {}
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.used: dict[str, int] = {}  # host -> GPUs held
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
@@ -101,6 +104,9 @@ class ClusterState:
         p = Pending(spec, t if queued_at is None else queued_at)
         self.pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
+        if spec.allocated:
+            sizes = self.sizes.setdefault(spec.budget, {})
+            sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
@@ -112,6 +118,11 @@ class ClusterState:
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
         self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
+        if p.spec.allocated:
+            sizes = self.sizes[p.spec.budget]
+            sizes[p.spec.gpus] -= 1
+            if not sizes[p.spec.gpus]:
+                del sizes[p.spec.gpus]
         return p
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
@@ -188,6 +199,7 @@ class ClusterState:
             tuple(sorted((k, tuple(v)) for k, v in self.queues.items())),
             tuple(sorted((k, tuple(v)) for k, v in self.unallocated_queues.items())),
             tuple(sorted(self.stopping)),
+            tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.sizes.items())),
             tuple(sorted(self.used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             self.ledger.fingerprint(),
