@@ -12,7 +12,8 @@ Rules modelled (the baseline apportion replaces):
 * a pending job that does not fit may preempt *preemptible* jobs of strictly lower priority
   (lowest priority first, then the most recently started: least progress lost);
 * a backfill scan: a job that cannot start does not block smaller ones behind it, but a pass
-  gives up after ``scan_depth`` jobs that could not start (like Slurm's ``bf_max_job_test``).
+  gives up after ``scan_depth`` jobs that were tried and could not start (like Slurm's
+  ``bf_max_job_test``); jobs too large for the free GPUs are passed over without a try.
 
 It ignores budgets, usage and minimum runtimes (the metrics still use them). It returns core
 ``Decisions`` and places work with core's ``find_fit`` (best fit on one host; whole hosts
@@ -21,8 +22,9 @@ beyond one host's GPUs), so both policies obey the same shape rules.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Mapping
+import heapq
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterator, Mapping
 
 from apportion.core import (
     BudgetTree,
@@ -55,7 +57,7 @@ class _FreeView(HostView):
 
 
 class _Info:
-    __slots__ = ("gpus", "key", "preemptible", "prio", "team")
+    __slots__ = ("gpus", "key", "preemptible", "prio", "queue", "team")
 
     def __init__(self, job: SimJob, team: str) -> None:
         self.prio = int(job.legacy_priority)
@@ -63,6 +65,62 @@ class _Info:
         self.gpus = job.spec.gpus
         self.preemptible = job.legacy_preemptible
         self.team = team
+        self.queue = (self.gpus, None if self.preemptible else team)
+
+
+class _Pass:
+    """Working data of one legacy pass (free GPUs handed out, what failed, what started)."""
+
+    def __init__(self, policy: LegacyPolicy, state: ClusterState) -> None:
+        self.policy = policy
+        self.free = dict(policy._free)
+        self.view = _FreeView(self.free, policy._size, policy._names,
+                              max(policy._size.values(), default=0))
+        self.free_total = sum(self.free.values())
+        self.max_free = max(self.free.values(), default=0)
+        pre = policy._pre_gpus
+        self.below_of = [sum(pre[:prio]) for prio in range(len(pre))]
+        self.starts: list[Start] = []
+        self.np_planned: dict[str, int] = {}
+        self.skipped = 0
+        self.searches = 0
+        self.fit_fail = self.search_fail = 1 << 30  # smallest request that failed
+
+    def team_capped(self, team: str, gpus: int) -> bool:
+        """Would ``gpus`` more opted-out GPUs take ``team`` over its cap?"""
+        held = self.policy._np_used[team] + self.np_planned.get(team, 0)
+        return held + gpus > self.policy.caps[team] + 1e-9
+
+    def capped(self, info: _Info) -> bool:
+        """An opted-out job whose team is at its cap of opted-out GPUs."""
+        return not info.preemptible and self.team_capped(info.team, info.gpus)
+
+    def may_search(self) -> bool:
+        """Victim searches left (and not every size has failed one already)."""
+        return self.searches < 3 and self.search_fail > 1
+
+    def try_fit(self, wid: str, info: _Info) -> bool:
+        if info.gpus <= self.view.max_size and info.gpus > self.max_free:
+            return False  # no single host has that many free GPUs
+        placement = find_fit(self.view, info.gpus)
+        if placement is None:
+            return False
+        self.starts.append(Start(wid, placement))
+        self.view.take(placement)
+        self.max_free = max(self.free.values(), default=0)
+        self.free_total -= sum(s.gpus for s in placement)
+        if not info.preemptible:
+            self.np_planned[info.team] = self.np_planned.get(info.team, 0) + info.gpus
+        return True
+
+    def give_up(self) -> bool:
+        """Count a job that was tried and could not start; True when the pass should stop
+        (``scan_depth`` reached)."""
+        self.skipped += 1
+        return self.skipped >= self.policy.scan_depth
+
+    def decisions(self, preemptions: tuple[Preempt, ...] = ()) -> Decisions:
+        return Decisions(starts=tuple(self.starts), preemptions=preemptions)
 
 
 class LegacyPolicy:
@@ -89,10 +147,10 @@ class LegacyPolicy:
         teams = {team_of(leaf, team_depth) for leaf in tree.leaves}
         self.caps = {t: cap_factor * tree.share(t) * total_gpus for t in teams}
         self._info: dict[str, _Info] = {}
-        self._pending: list[tuple[_Key, str]] = []
-        # pending jobs by GPUs asked, for early exits: preemptible ones, and opted-out ones
-        # per team (those of a team at its cap cannot start whatever their size)
-        self._sizes: dict[str | None, dict[int, int]] = {None: {}}
+        self._pending: list[tuple[_Key, str]] = []  # all pending, in legacy order
+        # the same, split by (GPUs asked, team for opted-out jobs / None for preemptible ones),
+        # so a pass visits only jobs that could fit and whose team is not at its cap
+        self._queues: dict[tuple[int, str | None], list[tuple[_Key, str]]] = {}
         self._pre_gpus = [0] * (max(LegacyPriority) + 1)  # running preemptible GPUs by level
         self._np_used = dict.fromkeys(teams, 0)  # running non-preemptible GPUs by team
         self._held: dict[str, tuple[tuple[str, int], ...]] = {}  # running id -> its slices
@@ -101,6 +159,7 @@ class LegacyPolicy:
         self._free: dict[str, int] = {}  # healthy host -> free GPUs
         self._names: list[str] = []  # healthy hosts, sorted
         self._draining: set[str] = set()
+        self._pre_host: dict[str, list[int]] = {}  # host -> preemptible GPUs by priority
 
     # ---- the index -------------------------------------------------------------------
     def _job(self, wid: str) -> _Info:
@@ -119,20 +178,17 @@ class LegacyPolicy:
         info = self._job(name)
         if kind == "queued":
             insort(self._pending, (info.key, name))
-            sizes = self._sizes.setdefault(None if info.preemptible else info.team, {})
-            sizes[info.gpus] = sizes.get(info.gpus, 0) + 1
+            insort(self._queues.setdefault(info.queue, []), (info.key, name))
             return
         if kind == "started":
             entry = (info.key, name)
             i = bisect_left(self._pending, entry)
             if i < len(self._pending) and self._pending[i] == entry:
                 del self._pending[i]
-                sizes = self._sizes[None if info.preemptible else info.team]
-                left = sizes[info.gpus] - 1
-                if left:
-                    sizes[info.gpus] = left
-                else:
-                    del sizes[info.gpus]
+                same = self._queues[info.queue]
+                del same[bisect_left(same, entry)]
+                if not same:
+                    del self._queues[info.queue]
             slices = tuple((s.host, s.gpus) for s in state.running[name].placement)
             self._held[name] = slices
             sign = 1
@@ -145,6 +201,8 @@ class LegacyPolicy:
             self._used[host] += sign * gpus
             if host in self._free:
                 self._free[host] -= sign * gpus
+            if info.preemptible:
+                self._pre_host[host][info.prio] += sign * gpus
         if info.preemptible:
             self._pre_gpus[info.prio] += sign * held
         else:
@@ -154,6 +212,7 @@ class LegacyPolicy:
         host = state.hosts[name]
         self._size[name] = host.gpus
         self._used.setdefault(name, 0)
+        self._pre_host.setdefault(name, [0] * len(self._pre_gpus))
         if host.state is HostState.HEALTHY:
             self._free[name] = host.gpus - self._used[name]
         else:
@@ -186,89 +245,84 @@ class LegacyPolicy:
         return self._schedule(state)
 
     def _schedule(self, state: ClusterState) -> Decisions:
-        free = dict(self._free)
-        view = _FreeView(free, self._size, self._names, max(self._size.values(), default=0))
-        free_total = sum(free.values())
-        below_of = [sum(self._pre_gpus[:p]) for p in range(len(self._pre_gpus))]
-        starts: list[Start] = []
-        np_planned: dict[str, int] = {}
-        skipped = searches = 0
-        fit_fail = search_fail = 1 << 30  # smallest request that failed (free only shrinks)
-        smallest = self._smallest()  # no job that may start asks for fewer GPUs
-        infos, caps, np_used = self._info, self.caps, self._np_used
-        for _, wid in self._pending:
-            info = infos[wid]
-            gpus = info.gpus
-            below = below_of[info.prio]
-            may_fit = gpus <= free_total and gpus < fit_fail
-            may_preempt = below > 0 and gpus < search_fail and searches < 3
-            if (may_fit or may_preempt) and not info.preemptible:
-                held = np_used[info.team] + np_planned.get(info.team, 0)
-                if held + gpus > caps[info.team] + 1e-9:
-                    may_fit = may_preempt = False
+        """Two phases. While preemption is still possible (lower-priority preemptible work
+        below the job, victim searches left), jobs are scanned in order. After that only
+        free GPUs can be handed out, so the rest of the order is visited through a merge of
+        the queues of jobs small enough to fit whose team is not at its cap, instead of
+        walking past every job that cannot start."""
+        p = _Pass(self, state)
+        after: tuple[_Key, str] | None = None  # last entry the preemption phase handled
+        for entry in self._pending:
+            info = self._info[entry[1]]
+            below = p.below_of[info.prio]
+            if below == 0 or not p.may_search():
+                break  # nothing from here on can preempt: the fit phase takes over
+            after = entry
+            wid = entry[1]
+            if p.capped(info):
+                if p.give_up():
+                    return p.decisions()
+                continue
+            may_fit = info.gpus <= p.free_total and info.gpus < p.fit_fail
+            if may_fit and p.try_fit(wid, info):
+                continue
             if may_fit:
-                placement = find_fit(view, gpus)
-                if placement is not None:
-                    starts.append(Start(wid, placement))
-                    view.take(placement)
-                    free_total -= sum(s.gpus for s in placement)
-                    if not info.preemptible:
-                        np_planned[info.team] = np_planned.get(info.team, 0) + gpus
-                    continue
-                fit_fail = gpus
-            if may_preempt and gpus <= free_total + below:
-                searches += 1
-                victims = self._victims(state, free, view.max_size, gpus, info.prio)
+                p.fit_fail = info.gpus
+            if info.gpus < p.search_fail and info.gpus <= p.free_total + below:
+                p.searches += 1
+                victims = self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
                 if victims:
-                    preempts = tuple(
+                    return p.decisions(tuple(
                         Preempt(v, PreemptReason.REBALANCE if state.running[v].spec.allocated
                                 else PreemptReason.UNALLOCATED,
                                 state.running[v].spec.resumable, by=wid)
                         for v in victims
-                    )
-                    return Decisions(starts=tuple(starts), preemptions=preempts)
-                search_fail = gpus
-            # later jobs have the same or lower priority (fewer victims) and ask >= smallest
-            can_fit = free_total >= smallest and fit_fail > smallest
-            can_preempt = below > 0 and searches < 3 and search_fail > smallest
-            if not (can_fit or can_preempt):
-                break
-            skipped += 1
-            if skipped >= self.scan_depth:
-                break
-        return Decisions(starts=tuple(starts))
+                    ))
+                p.search_fail = info.gpus
+            if p.give_up():
+                return p.decisions()
+        self._fit_phase(p, after)
+        return p.decisions()
 
-    def _smallest(self) -> int:
-        """GPUs of the smallest pending job that the team caps allow to start."""
-        best = 1 << 30
-        for team, sizes in self._sizes.items():
-            if not sizes:
-                continue
-            least = min(sizes)
-            if team is not None and self._np_used[team] + least > self.caps[team] + 1e-9:
-                continue
-            best = min(best, least)
-        return best
+    def _fit_phase(self, p: _Pass, after: tuple[_Key, str] | None) -> None:
+        """Hand out free GPUs to the jobs after ``after``, in order, trying only the ones
+        that could fit; restarts the merge without the sizes that just failed."""
+        while True:
+            chosen = [
+                (gpus, q) for (gpus, team), q in self._queues.items()
+                if q and gpus <= p.free_total and gpus < p.fit_fail
+                and (team is None or not p.team_capped(team, gpus))
+            ]
+            if not chosen:
+                return
+            largest = max(gpus for gpus, _ in chosen)
+            heads = [_tail(q, after) for _, q in chosen]
+            restart = False
+            for entry in heapq.merge(*heads):
+                after = entry
+                info = self._info[entry[1]]
+                if p.capped(info):  # reached its cap during this pass
+                    if p.give_up():
+                        return
+                    continue
+                if p.try_fit(entry[1], info):
+                    if p.free_total < largest:
+                        restart = True  # drop the queues that no longer fit
+                        break
+                    continue
+                p.fit_fail = info.gpus
+                if p.give_up():
+                    return
+                restart = True  # drop the queues of this size and larger
+                break
+            if not restart:
+                return
 
     def _victims(self, state: ClusterState, free: dict[str, int], host_size: int, gpus: int,
                  prio: int) -> list[str] | None:
-        """Preemptible running work of lower priority whose GPUs let ``gpus`` fit, or None."""
-        def victim_key(wid: str) -> tuple[int, float, str]:
-            return (self._info[wid].prio, -state.running[wid].started_at, wid)
-
-        per_host: dict[str, list[str]] = {}
-        reclaim: dict[str, int] = {}
-        for name in self._names:
-            cands = [
-                w for w in state.on_host[name]
-                if self._info[w].preemptible and self._info[w].prio < prio
-                and not state.running[w].stopping
-            ]
-            cands.sort(key=victim_key)
-            per_host[name] = cands
-            reclaim[name] = free[name] + sum(
-                g for w in cands for h, g in self._held[w] if h == name
-            )
+        """Preemptible running work of lower priority whose GPUs let ``gpus`` fit, or None.
+        Hosts are sized up from the per-host counts; only the chosen ones are looked into."""
+        reclaim = {n: free[n] + sum(self._pre_host[n][:prio]) for n in self._names}
         if gpus <= host_size:
             best: tuple[int, str] | None = None
             for name in self._names:
@@ -280,14 +334,16 @@ class LegacyPolicy:
                 return None
             name = best[1]
             got, chosen = free[name], []
-            for w in per_host[name]:
+            for w in self._candidates(state, name, prio):
                 if got >= gpus:
                     break
                 chosen.append(w)
                 got += sum(g for h, g in self._held[w] if h == name)
             return chosen
-        # whole hosts: the ones that can be emptied, fewest victims first
-        full = sorted((len(per_host[n]), n) for n in self._names if reclaim[n] == self._size[n])
+        # whole hosts: the ones that can be emptied, least work to preempt first
+        full = sorted(
+            (self._size[n] - free[n], n) for n in self._names if reclaim[n] == self._size[n]
+        )
         chosen_hosts, total = [], 0
         for _, name in full:
             if total >= gpus:
@@ -298,7 +354,25 @@ class LegacyPolicy:
             return None
         victims: list[str] = []
         for name in chosen_hosts:
-            for w in per_host[name]:
+            for w in self._candidates(state, name, prio):
                 if w not in victims:
                     victims.append(w)
         return victims
+
+    def _candidates(self, state: ClusterState, host: str, prio: int) -> list[str]:
+        """Victims on ``host`` for priority ``prio``: lowest priority first, then the most
+        recently started (least progress lost)."""
+        cands = [
+            w for w in state.on_host[host]
+            if self._info[w].preemptible and self._info[w].prio < prio
+            and not state.running[w].stopping
+        ]
+        cands.sort(key=lambda w: (self._info[w].prio, -state.running[w].started_at, w))
+        return cands
+
+
+def _tail(queue: list[tuple[_Key, str]], after: tuple[_Key, str] | None
+          ) -> Iterator[tuple[_Key, str]]:
+    """The entries of a sorted queue after ``after``, without copying the list."""
+    start = bisect_right(queue, after) if after is not None else 0
+    return (queue[i] for i in range(start, len(queue)))
