@@ -123,3 +123,23 @@ def test_sweep_bad_grid_key(tmp_path: Path) -> None:
                        str(tmp_path))
     assert code == 2
     assert "--grid" in out and "nope" in out
+
+
+def test_tree_and_cluster_files(tmp_path: Path) -> None:
+    """A JSON tree re-weighting the small scenario's own budgets and a TOML host list are
+    used: the summary reports the file's cluster, and per-budget waits cover teams and
+    leaves."""
+    from apportion.sim.scenarios import small_scenario
+
+    leaves = small_scenario().tree.leaves
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({leaf: 1 + i for i, leaf in enumerate(leaves)}))
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text("".join(f'[[hosts]]\nname = "n{i}"\ngpus = 4\n' for i in range(6)))
+    code, out = invoke("simulate", "--scenario", "small", "--tree", str(tree), "--cluster",
+                       str(hosts), "--policy", "fairshare", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 0, out
+    (s,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert (s["hosts"], s["gpus"]) == (6, 24)
+    assert set(s["wait_s"]["per_budget"]) & set(leaves)

@@ -159,7 +159,7 @@ class Engine:
         self._host_gen = {h.name: 0 for h in sc.hosts}
         self._drains: dict[str, _Drain] = {}
         self.drains: list[_Drain] = []
-        self.waits: list[tuple[float, bool, str]] = []
+        self.waits: list[tuple[float, bool, str, str]] = []  # wait, debug, team, leaf
         self.preempt_counts = {r.value: 0 for r in PreemptReason}
         self.protected = 0
         self.rejected = 0
@@ -265,6 +265,8 @@ class Engine:
             self._set_host(c.host, c.to, now)
         for p in d.preemptions:
             self._stop(p.workload, now, p.reason, p.requeue)
+        for r in d.reservations:
+            self.state.reserve(r.workload, r.hosts)
         for s in d.starts:
             self._start(s.workload, s.placement, now)
 
@@ -278,7 +280,7 @@ class Engine:
         if j.first_start is None:
             j.first_start = now
             j.first_wait = wait
-        self.waits.append((wait, j.debug, j.team))
+        self.waits.append((wait, j.debug, j.team, j.budget))
         j.status = "running"
         j.run_start = now
         j.held = sum(s.gpus for s in placement)
@@ -450,11 +452,13 @@ class Engine:
         tot = rec.totals
         jobs = list(self.jobs.values())
         submitted = [j for j in jobs if j.job.spec.submit_time < self.end]
-        all_waits = [w for w, _, _ in self.waits]
-        debug_waits = [w for w, dbg, _ in self.waits if dbg]
-        per_team: dict[str, list[float]] = {}
-        for w, _, team in self.waits:
-            per_team.setdefault(team, []).append(w)
+        all_waits = [w for w, _, _, _ in self.waits]
+        debug_waits = [w for w, dbg, _, _ in self.waits if dbg]
+        per_budget: dict[str, list[float]] = {}
+        for w, _, team, leaf in self.waits:
+            per_budget.setdefault(team, []).append(w)
+            if leaf != team:
+                per_budget.setdefault(leaf, []).append(w)
         finished = [d for d in self.drains if d.end is not None]
         times = [d.end - d.start for d in finished if d.end is not None]
         automated = [
@@ -495,7 +499,7 @@ class Engine:
             "wait_s": {
                 "all": percentiles(all_waits),
                 "debug": percentiles(debug_waits),
-                "per_budget": {t: percentiles(ws) for t, ws in sorted(per_team.items())},
+                "per_budget": {b: percentiles(ws) for b, ws in sorted(per_budget.items())},
             },
             "preemptions": preempts,
             "protected_preemptions": self.protected,
