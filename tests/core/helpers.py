@@ -212,6 +212,8 @@ class Driver:
             st.mark_stopping(p.workload)
             self.preempted.append((now, p))
             self._stop(p.workload, now, p.requeue)
+        for res in d.reservations:
+            st.reserve(res.workload, res.hosts)
         for s in d.starts:
             r = st.start(s.workload, s.placement, now)
             rec = RunRecord(s.workload, r.spec.budget, r.gpus_held, r.spec.allocated, now)

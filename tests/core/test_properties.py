@@ -114,9 +114,13 @@ def test_unallocated_work_never_preempts_and_comes_last(sc: Scenario) -> None:
 
 
 def check_budget_order(state: ClusterState, d: Decisions) -> None:
-    """Inside each budget, work is considered in queue order: priority, then submit time."""
+    """Inside each budget, work is considered in queue order: priority, then submit time.
+    Work holding a reservation is settled first: it was ranked and admitted by the pass that
+    preempted for it, so it is not ranked again."""
     per: dict[tuple[str, bool], list[WorkloadSpec]] = {}
     for wid in d.order:
+        if wid in state.reservations:
+            continue
         spec = state.pending[wid].spec
         per.setdefault((spec.budget, spec.allocated), []).append(spec)
     for specs in per.values():

@@ -154,6 +154,8 @@ def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple
                 state.requeue(p.workload, now)
             else:
                 state.finish(p.workload, now)
+        for r in d.reservations:
+            state.reserve(r.workload, r.hosts)
         for s in d.starts:
             state.start(s.workload, s.placement, now)
     return rounds, first_ms, first_pre

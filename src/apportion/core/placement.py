@@ -7,7 +7,7 @@ that still fits), which keeps empty hosts empty for the large runs that need the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .preemption import Candidate
@@ -94,16 +94,17 @@ class VictimPlan:
     cost: tuple[int, float, int]
 
 
-def find_fit(view: HostView, gpus: int) -> Placement | None:
-    """A placement on free GPUs only, or None."""
+def find_fit(view: HostView, gpus: int, only: Sequence[str] | None = None) -> Placement | None:
+    """A placement on free GPUs only (of the hosts in ``only``, if given), or None."""
+    names = view.names if only is None else sorted(h for h in only if h in view.size)
     if gpus <= view.max_size:
         best: str | None = None
-        for name in view.names:
+        for name in names:
             free = view.free[name]
             if free >= gpus and (best is None or free < view.free[best]):
                 best = name
         return None if best is None else (Slice(best, gpus),)
-    whole = [n for n in view.names if view.free[n] == view.size[n]]
+    whole = [n for n in names if view.free[n] == view.size[n]]
     whole.sort(key=lambda n: (-view.size[n], n))
     chosen: list[str] = []
     total = 0
@@ -118,15 +119,20 @@ def find_fit(view: HostView, gpus: int) -> Placement | None:
 
 
 def find_victims(
-    view: HostView, spec: WorkloadSpec, now: float, allowed: Allowed | None
+    view: HostView,
+    spec: WorkloadSpec,
+    now: float,
+    allowed: Allowed | None,
+    only: Sequence[str] | None = None,
 ) -> VictimPlan | None:
     """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
     ``allowed`` accepts (``None``: unallocated victims only). Protected work (inside its
     minimum runtime) is never a victim, whatever ``allowed`` says: this is the one place that
     guarantees it (see :meth:`HostView.candidates`)."""
+    names = view.names if only is None else sorted(h for h in only if h in view.size)
     if spec.gpus <= view.max_size:
-        return _one_host(view, spec.gpus, now, allowed)
-    return _whole_hosts(view, spec.gpus, now, allowed)
+        return _one_host(view, names, spec.gpus, now, allowed)
+    return _whole_hosts(view, names, spec.gpus, now, allowed)
 
 
 def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
@@ -134,11 +140,13 @@ def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
     return (max((v.klass for v in victims), default=0), sum(v.lost for v in victims), len(victims))
 
 
-def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed | None) -> VictimPlan | None:
+def _one_host(
+    view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
+) -> VictimPlan | None:
     best: VictimPlan | None = None
     best_key: tuple[tuple[int, float, int], str] | None = None
     claimed = view.claimed
-    for name in view.names:
+    for name in names:
         if view.size[name] < gpus or view.reachable(name, now) < gpus:
             continue
         need = gpus - view.free[name] - view.stopping[name]
@@ -170,10 +178,10 @@ def _one_host(view: HostView, gpus: int, now: float, allowed: Allowed | None) ->
 
 
 def _whole_hosts(
-    view: HostView, gpus: int, now: float, allowed: Allowed | None
+    view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
     options: list[tuple[tuple[int, float, int], str, list[Candidate]]] = []
-    for name in view.names:
+    for name in names:
         on_host = sum(1 for w in view.state.on_host[name] if w not in view.state.stopping)
         cands = [c for c in view.candidates(name, now) if c.id not in view.claimed]
         if len(cands) < on_host or view.reachable(name, now) < view.size[name]:

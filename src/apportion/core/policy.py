@@ -32,10 +32,16 @@ from .types import (
     HostState,
     Preempt,
     PreemptReason,
+    Reservation,
     Start,
     WaitReason,
     WorkloadSpec,
 )
+
+
+def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
+    """A reservation waits for its own stopping victims; it never takes new ones."""
+    return False
 
 
 def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig) -> None:
@@ -94,15 +100,19 @@ class _Pass:
         self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
         self.rebalance_fail_min: dict[tuple[str, bool], int] = {}  # per preemptor budget
         self._victim_gpus: dict[str, int] | None = None
+        self.reservations: list[Reservation] = []
+        self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
     def run(self) -> Decisions:
         self.drain()
+        self.honour_reservations()
         self.admit_allocated()
         self.backfill_unallocated()
         return Decisions(
             starts=tuple(self.starts),
             preemptions=tuple(self.preempts),
             host_changes=tuple(self.changes),
+            reservations=tuple(self.reservations),
             order=tuple(self.order),
             waiting=self.waiting,
         )
@@ -125,6 +135,34 @@ class _Pass:
                 # victim for anyone else in this pass
                 self.hosts.claimed.add(wid)
                 self.preempts.append(Preempt(wid, PreemptReason.DRAIN, r.spec.resumable))
+
+    # ---- phase 1b: GPUs already being freed for someone -----------------------------------
+    def honour_reservations(self) -> None:
+        """Work whose victims were preempted for it gets the freed GPUs first, before the walk:
+        otherwise a workload ranked ahead of it could take them, and it would have to
+        preempt again (a wasted preemption). A reservation whose hosts can no longer hold the
+        workload (a host died, its GPUs went elsewhere) lapses and the walk decides afresh."""
+        st = self.state
+        held = sorted(
+            (st.pending[w].spec for w in st.reservations if w in st.pending),
+            key=lambda spec: (spec.submit_time, spec.id),
+        )
+        for spec in held:
+            hosts = st.reservations[spec.id]
+            placement = find_fit(self.hosts, spec.gpus, only=hosts)
+            if placement is not None:
+                self.hosts.take(placement)
+                self.starts.append(Start(spec.id, placement))
+            else:
+                plan = find_victims(self.hosts, spec, self.now, _NO_VICTIMS, only=hosts)
+                if plan is None:
+                    continue  # lapsed
+                self.hosts.claim(plan)
+                self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
+                self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
+            self.rules.admit(spec)
+            self.handled.add(spec.id)
+            self.order.append(spec.id)
 
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
@@ -164,6 +202,10 @@ class _Pass:
             for node in ancestors(leaf):
                 remaining[node] -= 1
             spec = st.pending[st.queues[leaf][i][1]].spec
+            if spec.id in self.handled:
+                if remaining.get(leaf, 0) == 0:
+                    leaf = pick()
+                continue
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
@@ -188,7 +230,7 @@ class _Pass:
     def skip_rest(self, leaf: str, start: int) -> None:
         """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
         st, total = self.state, self.hosts.healthy_total
-        ids = [wid for _, wid in st.queues[leaf][start:]]
+        ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
         self.order.extend(ids)
         for wid in ids:
             too_large = st.pending[wid].spec.gpus > total
@@ -244,6 +286,7 @@ class _Pass:
         if plan is None:
             return False
         self.hosts.claim(plan)
+        self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
             reason = PreemptReason.UNALLOCATED if victim.klass == 1 else PreemptReason.REBALANCE
             self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))

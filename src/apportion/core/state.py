@@ -47,6 +47,7 @@ class ClusterState:
         # nothing left in a budget's queue can succeed
         self.sizes: dict[str, dict[int, int]] = {}
         self.stopping: set[str] = set()  # running ids whose preemption was issued
+        self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         self.ledger = UsageLedger(start, keep=ledger_keep)
@@ -117,6 +118,7 @@ class ClusterState:
         p = self.pending.pop(workload, None)
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
+        self.reservations.pop(workload, None)
         self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
         if p.spec.allocated:
             sizes = self.sizes[p.spec.budget]
@@ -145,6 +147,16 @@ class ClusterState:
             self.on_host[s.host].add(workload)
         self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         return r
+
+    def reserve(self, workload: str, hosts: tuple[str, ...]) -> None:
+        """Record that GPUs on ``hosts`` are being freed for pending ``workload``
+        (a :class:`~apportion.core.types.Reservation` decision). Dropped when it starts or
+        leaves the queue."""
+        if workload not in self.pending:
+            raise CoreError(f"workload {workload}: not pending, cannot hold a reservation")
+        for h in hosts:
+            self._host(h)
+        self.reservations[workload] = tuple(hosts)
 
     def mark_stopping(self, workload: str) -> Running:
         r = self._running(workload)
@@ -199,6 +211,7 @@ class ClusterState:
             tuple(sorted((k, tuple(v)) for k, v in self.queues.items())),
             tuple(sorted((k, tuple(v)) for k, v in self.unallocated_queues.items())),
             tuple(sorted(self.stopping)),
+            tuple(sorted(self.reservations.items())),
             tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.sizes.items())),
             tuple(sorted(self.used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),

@@ -145,6 +145,15 @@ class HostChange:
     why: str
 
 
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs being freed for ``workload`` (its victims are stopping) on ``hosts``: until it
+    starts, later passes offer those GPUs to it first and to nobody else."""
+
+    workload: str
+    hosts: tuple[str, ...]
+
+
 class WaitReason(enum.Enum):
     NO_CAPACITY = "no_capacity"  # does not fit, nothing it may preempt
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # victims are stopping for it
@@ -159,6 +168,7 @@ class Decisions:
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preempt, ...] = ()
     host_changes: tuple[HostChange, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
     order: tuple[str, ...] = ()
     waiting: dict[str, WaitReason] = field(default_factory=dict)
 

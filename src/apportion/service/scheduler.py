@@ -629,6 +629,8 @@ class Scheduler:
             self._mirror_drain(c.host, c.to, c.why)
         for p in d.preemptions:
             self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
+        for r in d.reservations:  # in memory only: after a restart the next pass re-plans
+            st.reserve(r.workload, r.hosts)
         return all(self._launch(s, now) for s in d.starts)
 
     def _stop(self, wid: str, reason: str, requeue: bool) -> None:
