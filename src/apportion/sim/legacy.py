@@ -81,23 +81,16 @@ class _Pass:
         pre = policy._pre_gpus
         self.below_of = [sum(pre[:prio]) for prio in range(len(pre))]
         self.starts: list[Start] = []
-        self.np_planned: dict[str, int] = {}
+        # opted-out GPUs each team may still start in this pass (its cap minus what it holds)
+        self.room = {t: cap - policy._np_used[t] + 1e-9 for t, cap in policy.caps.items()}
         self.skipped = 0
         self.searches = 0
         self.fit_fail = self.search_fail = 1 << 30  # smallest request that failed
 
-    def team_capped(self, team: str, gpus: int) -> bool:
-        """Would ``gpus`` more opted-out GPUs take ``team`` over its cap?"""
-        held = self.policy._np_used[team] + self.np_planned.get(team, 0)
-        return held + gpus > self.policy.caps[team] + 1e-9
-
     def capped(self, info: _Info) -> bool:
         """An opted-out job whose team is at its cap of opted-out GPUs."""
-        return not info.preemptible and self.team_capped(info.team, info.gpus)
+        return not info.preemptible and info.gpus > self.room[info.team]
 
-    def may_search(self) -> bool:
-        """Victim searches left (and not every size has failed one already)."""
-        return self.searches < 3 and self.search_fail > 1
 
     def try_fit(self, wid: str, info: _Info) -> bool:
         if info.gpus <= self.view.max_size and info.gpus > self.max_free:
@@ -110,7 +103,7 @@ class _Pass:
         self.max_free = max(self.free.values(), default=0)
         self.free_total -= sum(s.gpus for s in placement)
         if not info.preemptible:
-            self.np_planned[info.team] = self.np_planned.get(info.team, 0) + info.gpus
+            self.room[info.team] -= info.gpus
         return True
 
     def give_up(self) -> bool:
@@ -252,14 +245,15 @@ class LegacyPolicy:
         walking past every job that cannot start."""
         p = _Pass(self, state)
         after: tuple[_Key, str] | None = None  # last entry the preemption phase handled
+        infos, below_of, room = self._info, p.below_of, p.room  # hot loop: locals
         for entry in self._pending:
-            info = self._info[entry[1]]
-            below = p.below_of[info.prio]
-            if below == 0 or not p.may_search():
+            info = infos[entry[1]]
+            below = below_of[info.prio]
+            if below == 0 or p.searches >= 3 or p.search_fail <= 1:
                 break  # nothing from here on can preempt: the fit phase takes over
             after = entry
             wid = entry[1]
-            if p.capped(info):
+            if not info.preemptible and info.gpus > room[info.team]:  # team at its cap
                 if p.give_up():
                     return p.decisions()
                 continue
@@ -288,10 +282,10 @@ class LegacyPolicy:
         """Hand out free GPUs to the jobs after ``after``, in order, trying only the ones
         that could fit; restarts the merge without the sizes that just failed."""
         while True:
+            limit, room = min(p.free_total, p.fit_fail - 1), p.room
             chosen = [
                 (gpus, q) for (gpus, team), q in self._queues.items()
-                if q and gpus <= p.free_total and gpus < p.fit_fail
-                and (team is None or not p.team_capped(team, gpus))
+                if gpus <= limit and (team is None or gpus <= room[team])
             ]
             if not chosen:
                 return
