@@ -228,10 +228,19 @@ def test_squatting_counts_as_assigned_not_lost() -> None:
 
 
 def test_rejected_specs_are_counted() -> None:
-    """A min_runtime over the cap is refused by validate_spec at submission."""
-    res = run(scenario([job("big", "a", 8, 0, 100, min_runtime=9 * HOUR)], 1), decide)
+    """Without clamping, a min_runtime over the cap is refused by validate_spec."""
+    res = run(scenario([job("big", "a", 8, 0, 100, min_runtime=9 * HOUR)], 1), decide,
+              SimConfig(clamp_min_runtime=False))
     assert res.summary["rejected"] == 1
     assert row(res, "big")["status"] == "rejected"
+
+
+def test_min_runtime_over_the_cap_is_lowered_to_it() -> None:
+    """By default a 9 h min_runtime is lowered to the 8 h cap and the workload runs."""
+    res = run(scenario([job("big", "a", 8, 0, 100, min_runtime=9 * HOUR)], 1), decide)
+    assert res.summary["rejected"] == 0 and res.summary["clamped_min_runtime"] == 1
+    assert row(res, "big")["min_runtime"] == 8 * HOUR
+    assert row(res, "big")["status"] == "completed"
 
 
 def test_decide_loop_cap_is_counted() -> None:

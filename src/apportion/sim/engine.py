@@ -62,6 +62,9 @@ class SimConfig:
     decide_rounds: int = 50  # cap on decide/apply rounds at one instant
     legacy_team_depth: int = 2  # path levels naming a team
     legacy_cap_factor: float = 1.0  # legacy non-preemptible cap = factor x team share x GPUs
+    # a min_runtime over PolicyConfig.max_min_runtime is lowered to it (as users would under
+    # that cap) instead of the submission being refused: what sweeps over the cap need
+    clamp_min_runtime: bool = True
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -77,12 +80,13 @@ class _Job:
 
     __slots__ = (
         "budget", "debug", "end", "first_start", "first_wait", "held", "job", "lost_s", "overhead",
-        "preemptions", "queued_at", "remaining", "run_no", "run_s", "run_start", "runs",
+        "preemptions", "queued_at", "remaining", "run_no", "run_s", "run_start", "runs", "spec",
         "status", "team", "wait_s",
     )
 
     def __init__(self, job: SimJob, team: str, debug: bool) -> None:
         self.job = job
+        self.spec = job.spec  # as submitted (min_runtime may be lowered to the cap)
         self.budget = job.spec.budget
         self.team = team
         self.debug = debug
@@ -163,6 +167,7 @@ class Engine:
         self.preempt_counts = {r.value: 0 for r in PreemptReason}
         self.protected = 0
         self.rejected = 0
+        self.clamped = 0
         self.host_failures = 0
         self.ignored_host_events = 0
         self.events = 0
@@ -273,7 +278,7 @@ class Engine:
     # ---- the in-memory executor ------------------------------------------------------
     def _start(self, wid: str, placement: Any, now: float) -> None:
         j = self.jobs[wid]
-        spec = j.job.spec
+        spec = j.spec
         self.state.start(wid, placement, now)
         wait = now - j.queued_at
         j.wait_s += wait
@@ -364,13 +369,18 @@ class Engine:
     # ---- event handlers: each returns whether the state changed ----------------------
     def _on_submit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
+        cap = float(self.config.max_min_runtime)
+        if self.sim.clamp_min_runtime and j.spec.min_runtime > cap:
+            j.spec = dataclasses.replace(j.spec, min_runtime=cap)
+            j.debug = is_debug(j.spec, self.config)
+            self.clamped += 1
         try:
-            self.validate(j.job.spec, self.state, self.config)
+            self.validate(j.spec, self.state, self.config)
         except CoreError:
             self.rejected += 1
             j.status = "rejected"
             return False
-        spec = j.job.spec
+        spec = j.spec
         self.state.submit(spec, now)
         self.rec.queued(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
@@ -381,7 +391,7 @@ class Engine:
         j = self.jobs[wid]
         if gen != j.run_no or j.status != "running":
             return False
-        spec = j.job.spec
+        spec = j.spec
         self.state.finish(wid, now)
         j.run_s += (now - j.run_start) * j.held
         j.remaining = 0.0
@@ -487,6 +497,7 @@ class Engine:
             "gpus": self.total_gpus,
             "workloads": len(submitted),
             "rejected": self.rejected,
+            "clamped_min_runtime": self.clamped,
             "completed": sum(1 for j in submitted if j.status == "completed"),
             "unfinished": {
                 "pending": sum(1 for j in submitted if j.status == "pending"),
@@ -541,7 +552,7 @@ class Engine:
     def _workload_rows(self) -> list[dict[str, object]]:
         rows: list[dict[str, object]] = []
         for wid, j in self.jobs.items():
-            spec, job = j.job.spec, j.job
+            spec, job = j.spec, j.job
             run_s = j.run_s
             if j.status == "running":
                 run_s += (self.end - j.run_start) * j.held
