@@ -133,6 +133,9 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
     x_key, others = keys[0], keys[1:]
     xs = list(dict.fromkeys(row[x_key] for row in rows))
     numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
+    # durations are seconds: show them in hours when they are whole hours
+    scale, unit = (3600.0, " (h)") if numeric and all(
+        x >= 3600 and float(x) % 3600 == 0 for x in xs) else (1.0, "")
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in others), []).append(row)
@@ -146,16 +149,17 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
     )
     fig, axs = plt.subplots(2, 2, figsize=(11, 7.5))
     for ax, (title, metrics, log) in zip(axs.flat, panels, strict=True):
-        for label, members in groups.items():
+        for n, (label, members) in enumerate(groups.items()):
             members = sorted(members, key=lambda r: xs.index(r[x_key]))
-            px = [r[x_key] if numeric else xs.index(r[x_key]) for r in members]
+            px = [r[x_key] / scale if numeric else xs.index(r[x_key]) for r in members]
             name = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                              for k, v in zip(others, label, strict=True)) or "fairshare"
             for style, metric in zip(("-", "--"), metrics, strict=False):
                 py = [r[metric] if r[metric] is not None else float("nan") for r in members]
-                ax.plot(px, py, style, marker="o", label=name if style == "-" else None)
+                ax.plot(px, py, style, marker="o", color=f"C{n % 10}",
+                        label=name if style == "-" else None)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel(x_key)
+        ax.set_xlabel(x_key + unit)
         if not numeric:
             ax.set_xticks(range(len(xs)), [str(x) for x in xs])
         if log:
