@@ -34,7 +34,7 @@ from apportion.core import (
     validate_spec,
 )
 
-from .metrics import HOUR, Recorder, percentiles, ratio, team_of
+from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
 
 Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
@@ -485,9 +485,7 @@ class Engine:
         )
         preempts = dict(self.preempt_counts)
         preempts["total"] = sum(self.preempt_counts.values())
-        import numpy as np
-
-        times_p90 = float(np.percentile(times, 90)) if times else None
+        times_p90 = p90(times)
         return {
             "policy": self.name,
             "scenario": sc.name,
