@@ -30,9 +30,8 @@ from typing import Any
 from .config import PolicyConfig
 from .placement import HostView, find_victims
 from .policy import _Pass, decide
-from .preemption import Candidate
 from .state import ClusterState
-from .types import CoreError, Decisions, Placement, WaitReason, WorkloadSpec
+from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,18 +264,8 @@ class _AnyVictimView(HostView):
     """A host view whose victim candidates include protected work: to show what a
     workload would need to displace if protection and the rules allowed it."""
 
-    def candidates(self, host: str, now: float) -> list[Candidate]:
-        cands = self._cands.get(host)
-        if cands is None:
-            st = self.state
-            cands = sorted(
-                (Candidate.of(st.running[w], now, self.default_checkpoint)
-                 for w in st.on_host[host] if w not in st.stopping),
-                key=lambda c: (c.klass, c.lost, c.id),
-            )
-            self._cands[host] = cands
-            self._cand_gpus[host] = sum(c.gpus for c in cands)
-        return cands
+    def may_be_victim(self, r: Running, now: float) -> bool:
+        return True
 
 
 def _hypothetical_plan(

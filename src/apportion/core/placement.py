@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .preemption import Candidate
 from .state import ClusterState
 from .tree import ROOT
-from .types import Placement, Slice, WorkloadSpec
+from .types import Placement, Running, Slice, WorkloadSpec
 
 Allowed = Callable[[Candidate, dict[str, int]], bool]
 
@@ -37,6 +37,12 @@ class HostView:
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}
+        self._clearable: list[_HostOption] | None = None
+
+    def may_be_victim(self, r: Running, now: float) -> bool:
+        """Protected work (allocated, inside its minimum runtime) is never a victim: every
+        victim search gets its candidates through here."""
+        return now >= r.protected_until()
 
     def candidates(self, host: str, now: float) -> list[Candidate]:
         """Running work on ``host`` that could be a victim now (not stopping, not protected),
@@ -46,13 +52,9 @@ class HostView:
             st = self.state
             cands = sorted(
                 (
-                    c
+                    Candidate.of(st.running[wid], now, self.default_checkpoint)
                     for wid in st.on_host[host]
-                    if wid not in st.stopping
-                    and now
-                    >= (
-                        c := Candidate.of(st.running[wid], now, self.default_checkpoint)
-                    ).protected_until
+                    if wid not in st.stopping and self.may_be_victim(st.running[wid], now)
                 ),
                 key=lambda c: (c.klass, c.lost, c.id),
             )
@@ -70,9 +72,37 @@ class HostView:
         unallocated = int(self.state.ledger.rate(ROOT, charged=False))
         return sum(self.free.values()) + sum(self.stopping.values()) + unallocated
 
+    def clearable(self, now: float) -> list[_HostOption]:
+        """Hosts that could be emptied now (nothing protected on them, nothing promised to
+        another workload), cheapest first. Built once per pass; a host leaves the list when
+        the pass starts work on it or promises its GPUs."""
+        if self._clearable is None:
+            st = self.state
+            opts = []
+            for name in self.names:
+                if any(
+                    w not in st.stopping and not self.may_be_victim(st.running[w], now)
+                    for w in st.on_host[name]
+                ):
+                    continue  # something on it is protected
+                cands = self.candidates(name, now)
+                if self.reachable(name, now) < self.size[name]:
+                    continue  # promised to another workload
+                opts.append(
+                    _HostOption(_cost(cands), name, cands, all(c.klass == 1 for c in cands))
+                )
+            opts.sort(key=lambda o: (o.cost, o.name))
+            self._clearable = opts
+        return self._clearable
+
+    def _not_clearable(self, hosts: set[str]) -> None:
+        if self._clearable is not None:
+            self._clearable = [o for o in self._clearable if o.name not in hosts]
+
     def take(self, placement: Placement) -> None:
         for s in placement:
             self.free[s.host] -= s.gpus
+        self._not_clearable({s.host for s in placement})
 
     def claim(self, plan: VictimPlan) -> None:
         """Promise the plan's GPUs to its workload: nobody else gets them this pass."""
@@ -85,6 +115,15 @@ class HostView:
             for host, _ in plan.hosts:
                 if host in self._cand_gpus and any(c.id == v.id for c in self._cands[host]):
                     self._cand_gpus[host] -= v.gpus
+        self._not_clearable({h for h, _ in plan.hosts} | {h for v in plan.victims for h in v.hosts})
+
+
+@dataclass(frozen=True, slots=True)
+class _HostOption:
+    cost: tuple[int, float, int]
+    name: str
+    victims: list[Candidate]
+    unallocated_only: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,40 +219,39 @@ def _one_host(
 def _whole_hosts(
     view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
-    options: list[tuple[tuple[int, float, int], str, list[Candidate]]] = []
-    for name in names:
-        on_host = sum(1 for w in view.state.on_host[name] if w not in view.state.stopping)
-        cands = [c for c in view.candidates(name, now) if c.id not in view.claimed]
-        if len(cands) < on_host or view.reachable(name, now) < view.size[name]:
-            continue  # something on it is protected, or promised to another workload
-        options.append((_cost(cands), name, cands))
-    options.sort(key=lambda o: (o[0], o[1]))
+    wanted = set(names)
+    options = [
+        o
+        for o in view.clearable(now)
+        if o.name in wanted and (allowed is not None or o.unallocated_only)
+    ]
+    if sum(view.size[o.name] for o in options) < gpus:
+        return None  # not enough hosts could be emptied, whoever asks
     taken: dict[str, int] = {}
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
     total = 0
     chosen: set[str] = set()
-    for _, name, cands in options:
+    for option in options:
         if total >= gpus:
             break
         trial = dict(taken)
         ok = True
         # a victim spanning several of the chosen hosts is preempted (and counted) once
-        cands = [c for c in cands if c.id not in chosen]
-        for c in cands:
-            if (allowed is None and c.klass != 1) or (
-                allowed is not None and not allowed(c, trial)
-            ):
-                ok = False
-                break
-            trial[c.budget] = trial.get(c.budget, 0) + c.gpus
+        cands = [c for c in option.victims if c.id not in chosen]
+        if allowed is not None:
+            for c in cands:
+                if not allowed(c, trial):
+                    ok = False
+                    break
+                trial[c.budget] = trial.get(c.budget, 0) + c.gpus
         if not ok:
             continue
         taken = trial
-        hosts.append((name, view.size[name]))
+        hosts.append((option.name, view.size[option.name]))
         victims.extend(cands)
         chosen.update(c.id for c in cands)
-        total += view.size[name]
+        total += view.size[option.name]
     if total < gpus:
         return None
     return VictimPlan(tuple(sorted(hosts)), tuple(victims), _cost(victims))

@@ -52,6 +52,7 @@ class Candidate:
     lost: float  # GPU-seconds of progress a preemption would throw away (estimate)
     protected_until: float
     resumable: bool
+    hosts: tuple[str, ...] = ()  # where it runs: preempting it frees GPUs on all of them
 
     @classmethod
     def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:
@@ -66,6 +67,7 @@ class Candidate:
             elapsed * r.gpus_held,
             r.protected_until(),
             r.spec.resumable,
+            tuple(s.host for s in r.placement),
         )
 
 

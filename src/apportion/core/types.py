@@ -95,10 +95,12 @@ class Running:
     placement: Placement
     started_at: float
     stopping: bool = False
+    gpus_held: int = field(init=False, compare=False)
+    """GPUs it holds on all its hosts (whole hosts for multi-host work)."""
 
-    @property
-    def gpus_held(self) -> int:
-        return sum(s.gpus for s in self.placement)
+    def __post_init__(self) -> None:
+        # asked for on every victim search: computed once
+        object.__setattr__(self, "gpus_held", sum(s.gpus for s in self.placement))
 
     def protected_until(self) -> float:
         """Allocated work may not be preempted before this time (only a host dying ends it)."""
