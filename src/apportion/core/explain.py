@@ -267,6 +267,9 @@ class _AnyVictimView(HostView):
     def may_be_victim(self, r: Running, now: float) -> bool:
         return True
 
+    def has_protected(self, host: str, now: float) -> bool:
+        return False
+
 
 def _hypothetical_plan(
     state: ClusterState,

@@ -44,6 +44,10 @@ class HostView:
         victim search gets its candidates through here."""
         return now >= r.protected_until()
 
+    def has_protected(self, host: str, now: float) -> bool:
+        """Is some work on ``host`` (not stopping) still inside its minimum runtime?"""
+        return now < self.state.protected_until[host]
+
     def candidates(self, host: str, now: float) -> list[Candidate]:
         """Running work on ``host`` that could be a victim now (not stopping, not protected),
         cheapest victim first. Built once per host per pass."""
@@ -77,20 +81,15 @@ class HostView:
         another workload), cheapest first. Built once per pass; a host leaves the list when
         the pass starts work on it or promises its GPUs."""
         if self._clearable is None:
-            st = self.state
             opts = []
             for name in self.names:
-                if any(
-                    w not in st.stopping and not self.may_be_victim(st.running[w], now)
-                    for w in st.on_host[name]
-                ):
-                    continue  # something on it is protected
+                if self.has_protected(name, now):
+                    continue
                 cands = self.candidates(name, now)
                 if self.reachable(name, now) < self.size[name]:
                     continue  # promised to another workload
-                opts.append(
-                    _HostOption(_cost(cands), name, cands, all(c.klass == 1 for c in cands))
-                )
+                budgets = frozenset(c.budget for c in cands if c.klass != 1)
+                opts.append(_HostOption(_cost(cands), name, cands, budgets))
             opts.sort(key=lambda o: (o.cost, o.name))
             self._clearable = opts
         return self._clearable
@@ -123,7 +122,7 @@ class _HostOption:
     cost: tuple[int, float, int]
     name: str
     victims: list[Candidate]
-    unallocated_only: bool
+    budgets: frozenset[str]  # budgets of its allocated victims (empty: unallocated only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +162,18 @@ def find_victims(
     now: float,
     allowed: Allowed | None,
     only: Sequence[str] | None = None,
+    budget_ok: Callable[[str], bool] | None = None,
 ) -> VictimPlan | None:
     """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
     ``allowed`` accepts (``None``: unallocated victims only). Protected work (inside its
     minimum runtime) is never a victim, whatever ``allowed`` says: this is the one place that
-    guarantees it (see :meth:`HostView.candidates`)."""
+    guarantees it (see :meth:`HostView.candidates`). ``budget_ok``, if given, is a cheap
+    necessary condition on a victim's budget that lets whole-host searches discard hosts
+    before asking ``allowed`` about each victim."""
     names = view.names if only is None else sorted(h for h in only if h in view.size)
     if spec.gpus <= view.max_size:
         return _one_host(view, names, spec.gpus, now, allowed)
-    return _whole_hosts(view, names, spec.gpus, now, allowed)
+    return _whole_hosts(view, names, spec.gpus, now, allowed, budget_ok)
 
 
 def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
@@ -217,14 +219,29 @@ def _one_host(
 
 
 def _whole_hosts(
-    view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
+    view: HostView,
+    names: list[str],
+    gpus: int,
+    now: float,
+    allowed: Allowed | None,
+    budget_ok: Callable[[str], bool] | None = None,
 ) -> VictimPlan | None:
     wanted = set(names)
-    options = [
-        o
-        for o in view.clearable(now)
-        if o.name in wanted and (allowed is not None or o.unallocated_only)
-    ]
+    verdict: dict[str, bool] = {}
+
+    def usable(o: _HostOption) -> bool:
+        if allowed is None:
+            return not o.budgets
+        if budget_ok is None:
+            return True
+        for b in o.budgets:
+            if b not in verdict:
+                verdict[b] = budget_ok(b)
+            if not verdict[b]:
+                return False
+        return True
+
+    options = [o for o in view.clearable(now) if o.name in wanted and usable(o)]
     if sum(view.size[o.name] for o in options) < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     taken: dict[str, int] = {}

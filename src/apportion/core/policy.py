@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
-from .preemption import Candidate, RebalanceRules, victim_class
+from .preemption import Candidate, RebalanceRules, WindowUsage, victim_class
 from .state import ClusterState
 from .tree import ROOT, ancestors
 from .types import (
@@ -79,7 +79,7 @@ class _Pass:
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
         healthy = max(state.healthy_gpus(), 1)
         nodes = tree.nodes()
-        usage = {n: ledger.charged(n, now, config.lookback) for n in nodes}
+        usage = WindowUsage(ledger, now, config.lookback)
         alloc = {n: ledger.rate(n) for n in nodes}
         for wid in state.stopping:  # leaving already: they no longer count as held
             r = state.running[wid]
@@ -280,6 +280,7 @@ class _Pass:
                     spec,
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
+                    budget_ok=lambda budget: self.rules.side_of(spec, budget, sides),
                 )
             if plan is None:
                 self.rebalance_fail_min[(spec.budget, multi)] = spec.gpus

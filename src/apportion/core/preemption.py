@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import PolicyConfig
+from .ledger import UsageLedger
 from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
@@ -71,6 +72,19 @@ class Candidate:
         )
 
 
+class WindowUsage(dict[str, float]):
+    """Charged GPU-seconds per node in the window, read from the ledger on first use: a
+    pass only looks at the nodes its walk visits."""
+
+    def __init__(self, ledger: UsageLedger, now: float, window: float) -> None:
+        super().__init__()
+        self.ledger, self.now, self.window = ledger, now, window
+
+    def __missing__(self, node: str) -> float:
+        value = self[node] = self.ledger.charged(node, self.now, self.window)
+        return value
+
+
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
@@ -90,13 +104,13 @@ class RebalanceRules:
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
         self.extra: dict[str, float] = {}  # provisional admission charges of this pass
-        self._div: dict[tuple[str, str], tuple[str, str] | None] = {}
         # sides() answers until the next admission or eviction moves the numbers it reads
         self._sides: dict[str, dict[str, str]] = {}
+        self._siblings: dict[str, list[str]] = {}
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
-        used = self.usage.get(node, 0.0) + self.extra.get(node, 0.0)
+        used = self.usage[node] + self.extra.get(node, 0.0)
         return used / (self.tree.share(node) * self.capacity)
 
     def admission(self, spec: WorkloadSpec) -> float:
@@ -105,6 +119,7 @@ class RebalanceRules:
     def admit(self, spec: WorkloadSpec) -> None:
         charge = self.admission(spec)
         self._sides.clear()
+        self._siblings.clear()
         for node in ancestors(spec.budget)[:-1]:
             self.extra[node] = self.extra.get(node, 0.0) + charge
             self.alloc[node] = self.alloc.get(node, 0.0) + spec.gpus
@@ -112,14 +127,12 @@ class RebalanceRules:
     def evict(self, victim: Candidate) -> None:
         if victim.klass != 1:
             self._sides.clear()
+            self._siblings.clear()
             for node in ancestors(victim.budget)[:-1]:
                 self.alloc[node] = self.alloc.get(node, 0.0) - victim.gpus
 
     def divergence(self, a: str, b: str) -> tuple[str, str] | None:
-        key = (a, b)
-        if key not in self._div:
-            self._div[key] = self.tree.divergence(a, b)
-        return self._div[key]
+        return self.tree.divergence(a, b)
 
     def sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """For each subtree that may hold victims for work of ``spec``'s budget under either
@@ -133,15 +146,31 @@ class RebalanceRules:
         cached = self._sides.get(spec.budget)
         if cached is not None:
             return cached
-        smallest = WorkloadSpec("\x00side", spec.budget, 1, 0.0, 0.0)
         out: dict[str, str] = {}
         for mine in ancestors(spec.budget)[:-1]:
-            parent = self.tree.parent_of(mine)
-            for theirs in self.tree.children(parent):
-                if theirs != mine and self._allowed(smallest, mine, theirs, 0):
-                    out[theirs] = mine
+            for theirs in self._over_siblings(mine):
+                out[theirs] = mine
         self._sides[spec.budget] = out
         return out
+
+    def _over_siblings(self, mine: str) -> list[str]:
+        """Siblings of ``mine`` that may give way to some work of ``mine`` (see sides)."""
+        cached = self._siblings.get(mine)
+        if cached is None:
+            smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
+            parent = self.tree.parent_of(mine)
+            cached = [
+                theirs
+                for theirs in self.tree.children(parent)
+                if theirs != mine and self._allowed(smallest, mine, theirs, 0)
+            ]
+            self._siblings[mine] = cached
+        return cached
+
+    def side_of(self, spec: WorkloadSpec, budget: str, sides: dict[str, str]) -> bool:
+        """Could any work of ``budget`` give way to ``spec`` (its side is in ``sides``)?"""
+        div = self.divergence(spec.budget, budget)
+        return div is not None and div[1] in sides
 
     def may_preempt(
         self, spec: WorkloadSpec, victim: Candidate, taken: dict[str, int], sides: dict[str, str]

@@ -50,6 +50,8 @@ class ClusterState:
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
+        # host -> when the last protection of work on it (not stopping) ends
+        self.protected_until: dict[str, float] = {}
         self.ledger = UsageLedger(start, keep=ledger_keep)
         self.time = start
         for h in hosts:
@@ -75,6 +77,7 @@ class ClusterState:
         self.hosts[host.name] = host
         self.used[host.name] = 0
         self.on_host[host.name] = set()
+        self.protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
             self.ledger.change_capacity(host.gpus, t)
 
@@ -145,6 +148,9 @@ class ClusterState:
         for s in placement:
             self.used[s.host] += s.gpus
             self.on_host[s.host].add(workload)
+            until = r.protected_until()
+            if until > self.protected_until[s.host]:
+                self.protected_until[s.host] = until
         self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         return r
 
@@ -163,6 +169,7 @@ class ClusterState:
         new = Running(r.spec, r.placement, r.started_at, stopping=True)
         self.running[workload] = new
         self.stopping.add(workload)
+        self._refresh_protection(r)
         return new
 
     def finish(self, workload: str, t: float) -> Running:
@@ -175,6 +182,7 @@ class ClusterState:
         for s in r.placement:
             self.used[s.host] -= s.gpus
             self.on_host[s.host].discard(workload)
+        self._refresh_protection(r)
         self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
         return r
 
@@ -182,6 +190,18 @@ class ClusterState:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
         return self.submit(r.spec, t)
+
+    def _refresh_protection(self, gone: Running) -> None:
+        """Recompute the protection horizon of the hosts ``gone`` ran on (it left or stops)."""
+        for s in gone.placement:
+            self.protected_until[s.host] = max(
+                (
+                    self.running[w].protected_until()
+                    for w in self.on_host[s.host]
+                    if w not in self.stopping
+                ),
+                default=float("-inf"),
+            )
 
     def _running(self, workload: str) -> Running:
         try:
@@ -215,6 +235,7 @@ class ClusterState:
             tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.sizes.items())),
             tuple(sorted(self.used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
+            tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
             self.time,
         )

@@ -40,7 +40,7 @@ def ancestors(path: str) -> tuple[str, ...]:
 class BudgetTree:
     """An immutable, validated tree. Build it with :meth:`build`."""
 
-    __slots__ = ("_children", "_depth", "_share", "_weight", "leaves")
+    __slots__ = ("_children", "_depth", "_div", "_nodes", "_share", "_weight", "leaves")
 
     def __init__(
         self,
@@ -63,6 +63,14 @@ class BudgetTree:
         self.leaves: tuple[str, ...] = tuple(
             sorted(p for p in self._weight if not self._children.get(p))
         )
+        nodes: list[str] = []
+        todo = list(reversed(self._children.get(ROOT, ())))
+        while todo:
+            node = todo.pop()
+            nodes.append(node)
+            todo.extend(reversed(self._children.get(node, ())))
+        self._nodes = tuple(nodes)
+        self._div: dict[tuple[str, str], tuple[str, str] | None] = {}  # memo: tree is immutable
 
     @classmethod
     def build(cls, nodes: Iterable[BudgetNode | tuple[str, float]]) -> BudgetTree:
@@ -130,13 +138,7 @@ class BudgetTree:
 
     def nodes(self) -> list[str]:
         """Every node except the root, parents before children, siblings sorted."""
-        out: list[str] = []
-        stack = list(reversed(self._children.get(ROOT, ())))
-        while stack:
-            node = stack.pop()
-            out.append(node)
-            stack.extend(reversed(self._children.get(node, ())))
-        return out
+        return list(self._nodes)
 
     def parent_of(self, path: str) -> str:
         return parent_of(path)
@@ -166,13 +168,16 @@ class BudgetTree:
     def divergence(self, a: str, b: str) -> tuple[str, str] | None:
         """The two siblings under the lowest common ancestor of ``a`` and ``b``: the level at
         which Fair Tree compares them. ``None`` if one contains the other (same budget)."""
+        key = (a, b)
+        if key in self._div:
+            return self._div[key]
         pa, pb = ancestors(a)[::-1], ancestors(b)[::-1]
         i = 0
         while i < len(pa) and i < len(pb) and pa[i] == pb[i]:
             i += 1
-        if i >= len(pa) or i >= len(pb):
-            return None
-        return pa[i], pb[i]
+        result = None if i >= len(pa) or i >= len(pb) else (pa[i], pb[i])
+        self._div[key] = result
+        return result
 
     def with_weight(self, path: str, weight: float) -> BudgetTree:
         """A copy with one weight changed (the tree itself is immutable)."""
