@@ -46,7 +46,9 @@ _Key = tuple[int, float, str]
 
 
 class _FreeView(HostView):
-    """Core's host view built from the policy's own incremental counts (not a state scan)."""
+    """The fields of core's host view that ``find_fit`` reads (names, free, size, max_size),
+    built from the policy's own incremental counts instead of a state scan. Only handed to
+    ``find_fit``; the pass updates ``free`` itself."""
 
     def __init__(self, free: dict[str, int], size: dict[str, int], names: list[str],
                  max_size: int) -> None:  # no super().__init__: nothing else is used
@@ -99,7 +101,8 @@ class _Pass:
         if placement is None:
             return False
         self.starts.append(Start(wid, placement))
-        self.view.take(placement)
+        for sl in placement:  # our own bookkeeping: find_fit only reads the view
+            self.free[sl.host] -= sl.gpus
         self.max_free = max(self.free.values(), default=0)
         self.free_total -= sum(s.gpus for s in placement)
         if not info.preemptible:
