@@ -85,3 +85,4 @@ def test_start_and_cancel_drop_the_reservation() -> None:
     st.start("x", (Slice("h0", 8),), 1.0)
     st.unqueue("y")
     assert st.reservations == {}
+

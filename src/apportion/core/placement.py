@@ -86,8 +86,10 @@ class HostView:
                 if self.has_protected(name, now):
                     continue
                 cands = self.candidates(name, now)
-                if self.reachable(name, now) < self.size[name]:
-                    continue  # promised to another workload
+                if self.reachable(name, now) < self.size[name] or any(
+                    c.id in self.claimed for c in cands
+                ):
+                    continue  # promised to another workload, or its work already preempted
                 budgets = frozenset(c.budget for c in cands if c.klass != 1)
                 opts.append(_HostOption(_cost(cands), name, cands, budgets))
             opts.sort(key=lambda o: (o.cost, o.name))
