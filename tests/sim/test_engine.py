@@ -280,3 +280,85 @@ def test_fairshare_never_preempts_protected_work_on_small_scenario() -> None:
         owed, share, healthy, span = (float(r[i]) for i in (8, 5, 6, 1))  # type: ignore[arg-type]
         assert owed <= share * healthy * span + 1e-9
     assert not math.isnan(res.summary["occupancy"])
+
+
+def patient(wid: str, budget: str, gpus: int, submit: float, duration: float,
+            patience: float | None, **kw: object) -> SimJob:
+    base = job(wid, budget, gpus, submit, duration, **kw)  # type: ignore[arg-type]
+    return SimJob(base.spec, duration, patience=patience)
+
+
+def test_work_that_never_starts_is_abandoned_when_patience_runs_out() -> None:
+    """j1 holds the only host 0-5400 s; j2 (budget b, 8 GPUs, patience 1800 s) is withdrawn
+    at 1800 s: status abandoned, no wait sample, counted with the GPU-hours it asked for (and
+    as debug: 8 GPUs, min_runtime 60 s), and b stops asking then: b asked 8 GPUs for half of
+    hour 0 (4 on average) and is owed min(share 4, 8) x 1800 s = 2 GPU-hours."""
+    jobs = [job("j1", "a", 8, 0, 5400), patient("j2", "b", 8, 0, 1000, patience=1800)]
+    res = run(scenario(jobs, 2), fifo)
+    r = row(res, "j2")
+    assert r["status"] == "abandoned" and r["end_time"] == 1800 and r["first_start"] is None
+    assert res.summary["abandoned"] == {
+        "count": 1, "gpu_hours_requested": pytest.approx(8 * 1000 / 3600), "debug": 1,
+        "per_budget": {"b/y": 1, "b/y/v": 1},
+    }
+    assert res.summary["wait_s"]["all"]["n"] == 1  # only j1 started
+    assert res.summary["unfinished"]["pending"] == 0
+    hour0 = {r[2]: r for r in res.budget_hours if r[0] == 0}
+    assert hour0["b/y/v"][7] == pytest.approx(4.0)  # asked, time-averaged GPUs
+    assert hour0["b/y/v"][8] == pytest.approx(2.0)  # owed, GPU-hours
+    assert [r[13] for r in res.cluster_hours] == [1, 0]  # abandoned, per hour
+
+
+def test_work_that_starts_in_time_is_not_abandoned() -> None:
+    """j2 (patience 2 h) starts when j1 ends at 1000 s and completes; its later abandon event
+    does nothing."""
+    jobs = [job("j1", "a", 8, 0, 1000), patient("j2", "b", 8, 0, 1000, patience=2 * HOUR)]
+    res = run(scenario(jobs, 3), fifo)
+    assert row(res, "j2")["status"] == "completed"
+    assert res.summary["abandoned"]["count"] == 0
+
+
+def test_requeued_work_keeps_waiting_past_its_patience() -> None:
+    """u (unallocated, resumable, patience 1000 s) starts at 0 and is displaced at 500 s by
+    a1, which holds the host to 3500 s. u waits in the queue past submit + patience (it has
+    run once, so its owner keeps it) and completes after a1."""
+    jobs = [patient("u", "b", 8, 0, 2000, patience=1000, min_runtime=0, resumable=True,
+                    checkpoint=100),
+            job("a1", "a", 8, 500, 3000, min_runtime=600)]
+    res = run(scenario(jobs, 3), decide)
+    assert row(res, "u")["status"] == "completed"
+    assert row(res, "u")["runs"] == 2
+    assert res.summary["abandoned"]["count"] == 0
+
+
+def test_outstanding_ratio_is_asked_gpus_over_healthy_hour_by_hour() -> None:
+    """j1 (8 GPUs) runs 0-5400 s; j2 asks 8 more until abandoned at 1800 s. Outstanding GPUs
+    average (8 x 3600 + 8 x 1800) / 3600 = 12 in hour 0 and 8 x 1800 / 3600 = 4 in hour 1,
+    over 8 healthy GPUs: 1.5 and 0.5, mean 1.0, p10 0.6, p90 1.4."""
+    jobs = [job("j1", "a", 8, 0, 5400), patient("j2", "b", 8, 0, 1000, patience=1800)]
+    res = run(scenario(jobs, 2), fifo)
+    assert [r[12] for r in res.cluster_hours] == [pytest.approx(12.0), pytest.approx(4.0)]
+    assert res.summary["outstanding_ratio"] == {
+        "mean": pytest.approx(1.0), "p10": pytest.approx(0.6), "p50": pytest.approx(1.0),
+        "p90": pytest.approx(1.4),
+    }
+
+
+def test_legacy_forgets_abandoned_work() -> None:
+    """Under the legacy policy an abandoned workload leaves its queue index: j3, behind it,
+    starts when j1 ends at 5400 s."""
+    from apportion.sim.run import make_policy
+
+    jobs = [job("j1", "a", 8, 0, 5400), patient("j2", "b", 8, 50, 1000, patience=1800),
+            job("j3", "a", 8, 100, 600)]
+    sc = scenario(jobs, 3)
+    res = run(sc, make_policy("legacy", sc, SimConfig()))
+    assert row(res, "j2")["status"] == "abandoned"
+    assert row(res, "j3")["first_start"] == 5400
+
+
+def test_patience_must_be_positive() -> None:
+    """A patience of 0 or less is refused, naming the workload and the field."""
+    spec = WorkloadSpec("w", "a/x/u", 1, 60, 0)
+    with pytest.raises(ValueError, match="w: patience"):
+        SimJob(spec, 10, patience=0)

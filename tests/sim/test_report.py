@@ -72,6 +72,10 @@ def _tables(out: Path, policy: str, scale: float) -> dict[str, Any]:
         "policy": policy, "scenario": "handmade", "seed": 3, "sim_days": HOURS / 24,
         "hosts": 4, "gpus": 32, "workloads": 40, "rejected": 0, "completed": 36,
         "unfinished": {"pending": 4, "running": 0},
+        "abandoned": {"count": 17 if policy == "legacy" else 3, "gpu_hours_requested": 321.0,
+                      "debug": 9 if policy == "legacy" else 0,
+                      "per_budget": {"b/y": 2, "b/y/u3": 2}},
+        "outstanding_ratio": {"mean": 2.4142, "p10": 1.5, "p50": 2.5, "p90": 3.25},
         "occupancy": 0.9731 * scale, "unallocated_fraction": 0.1234, "availability": 0.9512,
         "attainment": {"overall": scale, "min": scale * 0.9, "min_budget": "b/y",
                        "min_leaf": scale * 0.8, "min_leaf_budget": "b/y/u3", "teams": 2,
@@ -96,7 +100,7 @@ def two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     """One report of two policies, rendered once for the tests that only read it."""
     out = tmp_path_factory.mktemp("report")
     summaries = [_tables(out, "fairshare", 0.99), _tables(out, "legacy", 0.7)]
-    path = write_report(out, summaries, scenario_meta={"demand_supply_ratio": 2.5})
+    path = write_report(out, summaries, scenario_meta={"submitted_supply_ratio": 2.5})
     return out, path, path.read_text(encoding="utf-8")
 
 
@@ -147,6 +151,18 @@ def test_report_shows_the_headline_numbers(two: tuple[Path, Path, str]) -> None:
     assert "2 of 2" in text and "0 of 2" in text  # teams at >= 95%
 
 
+def test_report_shows_outstanding_demand_and_abandoned_work(
+        two: tuple[Path, Path, str]) -> None:
+    """The headline table shows the outstanding-demand ratio (mean, p10, p90) and the
+    abandoned counts per policy; the budget table counts abandoned work per team."""
+    text = two[2]
+    assert "2.41x (1.50x / 3.25x)" in text
+    assert "<td>3 / 0</td><td>17 / 9</td>" in text
+    assert "<th>legacy abandoned</th>" in text
+    row = re.search(r"<tr class='team'><th[^>]*>b/y</th>(.*?)</tr>", text)
+    assert row is not None and row.group(1).endswith("<td>2</td><td>2</td>")
+
+
 def test_report_lists_attainment_at_every_level(two: tuple[Path, Path, str]) -> None:
     """Every node of the budget tree appears in the attainment tables, with its share."""
     text = two[2]
@@ -158,7 +174,7 @@ def test_report_lists_attainment_at_every_level(two: tuple[Path, Path, str]) -> 
 def test_report_shows_the_scenario_calibration(two: tuple[Path, Path, str]) -> None:
     """Scenario meta given to write_report is shown."""
     text = two[2]
-    assert "demand_supply_ratio" in text and "2.5" in text
+    assert "submitted_supply_ratio" in text and "2.5" in text
 
 
 def test_report_works_for_one_policy(tmp_path: Path) -> None:

@@ -40,12 +40,18 @@ from .model import HostEventKind, LegacyPriority, Scenario, SimJob
 Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
 
 # event kinds; the value is also the priority among events due at the same instant
-FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END = range(8)
+FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
+    range(9)
+)
 _EPS = 1e-6
 
 
 class Observer(Protocol):
-    """Optional extra of a policy object: told of queue changes so it can keep an index."""
+    """Optional extra of a policy object: told of queue changes so it can keep an index.
+
+    ``kind`` is ``queued`` (submitted or requeued), ``started``, ``ended`` (stopped running),
+    ``unqueued`` (left the queue without starting: abandoned) for workload ``name``, or
+    ``host`` for host ``name``."""
 
     def observe(self, kind: str, name: str, state: ClusterState) -> None: ...
 
@@ -168,6 +174,7 @@ class Engine:
         self.protected = 0
         self.rejected = 0
         self.clamped = 0
+        self.abandoned: list[_Job] = []
         self.host_failures = 0
         self.ignored_host_events = 0
         self.events = 0
@@ -221,7 +228,7 @@ class Engine:
             FAIL: self._on_fail, UNHEALTHY: self._on_unhealthy, REPAIRED: self._on_repaired,
             HUMAN_KILL: self._on_human_kill, COMPLETE: self._on_complete,
             SUBMIT: self._on_submit, MIN_RUNTIME_END: self._on_min_runtime_end,
-            HOUR_END: self._on_hour,
+            HOUR_END: self._on_hour, ABANDON: self._on_abandon,
         }
         while heap and heap[0][0] < self.end:
             now = heap[0][0]
@@ -385,6 +392,25 @@ class Engine:
         self.rec.queued(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
             self._observe("queued", wid, self.state)
+        patience = j.job.patience
+        if patience is not None and now + patience < self.end:
+            self.schedule(now + patience, ABANDON, wid)
+        return True
+
+    def _on_abandon(self, wid: str, gen: int, now: float) -> bool:
+        """Its owner's patience ran out: a workload that never started is withdrawn (one
+        that ran and was requeued keeps waiting, its owner has seen it make progress)."""
+        j = self.jobs[wid]
+        if j.status != "pending" or j.first_start is not None:
+            return False
+        spec = j.spec
+        self.state.unqueue(wid)
+        j.status = "abandoned"
+        j.end = now
+        self.abandoned.append(j)
+        self.rec.withdrawn(spec.budget, spec.gpus, spec.allocated, now)
+        if self._observe is not None:
+            self._observe("unqueued", wid, self.state)
         return True
 
     def _on_complete(self, wid: str, gen: int, now: float) -> bool:
@@ -486,6 +512,11 @@ class Engine:
         preempts = dict(self.preempt_counts)
         preempts["total"] = sum(self.preempt_counts.values())
         times_p90 = p90(times)
+        abandoned_per: dict[str, int] = {}
+        for j in self.abandoned:
+            abandoned_per[j.team] = abandoned_per.get(j.team, 0) + 1
+            if j.budget != j.team:
+                abandoned_per[j.budget] = abandoned_per.get(j.budget, 0) + 1
         return {
             "policy": self.name,
             "scenario": sc.name,
@@ -501,6 +532,14 @@ class Engine:
                 "pending": sum(1 for j in submitted if j.status == "pending"),
                 "running": sum(1 for j in submitted if j.status == "running"),
             },
+            "abandoned": {
+                "count": len(self.abandoned),
+                "gpu_hours_requested": sum(
+                    j.spec.gpus * j.job.duration for j in self.abandoned) / HOUR,
+                "debug": sum(1 for j in self.abandoned if j.debug),
+                "per_budget": dict(sorted(abandoned_per.items())),
+            },
+            "outstanding_ratio": rec.outstanding_ratio(),
             "occupancy": ratio(tot.assigned, tot.healthy),
             "unallocated_fraction": ratio(tot.unallocated, tot.assigned),
             "availability": ratio(tot.healthy, self.total_gpus * self.end),

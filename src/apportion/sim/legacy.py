@@ -166,8 +166,9 @@ class LegacyPolicy:
         return info
 
     def observe(self, kind: str, name: str, state: ClusterState) -> None:
-        """``queued`` (submitted or requeued), ``started``, ``ended`` (stopped running) for a
-        workload ``name``; ``host`` when host ``name`` was added or changed state."""
+        """``queued`` (submitted or requeued), ``started``, ``ended`` (stopped running),
+        ``unqueued`` (left the queue without starting) for a workload ``name``; ``host`` when
+        host ``name`` was added or changed state."""
         if kind == "host":
             self._host(name, state)
             return
@@ -176,15 +177,11 @@ class LegacyPolicy:
             insort(self._pending, (info.key, name))
             insort(self._queues.setdefault(info.queue, []), (info.key, name))
             return
+        if kind == "unqueued":
+            self._dequeue(info, name)
+            return
         if kind == "started":
-            entry = (info.key, name)
-            i = bisect_left(self._pending, entry)
-            if i < len(self._pending) and self._pending[i] == entry:
-                del self._pending[i]
-                same = self._queues[info.queue]
-                del same[bisect_left(same, entry)]
-                if not same:
-                    del self._queues[info.queue]
+            self._dequeue(info, name)
             slices = tuple((s.host, s.gpus) for s in state.running[name].placement)
             self._held[name] = slices
             sign = 1
@@ -203,6 +200,16 @@ class LegacyPolicy:
             self._pre_gpus[info.prio] += sign * held
         else:
             self._np_used[info.team] += sign * held
+
+    def _dequeue(self, info: _Info, name: str) -> None:
+        entry = (info.key, name)
+        i = bisect_left(self._pending, entry)
+        if i < len(self._pending) and self._pending[i] == entry:
+            del self._pending[i]
+            same = self._queues[info.queue]
+            del same[bisect_left(same, entry)]
+            if not same:
+                del self._queues[info.queue]
 
     def _host(self, name: str, state: ClusterState) -> None:
         host = state.hosts[name]

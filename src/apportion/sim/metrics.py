@@ -25,7 +25,7 @@ BUDGET_HOUR_COLUMNS = (
 )
 CLUSTER_HOUR_COLUMNS = (
     "hour", "span_h", "total_gpus", "healthy_gpus", "assigned", "allocated", "unallocated",
-    "squat", "pending", "running", "starts", "preemptions",
+    "squat", "pending", "running", "starts", "preemptions", "outstanding", "abandoned",
 )
 
 
@@ -115,6 +115,12 @@ class Recorder:
         self._h_squat = 0.0
         self._h_starts = 0
         self._h_preempts = 0
+        # GPUs asked for by all pending and running work (allocated or not), its integral in
+        # the open hour, and one (outstanding / healthy, span) sample per closed hour
+        self._outstanding = 0
+        self._h_outstanding = 0.0
+        self._h_abandoned = 0
+        self.outstanding_samples: list[tuple[float, float]] = []
 
     # ---- integration ---------------------------------------------------------------
     def advance(self, t: float) -> None:
@@ -125,6 +131,7 @@ class Recorder:
             self._h_assigned += self._assigned * dt
             self._h_unalloc += self._unalloc * dt
             self._h_squat += self._squat_all * dt
+            self._h_outstanding += self._outstanding * dt
             self._t = t
 
     def _touch(self, i: int, t: float) -> None:
@@ -155,7 +162,9 @@ class Recorder:
 
     def queued(self, budget: str, gpus: int, allocated: bool, t: float) -> None:
         """A new submission entered the queue."""
+        self.advance(t)
         self.pending += 1
+        self._outstanding += gpus
         if allocated:
             self._work(budget, t, gpus, 0, 0, 0)
 
@@ -184,6 +193,8 @@ class Recorder:
         self.running -= 1
         if requeued:
             self.pending += 1
+        else:
+            self._outstanding -= asked
         if preempted:
             self._h_preempts += 1
         self._assigned -= gpus
@@ -198,6 +209,16 @@ class Recorder:
             0 if allocated else -gpus,
             -gpus if squat else 0,
         )
+
+    def withdrawn(self, budget: str, gpus: int, allocated: bool, t: float) -> None:
+        """A pending workload asking for ``gpus`` left the queue without running
+        (abandoned by its owner): it stops asking at ``t``."""
+        self.advance(t)
+        self.pending -= 1
+        self._outstanding -= gpus
+        self._h_abandoned += 1
+        if allocated:
+            self._work(budget, t, -gpus, 0, 0, 0)
 
     def change_healthy(self, delta: int, t: float) -> None:
         self.advance(t)
@@ -251,15 +272,30 @@ class Recorder:
             hour, span_h, self.total_gpus, healthy_avg, self._h_assigned / span,
             (self._h_assigned - self._h_unalloc) / span, self._h_unalloc / span,
             self._h_squat / span, self.pending, self.running, self._h_starts, self._h_preempts,
+            self._h_outstanding / span, self._h_abandoned,
         ))
+        if self._h_healthy > 0:
+            self.outstanding_samples.append((self._h_outstanding / self._h_healthy, span_h))
         tot = self.totals
         tot.healthy += self._h_healthy
         tot.assigned += self._h_assigned
         tot.unallocated += self._h_unalloc
         tot.squat += self._h_squat
         self._h_healthy = self._h_assigned = self._h_unalloc = self._h_squat = 0.0
-        self._h_starts = self._h_preempts = 0
+        self._h_outstanding = 0.0
+        self._h_starts = self._h_preempts = self._h_abandoned = 0
         self._hour_start = t
+
+    def outstanding_ratio(self) -> dict[str, float | None]:
+        """Hourly samples of GPUs asked for by pending and running work over healthy GPUs
+        (each hour's time averages): the mean weighted by hour length, and p10/p50/p90."""
+        if not self.outstanding_samples:
+            return {"mean": None, "p10": None, "p50": None, "p90": None}
+        values = np.array([v for v, _ in self.outstanding_samples])
+        spans = np.array([s for _, s in self.outstanding_samples])
+        p10, p50, p90_ = np.percentile(values, [10, 50, 90])
+        return {"mean": float(np.average(values, weights=spans)), "p10": float(p10),
+                "p50": float(p50), "p90": float(p90_)}
 
     # ---- attainment ------------------------------------------------------------------
     def attainment(self, team_depth: int = 2) -> dict[str, object]:

@@ -24,13 +24,23 @@ class SimJob:
     ``spec`` is all the policy sees. ``duration`` is the true run time needed to finish
     (hidden from the policy). The ``legacy_*`` fields and ``squat`` drive the old scheduler:
     its priority, whether the job opted out of preemption, and whether it is an idle
-    placeholder that holds GPUs without doing work (squatting)."""
+    placeholder that holds GPUs without doing work (squatting). ``patience`` is how long
+    (seconds after submission) its owner waits for it to start before withdrawing it
+    (``None``: waits forever); like ``duration`` the policy never sees it."""
 
     spec: WorkloadSpec
     duration: float
     legacy_priority: LegacyPriority = LegacyPriority.NORMAL
     legacy_preemptible: bool = True
     squat: bool = False
+    patience: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.patience is not None and not self.patience > 0:
+            raise ValueError(
+                f"workload {self.spec.id}: patience: must be > 0 seconds or None, "
+                f"got {self.patience}"
+            )
 
 
 class HostEventKind(enum.Enum):

@@ -49,6 +49,8 @@ REFERENCE: dict[str, str] = {
     "wait_debug_p90": "30 s",
     "drains_automated": "-74% repairs needing a human",
 }
+# not a rollout figure: the situation the brief describes, shown next to the measured one
+DEMAND_REFERENCE = "2-3x at every moment (the brief's premise)"
 
 
 Json = Mapping[str, Any]
@@ -102,6 +104,11 @@ def fmt_num(x: object, digits: int = 0) -> str:
     if not _num(x):
         return "–"
     return f"{float(x):,.{digits}f}"  # type: ignore[arg-type]
+
+
+def fmt_ratio(x: object) -> str:
+    """A multiple of something, 2.41x."""
+    return "–" if not _num(x) else f"{float(x):.2f}x"  # type: ignore[arg-type]
 
 
 def fmt_dur(seconds: object) -> str:
@@ -216,7 +223,10 @@ def plot_waits(runs: Sequence[RunTables], key: str) -> str | None:
         ax.set_title(f"Wait to first start: {title}")
         ax.set_ylabel("fraction started within")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
+        if ax.get_legend_handles_labels()[0]:  # a run may have no debug work at all
+            ax.legend(loc="lower right")
+        else:
+            ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", color="#999")
     return svg_of(fig, key)
 
 
@@ -470,7 +480,15 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
     unfinished = _get(s, "unfinished") or {}
     infl = _get(s, "priority_inflation") or {}
     min_name = _get(att, "min_budget")
+    out = _get(s, "outstanding_ratio") or {}
+    abandoned = _get(s, "abandoned") or {}
     rows = [
+        ("outstanding / healthy GPUs, mean (p10 / p90)",
+         f"{fmt_ratio(out.get('mean'))} ({fmt_ratio(out.get('p10'))} / "
+         f"{fmt_ratio(out.get('p90'))})", "outstanding"),
+        ("abandoned (never started): all / debug",
+         f"{fmt_num(abandoned.get('count'))} / {fmt_num(abandoned.get('debug'))}", ""),
+        ("abandoned GPU-hours asked", fmt_num(abandoned.get("gpu_hours_requested"), 0), ""),
         ("attainment, overall", fmt_pct(_get(att, "overall")), "attainment_overall"),
         ("attainment, worst team", fmt_pct(_get(att, "min"))
          + (f" ({_esc(min_name)})" if min_name else ""), "attainment_min"),
@@ -522,6 +540,7 @@ def headline_table(summaries: Sequence[Json]) -> str:
     ref_of = {
         "wait_all": f"p50 {REFERENCE['wait_all_p50']}, p90 {REFERENCE['wait_all_p90']}",
         "wait_debug": f"p90 {REFERENCE['wait_debug_p90']}",
+        "outstanding": DEMAND_REFERENCE,
         **REFERENCE,
     }
     body = []
@@ -556,8 +575,11 @@ def budget_table(summaries: Sequence[Json], runs: Sequence[RunTables]) -> str:
     if not nodes:
         return "<p class='note'>No per-budget figures in this run.</p>"
     waits = [_get(s, "wait_s", "per_budget") or {} for s in summaries]
+    gave_up = [_get(s, "abandoned", "per_budget") for s in summaries]
     head = "".join(f"<th>{_esc(s.get('policy', ''))}</th>" for s in summaries)
     whead = "".join(f"<th>{_esc(s.get('policy', ''))} wait p50 / p90</th>" for s in summaries)
+    whead += "".join(f"<th>{_esc(s.get('policy', ''))} abandoned</th>"
+                     for s, a in zip(summaries, gave_up, strict=True) if a is not None)
 
     def row(node: str, cls: str) -> str:
         depth = node.count("/")
@@ -565,6 +587,11 @@ def budget_table(summaries: Sequence[Json], runs: Sequence[RunTables]) -> str:
         wcells = "".join(
             f"<td>{fmt_dur(_get(w, node, 'p50'))} / {fmt_dur(_get(w, node, 'p90'))}</td>"
             if node in w else "<td></td>" for w in waits)
+        # budgets with no abandoned workload are absent from the summary: 0 for teams and
+        # leaves, blank for programs (counted per team and leaf only)
+        wcells += "".join(
+            f"<td>{fmt_num(a.get(node, 0)) if '/' in node else ''}</td>"
+            for a in gave_up if a is not None)
         return (f"<tr class='{cls}'><th style='padding-left:{0.4 + 1.2 * depth}em'>"
                 f"{_esc(node)}</th><td>{fmt_pct(shares.get(node), 2)}</td>{cells}{wcells}</tr>")
 

@@ -128,8 +128,23 @@ def _num(v: Any) -> str:
     return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
 
 
+def _ratio(v: Any) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _spread(v: Any) -> str:
+    if not isinstance(v, dict):
+        return "-"
+    return f"{_ratio(v.get('p10'))} / {_ratio(v.get('p90'))}"
+
+
 ROWS: tuple[tuple[str, str, Any], ...] = (
     ("workloads", "workloads", _num),
+    ("outstanding / healthy (mean)", "outstanding_ratio.mean", _ratio),
+    ("  p10 / p90", "outstanding_ratio", _spread),
+    ("abandoned", "abandoned.count", _num),
+    ("  debug", "abandoned.debug", _num),
+    ("pending at the end", "unfinished.pending", _num),
     ("attainment overall", "attainment.overall", _pct),
     ("attainment min (team)", "attainment.min", _pct),
     ("teams >= 95%", "attainment.teams_ge_95", _num),

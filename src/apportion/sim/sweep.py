@@ -162,8 +162,8 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
         ax.set_xlabel(x_key + unit)
         if not numeric:
             ax.set_xticks(range(len(xs)), [str(x) for x in xs])
-        if log:
-            ax.set_yscale("log")
+        if log:  # symlog: a wait of 0 s (every debug job started at once) is a valid point
+            ax.set_yscale("symlog", linthresh=1.0)
         ax.grid(alpha=0.3)
     if groups and len(groups) > 1:
         axs.flat[0].legend(fontsize=8)
