@@ -1,12 +1,14 @@
 """Built-in scenarios: a synthetic month on one cluster, calibrated to the published picture.
 
 ``seed_scenario`` builds the cluster the product brief describes (150 researchers in 15 teams
-under 4 programs, demand 2-3x supply, seasonal teams, bursty debugging in working hours,
-opportunistic sweeps, squatters, host failures and drains), and ``small_scenario`` a tiny one
-for fast tests. Every number and the reason for it is in ``docs/scenarios.md``.
+under 4 programs, outstanding demand 2-3x supply held steady by owners who give up on work
+that waits too long, seasonal teams, bursty debugging in working hours, opportunistic sweeps,
+squatters, host failures and drains), and ``small_scenario`` a tiny one for fast tests. Every
+number and the reason for it is in ``docs/scenarios.md``.
 
-Time 0 is a Monday, 00:00 local time. Everything is drawn from one seeded
-``numpy.random.Generator``, so a seed gives the same scenario on every machine.
+Time 0 is a Monday, 00:00 local time. Everything is drawn from seeded
+``numpy.random.Generator``s (one for patience, one for everything else), so a seed gives the
+same scenario on every machine.
 """
 
 from __future__ import annotations
@@ -94,7 +96,11 @@ SMALL_ORG: tuple[ProgramSpec, ...] = (
 # Global share of requested GPU-time per class (train, single, eval, debug, sweep), before the
 # team multipliers; squatting comes on top (see _squats). Sweeps are the unallocated work.
 MIX = np.array([0.72, 0.065, 0.0055, 0.0035, 0.18])
-TARGET_RATIO = 2.5  # requested GPU-seconds / (GPUs x window): the middle of "2-3x"
+# submitted GPU-seconds / (GPUs x window). Not the "2-3x" itself: that is the outstanding
+# demand (GPUs asked by pending and running work over healthy GPUs), which patience keeps
+# bounded; 1.4 puts its 30-day mean at 2.4x under fairshare and 2.25x under legacy on 1,024
+# GPUs (measured, docs/scenarios.md)
+TARGET_RATIO = 1.4
 SEASON_ACTIVE_DAYS = (7.0, 21.0)  # a team's busy phase (a paper push, a release)
 SEASON_QUIET_DAYS = (3.0, 10.0)  # between pushes: analysis, writing, planning
 QUIET_LEVEL = 0.2  # demand of a quiet team relative to a busy one
@@ -112,6 +118,17 @@ LEGACY_PRIORITY = {
     EVAL: (0.02, 0.13, 0.78, 0.07),
     DEBUG: (0.01, 0.09, 0.80, 0.10),
     SWEEP: (0.15, 0.30, 0.55, 0.00),
+}
+# How long the owner waits for a workload to start before withdrawing it (uniform between the
+# bounds, seconds): someone at a terminal gives up on a debug job within the hour, an
+# evaluation is stale by the next working session, a training run is worth days of waiting.
+# A sweep's trials share their launcher's patience. Squatters never give up (no patience).
+PATIENCE = {
+    TRAIN: (1 * DAY, 3 * DAY),
+    SINGLE: (12 * HOUR, 24 * HOUR),
+    EVAL: (6 * HOUR, 12 * HOUR),
+    DEBUG: (30 * MINUTE, 60 * MINUTE),
+    SWEEP: (12 * HOUR, 24 * HOUR),
 }
 
 
@@ -168,6 +185,12 @@ class _Batch:
     resumable: np.ndarray
     checkpoint: np.ndarray
     user: np.ndarray  # index into the researcher list
+    patience: np.ndarray  # seconds; NaN: waits forever
+
+
+def _patience(rng: np.random.Generator, cls: str, n: int) -> np.ndarray:
+    lo, hi = PATIENCE[cls]
+    return rng.uniform(lo, hi, size=n)
 
 
 def _lognormal(rng: np.random.Generator, median: float, sigma: float, n: int,
@@ -334,6 +357,8 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
     if not demand > 0:
         raise ValueError(f"demand: must be > 0, got {demand}")
     rng = np.random.default_rng(seed)
+    # patience comes from its own stream, so it does not shift any other draw
+    prng = np.random.default_rng([seed, 1])
     window = days * DAY
     n_hours = math.ceil(days * 24)
     hours = np.arange(n_hours, dtype=float)
@@ -386,27 +411,31 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
         if vol[0] > 0:
             cols = _train(rng, vol[0], max_train, min(7 * DAY, window / 2))
             k = len(cols["gpus"])
-            batches.append(_Batch(TRAIN, _times(rng, act, k, window), user=users(k), **cols))
+            batches.append(_Batch(TRAIN, _times(rng, act, k, window), user=users(k),
+                                  patience=_patience(prng, TRAIN, k), **cols))
         cols = _single(rng, vol[1])
         k = len(cols["gpus"])
-        batches.append(_Batch(SINGLE, _times(rng, mild, k, window), user=users(k), **cols))
+        batches.append(_Batch(SINGLE, _times(rng, mild, k, window), user=users(k),
+                              patience=_patience(prng, SINGLE, k), **cols))
         n_eval = int(rng.poisson(vol[2] / (3.3 * 45 * MINUTE)))
         cols = _eval(rng, n_eval)
         batches.append(_Batch(EVAL, _times(rng, mild, n_eval, window), user=users(n_eval),
-                              **cols))
+                              patience=_patience(prng, EVAL, n_eval), **cols))
         n_sessions = int(rng.poisson(vol[3] / (3.0 * 3.25 * 16.5 * MINUTE)))
         cols, session, offset = _debug(rng, n_sessions)
         starts = _times(rng, interactive, n_sessions, window)
         who = users(n_sessions)
         submit = np.minimum(starts[session] + offset, window - 1.0)
-        batches.append(_Batch(DEBUG, submit, user=who[session], **cols))
+        batches.append(_Batch(DEBUG, submit, user=who[session],
+                              patience=_patience(prng, DEBUG, len(submit)), **cols))
         cols, batch = _sweep_trials(rng, vol[4])
         nb = int(batch.max()) + 1 if len(batch) else 0
         starts = _times(rng, interactive, nb, window)
         who = users(nb)
         # a sweep's trials go in within a minute of each other (one launcher loop)
         submit = np.minimum(starts[batch] + rng.random(len(batch)) * MINUTE, window - 1.0)
-        batches.append(_Batch(SWEEP, submit, user=who[batch], **cols))
+        batches.append(_Batch(SWEEP, submit, user=who[batch],
+                              patience=_patience(prng, SWEEP, nb)[batch], **cols))
 
     jobs = _assemble(rng, batches, leaves)
     events = _host_events(rng, host_names, window) if host_events else []
@@ -439,7 +468,7 @@ def _squats(rng: np.random.Generator, leaves: Sequence[str], size: int,
         SQUAT, submit=arr[:, 0], gpus=arr[:, 1].astype(int), duration=arr[:, 2],
         # a squatter declares the longest protection allowed
         min_runtime=np.full(n, MAX_MIN_RUNTIME), resumable=np.zeros(n, dtype=bool),
-        checkpoint=np.zeros(n), user=arr[:, 3].astype(int),
+        checkpoint=np.zeros(n), user=arr[:, 3].astype(int), patience=np.full(n, np.nan),
     )
 
 
@@ -454,6 +483,7 @@ def _assemble(rng: np.random.Generator, batches: Sequence[_Batch],
     resumable = np.concatenate([b.resumable for b in batches]).astype(bool)
     checkpoint = np.concatenate([b.checkpoint for b in batches])
     user = np.concatenate([b.user for b in batches]).astype(int)
+    patience = np.concatenate([b.patience for b in batches])
     n = len(submit)
     # legacy priority and opt-out, per class
     levels = np.zeros(n, dtype=int)
@@ -485,6 +515,7 @@ def _assemble(rng: np.random.Generator, batches: Sequence[_Batch],
             spec=spec, duration=round(float(duration[j]), 3),
             legacy_priority=prio[int(levels[j])], legacy_preemptible=not bool(nonpre[j]),
             squat=name == SQUAT,
+            patience=None if math.isnan(patience[j]) else round(float(patience[j]), 3),
         ))
     return jobs
 
@@ -497,8 +528,10 @@ def job_class(job: SimJob) -> str:
 def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object]:
     """The figures that show a scenario matches its description (kept in ``Scenario.meta``).
 
-    ``demand_supply_ratio``: requested GPU-seconds of every workload submitted in the window
-    (allocated and unallocated, at their true durations) over GPUs x window.
+    ``submitted_supply_ratio``: requested GPU-seconds of every workload submitted in the
+    window (allocated and unallocated, at their true durations) over GPUs x window; work
+    abandoned unstarted never takes its share, so this is an upper bound on what is served.
+    ``patience_h``: the mean patience per class, hours (None: that class never gives up).
     ``offered_load_p10/p50/p90``: GPUs that would be busy, hour by hour after a 2-day
     ramp-up, if every workload started the moment it was submitted, over the cluster's GPUs.
     """
@@ -529,6 +562,11 @@ def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object
     allocated = [j for j in jobs if j.spec.allocated]
     nonpre = sum(not j.legacy_preemptible for j in allocated)
     kinds = [e.kind for e in scenario.host_events]
+    patience: dict[str, float | None] = {}
+    for c in CLASSES:
+        values = [j.patience for j, k in zip(jobs, cls, strict=True)
+                  if k == c and j.patience is not None]
+        patience[c] = round(sum(values) / len(values) / HOUR, 2) if values else None
     team_volume: dict[str, float] = {}
     for job, v in zip(jobs, volume, strict=True):
         team = job.spec.budget.rsplit("/", 1)[0]
@@ -549,10 +587,11 @@ def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object
         "workloads": n,
         "workloads_by_class": by_class,
         "gpu_hours_by_class": hours_by_class,
-        "demand_supply_ratio": round(float(volume.sum()) / (gpus_total * window), 3),
+        "submitted_supply_ratio": round(float(volume.sum()) / (gpus_total * window), 3),
         "offered_load_p10": round(float(np.percentile(steady, 10)), 3),
         "offered_load_p50": round(float(np.percentile(steady, 50)), 3),
         "offered_load_p90": round(float(np.percentile(steady, 90)), 3),
+        "patience_h": patience,
         "unallocated_demand_share": round(float(volume[unalloc].sum() / volume.sum()), 3),
         "legacy_high_share": round(high / n, 3),
         "legacy_urgent_share": round(urgent / n, 3),
@@ -572,7 +611,9 @@ def seed_scenario(days: float = 30, seed: int = 0, size: int = 1024, *,
                   demand: float = TARGET_RATIO) -> Scenario:
     """The built-in scenario ``seed``: ``size`` GPUs (hosts of 8) shared by 150 researchers in
     15 teams under 4 programs weighted 40/30/20/10, for ``days`` days; the work submitted
-    asks for ``demand`` times the cluster's GPU-time (default 2.5).
+    asks for ``demand`` times the cluster's GPU-time (default ``TARGET_RATIO``, 1.4), and
+    every workload but the squatters' is withdrawn if it has not started within its owner's
+    patience, so the outstanding demand settles at 2-3x the cluster instead of growing.
 
     Deterministic for a given ``(days, seed, size, demand)``. Calibration figures are in
     ``meta``.
