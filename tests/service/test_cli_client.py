@@ -4,7 +4,6 @@ subprocess on a free port."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,10 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner, Result
+from server_proc import free_port
 from store_db import write_config
 
 from apportion.cli.main import main
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

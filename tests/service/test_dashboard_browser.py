@@ -7,7 +7,6 @@ Screenshots go to test-artifacts/screenshots/ for a person to look at.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from server_proc import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -91,12 +91,6 @@ class Served:
         return self.client.get("/v1/dashboard/state").json()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _until(what: str, check: Any, log: Path, deadline_s: float = 60.0) -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
@@ -111,7 +105,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``apportion serve`` in a subprocess, with a running and a waiting workload."""
     d = tmp_path_factory.mktemp("serve")
     (d / "apportion.toml").write_text(CONFIG)
-    port = _free_port()
+    port = free_port()
     log = d / "server.log"
     exe = Path(sys.executable).parent / "apportion"
     with log.open("w") as out:
