@@ -38,6 +38,7 @@ class HostView:
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}
         self._clearable: list[_HostOption] | None = None
+        self.touched: set[str] = set()  # hosts this pass started work on or promised
 
     def may_be_victim(self, r: Running, now: float) -> bool:
         """Protected work (allocated, inside its minimum runtime) is never a victim: every
@@ -78,25 +79,31 @@ class HostView:
 
     def clearable(self, now: float) -> list[_HostOption]:
         """Hosts that could be emptied now (nothing protected on them, nothing promised to
-        another workload), cheapest first. Built once per pass; a host leaves the list when
-        the pass starts work on it or promises its GPUs."""
+        another workload), with the budgets of their allocated work, by name. Built once per
+        pass from the state's indexes alone: victims and costs are worked out only for the
+        hosts a search can use. A host leaves the list when the pass starts work on it or
+        promises its GPUs."""
         if self._clearable is None:
+            st, claimed = self.state, self.claimed
             opts = []
             for name in self.names:
-                if self.has_protected(name, now):
+                if name in self.touched or self.has_protected(name, now):
                     continue
-                cands = self.candidates(name, now)
-                if self.reachable(name, now) < self.size[name] or any(
-                    c.id in self.claimed for c in cands
-                ):
-                    continue  # promised to another workload, or its work already preempted
-                budgets = frozenset(c.budget for c in cands if c.klass != 1)
-                opts.append(_HostOption(_cost(cands), name, cands, budgets))
-            opts.sort(key=lambda o: (o.cost, o.name))
+                budgets = set()
+                for wid in st.on_host[name]:
+                    if wid in claimed:
+                        break  # its work already preempted: promised to another workload
+                    if wid not in st.stopping:
+                        spec = st.running[wid].spec
+                        if spec.allocated:
+                            budgets.add(spec.budget)
+                else:
+                    opts.append(_HostOption(name, frozenset(budgets)))
             self._clearable = opts
         return self._clearable
 
     def _not_clearable(self, hosts: set[str]) -> None:
+        self.touched |= hosts
         if self._clearable is not None:
             self._clearable = [o for o in self._clearable if o.name not in hosts]
 
@@ -121,10 +128,8 @@ class HostView:
 
 @dataclass(frozen=True, slots=True)
 class _HostOption:
-    cost: tuple[int, float, int]
     name: str
-    victims: list[Candidate]
-    budgets: frozenset[str]  # budgets of its allocated victims (empty: unallocated only)
+    budgets: frozenset[str]  # budgets of its allocated work (empty: unallocated only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,21 +248,23 @@ def _whole_hosts(
                 return False
         return True
 
-    options = [o for o in view.clearable(now) if o.name in wanted and usable(o)]
-    if sum(view.size[o.name] for o in options) < gpus:
+    options = [o.name for o in view.clearable(now) if o.name in wanted and usable(o)]
+    if sum(view.size[name] for name in options) < gpus:
         return None  # not enough hosts could be emptied, whoever asks
+    costs = {name: _cost(view.candidates(name, now)) for name in options}
+    options.sort(key=lambda name: (costs[name], name))  # cheapest hosts to empty first
     taken: dict[str, int] = {}
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
     total = 0
     chosen: set[str] = set()
-    for option in options:
+    for name in options:
         if total >= gpus:
             break
         trial = dict(taken)
         ok = True
         # a victim spanning several of the chosen hosts is preempted (and counted) once
-        cands = [c for c in option.victims if c.id not in chosen]
+        cands = [c for c in view.candidates(name, now) if c.id not in chosen]
         if allowed is not None:
             for c in cands:
                 if not allowed(c, trial):
@@ -267,10 +274,10 @@ def _whole_hosts(
         if not ok:
             continue
         taken = trial
-        hosts.append((option.name, view.size[option.name]))
+        hosts.append((name, view.size[name]))
         victims.extend(cands)
         chosen.update(c.id for c in cands)
-        total += view.size[option.name]
+        total += view.size[name]
     if total < gpus:
         return None
     return VictimPlan(tuple(sorted(hosts)), tuple(victims), _cost(victims))

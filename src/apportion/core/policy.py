@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
-from .preemption import Candidate, RebalanceRules, WindowUsage, victim_class
+from .preemption import Candidate, HeldNow, RebalanceRules, WindowUsage, victim_class
 from .state import ClusterState
 from .tree import ROOT, ancestors
 from .types import (
@@ -78,9 +78,8 @@ class _Pass:
         ledger = state.ledger
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
         healthy = max(state.healthy_gpus(), 1)
-        nodes = tree.nodes()
         usage = WindowUsage(ledger, now, config.lookback)
-        alloc = {n: ledger.rate(n) for n in nodes}
+        alloc = HeldNow(ledger)
         for wid in state.stopping:  # leaving already: they no longer count as held
             r = state.running[wid]
             if r.spec.allocated:
@@ -232,9 +231,11 @@ class _Pass:
         st, total = self.state, self.hosts.healthy_total
         ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
         self.order.extend(ids)
-        for wid in ids:
-            too_large = st.pending[wid].spec.gpus > total
-            self.waiting[wid] = WaitReason.TOO_LARGE if too_large else WaitReason.NO_CAPACITY
+        self.waiting.update(dict.fromkeys(ids, WaitReason.NO_CAPACITY))
+        if max(st.sizes[leaf]) > total:
+            for wid in ids:
+                if st.pending[wid].spec.gpus > total:
+                    self.waiting[wid] = WaitReason.TOO_LARGE
 
     def try_admit(self, spec: WorkloadSpec) -> bool:
         if spec.gpus > self.hosts.healthy_total:
@@ -271,10 +272,7 @@ class _Pass:
             if spec.gpus >= self.rebalance_fail_min.get((spec.budget, multi), 1 << 30):
                 return False
             sides = self.rules.sides(spec)
-            reachable = self.hosts.reclaimable_unallocated() + sum(
-                self.victim_gpus().get(theirs, 0) for theirs in sides
-            )
-            if reachable >= spec.gpus:
+            if self.rebalance_bound(spec, sides) >= spec.gpus:
                 plan = find_victims(
                     self.hosts,
                     spec,
@@ -294,6 +292,19 @@ class _Pass:
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
+
+    def rebalance_bound(self, spec: WorkloadSpec, sides: dict[str, str]) -> float:
+        """At most how many GPUs could ``spec`` get by rebalancing: free, stopping and
+        unallocated ones, plus from each side that may give way the lesser of what its
+        unprotected work holds and what the rules let it lose. A search only runs when this
+        reaches the request, which in a full cluster is rare."""
+        victims = self.victim_gpus()
+        bound = float(self.hosts.reclaimable_unallocated())
+        for theirs, mine in sides.items():
+            held = victims.get(theirs, 0)
+            if held:
+                bound += max(0.0, min(held, self.rules.limit(spec, mine, theirs)))
+        return bound
 
     def victim_gpus(self) -> dict[str, int]:
         """GPUs per budget node held by allocated work past its minimum runtime: an upper
@@ -316,13 +327,24 @@ class _Pass:
             key=lambda leaf: (self.rules.ratio(leaf), leaf),
         )
         for leaf in leaves:
-            for _, wid in st.unallocated_queues[leaf]:
+            queue = st.unallocated_queues[leaf]
+            for i, (_, wid) in enumerate(queue):
                 if self.fit_fail_min[False] <= 1:
                     return  # not one GPU left: nothing more can start this pass
+                if self.cannot_fit(st.unallocated_sizes[leaf]):
+                    rest = [w for _, w in queue[i:]]  # as failed tries would record them
+                    self.order.extend(rest)
+                    self.waiting.update(dict.fromkeys(rest, WaitReason.NO_CAPACITY))
+                    break
                 spec = st.pending[wid].spec
                 self.order.append(wid)
                 if not self.try_fit(spec):
                     self.waiting[wid] = WaitReason.NO_CAPACITY
+
+    def cannot_fit(self, sizes: dict[int, int]) -> bool:
+        """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
+        fail = self.fit_fail_min
+        return all(gpus >= fail[gpus > self.hosts.max_size] for gpus in sizes)
 
 
 __all__ = ["Candidate", "PolicyConfig", "decide", "is_debug", "validate_spec", "victim_class"]

@@ -85,6 +85,18 @@ class WindowUsage(dict[str, float]):
         return value
 
 
+class HeldNow(dict[str, float]):
+    """Allocated GPUs held now per node, read from the ledger on first use."""
+
+    def __init__(self, ledger: UsageLedger) -> None:
+        super().__init__()
+        self.ledger = ledger
+
+    def __missing__(self, node: str) -> float:
+        value = self[node] = self.ledger.rate(node)
+        return value
+
+
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
@@ -99,7 +111,7 @@ class RebalanceRules:
     ) -> None:
         self.tree = tree
         self.usage = usage  # charged GPU-seconds in the window, per node
-        self.alloc = alloc  # allocated GPUs held now, per node
+        self.alloc = alloc  # allocated GPUs held now, per node (missing keys: ledger)
         self.capacity = capacity  # healthy GPU-seconds in the window
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
@@ -118,18 +130,24 @@ class RebalanceRules:
 
     def admit(self, spec: WorkloadSpec) -> None:
         charge = self.admission(spec)
-        self._sides.clear()
-        self._siblings.clear()
+        self._moved(spec.budget)
         for node in ancestors(spec.budget)[:-1]:
             self.extra[node] = self.extra.get(node, 0.0) + charge
-            self.alloc[node] = self.alloc.get(node, 0.0) + spec.gpus
+            self.alloc[node] += spec.gpus
 
     def evict(self, victim: Candidate) -> None:
         if victim.klass != 1:
-            self._sides.clear()
-            self._siblings.clear()
+            self._moved(victim.budget)
             for node in ancestors(victim.budget)[:-1]:
-                self.alloc[node] = self.alloc.get(node, 0.0) - victim.gpus
+                self.alloc[node] -= victim.gpus
+
+    def _moved(self, budget: str) -> None:
+        """Forget the answers that read the numbers of ``budget`` or its ancestors: the
+        sibling verdicts among the children of each of its ancestors."""
+        self._sides.clear()
+        for node in ancestors(budget)[1:]:
+            for kid in self.tree.children(node):
+                self._siblings.pop(kid, None)
 
     def divergence(self, a: str, b: str) -> tuple[str, str] | None:
         return self.tree.divergence(a, b)
@@ -190,13 +208,27 @@ class RebalanceRules:
         return self._allowed(spec, mine, theirs, already + victim.gpus)
 
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
-        share_p, share_v = self.tree.share(mine), self.tree.share(theirs)
-        inst_p = (self.alloc.get(mine, 0.0) + spec.gpus) / (share_p * self.healthy)
-        held_v = self.alloc.get(theirs, 0.0)
-        inst_v = (held_v - removed) / (share_v * self.healthy)
-        if inst_p <= 1 + _EPS and inst_v >= inst_p - _EPS and held_v > share_v * self.healthy:
-            return True  # guarantee rule
-        if inst_v < 1 - _EPS:
-            return False
+        return removed <= self.limit(spec, mine, theirs)
+
+    def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
+        """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
+        own side ``mine``) in one pass; negative if neither rule allows any. One number per
+        side lets a pass bound what rebalancing could free before searching hosts."""
+        share_v = self.tree.share(theirs)
+        held_v = self.alloc[theirs]
+        fair_v = share_v * self.healthy  # the victim side's share, in GPUs
+        if held_v < (1 - _EPS) * fair_v:
+            return -1.0  # under its share: both rules spare it (the common case, and cheap)
+        share_p = self.tree.share(mine)
+        inst_p = (self.alloc[mine] + spec.gpus) / (share_p * self.healthy)
+        best = -1.0
+        if inst_p <= 1 + _EPS and held_v > fair_v:
+            # guarantee rule: the victim side ends at least as far over as the preemptor's
+            best = held_v - (inst_p - _EPS) * fair_v
+            if inst_p <= 1 - _EPS:
+                return best  # the fair-share rule's limit (share itself) is lower
         ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
-        return self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin)  # fair-share rule
+        if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
+            # fair-share rule: the victim side stays at or above its share
+            best = max(best, held_v - (1 - _EPS) * fair_v)
+        return best

@@ -43,9 +43,10 @@ class ClusterState:
         # the policy considers all allocated work before any unallocated work
         self.queues: dict[str, list[tuple[QueueKey, str]]] = {}
         self.unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
-        # leaf -> {gpus: count} of its pending allocated work, so a pass can tell at once that
-        # nothing left in a budget's queue can succeed
+        # leaf -> {gpus: count} of its pending allocated (and, apart, unallocated) work, so a
+        # pass can tell at once that nothing left in a budget's queue can succeed
         self.sizes: dict[str, dict[int, int]] = {}
+        self.unallocated_sizes: dict[str, dict[int, int]] = {}
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
@@ -108,13 +109,15 @@ class ClusterState:
         p = Pending(spec, t if queued_at is None else queued_at)
         self.pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
-        if spec.allocated:
-            sizes = self.sizes.setdefault(spec.budget, {})
-            sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
+        sizes = self._sizes_of(spec).setdefault(spec.budget, {})
+        sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
         return self.queues if spec.allocated else self.unallocated_queues
+
+    def _sizes_of(self, spec: WorkloadSpec) -> dict[str, dict[int, int]]:
+        return self.sizes if spec.allocated else self.unallocated_sizes
 
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
@@ -123,11 +126,10 @@ class ClusterState:
             raise CoreError(f"workload {workload}: not pending")
         self.reservations.pop(workload, None)
         self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
-        if p.spec.allocated:
-            sizes = self.sizes[p.spec.budget]
-            sizes[p.spec.gpus] -= 1
-            if not sizes[p.spec.gpus]:
-                del sizes[p.spec.gpus]
+        sizes = self._sizes_of(p.spec)[p.spec.budget]
+        sizes[p.spec.gpus] -= 1
+        if not sizes[p.spec.gpus]:
+            del sizes[p.spec.gpus]
         return p
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
@@ -233,6 +235,9 @@ class ClusterState:
             tuple(sorted(self.stopping)),
             tuple(sorted(self.reservations.items())),
             tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.sizes.items())),
+            tuple(
+                sorted((k, tuple(sorted(v.items()))) for k, v in self.unallocated_sizes.items())
+            ),
             tuple(sorted(self.used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
