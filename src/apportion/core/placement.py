@@ -28,10 +28,15 @@ class HostView:
         self.names = sorted(self.size)
         self.free = {n: self.size[n] - state.used[n] for n in self.names}
         self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
+        # GPUs held by unallocated work that is not stopping: victims anyone may take
+        self.unallocated = {n: state.unallocated_used[n] for n in self.names}
         for wid in state.stopping:
-            for s in state.running[wid].placement:
+            r = state.running[wid]
+            for s in r.placement:
                 if s.host in self.stopping:
                     self.stopping[s.host] += s.gpus
+                    if not r.spec.allocated:
+                        self.unallocated[s.host] -= s.gpus
         self.healthy_total = sum(self.size.values())
         self.max_size = max((h.gpus for h in state.hosts.values()), default=0)
         self.claimed: set[str] = set()
@@ -195,7 +200,12 @@ def _one_host(
     best_key: tuple[tuple[int, float, int], str] | None = None
     claimed = view.claimed
     for name in names:
-        if view.size[name] < gpus or view.reachable(name, now) < gpus:
+        if view.size[name] < gpus:
+            continue
+        gone = view.free[name] + view.stopping[name] + view.unallocated[name]
+        if allowed is None and gone < gpus:
+            continue  # not enough even if all its unallocated work went
+        if view.reachable(name, now) < gpus:
             continue
         need = gpus - view.free[name] - view.stopping[name]
         chosen: list[Candidate] = []

@@ -98,7 +98,7 @@ class _Pass:
         self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
         self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
         self.rebalance_fail_min: dict[tuple[str, bool], int] = {}  # per preemptor budget
-        self._victim_gpus: dict[str, int] | None = None
+        self._victims: tuple[dict[str, int], dict[str, set[str]]] | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
@@ -272,12 +272,21 @@ class _Pass:
             if spec.gpus >= self.rebalance_fail_min.get((spec.budget, multi), 1 << 30):
                 return False
             sides = self.rules.sides(spec)
-            if self.rebalance_bound(spec, sides) >= spec.gpus:
+            bound, giving = self.rebalance_bound(spec, sides)
+            if bound >= spec.gpus:
+                only = None
+                if not multi:
+                    # No host reaches the request with free, stopping and unallocated GPUs
+                    # alone (the unallocated-only search just failed, or failed for fewer
+                    # GPUs), so only hosts holding work of a side that may give way can.
+                    hosts = self.victim_index()[1]
+                    only = sorted(set().union(*(hosts[theirs] for theirs in giving)))
                 plan = find_victims(
                     self.hosts,
                     spec,
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
+                    only=only,
                     budget_ok=lambda budget: self.rules.side_of(spec, budget, sides),
                 )
             if plan is None:
@@ -293,31 +302,39 @@ class _Pass:
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
 
-    def rebalance_bound(self, spec: WorkloadSpec, sides: dict[str, str]) -> float:
-        """At most how many GPUs could ``spec`` get by rebalancing: free, stopping and
-        unallocated ones, plus from each side that may give way the lesser of what its
-        unprotected work holds and what the rules let it lose. A search only runs when this
-        reaches the request, which in a full cluster is rare."""
-        victims = self.victim_gpus()
+    def rebalance_bound(self, spec: WorkloadSpec, sides: dict[str, str]) -> tuple[float, list[str]]:
+        """At most how many GPUs could ``spec`` get by rebalancing, and the sides that may
+        give way: free, stopping and unallocated GPUs, plus from each side the lesser of what
+        its unprotected work holds and what the rules let it lose. A search only runs when
+        this reaches the request, which in a full cluster is rare."""
+        held_by = self.victim_index()[0]
         bound = float(self.hosts.reclaimable_unallocated())
+        giving = []
         for theirs, mine in sides.items():
-            held = victims.get(theirs, 0)
+            held = held_by.get(theirs, 0)
             if held:
-                bound += max(0.0, min(held, self.rules.limit(spec, mine, theirs)))
-        return bound
+                limit = self.rules.limit(spec, mine, theirs)
+                if limit > 0:
+                    bound += min(held, limit)
+                    giving.append(theirs)
+        return bound, giving
 
-    def victim_gpus(self) -> dict[str, int]:
-        """GPUs per budget node held by allocated work past its minimum runtime: an upper
-        bound on what rebalancing could take from that subtree (computed once per pass)."""
-        if self._victim_gpus is None:
-            out: dict[str, int] = {}
+    def victim_index(self) -> tuple[dict[str, int], dict[str, set[str]]]:
+        """Per budget node, the GPUs its allocated work past its minimum runtime holds (an
+        upper bound on what rebalancing could take from that subtree) and the hosts that
+        work runs on. Computed once per pass, on first use."""
+        if self._victims is None:
+            gpus: dict[str, int] = {}
+            hosts: dict[str, set[str]] = {}
             st = self.state
             for wid, r in st.running.items():
                 if r.spec.allocated and wid not in st.stopping and self.now >= r.protected_until():
+                    on = [s.host for s in r.placement]
                     for node in ancestors(r.spec.budget)[:-1]:
-                        out[node] = out.get(node, 0) + r.gpus_held
-            self._victim_gpus = out
-        return self._victim_gpus
+                        gpus[node] = gpus.get(node, 0) + r.gpus_held
+                        hosts.setdefault(node, set()).update(on)
+            self._victims = (gpus, hosts)
+        return self._victims
 
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:

@@ -50,6 +50,7 @@ class ClusterState:
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
+        self.unallocated_used: dict[str, int] = {}  # host -> GPUs held by unallocated work
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
@@ -77,6 +78,7 @@ class ClusterState:
         self._tick(t)
         self.hosts[host.name] = host
         self.used[host.name] = 0
+        self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
         self.protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
@@ -149,6 +151,8 @@ class ClusterState:
         self.running[workload] = r
         for s in placement:
             self.used[s.host] += s.gpus
+            if not p.spec.allocated:
+                self.unallocated_used[s.host] += s.gpus
             self.on_host[s.host].add(workload)
             until = r.protected_until()
             if until > self.protected_until[s.host]:
@@ -183,6 +187,8 @@ class ClusterState:
         self.stopping.discard(workload)
         for s in r.placement:
             self.used[s.host] -= s.gpus
+            if not r.spec.allocated:
+                self.unallocated_used[s.host] -= s.gpus
             self.on_host[s.host].discard(workload)
         self._refresh_protection(r)
         self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
@@ -239,6 +245,7 @@ class ClusterState:
                 sorted((k, tuple(sorted(v.items()))) for k, v in self.unallocated_sizes.items())
             ),
             tuple(sorted(self.used.items())),
+            tuple(sorted(self.unallocated_used.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
