@@ -44,6 +44,7 @@ class HostView:
         self._cand_gpus: dict[str, int] = {}
         self._clearable: list[_HostOption] | None = None
         self.touched: set[str] = set()  # hosts this pass started work on or promised
+        self._unallocated_clearable: int | None = None
 
     def may_be_victim(self, r: Running, now: float) -> bool:
         """Protected work (allocated, inside its minimum runtime) is never a victim: every
@@ -107,8 +108,22 @@ class HostView:
             self._clearable = opts
         return self._clearable
 
+    def unallocated_clearable(self) -> int:
+        """Upper bound on the GPUs of hosts that only unallocated victims, free and stopping
+        GPUs fill: what a whole-host request may take without rebalancing. From the state's
+        per-host counts, without looking at any workload."""
+        if self._unallocated_clearable is None:
+            self._unallocated_clearable = sum(
+                size
+                for name, size in self.size.items()
+                if self.free[name] + self.stopping[name] + self.unallocated[name] >= size
+                and name not in self.touched
+            )
+        return self._unallocated_clearable
+
     def _not_clearable(self, hosts: set[str]) -> None:
         self.touched |= hosts
+        self._unallocated_clearable = None
         if self._clearable is not None:
             self._clearable = [o for o in self._clearable if o.name not in hosts]
 
@@ -258,6 +273,8 @@ def _whole_hosts(
                 return False
         return True
 
+    if allowed is None and view.unallocated_clearable() < gpus:
+        return None  # too few hosts hold nothing but unallocated or stopping work
     options = [o.name for o in view.clearable(now) if o.name in wanted and usable(o)]
     if sum(view.size[name] for name in options) < gpus:
         return None  # not enough hosts could be emptied, whoever asks

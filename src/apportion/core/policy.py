@@ -119,9 +119,8 @@ class _Pass:
     # ---- phase 1: drain ----------------------------------------------------------------
     def drain(self) -> None:
         st = self.state
-        for name in sorted(st.hosts):
-            if st.hosts[name].state is not HostState.DRAINING:
-                continue
+        draining = sorted(n for n, h in st.hosts.items() if h.state is HostState.DRAINING)
+        for name in draining:
             on = st.on_host[name]
             if not on:
                 self.changes.append(HostChange(name, HostState.REPAIR, "drained: empty"))
@@ -339,6 +338,8 @@ class _Pass:
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:
         st = self.state
+        if self.fit_fail_min[False] <= 1:
+            return  # not one GPU left: nothing more can start this pass
         leaves = sorted(
             (leaf for leaf, q in st.unallocated_queues.items() if q),
             key=lambda leaf: (self.rules.ratio(leaf), leaf),
