@@ -4,8 +4,13 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The optional compiled build of apportion.core (docs/simulator.md, "Compiled core"): redone
+# after setup and whenever a core source changes. Without a C compiler it prints one line and
+# writes nothing; the pure-Python core is used then (same decisions, slower).
+CORE_SRC := $(wildcard src/apportion/core/*.py)
+CORE := src/apportion/_compiled/manifest.json
 
-.PHONY: run test bench lint typecheck clean
+.PHONY: run test bench core lint typecheck clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,17 +18,24 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-run: $(STAMP)
+$(CORE): $(STAMP) $(CORE_SRC)
+	$(BIN)/python -m apportion.corebuild
+
+core: $(CORE)
+
+run: $(CORE)
 	$(BIN)/apportion simulate --scenario seed --policy fairshare --policy legacy --days 30 --out out/seed
 
+# the compiled core is built after install-system.sh, which installs the C compiler
 test: $(STAMP)
-	bash scripts/install-system.sh
+	PYTHON=$(BIN)/python bash scripts/install-system.sh
+	$(MAKE) --no-print-directory core
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 	bash scripts/with-services.sh $(BIN)/pytest
 
-bench: $(STAMP)
+bench: $(CORE)
 	$(BIN)/apportion bench
 
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) out src/apportion/_compiled

@@ -18,7 +18,15 @@ PACKAGES=(
     postgresql
     # dashboard browser tests (tests/service/test_dashboard_browser.py): headless Chromium
     chromium
+    # the compiled core (python -m apportion.corebuild, tests/core/test_compiled_core.py)
+    gcc
 )
+# ... and the headers of the interpreter it is built for ($PYTHON, default python3): pyenv's
+# and python.org's builds ship them, Debian's python3 needs python3-dev
+if ! "${PYTHON:-python3}" -c 'import os, sysconfig, sys
+sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+    PACKAGES+=(python3-dev)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,3 +1,14 @@
 """apportion: GPU-time budgets, hierarchical fair share and a minimum-runtime contract."""
 
+from apportion import coreload as _coreload
+
 __version__ = "0.1.0"
+
+# Before anything imports apportion.core: it comes from the compiled build when that build is
+# fresh, from the sources otherwise (see apportion.coreload).
+_coreload.install()
+
+
+def core_build() -> str:
+    """Which build of ``apportion.core`` this process uses: ``"compiled"`` or ``"python"``."""
+    return _coreload.FINDER.choose()

@@ -205,7 +205,10 @@ def test_workload_spec_rejects_bad_fields(kwargs: dict[str, Any], message: str) 
         ({"lookback": 0.0}, "policy: lookback: must be > 0"),
         ({"max_min_runtime": 0.0}, "policy: max_min_runtime: must be > 0"),
         ({"rebalance_margin": -0.1}, "policy: rebalance_margin: must be a number >= 0"),
-        ({"debug_max_gpus": float("nan")}, "policy: debug_max_gpus: must be a number >= 0"),
+        (
+            {"debug_max_min_runtime": float("nan")},
+            "policy: debug_max_min_runtime: must be a number >= 0",
+        ),
     ],
 )
 def test_policy_config_rejects_bad_knobs(kwargs: dict[str, Any], message: str) -> None:

@@ -15,6 +15,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from apportion import core_build
 from apportion.core import (
     BudgetNode,
     BudgetTree,
@@ -45,6 +46,7 @@ class DecideBench:
     first_pass_ms: float
     first_pass_preemptions: int
     settle_rounds: int
+    core_build: str  # "compiled" or "python": which build of apportion.core was timed
 
 
 def build_state(
@@ -189,4 +191,5 @@ def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
         first_pass_ms=first_ms,
         first_pass_preemptions=first_pre,
         settle_rounds=rounds,
+        core_build=core_build(),
     )

@@ -23,7 +23,8 @@ def bench(passes: int, pending: int, as_json: bool) -> None:
         return
     click.echo(
         f"decide: {result.hosts} hosts x {result.gpus_per_host} GPUs, {result.budgets} budgets, "
-        f"{result.running} running, {result.pending} pending, {result.passes} passes"
+        f"{result.running} running, {result.pending} pending, {result.passes} passes, "
+        f"{result.core_build} core"
     )
     click.echo(
         f"  p50 {result.p50_ms:.1f} ms   p99 {result.p99_ms:.1f} ms   max {result.max_ms:.1f} ms"

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from apportion import core_build
 from apportion.core import (
     ClusterState,
     CoreError,
@@ -580,6 +581,7 @@ class Engine:
             "events": self.events,
             "wall_s": wall,
             "cpu_s": cpu,
+            "core_build": core_build(),
             "events_per_s": self.events / wall if wall > 0 else None,
             "peak_memory_mb": peak_memory_mb(),
             "config": _plain(dataclasses.asdict(self.config)),

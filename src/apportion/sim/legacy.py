@@ -45,17 +45,16 @@ from .model import LegacyPriority, SimJob
 _Key = tuple[int, float, str]
 
 
-class _FreeView(HostView):
-    """The fields of core's host view that ``find_fit`` reads (names, free, size, max_size),
-    built from the policy's own incremental counts instead of a state scan. Only handed to
-    ``find_fit``; the pass updates ``free`` itself."""
-
-    def __init__(self, free: dict[str, int], size: dict[str, int], names: list[str],
-                 max_size: int) -> None:  # no super().__init__: nothing else is used
-        self.free = free
-        self.size = size
-        self.names = names
-        self.max_size = max_size
+def _free_view(blank: ClusterState, free: dict[str, int], size: dict[str, int],
+               names: list[str], max_size: int) -> HostView:
+    """A core host view holding the policy's own incremental counts in the fields that
+    ``find_fit`` reads (names, free, size, max_size), without a state scan: it is built on
+    ``blank``, a state with no hosts, then given the counts. A genuine ``HostView``, not a
+    subclass: the compiled core (docs/simulator.md) accepts no Python subclass of its classes.
+    Only handed to ``find_fit``; the pass updates ``free`` itself."""
+    view = HostView(blank)
+    view.free, view.size, view.names, view.max_size = free, size, names, max_size
+    return view
 
 
 class _Info:
@@ -76,8 +75,8 @@ class _Pass:
     def __init__(self, policy: LegacyPolicy, state: ClusterState) -> None:
         self.policy = policy
         self.free = dict(policy._free)
-        self.view = _FreeView(self.free, policy._size, policy._names,
-                              max(policy._size.values(), default=0))
+        self.view = _free_view(policy._blank, self.free, policy._size, policy._names,
+                               max(policy._size.values(), default=0))
         self.free_total = sum(self.free.values())
         self.max_free = max(self.free.values(), default=0)
         pre = policy._pre_gpus
@@ -154,6 +153,7 @@ class LegacyPolicy:
         self._size: dict[str, int] = {}  # every host's GPUs
         self._free: dict[str, int] = {}  # healthy host -> free GPUs
         self._names: list[str] = []  # healthy hosts, sorted
+        self._blank = ClusterState(tree)  # no hosts: the base of each pass's host view
         self._draining: set[str] = set()
         self._pre_host: dict[str, list[int]] = {}  # host -> preemptible GPUs by priority
 
