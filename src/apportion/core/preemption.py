@@ -119,11 +119,16 @@ class RebalanceRules:
         # sides() answers until the next admission or eviction moves the numbers it reads
         self._sides: dict[str, dict[str, str]] = {}
         self._siblings: dict[str, list[str]] = {}
+        self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
+        self._ratio: dict[str, float] = {}  # until an admission charges the node
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
-        used = self.usage[node] + self.extra.get(node, 0.0)
-        return used / (self.tree.share(node) * self.capacity)
+        value = self._ratio.get(node)
+        if value is None:
+            used = self.usage[node] + self.extra.get(node, 0.0)
+            value = self._ratio[node] = used / (self.tree.share(node) * self.capacity)
+        return value
 
     def admission(self, spec: WorkloadSpec) -> float:
         return spec.gpus * spec.min_runtime * self.cfg.admission_charge
@@ -134,6 +139,7 @@ class RebalanceRules:
         for node in ancestors(spec.budget)[:-1]:
             self.extra[node] = self.extra.get(node, 0.0) + charge
             self.alloc[node] += spec.gpus
+            self._ratio.pop(node, None)
 
     def evict(self, victim: Candidate) -> None:
         if victim.klass != 1:
@@ -146,6 +152,7 @@ class RebalanceRules:
         sibling verdicts among the children of each of its ancestors."""
         self._sides.clear()
         for node in ancestors(budget)[1:]:
+            self._over.pop(node, None)
             for kid in self.tree.children(node):
                 self._siblings.pop(kid, None)
 
@@ -176,13 +183,25 @@ class RebalanceRules:
         cached = self._siblings.get(mine)
         if cached is None:
             smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
-            parent = self.tree.parent_of(mine)
             cached = [
                 theirs
-                for theirs in self.tree.children(parent)
+                for theirs in self._over_children(self.tree.parent_of(mine))
                 if theirs != mine and self._allowed(smallest, mine, theirs, 0)
             ]
             self._siblings[mine] = cached
+        return cached
+
+    def _over_children(self, parent: str) -> list[str]:
+        """Children of ``parent`` holding at least their share of the healthy GPUs: the only
+        ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
+        cached = self._over.get(parent)
+        if cached is None:
+            cached = [
+                kid
+                for kid in self.tree.children(parent)
+                if self.alloc[kid] >= (1 - _EPS) * (self.tree.share(kid) * self.healthy)
+            ]
+            self._over[parent] = cached
         return cached
 
     def side_of(self, spec: WorkloadSpec, budget: str, sides: dict[str, str]) -> bool:
