@@ -42,6 +42,7 @@ class HostView:
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}
+        self._costs: dict[str, tuple[int, float, int]] = {}
         self._clearable: list[_HostOption] | None = None
         self.touched: set[str] = set()  # hosts this pass started work on or promised
         self._unallocated_clearable: int | None = None
@@ -72,6 +73,13 @@ class HostView:
             self._cands[host] = cands
             self._cand_gpus[host] = sum(c.gpus for c in cands)
         return cands
+
+    def cost(self, host: str, now: float) -> tuple[int, float, int]:
+        """What emptying ``host`` would cost (see :func:`_cost`), once per host per pass."""
+        cost = self._costs.get(host)
+        if cost is None:
+            cost = self._costs[host] = _cost(self.candidates(host, now))
+        return cost
 
     def reachable(self, host: str, now: float) -> int:
         """GPUs of ``host`` that free space, stopping work and unclaimed victims add up to."""
@@ -278,8 +286,7 @@ def _whole_hosts(
     options = [o.name for o in view.clearable(now) if o.name in wanted and usable(o)]
     if sum(view.size[name] for name in options) < gpus:
         return None  # not enough hosts could be emptied, whoever asks
-    costs = {name: _cost(view.candidates(name, now)) for name in options}
-    options.sort(key=lambda name: (costs[name], name))  # cheapest hosts to empty first
+    options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
     taken: dict[str, int] = {}
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []

@@ -346,10 +346,11 @@ class _Pass:
         )
         for leaf in leaves:
             queue = st.unallocated_queues[leaf]
+            hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
             for i, (_, wid) in enumerate(queue):
                 if self.fit_fail_min[False] <= 1:
                     return  # not one GPU left: nothing more can start this pass
-                if self.cannot_fit(st.unallocated_sizes[leaf]):
+                if hopeless:
                     rest = [w for _, w in queue[i:]]  # as failed tries would record them
                     self.order.extend(rest)
                     self.waiting.update(dict.fromkeys(rest, WaitReason.NO_CAPACITY))
@@ -358,6 +359,8 @@ class _Pass:
                 self.order.append(wid)
                 if not self.try_fit(spec):
                     self.waiting[wid] = WaitReason.NO_CAPACITY
+                    # only a failure lowers the thresholds
+                    hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
 
     def cannot_fit(self, sizes: dict[int, int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
