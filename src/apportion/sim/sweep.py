@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import multiprocessing
 import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -95,8 +96,10 @@ def run_sweep(
             if bar is not None:
                 bar.update(1)
     else:
-        with ProcessPoolExecutor(max_workers=jobs, initializer=_init,
-                                 initargs=(scenario,)) as pool:
+        # fork: workers inherit the scenario instead of unpickling it (the compiled core's
+        # classes cannot be pickled, and a 30-day scenario is large)
+        with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenario,),
+                                 mp_context=multiprocessing.get_context("fork")) as pool:
             futures = {pool.submit(run_one, {**base, **c}, seed): i for i, c in enumerate(combos)}
             for fut in as_completed(futures):
                 summaries[futures[fut]] = fut.result()
