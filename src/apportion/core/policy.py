@@ -33,6 +33,7 @@ from .types import (
     Preempt,
     PreemptReason,
     Reservation,
+    Running,
     Start,
     WaitReason,
     WorkloadSpec,
@@ -98,7 +99,8 @@ class _Pass:
         self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
         self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
         self.rebalance_fail_min: dict[tuple[str, bool], int] = {}  # per preemptor budget
-        self._victims: tuple[dict[str, int], dict[str, set[str]]] | None = None
+        self._victims: tuple[dict[str, int], dict[str, int]] | None = None
+        self._victim_hosts: dict[str, set[str]] | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
@@ -270,23 +272,22 @@ class _Pass:
         if plan is None and self.cfg.rebalance:
             if spec.gpus >= self.rebalance_fail_min.get((spec.budget, multi), 1 << 30):
                 return False
-            sides = self.rules.sides(spec)
-            bound, giving = self.rebalance_bound(spec, sides)
+            bound, giving = self.rebalance_bound(spec)
             if bound >= spec.gpus:
                 only = None
                 if not multi:
                     # No host reaches the request with free, stopping and unallocated GPUs
                     # alone (the unallocated-only search just failed, or failed for fewer
                     # GPUs), so only hosts holding work of a side that may give way can.
-                    hosts = self.victim_index()[1]
+                    hosts = self.victim_hosts()
                     only = sorted(set().union(*(hosts[theirs] for theirs in giving)))
                 plan = find_victims(
                     self.hosts,
                     spec,
                     self.now,
-                    lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
+                    lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
                     only=only,
-                    budget_ok=lambda budget: self.rules.side_of(spec, budget, sides),
+                    budget_ok=lambda budget: self.rules.side_of(spec, budget, giving),
                 )
             if plan is None:
                 self.rebalance_fail_min[(spec.budget, multi)] = spec.gpus
@@ -301,39 +302,64 @@ class _Pass:
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
 
-    def rebalance_bound(self, spec: WorkloadSpec, sides: dict[str, str]) -> tuple[float, list[str]]:
+    def rebalance_bound(self, spec: WorkloadSpec) -> tuple[float, dict[str, str]]:
         """At most how many GPUs could ``spec`` get by rebalancing, and the sides that may
-        give way: free, stopping and unallocated GPUs, plus from each side the lesser of what
-        its unprotected work holds and what the rules let it lose. A search only runs when
-        this reaches the request, which in a full cluster is rare."""
-        held_by = self.victim_index()[0]
+        give way to it (victim side -> the preemptor's side at that level): free, stopping and
+        unallocated GPUs, plus from each side the lesser of what its unprotected work holds
+        and what the rules let it lose. Fair Tree compares siblings only, so the sides are
+        the siblings of the preemptor's ancestors, and only those at or over their share can
+        give (see :meth:`RebalanceRules.limit`). A search only runs when the bound reaches the
+        request, which in a full cluster is rare."""
+        held_by, smallest = self.victim_index()
         bound = float(self.hosts.reclaimable_unallocated())
-        giving = []
-        for theirs, mine in sides.items():
-            held = held_by.get(theirs, 0)
-            if held:
+        giving: dict[str, str] = {}
+        tree = self.state.tree
+        for mine in ancestors(spec.budget)[:-1]:
+            for theirs in self.rules.over_children(tree.parent_of(mine)):
+                held = held_by.get(theirs, 0)
+                if theirs == mine or not held:
+                    continue
                 limit = self.rules.limit(spec, mine, theirs)
-                if limit > 0:
+                if limit >= smallest[theirs]:  # else every victim there is too large to take
                     bound += min(held, limit)
-                    giving.append(theirs)
+                    giving[theirs] = mine
         return bound, giving
 
-    def victim_index(self) -> tuple[dict[str, int], dict[str, set[str]]]:
-        """Per budget node, the GPUs its allocated work past its minimum runtime holds (an
-        upper bound on what rebalancing could take from that subtree) and the hosts that
-        work runs on. Computed once per pass, on first use."""
+    def victim_index(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per budget node, about its allocated work past its minimum runtime: the GPUs it
+        holds (an upper bound on what rebalancing could take from that subtree) and the GPUs
+        of its smallest workload (the least one preemption there takes). Once per pass."""
         if self._victims is None:
             gpus: dict[str, int] = {}
-            hosts: dict[str, set[str]] = {}
-            st = self.state
-            for wid, r in st.running.items():
-                if r.spec.allocated and wid not in st.stopping and self.now >= r.protected_until():
-                    on = [s.host for s in r.placement]
-                    for node in ancestors(r.spec.budget)[:-1]:
-                        gpus[node] = gpus.get(node, 0) + r.gpus_held
-                        hosts.setdefault(node, set()).update(on)
-            self._victims = (gpus, hosts)
+            smallest: dict[str, int] = {}
+            for r in self.unprotected():
+                held = r.gpus_held
+                for node in ancestors(r.spec.budget)[:-1]:
+                    gpus[node] = gpus.get(node, 0) + held
+                    if held < smallest.get(node, 1 << 30):
+                        smallest[node] = held
+            self._victims = (gpus, smallest)
         return self._victims
+
+    def victim_hosts(self) -> dict[str, set[str]]:
+        """Per budget node, the hosts its allocated work past its minimum runtime runs on."""
+        if self._victim_hosts is None:
+            hosts: dict[str, set[str]] = {}
+            for r in self.unprotected():
+                on = [s.host for s in r.placement]
+                for node in ancestors(r.spec.budget)[:-1]:
+                    hosts.setdefault(node, set()).update(on)
+            self._victim_hosts = hosts
+        return self._victim_hosts
+
+    def unprotected(self) -> list[Running]:
+        """Allocated work past its minimum runtime and not stopping: rebalancing's victims."""
+        st, now = self.state, self.now
+        return [
+            r
+            for wid, r in st.running.items()
+            if r.spec.allocated and wid not in st.stopping and now >= r.protected_until()
+        ]
 
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:

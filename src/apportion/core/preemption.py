@@ -116,9 +116,7 @@ class RebalanceRules:
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
         self.extra: dict[str, float] = {}  # provisional admission charges of this pass
-        # sides() answers until the next admission or eviction moves the numbers it reads
-        self._sides: dict[str, dict[str, str]] = {}
-        self._siblings: dict[str, list[str]] = {}
+        # answers kept until the next admission or eviction moves the numbers they read
         self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
         self._ratio: dict[str, float] = {}  # until an admission charges the node
 
@@ -148,13 +146,10 @@ class RebalanceRules:
                 self.alloc[node] -= victim.gpus
 
     def _moved(self, budget: str) -> None:
-        """Forget the answers that read the numbers of ``budget`` or its ancestors: the
-        sibling verdicts among the children of each of its ancestors."""
-        self._sides.clear()
+        """Forget the answers that read the numbers of ``budget`` or its ancestors: which
+        children of each of its ancestors are at or over their share."""
         for node in ancestors(budget)[1:]:
             self._over.pop(node, None)
-            for kid in self.tree.children(node):
-                self._siblings.pop(kid, None)
 
     def divergence(self, a: str, b: str) -> tuple[str, str] | None:
         return self.tree.divergence(a, b)
@@ -162,36 +157,21 @@ class RebalanceRules:
     def sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """For each subtree that may hold victims for work of ``spec``'s budget under either
         rule, the preemptor's own side at that level. A superset: judged for the smallest
-        possible request (one GPU, no admission charge) so one answer serves every workload
-        of the budget until the next admission or eviction; :meth:`may_preempt` then judges
-        the real request.
+        possible request (one GPU, no admission charge); :meth:`may_preempt` then judges the
+        real request. (A pass asks the narrower question per request, in
+        ``_Pass.rebalance_bound``; this answers ``apportion why``.)
 
         Fair Tree compares siblings only, so it suffices to walk up the preemptor's path and
         look at each ancestor's siblings: a handful of checks instead of one per budget."""
-        cached = self._sides.get(spec.budget)
-        if cached is not None:
-            return cached
         out: dict[str, str] = {}
         for mine in ancestors(spec.budget)[:-1]:
-            for theirs in self._over_siblings(mine):
-                out[theirs] = mine
-        self._sides[spec.budget] = out
+            smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
+            for theirs in self.over_children(self.tree.parent_of(mine)):
+                if theirs != mine and self._allowed(smallest, mine, theirs, 0):
+                    out[theirs] = mine
         return out
 
-    def _over_siblings(self, mine: str) -> list[str]:
-        """Siblings of ``mine`` that may give way to some work of ``mine`` (see sides)."""
-        cached = self._siblings.get(mine)
-        if cached is None:
-            smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
-            cached = [
-                theirs
-                for theirs in self._over_children(self.tree.parent_of(mine))
-                if theirs != mine and self._allowed(smallest, mine, theirs, 0)
-            ]
-            self._siblings[mine] = cached
-        return cached
-
-    def _over_children(self, parent: str) -> list[str]:
+    def over_children(self, parent: str) -> list[str]:
         """Children of ``parent`` holding at least their share of the healthy GPUs: the only
         ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
         cached = self._over.get(parent)
@@ -213,8 +193,9 @@ class RebalanceRules:
         self, spec: WorkloadSpec, victim: Candidate, taken: dict[str, int], sides: dict[str, str]
     ) -> bool:
         """May ``spec`` displace ``victim``, given the GPUs already ``taken`` (per victim
-        budget) from others in the same plan? ``sides`` comes from :meth:`sides`.
-        Protection is checked by the caller."""
+        budget) from others in the same plan? ``sides`` maps each victim side that may give
+        way to the preemptor's side at that level (from :meth:`sides` or narrower); a victim
+        elsewhere may not be taken. Protection is checked by the caller."""
         if victim.klass == 1:
             return True
         div = self.divergence(spec.budget, victim.budget)
