@@ -177,6 +177,16 @@ class Decisions:
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes)
 
+    def settles(self) -> bool:
+        """Once these decisions are applied, is the instant settled (drivers stop passing at
+        it)? Yes unless work was preempted or a host changed state: a pass that only started
+        work leaves nothing for a repeat at the same instant to place, since everything it
+        did not start had been tried against at least as many free GPUs. (A repeat could only
+        rebalance once the pass's provisional admission charges are gone, about one pass in
+        a thousand on the seed scenario; the next pass, at the next event or within the
+        hour, does that.)"""
+        return not (self.preemptions or self.host_changes)
+
 
 def decision_log(now: float, decisions: Decisions) -> list[str]:
     """One line per decision, in a fixed order: the format both drivers log, so the simulator

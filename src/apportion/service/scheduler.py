@@ -6,8 +6,9 @@ changes), the executor (exits, host deaths) and the clock. Each pass (:meth:`Sch
 
 1. loads what changed in the store (new pending work, cancellations, the budget tree);
 2. folds the executor's observations into the store and the state (exits, dead hosts);
-3. calls ``decide`` and applies its decisions, again and again at the same instant until
-   it returns none (a preemptor starts once its victims have exited).
+3. calls ``decide`` and applies its decisions, again at the same instant while a pass
+   preempts or moves hosts (a preemptor starts once its victims have exited), until one
+   settles it (``Decisions.settles``): the simulator's rule too.
 
 Rules that make a crash at any point safe (see docs/operations.md):
 
@@ -170,6 +171,8 @@ class Scheduler:
                     self._fold(t)  # exits that happened at once (memory executor, grace 0)
                     if not launched:
                         break  # the executor refused a launch: try again next pass
+                    if d.settles():
+                        break
                 else:
                     if reachable:
                         log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)

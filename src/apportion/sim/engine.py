@@ -4,7 +4,8 @@ The kernel is a heap of ``(time, priority, sequence, kind, arg, generation)`` en
 SimPy: the clock jumps from one schedulable moment to the next and the sequence number
 breaks ties, so a run is deterministic. At each moment the engine folds every due event into
 the :class:`~apportion.core.ClusterState`, then loops ``policy(state, now, config)`` and
-applies its decisions until the policy has nothing more to do. The policy sees only
+applies its decisions until a pass settles the instant (``Decisions.settles``: it decided
+nothing, or only starts), as the live scheduler does. The policy sees only
 ``WorkloadSpec``s; true durations, checkpoints and squatting live here. Event table, cost
 model and metric formulas: docs/simulator.md.
 """
@@ -271,6 +272,8 @@ class Engine:
             if self.log is not None:
                 self.log.extend(decision_log(now, d))
             self._apply(d, now)
+            if d.settles():
+                return
         self.capped += 1
 
     def _apply(self, d: Decisions, now: float) -> None:
