@@ -24,8 +24,8 @@ class HostView:
     def __init__(self, state: ClusterState, default_checkpoint: float = 1800.0) -> None:
         self.state = state
         self.default_checkpoint = default_checkpoint
-        self.size = {n: h.gpus for n, h in state.hosts.items() if h.schedulable}
-        self.names = sorted(self.size)
+        self.size = state.schedulable  # read only: the state's own index
+        self.names = state.schedulable_names
         self.free = {n: self.size[n] - state.used[n] for n in self.names}
         self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
         # GPUs held by unallocated work that is not stopping: victims anyone may take
@@ -38,7 +38,7 @@ class HostView:
                     if not r.spec.allocated:
                         self.unallocated[s.host] -= s.gpus
         self.healthy_total = sum(self.size.values())
-        self.max_size = max((h.gpus for h in state.hosts.values()), default=0)
+        self.max_size = state.max_host_gpus
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}

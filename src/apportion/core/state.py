@@ -55,6 +55,11 @@ class ClusterState:
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
         self.ledger = UsageLedger(start, keep=ledger_keep)
+        # derived from hosts, rebuilt when one changes: what every pass reads first
+        self.schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
+        self.schedulable_names: list[str] = []
+        self.max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
+        self._healthy = 0
         self.time = start
         for h in hosts:
             self.add_host(h, start)
@@ -83,6 +88,7 @@ class ClusterState:
         self.protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
             self.ledger.change_capacity(host.gpus, t)
+        self._index_hosts()
 
     def set_host_state(self, name: str, state: HostState, t: float) -> Host:
         host = self._host(name)
@@ -93,7 +99,15 @@ class ClusterState:
             self.ledger.change_capacity(host.gpus if now else -host.gpus, t)
         new = Host(host.name, host.gpus, state)
         self.hosts[name] = new
+        self._index_hosts()
         return new
+
+    def _index_hosts(self) -> None:
+        names = sorted(n for n, h in self.hosts.items() if h.schedulable)
+        self.schedulable = {n: self.hosts[n].gpus for n in names}
+        self.schedulable_names = names
+        self.max_host_gpus = max((h.gpus for h in self.hosts.values()), default=0)
+        self._healthy = sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
 
     def _host(self, name: str) -> Host:
         try:
@@ -224,7 +238,7 @@ class ClusterState:
 
     # ---- views -----------------------------------------------------------------------
     def healthy_gpus(self) -> int:
-        return sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
+        return self._healthy
 
     def free_gpus(self, host: str) -> int:
         return self.hosts[host].gpus - self.used[host]
