@@ -99,11 +99,30 @@ def test_attainment_by_hand() -> None:
     assert att["per_budget"]["a"] == pytest.approx(1.0)
     assert att["per_budget"]["b/y/v"] == pytest.approx(2000 / 5600)
     assert att["overall"] == pytest.approx(0.64)
+    assert att["overall_teams"] == pytest.approx(0.64)  # one researcher per team here
     assert att["min"] == pytest.approx(2000 / 5600)
     assert att["min_budget"] == "b/y"
     hour0 = {r[2]: r for r in res.budget_hours if r[0] == 0}
     assert hour0["a/x/u"][8] == pytest.approx(4400 / 3600)  # owed, GPU-hours
     assert hour0["b/y/v"][9] == pytest.approx(2000 / 3600)  # delivered
+
+
+def test_attainment_per_team_and_per_researcher_by_hand() -> None:
+    """One 8-GPU host. Team a/x (half of it: 4 GPUs) has two researchers, u and w (2 GPUs
+    of share each); b/y/v asks nothing. For the hour u runs 8 GPUs and w waits for 4 behind
+    it. Per researcher: u is owed 2 and gets them, w is owed 2 and gets 0, overall
+    2 / 4 = 0.5. Per team: a/x is owed min(4, 12) = 4 and gets 8, overall 1.0: the team got
+    all it was owed, shared unevenly among its people."""
+    tree = BudgetTree.build([("a/x/u", 1.0), ("a/x/w", 1.0), ("b/y/v", 1.0)])
+    jobs = (SimJob(WorkloadSpec("big", "a/x/u", 8, 60.0, 0.0), 2 * HOUR),
+            SimJob(WorkloadSpec("small", "a/x/w", 4, 60.0, 0.0), 600.0))
+    sc = Scenario("team", tree, (Host("h0", 8),), jobs, (), days=1 / 24.0)
+    att = run(sc, fifo).summary["attainment"]
+    assert att["per_budget"]["a/x/u"] == pytest.approx(1.0)
+    assert att["per_budget"]["a/x/w"] == pytest.approx(0.0)
+    assert att["per_budget"]["a/x"] == pytest.approx(1.0)
+    assert att["overall"] == pytest.approx(0.5)
+    assert att["overall_teams"] == pytest.approx(1.0)
 
 
 def test_hour_bins_split_exactly() -> None:

@@ -299,7 +299,8 @@ class Recorder:
 
     # ---- attainment ------------------------------------------------------------------
     def attainment(self, team_depth: int = 2) -> dict[str, object]:
-        """Per node, overall (owed-weighted over leaves), worst team and worst leaf."""
+        """Per node; overall, owed-weighted over the leaves (researchers) and over the teams;
+        the worst team and the worst leaf."""
         per: dict[str, float | None] = {}
         for i, path in enumerate(self.nodes):
             owed = self.owed_total[i]
@@ -315,12 +316,19 @@ class Recorder:
             if (self._depth[i] == team_depth or (self._leaf[i] and self._depth[i] < team_depth))
             and (v := per[p]) is not None
         }
+        team_ids = [i for i, p in enumerate(self.nodes) if p in teams]
+        owed_teams = sum(self.owed_total[i] for i in team_ids)
+        overall_teams = (
+            sum(self.attained_total[i] for i in team_ids) / owed_teams if owed_teams > 1e-9
+            else None
+        )
         leaf_values = {self.nodes[i]: per[self.nodes[i]] for i in leaves}
         known = {p: v for p, v in leaf_values.items() if v is not None}
         worst_team = min(teams, key=lambda p: (teams[p], p)) if teams else None
         worst_leaf = min(known, key=lambda p: (known[p], p)) if known else None
         return {
             "overall": overall,
+            "overall_teams": overall_teams,
             "min": teams[worst_team] if worst_team else None,
             "min_budget": worst_team,
             "min_leaf": known[worst_leaf] if worst_leaf else None,

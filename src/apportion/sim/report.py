@@ -489,7 +489,9 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
         ("abandoned (never started): all / debug",
          f"{fmt_num(abandoned.get('count'))} / {fmt_num(abandoned.get('debug'))}", ""),
         ("abandoned GPU-hours asked", fmt_num(abandoned.get("gpu_hours_requested"), 0), ""),
-        ("attainment, overall", fmt_pct(_get(att, "overall")), "attainment_overall"),
+        ("attainment, overall per team", fmt_pct(_get(att, "overall_teams")),
+         "attainment_overall"),
+        ("attainment, overall per researcher", fmt_pct(_get(att, "overall")), ""),
         ("attainment, worst team", fmt_pct(_get(att, "min"))
          + (f" ({_esc(min_name)})" if min_name else ""), "attainment_min"),
         ("teams at >= 95%", f"{fmt_num(ge95)} of {fmt_num(teams)}" if _num(teams) else "–",

@@ -20,6 +20,7 @@ from .run import _dur, _get, _pct, make_policy, write_csv
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("attainment_overall", "attainment.overall"),
+    ("attainment_teams", "attainment.overall_teams"),
     ("attainment_min", "attainment.min"),
     ("teams_ge_95", "attainment.teams_ge_95"),
     ("occupancy", "occupancy"),
@@ -179,13 +180,14 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
 
 def format_sweep(rows: list[dict[str, Any]], keys: list[str]) -> str:
     """The sweep as a text table, one line per combination."""
-    cols = [*keys, "attain", "worst team", "occupancy", "unalloc", "wait p90", "debug p90",
+    cols = [*keys, "attain", "teams", "worst team", "occupancy", "unalloc", "wait p90", "debug p90",
             "preempt", "lost GPU-h", "wall"]
     lines = [cols]
     for r in rows:
         lines.append([
             *[f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in keys],
-            _pct(r["attainment_overall"]), _pct(r["attainment_min"]), _pct(r["occupancy"]),
+            _pct(r["attainment_overall"]), _pct(r["attainment_teams"]),
+            _pct(r["attainment_min"]), _pct(r["occupancy"]),
             _pct(r["unallocated_fraction"]), _dur(r["wait_p90_s"]), _dur(r["debug_wait_p90_s"]),
             f"{r['preemptions']:,}", f"{r['lost_gpu_hours']:,.0f}", f"{r['wall_s']:.1f}s",
         ])
