@@ -23,3 +23,21 @@ def test_drained_multi_host_work_is_not_also_a_whole_host_victim() -> None:
     ids = [p.workload for p in d.preemptions]
     assert len(ids) == len(set(ids)), ids
     assert "u" in ids
+
+
+def test_a_shorter_request_is_tried_after_a_longer_one_of_the_same_size_failed() -> None:
+    """Budgets p, v and w share three 8-GPU hosts (8 GPUs each). v holds all 24 since t=0,
+    past its minimum runtime; at t=10,000 s its usage ratio is 3. p asks twice for 16 GPUs,
+    more than its share, so only the fair-share rule can help. The first request (8 h)
+    carries an admission charge putting p's ratio at 5.76: no rebalance. The second (15 min)
+    puts it at 0.18: it may take two of v's hosts (v keeps its share). A failed request says
+    nothing about one as large but shorter, so the second is tried and preempts."""
+    st = ClusterState(make_tree("p", "v", "w"), make_hosts(8, 8, 8))
+    for i in range(3):
+        st.submit(make_spec(f"v{i}", "v", 8, min_runtime=600.0), 0.0)
+        st.start(f"v{i}", (Slice(f"h{i}", 8),), 0.0)
+    st.submit(make_spec("long", "p", 16, min_runtime=8 * 3600.0, submit_time=100.0), 100.0)
+    st.submit(make_spec("short", "p", 16, min_runtime=900.0, submit_time=200.0), 200.0)
+    d = decide(st, 10_000.0, CFG)
+    assert not [p for p in d.preemptions if p.by == "long"]
+    assert len([p for p in d.preemptions if p.by == "short"]) == 2

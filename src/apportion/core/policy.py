@@ -98,7 +98,10 @@ class _Pass:
         # request failing says nothing about whole free smaller hosts.
         self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
         self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
-        self.rebalance_fail_min: dict[tuple[str, bool], int] = {}  # per preemptor budget
+        # Per preemptor budget and shape, the requests rebalancing could not make room for:
+        # a request at least as large *and* at least as long failed too (a longer minimum
+        # runtime is a larger admission charge, so the fair-share rule is no easier).
+        self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
         self._victims: tuple[dict[str, int], dict[str, int]] | None = None
         self._victim_hosts: dict[str, set[str]] | None = None
         self.reservations: list[Reservation] = []
@@ -216,16 +219,20 @@ class _Pass:
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
-        for gpus in self.state.sizes.get(leaf, ()):
+        for gpus, min_runtime in self.state.sizes.get(leaf, ()):
+            if gpus > self.hosts.healthy_total:
+                continue
             multi = gpus > self.hosts.max_size
-            limit = max(
-                self.fit_fail_min[multi],
-                self.unalloc_fail_min[multi],
-                self.rebalance_fail_min.get((leaf, multi), 1 << 30) if self.cfg.rebalance else 0,
-            )
-            if gpus < limit and gpus <= self.hosts.healthy_total:
+            if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+                return False
+            if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, min_runtime):
                 return False
         return True
+
+    def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, min_runtime: float) -> bool:
+        """Did rebalancing fail this pass for a request of ``budget`` no larger and no longer?"""
+        failed = self.rebalance_failed.get((budget, multi), ())
+        return any(gpus >= g and min_runtime >= m for g, m in failed)
 
     def skip_rest(self, leaf: str, start: int) -> None:
         """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
@@ -233,7 +240,7 @@ class _Pass:
         ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
         self.order.extend(ids)
         self.waiting.update(dict.fromkeys(ids, WaitReason.NO_CAPACITY))
-        if max(st.sizes[leaf]) > total:
+        if max(gpus for gpus, _ in st.sizes[leaf]) > total:
             for wid in ids:
                 if st.pending[wid].spec.gpus > total:
                     self.waiting[wid] = WaitReason.TOO_LARGE
@@ -270,7 +277,7 @@ class _Pass:
             if plan is None:
                 self.unalloc_fail_min[multi] = spec.gpus
         if plan is None and self.cfg.rebalance:
-            if spec.gpus >= self.rebalance_fail_min.get((spec.budget, multi), 1 << 30):
+            if self.rebalance_hopeless(spec.budget, multi, spec.gpus, spec.min_runtime):
                 return False
             bound, giving = self.rebalance_bound(spec)
             if bound >= spec.gpus:
@@ -290,7 +297,8 @@ class _Pass:
                     budget_ok=lambda budget: self.rules.side_of(spec, budget, giving),
                 )
             if plan is None:
-                self.rebalance_fail_min[(spec.budget, multi)] = spec.gpus
+                failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
+                failed.append((spec.gpus, spec.min_runtime))
         if plan is None:
             return False
         self.hosts.claim(plan)
@@ -388,10 +396,10 @@ class _Pass:
                     # only a failure lowers the thresholds
                     hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
 
-    def cannot_fit(self, sizes: dict[int, int]) -> bool:
+    def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
         fail = self.fit_fail_min
-        return all(gpus >= fail[gpus > self.hosts.max_size] for gpus in sizes)
+        return all(gpus >= fail[gpus > self.hosts.max_size] for gpus, _ in sizes)
 
 
 __all__ = ["Candidate", "PolicyConfig", "decide", "is_debug", "validate_spec", "victim_class"]

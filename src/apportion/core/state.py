@@ -18,6 +18,7 @@ from .tree import BudgetTree
 from .types import CoreError, Host, HostState, Pending, Placement, Running, WorkloadSpec
 
 QueueKey = tuple[int, float, str]
+Shape = tuple[int, float]  # (gpus, min_runtime) of a request
 
 
 def queue_key(spec: WorkloadSpec) -> QueueKey:
@@ -43,10 +44,11 @@ class ClusterState:
         # the policy considers all allocated work before any unallocated work
         self.queues: dict[str, list[tuple[QueueKey, str]]] = {}
         self.unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
-        # leaf -> {gpus: count} of its pending allocated (and, apart, unallocated) work, so a
-        # pass can tell at once that nothing left in a budget's queue can succeed
-        self.sizes: dict[str, dict[int, int]] = {}
-        self.unallocated_sizes: dict[str, dict[int, int]] = {}
+        # leaf -> {(gpus, min_runtime): count} of its pending allocated (and, apart,
+        # unallocated) work, so a pass can tell at once that nothing left in a budget's queue
+        # can succeed
+        self.sizes: dict[str, dict[Shape, int]] = {}
+        self.unallocated_sizes: dict[str, dict[Shape, int]] = {}
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
@@ -126,13 +128,14 @@ class ClusterState:
         self.pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
-        sizes[spec.gpus] = sizes.get(spec.gpus, 0) + 1
+        shape = (spec.gpus, spec.min_runtime)
+        sizes[shape] = sizes.get(shape, 0) + 1
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
         return self.queues if spec.allocated else self.unallocated_queues
 
-    def _sizes_of(self, spec: WorkloadSpec) -> dict[str, dict[int, int]]:
+    def _sizes_of(self, spec: WorkloadSpec) -> dict[str, dict[Shape, int]]:
         return self.sizes if spec.allocated else self.unallocated_sizes
 
     def unqueue(self, workload: str) -> Pending:
@@ -143,9 +146,10 @@ class ClusterState:
         self.reservations.pop(workload, None)
         self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
         sizes = self._sizes_of(p.spec)[p.spec.budget]
-        sizes[p.spec.gpus] -= 1
-        if not sizes[p.spec.gpus]:
-            del sizes[p.spec.gpus]
+        shape = (p.spec.gpus, p.spec.min_runtime)
+        sizes[shape] -= 1
+        if not sizes[shape]:
+            del sizes[shape]
         return p
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
