@@ -326,6 +326,9 @@ def test_work_that_never_starts_is_abandoned_when_patience_runs_out() -> None:
     assert hour0["b/y/v"][7] == pytest.approx(4.0)  # asked, time-averaged GPUs
     assert hour0["b/y/v"][8] == pytest.approx(2.0)  # owed, GPU-hours
     assert [r[13] for r in res.cluster_hours] == [1, 0]  # abandoned, per hour
+    # passes at 0 (submissions), 60 (j1's minimum runtime ends), 3600 (hour) and 5400 (j1
+    # ends): withdrawing j2 at 1800 freed nothing, so no pass ran then
+    assert res.summary["decide"]["moments"] == 4
 
 
 def test_work_that_starts_in_time_is_not_abandoned() -> None:

@@ -8,7 +8,7 @@ that still fits), which keeps empty hosts empty for the large runs that need the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import Final
 
 from .preemption import Candidate
 from .state import ClusterState
@@ -26,10 +26,14 @@ class HostView:
         self.default_checkpoint = default_checkpoint
         self.size = state.schedulable  # read only: the state's own index
         self.names = state.schedulable_names
-        self.free = {n: self.size[n] - state.used[n] for n in self.names}
-        self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
         # GPUs held by unallocated work that is not stopping: victims anyone may take
-        self.unallocated = {n: state.unallocated_used[n] for n in self.names}
+        if len(self.names) == len(state.hosts):  # every host takes work: copy whole (cheap)
+            self.free = dict(state.free)
+            self.unallocated = dict(state.unallocated_used)
+        else:
+            self.free = {n: state.free[n] for n in self.names}
+            self.unallocated = {n: state.unallocated_used[n] for n in self.names}
+        self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
         for wid in state.stopping:
             r = state.running[wid]
             for s in r.placement:
@@ -46,6 +50,7 @@ class HostView:
         self._clearable: list[_HostOption] | None = None
         self.touched: set[str] = set()  # hosts this pass started work on or promised
         self._unallocated_clearable: int | None = None
+        self._reclaimable: int | None = None
 
     def may_be_victim(self, r: Running, now: float) -> bool:
         """Protected work (allocated, inside its minimum runtime) is never a victim: every
@@ -87,9 +92,12 @@ class HostView:
         return self.free[host] + self.stopping[host] + self._cand_gpus[host]
 
     def reclaimable_unallocated(self) -> int:
-        """Upper bound on the GPUs free, stopping or held by unallocated work right now."""
-        unallocated = int(self.state.ledger.rate(ROOT, charged=False))
-        return sum(self.free.values()) + sum(self.stopping.values()) + unallocated
+        """Upper bound on the GPUs free, stopping or held by unallocated work right now.
+        Kept until the pass hands out GPUs."""
+        if self._reclaimable is None:
+            unallocated = int(self.state.ledger.rate(ROOT, charged=False))
+            self._reclaimable = sum(self.free.values()) + sum(self.stopping.values()) + unallocated
+        return self._reclaimable
 
     def clearable(self, now: float) -> list[_HostOption]:
         """Hosts that could be emptied now (nothing protected on them, nothing promised to
@@ -132,6 +140,7 @@ class HostView:
     def _not_clearable(self, hosts: set[str]) -> None:
         self.touched |= hosts
         self._unallocated_clearable = None
+        self._reclaimable = None
         if self._clearable is not None:
             self._clearable = [o for o in self._clearable if o.name not in hosts]
 
@@ -154,17 +163,31 @@ class HostView:
         self._not_clearable({h for h, _ in plan.hosts} | {h for v in plan.victims for h in v.hosts})
 
 
-@dataclass(frozen=True, slots=True)
 class _HostOption:
-    name: str
-    budgets: frozenset[str]  # budgets of its allocated work (empty: unallocated only)
+    """A host a whole-host search could empty. (Plain classes with final attributes here,
+    not frozen dataclasses: searches build many, and compiled these are far cheaper.)"""
+
+    __slots__ = ("budgets", "name")
+
+    def __init__(self, name: str, budgets: frozenset[str]) -> None:
+        self.name: Final = name
+        self.budgets: Final = budgets  # budgets of its allocated work (empty: unallocated only)
 
 
-@dataclass(frozen=True, slots=True)
 class VictimPlan:
-    hosts: tuple[tuple[str, int], ...]  # host and GPUs the workload will get there
-    victims: tuple[Candidate, ...]  # to preempt now (none: waiting for stopping work only)
-    cost: tuple[int, float, int]
+    """Room for one workload: the hosts and GPUs it gets, and the work to preempt for it."""
+
+    __slots__ = ("cost", "hosts", "victims")
+
+    def __init__(
+        self,
+        hosts: tuple[tuple[str, int], ...],  # host and GPUs the workload will get there
+        victims: tuple[Candidate, ...],  # to preempt now (none: waiting for stopping work only)
+        cost: tuple[int, float, int],
+    ) -> None:
+        self.hosts: Final = hosts
+        self.victims: Final = victims
+        self.cost: Final = cost
 
 
 def find_fit(view: HostView, gpus: int, only: Sequence[str] | None = None) -> Placement | None:

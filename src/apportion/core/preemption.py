@@ -25,7 +25,7 @@ back would put it over. No ping-pong.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Final
 
 from .config import PolicyConfig
 from .ledger import UsageLedger
@@ -42,18 +42,36 @@ def victim_class(spec: WorkloadSpec) -> int:
     return 2 if spec.resumable else 3
 
 
-@dataclass(frozen=True, slots=True)
 class Candidate:
-    """A running workload as a possible victim, with what preempting it would cost."""
+    """A running workload as a possible victim, with what preempting it would cost.
 
-    id: str
-    budget: str
-    gpus: int
-    klass: int
-    lost: float  # GPU-seconds of progress a preemption would throw away (estimate)
-    protected_until: float
-    resumable: bool
-    hosts: tuple[str, ...] = ()  # where it runs: preempting it frees GPUs on all of them
+    A plain class with final attributes rather than a frozen dataclass: searches build
+    thousands per second, and compiled, this is several times cheaper to construct."""
+
+    __slots__ = ("budget", "gpus", "hosts", "id", "klass", "lost", "protected_until", "resumable")
+
+    def __init__(
+        self,
+        id: str,
+        budget: str,
+        gpus: int,
+        klass: int,
+        lost: float,  # GPU-seconds of progress a preemption would throw away (estimate)
+        protected_until: float,
+        resumable: bool,
+        hosts: tuple[str, ...] = (),  # where it runs: preempting it frees GPUs on all of them
+    ) -> None:
+        self.id: Final = id
+        self.budget: Final = budget
+        self.gpus: Final = gpus
+        self.klass: Final = klass
+        self.lost: Final = lost
+        self.protected_until: Final = protected_until
+        self.resumable: Final = resumable
+        self.hosts: Final = hosts
+
+    def __repr__(self) -> str:
+        return f"Candidate({self.id!r}, {self.budget!r}, {self.gpus}, klass={self.klass})"
 
     @classmethod
     def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:

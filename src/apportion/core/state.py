@@ -52,6 +52,7 @@ class ClusterState:
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
+        self.free: dict[str, int] = {}  # host -> GPUs not held (whatever the host's state)
         self.unallocated_used: dict[str, int] = {}  # host -> GPUs held by unallocated work
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
@@ -85,6 +86,7 @@ class ClusterState:
         self._tick(t)
         self.hosts[host.name] = host
         self.used[host.name] = 0
+        self.free[host.name] = host.gpus
         self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
         self.protected_until[host.name] = float("-inf")
@@ -169,6 +171,7 @@ class ClusterState:
         self.running[workload] = r
         for s in placement:
             self.used[s.host] += s.gpus
+            self.free[s.host] -= s.gpus
             if not p.spec.allocated:
                 self.unallocated_used[s.host] += s.gpus
             self.on_host[s.host].add(workload)
@@ -205,6 +208,7 @@ class ClusterState:
         self.stopping.discard(workload)
         for s in r.placement:
             self.used[s.host] -= s.gpus
+            self.free[s.host] += s.gpus
             if not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
             self.on_host[s.host].discard(workload)
@@ -245,7 +249,7 @@ class ClusterState:
         return self._healthy
 
     def free_gpus(self, host: str) -> int:
-        return self.hosts[host].gpus - self.used[host]
+        return self.free[host]
 
     def fingerprint(self) -> tuple[object, ...]:
         """Everything ``decide`` may read, as plain values: equal before and after a pass."""

@@ -403,11 +403,14 @@ class Engine:
 
     def _on_abandon(self, wid: str, gen: int, now: float) -> bool:
         """Its owner's patience ran out: a workload that never started is withdrawn (one
-        that ran and was requeued keeps waiting, its owner has seen it make progress)."""
+        that ran and was requeued keeps waiting, its owner has seen it make progress).
+        Withdrawing work that holds nothing frees nothing, so this is no moment to decide at,
+        unless GPUs were being freed for it (a reservation: they go to someone else now)."""
         j = self.jobs[wid]
         if j.status != "pending" or j.first_start is not None:
             return False
         spec = j.spec
+        freed = wid in self.state.reservations
         self.state.unqueue(wid)
         j.status = "abandoned"
         j.end = now
@@ -415,7 +418,7 @@ class Engine:
         self.rec.withdrawn(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
             self._observe("unqueued", wid, self.state)
-        return True
+        return freed
 
     def _on_complete(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
