@@ -252,6 +252,29 @@ def test_decide_is_deterministic_and_pure(sc: Scenario, at_half_hours: int) -> N
 
 
 @DRIVEN_SETTINGS
+@given(scenarios())
+def test_leaving_out_reasons_changes_no_decision(sc: Scenario) -> None:
+    """On every pass of a replay, ``decide(..., reasons=False)`` (what the simulator calls)
+    decides exactly what the full pass decides; what it says about waiting work is the full
+    pass's, with only bulk-skipped work left out."""
+    checked = [0]
+
+    def both(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        full = decide(state, now, config)
+        lean = decide(state, now, config, reasons=False)
+        assert (lean.starts, lean.preemptions, lean.host_changes, lean.reservations) == (
+            full.starts, full.preemptions, full.host_changes, full.reservations
+        )
+        assert lean.waiting.items() <= full.waiting.items()
+        assert set(lean.order) <= set(full.order)
+        checked[0] += 1
+        return lean
+
+    drive(sc, policy=both)
+    assert checked[0] > 0
+
+
+@DRIVEN_SETTINGS
 @given(scenarios(max_jobs=40))
 def test_no_ping_pong(sc: Scenario) -> None:
     """At every instant the decide/apply loop reaches a quiet pass within a few rounds; no

@@ -20,6 +20,8 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, HeldNow, RebalanceRules, WindowUsage, victim_class
@@ -62,19 +64,29 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
         )
 
 
-def decide(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+def decide(
+    state: ClusterState, now: float, config: PolicyConfig, reasons: bool = True
+) -> Decisions:
     """Decide what to start, preempt and drain at ``now``. Pure: same inputs, same output,
-    and ``state`` is left exactly as it was."""
-    return _Pass(state, now, config).run()
+    and ``state`` is left exactly as it was.
+
+    ``reasons=False`` leaves out of ``Decisions.order`` and ``Decisions.waiting`` the work a
+    pass passes over in bulk (the rest of a queue nothing in which can succeed): recording
+    it costs a pass time in proportion to the whole queue, and only readers of the queue
+    (``apportion why``, the queue view) need it. The decisions are the same either way."""
+    return _Pass(state, now, config, reasons).run()
 
 
 class _Pass:
     """Working data of one pass. Everything the pass changes lives here."""
 
-    def __init__(self, state: ClusterState, now: float, config: PolicyConfig) -> None:
+    def __init__(
+        self, state: ClusterState, now: float, config: PolicyConfig, reasons: bool = True
+    ) -> None:
         self.state = state
         self.now = now
         self.cfg = config
+        self.reasons = reasons
         tree = state.tree
         ledger = state.ledger
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
@@ -236,6 +248,8 @@ class _Pass:
 
     def skip_rest(self, leaf: str, start: int) -> None:
         """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
+        if not self.reasons:
+            return
         st, total = self.state, self.hosts.healthy_total
         ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
         self.order.extend(ids)
@@ -374,6 +388,8 @@ class _Pass:
         st = self.state
         if self.fit_fail_min[False] <= 1:
             return  # not one GPU left: nothing more can start this pass
+        if not self.reasons and self.nothing_fits(st.unallocated_sizes.values()):
+            return  # nobody to tell why: spare ranking the budgets
         leaves = sorted(
             (leaf for leaf, q in st.unallocated_queues.items() if q),
             key=lambda leaf: (self.rules.ratio(leaf), leaf),
@@ -385,6 +401,8 @@ class _Pass:
                 if self.fit_fail_min[False] <= 1:
                     return  # not one GPU left: nothing more can start this pass
                 if hopeless:
+                    if not self.reasons:
+                        break
                     rest = [w for _, w in queue[i:]]  # as failed tries would record them
                     self.order.extend(rest)
                     self.waiting.update(dict.fromkeys(rest, WaitReason.NO_CAPACITY))
@@ -395,6 +413,15 @@ class _Pass:
                     self.waiting[wid] = WaitReason.NO_CAPACITY
                     # only a failure lowers the thresholds
                     hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
+
+    def nothing_fits(self, all_sizes: Iterable[dict[tuple[int, float], int]]) -> bool:
+        """Would no request of any of these sizes fit on the GPUs free now? (With no host
+        wholly free, only single-host requests could, each on the host with most free.)"""
+        free, size = self.hosts.free, self.hosts.size
+        if any(free[name] == size[name] for name in self.hosts.names):
+            return False
+        most = max(free.values(), default=0)
+        return all(gpus > most for sizes in all_sizes for gpus, _ in sizes)
 
     def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""

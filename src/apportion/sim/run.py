@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from functools import partial
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ POLICIES = ("fairshare", "legacy")
 def make_policy(name: str, scenario: Scenario, sim: SimConfig) -> Policy:
     """The policy function called ``name``: core's ``decide`` or the legacy model."""
     if name == "fairshare":
-        return decide
+        return partial(decide, reasons=False)  # the simulator never asks why work waits
     if name == "legacy":
         return LegacyPolicy(
             {j.spec.id: j for j in scenario.jobs}, scenario.tree,
