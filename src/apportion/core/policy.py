@@ -116,6 +116,7 @@ class _Pass:
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
         self._victims: tuple[dict[str, int], dict[str, int]] | None = None
         self._victim_hosts: dict[str, set[str]] | None = None
+        self._unprotected: list[Running] | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
@@ -193,12 +194,15 @@ class _Pass:
             node: str = ROOT
             while True:
                 best: str | None = None
-                best_key: tuple[float, str] | None = None
-                for kid in tree.children(node):
+                best_ratio = 0.0
+                for kid in tree.children(node):  # lowest (ratio, name) first
                     if remaining.get(kid, 0) > 0:
-                        key = (self.rules.ratio(kid), kid)
-                        if best_key is None or key < best_key:
-                            best, best_key = kid, key
+                        ratio = self.rules.ratio(kid)
+                        if (
+                            best is None or ratio < best_ratio
+                            or (ratio == best_ratio and kid < best)
+                        ):
+                            best, best_ratio = kid, ratio
                 if best is None:
                     return None if node == ROOT else node
                 node = best
@@ -375,13 +379,16 @@ class _Pass:
         return self._victim_hosts
 
     def unprotected(self) -> list[Running]:
-        """Allocated work past its minimum runtime and not stopping: rebalancing's victims."""
-        st, now = self.state, self.now
-        return [
-            r
-            for wid, r in st.running.items()
-            if r.spec.allocated and wid not in st.stopping and now >= r.protected_until()
-        ]
+        """Allocated work past its minimum runtime and not stopping: rebalancing's victims.
+        Once per pass."""
+        if self._unprotected is None:
+            st, now = self.state, self.now
+            self._unprotected = [
+                r
+                for wid, r in st.running.items()
+                if r.spec.allocated and wid not in st.stopping and now >= r.protected_until()
+            ]
+        return self._unprotected
 
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:
@@ -418,9 +425,9 @@ class _Pass:
         """Would no request of any of these sizes fit on the GPUs free now? (With no host
         wholly free, only single-host requests could, each on the host with most free.)"""
         free, size = self.hosts.free, self.hosts.size
-        if any(free[name] == size[name] for name in self.hosts.names):
-            return False
         most = max(free.values(), default=0)
+        if most and any(free[name] == size[name] for name in self.hosts.names):
+            return False
         return all(gpus > most for sizes in all_sizes for gpus, _ in sizes)
 
     def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
