@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from apportion.core import ClusterState, HostState, PolicyConfig, Slice, decide
+from apportion.core.policy import _charge_threshold
 
 from .helpers import make_hosts, make_spec, make_tree
 
@@ -41,3 +44,16 @@ def test_a_shorter_request_is_tried_after_a_longer_one_of_the_same_size_failed()
     d = decide(st, 10_000.0, CFG)
     assert not [p for p in d.preemptions if p.by == "long"]
     assert len([p for p in d.preemptions if p.by == "short"]) == 2
+
+
+def test_a_failed_rebalance_skips_only_requests_it_proves_hopeless() -> None:
+    """The charge from which later requests of a budget are skipped after a failure: the
+    bound fell 4 GPUs short of 10; one side opens below a charge of 100 (2 GPUs more),
+    another below 50 (3 more). Only a charge under 50 could reach 10 GPUs, so from 50 on
+    (a hair above, for rounding) requests fail. Sides that never reach it, or none: any
+    charge fails. After a failed search (the bound was enough), below the first opening."""
+    assert _charge_threshold(10, 6.0, [(100.0, 2.0), (50.0, 3.0)]) == pytest.approx(50.0)
+    assert _charge_threshold(10, 6.0, [(100.0, 2.0), (50.0, 3.0)]) > 50.0
+    assert _charge_threshold(10, 6.0, [(100.0, 1.0), (50.0, 1.0)]) == 0.0
+    assert _charge_threshold(10, 6.0, []) == 0.0
+    assert _charge_threshold(10, None, [(50.0, 3.0), (100.0, 1.0)]) == pytest.approx(100.0)

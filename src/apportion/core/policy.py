@@ -47,6 +47,38 @@ def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
     return False
 
 
+def _gives(held: int, smallest: int, limit: float) -> float:
+    """What a side adds to the rebalance bound: nothing unless its smallest victim is
+    within the limit (see ``_Pass.rebalance_bound``)."""
+    return min(held, limit) if held and limit >= smallest else 0.0
+
+
+def _charge_threshold(
+    gpus: int, short_bound: float | None, opening: list[tuple[float, float]]
+) -> float:
+    """After rebalancing failed for a request of ``gpus``: the least admission charge from
+    which a request of the same budget at least as large fails too. For it no side may lose
+    more than for the failed one, except the sides in ``opening`` (from
+    :meth:`_Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
+    allows less to a larger request, the fair-share rule the same wherever it allows at all,
+    and a larger charge spares more sides. If the bound fell short (``short_bound``) and
+    stays short with every side opened, any charge fails: 0. If it fell short, the charge
+    below which enough sides open to reach ``gpus``; if the search failed instead, below
+    which any opens. Slightly above the exact figure, so that rounding can only make a later
+    request be tried, never skipped."""
+    threshold = 0.0
+    if short_bound is None:
+        threshold = max((below for below, _ in opening), default=0.0)
+    else:
+        bound = short_bound
+        for below, more in sorted(opening, reverse=True):
+            bound += more
+            if bound >= gpus:
+                threshold = below
+                break
+    return threshold * (1 + 1e-9)
+
+
 def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig) -> None:
     """Refuse a workload the policy could never run, naming the field."""
     state.tree.require_leaf(spec.budget)
@@ -110,13 +142,15 @@ class _Pass:
         # request failing says nothing about whole free smaller hosts.
         self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
         self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
-        # Per preemptor budget and shape, the requests rebalancing could not make room for:
-        # a request at least as large *and* at least as long failed too (a longer minimum
-        # runtime is a larger admission charge, so the fair-share rule is no easier).
+        # Per preemptor budget and shape, the requests rebalancing could not make room for,
+        # as (GPUs, admission charge from which the fair-share rule spared every side it
+        # spared for that request): a request at least as large with at least that charge
+        # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
         self._victims: tuple[dict[str, int], dict[str, int]] | None = None
         self._victim_hosts: dict[str, set[str]] | None = None
         self._unprotected: list[Running] | None = None
+        self._smallest: dict[str, list[tuple[int, float]]] = {}
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
@@ -235,20 +269,40 @@ class _Pass:
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
-        for gpus, min_runtime in self.state.sizes.get(leaf, ()):
+        for gpus, min_runtime in self.smallest_shapes(leaf):
             if gpus > self.hosts.healthy_total:
                 continue
             multi = gpus > self.hosts.max_size
             if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
                 return False
-            if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, min_runtime):
+            charge = self.rules.charge(gpus, min_runtime)
+            if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, charge):
                 return False
         return True
 
-    def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, min_runtime: float) -> bool:
-        """Did rebalancing fail this pass for a request of ``budget`` no larger and no longer?"""
+    def smallest_shapes(self, leaf: str) -> list[tuple[int, float]]:
+        """The shapes of ``leaf``'s pending work that no other of the same kind (one host or
+        whole hosts) is both smaller and shorter than. Every threshold of the pass fails a
+        shape if it fails a smaller and shorter one of that kind, so these decide whether
+        the whole queue is hopeless: a handful, however many lengths the queue holds. Once
+        per budget per pass."""
+        shapes = self._smallest.get(leaf)
+        if shapes is None:
+            shapes = []
+            shortest = {False: float("inf"), True: float("inf")}  # so far, per kind
+            for gpus, min_runtime in sorted(self.state.sizes.get(leaf, ())):
+                multi = gpus > self.hosts.max_size
+                if min_runtime < shortest[multi]:
+                    shortest[multi] = min_runtime
+                    shapes.append((gpus, min_runtime))
+            self._smallest[leaf] = shapes
+        return shapes
+
+    def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
+        """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
+        admission charge spared no fewer sides?"""
         failed = self.rebalance_failed.get((budget, multi), ())
-        return any(gpus >= g and min_runtime >= m for g, m in failed)
+        return any(gpus >= g and charge >= c for g, c in failed)
 
     def skip_rest(self, leaf: str, start: int) -> None:
         """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
@@ -295,9 +349,10 @@ class _Pass:
             if plan is None:
                 self.unalloc_fail_min[multi] = spec.gpus
         if plan is None and self.cfg.rebalance:
-            if self.rebalance_hopeless(spec.budget, multi, spec.gpus, spec.min_runtime):
+            charge = self.rules.admission(spec)
+            if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
                 return False
-            bound, giving = self.rebalance_bound(spec)
+            bound, giving, opening = self.rebalance_bound(spec)
             if bound >= spec.gpus:
                 only = None
                 if not multi:
@@ -316,7 +371,8 @@ class _Pass:
                 )
             if plan is None:
                 failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
-                failed.append((spec.gpus, spec.min_runtime))
+                short = bound if bound < spec.gpus else None
+                failed.append((spec.gpus, _charge_threshold(spec.gpus, short, opening)))
         if plan is None:
             return False
         self.hosts.claim(plan)
@@ -328,17 +384,25 @@ class _Pass:
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
 
-    def rebalance_bound(self, spec: WorkloadSpec) -> tuple[float, dict[str, str]]:
+    def rebalance_bound(
+        self, spec: WorkloadSpec
+    ) -> tuple[float, dict[str, str], list[tuple[float, float]]]:
         """At most how many GPUs could ``spec`` get by rebalancing, and the sides that may
         give way to it (victim side -> the preemptor's side at that level): free, stopping and
-        unallocated GPUs, plus from each side the lesser of what its unprotected work holds
-        and what the rules let it lose. Fair Tree compares siblings only, so the sides are
+        unallocated GPUs, plus from each side the lesser of what its unprotected work holds and
+        what the rules let it lose. Fair Tree compares siblings only, so the sides are
         the siblings of the preemptor's ancestors, and only those at or over their share can
         give (see :meth:`RebalanceRules.limit`). A search only runs when the bound reaches the
-        request, which in a full cluster is rare."""
+        request, which in a full cluster is rare.
+
+        Also the sides the fair-share rule spares only for ``spec``'s admission charge, as
+        (charge below which the rule would let the side give, GPUs the bound would gain):
+        what a shorter request could get more (see :func:`_charge_threshold`)."""
         held_by, smallest = self.victim_index()
         bound = float(self.hosts.reclaimable_unallocated())
         giving: dict[str, str] = {}
+        opening: list[tuple[float, float]] = []
+        charge = self.rules.admission(spec) * (1 + 1e-9)  # rounding: count a side in, not out
         tree = self.state.tree
         for mine in ancestors(spec.budget)[:-1]:
             for theirs in self.rules.over_children(tree.parent_of(mine)):
@@ -346,10 +410,17 @@ class _Pass:
                 if theirs == mine or not held:
                     continue
                 limit = self.rules.limit(spec, mine, theirs)
-                if limit >= smallest[theirs]:  # else every victim there is too large to take
-                    bound += min(held, limit)
+                gives = _gives(held, smallest[theirs], limit)
+                if gives:
+                    bound += gives
                     giving[theirs] = mine
-        return bound, giving
+                opens_below = self.rules.charge_below(mine, theirs)
+                if 0.0 < opens_below <= charge:
+                    wider = max(limit, self.rules.over_share(theirs))
+                    more = _gives(held, smallest[theirs], wider) - gives
+                    if more > 0:
+                        opening.append((opens_below, more))
+        return bound, giving, opening
 
     def victim_index(self) -> tuple[dict[str, int], dict[str, int]]:
         """Per budget node, about its allocated work past its minimum runtime: the GPUs it

@@ -147,7 +147,11 @@ class RebalanceRules:
         return value
 
     def admission(self, spec: WorkloadSpec) -> float:
-        return spec.gpus * spec.min_runtime * self.cfg.admission_charge
+        return self.charge(spec.gpus, spec.min_runtime)
+
+    def charge(self, gpus: int, min_runtime: float) -> float:
+        """GPU-seconds charged at admission to work of this shape."""
+        return gpus * min_runtime * self.cfg.admission_charge
 
     def admit(self, spec: WorkloadSpec) -> None:
         charge = self.admission(spec)
@@ -227,6 +231,20 @@ class RebalanceRules:
 
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
         return removed <= self.limit(spec, mine, theirs)
+
+    def over_share(self, theirs: str) -> float:
+        """GPUs side ``theirs`` holds above its share: what the fair-share rule lets it lose
+        (as in :meth:`limit`)."""
+        fair_v = self.tree.share(theirs) * self.healthy
+        return self.alloc[theirs] - (1 - _EPS) * fair_v
+
+    def charge_below(self, mine: str, theirs: str) -> float:
+        """The admission charge below which the fair-share rule lets work of side ``mine``
+        take from its sibling ``theirs`` (see :meth:`limit`); 0 or less if at none."""
+        margin = 1 + self.cfg.rebalance_margin
+        return (self.ratio(theirs) / margin - self.ratio(mine)) * (
+            self.tree.share(mine) * self.capacity
+        )
 
     def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
         """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
