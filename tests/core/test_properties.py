@@ -52,10 +52,19 @@ def drive(sc: Scenario, until: float = 14 * HOUR, **kw: object) -> Driver:
 def check_consistent(state: ClusterState) -> None:
     """The state's indexes agree with its running work, and no host is over-committed."""
     used = dict.fromkeys(state.hosts, 0)
-    for r in state.running.values():
+    stopping = dict.fromkeys(state.hosts, 0)
+    unallocated = dict.fromkeys(state.hosts, 0)
+    for wid, r in state.running.items():
         for s in r.placement:
             used[s.host] += s.gpus
+            if wid in state.stopping:
+                stopping[s.host] += s.gpus
+            elif not r.spec.allocated:
+                unallocated[s.host] += s.gpus
     assert used == state.used
+    assert {h: state.hosts[h].gpus - n for h, n in used.items()} == state.free
+    assert stopping == state.stopping_gpus
+    assert unallocated == state.unallocated_used
     for name, h in state.hosts.items():
         assert state.used[name] <= h.gpus, f"host {name} over-committed"
         if h.state in (HostState.REPAIR, HostState.DOWN):

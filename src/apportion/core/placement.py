@@ -26,21 +26,13 @@ class HostView:
         self.default_checkpoint = default_checkpoint
         self.size = state.schedulable  # read only: the state's own index
         self.names = state.schedulable_names
+        # copies of the state's per-host counts, less the few hosts taking no work
+        self.free = dict(state.free)
+        self.stopping = dict(state.stopping_gpus)  # GPUs about to be freed by stopping work
         # GPUs held by unallocated work that is not stopping: victims anyone may take
-        if len(self.names) == len(state.hosts):  # every host takes work: copy whole (cheap)
-            self.free = dict(state.free)
-            self.unallocated = dict(state.unallocated_used)
-        else:
-            self.free = {n: state.free[n] for n in self.names}
-            self.unallocated = {n: state.unallocated_used[n] for n in self.names}
-        self.stopping = dict.fromkeys(self.names, 0)  # GPUs about to be freed by stopping work
-        for wid in state.stopping:
-            r = state.running[wid]
-            for s in r.placement:
-                if s.host in self.stopping:
-                    self.stopping[s.host] += s.gpus
-                    if not r.spec.allocated:
-                        self.unallocated[s.host] -= s.gpus
+        self.unallocated = dict(state.unallocated_used)
+        for name in state.unschedulable:
+            del self.free[name], self.stopping[name], self.unallocated[name]
         self.healthy_total = sum(self.size.values())
         self.max_size = state.max_host_gpus
         self.claimed: set[str] = set()

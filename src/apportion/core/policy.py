@@ -414,12 +414,12 @@ class _Pass:
                 if gives:
                     bound += gives
                     giving[theirs] = mine
-                opens_below = self.rules.charge_below(mine, theirs)
-                if 0.0 < opens_below <= charge:
-                    wider = max(limit, self.rules.over_share(theirs))
-                    more = _gives(held, smallest[theirs], wider) - gives
+                if gives < held:  # would the fair-share rule let it give more?
+                    more = _gives(held, smallest[theirs], self.rules.over_share(theirs)) - gives
                     if more > 0:
-                        opening.append((opens_below, more))
+                        opens_below = self.rules.charge_below(mine, theirs)
+                        if 0.0 < opens_below <= charge:
+                            opening.append((opens_below, more))
         return bound, giving, opening
 
     def victim_index(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -493,13 +493,22 @@ class _Pass:
                     hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
 
     def nothing_fits(self, all_sizes: Iterable[dict[tuple[int, float], int]]) -> bool:
-        """Would no request of any of these sizes fit on the GPUs free now? (With no host
-        wholly free, only single-host requests could, each on the host with most free.)"""
-        free, size = self.hosts.free, self.hosts.size
-        most = max(free.values(), default=0)
-        if most and any(free[name] == size[name] for name in self.hosts.names):
+        """Would no request of any of these sizes fit on the GPUs free now? One host's work
+        fits only within the most free on a host, larger work only on wholly free hosts."""
+        view = self.hosts
+        most = max(view.free.values(), default=0)
+        single, multi = 1 << 30, 1 << 30  # the smallest request of each kind
+        for sizes in all_sizes:
+            for gpus, _ in sizes:
+                if gpus > view.max_size:
+                    multi = min(multi, gpus)
+                else:
+                    single = min(single, gpus)
+        if single <= most:
             return False
-        return all(gpus > most for sizes in all_sizes for gpus, _ in sizes)
+        if multi == 1 << 30 or not most:
+            return True
+        return sum(view.size[n] for n in view.names if view.free[n] == view.size[n]) < multi
 
     def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""

@@ -53,7 +53,9 @@ class ClusterState:
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
         self.free: dict[str, int] = {}  # host -> GPUs not held (whatever the host's state)
-        self.unallocated_used: dict[str, int] = {}  # host -> GPUs held by unallocated work
+        self.stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
+        # host -> GPUs held by unallocated work not stopping: victims anyone may take
+        self.unallocated_used: dict[str, int] = {}
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
@@ -61,6 +63,7 @@ class ClusterState:
         # derived from hosts, rebuilt when one changes: what every pass reads first
         self.schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
         self.schedulable_names: list[str] = []
+        self.unschedulable: list[str] = []  # the others (draining, in repair, down)
         self.max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
         self._healthy = 0
         self.time = start
@@ -87,6 +90,7 @@ class ClusterState:
         self.hosts[host.name] = host
         self.used[host.name] = 0
         self.free[host.name] = host.gpus
+        self.stopping_gpus[host.name] = 0
         self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
         self.protected_until[host.name] = float("-inf")
@@ -110,6 +114,7 @@ class ClusterState:
         names = sorted(n for n, h in self.hosts.items() if h.schedulable)
         self.schedulable = {n: self.hosts[n].gpus for n in names}
         self.schedulable_names = names
+        self.unschedulable = sorted(n for n, h in self.hosts.items() if not h.schedulable)
         self.max_host_gpus = max((h.gpus for h in self.hosts.values()), default=0)
         self._healthy = sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
 
@@ -193,9 +198,15 @@ class ClusterState:
 
     def mark_stopping(self, workload: str) -> Running:
         r = self._running(workload)
+        if workload in self.stopping:
+            return r
         new = Running(r.spec, r.placement, r.started_at, stopping=True)
         self.running[workload] = new
         self.stopping.add(workload)
+        for s in r.placement:
+            self.stopping_gpus[s.host] += s.gpus
+            if not r.spec.allocated:
+                self.unallocated_used[s.host] -= s.gpus
         self._refresh_protection(r)
         return new
 
@@ -205,11 +216,14 @@ class ClusterState:
         r = self.running.pop(workload, None)
         if r is None:
             raise CoreError(f"workload {workload}: not running")
+        was_stopping = workload in self.stopping
         self.stopping.discard(workload)
         for s in r.placement:
             self.used[s.host] -= s.gpus
             self.free[s.host] += s.gpus
-            if not r.spec.allocated:
+            if was_stopping:
+                self.stopping_gpus[s.host] -= s.gpus
+            elif not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
             self.on_host[s.host].discard(workload)
         self._refresh_protection(r)
@@ -268,6 +282,7 @@ class ClusterState:
             ),
             tuple(sorted(self.used.items())),
             tuple(sorted(self.unallocated_used.items())),
+            tuple(sorted(self.stopping_gpus.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
