@@ -7,8 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-from functools import partial
 from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
