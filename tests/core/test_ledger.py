@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apportion.core import ROOT, CoreError, UsageLedger
 
@@ -123,3 +125,36 @@ def test_windows_stay_exact_after_pruning() -> None:
     for window in (600.0, 3600.0, 86400.0, 7 * 86400.0):
         assert led.charged("a", end, window) == pytest.approx(window / 2)
     assert led.charged("a/x", end - 150, 600.0) == pytest.approx(300.0)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 500), st.integers(-3, 3)), min_size=1, max_size=60),
+    st.lists(st.tuples(st.floats(0, 20_000), st.floats(1, 20_000)), min_size=1, max_size=40),
+)
+def test_any_window_in_any_order_is_the_integral(
+    steps: list[tuple[int, int]], queries: list[tuple[float, float]]
+) -> None:
+    """Rate changes at random times, then windows asked in random order (the lookup
+    remembers where the last one landed): each equals the integral summed by hand."""
+    led = UsageLedger(start=0.0)
+    changes: list[tuple[float, int]] = []  # (time, rate from then on)
+    t, rate = 0.0, 0
+    for gap, delta in steps:
+        t += gap
+        delta = max(delta, -rate)  # a budget never holds fewer than 0 GPUs
+        rate += delta
+        led.change("a", delta, t, charged=True)
+        changes.append((t, rate))
+
+    def used_until(x: float) -> float:
+        total, held, since = 0.0, 0, 0.0
+        for at, now_rate in changes:
+            if at >= x:
+                break
+            total += held * (at - since)
+            held, since = now_rate, at
+        return total + held * (x - since)
+
+    for now, window in queries:
+        expected = used_until(now) - used_until(max(now - window, 0.0))
+        assert led.charged("a", now, window) == pytest.approx(expected, abs=1e-6)

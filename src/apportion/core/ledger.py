@@ -21,21 +21,35 @@ CAPACITY = "\x00capacity"  # series key of the cluster's healthy GPUs
 
 
 class _Series:
-    __slots__ = ("cum", "rate", "rates", "times")
+    __slots__ = ("cum", "hint", "rate", "rates", "times")
 
     def __init__(self, t: float) -> None:
         self.times: list[float] = [t]
         self.cum: list[float] = [0.0]
         self.rates: list[float] = [0.0]
         self.rate = 0.0
+        # where the last lookup into the past landed: the window's start moves forward with
+        # the clock, so the next one is usually there or a few breakpoints on
+        self.hint = 0
 
     def value(self, t: float) -> float:
         times = self.times
         if t >= times[-1]:
             return self.cum[-1] + self.rate * (t - times[-1])
-        i = bisect_right(times, t) - 1
-        if i < 0:
-            return self.cum[0]  # before the first kept breakpoint: nothing was used yet
+        i = self.hint
+        if not (i < len(times) and times[i] <= t):
+            i = bisect_right(times, t) - 1
+            if i < 0:
+                return self.cum[0]  # before the first kept breakpoint: nothing was used yet
+        else:
+            steps = 0
+            while times[i + 1] <= t:  # times[-1] > t: stops inside the list
+                i += 1
+                steps += 1
+                if steps == 8:  # far from the hint: search instead
+                    i = bisect_right(times, t) - 1
+                    break
+        self.hint = i
         return self.cum[i] + self.rates[i] * (t - times[i])
 
     def change_rate(self, delta: float, t: float) -> None:
@@ -55,6 +69,7 @@ class _Series:
         i = bisect_right(self.times, horizon) - 1
         if i > 64:  # amortise: slice only when a good chunk is dead
             del self.times[:i], self.cum[:i], self.rates[:i]
+            self.hint = 0
 
 
 class UsageLedger:

@@ -42,6 +42,7 @@ class HostView:
         self._clearable: list[_HostOption] | None = None
         self.touched: set[str] = set()  # hosts this pass started work on or promised
         self._unallocated_clearable: int | None = None
+        self._unallocated_hosts: set[str] = set()  # the hosts it counts
         self._reclaimable: int | None = None
 
     def may_be_victim(self, r: Running, now: float) -> bool:
@@ -121,18 +122,22 @@ class HostView:
         GPUs fill: what a whole-host request may take without rebalancing. From the state's
         per-host counts, without looking at any workload."""
         if self._unallocated_clearable is None:
-            self._unallocated_clearable = sum(
-                size
+            self._unallocated_hosts = {
+                name
                 for name, size in self.size.items()
                 if self.free[name] + self.stopping[name] + self.unallocated[name] >= size
                 and name not in self.touched
-            )
+            }
+            self._unallocated_clearable = sum(self.size[n] for n in self._unallocated_hosts)
         return self._unallocated_clearable
 
     def _not_clearable(self, hosts: set[str]) -> None:
         self.touched |= hosts
-        self._unallocated_clearable = None
         self._reclaimable = None
+        if self._unallocated_clearable is not None:
+            for name in hosts & self._unallocated_hosts:
+                self._unallocated_hosts.discard(name)
+                self._unallocated_clearable -= self.size[name]
         if self._clearable is not None:
             self._clearable = [o for o in self._clearable if o.name not in hosts]
 
@@ -220,10 +225,11 @@ def find_victims(
     guarantees it (see :meth:`HostView.candidates`). ``budget_ok``, if given, is a cheap
     necessary condition on a victim's budget that lets whole-host searches discard hosts
     before asking ``allowed`` about each victim."""
-    names = view.names if only is None else sorted(h for h in only if h in view.size)
     if spec.gpus <= view.max_size:
+        names = view.names if only is None else sorted(h for h in only if h in view.size)
         return _one_host(view, names, spec.gpus, now, allowed)
-    return _whole_hosts(view, names, spec.gpus, now, allowed, budget_ok)
+    return _whole_hosts(view, None if only is None else set(only), spec.gpus, now, allowed,
+                        budget_ok)
 
 
 def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
@@ -275,13 +281,12 @@ def _one_host(
 
 def _whole_hosts(
     view: HostView,
-    names: list[str],
+    wanted: set[str] | None,  # None: any host
     gpus: int,
     now: float,
     allowed: Allowed | None,
     budget_ok: Callable[[str], bool] | None = None,
 ) -> VictimPlan | None:
-    wanted = set(names)
     verdict: dict[str, bool] = {}
 
     def usable(o: _HostOption) -> bool:
@@ -298,7 +303,9 @@ def _whole_hosts(
 
     if allowed is None and view.unallocated_clearable() < gpus:
         return None  # too few hosts hold nothing but unallocated or stopping work
-    options = [o.name for o in view.clearable(now) if o.name in wanted and usable(o)]
+    options = [
+        o.name for o in view.clearable(now) if (wanted is None or o.name in wanted) and usable(o)
+    ]
     if sum(view.size[name] for name in options) < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
