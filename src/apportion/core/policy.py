@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
-from .preemption import Candidate, HeldNow, RebalanceRules, WindowUsage, victim_class
+from .preemption import Candidate, RebalanceRules, victim_class
 from .state import ClusterState
 from .tree import ROOT, ancestors
 from .types import (
@@ -123,14 +123,12 @@ class _Pass:
         ledger = state.ledger
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
         healthy = max(state.healthy_gpus(), 1)
-        usage = WindowUsage(ledger, now, config.lookback)
-        alloc = HeldNow(ledger)
+        self.rules = RebalanceRules(tree, ledger, now, capacity, healthy, config)
         for wid in state.stopping:  # leaving already: they no longer count as held
             r = state.running[wid]
             if r.spec.allocated:
                 for node in ancestors(r.spec.budget)[:-1]:
-                    alloc[node] -= r.gpus_held
-        self.rules = RebalanceRules(tree, usage, alloc, capacity, healthy, config)
+                    self.rules.add_held(node, -r.gpus_held)
         self.hosts = HostView(state, config.default_checkpoint_interval)
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []

@@ -90,46 +90,24 @@ class Candidate:
         )
 
 
-class WindowUsage(dict[str, float]):
-    """Charged GPU-seconds per node in the window, read from the ledger on first use: a
-    pass only looks at the nodes its walk visits."""
-
-    def __init__(self, ledger: UsageLedger, now: float, window: float) -> None:
-        super().__init__()
-        self.ledger, self.now, self.window = ledger, now, window
-
-    def __missing__(self, node: str) -> float:
-        value = self[node] = self.ledger.charged(node, self.now, self.window)
-        return value
-
-
-class HeldNow(dict[str, float]):
-    """Allocated GPUs held now per node, read from the ledger on first use."""
-
-    def __init__(self, ledger: UsageLedger) -> None:
-        super().__init__()
-        self.ledger = ledger
-
-    def __missing__(self, node: str) -> float:
-        value = self[node] = self.ledger.rate(node)
-        return value
-
-
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
     def __init__(
         self,
         tree: BudgetTree,
-        usage: dict[str, float],
-        alloc: dict[str, float],
+        ledger: UsageLedger,
+        now: float,
         capacity: float,
         healthy: int,
         config: PolicyConfig,
     ) -> None:
         self.tree = tree
-        self.usage = usage  # charged GPU-seconds in the window, per node
-        self.alloc = alloc  # allocated GPUs held now, per node (missing keys: ledger)
+        self.ledger = ledger
+        self.now = now
+        # read from the ledger on first use (a pass only looks at the nodes its walk visits)
+        self._used: dict[str, float] = {}  # charged GPU-seconds in the window, per node
+        self._held: dict[str, float] = {}  # allocated GPUs held now, per node
         self.capacity = capacity  # healthy GPU-seconds in the window
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
@@ -142,9 +120,22 @@ class RebalanceRules:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
         value = self._ratio.get(node)
         if value is None:
-            used = self.usage[node] + self.extra.get(node, 0.0)
+            used = self._used.get(node)
+            if used is None:
+                used = self._used[node] = self.ledger.charged(node, self.now, self.cfg.lookback)
+            used += self.extra.get(node, 0.0)
             value = self._ratio[node] = used / (self.tree.share(node) * self.capacity)
         return value
+
+    def held(self, node: str) -> float:
+        """Allocated GPUs ``node``'s subtree holds now, as this pass has moved them."""
+        value = self._held.get(node)
+        if value is None:
+            value = self._held[node] = self.ledger.rate(node)
+        return value
+
+    def add_held(self, node: str, gpus: float) -> None:
+        self._held[node] = self.held(node) + gpus
 
     def admission(self, spec: WorkloadSpec) -> float:
         return self.charge(spec.gpus, spec.min_runtime)
@@ -158,14 +149,14 @@ class RebalanceRules:
         self._moved(spec.budget)
         for node in ancestors(spec.budget)[:-1]:
             self.extra[node] = self.extra.get(node, 0.0) + charge
-            self.alloc[node] += spec.gpus
+            self.add_held(node, spec.gpus)
             self._ratio.pop(node, None)
 
     def evict(self, victim: Candidate) -> None:
         if victim.klass != 1:
             self._moved(victim.budget)
             for node in ancestors(victim.budget)[:-1]:
-                self.alloc[node] -= victim.gpus
+                self.add_held(node, -victim.gpus)
 
     def _moved(self, budget: str) -> None:
         """Forget the answers that read the numbers of ``budget`` or its ancestors: which
@@ -201,7 +192,7 @@ class RebalanceRules:
             cached = [
                 kid
                 for kid in self.tree.children(parent)
-                if self.alloc[kid] >= (1 - _EPS) * (self.tree.share(kid) * self.healthy)
+                if self.held(kid) >= (1 - _EPS) * (self.tree.share(kid) * self.healthy)
             ]
             self._over[parent] = cached
         return cached
@@ -236,7 +227,7 @@ class RebalanceRules:
         """GPUs side ``theirs`` holds above its share: what the fair-share rule lets it lose
         (as in :meth:`limit`)."""
         fair_v = self.tree.share(theirs) * self.healthy
-        return self.alloc[theirs] - (1 - _EPS) * fair_v
+        return self.held(theirs) - (1 - _EPS) * fair_v
 
     def charge_below(self, mine: str, theirs: str) -> float:
         """The admission charge below which the fair-share rule lets work of side ``mine``
@@ -251,12 +242,12 @@ class RebalanceRules:
         own side ``mine``) in one pass; negative if neither rule allows any. One number per
         side lets a pass bound what rebalancing could free before searching hosts."""
         share_v = self.tree.share(theirs)
-        held_v = self.alloc[theirs]
+        held_v = self.held(theirs)
         fair_v = share_v * self.healthy  # the victim side's share, in GPUs
         if held_v < (1 - _EPS) * fair_v:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
         share_p = self.tree.share(mine)
-        inst_p = (self.alloc[mine] + spec.gpus) / (share_p * self.healthy)
+        inst_p = (self.held(mine) + spec.gpus) / (share_p * self.healthy)
         best = -1.0
         if inst_p <= 1 + _EPS and held_v > fair_v:
             # guarantee rule: the victim side ends at least as far over as the preemptor's

@@ -40,7 +40,9 @@ def ancestors(path: str) -> tuple[str, ...]:
 class BudgetTree:
     """An immutable, validated tree. Build it with :meth:`build`."""
 
-    __slots__ = ("_children", "_depth", "_div", "_nodes", "_share", "_weight", "leaves")
+    __slots__ = (
+        "_children", "_depth", "_div", "_nodes", "_parent", "_share", "_weight", "leaves"
+    )
 
     def __init__(
         self,
@@ -51,12 +53,16 @@ class BudgetTree:
         self._children = dict(children)
         self._share: dict[str, float] = {ROOT: 1.0}
         self._depth: dict[str, int] = {ROOT: 0}
+        # the node's own parent string: looked up by the pass thousands of times, and a
+        # string made afresh by splitting would be hashed afresh as a dict key each time
+        self._parent: dict[str, str] = {}
         stack = [ROOT]
         while stack:
             node = stack.pop()
             kids = self._children.get(node, ())
             total = sum(self._weight[k] for k in kids)
             for k in kids:
+                self._parent[k] = node
                 self._share[k] = self._share[node] * self._weight[k] / total
                 self._depth[k] = self._depth[node] + 1
                 stack.append(k)
@@ -141,7 +147,8 @@ class BudgetTree:
         return list(self._nodes)
 
     def parent_of(self, path: str) -> str:
-        return parent_of(path)
+        parent = self._parent.get(path)
+        return parent_of(path) if parent is None else parent
 
     def children(self, path: str) -> tuple[str, ...]:
         return self._children.get(path, ())
