@@ -103,6 +103,49 @@ def test_no_host_is_ever_over_committed(sc: Scenario) -> None:
     check_consistent(drv.state)
 
 
+def released_by_hand(state: ClusterState, now: float) -> dict[str, tuple[int, int, set[str]]]:
+    """Per budget node: GPUs, smallest workload and hosts of allocated work past its minimum
+    runtime at ``now`` and not stopping, worked out from the running work alone."""
+    out: dict[str, tuple[int, int, set[str]]] = {}
+    for wid, r in state.running.items():
+        if r.spec.allocated and wid not in state.stopping and now >= r.protected_until():
+            for node in ancestors(r.spec.budget)[:-1]:
+                gpus, least, hosts = out.get(node, (0, 1 << 30, set()))
+                out[node] = (gpus + r.gpus_held, min(least, r.gpus_held),
+                             hosts | {s.host for s in r.placement})
+    return out
+
+
+@DRIVEN_SETTINGS
+@given(scenarios(), st.lists(st.floats(0.0, 4 * HOUR), max_size=3))
+def test_released_work_is_what_the_running_work_says(
+    sc: Scenario, look_back: list[float]
+) -> None:
+    """Before every pass, the state's index of work rebalancing may take equals the one
+    worked out from the running work, also when asked about an earlier time (it is then
+    rebuilt) and about the pass's time again."""
+    checked = [0]
+
+    def compare(state: ClusterState, now: float) -> None:
+        index = state.released(now)
+        got = {
+            node: (gpus, index.smallest(node), set(index.hosts.get(node, {})))
+            for node, gpus in index.gpus.items()
+            if gpus
+        }
+        assert got == released_by_hand(state, now)
+
+    def check(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        for back in look_back:
+            compare(state, max(now - back, 0.0))
+        compare(state, now)
+        checked[0] += 1
+        return decide(state, now, config)
+
+    drive(sc, policy=check)
+    assert checked[0] > 0
+
+
 @DRIVEN_SETTINGS
 @given(scenarios())
 def test_unallocated_work_never_preempts_and_comes_last(sc: Scenario) -> None:

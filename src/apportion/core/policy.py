@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, RebalanceRules, victim_class
-from .state import ClusterState
+from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
     CoreError,
@@ -35,7 +35,6 @@ from .types import (
     Preempt,
     PreemptReason,
     Reservation,
-    Running,
     Start,
     WaitReason,
     WorkloadSpec,
@@ -145,9 +144,7 @@ class _Pass:
         # spared for that request): a request at least as large with at least that charge
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
-        self._victims: tuple[dict[str, int], dict[str, int]] | None = None
-        self._victim_hosts: dict[str, set[str]] | None = None
-        self._unprotected: list[Running] | None = None
+        self._victims: Released | None = None
         self._smallest: dict[str, list[tuple[int, float]]] = {}
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
@@ -357,7 +354,7 @@ class _Pass:
                     # No host reaches the request with free, stopping and unallocated GPUs
                     # alone (the unallocated-only search just failed, or failed for fewer
                     # GPUs), so only hosts holding work of a side that may give way can.
-                    hosts = self.victim_hosts()
+                    hosts = self.victims().hosts
                     only = sorted(set().union(*(hosts[theirs] for theirs in giving)))
                 plan = find_victims(
                     self.hosts,
@@ -396,7 +393,7 @@ class _Pass:
         Also the sides the fair-share rule spares only for ``spec``'s admission charge, as
         (charge below which the rule would let the side give, GPUs the bound would gain):
         what a shorter request could get more (see :func:`_charge_threshold`)."""
-        held_by, smallest = self.victim_index()
+        victims = self.victims()
         bound = float(self.hosts.reclaimable_unallocated())
         giving: dict[str, str] = {}
         opening: list[tuple[float, float]] = []
@@ -404,60 +401,31 @@ class _Pass:
         tree = self.state.tree
         for mine in ancestors(spec.budget)[:-1]:
             for theirs in self.rules.over_children(tree.parent_of(mine)):
-                held = held_by.get(theirs, 0)
+                held = victims.gpus.get(theirs, 0)
                 if theirs == mine or not held:
                     continue
+                smallest = victims.smallest(theirs)
                 limit = self.rules.limit(spec, mine, theirs)
-                gives = _gives(held, smallest[theirs], limit)
+                gives = _gives(held, smallest, limit)
                 if gives:
                     bound += gives
                     giving[theirs] = mine
                 if gives < held:  # would the fair-share rule let it give more?
-                    more = _gives(held, smallest[theirs], self.rules.over_share(theirs)) - gives
+                    more = _gives(held, smallest, self.rules.over_share(theirs)) - gives
                     if more > 0:
                         opens_below = self.rules.charge_below(mine, theirs)
                         if 0.0 < opens_below <= charge:
                             opening.append((opens_below, more))
         return bound, giving, opening
 
-    def victim_index(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Per budget node, about its allocated work past its minimum runtime: the GPUs it
-        holds (an upper bound on what rebalancing could take from that subtree) and the GPUs
-        of its smallest workload (the least one preemption there takes). Once per pass."""
+    def victims(self) -> Released:
+        """Allocated work past its minimum runtime and not stopping, per budget node: the
+        GPUs it holds (an upper bound on what rebalancing could take from that subtree), its
+        smallest workload (the least one preemption there takes) and its hosts. The state
+        keeps it as protections end; asked once per pass."""
         if self._victims is None:
-            gpus: dict[str, int] = {}
-            smallest: dict[str, int] = {}
-            for r in self.unprotected():
-                held = r.gpus_held
-                for node in ancestors(r.spec.budget)[:-1]:
-                    gpus[node] = gpus.get(node, 0) + held
-                    if held < smallest.get(node, 1 << 30):
-                        smallest[node] = held
-            self._victims = (gpus, smallest)
+            self._victims = self.state.released(self.now)
         return self._victims
-
-    def victim_hosts(self) -> dict[str, set[str]]:
-        """Per budget node, the hosts its allocated work past its minimum runtime runs on."""
-        if self._victim_hosts is None:
-            hosts: dict[str, set[str]] = {}
-            for r in self.unprotected():
-                on = [s.host for s in r.placement]
-                for node in ancestors(r.spec.budget)[:-1]:
-                    hosts.setdefault(node, set()).update(on)
-            self._victim_hosts = hosts
-        return self._victim_hosts
-
-    def unprotected(self) -> list[Running]:
-        """Allocated work past its minimum runtime and not stopping: rebalancing's victims.
-        Once per pass."""
-        if self._unprotected is None:
-            st, now = self.state, self.now
-            self._unprotected = [
-                r
-                for wid, r in st.running.items()
-                if r.spec.allocated and wid not in st.stopping and now >= r.protected_until()
-            ]
-        return self._unprotected
 
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:

@@ -9,16 +9,61 @@ them from scratch.
 
 from __future__ import annotations
 
+import heapq
 from bisect import insort
 from collections.abc import Iterable
 
 from .ledger import UsageLedger
 from .lifecycle import HOST_TRANSITIONS, check_transition
-from .tree import BudgetTree
+from .tree import BudgetTree, ancestors
 from .types import CoreError, Host, HostState, Pending, Placement, Running, WorkloadSpec
 
 QueueKey = tuple[int, float, str]
 Shape = tuple[int, float]  # (gpus, min_runtime) of a request
+
+
+class Released:
+    """Allocated work past its minimum runtime and not stopping, as of one time: the work
+    rebalancing may take. Per budget node (every ancestor of the work's leaf but the root):
+    the GPUs it holds, its workloads by size, and the hosts it runs on, with counts."""
+
+    __slots__ = ("by_size", "gpus", "hosts", "ids", "time")
+
+    def __init__(self, time: float) -> None:
+        self.time = time
+        self.ids: set[str] = set()
+        self.gpus: dict[str, int] = {}
+        self.by_size: dict[str, dict[int, int]] = {}  # node -> {gpus of a workload: count}
+        self.hosts: dict[str, dict[str, int]] = {}  # node -> {host: workloads there}
+
+    def add(self, r: Running) -> None:
+        if r.spec.id not in self.ids:
+            self.ids.add(r.spec.id)
+            self._count(r, 1)
+
+    def remove(self, r: Running) -> None:
+        if r.spec.id in self.ids:
+            self.ids.discard(r.spec.id)
+            self._count(r, -1)
+
+    def _count(self, r: Running, one: int) -> None:
+        held = r.gpus_held
+        for node in ancestors(r.spec.budget)[:-1]:
+            self.gpus[node] = self.gpus.get(node, 0) + one * held
+            sizes = self.by_size.setdefault(node, {})
+            sizes[held] = sizes.get(held, 0) + one
+            if not sizes[held]:
+                del sizes[held]
+            on = self.hosts.setdefault(node, {})
+            for s in r.placement:
+                on[s.host] = on.get(s.host, 0) + one
+                if not on[s.host]:
+                    del on[s.host]
+
+    def smallest(self, node: str) -> int:
+        """GPUs of the smallest such workload under ``node`` (a large number if none)."""
+        sizes = self.by_size.get(node)
+        return min(sizes) if sizes else 1 << 30
 
 
 def queue_key(spec: WorkloadSpec) -> QueueKey:
@@ -60,6 +105,11 @@ class ClusterState:
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
         self.ledger = UsageLedger(start, keep=ledger_keep)
+        # allocated running work by when its protection ends, and what is released by the
+        # time last asked (see :meth:`released`): kept as work starts and leaves, advanced as
+        # the policy asks about later times
+        self._protections: list[tuple[float, float, str]] = []  # (until, started_at, id)
+        self._released = Released(float("-inf"))
         # derived from hosts, rebuilt when one changes: what every pass reads first
         self.schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
         self.schedulable_names: list[str] = []
@@ -184,6 +234,12 @@ class ClusterState:
             if until > self.protected_until[s.host]:
                 self.protected_until[s.host] = until
         self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
+        if p.spec.allocated:
+            until = r.protected_until()
+            if until <= self._released.time:
+                self._released.add(r)
+            else:
+                heapq.heappush(self._protections, (until, t, workload))
         return r
 
     def reserve(self, workload: str, hosts: tuple[str, ...]) -> None:
@@ -203,6 +259,7 @@ class ClusterState:
         new = Running(r.spec, r.placement, r.started_at, stopping=True)
         self.running[workload] = new
         self.stopping.add(workload)
+        self._released.remove(r)
         for s in r.placement:
             self.stopping_gpus[s.host] += s.gpus
             if not r.spec.allocated:
@@ -218,6 +275,7 @@ class ClusterState:
             raise CoreError(f"workload {workload}: not running")
         was_stopping = workload in self.stopping
         self.stopping.discard(workload)
+        self._released.remove(r)
         for s in r.placement:
             self.used[s.host] -= s.gpus
             self.free[s.host] += s.gpus
@@ -259,6 +317,30 @@ class ClusterState:
         self.time = t
 
     # ---- views -----------------------------------------------------------------------
+    def released(self, now: float) -> Released:
+        """Allocated work past its minimum runtime at ``now`` and not stopping (read only).
+        Protection only ends as time passes, so for a time no earlier than the last asked
+        this moves the work whose protection ended since; for an earlier time it is rebuilt.
+        Either way it changes nothing ``decide`` decides on (it is not in
+        :meth:`fingerprint`): it is the same whatever was asked before."""
+        index = self._released
+        if now < index.time:
+            index = self._released = Released(float("-inf"))
+            self._protections = [
+                (r.protected_until(), r.started_at, wid)
+                for wid, r in self.running.items()
+                if r.spec.allocated and wid not in self.stopping
+            ]
+            heapq.heapify(self._protections)
+        heap = self._protections
+        while heap and heap[0][0] <= now:
+            _, started_at, wid = heapq.heappop(heap)
+            r = self.running.get(wid)
+            if r is not None and r.started_at == started_at and wid not in self.stopping:
+                index.add(r)
+        index.time = now
+        return index
+
     def healthy_gpus(self) -> int:
         return self._healthy
 
