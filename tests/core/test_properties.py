@@ -65,6 +65,21 @@ def check_consistent(state: ClusterState) -> None:
     assert {h: state.hosts[h].gpus - n for h, n in used.items()} == state.free
     assert stopping == state.stopping_gpus
     assert unallocated == state.unallocated_used
+    assert state.no_allocated == {h for h in state.hosts if used[h] == stopping[h] + unallocated[h]}
+    largest = max(h.gpus for h in state.hosts.values())
+    for leaf, sizes in state.sizes.items():  # kept answers agree with the queues now
+        assert state.smallest_shapes(leaf) == [
+            (g, m) for g, m in sorted(sizes)
+            if not any(
+                (g2, m2) != (g, m) and g2 <= g and m2 <= m and (g2 > largest) == (g > largest)
+                for g2, m2 in sizes
+            )
+        ]
+    asked = [p.spec.gpus for p in state.pending.values() if not p.spec.allocated]
+    assert state.smallest_unallocated() == (
+        min((g for g in asked if g <= largest), default=1 << 30),
+        min((g for g in asked if g > largest), default=1 << 30),
+    )
     for name, h in state.hosts.items():
         assert state.used[name] <= h.gpus, f"host {name} over-committed"
         if h.state in (HostState.REPAIR, HostState.DOWN):

@@ -124,9 +124,8 @@ class HostView:
         if self._unallocated_clearable is None:
             self._unallocated_hosts = {
                 name
-                for name, size in self.size.items()
-                if self.free[name] + self.stopping[name] + self.unallocated[name] >= size
-                and name not in self.touched
+                for name in self.state.no_allocated
+                if name in self.size and name not in self.touched
             }
             self._unallocated_clearable = sum(self.size[n] for n in self._unallocated_hosts)
         return self._unallocated_clearable

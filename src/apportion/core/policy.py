@@ -20,8 +20,6 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, RebalanceRules, victim_class
@@ -145,7 +143,6 @@ class _Pass:
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
         self._victims: Released | None = None
-        self._smallest: dict[str, list[tuple[int, float]]] = {}
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
@@ -264,7 +261,7 @@ class _Pass:
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
-        for gpus, min_runtime in self.smallest_shapes(leaf):
+        for gpus, min_runtime in self.state.smallest_shapes(leaf):
             if gpus > self.hosts.healthy_total:
                 continue
             multi = gpus > self.hosts.max_size
@@ -274,24 +271,6 @@ class _Pass:
             if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, charge):
                 return False
         return True
-
-    def smallest_shapes(self, leaf: str) -> list[tuple[int, float]]:
-        """The shapes of ``leaf``'s pending work that no other of the same kind (one host or
-        whole hosts) is both smaller and shorter than. Every threshold of the pass fails a
-        shape if it fails a smaller and shorter one of that kind, so these decide whether
-        the whole queue is hopeless: a handful, however many lengths the queue holds. Once
-        per budget per pass."""
-        shapes = self._smallest.get(leaf)
-        if shapes is None:
-            shapes = []
-            shortest = {False: float("inf"), True: float("inf")}  # so far, per kind
-            for gpus, min_runtime in sorted(self.state.sizes.get(leaf, ())):
-                multi = gpus > self.hosts.max_size
-                if min_runtime < shortest[multi]:
-                    shortest[multi] = min_runtime
-                    shapes.append((gpus, min_runtime))
-            self._smallest[leaf] = shapes
-        return shapes
 
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
@@ -432,7 +411,7 @@ class _Pass:
         st = self.state
         if self.fit_fail_min[False] <= 1:
             return  # not one GPU left: nothing more can start this pass
-        if not self.reasons and self.nothing_fits(st.unallocated_sizes.values()):
+        if not self.reasons and self.nothing_fits():
             return  # nobody to tell why: spare ranking the budgets
         leaves = sorted(
             (leaf for leaf, q in st.unallocated_queues.items() if q),
@@ -458,18 +437,12 @@ class _Pass:
                     # only a failure lowers the thresholds
                     hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
 
-    def nothing_fits(self, all_sizes: Iterable[dict[tuple[int, float], int]]) -> bool:
-        """Would no request of any of these sizes fit on the GPUs free now? One host's work
+    def nothing_fits(self) -> bool:
+        """Would no pending unallocated request fit on the GPUs free now? One host's work
         fits only within the most free on a host, larger work only on wholly free hosts."""
         view = self.hosts
         most = max(view.free.values(), default=0)
-        single, multi = 1 << 30, 1 << 30  # the smallest request of each kind
-        for sizes in all_sizes:
-            for gpus, _ in sizes:
-                if gpus > view.max_size:
-                    multi = min(multi, gpus)
-                else:
-                    single = min(single, gpus)
+        single, multi = self.state.smallest_unallocated()
         if single <= most:
             return False
         if multi == 1 << 30 or not most:

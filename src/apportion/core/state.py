@@ -94,6 +94,10 @@ class ClusterState:
         # can succeed
         self.sizes: dict[str, dict[Shape, int]] = {}
         self.unallocated_sizes: dict[str, dict[Shape, int]] = {}
+        # answers about those sizes, kept until the sizes of a queue change (see
+        # :meth:`smallest_shapes`, :meth:`smallest_unallocated`)
+        self._smallest: dict[str, list[Shape]] = {}
+        self._smallest_unallocated: tuple[int, int] | None = None
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
@@ -101,6 +105,8 @@ class ClusterState:
         self.stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
         # host -> GPUs held by unallocated work not stopping: victims anyone may take
         self.unallocated_used: dict[str, int] = {}
+        # hosts where no allocated work runs but stopping work: any workload may empty them
+        self.no_allocated: set[str] = set()
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
@@ -141,6 +147,7 @@ class ClusterState:
         self.used[host.name] = 0
         self.free[host.name] = host.gpus
         self.stopping_gpus[host.name] = 0
+        self.no_allocated.add(host.name)
         self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
         self.protected_until[host.name] = float("-inf")
@@ -166,6 +173,8 @@ class ClusterState:
         self.schedulable_names = names
         self.unschedulable = sorted(n for n, h in self.hosts.items() if not h.schedulable)
         self.max_host_gpus = max((h.gpus for h in self.hosts.values()), default=0)
+        self._smallest.clear()  # they split shapes by the largest host
+        self._smallest_unallocated = None
         self._healthy = sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
 
     def _host(self, name: str) -> Host:
@@ -187,6 +196,8 @@ class ClusterState:
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
         shape = (spec.gpus, spec.min_runtime)
         sizes[shape] = sizes.get(shape, 0) + 1
+        if sizes[shape] == 1:
+            self._shapes_changed(spec)
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
@@ -207,7 +218,14 @@ class ClusterState:
         sizes[shape] -= 1
         if not sizes[shape]:
             del sizes[shape]
+            self._shapes_changed(p.spec)
         return p
+
+    def _shapes_changed(self, spec: WorkloadSpec) -> None:
+        if spec.allocated:
+            self._smallest.pop(spec.budget, None)
+        else:
+            self._smallest_unallocated = None
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
         """Pending -> running on ``placement``. Refuses to over-commit a host."""
@@ -229,6 +247,8 @@ class ClusterState:
             self.free[s.host] -= s.gpus
             if not p.spec.allocated:
                 self.unallocated_used[s.host] += s.gpus
+            else:
+                self.no_allocated.discard(s.host)
             self.on_host[s.host].add(workload)
             until = r.protected_until()
             if until > self.protected_until[s.host]:
@@ -264,6 +284,7 @@ class ClusterState:
             self.stopping_gpus[s.host] += s.gpus
             if not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
+            self._count_allocated(s.host)
         self._refresh_protection(r)
         return new
 
@@ -283,6 +304,7 @@ class ClusterState:
                 self.stopping_gpus[s.host] -= s.gpus
             elif not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
+            self._count_allocated(s.host)
             self.on_host[s.host].discard(workload)
         self._refresh_protection(r)
         self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
@@ -292,6 +314,13 @@ class ClusterState:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
         return self.submit(r.spec, t)
+
+    def _count_allocated(self, host: str) -> None:
+        allocated = self.used[host] - self.unallocated_used[host] - self.stopping_gpus[host]
+        if allocated:
+            self.no_allocated.discard(host)
+        else:
+            self.no_allocated.add(host)
 
     def _refresh_protection(self, gone: Running) -> None:
         """Recompute the protection horizon of the hosts ``gone`` ran on (it left or stops)."""
@@ -341,6 +370,38 @@ class ClusterState:
         index.time = now
         return index
 
+    def smallest_shapes(self, leaf: str) -> list[Shape]:
+        """The shapes of ``leaf``'s pending allocated work that no other of the same kind
+        (one host, or whole hosts: larger than the largest host) is both smaller and
+        shorter than, smallest first (read only). A request failing by size and charge
+        fails for every shape such a one is smaller and shorter than, so these decide
+        whether a whole queue is hopeless: a handful, however many lengths it holds."""
+        shapes = self._smallest.get(leaf)
+        if shapes is None:
+            shapes = []
+            shortest = {False: float("inf"), True: float("inf")}  # so far, per kind
+            for gpus, min_runtime in sorted(self.sizes.get(leaf, ())):
+                multi = gpus > self.max_host_gpus
+                if min_runtime < shortest[multi]:
+                    shortest[multi] = min_runtime
+                    shapes.append((gpus, min_runtime))
+            self._smallest[leaf] = shapes
+        return shapes
+
+    def smallest_unallocated(self) -> tuple[int, int]:
+        """GPUs of the smallest pending unallocated request that fits on one host, and of the
+        smallest that needs whole hosts (``1 << 30`` where there is none)."""
+        if self._smallest_unallocated is None:
+            single, multi = 1 << 30, 1 << 30
+            for sizes in self.unallocated_sizes.values():
+                for gpus, _ in sizes:
+                    if gpus > self.max_host_gpus:
+                        multi = min(multi, gpus)
+                    else:
+                        single = min(single, gpus)
+            self._smallest_unallocated = (single, multi)
+        return self._smallest_unallocated
+
     def healthy_gpus(self) -> int:
         return self._healthy
 
@@ -365,6 +426,7 @@ class ClusterState:
             tuple(sorted(self.used.items())),
             tuple(sorted(self.unallocated_used.items())),
             tuple(sorted(self.stopping_gpus.items())),
+            tuple(sorted(self.no_allocated)),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
