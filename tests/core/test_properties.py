@@ -75,6 +75,12 @@ def check_consistent(state: ClusterState) -> None:
                 for g2, m2 in sizes
             )
         ]
+    waiting: dict[str, int] = {}
+    for p in state.pending.values():
+        if p.spec.allocated:
+            for node in ancestors(p.spec.budget):
+                waiting[node] = waiting.get(node, 0) + 1
+    assert {n: c for n, c in state.pending_allocated.items() if c} == waiting
     asked = [p.spec.gpus for p in state.pending.values() if not p.spec.allocated]
     assert state.smallest_unallocated() == (
         min((g for g in asked if g <= largest), default=1 << 30),

@@ -163,8 +163,7 @@ class _Pass:
     # ---- phase 1: drain ----------------------------------------------------------------
     def drain(self) -> None:
         st = self.state
-        draining = sorted(n for n, h in st.hosts.items() if h.state is HostState.DRAINING)
-        for name in draining:
+        for name in st.draining:
             on = st.on_host[name]
             if not on:
                 self.changes.append(HostChange(name, HostState.REPAIR, "drained: empty"))
@@ -209,11 +208,7 @@ class _Pass:
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
         st, tree = self.state, self.state.tree
-        remaining: dict[str, int] = {}
-        for budget, q in st.queues.items():
-            if q:
-                for node in ancestors(budget):
-                    remaining[node] = remaining.get(node, 0) + len(q)
+        remaining = dict(st.pending_allocated)  # per node, not yet considered this pass
         cursor: dict[str, int] = {}
 
         def pick() -> str | None:

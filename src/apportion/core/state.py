@@ -27,7 +27,7 @@ class Released:
     rebalancing may take. Per budget node (every ancestor of the work's leaf but the root):
     the GPUs it holds, its workloads by size, and the hosts it runs on, with counts."""
 
-    __slots__ = ("by_size", "gpus", "hosts", "ids", "time")
+    __slots__ = ("_smallest", "by_size", "gpus", "hosts", "ids", "time")
 
     def __init__(self, time: float) -> None:
         self.time = time
@@ -35,6 +35,7 @@ class Released:
         self.gpus: dict[str, int] = {}
         self.by_size: dict[str, dict[int, int]] = {}  # node -> {gpus of a workload: count}
         self.hosts: dict[str, dict[str, int]] = {}  # node -> {host: workloads there}
+        self._smallest: dict[str, int] = {}  # kept until the node's work changes
 
     def add(self, r: Running) -> None:
         if r.spec.id not in self.ids:
@@ -49,6 +50,7 @@ class Released:
     def _count(self, r: Running, one: int) -> None:
         held = r.gpus_held
         for node in ancestors(r.spec.budget)[:-1]:
+            self._smallest.pop(node, None)
             self.gpus[node] = self.gpus.get(node, 0) + one * held
             sizes = self.by_size.setdefault(node, {})
             sizes[held] = sizes.get(held, 0) + one
@@ -62,8 +64,11 @@ class Released:
 
     def smallest(self, node: str) -> int:
         """GPUs of the smallest such workload under ``node`` (a large number if none)."""
-        sizes = self.by_size.get(node)
-        return min(sizes) if sizes else 1 << 30
+        least = self._smallest.get(node)
+        if least is None:
+            sizes = self.by_size.get(node)
+            least = self._smallest[node] = min(sizes) if sizes else 1 << 30
+        return least
 
 
 def queue_key(spec: WorkloadSpec) -> QueueKey:
@@ -98,6 +103,8 @@ class ClusterState:
         # :meth:`smallest_shapes`, :meth:`smallest_unallocated`)
         self._smallest: dict[str, list[Shape]] = {}
         self._smallest_unallocated: tuple[int, int] | None = None
+        # budget node (and root) -> pending allocated workloads in its subtree
+        self.pending_allocated: dict[str, int] = {}
         self.stopping: set[str] = set()  # running ids whose preemption was issued
         self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
         self.used: dict[str, int] = {}  # host -> GPUs held
@@ -120,6 +127,7 @@ class ClusterState:
         self.schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
         self.schedulable_names: list[str] = []
         self.unschedulable: list[str] = []  # the others (draining, in repair, down)
+        self.draining: list[str] = []
         self.max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
         self._healthy = 0
         self.time = start
@@ -171,6 +179,7 @@ class ClusterState:
         names = sorted(n for n, h in self.hosts.items() if h.schedulable)
         self.schedulable = {n: self.hosts[n].gpus for n in names}
         self.schedulable_names = names
+        self.draining = sorted(n for n, h in self.hosts.items() if h.state is HostState.DRAINING)
         self.unschedulable = sorted(n for n, h in self.hosts.items() if not h.schedulable)
         self.max_host_gpus = max((h.gpus for h in self.hosts.values()), default=0)
         self._smallest.clear()  # they split shapes by the largest host
@@ -198,6 +207,8 @@ class ClusterState:
         sizes[shape] = sizes.get(shape, 0) + 1
         if sizes[shape] == 1:
             self._shapes_changed(spec)
+        if spec.allocated:
+            self._count_pending(spec.budget, 1)
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
@@ -219,7 +230,14 @@ class ClusterState:
         if not sizes[shape]:
             del sizes[shape]
             self._shapes_changed(p.spec)
+        if p.spec.allocated:
+            self._count_pending(p.spec.budget, -1)
         return p
+
+    def _count_pending(self, budget: str, one: int) -> None:
+        counts = self.pending_allocated
+        for node in ancestors(budget):
+            counts[node] = counts.get(node, 0) + one
 
     def _shapes_changed(self, spec: WorkloadSpec) -> None:
         if spec.allocated:
@@ -427,6 +445,7 @@ class ClusterState:
             tuple(sorted(self.unallocated_used.items())),
             tuple(sorted(self.stopping_gpus.items())),
             tuple(sorted(self.no_allocated)),
+            tuple(sorted(self.pending_allocated.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
