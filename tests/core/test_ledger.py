@@ -158,3 +158,17 @@ def test_any_window_in_any_order_is_the_integral(
     for now, window in queries:
         expected = used_until(now) - used_until(max(now - window, 0.0))
         assert led.charged("a", now, window) == pytest.approx(expected, abs=1e-6)
+
+
+def test_a_window_asked_again_sees_changes_before_its_end() -> None:
+    """A window ending at 100 asked while the last change was at 0, then a change at 50
+    (the live service may learn of an exit after a pass that looked later): asked again,
+    the window counts it. A change at 100 or later does not move it."""
+    led = UsageLedger(start=0.0)
+    led.change("a", 4, 0.0, charged=True)
+    assert led.charged("a", 100.0, 100.0) == 400.0
+    led.change("a", -4, 50.0, charged=True)
+    assert led.charged("a", 100.0, 100.0) == 200.0
+    led.change("a", 8, 100.0, charged=True)
+    assert led.charged("a", 100.0, 100.0) == 200.0
+    assert led.charged("a", 110.0, 100.0) == 4 * 40 + 8 * 10

@@ -78,7 +78,9 @@ class UsageLedger:
     update. Mutated only by drivers (through :class:`~apportion.core.state.ClusterState`);
     the policy only reads it."""
 
-    __slots__ = ("_charged", "_free", "_horizon", "_last", "_start", "_updates")
+    __slots__ = (
+        "_charged", "_free", "_horizon", "_last", "_memo", "_memo_at", "_start", "_updates"
+    )
 
     def __init__(self, start: float = 0.0, keep: float = 30 * 86400.0) -> None:
         self._start = start
@@ -87,6 +89,10 @@ class UsageLedger:
         self._charged: dict[str, _Series] = {}
         self._free: dict[str, _Series] = {}
         self._updates = 0
+        # charged windows ending at one time, as asked: a change at that time or later
+        # cannot move them (the repeat passes at an instant ask the same ones again)
+        self._memo_at = (float("nan"), float("nan"))  # (now, window)
+        self._memo: dict[str, float] = {}
 
     # ---- updates ---------------------------------------------------------------------
     def _bump(self, table: dict[str, _Series], key: str, delta: float, t: float) -> None:
@@ -100,6 +106,8 @@ class UsageLedger:
         if t < self._last:
             raise CoreError(f"ledger: time went backwards ({t} < {self._last})")
         self._last = t
+        if t < self._memo_at[0]:
+            self._memo.clear()
         table = self._charged if charged else self._free
         for node in ancestors(budget):
             self._bump(table, node, gpus, t)
@@ -114,6 +122,8 @@ class UsageLedger:
         if t < self._last:
             raise CoreError(f"ledger: time went backwards ({t} < {self._last})")
         self._last = t
+        if t < self._memo_at[0]:
+            self._memo.clear()
         self._bump(self._charged, CAPACITY, gpus, t)
 
     # ---- queries ---------------------------------------------------------------------
@@ -125,7 +135,13 @@ class UsageLedger:
 
     def charged(self, node: str, now: float, window: float) -> float:
         """Allocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``."""
-        return self._window(self._charged, node, now, window)
+        if self._memo_at != (now, window):
+            self._memo_at = (now, window)
+            self._memo = {}
+        value = self._memo.get(node)
+        if value is None:
+            value = self._memo[node] = self._window(self._charged, node, now, window)
+        return value
 
     def free(self, node: str, now: float, window: float) -> float:
         """Unallocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``."""

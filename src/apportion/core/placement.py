@@ -86,7 +86,7 @@ class HostView:
 
     def reclaimable_unallocated(self) -> int:
         """Upper bound on the GPUs free, stopping or held by unallocated work right now.
-        Kept until the pass hands out GPUs."""
+        Worked out once a pass, then lowered as the pass hands out GPUs."""
         if self._reclaimable is None:
             unallocated = int(self.state.ledger.rate(ROOT, charged=False))
             self._reclaimable = sum(self.free.values()) + sum(self.stopping.values()) + unallocated
@@ -132,7 +132,6 @@ class HostView:
 
     def _not_clearable(self, hosts: set[str]) -> None:
         self.touched |= hosts
-        self._reclaimable = None
         if self._unallocated_clearable is not None:
             for name in hosts & self._unallocated_hosts:
                 self._unallocated_hosts.discard(name)
@@ -143,14 +142,21 @@ class HostView:
     def take(self, placement: Placement) -> None:
         for s in placement:
             self.free[s.host] -= s.gpus
+            self._handed_out(s.gpus)
         self._not_clearable({s.host for s in placement})
+
+    def _handed_out(self, gpus: int) -> None:
+        if self._reclaimable is not None:
+            self._reclaimable -= gpus
 
     def claim(self, plan: VictimPlan) -> None:
         """Promise the plan's GPUs to its workload: nobody else gets them this pass."""
         for host, gpus in plan.hosts:
             from_free = min(self.free[host], gpus)
+            from_stopping = min(self.stopping[host], gpus - from_free)
             self.free[host] -= from_free
-            self.stopping[host] -= min(self.stopping[host], gpus - from_free)
+            self.stopping[host] -= from_stopping
+            self._handed_out(from_free + from_stopping)
         for v in plan.victims:
             self.claimed.add(v.id)
             for host, _ in plan.hosts:
