@@ -65,6 +65,13 @@ def check_consistent(state: ClusterState) -> None:
     assert {h: state.hosts[h].gpus - n for h, n in used.items()} == state.free
     assert stopping == state.stopping_gpus
     assert unallocated == state.unallocated_used
+    budgets_on: dict[str, dict[str, int]] = {h: {} for h in state.hosts}
+    for wid, r in state.running.items():
+        if r.spec.allocated and wid not in state.stopping:
+            for s in r.placement:
+                on = budgets_on[s.host]
+                on[r.spec.budget] = on.get(r.spec.budget, 0) + 1
+    assert budgets_on == state.budgets_on
     assert state.no_allocated == {h for h in state.hosts if used[h] == stopping[h] + unallocated[h]}
     largest = max(h.gpus for h in state.hosts.values())
     for leaf, sizes in state.sizes.items():  # kept answers agree with the queues now

@@ -99,22 +99,16 @@ class HostView:
         hosts a search can use. A host leaves the list when the pass starts work on it or
         promises its GPUs."""
         if self._clearable is None:
-            st, claimed = self.state, self.claimed
-            opts = []
-            for name in self.names:
-                if name in self.touched or self.has_protected(name, now):
-                    continue
-                budgets = set()
-                for wid in st.on_host[name]:
-                    if wid in claimed:
-                        break  # its work already preempted: promised to another workload
-                    if wid not in st.stopping:
-                        spec = st.running[wid].spec
-                        if spec.allocated:
-                            budgets.add(spec.budget)
-                else:
-                    opts.append(_HostOption(name, frozenset(budgets)))
-            self._clearable = opts
+            st = self.state
+            # hosts of work already preempted this pass: promised to another workload
+            promised = {s.host for wid in self.claimed for s in st.running[wid].placement}
+            self._clearable = [
+                _HostOption(name, frozenset(st.budgets_on[name]))
+                for name in self.names
+                if name not in self.touched
+                and name not in promised
+                and not self.has_protected(name, now)
+            ]
         return self._clearable
 
     def unallocated_clearable(self) -> int:

@@ -114,6 +114,8 @@ class ClusterState:
         self.unallocated_used: dict[str, int] = {}
         # hosts where no allocated work runs but stopping work: any workload may empty them
         self.no_allocated: set[str] = set()
+        # host -> {budget: its allocated workloads there, not stopping}
+        self.budgets_on: dict[str, dict[str, int]] = {}
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
@@ -156,6 +158,7 @@ class ClusterState:
         self.free[host.name] = host.gpus
         self.stopping_gpus[host.name] = 0
         self.no_allocated.add(host.name)
+        self.budgets_on[host.name] = {}
         self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
         self.protected_until[host.name] = float("-inf")
@@ -267,6 +270,7 @@ class ClusterState:
                 self.unallocated_used[s.host] += s.gpus
             else:
                 self.no_allocated.discard(s.host)
+                self._count_budget(s.host, p.spec.budget, 1)
             self.on_host[s.host].add(workload)
             until = r.protected_until()
             if until > self.protected_until[s.host]:
@@ -302,6 +306,8 @@ class ClusterState:
             self.stopping_gpus[s.host] += s.gpus
             if not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
+            else:
+                self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
         self._refresh_protection(r)
         return new
@@ -322,6 +328,8 @@ class ClusterState:
                 self.stopping_gpus[s.host] -= s.gpus
             elif not r.spec.allocated:
                 self.unallocated_used[s.host] -= s.gpus
+            else:
+                self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
             self.on_host[s.host].discard(workload)
         self._refresh_protection(r)
@@ -332,6 +340,12 @@ class ClusterState:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
         return self.submit(r.spec, t)
+
+    def _count_budget(self, host: str, budget: str, one: int) -> None:
+        on = self.budgets_on[host]
+        on[budget] = on.get(budget, 0) + one
+        if not on[budget]:
+            del on[budget]
 
     def _count_allocated(self, host: str) -> None:
         allocated = self.used[host] - self.unallocated_used[host] - self.stopping_gpus[host]
@@ -445,6 +459,7 @@ class ClusterState:
             tuple(sorted(self.unallocated_used.items())),
             tuple(sorted(self.stopping_gpus.items())),
             tuple(sorted(self.no_allocated)),
+            tuple(sorted((h, tuple(sorted(b.items()))) for h, b in self.budgets_on.items())),
             tuple(sorted(self.pending_allocated.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
