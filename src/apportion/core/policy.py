@@ -301,7 +301,10 @@ class _Pass:
         multi = spec.gpus > self.hosts.max_size
         if spec.gpus >= self.fit_fail_min[multi]:
             return False
-        placement = find_fit(self.hosts, spec.gpus)
+        most, whole = self.hosts.room()
+        placement = None
+        if spec.gpus <= (whole if multi else most):  # else no search can find room
+            placement = find_fit(self.hosts, spec.gpus)
         if placement is None:
             self.fit_fail_min[multi] = spec.gpus
             return False
