@@ -72,6 +72,18 @@ def check_consistent(state: ClusterState) -> None:
                 on = budgets_on[s.host]
                 on[r.spec.budget] = on.get(r.spec.budget, 0) + 1
     assert budgets_on == state.budgets_on
+    held: dict[str, int] = {}
+    for wid, r in state.running.items():
+        if r.spec.allocated and wid not in state.stopping:
+            for node in ancestors(r.spec.budget):
+                held[node] = held.get(node, 0) + r.gpus_held
+    assert {n: g for n, g in state.held.items() if g} == held
+    protected = dict.fromkeys(state.hosts, float("-inf"))
+    for wid, r in state.running.items():
+        if wid not in state.stopping:
+            for s in r.placement:
+                protected[s.host] = max(protected[s.host], r.protected_until())
+    assert protected == state.protected_until
     assert state.no_allocated == {h for h in state.hosts if used[h] == stopping[h] + unallocated[h]}
     largest = max(h.gpus for h in state.hosts.values())
     for leaf, sizes in state.sizes.items():  # kept answers agree with the queues now

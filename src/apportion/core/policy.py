@@ -120,12 +120,7 @@ class _Pass:
         ledger = state.ledger
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
         healthy = max(state.healthy_gpus(), 1)
-        self.rules = RebalanceRules(tree, ledger, now, capacity, healthy, config)
-        for wid in state.stopping:  # leaving already: they no longer count as held
-            r = state.running[wid]
-            if r.spec.allocated:
-                for node in ancestors(r.spec.budget)[:-1]:
-                    self.rules.add_held(node, -r.gpus_held)
+        self.rules = RebalanceRules(tree, ledger, state.held, now, capacity, healthy, config)
         self.hosts = HostView(state, config.default_checkpoint_interval)
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []

@@ -97,6 +97,7 @@ class RebalanceRules:
         self,
         tree: BudgetTree,
         ledger: UsageLedger,
+        held: dict[str, int],
         now: float,
         capacity: float,
         healthy: int,
@@ -105,9 +106,10 @@ class RebalanceRules:
         self.tree = tree
         self.ledger = ledger
         self.now = now
-        # read from the ledger on first use (a pass only looks at the nodes its walk visits)
-        self._used: dict[str, float] = {}  # charged GPU-seconds in the window, per node
-        self._held: dict[str, float] = {}  # allocated GPUs held now, per node
+        # charged GPU-seconds in the window, per node: read from the ledger on first use (a
+        # pass only looks at the nodes its walk visits)
+        self._used: dict[str, float] = {}
+        self._held = dict(held)  # GPUs allocated work holds now, per node, as the pass moves
         self.capacity = capacity  # healthy GPU-seconds in the window
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
@@ -128,14 +130,12 @@ class RebalanceRules:
         return value
 
     def held(self, node: str) -> float:
-        """Allocated GPUs ``node``'s subtree holds now, as this pass has moved them."""
-        value = self._held.get(node)
-        if value is None:
-            value = self._held[node] = self.ledger.rate(node)
-        return value
+        """GPUs the allocated work of ``node``'s subtree holds now (not stopping), as this
+        pass has moved them."""
+        return self._held.get(node, 0)
 
-    def add_held(self, node: str, gpus: float) -> None:
-        self._held[node] = self.held(node) + gpus
+    def add_held(self, node: str, gpus: int) -> None:
+        self._held[node] = self._held.get(node, 0) + gpus
 
     def admission(self, spec: WorkloadSpec) -> float:
         return self.charge(spec.gpus, spec.min_runtime)

@@ -116,6 +116,8 @@ class ClusterState:
         self.no_allocated: set[str] = set()
         # host -> {budget: its allocated workloads there, not stopping}
         self.budgets_on: dict[str, dict[str, int]] = {}
+        # budget node (and root) -> GPUs its allocated work holds, not stopping
+        self.held: dict[str, int] = {}
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
@@ -275,6 +277,8 @@ class ClusterState:
             until = r.protected_until()
             if until > self.protected_until[s.host]:
                 self.protected_until[s.host] = until
+        if p.spec.allocated:
+            self._count_held(p.spec.budget, r.gpus_held)
         self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         if p.spec.allocated:
             until = r.protected_until()
@@ -309,6 +313,8 @@ class ClusterState:
             else:
                 self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
+        if r.spec.allocated:
+            self._count_held(r.spec.budget, -r.gpus_held)
         self._refresh_protection(r)
         return new
 
@@ -332,6 +338,8 @@ class ClusterState:
                 self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
             self.on_host[s.host].discard(workload)
+        if r.spec.allocated and not was_stopping:
+            self._count_held(r.spec.budget, -r.gpus_held)
         self._refresh_protection(r)
         self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
         return r
@@ -340,6 +348,11 @@ class ClusterState:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
         return self.submit(r.spec, t)
+
+    def _count_held(self, budget: str, gpus: int) -> None:
+        held = self.held
+        for node in ancestors(budget):
+            held[node] = held.get(node, 0) + gpus
 
     def _count_budget(self, host: str, budget: str, one: int) -> None:
         on = self.budgets_on[host]
@@ -461,6 +474,7 @@ class ClusterState:
             tuple(sorted(self.no_allocated)),
             tuple(sorted((h, tuple(sorted(b.items()))) for h, b in self.budgets_on.items())),
             tuple(sorted(self.pending_allocated.items())),
+            tuple(sorted(self.held.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
             self.ledger.fingerprint(),
