@@ -44,7 +44,7 @@ class HostView:
         self._unallocated_clearable: int | None = None
         self._unallocated_hosts: set[str] = set()  # the hosts it counts
         self._reclaimable: int | None = None
-        self._room: tuple[int, int] | None = None
+        self._room: dict[bool, int] = {}
 
     def may_be_victim(self, r: Running, now: float) -> bool:
         """Protected work (allocated, inside its minimum runtime) is never a victim: every
@@ -85,13 +85,18 @@ class HostView:
         self.candidates(host, now)
         return self.free[host] + self.stopping[host] + self._cand_gpus[host]
 
-    def room(self) -> tuple[int, int]:
-        """At least the most GPUs free on one host, and the GPUs of the wholly free hosts:
-        exact when first asked in a pass, upper bounds after (free GPUs only fall)."""
-        if self._room is None:
-            whole = sum(self.size[n] for n in self.names if self.free[n] == self.size[n])
-            self._room = (max(self.free.values(), default=0), whole)
-        return self._room
+    def room(self, whole_hosts: bool) -> int:
+        """At least the most GPUs free on one host, or (``whole_hosts``) the GPUs of the
+        wholly free hosts: exact when first asked in a pass, upper bounds after (free GPUs
+        only fall during a pass)."""
+        got = self._room.get(whole_hosts)
+        if got is None:
+            if whole_hosts:
+                got = sum(self.size[n] for n in self.names if self.free[n] == self.size[n])
+            else:
+                got = max(self.free.values(), default=0)
+            self._room[whole_hosts] = got
+        return got
 
     def reclaimable_unallocated(self) -> int:
         """Upper bound on the GPUs free, stopping or held by unallocated work right now.

@@ -296,9 +296,8 @@ class _Pass:
         multi = spec.gpus > self.hosts.max_size
         if spec.gpus >= self.fit_fail_min[multi]:
             return False
-        most, whole = self.hosts.room()
         placement = None
-        if spec.gpus <= (whole if multi else most):  # else no search can find room
+        if spec.gpus <= self.hosts.room(multi):  # else no search can find room
             placement = find_fit(self.hosts, spec.gpus)
         if placement is None:
             self.fit_fail_min[multi] = spec.gpus
@@ -334,7 +333,7 @@ class _Pass:
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
                     only=only,
-                    budget_ok=lambda budget: self.rules.side_of(spec, budget, giving),
+                    budget_ok=lambda budget: self.rules.side_of(budget, giving),
                 )
             if plan is None:
                 failed = self.rebalance_failed.setdefault((spec.budget, multi), [])

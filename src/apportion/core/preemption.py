@@ -197,10 +197,12 @@ class RebalanceRules:
             self._over[parent] = cached
         return cached
 
-    def side_of(self, spec: WorkloadSpec, budget: str, sides: dict[str, str]) -> bool:
-        """Could any work of ``budget`` give way to ``spec`` (its side is in ``sides``)?"""
-        div = self.divergence(spec.budget, budget)
-        return div is not None and div[1] in sides
+    @staticmethod
+    def side_of(budget: str, sides: dict[str, str]) -> bool:
+        """Could any work of ``budget`` give way (its side is in ``sides``, as from
+        :meth:`sides`)? The sides are siblings of the preemptor's ancestors, so one of
+        ``budget``'s ancestors among them is the side where the two diverge."""
+        return any(node in sides for node in ancestors(budget))
 
     def may_preempt(
         self, spec: WorkloadSpec, victim: Candidate, taken: dict[str, int], sides: dict[str, str]
