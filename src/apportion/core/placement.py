@@ -326,10 +326,12 @@ def _whole_hosts(
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
     total = 0
+    left = sum(view.size[name] for name in options)  # of the options not yet looked at
     chosen: set[str] = set()
     for name in options:
-        if total >= gpus:
-            break
+        if total >= gpus or total + left < gpus:
+            break  # room enough, or no more to be had
+        left -= view.size[name]
         trial = dict(taken)
         ok = True
         # a victim spanning several of the chosen hosts is preempted (and counted) once

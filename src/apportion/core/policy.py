@@ -333,7 +333,7 @@ class _Pass:
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
                     only=only,
-                    budget_ok=lambda budget: self.rules.side_of(budget, giving),
+                    budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None:
                 failed = self.rebalance_failed.setdefault((spec.budget, multi), [])

@@ -164,9 +164,6 @@ class RebalanceRules:
         for node in ancestors(budget)[1:]:
             self._over.pop(node, None)
 
-    def divergence(self, a: str, b: str) -> tuple[str, str] | None:
-        return self.tree.divergence(a, b)
-
     def sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """For each subtree that may hold victims for work of ``spec``'s budget under either
         rule, the preemptor's own side at that level. A superset: judged for the smallest
@@ -198,11 +195,14 @@ class RebalanceRules:
         return cached
 
     @staticmethod
-    def side_of(budget: str, sides: dict[str, str]) -> bool:
-        """Could any work of ``budget`` give way (its side is in ``sides``, as from
-        :meth:`sides`)? The sides are siblings of the preemptor's ancestors, so one of
-        ``budget``'s ancestors among them is the side where the two diverge."""
-        return any(node in sides for node in ancestors(budget))
+    def side_in(budget: str, sides: dict[str, str]) -> str | None:
+        """The side among ``sides`` (as from :meth:`sides`) that work of ``budget`` is on,
+        if any: the sides are siblings of the preemptor's ancestors, so one of ``budget``'s
+        ancestors among them is the side where the two diverge."""
+        for node in ancestors(budget):
+            if node in sides:
+                return node
+        return None
 
     def may_preempt(
         self, spec: WorkloadSpec, victim: Candidate, taken: dict[str, int], sides: dict[str, str]
@@ -213,10 +213,10 @@ class RebalanceRules:
         elsewhere may not be taken. Protection is checked by the caller."""
         if victim.klass == 1:
             return True
-        div = self.divergence(spec.budget, victim.budget)
-        if div is None or div[1] not in sides:
+        theirs = self.side_in(victim.budget, sides)
+        if theirs is None:
             return False  # same budget (priority never preempts), or that side is not over
-        mine, theirs = div
+        mine = sides[theirs]
         already = sum(
             g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
         )
