@@ -63,6 +63,7 @@ def check_consistent(state: ClusterState) -> None:
                 unallocated[s.host] += s.gpus
     assert used == state.used
     assert {h: state.hosts[h].gpus - n for h, n in used.items()} == state.free
+    assert state.idle == {h for h, n in used.items() if not n}
     assert stopping == state.stopping_gpus
     assert unallocated == state.unallocated_used
     budgets_on: dict[str, dict[str, int]] = {h: {} for h in state.hosts}

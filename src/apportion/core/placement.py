@@ -91,8 +91,12 @@ class HostView:
         only fall during a pass)."""
         got = self._room.get(whole_hosts)
         if got is None:
-            if whole_hosts:
-                got = sum(self.size[n] for n in self.names if self.free[n] == self.size[n])
+            if whole_hosts:  # wholly free: idle when the pass began, untouched since
+                got = sum(
+                    self.size[n]
+                    for n in self.state.idle
+                    if n in self.size and n not in self.touched
+                )
             else:
                 got = max(self.free.values(), default=0)
             self._room[whole_hosts] = got

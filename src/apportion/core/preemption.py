@@ -86,7 +86,7 @@ class Candidate:
             elapsed * r.gpus_held,
             r.protected_until(),
             r.spec.resumable,
-            tuple(s.host for s in r.placement),
+            r.hosts,
         )
 
 

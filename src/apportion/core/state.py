@@ -114,6 +114,7 @@ class ClusterState:
         self.unallocated_used: dict[str, int] = {}
         # hosts where no allocated work runs but stopping work: any workload may empty them
         self.no_allocated: set[str] = set()
+        self.idle: set[str] = set()  # hosts where nothing runs
         # host -> {budget: its allocated workloads there, not stopping}
         self.budgets_on: dict[str, dict[str, int]] = {}
         # budget node (and root) -> GPUs its allocated work holds, not stopping
@@ -160,6 +161,7 @@ class ClusterState:
         self.free[host.name] = host.gpus
         self.stopping_gpus[host.name] = 0
         self.no_allocated.add(host.name)
+        self.idle.add(host.name)
         self.budgets_on[host.name] = {}
         self.unallocated_used[host.name] = 0
         self.on_host[host.name] = set()
@@ -268,6 +270,7 @@ class ClusterState:
         for s in placement:
             self.used[s.host] += s.gpus
             self.free[s.host] -= s.gpus
+            self.idle.discard(s.host)
             if not p.spec.allocated:
                 self.unallocated_used[s.host] += s.gpus
             else:
@@ -330,6 +333,8 @@ class ClusterState:
         for s in r.placement:
             self.used[s.host] -= s.gpus
             self.free[s.host] += s.gpus
+            if not self.used[s.host]:
+                self.idle.add(s.host)
             if was_stopping:
                 self.stopping_gpus[s.host] -= s.gpus
             elif not r.spec.allocated:
@@ -472,6 +477,7 @@ class ClusterState:
             tuple(sorted(self.unallocated_used.items())),
             tuple(sorted(self.stopping_gpus.items())),
             tuple(sorted(self.no_allocated)),
+            tuple(sorted(self.idle)),
             tuple(sorted((h, tuple(sorted(b.items()))) for h, b in self.budgets_on.items())),
             tuple(sorted(self.pending_allocated.items())),
             tuple(sorted(self.held.items())),

@@ -97,10 +97,13 @@ class Running:
     stopping: bool = False
     gpus_held: int = field(init=False, compare=False)
     """GPUs it holds on all its hosts (whole hosts for multi-host work)."""
+    hosts: tuple[str, ...] = field(init=False, compare=False)
+    """The hosts it runs on, in placement order."""
 
     def __post_init__(self) -> None:
         # asked for on every victim search: computed once
         object.__setattr__(self, "gpus_held", sum(s.gpus for s in self.placement))
+        object.__setattr__(self, "hosts", tuple(s.host for s in self.placement))
 
     def protected_until(self) -> float:
         """Allocated work may not be preempted before this time (only a host dying ends it)."""
