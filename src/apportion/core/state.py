@@ -2,9 +2,11 @@
 
 Both drivers (simulator and service) hold one :class:`ClusterState` and change it only
 through the methods below, so both fold events into state the same way; :func:`decide`
-only reads it. Indexes (pending work per budget in queue order, GPUs used per host, running
-work per host, the usage ledger) are maintained on each change so a pass never rebuilds
-them from scratch.
+only reads it. Indexes (pending work per budget in queue order and by shape, GPUs used,
+free, stopping and unallocated per host, budgets and protection horizon per host, GPUs held
+and work pending per budget node, the work rebalancing may take, the usage ledger) are
+maintained on each change so a pass never rebuilds them from scratch; the consistency
+property test in tests/core recomputes each of them from the work itself.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ class ClusterState:
         self.stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
         # host -> GPUs held by unallocated work not stopping: victims anyone may take
         self.unallocated_used: dict[str, int] = {}
-        # hosts where no allocated work runs but stopping work: any workload may empty them
+        # hosts holding no allocated work that is not stopping: any workload may empty them
         self.no_allocated: set[str] = set()
         self.idle: set[str] = set()  # hosts where nothing runs
         # host -> {budget: its allocated workloads there, not stopping}
