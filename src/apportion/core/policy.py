@@ -431,15 +431,10 @@ class _Pass:
 
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work
-        fits only within the most free on a host, larger work only on wholly free hosts."""
-        view = self.hosts
-        most = max(view.free.values(), default=0)
+        fits only within the most free on a host, larger work only on wholly free hosts
+        (the pass's bounds on both: where they are loose, the answer is no, never wrong)."""
         single, multi = self.state.smallest_unallocated()
-        if single <= most:
-            return False
-        if multi == 1 << 30 or not most:
-            return True
-        return sum(view.size[n] for n in view.names if view.free[n] == view.size[n]) < multi
+        return single > self.hosts.room(False) and multi > self.hosts.room(True)
 
     def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
