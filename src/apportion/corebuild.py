@@ -1,11 +1,13 @@
 """Build the optional compiled core: ``python -m apportion.corebuild [--out DIR]``.
 
-Compiles the sources of :mod:`apportion.core` (all but its ``__init__``, which only
-re-exports) with mypyc into ``DIR`` (default: ``src/apportion/_compiled``, or
+Compiles with mypyc the modules :data:`apportion.coreload.COMPILED_PACKAGES` names (the
+policy, :mod:`apportion.core` but its ``__init__``, which only re-exports; and the
+simulator's event loop and metrics) into ``DIR`` (default: ``src/apportion/_compiled``, or
 ``APPORTION_CORE_BUILD_DIR``), never into the source tree: the work happens in a temporary
-copy. ``DIR`` then holds ``apportion/core/<module><EXT_SUFFIX>``, mypyc's shared module and
-``manifest.json`` (each module's source sha256, the interpreter's cache tag and extension
-suffix), which :mod:`apportion.coreload` checks before loading anything.
+copy of the package. ``DIR`` then holds ``apportion/<package>/<module><EXT_SUFFIX>``,
+mypyc's shared module and ``manifest.json`` (each module's source sha256, the interpreter's
+cache tag and extension suffix), which :mod:`apportion.coreload` checks before loading
+anything.
 
 Without a C compiler or the Python headers, or if compilation fails, it prints one line and
 exits 0: the pure-Python core is then used, which gives the same decisions, only slower.
@@ -14,7 +16,6 @@ exits 0: the pure-Python core is then used, which gives the same decisions, only
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shlex
@@ -29,11 +30,12 @@ from pathlib import Path
 from apportion.coreload import (
     MANIFEST,
     MANIFEST_FORMAT,
-    NOT_COMPILED,
-    SOURCE_DIR,
+    PACKAGE_DIR,
     build_dir,
+    compiled_modules,
     ext_suffix,
     sha256_file,
+    source_of,
 )
 
 HELPER_GROUP = "apportion_core"  # mypyc names its shared module "<group>__mypyc"
@@ -53,11 +55,6 @@ class BuildError(Exception):
     """The compiled core cannot be built here; the message says why, in one line."""
 
 
-def core_modules(sources: Path) -> list[str]:
-    """The core modules to compile, by name."""
-    return sorted(p.stem for p in sources.glob("*.py") if p.stem not in NOT_COMPILED)
-
-
 def check_toolchain() -> None:
     """Fail fast (before a slow mypyc run) when there is no compiler or no Python.h."""
     try:
@@ -74,19 +71,17 @@ def check_toolchain() -> None:
         raise BuildError(f"no Python headers ({include}/Python.h missing)")
 
 
-def compile_in(work: Path, sources: Path, modules: list[str]) -> dict[str, str]:
-    """Copy the core into ``work`` and compile it there; returns each module's sha256 (of the
-    exact bytes compiled, so a source edited meanwhile makes the build stale, not wrong)."""
-    pkg = work / "apportion"
-    (pkg / "core").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    digests: dict[str, str] = {}
-    for src in sorted(sources.glob("*.py")):
-        data = src.read_bytes()
-        (pkg / "core" / src.name).write_bytes(data)
-        if src.stem in modules:
-            digests[src.stem] = hashlib.sha256(data).hexdigest()
-    paths = [f"apportion/core/{m}.py" for m in modules]
+def compile_in(work: Path, package: Path, modules: list[str]) -> dict[str, str]:
+    """Copy the package into ``work`` and compile ``modules`` (``"<package>.<module>"``)
+    there; returns each one's sha256 (of the exact bytes compiled, so a source edited
+    meanwhile makes the build stale, not wrong). The whole package is copied so that mypyc
+    type-checks the compiled modules against the very sources they import."""
+    shutil.copytree(
+        package, work / "apportion",
+        ignore=shutil.ignore_patterns("_compiled", "__pycache__", "*.so", ".*"),
+    )
+    digests = {m: sha256_file(source_of(m, str(work / "apportion"))) for m in modules}
+    paths = [f"apportion/{m.replace('.', '/')}.py" for m in modules]
     (work / "setup.py").write_text(SETUP_PY.format(paths=paths, group=HELPER_GROUP))
     proc = subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--inplace"],
@@ -120,9 +115,11 @@ def _stage(work: Path, staging: Path, modules: list[str], digests: dict[str, str
     helper = f"{HELPER_GROUP}__mypyc"
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
     # the same layout as the temporary copy: mypyc derives each module's __file__ from it
-    (staging / "apportion" / "core").mkdir(parents=True)
     for m in modules:
-        shutil.copy2(work / "apportion" / "core" / f"{m}{suffix}", staging / "apportion" / "core")
+        package, name = m.split(".")
+        target = staging / "apportion" / package
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(work / "apportion" / package / f"{name}{suffix}", target)
     shutil.copy2(work / f"{helper}{suffix}", staging)
     import mypy.version
 
@@ -139,16 +136,16 @@ def _stage(work: Path, staging: Path, modules: list[str], digests: dict[str, str
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def build(out: Path, sources: Path = Path(SOURCE_DIR)) -> int:
+def build(out: Path, package: Path = Path(PACKAGE_DIR)) -> int:
     """Build into ``out``; returns how many modules were compiled. Raises :class:`BuildError`."""
     check_toolchain()
-    modules = core_modules(sources)
+    modules = compiled_modules(str(package))
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="apportion-corebuild-") as tmp:
-        digests = compile_in(Path(tmp), sources, modules)
+        digests = compile_in(Path(tmp), package, modules)
         install_build(Path(tmp), out, modules, digests)
     # the sources may have changed while compiling: say so now rather than at load time
-    changed = [m for m in modules if sha256_file(str(sources / f"{m}.py")) != digests[m]]
+    changed = [m for m in modules if sha256_file(source_of(m, str(package))) != digests[m]]
     if changed:
         (out / MANIFEST).unlink()  # so `make` builds again next time
         raise BuildError(f"core sources changed while compiling ({', '.join(changed)})")

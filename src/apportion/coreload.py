@@ -1,19 +1,23 @@
-"""Which build of :mod:`apportion.core` this process imports: compiled or pure Python.
+"""Which build of the compiled parts this process imports: compiled or pure Python.
 
-``python -m apportion.corebuild`` compiles the core sources with mypyc into a build directory
+``python -m apportion.corebuild`` compiles with mypyc the sources of :mod:`apportion.core`
+and the simulator's event loop and metrics (``apportion.sim.engine``,
+``apportion.sim.metrics``: the work of every simulated event) into a build directory
 (``src/apportion/_compiled`` unless ``APPORTION_CORE_BUILD_DIR`` names another) with a
 ``manifest.json`` that records, for every compiled module, the sha256 of the source it was
 built from and the interpreter it was built for (compiled modules in
-``<build>/apportion/core``, mypyc's shared module in ``<build>``). The package's ``__init__``
-installs :class:`CoreFinder` before anything can import the core; when ``apportion.core`` is first
-imported, the finder checks that build and, only if it is fresh, imports the core package
-with the build directory ahead of the sources on its search path, so the compiled modules
-win. A stale build never runs: once any core source differs from what was compiled, the
-core is imported from the sources until it is rebuilt. ``APPORTION_PURE_CORE=1`` forces the
-sources.
+``<build>/apportion/<package>``, mypyc's shared module in ``<build>``). The package's
+``__init__`` installs :class:`CoreFinder` before anything can import them; when
+``apportion.core`` or ``apportion.sim`` is first imported, the finder checks that build and,
+only if it is fresh, imports the package with the build directory ahead of the sources on
+its search path, so the compiled modules win (the package's other modules come from the
+sources). A stale build never runs: once any compiled source differs from what was
+compiled, everything is imported from the sources until it is rebuilt, so a process never
+mixes a compiled module with the source of another that was never compiled with it.
+``APPORTION_PURE_CORE=1`` forces the sources.
 
 Stdlib only and cheap (it runs on every ``import apportion``); the check itself runs once,
-when the core is first needed.
+when a compiled package is first needed.
 """
 
 from __future__ import annotations
@@ -31,15 +35,19 @@ if TYPE_CHECKING:
 # hashlib, json and importlib.util are imported when the core is first needed, not here:
 # `import apportion` stays a few milliseconds.
 
-CORE = "apportion.core"
 PURE_ENV = "APPORTION_PURE_CORE"
 BUILD_DIR_ENV = "APPORTION_CORE_BUILD_DIR"
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
-SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core")
-DEFAULT_BUILD_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_compiled")
+MANIFEST_FORMAT = 2  # 2: modules named "<package>.<module>"; 1 held the core's alone
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_BUILD_DIR = os.path.join(PACKAGE_DIR, "_compiled")
 
-NOT_COMPILED = ("__init__",)  # only re-exports: always imported from the sources
+# What the build compiles, per subpackage of apportion: None for every module but the
+# package's __init__ (which only re-exports), or the modules named.
+COMPILED_PACKAGES: dict[str, tuple[str, ...] | None] = {
+    "core": None,  # the policy
+    "sim": ("engine", "metrics"),  # the simulator's per-event work; the rest runs once a run
+}
 COMPILED = "compiled"
 PYTHON = "python"
 
@@ -61,7 +69,24 @@ def sha256_file(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def stale_reason(build: str, sources: str = SOURCE_DIR) -> str | None:
+def compiled_modules(package_dir: str = PACKAGE_DIR) -> list[str]:
+    """The modules a build compiles, as ``"<package>.<module>"``: what the sources hold now."""
+    out: list[str] = []
+    for package, named in COMPILED_PACKAGES.items():
+        if named is None:
+            names = os.listdir(os.path.join(package_dir, package))
+            named = tuple(n[:-3] for n in names if n.endswith(".py") and n != "__init__.py")
+        out.extend(f"{package}.{m}" for m in named)
+    return sorted(out)
+
+
+def source_of(module: str, package_dir: str = PACKAGE_DIR) -> str:
+    """The source file of ``"<package>.<module>"``."""
+    package, name = module.split(".")
+    return os.path.join(package_dir, package, f"{name}.py")
+
+
+def stale_reason(build: str, package_dir: str = PACKAGE_DIR) -> str | None:
     """Why the build in ``build`` must not be loaded, or ``None`` when it matches this
     interpreter and the current sources exactly."""
     import json
@@ -87,22 +112,24 @@ def stale_reason(build: str, sources: str = SOURCE_DIR) -> str | None:
         return f"{path}: helper/modules: missing"
     if not os.path.isfile(os.path.join(build, helper + suffix)):
         return f"{path}: helper: {helper}{suffix} missing"
-    core_dir = os.path.join(build, "apportion", "core")
+    for package in COMPILED_PACKAGES:
+        listed = {m.split(".")[1] for m in modules if m.startswith(f"{package}.")}
+        package_build = os.path.join(build, "apportion", package)
+        try:
+            present = {n for n in os.listdir(package_build) if n.endswith(suffix)}
+        except OSError:
+            return f"{package_build}: missing"
+        if present != {f"{m}{suffix}" for m in listed}:
+            return f"{package_build}: holds {sorted(present)}, the manifest lists {sorted(listed)}"
     try:
-        present = {n for n in os.listdir(core_dir) if n.endswith(suffix)}
-    except OSError:
-        return f"{core_dir}: missing"
-    if present != {f"{m}{suffix}" for m in modules}:
-        return f"{core_dir}: holds {sorted(present)}, the manifest lists {sorted(modules)}"
-    try:
-        current_modules = {n[:-3] for n in os.listdir(sources) if n.endswith(".py")}
-    except OSError:
-        return f"{sources}: missing"
-    added = sorted(current_modules - set(NOT_COMPILED) - set(modules))
+        wanted = compiled_modules(package_dir)
+    except OSError as e:
+        return f"{package_dir}: unreadable: {e}"
+    added = sorted(set(wanted) - set(modules))
     if added:
-        return f"{sources}: {', '.join(added)}: not in the compiled build"
+        return f"{package_dir}: {', '.join(added)}: not in the compiled build"
     for module, digest in modules.items():
-        source = os.path.join(sources, f"{module}.py")
+        source = source_of(module, package_dir)
         try:
             current = sha256_file(source)
         except OSError:
@@ -137,8 +164,9 @@ def load_helper(build: str) -> None:
 
 
 class CoreFinder:
-    """Finds ``apportion.core`` only: with the fresh compiled build first on its search path,
-    or (returning ``None``) leaves it to the ordinary import of the sources."""
+    """Finds the packages of :data:`COMPILED_PACKAGES` only: with the fresh compiled build
+    first on their search paths, or (returning ``None``) leaves them to the ordinary import
+    of the sources."""
 
     def __init__(self) -> None:
         self.build: str | None = None  # "compiled" or "python", once decided
@@ -168,14 +196,18 @@ class CoreFinder:
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname != CORE or self.choose() != COMPILED:
+        package, _, rest = fullname.partition(".")
+        if package != "apportion" or rest not in COMPILED_PACKAGES:
+            return None
+        if self.choose() != COMPILED:
             return None
         import importlib.util
 
+        sources = os.path.join(PACKAGE_DIR, rest)
         return importlib.util.spec_from_file_location(
-            CORE,
-            os.path.join(SOURCE_DIR, "__init__.py"),
-            submodule_search_locations=[os.path.join(self.path, "apportion", "core"), SOURCE_DIR],
+            fullname,
+            os.path.join(sources, "__init__.py"),
+            submodule_search_locations=[os.path.join(self.path, "apportion", rest), sources],
         )
 
 

@@ -1,5 +1,6 @@
-"""The optional compiled core: built outside the sources, loaded only while it matches them,
-and deciding exactly as the pure-Python core does.
+"""The optional compiled core (the policy, and the simulator's event loop and metrics): built
+outside the sources, loaded only while it matches them, and deciding exactly as the
+pure-Python sources do.
 
 One real mypyc build per module run (about 20 s), into a temporary directory; every check
 then runs in a fresh interpreter, since the choice of build is made once per process.
@@ -23,15 +24,18 @@ from apportion.coreload import BUILD_DIR_ENV, MANIFEST, PURE_ENV, ext_suffix
 
 PACKAGE = Path(apportion.__file__).parent
 SOURCES = PACKAGE / "core"
+SIM_COMPILED = {"sim.engine", "sim.metrics"}
 
-# Prints which build a fresh interpreter loaded and where each core module came from.
+# Prints which build a fresh interpreter loaded and where each compiled module and the
+# packages' other modules came from.
 WHICH = """
-import importlib, json, apportion, apportion.core
+import importlib, json, apportion, apportion.core, apportion.sim.scenarios
 from apportion import coreload
 mods = json.load(open(coreload.build_dir() + "/manifest.json"))["modules"]
-files = {m: importlib.import_module("apportion.core." + m).__file__ for m in mods}
+files = {m: importlib.import_module("apportion." + m).__file__ for m in mods}
 print(json.dumps({"build": apportion.core_build(), "reason": coreload.FINDER.reason,
-                  "init": apportion.core.__file__, "files": files}))
+                  "init": apportion.core.__file__, "files": files,
+                  "scenarios": apportion.sim.scenarios.__file__}))
 """
 
 # Runs both policies on 3 days of the seed scenario on 256 GPUs, with the decision log kept.
@@ -92,15 +96,20 @@ def package_copy(tmp_path: Path, build: Path) -> Path:
 
 
 def test_build_is_loaded_when_fresh(build: Path) -> None:
-    """A build that matches the sources is loaded: every compiled core module comes from
-    the build directory as an extension module, the package's __init__ from the sources."""
+    """A build that matches the sources is loaded: every compiled module (all of the core
+    but its __init__, the simulator's engine and metrics) comes from the build directory as
+    an extension module; the core's __init__ and the simulator's other modules from the
+    sources."""
     got = python(WHICH, clean_env(**{BUILD_DIR_ENV: str(build)}))
     assert got["build"] == "compiled", got["reason"]
-    assert len(got["files"]) >= 9
+    core = {m for m in got["files"] if m.startswith("core.")}
+    assert core == {f"core.{p.stem}" for p in SOURCES.glob("*.py") if p.stem != "__init__"}
+    assert set(got["files"]) - core == SIM_COMPILED
     for module, file in got["files"].items():
         assert file.endswith(ext_suffix()), module
-        assert Path(file).parent == build / "apportion" / "core", module
+        assert Path(file).parent == build / "apportion" / module.split(".")[0], module
     assert got["init"] == str(SOURCES / "__init__.py")
+    assert got["scenarios"] == str(PACKAGE / "sim" / "scenarios.py")
 
 
 def test_build_leaves_the_source_tree_alone(build: Path) -> None:
@@ -124,7 +133,19 @@ def test_edited_source_makes_the_build_stale(package_copy: Path) -> None:
     assert after["build"] == "python"
     assert "policy.py: changed since the compiled build" in after["reason"]
     assert all(f.endswith(".py") for f in after["files"].values())
-    assert after["files"]["policy"] == str(policy)
+    assert after["files"]["core.policy"] == str(policy)
+
+
+def test_edited_engine_makes_the_whole_build_stale(package_copy: Path) -> None:
+    """The simulator's compiled modules count as much as the core's: edit one and nothing
+    compiled is loaded, the core included (a compiled module never runs beside a source it
+    was not compiled with)."""
+    engine = package_copy / "apportion" / "sim" / "engine.py"
+    engine.write_text(engine.read_text() + "\n# edited after the build\n")
+    got = python(WHICH, clean_env(PYTHONPATH=str(package_copy)))
+    assert got["build"] == "python"
+    assert "engine.py: changed since the compiled build" in got["reason"]
+    assert all(f.endswith(".py") for f in got["files"].values())
 
 
 def test_new_core_module_makes_the_build_stale(package_copy: Path) -> None:
@@ -133,7 +154,7 @@ def test_new_core_module_makes_the_build_stale(package_copy: Path) -> None:
     (package_copy / "apportion" / "core" / "extra.py").write_text('"""Added later."""\n')
     got = python(WHICH, clean_env(PYTHONPATH=str(package_copy)))
     assert got["build"] == "python"
-    assert "extra: not in the compiled build" in got["reason"]
+    assert "core.extra: not in the compiled build" in got["reason"]
 
 
 def test_pure_core_variable_wins_over_a_fresh_build(build: Path) -> None:

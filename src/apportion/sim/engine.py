@@ -204,7 +204,7 @@ class Engine:
     def run(self) -> RunResult:
         wall0, cpu0 = time.perf_counter(), time.process_time()
         sc = self.scenario
-        entries = []
+        entries: list[tuple[float, int, int, int, Any, int]] = []
         for job in sc.jobs:
             if job.spec.id in self.jobs:
                 raise CoreError(f"workload {job.spec.id}: id: duplicate in scenario {sc.name}")
@@ -510,11 +510,11 @@ class Engine:
             and d.end - d.start <= float(self.config.max_min_runtime) + _EPS
         ]
         high = [j for j in submitted if j.job.legacy_priority >= LegacyPriority.HIGH]
-        run_total = sum(j.run_s for j in submitted) + sum(
-            (self.end - j.run_start) * j.held for j in submitted if j.status == "running"
+        run_total = sum((j.run_s for j in submitted), 0.0) + sum(
+            ((self.end - j.run_start) * j.held for j in submitted if j.status == "running"), 0.0
         )
-        run_high = sum(j.run_s for j in high) + sum(
-            (self.end - j.run_start) * j.held for j in high if j.status == "running"
+        run_high = sum((j.run_s for j in high), 0.0) + sum(
+            ((self.end - j.run_start) * j.held for j in high if j.status == "running"), 0.0
         )
         preempts = dict(self.preempt_counts)
         preempts["total"] = sum(self.preempt_counts.values())
@@ -558,7 +558,7 @@ class Engine:
             },
             "preemptions": preempts,
             "protected_preemptions": self.protected,
-            "lost_gpu_hours": sum(j.lost_s for j in jobs) / HOUR,
+            "lost_gpu_hours": sum((j.lost_s for j in jobs), 0.0) / HOUR,
             "restart_overhead_gpu_hours": self.restart_s / HOUR,
             "squat_gpu_hours": tot.squat / HOUR,
             "gpu_hours": {

@@ -306,9 +306,9 @@ class Recorder:
             owed = self.owed_total[i]
             per[path] = self.attained_total[i] / owed if owed > 1e-9 else None
         leaves = [i for i, leaf in enumerate(self._leaf) if leaf]
-        owed_leaves = sum(self.owed_total[i] for i in leaves)
+        owed_leaves = sum((self.owed_total[i] for i in leaves), 0.0)
         overall = (
-            sum(self.attained_total[i] for i in leaves) / owed_leaves if owed_leaves > 1e-9
+            sum((self.attained_total[i] for i in leaves), 0.0) / owed_leaves if owed_leaves > 1e-9
             else None
         )
         teams = {
@@ -317,9 +317,9 @@ class Recorder:
             and (v := per[p]) is not None
         }
         team_ids = [i for i, p in enumerate(self.nodes) if p in teams]
-        owed_teams = sum(self.owed_total[i] for i in team_ids)
+        owed_teams = sum((self.owed_total[i] for i in team_ids), 0.0)
         overall_teams = (
-            sum(self.attained_total[i] for i in team_ids) / owed_teams if owed_teams > 1e-9
+            sum((self.attained_total[i] for i in team_ids), 0.0) / owed_teams if owed_teams > 1e-9
             else None
         )
         leaf_values = {self.nodes[i]: per[self.nodes[i]] for i in leaves}
