@@ -26,6 +26,9 @@ from apportion.core import (
     ancestors,
     decide,
 )
+from apportion.core.placement import find_victims
+from apportion.core.policy import _Pass
+from apportion.core.preemption import RebalanceRules
 from apportion.core.state import queue_key
 
 from .helpers import EPS, HOUR, Driver, Job, RunRecord, held_by, make_state
@@ -35,6 +38,8 @@ from .strategies import (
     MIN_RUNTIMES,
     Scenario,
     budget_trees,
+    clusters,
+    jobs,
     scenarios,
 )
 
@@ -365,6 +370,59 @@ def test_leaving_out_reasons_changes_no_decision(sc: Scenario) -> None:
 
     drive(sc, policy=both)
     assert checked[0] > 0
+
+
+@st.composite
+def contended_scenarios(draw: st.DrawFn) -> Scenario:
+    """Scenarios where whole-host rebalancing happens: a few same-size hosts, many jobs."""
+    tree = draw(budget_trees())
+    hosts = draw(clusters(min_hosts=3, max_hosts=6, uniform=True))
+    return Scenario(tree, hosts, draw(jobs(tree.leaves, hosts, max_jobs=40)), [])
+
+
+def rebalance_room(
+    state: ClusterState, now: float, spec: WorkloadSpec, giving: dict[str, str],
+    restricted: bool,
+) -> tuple[tuple[tuple[str, int], ...], list[str]] | None:
+    """The room a fresh pass's rebalancing search finds for ``spec`` with victims of the
+    sides ``giving``: over the hosts within reach, or (not ``restricted``) over all."""
+    probe = _Pass(state, now, CFG)
+    whole = spec.gpus > probe.hosts.max_size
+    plan = find_victims(
+        probe.hosts, spec, now,
+        lambda c, taken: probe.rules.may_preempt(spec, c, taken, giving),
+        only=probe.reach(giving, whole) if restricted else None,
+        budget_ok=lambda b: RebalanceRules.side_in(b, giving) is not None,
+    )
+    return None if plan is None else (plan.hosts, [v.id for v in plan.victims])
+
+
+def test_rebalancing_searches_only_hosts_within_reach() -> None:
+    """On every pass of random replays, for every pending allocated request the
+    unallocated-only search fails for: the rebalancing search over the hosts of the sides
+    that may give way (``_Pass.reach``) finds exactly the room the search over every host
+    finds. Some of those searches must find room, on one host and on whole hosts."""
+    found = {False: 0, True: 0}  # rooms found, by shape (whole hosts or not)
+
+    @DRIVEN_SETTINGS
+    @given(contended_scenarios())
+    def replay(sc: Scenario) -> None:
+        def check(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+            for p in state.pending.values():
+                spec = p.spec
+                probe = _Pass(state, now, config)
+                if not spec.allocated or find_victims(probe.hosts, spec, now, None) is not None:
+                    continue  # the pass would not search for rebalance victims
+                _, giving, _ = probe.rebalance_bound(spec)
+                room = rebalance_room(state, now, spec, giving, restricted=False)
+                assert rebalance_room(state, now, spec, giving, restricted=True) == room, spec
+                found[spec.gpus > probe.hosts.max_size] += room is not None
+            return decide(state, now, config)
+
+        drive(sc, policy=check)
+
+    replay()
+    assert found[False] > 0 and found[True] > 0, found
 
 
 @DRIVEN_SETTINGS

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from apportion.core import ClusterState, HostState, PolicyConfig, Slice, decide
-from apportion.core.policy import _charge_threshold
+from apportion.core.placement import find_victims
+from apportion.core.policy import _charge_threshold, _Pass
 
 from .helpers import make_hosts, make_spec, make_tree
 
@@ -57,3 +58,40 @@ def test_a_failed_rebalance_skips_only_requests_it_proves_hopeless() -> None:
     assert _charge_threshold(10, 6.0, [(100.0, 1.0), (50.0, 1.0)]) == 0.0
     assert _charge_threshold(10, 6.0, []) == 0.0
     assert _charge_threshold(10, None, [(50.0, 3.0), (100.0, 1.0)]) == pytest.approx(100.0)
+
+
+def test_a_whole_host_rebalance_searches_the_hosts_of_the_sides_giving_way() -> None:
+    """Five 8-GPU hosts: b runs three 8-GPU jobs (h0-h2, past their minimum runtime, well
+    over b's third of the cluster), unallocated work holds 4 GPUs of h3 and c 4 of h4 (c is
+    under its share). a asks for two whole hosts. The search looks only at b's hosts and
+    the host without allocated work (not h4, which c's work, protected by no rule, keeps),
+    and finds what the search over every host finds: h3 and one of b's hosts."""
+    st = ClusterState(make_tree("a", "b", "c"), make_hosts(8, 8, 8, 8, 8))
+    for i in range(3):
+        st.submit(make_spec(f"b{i}", "b", 8, min_runtime=600.0), 0.0)
+        st.start(f"b{i}", (Slice(f"h{i}", 8),), 0.0)
+    st.submit(make_spec("free", "c", 4, min_runtime=0.0), 0.0)
+    st.start("free", (Slice("h3", 4),), 0.0)
+    st.submit(make_spec("c0", "c", 4, min_runtime=600.0), 0.0)
+    st.start("c0", (Slice("h4", 4),), 0.0)
+    spec = make_spec("x", "a", 16, min_runtime=900.0, submit_time=9_000.0)
+    st.submit(spec, 9_000.0)
+    now = 10_000.0
+    probe = _Pass(st, now, CFG)
+    assert find_victims(probe.hosts, spec, now, None) is None  # unallocated alone: too few
+    _, giving, _ = probe.rebalance_bound(spec)
+    assert giving == {"b": "a"}
+    assert probe.reach(giving, whole_hosts=True) == {"h0", "h1", "h2", "h3"}
+    rooms = []
+    for only in (None, probe.reach(giving, whole_hosts=True)):
+        view = _Pass(st, now, CFG)
+        plan = find_victims(
+            view.hosts, spec, now,
+            lambda c, taken, view=view: view.rules.may_preempt(spec, c, taken, giving),
+            only=only,
+        )
+        assert plan is not None
+        rooms.append((plan.hosts, [v.id for v in plan.victims]))
+    assert rooms[0] == rooms[1] == ((("h0", 8), ("h3", 8)), ["free", "b0"])
+    d = decide(st, now, CFG)
+    assert {(p.workload, p.by) for p in d.preemptions} == {("free", "x"), ("b0", "x")}

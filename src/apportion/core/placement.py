@@ -7,7 +7,7 @@ that still fits), which keeps empty hosts empty for the large runs that need the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 from .preemption import Candidate
@@ -142,6 +142,12 @@ class HostView:
             self._unallocated_clearable = sum(self.size[n] for n in self._unallocated_hosts)
         return self._unallocated_clearable
 
+    def unallocated_hosts(self) -> set[str]:
+        """The hosts :meth:`unallocated_clearable` counts: schedulable, untouched this pass,
+        no allocated work on them (read only)."""
+        self.unallocated_clearable()
+        return self._unallocated_hosts
+
     def _not_clearable(self, hosts: set[str]) -> None:
         self.touched |= hosts
         if self._unallocated_clearable is not None:
@@ -233,11 +239,12 @@ def find_victims(
     spec: WorkloadSpec,
     now: float,
     allowed: Allowed | None,
-    only: Sequence[str] | None = None,
+    only: Collection[str] | None = None,
     budget_ok: Callable[[str], bool] | None = None,
 ) -> VictimPlan | None:
     """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
-    ``allowed`` accepts (``None``: unallocated victims only). Protected work (inside its
+    ``allowed`` accepts (``None``: unallocated victims only), on the hosts in ``only`` if
+    given. Protected work (inside its
     minimum runtime) is never a victim, whatever ``allowed`` says: this is the one place that
     guarantees it (see :meth:`HostView.candidates`). ``budget_ok``, if given, is a cheap
     necessary condition on a victim's budget that lets whole-host searches discard hosts
@@ -245,8 +252,8 @@ def find_victims(
     if spec.gpus <= view.max_size:
         names = view.names if only is None else sorted(h for h in only if h in view.size)
         return _one_host(view, names, spec.gpus, now, allowed)
-    return _whole_hosts(view, None if only is None else set(only), spec.gpus, now, allowed,
-                        budget_ok)
+    wanted = None if only is None else only if isinstance(only, set) else set(only)
+    return _whole_hosts(view, wanted, spec.gpus, now, allowed, budget_ok)
 
 
 def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
@@ -320,6 +327,10 @@ def _whole_hosts(
 
     if allowed is None and view.unallocated_clearable() < gpus:
         return None  # too few hosts hold nothing but unallocated or stopping work
+    if wanted is not None and sum(
+        view.size[n] for n in wanted if n in view.size and n not in view.touched
+    ) < gpus:
+        return None  # the hosts allowed are too few, emptied or not
     options = [
         o.name for o in view.clearable(now) if (wanted is None or o.name in wanted) and usable(o)
     ]

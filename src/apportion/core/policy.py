@@ -320,19 +320,12 @@ class _Pass:
                 return False
             bound, giving, opening = self.rebalance_bound(spec)
             if bound >= spec.gpus:
-                only = None
-                if not multi:
-                    # No host reaches the request with free, stopping and unallocated GPUs
-                    # alone (the unallocated-only search just failed, or failed for fewer
-                    # GPUs), so only hosts holding work of a side that may give way can.
-                    hosts = self.victims().hosts
-                    only = sorted(set().union(*(hosts[theirs] for theirs in giving)))
                 plan = find_victims(
                     self.hosts,
                     spec,
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
-                    only=only,
+                    only=self.reach(giving, multi),
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None:
@@ -388,6 +381,19 @@ class _Pass:
                         if 0.0 < opens_below <= charge:
                             opening.append((opens_below, more))
         return bound, giving, opening
+
+    def reach(self, giving: dict[str, str], whole_hosts: bool) -> set[str]:
+        """The hosts where rebalancing with victims of the sides ``giving`` can make room,
+        once the unallocated-only search has failed: those holding work of such a side. One
+        host: no other reaches the request with free, stopping and unallocated GPUs alone
+        (that search just failed, or failed for fewer GPUs). Whole hosts: besides hosts with
+        no allocated work, a host may be emptied only if all its allocated work is of such
+        sides and, none of it protected, past its minimum runtime, so among their hosts."""
+        hosts = self.victims().hosts
+        reach: set[str] = set().union(*(hosts[theirs] for theirs in giving))
+        if whole_hosts:
+            reach |= self.hosts.unallocated_hosts()
+        return reach
 
     def victims(self) -> Released:
         """Allocated work past its minimum runtime and not stopping, per budget node: the
