@@ -244,9 +244,9 @@ def find_victims(
 ) -> VictimPlan | None:
     """The cheapest room for ``spec`` made of free GPUs, stopping work and victims that
     ``allowed`` accepts (``None``: unallocated victims only), on the hosts in ``only`` if
-    given. Protected work (inside its
-    minimum runtime) is never a victim, whatever ``allowed`` says: this is the one place that
-    guarantees it (see :meth:`HostView.candidates`). ``budget_ok``, if given, is a cheap
+    given. Protected work (inside its minimum runtime) is never a victim, whatever
+    ``allowed`` says: this is the one place that guarantees it (see
+    :meth:`HostView.candidates`). ``budget_ok``, if given, is a cheap
     necessary condition on a victim's budget that lets whole-host searches discard hosts
     before asking ``allowed`` about each victim."""
     if spec.gpus <= view.max_size:
