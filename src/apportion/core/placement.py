@@ -334,14 +334,14 @@ def _whole_hosts(
     options = [
         o.name for o in view.clearable(now) if (wanted is None or o.name in wanted) and usable(o)
     ]
-    if sum(view.size[name] for name in options) < gpus:
+    left = sum(view.size[name] for name in options)  # of the options not yet looked at
+    if left < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
     taken: dict[str, int] = {}
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
     total = 0
-    left = sum(view.size[name] for name in options)  # of the options not yet looked at
     chosen: set[str] = set()
     for name in options:
         if total >= gpus or total + left < gpus:

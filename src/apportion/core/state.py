@@ -457,9 +457,6 @@ class ClusterState:
     def healthy_gpus(self) -> int:
         return self._healthy
 
-    def free_gpus(self, host: str) -> int:
-        return self.free[host]
-
     def fingerprint(self) -> tuple[object, ...]:
         """Everything ``decide`` may read, as plain values: equal before and after a pass."""
         return (
