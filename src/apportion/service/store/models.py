@@ -44,6 +44,8 @@ class UserModel(Base):
 
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
     admin: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    # the Unix account the user's work runs as; NULL: the account of the same name
+    unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class TokenModel(Base):
@@ -68,6 +70,8 @@ class WorkloadModel(Base):
     priority: Mapped[int] = mapped_column(Integer, nullable=False)
     checkpoint_interval: Mapped[float] = mapped_column(Double, nullable=False)
     command: Mapped[list[str]] = mapped_column(JSON, nullable=False)
+    chdir: Mapped[str | None] = mapped_column(Text, nullable=True)  # working directory
+    env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)  # exported vars
     submit_time: Mapped[float] = mapped_column(Double, nullable=False)
     queued_at: Mapped[float] = mapped_column(Double, nullable=False)
     status: Mapped[str] = mapped_column(String(16), nullable=False)

@@ -83,6 +83,8 @@ class WorkloadRow:
     exit_code: int | None
     end_reason: str | None
     created_at: float
+    chdir: str | None = None
+    env: dict[str, str] | None = None
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -111,6 +113,8 @@ class WorkloadRow:
             "priority": self.priority,
             "checkpoint_interval": self.checkpoint_interval,
             "command": list(self.command),
+            "chdir": self.chdir,
+            "env": dict(self.env) if self.env is not None else None,
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,
@@ -160,6 +164,12 @@ class BudgetRow:
 class UserRow:
     name: str
     admin: bool
+    unix_user: str | None = None  # None: the Unix account of the same name
+
+    @property
+    def account(self) -> str:
+        """The Unix account this user's work runs as."""
+        return self.unix_user or self.name
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ the write lock is taken up front, so a reader upgrading to a writer never hits
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -161,14 +161,18 @@ class Store:
         priority: int = 0,
         checkpoint_interval: float = 0.0,
         user: str | None = None,
+        chdir: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
-        defaults to ``actor``. The caller validated the spec (core.validate_spec)."""
+        defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
+        environment it runs with. The caller validated the spec (core.validate_spec)."""
         with self._tx() as s:
             m = WM(
                 budget=budget, user=user if user is not None else actor, gpus=gpus,
                 min_runtime=float(min_runtime), resumable=resumable, priority=priority,
                 checkpoint_interval=float(checkpoint_interval), command=list(command),
+                chdir=chdir, env=dict(env) if env is not None else None,
                 submit_time=submit_time, queued_at=submit_time, status=Status.PENDING.value,
                 cancel_requested=False, attempts_count=0, created_at=self.clock(),
             )
@@ -564,28 +568,31 @@ class Store:
         return b
 
     # ---- users and tokens ------------------------------------------------------------
-    def add_user(self, name: str, actor: str, admin: bool = False) -> UserRow:
-        """Create a user. Audited. :class:`Conflict` if the name exists."""
+    def add_user(
+        self, name: str, actor: str, admin: bool = False, unix_user: str | None = None
+    ) -> UserRow:
+        """Create a user (``unix_user``: the Unix account its work runs as, None for the
+        account of the same name). Audited. :class:`Conflict` if the name exists."""
         if not name:
             raise Conflict("user: name: must not be empty")
         with self._tx() as s:
             if s.get(UserModel, name) is not None:
                 raise Conflict(f"user {name}: name: already exists")
-            s.add(UserModel(name=name, admin=admin))
-            self._audit(s, actor, "user.create", name, None, {"admin": admin})
-            return UserRow(name, admin)
+            s.add(UserModel(name=name, admin=admin, unix_user=unix_user))
+            self._audit(s, actor, "user.create", name, None,
+                        {"admin": admin, "unix_user": unix_user})
+            return UserRow(name, admin, unix_user)
 
     def users(self) -> list[UserRow]:
         with self._tx(write=False) as s:
-            return [UserRow(u.name, u.admin)
-                    for u in s.scalars(select(UserModel).order_by(UserModel.name))]
+            return [_user(u) for u in s.scalars(select(UserModel).order_by(UserModel.name))]
 
     def get_user(self, name: str) -> UserRow:
         with self._tx(write=False) as s:
             u = s.get(UserModel, name)
             if u is None:
                 raise NotFound(f"user {name}: not found")
-            return UserRow(u.name, u.admin)
+            return _user(u)
 
     def add_token(self, user: str, token_hash: str) -> None:
         """Store a token's sha256 hex digest for ``user`` (never the token itself)."""
@@ -597,12 +604,12 @@ class Store:
     def user_for_token(self, token_hash: str) -> UserRow | None:
         """The user a token digest belongs to, or None."""
         with self._tx(write=False) as s:
-            row = s.execute(
-                select(UserModel.name, UserModel.admin)
+            u = s.scalars(
+                select(UserModel)
                 .join(TokenModel, TokenModel.user == UserModel.name)
                 .where(TokenModel.hash == token_hash)
             ).one_or_none()
-            return None if row is None else UserRow(row[0], bool(row[1]))
+            return None if u is None else _user(u)
 
     # ---- audit -----------------------------------------------------------------------
     def append_audit(self, actor: str, action: str, target: str, old: Any, new: Any) -> None:
@@ -671,9 +678,15 @@ def _workload(
         exit_code=m.exit_code,
         end_reason=m.end_reason,
         created_at=m.created_at,
+        chdir=m.chdir,
+        env=dict(m.env) if m.env is not None else None,
         attempt=attempt,
         attempts=attempts,
     )
+
+
+def _user(u: UserModel) -> UserRow:
+    return UserRow(u.name, bool(u.admin), u.unix_user)
 
 
 def _host(h: HostModel) -> HostRow:
