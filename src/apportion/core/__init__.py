@@ -29,6 +29,7 @@ from .types import (
     WorkloadSpec,
     decision_log,
 )
+from .units import DurationError, format_duration, parse_duration, plural
 
 __all__ = [
     "FINAL",
@@ -40,6 +41,7 @@ __all__ = [
     "ClusterState",
     "CoreError",
     "Decisions",
+    "DurationError",
     "Explanation",
     "Host",
     "HostChange",
@@ -62,7 +64,10 @@ __all__ = [
     "decide",
     "decision_log",
     "explain",
+    "format_duration",
     "is_debug",
     "parent_of",
+    "parse_duration",
+    "plural",
     "validate_spec",
 ]

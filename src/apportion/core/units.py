@@ -1,0 +1,79 @@
+"""Durations and counts as people type and read them: the one parser and the one formatter
+of the whole package (configuration, API, CLI, traces, reports and explanations use them).
+
+``parse_duration`` accepts a number of seconds, a suffixed form (``"90s"``, ``"30m"``,
+``"2h"``, ``"7d"``, ``"1h30m"``, ``"1.5h"``; ``min`` for minutes too) or a clock form
+(``"[D-]HH:MM:SS"``, ``"MM:SS"``, Slurm's ``Elapsed``). ``format_duration`` writes what a
+person would: ``45 s``, ``30 min``, ``8 h``, ``1 h 30 min``, ``3 d 4 h``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["DurationError", "format_duration", "parse_duration", "plural"]
+
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0}
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
+_PART = re.compile(rf"({_NUMBER})\s*(min|[dhms])", re.IGNORECASE)
+_SUFFIXED = re.compile(rf"(?:{_NUMBER}\s*(?:min|[dhms])\s*)+", re.IGNORECASE)
+_CLOCK = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+_HINT = "a duration like 30m, 8h, 7d, 1h30m, HH:MM:SS or a number of seconds"
+
+
+class DurationError(ValueError):
+    """Not a duration; the message says what was given and what would do."""
+
+
+def parse_duration(value: object) -> float:
+    """Seconds (finite, >= 0) from a number or a duration string; :class:`DurationError`
+    (a ValueError) for anything else, booleans included."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise DurationError(f"must be {_HINT}, got {value!r}")
+    seconds = float(value) if not isinstance(value, str) else _parse_text(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise DurationError(f"must be a finite duration >= 0, got {value!r}")
+    return seconds
+
+
+def _parse_text(value: str) -> float:
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if _SUFFIXED.fullmatch(text):
+        return sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in _PART.findall(text))
+    m = _CLOCK.fullmatch(text)
+    if m and not (m.group(1) and not m.group(2)):  # "D-MM:SS" is not a Slurm form
+        days, hours, minutes, secs = m.groups()
+        return (int(days or 0) * 86400.0 + int(hours or 0) * 3600.0
+                + int(minutes) * 60.0 + float(secs))
+    raise DurationError(f"must be {_HINT}, got {value!r}")
+
+
+def format_duration(seconds: float) -> str:
+    """A duration in the units a person would use, at most two of them, rounded to the
+    second: ``0 s``, ``45 s``, ``2 min 5 s``, ``30 min``, ``8 h``, ``1 h 30 min``,
+    ``3 d 4 h``. Negative values are written with a leading minus."""
+    if not math.isfinite(seconds):
+        return "forever" if seconds > 0 else "-forever"
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    s = int(round(seconds))
+    units = (("d", 86400), ("h", 3600), ("min", 60), ("s", 1))
+    for i, (name, size) in enumerate(units):
+        if s >= size or size == 1:
+            text = f"{s // size} {name}"
+            if i + 1 < len(units):  # the next unit, if any of it is left ("1 h 30 min")
+                rest_name, rest_size = units[i + 1]
+                if rest := (s % size) // rest_size:
+                    text += f" {rest} {rest_name}"
+            return text
+    raise AssertionError("unreachable: the last unit is the second")
+
+def plural(count: int | float, word: str, words: str | None = None) -> str:
+    """``1 GPU``, ``8 GPUs``, ``1 workload``; ``words`` when the plural is not word + s."""
+    n = int(count) if float(count).is_integer() else count
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
