@@ -59,7 +59,7 @@ def run_policies(
         )
         results.append(engine.run())
     if out is not None:
-        write_outputs(Path(out), results)
+        write_outputs(Path(out), results, scenario)
     return results
 
 
@@ -80,7 +80,15 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object
             w.writerow([_cell(v) for v in row])
 
 
-def write_outputs(out: Path, results: Sequence[RunResult]) -> None:
+def shows_published_reference(scenario: Scenario) -> bool:
+    """Whether the report puts the published rollout figures next to the results: only for
+    the built-in seed scenario, which models that rollout (a trace, even one named "seed",
+    carries its ``source`` in ``meta``)."""
+    return scenario.name == "seed" and "source" not in scenario.meta
+
+
+def write_outputs(out: Path, results: Sequence[RunResult],
+                  scenario: Scenario | None = None) -> None:
     """summary.json and the per-policy tables, then report.html. A report writer that cannot
     be imported is an error (``click.ClickException``), never a silent skip."""
     out.mkdir(parents=True, exist_ok=True)
@@ -98,7 +106,9 @@ def write_outputs(out: Path, results: Sequence[RunResult]) -> None:
             f"{out / 'report.html'}: cannot write the report: {e} (the tables and "
             "summary.json are written; reinstall apportion with its dependencies)"
         ) from None
-    report.write_report(out, summaries)
+    report.write_report(
+        out, summaries, scenario_meta=scenario.meta if scenario is not None else None,
+        reference=scenario is not None and shows_published_reference(scenario))
 
 
 # ---- terminal table --------------------------------------------------------------------
