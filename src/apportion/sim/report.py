@@ -694,17 +694,21 @@ def _by_kind(tables: RunTables, column: str, mask_of: str) -> tuple[float, float
     return float(values[rows & alloc].sum()), float(values[rows & ~alloc].sum())
 
 
-def _first_wait_p90(tables: RunTables) -> tuple[float, float] | None:
-    """p90 of the first wait of started (allocated, unallocated) work; NaN for none."""
+def _first_wait_pct(tables: RunTables, pct: float,
+                    debug_only: bool) -> tuple[float, float, float] | None:
+    """The ``pct`` percentile of the first wait of started work: (all, allocated,
+    unallocated), NaN where there is none; None without the workloads table."""
     w = tables.workloads
     if w is None or "allocated" not in w or "first_wait_s" not in w:
         return None
     started = np.isfinite(w["first_wait_s"])
+    if debug_only and "debug" in w:
+        started &= w["debug"] > 0
     alloc = w["allocated"] > 0
     out = []
-    for mask in (started & alloc, started & ~alloc):
-        out.append(float(np.percentile(w["first_wait_s"][mask], 90)) if mask.any() else np.nan)
-    return out[0], out[1]
+    for mask in (started, started & alloc, started & ~alloc):
+        out.append(float(np.percentile(w["first_wait_s"][mask], pct)) if mask.any() else np.nan)
+    return out[0], out[1], out[2]
 
 
 def _bigger(a: object, b: object) -> bool:
@@ -756,6 +760,7 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
         add("headline", text)
 
     # GPU-hours lost to preemption (headline table)
+    host_stops = sum(float(pre_f.get(r) or 0) for r in ("drain", "host_failure"))
     lost_f, lost_l = _get(fs, "lost_gpu_hours"), _get(lg, "lost_gpu_hours")
     if _bigger(lost_f, lost_l):
         text = f"Fair share lost more GPU-hours to preemption ({n(lost_f)} vs {n(lost_l)})"
@@ -764,8 +769,9 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
             text += (f": {n(kf[0])} of them were progress of allocated work since its last "
                      "checkpoint, lost when fair share preempted it after its minimum runtime "
                      "to give the GPUs to a budget below its share "
-                     f"({n(pre_f.get('rebalance'))} rebalance preemptions) or when its host "
-                     "failed or was drained. Legacy never preempts to rebalance budgets, only "
+                     f"({n(pre_f.get('rebalance'))} rebalance preemptions)"
+                     + (" or when its host failed or was drained" if host_stops else "")
+                     + ". Legacy never preempts to rebalance budgets, only "
                      "for a strictly higher priority "
                      f"({n(pre_l.get('rebalance'))} preemptions of allocated work).")
         elif kf is not None and kl is not None:
@@ -780,36 +786,52 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
     # preemptions (preemption figure)
     tot_f, tot_l = pre_f.get("total"), pre_l.get("total")
     if _bigger(tot_f, tot_l):
-        add("preempt",
-            f"Fair share preempted more often ({n(tot_f)} vs {n(tot_l)}): "
-            f"{n(pre_f.get('unallocated'))} of its preemptions stopped unallocated work "
-            "(minimum runtime 0), which it lets run on GPUs no allocated work needs and stops "
-            "as soon as some does (legacy: "
-            f"{n(pre_l.get('unallocated'))}, only for a strictly higher priority); "
-            f"{n(pre_f.get('rebalance'))} rebalanced allocated work past its minimum runtime "
-            "towards a budget below its share (legacy: "
-            f"{n(pre_l.get('rebalance'))} preemptions of allocated work, by priority)."
-            + protected)
+        parts = []
+        if _bigger(pre_f.get("unallocated"), 0):
+            parts.append(
+                f"{n(pre_f.get('unallocated'))} of its preemptions stopped unallocated work "
+                "(minimum runtime 0), which it lets run on GPUs no allocated work needs and "
+                f"stops as soon as some does (legacy: {n(pre_l.get('unallocated'))}, only for "
+                "a strictly higher priority)")
+        if _bigger(pre_f.get("rebalance"), 0):
+            parts.append(
+                f"{n(pre_f.get('rebalance'))} rebalanced allocated work past its minimum "
+                "runtime towards a budget below its share (legacy: "
+                f"{n(pre_l.get('rebalance'))} preemptions of allocated work, by priority)")
+        if host_stops and not parts:
+            parts.append(f"{n(host_stops)} were for drained or failed hosts")
+        add("preempt", f"Fair share preempted more often ({n(tot_f)} vs {n(tot_l)})"
+            + (": " + "; ".join(parts) + "." if parts else ".") + protected)
 
     # waits (waits figure)
-    waits = [("median wait", ("all", "p50")), ("p90 wait", ("all", "p90")),
-             ("p99 wait", ("all", "p99")), ("debug p90 wait", ("debug", "p90"))]
-    worse = [(label, _get(fs, "wait_s", *path), _get(lg, "wait_s", *path))
-             for label, path in waits]
-    worse = [(label, f, x) for label, f, x in worse if _bigger(f, x)]
+    waits = [("median wait", "all", 50.0), ("p90 wait", "all", 90.0), ("p99 wait", "all", 99.0),
+             ("debug p90 wait", "debug", 90.0)]
+    worse = [(label, group, pct, _get(fs, "wait_s", group, f"p{pct:.0f}"),
+              _get(lg, "wait_s", group, f"p{pct:.0f}")) for label, group, pct in waits]
+    worse = [w for w in worse if _bigger(w[3], w[4]) and fmt_dur(w[3]) != fmt_dur(w[4])]
     if worse:
         text = "Fair share's " + ", ".join(
-            f"{label} is longer ({fmt_dur(f)} vs {fmt_dur(x)})" for label, f, x in worse)
-        pf, pl = _first_wait_p90(ft), _first_wait_p90(lt)
+            f"{label} is longer ({fmt_dur(f)} vs {fmt_dur(x)})" for label, _, _, f, x in worse)
+        _, group, pct, _, _ = worse[0]
+        pf = _first_wait_pct(ft, pct, group == "debug")
+        pl = _first_wait_pct(lt, pct, group == "debug")
+        name = f"p{pct:.0f}"
         if pf is None or pl is None:
             text += "."
         elif not _bigger(pf[0], pl[0]):
-            text += (f". The longer waits are unallocated work's (p90 of first waits "
-                     f"{fmt_dur(pf[1])} vs {fmt_dur(pl[1])}; allocated work {fmt_dur(pf[0])} "
-                     f"vs {fmt_dur(pl[0])}): it starts only on GPUs no allocated work needs.")
+            # first waits are no longer: the difference is in the waits after a preemption
+            n_f, n_l = _get(fs, "wait_s", group, "n"), _get(lg, "wait_s", group, "n")
+            text += (f". Waits to a first start are not longer ({name} {fmt_dur(pf[0])} vs "
+                     f"{fmt_dur(pl[0])}): the longer ones are waits to restart after a "
+                     f"preemption, of which fair share has more ({n(n_f)} waits in all vs "
+                     f"{n(n_l)}).")
+        elif _bigger(pf[2], pl[2]) and not _bigger(pf[1], pl[1]):
+            text += (f". The longer waits are unallocated work's ({name} of first waits "
+                     f"{fmt_dur(pf[2])} vs {fmt_dur(pl[2])}; allocated work {fmt_dur(pf[1])} "
+                     f"vs {fmt_dur(pl[1])}): it starts only on GPUs no allocated work needs.")
         else:
-            text += (f". Allocated work waits longer too (p90 of first waits "
-                     f"{fmt_dur(pf[0])} vs {fmt_dur(pl[0])}): it starts in Fair Tree order, "
+            text += (f". Allocated work waits longer ({name} of first waits "
+                     f"{fmt_dur(pf[1])} vs {fmt_dur(pl[1])}): it starts in Fair Tree order, "
                      "budgets furthest below their share first, not by priority and "
                      "submission time.")
         add("waits", text)
@@ -842,15 +864,15 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
                      f"{fmt_pct(al_l)} of the healthy GPUs).")
         add("occupancy", text + ".")
     mean_f, mean_l = _mean_pending(ft), _mean_pending(lt)
-    if _bigger(mean_f, mean_l):
-        text = (f"Fair share had more workloads pending on average ({n(mean_f)} vs "
-                f"{n(mean_l)})")
+    if _bigger(mean_f, mean_l) and n(mean_f, 1) != n(mean_l, 1):
+        text = (f"Fair share had more workloads pending on average ({n(mean_f, 1)} vs "
+                f"{n(mean_l, 1)})")
         kf, kl = _by_kind(ft, "", "pending"), _by_kind(lt, "", "pending")
-        if kf is not None and kl is not None:
+        if kf is not None and kl is not None and kf[1] > kl[1]:
             text += (f": at the end, {n(kf[1])} of its {n(sum(kf))} pending workloads were "
                      "unallocated work, which waits for GPUs no allocated work needs "
-                     f"(legacy: {n(kl[1])} of {n(sum(kl))}).")
-        add("occupancy", text if text.endswith(".") else text + ".")
+                     f"(legacy: {n(kl[1])} of {n(sum(kl))})")
+        add("occupancy", text + ".")
     return notes
 
 
@@ -1026,7 +1048,7 @@ def write_report(
                            if caption else "") + "</figure>" + why(key))
     sections += ["<h2>Attainment at every level</h2>", budget_table(summaries, runs)]
     if scenario_meta:
-        sections += ["<h2>Scenario calibration</h2>", meta_table(scenario_meta)]
+        sections += ["<h2>Scenario</h2>", meta_table(scenario_meta)]
     doc = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
            f"<title>{_esc(name)}</title><style>{CSS}</style></head><body>"
            + "\n".join(sections) + "</body></html>")
