@@ -3,7 +3,7 @@
 Example export::
 
     sacct --allusers --parsable2 --starttime 2024-01-01 --endtime now \\
-      --format JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State
+      --format JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,NodeList,State
 
 With a ``NodeList`` column (add ``NodeList`` to ``--format``) the trace also says which hosts
 it ran on: :func:`hosts_of` derives the cluster from it (see docs/traces.md).
