@@ -309,7 +309,7 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
         progress=not kw["quiet"], sim=sim, out=out,
     )
     click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
-               f"{len(scenario.hosts)} hosts, {scenario.days:g} days")
+               f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")
     click.echo(format_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
 

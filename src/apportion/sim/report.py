@@ -844,7 +844,7 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
         listed = ", ".join(f"{t} ({fmt_pct(a)} vs {fmt_pct(b)})" for t, a, b in lower[:5])
         more = f" and {len(lower) - 5} more" if len(lower) > 5 else ""
         add("attain",
-            f"Fair share gave {len(lower)} team{'s' if len(lower) != 1 else ''} less of "
+            f"Fair share gave {plural(len(lower), 'team')} less of "
             f"what they were owed than legacy: {listed}{more}. Under fair share a budget "
             "that asks for its share gets it as work elsewhere reaches the end of its minimum "
             "runtime (never sooner: running work is protected until then), while legacy "
@@ -999,10 +999,11 @@ def write_report(
     first = summaries[0]
     days = first.get("sim_days")
     span = plural(float(days), "day") if _num(days) else "– days"  # type: ignore[arg-type]
+    gpus, hosts = first.get("gpus"), first.get("hosts")
+    size = (f"{plural(float(gpus), 'GPU')} on {plural(float(hosts), 'host')}"  # type: ignore[arg-type]
+            if _num(gpus) and _num(hosts) else "– GPUs")
     name = title or (f"apportion simulation: {first.get('scenario', 'scenario')}, "
-                     f"{span}, "
-                     f"{fmt_num(first.get('gpus'))} GPUs on {fmt_num(first.get('hosts'))} "
-                     "hosts")
+                     f"{span}, {size}")
     swatches = " ".join(
         f"<span class='swatch' style='background:{palette.policy(p)}'></span>{_esc(p)}"
         for p in policies)

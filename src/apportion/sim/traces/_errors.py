@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apportion.core import plural
+
 
 class TraceError(ValueError):
     """A trace file or an import option is unusable. Nothing is returned when it is raised."""
@@ -61,13 +63,13 @@ class Notes:
 
     def warnings(self) -> tuple[str, ...]:
         out = [
-            f"{self.source}: skipped {n} row{'s' if n != 1 else ''}: {reason} "
+            f"{self.source}: skipped {plural(n, 'row')}: {reason} "
             f"(first at line {self.first_line[reason]})"
             for reason, n in self.skipped.items()
             if reason not in self.quiet
         ]
         out += [
-            f"{self.source}: {n} row{'s' if n != 1 else ''}: {reason} "
+            f"{self.source}: {plural(n, 'row')}: {reason} "
             f"(first at line {self.first_line[reason]})"
             for reason, n in self.adjusted.items()
         ]
