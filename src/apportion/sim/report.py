@@ -906,7 +906,7 @@ def budget_table(summaries: Sequence[Json], runs: Sequence[RunTables]) -> str:
         return "<p class='note'>No per-budget figures in this run.</p>"
     waits = [_get(s, "wait_s", "per_budget") or {} for s in summaries]
     gave_up = [_get(s, "abandoned", "per_budget") for s in summaries]
-    head = "".join(f"<th>{_esc(s.get('policy', ''))}</th>" for s in summaries)
+    head = "".join(f"<th>{_esc(s.get('policy', ''))} attainment</th>" for s in summaries)
     whead = "".join(f"<th>{_esc(s.get('policy', ''))} wait p50 / p90</th>" for s in summaries)
     whead += "".join(f"<th>{_esc(s.get('policy', ''))} abandoned</th>"
                      for s, a in zip(summaries, gave_up, strict=True) if a is not None)
@@ -960,7 +960,7 @@ max-width:1100px;color:#222;line-height:1.4;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}
 th,td{border:1px solid #ddd;padding:0.25em 0.6em;text-align:right;vertical-align:top}
-table.headline td{white-space:nowrap}
+table.headline td,table.budgets td{white-space:nowrap}table.meta td{text-align:left}
 th:first-child{text-align:left;font-weight:normal}
 thead th{background:#f4f4f4;font-weight:600;text-align:center}
 td.ref,th.ref{color:#666;font-style:italic}
