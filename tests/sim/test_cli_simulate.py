@@ -81,6 +81,17 @@ def test_bad_set_value_names_the_key(tmp_path: Path) -> None:
     assert "lookback" in out
 
 
+def test_bad_set_values_say_what_is_expected(tmp_path: Path) -> None:
+    """--set errors name the key and what would do, in the user's terms: a duration, a
+    whole number, a boolean."""
+    for item, expected in (("lookback=-1h", "lookback: must be a duration like 30m, 8h"),
+                           ("decide_rounds=x", "decide_rounds: not a whole number: 'x'"),
+                           ("rebalance=maybe", "rebalance: not a boolean: 'maybe'")):
+        code, out = invoke("simulate", "--scenario", "small", "--set", item,
+                           "--out", str(tmp_path))
+        assert code == 2 and "--set" in out and expected in out, (item, out)
+
+
 def test_tree_file_must_cover_the_budgets(tmp_path: Path) -> None:
     """A --tree that lacks the scenario's budgets is refused, naming a missing budget."""
     tree = tmp_path / "tree.toml"

@@ -38,7 +38,10 @@ def _convert(kind: Any, text: str) -> Any:
             return False
         raise ValueError(f"not a boolean: {text!r}")
     if kind is int:
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"not a whole number: {text!r}") from None
     return parse_duration(text)
 
 
