@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.sim.report import (
     BUDGET_COLORS,
+    OTHER_COLOR,
     POLICY_COLORS,
     REFERENCE,
     REFERENCE_HEADING,
@@ -364,3 +365,20 @@ def test_report_survives_missing_tables(seed_run: Run, tmp_path: Path) -> None:
     assert "workloads-fairshare.csv" in text and "cluster_hours-legacy.csv" in text
     assert list(figures(text)) == ["attain"]
     assert headline(text)["occupancy"][0] == fmt_pct(summaries[0]["occupancy"])
+
+
+def test_more_budgets_than_colours_fold_into_one_band(tmp_path: Path) -> None:
+    """A trace with 20 budgets: the budget-time figure draws the 15 biggest in 15 distinct
+    colours and the other 5 as one band, so no colour stands for two budgets; the usage-ratio
+    figure draws the same 15 in the same colours."""
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(DATA / "itp" / "cluster10.csv"), "--format", "itp",
+        "--budgets", "20", "--cluster", "4x8", "--days", "10", "--policy", "fairshare",
+        "--quiet", "--out", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    figs = figures((tmp_path / "report.html").read_text(encoding="utf-8"))
+    band_colors = shape_colors(figs["budgets"])
+    assert len(band_colors & set(BUDGET_COLORS)) == 15
+    assert OTHER_COLOR in band_colors
+    assert "5 other budgets" in {t.text for t in texts(figs["budgets"])}
+    assert shape_colors(figs["ratio"]) & set(BUDGET_COLORS) == band_colors & set(BUDGET_COLORS)

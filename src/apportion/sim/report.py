@@ -51,6 +51,8 @@ BUDGET_COLORS = (
     "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5", "#637939",
 )
 UNALLOCATED_COLOR = "#c8c8c8"
+# beyond as many budgets as there are colours, the smallest are drawn as one band
+OTHER_COLOR = "#2f4f4f"
 REASON_COLORS = {"unallocated": UNALLOCATED_COLOR, "drain": "#969696", "rebalance": "#525252",
                  "host_failure": "#000000"}
 PERCENT = PercentFormatter(xmax=1.0, decimals=0)
@@ -253,6 +255,23 @@ def chart_budgets(runs: Sequence[RunTables], depth: int) -> list[str]:
     return sorted(share, key=lambda n: (-share[n], n))
 
 
+def shown_budgets(nodes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(drawn one by one, folded into one "other" band): every budget gets its own colour
+    while there are colours enough; beyond that the biggest keep theirs."""
+    if len(nodes) <= len(BUDGET_COLORS):
+        return list(nodes), []
+    keep = len(BUDGET_COLORS) - 1
+    return list(nodes[:keep]), list(nodes[keep:])
+
+
+def _fold(mat: np.ndarray, shown: int) -> np.ndarray:
+    """Columns past ``shown`` summed into one last column (none when nothing is folded)."""
+    if mat.shape[1] <= shown:
+        return mat
+    out: np.ndarray = np.hstack([mat[:, :shown], mat[:, shown:].sum(axis=1, keepdims=True)])
+    return out
+
+
 # ---- plots ----------------------------------------------------------------------------------
 def _percent_axis(axis: Any) -> None:
     """Ticks of a fraction axis written as percentages (0.5 -> 50%)."""
@@ -409,7 +428,9 @@ def plot_budget_time(runs: Sequence[RunTables], palette: Palette, depth: int,
     fig, grid = plt.subplots(len(usable), 1, figsize=(10, 3.2 * len(usable) + 0.4),
                              squeeze=False, sharex=True, layout="constrained")
     axes = grid[:, 0]
-    colors = [palette.budget(n) for n in nodes]
+    shown, rest = shown_budgets(nodes)
+    labels = shown + ([f"{len(rest)} other budgets"] if rest else [])
+    colors = [palette.budget(n) for n in shown] + ([OTHER_COLOR] if rest else [])
     for ax, run in zip(axes, usable, strict=True):
         bh = run.budget_hours
         assert bh is not None
@@ -418,12 +439,12 @@ def plot_budget_time(runs: Sequence[RunTables], palette: Palette, depth: int,
         _, share = _pivot(bh, depth, "share", nodes)
         _, healthy = _pivot(bh, depth, "healthy_gpus", nodes)
         span = _span(bh, depth, nodes)
-        gpus = delivered / span[:, None]  # GPU-hours in the bin -> GPUs on average
+        gpus = _fold(delivered, len(shown)) / span[:, None]  # GPU-hours in the bin -> GPUs
         unalloc = free.sum(axis=1) / span
         days = (hours + span / 2) / 24
-        fair = np.cumsum(share * healthy, axis=1)
+        fair = np.cumsum(_fold(share * healthy, len(shown)), axis=1)
         days_d, series = _downsample(days, [*gpus.T, unalloc, *fair.T])
-        k = len(nodes)
+        k = len(labels)
         ax.stackplot(days_d, series[:k] + [series[k]], colors=[*colors, UNALLOCATED_COLOR],
                      alpha=0.9, lw=0)
         # the last cumulative line is all the healthy GPUs: drawn solid, once
@@ -437,7 +458,7 @@ def plot_budget_time(runs: Sequence[RunTables], palette: Palette, depth: int,
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     handles: list[Artist] = [matplotlib.patches.Patch(color=c, label=n)
-                             for n, c in zip(nodes, colors, strict=True)]
+                             for n, c in zip(labels, colors, strict=True)]
     handles += [matplotlib.patches.Patch(color=UNALLOCATED_COLOR, label="unallocated work"),
                 matplotlib.lines.Line2D([], [], color="#000000", lw=0.8, label="healthy GPUs")]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
@@ -453,13 +474,14 @@ def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
     nodes = chart_budgets(usable, depth)
     if not usable or not nodes:
         return None
+    shown, rest = shown_budgets(nodes)  # a ratio does not add up: the rest are left out
     fig, axes = _figure(10, 3.4, ncols=len(usable))
     for ax, run in zip(axes, usable, strict=True):
         bh = run.budget_hours
         assert bh is not None
-        hours, ratio = _pivot(bh, depth, "usage_ratio", nodes)
+        hours, ratio = _pivot(bh, depth, "usage_ratio", shown)
         days_d, series = _downsample((hours + 0.5) / 24, list(ratio.T))
-        for node, ys in zip(nodes, series, strict=True):
+        for node, ys in zip(shown, series, strict=True):
             ax.plot(days_d, ys, color=palette.budget(node), lw=1.2)
         ax.axhline(1.0, color="#000000", lw=0.6)
         ax.set_title(run.policy, loc="left", fontsize=10, color=palette.policy(run.policy),
@@ -473,8 +495,10 @@ def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
         ax.set_ylim(0, top)  # one scale, so the panels compare at a glance
     axes[0].set_ylabel("usage / share")
     handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2, label=n)
-               for n in nodes]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+               for n in shown]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
+               title=f"the {len(shown)} biggest of {len(nodes)}" if rest else None,
+               title_fontsize=8)
     return svg_of(fig, key)
 
 
@@ -995,7 +1019,7 @@ def write_report(
     policies = [str(s.get("policy", f"run{i + 1}")) for i, s in enumerate(summaries)]
     runs = [load_tables(out_dir, p) for p in policies]
     depth = chart_depth(runs)
-    palette = Palette.build(policies, chart_budgets(runs, depth))
+    palette = Palette.build(policies, shown_budgets(chart_budgets(runs, depth))[0])
     first = summaries[0]
     days = first.get("sim_days")
     span = plural(float(days), "day") if _num(days) else "– days"  # type: ignore[arg-type]
