@@ -211,6 +211,17 @@ def test_map_with_sacct_is_refused_naming_the_flags(tmp_path: Path) -> None:
     assert "--map" in out and "--format sacct" in out
 
 
+def test_map_errors_name_the_flag(tmp_path: Path) -> None:
+    """A --map item without '=' or naming no canonical field is refused naming --map."""
+    for item, expected in (("gpus", "expected canonical=column, got 'gpus'"),
+                           ("gpuz=num_gpu", "gpuz: not a canonical field")):
+        code, out = invoke("simulate", "--trace", str(DATA / "itp" / "cluster10.csv"),
+                           "--format", "csv", "--map", item, "--cluster", "2x8",
+                           "--out", str(tmp_path))
+        assert code == 2 and "--map" in out and expected in out, (item, out)
+        assert "mapping" not in out
+
+
 def test_a_report_writer_that_cannot_be_imported_fails_the_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """When apportion.sim.report cannot be imported, simulate exits non-zero saying that

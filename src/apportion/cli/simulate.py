@@ -200,11 +200,15 @@ def build_scenario(
             raise click.UsageError("--budgets and --budget-column exclude each other")
         if maps and fmt == "sacct":
             raise click.UsageError("--map is not used with --format sacct (its columns are fixed)")
+        try:
+            mapping = parse_mapping(maps)
+        except TraceError as e:
+            raise click.BadParameter(str(e).removeprefix("--map: "), param_hint="--map") from None
         if budget_column is not None and not budget_column.strip():
             raise click.BadParameter("must name a column", param_hint="--budget-column")
         try:
             loaded = load_trace(
-                trace, fmt, mapping=parse_mapping(maps) or None, budgets=budgets,
+                trace, fmt, mapping=mapping or None, budgets=budgets,
                 budget_column=budget_column, tree=tree, seed=seed, rebase=True,
                 max_min_runtime=max_min_runtime,
             )
@@ -214,6 +218,9 @@ def build_scenario(
                 "budgets) or --budget-column NAME (one budget per value of that column)"
             ) from None
         except TraceError as e:
+            if str(e).startswith("mapping: "):  # an argument error: say it of the flag
+                raise click.BadParameter(str(e).removeprefix("mapping: "),
+                                         param_hint="--map") from None
             raise click.ClickException(str(e)) from None
         if not loaded.jobs:
             raise click.ClickException(f"{trace}: no usable jobs in the trace")
