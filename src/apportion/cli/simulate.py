@@ -177,12 +177,12 @@ def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
                    f"{plural(sum(h.gpus for h in derived), 'GPU')} (the most seen in use at "
                    "once on each host; pass --cluster to give the real one)", err=True)
         return derived
-    why = ("the trace has no NodeList column to derive it from (add NodeList to sacct's "
-           "--format)" if fmt == "sacct" else "the trace does not say which hosts it ran on")
+    why = ("it has no NodeList column; add NodeList to sacct's --format" if fmt == "sacct"
+           else "the trace does not name its hosts")
     raise click.UsageError(
-        f"{trace}: which cluster did it run on? {why}; pass --cluster HOSTSxGPUS "
-        "(e.g. --cluster 128x8) or --cluster FILE (a host list), or --size GPUS for hosts "
-        "of 8 GPUs")
+        f"{trace}: cannot tell which cluster it ran on ({why}); pass --cluster HOSTSxGPUS "
+        "(e.g. --cluster 128x8), --cluster FILE (a host list) or --size GPUS (hosts of 8 "
+        "GPUs)")
 
 
 def build_scenario(
