@@ -5,7 +5,10 @@ passed in; ``workloads-P.csv``, ``budget_hours-P.csv`` and ``cluster_hours-P.csv
 per policy ``P``, see docs/simulator.md) and writes ``report.html``. Plots are matplotlib
 figures rendered as inline SVG with the Agg backend; CSS is inline; there is no script and no
 reference to anything outside the file, so the report opens offline and can be mailed.
-A missing table only drops the plots that need it.
+A missing table only drops the plots that need it. One :class:`Palette` colours every
+figure (a policy or a budget looks the same everywhere); :func:`worse_notes` writes the
+sentences under the figures where fair share does worse than legacy, from the run's own
+tables. docs/simulator.md, "The report", describes what a reader sees.
 """
 
 from __future__ import annotations
