@@ -15,6 +15,7 @@ points it runs."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -102,20 +103,28 @@ def run_ray(
     done: Callable[[int, dict[str, Any] | None, str | None], None],
 ) -> None:
     """Run every point as a Ray task; ``done(index, summary, error)`` as each finishes."""
-    try:
-        import ray
-    except ImportError:
-        raise RuntimeError(
-            "--engine ray needs Ray: pip install 'apportion[ray]' (or pip install ray)"
-        ) from None
     from .sweep import describe
 
     address = address or os.environ.get("RAY_ADDRESS") or None
     temp_dir = None
+    saved = dict(os.environ)
+    if address is None:
+        # a token of its own (Ray would otherwise share ~/.ray/auth_token with every other
+        # local cluster of the user), handed to the cluster's processes by the environment;
+        # set before Ray is imported, which reads it then
+        os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                           "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+    try:
+        import ray
+    except ImportError:
+        os.environ.clear()
+        os.environ.update(saved)
+        raise RuntimeError(
+            "--engine ray needs Ray: pip install 'apportion[ray]' (or pip install ray)"
+        ) from None
     if address is None:
         # a cluster of our own, on loopback; a short path: Ray's Unix sockets live under it
         temp_dir = tempfile.mkdtemp(prefix="apportion-ray-")
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
                  _temp_dir=temp_dir, log_to_driver=False, configure_logging=False)
     else:
@@ -142,3 +151,5 @@ def run_ray(
         ray.shutdown()
         if temp_dir is not None:
             shutil.rmtree(temp_dir, ignore_errors=True)
+            os.environ.clear()
+            os.environ.update(saved)
