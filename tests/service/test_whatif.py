@@ -35,8 +35,8 @@ class Live:
 
 
 def make_history(config_path: Path, start: float, days: float) -> tuple[float, int]:
-    """Two budgets (ai/llm weight 2, ai/vision weight 1) on 2 hosts x 8 GPUs, both asking
-    for about four times the cluster: every 30 min each submits a 4-GPU, 3 h resumable
+    """Two budgets (ai/llm weight 2, ai/vision weight 1) on 2 hosts x 8 GPUs, asking
+    together for three times the cluster: every 30 min each submits a 4-GPU, 3 h resumable
     workload (minimum runtime 1 h). Returns the end of the history and how many workloads
     were still running then."""
     config = load_config(config_path)
