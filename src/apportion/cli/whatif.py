@@ -67,6 +67,8 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
         raise click.ClickException(f"the store has no history to export: {e}") from None
     finally:
         store.close()
+    if not history.hosts:
+        raise click.ClickException("the store has no hosts: nothing to replay on")
     if not history.jobs:
         raise click.ClickException(
             f"no workload was submitted in the {format_duration(end - history.start)} before "

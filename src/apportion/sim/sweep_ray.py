@@ -9,8 +9,8 @@ the user, other clusters included).
 
 The scenarios are shipped once: each is packed into plain data (strings, numbers, tuples;
 the compiled core's classes cannot be pickled) and put into the object store, and every
-task gets a reference to it. A worker unpacks a scenario once and keeps it for the later
-points it runs."""
+task gets a reference to it. The points are submitted seed by seed and a worker keeps the
+last two scenarios it unpacked, so it unpacks each about once."""
 
 from __future__ import annotations
 
@@ -74,6 +74,7 @@ def unpack(data: Packed) -> Scenario:
 
 
 _UNPACKED: dict[str, Scenario] = {}  # per worker process: object id -> scenario
+_KEEP = 2  # scenarios a worker keeps (points are submitted seed by seed)
 
 
 def _task(box: list[Any], settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
@@ -86,7 +87,8 @@ def _task(box: list[Any], settings: dict[str, Any], seed: int, runner: Runner) -
     key = ref.hex()
     scenario = _UNPACKED.get(key)
     if scenario is None:
-        _UNPACKED.clear()  # one scenario at a time per worker is enough to keep
+        while len(_UNPACKED) >= _KEEP:  # the oldest goes: a worker moves on seed by seed
+            del _UNPACKED[next(iter(_UNPACKED))]
         scenario = _UNPACKED[key] = unpack(ray.get(ref))
     return runner(scenario, settings, seed)
 
@@ -135,8 +137,10 @@ def run_ray(
     try:
         refs = {seed: ray.put(pack(sc)) for seed, sc in scenarios.items()}
         task = ray.remote(num_cpus=1)(_task)
+        # seed by seed, so that a worker mostly runs points of the scenario it unpacked
+        order = sorted(points, key=lambda p: (list(refs).index(p.seed), p.index))
         pending = {task.remote([refs[p.seed]], p.settings, p.seed, runner): p.index
-                   for p in points}
+                   for p in order}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
