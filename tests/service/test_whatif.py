@@ -16,12 +16,15 @@ from typing import Any
 import pytest
 from server_proc import Server, free_port, write_config
 
+from apportion.cli.history import read_history
+from apportion.core import HostState
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
+from apportion.sim.model import HostEvent, HostEventKind
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -34,11 +37,14 @@ class Live:
     running_at_end: int
 
 
-def make_history(config_path: Path, start: float, days: float) -> tuple[float, int]:
+def make_history(config_path: Path, start: float, days: float,
+                 host_changes: dict[float, tuple[str, HostState]] | None = None
+                 ) -> tuple[float, int]:
     """Two budgets (ai/llm weight 2, ai/vision weight 1) on 2 hosts x 8 GPUs, asking
     together for three times the cluster: every 30 min each submits a 4-GPU, 3 h resumable
-    workload (minimum runtime 1 h). Returns the end of the history and how many workloads
-    were still running then."""
+    workload (minimum runtime 1 h). ``host_changes`` maps seconds after ``start`` to a host
+    state an admin sets then. Returns the end of the history and how many workloads were
+    still running then."""
     config = load_config(config_path)
     clock = FakeClock(start)
     store = Store(config.db_url, clock=clock.now)
@@ -57,6 +63,9 @@ def make_history(config_path: Path, start: float, days: float) -> tuple[float, i
                                          submit_time=t, command=["train"], actor="alice",
                                          resumable=True, checkpoint_interval=1800.0)
                 executor.durations[row.id] = 3 * HOUR
+        change = (host_changes or {}).get(t - start)
+        if change is not None:
+            sched.set_host_state(change[0], change[1], "test", "admin")
         sched.step()
         n += 1
         t += 600.0
@@ -159,5 +168,40 @@ def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None
     assert current["overall"]["current"] == {
         "attainment": summary["attainment"]["overall"],
         "wait_p90_s": summary["wait_s"]["all"]["p90"],
-        "preemptions": summary["preemptions"]["total"]}
+        "preemptions": summary["preemptions"]["total"],
+        "drains": summary["drains"]["count"]}
     assert summary["workloads"] == current["period"]["workloads"] > 100
+
+
+def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
+    """A host drained 2 h into the history (the scheduler sends it to repair once empty)
+    and marked healthy at 10 h: read_history gives an unhealthy event at 2 h and a repaired
+    one at 10 h after the first submission (the automated move to repair is the engine's own
+    to model); export-trace writes them beside the trace, and whatif replays them."""
+    config = write_config(tmp_path / "apportion.toml", free_port(),
+                          db_url=f"sqlite:///{tmp_path}/a.db", hosts=2, gpus=8,
+                          executor="memory")
+    start = 1_700_000_000.0
+    until, _ = make_history(config, start, 0.5, {2 * HOUR: ("h1", HostState.DRAINING),
+                                                 10 * HOUR: ("h1", HostState.HEALTHY)})
+    store = Store(load_config(config).db_url)
+    try:
+        history = read_history(store, start, until)
+    finally:
+        store.close()
+    assert history.origin == start
+    assert history.host_events == [HostEvent(2 * HOUR, "h1", HostEventKind.UNHEALTHY),
+                                   HostEvent(10 * HOUR, "h1", HostEventKind.REPAIRED)]
+    out = tmp_path / "t.csv"
+    run = apportion("export-trace", "--config", str(config), "--since", "12h", "--until",
+                    repr(until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "t.host-events.csv").read_text().splitlines() == [
+        "time,host,event", "7200.0,h1,unhealthy", "36000.0,h1,repaired"]
+    assert "not part of the trace format" in run.stdout
+    run = apportion("whatif", "--config", str(config), "--since", "12h", "--until",
+                    repr(until), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout)
+    assert result["period"]["host_events"] == 2
+    assert result["overall"]["current"]["drains"] == 1  # the replay drained h1 too

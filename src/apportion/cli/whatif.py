@@ -292,10 +292,12 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
              "proposed": after[node]} for node in history.tree.nodes()]
     overall = {k: {"attainment": r.summary["attainment"]["overall"],
                    "wait_p90_s": r.summary["wait_s"]["all"]["p90"],
-                   "preemptions": r.summary["preemptions"]["total"]}
+                   "preemptions": r.summary["preemptions"]["total"],
+                   "drains": r.summary["drains"]["count"]}
                for k, r in (("current", current), ("proposed", proposed))}
     result = {"period": {"start": history.start, "end": history.end, "days": _days(history),
                          "workloads": len(history.jobs),
+                         "host_events": len(history.host_events),
                          "running_at_end": history.running_at_end,
                          "waiting_at_end": history.waiting_at_end,
                          "cancelled_unstarted": history.cancelled_unstarted},
