@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from server_proc import Server, free_port, write_config
 
-from apportion.cli.history import read_history
 from apportion.core import HostState
+from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
 from apportion.service.executors.memory import MemoryExecutor
