@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from server_proc import Server, free_port, write_config
 
@@ -35,6 +36,7 @@ class Live:
     config: Path
     until: float  # the end of the fake-clock history
     running_at_end: int
+    server: Server
 
 
 def make_history(config_path: Path, start: float, days: float,
@@ -85,7 +87,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     server = Server(config, tmp / "server.log")
     server.start()  # the live service over that history, while the commands read its store
     try:
-        yield Live(config, until, running)
+        yield Live(config, until, running, server)
     finally:
         server.stop()
 
@@ -205,3 +207,36 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
     result = json.loads(run.stdout)
     assert result["period"]["host_events"] == 2
     assert result["overall"]["current"]["drains"] == 1  # the replay drained h1 too
+
+
+def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
+    """POST /v1/whatif on the live server: for an admin, the answer of apportion whatif
+    --json with the same inputs; alice (a member, no manager) is refused with 403; made
+    manager of ai she gets the same answer, but may not propose policy settings; an unknown
+    setting is a 422 naming ``set``."""
+    url = f"{live.server.url}/v1/whatif"
+    body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
+
+    def post(user: str, data: dict[str, Any]) -> httpx.Response:
+        return httpx.post(url, json=data, timeout=300,
+                          headers={"Authorization": f"Bearer {live.server.token(user)}"})
+
+    answer = post("admin", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == whatif(live, "--set-weight", "ai/vision=4")
+    refused = post("alice", body)
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "forbidden: alice manages no budget"
+    managers = f"{live.server.url}/v1/budgets/ai/managers"
+    admin = {"Authorization": f"Bearer {live.server.token('admin')}"}
+    assert httpx.put(managers, json={"managers": ["alice"]}, headers=admin).status_code == 200
+    try:
+        as_manager = post("alice", body)
+        assert as_manager.status_code == 200, as_manager.text
+        assert as_manager.json() == answer.json()  # ai's subtree is the whole tree
+        settings = post("alice", {**body, "set": {"lookback": "3d"}})
+        assert settings.status_code == 403 and "admins only" in settings.json()["detail"]
+    finally:
+        httpx.put(managers, json={"managers": []}, headers=admin)
+    bad = post("admin", {**body, "set": {"lookbak": "3d"}})
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("set: unknown key 'lookbak'")
