@@ -311,7 +311,7 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
     the trade-offs.
 
     Writes sweep.csv, sweep.json and sweep.png/svg to --out."""
-    from apportion.sim.sweep import _split, format_sweep, run_sweep
+    from apportion.sim.sweep import format_sweep, run_sweep, split_settings
 
     if address is not None and engine != "ray":
         raise click.UsageError("--address needs --engine ray")
@@ -333,7 +333,7 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
                 raise click.BadParameter(f"{key}={labels[key][value]} and {key}={typed} are "
                                          "the same value", param_hint="--grid")
             try:  # every value must make a valid config
-                _split({**base, key: value})
+                split_settings({**base, key: value})
             except (CoreError, ValueError) as e:
                 raise click.BadParameter(f"{key}={typed}: {e}", param_hint="--grid") from None
             axes[key].append(value)

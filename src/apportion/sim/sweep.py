@@ -62,7 +62,8 @@ class Point:
     seed: int
 
 
-def _split(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
+def split_settings(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
+    """The policy and engine configs of one point's settings (raises on a bad value)."""
     policy_keys = set(PolicyConfig.__dataclass_fields__)
     return (
         PolicyConfig(**{k: v for k, v in settings.items() if k in policy_keys}),
@@ -72,7 +73,7 @@ def _split(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
 
 def run_point(scenario: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
     """One fair-share run of ``scenario`` with ``settings``; its summary."""
-    config, sim = _split(settings)
+    config, sim = split_settings(settings)
     engine = Engine(scenario, make_policy("fairshare", scenario, sim), config,
                     name="fairshare", sim=sim, seed=seed)
     return engine.run().summary
