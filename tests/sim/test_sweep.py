@@ -168,3 +168,13 @@ def test_pack_round_trips_a_scenario() -> None:
         (p, sc.tree.weight(p)) for p in sc.tree.nodes()]
     assert (back.name, back.days, back.repair_time, back.meta) == (
         sc.name, sc.days, sc.repair_time, sc.meta)
+
+
+def test_lookback_warning_names_the_period_that_was_simulated(tmp_path: Path) -> None:
+    """The small scenario is 2 days whatever --days says: the warning gives its own length
+    and says --days does not apply, rather than quoting --days 10."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "10", "--grid",
+                            "lookback=1d,3d", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert ("warning: lookback 3d is not shorter than the simulated period (the scenario's "
+            "2 d; it does not take --days)") in err

@@ -387,8 +387,12 @@ def _warn_lookback(days: float, days_flag: float | None, base: dict[str, Any],
         return
     typed = ", ".join(labels.get("lookback", {}).get(v) or format_duration(float(v))
                       for v in long)
-    period = (f"--days {days_flag:g}" if days_flag is not None
-              else f"the scenario's {format_duration(span)}")
+    if days_flag is not None and days_flag == days:
+        period = f"--days {days_flag:g}"
+    elif days_flag is not None:  # a built-in scenario of a fixed length
+        period = f"the scenario's {format_duration(span)}; it does not take --days"
+    else:
+        period = f"the scenario's {format_duration(span)}"
     same = (" so these rows are identical" if len(long) > 1
             else " so it never slides")
     click.echo(f"warning: lookback {typed} is not shorter than the simulated period "
