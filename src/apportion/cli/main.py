@@ -12,6 +12,8 @@ _COMMANDS: dict[str, str] = {
     "simulate": "apportion.cli.simulate:simulate",
     "sweep": "apportion.cli.simulate:sweep",
     "bench": "apportion.cli.bench:bench",
+    "export-trace": "apportion.cli.whatif:export_trace",
+    "whatif": "apportion.cli.whatif:whatif",
     "serve": "apportion.cli.serve:serve",
     "submit": "apportion.cli.client:submit",
     "queue": "apportion.cli.client:queue",

@@ -328,29 +328,108 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
 @input_options
 @click.option("--grid", "grid", multiple=True, required=True, metavar="KEY=V1,V2,...",
               help="a setting and the values to try (repeatable: every combination runs)")
+@click.option("--seeds", metavar="S1,S2,...",
+              help="run every combination on the scenario of each of these seeds "
+                   "(default: --seed)")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
-              help="parallel worker processes")
-def sweep(grid: tuple[str, ...], jobs: int, **kw: Any) -> None:
-    """Run fair share over every combination of the --grid values and chart the trade-offs.
+              help="parallel worker processes (--engine ray without --address: the CPUs "
+                   "of the local Ray cluster)")
+@click.option("--engine", default="process", show_default=True,
+              type=click.Choice(["process", "ray"]),
+              help="process: forked processes on this host; ray: one Ray task per point")
+@click.option("--address", metavar="ADDR",
+              help="Ray cluster to run on (default: RAY_ADDRESS, else a local cluster "
+                   "started and stopped for the sweep)")
+def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
+          address: str | None, **kw: Any) -> None:
+    """Run fair share over every combination of the --grid values (and --seeds) and chart
+    the trade-offs.
 
     Writes sweep.csv, sweep.json and sweep.png/svg to --out."""
-    from apportion.sim.sweep import format_sweep, run_sweep
+    from apportion.sim.sweep import format_sweep, run_sweep, split_settings
 
+    if address is not None and engine != "ray":
+        raise click.UsageError("--address needs --engine ray")
     base = parse_settings(kw["settings"])
+    build_configs(base)
     axes: dict[str, list[Any]] = {}
+    labels: dict[str, dict[Any, str]] = {}
     for item in grid:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not text.strip():
             raise click.BadParameter(f"expected KEY=V1,V2,..., got {item!r}", param_hint="--grid")
-        axes[key] = [parse_settings([f"{key}={v}"], option="--grid")[key] for v in text.split(",")]
+        if key in axes:
+            raise click.BadParameter(f"{key} is given twice", param_hint="--grid")
+        axes[key], labels[key] = [], {}
+        for typed in (v.strip() for v in text.split(",")):
+            value = parse_settings([f"{key}={typed}"], option="--grid")[key]
+            if value in labels[key]:
+                raise click.BadParameter(f"{key}={labels[key][value]} and {key}={typed} are "
+                                         "the same value", param_hint="--grid")
+            try:  # every value must make a valid config
+                split_settings({**base, key: value})
+            except (CoreError, ValueError) as e:
+                raise click.BadParameter(f"{key}={typed}: {e}", param_hint="--grid") from None
+            axes[key].append(value)
+            labels[key][value] = typed
     config, _ = build_configs(base)
-    for key, vals in axes.items():  # every value must make a valid config
-        for v in vals:
-            build_configs({**base, key: v})
-    scenario = _scenario_from(kw, config)
+    seed_list = _seed_list(seeds, kw)
+    scenarios = {s: _scenario_from({**kw, "seed": s}, config) for s in seed_list}
+    _warn_lookback(next(iter(scenarios.values())).days, kw["days"], base, axes, labels)
     out: Path = kw["out"]
-    rows = run_sweep(scenario, base, axes, out, jobs=jobs, seed=kw["seed"],
-                     progress=not kw["quiet"])
-    click.echo(format_sweep(rows, list(axes)))
+    try:
+        rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],
+                         engine=engine, address=address, labels=labels)
+    except RuntimeError as e:  # the engine could not start (no Ray, no cluster at --address)
+        raise click.ClickException(str(e)) from None
+    click.echo(format_sweep(rows, list(axes), labels))
     click.echo(f"wrote {out}")
+    failed = sum(1 for r in rows if r["error"] is not None)
+    if failed:
+        raise click.ClickException(f"{failed} of {len(rows)} points failed (errors above)")
+
+
+def _seed_list(seeds: str | None, kw: dict[str, Any]) -> list[int]:
+    """``--seeds 0,1,2``, or the one ``--seed``; not both."""
+    if seeds is None:
+        return [kw["seed"]]
+    source = click.get_current_context().get_parameter_source("seed")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--seed and --seeds exclude each other")
+    out: list[int] = []
+    for text in seeds.split(","):
+        try:
+            out.append(int(text.strip()))
+        except ValueError:
+            raise click.BadParameter(f"not a whole number: {text.strip()!r}",
+                                     param_hint="--seeds") from None
+    if len(set(out)) != len(out):
+        raise click.BadParameter("a seed is given twice", param_hint="--seeds")
+    return out
+
+
+def _warn_lookback(days: float, days_flag: float | None, base: dict[str, Any],
+                   axes: dict[str, list[Any]], labels: dict[str, dict[Any, str]]) -> None:
+    """Warn when a lookback window is not shorter than the simulated period: the whole run is
+    then the window's warm-up, and rows that differ only in such lookbacks are the same."""
+    from apportion.core import format_duration
+
+    span = days * 86400.0
+    values = axes.get("lookback") or [base.get("lookback", PolicyConfig().lookback)]
+    long = [v for v in values if float(v) >= span]
+    if not long:
+        return
+    typed = ", ".join(labels.get("lookback", {}).get(v) or format_duration(float(v))
+                      for v in long)
+    if days_flag is not None and days_flag == days:
+        period = f"--days {days_flag:g}"
+    elif days_flag is not None:  # a built-in scenario of a fixed length
+        period = f"the scenario's {format_duration(span)}; it does not take --days"
+    else:
+        period = f"the scenario's {format_duration(span)}"
+    same = (" so these rows are identical" if len(long) > 1
+            else " so it never slides")
+    click.echo(f"warning: lookback {typed} is not shorter than the simulated period "
+               f"({period}): the window holds the whole run,{same}; simulate longer than "
+               "the lookback", err=True)

@@ -38,6 +38,7 @@ from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
+from .whatif_api import whatif_router
 
 API_VERSION = "v1"
 TOKEN_CACHE_S = 30.0
@@ -422,6 +423,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return explain_workload(store, scheduler, workload_id)
 
     app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
+    app.include_router(whatif_router(store, settings, current_user, now))  # POST /v1/whatif
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:
