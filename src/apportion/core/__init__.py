@@ -6,6 +6,7 @@ apply the decisions; the policy only reads.
 """
 
 from .explain import Explanation, explain
+from .gating import After, Hold, dependency_state, parse_array, parse_dependency, release
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
@@ -36,6 +37,7 @@ __all__ = [
     "HOST_TRANSITIONS",
     "ROOT",
     "WORKLOAD_TRANSITIONS",
+    "After",
     "BudgetNode",
     "BudgetTree",
     "ClusterState",
@@ -45,6 +47,7 @@ __all__ = [
     "Explanation",
     "Host",
     "HostChange",
+    "Hold",
     "HostState",
     "Pending",
     "Placement",
@@ -63,11 +66,15 @@ __all__ = [
     "check_transition",
     "decide",
     "decision_log",
+    "dependency_state",
     "explain",
     "format_duration",
     "is_debug",
     "parent_of",
+    "parse_array",
+    "parse_dependency",
     "parse_duration",
     "plural",
+    "release",
     "validate_spec",
 ]

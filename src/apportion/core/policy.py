@@ -2,6 +2,8 @@
 
 The pass runs in numbered phases over a read-only :class:`ClusterState`:
 
+0. **time limits**: running work at or past its time limit is stopped (it ends as
+   ``timeout``); its GPUs stay held until it exits, like any stopping work.
 1. **drain**: on draining hosts, preempt what is no longer protected; an empty draining
    host goes to repair.
 2. **rank**: pending allocated work in Fair Tree order: at each level of the budget tree the
@@ -37,6 +39,7 @@ from .types import (
     WaitReason,
     WorkloadSpec,
 )
+from .units import format_duration
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -81,8 +84,20 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
     state.tree.require_leaf(spec.budget)
     if spec.min_runtime > config.max_min_runtime:
         raise CoreError(
-            f"workload {spec.id}: min_runtime: {spec.min_runtime:g} s is over the cap of "
-            f"{config.max_min_runtime:g} s"
+            f"workload {spec.id}: min_runtime: {format_duration(spec.min_runtime)} is over "
+            f"the cap of {format_duration(config.max_min_runtime)}"
+        )
+    limit = spec.time_limit
+    if config.max_time_limit and not 0 < limit <= config.max_time_limit:
+        raise CoreError(
+            f"workload {spec.id}: time_limit: "
+            f"{format_duration(limit) if limit else 'none'} is over the cap of "
+            f"{format_duration(config.max_time_limit)}"
+        )
+    if limit and limit < spec.min_runtime:
+        raise CoreError(
+            f"workload {spec.id}: time_limit: {format_duration(limit)} is shorter than its "
+            f"minimum runtime of {format_duration(spec.min_runtime)}"
         )
     sizes = [h.gpus for h in state.hosts.values()]
     if not sizes:
@@ -125,6 +140,7 @@ class _Pass:
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.changes: list[HostChange] = []
+        self.timeouts: list[str] = []
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -142,6 +158,7 @@ class _Pass:
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
     def run(self) -> Decisions:
+        self.time_limits()
         self.drain()
         self.honour_reservations()
         self.admit_allocated()
@@ -153,7 +170,18 @@ class _Pass:
             reservations=tuple(self.reservations),
             order=tuple(self.order),
             waiting=self.waiting,
+            timeouts=tuple(self.timeouts),
         )
+
+    # ---- phase 0: time limits --------------------------------------------------------
+    def time_limits(self) -> None:
+        """Stop work whose time limit has passed. It is claimed, so no one counts it as a
+        victim this pass (it already stops)."""
+        st = self.state
+        for wid, until in sorted(st.deadlines.items()):
+            if self.now >= until and wid not in st.stopping:
+                self.hosts.claimed.add(wid)
+                self.timeouts.append(wid)
 
     # ---- phase 1: drain ----------------------------------------------------------------
     def drain(self) -> None:

@@ -32,6 +32,9 @@ class WorkloadSpec:
     resumable: bool = False
     priority: int = 0
     checkpoint_interval: float = 0.0
+    time_limit: float = 0.0
+    """Wall-time limit of one run (0: none). At ``started_at + time_limit`` the policy stops
+    it (:attr:`Decisions.timeouts`) and it ends as ``timeout``."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -44,6 +47,8 @@ class WorkloadSpec:
             )
         if self.checkpoint_interval < 0:
             raise CoreError(f"workload {self.id}: checkpoint_interval: must be >= 0")
+        if self.time_limit < 0:
+            raise CoreError(f"workload {self.id}: time_limit: must be >= 0")
 
     @property
     def allocated(self) -> bool:
@@ -176,9 +181,12 @@ class Decisions:
     reservations: tuple[Reservation, ...] = ()
     order: tuple[str, ...] = ()
     waiting: dict[str, WaitReason] = field(default_factory=dict)
+    timeouts: tuple[str, ...] = ()
+    """Running work past its time limit: stop it (SIGTERM, the grace period, SIGKILL); it
+    ends as ``timeout``, never requeued."""
 
     def empty(self) -> bool:
-        return not (self.starts or self.preemptions or self.host_changes)
+        return not (self.starts or self.preemptions or self.host_changes or self.timeouts)
 
     def settles(self) -> bool:
         """Once these decisions are applied, is the instant settled (drivers stop passing at
@@ -195,6 +203,7 @@ def decision_log(now: float, decisions: Decisions) -> list[str]:
     """One line per decision, in a fixed order: the format both drivers log, so the simulator
     and the service can be compared line by line (the parity test)."""
     lines = [f"{now:.3f} host {c.host} -> {c.to.value} ({c.why})" for c in decisions.host_changes]
+    lines += [f"{now:.3f} timeout {w}" for w in decisions.timeouts]
     lines += [
         f"{now:.3f} preempt {p.workload} {p.reason.value} requeue={p.requeue} by={p.by}"
         for p in decisions.preemptions

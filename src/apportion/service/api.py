@@ -23,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import (
+    After,
     BudgetNode,
     BudgetTree,
     ClusterState,
@@ -31,6 +32,8 @@ from apportion.core import (
     Status,
     WorkloadSpec,
     ancestors,
+    parse_array,
+    parse_dependency,
     validate_spec,
 )
 
@@ -70,6 +73,19 @@ class SubmitBody(_Body):
     priority: int = 0
     checkpoint_interval: float | str = Field(0, description='seconds or "30m"; 0 = unknown')
     command: list[str] = Field(min_length=1, description="argv of the command to run")
+    name: str | None = Field(None, max_length=128, description="a name to know it by")
+    time_limit: float | str | None = Field(
+        None, description='wall-time limit, seconds or "2h"; default: the policy\'s'
+    )
+    array: str | None = Field(
+        None, description='"0-99", "1,3,5-7", "0-99%10" (at most 10 at once): one per index'
+    )
+    dependency: str | None = Field(
+        None, description='"afterok:w-000003[:w-000004]", also afterany, afternotok'
+    )
+
+
+MAX_ARRAY = 10_000  # elements of one array
 
 
 class WeightBody(_Body):
@@ -191,12 +207,34 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             checkpoint = parse_duration(body.checkpoint_interval)
         except ValueError as e:
             raise _fail(422, f"checkpoint_interval: {e}") from None
+        try:
+            time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                          else parse_duration(body.time_limit))
+        except ValueError as e:
+            raise _fail(422, f"time_limit: {e}") from None
+        indexes: tuple[int, ...] = ()
+        throttle = 0
+        after: tuple[tuple[After, str], ...] = ()
+        try:
+            if body.array is not None:
+                indexes, throttle = parse_array(body.array)
+            if body.dependency:
+                after = parse_dependency(body.dependency)
+        except CoreError as e:
+            raise _fail(422, str(e)) from None
+        if len(indexes) > MAX_ARRAY:
+            raise _fail(422, f"array: {len(indexes)} elements, at most {MAX_ARRAY}")
+        known = store.statuses(d for _, d in after)
+        for _, dep in after:
+            if dep not in known:
+                raise _fail(422, f"dependency: {dep}: no such workload")
         t = now()
         try:
             spec = WorkloadSpec(
                 id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
+                time_limit=time_limit,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
@@ -211,10 +249,15 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         row = store.add_workload(
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
-            priority=body.priority, checkpoint_interval=checkpoint,
+            priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
+            time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
+            array=indexes, array_throttle=throttle,
         )
         scheduler.wake()
-        return row.as_dict()
+        out = row.as_dict()
+        if indexes:
+            out["array_ids"] = store.array_ids(row.id)
+        return out
 
     @app.get(f"{v1}/workloads", tags=["workloads"])
     def queue(
@@ -225,6 +268,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         budget: Annotated[str | None, Query(description="a node: its whole subtree")] = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
     ) -> list[dict[str, Any]]:
         """Workloads, oldest first (default: the active ones)."""
         statuses: list[Status] | None = None
@@ -234,7 +278,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise _fail(422, f"status: must be 'all' or some of: {valid}") from None
-        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit)
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
+                                    array=array)
         return [w.as_dict() for w in rows]
 
     @app.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])

@@ -45,6 +45,7 @@ Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
 FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
     range(9)
 )
+TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
 _EPS = 1e-6
 
 
@@ -231,6 +232,7 @@ class Engine:
             HUMAN_KILL: self._on_human_kill, COMPLETE: self._on_complete,
             SUBMIT: self._on_submit, MIN_RUNTIME_END: self._on_min_runtime_end,
             HOUR_END: self._on_hour, ABANDON: self._on_abandon,
+            TIME_LIMIT: self._on_time_limit,
         }
         while heap and heap[0][0] < self.end:
             now = heap[0][0]
@@ -279,6 +281,8 @@ class Engine:
     def _apply(self, d: Decisions, now: float) -> None:
         for c in d.host_changes:
             self._set_host(c.host, c.to, now)
+        for w in d.timeouts:
+            self._timeout(w, now)
         for p in d.preemptions:
             self._stop(p.workload, now, p.reason, p.requeue)
         for r in d.reservations:
@@ -309,6 +313,23 @@ class Engine:
         self.schedule(done, COMPLETE, wid, j.run_no)
         if spec.allocated and now + spec.min_runtime < done:
             self.schedule(now + spec.min_runtime, MIN_RUNTIME_END, wid, j.run_no)
+        if spec.time_limit > 0 and now + spec.time_limit < done:
+            self.schedule(now + spec.time_limit, TIME_LIMIT, wid, j.run_no)
+
+    def _timeout(self, wid: str, now: float) -> None:
+        """Stop a run at its time limit (at once: the simulator has no grace period); it
+        ends as ``timeout``, never requeued, not counted as a preemption."""
+        j = self.jobs[wid]
+        spec = j.spec
+        self.state.finish(wid, now)
+        j.run_s += (now - j.run_start) * j.held
+        j.status = "timeout"
+        j.end = now
+        j.run_no += 1  # its completion event is stale now
+        self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
+                         requeued=False, preempted=False)
+        if self._observe is not None:
+            self._observe("ended", wid, self.state)
 
     def _stop(self, wid: str, now: float, reason: PreemptReason, requeue: bool,
               final: str = "preempted") -> None:
@@ -438,6 +459,10 @@ class Engine:
         return True
 
     def _on_min_runtime_end(self, wid: str, gen: int, now: float) -> bool:
+        j = self.jobs[wid]
+        return gen == j.run_no and j.status == "running"
+
+    def _on_time_limit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
         return gen == j.run_no and j.status == "running"
 

@@ -6,7 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from apportion.core import Host, HostState, Placement, Slice, Status, WorkloadSpec
+from apportion.core import (
+    After,
+    Hold,
+    Host,
+    HostState,
+    Placement,
+    Slice,
+    Status,
+    WorkloadSpec,
+)
 
 # one host's part of a placement: (host, gpus, GPU indexes on that host)
 PlacementEntry = tuple[str, int, tuple[int, ...]]
@@ -85,6 +94,12 @@ class WorkloadRow:
     created_at: float
     chdir: str | None = None
     env: dict[str, str] | None = None
+    name: str | None = None
+    time_limit: float = 0.0
+    array_id: str | None = None
+    array_index: int | None = None
+    array_throttle: int = 0
+    dependencies: tuple[tuple[str, str], ...] = ()
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -100,6 +115,17 @@ class WorkloadRow:
             resumable=self.resumable,
             priority=self.priority,
             checkpoint_interval=self.checkpoint_interval,
+            time_limit=self.time_limit,
+        )
+
+    def hold(self) -> Hold:
+        """What may keep it out of the queue: its dependencies and its array's throttle."""
+        return Hold(
+            workload=self.id,
+            after=tuple((After(kind), dep) for kind, dep in self.dependencies),
+            array=self.array_id,
+            index=self.array_index or 0,
+            throttle=self.array_throttle,
         )
 
     def as_dict(self, with_attempts: bool = False) -> dict[str, Any]:
@@ -115,6 +141,12 @@ class WorkloadRow:
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,
+            "name": self.name,
+            "time_limit": self.time_limit,
+            "array_id": self.array_id,
+            "array_index": self.array_index,
+            "array_throttle": self.array_throttle,
+            "dependencies": [list(d) for d in self.dependencies],
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,
