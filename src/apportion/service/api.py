@@ -83,6 +83,7 @@ class SubmitBody(_Body):
     dependency: str | None = Field(
         None, description='"afterok:w-000003[:w-000004]", also afterany, afternotok'
     )
+    chdir: str | None = Field(None, description="working directory (absolute)")
 
 
 MAX_ARRAY = 10_000  # elements of one array
@@ -250,6 +251,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
             priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
+            chdir=body.chdir,
             time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
             array=indexes, array_throttle=throttle,
         )
@@ -309,8 +311,11 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         user: User,
         attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
         tail: Annotated[int, Query(ge=0, description="last N bytes (0: all)")] = 0,
+        offset: Annotated[int, Query(ge=0, description="from this byte on (following)")] = 0,
     ) -> PlainTextResponse:
-        """The output (stdout and stderr) of one attempt."""
+        """The output (stdout and stderr) of one attempt. ``X-Log-Attempt`` names the
+        attempt, ``X-Log-Offset`` the byte after what was sent: pass it as ``offset`` to
+        read only what was written since (``apportion logs -f``)."""
         w = store.get_workload(workload_id)
         _may_touch(user, w, "read the logs of")
         if not w.attempts:
@@ -325,10 +330,19 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 if tail:
                     size = f.seek(0, 2)
                     f.seek(max(0, size - tail))
+                elif offset:
+                    f.seek(offset)
                 data = f.read()
+                end = f.tell()
         except FileNotFoundError:
             raise _fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
-        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+        return PlainTextResponse(data.decode("utf-8", errors="replace"),
+                                 headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+
+    @app.get(f"{v1}/me", tags=["users"])
+    def me(user: User) -> dict[str, Any]:
+        """The user the token belongs to."""
+        return {"name": user.name, "admin": user.admin}
 
     # ---- budgets -----------------------------------------------------------------------
     @app.get(f"{v1}/budgets", tags=["budgets"])
