@@ -215,7 +215,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     except ValueError:
         raise click.UsageError(f"--gpus: {opts['gpus']!r} is not a whole number") from None
     if opts.get("output"):
-        cmd = _with_output(cmd, str(opts["output"]))
+        # relative to the working directory, which is the submit directory unless --chdir
+        # says otherwise (as sbatch): made absolute here, where both are known
+        base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
+        cmd = _with_output(cmd, str(base / str(opts["output"])))
     body: dict[str, Any] = {
         "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
         "resumable": bool(opts.get("resumable")), "priority": int(opts.get("priority") or 0),
@@ -389,7 +392,7 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
         while True:
             now, rows = queue_rows(client, me, user, budget, wanted)
             click.clear()
-            click.echo(f"every {format_duration(watch)}: apportion queue    {fmt_time(now)}")
+            click.echo(f"every {watch:g} s: apportion queue    {fmt_time(now)}")
             _print_queue(now, rows)
             time.sleep(watch)
     except KeyboardInterrupt:
