@@ -14,7 +14,11 @@ from apportion.core import (
     Hold,
     PolicyConfig,
     PreemptReason,
+    Slice,
     Status,
+    WaitReason,
+    WorkloadSpec,
+    allowed_hosts,
     decide,
     decision_log,
     parse_array,
@@ -184,3 +188,68 @@ def test_parse_dependency() -> None:
         parse_dependency("after:w-1")
     with pytest.raises(CoreError, match="names no workload"):
         parse_dependency("afterok")
+
+
+# ---- host constraints --------------------------------------------------------------------
+def limited(spec: WorkloadSpec, *hosts: str) -> WorkloadSpec:
+    return dataclasses.replace(spec, hosts=tuple(sorted(hosts)))
+
+
+def test_work_limited_to_some_hosts_is_placed_only_there() -> None:
+    """Best fit alone would put 2 GPUs on the fuller host h0 (2 free); limited to h1 it
+    goes to h1."""
+    st = make_state(make_tree("a"), make_hosts(8, 8))
+    run_on(st, make_spec("fill", gpus=6), 0.0, ("h0", 6))
+    st.submit(limited(make_spec("w", gpus=2, submit_time=1), "h1"), 1)
+    [start] = decide(st, 1, CFG).starts
+    assert start.placement == (Slice("h1", 2),)
+    free = make_state(make_tree("a"), make_hosts(8, 8))
+    run_on(free, make_spec("fill", gpus=6), 0.0, ("h0", 6))
+    free.submit(make_spec("w", gpus=2, submit_time=1), 1)
+    assert decide(free, 1, CFG).starts[0].placement == (Slice("h0", 2),)
+
+
+def test_a_limited_request_that_fails_does_not_stop_larger_ones_that_may_go_anywhere() -> None:
+    """4 GPUs limited to h0 (2 free) cannot start; 6 GPUs of the same budget, ranked after
+    it and free to use h1, still start in the same pass."""
+    st = make_state(make_tree("a"), make_hosts(8, 8))
+    run_on(st, make_spec("fill", gpus=6, min_runtime=8 * HOUR), 0.0, ("h0", 6))
+    st.submit(limited(make_spec("small", gpus=4, submit_time=1), "h0"), 1)
+    st.submit(make_spec("large", gpus=6, submit_time=2), 2)
+    d = decide(st, 2, CFG)
+    assert [s.workload for s in d.starts] == ["large"]
+    assert d.starts[0].placement == (Slice("h1", 6),)
+    assert d.waiting["small"] is WaitReason.NO_CAPACITY
+
+
+def test_a_limited_request_displaces_unallocated_work_only_on_its_hosts() -> None:
+    """Unallocated work fills h0 and h1; allocated work limited to h1 displaces the
+    unallocated workload on h1, not the one on h0."""
+    st = make_state(make_tree("a", "b"), make_hosts(4, 4))
+    run_on(st, make_spec("u0", "a", 4, 0.0), 0.0, ("h0", 4))
+    run_on(st, make_spec("u1", "a", 4, 0.0), 0.0, ("h1", 4))
+    st.submit(limited(make_spec("n", "b", 4, HOUR, 10), "h1"), 10)
+    d = decide(st, 10, CFG)
+    assert [(p.workload, p.reason) for p in d.preemptions] == [
+        ("u1", PreemptReason.UNALLOCATED)]
+
+
+def test_host_limits_are_checked_and_worked_out_from_nodelist_and_exclude() -> None:
+    """Unknown hosts and requests too large for the hosts allowed are refused naming the
+    field; ``allowed_hosts`` keeps the nodelist less the excluded, or all hosts less the
+    excluded, and refuses to leave none."""
+    st = make_state(make_tree("a"), make_hosts(8, 4, 4))
+    with pytest.raises(CoreError, match=r"hosts: unknown host 'h9'"):
+        validate_spec(limited(make_spec("w"), "h9"), st, CFG)
+    with pytest.raises(CoreError, match=r"hosts: 6 GPUs cannot fit on the hosts it may use "
+                                        r"\(h1, h2\)"):
+        validate_spec(limited(make_spec("w", gpus=6), "h1", "h2"), st, CFG)
+    validate_spec(limited(make_spec("w", gpus=8), "h0"), st, CFG)
+    with pytest.raises(CoreError, match="cannot fit"):
+        validate_spec(limited(make_spec("w", gpus=13), "h0", "h1"), st, CFG)  # 12 there
+    names = ["h0", "h1", "h2"]
+    assert allowed_hosts(names) == ()
+    assert allowed_hosts(names, ["h1", "h2"], ["h2"]) == ("h1",)
+    assert allowed_hosts(names, (), ["h0"]) == ("h1", "h2")
+    with pytest.raises(CoreError, match="leave no host"):
+        allowed_hosts(names, ["h1"], ["h1"])

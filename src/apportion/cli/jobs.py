@@ -36,6 +36,7 @@ _APPORTION_OPTS = {
     "--priority": "priority", "--checkpoint-interval": "checkpoint_interval",
     "--name": "name", "--time": "time_limit", "--array": "array",
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
+    "--nodelist": "nodelist", "--exclude": "exclude", "--gpu-kind": "gpu_kind",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable"}
 _SBATCH_OPTS = {
@@ -43,6 +44,7 @@ _SBATCH_OPTS = {
     "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
     "--output": "output", "-o": "output", "--array": "array", "-a": "array",
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
+    "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
 }
 
 
@@ -174,6 +176,10 @@ def _with_output(command: list[str], output: str) -> list[str]:
 @click.option("--dependency", "-d", default=None,
               help="afterok|afterany|afternotok:ID[:ID...] (ids short or long)")
 @click.option("--chdir", "-D", default=None, help="working directory")
+@click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
+@click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
+@click.option("--gpu-kind", default=None,
+              help="a GPU kind (refused while the cluster's hosts have no kinds)")
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array, %a index)")
 @click.option("--wait", "wait", is_flag=True,
@@ -226,9 +232,12 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     }
     if opts.get("chdir"):
         body["chdir"] = str(Path(str(opts["chdir"])).expanduser().absolute())
-    for key in ("name", "time_limit", "array"):
+    for key in ("name", "time_limit", "array", "gpu_kind"):
         if opts.get(key):
             body[key] = str(opts[key])
+    for key in ("nodelist", "exclude"):
+        if opts.get(key):
+            body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
     if opts.get("dependency"):
         body["dependency"] = _full_dependency(str(opts["dependency"]))
     try:
@@ -253,7 +262,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 
 _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
-          "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir"}
+          "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
+          "gpu_kind": "--gpu-kind", "hosts": "--nodelist/--exclude"}
 
 
 def _full_dependency(text: str) -> str:

@@ -6,7 +6,15 @@ apply the decisions; the policy only reads.
 """
 
 from .explain import Explanation, explain
-from .gating import After, Hold, dependency_state, parse_array, parse_dependency, release
+from .gating import (
+    After,
+    Hold,
+    allowed_hosts,
+    dependency_state,
+    parse_array,
+    parse_dependency,
+    release,
+)
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
@@ -62,6 +70,7 @@ __all__ = [
     "UsageLedger",
     "WaitReason",
     "WorkloadSpec",
+    "allowed_hosts",
     "ancestors",
     "check_transition",
     "decide",

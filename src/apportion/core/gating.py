@@ -88,6 +88,21 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     return tuple(sorted(indexes)), throttle
 
 
+def allowed_hosts(
+    hosts: Iterable[str], nodelist: Sequence[str] = (), exclude: Sequence[str] = ()
+) -> tuple[str, ...]:
+    """The hosts a workload may use (``WorkloadSpec.hosts``) from ``--nodelist`` (only
+    these) and ``--exclude`` (not these), among ``hosts``; ``()`` when neither is given (any
+    host). :class:`CoreError` if they leave none."""
+    if not nodelist and not exclude:
+        return ()
+    pool = set(nodelist) if nodelist else set(hosts)
+    left = tuple(sorted(pool - set(exclude)))
+    if not left:
+        raise CoreError("hosts: --nodelist and --exclude leave no host to run on")
+    return left
+
+
 def dependency_state(
     hold: Hold, status_of: Callable[[str], Status | None]
 ) -> tuple[bool, str | None]:
@@ -139,4 +154,7 @@ def release(
     return ready, ended
 
 
-__all__ = ["After", "Hold", "dependency_state", "parse_array", "parse_dependency", "release"]
+__all__ = [
+    "After", "Hold", "allowed_hosts", "dependency_state", "parse_array", "parse_dependency",
+    "release",
+]

@@ -39,7 +39,7 @@ from .types import (
     WaitReason,
     WorkloadSpec,
 )
-from .units import format_duration
+from .units import format_duration, plural
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -106,6 +106,17 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
         raise CoreError(
             f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {sum(sizes)}"
         )
+    if spec.hosts:
+        unknown = [h for h in spec.hosts if h not in state.hosts]
+        if unknown:
+            raise CoreError(f"workload {spec.id}: hosts: unknown host {unknown[0]!r}")
+        mine = [state.hosts[h].gpus for h in spec.hosts]
+        one_host = spec.gpus <= max(sizes)  # the shape rule: one host, else whole hosts
+        if (one_host and spec.gpus > max(mine)) or (not one_host and spec.gpus > sum(mine)):
+            raise CoreError(
+                f"workload {spec.id}: hosts: {plural(spec.gpus, 'GPU')} cannot fit on the "
+                f"hosts it may use ({', '.join(spec.hosts)})"
+            )
 
 
 def decide(
@@ -326,9 +337,12 @@ class _Pass:
             return False
         placement = None
         if spec.gpus <= self.hosts.room(multi):  # else no search can find room
-            placement = find_fit(self.hosts, spec.gpus)
+            placement = find_fit(self.hosts, spec.gpus, only=spec.hosts or None)
         if placement is None:
-            self.fit_fail_min[multi] = spec.gpus
+            # a request limited to some hosts failing says nothing about larger ones that
+            # may use any host; the reverse holds, so it still skips by the others' failures
+            if not spec.hosts:
+                self.fit_fail_min[multi] = spec.gpus
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -338,9 +352,10 @@ class _Pass:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
         plan = None
         multi = spec.gpus > self.hosts.max_size
+        limited = set(spec.hosts) if spec.hosts else None  # None: any host
         if spec.gpus < self.unalloc_fail_min[multi]:
-            plan = find_victims(self.hosts, spec, self.now, None)
-            if plan is None:
+            plan = find_victims(self.hosts, spec, self.now, None, only=limited)
+            if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
         if plan is None and self.cfg.rebalance:
             charge = self.rules.admission(spec)
@@ -348,15 +363,16 @@ class _Pass:
                 return False
             bound, giving, opening = self.rebalance_bound(spec)
             if bound >= spec.gpus:
+                reach = self.reach(giving, multi)
                 plan = find_victims(
                     self.hosts,
                     spec,
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
-                    only=self.reach(giving, multi),
+                    only=reach if limited is None else reach & limited,
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
-            if plan is None:
+            if plan is None and limited is None:
                 failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
                 short = bound if bound < spec.gpus else None
                 failed.append((spec.gpus, _charge_threshold(spec.gpus, short, opening)))

@@ -35,6 +35,9 @@ class WorkloadSpec:
     time_limit: float = 0.0
     """Wall-time limit of one run (0: none). At ``started_at + time_limit`` the policy stops
     it (:attr:`Decisions.timeouts`) and it ends as ``timeout``."""
+    hosts: tuple[str, ...] = ()
+    """The hosts it may run on, sorted (empty: any). Placement, victims included, looks at
+    no other host."""
 
     def __post_init__(self) -> None:
         if not self.id:

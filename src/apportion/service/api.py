@@ -31,6 +31,7 @@ from apportion.core import (
     HostState,
     Status,
     WorkloadSpec,
+    allowed_hosts,
     ancestors,
     parse_array,
     parse_dependency,
@@ -84,6 +85,11 @@ class SubmitBody(_Body):
         None, description='"afterok:w-000003[:w-000004]", also afterany, afternotok'
     )
     chdir: str | None = Field(None, description="working directory (absolute)")
+    nodelist: list[str] = Field([], description="run only on these hosts")
+    exclude: list[str] = Field([], description="never run on these hosts")
+    gpu_kind: str | None = Field(
+        None, description="a GPU kind; refused while hosts have no kinds (use nodelist)"
+    )
 
 
 MAX_ARRAY = 10_000  # elements of one array
@@ -225,23 +231,28 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(422, str(e)) from None
         if len(indexes) > MAX_ARRAY:
             raise _fail(422, f"array: {len(indexes)} elements, at most {MAX_ARRAY}")
+        if body.gpu_kind is not None:
+            raise _fail(422, f"gpu_kind: {body.gpu_kind!r}: the hosts of this cluster have no "
+                        "GPU kinds; choose hosts with nodelist or exclude")
         known = store.statuses(d for _, d in after)
         for _, dep in after:
             if dep not in known:
                 raise _fail(422, f"dependency: {dep}: no such workload")
         t = now()
+        host_rows = store.hosts()
         try:
+            allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
             spec = WorkloadSpec(
                 id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
-                time_limit=time_limit,
+                time_limit=time_limit, hosts=allowed,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
                 raise _fail(422, f"budget: {body.budget!r}: no budgets exist yet")
             tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
-            state = ClusterState(tree, [h.host() for h in store.hosts()], start=t)
+            state = ClusterState(tree, [h.host() for h in host_rows], start=t)
             validate_spec(spec, state, settings.policy)
         except CoreError as e:
             raise _fail(422, _core_message(e)) from None
@@ -253,7 +264,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
             chdir=body.chdir,
             time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
-            array=indexes, array_throttle=throttle,
+            array=indexes, array_throttle=throttle, nodelist=body.nodelist,
+            exclude=body.exclude,
         )
         scheduler.wake()
         out = row.as_dict()

@@ -448,8 +448,8 @@ class Scheduler:
             self._held[row.id] = row
             return
         st = self._st()
-        spec = row.spec()
         try:
+            spec = row.spec(st.hosts)  # the hosts it may use, of those known now
             validate_spec(spec, st, self.config)
             st.submit(spec, t, queued_at=row.queued_at)
         except CoreError as e:
@@ -872,7 +872,11 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
     def apply(t: float) -> None:
         a = row.attempt
         assert a is not None
-        st.submit(row.spec(), t, queued_at=row.queued_at)
+        try:  # a requeue keeps its hosts
+            spec = row.spec(st.hosts)
+        except CoreError:
+            spec = row.spec()
+        st.submit(spec, t, queued_at=row.queued_at)
         st.start(row.id, a.core_placement(), t)
         if row.status is Status.STOPPING:
             st.mark_stopping(row.id)

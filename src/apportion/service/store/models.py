@@ -88,6 +88,8 @@ class WorkloadModel(Base):
     array_throttle: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     # [[afterok | afterany | afternotok, workload id], ...]
     dependencies: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
+    # {"nodelist": [...], "exclude": [...]}: the hosts it may run on
+    constraints: Mapped[dict[str, list[str]] | None] = mapped_column(JSON, nullable=True)
 
     __table_args__ = (
         Index("ix_workloads_status", "status"),

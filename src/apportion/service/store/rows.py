@@ -3,6 +3,7 @@ lazily touches the database after a transaction ended, and rows cross threads sa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -15,6 +16,7 @@ from apportion.core import (
     Slice,
     Status,
     WorkloadSpec,
+    allowed_hosts,
 )
 
 # one host's part of a placement: (host, gpus, GPU indexes on that host)
@@ -100,12 +102,17 @@ class WorkloadRow:
     array_index: int | None = None
     array_throttle: int = 0
     dependencies: tuple[tuple[str, str], ...] = ()
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
-    def spec(self) -> WorkloadSpec:
-        """What the policy sees of this workload."""
+    def spec(self, hosts: Iterable[str] | None = None) -> WorkloadSpec:
+        """What the policy sees of this workload. With ``hosts`` (the cluster's), the hosts
+        it may use are worked out from its ``nodelist`` and ``exclude``
+        (``core.allowed_hosts``, which raises if they leave none); without, any host."""
         return WorkloadSpec(
+            hosts=allowed_hosts(hosts, self.nodelist, self.exclude) if hosts is not None else (),
             id=self.id,
             budget=self.budget,
             gpus=self.gpus,
@@ -147,6 +154,8 @@ class WorkloadRow:
             "array_index": self.array_index,
             "array_throttle": self.array_throttle,
             "dependencies": [list(d) for d in self.dependencies],
+            "nodelist": list(self.nodelist),
+            "exclude": list(self.exclude),
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,

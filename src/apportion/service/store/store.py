@@ -168,10 +168,13 @@ class Store:
         dependencies: Sequence[tuple[str, str]] = (),
         array: Sequence[int] = (),
         array_throttle: int = 0,
+        nodelist: Sequence[str] = (),
+        exclude: Sequence[str] = (),
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
-        environment it runs with; ``dependencies`` ``(type, workload id)`` pairs. With
+        environment it runs with; ``dependencies`` ``(type, workload id)`` pairs;
+        ``nodelist``/``exclude`` the hosts it may (only) and may not use. With
         ``array`` (indexes), one workload per index, all in this one transaction, the
         first's id naming the array; the first is returned (:meth:`array_ids` lists all).
         The caller validated the spec (core.validate_spec)."""
@@ -189,6 +192,8 @@ class Store:
                     created_at=self.clock(), name=name, time_limit=float(time_limit),
                     array_index=index, array_throttle=array_throttle if array else 0,
                     dependencies=[list(d) for d in dependencies] or None,
+                    constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
+                    if nodelist or exclude else None,
                 )
                 s.add(m)
                 s.flush()
@@ -739,6 +744,8 @@ def _workload(
         array_index=m.array_index,
         array_throttle=m.array_throttle,
         dependencies=tuple((str(k), str(d)) for k, d in (m.dependencies or ())),
+        nodelist=tuple((m.constraints or {}).get("nodelist", ())),
+        exclude=tuple((m.constraints or {}).get("exclude", ())),
         attempt=attempt,
         attempts=attempts,
     )

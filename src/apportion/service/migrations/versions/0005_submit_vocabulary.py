@@ -1,4 +1,5 @@
-"""Submission vocabulary: each workload's name, time limit, array and dependencies.
+"""Submission vocabulary: each workload's name, time limit, array, dependencies and the
+hosts it may use.
 
 Revision ID: 0005
 Revises: 0002
@@ -30,12 +31,14 @@ def upgrade() -> None:
         )
         # [[type, workload id], ...] with type afterok | afterany | afternotok; NULL: none
         t.add_column(sa.Column("dependencies", sa.JSON(), nullable=True))
+        # {"nodelist": [host, ...], "exclude": [host, ...]}; NULL: any host
+        t.add_column(sa.Column("constraints", sa.JSON(), nullable=True))
         t.create_index("ix_workloads_array_id", ["array_id"])
 
 
 def downgrade() -> None:
     with op.batch_alter_table("workloads") as t:
         t.drop_index("ix_workloads_array_id")
-        for column in ("dependencies", "array_throttle", "array_index", "array_id",
+        for column in ("constraints", "dependencies", "array_throttle", "array_index", "array_id",
                        "time_limit", "name"):
             t.drop_column(column)
