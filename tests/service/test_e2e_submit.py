@@ -330,3 +330,25 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
         assert "failed (exited 5, exit 5)" in screen
     finally:
         term.close()
+
+
+def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
+    """``--exclude h0`` runs on h1 and ``--nodelist h0`` on h0 (though best fit would pick
+    otherwise for one of them); an unknown host and a GPU kind (hosts have none) are
+    refused naming the flag."""
+    s = live_sqlite({"h0": 2, "h1": 2})
+    placed = {}
+    for flag, host in (("--exclude", "h0"), ("--nodelist", "h0")):
+        r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+                  "1s", flag, host, "--wait", "--", "true")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        wid = submitted_id(r.stdout)
+        placed[flag] = s.workload(wid)["attempts"][0]["placement"][0][0]
+    assert placed == {"--exclude": "h1", "--nodelist": "h0"}
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
+              "--nodelist", "h9", "--", "true")
+    assert r.returncode == 1 and "--nodelist/--exclude: unknown host 'h9'" in r.stderr
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
+              "--gpu-kind", "h100", "--", "true")
+    assert r.returncode == 1
+    assert "--gpu-kind: 'h100': the hosts of this cluster have no GPU kinds" in r.stderr
