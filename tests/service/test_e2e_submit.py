@@ -7,6 +7,7 @@ terminal (tmux) showing ``queue --watch`` and ``submit --wait``. Polls with dead
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -352,3 +353,32 @@ def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
               "--gpu-kind", "h100", "--", "true")
     assert r.returncode == 1
     assert "--gpu-kind: 'h100': the hosts of this cluster have no GPU kinds" in r.stderr
+
+
+def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:
+    """``order`` lists the tree in Fair Tree order: after ai/llm used GPUs, its sibling
+    ai/vision (ratio 0) ranks first under ai. ``queue --me`` shows only the caller's work
+    and ``--state`` only the states asked for."""
+    s = live_sqlite({"h0": 2})
+    used = s.submit("alice", "ai/llm", 2, "1s", "sleep 1")
+    s.wait_status(used, "completed")
+    r = s.cli("alice", "order", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(b["path"], b["rank"], b["depth"]) for b in rows] == [
+        ("ai", 1, 0), ("ai/vision", 1, 1), ("ai/llm", 2, 1)]
+    assert rows[2]["usage_ratio"] > 0 == rows[1]["usage_ratio"]
+    text = s.cli("alice", "order").stdout.splitlines()
+    assert [line.split()[:2] for line in text[1:]] == [["ai", "1"], ["vision", "1"],
+                                                       ["llm", "2"]]
+    mine = s.submit("alice", "ai/llm", 2, "1m", "sleep 60")
+    s.wait_status(mine, "running")
+    theirs = s.submit("bob", "ai/vision", 1, "1m", "sleep 60")
+    r = s.cli("bob", "queue", "--me", "--json")
+    assert [row[1] for row in json.loads(r.stdout)] == [theirs]
+    r = s.cli("bob", "queue", "--state", "running", "--json")
+    assert [row[1] for row in json.loads(r.stdout)] == [mine]
+    r = s.cli("bob", "queue", "--state", "done")
+    assert r.returncode == 2 and "--state: 'done': must be pending, running or stopping" in (
+        r.stderr)
+    s.cli("root", "cancel", mine, theirs)
