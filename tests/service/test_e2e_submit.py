@@ -198,7 +198,8 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
     runtime, #SBATCH lines the name, the GPUs (--gres=gpu:2), the time limit (a bare
     number: minutes), the working directory and the output file (%j: the id); --name on
     the command line wins over --job-name; an unknown #SBATCH option is named with its
-    line number on stderr. The script runs with its interpreter and its argument."""
+    line number on stderr. The script runs with its interpreter and its argument; ``show``
+    prints the name and the time limit."""
     s = live_sqlite({"h0": 4})
     work = tmp_path / "work"
     work.mkdir()
@@ -224,6 +225,8 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
     assert w["chdir"] == str(work)
     out = (work / f"{wid}.out").read_text()
     assert out.startswith("name=from-cli gpus=2 arg=hello shell=5"), out
+    shown = s.cli("alice", "show", wid).stdout.splitlines()
+    assert "name:                from-cli" in shown and "time limit:          10 min" in shown
 
 
 def test_short_ids_and_cancelling_many(live_sqlite: LiveFactory) -> None:

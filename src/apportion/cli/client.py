@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 import click
 import httpx
 
+from apportion.core import format_duration
+
 from .ids import WORKLOAD_ID
 
 DEFAULT_URL = "http://127.0.0.1:8642"
@@ -151,6 +153,17 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     click.echo(f"{'resumable:':<21}{w['resumable']}")
     click.echo(f"{'priority:':<21}{w['priority']}")
     click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w['checkpoint_interval'])}")
+    for key, label in (("name", "name:"), ("array_id", "array:")):
+        if w.get(key):
+            click.echo(f"{label:<21}{w[key]}" + (
+                f" index {w['array_index']}" if key == "array_id" else ""))
+    if w.get("time_limit"):
+        click.echo(f"{'time limit:':<21}{format_duration(w['time_limit'])}")
+    if w.get("dependencies"):
+        click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w['dependencies'])}")
+    if w.get("nodelist") or w.get("exclude"):
+        click.echo(f"{'hosts:':<21}only {','.join(w['nodelist']) or 'any'}; not "
+                   f"{','.join(w['exclude']) or '-'}")
     click.echo(f"{'command:':<21}{' '.join(w['command'])}")
     click.echo(f"{'submitted:':<21}{fmt_time(w['submit_time'])}")
     if w["cancel_requested"]:
