@@ -253,3 +253,18 @@ def test_host_limits_are_checked_and_worked_out_from_nodelist_and_exclude() -> N
     assert allowed_hosts(names, (), ["h0"]) == ("h1", "h2")
     with pytest.raises(CoreError, match="leave no host"):
         allowed_hosts(names, ["h1"], ["h1"])
+
+
+def test_a_pass_that_times_work_out_does_not_settle_the_instant() -> None:
+    """GPUs of work stopped at its limit may be free at once (a driver without a grace
+    period): the drivers pass again at the same instant, as after a preemption, so waiting
+    work gets them without waiting for the next event."""
+    st = make_state(make_tree("a"), make_hosts(4))
+    spec = dataclasses.replace(make_spec("old", gpus=4, min_runtime=60), time_limit=100)
+    run_on(st, spec, 0.0, ("h0", 4))
+    st.submit(make_spec("next", gpus=4, submit_time=50), 50)
+    d = decide(st, 100, CFG)
+    assert d.timeouts == ("old",) and not d.settles()
+    st.mark_stopping("old")
+    st.finish("old", 100)
+    assert [s.workload for s in decide(st, 100, CFG).starts] == ["next"]

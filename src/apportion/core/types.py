@@ -193,13 +193,14 @@ class Decisions:
 
     def settles(self) -> bool:
         """Once these decisions are applied, is the instant settled (drivers stop passing at
-        it)? Yes unless work was preempted or a host changed state: a pass that only started
+        it)? Yes unless work was preempted or stopped at its time limit (its GPUs may be
+        free once it has exited) or a host changed state: a pass that only started
         work leaves nothing for a repeat at the same instant to place, since everything it
         did not start had been tried against at least as many free GPUs. (A repeat could only
         rebalance once the pass's provisional admission charges are gone, about one pass in
         a thousand on the seed scenario; the next pass, at the next event or within the
         hour, does that.)"""
-        return not (self.preemptions or self.host_changes)
+        return not (self.preemptions or self.host_changes or self.timeouts)
 
 
 def decision_log(now: float, decisions: Decisions) -> list[str]:
