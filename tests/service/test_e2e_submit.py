@@ -378,9 +378,13 @@ def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:
     s.wait_status(mine, "running")
     theirs = s.submit("bob", "ai/vision", 1, "1m", "sleep 60")
     r = s.cli("bob", "queue", "--me", "--json")
-    assert [row[1] for row in json.loads(r.stdout)] == [theirs]
+    [entry] = json.loads(r.stdout)
+    assert (entry["id"], entry["state"], entry["position"], entry["reason"]) == (
+        theirs, "pending", 1, "no capacity")
     r = s.cli("bob", "queue", "--state", "running", "--json")
-    assert [row[1] for row in json.loads(r.stdout)] == [mine]
+    [entry] = json.loads(r.stdout)
+    assert (entry["id"], entry["hosts"], entry["elapsed_s"] >= 0) == (mine, ["h0:2"], True)
+    assert 0 < entry["protected_s"] <= 60
     r = s.cli("bob", "queue", "--state", "done")
     assert r.returncode == 2 and "--state: 'done': must be pending, running or stopping" in (
         r.stderr)

@@ -319,16 +319,18 @@ def _me(client: Client) -> str:
     return str(me["name"])
 
 
-def queue_rows(client: Client, me: bool, user: str | None, budget: str | None,
-               states: Sequence[str]) -> tuple[float | None, list[list[str]]]:
-    """The queue as ``squeue`` shows it: pending work in the policy's order (position),
-    then running work; with reason, elapsed time, protection left, time limit and hosts."""
+def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
+                  states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
+    """The queue as ``squeue`` shows it: pending work in the policy's order, then running
+    work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
+    (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
+    ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
     view = client.json("GET", "/queue")
     rows = {w["id"]: w for w in client.json(
         "GET", "/workloads", params={"budget": budget, "user": user, "limit": 100_000})}
     who = _me(client) if me else None
     now = view.get("now")
-    out: list[list[str]] = []
+    out: list[dict[str, Any]] = []
 
     def keep(wid: str, state: str) -> bool:
         w = rows.get(wid)
@@ -338,29 +340,45 @@ def queue_rows(client: Client, me: bool, user: str | None, budget: str | None,
     for p in view["pending"]:
         if not keep(p["id"], "pending"):
             continue
-        w = rows[p["id"]]
         reason = p.get("hold") or REASONS.get(p["wait_reason"] or "", "not reached yet")
-        waited = format_duration(now - p["queued_at"]) if now is not None else "-"
-        out.append([str(p["position"] or "-"), p["id"], w["name"] or "-", w["user"],
-                    w["budget"], "pending", str(w["gpus"]), "-", "-", _limit(w),
-                    f"({reason}; waited {waited})"])
+        out.append({**rows[p["id"]], "position": p["position"], "state": "pending",
+                    "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
+                    "waited_s": None if now is None else now - p["queued_at"]})
     for r in view["running"]:
         state = "stopping" if r["stopping"] else "running"
         if not keep(r["id"], state):
             continue
         w = rows[r["id"]]
-        elapsed = format_duration(now - r["started_at"]) if now is not None else "-"
-        left = "-"
-        if not w["min_runtime"]:
-            left = "none"
-        elif now is not None and r["protected_until"] > now:
-            left = format_duration(r["protected_until"] - now)
-        hosts = ",".join(f"{h}:{g}" for h, g, _ in r["placement"]) or "-"
-        if r["stopping"] and r.get("stop_reason"):
-            hosts += f" ({r['stop_reason']})"
-        out.append(["-", r["id"], w["name"] or "-", w["user"], w["budget"], state,
-                    str(w["gpus"]), elapsed, left, _limit(w), hosts])
+        left = None
+        if w["min_runtime"] and now is not None:
+            left = max(0.0, r["protected_until"] - now)
+        out.append({**w, "position": None, "state": state, "reason": r.get("stop_reason"),
+                    "elapsed_s": None if now is None else now - r["started_at"],
+                    "waited_s": None, "protected_s": left,
+                    "hosts": [f"{h}:{g}" for h, g, _ in r["placement"]]})
     return now, out
+
+
+def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The table's cells of :func:`queue_entries`."""
+    def dur(seconds: float | None) -> str:
+        return "-" if seconds is None else format_duration(seconds)
+
+    out = []
+    for e in entries:
+        if e["state"] == "pending":
+            where = f"({e['reason']}; waited {dur(e['waited_s'])})"
+            protected = "-"
+        else:
+            where = ",".join(e["hosts"]) or "-"
+            if e["state"] == "stopping" and e["reason"]:
+                where += f" ({e['reason']})"
+            protected = ("none" if not e["min_runtime"] else
+                         dur(e["protected_s"]) if e["protected_s"] else "-")
+        out.append([str(e["position"] or "-"), e["id"], e["name"] or "-", e["user"],
+                    e["budget"], e["state"], str(e["gpus"]), dur(e["elapsed_s"]), protected,
+                    _limit(e), where])
+    return out
 
 
 def _limit(w: dict[str, Any]) -> str:
@@ -391,25 +409,25 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
         raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
                                "(finished work: apportion show ID)")
     if as_json:
-        _print_json(queue_rows(client, me, user, budget, wanted)[1])
+        _print_json(queue_entries(client, me, user, budget, wanted)[1])
         return
     if watch is None:
-        _print_queue(*queue_rows(client, me, user, budget, wanted))
+        _print_queue(queue_rows(queue_entries(client, me, user, budget, wanted)[1]))
         return
     if watch <= 0:
         raise click.UsageError("--watch: must be > 0 seconds")
     try:
         while True:
-            now, rows = queue_rows(client, me, user, budget, wanted)
+            now, entries = queue_entries(client, me, user, budget, wanted)
             click.clear()
             click.echo(f"every {watch:g} s: apportion queue    {fmt_time(now)}")
-            _print_queue(now, rows)
+            _print_queue(queue_rows(entries))
             time.sleep(watch)
     except KeyboardInterrupt:
         pass
 
 
-def _print_queue(now: float | None, rows: list[list[str]]) -> None:
+def _print_queue(rows: list[list[str]]) -> None:
     if not rows:
         click.echo("no active workloads")
         return
