@@ -534,6 +534,7 @@ class Scheduler:
         for wid in [w for w in st.pending if index.get(w, ("", False))[0] != pending]:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
+            self._env.pop(wid, None)
         for wid in [w for w in self._held if index.get(w, ("", False))[0] != pending]:
             del self._held[wid]  # cancelled while held
             self._hold_reason.pop(wid, None)
@@ -759,6 +760,7 @@ class Scheduler:
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)
             self._commands.pop(wid, None)
+            self._env.pop(wid, None)
             return True
         self._take(slots)
         st.start(wid, s.placement, now)
