@@ -15,6 +15,7 @@ from test_api import JOB, Service, shared_server, submit, svc, template
 from apportion.core import Status
 from apportion.service.api import create_app
 from apportion.service.config import parse_config
+from apportion.service.scheduler import Scheduler
 
 __all__ = ["shared_server", "svc", "template"]  # fixtures, used by name
 
@@ -144,3 +145,48 @@ def test_logs_offset_and_me(svc: Service) -> None:
     path.write_text("one\ntwo\n")
     r = svc.call("GET", f"/v1/workloads/{wid}/logs?offset=4", "alice")
     assert (r.text, r.headers["X-Log-Offset"], r.headers["X-Log-Attempt"]) == ("two\n", "8", "1")
+
+
+def restarted(svc: Service) -> Scheduler:
+    """A new scheduler on the same store and executor, as after a server restart."""
+    old = svc.scheduler
+    new = Scheduler(svc.store, old.executor, old.config, svc.clock, grace_s=old.grace_s)
+    new.start()
+    return new
+
+
+def test_a_restart_keeps_the_throttle_and_the_holds(svc: Service) -> None:
+    """After a restart with two of an array's four elements running (throttle 2) and a
+    dependent held, a pass starts nothing more of the array and keeps the dependent held;
+    the rebuilt scheduler then releases as the first did."""
+    ids = submit(svc, gpus=1, array="0-3%2").json()["array_ids"]
+    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    svc.scheduler.step()
+    again = restarted(svc)
+    again.step()
+    assert statuses(svc, [*ids, dep]) == ["running", "running", "pending", "pending", "pending"]
+    assert again.hold_reason(ids[2]) == f"array throttle: 2 of array {ids[0]} at once"
+    assert again.hold_reason(dep) == f"dependency: waiting for {ids[0]}"
+    svc.store.cancel_workload(ids[1], "alice")
+    for _ in range(3):
+        svc.clock.advance(again.grace_s + 1)
+        again.step()
+    assert statuses(svc, [*ids, dep]) == ["running", "cancelled", "running", "pending",
+                                          "pending"]
+
+
+def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Service) -> None:
+    """Stopped at its limit, then the server restarts before it exits: the rebuilt
+    scheduler still ends it as ``timeout``."""
+    wid = submit(svc, gpus=1, time_limit="1h").json()["id"]
+    svc.scheduler.executor.term_delays[wid] = 1.0  # type: ignore[attr-defined]
+    svc.scheduler.step()
+    started = svc.store.get_workload(wid).attempts[0].started_at
+    svc.clock.set(started + 3600)
+    svc.scheduler.step()
+    assert svc.store.get_workload(wid).status is Status.STOPPING
+    again = restarted(svc)
+    svc.clock.advance(again.grace_s + 1)
+    again.step()
+    w = svc.store.get_workload(wid)
+    assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit")
