@@ -122,6 +122,7 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"nodelist": ["h0"], "exclude": ["h0"]}, "hosts: --nodelist and --exclude leave no"),
         ({"gpu_kind": "h100"}, "gpu_kind: 'h100': the hosts of this cluster have no GPU"),
         ({"name": "x" * 129}, "name: "),
+        ({"name": "a/b"}, "name: String should match pattern"),
     ],
 )
 def test_bad_submission_vocabulary_is_refused_naming_the_field(

@@ -216,10 +216,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         if opts.get(key) in (None, ""):
             raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
                                    "#APPORTION line of the script)")
-    try:
-        gpus = int(opts["gpus"])
-    except ValueError:
-        raise click.UsageError(f"--gpus: {opts['gpus']!r} is not a whole number") from None
+    gpus, priority = _whole(opts, "gpus", "--gpus"), _whole(opts, "priority", "--priority")
     if opts.get("output"):
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
@@ -227,7 +224,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         cmd = _with_output(cmd, str(base / str(opts["output"])))
     body: dict[str, Any] = {
         "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
-        "resumable": bool(opts.get("resumable")), "priority": int(opts.get("priority") or 0),
+        "resumable": bool(opts.get("resumable")), "priority": priority,
         "checkpoint_interval": opts.get("checkpoint_interval") or "0", "command": cmd,
     }
     if opts.get("chdir"):
@@ -264,6 +261,14 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
           "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
           "gpu_kind": "--gpu-kind", "hosts": "--nodelist/--exclude"}
+
+
+def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
+    """A whole-number option (a script gives it as text)."""
+    try:
+        return int(opts.get(key) or 0)
+    except ValueError:
+        raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
 
 
 def _full_dependency(text: str) -> str:

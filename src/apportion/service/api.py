@@ -74,7 +74,10 @@ class SubmitBody(_Body):
     priority: int = 0
     checkpoint_interval: float | str = Field(0, description='seconds or "30m"; 0 = unknown')
     command: list[str] = Field(min_length=1, description="argv of the command to run")
-    name: str | None = Field(None, max_length=128, description="a name to know it by")
+    name: str | None = Field(
+        None, max_length=128, pattern=r"^[A-Za-z0-9._+-]+$",
+        description="a name to know it by: letters, digits and . _ + - only",
+    )
     time_limit: float | str | None = Field(
         None, description='wall-time limit, seconds or "2h"; default: the policy\'s'
     )
