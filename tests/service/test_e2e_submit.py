@@ -328,8 +328,10 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
         term.type("clear")
         term.type(f"{exe} -m apportion.cli.main submit --budget ai/llm --gpus 1 "
                   "--min-runtime 1s --wait -- bash -c 'sleep 0.5; exit 5'; echo \"rc=$?\"")
-        screen = term.wait_for("the exit code", lambda t: "rc=" in t)
-        assert "rc=5" in screen, screen
+        # the shell's own output line, not the typed command that holds "rc=" too
+        screen = term.wait_for("the exit code",
+                               lambda t: re.search(r"^rc=\d+$", t, re.M) is not None)
+        assert re.search(r"^rc=5$", screen, re.M), screen
         assert "running on h0:1 (attempt 1)" in screen
         assert "failed (exited 5, exit 5)" in screen
     finally:
