@@ -391,3 +391,25 @@ def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:
     assert r.returncode == 2 and "--state: 'done': must be pending, running or stopping" in (
         r.stderr)
     s.cli("root", "cancel", mine, theirs)
+
+
+def test_cancel_a_whole_array_or_one_element(live_sqlite: LiveFactory) -> None:
+    """``cancel ID`` of one element leaves the others; ``cancel --array ID`` (short) cancels
+    every element still active, running or pending."""
+    s = live_sqlite({"h0": 1})
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
+              "--array", "0-3", "--", "sleep", "60")
+    assert r.returncode == 0, r.stderr
+    rows = s.ok("GET", "/v1/workloads?status=all")
+    ids = [w["id"] for w in rows]
+    assert len(ids) == 4
+    s.wait_status(ids[0], "running")
+    one = s.cli("alice", "cancel", ids[3])
+    assert one.stdout.splitlines() == [f"cancelled {ids[3]}"]
+    rest = s.cli("alice", "cancel", "--array", ids[0].removeprefix("w-"))
+    assert rest.returncode == 0, rest.stderr
+    assert rest.stdout.splitlines() == [
+        f"cancel requested for {ids[0]} (running); the scheduler stops it",
+        f"cancelled {ids[1]}", f"cancelled {ids[2]}"]
+    for wid in ids:
+        assert s.wait_status(wid, "cancelled", "completed", "failed")["status"] == "cancelled"
