@@ -15,15 +15,16 @@ _COMMANDS: dict[str, str] = {
     "export-trace": "apportion.cli.whatif:export_trace",
     "whatif": "apportion.cli.whatif:whatif",
     "serve": "apportion.cli.serve:serve",
-    "submit": "apportion.cli.client:submit",
-    "queue": "apportion.cli.client:queue",
+    "submit": "apportion.cli.jobs:submit",
+    "queue": "apportion.cli.jobs:queue",
     "show": "apportion.cli.client:show",
-    "cancel": "apportion.cli.client:cancel",
-    "logs": "apportion.cli.client:logs",
+    "cancel": "apportion.cli.jobs:cancel",
+    "logs": "apportion.cli.jobs:logs",
     "budgets": "apportion.cli.client:budgets",
     "hosts": "apportion.cli.client:hosts",
     "audit": "apportion.cli.client:audit",
     "why": "apportion.cli.client:why",
+    "order": "apportion.cli.jobs:order",
 }
 
 
