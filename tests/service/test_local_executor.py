@@ -1,4 +1,5 @@
-"""The local executor with real process groups."""
+"""The local executor with real process groups (single-user mode: work runs as the test's
+own user; running work as its owner's account is tested in test_isolation.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,16 @@ import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
 from apportion.service.executors import _procfs
-from apportion.service.executors.local import LocalExecutor
+from apportion.service.executors.identity import Identity
+from apportion.service.executors.local import LocalExecutor as _LocalExecutor
 
 DEADLINE_S = 30.0  # generous: only bounds a hang, never asserts speed
+
+
+class LocalExecutor(_LocalExecutor):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("identity", Identity(single_user=True))
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture

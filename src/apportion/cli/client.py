@@ -12,8 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -141,23 +142,73 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 @click.option("--resumable", is_flag=True, help="may be preempted and requeued after min-runtime")
 @click.option("--priority", type=int, default=0, help="order within the budget only")
 @click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
+@click.option("--chdir", default=None, metavar="DIR",
+              help="directory it runs in (default: the current one)")
+@click.option("--export", "export", default="ALL", metavar="ALL|NONE|NAME[=value],...",
+              help="environment it runs with: ALL of yours (default), NONE, or the named "
+                   "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
 @json_option
 @click.argument("command", nargs=-1, required=True)
 @connection
 def submit(client: Client, budget: str, gpus: int, min_runtime: str, resumable: bool,
-           priority: int, checkpoint_interval: str, as_json: bool,
-           command: tuple[str, ...]) -> None:
+           priority: int, checkpoint_interval: str, chdir: str | None, export: str,
+           as_json: bool, command: tuple[str, ...]) -> None:
     """Submit a workload: apportion submit --budget B --gpus N --min-runtime 30m -- CMD..."""
     w = client.json("POST", "/workloads", {
         "budget": budget, "gpus": gpus, "min_runtime": min_runtime, "resumable": resumable,
         "priority": priority, "checkpoint_interval": checkpoint_interval,
         "command": list(command),
+        "chdir": os.path.abspath(chdir if chdir is not None else os.getcwd()),
+        "env": exported_env(export, os.environ),
     })
     if as_json:
         _print_json(w)
     else:
         click.echo(f"submitted {w['id']} to {w['budget']} ({w['gpus']} GPUs, min runtime "
                    f"{fmt_duration(w['min_runtime'])})")
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def exported_env(spec: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment ``--export`` asks for, as Slurm's sbatch reads it: ``ALL`` (the
+    submitter's), ``NONE``, or names (``NAME`` takes the submitter's value, ``NAME=value``
+    sets one), with ``ALL`` or ``NONE`` first to start from. apportion's own variables are
+    never exported (the token stays out of the job); from ALL, variables that cannot be
+    exported (a name like ``BASH_FUNC_f%%``, a value that is not UTF-8) are left out."""
+    items = [x for x in spec.split(",") if x != ""]
+    if not items:
+        raise click.BadParameter("empty (use ALL, NONE or NAME[=value],...)",
+                                 param_hint="--export")
+    env: dict[str, str] = {}
+    for i, item in enumerate(items):
+        if item in ("ALL", "NONE"):
+            if i != 0:
+                raise click.BadParameter(f"{item}: must come first", param_hint="--export")
+            if item == "ALL":
+                env = {k: v for k, v in environ.items() if _exportable(k, v)}
+            continue
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise click.BadParameter(f"{name!r}: not a variable name", param_hint="--export")
+        if not eq:
+            if name not in environ:
+                raise click.BadParameter(f"{name}: not set in your environment",
+                                         param_hint="--export")
+            value = environ[name]
+        env[name] = value
+    return {k: v for k, v in env.items() if not k.startswith("APPORTION_")}
+
+
+def _exportable(name: str, value: str) -> bool:
+    if not _ENV_NAME.match(name) or "\0" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @click.command()

@@ -37,6 +37,7 @@ from apportion.core import (
 from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
+from .executors import identity
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 
 API_VERSION = "v1"
@@ -70,6 +71,12 @@ class SubmitBody(_Body):
     priority: int = 0
     checkpoint_interval: float | str = Field(0, description='seconds or "30m"; 0 = unknown')
     command: list[str] = Field(min_length=1, description="argv of the command to run")
+    chdir: str | None = Field(
+        None, description="absolute working directory (default: the account's home)"
+    )
+    env: dict[str, str] | None = Field(
+        None, description="the exported environment (default: none, the account's basics)"
+    )
 
 
 class WeightBody(_Body):
@@ -98,6 +105,9 @@ class HostBody(_Body):
 class UserBody(_Body):
     name: str = Field(min_length=1)
     admin: bool = False
+    unix_user: str | None = Field(
+        None, description="the Unix account the user's work runs as (default: the same name)"
+    )
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -208,10 +218,14 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(422, _core_message(e)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
+        problem = _run_problem(body, user, settings)
+        if problem is not None:
+            raise _fail(422, problem)
         row = store.add_workload(
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
             priority=body.priority, checkpoint_interval=checkpoint,
+            chdir=body.chdir, env=body.env,
         )
         scheduler.wake()
         return row.as_dict()
@@ -394,8 +408,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         """Create a user (admins only)."""
         if not rights(user).can_manage_users():
             raise forbid(user, "create users (admins only)")
-        u = store.add_user(body.name, actor=user.name, admin=body.admin)
-        return {"name": u.name, "admin": u.admin}
+        u = store.add_user(body.name, actor=user.name, admin=body.admin,
+                           unix_user=body.unix_user)
+        return {"name": u.name, "admin": u.admin, "unix_user": u.unix_user}
 
     @app.post(f"{v1}/users/{{name}}/tokens", status_code=201, tags=["users"])
     def create_token(name: str, user: User) -> dict[str, Any]:
@@ -430,6 +445,23 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return {"status": "ok", "executor": settings.executor.kind}
 
     return app
+
+
+def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
+    """Why this submission could never run as asked (``field: problem``), or None: its
+    directory and environment, their size against the kernel's exec limits, and the
+    owner's Unix account (unless nothing runs, with the memory executor)."""
+    if body.chdir is not None:
+        problem = identity.chdir_problem(body.chdir)
+        if problem is not None:
+            return problem
+    env = body.env or {}
+    problem = identity.env_problem(env)
+    if problem is None:
+        problem = identity.exec_problem(body.command, env)
+    if problem is None and settings.executor.kind != "memory":
+        problem = settings.identity.problem(user.name, user.account)
+    return problem
 
 
 def _usage(
