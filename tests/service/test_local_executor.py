@@ -3,6 +3,7 @@ own user; running work as its owner's account is tested in test_isolation.py).""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -178,9 +179,11 @@ def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
     assert ex.find("w-000001", 1) == h
     assert ex.find("w-000002", 1) is None
     marker = tmp_path / "ran"
+    spec = tmp_path / "run" / "w-000002.1.spec"
+    spec.write_text(json.dumps({"workload": "w-000002", "attempt": 1,
+                                "argv": ["touch", str(marker)], "env": {}}))
     rc = subprocess.run(
-        [sys.executable, "-m", "apportion.service.executors._wrapper", str(tmp_path / "run"),
-         "w-000002", "1", "--", "touch", str(marker)],
+        [sys.executable, "-m", "apportion.service.executors._wrapper", str(spec)],
         capture_output=True, text=True, check=False,
     )
     assert rc.returncode == 0 and "voided" in rc.stderr

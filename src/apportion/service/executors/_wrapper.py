@@ -61,13 +61,8 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
 
     def signal_job(sig: int) -> None:
-        if cgroups:
-            _cgroup.signal_all(cgroups, sig)
-        child = state["child"]
-        if isinstance(child, int):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child, sig)
-        for pid in descendants(me):
+        # once to each process of the job: its cgroup's, and all below this subreaper
+        for pid in _cgroup.procs(cgroups) | set(descendants(me)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
