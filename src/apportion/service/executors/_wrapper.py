@@ -61,8 +61,12 @@ def main(argv: list[str]) -> int:
     me = os.getpid()
 
     def signal_job(sig: int) -> None:
-        # once to each process of the job: its cgroup's, and all below this subreaper
-        for pid in _cgroup.procs(cgroups) | set(descendants(me)):
+        # once to each process of the job (its cgroup's, and all below this subreaper),
+        # the command itself first: a shell that traps the signal hears it before the
+        # children it waits for end
+        child = state["child"]
+        rest = (_cgroup.procs(cgroups) | set(descendants(me))) - {child}
+        for pid in [child, *sorted(rest)] if isinstance(child, int) else sorted(rest):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
