@@ -11,6 +11,7 @@ Routes are listed in docs/api.md; OpenAPI at /docs.
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies defined inside create_app.
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -290,13 +291,18 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(404, f"workload {workload_id}: attempt {n}: not found")
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
-            with open(path, "rb") as f:
+            # never through a link: with Slurm the log's directory is its owner's, who could
+            # otherwise swap the log for a link to a file only the server may read
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 if tail:
                     size = f.seek(0, 2)
                     f.seek(max(0, size - tail))
                 data = f.read()
         except FileNotFoundError:
             raise _fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
+        except OSError as e:  # ELOOP: a link put in the log's place
+            raise _fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
+                             f"{e.strerror}") from None
         return PlainTextResponse(data.decode("utf-8", errors="replace"))
 
     # ---- budgets -----------------------------------------------------------------------
