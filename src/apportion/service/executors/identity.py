@@ -72,9 +72,17 @@ class Identity:
         """Whether work runs as its owner's account (the server is root, not single-user)."""
         return self.euid == 0 and not self.single_user
 
+    @property
+    def me(self) -> str:
+        """The name of the server's account."""
+        try:
+            return pwd.getpwuid(self.euid).pw_name
+        except KeyError:
+            return str(self.euid)
+
     def describe(self) -> str:
         """One line for the start of ``apportion serve``."""
-        me = server_account().name
+        me = self.me
         if self.single_user:
             root = " (AS ROOT)" if self.euid == 0 else ""
             return (f"single-user mode: every workload runs as the server's own user "
@@ -101,7 +109,7 @@ class Identity:
             return None, f"user {user}: Unix account {account_name!r} does not exist"
         if self.euid != 0:
             if acct.uid != self.euid:
-                me = server_account().name
+                me = self.me
                 return None, (f"user {user}: the server runs as {me}, not root, and runs "
                               f"only {me}'s work (Unix account {account_name!r} is another)")
             return None, None
