@@ -263,3 +263,16 @@ def test_leftovers_of_a_cancelled_job_die_before_its_gpus_are_given_again(site: 
     site.wait(second, "completed")
     assert site.log(second) == "checked\n"
     assert all(not Path(f"/proc/{p}").exists() for p in pids)
+
+
+def test_the_api_does_not_follow_a_link_put_in_place_of_a_log(site: Site) -> None:
+    """A log replaced by a link to a file only the server may read (as an owner of the log's
+    directory could with the Slurm executor) is not served: 404, nothing of the file."""
+    wid = site.submit("alice", ["true"], chdir=str(site.home("alice")))
+    site.wait(wid, "completed")
+    log = site.data / "logs" / wid / "1.log"
+    log.unlink()
+    log.symlink_to(site.data / "tokens" / "admin")
+    r = site.call("alice", "GET", f"/v1/workloads/{wid}/logs")
+    assert r.status_code == 404 and "log file unreadable" in r.json()["detail"]
+    assert site.server.token("admin") not in r.text
