@@ -460,6 +460,9 @@ def batch_script(
         "#!/bin/bash",
         f"# apportion workload {_one_line(launch.workload_id)} attempt {launch.attempt}",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        # sbatch --export=NONE leaves SLURM_EXPORT_ENV=NONE, which srun would inherit: its
+        # steps would start without even PATH. Steps get the job's (exact) environment.
+        "unset SLURM_EXPORT_ENV",
         "forwarded=",
         "child=",
         'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
