@@ -78,13 +78,15 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Readers see the old file or the whole new one, never a partial write."""
+def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+    """Readers see the old file or the whole new one, never a partial write; ``durable``:
+    on disk (fsync) before this returns."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(data, f)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -160,7 +160,8 @@ class LocalExecutor:
             "cgroups": cgroups,
         }
         spec_path = self.run_dir / f"{stem}.spec"
-        _procfs.write_json_atomic(spec_path, spec)
+        # not fsynced: read at once by the wrapper; lost in a crash, the attempt never started
+        _procfs.write_json_atomic(spec_path, spec, durable=False)
         log_path = Path(launch.log_path) if launch.log_path else self.log_path(wid, launch.attempt)
         log_fd = self._open_log(log_path, acct)
         try:
