@@ -118,6 +118,8 @@ def main(argv: list[str]) -> int:
         finally:
             os._exit(127)
     os.close(w)
+    info["child_pgid"] = pid  # it leads a session (and process group) of its own
+    write_json_atomic(run_file, info)
     with os.fdopen(r, "rb") as pipe:
         err = pipe.read()
     if err:
@@ -127,9 +129,7 @@ def main(argv: list[str]) -> int:
               file=sys.stderr, flush=True)
         _clean_up(cgroups, me)
         return finish(127, False, reason)
-    state["child"] = pid
-    info["child_pgid"] = pid
-    write_json_atomic(run_file, info)
+    state["child"] = pid  # signals go to it from now on: it runs the command, not our code
     if state["term"] and not state["forwarded"]:
         state["forwarded"] = True
         signal_job(signal.SIGTERM)  # the TERM arrived while the child was being started
