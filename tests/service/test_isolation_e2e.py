@@ -276,3 +276,24 @@ def test_the_api_does_not_follow_a_link_put_in_place_of_a_log(site: Site) -> Non
     r = site.call("alice", "GET", f"/v1/workloads/{wid}/logs")
     assert r.status_code == 404 and "log file unreadable" in r.json()["detail"]
     assert site.server.token("admin") not in r.text
+
+
+def test_an_admin_maps_a_new_user_to_an_account_through_the_api(site: Site) -> None:
+    """``POST /v1/users`` with ``unix_user`` maps the new user to that account (dora's work
+    runs as bob's account); a name that cannot be a Unix account is a 422 naming the field."""
+    bad = site.call("admin", "POST", "/v1/users", {"name": "eve", "unix_user": "a/b"})
+    assert bad.status_code == 422 and "unix_user" in bad.json()["detail"]
+    r = site.call("admin", "POST", "/v1/users",
+                  {"name": "dora", "unix_user": site.accounts.bob.name})
+    assert r.status_code == 201 and r.json()["unix_user"] == site.accounts.bob.name
+    token = site.call("admin", "POST", "/v1/users/dora/tokens").json()["token"]
+    members = {"members": ["alice", "bob", "carol", "dora"]}
+    assert site.call("admin", "PUT", "/v1/budgets/ai/llm/members", members).status_code == 200
+    r = httpx.post(site.server.url + "/v1/workloads", timeout=30,
+                   headers={"Authorization": f"Bearer {token}"},
+                   json={"budget": "ai/llm", "gpus": 1, "min_runtime": 60,
+                         "command": ["id", "-un"], "chdir": str(site.home("bob"))})
+    assert r.status_code == 201, r.text
+    wid = r.json()["id"]
+    site.wait(wid, "completed")
+    assert site.log(wid) == f"{site.accounts.bob.name}\n"

@@ -107,7 +107,8 @@ class UserBody(_Body):
     name: str = Field(min_length=1)
     admin: bool = False
     unix_user: str | None = Field(
-        None, description="the Unix account the user's work runs as (default: the same name)"
+        None, description="the Unix account the user's work runs as (default: the same name)",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$",
     )
 
 
