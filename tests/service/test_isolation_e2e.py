@@ -24,9 +24,11 @@ from apportion.testing.accounts import UnixAccounts, unix_accounts
 
 DEADLINE_S = 60.0  # bounds a hang only
 SECRET = "APPORTION_TEST_SERVER_SECRET"
+# opens each path (``w:PATH``: creates it) and prints the errno's name
 PROBE = ("import errno, sys\n"
          "for p in sys.argv[1:]:\n"
-         "    try:\n        open(p, 'rb').close(); print(p, 'opened')\n"
+         "    mode, path = ('wb', p[2:]) if p.startswith('w:') else ('rb', p)\n"
+         "    try:\n        open(path, mode).close(); print(p, 'opened')\n"
          "    except OSError as e:\n        print(p, errno.errorcode[e.errno])\n")
 
 
@@ -182,13 +184,17 @@ def test_submit_refuses_an_environment_value_that_is_not_utf8(site: Site) -> Non
 
 def test_a_job_cannot_read_the_database_a_token_or_another_users_log(site: Site) -> None:
     """alice's job, running as alice, gets EACCES opening the server's database, the admin's
-    token file and bob's log; the data directory is 0700, the database 0600, and bob's log
-    is bob's, 0600."""
+    token file and bob's log, and creating an exit file for bob's workload in the run
+    directory (a forged "completed"); the data directory is 0700, the database 0600, and
+    bob's log is bob's, 0600."""
     bob = site.submit("bob", ["sh", "-c", "echo bob-private-output"],
                       chdir=str(site.home("bob")))
     site.wait(bob, "completed")
     bob_log = site.data / "logs" / bob / "1.log"
-    targets = [site.data / "apportion.db", site.data / "tokens" / "admin", bob_log]
+    run_dirs = [d for d in (site.data / "run").iterdir() if d.is_dir()]
+    assert len(run_dirs) == 1  # run/<db_id>
+    forged = f"w:{run_dirs[0] / f'{bob}.2.exit'}"
+    targets = [site.data / "apportion.db", site.data / "tokens" / "admin", bob_log, forged]
     alice = site.submit("alice", ["/usr/bin/python3", "-c", PROBE, *map(str, targets)],
                         chdir=str(site.home("alice")))
     site.wait(alice, "completed")
