@@ -33,6 +33,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     d = tmp_path_factory.mktemp("serve")
     cfg = write_config(d, "").read_text().replace('kind = "memory"', 'kind = "local"\ngrace_s = 2')
     cfg = cfg.replace("[policy]", "[scheduler]\ninterval_s = 0.2\n[policy]")
+    # the test users have no Unix accounts: their work runs as the test's own user
+    cfg = cfg.replace("[server]\n", "[server]\nsingle_user = true\n", 1)
     (d / "apportion.toml").write_text(cfg)
     port = free_port()
     with open(d / "serve.log", "wb") as log:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -137,6 +138,49 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 
 # ---- workloads (submit, queue, cancel, logs: apportion.cli.jobs) ----------------------------
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def exported_env(spec: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment ``--export`` asks for, as Slurm's sbatch reads it: ``ALL`` (the
+    submitter's), ``NONE``, or names (``NAME`` takes the submitter's value, ``NAME=value``
+    sets one), with ``ALL`` or ``NONE`` first to start from. apportion's own variables are
+    never exported (the token stays out of the job); from ALL, variables that cannot be
+    exported (a name like ``BASH_FUNC_f%%``, a value that is not UTF-8) are left out."""
+    items = [x for x in spec.split(",") if x != ""]
+    if not items:
+        raise click.BadParameter("empty (use ALL, NONE or NAME[=value],...)",
+                                 param_hint="--export")
+    env: dict[str, str] = {}
+    for i, item in enumerate(items):
+        if item in ("ALL", "NONE"):
+            if i != 0:
+                raise click.BadParameter(f"{item}: must come first", param_hint="--export")
+            if item == "ALL":
+                env = {k: v for k, v in environ.items() if _exportable(k, v)}
+            continue
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise click.BadParameter(f"{name!r}: not a variable name", param_hint="--export")
+        if not eq:
+            if name not in environ:
+                raise click.BadParameter(f"{name}: not set in your environment",
+                                         param_hint="--export")
+            value = environ[name]
+        env[name] = value
+    return {k: v for k, v in env.items() if not k.startswith("APPORTION_")}
+
+
+def _exportable(name: str, value: str) -> bool:
+    if not _ENV_NAME.match(name) or "\0" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @click.command()
 @click.argument("workload_id", type=WORKLOAD_ID)
 @json_option

@@ -5,6 +5,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import time
@@ -17,7 +18,15 @@ import click
 
 from apportion.core import format_duration, plural
 
-from .client import Client, _print_json, connection, fmt_time, json_option, table
+from .client import (
+    Client,
+    _print_json,
+    connection,
+    exported_env,
+    fmt_time,
+    json_option,
+    table,
+)
 from .ids import WORKLOAD_ID, full_id
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
@@ -36,13 +45,15 @@ _APPORTION_OPTS = {
     "--priority": "priority", "--checkpoint-interval": "checkpoint_interval",
     "--name": "name", "--time": "time_limit", "--array": "array",
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
-    "--nodelist": "nodelist", "--exclude": "exclude", "--gpu-kind": "gpu_kind",
+    "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
+    "--gpu-kind": "gpu_kind",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable"}
 _SBATCH_OPTS = {
     "--job-name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
     "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
     "--output": "output", "-o": "output", "--array": "array", "-a": "array",
+    "--export": "export",
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
 }
@@ -175,7 +186,11 @@ def _with_output(command: list[str], output: str) -> list[str]:
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
               help="afterok|afterany|afternotok:ID[:ID...] (ids short or long)")
-@click.option("--chdir", "-D", default=None, help="working directory")
+@click.option("--chdir", "-D", default=None, metavar="DIR",
+              help="directory it runs in (default: the current one)")
+@click.option("--export", "export", default="ALL", metavar="ALL|NONE|NAME[=value],...",
+              help="environment it runs with: ALL of yours (default), NONE, or the named "
+                   "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
 @click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
 @click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
 @click.option("--gpu-kind", default=None,
@@ -227,8 +242,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         "resumable": bool(opts.get("resumable")), "priority": priority,
         "checkpoint_interval": opts.get("checkpoint_interval") or "0", "command": cmd,
     }
-    if opts.get("chdir"):
-        body["chdir"] = str(Path(str(opts["chdir"])).expanduser().absolute())
+    body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
+    body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)
     for key in ("name", "time_limit", "array", "gpu_kind"):
         if opts.get(key):
             body[key] = str(opts[key])

@@ -11,6 +11,7 @@ Routes are listed in docs/api.md; OpenAPI at /docs.
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies defined inside create_app.
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from apportion.core import (
 from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
+from .executors import identity
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 from .whatif_api import whatif_router
 
@@ -88,7 +90,12 @@ class SubmitBody(_Body):
     dependency: str | None = Field(
         None, description='"afterok:w-000003[:w-000004]", also afterany, afternotok'
     )
-    chdir: str | None = Field(None, description="working directory (absolute)")
+    chdir: str | None = Field(
+        None, description="absolute working directory (default: the account's home)"
+    )
+    env: dict[str, str] | None = Field(
+        None, description="the exported environment (default: none, the account's basics)"
+    )
     nodelist: list[str] = Field([], description="run only on these hosts")
     exclude: list[str] = Field([], description="never run on these hosts")
     gpu_kind: str | None = Field(
@@ -125,6 +132,10 @@ class HostBody(_Body):
 class UserBody(_Body):
     name: str = Field(min_length=1)
     admin: bool = False
+    unix_user: str | None = Field(
+        None, description="the Unix account the user's work runs as (default: the same name)",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$",
+    )
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -262,11 +273,14 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(422, _core_message(e)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
+        problem = _run_problem(body, user, settings)
+        if problem is not None:
+            raise _fail(422, problem)
         row = store.add_workload(
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
             priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
-            chdir=body.chdir,
+            chdir=body.chdir, env=body.env,
             time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
             array=indexes, array_throttle=throttle, nodelist=body.nodelist,
             exclude=body.exclude,
@@ -342,7 +356,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(404, f"workload {workload_id}: attempt {n}: not found")
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
-            with open(path, "rb") as f:
+            # never through a link: with Slurm the log's directory is its owner's, who could
+            # otherwise swap the log for a link to a file only the server may read
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 if tail:
                     size = f.seek(0, 2)
                     f.seek(max(0, size - tail))
@@ -352,6 +368,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 end = f.tell()
         except FileNotFoundError:
             raise _fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
+        except OSError as e:  # ELOOP: a link put in the log's place
+            raise _fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
+                             f"{e.strerror}") from None
         return PlainTextResponse(data.decode("utf-8", errors="replace"),
                                  headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
 
@@ -469,8 +488,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         """Create a user (admins only)."""
         if not rights(user).can_manage_users():
             raise forbid(user, "create users (admins only)")
-        u = store.add_user(body.name, actor=user.name, admin=body.admin)
-        return {"name": u.name, "admin": u.admin}
+        u = store.add_user(body.name, actor=user.name, admin=body.admin,
+                           unix_user=body.unix_user)
+        return {"name": u.name, "admin": u.admin, "unix_user": u.unix_user}
 
     @app.post(f"{v1}/users/{{name}}/tokens", status_code=201, tags=["users"])
     def create_token(name: str, user: User) -> dict[str, Any]:
@@ -506,6 +526,23 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return {"status": "ok", "executor": settings.executor.kind}
 
     return app
+
+
+def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
+    """Why this submission could never run as asked (``field: problem``), or None: its
+    directory and environment, their size against the kernel's exec limits, and the
+    owner's Unix account (unless nothing runs, with the memory executor)."""
+    if body.chdir is not None:
+        problem = identity.chdir_problem(body.chdir)
+        if problem is not None:
+            return problem
+    env = body.env or {}
+    problem = identity.env_problem(env)
+    if problem is None:
+        problem = identity.exec_problem(body.command, env)
+    if problem is None and settings.executor.kind != "memory":
+        problem = settings.identity.problem(user.name, user.account)
+    return problem
 
 
 def _usage(

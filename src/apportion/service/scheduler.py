@@ -58,6 +58,7 @@ from apportion.service.executor import (
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchRefused,
     Observation,
 )
 from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
@@ -70,6 +71,8 @@ MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default c
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
+BACKOFF_FIRST_S = 1.0  # a launch that failed for a transient reason waits this long first,
+BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
 
 
 class PassListener(Protocol):
@@ -129,6 +132,8 @@ class Scheduler:
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
         self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
         self._seen_drained: set[str] = set()  # hosts the executor last reported draining
+        # workload -> (not before, last delay): set aside after a transient launch failure
+        self._backoff: dict[str, tuple[float, float]] = {}
         self._last = Decisions()
         self._last_pass_at: float | None = None
         self._started = False
@@ -438,7 +443,7 @@ class Scheduler:
                 self._array_of[row.id] = row.array_id
         t = max(now, st.time)
         for row in rows:
-            if row.status is Status.PENDING:
+            if row.status is Status.PENDING and not self._backing_off(row.id, t):
                 self._queue(row, t)
 
     def _queue(self, row: WorkloadRow, t: float, held: bool = True) -> None:
@@ -512,9 +517,11 @@ class Scheduler:
                 log.error("budget tree change not applied: %s", e)
         index = self.store.active_index()  # narrow: ids, statuses, cancel flags
         pending = Status.PENDING.value
+        for wid in [w for w in self._backoff if w not in index]:
+            del self._backoff[wid]  # cancelled while set aside
         new = [wid for wid, (status, _) in index.items()
                if status == pending and wid not in st.pending and wid not in st.running
-               and wid not in self._held]
+               and wid not in self._held and not self._backing_off(wid, now)]
         if len(new) > BULK_LOAD:
             wanted = set(new)
             rows = {r.id: r for r in self.store.active_workloads() if r.id in wanted}
@@ -671,6 +678,8 @@ class Scheduler:
         elif o.state is AttemptState.GONE:
             status = Status.PENDING if spec.resumable else Status.LOST
             reason = "lost: the executor has no trace of it"
+        elif o.refused is not None:  # it could never start (e.g. its directory): not retried
+            status, reason = Status.FAILED, f"launch refused: {o.refused}"
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
@@ -766,39 +775,65 @@ class Scheduler:
         st.start(wid, s.placement, now)
         a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
         log_path = getattr(self.executor, "log_path", None)
-        launch = Launch(
-            workload_id=wid,
-            attempt=row.n,
-            command=self._commands[wid],
-            slots=slots,
-            env=self._env.get(wid, {}),
-            log_path=str(log_path(wid, row.n)) if log_path is not None else "",
-            whole_hosts=len(slots) > 1,
-        )
         try:
+            launch = Launch(
+                workload_id=wid,
+                attempt=row.n,
+                command=self._commands[wid],
+                slots=slots,
+                log_path=str(log_path(wid, row.n)) if log_path is not None else "",
+                whole_hosts=len(slots) > 1,
+                **self._identity(wid),
+            )
             a.handle = self.executor.launch(launch)
-        except ValueError as e:  # the executor says this workload cannot run at all
+        except (LaunchRefused, ValueError) as e:  # it can never run as asked: one try only
             log.warning("%s: launch refused: %s", wid, e)
             self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
             return True
         except ExecutorUnavailable as e:
             if getattr(self.executor, "find", None) is None:
-                log.warning("%s: launch failed, requeued: %s", wid, e)
-                self._end(wid, now, None, "launch failed", Status.PENDING)
-                return False
+                self._back_off(wid, now, e)
+                return True
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
         except Exception as e:
-            log.warning("%s: launch failed, requeued: %s", wid, e)
-            self._end(wid, now, None, "launch failed", Status.PENDING)
-            return False
+            self._back_off(wid, now, e)
+            return True
+        self._backoff.pop(wid, None)
         try:
             self.store.set_attempt_handle(wid, row.n, a.handle)
         except Exception as e:
             log.warning("%s: handle not stored yet (retried): %s", wid, e)
             self._unsaved[(wid, row.n)] = a.handle
         return True
+
+    def _identity(self, wid: str) -> dict[str, Any]:
+        """Whose the workload is and where and with what it runs (read at launch only: the
+        exported environment is not kept in memory while it waits)."""
+        w = self.store.get_workload(wid)
+        try:
+            account = self.store.get_user(w.user).account
+        except NotFound:
+            account = w.user
+        own = self._env.get(wid)  # the scheduler's variables (name, array) over the exported
+        env = w.env if not own else {**(w.env or {}), **own}
+        return {"user": w.user, "account": account, "chdir": w.chdir, "env": env}
+
+    def _backing_off(self, wid: str, now: float) -> bool:
+        held = self._backoff.get(wid)
+        return held is not None and held[0] > now
+
+    def _back_off(self, wid: str, now: float, e: Exception) -> None:
+        """A transient launch failure: back to pending, set aside (exponential backoff,
+        capped) so that it neither spins nor blocks the work behind it."""
+        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid][1]) if wid in self._backoff \
+            else BACKOFF_FIRST_S
+        log.warning("%s: launch failed, retried in %.0f s: %s", wid, delay, e)
+        self._end(wid, now, None, "launch failed", Status.PENDING)
+        self._st().unqueue(wid)
+        self._commands.pop(wid, None)
+        self._backoff[wid] = (now + delay, delay)
 
     def _mirror_drain(self, host: str, state: HostState, reason: str) -> None:
         if state not in (HostState.DRAINING, HostState.HEALTHY):

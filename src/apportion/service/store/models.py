@@ -48,6 +48,15 @@ class UserModel(Base):
     unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
+class MetaModel(Base):
+    """Facts about the database itself (``db_id``: random, created by migration 0003)."""
+
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 class TokenModel(Base):
     __tablename__ = "tokens"
 

@@ -34,7 +34,15 @@ from apportion.core import (
     parent_of,
 )
 
-from .models import AttemptModel, AuditModel, BudgetModel, HostModel, TokenModel, UserModel
+from .models import (
+    AttemptModel,
+    AuditModel,
+    BudgetModel,
+    HostModel,
+    MetaModel,
+    TokenModel,
+    UserModel,
+)
 from .models import WorkloadModel as WM
 from .rows import (
     AttemptRow,
@@ -129,6 +137,15 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def db_id(self) -> str:
+        """This database's random id (made by the migration that created ``meta``): files
+        kept beside the database carry it, so another database's are never taken for its."""
+        with self._tx(write=False) as s:
+            m = s.get(MetaModel, "db_id")
+            if m is None:
+                raise NotFound("meta: db_id: missing (run migrate())")
+            return m.value
 
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
