@@ -45,6 +45,7 @@ from apportion.core import (
     decision_log,
     validate_spec,
 )
+from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.executor import (
@@ -543,10 +544,8 @@ class Scheduler:
             self.store.set_attempt_handle(wid, a.n, handle)
             return
         log.warning("%s attempt %d: never launched; requeued, nothing charged", wid, a.n)
-        if a.stop_reason == "cancelled":
-            status = Status.CANCELLED
-        elif a.stop_reason is not None and not a.requeue:
-            status = Status.PREEMPTED
+        if a.stop_reason is not None:
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
         else:
             status = Status.PENDING
         self._end(wid, a.started_at, None, "never launched", status, now)
@@ -574,13 +573,10 @@ class Scheduler:
         finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
         if a.stop_reason is not None and not finished_alone:
             # we asked it to stop: the outcome is the stop's, whatever the exit code
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            else:
-                status = Status.PENDING if a.requeue else Status.PREEMPTED
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
             reason = a.stop_reason
         elif o.state is AttemptState.GONE:
-            status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable)
             reason = "lost: the executor has no trace of it"
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
@@ -616,10 +612,7 @@ class Scheduler:
                     self.executor.stop(a.handle, 0)
                 except Exception as e:
                     log.warning("%s: stop after host %s died failed: %s", wid, host, e)
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            else:
-                status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable, cancelling=a.stop_reason == "cancelled")
             self._end(wid, now, None, "host_failure", status)
 
     # ---- applying decisions ----------------------------------------------------------
