@@ -119,8 +119,8 @@ class MemoryExecutor:
     def stop(self, handle: str, grace_s: float) -> None:
         self._check()
         a = self.attempts.get(handle)
-        if a is None:
-            return
+        if a is None or a.gone:
+            return  # vanished with its host: its progress was settled then, once
         now = self.clock.now()
         self._advance(a, now)
         if a.ended_at is not None or a.term_at is not None:
