@@ -28,6 +28,7 @@ from apportion.core import (
     Host,
     HostState,
     PolicyConfig,
+    PreemptReason,
     WorkloadSpec,
     decide,
 )
@@ -206,10 +207,10 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
 
 
 def test_generated_cases_cover_what_they_claim() -> None:
-    """Across the seeds the simulator's logs hold starts, preemptions for each of the
-    unallocated, drain and fair-share... reasons the traces provoke, and the traces hold
-    deaths reported both ways, drains, explicit repairs, non-zero grace periods and
-    restarts: the parity test below exercises all of them."""
+    """Across the seeds the simulator's logs hold starts, host changes and preemptions for
+    each reason ``decide`` issues, and the traces hold host deaths reported both ways (by
+    the executor and by an operator), drains, explicit repairs, grace periods of 0, 30 and
+    300 s and a restart in every case: the parity test below exercises all of them."""
     config = PolicyConfig()
     cases = [generate(seed) for seed in SEEDS]
     logs = [simulate(case, config) for case in cases]
@@ -217,7 +218,7 @@ def test_generated_cases_cover_what_they_claim() -> None:
     reasons = {line.split()[3] for log in logs for line in log if line.split()[1] == "preempt"}
     events = {e.kind for case in cases for e in case.events}
     assert {"start", "preempt", "host"} <= kinds
-    assert {"unallocated", "drain"} <= reasons
+    assert reasons == {r.value for r in PreemptReason if r is not PreemptReason.HOST_FAILURE}
     assert events == set(HostEventKind)
     assert any(case.marked_down for case in cases)
     assert any(len(case.marked_down) < sum(e.kind is HostEventKind.FAIL for e in case.events)
