@@ -247,7 +247,8 @@ def test_generated_trace_same_decisions_in_service_and_simulator(
 def test_memory_executor_settles_a_run_lost_with_its_host_once() -> None:
     """A run that vanished with its host keeps its checkpoints once: the scheduler's stop
     sent afterwards (for the parts of multi-host work on other hosts) must not count its
-    progress again. (Seeds 6 and 9 restarted such work too early before the fix.)"""
+    progress again (seeds 6 and 9 restarted such work too early before the fix), nor may the
+    host dying again after its repair (seed 60 finished two workloads early)."""
     clock = FakeClock(0.0)
     executor = MemoryExecutor([("h0", 8)], clock, durations={"w": 10000.0},
                               checkpoints={"w": 600.0})
@@ -255,4 +256,8 @@ def test_memory_executor_settles_a_run_lost_with_its_host_once() -> None:
     clock.set(1900.0)
     executor.fail_host("h0")
     executor.stop(handle, 0.0)
+    assert executor.progress["w"] == 1800.0
+    executor.revive_host("h0")
+    clock.set(5000.0)
+    executor.fail_host("h0")
     assert executor.progress["w"] == 1800.0

@@ -185,7 +185,7 @@ class MemoryExecutor:
         h = self._hosts[name]
         self._hosts[name] = InventoryHost(h.name, h.gpus, "down", reason)
         for a in self.attempts.values():
-            if name in a.hosts and a.ended_at is None:
+            if name in a.hosts and a.ended_at is None and not a.gone:
                 self._lose(a, self.clock.now())
 
     def revive_host(self, name: str) -> None:
