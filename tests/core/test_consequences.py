@@ -86,9 +86,10 @@ RULES = {
 
 
 def test_host_death_and_preemption_cost_are_decided_only_in_core() -> None:
-    """No module outside ``apportion.core`` (and its test harness) rounds work to checkpoints, names the status a
-    stop or a host's death ends in, or chooses between requeue and an end; the same patterns
-    do find the rules in ``core/consequences.py`` (so the search would see a copy)."""
+    """No module outside ``apportion.core`` (and its test harness) rounds work to
+    checkpoints, names the status a stop or a host's death ends in, or chooses between
+    requeue and an end; the same patterns do find the rules in ``core/consequences.py``
+    (so the search would see a copy)."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         # core holds the rules; the Slurm test harness only lists the final statuses it

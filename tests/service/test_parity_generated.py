@@ -261,3 +261,49 @@ def test_memory_executor_settles_a_run_lost_with_its_host_once() -> None:
     clock.set(5000.0)
     executor.fail_host("h0")
     assert executor.progress["w"] == 1800.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_restart_keeps_usage_and_capacity_from_before_every_host_changed_state(
+    backend: str, tmp_path: Path
+) -> None:
+    """Usage charged before every host had changed state (one drained and repaired, one
+    dead and back) is still charged after a restart, and the cluster's healthy GPU-seconds
+    are the same: the rebuilt ledger answers as the uninterrupted one did. (Before the fix
+    the rebuild started the cluster's history at the latest state change of any host and
+    forgot everything before it; seeds 55, 56 and 60 then ordered the queue differently.)"""
+    config = PolicyConfig()
+    clock = FakeClock(0.0)
+    store = open_store(backend, tmp_path)
+    store.clock = clock.now
+    for path, weight in TREE.items():
+        store.add_budget(path, weight, "admin", create_parents=True)
+    for name in ("h0", "h1"):
+        store.add_host(name, 8, "admin", at=0.0)
+    executor = MemoryExecutor([("h0", 8), ("h1", 8)], clock, durations={"w-000001": 1000.0})
+    sched = Scheduler(store, executor, config, clock)
+    sched.start()
+    store.add_workload(budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=0.0,
+                       command=["train"], actor="alice")
+    assert sched.step(0.0) == ["0.000 start w-000001 on h0:8"]
+    clock.set(1000.0)
+    sched.step(1000.0)  # it exits
+    for t, name, state in [(2000.0, "h0", HostState.DRAINING), (2500.0, "h0", HostState.REPAIR),
+                           (3000.0, "h1", HostState.DOWN), (4000.0, "h1", HostState.HEALTHY),
+                           (4500.0, "h0", HostState.HEALTHY)]:
+        clock.set(t)
+        sched.set_host_state(name, state, "test", "admin")
+    clock.set(5000.0)
+    sched.step(5000.0)
+    before = sched.state
+    after = Scheduler(store, executor, config, clock)
+    after.start()
+    assert before is not None and after.state is not None
+    window = config.lookback
+    assert before.ledger.charged("ai/llm", 5000.0, window) == 8 * 1000.0
+    assert after.state.ledger.charged("ai/llm", 5000.0, window) == 8 * 1000.0
+    # 16 GPUs for 5000 s, less h0 unhealthy 2000-4500 s and h1 down 3000-4000 s
+    healthy = 16 * 5000.0 - 8 * 2500.0 - 8 * 1000.0
+    assert before.ledger.capacity(5000.0, window) == healthy
+    assert after.state.ledger.capacity(5000.0, window) == healthy
+    store.close()
