@@ -386,11 +386,12 @@ class Scheduler:
         for i, row in enumerate(running):
             events.append((row.attempt.started_at, 2, i, _replay_start(st, row)))  # type: ignore[union-attr]
         # at one instant a host came back before work started on it, and work running on a
-        # host started before it was drained or marked down
+        # host started before it was drained or marked down; a record from a clock ahead of
+        # the scheduler's (a host registered by wall clock, a fake scheduler clock) counts now
         for i, (at, name, state) in enumerate(history):
             if name in st.hosts:
                 prio = 1 if state is HostState.HEALTHY else 3
-                events.append((max(at, t0), prio, i, _replay_host(st, name, state)))
+                events.append((max(min(at, now), t0), prio, i, _replay_host(st, name, state)))
         for i, h in enumerate(hosts, len(history)):
             if h.name not in registered and h.state is not HostState.HEALTHY:
                 events.append((max(h.changed_at, t0), 3, i, _replay_host(st, h.name, h.state)))

@@ -409,7 +409,8 @@ class Store:
 
     def host_history(self) -> list[tuple[float, str, HostState]]:
         """Every host's registration and state changes from the audit, oldest first, as
-        ``(at, host, state)``: the first entry of a host is its registration."""
+        ``(at, host, state)``: the first entry of a host is its registration; ``at`` is the
+        store's clock when it was recorded."""
         with self._tx(write=False) as s:
             q = (select(AuditModel.at, AuditModel.target, AuditModel.new)
                  .where(AuditModel.action.in_(("host.add", "host.state")))
