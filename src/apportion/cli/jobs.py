@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 
 from .client import (
@@ -30,7 +31,7 @@ from .client import (
 from .ids import WORKLOAD_ID, full_id
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
-FINAL = ("completed", "failed", "preempted", "cancelled", "lost", "timeout")
+FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
 REASONS = {
     "no_capacity": "no capacity",
     "waiting_for_preemption": "waiting for preemption",

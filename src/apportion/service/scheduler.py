@@ -49,6 +49,7 @@ from apportion.core import (
     release,
     validate_spec,
 )
+from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.executor import (
@@ -391,14 +392,20 @@ class Scheduler:
         hosts = self.store.hosts()
         rows = self.store.active_workloads()
         lookback = self.config.lookback
-        # the cluster's history starts no earlier than its hosts were registered
+        history = self.store.host_history()
+        registered: dict[str, float] = {}
+        for at, name, _ in history:
+            registered.setdefault(name, at)
+        # the cluster's history starts no earlier than its hosts were registered (not when
+        # they last changed state: that would forget the usage before it)
         t0 = now - lookback
         if hosts:
-            t0 = max(t0, min(h.changed_at for h in hosts))
+            t0 = max(t0, min(registered.get(h.name, h.changed_at) for h in hosts))
         running = [r for r in rows if r.attempt is not None]
         t0 = min([t0, now, *(r.attempt.started_at for r in running if r.attempt)])
-        # hosts join healthy at t0 and take their current state when it was set, so the
-        # ledger's capacity follows the latest state change of each host
+        # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
+        # so the ledger's capacity follows their history; one without a record takes its
+        # current state when it was set
         st = ClusterState(tree, (Host(h.name, h.gpus) for h in hosts), start=t0,
                           ledger_keep=max(30 * DAY, 2 * lookback))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
@@ -410,10 +417,17 @@ class Scheduler:
             events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
             events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
         for i, row in enumerate(running):
-            events.append((row.attempt.started_at, 1, i, _replay_start(st, row)))  # type: ignore[union-attr]
-        for i, h in enumerate(hosts):
-            if h.state is not HostState.HEALTHY:
-                events.append((max(h.changed_at, t0), 2, i, _replay_host(st, h.name, h.state)))
+            events.append((row.attempt.started_at, 2, i, _replay_start(st, row)))  # type: ignore[union-attr]
+        # at one instant a host came back before work started on it, and work running on a
+        # host started before it was drained or marked down; a record from a clock ahead of
+        # the scheduler's (a host registered by wall clock, a fake scheduler clock) counts now
+        for i, (at, name, state) in enumerate(history):
+            if name in st.hosts:
+                prio = 1 if state is HostState.HEALTHY else 3
+                events.append((max(min(at, now), t0), prio, i, _replay_host(st, name, state)))
+        for i, h in enumerate(hosts, len(history)):
+            if h.name not in registered and h.state is not HostState.HEALTHY:
+                events.append((max(h.changed_at, t0), 3, i, _replay_host(st, h.name, h.state)))
         events.sort(key=lambda e: e[:3])
         for t, _, _, apply in events:
             apply(t)
@@ -635,10 +649,8 @@ class Scheduler:
             self.store.set_attempt_handle(wid, a.n, handle)
             return
         log.warning("%s attempt %d: never launched; requeued, nothing charged", wid, a.n)
-        if a.stop_reason == "cancelled":
-            status = Status.CANCELLED
-        elif a.stop_reason is not None and not a.requeue:
-            status = Status.PREEMPTED
+        if a.stop_reason is not None:
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
         else:
             status = Status.PENDING
         self._end(wid, a.started_at, None, "never launched", status, now)
@@ -668,15 +680,11 @@ class Scheduler:
         if a.stop_reason is not None and (timed_out or not finished_alone):
             # we asked it to stop: the outcome is the stop's, whatever the exit code (work
             # stopped at its time limit ends as timeout even if it exits 0 on SIGTERM)
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            elif timed_out:
-                status = Status.TIMEOUT
-            else:
-                status = Status.PENDING if a.requeue else Status.PREEMPTED
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled",
+                                timed_out=timed_out)
             reason = a.stop_reason
         elif o.state is AttemptState.GONE:
-            status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable)
             reason = "lost: the executor has no trace of it"
         elif o.refused is not None:  # it could never start (e.g. its directory): not retried
             status, reason = Status.FAILED, f"launch refused: {o.refused}"
@@ -716,10 +724,7 @@ class Scheduler:
                     self.executor.stop(a.handle, 0)
                 except Exception as e:
                     log.warning("%s: stop after host %s died failed: %s", wid, host, e)
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            else:
-                status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable, cancelling=a.stop_reason == "cancelled")
             self._end(wid, now, None, "host_failure", status)
 
     # ---- applying decisions ----------------------------------------------------------
@@ -923,7 +928,7 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
 
 def _replay_host(st: ClusterState, name: str, state: HostState) -> Callable[[float], None]:
     def apply(t: float) -> None:
-        if state is HostState.REPAIR:
+        if state is HostState.REPAIR and st.hosts[name].state is HostState.HEALTHY:
             st.set_host_state(name, HostState.DRAINING, t)
         st.set_host_state(name, state, t)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 import resource
 import sys
 import time
@@ -38,6 +37,7 @@ from apportion.core import (
     release,
     validate_spec,
 )
+from apportion.core.consequences import on_host_death, on_stopped, preemption_cost
 
 from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
@@ -50,11 +50,7 @@ FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_E
 )
 TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
 # the engine's job states as the store's statuses (held and pending work: pending)
-_STATUS = {
-    "running": Status.RUNNING, "completed": Status.COMPLETED, "preempted": Status.PREEMPTED,
-    "lost": Status.LOST, "timeout": Status.TIMEOUT, "cancelled": Status.CANCELLED,
-    "abandoned": Status.CANCELLED,
-}
+_STATUS = {s.value: s for s in Status} | {"abandoned": Status.CANCELLED}
 _EPS = 1e-6
 
 
@@ -297,7 +293,7 @@ class Engine:
         for w in d.timeouts:
             self._timeout(w, now)
         for p in d.preemptions:
-            self._stop(p.workload, now, p.reason, p.requeue)
+            self._stop(p.workload, now, p.reason, on_stopped(p.requeue))
         for r in d.reservations:
             self.state.reserve(r.workload, r.hosts)
         for s in d.starts:
@@ -344,9 +340,9 @@ class Engine:
         if self._observe is not None:
             self._observe("ended", wid, self.state)
 
-    def _stop(self, wid: str, now: float, reason: PreemptReason, requeue: bool,
-              final: str = "preempted") -> None:
-        """Preempt or kill a running workload at once, with the checkpoint loss."""
+    def _stop(self, wid: str, now: float, reason: PreemptReason, outcome: Status) -> None:
+        """Preempt or kill a running workload at once, with the checkpoint loss; it ends in
+        ``outcome`` (``PENDING``: requeued)."""
         j = self.jobs[wid]
         r = self.state.running.get(wid)
         if r is None:
@@ -360,15 +356,13 @@ class Engine:
         elapsed = now - j.run_start
         gpus = j.held
         j.run_s += elapsed * gpus
-        work = max(0.0, elapsed - j.overhead)
-        if requeue and spec.resumable:
-            c = spec.checkpoint_interval or self._checkpoint_default
-            kept = min(math.floor(work / c) * c, j.remaining) if c > 0 else 0.0
-        else:
-            kept = 0.0
+        requeue = outcome is Status.PENDING
+        cost = preemption_cost(elapsed, j.overhead, j.remaining,
+                               spec.checkpoint_interval or self._checkpoint_default,
+                               resumes=requeue and spec.resumable)
         if not j.job.squat:
-            j.lost_s += (work - kept) * gpus
-        j.remaining -= kept
+            j.lost_s += cost.lost * gpus
+        j.remaining -= cost.kept
         j.run_no += 1  # its completion and min-runtime events are stale now
         self.rec.stopped(spec.budget, gpus, spec.gpus, spec.allocated, j.job.squat, now,
                          requeued=requeue, preempted=True)
@@ -380,7 +374,7 @@ class Engine:
             j.queued_at = now
         else:
             self.state.finish(wid, now)
-            j.status = final
+            j.status = outcome.value
             j.end = now
         if self._observe is not None:
             self._observe("ended", wid, self.state)
@@ -526,17 +520,21 @@ class Engine:
             self.schedule(now + HOUR, HOUR_END, None)
         return True
 
-    def _kill_all(self, host: str, now: float, reason: PreemptReason, final: str) -> None:
+    def _kill_all(self, host: str, now: float, reason: PreemptReason) -> None:
+        """Everything on ``host`` ends at once: its death, or a human emptying a drain
+        (a drain preemption: resumable work is requeued, as the policy's own)."""
         for wid in sorted(self.state.on_host[host]):
-            spec = self.state.running[wid].spec
-            self._stop(wid, now, reason, requeue=spec.resumable, final=final)
+            resumable = self.state.running[wid].spec.resumable
+            dies = reason is PreemptReason.HOST_FAILURE
+            outcome = on_host_death(resumable) if dies else on_stopped(resumable)
+            self._stop(wid, now, reason, outcome)
 
     def _on_fail(self, host: str, gen: int, now: float) -> bool:
         if self.state.hosts[host].state is HostState.DOWN:
             self.ignored_host_events += 1
             return False
         self.host_failures += 1
-        self._kill_all(host, now, PreemptReason.HOST_FAILURE, "lost")
+        self._kill_all(host, now, PreemptReason.HOST_FAILURE)
         self._set_host(host, HostState.DOWN, now)
         return True
 
@@ -565,7 +563,7 @@ class Engine:
         if gen != self._host_gen[host] or drain is None or not self.state.on_host[host]:
             return False
         drain.human = True
-        self._kill_all(host, now, PreemptReason.DRAIN, "preempted")
+        self._kill_all(host, now, PreemptReason.DRAIN)
         return True
 
     # ---- results ---------------------------------------------------------------------

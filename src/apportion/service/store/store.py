@@ -482,6 +482,16 @@ class Store:
         with self._tx(write=False) as s:
             return [_host(h) for h in s.scalars(select(HostModel).order_by(HostModel.name))]
 
+    def host_history(self) -> list[tuple[float, str, HostState]]:
+        """Every host's registration and state changes from the audit, oldest first, as
+        ``(at, host, state)``: the first entry of a host is its registration; ``at`` is the
+        store's clock when it was recorded."""
+        with self._tx(write=False) as s:
+            q = (select(AuditModel.at, AuditModel.target, AuditModel.new)
+                 .where(AuditModel.action.in_(("host.add", "host.state")))
+                 .order_by(AuditModel.id))
+            return [(float(at), name, HostState(new["state"])) for at, name, new in s.execute(q)]
+
     def get_host(self, name: str) -> HostRow:
         with self._tx(write=False) as s:
             h = s.get(HostModel, name)
