@@ -5,7 +5,7 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
-from .explain import Explanation, explain
+from .explain import Advice, Explanation, explain
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
@@ -36,6 +36,7 @@ __all__ = [
     "HOST_TRANSITIONS",
     "ROOT",
     "WORKLOAD_TRANSITIONS",
+    "Advice",
     "BudgetNode",
     "BudgetTree",
     "ClusterState",
