@@ -387,6 +387,32 @@ class Store:
             f"workload {workload_id}: state: cannot go from {cur} to {to.value}"
         )
 
+    def history(
+        self, before: float, actions: Sequence[str]
+    ) -> tuple[list[WorkloadRow], list[AuditRow]]:
+        """For accounts of any period ending by ``before``: every workload submitted before
+        it, with all its attempts, and the audit entries of ``actions`` made before it
+        (oldest first). Read only."""
+        with self._tx(write=False) as s:
+            tries: dict[str, list[AttemptRow]] = {}
+            q = (select(AttemptModel).where(AttemptModel.started_at < before)
+                 .order_by(AttemptModel.workload_id, AttemptModel.n))
+            for a in s.scalars(q):
+                tries.setdefault(a.workload_id, []).append(_attempt(a))
+            rows = [
+                _workload(m, None, tuple(tries.get(m.id or "", ())))
+                for m in s.scalars(select(WM).where(WM.submit_time < before).order_by(WM.seq))
+            ]
+            audit = [
+                AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
+                for a in s.scalars(
+                    select(AuditModel)
+                    .where(AuditModel.at < before, AuditModel.action.in_(list(actions)))
+                    .order_by(AuditModel.id)
+                )
+            ]
+            return rows, audit
+
     def usage_intervals(self, since: float) -> list[UsageInterval]:
         """Attempts overlapping ``[since, now)``: what the ledger is rebuilt from."""
         with self._tx(write=False) as s:
