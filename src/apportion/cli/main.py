@@ -22,6 +22,8 @@ _COMMANDS: dict[str, str] = {
     "hosts": "apportion.cli.client:hosts",
     "audit": "apportion.cli.client:audit",
     "why": "apportion.cli.client:why",
+    "report": "apportion.cli.report:report",
+    "init": "apportion.cli.init:init",
 }
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.core import FINAL, ROOT, BudgetTree, Status, ancestors
+from apportion.core import FINAL, ROOT, BudgetTree, Status, ancestors, parse_duration
 
 from .store import AuditRow, Store, WorkloadRow
 
@@ -45,6 +45,34 @@ APPROXIMATIONS = (
 
 class ReportError(ValueError):
     """A report asked for with bad parameters; the message names the parameter."""
+
+
+def parse_time(value: str, name: str, now: float) -> float:
+    """A moment as a user writes it: seconds since the epoch, an ISO 8601 date or date and
+    time (UTC unless it says otherwise: ``2026-11-01``, ``2026-11-01T08:00+01:00``), ``now``,
+    or a duration meaning that long ago (``30d``, ``12h``). ``name`` is the parameter, for
+    the error."""
+    import datetime as dt
+
+    text = value.strip()
+    if text == "now":
+        return now
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return now - parse_duration(text)
+        except ValueError:
+            raise ReportError(
+                f"{name}: must be a date (2026-11-01), a date and time (2026-11-01T08:00), "
+                f"'now' or a duration ago (30d), got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 def _steps(changes: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
@@ -388,4 +416,5 @@ allocated work asked for. Attainment: the part of that it received, hour by hour
 """
 
 
-__all__ = ["BY", "FORMATS", "ReportError", "table_rows", "to_csv", "to_html", "usage_report"]
+__all__ = ["BY", "FORMATS", "ReportError", "parse_time", "table_rows", "to_csv", "to_html",
+           "usage_report"]

@@ -37,6 +37,7 @@ from apportion.core import (
 from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
+from .reports import reports_router
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 
 API_VERSION = "v1"
@@ -132,6 +133,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         title="apportion",
         version="0.1.0",
         description="GPU-time budgets, hierarchical fair share and a minimum-runtime contract.",
+        docs_url=None,  # served offline by the dashboard router (no CDN)
+        redoc_url=None,  # ReDoc has no offline bundle: /docs is the one API page
     )
     bearer = HTTPBearer(auto_error=False, description="a token from <data_dir>/tokens/<user>")
     # digest -> (user, valid until): saves a query per request; tokens are never changed
@@ -422,6 +425,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return explain_workload(store, scheduler, workload_id)
 
     app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
+    app.include_router(reports_router(store, now, current_user))  # /v1/reports/usage
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:

@@ -11,7 +11,9 @@
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
   ended work what happened to it;
-* ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
+* ``/metrics``: Prometheus (see :mod:`apportion.service.prom`);
+* ``/docs``: the OpenAPI page (Swagger UI), its assets served from the ``swagger-ui-bundle``
+  package: nothing fetched from the internet.
 
 These routes need no token, like ``/v1/health``: they only read, and show what every
 cluster user may see (``squeue`` shows as much). Put the server behind a proxy with
@@ -26,7 +28,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.responses import FileResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
+from swagger_ui_bundle import swagger_ui_path
 
 from apportion.core import FINAL, ClusterState, CoreError, explain
 
@@ -38,6 +42,8 @@ from .store import Store
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
 HOUR = 3600.0
+DOCS_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
+               "favicon-32x32.png": "image/png"}
 
 
 def _scheduler_now(scheduler: object) -> Callable[[], float]:
@@ -56,6 +62,13 @@ def _view(scheduler: object) -> SchedulerView:
     return scheduler  # type: ignore[return-value]
 
 
+def _not_started(store: Store) -> str:
+    if not store.budgets():
+        return ("scheduler: waiting for a first budget: create one with `apportion budgets "
+                "create PATH --weight 1 --member USER` as an admin")
+    return "scheduler: not started yet, retry in a moment"
+
+
 def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[str, Any]:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), for ended work what happened
@@ -72,7 +85,7 @@ def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[
     with sched.lock:
         st = sched.state
         if st is None:
-            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+            raise HTTPException(503, _not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
@@ -128,7 +141,7 @@ def dashboard_state(
     with sched.lock:
         st = sched.state
         if st is None:
-            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+            raise HTTPException(503, _not_started(store))
         now = max(now_fn(), st.time)
         view: dict[str, Any] = queue_view() if queue_view is not None else {}
         nodes = nodes_now(st, now, sched.config)
@@ -244,6 +257,24 @@ def dashboard_router(
     @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> FileResponse:
         return page(name)
+
+    # /docs: Swagger UI from the swagger-ui-bundle package, so it works with no internet
+    # (FastAPI's own page loads it from a CDN; create_app turns that one off)
+    @router.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="apportion API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        )
+
+    @router.get("/docs/assets/{name}", include_in_schema=False)
+    def docs_asset(name: str) -> FileResponse:
+        if name not in DOCS_ASSETS:
+            raise HTTPException(404, f"docs: {name}: not found")
+        return FileResponse(swagger_ui_path / name, media_type=DOCS_ASSETS[name],
+                            headers={"Cache-Control": "max-age=86400"})
 
     @router.get("/v1/dashboard/state", tags=["dashboard"])
     def state() -> dict[str, Any]:

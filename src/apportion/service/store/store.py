@@ -10,6 +10,7 @@ the write lock is taken up front, so a reader upgrading to a writer never hits
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -98,6 +99,9 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+log = logging.getLogger("apportion.store")
+
+
 class Store:
     """Durable state of the live service. See docs/service.md for the schema.
 
@@ -117,6 +121,10 @@ class Store:
     # ---- lifecycle -------------------------------------------------------------------
     def migrate(self) -> None:
         """Bring the schema to the newest migration (``alembic upgrade head``)."""
+        # Alembic logs every step at INFO (some on import); to an operator they are debug
+        # detail, shown only when apportion's own logging is at DEBUG
+        if not log.isEnabledFor(logging.DEBUG):
+            logging.getLogger("alembic").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
 
@@ -126,6 +134,7 @@ class Store:
         with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+        log.debug("store schema migrated to the newest revision")
 
     def close(self) -> None:
         self.engine.dispose()
