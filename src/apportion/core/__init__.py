@@ -8,6 +8,7 @@ apply the decisions; the policy only reads.
 from .explain import Advice, Explanation, explain
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
+from .names import did_you_mean
 from .policy import PolicyConfig, decide, is_debug, validate_spec
 from .state import ClusterState
 from .tree import ROOT, BudgetNode, BudgetTree, ancestors, parent_of
@@ -64,6 +65,7 @@ __all__ = [
     "check_transition",
     "decide",
     "decision_log",
+    "did_you_mean",
     "explain",
     "format_duration",
     "is_debug",

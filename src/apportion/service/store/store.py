@@ -32,6 +32,7 @@ from apportion.core import (
     HostState,
     Status,
     check_transition,
+    did_you_mean,
     parent_of,
 )
 
@@ -503,7 +504,7 @@ class Store:
         with self._tx(write=False) as s:
             b = s.get(BudgetModel, path)
             if b is None:
-                raise NotFound(f"budget {path}: not found")
+                raise _no_budget(s, path)
             return _budget(b)
 
     def load_tree(self) -> BudgetTree:
@@ -541,7 +542,8 @@ class Store:
                 missing.append(parent)
                 parent = parent_of(parent)
             if missing and not create_parents:
-                raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}")
+                raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}"
+                               + did_you_mean(missing[0], known, quote=True))
             direct = parent_of(path)
             if direct in known:
                 busy = s.scalars(
@@ -599,7 +601,7 @@ class Store:
     def _budget_model(self, s: Session, path: str) -> BudgetModel:
         b = s.get(BudgetModel, path)
         if b is None:
-            raise NotFound(f"budget {path}: not found")
+            raise _no_budget(s, path)
         return b
 
     # ---- users and tokens ------------------------------------------------------------
@@ -626,14 +628,14 @@ class Store:
         with self._tx(write=False) as s:
             u = s.get(UserModel, name)
             if u is None:
-                raise NotFound(f"user {name}: not found")
+                raise _no_user(s, name)
             return _user(u)
 
     def add_token(self, user: str, token_hash: str) -> None:
         """Store a token's sha256 hex digest for ``user`` (never the token itself)."""
         with self._tx() as s:
             if s.get(UserModel, user) is None:
-                raise NotFound(f"user {user}: not found")
+                raise _no_user(s, user)
             s.add(TokenModel(hash=token_hash, user=user, created_at=self.clock()))
 
     def user_for_token(self, token_hash: str) -> UserRow | None:
@@ -672,6 +674,16 @@ class Store:
                 s.scalars(select(m).limit(1)).first() is None
                 for m in (BudgetModel, UserModel, HostModel)
             )
+
+
+def _no_budget(s: Session, path: str) -> NotFound:
+    known = s.scalars(select(BudgetModel.path)).all()
+    return NotFound(f"budget {path}: not found" + did_you_mean(path, known))
+
+
+def _no_user(s: Session, name: str) -> NotFound:
+    known = s.scalars(select(UserModel.name)).all()
+    return NotFound(f"user {name}: not found" + did_you_mean(name, known))
 
 
 # ---- row conversion ------------------------------------------------------------------
