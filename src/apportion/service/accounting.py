@@ -335,8 +335,7 @@ def to_html(report: dict[str, Any]) -> str:
 
     images: list[tuple[str, str]] = []
     if budgets:
-        labels = ["  " * r["budget"].count("/") + r["budget"].rsplit("/", 1)[-1]
-                  for r in budgets]
+        labels = [r["budget"] for r in budgets]
         height = 0.35 * len(budgets) + 1.2
         fig, ax = plt.subplots(figsize=(7, height))
         att = [100 * (r["attainment"] if r["attainment"] is not None else 0) for r in budgets]
@@ -348,6 +347,12 @@ def to_html(report: dict[str, Any]) -> str:
         ax.xaxis.set_major_formatter(PercentFormatter())
         ax.set_xlabel("attainment: share of owed GPU-hours delivered, hour by hour")
         ax.axvline(95, color="black", lw=0.8, ls=":")
+        for i, r in enumerate(budgets):  # the figure itself, or why there is none
+            text = "nothing owed" if r["attainment"] is None else f"{att[i]:.1f}%"
+            inside = att[i] > 80
+            ax.text(att[i] - 1 if inside else att[i] + 1, i, text, va="center",
+                    ha="right" if inside else "left", color="white" if inside else "black",
+                    fontsize=9)
         fig.tight_layout()
         images.append(("Attainment per budget (dotted: 95%)", _figure_png(fig)))
         plt.close(fig)
@@ -361,7 +366,7 @@ def to_html(report: dict[str, Any]) -> str:
         ax.set_yticks(range(len(budgets)), labels)
         ax.invert_yaxis()
         ax.set_xlabel("GPU-hours")
-        ax.legend(loc="lower right", frameon=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
         fig.tight_layout()
         images.append(("GPU-hours used per budget", _figure_png(fig)))
         plt.close(fig)
@@ -401,6 +406,7 @@ def to_html(report: dict[str, Any]) -> str:
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
 table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; }}
 th, td {{ padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: right; }}
+th {{ white-space: nowrap; }}
 th:first-child, td:first-child {{ text-align: left; }}
 figure {{ margin: 1.5em 0; }} figcaption {{ color: #555; font-size: 0.9em; }}
 img {{ max-width: 100%; }}

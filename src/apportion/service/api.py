@@ -20,6 +20,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import (
@@ -129,12 +130,11 @@ def _core_message(e: CoreError) -> str:
 # ---- the app -----------------------------------------------------------------------------
 def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) -> FastAPI:
     """The API bound to one store and one scheduler."""
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs with its assets shipped in a package: no CDN
+        redoc_url=None,  # ReDoc's page still fetches its logo from the internet
         title="apportion",
         version="0.1.0",
         description="GPU-time budgets, hierarchical fair share and a minimum-runtime contract.",
-        docs_url=None,  # served offline by the dashboard router (no CDN)
-        redoc_url=None,  # ReDoc has no offline bundle: /docs is the one API page
     )
     bearer = HTTPBearer(auto_error=False, description="a token from <data_dir>/tokens/<user>")
     # digest -> (user, valid until): saves a query per request; tokens are never changed

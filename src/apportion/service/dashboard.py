@@ -11,9 +11,7 @@
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
   ended work what happened to it;
-* ``/metrics``: Prometheus (see :mod:`apportion.service.prom`);
-* ``/docs``: the OpenAPI page (Swagger UI), its assets served from the ``swagger-ui-bundle``
-  package: nothing fetched from the internet.
+* ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
 
 These routes need no token, like ``/v1/health``: they only read, and show what every
 cluster user may see (``squeue`` shows as much). Put the server behind a proxy with
@@ -28,9 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import FileResponse, HTMLResponse
-from swagger_ui_bundle import swagger_ui_path
+from fastapi.responses import FileResponse
 
 from apportion.core import FINAL, ClusterState, CoreError, explain
 
@@ -42,8 +38,6 @@ from .store import Store
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
 HOUR = 3600.0
-DOCS_ASSETS = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css",
-               "favicon-32x32.png": "image/png"}
 
 
 def _scheduler_now(scheduler: object) -> Callable[[], float]:
@@ -257,24 +251,6 @@ def dashboard_router(
     @router.get("/static/{name}", include_in_schema=False)
     def static(name: str) -> FileResponse:
         return page(name)
-
-    # /docs: Swagger UI from the swagger-ui-bundle package, so it works with no internet
-    # (FastAPI's own page loads it from a CDN; create_app turns that one off)
-    @router.get("/docs", include_in_schema=False)
-    def docs() -> HTMLResponse:
-        return get_swagger_ui_html(
-            openapi_url="/openapi.json", title="apportion API",
-            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
-            swagger_css_url="/docs/assets/swagger-ui.css",
-            swagger_favicon_url="/docs/assets/favicon-32x32.png",
-        )
-
-    @router.get("/docs/assets/{name}", include_in_schema=False)
-    def docs_asset(name: str) -> FileResponse:
-        if name not in DOCS_ASSETS:
-            raise HTTPException(404, f"docs: {name}: not found")
-        return FileResponse(swagger_ui_path / name, media_type=DOCS_ASSETS[name],
-                            headers={"Cache-Control": "max-age=86400"})
 
     @router.get("/v1/dashboard/state", tags=["dashboard"])
     def state() -> dict[str, Any]:
