@@ -44,11 +44,12 @@ from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
 from .units import format_duration, plural
 
-MAX_MOMENTS = 24
+MAX_MOMENTS = 6
 """Moments a projection looks at: ``now`` and protection ends after it (evenly picked when
 there are more), so one answer costs a bounded number of passes however busy the cluster."""
-MAX_PASSES = 160
-"""Passes one explanation may run for its projection and advice; past it, advice stops."""
+MAX_PASSES = 16
+"""Passes one explanation may run for its projection and advice (a pass of the 1,024-GPU
+benchmark state takes about 0.1 s with the pure-Python core); past it, advice stops."""
 LADDER = (6 * 3600.0, 4 * 3600.0, 2 * 3600.0, 3600.0, 1800.0, 900.0, 300.0, 60.0)
 """Minimum runtimes advice tries (a person's round numbers), besides the debug limit and 0."""
 
@@ -355,34 +356,43 @@ def _moments(state: ClusterState, now: float) -> list[float]:
     return [now, *ends]
 
 
-def _project(
-    state: ClusterState, config: PolicyConfig, variant: WorkloadSpec, moments: list[float],
-    passes: _Passes, before: float,
+def _try(
+    state: ClusterState, config: PolicyConfig, variant: WorkloadSpec, t: float,
+    passes: _Passes,
 ) -> Advice | None:
-    """When, among ``moments`` earlier than ``before``, the policy would start ``variant``
-    in place of the pending request of the same id (or preempt for it), if nothing else
-    changes; None if at none (or the passes ran out)."""
+    """Would the policy, at ``t`` and with ``variant`` in place of the pending request of the
+    same id, start it (or preempt for it)? None if not, or if the passes ran out."""
+    if not passes.take():
+        return None
     original = state.pending[variant.id].spec
     saved = _swap_in(state, variant) if variant != original else None
     try:
-        for t in moments:
-            if t >= before or not passes.take():
-                return None
-            d = decide(state, t, config, reasons=False)
-            change = "gpus" if variant.gpus != original.gpus else "min_runtime"
-            for s in d.starts:
-                if s.workload == variant.id:
-                    return Advice(change, variant.min_runtime, variant.gpus, t,
-                                  tuple(x.host for x in s.placement))
-            for r in d.reservations:
-                if r.workload == variant.id:
-                    victims = tuple(p.workload for p in d.preemptions if p.by == variant.id)
-                    return Advice(change, variant.min_runtime, variant.gpus, t, r.hosts,
-                                  victims)
-        return None
+        d = decide(state, t, config, reasons=False)
     finally:
         if saved is not None:
             _swap_out(state, saved)
+    change = "gpus" if variant.gpus != original.gpus else "min_runtime"
+    for s in d.starts:
+        if s.workload == variant.id:
+            return Advice(change, variant.min_runtime, variant.gpus, t,
+                          tuple(x.host for x in s.placement))
+    for r in d.reservations:
+        if r.workload == variant.id:
+            victims = tuple(p.workload for p in d.preemptions if p.by == variant.id)
+            return Advice(change, variant.min_runtime, variant.gpus, t, r.hosts, victims)
+    return None
+
+
+def _first_start(
+    state: ClusterState, config: PolicyConfig, variant: WorkloadSpec, moments: list[float],
+    passes: _Passes,
+) -> Advice | None:
+    """The first of ``moments`` at which the policy would start ``variant`` (see _try)."""
+    for t in moments:
+        got = _try(state, config, variant, t, passes)
+        if got is not None:
+            return got
+    return None
 
 
 def _runtimes(spec: WorkloadSpec, config: PolicyConfig) -> list[float]:
@@ -406,31 +416,47 @@ def _fewer_gpus(spec: WorkloadSpec, state: ClusterState) -> list[int]:
     return [k * size for k in range(hosts - 1, 0, -1) if k * size < spec.gpus]
 
 
+def _dimensions(spec: WorkloadSpec, config: PolicyConfig, state: ClusterState
+                ) -> list[list[WorkloadSpec]]:
+    """The kinds of change advice tries, each as variants from the least change to the
+    most: positive minimum runtimes (shorter for allocated work, any for unallocated work),
+    fewer GPUs, and for allocated work no minimum runtime (unallocated)."""
+    runtimes = [m for m in _runtimes(spec, config) if m > 0]
+    dims = [[replace(spec, min_runtime=m) for m in runtimes],
+            [replace(spec, gpus=g) for g in _fewer_gpus(spec, state)]]
+    if spec.allocated:
+        dims.append([replace(spec, min_runtime=0.0)])
+    return [d for d in dims if d]
+
+
 def _advise(
     state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec
 ) -> tuple[float | None, float, tuple[Advice, ...]]:
     """The projected start of ``spec`` (None: not among the moments looked at), the last
-    moment looked at, and per kind of change (minimum runtime, GPUs), the changes that
-    would start it sooner: the least change first, then only ones sooner still."""
+    moment looked at, and per kind of change the least change that would start it soonest,
+    if sooner than as asked. Per kind: the first moment at which its largest change would
+    start it, then the least change that still does then, by bisection (a smaller change
+    is assumed to fare no better than a larger one; whatever is reported was decided by a
+    pass, never inferred)."""
     moments = _moments(state, now)
     passes = _Passes(MAX_PASSES)
     # at ``now`` it does not start (the caller asked decide): look from the next moment
-    base = _project(state, config, spec, moments[1:], passes, float("inf"))
-    baseline = base.start if base is not None else float("inf")
+    base = _first_start(state, config, spec, moments[1:], passes)
     advice: list[Advice] = []
-    dimensions: list[list[WorkloadSpec]] = [
-        [replace(spec, min_runtime=m) for m in _runtimes(spec, config)],
-        [replace(spec, gpus=g) for g in _fewer_gpus(spec, state)],
-    ]
-    for variants in dimensions:
-        best = baseline
-        for variant in variants:
-            got = _project(state, config, variant, moments, passes, best)
+    for variants in _dimensions(spec, config, state):
+        found = _first_start(state, config, variants[-1], moments, passes)
+        if found is None or (base is not None and found.start >= base.start):
+            continue
+        results = {len(variants) - 1: found}
+        lo, hi = 0, len(variants) - 1
+        while lo < hi:  # the least change that starts it at the same moment
+            mid = (lo + hi) // 2
+            got = _try(state, config, variants[mid], found.start, passes)
             if got is not None:
-                advice.append(got)
-                best = got.start
-                if best <= now:
-                    break  # nothing starts sooner than now
+                results[mid], hi = got, mid
+            else:
+                lo = mid + 1
+        advice.append(results[hi])
     return (base.start if base is not None else None), moments[-1], tuple(advice)
 
 
@@ -595,7 +621,7 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
     if e.projection_end is not None:
         if e.projected_start is not None:
             out.append(f"if nothing else changes (no work ends on its own, nothing new "
-                       f"arrives), the policy starts it {at(e.projected_start)}")
+                       f"arrives), the policy starts it {_by(e.projected_start, e, clock)}")
         else:
             out.append("if nothing else changes (no work ends on its own, nothing new "
                        "arrives), the policy does not start it while protection of running "
@@ -603,6 +629,13 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
     for a in e.advice:
         out.append(_advice_line(e, a, at))
     return out
+
+
+def _by(t: float, e: Explanation, clock: Callable[[float], str] | None) -> str:
+    """``within 2 h`` or ``by 14:05 (within 2 h)``: a projection looks at a few moments
+    only, so the start it finds is a latest, not an exact, time."""
+    rel = f"within {format_duration(t - e.now)}"
+    return rel if clock is None else f"by {clock(t)} ({rel})"
 
 
 _REASONS = {
