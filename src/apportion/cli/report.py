@@ -4,12 +4,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
 
 from apportion.cli.client import Client, _print_json, connection, table
-from apportion.service.accounting import BY, table_rows
+from apportion.service.accounting import BY, ReportError, parse_time, table_rows
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -33,7 +34,12 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
           output: Path | None) -> None:
     """Charged and free GPU-hours, owed, delivered and attainment (owed: each hour the lesser
     of the share of healthy GPUs and what allocated work asked for)."""
-    params = {"from": start, "to": end, "by": by,
+    now = time.time()
+    try:  # here, so that an error names the flag as typed
+        period = [parse_time(start, "--from", now), parse_time(end, "--to", now)]
+    except ReportError as e:
+        raise click.ClickException(str(e)) from None
+    params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
     if fmt in ("csv", "html"):
         text = client.call("GET", "/reports/usage", params=params).text
