@@ -618,14 +618,17 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
             out.append("room without protected work exists already: it waits for the "
                        "rebalance rules to let it displace that work (or for that work to end)")
     out.extend(e.caveats)
-    if e.projection_end is not None:
-        if e.projected_start is not None:
+    if e.projection_end is not None and e.wait_reason is not WaitReason.TOO_LARGE:
+        if e.projection_end <= e.now:
+            out.append("no running work is protected: if nothing else changes, it waits for "
+                       "work to end on its own or for the usage ratios to move")
+        elif e.projected_start is not None:
             out.append(f"if nothing else changes (no work ends on its own, nothing new "
                        f"arrives), the policy starts it {_by(e.projected_start, e, clock)}")
         else:
             out.append("if nothing else changes (no work ends on its own, nothing new "
-                       "arrives), the policy does not start it while protection of running "
-                       f"work ends (looked up to {at(e.projection_end)})")
+                       f"arrives), the policy does not start it {_by(e.projection_end, e, clock)}"
+                       " (looked at the moments where protection of running work ends)")
     for a in e.advice:
         out.append(_advice_line(e, a, at))
     return out
