@@ -36,6 +36,8 @@ def _reason(reason: str | None, preempt: AuditRow | None, cancel: AuditRow | Non
         return f"cancelled by {who}" if who and who != "cancelled" else "cancelled"
     if reason == "host_failure":
         return "its host failed"
+    if reason.startswith("timeout"):
+        return "stopped at its time limit (timeout)"
     if reason.startswith("exited "):
         code = reason.removeprefix("exited ")
         return "exited with code 0 (success)" if code == "0" else f"exited with code {code}"
