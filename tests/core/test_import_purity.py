@@ -22,12 +22,14 @@ ALLOWED_MODULES = frozenset(
         "collections",
         "collections.abc",
         "dataclasses",
+        "difflib",  # pure text matching: close names for mistyped ones (core.names)
         "enum",
         "functools",
         "heapq",
         "itertools",
         "math",
         "operator",
+        "re",  # pure text matching (core.units parses durations)
         "typing",
     }
 )
