@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from apportion.core import (
-    Advice,
     BudgetTree,
     ClusterState,
     CoreError,
@@ -18,6 +17,7 @@ from apportion.core import (
     decide,
     explain,
 )
+from apportion.core.explain import Advice
 
 CFG = PolicyConfig()
 

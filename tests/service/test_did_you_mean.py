@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from test_api import Service, close_service, make_service
 
 from apportion.cli.main import main
-from apportion.core import did_you_mean
+from apportion.core.names import did_you_mean
 
 JOB = {"gpus": 1, "min_runtime": 600, "command": ["true"]}
 

@@ -5,10 +5,9 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
-from .explain import Advice, Explanation, explain
+from .explain import Explanation, explain
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
-from .names import did_you_mean
 from .policy import PolicyConfig, decide, is_debug, validate_spec
 from .state import ClusterState
 from .tree import ROOT, BudgetNode, BudgetTree, ancestors, parent_of
@@ -37,7 +36,6 @@ __all__ = [
     "HOST_TRANSITIONS",
     "ROOT",
     "WORKLOAD_TRANSITIONS",
-    "Advice",
     "BudgetNode",
     "BudgetTree",
     "ClusterState",
@@ -65,7 +63,6 @@ __all__ = [
     "check_transition",
     "decide",
     "decision_log",
-    "did_you_mean",
     "explain",
     "format_duration",
     "is_debug",

@@ -32,9 +32,9 @@ from apportion.core import (
     HostState,
     Status,
     check_transition,
-    did_you_mean,
     parent_of,
 )
+from apportion.core.names import did_you_mean
 
 from .models import AttemptModel, AuditModel, BudgetModel, HostModel, TokenModel, UserModel
 from .models import WorkloadModel as WM
