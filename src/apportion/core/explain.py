@@ -19,14 +19,14 @@ the answer is the policy's own reasoning, not a re-implementation of it:
   may also end on its own earlier, and protection ending does not oblige the rules to let
   it preempt.
 
-* **advice**: the smallest changes to the request with which the policy would start it
-  sooner: a shorter minimum runtime (down to 0, unallocated), fewer GPUs of the same shape,
-  or for unallocated work a minimum runtime (allocated work may displace unallocated
-  work). Each is *computed*, by running :func:`decide` on the state with the workload's
-  request changed, at ``now`` and at the next moments where protection of running work
-  ends (:func:`_moments`): the workload's **projected start** "if nothing else changes"
-  (no work ends on its own, nothing new arrives). The variants are swapped into the state
-  and out again, so the state is left exactly as it was.
+* **advice**: the least changes to the request with which the policy would start it
+  sooner: a shorter minimum runtime, fewer GPUs, for unallocated work a minimum runtime
+  (allocated work may displace unallocated work), for allocated work none (unallocated).
+  Each is *computed*, by running :func:`decide` on the state with the workload's request
+  changed, at ``now`` and at the next moments where protection of running work ends
+  (:func:`_moments`), as is the workload's **projected start** "if nothing else changes"
+  (no work ends on its own, nothing new arrives). The changed requests are swapped into the
+  state and out again, so the state is left exactly as it was (see :func:`_advise`).
 
 Running work is explained by its protection: until when nothing but a host failure ends it.
 """
@@ -396,13 +396,13 @@ def _first_start(
 
 
 def _runtimes(spec: WorkloadSpec, config: PolicyConfig) -> list[float]:
-    """Minimum runtimes to try, longest first (the least change first): for allocated work
-    shorter ones, then 0 (unallocated); for unallocated work every allowed one."""
+    """Positive minimum runtimes to try, longest first (the least change first): for
+    allocated work the shorter ones, for unallocated work every allowed one."""
     cap = config.max_min_runtime
     values = {*LADDER, config.debug_max_min_runtime}
     if spec.allocated:
-        return [*sorted((m for m in values if 0 < m < spec.min_runtime and m <= cap),
-                        reverse=True), 0.0]
+        return sorted((m for m in values if 0 < m < spec.min_runtime and m <= cap),
+                      reverse=True)
     return sorted({cap, *(m for m in values if 0 < m <= cap)}, reverse=True)
 
 
@@ -421,8 +421,7 @@ def _dimensions(spec: WorkloadSpec, config: PolicyConfig, state: ClusterState
     """The kinds of change advice tries, each as variants from the least change to the
     most: positive minimum runtimes (shorter for allocated work, any for unallocated work),
     fewer GPUs, and for allocated work no minimum runtime (unallocated)."""
-    runtimes = [m for m in _runtimes(spec, config) if m > 0]
-    dims = [[replace(spec, min_runtime=m) for m in runtimes],
+    dims = [[replace(spec, min_runtime=m) for m in _runtimes(spec, config)],
             [replace(spec, gpus=g) for g in _fewer_gpus(spec, state)]]
     if spec.allocated:
         dims.append([replace(spec, min_runtime=0.0)])
