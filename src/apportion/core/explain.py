@@ -627,7 +627,7 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         else:
             out.append("if nothing else changes (no work ends on its own, nothing new "
                        f"arrives), the policy does not start it {_by(e.projection_end, e, clock)}"
-                       " (looked at the moments where protection of running work ends)")
+                       ": it looked at the moments where protection of running work ends")
     for a in e.advice:
         out.append(_advice_line(e, a, at))
     return out
