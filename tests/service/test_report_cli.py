@@ -43,7 +43,8 @@ def test_report_usage_forms_match_the_charged_attempts(live: Live, tmp_path: Pat
     table = live.cli("root", "report", "usage", "--from", "1d")
     lines = table.stdout.splitlines()
     assert lines[0].split()[:3] == ["BUDGET", "SHARE", "CHARGED"]
-    assert [line.split()[0] for line in lines[1:]] == ["(all)", "ai", "ai/llm", "ai/vision"]
+    assert [line.split()[0] for line in lines[1:5]] == ["(all)", "ai", "ai/llm", "ai/vision"]
+    assert lines[5] == "" and "healthy GPU-hours; occupancy" in lines[6]
 
     users = json.loads(live.cli("root", "report", "usage", "--from", "1d", "--by", "user",
                                 "--format", "json").stdout)

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from apportion.cli.client import Client, _print_json, connection, table
-from apportion.service.accounting import BY, ReportError, parse_time, table_rows
+from apportion.service.accounting import BY, ReportError, headline, parse_time, table_rows
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -61,3 +61,4 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         return
     header, cells = table_rows(data)
     table(header, cells)
+    click.echo(f"\n{headline(data)}")

@@ -305,6 +305,15 @@ def _utc(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
 
 
+def headline(report: dict[str, Any]) -> str:
+    """The period and the cluster's figures in one sentence."""
+    occupancy, unalloc = report["occupancy"], report["unallocated_fraction"]
+    return (f"{_utc(report['from'])} to {_utc(report['to'])}: "
+            f"{report['healthy_gpu_hours']:,.0f} healthy GPU-hours; occupancy "
+            f"{'-' if occupancy is None else f'{100 * occupancy:.1f}%'}; unallocated "
+            f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.")
+
+
 def _figure_png(fig: Any) -> str:
     import base64
 
@@ -387,12 +396,7 @@ def to_html(report: dict[str, Any]) -> str:
         plt.close(fig)
 
     header, cells = table_rows(report)
-    occupancy = report["occupancy"]
-    unalloc = report["unallocated_fraction"]
-    head = (f"<p>{_utc(report['from'])} to {_utc(report['to'])}: "
-            f"{report['healthy_gpu_hours']:,.0f} healthy GPU-hours; occupancy "
-            f"{'-' if occupancy is None else f'{100 * occupancy:.1f}%'}; unallocated "
-            f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.</p>")
+    head = f"<p>{html.escape(headline(report))}</p>"
     figs = "".join(f"<figure><img alt='{html.escape(c)}' src='data:image/png;base64,{png}'>"
                    f"<figcaption>{html.escape(c)}</figcaption></figure>" for c, png in images)
     table = ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
@@ -422,5 +426,5 @@ allocated work asked for. Attainment: the part of that it received, hour by hour
 """
 
 
-__all__ = ["BY", "FORMATS", "ReportError", "parse_time", "table_rows", "to_csv", "to_html",
-           "usage_report"]
+__all__ = ["BY", "FORMATS", "ReportError", "headline", "parse_time", "table_rows", "to_csv",
+           "to_html", "usage_report"]
