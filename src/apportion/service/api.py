@@ -424,8 +424,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
         return explain_workload(store, scheduler, workload_id)
 
-    app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
     app.include_router(reports_router(store, now, current_user))  # /v1/reports/usage
+    app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:
