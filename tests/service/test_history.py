@@ -31,11 +31,12 @@ def clock(t: float) -> str:
 
 def test_requeued_after_a_rebalance_then_completed() -> None:
     """Attempt 1 preempted to rebalance for w-000009 (from the audit), requeued; attempt 2
-    on two hosts exits 0."""
+    on two hosts exits 0. The audit entry's time (the store's clock) may fall after the
+    attempt's recorded end: it belongs to the attempt it follows, up to the next start."""
     w = row(Status.COMPLETED, (attempt(1, 200, 3800, "preempted: rebalance"),
                                attempt(2, 4000, 11200, "exited 0", 0, ("h1", "h2"))),
             "exited 0", 0)
-    audit = [AuditRow(5, 3790.0, "scheduler", "workload.preempt", "w-000007", None,
+    audit = [AuditRow(5, 3800.2, "scheduler", "workload.preempt", "w-000007", None,
                       {"reason": "rebalance", "by": "w-000009"})]
     h = workload_history(w, audit, clock)
     assert h["text"] == [
@@ -48,7 +49,7 @@ def test_requeued_after_a_rebalance_then_completed() -> None:
         "(success)",
         "final exit code 0",
     ]
-    assert h["preemptions"] == [{"at": 3790.0, "reason": "rebalance", "by": "w-000009"}]
+    assert h["preemptions"] == [{"at": 3800.2, "reason": "rebalance", "by": "w-000009"}]
 
 
 def test_cancelled_while_running_names_who() -> None:

@@ -64,8 +64,10 @@ def workload_history(
         lines.append("it never ran: " + _reason(row.end_reason, None, cancel))
     for i, a in enumerate(row.attempts):
         end = a.ended_at if a.ended_at is not None else a.started_at
-        # the preemption decided during this attempt (decided before it ended)
-        preempt = next((p for p in preempts if a.started_at <= p.at <= end), None)
+        # the preemption decided during this attempt: after it started, before the next one
+        # (audit times are the store's clock, attempt times the scheduler's)
+        until = row.attempts[i + 1].started_at if i + 1 < len(row.attempts) else float("inf")
+        preempt = next((p for p in preempts if a.started_at <= p.at < until), None)
         text = (f"attempt {a.n}: ran on {_hosts(a)} from {clock(a.started_at)} for "
                 f"{format_duration(end - a.started_at)}; "
                 + _reason(a.end_reason, preempt, cancel))

@@ -642,10 +642,10 @@ class Scheduler:
             self._host_reason[c.host] = c.why
             self._mirror_drain(c.host, c.to, c.why)
         for p in d.preemptions:
-            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
             # who it was preempted for, and why: what ``apportion why`` tells its owner
             self.store.append_audit(ACTOR, "workload.preempt", p.workload, None,
                                     {"reason": p.reason.value, "by": p.by})
+            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
             st.reserve(r.workload, r.hosts)
         return all(self._launch(s, now) for s in d.starts)
