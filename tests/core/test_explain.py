@@ -17,6 +17,7 @@ from apportion.core import (
     decide,
     explain,
 )
+from apportion.core.explain import Advice
 
 CFG = PolicyConfig()
 
@@ -111,7 +112,7 @@ def test_rival_budget_ahead_is_listed_and_estimate_is_a_lower_bound() -> None:
     ]
     assert e.earliest_start == 3000.0
     assert e.lower_bound
-    assert e.caveats[0].startswith("lower bound: 1 workload(s)")
+    assert e.caveats[0].startswith("lower bound: 1 workload considered before it is still")
 
 
 def test_same_budget_work_ahead_is_counted() -> None:
@@ -184,7 +185,7 @@ def test_running_workload_reports_its_protection_end() -> None:
     e = explain(st, 2000.0, CFG, "b1")
     assert (e.status, e.started_at, e.protected_until) == ("running", 1000.0, 4600.0)
     assert e.placement == (Slice("h1", 4),)
-    assert "protected for another 43m" in e.lines()
+    assert "protected for another 43 min 20 s" in e.lines()
 
 
 def test_unknown_workload_is_an_error_naming_it() -> None:
@@ -211,4 +212,124 @@ def test_as_dict_is_plain_json() -> None:
     d = json.loads(json.dumps(explain(st, 2000.0, CFG, "a1").as_dict()))
     assert d["wait_reason"] == "no_capacity" and d["earliest_start"] == 3000.0
     assert d["victims"][0]["id"] == "b2"
-    assert "could start in 16m at the earliest" in d["text"]
+    assert "could start in 16 min 40 s at the earliest" in d["text"]
+
+
+# ---- advice: the policy run on changed requests ------------------------------------------
+def three_budgets(b_started: float, b_min_runtime: float) -> ClusterState:
+    """Budgets a, b, c (share 1/3 each: 8 GPUs of three 8-GPU hosts). a holds its share on
+    h1 (a0, 8 GPUs, 8 h, since 9000, protected until 37800); b holds twice its share as
+    sixteen 1-GPU workloads on h2 and h3 since ``b_started``. a1 (1 GPU, 8 h) is queued.
+
+    At 10000 with b since 8000: capacity 24 x 10000, so a share's denominator is 80000 and
+    a's ratio is 8 x 1000 / 80000 = 0.1, b's 16 x 2000 / 80000 = 0.4. a is at its share, so
+    only the fair-share rule can let a1 in: b's ratio must exceed a's plus the admission
+    charge by 10%: 0.1 + 28800/80000 = 0.46 (8 h) fails, 0.1 + 21600/80000 = 0.37 (6 h)
+    fails (0.407 > 0.4), 0.1 + 14400/80000 = 0.28 (4 h) passes."""
+    tree = BudgetTree.build([("a", 1.0), ("b", 1.0), ("c", 1.0)])
+    st = ClusterState(tree, [Host(f"h{i}", 8) for i in (1, 2, 3)], start=0.0)
+    st.submit(WorkloadSpec("a0", "a", 8, 8 * 3600.0, 9000.0), 0.0)
+    jobs = [WorkloadSpec(f"b{i:02d}", "b", 1, b_min_runtime, b_started) for i in range(16)]
+    for spec in jobs:
+        st.submit(spec, 0.0)
+    for i, spec in enumerate(jobs):
+        st.start(spec.id, (Slice("h2" if i < 8 else "h3", 1),), b_started)
+    st.start("a0", (Slice("h1", 8),), 9000.0)
+    st.submit(WorkloadSpec("a1", "a", 1, 8 * 3600.0, 9500.0), 9500.0)
+    return st
+
+
+def test_shorter_min_runtime_that_starts_it_now_is_advised() -> None:
+    """b past its minimum runtime: a1 (8 h) waits, and the advice is the longest minimum
+    runtime of the ladder the fair-share rule accepts (4 h: see three_budgets), starting now
+    on h2 in place of b's cheapest workload (b00); 6 h is tried first and refused."""
+    st = three_budgets(b_started=8000.0, b_min_runtime=600.0)
+    e = explain(st, 10000.0, CFG, "a1")
+    assert e.wait_reason is WaitReason.NO_CAPACITY and not e.starts_now
+    assert e.advice == (Advice("min_runtime", 4 * 3600.0, 1, 10000.0, ("h2",), ("b00",)),)
+    assert ("with a minimum runtime of at most 4 h (instead of 8 h) it could start now on "
+            "h2, displacing b00") in e.lines()
+
+
+def test_projected_start_is_when_the_rules_let_the_request_as_made_in() -> None:
+    """As asked (8 h), the first moment the policy would start a1 if nothing else changed
+    is when a0's protection ends (37800): then a's ratio is 8 x 28800 / 302400 and b's
+    16 x 29800 / 302400, far enough apart for the fair-share rule."""
+    st = three_budgets(b_started=8000.0, b_min_runtime=600.0)
+    e = explain(st, 10000.0, CFG, "a1")
+    assert (e.projected_start, e.projection_end) == (37800.0, 37800.0)
+    assert any(line.endswith("the policy starts it within 7 h 43 min") for line in e.lines())
+
+
+def test_shorter_min_runtime_that_starts_it_later_today_is_advised_with_the_time() -> None:
+    """b's workloads are protected until 10600. Then (capacity 24 x 10600, a share's
+    denominator 84800) a's ratio is 8 x 1600 / 84800, b's 16 x 2600 / 84800 = 0.49: 6 h
+    passes the fair-share rule (0.151 + 0.255 = 0.406, x 1.1 = 0.447 < 0.49), 8 h does not.
+    The advice: 6 h, at 10600, on h2; nothing shorter starts sooner (b is protected before),
+    and dropping the minimum runtime (unallocated) is not advised: unallocated work never displaces
+    allocated work, and free GPUs go to allocated work first, so it would not start sooner."""
+    st = three_budgets(b_started=8000.0, b_min_runtime=2600.0)
+    e = explain(st, 10000.0, CFG, "a1")
+    assert e.advice == (Advice("min_runtime", 6 * 3600.0, 1, 10600.0, ("h2",), ("b00",)),)
+    lines = e.lines(clock=lambda t: f"T+{t - 10000:g}")
+    assert ("with a minimum runtime of at most 6 h (instead of 8 h) it could start at T+600 "
+            "(in 10 min) on h2, displacing b00") in lines
+
+
+def test_fewer_gpus_that_fit_now_are_advised() -> None:
+    """h1 has 3 free GPUs beside b1 (5 GPUs, protected until 4600, which the rules keep
+    anyway: b would drop below its share). a1 asks for 4: as asked it never starts while
+    nothing changes, no shorter minimum runtime helps, and with 3 GPUs it starts now."""
+    st = cluster()
+    run(st, "b1", "q/b", 5, 3600, 1000)
+    queue(st, "a1", "p/a", 4, 600, 1900)
+    e = explain(st, 2000.0, CFG, "a1")
+    assert (e.projected_start, e.projection_end) == (None, 4600.0)
+    assert e.advice == (Advice("gpus", 600.0, 3, 2000.0, ("h1",)),)
+    assert "with 3 GPUs instead of 4 it could start now on h1" in e.lines()
+
+
+def test_unallocated_work_is_told_that_a_minimum_runtime_would_start_it_now() -> None:
+    """Unallocated a1 waits behind unallocated u0 (8 GPUs): as allocated work it may
+    displace u0 at once; the longest minimum runtime allowed (the 8 h cap) already does."""
+    st = cluster()
+    run(st, "u0", "q/b", 8, 0, 1000)
+    queue(st, "a1", "p/a", 2, 0, 1900)
+    e = explain(st, 2000.0, CFG, "a1")
+    assert e.advice == (Advice("min_runtime", 8 * 3600.0, 2, 2000.0, ("h1",), ("u0",)),)
+    assert ("as allocated work with a minimum runtime of 8 h (charged to its budget, "
+            "protected that long) it could start now on h1, displacing u0") in e.lines()
+
+
+def test_too_large_is_told_how_many_gpus_fit() -> None:
+    """16 GPUs with one of two hosts draining: one host's 8 GPUs start now on h1."""
+    st = cluster(hosts=2)
+    st.set_host_state("h2", HostState.DRAINING, 100)
+    queue(st, "a1", "p/a", 16, 600, 1900)
+    e = explain(st, 2000.0, CFG, "a1")
+    assert [(a.change, a.gpus, a.start, a.hosts) for a in e.advice] == [
+        ("gpus", 8, 2000.0, ("h1",))]
+
+
+def test_no_advice_when_nothing_changed_would_start_it_sooner() -> None:
+    """b1 holds all of h1 protected until 4600 and the rules keep it afterwards (b would
+    drop below its share): no smaller request, no shorter minimum runtime starts a1 (8 GPUs)
+    sooner, and dropping the minimum runtime never does (unallocated work never preempts)."""
+    st = cluster()
+    run(st, "b1", "q/b", 8, 3600, 1000)
+    queue(st, "a1", "p/a", 8, 600, 1900)
+    e = explain(st, 2000.0, CFG, "a1")
+    assert (e.projected_start, e.advice) == (None, ())
+
+
+def test_advice_leaves_state_and_decisions_unchanged() -> None:
+    """Trying changed requests swaps them into the state and out again: the fingerprint
+    and the pass's decisions are the same before and after, for allocated and unallocated
+    work alike (swapping an unallocated request for an allocated one adds index keys)."""
+    st = three_budgets(b_started=8000.0, b_min_runtime=2600.0)
+    queue(st, "u1", "c", 2, 0, 9600)
+    before, decided = st.fingerprint(), decide(st, 10000.0, CFG)
+    assert explain(st, 10000.0, CFG, "a1").advice
+    assert explain(st, 10000.0, CFG, "u1").advice
+    assert st.fingerprint() == before
+    assert decide(st, 10000.0, CFG) == decided

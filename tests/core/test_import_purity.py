@@ -22,6 +22,7 @@ ALLOWED_MODULES = frozenset(
         "collections",
         "collections.abc",
         "dataclasses",
+        "difflib",  # pure text matching: close names for mistyped ones (core.names)
         "enum",
         "functools",
         "heapq",

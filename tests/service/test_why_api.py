@@ -49,7 +49,8 @@ def test_waiting_workload_explained_with_known_answer(live: Live) -> None:
             for v in e["victims"]] == [(live.ids["C"], True, T0 + 3700, False)]
     assert e["earliest_start"] == T0 + 3700
     assert e["lower_bound"] is False
-    assert "could start in 30m at the earliest" in e["text"]
+    assert any(line.startswith("could start at ") and line.endswith(
+        "(in 30 min) at the earliest") for line in e["text"])
 
 
 def test_second_in_line_sees_the_rival_budget_and_a_lower_bound(live: Live) -> None:
@@ -82,12 +83,17 @@ def test_unknown_workload_is_404_naming_it(live: Live) -> None:
     assert "w-999999" in r.json()["detail"]
 
 
-def test_ended_workload_is_409_with_its_status(live: Live) -> None:
-    """U was preempted (not resumable): nothing to explain, and the answer says why."""
+def test_ended_workload_tells_what_happened(live: Live) -> None:
+    """U was preempted (not resumable) for C: the answer is its history from the store,
+    with the reason and the workload it gave way to."""
     r = why(live, live.ids["U"])
-    assert r.status_code == 409
-    assert r.json()["detail"] == (f"workload {live.ids['U']}: preempted: only pending or "
-                                  "running work has an explanation")
+    assert r.status_code == 200, r.text
+    h = r.json()
+    assert (h["kind"], h["status"], h["end_reason"]) == ("history", "preempted",
+                                                         "preempted: unallocated")
+    assert h["preemptions"] == [{"at": T0 + 100, "reason": "unallocated", "by": live.ids["C"]}]
+    assert h["text"][1].endswith(f"for 1 min 40 s; preempted: as unallocated work it gave way "
+                                 f"to allocated work, for {live.ids['C']}")
 
 
 def test_why_needs_a_token(live: Live) -> None:

@@ -231,17 +231,14 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
 @json_option
 @connection
 def why(client: Client, workload_id: str, as_json: bool) -> None:
-    """Explain why a workload waits (or until when it is protected)."""
+    """Explain why a workload waits, until when it is protected, what change to the request
+    would start it sooner, or (once it ended) what happened to it. --json: the structure."""
     data = client.json("GET", f"/workloads/{workload_id}/why")
-    if as_json or not isinstance(data, dict):
+    if as_json or not isinstance(data, dict) or not isinstance(data.get("text"), list):
         _print_json(data)
         return
-    for key, value in data.items():
-        if isinstance(value, dict | list):
-            click.echo(f"{key}:")
-            click.echo("  " + json.dumps(value, indent=2, sort_keys=True).replace("\n", "\n  "))
-        else:
-            click.echo(f"{key}: {value}")
+    for line in data["text"]:
+        click.echo(line)
 
 
 # ---- budgets ---------------------------------------------------------------------------------

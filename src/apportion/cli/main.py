@@ -9,6 +9,8 @@ import click
 
 # subcommand name -> "module:attribute" of a click.Command
 _COMMANDS: dict[str, str] = {
+    "init": "apportion.cli.init:init",
+    "report": "apportion.cli.report:report",
     "simulate": "apportion.cli.simulate:simulate",
     "sweep": "apportion.cli.simulate:sweep",
     "bench": "apportion.cli.bench:bench",

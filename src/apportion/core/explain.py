@@ -19,11 +19,21 @@ the answer is the policy's own reasoning, not a re-implementation of it:
   may also end on its own earlier, and protection ending does not oblige the rules to let
   it preempt.
 
+* **advice**: the least changes to the request with which the policy would start it
+  sooner: a shorter minimum runtime, fewer GPUs, for unallocated work a minimum runtime
+  (allocated work may displace unallocated work), for allocated work none (unallocated).
+  Each is *computed*, by running :func:`decide` on the state with the workload's request
+  changed, at ``now`` and at the next moments where protection of running work ends
+  (:func:`_moments`), as is the workload's **projected start** "if nothing else changes"
+  (no work ends on its own, nothing new arrives). The changed requests are swapped into the
+  state and out again, so the state is left exactly as it was (see :func:`_advise`).
+
 Running work is explained by its protection: until when nothing but a host failure ends it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +42,16 @@ from .placement import HostView, find_victims
 from .policy import _Pass, decide
 from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
+from .units import format_duration, plural
+
+MAX_MOMENTS = 6
+"""Moments a projection looks at: ``now`` and protection ends after it (evenly picked when
+there are more), so one answer costs a bounded number of passes however busy the cluster."""
+MAX_PASSES = 16
+"""Passes one explanation may run for its projection and advice (a pass of the 1,024-GPU
+benchmark state takes about 0.1 s with the pure-Python core); past it, advice stops."""
+LADDER = (6 * 3600.0, 4 * 3600.0, 2 * 3600.0, 3600.0, 1800.0, 900.0, 300.0, 60.0)
+"""Minimum runtimes advice tries (a person's round numbers), besides the debug limit and 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +80,20 @@ class Victim:
 
 
 @dataclass(frozen=True, slots=True)
+class Advice:
+    """A changed request with which the policy would start the workload sooner, if nothing
+    else changes: ``start`` (``== now``: the next pass) on ``hosts``, displacing
+    ``preempting`` (then it starts once they have exited)."""
+
+    change: str  # "min_runtime" or "gpus": what differs from the request
+    min_runtime: float
+    gpus: int
+    start: float
+    hosts: tuple[str, ...]
+    preempting: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Explanation:
     """The answer to "why is it not running / until when is it safe". Times are the
     driver's clock (seconds). Fields for pending work are None/empty for running work and
@@ -85,15 +119,20 @@ class Explanation:
     earliest_start: float | None = None
     lower_bound: bool = False
     caveats: tuple[str, ...] = ()
+    min_runtime: float = 0.0  # as requested
+    projected_start: float | None = None  # by the policy if nothing else changes; None: not
+    projection_end: float | None = None  # ... within the moments looked at, up to this time
+    advice: tuple[Advice, ...] = ()
     # ---- running ----
     started_at: float | None = None
     protected_until: float | None = None
     placement: Placement = ()
 
-    def lines(self) -> list[str]:
-        """The explanation as short sentences for people (times relative to ``now``; the
-        absolute times are in the fields)."""
-        return _lines(self)
+    def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
+        """The explanation as short sentences for people. Times are relative to ``now``
+        ("in 2 h 10 min"); with ``clock``, which writes a time as people read it (the
+        driver's choice: the core has no clock), absolute too ("at 14:05 (in 2 h 10 min)")."""
+        return _lines(self, clock)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (enums as their value, tuples as lists)."""
@@ -129,6 +168,14 @@ class Explanation:
             "started_at": self.started_at,
             "protected_until": self.protected_until,
             "placement": [[s.host, s.gpus] for s in self.placement],
+            "min_runtime": self.min_runtime,
+            "projected_start": self.projected_start,
+            "projection_end": self.projection_end,
+            "advice": [
+                {"change": a.change, "min_runtime": a.min_runtime, "gpus": a.gpus,
+                 "start": a.start, "hosts": list(a.hosts), "preempting": list(a.preempting)}
+                for a in self.advice
+            ],
             "text": self.lines(),
         }
 
@@ -194,6 +241,7 @@ def explain(
         considered=len(order),
         same_budget_ahead=same_budget,
         rivals=rivals,
+        min_runtime=spec.min_runtime,
     )
     if workload_id in started:
         return _replace(base, starts_now=True, earliest_start=now,
@@ -205,6 +253,8 @@ def explain(
             base, wait_reason=reason, preempting=preempting, earliest_start=now,
             caveats=("starts once the preempted work has exited (its grace period)",),
         )
+    projected, horizon, advice = _advise(state, now, config, spec)
+    base = _replace(base, projected_start=projected, projection_end=horizon, advice=advice)
     if reason is WaitReason.TOO_LARGE:
         return _replace(
             base, wait_reason=reason,
@@ -222,8 +272,9 @@ def explain(
     caveats: list[str] = []
     if still_waiting_ahead:
         caveats.append(
-            f"lower bound: {len(still_waiting_ahead)} workload(s) considered before it are "
-            "still waiting and may take these GPUs first"
+            f"lower bound: {plural(len(still_waiting_ahead), 'workload')} considered before "
+            f"it {'is' if len(still_waiting_ahead) == 1 else 'are'} still waiting and may "
+            "take these GPUs first"
         )
     if any(not v.rules_allow for v in victims):
         caveats.append(
@@ -240,6 +291,172 @@ def explain(
         lower_bound=bool(still_waiting_ahead),
         caveats=tuple(caveats),
     )
+
+
+# ---- advice: the policy run on changed requests ----------------------------------------
+class _Passes:
+    """How many more passes this explanation may run (see :data:`MAX_PASSES`)."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def take(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+class _Saved:
+    """What swapping a pending workload's request in and out could leave different: the
+    pending entries in their order, its reservation, and which keys the indexes had."""
+
+    def __init__(self, state: ClusterState, wid: str) -> None:
+        self.pending = state.pending[wid]
+        self.order = dict(state.pending)
+        self.reservation = state.reservations.get(wid)
+        self.keys = (set(state.queues), set(state.unallocated_queues), set(state.sizes),
+                     set(state.unallocated_sizes), set(state.pending_allocated))
+
+
+def _swap_in(state: ClusterState, variant: WorkloadSpec) -> _Saved:
+    saved = _Saved(state, variant.id)
+    state.unqueue(variant.id)
+    state.submit(variant, state.time, queued_at=saved.pending.queued_at)
+    return saved
+
+
+def _swap_out(state: ClusterState, saved: _Saved) -> None:
+    """Put the original request back, leaving every index as it was (keys included)."""
+    spec = saved.pending.spec
+    state.unqueue(spec.id)
+    state.submit(spec, state.time, queued_at=saved.pending.queued_at)
+    state.pending.clear()
+    state.pending.update(saved.order)
+    if saved.reservation is not None:
+        state.reservations[spec.id] = saved.reservation
+    tables: tuple[dict[str, Any], ...] = (
+        state.queues, state.unallocated_queues, state.sizes, state.unallocated_sizes,
+        state.pending_allocated,
+    )
+    for table, keys in zip(tables, saved.keys, strict=True):
+        for key in [k for k in table if k not in keys]:
+            del table[key]
+
+
+def _moments(state: ClusterState, now: float) -> list[float]:
+    """``now`` and the moments after it where protection of running work ends (at most
+    :data:`MAX_MOMENTS` in all, evenly picked): the only moments at which, if nothing else
+    changes, what the policy may do changes (ratios move slowly in between)."""
+    ends = sorted({
+        r.protected_until() for wid, r in state.running.items()
+        if wid not in state.stopping and r.protected_until() > now
+    })
+    k = MAX_MOMENTS - 1
+    if len(ends) > k:
+        ends = sorted({ends[round(i * (len(ends) - 1) / (k - 1))] for i in range(k)})
+    return [now, *ends]
+
+
+def _try(
+    state: ClusterState, config: PolicyConfig, variant: WorkloadSpec, t: float,
+    passes: _Passes,
+) -> Advice | None:
+    """Would the policy, at ``t`` and with ``variant`` in place of the pending request of the
+    same id, start it (or preempt for it)? None if not, or if the passes ran out."""
+    if not passes.take():
+        return None
+    original = state.pending[variant.id].spec
+    saved = _swap_in(state, variant) if variant != original else None
+    try:
+        d = decide(state, t, config, reasons=False)
+    finally:
+        if saved is not None:
+            _swap_out(state, saved)
+    change = "gpus" if variant.gpus != original.gpus else "min_runtime"
+    for s in d.starts:
+        if s.workload == variant.id:
+            return Advice(change, variant.min_runtime, variant.gpus, t,
+                          tuple(x.host for x in s.placement))
+    for r in d.reservations:
+        if r.workload == variant.id:
+            victims = tuple(p.workload for p in d.preemptions if p.by == variant.id)
+            return Advice(change, variant.min_runtime, variant.gpus, t, r.hosts, victims)
+    return None
+
+
+def _first_start(
+    state: ClusterState, config: PolicyConfig, variant: WorkloadSpec, moments: list[float],
+    passes: _Passes,
+) -> Advice | None:
+    """The first of ``moments`` at which the policy would start ``variant`` (see _try)."""
+    for t in moments:
+        got = _try(state, config, variant, t, passes)
+        if got is not None:
+            return got
+    return None
+
+
+def _runtimes(spec: WorkloadSpec, config: PolicyConfig) -> list[float]:
+    """Positive minimum runtimes to try, longest first (the least change first): for
+    allocated work the shorter ones, for unallocated work every allowed one."""
+    cap = config.max_min_runtime
+    values = {*LADDER, config.debug_max_min_runtime}
+    if spec.allocated:
+        return sorted((m for m in values if 0 < m < spec.min_runtime and m <= cap),
+                      reverse=True)
+    return sorted({cap, *(m for m in values if 0 < m <= cap)}, reverse=True)
+
+
+def _fewer_gpus(spec: WorkloadSpec, state: ClusterState) -> list[int]:
+    """Smaller requests, largest first: one host's work any count below; whole-host work
+    fewer whole hosts (of the largest size), down to one."""
+    size = state.max_host_gpus
+    if spec.gpus <= size:
+        return list(range(spec.gpus - 1, 0, -1))
+    hosts = -(-spec.gpus // size)
+    return [k * size for k in range(hosts - 1, 0, -1) if k * size < spec.gpus]
+
+
+def _dimensions(spec: WorkloadSpec, config: PolicyConfig, state: ClusterState
+                ) -> list[list[WorkloadSpec]]:
+    """The kinds of change advice tries, each as variants from the least change to the
+    most: positive minimum runtimes (shorter for allocated work, any for unallocated work),
+    fewer GPUs, and for allocated work no minimum runtime (unallocated)."""
+    dims = [[replace(spec, min_runtime=m) for m in _runtimes(spec, config)],
+            [replace(spec, gpus=g) for g in _fewer_gpus(spec, state)]]
+    if spec.allocated:
+        dims.append([replace(spec, min_runtime=0.0)])
+    return [d for d in dims if d]
+
+
+def _advise(
+    state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec
+) -> tuple[float | None, float, tuple[Advice, ...]]:
+    """The projected start of ``spec`` (None: not among the moments looked at), the last
+    moment looked at, and per kind of change the least change that would start it soonest,
+    if sooner than as asked. Per kind: the first moment at which its largest change would
+    start it, then the least change that still does then, by bisection (a smaller change
+    is assumed to fare no better than a larger one; whatever is reported was decided by a
+    pass, never inferred)."""
+    moments = _moments(state, now)
+    passes = _Passes(MAX_PASSES)
+    # at ``now`` it does not start (the caller asked decide): look from the next moment
+    base = _first_start(state, config, spec, moments[1:], passes)
+    advice: list[Advice] = []
+    for variants in _dimensions(spec, config, state):
+        found = _first_start(state, config, variants[-1], moments, passes)
+        if found is None or (base is not None and found.start >= base.start):
+            continue
+        results = {len(variants) - 1: found}
+        lo, hi = 0, len(variants) - 1
+        while lo < hi:  # the least change that starts it at the same moment
+            mid = (lo + hi) // 2
+            got = _try(state, config, variants[mid], found.start, passes)
+            if got is not None:
+                results[mid], hi = got, mid
+            else:
+                lo = mid + 1
+        advice.append(results[hi])
+    return (base.start if base is not None else None), moments[-1], tuple(advice)
 
 
 # ---- helpers ---------------------------------------------------------------------------
@@ -345,56 +562,54 @@ def _earliest_start(state: ClusterState, now: float, spec: WorkloadSpec, d: Deci
     return now  # not enough healthy hosts: reported as too large by the pass
 
 
-def _dur(seconds: float) -> str:
-    s = max(0, round(seconds))
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 120:
-        return f"{m}m"
-    return f"{m // 60}h{m % 60:02d}m"
+def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[str]:
+    def at(t: float) -> str:  # "in 2 h 10 min", or "at 14:05 (in 2 h 10 min)"
+        rel = "now" if t <= e.now else f"in {format_duration(t - e.now)}"
+        return rel if clock is None or t <= e.now else f"at {clock(t)} ({rel})"
 
-
-def _lines(e: Explanation) -> list[str]:
-    out = [f"{e.workload} ({e.status}, {e.gpus} GPU(s), budget {e.budget}, "
-           f"{'allocated' if e.allocated else 'unallocated'}): usage ratio {e.ratio:.3f}"]
+    kind = "allocated" if e.allocated else "unallocated"
+    out = [f"{e.workload} ({e.status}, {plural(e.gpus, 'GPU')}, budget {e.budget}, {kind}): "
+           f"usage ratio {e.ratio:.3f}"]
     if e.status != "pending":
         assert e.protected_until is not None and e.started_at is not None
-        where = ",".join(f"{s.host}:{s.gpus}" for s in e.placement)
-        out.append(f"running on {where} for {_dur(e.now - e.started_at)}")
+        where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
+        out.append(f"running on {where} for {format_duration(e.now - e.started_at)}")
         if e.protected_until > e.now:
-            out.append(f"protected for another {_dur(e.protected_until - e.now)}")
+            out.append(f"protected for another {format_duration(e.protected_until - e.now)}"
+                       + ("" if clock is None else f", until {clock(e.protected_until)}"))
         else:
             out.append("not protected: it may be preempted (unallocated, or past its "
                        "minimum runtime)")
         return out
     if e.position is None:
-        out.append(f"not reached by the pass ({e.considered} considered before it stopped)")
+        out.append(f"not reached by the pass ({plural(e.considered, 'workload')} considered "
+                   "before it stopped)")
     else:
         out.append(f"position {e.position} of {e.considered} in the order considered")
     if e.same_budget_ahead:
-        out.append(f"{e.same_budget_ahead} workload(s) of the same budget come first "
+        out.append(f"{plural(e.same_budget_ahead, 'workload')} of the same budget come first "
                    "(priority, then submission time)")
     for r in e.rivals:
-        out.append(f"{r.workloads} workload(s) of {r.path} (ratio {r.ratio:.3f}) come first: "
-                   f"compared with {r.mine} (ratio {r.mine_ratio:.3f})")
+        out.append(f"{plural(r.workloads, 'workload')} of {r.path} (ratio {r.ratio:.3f}) come "
+                   f"first: compared with {r.mine} (ratio {r.mine_ratio:.3f})")
     if e.starts_now:
-        where = ",".join(f"{s.host}:{s.gpus}" for s in e.placement)
+        where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
         out.append(f"starts on the next pass on {where}")
         return out
     if e.wait_reason is not None:
-        out.append(f"waiting: {e.wait_reason.value}")
+        out.append(f"waiting: {_REASONS[e.wait_reason]}")
     if e.preempting:
         out.append("preempting " + ", ".join(e.preempting))
     for v in e.victims:
-        state = (f"protected for another {_dur(v.protected_until - e.now)}" if v.protected
-                 else "not protected")
+        state = (f"protected for another {format_duration(v.protected_until - e.now)}"
+                 if v.protected else "not protected")
         rule = "" if v.rules_allow else ", rules do not allow it now"
-        out.append(f"would displace {v.id} ({v.budget}, {v.gpus} GPU(s)): {state}{rule}")
+        out.append(f"would displace {v.id} ({v.budget}, {plural(v.gpus, 'GPU')}): "
+                   f"{state}{rule}")
     if e.earliest_start is not None and not e.preempting:
         if e.earliest_start > e.now:
             label = " (a lower bound)" if e.lower_bound else ""
-            out.append(f"could start in {_dur(e.earliest_start - e.now)} at the earliest{label}")
+            out.append(f"could start {at(e.earliest_start)} at the earliest{label}")
         elif e.lower_bound:
             out.append("room without protected work exists already: it waits for the work "
                        "considered before it, which is served first")
@@ -402,7 +617,53 @@ def _lines(e: Explanation) -> list[str]:
             out.append("room without protected work exists already: it waits for the "
                        "rebalance rules to let it displace that work (or for that work to end)")
     out.extend(e.caveats)
+    if e.projection_end is not None and e.wait_reason is not WaitReason.TOO_LARGE:
+        if e.projection_end <= e.now:
+            out.append("no running work is protected: if nothing else changes, it waits for "
+                       "work to end on its own or for the usage ratios to move")
+        elif e.projected_start is not None:
+            out.append(f"if nothing else changes (no work ends on its own, nothing new "
+                       f"arrives), the policy starts it {_by(e.projected_start, e, clock)}")
+        else:
+            out.append("if nothing else changes (no work ends on its own, nothing new "
+                       f"arrives), the policy does not start it {_by(e.projection_end, e, clock)}"
+                       ": it looked at the moments where protection of running work ends")
+    for a in e.advice:
+        out.append(_advice_line(e, a, at))
     return out
 
 
-__all__ = ["Explanation", "Rival", "Victim", "explain"]
+def _by(t: float, e: Explanation, clock: Callable[[float], str] | None) -> str:
+    """``within 2 h`` or ``by 14:05 (within 2 h)``: a projection looks at a few moments
+    only, so the start it finds is a latest, not an exact, time."""
+    rel = f"within {format_duration(t - e.now)}"
+    return rel if clock is None else f"by {clock(t)} ({rel})"
+
+
+_REASONS = {
+    WaitReason.NO_CAPACITY: "no capacity (it does not fit, and nothing it may displace makes "
+                            "room)",
+    WaitReason.WAITING_FOR_PREEMPTION: "waiting for preempted work to exit",
+    WaitReason.TOO_LARGE: "too large (more GPUs than all healthy hosts together)",
+}
+
+
+def _advice_line(e: Explanation, a: Advice, at: Callable[[float], str]) -> str:
+    if a.change == "gpus":
+        what = f"with {plural(a.gpus, 'GPU')} instead of {e.gpus}"
+    elif a.min_runtime == 0:
+        what = ("as unallocated work (minimum runtime 0: free, but preemptible at any "
+                "moment)")
+    elif not e.allocated:
+        what = (f"as allocated work with a minimum runtime of {format_duration(a.min_runtime)} "
+                "(charged to its budget, protected that long)")
+    else:
+        what = (f"with a minimum runtime of at most {format_duration(a.min_runtime)} "
+                f"(instead of {format_duration(e.min_runtime)})")
+    when = "now" if a.start <= e.now else at(a.start)
+    where = f" on {', '.join(a.hosts)}" if a.hosts else ""
+    by = f", displacing {', '.join(a.preempting)}" if a.preempting else ""
+    return f"{what} it could start {when}{where}{by}"
+
+
+__all__ = ["Advice", "Explanation", "Rival", "Victim", "explain"]

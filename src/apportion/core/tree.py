@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .names import did_you_mean
 from .types import CoreError
 
 ROOT = ""
@@ -168,7 +169,8 @@ class BudgetTree:
 
     def require_leaf(self, path: str) -> None:
         if path not in self._weight:
-            raise CoreError(f"budget {path!r}: unknown budget")
+            raise CoreError(f"budget {path!r}: unknown budget"
+                            + did_you_mean(path, self._weight, quote=True))
         if not self.is_leaf(path):
             raise CoreError(f"budget {path!r}: not a leaf; workloads draw on leaf budgets")
 
@@ -189,7 +191,8 @@ class BudgetTree:
     def with_weight(self, path: str, weight: float) -> BudgetTree:
         """A copy with one weight changed (the tree itself is immutable)."""
         if path not in self._weight:
-            raise CoreError(f"budget {path!r}: unknown budget")
+            raise CoreError(f"budget {path!r}: unknown budget"
+                            + did_you_mean(path, self._weight, quote=True))
         nodes = [BudgetNode(p, weight if p == path else w) for p, w in self._weight.items()]
         return BudgetTree.build(nodes)
 

@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import (
@@ -43,6 +44,7 @@ from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
 from .executors import identity
+from .reports import reports_router
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
 from .whatif_api import whatif_router
 
@@ -166,7 +168,8 @@ def _core_message(e: CoreError) -> str:
 # ---- the app -----------------------------------------------------------------------------
 def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) -> FastAPI:
     """The API bound to one store and one scheduler."""
-    app = FastAPI(
+    app = FastAPIOffline(  # /docs with its assets shipped in a package: no CDN
+        redoc_url=None,  # ReDoc's page still fetches its logo from the internet
         title="apportion",
         version="0.1.0",
         description="GPU-time budgets, hierarchical fair share and a minimum-runtime contract.",
@@ -516,6 +519,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
         return explain_workload(store, scheduler, workload_id)
 
+    app.include_router(reports_router(store, now, current_user))  # /v1/reports/usage
     app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
     app.include_router(whatif_router(store, settings, current_user, now))  # POST /v1/whatif
 

@@ -9,7 +9,8 @@
   considers it, each with its wait reason; running work with its protection end; hosts
   with drain progress; the audit log;
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
-* ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``);
+* ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
+  ended work what happened to it;
 * ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
 
 These routes need no token, like ``/v1/health``: they only read, and show what every
@@ -30,6 +31,7 @@ from fastapi.responses import FileResponse
 from apportion.core import FINAL, ClusterState, CoreError, explain
 
 from .config import ServiceConfig
+from .history import workload_history
 from .prom import SchedulerView, Telemetry, metrics_router, nodes_now, workload_class
 from .store import Store
 
@@ -54,22 +56,31 @@ def _view(scheduler: object) -> SchedulerView:
     return scheduler  # type: ignore[return-value]
 
 
+def _not_started(store: Store) -> str:
+    if not store.budgets():
+        return ("scheduler: waiting for a first budget: create one with `apportion budgets "
+                "create PATH --weight 1 --member USER` as an admin")
+    return "scheduler: not started yet, retry in a moment"
+
+
 def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[str, Any]:
-    """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``). Raises the
-    store's NotFound for an unknown id (404), HTTP 409 for work that is not active (or not
-    yet seen by the scheduler) and 503 before the scheduler has started."""
+    """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
+    or running work ``core.explain`` (``kind: explanation``), for ended work what happened
+    to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
+    for an unknown id (404), HTTP 409 for work not yet seen by the scheduler and 503 before
+    the scheduler has started."""
     row = store.get_workload(workload_id)
+    if row.status in FINAL:  # what happened to it, from the store
+        return {"kind": "history",
+                **workload_history(row, store.audit(limit=1000, target=workload_id),
+                                   clock_time)}
     sched = _view(scheduler)
     now_fn = _scheduler_now(scheduler)
     with sched.lock:
         st = sched.state
         if st is None:
-            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+            raise HTTPException(503, _not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
-            if row.status in FINAL:
-                raise HTTPException(
-                    409, f"workload {workload_id}: {row.status.value}: only pending or "
-                    "running work has an explanation")
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
@@ -78,7 +89,21 @@ def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[
             e = explain(st, now, sched.config, workload_id)
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
-    return {**e.as_dict(), "user": row.user, "submit_time": row.submit_time}
+    return {"kind": "explanation", **e.as_dict(), "text": e.lines(clock_time),
+            "user": row.user, "submit_time": row.submit_time}
+
+
+def clock_time(t: float) -> str:
+    """A time as people read it, in the server's local time zone: ``14:05`` today,
+    ``Tue 14:05`` within a week, else ``2026-12-01 14:05``."""
+    import time
+
+    now, then = time.localtime(), time.localtime(t)
+    if then[:3] == now[:3]:
+        return time.strftime("%H:%M", then)
+    if abs(t - time.time()) < 6 * 86400:
+        return time.strftime("%a %H:%M", then)
+    return time.strftime("%Y-%m-%d %H:%M", then)
 
 
 def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[dict[str, Any]]:
@@ -110,7 +135,7 @@ def dashboard_state(
     with sched.lock:
         st = sched.state
         if st is None:
-            raise HTTPException(503, "scheduler: not started yet, retry in a moment")
+            raise HTTPException(503, _not_started(store))
         now = max(now_fn(), st.time)
         view: dict[str, Any] = queue_view() if queue_view is not None else {}
         nodes = nodes_now(st, now, sched.config)
@@ -245,4 +270,5 @@ def dashboard_router(
     return router
 
 
-__all__ = ["dashboard_router", "dashboard_state", "explain_workload", "usage_series"]
+__all__ = ["clock_time", "dashboard_router", "dashboard_state", "explain_workload",
+           "usage_series"]

@@ -143,6 +143,7 @@ class Scheduler:
         self.errors = 0  # failed passes, ever
         self.failing = 0  # failed passes in a row
         self.listeners: list[PassListener] = []
+        self._said_empty = False  # logged once that there are no budgets yet
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -152,6 +153,14 @@ class Scheduler:
         and the launch) are found by the executor or ended with nothing charged."""
         with self.lock:
             self._started = False
+            if not self.store.budgets():  # nothing can be submitted yet: wait, quietly
+                if not self._said_empty:
+                    self._said_empty = True
+                    log.info("no budgets yet: scheduling starts once one exists; create one "
+                             "with `apportion budgets create PATH --weight 1 --member USER` "
+                             "as an admin (or list [[budgets]] in the config before the "
+                             "first start)")
+                return
             now = self.clock.now()
             self._settle_unlaunched(now)
             self._rebuild(now)
@@ -166,6 +175,8 @@ class Scheduler:
             try:
                 if not self._started:
                     self.start()
+                    if not self._started:  # no budgets yet
+                        return lines
                 st = self._st()
                 t = self.clock.now() if now is None else now
                 t = max(t, st.time)
@@ -739,6 +750,9 @@ class Scheduler:
             limit = format_duration(self._st().running[w].spec.time_limit)
             self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
         for p in d.preemptions:
+            # who it was preempted for, and why: what ``apportion why`` tells its owner
+            self.store.append_audit(ACTOR, "workload.preempt", p.workload, None,
+                                    {"reason": p.reason.value, "by": p.by})
             self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
             st.reserve(r.workload, r.hosts)

@@ -10,6 +10,7 @@ the write lock is taken up front, so a reader upgrading to a writer never hits
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,6 +34,7 @@ from apportion.core import (
     check_transition,
     parent_of,
 )
+from apportion.core.names import did_you_mean
 
 from .models import (
     AttemptModel,
@@ -106,6 +108,9 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+log = logging.getLogger("apportion.store")
+
+
 class Store:
     """Durable state of the live service. See docs/service.md for the schema.
 
@@ -125,6 +130,10 @@ class Store:
     # ---- lifecycle -------------------------------------------------------------------
     def migrate(self) -> None:
         """Bring the schema to the newest migration (``alembic upgrade head``)."""
+        # Alembic logs every step at INFO (some on import); to an operator they are debug
+        # detail, shown only when apportion's own logging is at DEBUG
+        if not log.isEnabledFor(logging.DEBUG):
+            logging.getLogger("alembic").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
 
@@ -134,6 +143,7 @@ class Store:
         with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+        log.debug("store schema migrated to the newest revision")
 
     def close(self) -> None:
         self.engine.dispose()
@@ -462,6 +472,32 @@ class Store:
             f"workload {workload_id}: state: cannot go from {cur} to {to.value}"
         )
 
+    def history(
+        self, before: float, actions: Sequence[str]
+    ) -> tuple[list[WorkloadRow], list[AuditRow]]:
+        """For accounts of any period ending by ``before``: every workload submitted before
+        it, with all its attempts, and the audit entries of ``actions`` made before it
+        (oldest first). Read only."""
+        with self._tx(write=False) as s:
+            tries: dict[str, list[AttemptRow]] = {}
+            q = (select(AttemptModel).where(AttemptModel.started_at < before)
+                 .order_by(AttemptModel.workload_id, AttemptModel.n))
+            for a in s.scalars(q):
+                tries.setdefault(a.workload_id, []).append(_attempt(a))
+            rows = [
+                _workload(m, None, tuple(tries.get(m.id or "", ())))
+                for m in s.scalars(select(WM).where(WM.submit_time < before).order_by(WM.seq))
+            ]
+            audit = [
+                AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
+                for a in s.scalars(
+                    select(AuditModel)
+                    .where(AuditModel.at < before, AuditModel.action.in_(list(actions)))
+                    .order_by(AuditModel.id)
+                )
+            ]
+            return rows, audit
+
     def usage_intervals(self, since: float) -> list[UsageInterval]:
         """Attempts overlapping ``[since, now)``: what the ledger is rebuilt from."""
         with self._tx(write=False) as s:
@@ -553,7 +589,7 @@ class Store:
         with self._tx(write=False) as s:
             b = s.get(BudgetModel, path)
             if b is None:
-                raise NotFound(f"budget {path}: not found")
+                raise _no_budget(s, path)
             return _budget(b)
 
     def load_tree(self) -> BudgetTree:
@@ -591,7 +627,8 @@ class Store:
                 missing.append(parent)
                 parent = parent_of(parent)
             if missing and not create_parents:
-                raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}")
+                raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}"
+                               + did_you_mean(missing[0], known, quote=True))
             direct = parent_of(path)
             if direct in known:
                 busy = s.scalars(
@@ -649,7 +686,7 @@ class Store:
     def _budget_model(self, s: Session, path: str) -> BudgetModel:
         b = s.get(BudgetModel, path)
         if b is None:
-            raise NotFound(f"budget {path}: not found")
+            raise _no_budget(s, path)
         return b
 
     # ---- users and tokens ------------------------------------------------------------
@@ -676,14 +713,14 @@ class Store:
         with self._tx(write=False) as s:
             u = s.get(UserModel, name)
             if u is None:
-                raise NotFound(f"user {name}: not found")
+                raise _no_user(s, name)
             return _user(u)
 
     def add_token(self, user: str, token_hash: str) -> None:
         """Store a token's sha256 hex digest for ``user`` (never the token itself)."""
         with self._tx() as s:
             if s.get(UserModel, user) is None:
-                raise NotFound(f"user {user}: not found")
+                raise _no_user(s, user)
             s.add(TokenModel(hash=token_hash, user=user, created_at=self.clock()))
 
     def user_for_token(self, token_hash: str) -> UserRow | None:
@@ -722,6 +759,16 @@ class Store:
                 s.scalars(select(m).limit(1)).first() is None
                 for m in (BudgetModel, UserModel, HostModel)
             )
+
+
+def _no_budget(s: Session, path: str) -> NotFound:
+    known = s.scalars(select(BudgetModel.path)).all()
+    return NotFound(f"budget {path}: not found" + did_you_mean(path, known))
+
+
+def _no_user(s: Session, name: str) -> NotFound:
+    known = s.scalars(select(UserModel.name)).all()
+    return NotFound(f"user {name}: not found" + did_you_mean(name, known))
 
 
 # ---- row conversion ------------------------------------------------------------------

@@ -1,0 +1,94 @@
+"""``apportion init [DIR]``: write a commented example config to start from."""
+
+from __future__ import annotations
+
+import getpass
+from pathlib import Path
+
+import click
+
+CONFIG_NAME = "apportion.toml"
+
+EXAMPLE = '''\
+# apportion service configuration (docs/service.md lists every key).
+# Budgets, users and hosts below seed an EMPTY database on the first start only; after
+# that the database is the source of truth: change them with `apportion budgets ...`,
+# `apportion hosts ...` (and the API), not here.
+
+[server]
+host = "127.0.0.1"          # listen address; put a proxy with TLS in front for remote users
+port = 8642
+data_dir = "apportion-data" # relative to this file: database, tokens, logs
+
+[database]
+url = ""                    # empty: SQLite in data_dir; or postgresql+psycopg://user@host/db
+
+[executor]
+kind = "local"              # local (processes on this machine), slurm, or memory (a dry run)
+grace_s = 30                # seconds between SIGTERM and SIGKILL when work is stopped
+
+[scheduler]
+interval_s = 5              # a pass at least this often (and after every submission)
+
+[policy]
+lookback = "7d"             # usage ratios are measured over this sliding window
+max_min_runtime = "8h"      # the longest protection a workload may ask for
+
+# The machines work runs on (kind = "local" or "memory"; Slurm brings its own nodes).
+[[hosts]]
+name = "gpu01"
+gpus = 8
+
+[[hosts]]
+name = "gpu02"
+gpus = 8
+
+# The budget tree: weights are relative among siblings. Here "research" gets 3/4 of the
+# cluster, split 2:1 between llm and vision, and "ops" 1/4. Work is submitted to leaves.
+[[budgets]]
+path = "research"
+weight = 3
+managers = ["{admin}"]      # may change weights and people in this subtree
+
+[[budgets]]
+path = "research/llm"
+weight = 2
+members = ["{admin}"]       # may submit to this budget
+
+[[budgets]]
+path = "research/vision"
+weight = 1
+members = ["{admin}"]
+
+[[budgets]]
+path = "ops"
+weight = 1
+members = ["{admin}"]
+
+# People. Each gets a token in data_dir/tokens/<name> on the first start.
+[[users]]
+name = "{admin}"
+admin = true                # may create users and budgets anywhere, drain hosts
+'''
+
+
+@click.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--admin", default=None, help="the admin user's name (default: you)")
+@click.option("--force", is_flag=True, help="overwrite an existing apportion.toml")
+def init(directory: Path, admin: str | None, force: bool) -> None:
+    """Write a commented example config (two hosts, a small budget tree, one admin) to
+    DIRECTORY/apportion.toml, and print the next three commands."""
+    name = admin or getpass.getuser()
+    path = directory / CONFIG_NAME
+    if path.exists() and not force:
+        raise click.ClickException(f"{path}: already exists (--force to overwrite)")
+    directory.mkdir(parents=True, exist_ok=True)
+    path.write_text(EXAMPLE.replace("{admin}", name), encoding="utf-8")
+    data = directory / "apportion-data"
+    click.echo(f"wrote {path}: edit hosts, budgets and users, then:\n")
+    click.echo(f"  apportion serve --config {path}")
+    click.echo(f"  export APPORTION_URL=http://127.0.0.1:8642 "
+               f"APPORTION_TOKEN=$(cat {data / 'tokens' / name})")
+    click.echo("  apportion submit --budget research/llm --gpus 1 --min-runtime 30m -- "
+               "nvidia-smi")

@@ -1,0 +1,64 @@
+"""``apportion report usage``: GPU-hours, owed and attainment for any period (like
+``sreport``), from the server's store. The figures are computed by the server
+(``GET /v1/reports/usage``, :mod:`apportion.service.accounting`); this prints them."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from apportion.cli.client import Client, _print_json, connection, table
+from apportion.service.accounting import BY, ReportError, headline, parse_time, table_rows
+
+FORMATS = ("table", "csv", "json", "html")
+
+
+@click.group()
+def report() -> None:
+    """Reports over any period: usage per budget, user or month."""
+
+
+@report.command("usage")
+@click.option("--from", "start", default="30d", show_default=True,
+              help="start: 2026-11-01, 2026-11-01T08:00 (UTC unless an offset is given), "
+                   "a duration ago (30d), or epoch seconds")
+@click.option("--to", "end", default="now", show_default=True, help="end, written like --from")
+@click.option("--by", type=click.Choice(BY), default="budget", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="write to this file instead of the terminal (the html page, typically)")
+@connection
+def usage(client: Client, start: str, end: str, by: str, fmt: str,
+          output: Path | None) -> None:
+    """Charged and free GPU-hours, owed, delivered and attainment (owed: each hour the lesser
+    of the share of healthy GPUs and what allocated work asked for)."""
+    now = time.time()
+    try:  # here, so that an error names the flag as typed
+        period = [parse_time(start, "--from", now), parse_time(end, "--to", now)]
+    except ReportError as e:
+        raise click.ClickException(str(e)) from None
+    params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
+              "format": "json" if fmt in ("table", "json") else fmt}
+    if fmt in ("csv", "html"):
+        text = client.call("GET", "/reports/usage", params=params).text
+        if output is not None:
+            output.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {output}")
+        else:
+            click.echo(text, nl=False)
+        return
+    data = client.json("GET", "/reports/usage", params=params)
+    if fmt == "json":
+        if output is not None:
+            import json
+
+            output.write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+            click.echo(f"wrote {output}")
+        else:
+            _print_json(data)
+        return
+    header, cells = table_rows(data)
+    table(header, cells)
+    click.echo(f"\n{headline(data)}")

@@ -1,0 +1,430 @@
+"""Usage accounts for any period, from the store: ``apportion report usage``.
+
+For a period ``[start, end)`` (``end`` no later than now) and every budget node (the root
+``""`` is the whole cluster), hour by hour on whole UTC hours:
+
+* **charged** GPU-hours: GPUs held by its allocated attempts, for the time they ran in the
+  period (allocated work is charged for its whole run, so this is also its **delivered**);
+  **free** GPU-hours the same for unallocated attempts;
+* **owed** in hour h: ``min(share x healthy GPU-seconds in h, GPU-seconds its allocated
+  workloads asked for in h)``; asked for: a workload's requested GPUs from its submission
+  until it ended (it is pending or running all that time, requeues included);
+* **attainment**: ``sum_h min(delivered_h, owed_h) / sum_h owed_h`` (None if owed nothing).
+
+The store keeps no per-second record of host health or of past budget weights, so:
+healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
+entries: a host counts while healthy), and shares are those of the tree as it is now. A
+workload cancelled while pending ends at its ``workload.cancel`` audit entry. These are the
+report's approximations (also in docs/operations.md); everything else is as stored.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from apportion.core import FINAL, ROOT, BudgetTree, Status, ancestors, parse_duration
+
+from .store import AuditRow, Store, WorkloadRow
+
+HOUR = 3600.0
+BY = ("budget", "user", "month")
+FORMATS = ("table", "csv", "json", "html")
+APPROXIMATIONS = (
+    "shares are those of the budget tree as it is now (past weight changes are not replayed)",
+    "healthy GPUs over time come from the audit log's host entries (host.add, host.state)",
+    "a workload asks for its GPUs from submission until it ends (pending or running)",
+)
+
+
+class ReportError(ValueError):
+    """A report asked for with bad parameters; the message names the parameter."""
+
+
+def parse_time(value: str, name: str, now: float) -> float:
+    """A moment as a user writes it: seconds since the epoch, an ISO 8601 date or date and
+    time (UTC unless it says otherwise: ``2026-11-01``, ``2026-11-01T08:00+01:00``), ``now``,
+    or a duration meaning that long ago (``30d``, ``12h``). ``name`` is the parameter, for
+    the error."""
+    import datetime as dt
+
+    text = value.strip()
+    if text == "now":
+        return now
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            return now - parse_duration(text)
+        except ValueError:
+            raise ReportError(
+                f"{name}: must be a date (2026-11-01), a date and time (2026-11-01T08:00), "
+                f"'now' or a duration ago (30d), got {value!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def _steps(changes: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
+    """Integral over each bucket ``[edges[i], edges[i+1])`` of the step function that is 0
+    before its first change and moves by ``delta`` at each ``(time, delta)``."""
+    if not changes:
+        return np.zeros(len(edges) - 1)
+    changes.sort()
+    t = np.array([c[0] for c in changes])
+    level = np.cumsum([c[1] for c in changes])  # value from each change on
+    cum = np.concatenate([[0.0], np.cumsum(level[:-1] * np.diff(t))])  # integral at t[i]
+    i = np.searchsorted(t, edges, side="right") - 1
+    j = np.maximum(i, 0)
+    at = np.where(i >= 0, cum[j] + level[j] * (edges - t[j]), 0.0)
+    return np.diff(at)
+
+
+@dataclass
+class _Series:
+    """Per node: GPU-seconds per hour bucket of each quantity, as change lists first."""
+
+    demand: list[tuple[float, float]] = field(default_factory=list)
+    charged: list[tuple[float, float]] = field(default_factory=list)
+    free: list[tuple[float, float]] = field(default_factory=list)
+
+
+def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) -> None:
+    if b > a:
+        changes.append((a, gpus))
+        changes.append((b, -gpus))
+
+
+def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> float:
+    """When it stopped asking for GPUs: now if still active, else the end of its last
+    attempt, or its cancellation if that came later (cancelled while pending)."""
+    if w.status not in FINAL:
+        return now
+    end = max((now if a.ended_at is None else a.ended_at for a in w.attempts),
+              default=w.submit_time)
+    if w.status is Status.CANCELLED and w.id in cancels:
+        end = max(end, cancels[w.id])
+    return end
+
+
+def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start: float,
+             end: float) -> list[tuple[float, float]]:
+    """Changes of the healthy GPU count over ``[start, end]``, from the audit log's host
+    entries (oldest first). A host's state before its first entry is the one that entry
+    left (``old``); a host with no entry at all is in its present state throughout."""
+    gpus = {n: g for n, (g, _) in hosts_now.items()}
+    state: dict[str, tuple[bool, float]] = {}  # host -> (healthy?, since)
+    intervals: list[tuple[str, float, float]] = []  # healthy from, to
+    for a in audit:
+        name, old, new = a.target, a.old or {}, a.new or {}
+        if a.action == "host.add":
+            gpus[name] = int(new.get("gpus", gpus.get(name, 0)))
+            state[name] = (new.get("state", "healthy") == "healthy", a.at)
+        elif a.action == "host.state" and name in gpus:
+            was, since = state.get(name, (old.get("state") == "healthy", float("-inf")))
+            if was:
+                intervals.append((name, since, a.at))
+            state[name] = (new.get("state") == "healthy", a.at)
+    for name, (_, now_state) in hosts_now.items():
+        state.setdefault(name, (now_state == "healthy", float("-inf")))
+    intervals += [(name, since, end) for name, (was, since) in state.items() if was]
+    changes: list[tuple[float, float]] = []
+    for name, t0, t1 in intervals:
+        changes += [(min(max(t0, start), end), gpus[name]),
+                    (min(max(t1, start), end), -gpus[name])]
+    return changes
+
+
+def _month(t: float) -> str:
+    return time.strftime("%Y-%m", time.gmtime(t))
+
+
+def _month_edges(start: float, end: float) -> list[float]:
+    """``start``, the UTC month boundaries inside the period, ``end``."""
+    out = [start]
+    y, m = time.gmtime(start)[:2]
+    while True:
+        m += 1
+        if m == 13:
+            y, m = y + 1, 1
+        t = float(calendar.timegm((y, m, 1, 0, 0, 0)))
+        if t >= end:
+            break
+        out.append(t)
+    return [*out, end]
+
+
+def usage_report(store: Store, start: float, end: float, by: str, now: float) -> dict[str, Any]:
+    """The report as plain JSON (see the module docstring); ``rows`` per budget node, per
+    user, or per month and budget node; ``daily`` owed and delivered per top-level budget."""
+    if by not in BY:
+        raise ReportError(f"by: must be one of {', '.join(BY)}, got {by!r}")
+    end = min(end, now)
+    if not end > start:
+        raise ReportError("from: must be before to (and before now)")
+    tree = store.load_tree() if store.budgets() else BudgetTree.build([])
+    workloads, audit = store.history(end, ("host.add", "host.state", "workload.cancel"))
+    cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
+    hosts_now = {h.name: (h.gpus, h.state.value) for h in store.hosts()}
+    first = np.floor(start / HOUR) * HOUR
+    edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
+    nodes = [ROOT, *tree.nodes()]
+    series = {n: _Series() for n in nodes}
+    users: dict[str, _Series] = {}
+    for w in workloads:
+        chain = [n for n in ancestors(w.budget) if n in series]
+        allocated = w.min_runtime > 0
+        w_end = min(_workload_end(w, cancels, now), end)
+        user = users.setdefault(w.user, _Series())
+        for n in chain:
+            if allocated:
+                _add(series[n].demand, max(w.submit_time, start), w_end, w.gpus)
+        for a in w.attempts:
+            a_end = min(now if a.ended_at is None else a.ended_at, end)
+            a_start = max(a.started_at, start)
+            for s in [*(series[n] for n in chain), user]:
+                _add(s.charged if allocated else s.free, a_start, a_end, a.gpus_held)
+    healthy = _steps(_healthy(audit, hosts_now, start, end), edges)
+
+    def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
+                ) -> dict[str, Any]:
+        charged = _steps(s.charged, edges)[lo:hi]
+        free = _steps(s.free, edges)[lo:hi]
+        out: dict[str, Any] = {"charged_gpu_hours": float(charged.sum()) / HOUR,
+                               "free_gpu_hours": float(free.sum()) / HOUR}
+        if share is None:
+            return out
+        owed = np.minimum(share * healthy[lo:hi], _steps(s.demand, edges)[lo:hi])
+        got = float(np.minimum(charged, owed).sum())
+        total = float(owed.sum())
+        return {**out, "owed_gpu_hours": total / HOUR, "delivered_gpu_hours":
+                float(charged.sum()) / HOUR, "attainment": got / total if total > 0 else None}
+
+    def share(n: str) -> float:
+        return 1.0 if n == ROOT else tree.share(n)
+
+    budget_rows = [{"budget": n, "share": share(n), **figures(series[n], share(n))}
+                   for n in nodes]
+    rows: list[dict[str, Any]] = []
+    if by == "budget":
+        rows = budget_rows
+    elif by == "user":
+        rows = [{"user": u, **figures(users[u], None)} for u in sorted(users)]
+    else:
+        bounds = _month_edges(start, end)
+        for m_start, m_end in zip(bounds, bounds[1:], strict=False):
+            lo, hi = int(np.searchsorted(edges, m_start)), int(np.searchsorted(edges, m_end))
+            rows += [{"month": _month(m_start), "budget": n, "share": share(n),
+                      **figures(series[n], share(n), lo, hi)} for n in nodes]
+    # per top-level budget and UTC day: owed and delivered, for the plots
+    day_edges = np.concatenate([[start], np.arange(np.floor(start / 86400) * 86400 + 86400,
+                                                   end, 86400), [end]])
+    hour_day = np.searchsorted(day_edges, edges[:-1], side="right") - 1
+    daily: dict[str, dict[str, list[float]]] = {}
+    for n in tree.children(ROOT):
+        owed = np.minimum(share(n) * healthy, _steps(series[n].demand, edges))
+        charged = _steps(series[n].charged, edges)
+        daily[n] = {
+            "owed": [float(x) / HOUR for x in np.bincount(hour_day, owed, len(day_edges) - 1)],
+            "delivered": [float(x) / HOUR
+                          for x in np.bincount(hour_day, charged, len(day_edges) - 1)],
+        }
+    total_healthy = float(healthy.sum()) / HOUR
+    root = figures(series[ROOT], 1.0)
+    assigned = root["charged_gpu_hours"] + root["free_gpu_hours"]
+    return {
+        "from": start,
+        "to": end,
+        "by": by,
+        "healthy_gpu_hours": total_healthy,
+        "occupancy": assigned / total_healthy if total_healthy > 0 else None,
+        "unallocated_fraction": root["free_gpu_hours"] / assigned if assigned > 0 else None,
+        "rows": rows,
+        "budgets": budget_rows,
+        "days": [float(d) for d in day_edges[:-1]],
+        "daily": daily,
+        "approximations": list(APPROXIMATIONS),
+    }
+
+
+# ---- renderings --------------------------------------------------------------------------
+COLUMNS = ("charged_gpu_hours", "free_gpu_hours", "owed_gpu_hours", "delivered_gpu_hours",
+           "attainment")
+
+
+def _keys(report: dict[str, Any]) -> list[str]:
+    return {"budget": ["budget", "share"], "user": ["user"],
+            "month": ["month", "budget", "share"]}[report["by"]]
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if key == "budget":
+        return value or "(all)"
+    if key in ("share", "attainment"):
+        return f"{100 * value:.1f}%"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells for people (GPU-hours to 0.1, shares and attainment in percent)."""
+    keys = _keys(report)
+    cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
+    header = [k.upper() for k in keys] + [c.removesuffix("_gpu_hours").upper() +
+                                          (" GPU-H" if c.endswith("hours") else "")
+                                          for c in cols]
+    return header, [[_cell(k, r.get(k)) for k in [*keys, *cols]] for r in report["rows"]]
+
+
+def to_csv(report: dict[str, Any]) -> str:
+    """One row per line, full precision, empty cells where a figure does not apply."""
+    keys = _keys(report)
+    cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([*keys, *cols])
+    for r in report["rows"]:
+        writer.writerow(["" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
+    return buf.getvalue()
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
+
+
+def headline(report: dict[str, Any]) -> str:
+    """The period and the cluster's figures in one sentence."""
+    occupancy, unalloc = report["occupancy"], report["unallocated_fraction"]
+    return (f"{_utc(report['from'])} to {_utc(report['to'])}: "
+            f"{report['healthy_gpu_hours']:,.0f} healthy GPU-hours; occupancy "
+            f"{'-' if occupancy is None else f'{100 * occupancy:.1f}%'}; unallocated "
+            f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.")
+
+
+def _figure_png(fig: Any) -> str:
+    import base64
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def to_html(report: dict[str, Any]) -> str:
+    """A page a manager can forward: headline figures, three plots (embedded PNG) and the
+    table. Plots are per budget (whatever ``by``): attainment, charged and free GPU-hours,
+    and owed against delivered per day for the top-level budgets."""
+    import html
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    budgets = [r for r in report["budgets"] if r["budget"]]
+    colours = plt.get_cmap("tab10")
+    tops = list(report["daily"])
+    colour = {b: colours(i % 10) for i, b in enumerate(tops)}
+
+    def top_of(path: str) -> str:
+        return path.split("/")[0]
+
+    images: list[tuple[str, str]] = []
+    if budgets:
+        labels = [r["budget"] for r in budgets]
+        height = 0.35 * len(budgets) + 1.2
+        fig, ax = plt.subplots(figsize=(7, height))
+        att = [100 * (r["attainment"] if r["attainment"] is not None else 0) for r in budgets]
+        ax.barh(range(len(budgets)), att, color=[colour.get(top_of(r["budget"]), "grey")
+                                                 for r in budgets])
+        ax.set_yticks(range(len(budgets)), labels)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 100)
+        ax.xaxis.set_major_formatter(PercentFormatter())
+        ax.set_xlabel("attainment: share of owed GPU-hours delivered, hour by hour")
+        ax.axvline(95, color="black", lw=0.8, ls=":")
+        for i, r in enumerate(budgets):  # the figure itself, or why there is none
+            text = "nothing owed" if r["attainment"] is None else f"{att[i]:.1f}%"
+            inside = att[i] > 80
+            ax.text(att[i] - 1 if inside else att[i] + 1, i, text, va="center",
+                    ha="right" if inside else "left", color="white" if inside else "black",
+                    fontsize=9)
+        fig.tight_layout()
+        images.append(("Attainment per budget (dotted: 95%)", _figure_png(fig)))
+        plt.close(fig)
+
+        fig, ax = plt.subplots(figsize=(7, height))
+        charged = [r["charged_gpu_hours"] for r in budgets]
+        free = [r["free_gpu_hours"] for r in budgets]
+        ax.barh(range(len(budgets)), charged, label="charged (allocated)", color="#1f77b4")
+        ax.barh(range(len(budgets)), free, left=charged, label="free (unallocated)",
+                color="#aec7e8")
+        ax.set_yticks(range(len(budgets)), labels)
+        ax.invert_yaxis()
+        ax.set_xlabel("GPU-hours")
+        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, frameon=False)
+        fig.tight_layout()
+        images.append(("GPU-hours used per budget", _figure_png(fig)))
+        plt.close(fig)
+
+    if tops and len(report["days"]) > 0:
+        days = np.array(report["days"]) / 86400.0  # matplotlib's dates: days since 1970
+        fig, ax = plt.subplots(figsize=(8, 3.5))
+        for b in tops:
+            ax.plot(days, report["daily"][b]["delivered"], color=colour[b], label=b)
+            ax.plot(days, report["daily"][b]["owed"], color=colour[b], ls="--", lw=0.9)
+        ax.set_ylabel("GPU-hours per day")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        ax.xaxis_date()
+        fig.autofmt_xdate()
+        fig.tight_layout()
+        images.append(("Delivered (solid) and owed (dashed) per day, top-level budgets",
+                       _figure_png(fig)))
+        plt.close(fig)
+
+    header, cells = table_rows(report)
+    head = f"<p>{html.escape(headline(report))}</p>"
+    figs = "".join(f"<figure><img alt='{html.escape(c)}' src='data:image/png;base64,{png}'>"
+                   f"<figcaption>{html.escape(c)}</figcaption></figure>" for c, png in images)
+    table = ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+             + "</tr></thead><tbody>"
+             + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                       for row in cells) + "</tbody></table>")
+    notes = "".join(f"<li>{html.escape(a)}</li>" for a in report["approximations"])
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>apportion usage report</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 60em; }}
+table {{ border-collapse: collapse; font-variant-numeric: tabular-nums; }}
+th, td {{ padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: right; }}
+th {{ white-space: nowrap; }}
+th:first-child, td:first-child {{ text-align: left; }}
+figure {{ margin: 1.5em 0; }} figcaption {{ color: #555; font-size: 0.9em; }}
+img {{ max-width: 100%; }}
+</style></head><body>
+<h1>GPU usage by {html.escape(report['by'])}</h1>
+{head}
+<p>Owed: each hour, the lesser of the budget's share of the healthy GPUs and the GPUs its
+allocated work asked for. Attainment: the part of that it received, hour by hour.</p>
+{figs}
+{table}
+<h2>How the figures are made</h2><ul>{notes}</ul>
+</body></html>
+"""
+
+
+__all__ = ["BY", "FORMATS", "ReportError", "headline", "parse_time", "table_rows", "to_csv",
+           "to_html", "usage_report"]

@@ -1,0 +1,54 @@
+"""``GET /v1/reports/usage``: the usage accounts of :mod:`apportion.service.accounting` for
+any period, as JSON, CSV or a standalone HTML page with plots.
+
+No ``from __future__ import annotations``: FastAPI reads the handler's annotations at run
+time, and they name the authentication dependency handed in."""
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+
+from .accounting import BY, ReportError, parse_time, to_csv, to_html, usage_report
+from .store import Store
+
+FORMATS = ("json", "csv", "html")
+
+
+def reports_router(store: Store, now: Callable[[], float], user: Callable[..., Any]
+                   ) -> APIRouter:
+    """The report routes; ``user`` is the app's authentication dependency (a token is
+    needed, as for every /v1 route but health)."""
+    router = APIRouter()
+
+    @router.get("/v1/reports/usage", tags=["reports"])
+    def usage(
+        _user: Annotated[Any, Depends(user)],
+        from_: Annotated[str, Query(alias="from", description="2026-11-01, 30d (ago), epoch s")
+                         ] = "30d",
+        to: Annotated[str, Query(description="like from; default now")] = "now",
+        by: Annotated[str, Query(description=" or ".join(BY))] = "budget",
+        format: Annotated[str, Query(description=" or ".join(FORMATS))] = "json",
+    ) -> Response:
+        """Charged and free GPU-hours, owed, delivered and attainment for a period (UTC
+        hours), per budget, user, or month and budget (see docs/operations.md)."""
+        t = now()
+        if format not in FORMATS:
+            raise HTTPException(422, f"format: must be one of {', '.join(FORMATS)}, "
+                                     f"got {format!r}")
+        try:
+            report = usage_report(store, parse_time(from_, "from", t), parse_time(to, "to", t),
+                                  by, t)
+        except ReportError as e:
+            raise HTTPException(422, str(e)) from None
+        if format == "csv":
+            return PlainTextResponse(to_csv(report), media_type="text/csv")
+        if format == "html":
+            return HTMLResponse(to_html(report))
+        return JSONResponse(report)
+
+    return router
+
+
+__all__ = ["reports_router"]

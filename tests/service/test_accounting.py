@@ -1,0 +1,157 @@
+"""``report usage`` figures against attempts written by hand into a real store (SQLite and
+PostgreSQL), over ten days: longer than the 7-day lookback window.
+
+The tree: x (share 1/2) with x/a and x/b (1/4 each), y (1/2). One host h1 of 8 GPUs,
+added at T0 (a UTC midnight, 2026-11-25), drained from T0+5d to T0+6d (= 2026-12-01
+00:00). Hours below are from T0.
+
+* W4 (y, bob, 8 GPUs, allocated): submitted T0-2h, runs T0-1h .. T0+2h (2 h in the period).
+* W1 (x/a, alice, 4 GPUs, allocated): submitted T0, runs 2h..3h, requeued, runs 4h..8h.
+* W5 (x/a, alice, 8 GPUs, allocated): submitted T0+5d (while h1 drains), runs 6d..6d+1h.
+* W2 (y, bob, 8 GPUs, unallocated): runs 8d..8d+10h.
+* W3 (x/b, carol, 2 GPUs, allocated): submitted 9d, cancelled while pending at 9d+3h.
+
+Owed per hour is min(share x healthy GPUs, GPUs asked for); the expected figures are
+worked out in each test's docstring.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from store_db import BACKENDS, open_store
+
+from apportion.core import HostState, Status
+from apportion.service.accounting import ReportError, to_csv, usage_report
+from apportion.service.store import Store
+
+H, D = 3600.0, 86400.0
+T0 = float(calendar.timegm((2026, 11, 25, 0, 0, 0)))
+NOW = T0 + 20 * D
+
+
+def build(store: Store) -> dict[str, str]:
+    clock = {"t": T0 - 3 * H}
+    store.clock = lambda: clock["t"]
+    for path in ("x", "x/a", "x/b", "y"):
+        store.add_budget(path, 1.0, actor="root")
+    ids: dict[str, str] = {}
+
+    def submit(name: str, budget: str, user: str, gpus: int, min_runtime: float,
+               at: float) -> str:
+        ids[name] = store.add_workload(budget=budget, gpus=gpus, min_runtime=min_runtime,
+                                       submit_time=at, command=["x"], actor=user).id
+        return ids[name]
+
+    def run(wid: str, n: int, gpus: int, a: float, b: float, status: Status) -> None:
+        store.begin_attempt(wid, [("h1", gpus, list(range(gpus)))], a)
+        if status is not Status.COMPLETED:  # preempted: it was stopping first
+            store.mark_stopping(wid)
+        store.end_attempt(wid, n, b, 0, "exited 0", status)
+
+    w4 = submit("W4", "y", "bob", 8, 2 * H, T0 - 2 * H)
+    run(w4, 1, 8, T0 - H, T0 + 2 * H, Status.COMPLETED)
+    clock["t"] = T0
+    store.add_host("h1", 8, actor="root")
+    w1 = submit("W1", "x/a", "alice", 4, H, T0)
+    run(w1, 1, 4, T0 + 2 * H, T0 + 3 * H, Status.PENDING)
+    run(w1, 2, 4, T0 + 4 * H, T0 + 8 * H, Status.COMPLETED)
+    clock["t"] = T0 + 5 * D
+    store.set_host_state("h1", HostState.DRAINING, "ECC", "root")
+    w5 = submit("W5", "x/a", "alice", 8, H, T0 + 5 * D)
+    clock["t"] = T0 + 6 * D
+    store.set_host_state("h1", HostState.HEALTHY, "fixed", "root")
+    run(w5, 1, 8, T0 + 6 * D, T0 + 6 * D + H, Status.COMPLETED)
+    w2 = submit("W2", "y", "bob", 8, 0.0, T0 + 8 * D)
+    run(w2, 1, 8, T0 + 8 * D, T0 + 8 * D + 10 * H, Status.PREEMPTED)
+    submit("W3", "x/b", "carol", 2, H, T0 + 9 * D)
+    clock["t"] = T0 + 9 * D + 3 * H
+    store.cancel_workload(ids["W3"], "carol")
+    return ids
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    s = open_store(request.param, tmp_path)
+    build(s)
+    yield s
+    s.close()
+
+
+def rows(report: dict[str, Any], key: str = "budget") -> dict[Any, dict[str, Any]]:
+    if report["by"] == "month":
+        return {(r["month"], r["budget"]): r for r in report["rows"]}
+    return {r[key]: r for r in report["rows"]}
+
+
+def test_per_budget_figures_over_ten_days(store: Store) -> None:
+    """x/a: charged 4x1 + 4x4 + 8x1 = 28 GPU-h; owed 2 GPUs (1/4 of 8) in each of hours
+    0-7 (it asked for 4) = 16, none while h1 drained, 2 in hour 6d = 18; got
+    min(delivered, owed): 2 in hours 2 and 4-7, 2 in hour 6d = 12: 2/3.
+    x/b: owed 2 x 3 h while W3 waited, got nothing: 0. x (share 1/2, 4 GPUs): owed 4 x 8 +
+    4 + 2 x 3 = 42, got 4 x 5 + 4 = 24: 4/7. y: charged 8 x 2 = 16, free 8 x 10 = 80, owed
+    4 x 2 = 8, all got: 1. The cluster (8 GPUs): owed 8+8+4+4+4x4 (hours 0-7) + 8 + 6 = 54,
+    got 8+8+4+0+16 + 8 = 44. Healthy: 9 days x 8 GPUs = 1728 GPU-h."""
+    r = usage_report(store, T0, T0 + 10 * D, "budget", NOW)
+    got = {k: (v["charged_gpu_hours"], v["free_gpu_hours"], v["owed_gpu_hours"],
+               v["attainment"]) for k, v in rows(r).items()}
+    assert got == {
+        "": (44.0, 80.0, 54.0, pytest.approx(44 / 54, rel=1e-12)),
+        "x": (28.0, 0.0, 42.0, pytest.approx(24 / 42, rel=1e-12)),
+        "x/a": (28.0, 0.0, 18.0, pytest.approx(12 / 18, rel=1e-12)),
+        "x/b": (0.0, 0.0, 6.0, 0.0),
+        "y": (16.0, 80.0, 8.0, 1.0),
+    }
+    assert rows(r)["x/a"]["delivered_gpu_hours"] == 28.0
+    assert r["healthy_gpu_hours"] == 1728.0
+    assert r["occupancy"] == pytest.approx(124 / 1728, rel=1e-12)
+    assert r["unallocated_fraction"] == pytest.approx(80 / 124, rel=1e-12)
+
+
+def test_per_user_figures(store: Store) -> None:
+    """alice: W1 and W5, 28 charged; bob: W4 (16 charged) and W2 (80 free); carol's W3
+    never ran: a row of zeros. Owed and attainment are per budget only."""
+    r = usage_report(store, T0, T0 + 10 * D, "user", NOW)
+    assert {u: (v["charged_gpu_hours"], v["free_gpu_hours"]) for u, v in rows(r, "user").items()
+            } == {"alice": (28.0, 0.0), "bob": (16.0, 80.0), "carol": (0.0, 0.0)}
+    assert "attainment" not in rows(r, "user")["alice"]
+
+
+def test_per_month_figures_split_at_the_month_boundary(store: Store) -> None:
+    """2026-12-01 00:00 is T0+6d. x/a in November: W1, 20 charged, owed 16, got 10; in
+    December: W5, 8 charged, owed 2 (hour 6d), got 2. y: all charged in November, all
+    free in December."""
+    r = usage_report(store, T0, T0 + 10 * D, "month", NOW)
+    m = rows(r)
+    assert [(m[k]["charged_gpu_hours"], m[k]["owed_gpu_hours"], m[k]["attainment"])
+            for k in (("2026-11", "x/a"), ("2026-12", "x/a"))] == [
+        (20.0, 16.0, pytest.approx(10 / 16, rel=1e-12)), (8.0, 2.0, 1.0)]
+    assert [(m[k]["charged_gpu_hours"], m[k]["free_gpu_hours"])
+            for k in (("2026-11", "y"), ("2026-12", "y"))] == [(16.0, 0.0), (0.0, 80.0)]
+
+
+def test_a_period_inside_the_history_counts_only_its_part(store: Store) -> None:
+    """From T0+3h to T0+7h: W1's attempt 2 runs 4h..7h inside (3 h x 4 GPUs = 12);
+    owed 2 x 4 h = 8, got 2 x 3 h = 6."""
+    r = rows(usage_report(store, T0 + 3 * H, T0 + 7 * H, "budget", NOW))["x/a"]
+    assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (12.0, 8.0, 0.75)
+
+
+def test_csv_has_one_line_per_budget(store: Store) -> None:
+    """The CSV: a header naming the columns, then one line per node with full precision."""
+    lines = to_csv(usage_report(store, T0, T0 + 10 * D, "budget", NOW)).splitlines()
+    assert lines[0] == ("budget,share,charged_gpu_hours,free_gpu_hours,owed_gpu_hours,"
+                        "delivered_gpu_hours,attainment")
+    assert lines[4] == "x/b,0.25,0.0,0.0,6.0,0.0,0.0"
+
+
+def test_bad_parameters_are_named(store: Store) -> None:
+    """An unknown grouping or an empty period is refused with the parameter's name."""
+    with pytest.raises(ReportError, match="by: must be one of budget, user, month"):
+        usage_report(store, T0, T0 + D, "team", NOW)
+    with pytest.raises(ReportError, match="from: must be before to"):
+        usage_report(store, T0 + D, T0, "budget", NOW)

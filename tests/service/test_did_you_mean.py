@@ -1,0 +1,70 @@
+"""Mistyped budgets and users: the API's 404/409/422 detail and the CLI's message name the
+closest existing names (difflib), and say nothing more when none is close. The seeded tree:
+ai, ai/llm, ai/vision, ops; users root, carol, dave, alice, bob."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_api import Service, close_service, make_service
+
+from apportion.cli.main import main
+from apportion.core.names import did_you_mean
+
+JOB = {"gpus": 1, "min_runtime": 600, "command": ["true"]}
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[Service]:
+    s = make_service(tmp_path)
+    yield s
+    close_service(s)
+
+
+def test_submit_to_a_mistyped_budget_suggests_the_close_one(svc: Service) -> None:
+    """ai/lm: 422, "did you mean 'ai/llm'?"; a name like nothing (zzz/qqq): no suggestion."""
+    r = svc.call("POST", "/v1/workloads", "alice", {**JOB, "budget": "ai/lm"})
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "budget 'ai/lm': unknown budget; did you mean 'ai/llm'?")
+    r = svc.call("POST", "/v1/workloads", "alice", {**JOB, "budget": "zzz/qqq"})
+    assert r.json()["detail"] == "budget 'zzz/qqq': unknown budget"
+
+
+def test_unknown_budget_in_a_path_is_404_with_a_suggestion(svc: Service) -> None:
+    """Changing the weight of ai/visoin: 404 naming ai/vision."""
+    r = svc.call("PATCH", "/v1/budgets/ai/visoin", "root", {"weight": 2})
+    assert (r.status_code, r.json()["detail"]) == (
+        404, "budget ai/visoin: not found; did you mean ai/vision?")
+
+
+def test_unknown_parent_suggests_the_close_one(svc: Service) -> None:
+    """Creating ai/lm/alice under the mistyped parent ai/lm: 409 naming 'ai/llm'."""
+    r = svc.call("POST", "/v1/budgets", "root", {"path": "ai/lm/alice"})
+    assert r.status_code == 409
+    assert r.json()["detail"].endswith("parent: unknown budget 'ai/lm'; did you mean 'ai/llm'?")
+
+
+def test_unknown_user_suggests_the_close_one(svc: Service) -> None:
+    """A token for alcie: 404 naming alice."""
+    r = svc.call("POST", "/v1/users/alcie/tokens", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        404, "user alcie: not found; did you mean alice?")
+
+
+def test_cli_prints_the_suggestion(svc: Service) -> None:
+    """``apportion submit --budget ai/lm``: exit status 1, the message with the suggestion."""
+    url = str(svc.client.base_url).rstrip("/")
+    r = CliRunner().invoke(main, ["submit", "--budget", "ai/lm", "--gpus", "1",
+                                  "--min-runtime", "10m", "--url", url,
+                                  "--token", svc.tokens["alice"], "--", "true"])
+    assert r.exit_code == 1
+    assert "budget 'ai/lm': unknown budget; did you mean 'ai/llm'? (HTTP 422)" in r.output
+
+
+def test_two_close_names_are_both_offered() -> None:
+    """Two equally plausible names are both offered, closest first."""
+    assert did_you_mean("ai/vison", ["ai/vision", "ai/visions", "ops"]) == (
+        "; did you mean ai/vision or ai/visions?")

@@ -1,0 +1,69 @@
+"""``apportion report usage`` against a real ``apportion serve`` (local executor, real
+processes, SQLite): the table, CSV, JSON and HTML forms, with figures equal to what the
+store charged the attempts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e_helpers import Live, live_server
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Live]:
+    with live_server("sqlite", tmp_path, {"h1": 8}) as s:
+        yield s
+
+
+def test_report_usage_forms_match_the_charged_attempts(live: Live, tmp_path: Path) -> None:
+    """Two workloads run and end (alice on ai/llm, allocated; bob on ai/vision,
+    unallocated). Over the last day: ai/llm's charged GPU-hours are alice's attempt's
+    GPU-seconds / 3600 as the store recorded them, ai/vision's free ones bob's; the table
+    has a row per budget node; per user the same figures; the HTML page has its three plots."""
+    a = live.submit("alice", "ai/llm", 2, "1m", "sleep 1")
+    b = live.submit("bob", "ai/vision", 1, 0, "sleep 1")
+    wa = live.wait_status(a, "completed")
+    wb = live.wait_status(b, "completed")
+    charged = sum(x["gpu_seconds"] for x in wa["attempts"]) / 3600
+    free = sum(x["gpu_seconds"] for x in wb["attempts"]) / 3600
+    assert charged > 0 and free > 0
+
+    r = live.cli("root", "report", "usage", "--from", "1d", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = {row["budget"]: row for row in csv.DictReader(io.StringIO(r.stdout))}
+    assert float(rows["ai/llm"]["charged_gpu_hours"]) == pytest.approx(charged, rel=1e-12)
+    assert float(rows["ai/vision"]["free_gpu_hours"]) == pytest.approx(free, rel=1e-12)
+    assert float(rows["ai/vision"]["charged_gpu_hours"]) == 0.0
+
+    table = live.cli("root", "report", "usage", "--from", "1d")
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["BUDGET", "SHARE", "CHARGED"]
+    assert [line.split()[0] for line in lines[1:5]] == ["(all)", "ai", "ai/llm", "ai/vision"]
+    assert lines[5] == "" and "healthy GPU-hours; occupancy" in lines[6]
+
+    users = json.loads(live.cli("root", "report", "usage", "--from", "1d", "--by", "user",
+                                "--format", "json").stdout)
+    by_user = {u["user"]: u for u in users["rows"]}
+    assert by_user["alice"]["charged_gpu_hours"] == pytest.approx(charged, rel=1e-12)
+    assert by_user["bob"]["free_gpu_hours"] == pytest.approx(free, rel=1e-12)
+
+    page = tmp_path / "usage.html"
+    out = live.cli("root", "report", "usage", "--from", "1d", "--format", "html", "-o",
+                   str(page))
+    assert out.returncode == 0 and out.stdout == f"wrote {page}\n"
+    assert page.read_text().count("<img ") == 3
+
+
+def test_report_usage_refuses_a_bad_date_naming_the_flag(live: Live) -> None:
+    """--from "last tuesday": exit 1 naming the flag as typed; the API names its parameter."""
+    r = live.cli("root", "report", "usage", "--from", "last tuesday")
+    assert r.returncode == 1
+    assert "Error: --from: must be a date (2026-11-01), a date and time" in r.stderr
+    api = live.call("GET", "/v1/reports/usage?from=last%20tuesday", "root")
+    assert (api.status_code, api.json()["detail"].split(",")[0]) == (
+        422, "from: must be a date (2026-11-01)")
