@@ -176,7 +176,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
     workloads, audit = store.history(end, ("host.add", "host.state", "workload.cancel"))
     cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
     hosts_now = {h.name: (h.gpus, h.state.value) for h in store.hosts()}
-    first = np.floor(start / HOUR) * HOUR
+    first = (start // HOUR) * HOUR  # the hour the period starts in
     edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
     nodes = [ROOT, *tree.nodes()]
     series = {n: _Series() for n in nodes}
@@ -227,7 +227,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
             rows += [{"month": _month(m_start), "budget": n, "share": share(n),
                       **figures(series[n], share(n), lo, hi)} for n in nodes]
     # per top-level budget and UTC day: owed and delivered, for the plots
-    day_edges = np.concatenate([[start], np.arange(np.floor(start / 86400) * 86400 + 86400,
+    day_edges = np.concatenate([[start], np.arange((start // 86400) * 86400 + 86400,
                                                    end, 86400), [end]])
     hour_day = np.searchsorted(day_edges, edges[:-1], side="right") - 1
     daily: dict[str, dict[str, list[float]]] = {}
