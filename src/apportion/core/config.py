@@ -31,6 +31,12 @@ class PolicyConfig:
     """Provisional charge on admission, as a multiple of ``gpus x min_runtime``."""
     default_checkpoint_interval: float = 30 * MINUTE
     """Assumed checkpoint interval when a workload declares none (for progress-lost estimates)."""
+    shortcuts: bool = True
+    """Let a pass skip what it can prove would fail: the failed-size and charge thresholds,
+    hopeless queues, the rebalance bound, searches within reach, the free-GPU bounds and the
+    usage answers it keeps. False gives the reference pass, which tries every request with
+    a full search over every host and recomputes every usage ratio: the same decisions,
+    only slower (tests/core/test_oracles.py compares the two on every pass)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
