@@ -266,7 +266,7 @@ def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
 
 
 def _one_host(
-    view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
+    view: HostView, names: Sequence[str], gpus: int, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
     best: VictimPlan | None = None
     best_key: tuple[tuple[int, float, int], str] | None = None

@@ -25,6 +25,7 @@ back would put it over. No ping-pong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from .config import PolicyConfig
@@ -97,7 +98,7 @@ class RebalanceRules:
         self,
         tree: BudgetTree,
         ledger: UsageLedger,
-        held: dict[str, int],
+        held: Mapping[str, int],
         now: float,
         capacity: float,
         healthy: int,
