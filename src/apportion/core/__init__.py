@@ -6,7 +6,7 @@ apply the decisions; the policy only reads.
 """
 
 from .explain import Explanation, explain
-from .ledger import UsageLedger
+from .ledger import UsageLedger, usage_ratio
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
 from .state import ClusterState
@@ -69,5 +69,6 @@ __all__ = [
     "parent_of",
     "parse_duration",
     "plural",
+    "usage_ratio",
     "validate_spec",
 ]

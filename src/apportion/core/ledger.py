@@ -20,6 +20,15 @@ from .types import CoreError
 CAPACITY = "\x00capacity"  # series key of the cluster's healthy GPUs
 
 
+def usage_ratio(charged: float, share: float, capacity: float) -> float:
+    """The usage ratio, the policy's sort metric: ``charged`` GPU-seconds of a budget node
+    in the lookback window over its ``share`` of the ``capacity`` (healthy GPU-seconds in
+    the window). A window with no healthy GPU-second yet counts as one, so the ratio is
+    always a number. Every reader of a usage ratio (the pass, the API, the metrics, the
+    simulator's tables) computes it here."""
+    return charged / (share * max(capacity, 1.0))
+
+
 class _Series:
     __slots__ = ("cum", "hint", "rate", "rates", "times")
 
