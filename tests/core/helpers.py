@@ -219,6 +219,10 @@ class Driver:
         for c in d.host_changes:
             st.set_host_state(c.host, c.to, now)
             self._checked(f"host {c.host} -> {c.to.value} at {now}")
+        for w in d.timeouts:  # stopped at its time limit: it ends, never requeued
+            st.mark_stopping(w)
+            self._checked(f"marking {w} stopping at its time limit at {now}")
+            self._stop(w, now, requeue=False)
         for p in d.preemptions:
             st.mark_stopping(p.workload)
             self._checked(f"marking {p.workload} stopping at {now}")
@@ -263,6 +267,7 @@ class Driver:
     # -- time
     def next_time(self, now: float) -> float | None:
         cands = [t for t in self.ends.values()]
+        cands += self.state.deadlines.values()  # time limits end runs with no other event
         cands += [
             r.protected_until()
             for r in self.state.running.values()

@@ -50,6 +50,7 @@ COVERED: dict[str, str] = {
     "_held": "rebuilt",
     "_on_host": "rebuilt",
     "_protected_until": "rebuilt",
+    "_deadlines": "rebuilt",
     "_schedulable": "rebuilt",
     "_schedulable_names": "rebuilt",
     "_unschedulable": "rebuilt",
@@ -144,6 +145,11 @@ def rebuild(state: ClusterState) -> dict[str, Any]:
     out["held"] = held
     out["on_host"] = on_host
     out["protected_until"] = protected
+    out["deadlines"] = {
+        wid: r.started_at + r.spec.time_limit
+        for wid, r in running.items()
+        if r.spec.time_limit > 0
+    }
 
     takes = sorted(n for n, h in hosts.items() if h.state is HostState.HEALTHY)
     out["schedulable"] = {n: hosts[n].gpus for n in takes}
@@ -221,6 +227,8 @@ def index_errors(state: ClusterState) -> list[str]:
     errors += _diff("budgets_on", {h: dict(b) for h, b in state.budgets_on.items()},
                     want["budgets_on"])
     errors += _diff("on_host", {h: set(w) for h, w in state.on_host.items()}, want["on_host"])
+    # per running workload with a time limit
+    errors += _diff("deadlines", dict(state.deadlines), want["deadlines"])
     for name in ("stopping", "no_allocated", "idle"):
         errors += _diff(name, set(getattr(state, name)), want[name])
     # per budget: entries only where there is something

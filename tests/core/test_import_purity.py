@@ -28,7 +28,7 @@ ALLOWED_MODULES = frozenset(
         "itertools",
         "math",
         "operator",
-        "re",  # text matching (units.parse_duration): no state, no I/O
+        "re",  # pure text matching (core.units parses durations)
         "types",
         "typing",
     }

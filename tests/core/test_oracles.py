@@ -127,11 +127,11 @@ REFERENCE_SETTINGS = settings(DRIVEN_SETTINGS, max_examples=300)
 
 
 @REFERENCE_SETTINGS
-@given(scenarios())
+@given(scenarios(limits=True))
 def test_reference_pass_decides_as_the_fast_one_on_random_replays(sc: Scenario) -> None:
-    """On every pass of random replays (host failures and drains included), the pass with
-    every shortcut off decides exactly what the fast pass decides, and says the same about
-    the work it leaves waiting."""
+    """On every pass of random replays (host failures and drains, time limits and work
+    limited to some hosts included), the pass with every shortcut off decides exactly what
+    the fast pass decides, and says the same about the work it leaves waiting."""
     assert compare_on_replay(sc).passes > 0
 
 
@@ -251,7 +251,8 @@ def test_the_fingerprint_covers_every_attribute_but_the_derived_cache() -> None:
 
 def replayed() -> ClusterState:
     """A state after a short history: budgets a/x, a/y, b on hosts of 8, 8 and 4 GPUs, work
-    running (allocated and unallocated, one stopping), pending in both queues, one
+    running (allocated and unallocated, one stopping, one with a time limit), pending in
+    both queues, one
     reservation, one host draining, asked about its released work."""
     st = make_state(make_tree("a/x", "a/y", "b"), make_hosts(8, 8, 4))
     run_on(st, make_spec("r3", "a/y", 16, HOUR), 0.0, ("h0", 8), ("h1", 8))
@@ -259,7 +260,8 @@ def replayed() -> ClusterState:
     run_on(st, make_spec("r4", "b", 8, 2 * HOUR), 6.0, ("h1", 8))
     st.finish("r4", 7.0)
     run_on(st, make_spec("r1", "a/x", 4, HOUR), 10.0, ("h0", 4))
-    run_on(st, make_spec("r2", "b", 2, 600.0), 10.0, ("h0", 2))
+    limited = dataclasses.replace(make_spec("r2", "b", 2, 600.0), time_limit=2 * HOUR)
+    run_on(st, limited, 10.0, ("h0", 2))
     run_on(st, make_spec("u1", "a/y", 3, 0.0), 10.0, ("h1", 3))
     run_on(st, make_spec("r5", "a/x", 2, 900.0), 60.0, ("h2", 2))
     st.mark_stopping("u1")
@@ -285,6 +287,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "stopping_gpus": lambda s: _bump(s._stopping_gpus, "h1", -3),
     "unallocated_used": lambda s: _bump(s._unallocated_used, "h1", 3),
     "protected_until": lambda s: s._protected_until.__setitem__("h0", 600.0),
+    "deadlines": lambda s: s._deadlines.__setitem__("r2", HOUR),
     "budgets_on": lambda s: s._budgets_on["h0"].pop("b"),
     "on_host": lambda s: s._on_host["h1"].add("r4"),
     "stopping": lambda s: s._stopping.discard("u1"),

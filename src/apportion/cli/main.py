@@ -12,16 +12,19 @@ _COMMANDS: dict[str, str] = {
     "simulate": "apportion.cli.simulate:simulate",
     "sweep": "apportion.cli.simulate:sweep",
     "bench": "apportion.cli.bench:bench",
+    "export-trace": "apportion.cli.whatif:export_trace",
+    "whatif": "apportion.cli.whatif:whatif",
     "serve": "apportion.cli.serve:serve",
-    "submit": "apportion.cli.client:submit",
-    "queue": "apportion.cli.client:queue",
+    "submit": "apportion.cli.jobs:submit",
+    "queue": "apportion.cli.jobs:queue",
     "show": "apportion.cli.client:show",
-    "cancel": "apportion.cli.client:cancel",
-    "logs": "apportion.cli.client:logs",
+    "cancel": "apportion.cli.jobs:cancel",
+    "logs": "apportion.cli.jobs:logs",
     "budgets": "apportion.cli.client:budgets",
     "hosts": "apportion.cli.client:hosts",
     "audit": "apportion.cli.client:audit",
     "why": "apportion.cli.client:why",
+    "order": "apportion.cli.jobs:order",
 }
 
 

@@ -4,13 +4,13 @@ Both drivers (simulator and service) hold one :class:`ClusterState` and change i
 through the methods below, so both fold events into state the same way; :func:`decide`
 only reads it. Indexes (pending work per budget in queue order and by shape, GPUs used,
 free, stopping and unallocated per host, budgets and protection horizon per host, GPUs held
-and work pending per budget node, the work rebalancing may take, the usage ledger) are
-maintained on each change so a pass never rebuilds them from scratch. Every one is exposed
-read-only (a ``Mapping``, ``Set`` or ``Sequence`` property: mypy refuses a write through
-it); the answers ``decide`` works out and keeps live apart in a :class:`DerivedCache`, the
-one thing a pass writes, which :meth:`ClusterState.fingerprint` leaves out. The index
-oracle in tests/core rebuilds every index and every kept answer from the work itself after
-every event of the driven tests.
+and work pending per budget node, the time-limit deadlines of running work, the work
+rebalancing may take, the usage ledger) are maintained on each change so a pass never
+rebuilds them from scratch. Every one is exposed read-only (a ``Mapping``, ``Set`` or
+``Sequence`` property: mypy refuses a write through it); the answers ``decide`` works out
+and keeps live apart in a :class:`DerivedCache`, the one thing a pass writes, which
+:meth:`ClusterState.fingerprint` leaves out. The index oracle in tests/core rebuilds every
+index and every kept answer from the work itself after every event of the driven tests.
 """
 
 from __future__ import annotations
@@ -144,6 +144,9 @@ class ClusterState:
         # budget node (and root) -> GPUs its allocated work holds, not stopping
         self._held: dict[str, int] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> running ids
+        # running id -> when its time limit ends (only work that has one): what a pass
+        # reads to stop work at its limit without looking at all running work
+        self._deadlines: dict[str, float] = {}
         # host -> when the last protection of work on it (not stopping) ends
         self._protected_until: dict[str, float] = {}
         self._ledger = UsageLedger(start, keep=ledger_keep)
@@ -302,6 +305,8 @@ class ClusterState:
                 self._protected_until[s.host] = until
         if p.spec.allocated:
             self._count_held(p.spec.budget, r.gpus_held)
+        if p.spec.time_limit > 0:
+            self._deadlines[workload] = t + p.spec.time_limit
         self._ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         if p.spec.allocated:
             until = r.protected_until()
@@ -349,6 +354,7 @@ class ClusterState:
             raise CoreError(f"workload {workload}: not running")
         was_stopping = workload in self._stopping
         self._stopping.discard(workload)
+        self._deadlines.pop(workload, None)
         self._cache.released.remove(r)
         for s in r.placement:
             self._used[s.host] -= s.gpus
@@ -504,6 +510,7 @@ class ClusterState:
             "held": _plain(self._held),
             "on_host": _plain(self._on_host),
             "protected_until": _plain(self._protected_until),
+            "deadlines": _plain(self._deadlines),
             "ledger": self._ledger.fingerprint(),
             "schedulable": _plain(self._schedulable),
             "schedulable_names": _plain(self._schedulable_names),
@@ -625,6 +632,11 @@ class ClusterState:
     def protected_until(self) -> Mapping[str, float]:
         """Host -> when the last protection of work on it (not stopping) ends."""
         return self._protected_until
+
+    @property
+    def deadlines(self) -> Mapping[str, float]:
+        """Running work with a time limit -> when the limit ends."""
+        return self._deadlines
 
     @property
     def schedulable(self) -> Mapping[str, int]:

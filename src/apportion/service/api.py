@@ -11,6 +11,7 @@ Routes are listed in docs/api.md; OpenAPI at /docs.
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies defined inside create_app.
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import (
+    After,
     BudgetNode,
     BudgetTree,
     ClusterState,
@@ -30,7 +32,10 @@ from apportion.core import (
     HostState,
     Status,
     WorkloadSpec,
+    allowed_hosts,
     ancestors,
+    parse_array,
+    parse_dependency,
     usage_ratio,
     validate_spec,
 )
@@ -38,7 +43,9 @@ from apportion.core import (
 from .auth import Rights, hash_token, new_token
 from .config import ServiceConfig, parse_duration
 from .dashboard import dashboard_router, explain_workload
+from .executors import identity
 from .store import Conflict, NotFound, Store, UserRow, WorkloadRow
+from .whatif_api import whatif_router
 
 API_VERSION = "v1"
 TOKEN_CACHE_S = 30.0
@@ -71,6 +78,33 @@ class SubmitBody(_Body):
     priority: int = 0
     checkpoint_interval: float | str = Field(0, description='seconds or "30m"; 0 = unknown')
     command: list[str] = Field(min_length=1, description="argv of the command to run")
+    name: str | None = Field(
+        None, max_length=128, pattern=r"^[A-Za-z0-9._+-]+$",
+        description="a name to know it by: letters, digits and . _ + - only",
+    )
+    time_limit: float | str | None = Field(
+        None, description='wall-time limit, seconds or "2h"; default: the policy\'s'
+    )
+    array: str | None = Field(
+        None, description='"0-99", "1,3,5-7", "0-99%10" (at most 10 at once): one per index'
+    )
+    dependency: str | None = Field(
+        None, description='"afterok:w-000003[:w-000004]", also afterany, afternotok'
+    )
+    chdir: str | None = Field(
+        None, description="absolute working directory (default: the account's home)"
+    )
+    env: dict[str, str] | None = Field(
+        None, description="the exported environment (default: none, the account's basics)"
+    )
+    nodelist: list[str] = Field([], description="run only on these hosts")
+    exclude: list[str] = Field([], description="never run on these hosts")
+    gpu_kind: str | None = Field(
+        None, description="a GPU kind; refused while hosts have no kinds (use nodelist)"
+    )
+
+
+MAX_ARRAY = 10_000  # elements of one array
 
 
 class WeightBody(_Body):
@@ -99,6 +133,10 @@ class HostBody(_Body):
 class UserBody(_Body):
     name: str = Field(min_length=1)
     admin: bool = False
+    unix_user: str | None = Field(
+        None, description="the Unix account the user's work runs as (default: the same name)",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$",
+    )
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -192,30 +230,67 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             checkpoint = parse_duration(body.checkpoint_interval)
         except ValueError as e:
             raise _fail(422, f"checkpoint_interval: {e}") from None
-        t = now()
         try:
+            time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                          else parse_duration(body.time_limit))
+        except ValueError as e:
+            raise _fail(422, f"time_limit: {e}") from None
+        indexes: tuple[int, ...] = ()
+        throttle = 0
+        after: tuple[tuple[After, str], ...] = ()
+        try:
+            if body.array is not None:
+                indexes, throttle = parse_array(body.array)
+            if body.dependency:
+                after = parse_dependency(body.dependency)
+        except CoreError as e:
+            raise _fail(422, str(e)) from None
+        if len(indexes) > MAX_ARRAY:
+            raise _fail(422, f"array: {len(indexes)} elements, at most {MAX_ARRAY}")
+        if body.gpu_kind is not None:
+            raise _fail(422, f"gpu_kind: {body.gpu_kind!r}: the hosts of this cluster have no "
+                        "GPU kinds; choose hosts with nodelist or exclude")
+        known = store.statuses(d for _, d in after)
+        for _, dep in after:
+            if dep not in known:
+                raise _fail(422, f"dependency: {dep}: no such workload")
+        t = now()
+        host_rows = store.hosts()
+        try:
+            allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
             spec = WorkloadSpec(
                 id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
+                time_limit=time_limit, hosts=allowed,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
                 raise _fail(422, f"budget: {body.budget!r}: no budgets exist yet")
             tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
-            state = ClusterState(tree, [h.host() for h in store.hosts()], start=t)
+            state = ClusterState(tree, [h.host() for h in host_rows], start=t)
             validate_spec(spec, state, settings.policy)
         except CoreError as e:
             raise _fail(422, _core_message(e)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
+        problem = _run_problem(body, user, settings)
+        if problem is not None:
+            raise _fail(422, problem)
         row = store.add_workload(
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
-            priority=body.priority, checkpoint_interval=checkpoint,
+            priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
+            chdir=body.chdir, env=body.env,
+            time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
+            array=indexes, array_throttle=throttle, nodelist=body.nodelist,
+            exclude=body.exclude,
         )
         scheduler.wake()
-        return row.as_dict()
+        out = row.as_dict()
+        if indexes:
+            out["array_ids"] = store.array_ids(row.id)
+        return out
 
     @app.get(f"{v1}/workloads", tags=["workloads"])
     def queue(
@@ -226,6 +301,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         budget: Annotated[str | None, Query(description="a node: its whole subtree")] = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
     ) -> list[dict[str, Any]]:
         """Workloads, oldest first (default: the active ones)."""
         statuses: list[Status] | None = None
@@ -235,7 +311,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise _fail(422, f"status: must be 'all' or some of: {valid}") from None
-        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit)
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
+                                    array=array)
         return [w.as_dict() for w in rows]
 
     @app.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])
@@ -265,8 +342,11 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         user: User,
         attempt: Annotated[int | None, Query(ge=1, description="default: the latest")] = None,
         tail: Annotated[int, Query(ge=0, description="last N bytes (0: all)")] = 0,
+        offset: Annotated[int, Query(ge=0, description="from this byte on (following)")] = 0,
     ) -> PlainTextResponse:
-        """The output (stdout and stderr) of one attempt."""
+        """The output (stdout and stderr) of one attempt. ``X-Log-Attempt`` names the
+        attempt, ``X-Log-Offset`` the byte after what was sent: pass it as ``offset`` to
+        read only what was written since (``apportion logs -f``)."""
         w = store.get_workload(workload_id)
         _may_touch(user, w, "read the logs of")
         if not w.attempts:
@@ -277,14 +357,28 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(404, f"workload {workload_id}: attempt {n}: not found")
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
-            with open(path, "rb") as f:
+            # never through a link: with Slurm the log's directory is its owner's, who could
+            # otherwise swap the log for a link to a file only the server may read
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 if tail:
                     size = f.seek(0, 2)
                     f.seek(max(0, size - tail))
+                elif offset:
+                    f.seek(offset)
                 data = f.read()
+                end = f.tell()
         except FileNotFoundError:
             raise _fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
-        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+        except OSError as e:  # ELOOP: a link put in the log's place
+            raise _fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
+                             f"{e.strerror}") from None
+        return PlainTextResponse(data.decode("utf-8", errors="replace"),
+                                 headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+
+    @app.get(f"{v1}/me", tags=["users"])
+    def me(user: User) -> dict[str, Any]:
+        """The user the token belongs to."""
+        return {"name": user.name, "admin": user.admin}
 
     # ---- budgets -----------------------------------------------------------------------
     @app.get(f"{v1}/budgets", tags=["budgets"])
@@ -395,8 +489,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         """Create a user (admins only)."""
         if not rights(user).can_manage_users():
             raise forbid(user, "create users (admins only)")
-        u = store.add_user(body.name, actor=user.name, admin=body.admin)
-        return {"name": u.name, "admin": u.admin}
+        u = store.add_user(body.name, actor=user.name, admin=body.admin,
+                           unix_user=body.unix_user)
+        return {"name": u.name, "admin": u.admin, "unix_user": u.unix_user}
 
     @app.post(f"{v1}/users/{{name}}/tokens", status_code=201, tags=["users"])
     def create_token(name: str, user: User) -> dict[str, Any]:
@@ -423,6 +518,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return explain_workload(store, scheduler, workload_id)
 
     app.include_router(dashboard_router(store, scheduler, settings))  # /, /sim, /metrics
+    app.include_router(whatif_router(store, settings, current_user, now))  # POST /v1/whatif
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:
@@ -431,6 +527,23 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return {"status": "ok", "executor": settings.executor.kind}
 
     return app
+
+
+def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
+    """Why this submission could never run as asked (``field: problem``), or None: its
+    directory and environment, their size against the kernel's exec limits, and the
+    owner's Unix account (unless nothing runs, with the memory executor)."""
+    if body.chdir is not None:
+        problem = identity.chdir_problem(body.chdir)
+        if problem is not None:
+            return problem
+    env = body.env or {}
+    problem = identity.env_problem(env)
+    if problem is None:
+        problem = identity.exec_problem(body.command, env)
+    if problem is None and settings.executor.kind != "memory":
+        problem = settings.identity.problem(user.name, user.account)
+    return problem
 
 
 def _usage(

@@ -27,12 +27,15 @@ from apportion.core import (
     ClusterState,
     CoreError,
     Decisions,
+    Hold,
     HostState,
     PolicyConfig,
     PreemptReason,
+    Status,
     WorkloadSpec,
     decision_log,
     is_debug,
+    release,
     validate_spec,
 )
 
@@ -45,6 +48,13 @@ Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
 FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
     range(9)
 )
+TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
+# the engine's job states as the store's statuses (held and pending work: pending)
+_STATUS = {
+    "running": Status.RUNNING, "completed": Status.COMPLETED, "preempted": Status.PREEMPTED,
+    "lost": Status.LOST, "timeout": Status.TIMEOUT, "cancelled": Status.CANCELLED,
+    "abandoned": Status.CANCELLED,
+}
 _EPS = 1e-6
 
 
@@ -177,6 +187,9 @@ class Engine:
         self.rejected = 0
         self.clamped = 0
         self.abandoned: list[_Job] = []
+        # submitted work held out of the queue (core.gating), and released array elements
+        self._holds: dict[str, Hold] = {}
+        self._array_of: dict[str, str] = {}
         self.host_failures = 0
         self.ignored_host_events = 0
         self.events = 0
@@ -231,6 +244,7 @@ class Engine:
             HUMAN_KILL: self._on_human_kill, COMPLETE: self._on_complete,
             SUBMIT: self._on_submit, MIN_RUNTIME_END: self._on_min_runtime_end,
             HOUR_END: self._on_hour, ABANDON: self._on_abandon,
+            TIME_LIMIT: self._on_time_limit,
         }
         while heap and heap[0][0] < self.end:
             now = heap[0][0]
@@ -265,6 +279,7 @@ class Engine:
     # ---- the policy loop -------------------------------------------------------------
     def _decide_loop(self, now: float) -> None:
         for _ in range(self.sim.decide_rounds):
+            self._release_held(now)
             self.calls += 1
             d = self.policy(self.state, now, self.config)
             if d.empty():
@@ -279,6 +294,8 @@ class Engine:
     def _apply(self, d: Decisions, now: float) -> None:
         for c in d.host_changes:
             self._set_host(c.host, c.to, now)
+        for w in d.timeouts:
+            self._timeout(w, now)
         for p in d.preemptions:
             self._stop(p.workload, now, p.reason, p.requeue)
         for r in d.reservations:
@@ -309,6 +326,23 @@ class Engine:
         self.schedule(done, COMPLETE, wid, j.run_no)
         if spec.allocated and now + spec.min_runtime < done:
             self.schedule(now + spec.min_runtime, MIN_RUNTIME_END, wid, j.run_no)
+        if spec.time_limit > 0 and now + spec.time_limit < done:
+            self.schedule(now + spec.time_limit, TIME_LIMIT, wid, j.run_no)
+
+    def _timeout(self, wid: str, now: float) -> None:
+        """Stop a run at its time limit (at once: the simulator has no grace period); it
+        ends as ``timeout``, never requeued, not counted as a preemption."""
+        j = self.jobs[wid]
+        spec = j.spec
+        self.state.finish(wid, now)
+        j.run_s += (now - j.run_start) * j.held
+        j.status = "timeout"
+        j.end = now
+        j.run_no += 1  # its completion event is stale now
+        self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
+                         requeued=False, preempted=False)
+        if self._observe is not None:
+            self._observe("ended", wid, self.state)
 
     def _stop(self, wid: str, now: float, reason: PreemptReason, requeue: bool,
               final: str = "preempted") -> None:
@@ -391,7 +425,21 @@ class Engine:
             self.rejected += 1
             j.status = "rejected"
             return False
+        hold = j.job.hold
+        if hold is not None and (hold.after or hold.throttle):
+            self._holds[wid] = hold
+            j.status = "held"
+            return True  # released (or ended) by the passes at this moment
+        self._enqueue(wid, now)
+        return True
+
+    def _enqueue(self, wid: str, now: float) -> None:
+        j = self.jobs[wid]
         spec = j.spec
+        hold = j.job.hold
+        if hold is not None and hold.array is not None:
+            self._array_of[wid] = hold.array
+        j.status = "pending"
         self.state.submit(spec, now)
         self.rec.queued(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
@@ -399,7 +447,34 @@ class Engine:
         patience = j.job.patience
         if patience is not None and now + patience < self.end:
             self.schedule(now + patience, ABANDON, wid)
-        return True
+
+    def _release_held(self, now: float) -> None:
+        """Held work whose dependencies are met (and whose array has room) joins the queue;
+        work whose dependency can no longer be met ends (``core.gating``, as the service)."""
+        if not self._holds:
+            return
+        active: dict[str, int] = {}
+        for wid, array in list(self._array_of.items()):
+            if self.jobs[wid].status in ("pending", "running"):
+                active[array] = active.get(array, 0) + 1
+            else:
+                del self._array_of[wid]
+        ready, ended = release(list(self._holds.values()), self._status_of, active)
+        for wid, _ in ended:
+            del self._holds[wid]
+            j = self.jobs[wid]
+            j.status = "cancelled"
+            j.end = now
+        for wid in ready:
+            del self._holds[wid]
+            self._enqueue(wid, now)
+
+    def _status_of(self, wid: str) -> Status | None:
+        """A workload's status as the service's store would give it."""
+        j = self.jobs.get(wid)
+        if j is None or j.spec.submit_time > self.state.time or j.status == "rejected":
+            return None
+        return _STATUS.get(j.status, Status.PENDING)
 
     def _on_abandon(self, wid: str, gen: int, now: float) -> bool:
         """Its owner's patience ran out: a workload that never started is withdrawn (one
@@ -438,6 +513,10 @@ class Engine:
         return True
 
     def _on_min_runtime_end(self, wid: str, gen: int, now: float) -> bool:
+        j = self.jobs[wid]
+        return gen == j.run_no and j.status == "running"
+
+    def _on_time_limit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
         return gen == j.run_no and j.status == "running"
 

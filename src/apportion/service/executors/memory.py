@@ -110,7 +110,7 @@ class MemoryExecutor:
             self.clock.now(),
             remaining,
             launch,
-            env=dict(launch.env),
+            env=dict(launch.env or {}),
         )
         self.launches.append(launch)
         return handle

@@ -34,7 +34,15 @@ from apportion.core import (
     parent_of,
 )
 
-from .models import AttemptModel, AuditModel, BudgetModel, HostModel, TokenModel, UserModel
+from .models import (
+    AttemptModel,
+    AuditModel,
+    BudgetModel,
+    HostModel,
+    MetaModel,
+    TokenModel,
+    UserModel,
+)
 from .models import WorkloadModel as WM
 from .rows import (
     AttemptRow,
@@ -130,6 +138,15 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def db_id(self) -> str:
+        """This database's random id (made by the migration that created ``meta``): files
+        kept beside the database carry it, so another database's are never taken for its."""
+        with self._tx(write=False) as s:
+            m = s.get(MetaModel, "db_id")
+            if m is None:
+                raise NotFound("meta: db_id: missing (run migrate())")
+            return m.value
+
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
@@ -163,24 +180,79 @@ class Store:
         user: str | None = None,
         chdir: str | None = None,
         env: Mapping[str, str] | None = None,
+        name: str | None = None,
+        time_limit: float = 0.0,
+        dependencies: Sequence[tuple[str, str]] = (),
+        array: Sequence[int] = (),
+        array_throttle: int = 0,
+        nodelist: Sequence[str] = (),
+        exclude: Sequence[str] = (),
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
-        environment it runs with. The caller validated the spec (core.validate_spec)."""
+        environment it runs with; ``dependencies`` ``(type, workload id)`` pairs;
+        ``nodelist``/``exclude`` the hosts it may (only) and may not use. With
+        ``array`` (indexes), one workload per index, all in this one transaction, the
+        first's id naming the array; the first is returned (:meth:`array_ids` lists all).
+        The caller validated the spec (core.validate_spec)."""
         with self._tx() as s:
-            m = WM(
-                budget=budget, user=user if user is not None else actor, gpus=gpus,
-                min_runtime=float(min_runtime), resumable=resumable, priority=priority,
-                checkpoint_interval=float(checkpoint_interval), command=list(command),
-                chdir=chdir, env=dict(env) if env is not None else None,
-                submit_time=submit_time, queued_at=submit_time, status=Status.PENDING.value,
-                cancel_requested=False, attempts_count=0, created_at=self.clock(),
+            first: WM | None = None
+            slots: list[int | None] = list(array) or [None]
+            for index in slots:
+                m = WM(
+                    budget=budget, user=user if user is not None else actor, gpus=gpus,
+                    min_runtime=float(min_runtime), resumable=resumable, priority=priority,
+                    checkpoint_interval=float(checkpoint_interval), command=list(command),
+                    chdir=chdir, env=dict(env) if env is not None else None,
+                    submit_time=submit_time, queued_at=submit_time,
+                    status=Status.PENDING.value, cancel_requested=False, attempts_count=0,
+                    created_at=self.clock(), name=name, time_limit=float(time_limit),
+                    array_index=index, array_throttle=array_throttle if array else 0,
+                    dependencies=[list(d) for d in dependencies] or None,
+                    constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
+                    if nodelist or exclude else None,
+                )
+                s.add(m)
+                s.flush()
+                m.id = f"w-{m.seq:06d}"
+                first = first or m
+                if array:
+                    m.array_id = first.id
+                s.flush()
+            assert first is not None
+            return _workload(first)
+
+    def statuses(self, ids: Iterable[str]) -> dict[str, Status]:
+        """The status of each of these workloads that exists."""
+        wanted = sorted(set(ids))
+        out: dict[str, Status] = {}
+        with self._tx(write=False) as s:
+            for i in range(0, len(wanted), 500):  # keep IN lists small
+                q = select(WM.id, WM.status).where(WM.id.in_(wanted[i : i + 500]))
+                out.update((str(w), Status(st)) for w, st in s.execute(q))
+        return out
+
+    def end_held(self, workload_id: str, reason: str, actor: str) -> bool:
+        """pending -> cancelled with ``reason``, for work that can never start (its
+        dependency can no longer be met). Audited. False if it was no longer pending."""
+        with self._tx() as s:
+            res = s.execute(
+                update(WM)
+                .where(WM.id == workload_id, WM.status == Status.PENDING.value)
+                .values(status=Status.CANCELLED.value, end_reason=reason)
+                .execution_options(synchronize_session=False)
             )
-            s.add(m)
-            s.flush()
-            m.id = f"w-{m.seq:06d}"
-            s.flush()
-            return _workload(m)
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                return False
+            self._audit(s, actor, "workload.cancel", workload_id,
+                        {"status": Status.PENDING.value}, {"reason": reason})
+            return True
+
+    def array_ids(self, array_id: str) -> list[str]:
+        """The ids of an array's elements, in index order."""
+        with self._tx(write=False) as s:
+            q = select(WM.id).where(WM.array_id == array_id).order_by(WM.array_index)
+            return [str(i) for i in s.scalars(q)]
 
     def get_workload(self, workload_id: str) -> WorkloadRow:
         """One workload with all its attempts; :class:`NotFound` if there is none."""
@@ -205,11 +277,14 @@ class Store:
         budget: str | None = None,
         user: str | None = None,
         limit: int = 1000,
+        array: str | None = None,
     ) -> list[WorkloadRow]:
         """Workloads oldest first, with their open attempt. ``budget`` matches the node and
-        its whole subtree."""
+        its whole subtree; ``array`` keeps the elements of that array."""
         with self._tx(write=False) as s:
             q = select(WM)
+            if array:
+                q = q.where(WM.array_id == array)
             if statuses is not None:
                 q = q.where(WM.status.in_([st.value for st in statuses]))
             if budget:
@@ -680,6 +755,14 @@ def _workload(
         created_at=m.created_at,
         chdir=m.chdir,
         env=dict(m.env) if m.env is not None else None,
+        name=m.name,
+        time_limit=m.time_limit,
+        array_id=m.array_id,
+        array_index=m.array_index,
+        array_throttle=m.array_throttle,
+        dependencies=tuple((str(k), str(d)) for k, d in (m.dependencies or ())),
+        nodelist=tuple((m.constraints or {}).get("nodelist", ())),
+        exclude=tuple((m.constraints or {}).get("exclude", ())),
         attempt=attempt,
         attempts=attempts,
     )
