@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -68,9 +68,11 @@ def jobs(
     hosts: list[Host],
     horizon: float = 12 * HOUR,
     max_jobs: int = 30,
+    limits: bool = False,
 ) -> list[Job]:
     """A workload stream: allocated and unallocated, debug, multi-host, priorities,
-    resumable or not, with true durations (some shorter than their minimum runtime)."""
+    resumable or not, with true durations (some shorter than their minimum runtime).
+    ``limits``: some work also has a time limit, some may use only some hosts."""
     max_size = max(h.gpus for h in hosts)
     total = sum(h.gpus for h in hosts)
     sizes = sorted({g for g in (1, 2, 4, 8, 16, 24, 32) if g <= max_size or g <= total})
@@ -96,8 +98,33 @@ def jobs(
             checkpoint_interval=draw(st.sampled_from([0.0, 600.0, 1800.0])),
         )
         duration = float(draw(st.sampled_from([300, 1800, 3600, 3 * 3600, 6 * 3600, 20 * 3600])))
+        if limits:
+            spec = replace(spec, time_limit=draw(time_limits(spec.min_runtime)),
+                           hosts=draw(host_limits(hosts, gpus)))
         out.append(Job(spec, duration))
     return out
+
+
+@st.composite
+def time_limits(draw: st.DrawFn, min_runtime: float) -> float:
+    """No limit half the time, else one no shorter than the minimum runtime."""
+    if draw(st.booleans()):
+        return 0.0
+    return max(min_runtime, float(draw(st.sampled_from([600, 1800, 3600, 4 * 3600]))))
+
+
+@st.composite
+def host_limits(draw: st.DrawFn, hosts: list[Host], gpus: int) -> tuple[str, ...]:
+    """Any host most of the time, else a random subset that can hold ``gpus`` by the shape
+    rule (one host that large, or enough whole hosts), or any host when the subset cannot."""
+    if draw(st.integers(0, 3)) != 0:
+        return ()
+    chosen = draw(st.sets(st.sampled_from(hosts), min_size=1))
+    sizes = [h.gpus for h in chosen]
+    one_host = gpus <= max(h.gpus for h in hosts)
+    if (one_host and gpus > max(sizes)) or (not one_host and gpus > sum(sizes)):
+        return ()
+    return tuple(sorted(h.name for h in chosen))
 
 
 @st.composite
@@ -126,10 +153,22 @@ class Scenario:
 
 @st.composite
 def scenarios(
-    draw: st.DrawFn, max_jobs: int = 30, events: bool = True, horizon: float = 12 * HOUR
+    draw: st.DrawFn,
+    max_jobs: int = 30,
+    events: bool = True,
+    horizon: float = 12 * HOUR,
+    limits: bool = False,
 ) -> Scenario:
     tree = draw(budget_trees())
     hosts = draw(clusters())
-    js = draw(jobs(tree.leaves, hosts, horizon=horizon, max_jobs=max_jobs))
+    js = draw(jobs(tree.leaves, hosts, horizon=horizon, max_jobs=max_jobs, limits=limits))
     evs = draw(host_events(hosts, horizon)) if events else []
     return Scenario(tree, hosts, js, evs)
+
+
+@st.composite
+def contended_scenarios(draw: st.DrawFn) -> Scenario:
+    """Scenarios where whole-host rebalancing happens: a few same-size hosts, many jobs."""
+    tree = draw(budget_trees())
+    hosts = draw(clusters(min_hosts=3, max_hosts=6, uniform=True))
+    return Scenario(tree, hosts, draw(jobs(tree.leaves, hosts, max_jobs=40)), [])

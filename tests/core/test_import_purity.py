@@ -30,6 +30,7 @@ ALLOWED_MODULES = frozenset(
         "math",
         "operator",
         "re",  # pure text matching (core.units parses durations)
+        "types",
         "typing",
     }
 )

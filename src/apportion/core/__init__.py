@@ -15,7 +15,7 @@ from .gating import (
     parse_dependency,
     release,
 )
-from .ledger import UsageLedger
+from .ledger import UsageLedger, usage_ratio
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
 from .state import ClusterState
@@ -85,5 +85,6 @@ __all__ = [
     "parse_duration",
     "plural",
     "release",
+    "usage_ratio",
     "validate_spec",
 ]

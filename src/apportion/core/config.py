@@ -36,6 +36,12 @@ class PolicyConfig:
     """Time limit given to work submitted without one (0: none, it runs until it exits)."""
     max_time_limit: float = 0.0
     """Cap on a workload's time limit (0: no cap). With a cap, work must have a limit."""
+    shortcuts: bool = True
+    """Let a pass skip what it can prove would fail: the failed-size and charge thresholds,
+    hopeless queues, the rebalance bound, searches within reach, the free-GPU bounds and the
+    usage answers it keeps. False gives the reference pass, which tries every request with
+    a full search over every host and recomputes every usage ratio: the same decisions,
+    only slower (tests/core/test_oracles.py compares the two on every pass)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -25,10 +25,11 @@ back would put it over. No ping-pong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from .config import PolicyConfig
-from .ledger import UsageLedger
+from .ledger import UsageLedger, usage_ratio
 from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
@@ -97,7 +98,7 @@ class RebalanceRules:
         self,
         tree: BudgetTree,
         ledger: UsageLedger,
-        held: dict[str, int],
+        held: Mapping[str, int],
         now: float,
         capacity: float,
         healthy: int,
@@ -117,16 +118,19 @@ class RebalanceRules:
         # answers kept until the next admission or eviction moves the numbers they read
         self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
         self._ratio: dict[str, float] = {}  # until an admission charges the node
+        self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
         value = self._ratio.get(node)
-        if value is None:
+        if value is None or not self.memo:
             used = self._used.get(node)
-            if used is None:
-                used = self._used[node] = self.ledger.charged(node, self.now, self.cfg.lookback)
+            if used is None or not self.memo:
+                used = self._used[node] = self.ledger.charged(
+                    node, self.now, self.cfg.lookback, self.memo
+                )
             used += self.extra.get(node, 0.0)
-            value = self._ratio[node] = used / (self.tree.share(node) * self.capacity)
+            value = self._ratio[node] = usage_ratio(used, self.tree.share(node), self.capacity)
         return value
 
     def held(self, node: str) -> float:
@@ -185,7 +189,7 @@ class RebalanceRules:
         """Children of ``parent`` holding at least their share of the healthy GPUs: the only
         ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
         cached = self._over.get(parent)
-        if cached is None:
+        if cached is None or not self.memo:
             cached = [
                 kid
                 for kid in self.tree.children(parent)
@@ -256,7 +260,7 @@ class RebalanceRules:
             best = held_v - (inst_p - _EPS) * fair_v
             if inst_p <= 1 - _EPS:
                 return best  # the fair-share rule's limit (share itself) is lower
-        ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
+        ratio_p = self.ratio(mine) + usage_ratio(self.admission(spec), share_p, self.capacity)
         if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share
             best = max(best, held_v - (1 - _EPS) * fair_v)

@@ -37,6 +37,7 @@ from apportion.core import (
     ancestors,
     parse_array,
     parse_dependency,
+    usage_ratio,
     validate_spec,
 )
 
@@ -578,8 +579,7 @@ def _usage(
     out = []
     for path in tree.nodes():
         c = charged.get(path, 0.0)
-        fair = tree.share(path) * capacity
-        ratio = c / fair if fair > 0 else None
+        ratio = usage_ratio(c, tree.share(path), capacity) if capacity > 0 else None
         if path in live:
             c, ratio = float(live[path]["charged_gpu_s"]), live[path]["usage_ratio"]
         out.append({

@@ -39,6 +39,7 @@ from apportion.core import (
     WorkloadSpec,
     ancestors,
     is_debug,
+    usage_ratio,
 )
 
 CLASSES = ("debug", "allocated", "unallocated")
@@ -108,7 +109,7 @@ def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNo
         out.append(NodeNow(
             path=node,
             share=share,
-            usage_ratio=charged / (share * capacity),
+            usage_ratio=usage_ratio(charged, share, capacity),
             charged_gpu_s=charged,
             asked=a,
             owed=min(share * healthy, float(a)),

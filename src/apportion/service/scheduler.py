@@ -47,6 +47,7 @@ from apportion.core import (
     dependency_state,
     format_duration,
     release,
+    usage_ratio,
     validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped
@@ -342,7 +343,7 @@ class Scheduler:
                     "path": node,
                     "share": share,
                     "charged_gpu_s": charged,
-                    "usage_ratio": charged / (share * capacity) if capacity > 0 else None,
+                    "usage_ratio": usage_ratio(charged, share, capacity) if capacity > 0 else None,
                     "gpus_charged_now": st.ledger.rate(node),
                     "gpus_free_now": st.ledger.rate(node, charged=False),
                 })
