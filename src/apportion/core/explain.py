@@ -329,17 +329,7 @@ def _swap_out(state: ClusterState, saved: _Saved) -> None:
     spec = saved.pending.spec
     state.unqueue(spec.id)
     state.submit(spec, state.time, queued_at=saved.pending.queued_at)
-    state.pending.clear()
-    state.pending.update(saved.order)
-    if saved.reservation is not None:
-        state.reservations[spec.id] = saved.reservation
-    tables: tuple[dict[str, Any], ...] = (
-        state.queues, state.unallocated_queues, state.sizes, state.unallocated_sizes,
-        state.pending_allocated,
-    )
-    for table, keys in zip(tables, saved.keys, strict=True):
-        for key in [k for k in table if k not in keys]:
-            del table[key]
+    state.put_back(spec.id, saved.order, saved.reservation, saved.keys)
 
 
 def _moments(state: ClusterState, now: float) -> list[float]:

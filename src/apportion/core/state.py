@@ -247,6 +247,30 @@ class ClusterState:
     def _sizes_of(self, spec: WorkloadSpec) -> dict[str, dict[Shape, int]]:
         return self._sizes if spec.allocated else self._unallocated_sizes
 
+    def put_back(
+        self,
+        workload: str,
+        order: Mapping[str, Pending],
+        reservation: tuple[str, ...] | None,
+        keys: Sequence[AbstractSet[str]],
+    ) -> None:
+        """Undo a what-if swap of one pending request (core.explain's advice), once the
+        caller has queued the original request again: the pending work in ``order``, the
+        workload's ``reservation``, and the queue and size indexes holding only the budget
+        ``keys`` they had before (queues, unallocated queues, sizes, unallocated sizes,
+        pending allocated, in that order)."""
+        self._pending.clear()
+        self._pending.update(order)
+        if reservation is not None:
+            self._reservations[workload] = reservation
+        tables: tuple[dict[str, object], ...] = (
+            self._queues, self._unallocated_queues,  # type: ignore[assignment]
+            self._sizes, self._unallocated_sizes, self._pending_allocated,
+        )
+        for table, had in zip(tables, keys, strict=True):
+            for key in [k for k in table if k not in had]:
+                del table[key]
+
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
         p = self._pending.pop(workload, None)
