@@ -60,6 +60,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8642
     data_dir: Path = Path("apportion-data")
+    # false: the dashboard's data, "why" and /metrics need a token like every other read
+    public_read: bool = False
+    # larger request bodies are refused with 413 before they are read whole
+    max_body_bytes: int = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +229,8 @@ def parse_config(
         host=r.string("host", "127.0.0.1"),
         port=r.integer("port", 8642, minimum=0),
         data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
+        public_read=r.boolean("public_read", False),
+        max_body_bytes=r.integer("max_body_bytes", 1 << 20, minimum=1024),
     )
     if server.port > 65535:
         raise r.error("port", f"must be <= 65535, got {server.port}")

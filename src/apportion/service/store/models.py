@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -54,6 +55,13 @@ class TokenModel(Base):
     hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex
     user: Mapped[str] = mapped_column(String(128), ForeignKey("users.name"), nullable=False)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # "t-" and the first 12 hex digits of the hash: how people name a token (never secret)
+    id: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    label: Mapped[str] = mapped_column(String(255), nullable=False, server_default="")
+    kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="user")
+    revoked_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+    __table_args__ = (Index("ix_tokens_id", "id", unique=True),)
 
 
 class WorkloadModel(Base):
@@ -80,8 +88,14 @@ class WorkloadModel(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # the submitter's Idempotency-Key, unique per user, and the digest of that request
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
-    __table_args__ = (Index("ix_workloads_status", "status"),)
+    __table_args__ = (
+        Index("ix_workloads_status", "status"),
+        UniqueConstraint("user", "idempotency_key", name="uq_workloads_user_idempotency_key"),
+    )
 
 
 class AttemptModel(Base):
