@@ -39,7 +39,6 @@ from apportion.core import (
     ancestors,
     validate_spec,
 )
-
 from apportion.core.units import parse_duration
 
 from . import validation as v
@@ -143,7 +142,7 @@ class UserChangeBody(_Body):
 
 class TokenBody(_Body):
     kind: Literal["user", "scrape"] = Field(
-        "user", description="user: acts as the user; scrape: may only read")
+        default="user", description="user: acts as the user; scrape: may only read")
     label: Annotated[Text, Field(max_length=255)] = ""
 
 
