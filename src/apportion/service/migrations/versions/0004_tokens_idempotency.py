@@ -25,6 +25,10 @@ def upgrade() -> None:
         t.add_column(sa.Column("revoked_at", sa.Double(), nullable=True))
     op.execute("UPDATE tokens SET id = 't-' || substr(hash, 1, 12)")
     op.create_index("ix_tokens_id", "tokens", ["id"], unique=True)
+    # weights are now bounded (apportion.core.tree.MIN_WEIGHT..MAX_WEIGHT): bring weights
+    # stored before into range, or the tree they make would be refused
+    op.execute("UPDATE budgets SET weight = 1e-6 WHERE NOT (weight >= 1e-6)")
+    op.execute("UPDATE budgets SET weight = 1e6 WHERE weight > 1e6")
     with op.batch_alter_table("workloads") as t:
         # the client's Idempotency-Key and the digest of its request; NULL: none sent
         t.add_column(sa.Column("idempotency_key", sa.String(255), nullable=True))
