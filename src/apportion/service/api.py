@@ -97,7 +97,7 @@ class SubmitBody(_Body):
     resumable: bool = False
     priority: int = Field(0, ge=v.PRIORITY_MIN, le=v.PRIORITY_MAX,
                           description="order within the budget only")
-    checkpoint_interval: Duration = Field(0, description='seconds or "30m"; 0 = unknown')
+    checkpoint_interval: Duration = Field(0.0, description='seconds or "30m"; 0 = unknown')
     command: Annotated[
         list[str], Field(min_length=1, max_length=v.MAX_ARGS),
         AfterValidator(v.check_command),
@@ -202,7 +202,8 @@ def _check_params(request: Request) -> None:
 class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes gets 413 before it is read
     whole, whether it says its Content-Length or comes chunked. At most ``limit`` bytes
-    are held; the app then reads them as if from the client."""
+    are held; the app then reads them as if from the client. (Starlette's own limit
+    answers in plain text; this one answers like every other refusal.)"""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -256,7 +257,7 @@ def _unknown_people(field: str, names: Sequence[str], known: set[str]) -> None:
 
 def _digest(body: BaseModel) -> str:
     """What makes two submissions the same request (for the Idempotency-Key)."""
-    text = json.dumps(body.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
