@@ -163,6 +163,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     422: {**_ERROR, "description": "invalid input; the detail names the field"},
     503: {**_ERROR, "description": "the scheduler is not ready yet"},
 }
+# the same, for a route whose answers are text: its errors are still JSON
+TEXT_ROUTE_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": r["description"], "content": {
+        "application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for code, r in ERRORS.items()
+}
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no spaces
 
 
@@ -451,6 +457,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         f"{v1}/workloads/{{workload_id}}/logs",
         tags=["workloads"],
         response_class=PlainTextResponse,
+        responses=TEXT_ROUTE_ERRORS,
     )
     def logs(
         workload_id: str,
