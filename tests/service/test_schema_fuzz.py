@@ -1,7 +1,8 @@
 """Schemathesis against the live OpenAPI schema of a real server, on SQLite and on
 PostgreSQL: for every operation a bounded number of generated requests, valid ones and
-invalid ones (schemathesis' positive and negative modes), sent with an admin's token; no answer may be a 5xx, and every answer's status,
-content type and body must be the ones the schema documents."""
+invalid ones (schemathesis' positive and negative modes), sent with an admin's token; no
+answer may be a 5xx, and every answer's status, content type and body must be the ones
+the schema documents."""
 
 from __future__ import annotations
 
