@@ -247,3 +247,15 @@ def test_a_submission_to_a_refused_budget_is_refused(env: Env) -> None:
     assert r.status_code == 422 and "budget" in r.json()["detail"]
     env.scheduler.step()
     assert env.scheduler.failing == 0
+
+
+def test_a_lone_surrogate_stored_before_the_check_does_not_break_reads(env: Env) -> None:
+    """A command with a lone surrogate written to the store directly (as a database from
+    before the check may hold) is listed and shown with it replaced, for its owner too."""
+    w = env.store.add_workload(budget="ops", gpus=1, min_runtime=60,
+                               submit_time=env.clock.now(), command=["echo", "\ud800"],
+                               actor="root")
+    for url in ("/v1/workloads?status=all", f"/v1/workloads/{w.id}"):
+        r = env.call("GET", url, "root")
+        assert r.status_code == 200 and '"echo","?"' in r.text, url
+    assert env.call("POST", f"/v1/workloads/{w.id}/cancel", "root").status_code == 200

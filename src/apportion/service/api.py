@@ -261,6 +261,23 @@ def _unknown_people(field: str, names: Sequence[str], known: set[str]) -> None:
             raise _fail(422, f"{field}.{i}: {name!r} is not a user{hint}")
 
 
+def _printable(value: Any) -> Any:
+    """``value`` with every string made valid UTF-8 (a lone surrogate becomes ``?``). New
+    input cannot hold one; rows stored before that check could, and must not make a read
+    fail for everyone."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {k: _printable(x) for k, x in value.items()}
+    if isinstance(value, list):
+        return [_printable(x) for x in value]
+    return value
+
+
 def _digest(body: BaseModel) -> str:
     """What makes two submissions the same request (for the Idempotency-Key)."""
     text = json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":"))
@@ -351,7 +368,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
               with_attempts: bool = False) -> list[dict[str, Any]]:
         r = Rights.of(who.user, store.budgets())
         return [
-            w.as_dict(with_attempts) if who.may_see_private(r, w.user, w.budget)
+            _printable(w.as_dict(with_attempts)) if who.may_see_private(r, w.user, w.budget)
             else redact(w.as_dict(with_attempts))
             for w in rows
         ]
@@ -451,7 +468,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         _may_touch(user, store.get_workload(workload_id), "cancel")
         row = store.cancel_workload(workload_id, actor=user.name)
         scheduler.wake()
-        return row.as_dict()
+        return _printable(row.as_dict())
 
     @app.get(
         f"{v1}/workloads/{{workload_id}}/logs",

@@ -273,6 +273,7 @@ def parse_config(
         name=x.string("name", required=True), admin=x.boolean("admin")
     ))
     _unique(source, "users", [u.name for u in users])
+    _check_seed(source, budgets, users)
     top.done(("budgets", "database", "executor", "hosts", "policy", "scheduler", "server",
               "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
@@ -289,6 +290,29 @@ def _each(src: str, name: str, value: object, build: Callable[[_Reader], T]) -> 
         out.append(build(r))
         r.done()
     return tuple(out)
+
+
+def _check_seed(src: str, budgets: tuple[BudgetConfig, ...],
+                users: tuple[UserConfig, ...]) -> None:
+    """The API's rules for budget paths, weights and user names hold for the config too."""
+    from .validation import MAX_WEIGHT, MIN_WEIGHT, check_budget_path, check_user_name
+
+    def check(key: str, fn: Callable[[str], str], value: str) -> None:
+        try:
+            fn(value)
+        except ValueError as e:
+            raise ConfigError(f"{src}: {key}: {e}") from None
+
+    for i, b in enumerate(budgets):
+        check(f"budgets[{i}].path", check_budget_path, b.path)
+        if not MIN_WEIGHT <= b.weight <= MAX_WEIGHT:
+            raise ConfigError(f"{src}: budgets[{i}].weight: must be a number from "
+                              f"{MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {b.weight:g}")
+        for field_ in ("managers", "members"):
+            for j, who in enumerate(getattr(b, field_)):
+                check(f"budgets[{i}].{field_}[{j}]", check_user_name, who)
+    for i, u in enumerate(users):
+        check(f"users[{i}].name", check_user_name, u.name)
 
 
 def _unique(src: str, name: str, values: list[str], what: str = "name") -> None:
