@@ -468,7 +468,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         _may_touch(user, store.get_workload(workload_id), "cancel")
         row = store.cancel_workload(workload_id, actor=user.name)
         scheduler.wake()
-        return _printable(row.as_dict())
+        out: dict[str, Any] = _printable(row.as_dict())
+        return out
 
     @app.get(
         f"{v1}/workloads/{{workload_id}}/logs",
