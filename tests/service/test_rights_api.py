@@ -152,9 +152,9 @@ def test_public_read_opens_dashboard_why_and_metrics_only(tmp_path: Path) -> Non
 
 # ---- idempotent submission ----------------------------------------------------------------
 def test_retry_with_the_same_key_answers_the_first_submission(env: Env) -> None:
-    """The retry gets the same status and body (even after the workload started), and
-    there is one row; a different body with the same key is 409; another user may use the
-    same key."""
+    """The retry gets the same status and body (even after the workload started, ended and
+    its budget stopped being a leaf), and there is one row; a different body with the same
+    key is 409; another user may use the same key."""
     key = {"Idempotency-Key": str(uuid.uuid4())}
     first = env.call("POST", "/v1/workloads", "alice", JOB, headers=key)
     assert first.status_code == 201
@@ -162,9 +162,16 @@ def test_retry_with_the_same_key_answers_the_first_submission(env: Env) -> None:
     again = env.call("POST", "/v1/workloads", "alice", JOB, headers=key)
     assert (again.status_code, again.json()) == (201, first.json())
     assert len(env.store.list_workloads(list(Status))) == 1
+    # the leaf gets a child meanwhile: submitting there is refused now, the retry is not
+    assert env.call("POST", f"/v1/workloads/{first.json()['id']}/cancel", "alice").is_success
+    env.scheduler.step()
+    assert env.store.get_workload(first.json()["id"]).status is Status.CANCELLED
+    assert env.call("POST", "/v1/budgets", "root", {"path": "ai/llm/x"}).status_code == 201
+    again = env.call("POST", "/v1/workloads", "alice", JOB, headers=key)
+    assert (again.status_code, again.json()) == (201, first.json())
     r = env.call("POST", "/v1/workloads", "alice", {**JOB, "gpus": 2}, headers=key)
     assert r.status_code == 409 and "Idempotency-Key" in r.json()["detail"]
-    r = env.call("POST", "/v1/workloads", "dave", JOB, headers=key)
+    r = env.call("POST", "/v1/workloads", "carol", {**JOB, "budget": "ai/vision"}, headers=key)
     assert r.status_code == 201 and r.json()["id"] != first.json()["id"]
     assert len(env.store.list_workloads(list(Status))) == 2
 

@@ -390,6 +390,18 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         )] = None,
     ) -> dict[str, Any]:
         """Submit a workload to a leaf budget. Durable when the answer arrives."""
+        digest = _digest(body) if idempotency_key is not None else None
+
+        def replay(row: WorkloadRow, first_digest: str | None) -> dict[str, Any]:
+            if first_digest != digest:
+                raise _fail(409, f"Idempotency-Key: already used for another submission "
+                                 f"({row.id}); send a new key for a new one")
+            return row.as_submitted().as_dict()
+
+        if idempotency_key is not None:  # a retry answers the first, whatever changed since
+            found = store.by_idempotency_key(user.name, idempotency_key)
+            if found is not None:
+                return replay(*found)
         try:
             min_runtime = parse_duration(body.min_runtime)
         except ValueError as e:
@@ -415,7 +427,6 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(422, _core_message(e)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
-        digest = _digest(body) if idempotency_key is not None else None
         try:
             row = store.add_workload(
                 budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
@@ -423,11 +434,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 priority=body.priority, checkpoint_interval=checkpoint,
                 idempotency_key=idempotency_key, request_digest=digest,
             )
-        except AlreadySubmitted as e:
-            if e.digest != digest:
-                raise _fail(409, f"Idempotency-Key: already used for another submission "
-                                 f"({e.row.id}); send a new key for a new one") from None
-            return e.row.as_submitted().as_dict()
+        except AlreadySubmitted as e:  # the same key, stored concurrently
+            return replay(e.row, e.digest)
         scheduler.wake()
         return row.as_dict()
 

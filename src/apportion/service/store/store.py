@@ -199,12 +199,13 @@ class Store:
         except IntegrityError:
             if idempotency_key is None:
                 raise
-            found = self._by_idempotency_key(owner, idempotency_key)
+            found = self.by_idempotency_key(owner, idempotency_key)
             if found is None:
                 raise
             raise AlreadySubmitted(*found) from None
 
-    def _by_idempotency_key(self, user: str, key: str) -> tuple[WorkloadRow, str | None] | None:
+    def by_idempotency_key(self, user: str, key: str) -> tuple[WorkloadRow, str | None] | None:
+        """The workload ``user`` submitted with ``key``, and its request digest; or None."""
         with self._tx(write=False) as s:
             m = s.scalars(
                 select(WM).where(WM.user == user, WM.idempotency_key == key)
