@@ -253,3 +253,30 @@ def test_workload_the_policy_fails_on_is_set_aside(env: Env, monkeypatch: pytest
         Status.RUNNING] * 3
     assert env.store.audit(target=poison)[0].action == "workload.set_aside"
     assert env.scheduler.errors == 0
+
+
+def test_cli_retry_is_bounded_when_the_server_stays_away(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """A refused connection is retried once per RETRY_WAITS entry, then reported."""
+    import click
+    from server_proc import free_port
+
+    from apportion.cli.client import Client
+
+    tries: list[str] = []
+    real = httpx.Client.request
+
+    def counting(self: httpx.Client, method: str, url: str, **kw: Any) -> httpx.Response:
+        tries.append(url)
+        return real(self, method, url, **kw)
+
+    monkeypatch.setattr(httpx.Client, "request", counting)
+    monkeypatch.setattr("apportion.cli.client.RETRY_WAITS", (0.01,) * 3)
+    client = Client(f"http://127.0.0.1:{free_port()}", "t")
+    with pytest.raises(click.ClickException, match="cannot reach the server"):
+        client.call("POST", "/workloads", JOB, headers={"Idempotency-Key": "k"}, retry=True)
+    assert len(tries) == 4
+    tries.clear()
+    with pytest.raises(click.ClickException):
+        client.call("GET", "/workloads")  # reads are not retried
+    assert len(tries) == 1
