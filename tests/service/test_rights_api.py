@@ -128,6 +128,9 @@ def test_private_fields_only_for_owner_managers_and_admins(env: Env) -> None:
     shown = env.call("GET", f"/v1/workloads/{wid}", "bob").json()
     assert shown["command"] is None and shown["private"]
     assert env.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
+    r = cli(env, "bob", "show", wid)
+    assert r.exit_code == 0 and "command:             (private)" in r.output
+    assert "--secret" not in r.output
     env.scheduler.step()
     q = env.call("GET", "/v1/queue", "bob").json()
     assert "command" not in str(q) and "--secret" not in str(q)

@@ -19,8 +19,9 @@ ROOT = ""
 MIN_WEIGHT = 1e-6
 MAX_WEIGHT = 1e6
 # A node with a smaller share of the cluster than this (a deep tree of tiny weights) is
-# refused too: usage ratios divide by shares.
-MIN_SHARE = 1e-12
+# refused too: usage ratios divide by shares, and must stay far from overflowing. Two
+# siblings at the ends of the weight range (1e-12) are within it.
+MIN_SHARE = 1e-15
 
 
 @dataclass(frozen=True, slots=True)
