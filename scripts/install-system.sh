@@ -20,6 +20,8 @@ PACKAGES=(
     chromium
     # the compiled core (python -m apportion.corebuild, tests/core/test_compiled_core.py)
     gcc
+    # terminal test of `queue --watch` and `submit --wait` (tests/service/test_e2e_submit.py)
+    tmux
 )
 # ... and the headers of the interpreter it is built for ($PYTHON, default python3): pyenv's
 # and python.org's builds ship them, Debian's python3 needs python3-dev

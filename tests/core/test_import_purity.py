@@ -28,6 +28,7 @@ ALLOWED_MODULES = frozenset(
         "itertools",
         "math",
         "operator",
+        "re",  # pure text matching (core.units parses durations)
         "typing",
     }
 )

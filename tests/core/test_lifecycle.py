@@ -84,7 +84,8 @@ def test_tables_cover_every_state_and_final_states_are_dead_ends() -> None:
     assert set(WORKLOAD_TRANSITIONS) == set(Status)
     assert set(HOST_TRANSITIONS) == set(HostState)
     assert {
-        Status.COMPLETED, Status.FAILED, Status.PREEMPTED, Status.CANCELLED, Status.LOST
+        Status.COMPLETED, Status.FAILED, Status.PREEMPTED, Status.CANCELLED, Status.LOST,
+        Status.TIMEOUT,
     } == FINAL
 
 
@@ -157,7 +158,7 @@ def test_multi_host_workload_on_draining_hosts_is_preempted_once() -> None:
     [
         ({"budget": "nope"}, "budget 'nope': unknown budget"),
         ({"budget": "team"}, "budget 'team': not a leaf"),
-        ({"min_runtime": 9 * HOUR}, "workload w: min_runtime: 32400 s is over the cap"),
+        ({"min_runtime": 9 * HOUR}, "workload w: min_runtime: 9 h is over the cap"),
         ({"gpus": 40}, "workload w: gpus: 40 is more than the cluster's 32"),
     ],
 )

@@ -90,6 +90,9 @@ def check_consistent(state: ClusterState) -> None:
             for s in r.placement:
                 protected[s.host] = max(protected[s.host], r.protected_until())
     assert protected == state.protected_until
+    assert state.deadlines == {
+        w: r.started_at + r.spec.time_limit for w, r in state.running.items() if r.spec.time_limit
+    }
     assert state.no_allocated == {h for h in state.hosts if used[h] == stopping[h] + unallocated[h]}
     largest = max(h.gpus for h in state.hosts.values())
     for leaf, sizes in state.sizes.items():  # kept answers agree with the queues now

@@ -71,6 +71,8 @@ def write_config(path: Path, port: int, db_url: str, hosts: dict[str, int]) -> P
 host = "127.0.0.1"
 port = {port}
 data_dir = "data"
+# the test users have no Unix accounts: their work runs as the test's own user
+single_user = true
 
 [database]
 url = "{db_url}"

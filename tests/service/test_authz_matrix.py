@@ -90,6 +90,14 @@ MATRIX: list[tuple[str, str, str, Any, dict[str, int]]] = [
     ("POST /v1/tokens/{token_id}/revoke", "POST", "/v1/tokens/{alice2}/revoke", None,
      only(200, "root", "alice")),
     ("GET /v1/audit", "GET", "/v1/audit", None, ANY_TOKEN),
+    ("GET /v1/me", "GET", "/v1/me", None, ANY_TOKEN),
+    # what-if replays: admins, and managers for the weights they may set
+    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d"},
+     only(200, "root", "carol", "dave")),
+    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d", "set_weight": {"ai/llm": 3}},
+     only(200, "root", "carol")),
+    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d", "set": {"lookback": "3d"}},
+     only(200, "root")),
     # the dashboard's data and /metrics: a token unless [server] public_read
     ("GET /v1/dashboard/state", "GET", "/v1/dashboard/state", None, ANY_TOKEN),
     ("GET /v1/dashboard/usage", "GET", "/v1/dashboard/usage", None, ANY_TOKEN),

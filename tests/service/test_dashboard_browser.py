@@ -12,12 +12,16 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from server_proc import free_port
+
+from apportion.sim.run import POLICIES, run_policies
+from apportion.sim.scenarios import seed_scenario
 
 pytestmark = pytest.mark.browser
 
@@ -219,58 +223,46 @@ def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) 
     _shot(page, "dashboard-why.png")
 
 
-SUMMARY = [
-    {"policy": "fairshare", "scenario": "seed", "seed": 1, "sim_days": 7.0, "hosts": 16,
-     "gpus": 128, "workloads": 5210, "completed": 5011, "rejected": 0,
-     "occupancy": 0.981, "unallocated_fraction": 0.17, "availability": 0.995,
-     "attainment": {"overall": 0.991, "min": 0.962, "min_budget": "ai/vision", "teams": 3,
-                    "teams_ge_95": 3,
-                    "per_budget": {"ai": 0.99, "ai/llm": 0.995, "ai/vision": 0.962,
-                                   "ops": 0.987}},
-     "wait_s": {"all": {"p50": 24.0, "p90": 3100.0, "p99": 14000.0, "n": 5100},
-                "debug": {"p50": 3.0, "p90": 21.0, "p99": 80.0, "n": 900}},
-     "preemptions": {"unallocated": 310, "rebalance": 42, "drain": 7, "host_failure": 2,
-                     "total": 361},
-     "lost_gpu_hours": 120.5,
-     "drains": {"count": 9, "finished": 9, "p90_time_to_drain_s": 21000.0,
-                "automated_fraction": 1.0},
-     "priority_inflation": {"high_or_urgent_share": 0.0}, "wall_s": 14.2},
-    {"policy": "legacy", "scenario": "seed", "seed": 1, "sim_days": 7.0, "hosts": 16,
-     "gpus": 128, "workloads": 5210, "completed": 4702, "rejected": 0,
-     "occupancy": 0.93, "unallocated_fraction": 0.25, "availability": 0.995,
-     "attainment": {"overall": 0.88, "min": 0.71, "min_budget": "ops", "teams": 3,
-                    "teams_ge_95": 1,
-                    "per_budget": {"ai": 0.93, "ai/llm": 0.97, "ai/vision": 0.8, "ops": 0.71}},
-     "wait_s": {"all": {"p50": 300.0, "p90": 10100.0, "p99": 40000.0, "n": 5000},
-                "debug": {"p50": 600.0, "p90": 7200.0, "p99": 20000.0, "n": 900}},
-     "preemptions": {"unallocated": 0, "rebalance": 0, "drain": 3, "host_failure": 2,
-                     "total": 5},
-     "lost_gpu_hours": 300.0,
-     "drains": {"count": 9, "finished": 6, "p90_time_to_drain_s": 90000.0,
-                "automated_fraction": 0.33},
-     "priority_inflation": {"high_or_urgent_share": 0.62}, "wall_s": 9.8},
-]
+def _pct(v: float) -> str:
+    """A fraction as sim.js prints it: ``(100 * v).toFixed(1) + "%"`` (a tie rounds up)."""
+    return f"{Decimal(100 * v).quantize(Decimal('0.1'), ROUND_HALF_UP)}%"
 
 
-def test_sim_page_renders_a_picked_run(served: Served, page: Any, tmp_path: Path) -> None:
-    """/sim reads summary.json and a cluster_hours table picked with the file input (no
-    upload) and shows the headline figures and attainment per budget for each policy."""
-    (tmp_path / "summary.json").write_text(json.dumps(SUMMARY))
-    rows = ["hour,span_h,total_gpus,healthy_gpus,assigned,allocated,unallocated,squat,"
-            "pending,running,starts,preemptions"]
-    rows += [f"{h},1,128,128,{100 + (h * 7) % 28},90,10,0,5,40,3,1" for h in range(48)]
-    (tmp_path / "cluster_hours-fairshare.csv").write_text("\n".join(rows) + "\n")
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real simulator run: the seed scenario, 3 days on 128 GPUs, both policies."""
+    out = tmp_path_factory.mktemp("sim")
+    run_policies(seed_scenario(days=3, size=128), POLICIES, progress=False, out=out)
+    return out
+
+
+def test_sim_page_renders_a_picked_run(served: Served, page: Any, sim_run: Path) -> None:
+    """/sim reads a real run's summary.json and its cluster_hours table, picked with the file
+    input (no upload), and shows each policy's headline figures (overall attainment, teams
+    at 95% or more) and its attainment for every budget, as the run wrote them."""
+    summaries = json.loads((sim_run / "summary.json").read_text())
+    assert [s["policy"] for s in summaries] == list(POLICIES)
     page.goto(served.url + "/sim")
-    page.set_input_files("#files", [str(tmp_path / "summary.json"),
-                                    str(tmp_path / "cluster_hours-fairshare.csv")])
+    page.set_input_files("#files", [str(sim_run / "summary.json"),
+                                    str(sim_run / "cluster_hours-fairshare.csv")])
     page.wait_for_selector("#headline:not([hidden]) tbody tr", timeout=WAIT_MS)
     heads = page.eval_on_selector_all("#headline thead th", "ths => ths.map(t => t.innerText)")
-    assert heads == ["FIGURE", "FAIRSHARE", "LEGACY"] or heads == ["Figure", "fairshare",
-                                                                   "legacy"]
-    text = page.inner_text("#headline")
-    assert "99.1%" in text and "88.0%" in text  # attainment, overall
-    assert "3 of 3" in text  # teams at 95% or more
+    assert [h.lower() for h in heads] == ["figure", *POLICIES]
+    rows = page.eval_on_selector_all(
+        "#headline tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.innerText))")
+    figures = {r[0]: r[1:] for r in rows}
+    assert figures["Attainment, overall"] == [_pct(s["attainment"]["overall"])
+                                              for s in summaries]
+    assert figures["Teams at 95% or more"] == [
+        f"{s['attainment']['teams_ge_95']} of {s['attainment']['teams']}" for s in summaries]
     page.wait_for_selector("#attainment:not([hidden]) tbody tr", timeout=WAIT_MS)
+    cells = page.eval_on_selector_all(
+        "#attainment tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.innerText))")
+    budgets = sorted({b for s in summaries for b in s["attainment"]["per_budget"]})
+    assert [c[0] for c in cells] == [b.split("/")[-1] for b in budgets]
+    assert [c[1:] for c in cells] == [
+        [_pct(v) if (v := s["attainment"]["per_budget"].get(b)) is not None else "-"
+         for s in summaries] for b in budgets]
     assert page.locator("#occupancy svg.spark").count() == 1
     assert page.inner_text("#error") == ""
     _shot(page, "sim.png")

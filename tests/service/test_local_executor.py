@@ -1,7 +1,9 @@
-"""The local executor with real process groups."""
+"""The local executor with real process groups (single-user mode: work runs as the test's
+own user; running work as its owner's account is tested in test_isolation.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,9 +15,16 @@ import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
 from apportion.service.executors import _procfs
-from apportion.service.executors.local import LocalExecutor
+from apportion.service.executors.identity import Identity
+from apportion.service.executors.local import LocalExecutor as _LocalExecutor
 
 DEADLINE_S = 30.0  # generous: only bounds a hang, never asserts speed
+
+
+class LocalExecutor(_LocalExecutor):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("identity", Identity(single_user=True))
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -170,9 +179,11 @@ def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
     assert ex.find("w-000001", 1) == h
     assert ex.find("w-000002", 1) is None
     marker = tmp_path / "ran"
+    spec = tmp_path / "run" / "w-000002.1.spec"
+    spec.write_text(json.dumps({"workload": "w-000002", "attempt": 1,
+                                "argv": ["touch", str(marker)], "env": {}}))
     rc = subprocess.run(
-        [sys.executable, "-m", "apportion.service.executors._wrapper", str(tmp_path / "run"),
-         "w-000002", "1", "--", "touch", str(marker)],
+        [sys.executable, "-m", "apportion.service.executors._wrapper", str(spec)],
         capture_output=True, text=True, check=False,
     )
     assert rc.returncode == 0 and "voided" in rc.stderr

@@ -1,4 +1,4 @@
-"""Migration 0004 on a database written before it (at revision 0002), on SQLite and
+"""Migration 0004 on a database written before it (at revision 0003), on SQLite and
 PostgreSQL: old tokens get their ids and keep working as ``user`` tokens, and weights
 stored before the weight range existed are brought into it, so the tree loads."""
 
@@ -17,15 +17,15 @@ from apportion.service.store.store import MIGRATIONS
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_upgrade_from_0002_keeps_tokens_and_clamps_weights(tmp_path: Path,
+def test_upgrade_from_0003_keeps_tokens_and_clamps_weights(tmp_path: Path,
                                                            backend: str) -> None:
-    """Rows of revision 0002 survive the upgrade, made valid."""
+    """Rows of revision 0003 survive the upgrade, made valid."""
     store = Store(db_url(backend, tmp_path))
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     with store.engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")
+        command.upgrade(cfg, "0003")
         conn.execute(text("INSERT INTO users (name, admin) VALUES ('alice', false)"))
         conn.execute(text("INSERT INTO tokens (hash, \"user\", created_at) "
                           "VALUES (:h, 'alice', 1.0)"), {"h": "ab" * 32})

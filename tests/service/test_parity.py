@@ -15,11 +15,14 @@ import pytest
 from store_db import BACKENDS, open_store
 
 from apportion.core import (
+    After,
     BudgetNode,
     BudgetTree,
+    Hold,
     Host,
     HostState,
     PolicyConfig,
+    PreemptReason,
     WorkloadSpec,
     decide,
 )
@@ -47,16 +50,41 @@ TRACE = [
     ("w-000007", 2500, "ai/llm", 4, 0, True, 0, 1000),
     ("w-000008", 4000, "ai/vision", 8, 1800, True, 900, 6000),
     ("w-000009", 7300, "ops", 4, 900, True, 0, 2000),
+    # an array of three, at most one at a time
+    ("w-000010", 7400, "ops", 4, 300, False, 0, 600),
+    ("w-000011", 7400, "ops", 4, 300, False, 0, 600),
+    ("w-000012", 7400, "ops", 4, 300, False, 0, 600),
+    ("w-000013", 7500, "ai/llm", 2, 600, False, 0, 700),  # afterok:w-000005 (completed)
+    ("w-000014", 7600, "ai/vision", 2, 600, False, 0, 700),  # afternotok:w-000013: never
+    ("w-000015", 7700, "ai/vision", 2, 300, False, 0, 900),  # afterany:w-000011
+    ("w-000016", 8000, "ai/vision", 4, 300, False, 0, 5000),  # stopped at its time limit
 ]
+ARRAY = ("w-000010", (0, 1, 2), 1)  # first id, indexes, throttle
+AFTER = {"w-000013": ("afterok", "w-000005"), "w-000014": ("afternotok", "w-000013"),
+         "w-000015": ("afterany", "w-000011")}
+TIME_LIMITS = {"w-000016": 350.0}
 EVENTS = [HostEvent(3000.0, "h1", HostEventKind.UNHEALTHY)]
 
 
 def specs() -> list[tuple[WorkloadSpec, float]]:
     return [
         (WorkloadSpec(wid, budget, gpus, float(m), float(t), user="alice", resumable=res,
-                      checkpoint_interval=float(c)), float(d))
+                      checkpoint_interval=float(c), time_limit=TIME_LIMITS.get(wid, 0.0)),
+         float(d))
         for wid, t, budget, gpus, m, res, c, d in TRACE
     ]
+
+
+def hold(wid: str) -> Hold | None:
+    """The simulator's view of a workload's dependency and array throttle."""
+    first, indexes, throttle = ARRAY
+    element = int(wid[2:]) - int(first[2:])
+    if 0 <= element < len(indexes):
+        return Hold(wid, array=first, index=indexes[element], throttle=throttle)
+    if wid in AFTER:
+        kind, dep = AFTER[wid]
+        return Hold(wid, after=((After(kind), dep),))
+    return None
 
 
 def simulate(config: PolicyConfig) -> list[str]:
@@ -64,7 +92,7 @@ def simulate(config: PolicyConfig) -> list[str]:
         name="parity",
         tree=BudgetTree.build(BudgetNode(p, w) for p, w in TREE.items()),
         hosts=tuple(Host(n, g) for n, g in HOSTS),
-        jobs=tuple(SimJob(spec, d) for spec, d in specs()),
+        jobs=tuple(SimJob(spec, d, hold=hold(spec.id)) for spec, d in specs()),
         host_events=tuple(EVENTS),
         days=DAYS,
         repair_time=REPAIR,
@@ -110,6 +138,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
             *(h for h in hours if h > t),
             *(x for x in [executor.next_exit()] if x is not None),
             *protections,
+            *(d for d in st.deadlines.values() if d > t),
             *repairs.values(),
         ]
         t = min(candidates, default=end)
@@ -126,13 +155,19 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
                 del repairs[name]
         while submissions and submissions[0][0].submit_time == t:
             spec, duration = submissions.pop(0)
+            executor.durations[spec.id] = duration
+            first, indexes, throttle = ARRAY
+            if spec.id in store.statuses([spec.id]):
+                continue  # an array element, stored with the array's first
+            after = [AFTER[spec.id]] if spec.id in AFTER else []
             row = store.add_workload(
                 budget=spec.budget, gpus=spec.gpus, min_runtime=spec.min_runtime,
                 submit_time=t, command=["train"], actor="alice", resumable=spec.resumable,
-                checkpoint_interval=spec.checkpoint_interval,
+                checkpoint_interval=spec.checkpoint_interval, time_limit=spec.time_limit,
+                dependencies=after, array=indexes if spec.id == first else (),
+                array_throttle=throttle if spec.id == first else 0,
             )
             assert row.id == spec.id
-            executor.durations[row.id] = duration
         lines = sched.step(t)
         for line in lines:
             parts = line.split()
@@ -146,10 +181,21 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: Path) -> None:
     """Same trace, same policy: the live scheduler's decision log equals the simulator's,
-    line by line (starts, preemptions of each reason, a drain and its repair)."""
+    line by line (starts, preemptions of each reason, a drain and its repair, a time limit),
+    with an array throttle and dependencies deciding what may join the queue."""
     config = PolicyConfig()
     expected = simulate(config)
     kinds = {line.split()[1] for line in expected}
     reasons = {line.split()[3] for line in expected if line.split()[1] == "preempt"}
-    assert {"start", "preempt", "host"} <= kinds and {"unallocated", "drain"} <= reasons
+    decided = {r.value for r in PreemptReason if r is not PreemptReason.HOST_FAILURE}
+    assert {"start", "preempt", "host", "timeout"} <= kinds
+    assert reasons == decided  # each reason decide issues
+    starts = {line.split()[2]: float(line.split()[0]) for line in expected
+              if line.split()[1] == "start"}
+    # the throttle: each element starts only once the one before has ended (600 s each)
+    assert starts["w-000011"] >= starts["w-000010"] + 600
+    assert starts["w-000012"] >= starts["w-000011"] + 600
+    # dependencies: met ones start once met, one that can never be met never starts
+    assert "w-000013" in starts and "w-000014" not in starts
+    assert starts["w-000015"] >= starts["w-000011"] + 600
     assert serve(backend, tmp_path, config) == expected

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -258,34 +259,41 @@ class _FlakyStore:
 
 
 def test_loop_survives_store_outage(lite: Env) -> None:
-    """A pass that hits a store error fails, the loop keeps running, and once the store is
-    back the scheduler rebuilds its state and starts what was submitted meanwhile."""
+    """A pass that hits a store error fails, the loop keeps running (3 failed passes within
+    10 s), and once the store is back the scheduler rebuilds its state and starts what was
+    submitted meanwhile (within 10 s); asked to stop, the loop ends within 5 s."""
     flaky = _FlakyStore(lite.store)
     lite.sched.store = flaky  # type: ignore[assignment]
     stop = threading.Event()
-    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop))
+    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop), daemon=True)
     thread.start()
     try:
         flaky.down = True
         failures = lite.sched.errors
+        deadline = time.monotonic() + 10.0
         while lite.sched.errors < failures + 3:
+            assert time.monotonic() < deadline, "the loop stopped passing while the store was down"
             lite.sched.wake()
             stop.wait(0.01)
+        assert thread.is_alive()
         wid = lite.submit(gpus=2)  # accepted while the scheduler cannot read the store
         flaky.down = False
+        deadline = time.monotonic() + 10.0
         while status(lite, wid) is not Status.RUNNING:
+            assert time.monotonic() < deadline, "nothing started once the store was back"
             lite.sched.wake()
             stop.wait(0.01)
     finally:
         stop.set()
         lite.sched.wake()
-        thread.join()
-    assert thread.is_alive() is False
+        thread.join(timeout=5.0)
+    assert not thread.is_alive(), "the loop did not stop within 5 s of being asked"
 
 
 def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     """The queue view lists pending work in the policy's order with wait reasons, and
-    running work with the end of its protection."""
+    running work with the end of its protection; ``why`` answers the same for one workload
+    (pending and why, running and until when) and None for an unknown one."""
     big = lite.submit(gpus=8, min_runtime=600.0)
     lite.at(0.0)
     small = lite.submit(budget="ai/vision", gpus=2, min_runtime=60.0)
@@ -295,4 +303,12 @@ def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     assert [(r["id"], r["protected_until"]) for r in view["running"]] == [(big, 600.0)]
     assert view["hosts"][0] == {"name": "h0", "gpus": 8, "state": "healthy", "reason": "",
                                 "used": 8, "free": 0}
-    assert lite.sched.why(small) is not None
+    why_small = lite.sched.why(small)
+    assert why_small is not None
+    assert (why_small["status"], why_small["id"], why_small["wait_reason"]) == (
+        "pending", small, "no_capacity")
+    why_big = lite.sched.why(big)
+    assert why_big is not None
+    assert (why_big["status"], why_big["id"], why_big["protected_until"]) == (
+        "running", big, 600.0)
+    assert lite.sched.why("w-999999") is None

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from apportion.cli.main import main
@@ -79,6 +81,17 @@ def test_bad_set_value_names_the_key(tmp_path: Path) -> None:
     assert "lookback" in out
 
 
+def test_bad_set_values_say_what_is_expected(tmp_path: Path) -> None:
+    """--set errors name the key and what would do, in the user's terms: a duration, a
+    whole number, a boolean."""
+    for item, expected in (("lookback=-1h", "lookback: must be a duration like 30m, 8h"),
+                           ("decide_rounds=x", "decide_rounds: not a whole number: 'x'"),
+                           ("rebalance=maybe", "rebalance: not a boolean: 'maybe'")):
+        code, out = invoke("simulate", "--scenario", "small", "--set", item,
+                           "--out", str(tmp_path))
+        assert code == 2 and "--set" in out and expected in out, (item, out)
+
+
 def test_tree_file_must_cover_the_budgets(tmp_path: Path) -> None:
     """A --tree that lacks the scenario's budgets is refused, naming a missing budget."""
     tree = tmp_path / "tree.toml"
@@ -143,3 +156,79 @@ def test_tree_and_cluster_files(tmp_path: Path) -> None:
     (s,) = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert (s["hosts"], s["gpus"]) == (6, 24)
     assert set(s["wait_s"]["per_budget"]) & set(leaves)
+
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_trace_without_budgets_names_the_flags(tmp_path: Path) -> None:
+    """An ITP trace (no budget column) without --budgets is a usage error that names the
+    flags as typed (--budgets N, --budget-column NAME), not the Python arguments."""
+    code, out = invoke("simulate", "--trace", str(DATA / "itp" / "cluster10.csv"), "--format",
+                       "itp", "--cluster", "2x8", "--quiet", "--out", str(tmp_path))
+    assert code == 2, out
+    assert "pass --budgets N" in out and "--budget-column NAME" in out
+    assert "budgets=N" not in out and "budget_column" not in out
+
+
+def test_sacct_trace_without_cluster_runs_on_its_own_hosts(tmp_path: Path) -> None:
+    """A sacct trace with NodeList and no --cluster runs on the hosts it names (4 hosts of
+    8 GPUs), and says so."""
+    code, out = invoke("simulate", "--trace", str(DATA / "sacct_nodes.txt"), "--format",
+                       "sacct", "--policy", "fairshare", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    assert "cluster from the trace's NodeList: 4 hosts, 8 GPUs each, 32 GPUs" in out
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert (s["hosts"], s["gpus"]) == (4, 32)
+
+
+def test_sacct_trace_without_nodelist_or_cluster_is_refused(tmp_path: Path) -> None:
+    """A sacct trace that does not name its hosts, given without --cluster, is refused with
+    a message naming --cluster (and NodeList); nothing is written."""
+    out_dir = tmp_path / "o"
+    code, out = invoke("simulate", "--trace", str(DATA / "sacct_sample.txt"), "--format",
+                       "sacct", "--quiet", "--out", str(out_dir))
+    assert code == 2, out
+    assert "--cluster HOSTSxGPUS" in out and "NodeList" in out
+    assert not out_dir.exists()
+
+
+def test_size_gives_a_trace_its_cluster(tmp_path: Path) -> None:
+    """--size 16 without --cluster runs a trace on 2 hosts of 8 GPUs."""
+    code, out = invoke("simulate", "--trace", str(DATA / "sacct_sample.txt"), "--format",
+                       "sacct", "--size", "16", "--policy", "fairshare", "--quiet",
+                       "--out", str(tmp_path))
+    assert code == 0, out
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert (s["hosts"], s["gpus"]) == (2, 16)
+
+
+def test_map_with_sacct_is_refused_naming_the_flags(tmp_path: Path) -> None:
+    """--map with --format sacct is a usage error naming both flags."""
+    code, out = invoke("simulate", "--trace", str(DATA / "sacct_sample.txt"), "--format",
+                       "sacct", "--map", "gpus=x", "--cluster", "2x8", "--out", str(tmp_path))
+    assert code == 2, out
+    assert "--map" in out and "--format sacct" in out
+
+
+def test_map_errors_name_the_flag(tmp_path: Path) -> None:
+    """A --map item without '=' or naming no canonical field is refused naming --map."""
+    for item, expected in (("gpus", "expected canonical=column, got 'gpus'"),
+                           ("gpuz=num_gpu", "gpuz: not a canonical field")):
+        code, out = invoke("simulate", "--trace", str(DATA / "itp" / "cluster10.csv"),
+                           "--format", "csv", "--map", item, "--cluster", "2x8",
+                           "--out", str(tmp_path))
+        assert code == 2 and "--map" in out and expected in out, (item, out)
+        assert "mapping" not in out
+
+
+def test_a_report_writer_that_cannot_be_imported_fails_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When apportion.sim.report cannot be imported, simulate exits non-zero saying that
+    report.html could not be written (no silent skip)."""
+    monkeypatch.setitem(sys.modules, "apportion.sim.report", None)
+    code, out = invoke("simulate", "--scenario", "small", "--days", "1", "--policy",
+                       "fairshare", "--quiet", "--out", str(tmp_path))
+    assert code == 1, out
+    assert "report.html: cannot write the report" in out
+    assert not (tmp_path / "report.html").exists()

@@ -1,196 +1,384 @@
-"""The HTML report: rendered from small hand-made tables in the documented layout."""
+"""The HTML report, rendered from real short simulation runs: a 3-day seed scenario (both
+policies) and a replay of a 6-budget ITP trace. Tables are parsed, not searched for
+substrings; plots are parsed as SVG."""
 
 from __future__ import annotations
 
 import csv
+import json
 import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
-from apportion.sim.report import write_report
+from apportion.cli.main import main
+from apportion.sim.report import (
+    BUDGET_COLORS,
+    OTHER_COLOR,
+    POLICY_COLORS,
+    REFERENCE,
+    REFERENCE_HEADING,
+    RunTables,
+    fmt_num,
+    fmt_pct,
+    load_tables,
+    worse_notes,
+    write_report,
+)
+from apportion.sim.run import run_policies
+from apportion.sim.scenarios import seed_scenario
 
-# budget -> (depth, leaf, share)
-NODES = {
-    "a": (1, 0, 0.6),
-    "a/x": (2, 0, 0.6),
-    "a/x/u1": (3, 1, 0.4),
-    "a/x/u2": (3, 1, 0.2),
-    "b": (1, 0, 0.4),
-    "b/y": (2, 0, 0.4),
-    "b/y/u3": (3, 1, 0.4),
-}
-HOURS = 30
-WORKLOAD_COLUMNS = [
-    "id", "budget", "team", "user", "gpus", "min_runtime", "allocated", "debug", "resumable",
-    "priority", "legacy_priority", "legacy_preemptible", "squat", "submit_time", "duration",
-    "first_start", "end_time", "status", "runs", "preemptions", "wait_s", "first_wait_s",
-    "run_gpu_hours", "lost_gpu_hours",
-]
-
-
-def _write(path: Path, header: list[str], rows: list[list[Any]]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
+DATA = Path(__file__).parent / "data"
+POLICIES = ("fairshare", "legacy")
+FIGURES = ("waits", "attain", "budgets", "ratio", "occupancy", "preempt")
 
 
-def _tables(out: Path, policy: str, scale: float) -> dict[str, Any]:
-    """Write the three tables of one policy and return its summary. ``scale`` (0..1) shrinks
-    what the budgets receive so the two policies differ."""
-    rows = []
-    for h in range(HOURS):
-        for node, (depth, leaf, share) in NODES.items():
-            owed = share * 32
-            delivered = owed * scale
-            rows.append([h, 1, node, depth, leaf, share, 32, owed * 2, owed, delivered,
-                         min(owed, delivered), 2.0 if depth == 1 else 0.0, 0, owed * h,
-                         scale])
-    _write(out / f"budget_hours-{policy}.csv",
-           ["hour", "span_h", "budget", "depth", "leaf", "share", "healthy_gpus", "asked",
-            "owed", "delivered", "attained", "free", "squat", "window_charged",
-            "usage_ratio"], rows)
-    _write(out / f"cluster_hours-{policy}.csv",
-           ["hour", "span_h", "total_gpus", "healthy_gpus", "assigned", "allocated",
-            "unallocated", "squat", "pending", "running", "starts", "preemptions"],
-           [[h, 1, 32, 32 if h % 10 else 24, 32 * scale, 28 * scale, 4, 0, 5 + h % 3, 6, 3,
-             h % 4] for h in range(HOURS)])
-    wl = []
-    for i in range(40):
-        debug = i % 3 == 0
-        wait = float(i * 37 % 5000) * (1 if policy == "fairshare" else 4)
-        started = i % 11 != 0
-        wl.append([f"w{i}", "a/x/u1" if i % 2 else "b/y/u3", "a/x" if i % 2 else "b/y", "u1",
-                   4 if debug else 8, 600 if debug else 3600, 1, int(debug), 1, 0, "high", 1, 0,
-                   i * 100.0, 1800.0, i * 100.0 + wait if started else "", "",
-                   "completed" if started else "pending", 1, 0, wait if started else "",
-                   wait if started else "", 1.0, 0.0])
-    _write(out / f"workloads-{policy}.csv", WORKLOAD_COLUMNS, wl)
-    return {
-        "policy": policy, "scenario": "handmade", "seed": 3, "sim_days": HOURS / 24,
-        "hosts": 4, "gpus": 32, "workloads": 40, "rejected": 0, "completed": 36,
-        "unfinished": {"pending": 4, "running": 0},
-        "abandoned": {"count": 17 if policy == "legacy" else 3, "gpu_hours_requested": 321.0,
-                      "debug": 9 if policy == "legacy" else 0,
-                      "per_budget": {"b/y": 2, "b/y/u3": 2}},
-        "outstanding_ratio": {"mean": 2.4142, "p10": 1.5, "p50": 2.5, "p90": 3.25},
-        "occupancy": 0.9731 * scale, "unallocated_fraction": 0.1234, "availability": 0.9512,
-        "attainment": {"overall": scale, "min": scale * 0.9, "min_budget": "b/y",
-                       "min_leaf": scale * 0.8, "min_leaf_budget": "b/y/u3", "teams": 2,
-                       "teams_ge_95": 2 if scale > 0.97 else 0,
-                       "per_budget": {n: scale for n in NODES}},
-        "wait_s": {"all": {"p50": 24.0, "p90": 6480.0, "p99": 20000.0, "n": 36},
-                   "debug": {"p50": 3.0, "p90": 30.0, "p99": 90.0, "n": 12},
-                   "per_budget": {"a/x": {"p50": 20.0, "p90": 100.0, "p99": 200.0, "n": 18}}},
-        "preemptions": {"unallocated": 7, "rebalance": 5, "drain": 2, "host_failure": 1,
-                        "total": 15},
-        "protected_preemptions": 0, "lost_gpu_hours": 12.5, "restart_overhead_gpu_hours": 1.0,
-        "squat_gpu_hours": 3.0,
-        "drains": {"count": 3, "finished": 3, "p90_time_to_drain_s": 7200.0,
-                   "automated_fraction": 1.0, "human_kills": 0},
-        "host_failures": 1, "priority_inflation": {"high_or_urgent_share": 0.77},
-        "wall_s": 1.5,
-    }
+# ---- parsing helpers -----------------------------------------------------------------------
+class _Tables(HTMLParser):
+    """Every <table> as (class, rows), a row being the text of its cells; and the text of
+    every <p class='why'>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[tuple[str, list[list[str]]]] = []
+        self.why: list[str] = []
+        self._cell: list[str] | None = None
+        self._in_why = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self.tables.append((a.get("class") or "", []))
+        elif tag == "tr" and self.tables:
+            self.tables[-1][1].append([])
+        elif tag in ("td", "th") and self.tables:
+            self._cell = []
+        elif tag == "p" and a.get("class") == "why":
+            self._in_why = True
+            self.why.append("")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None:
+            self.tables[-1][1][-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "p":
+            self._in_why = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._in_why:
+            self.why[-1] += data
+
+
+def parse(text: str) -> _Tables:
+    p = _Tables()
+    p.feed(text)
+    return p
+
+
+def table(text: str, cls: str) -> list[list[str]]:
+    (rows,) = [rows for c, rows in parse(text).tables if c == cls][:1]
+    return rows
+
+
+def headline(text: str) -> dict[str, list[str]]:
+    """The headline table as metric -> the cells after it."""
+    rows = table(text, "headline")
+    return {r[0]: r[1:] for r in rows}
+
+
+def figures(text: str) -> dict[str, ET.Element]:
+    """Each figure's inline SVG, parsed (the xlink prefix is dropped: the report declares no
+    namespaces, which HTML does not need but XML does)."""
+    out = {}
+    for key, svg in re.findall(r"<figure id='fig-(\w+)'>(<svg.*?</svg>)", text, re.S):
+        out[key] = ET.fromstring(svg.replace("xlink:", ""))
+    return out
+
+
+def shape_colors(svg: ET.Element) -> set[str]:
+    """Fill and stroke colours of every drawn shape (text left out: titles may be coloured)."""
+    colors: set[str] = set()
+    for el in svg.iter():
+        if el.tag == "text":
+            continue
+        colors |= set(re.findall(r"(?:fill|stroke): (#[0-9a-f]{6})", el.get("style") or ""))
+    return colors
+
+
+def texts(svg: ET.Element) -> list[ET.Element]:
+    return [el for el in svg.iter() if el.tag == "text"]
+
+
+# ---- the runs ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], str]:
+    """The seed scenario, 3 days on 128 GPUs, both policies, written with its report."""
+    out = tmp_path_factory.mktemp("seed")
+    run_policies(seed_scenario(days=3, size=128), POLICIES, progress=False, out=out)
+    summaries = json.loads((out / "summary.json").read_text())
+    return out, summaries, (out / "report.html").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """One report of two policies, rendered once for the tests that only read it."""
-    out = tmp_path_factory.mktemp("report")
-    summaries = [_tables(out, "fairshare", 0.99), _tables(out, "legacy", 0.7)]
-    path = write_report(out, summaries, scenario_meta={"submitted_supply_ratio": 2.5})
-    return out, path, path.read_text(encoding="utf-8")
+def trace_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]], str]:
+    """The ITP trace cluster10 with 6 synthetic budgets on 4 hosts of 8 GPUs, both policies,
+    through the command line."""
+    out = tmp_path_factory.mktemp("trace")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(DATA / "itp" / "cluster10.csv"), "--format", "itp",
+        "--budgets", "6", "--cluster", "4x8", "--quiet", "--out", str(out)],
+        catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summaries = json.loads((out / "summary.json").read_text())
+    return out, summaries, (out / "report.html").read_text(encoding="utf-8")
 
 
-def test_report_is_written_to_out_dir(two: tuple[Path, Path, str]) -> None:
-    """write_report writes out_dir/report.html and returns that path."""
-    out, path, text = two
-    assert path == out / "report.html"
-    assert text.startswith("<!DOCTYPE html>")
+Run = tuple[Path, list[dict[str, Any]], str]
 
 
-def test_report_references_nothing_outside_the_file(two: tuple[Path, Path, str]) -> None:
-    """No script, stylesheet, font, image or URL: the report opens offline."""
-    text = two[2]
+# ---- the file ------------------------------------------------------------------------------
+def test_report_references_nothing_outside_the_file(seed_run: Run) -> None:
+    """No script, stylesheet, font, image or URL: the report opens offline; every url(...)
+    in the SVGs points inside the document; ids are unique across the document."""
+    text = seed_run[2]
     lower = text.lower()
-    assert "<script" not in lower
-    assert "<link" not in lower
-    assert "<img" not in lower
-    assert "@import" not in lower
-    assert "url(http" not in lower
-    assert "http://" not in lower and "https://" not in lower
-    # every url(...) in the SVGs points inside the document
+    for needle in ("<script", "<link", "<img", "@import", "http://", "https://"):
+        assert needle not in lower, needle
     assert all(ref.startswith("#") for ref in re.findall(r"url\(([^)]*)\)", text))
-
-
-def test_report_holds_the_plots_inline(two: tuple[Path, Path, str]) -> None:
-    """The waits, attainment, budget-time, usage-ratio, occupancy and preemption plots are
-    inline SVG, with ids unique across the document."""
-    text = two[2]
-    assert text.count("<svg") == 6
-    for heading in ("Waits", "Attainment per budget", "GPU time per budget over time",
-                    "Usage ratio", "Occupancy over time", "Preemptions over time"):
-        assert f"<h2>{heading}</h2><figure><svg" in text
     ids = re.findall(r'\bid="([^"]+)"', text)
     assert len(ids) == len(set(ids))
 
 
-def test_report_shows_the_headline_numbers(two: tuple[Path, Path, str]) -> None:
-    """The headline table shows each policy's figures, formatted, side by side."""
-    text = two[2]
-    assert "<th>fairshare</th>" in text and "<th>legacy</th>" in text
-    assert "96.3%" in text  # fairshare occupancy 0.9731 x 0.99
-    assert "68.1%" in text  # legacy occupancy 0.9731 x 0.7
-    assert "12.3%" in text  # unallocated fraction
-    assert "95.1%" in text  # availability
-    assert "24 s / 1.8 h / 5.6 h" in text  # waits, all
-    assert "3 s / 30 s / 1.5 min" in text  # waits, debug
-    assert "12.5" in text  # lost GPU-hours
-    assert "2 of 2" in text and "0 of 2" in text  # teams at >= 95%
+def test_report_has_the_six_figures(seed_run: Run, trace_run: Run) -> None:
+    """Both reports hold the waits, attainment, budget-time, usage-ratio, occupancy and
+    preemption figures, in that order, each an inline SVG."""
+    for run in (seed_run, trace_run):
+        assert list(figures(run[2])) == list(FIGURES)
 
 
-def test_report_shows_outstanding_demand_and_abandoned_work(
-        two: tuple[Path, Path, str]) -> None:
-    """The headline table shows the outstanding-demand ratio (mean, p10, p90) and the
-    abandoned counts per policy; the budget table counts abandoned work per team."""
-    text = two[2]
-    assert "2.41x (1.50x / 3.25x)" in text
-    assert "<td>3 / 0</td><td>17 / 9</td>" in text
-    assert "<th>legacy abandoned</th>" in text
-    row = re.search(r"<tr class='team'><th[^>]*>b/y</th>(.*?)</tr>", text)
-    assert row is not None and row.group(1).endswith("<td>2</td><td>2</td>")
+def test_report_speaks_only_of_the_project(seed_run: Run, trace_run: Run) -> None:
+    """Neither report mentions anything but the project and its runs: no brief, premise,
+    organisation or development process."""
+    for run in (seed_run, trace_run):
+        lower = run[2].lower()
+        for word in ("brief", "premise", "ai2", "issue", "ticket"):
+            assert word not in lower, word
 
 
-def test_report_lists_attainment_at_every_level(two: tuple[Path, Path, str]) -> None:
-    """Every node of the budget tree appears in the attainment tables, with its share."""
-    text = two[2]
-    for node in NODES:
-        assert f">{node}</th>" in text
-    assert "60.00%" in text  # share of program a
+# ---- the headline table --------------------------------------------------------------------
+def test_seed_headline_has_a_published_reference_column(seed_run: Run) -> None:
+    """The seed report's headline table has 4 columns (metric, fairshare, legacy, the
+    published rollout) on every row, and the reference cells hold the published figures."""
+    rows = table(seed_run[2], "headline")
+    assert rows[0] == ["metric", *POLICIES, REFERENCE_HEADING]
+    assert all(len(r) == 4 for r in rows), [r for r in rows if len(r) != 4]
+    by_metric = {r[0]: r for r in rows}
+    assert by_metric["teams at >= 95%"][3] == REFERENCE["teams_ge_95"]
+    assert by_metric["occupancy"][3] == REFERENCE["occupancy"]
 
 
-def test_report_shows_the_scenario_calibration(two: tuple[Path, Path, str]) -> None:
-    """Scenario meta given to write_report is shown."""
-    text = two[2]
-    assert "submitted_supply_ratio" in text and "2.5" in text
+def test_trace_headline_has_no_reference_column(trace_run: Run) -> None:
+    """A trace's headline table has 3 columns on every row and none of the published
+    figures: they describe the seed scenario's situation, not this trace (6 teams)."""
+    text = trace_run[2]
+    rows = table(text, "headline")
+    assert rows[0] == ["metric", *POLICIES]
+    assert all(len(r) == 3 for r in rows)
+    assert REFERENCE_HEADING not in text and "13 of 15" not in text
+    assert headline(text)["teams at >= 95%"][0].endswith(" of 6")
 
 
-def test_report_works_for_one_policy(tmp_path: Path) -> None:
-    """A single policy gives a report with one result column and all its plots."""
-    summary = _tables(tmp_path, "fairshare", 0.99)
-    text = write_report(tmp_path, [summary]).read_text(encoding="utf-8")
-    assert "<th>fairshare</th>" in text and "<th>legacy</th>" not in text
-    assert text.count("<svg") == 6
+def test_headline_cells_are_the_summary_figures(seed_run: Run) -> None:
+    """Headline cells show each policy's summary figures, formatted."""
+    _, summaries, text = seed_run
+    h = headline(text)
+    for i, s in enumerate(summaries):
+        assert h["occupancy"][i] == fmt_pct(s["occupancy"])
+        assert h["unallocated fraction"][i] == fmt_pct(s["unallocated_fraction"])
+        assert h["lost GPU-hours"][i] == fmt_num(s["lost_gpu_hours"], 1)
+        assert h["preemptions: total"][i] == fmt_num(s["preemptions"]["total"])
+        assert h["abandoned (never started): all / debug"][i] == (
+            f"{fmt_num(s['abandoned']['count'])} / {fmt_num(s['abandoned']['debug'])}")
+        att = s["attainment"]
+        assert h["teams at >= 95%"][i] == f"{att['teams_ge_95']} of {att['teams']}"
 
 
-def test_report_survives_missing_tables(tmp_path: Path) -> None:
-    """With only the summary, the report still renders its tables and says what is missing."""
-    summary = _tables(tmp_path, "fairshare", 0.99)
-    for f in tmp_path.glob("*.csv"):
-        f.unlink()
-    text = write_report(tmp_path, [summary]).read_text(encoding="utf-8")
-    assert "workloads-fairshare.csv" in text
-    assert "<svg" in text  # attainment bars come from the summary alone
-    assert "96.3%" in text
+def test_headline_durations_are_in_human_units(seed_run: Run) -> None:
+    """Wait cells read like '0 s / 50 min 39 s / 14 h 58 min': every part a number with
+    s, min, h or d, never a bare count of seconds."""
+    h = headline(seed_run[2])
+    part = r"(–|\d+ (s|min|h|d)( \d+ (s|min|h))?)"
+    for metric in ("wait p50 / p90 / p99, all", "wait p50 / p90 / p99, debug"):
+        for cell in h[metric][:len(POLICIES)]:  # the reference cell quotes the published text
+            assert re.fullmatch(rf"{part} / {part} / {part}", cell), cell
+
+
+# ---- the budget table ----------------------------------------------------------------------
+def test_budget_table_has_a_column_per_figure_and_policy(seed_run: Run) -> None:
+    """The per-budget table has budget, share, attainment per policy, waits per policy and
+    abandoned per policy: 8 cells on every row, one row per program and team."""
+    rows = table(seed_run[2], "budgets")
+    assert rows[0] == ["budget", "share", "fairshare attainment", "legacy attainment",
+                       "fairshare wait p50 / p90",
+                       "legacy wait p50 / p90", "fairshare abandoned", "legacy abandoned"]
+    assert all(len(r) == 8 for r in rows)
+    names = [r[0] for r in rows[1:]]
+    assert len([n for n in names if "/" not in n]) == 4  # programs
+    assert len([n for n in names if "/" in n]) == 15  # teams
+
+
+# ---- colours, axes, labels, legends ----------------------------------------------------------
+def test_each_policy_has_one_colour_across_the_figures(seed_run: Run, trace_run: Run) -> None:
+    """The figures compared by policy (waits, attainment, occupancy) draw fairshare in its
+    blue and legacy in its orange and use no budget colour; the figures by budget and the
+    preemption figure use no policy colour in any shape."""
+    policy = set(POLICY_COLORS.values())
+    for run in (seed_run, trace_run):
+        figs = figures(run[2])
+        for key in ("waits", "attain", "occupancy"):
+            colors = shape_colors(figs[key])
+            assert policy <= colors, key
+            assert not colors & set(BUDGET_COLORS), key
+        for key in ("budgets", "ratio", "preempt"):
+            assert not shape_colors(figs[key]) & policy, key
+
+
+def test_each_budget_has_one_colour_across_the_figures(seed_run: Run, trace_run: Run) -> None:
+    """The budget-time and usage-ratio figures draw the same budgets (seed: 4 programs;
+    the trace: its 6 budgets under trace/) in the same colours, one colour each."""
+    for run, count in ((seed_run, 4), (trace_run, 6)):
+        figs = figures(run[2])
+        used = [shape_colors(figs[k]) & set(BUDGET_COLORS) for k in ("budgets", "ratio")]
+        assert used[0] == used[1]
+        assert len(used[0]) == count
+
+
+def tick_labels(svg: ET.Element, axes: int, axis: str) -> set[str]:
+    """The tick labels of the ``axis`` ("x" or "y") of the ``axes``-th plot (1-based)."""
+    (ax,) = [g for g in svg.iter("g") if (g.get("id") or "").endswith(f"-axes_{axes}")]
+    return {t.text or "" for g in ax.iter("g") if f"-{axis}tick_" in (g.get("id") or "")
+            for t in g.iter("text")}
+
+
+def test_attainment_and_occupancy_axes_are_percentages(seed_run: Run) -> None:
+    """The attainment axis (x, shared by both panels, labelled under the lower one), the
+    occupancy axis (y) and the wait CDFs (y) run from 0% to 100% with tick labels written
+    as percentages, nothing else."""
+    figs = figures(seed_run[2])
+    percent = {"0%", "20%", "40%", "60%", "80%", "100%"}
+    for key, axes, axis in (("attain", 2, "x"), ("occupancy", 1, "y"),
+                            ("waits", 1, "y"), ("waits", 2, "y")):
+        assert tick_labels(figs[key], axes, axis) == percent, (key, axes, axis)
+
+
+def test_attainment_labels_are_horizontal_and_complete(seed_run: Run) -> None:
+    """Every team's full name labels its bars, written horizontally (no rotated labels)."""
+    svg = figures(seed_run[2])["attain"]
+    labels = {t.text for t in texts(svg)}
+    teams = {r[0] for r in table(seed_run[2], "budgets")[1:] if "/" in r[0]}
+    assert teams <= labels
+    angles = {m for t in texts(svg)
+              for m in re.findall(r"rotate\((-?[\d.]+)", t.get("transform") or "")}
+    assert angles <= {"-0", "0"}
+
+
+def test_legends_sit_outside_the_plots(seed_run: Run) -> None:
+    """No legend is drawn inside a plot's axes: every legend belongs to the figure."""
+    for key, svg in figures(seed_run[2]).items():
+        for group in svg.iter("g"):
+            if "axes_" in (group.get("id") or ""):
+                assert not [g for g in group.iter("g") if "legend" in (g.get("id") or "")], key
+        legends = len([g for g in svg.iter("g") if "legend" in (g.get("id") or "")])
+        assert legends >= 1, key
+
+
+# ---- where fair share is worse ---------------------------------------------------------------
+def _abandoned_by_kind(out: Path, policy: str) -> tuple[int, int]:
+    with (out / f"workloads-{policy}.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "abandoned"]
+    allocated = sum(1 for r in rows if r["allocated"] == "1")
+    return allocated, len(rows) - allocated
+
+
+def test_a_sentence_says_why_only_where_fair_share_is_worse(seed_run: Run) -> None:
+    """The abandoned, lost-GPU-hours and preemption sentences appear exactly when fair share
+    is worse on that figure, quoting both policies' figures; the abandoned sentence's split
+    into allocated and unallocated work matches the workloads tables."""
+    out, summaries, text = seed_run
+    why = parse(text).why
+    fs, lg = summaries
+    cases = [
+        ("Fair share abandoned more workloads", fs["abandoned"]["count"],
+         lg["abandoned"]["count"], 0),
+        ("Fair share lost more GPU-hours to preemption", fs["lost_gpu_hours"],
+         lg["lost_gpu_hours"], 0),
+        ("Fair share preempted more often", fs["preemptions"]["total"],
+         lg["preemptions"]["total"], 0),
+    ]
+    for start, f, x, digits in cases:
+        found = [w for w in why if w.startswith(start)]
+        assert bool(found) == (f > x), start
+        if found:
+            assert found[0].startswith(f"{start} ({fmt_num(f, digits)} vs {fmt_num(x, digits)})")
+    assert any(w.startswith("Fair share abandoned more") for w in why)  # this run has one
+    (text_ab,) = [w for w in why if w.startswith("Fair share abandoned more")]
+    fs_alloc, fs_unalloc = _abandoned_by_kind(out, "fairshare")
+    lg_alloc, _ = _abandoned_by_kind(out, "legacy")
+    assert (f"{fmt_num(fs_unalloc)} of them were unallocated work" in text_ab
+            and f"it abandoned {fmt_num(fs_alloc)}, legacy {fmt_num(lg_alloc)}" in text_ab)
+
+
+def test_no_sentence_when_fair_share_is_not_worse(seed_run: Run) -> None:
+    """With the summaries changed so fair share is better on abandoned work, lost GPU-hours
+    and preemptions, none of those sentences is written (same tables)."""
+    out, summaries, _ = seed_run
+    fs, lg = (json.loads(json.dumps(s)) for s in summaries)
+    fs["abandoned"]["count"] = lg["abandoned"]["count"] - 1
+    fs["lost_gpu_hours"] = lg["lost_gpu_hours"] / 2
+    fs["preemptions"]["total"] = lg["preemptions"]["total"] - 1
+    runs: list[RunTables] = [load_tables(out, p) for p in POLICIES]
+    notes = worse_notes([fs, lg], runs)
+    assert "headline" not in notes and "preempt" not in notes
+
+
+def test_one_policy_has_no_comparison(tmp_path: Path) -> None:
+    """A run of fair share alone: one result column, the reference column, every figure,
+    and no sentence comparing with legacy."""
+    run_policies(seed_scenario(days=1, size=64), ["fairshare"], progress=False, out=tmp_path)
+    text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert table(text, "headline")[0] == ["metric", "fairshare", REFERENCE_HEADING]
+    assert list(figures(text)) == list(FIGURES)
+    assert parse(text).why == []
+
+
+def test_report_survives_missing_tables(seed_run: Run, tmp_path: Path) -> None:
+    """With only the summaries, the report still renders its tables, names the missing
+    files, and draws the attainment bars from the summaries alone."""
+    _, summaries, _ = seed_run
+    text = write_report(tmp_path, summaries).read_text(encoding="utf-8")
+    assert "workloads-fairshare.csv" in text and "cluster_hours-legacy.csv" in text
+    assert list(figures(text)) == ["attain"]
+    assert headline(text)["occupancy"][0] == fmt_pct(summaries[0]["occupancy"])
+
+
+def test_more_budgets_than_colours_fold_into_one_band(tmp_path: Path) -> None:
+    """A trace with 20 budgets: the budget-time figure draws the 15 biggest in 15 distinct
+    colours and the other 5 as one band, so no colour stands for two budgets; the usage-ratio
+    figure draws the same 15 in the same colours."""
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(DATA / "itp" / "cluster10.csv"), "--format", "itp",
+        "--budgets", "20", "--cluster", "4x8", "--days", "10", "--policy", "fairshare",
+        "--quiet", "--out", str(tmp_path)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    figs = figures((tmp_path / "report.html").read_text(encoding="utf-8"))
+    band_colors = shape_colors(figs["budgets"])
+    assert len(band_colors & set(BUDGET_COLORS)) == 15
+    assert OTHER_COLOR in band_colors
+    assert "5 other budgets" in {t.text for t in texts(figs["budgets"])}
+    assert shape_colors(figs["ratio"]) & set(BUDGET_COLORS) == band_colors & set(BUDGET_COLORS)

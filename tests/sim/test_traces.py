@@ -208,7 +208,8 @@ def test_sacct_bad_elapsed_names_line_and_column(tmp_path: Path) -> None:
     """An unreadable Elapsed fails the import at its line."""
     text = SACCT.read_text().replace("|00:45|", "|forty|")
     path = write(tmp_path, "s.txt", text)
-    with pytest.raises(TraceError, match=rf"^{path}:16: Elapsed: not a duration: 'forty'"):
+    with pytest.raises(TraceError,
+                       match=rf"^{path}:16: Elapsed: must be a duration like .*, got 'forty'$"):
         load_trace(path, format="sacct")
 
 
@@ -355,7 +356,7 @@ def test_given_min_runtime_above_the_cap_is_lowered_and_counted(tmp_path: Path) 
     trace = load_trace(path, max_min_runtime=4 * HOUR)
     assert [j.spec.min_runtime for j in trace.jobs] == [4 * HOUR, HOUR]
     assert trace.warnings == (
-        f"{path}: 1 row: min_runtime above max_min_runtime (14400 s): lowered to it "
+        f"{path}: 1 row: min_runtime above max_min_runtime (4 h): lowered to it "
         "(first at line 2)",
     )
 
@@ -369,12 +370,22 @@ def test_resumable_and_checkpoint_defaults(tmp_path: Path) -> None:
 
 
 def test_parse_duration_forms() -> None:
-    """Seconds, suffixed forms and clock forms."""
+    """Seconds, suffixed forms and clock forms (the package's one parser, re-exported)."""
     assert parse_duration("15s") == 15 and parse_duration("30m") == 1800
     assert parse_duration("2h") == 7200 and parse_duration("1h30m") == 5400
     assert parse_duration("1.5h") == 5400 and parse_duration("1d") == 86400
     assert parse_duration("1-02:00:00") == 93600 and parse_duration("05:30") == 330
     assert parse_duration("90") == 90 and parse_duration(2.5) == 2.5
+    assert parse_duration("5min") == 300
+
+
+def test_suffixed_and_clock_durations_in_cells(tmp_path: Path) -> None:
+    """Cells read every form of the shared parser: 1h30m, 5min, 1-02:00:00, 05:30."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,min_runtime,budget\n"
+                 "0,1,1h30m,5min,a\n1,1,1-02:00:00,05:30,a\n")
+    a, b = load_trace(path).jobs
+    assert (a.duration, a.spec.min_runtime) == (5400, 300)
+    assert (b.duration, b.spec.min_runtime) == (93600, 330)
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -383,9 +394,9 @@ def test_parse_duration_forms() -> None:
     [
         ("0,-1,60", "gpus: must be >= 0, got -1"),
         ("0,1.5,60", "gpus: not a whole number: 1.5"),
-        ("0,1,soon", "duration: not a duration: 'soon' (use seconds, a suffixed form like "
-                     "'30m', '2h', '15s', or [D-]HH:MM:SS)"),
-        ("0,1,-5", "duration: must be >= 0, got '-5'"),
+        ("0,1,soon", "duration: must be a duration like 30m, 8h, 7d, 1h30m, HH:MM:SS or a "
+                     "number of seconds, got 'soon'"),
+        ("0,1,-5", "duration: must be a finite duration >= 0, got '-5'"),
         ("yesterday,1,60", "submit_time: not seconds or an ISO 8601 time: 'yesterday'"),
         ("2024-13-01T00:00:00,1,60",
          "submit_time: not seconds or an ISO 8601 time: '2024-13-01T00:00:00'"),
@@ -484,3 +495,30 @@ def test_sacct_missing_required_column(tmp_path: Path) -> None:
     assert str(e.value) == (
         f"{path}: Submit: required column missing (columns: JobID, State, AllocTRES, Elapsed)"
     )
+
+
+# ---- the cluster a sacct trace ran on ----------------------------------------------------
+SACCT_NODES = DATA / "sacct_nodes.txt"
+
+
+def test_sacct_nodelist_gives_the_hosts_and_their_peak_gpus() -> None:
+    """With a NodeList column the trace's hosts are the ones GPU jobs ran on, each with the
+    most GPUs in use on it at once: gpu01/gpu02 from one 16-GPU job over two hosts, gpu03
+    from two overlapping 4-GPU jobs, gpu04 from an 8-GPU job (the 2-GPU job after it does
+    not add). The CPU-only host and the pending job's 'None assigned' are not hosts."""
+    trace = load_trace(SACCT_NODES, format="sacct")
+    assert [(h.name, h.gpus) for h in trace.hosts] == [
+        ("gpu01", 8), ("gpu02", 8), ("gpu03", 8), ("gpu04", 8)]
+
+
+def test_sacct_without_nodelist_names_no_hosts() -> None:
+    """A sacct trace without NodeList (and any other format) says nothing about its hosts."""
+    assert load_trace(SACCT, format="sacct").hosts == ()
+    assert load_trace(CLUSTER10, format="itp", budgets=2).hosts == ()
+
+
+def test_sacct_bad_nodelist_names_line_and_column(tmp_path: Path) -> None:
+    """An unreadable NodeList fails the import at its line."""
+    path = write(tmp_path, "s.txt", SACCT_NODES.read_text().replace("|gpu03|", "|gpu[03|", 1))
+    with pytest.raises(TraceError, match=rf"^{path}:4: NodeList: not a Slurm host list: 'gpu\[03'"):
+        load_trace(path, format="sacct")

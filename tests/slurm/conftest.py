@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from apportion.testing.slurm_cluster import SlurmCluster
 
@@ -24,6 +25,8 @@ def executor(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[SlurmExecu
     """A fresh executor per test; every job is cancelled afterwards so nodes are free."""
     ex = SlurmExecutor(
         jobs_dir=tmp_path / "jobs", partition=slurm_cluster.partition, env=slurm_cluster.env,
+        # jobs without an owner, run as the test's own user; owners: test_slurm_identity.py
+        identity=Identity(single_user=True),
     )
     yield ex
     ex.close()

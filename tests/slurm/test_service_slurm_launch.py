@@ -15,6 +15,7 @@ import pytest
 from apportion.core import PolicyConfig, Status
 from apportion.service.clock import WallClock
 from apportion.service.executor import Launch
+from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store, WorkloadRow
@@ -31,7 +32,8 @@ class HangingLaunch(SlurmExecutor):
 
     def __init__(self, cluster: SlurmCluster, jobs_dir: Path) -> None:
         super().__init__(jobs_dir, partition=cluster.partition, env=cluster.env,
-                         timeout_s=2.0, logs_dir=jobs_dir / "logs")
+                         timeout_s=2.0, logs_dir=jobs_dir / "logs",
+                         identity=Identity(single_user=True))
         self.cluster = cluster
         self.next_launch = ""  # "frozen" | "stopped" | "" (normal)
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor, SlurmUnavailable
 from apportion.testing.slurm_cluster import SlurmCluster
 
@@ -22,7 +23,7 @@ def test_controller_outage_raises_unavailable_and_jobs_survive(
     is back, a fresh executor (a restarted scheduler) sees the job that ended during the
     outage with its exit code, and the long job still running."""
     ex = SlurmExecutor(tmp_path / "jobs", partition=slurm_cluster.partition,
-                       env=slurm_cluster.env, timeout_s=2)
+                       env=slurm_cluster.env, timeout_s=2, identity=Identity(single_user=True))
 
     def launch(wid: str, host: str, script: str) -> str:
         return ex.launch(Launch(
@@ -52,7 +53,7 @@ def test_controller_outage_raises_unavailable_and_jobs_survive(
         slurm_cluster.start_controller()
 
     restarted = SlurmExecutor(tmp_path / "jobs", partition=slurm_cluster.partition,
-                              env=slurm_cluster.env)
+                              env=slurm_cluster.env, identity=Identity(single_user=True))
     obs = wait_for_state(restarted, short, AttemptState.EXITED)
     assert (obs.exit_code, obs.signalled) == (7, False)
     assert restarted.observe([long])[long].state is AttemptState.RUNNING

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 from apportion import core_build
+from apportion.bench.replay import peak_rss_mb
 from apportion.core import (
     BudgetNode,
     BudgetTree,
@@ -47,6 +48,8 @@ class DecideBench:
     first_pass_preemptions: int
     settle_rounds: int
     core_build: str  # "compiled" or "python": which build of apportion.core was timed
+    build_s: float  # CPU seconds to build the state (history, fill, pending) and settle it
+    peak_rss_mb: float  # the process's peak resident memory (getrusage ru_maxrss)
 
 
 def build_state(
@@ -164,9 +167,11 @@ def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple
 
 
 def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
+    t0 = time.process_time()
     state = build_state(pending=pending, seed=seed)
     config = PolicyConfig()
     rounds, first_ms, first_pre = settle(state, config)
+    build_s = time.process_time() - t0
     now = state.time
     times: list[float] = []
     last = None
@@ -192,4 +197,6 @@ def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
         first_pass_preemptions=first_pre,
         settle_rounds=rounds,
         core_build=core_build(),
+        build_s=build_s,
+        peak_rss_mb=peak_rss_mb(),
     )

@@ -1,20 +1,71 @@
-"""``apportion bench``: print the policy's speed figures."""
+"""``apportion bench``: print the policy's speed figures: one scheduling pass on a large,
+full cluster, or a whole replay (a trace or a built-in scenario) under fair share and legacy."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
+from typing import Any
 
 import click
 
+POLICY_CHOICES = ("fairshare", "legacy")
+
 
 @click.command()
-@click.option("--passes", default=50, show_default=True, help="decide passes to time")
-@click.option("--pending", default=10_000, show_default=True, help="pending workloads")
+@click.option("--passes", default=50, show_default=True, type=click.IntRange(min=1),
+              help="decide passes to time")
+@click.option("--pending", default=10_000, show_default=True,
+              type=click.IntRange(min=0, max=100_000), help="pending workloads (at most 100,000)")
+@click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="time a whole replay of this trace under fair share and legacy instead")
+@click.option("--scenario", help="time a whole replay of this built-in scenario (seed, small)")
+@click.option("--format", "fmt", default="canonical", show_default=True,
+              type=click.Choice(["canonical", "itp", "sacct", "csv"]), help="trace format")
+@click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
+              help="map a canonical field to a trace column (repeatable)")
+@click.option("--budgets", type=click.IntRange(min=1),
+              help="synthesise N budgets for a trace without a budget column")
+@click.option("--budget-column", help="trace column that names the budget")
+@click.option("--tree", "tree_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML/JSON budget tree (path -> weight)")
+@click.option("--cluster", help="HOSTSxGPUS (e.g. 32x8) or a TOML/JSON host list")
+@click.option("--days", type=click.FloatRange(min=0, min_open=True),
+              help="simulated days (default: the scenario's, or the trace's span)")
+@click.option("--seed", default=0, show_default=True, help="scenario seed")
+@click.option("--size", type=click.IntRange(min=8), help="GPUs of the built-in scenario")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="PolicyConfig or engine setting")
+@click.option("--policy", "policies", multiple=True, type=click.Choice(POLICY_CHOICES),
+              help="policy to time, in this order (repeatable; default: fairshare, legacy)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def bench(passes: int, pending: int, as_json: bool) -> None:
+def bench(passes: int, pending: int, trace: Path | None, scenario: str | None,
+          policies: tuple[str, ...], as_json: bool, **kw: Any) -> None:
     """Time one scheduling pass on 128 hosts x 8 GPUs, 150 budgets, a full cluster and
-    10,000 pending workloads (target: p99 <= 50 ms on one core)."""
+    10,000 pending workloads (target: p99 <= 50 ms on one core); or, with --trace or
+    --scenario, a whole replay under each policy in this process: CPU seconds, the ratio,
+    and the process's peak resident memory."""
+    ctx = click.get_current_context()
+    if trace is None and scenario is None:
+        for name in ("fmt", "maps", "budgets", "budget_column", "tree_file", "cluster", "days",
+                     "size", "settings", "policies"):
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+                flag = "--" + {"fmt": "format", "maps": "map", "tree_file": "tree",
+                               "settings": "set", "policies": "policy"}.get(name, name)
+                raise click.UsageError(f"{flag.replace('_', '-')} needs --trace or --scenario")
+        _decide(passes, pending, as_json)
+        return
+    for name in ("passes", "pending"):
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"--{name} times one pass: not with --trace or --scenario")
+    if trace is not None and scenario is not None:
+        raise click.UsageError("--trace and --scenario exclude each other")
+    _replay(trace, scenario or "seed", list(dict.fromkeys(policies or POLICY_CHOICES)), as_json,
+            kw)
+
+
+def _decide(passes: int, pending: int, as_json: bool) -> None:
     from apportion.bench.decide import run
 
     result = run(passes=passes, pending=pending)
@@ -23,7 +74,7 @@ def bench(passes: int, pending: int, as_json: bool) -> None:
         return
     click.echo(
         f"decide: {result.hosts} hosts x {result.gpus_per_host} GPUs, {result.budgets} budgets, "
-        f"{result.running} running, {result.pending} pending, {result.passes} passes, "
+        f"{result.running} running, {result.pending:,} pending, {result.passes} passes, "
         f"{result.core_build} core"
     )
     click.echo(
@@ -34,3 +85,30 @@ def bench(passes: int, pending: int, as_json: bool) -> None:
         f"  settling the random fill: first pass {result.first_pass_ms:.1f} ms with "
         f"{result.first_pass_preemptions} preemptions, quiet after {result.settle_rounds} rounds"
     )
+    click.echo(f"  building the state: {result.build_s:.1f} s; peak resident memory "
+               f"{result.peak_rss_mb:,.0f} MB")
+
+
+def _replay(trace: Path | None, scenario: str, policies: list[str], as_json: bool,
+            kw: dict[str, Any]) -> None:
+    from apportion.bench.replay import run
+    from apportion.cli.simulate import build_configs, build_scenario, parse_settings
+
+    config, sim = build_configs(parse_settings(kw["settings"]))
+    sc = build_scenario(scenario, trace, kw["fmt"], kw["maps"], kw["budgets"],
+                        kw["budget_column"], kw["tree_file"], kw["cluster"], kw["days"],
+                        kw["seed"], kw["size"], float(config.max_min_runtime))
+    result = run(sc, config, sim, policies, seed=kw["seed"])
+    if as_json:
+        click.echo(json.dumps({**dataclasses.asdict(result), "ratio": result.ratio}))
+        return
+    click.echo(f"replay: {result.scenario}, {result.workloads:,} workloads, {result.hosts} hosts "
+               f"({result.gpus:,} GPUs), {result.budgets} budgets, {result.days:g} days, "
+               f"{result.core_build} core")
+    click.echo(f"  peak resident memory with the scenario built: {result.rss_before_mb:,.0f} MB")
+    for r in result.runs:
+        click.echo(f"  {r.policy:<9}  cpu {r.cpu_s:7.2f} s   wall {r.wall_s:7.2f} s   "
+                   f"{r.calls:,} policy calls   {r.events:,} events   "
+                   f"peak resident memory so far {r.peak_rss_mb:,.0f} MB")
+    if result.ratio is not None:
+        click.echo(f"  fair share / legacy CPU time: {result.ratio:.2f}x")

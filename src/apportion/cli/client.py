@@ -12,15 +12,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import time
 import tomllib
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 import httpx
+
+from apportion.core import format_duration
+
+from .ids import WORKLOAD_ID
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -154,70 +158,52 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         click.echo(line.format(*r).rstrip())
 
 
-# ---- workloads -------------------------------------------------------------------------------
-@click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--budget", required=True, help="leaf budget path, e.g. ai/llm/alice")
-@click.option("--gpus", required=True, type=int, help="GPUs (gang-scheduled)")
-@click.option("--min-runtime", required=True,
-              help="minimum runtime: 30m, 8h, seconds; 0 = unallocated (free, preemptible)")
-@click.option("--resumable", is_flag=True, help="may be preempted and requeued after min-runtime")
-@click.option("--priority", type=int, default=0, help="order within the budget only")
-@click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
-@json_option
-@click.argument("command", nargs=-1, required=True)
-@connection
-def submit(client: Client, budget: str, gpus: int, min_runtime: str, resumable: bool,
-           priority: int, checkpoint_interval: str, as_json: bool,
-           command: tuple[str, ...]) -> None:
-    """Submit a workload: apportion submit --budget B --gpus N --min-runtime 30m -- CMD...
-
-    Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
-    server answers 5xx: a submission the server stored before the answer was lost is
-    answered again, never stored twice."""
-    w = client.json("POST", "/workloads", {
-        "budget": budget, "gpus": gpus, "min_runtime": min_runtime, "resumable": resumable,
-        "priority": priority, "checkpoint_interval": checkpoint_interval,
-        "command": list(command),
-    }, headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
-    if as_json:
-        _print_json(w)
-    else:
-        click.echo(f"submitted {w['id']} to {w['budget']} ({w['gpus']} GPUs, min runtime "
-                   f"{fmt_duration(w['min_runtime'])})")
+# ---- workloads (submit, queue, cancel, logs: apportion.cli.jobs) ----------------------------
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-@click.command()
-@click.option("--status", default=None, help="comma-separated statuses, or 'all'")
-@click.option("--budget", default=None, help="a budget node: its whole subtree")
-@click.option("--user", default=None)
-@click.option("--all", "show_all", is_flag=True, help="every status, not only active work")
-@json_option
-@connection
-def queue(client: Client, status: str | None, budget: str | None, user: str | None,
-          show_all: bool, as_json: bool) -> None:
-    """List workloads (default: pending, running, stopping)."""
-    if show_all:
-        status = "all"
-    rows = client.json("GET", "/workloads",
-                       params={"status": status, "budget": budget, "user": user})
-    if as_json:
-        _print_json(rows)
-        return
-    table(
-        ["ID", "STATUS", "BUDGET", "USER", "GPUS", "MIN_RUNTIME", "QUEUED", "PLACEMENT"],
-        [
-            [w["id"], w["status"] + ("*" if w["cancel_requested"] and w["status"] not in (
-                "cancelled",) else ""), w["budget"], w["user"], w["gpus"],
-             fmt_duration(w["min_runtime"]), fmt_time(w["queued_at"]),
-             ",".join(f"{h}:{g}" for h, g, _ in w["attempt"]["placement"])
-             if w["attempt"] else "-"]
-            for w in rows
-        ],
-    )
+def exported_env(spec: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment ``--export`` asks for, as Slurm's sbatch reads it: ``ALL`` (the
+    submitter's), ``NONE``, or names (``NAME`` takes the submitter's value, ``NAME=value``
+    sets one), with ``ALL`` or ``NONE`` first to start from. apportion's own variables are
+    never exported (the token stays out of the job); from ALL, variables that cannot be
+    exported (a name like ``BASH_FUNC_f%%``, a value that is not UTF-8) are left out."""
+    items = [x for x in spec.split(",") if x != ""]
+    if not items:
+        raise click.BadParameter("empty (use ALL, NONE or NAME[=value],...)",
+                                 param_hint="--export")
+    env: dict[str, str] = {}
+    for i, item in enumerate(items):
+        if item in ("ALL", "NONE"):
+            if i != 0:
+                raise click.BadParameter(f"{item}: must come first", param_hint="--export")
+            if item == "ALL":
+                env = {k: v for k, v in environ.items() if _exportable(k, v)}
+            continue
+        name, eq, value = item.partition("=")
+        if not _ENV_NAME.match(name):
+            raise click.BadParameter(f"{name!r}: not a variable name", param_hint="--export")
+        if not eq:
+            if name not in environ:
+                raise click.BadParameter(f"{name}: not set in your environment",
+                                         param_hint="--export")
+            value = environ[name]
+        env[name] = value
+    return {k: v for k, v in env.items() if not k.startswith("APPORTION_")}
+
+
+def _exportable(name: str, value: str) -> bool:
+    if not _ENV_NAME.match(name) or "\0" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @click.command()
-@click.argument("workload_id")
+@click.argument("workload_id", type=WORKLOAD_ID)
 @json_option
 @connection
 def show(client: Client, workload_id: str, as_json: bool) -> None:
@@ -232,6 +218,17 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     click.echo(f"{'resumable:':<21}{w['resumable']}")
     click.echo(f"{'priority:':<21}{w['priority']}")
     click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w['checkpoint_interval'])}")
+    for key, label in (("name", "name:"), ("array_id", "array:")):
+        if w.get(key):
+            click.echo(f"{label:<21}{w[key]}" + (
+                f" index {w['array_index']}" if key == "array_id" else ""))
+    if w.get("time_limit"):
+        click.echo(f"{'time limit:':<21}{format_duration(w['time_limit'])}")
+    if w.get("dependencies"):
+        click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w['dependencies'])}")
+    if w.get("nodelist") or w.get("exclude"):
+        click.echo(f"{'hosts:':<21}only {','.join(w['nodelist']) or 'any'}; not "
+                   f"{','.join(w['exclude']) or '-'}")
     command = "(private)" if w.get("private") else " ".join(w["command"])
     click.echo(f"{'command:':<21}{command}")
     click.echo(f"{'submitted:':<21}{fmt_time(w['submit_time'])}")
@@ -252,31 +249,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("workload_id")
-@connection
-def cancel(client: Client, workload_id: str) -> None:
-    """Cancel a workload (a running one is stopped by the scheduler)."""
-    w = client.json("POST", f"/workloads/{workload_id}/cancel")
-    if w["status"] == "cancelled":
-        click.echo(f"cancelled {w['id']}")
-    else:
-        click.echo(f"cancel requested for {w['id']} ({w['status']}); the scheduler stops it")
-
-
-@click.command()
-@click.argument("workload_id")
-@click.option("--attempt", type=int, default=None, help="attempt number (default: latest)")
-@click.option("--tail", type=int, default=0, help="only the last N bytes")
-@connection
-def logs(client: Client, workload_id: str, attempt: int | None, tail: int) -> None:
-    """Print the output of a workload's attempt."""
-    r = client.call("GET", f"/workloads/{workload_id}/logs",
-                    params={"attempt": attempt, "tail": tail or None})
-    click.echo(r.text, nl=False)
-
-
-@click.command()
-@click.argument("workload_id")
+@click.argument("workload_id", type=WORKLOAD_ID)
 @json_option
 @connection
 def why(client: Client, workload_id: str, as_json: bool) -> None:

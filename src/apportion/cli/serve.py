@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ import click
 SLURM_TIMEOUT_S = 3.0
 
 
-def build_executor(config: Any, clock: Any) -> Any:
-    """The executor named by ``[executor] kind``, imported only when used."""
+def build_executor(config: Any, clock: Any, db_id: str = "") -> Any:
+    """The executor named by ``[executor] kind``, imported only when used. ``db_id``: the
+    store's (the local executor keeps its run files per database)."""
     from apportion.service.config import ConfigError
 
     kind = config.executor.kind
@@ -26,7 +28,8 @@ def build_executor(config: Any, clock: Any) -> Any:
     if kind == "local":
         from apportion.service.executors.local import LocalExecutor
 
-        return LocalExecutor(hosts, config.logs_dir, data_dir / "run")
+        return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
+                             identity=config.identity)
     if kind == "memory":
         from apportion.service.executors.memory import MemoryExecutor
 
@@ -38,11 +41,30 @@ def build_executor(config: Any, clock: Any) -> Any:
         raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
                           "Slurm (sinfo); remove the [[hosts]] tables")
     options = {"timeout_s": SLURM_TIMEOUT_S, "logs_dir": config.logs_dir,
-               **dict(config.executor.slurm)}
+               "identity": config.identity, **dict(config.executor.slurm)}
     try:
         return SlurmExecutor(data_dir / "slurm-jobs", **options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
+
+
+def secure_data_dir(config: Any) -> None:
+    """Create the data directory readable by the server only (0700). With Slurm, compute
+    nodes write each log as its owner, so the directory is traversable (0711) but still
+    not listable; the database, tokens and scripts inside stay the server's."""
+    d: Path = config.server.data_dir
+    d.mkdir(parents=True, exist_ok=True)
+    os.chmod(d, 0o711 if config.executor.kind == "slurm" else 0o700)
+
+
+def secure_db_file(config: Any) -> None:
+    """A SQLite database (and its WAL files) readable by the server only."""
+    if config.database.url:
+        return
+    for suffix in ("", "-wal", "-shm"):
+        p = config.server.data_dir / f"apportion.db{suffix}"
+        if p.exists():
+            os.chmod(p, 0o600)
 
 
 @click.command()
@@ -62,16 +84,24 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     from apportion.service.store.seed import seed_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # the server's files are the server's: the database, tokens, run files and logs it
+    # creates are readable by it alone (a workload gets its own umask back)
+    os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
-        config.server.data_dir.mkdir(parents=True, exist_ok=True)
+        secure_data_dir(config)
         clock = WallClock()
-        executor = build_executor(config, clock)
         store = Store(config.db_url)
         store.migrate()
+        secure_db_file(config)
+        executor = build_executor(config, clock, db_id=store.db_id())
         tokens = seed_store(store, config)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
+    describe = getattr(executor, "describe", None)
+    isolation = describe() if describe is not None else (
+        f"{config.executor.kind} executor: {config.identity.describe()}")
+    click.echo(f"apportion: {isolation}", err=True)
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from apportion.core import BudgetTree, CoreError, Host, PolicyConfig
+from apportion.core import BudgetTree, CoreError, Host, PolicyConfig, parse_duration, plural
 from apportion.sim.engine import SimConfig
 from apportion.sim.model import Scenario
 
@@ -23,16 +23,6 @@ POLICY_CHOICES = ("fairshare", "legacy")
 
 
 # ---- option parsing ------------------------------------------------------------------------
-def _duration(text: str) -> float:
-    from apportion.sim.traces import parse_duration
-    from apportion.sim.traces._errors import Bad
-
-    try:
-        return parse_duration(text)
-    except Bad as e:
-        raise ValueError(str(e)) from None
-
-
 def _convert(kind: Any, text: str) -> Any:
     """``text`` as a value of the dataclass field type ``kind`` (durations accept 7d/8h)."""
     args = typing.get_args(kind) if isinstance(kind, types.UnionType) else ()
@@ -48,8 +38,11 @@ def _convert(kind: Any, text: str) -> Any:
             return False
         raise ValueError(f"not a boolean: {text!r}")
     if kind is int:
-        return int(text)
-    return _duration(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"not a whole number: {text!r}") from None
+    return parse_duration(text)
 
 
 def _fields() -> dict[str, tuple[str, Any]]:
@@ -168,6 +161,30 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
     return tuple(out)
 
 
+def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
+                 size: int | None) -> tuple[Host, ...]:
+    """The cluster of a trace given without --cluster: ``--size`` GPUs in hosts of 8 when
+    asked for, else the hosts the trace names (sacct's NodeList), else a usage error: a
+    guessed cluster would make every figure of the run meaningless."""
+    if size is not None:
+        return tuple(Host(f"h{i:03d}", 8) for i in range(max(1, size // 8)))
+    if derived:
+        sizes = sorted({h.gpus for h in derived})
+        each = (plural(sizes[0], "GPU") + " each" if len(sizes) == 1
+                else f"{sizes[0]} to {plural(sizes[-1], 'GPU')} each")
+        click.echo(f"{trace}: cluster from the trace's NodeList: "
+                   f"{plural(len(derived), 'host')}, {each}, "
+                   f"{plural(sum(h.gpus for h in derived), 'GPU')} (the most seen in use at "
+                   "once on each host; pass --cluster to give the real one)", err=True)
+        return derived
+    why = ("it has no NodeList column; add NodeList to sacct's --format" if fmt == "sacct"
+           else "the trace does not name its hosts")
+    raise click.UsageError(
+        f"{trace}: cannot tell which cluster it ran on ({why}); pass --cluster HOSTSxGPUS "
+        "(e.g. --cluster 128x8), --cluster FILE (a host list) or --size GPUS (hosts of 8 "
+        "GPUs)")
+
+
 def build_scenario(
     scenario: str, trace: Path | None, fmt: str, maps: Sequence[str], budgets: int | None,
     budget_column: str | None, tree_file: Path | None, cluster: str | None, days: float | None,
@@ -177,25 +194,40 @@ def build_scenario(
     tree = load_tree(tree_file) if tree_file else None
     hosts = parse_cluster(cluster) if cluster else None
     if trace is not None:
-        from apportion.sim.traces import TraceError, load_trace, parse_mapping
+        from apportion.sim.traces import NoBudgetColumn, TraceError, load_trace, parse_mapping
 
         if budgets is not None and budget_column is not None:
             raise click.UsageError("--budgets and --budget-column exclude each other")
+        if maps and fmt == "sacct":
+            raise click.UsageError("--map is not used with --format sacct (its columns are fixed)")
+        try:
+            mapping = parse_mapping(maps)
+        except TraceError as e:
+            raise click.BadParameter(str(e).removeprefix("--map: "), param_hint="--map") from None
+        if budget_column is not None and not budget_column.strip():
+            raise click.BadParameter("must name a column", param_hint="--budget-column")
         try:
             loaded = load_trace(
-                trace, fmt, mapping=parse_mapping(maps) or None, budgets=budgets,
+                trace, fmt, mapping=mapping or None, budgets=budgets,
                 budget_column=budget_column, tree=tree, seed=seed, rebase=True,
                 max_min_runtime=max_min_runtime,
             )
+        except NoBudgetColumn as e:
+            raise click.UsageError(
+                f"{e.source}: the trace has no budget column; pass --budgets N (N synthetic "
+                "budgets) or --budget-column NAME (one budget per value of that column)"
+            ) from None
         except TraceError as e:
+            if str(e).startswith("mapping: "):  # an argument error: say it of the flag
+                raise click.BadParameter(str(e).removeprefix("mapping: "),
+                                         param_hint="--map") from None
             raise click.ClickException(str(e)) from None
         if not loaded.jobs:
             raise click.ClickException(f"{trace}: no usable jobs in the trace")
         last = max(j.spec.submit_time for j in loaded.jobs)
         span = days if days is not None else max(1.0, math.ceil(last / 86400.0))
         if hosts is None:
-            gpus = size or 1024
-            hosts = tuple(Host(f"h{i:03d}", 8) for i in range(max(1, gpus // 8)))
+            hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         return Scenario(name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs,
                         days=span, meta={"source": str(trace), "format": fmt})
     if maps or budgets is not None or budget_column is not None:
@@ -239,12 +271,15 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tree", "tree_file",
                      type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      help="TOML/JSON budget tree (path -> weight) replacing the scenario's"),
-        click.option("--cluster", help="HOSTSxGPUS (e.g. 128x8) or a TOML/JSON host list"),
+        click.option("--cluster", help="HOSTSxGPUS (e.g. 128x8) or a TOML/JSON host list; a "
+                     "trace needs it unless it names its hosts (sacct's NodeList) or --size "
+                     "is given"),
         click.option("--days", type=click.FloatRange(min=0, min_open=True),
                      help="simulated days (default: the scenario's, or the trace's span)"),
         click.option("--seed", default=0, show_default=True, help="scenario seed"),
         click.option("--size", type=click.IntRange(min=8),
-                     help="GPUs of the built-in scenario's cluster (hosts of 8)"),
+                     help="GPUs of the cluster in hosts of 8: the built-in scenario's, or a "
+                     "trace's when --cluster is not given"),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="PolicyConfig or engine setting; durations accept 7d/8h/15m/30s"),
         click.option("--quiet", is_flag=True, help="no progress bar"),
@@ -284,7 +319,7 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
         progress=not kw["quiet"], sim=sim, out=out,
     )
     click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
-               f"{len(scenario.hosts)} hosts, {scenario.days:g} days")
+               f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")
     click.echo(format_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
 
@@ -293,29 +328,108 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
 @input_options
 @click.option("--grid", "grid", multiple=True, required=True, metavar="KEY=V1,V2,...",
               help="a setting and the values to try (repeatable: every combination runs)")
+@click.option("--seeds", metavar="S1,S2,...",
+              help="run every combination on the scenario of each of these seeds "
+                   "(default: --seed)")
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(min=1),
-              help="parallel worker processes")
-def sweep(grid: tuple[str, ...], jobs: int, **kw: Any) -> None:
-    """Run fair share over every combination of the --grid values and chart the trade-offs.
+              help="parallel worker processes (--engine ray without --address: the CPUs "
+                   "of the local Ray cluster)")
+@click.option("--engine", default="process", show_default=True,
+              type=click.Choice(["process", "ray"]),
+              help="process: forked processes on this host; ray: one Ray task per point")
+@click.option("--address", metavar="ADDR",
+              help="Ray cluster to run on (default: RAY_ADDRESS, else a local cluster "
+                   "started and stopped for the sweep)")
+def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
+          address: str | None, **kw: Any) -> None:
+    """Run fair share over every combination of the --grid values (and --seeds) and chart
+    the trade-offs.
 
     Writes sweep.csv, sweep.json and sweep.png/svg to --out."""
-    from apportion.sim.sweep import format_sweep, run_sweep
+    from apportion.sim.sweep import format_sweep, run_sweep, split_settings
 
+    if address is not None and engine != "ray":
+        raise click.UsageError("--address needs --engine ray")
     base = parse_settings(kw["settings"])
+    build_configs(base)
     axes: dict[str, list[Any]] = {}
+    labels: dict[str, dict[Any, str]] = {}
     for item in grid:
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not text.strip():
             raise click.BadParameter(f"expected KEY=V1,V2,..., got {item!r}", param_hint="--grid")
-        axes[key] = [parse_settings([f"{key}={v}"], option="--grid")[key] for v in text.split(",")]
+        if key in axes:
+            raise click.BadParameter(f"{key} is given twice", param_hint="--grid")
+        axes[key], labels[key] = [], {}
+        for typed in (v.strip() for v in text.split(",")):
+            value = parse_settings([f"{key}={typed}"], option="--grid")[key]
+            if value in labels[key]:
+                raise click.BadParameter(f"{key}={labels[key][value]} and {key}={typed} are "
+                                         "the same value", param_hint="--grid")
+            try:  # every value must make a valid config
+                split_settings({**base, key: value})
+            except (CoreError, ValueError) as e:
+                raise click.BadParameter(f"{key}={typed}: {e}", param_hint="--grid") from None
+            axes[key].append(value)
+            labels[key][value] = typed
     config, _ = build_configs(base)
-    for key, vals in axes.items():  # every value must make a valid config
-        for v in vals:
-            build_configs({**base, key: v})
-    scenario = _scenario_from(kw, config)
+    seed_list = _seed_list(seeds, kw)
+    scenarios = {s: _scenario_from({**kw, "seed": s}, config) for s in seed_list}
+    _warn_lookback(next(iter(scenarios.values())).days, kw["days"], base, axes, labels)
     out: Path = kw["out"]
-    rows = run_sweep(scenario, base, axes, out, jobs=jobs, seed=kw["seed"],
-                     progress=not kw["quiet"])
-    click.echo(format_sweep(rows, list(axes)))
+    try:
+        rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],
+                         engine=engine, address=address, labels=labels)
+    except RuntimeError as e:  # the engine could not start (no Ray, no cluster at --address)
+        raise click.ClickException(str(e)) from None
+    click.echo(format_sweep(rows, list(axes), labels))
     click.echo(f"wrote {out}")
+    failed = sum(1 for r in rows if r["error"] is not None)
+    if failed:
+        raise click.ClickException(f"{failed} of {len(rows)} points failed (errors above)")
+
+
+def _seed_list(seeds: str | None, kw: dict[str, Any]) -> list[int]:
+    """``--seeds 0,1,2``, or the one ``--seed``; not both."""
+    if seeds is None:
+        return [kw["seed"]]
+    source = click.get_current_context().get_parameter_source("seed")
+    if source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--seed and --seeds exclude each other")
+    out: list[int] = []
+    for text in seeds.split(","):
+        try:
+            out.append(int(text.strip()))
+        except ValueError:
+            raise click.BadParameter(f"not a whole number: {text.strip()!r}",
+                                     param_hint="--seeds") from None
+    if len(set(out)) != len(out):
+        raise click.BadParameter("a seed is given twice", param_hint="--seeds")
+    return out
+
+
+def _warn_lookback(days: float, days_flag: float | None, base: dict[str, Any],
+                   axes: dict[str, list[Any]], labels: dict[str, dict[Any, str]]) -> None:
+    """Warn when a lookback window is not shorter than the simulated period: the whole run is
+    then the window's warm-up, and rows that differ only in such lookbacks are the same."""
+    from apportion.core import format_duration
+
+    span = days * 86400.0
+    values = axes.get("lookback") or [base.get("lookback", PolicyConfig().lookback)]
+    long = [v for v in values if float(v) >= span]
+    if not long:
+        return
+    typed = ", ".join(labels.get("lookback", {}).get(v) or format_duration(float(v))
+                      for v in long)
+    if days_flag is not None and days_flag == days:
+        period = f"--days {days_flag:g}"
+    elif days_flag is not None:  # a built-in scenario of a fixed length
+        period = f"the scenario's {format_duration(span)}; it does not take --days"
+    else:
+        period = f"the scenario's {format_duration(span)}"
+    same = (" so these rows are identical" if len(long) > 1
+            else " so it never slides")
+    click.echo(f"warning: lookback {typed} is not shorter than the simulated period "
+               f"({period}): the window holds the whole run,{same}; simulate longer than "
+               "the lookback", err=True)

@@ -6,6 +6,15 @@ apply the decisions; the policy only reads.
 """
 
 from .explain import Explanation, explain
+from .gating import (
+    After,
+    Hold,
+    allowed_hosts,
+    dependency_state,
+    parse_array,
+    parse_dependency,
+    release,
+)
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
@@ -36,6 +45,7 @@ __all__ = [
     "HOST_TRANSITIONS",
     "ROOT",
     "WORKLOAD_TRANSITIONS",
+    "After",
     "BudgetNode",
     "BudgetTree",
     "ClusterState",
@@ -45,6 +55,7 @@ __all__ = [
     "Explanation",
     "Host",
     "HostChange",
+    "Hold",
     "HostState",
     "Pending",
     "Placement",
@@ -59,15 +70,20 @@ __all__ = [
     "UsageLedger",
     "WaitReason",
     "WorkloadSpec",
+    "allowed_hosts",
     "ancestors",
     "check_transition",
     "decide",
     "decision_log",
+    "dependency_state",
     "explain",
     "format_duration",
     "is_debug",
     "parent_of",
+    "parse_array",
+    "parse_dependency",
     "parse_duration",
     "plural",
+    "release",
     "validate_spec",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .types import CoreError, WorkloadSpec
+from .units import format_duration
 
 MINUTE = 60.0
 HOUR = 3600.0
@@ -31,6 +32,10 @@ class PolicyConfig:
     """Provisional charge on admission, as a multiple of ``gpus x min_runtime``."""
     default_checkpoint_interval: float = 30 * MINUTE
     """Assumed checkpoint interval when a workload declares none (for progress-lost estimates)."""
+    default_time_limit: float = 0.0
+    """Time limit given to work submitted without one (0: none, it runs until it exits)."""
+    max_time_limit: float = 0.0
+    """Cap on a workload's time limit (0: no cap). With a cap, work must have a limit."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -43,6 +48,11 @@ class PolicyConfig:
             raise CoreError("policy: lookback: must be > 0")
         if self.max_min_runtime <= 0:
             raise CoreError("policy: max_min_runtime: must be > 0")
+        if self.max_time_limit and not 0 < self.default_time_limit <= self.max_time_limit:
+            raise CoreError(
+                "policy: default_time_limit: must be > 0 and at most max_time_limit "
+                f"({format_duration(self.max_time_limit)}) when that is set"
+            )
 
 
 def is_debug(spec: WorkloadSpec, config: PolicyConfig) -> bool:

@@ -19,6 +19,7 @@ class Status(enum.Enum):
     PREEMPTED = "preempted"  # non-resumable and preempted: ends here
     CANCELLED = "cancelled"
     LOST = "lost"  # non-resumable on a host that died
+    TIMEOUT = "timeout"  # stopped at its time limit
 
 
 WORKLOAD_TRANSITIONS: Mapping[Status, Mapping[Status, str]] = {
@@ -41,12 +42,14 @@ WORKLOAD_TRANSITIONS: Mapping[Status, Mapping[Status, str]] = {
         Status.FAILED: "failed during the grace period",
         Status.CANCELLED: "cancelled while stopping",
         Status.LOST: "host died while stopping",
+        Status.TIMEOUT: "stopped at its time limit",
     },
     Status.COMPLETED: {},
     Status.FAILED: {},
     Status.PREEMPTED: {},
     Status.CANCELLED: {},
     Status.LOST: {},
+    Status.TIMEOUT: {},
 }
 
 FINAL = frozenset(s for s, out in WORKLOAD_TRANSITIONS.items() if not out)

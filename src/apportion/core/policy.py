@@ -2,6 +2,8 @@
 
 The pass runs in numbered phases over a read-only :class:`ClusterState`:
 
+0. **time limits**: running work at or past its time limit is stopped (it ends as
+   ``timeout``); its GPUs stay held until it exits, like any stopping work.
 1. **drain**: on draining hosts, preempt what is no longer protected; an empty draining
    host goes to repair.
 2. **rank**: pending allocated work in Fair Tree order: at each level of the budget tree the
@@ -37,6 +39,7 @@ from .types import (
     WaitReason,
     WorkloadSpec,
 )
+from .units import format_duration, plural
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -81,8 +84,20 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
     state.tree.require_leaf(spec.budget)
     if spec.min_runtime > config.max_min_runtime:
         raise CoreError(
-            f"workload {spec.id}: min_runtime: {spec.min_runtime:g} s is over the cap of "
-            f"{config.max_min_runtime:g} s"
+            f"workload {spec.id}: min_runtime: {format_duration(spec.min_runtime)} is over "
+            f"the cap of {format_duration(config.max_min_runtime)}"
+        )
+    limit = spec.time_limit
+    if config.max_time_limit and not 0 < limit <= config.max_time_limit:
+        raise CoreError(
+            f"workload {spec.id}: time_limit: "
+            f"{format_duration(limit) if limit else 'none'} is over the cap of "
+            f"{format_duration(config.max_time_limit)}"
+        )
+    if limit and limit < spec.min_runtime:
+        raise CoreError(
+            f"workload {spec.id}: time_limit: {format_duration(limit)} is shorter than its "
+            f"minimum runtime of {format_duration(spec.min_runtime)}"
         )
     sizes = [h.gpus for h in state.hosts.values()]
     if not sizes:
@@ -91,6 +106,17 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
         raise CoreError(
             f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {sum(sizes)}"
         )
+    if spec.hosts:
+        unknown = [h for h in spec.hosts if h not in state.hosts]
+        if unknown:
+            raise CoreError(f"workload {spec.id}: hosts: unknown host {unknown[0]!r}")
+        mine = [state.hosts[h].gpus for h in spec.hosts]
+        one_host = spec.gpus <= max(sizes)  # the shape rule: one host, else whole hosts
+        if (one_host and spec.gpus > max(mine)) or (not one_host and spec.gpus > sum(mine)):
+            raise CoreError(
+                f"workload {spec.id}: hosts: {plural(spec.gpus, 'GPU')} cannot fit on the "
+                f"hosts it may use ({', '.join(spec.hosts)})"
+            )
 
 
 def decide(
@@ -125,6 +151,7 @@ class _Pass:
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.changes: list[HostChange] = []
+        self.timeouts: list[str] = []
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -142,6 +169,7 @@ class _Pass:
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
 
     def run(self) -> Decisions:
+        self.time_limits()
         self.drain()
         self.honour_reservations()
         self.admit_allocated()
@@ -153,7 +181,18 @@ class _Pass:
             reservations=tuple(self.reservations),
             order=tuple(self.order),
             waiting=self.waiting,
+            timeouts=tuple(self.timeouts),
         )
+
+    # ---- phase 0: time limits --------------------------------------------------------
+    def time_limits(self) -> None:
+        """Stop work whose time limit has passed. It is claimed, so no one counts it as a
+        victim this pass (it already stops)."""
+        st = self.state
+        for wid, until in sorted(st.deadlines.items()):
+            if self.now >= until and wid not in st.stopping:
+                self.hosts.claimed.add(wid)
+                self.timeouts.append(wid)
 
     # ---- phase 1: drain ----------------------------------------------------------------
     def drain(self) -> None:
@@ -298,9 +337,12 @@ class _Pass:
             return False
         placement = None
         if spec.gpus <= self.hosts.room(multi):  # else no search can find room
-            placement = find_fit(self.hosts, spec.gpus)
+            placement = find_fit(self.hosts, spec.gpus, only=spec.hosts or None)
         if placement is None:
-            self.fit_fail_min[multi] = spec.gpus
+            # a request limited to some hosts failing says nothing about larger ones that
+            # may use any host; the reverse holds, so it still skips by the others' failures
+            if not spec.hosts:
+                self.fit_fail_min[multi] = spec.gpus
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -310,9 +352,10 @@ class _Pass:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
         plan = None
         multi = spec.gpus > self.hosts.max_size
+        limited = set(spec.hosts) if spec.hosts else None  # None: any host
         if spec.gpus < self.unalloc_fail_min[multi]:
-            plan = find_victims(self.hosts, spec, self.now, None)
-            if plan is None:
+            plan = find_victims(self.hosts, spec, self.now, None, only=limited)
+            if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
         if plan is None and self.cfg.rebalance:
             charge = self.rules.admission(spec)
@@ -320,15 +363,16 @@ class _Pass:
                 return False
             bound, giving, opening = self.rebalance_bound(spec)
             if bound >= spec.gpus:
+                reach = self.reach(giving, multi)
                 plan = find_victims(
                     self.hosts,
                     spec,
                     self.now,
                     lambda c, taken: self.rules.may_preempt(spec, c, taken, giving),
-                    only=self.reach(giving, multi),
+                    only=reach if limited is None else reach & limited,
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
-            if plan is None:
+            if plan is None and limited is None:
                 failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
                 short = bound if bound < spec.gpus else None
                 failed.append((spec.gpus, _charge_threshold(spec.gpus, short, opening)))

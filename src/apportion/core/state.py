@@ -4,9 +4,10 @@ Both drivers (simulator and service) hold one :class:`ClusterState` and change i
 through the methods below, so both fold events into state the same way; :func:`decide`
 only reads it. Indexes (pending work per budget in queue order and by shape, GPUs used,
 free, stopping and unallocated per host, budgets and protection horizon per host, GPUs held
-and work pending per budget node, the work rebalancing may take, the usage ledger) are
-maintained on each change so a pass never rebuilds them from scratch; the consistency
-property test in tests/core recomputes each of them from the work itself.
+and work pending per budget node, the time-limit deadlines of running work, the work
+rebalancing may take, the usage ledger) are maintained on each change so a pass never
+rebuilds them from scratch; the consistency property test in tests/core recomputes each of
+them from the work itself.
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ class ClusterState:
         # budget node (and root) -> GPUs its allocated work holds, not stopping
         self.held: dict[str, int] = {}
         self.on_host: dict[str, set[str]] = {}  # host -> running ids
+        # running id -> when its time limit ends (only work that has one): what a pass
+        # reads to stop work at its limit without looking at all running work
+        self.deadlines: dict[str, float] = {}
         # host -> when the last protection of work on it (not stopping) ends
         self.protected_until: dict[str, float] = {}
         self.ledger = UsageLedger(start, keep=ledger_keep)
@@ -284,6 +288,8 @@ class ClusterState:
                 self.protected_until[s.host] = until
         if p.spec.allocated:
             self._count_held(p.spec.budget, r.gpus_held)
+        if p.spec.time_limit > 0:
+            self.deadlines[workload] = t + p.spec.time_limit
         self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         if p.spec.allocated:
             until = r.protected_until()
@@ -331,6 +337,7 @@ class ClusterState:
             raise CoreError(f"workload {workload}: not running")
         was_stopping = workload in self.stopping
         self.stopping.discard(workload)
+        self.deadlines.pop(workload, None)
         self._released.remove(r)
         for s in r.placement:
             self.used[s.host] -= s.gpus
@@ -482,6 +489,7 @@ class ClusterState:
             tuple(sorted(self.held.items())),
             tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
             tuple(sorted(self.protected_until.items())),
+            tuple(sorted(self.deadlines.items())),
             self.ledger.fingerprint(),
             self.time,
         )

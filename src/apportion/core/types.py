@@ -32,6 +32,12 @@ class WorkloadSpec:
     resumable: bool = False
     priority: int = 0
     checkpoint_interval: float = 0.0
+    time_limit: float = 0.0
+    """Wall-time limit of one run (0: none). At ``started_at + time_limit`` the policy stops
+    it (:attr:`Decisions.timeouts`) and it ends as ``timeout``."""
+    hosts: tuple[str, ...] = ()
+    """The hosts it may run on, sorted (empty: any). Placement, victims included, looks at
+    no other host."""
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -44,6 +50,8 @@ class WorkloadSpec:
             )
         if self.checkpoint_interval < 0:
             raise CoreError(f"workload {self.id}: checkpoint_interval: must be >= 0")
+        if self.time_limit < 0:
+            raise CoreError(f"workload {self.id}: time_limit: must be >= 0")
 
     @property
     def allocated(self) -> bool:
@@ -176,25 +184,30 @@ class Decisions:
     reservations: tuple[Reservation, ...] = ()
     order: tuple[str, ...] = ()
     waiting: dict[str, WaitReason] = field(default_factory=dict)
+    timeouts: tuple[str, ...] = ()
+    """Running work past its time limit: stop it (SIGTERM, the grace period, SIGKILL); it
+    ends as ``timeout``, never requeued."""
 
     def empty(self) -> bool:
-        return not (self.starts or self.preemptions or self.host_changes)
+        return not (self.starts or self.preemptions or self.host_changes or self.timeouts)
 
     def settles(self) -> bool:
         """Once these decisions are applied, is the instant settled (drivers stop passing at
-        it)? Yes unless work was preempted or a host changed state: a pass that only started
+        it)? Yes unless work was preempted or stopped at its time limit (its GPUs may be
+        free once it has exited) or a host changed state: a pass that only started
         work leaves nothing for a repeat at the same instant to place, since everything it
         did not start had been tried against at least as many free GPUs. (A repeat could only
         rebalance once the pass's provisional admission charges are gone, about one pass in
         a thousand on the seed scenario; the next pass, at the next event or within the
         hour, does that.)"""
-        return not (self.preemptions or self.host_changes)
+        return not (self.preemptions or self.host_changes or self.timeouts)
 
 
 def decision_log(now: float, decisions: Decisions) -> list[str]:
     """One line per decision, in a fixed order: the format both drivers log, so the simulator
     and the service can be compared line by line (the parity test)."""
     lines = [f"{now:.3f} host {c.host} -> {c.to.value} ({c.why})" for c in decisions.host_changes]
+    lines += [f"{now:.3f} timeout {w}" for w in decisions.timeouts]
     lines += [
         f"{now:.3f} preempt {p.workload} {p.reason.value} requeue={p.requeue} by={p.by}"
         for p in decisions.preemptions

@@ -16,6 +16,7 @@ Routes are listed in docs/api.md, rights in docs/security.md; OpenAPI at /docs.
 import difflib
 import hashlib
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from apportion.core import (
+    After,
     BudgetNode,
     BudgetTree,
     ClusterState,
@@ -36,7 +38,10 @@ from apportion.core import (
     HostState,
     Status,
     WorkloadSpec,
+    allowed_hosts,
     ancestors,
+    parse_array,
+    parse_dependency,
     validate_spec,
 )
 from apportion.core.units import parse_duration
@@ -45,7 +50,9 @@ from . import validation as v
 from .auth import Principal, Rights, hash_token, new_token, redact
 from .config import ServiceConfig
 from .dashboard import dashboard_router, explain_workload
+from .executors import identity
 from .store import AlreadySubmitted, Conflict, NotFound, Store, UserRow, WorkloadRow
+from .whatif_api import whatif_router
 
 API_VERSION = "v1"
 TOKEN_CACHE_S = 30.0
@@ -80,6 +87,10 @@ UserName = Annotated[
     AfterValidator(v.check_user_name),
 ]
 People = Annotated[list[UserName], Field(max_length=v.MAX_PEOPLE)]
+# a Unix account: useradd's default NAME_REGEX, with capitals and a machine account's "$"
+UnixUser = Annotated[str, Field(max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$")]
+HostName = Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)]
+HostNames = Annotated[list[HostName], Field(max_length=v.MAX_PEOPLE)]
 Weight = Annotated[float, Field(ge=v.MIN_WEIGHT, le=v.MAX_WEIGHT, allow_inf_nan=False,
                                 description="relative to its siblings")]
 Duration = (
@@ -102,6 +113,36 @@ class SubmitBody(_Body):
         list[str], Field(min_length=1, max_length=v.MAX_ARGS),
         AfterValidator(v.check_command),
     ] = Field(description="argv of the command to run")
+    name: str | None = Field(
+        None, max_length=128, pattern=r"^[A-Za-z0-9._+-]+$",
+        description="a name to know it by: letters, digits and . _ + - only",
+    )
+    time_limit: Duration | None = Field(
+        None, description='wall-time limit, seconds or "2h"; default: the policy\'s'
+    )
+    array: str | None = Field(
+        None, min_length=1, max_length=v.MAX_QUERY,
+        description='"0-99", "1,3,5-7", "0-99%10" (at most 10 at once): one per index',
+    )
+    dependency: str | None = Field(
+        None, max_length=v.MAX_TEXT,
+        description='"afterok:w-000003[:w-000004]", also afterany, afternotok',
+    )
+    chdir: Annotated[str, Field(max_length=v.MAX_PATH_BYTES),
+                     AfterValidator(v.check_chdir)] | None = Field(
+        None, description="absolute working directory (default: the account's home)"
+    )
+    env: Annotated[dict[str, str], Field(max_length=v.MAX_ARGS),
+                   AfterValidator(v.check_env)] | None = Field(
+        None, description="the exported environment (default: none, the account's basics)"
+    )
+    nodelist: HostNames = Field([], description="run only on these hosts")
+    exclude: HostNames = Field([], description="never run on these hosts")
+    gpu_kind: Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
+        None, description="a GPU kind; refused while hosts have no kinds (use nodelist)"
+    )
+
+
 
 
 class WeightBody(_Body):
@@ -130,13 +171,13 @@ class HostBody(_Body):
 class UserBody(_Body):
     name: UserName
     admin: bool = False
-    unix_user: UserName | None = Field(
+    unix_user: UnixUser | None = Field(
         None, description="the Unix account its work runs as (default: the same name)")
 
 
 class UserChangeBody(_Body):
     admin: bool | None = None
-    unix_user: UserName | Literal[""] | None = Field(
+    unix_user: UnixUser | Literal[""] | None = Field(
         None, description='the Unix account; "" for the account of the same name')
 
 
@@ -410,34 +451,68 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             checkpoint = parse_duration(body.checkpoint_interval)
         except ValueError as e:
             raise _fail(422, f"checkpoint_interval: {e}") from None
-        t = now()
         try:
+            time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                          else parse_duration(body.time_limit))
+        except ValueError as e:
+            raise _fail(422, f"time_limit: {e}") from None
+        indexes: tuple[int, ...] = ()
+        throttle = 0
+        after: tuple[tuple[After, str], ...] = ()
+        try:
+            if body.array is not None:
+                indexes, throttle = parse_array(body.array)
+            if body.dependency:
+                after = parse_dependency(body.dependency)
+        except CoreError as e:
+            raise _fail(422, str(e)) from None
+        if body.gpu_kind is not None:
+            raise _fail(422, f"gpu_kind: {body.gpu_kind!r}: the hosts of this cluster have no "
+                        "GPU kinds; choose hosts with nodelist or exclude")
+        known = store.statuses(d for _, d in after)
+        for _, dep in after:
+            if dep not in known:
+                raise _fail(422, f"dependency: {dep}: no such workload")
+        t = now()
+        host_rows = store.hosts()
+        try:
+            allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
             spec = WorkloadSpec(
                 id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
+                time_limit=time_limit, hosts=allowed,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
                 raise _fail(422, f"budget: {body.budget!r}: no budgets exist yet")
             tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
-            state = ClusterState(tree, [h.host() for h in store.hosts()], start=t)
+            state = ClusterState(tree, [h.host() for h in host_rows], start=t)
             validate_spec(spec, state, settings.policy)
         except CoreError as e:
             raise _fail(422, _core_message(e)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
+        problem = _run_problem(body, user, settings)
+        if problem is not None:
+            raise _fail(422, problem)
         try:
             row = store.add_workload(
                 budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
                 command=body.command, actor=user.name, resumable=body.resumable,
-                priority=body.priority, checkpoint_interval=checkpoint,
-                idempotency_key=idempotency_key, request_digest=digest,
+                priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
+                chdir=body.chdir, env=body.env,
+                time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
+                array=indexes, array_throttle=throttle, nodelist=body.nodelist,
+                exclude=body.exclude, idempotency_key=idempotency_key, request_digest=digest,
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)
         scheduler.wake()
-        return row.as_dict()
+        out = row.as_dict()
+        if indexes:
+            out["array_ids"] = store.array_ids(row.id)
+        return out
 
     @app.get(f"{v1}/workloads", tags=["workloads"])
     def queue(
@@ -448,6 +523,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         budget: Annotated[str | None, Query(description="a node: its whole subtree")] = None,
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
     ) -> list[dict[str, Any]]:
         """Workloads, oldest first (default: the active ones). Another user's command,
         environment and directory are shown only to managers of its budget and admins."""
@@ -458,7 +534,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise _fail(422, f"status: must be 'all' or some of: {valid}") from None
-        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit)
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
+                                    array=array)
         return shown(who, rows)
 
     @app.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])
@@ -491,9 +568,13 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         attempt: Annotated[int | None, Query(ge=1, le=1_000_000,
                                              description="default: the latest")] = None,
         tail: Annotated[int, Query(ge=0, le=1 << 40, description="last N bytes (0: all)")] = 0,
+        offset: Annotated[int, Query(ge=0, le=1 << 40,
+                                     description="from this byte on (following)")] = 0,
     ) -> PlainTextResponse:
         """The output (stdout and stderr) of one attempt: for its owner, managers of its
-        budget and admins."""
+        budget and admins. ``X-Log-Attempt`` names the attempt, ``X-Log-Offset`` the byte
+        after what was sent: pass it as ``offset`` to read only what was written since
+        (``apportion logs -f``)."""
         w = store.get_workload(workload_id)
         if not who.may_see_private(rights(who.user), w.user, w.budget):
             raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
@@ -505,14 +586,28 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(404, f"workload {workload_id}: attempt {n}: not found")
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
-            with open(path, "rb") as f:
+            # never through a link: with Slurm the log's directory is its owner's, who could
+            # otherwise swap the log for a link to a file only the server may read
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
                 if tail:
                     size = f.seek(0, 2)
                     f.seek(max(0, size - tail))
+                elif offset:
+                    f.seek(offset)
                 data = f.read()
+                end = f.tell()
         except FileNotFoundError:
             raise _fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
-        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+        except OSError as e:  # ELOOP: a link put in the log's place
+            raise _fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
+                             f"{e.strerror}") from None
+        return PlainTextResponse(data.decode("utf-8", errors="replace"),
+                                 headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+
+    @app.get(f"{v1}/me", tags=["users"])
+    def me(who: Reader) -> dict[str, Any]:
+        """The user the token belongs to."""
+        return {"name": who.user.name, "admin": who.user.admin}
 
     # ---- budgets -----------------------------------------------------------------------
     @app.get(f"{v1}/budgets", tags=["budgets"])
@@ -720,6 +815,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     app.include_router(  # /, /sim (pages: public), /v1/dashboard/*, /metrics
         dashboard_router(store, scheduler, settings, reader=public_reader)
     )
+    app.include_router(whatif_router(store, settings, writer, now))  # POST /v1/whatif
 
     @app.get(f"{v1}/health", tags=["health"])
     def health() -> dict[str, Any]:
@@ -728,6 +824,17 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return {"status": "ok", "executor": settings.executor.kind}
 
     return app
+
+
+def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
+    """Why this submission could never run as asked (``field: problem``), or None: its
+    command and environment's size against the kernel's exec limits, and the
+    owner's Unix account (unless nothing runs, with the memory executor)."""
+    # the directory and each variable were checked with the body (validation.py)
+    problem = identity.exec_problem(body.command, body.env or {})
+    if problem is None and settings.executor.kind != "memory":
+        problem = settings.identity.problem(user.name, user.account)
+    return problem
 
 
 def _usage(

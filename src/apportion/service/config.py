@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 from apportion.core import CoreError, PolicyConfig
 
+from .executors.identity import Identity
 from .store import default_sqlite_url
 
 T = TypeVar("T")
 EXECUTOR_KINDS = ("local", "slurm", "memory")
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
+_UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?\Z", re.IGNORECASE)
 
 
 class ConfigError(ValueError):
@@ -64,6 +66,10 @@ class ServerConfig:
     public_read: bool = False
     # larger request bodies are refused with 413 before they are read whole
     max_body_bytes: int = 1 << 20
+    # as root, work runs as each owner's Unix account; single_user runs everyone's work as
+    # the server's own user instead (see docs/security.md)
+    single_user: bool = False
+    allow_root_for: tuple[str, ...] = ()  # users whose work may run as root (uid 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +108,7 @@ class BudgetConfig:
 class UserConfig:
     name: str
     admin: bool = False
+    unix_user: str | None = None  # None: the Unix account of the same name
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +129,11 @@ class ServiceConfig:
     @property
     def db_url(self) -> str:
         return self.database.url or default_sqlite_url(self.server.data_dir)
+
+    @property
+    def identity(self) -> Identity:
+        """Whom work runs as (``[server] single_user`` and ``allow_root_for``)."""
+        return Identity(self.server.single_user, frozenset(self.server.allow_root_for))
 
     @property
     def logs_dir(self) -> Path:
@@ -231,6 +243,8 @@ def parse_config(
         data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
         public_read=r.boolean("public_read", False),
         max_body_bytes=r.integer("max_body_bytes", 1 << 20, minimum=1024),
+        single_user=r.boolean("single_user", False),
+        allow_root_for=r.names("allow_root_for"),
     )
     if server.port > 65535:
         raise r.error("port", f"must be <= 65535, got {server.port}")
@@ -270,7 +284,8 @@ def parse_config(
     ))
     _unique(source, "budgets", [b.path for b in budgets], what="path")
     users = _each(source, "users", top.get("users", []), lambda x: UserConfig(
-        name=x.string("name", required=True), admin=x.boolean("admin")
+        name=x.string("name", required=True), admin=x.boolean("admin"),
+        unix_user=_unix_user(x),
     ))
     _unique(source, "users", [u.name for u in users])
     _check_seed(source, budgets, users)
@@ -278,6 +293,17 @@ def parse_config(
               "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
                          source)
+
+
+def _unix_user(r: _Reader) -> str | None:
+    if "unix_user" not in r.table:
+        r.used.add("unix_user")
+        return None
+    v = r.string("unix_user")
+    if not _UNIX_NAME.match(v):
+        raise r.error("unix_user", f"must be a Unix user name (at most 32 of a-z, 0-9, _, "
+                                   f"-, starting with a letter or _), got {v!r}")
+    return v
 
 
 def _each(src: str, name: str, value: object, build: Callable[[_Reader], T]) -> tuple[T, ...]:

@@ -4,14 +4,32 @@ Implementations: ``local`` (real process groups on this machine), ``slurm`` (sba
 on a real Slurm cluster) and ``memory`` (in-process, for the parity test and fast unit
 tests). The scheduler never asks an executor to decide anything: it only launches, stops,
 and reports what it observes; the reconciler folds those observations into state.
+
+An executor says no to a launch in one of two ways::
+
+    LaunchRefused          permanent: this launch can never succeed as asked (argument list
+                           too long, command not found or not executable, no such Unix
+                           account, a directory that cannot be entered). The scheduler ends
+                           the workload ``failed`` after this one try, with the reason.
+    ExecutorUnavailable    transient: the backend did not answer. The scheduler retries the
+                           workload later, backing off, while everything else keeps starting.
+
+Any other exception from ``launch`` counts as transient too. A refusal that only the started
+attempt can discover (e.g. the owner's account may not enter its directory) is reported as
+an exit whose :attr:`Observation.refused` holds the reason; it ends the workload the same way.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
+
+
+class LaunchRefused(Exception):
+    """This launch can never succeed as asked; the message says why, e.g.
+    ``command not found: foo``. Nothing was started."""
 
 
 class ExecutorUnavailable(Exception):
@@ -36,9 +54,15 @@ class Launch:
     attempt: int
     command: Sequence[str]
     slots: tuple[HostSlots, ...]
-    env: Mapping[str, str] = field(default_factory=dict)
+    # the environment the owner exported (None: none, ``--export=NONE``); the executor adds
+    # a minimal one from the account (HOME, USER, ...) under it and its own variables
+    # (CUDA_VISIBLE_DEVICES, APPORTION_*) over it. Never the server's environment.
+    env: Mapping[str, str] | None = None
     log_path: str = ""  # per-attempt log file (stdout and stderr)
     whole_hosts: bool = False  # multi-host work owns its hosts
+    user: str = ""  # the apportion user who owns it
+    account: str = ""  # the Unix account it runs as ("" : the server's own)
+    chdir: str | None = None  # absolute working directory (None: the account's home)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +88,7 @@ class Observation:
     exit_code: int | None = None
     signalled: bool = False  # ended by a signal we (or someone) sent
     ended_at: float | None = None  # when it exited, if the executor knows (else: when seen)
+    refused: str | None = None  # the command never started, and never will: why
 
 
 class Executor(Protocol):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from apportion.core import (
+    FINAL,
     ClusterState,
     CoreError,
     Decisions,
@@ -43,8 +44,12 @@ from apportion.core import (
     Status,
     decide,
     decision_log,
+    dependency_state,
+    format_duration,
+    release,
     validate_spec,
 )
+from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.executor import (
@@ -54,6 +59,7 @@ from apportion.service.executor import (
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchRefused,
     Observation,
 )
 from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
@@ -65,6 +71,9 @@ BULK_LOAD = 200  # more new submissions than this in one pass: load them in one 
 MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
+TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
+BACKOFF_FIRST_S = 1.0  # a launch that failed for a transient reason waits this long first,
+BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
 
 
 class PassListener(Protocol):
@@ -114,11 +123,18 @@ class Scheduler:
         self.state: ClusterState | None = None
         self._open: dict[str, _Attempt] = {}
         self._commands: dict[str, tuple[str, ...]] = {}
+        # submitted work kept out of the queue (dependencies, array throttle; core.gating)
+        self._held: dict[str, WorkloadRow] = {}
+        self._hold_reason: dict[str, str] = {}  # held id -> what it waits for, for views
+        self._array_of: dict[str, str] = {}  # released array element -> its array id
+        self._env: dict[str, dict[str, str]] = {}  # id -> variables the scheduler sets
         self._free: dict[str, list[int]] = {}  # host -> free GPU indexes, ascending
         self._host_reason: dict[str, str] = {}
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
         self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
         self._seen_drained: set[str] = set()  # hosts the executor last reported draining
+        # workload -> (not before, last delay): set aside after a transient launch failure
+        self._backoff: dict[str, tuple[float, float]] = {}
         self._last = Decisions()
         self._last_pass_at: float | None = None
         self._started = False
@@ -159,6 +175,7 @@ class Scheduler:
                     self._retry(t)
                     self._fold(t)
                 for _ in range(MAX_ROUNDS if reachable else 0):
+                    self._release_held(t)
                     d = self._decide(st, t)
                     self._last = d
                     if d.empty():
@@ -301,7 +318,9 @@ class Scheduler:
 
         * ``pending``: in the order of the last pass, each with its ``wait_reason``
           (``no_capacity``, ``waiting_for_preemption``, ``too_large``, or None if the pass
-          did not reach it);
+          did not reach it); then the work held out of the queue (``wait_reason`` ``held``,
+          no ``position``, ``hold`` says what it waits for: a dependency, its array's
+          throttle);
         * ``running``: with placement, ``protected_until`` and ``stopping``;
         * ``hosts``: state, GPUs used and free; ``budgets``: share and usage ratio.
         """
@@ -327,6 +346,14 @@ class Scheduler:
                     "position": i + 1,
                     "queued_at": p.queued_at,
                     "wait_reason": reason.value if reason else None,
+                })
+            for wid, row in self._held.items():  # after all queued work, in id order
+                pending.append({
+                    **_spec_dict(row.spec()),
+                    "position": None,
+                    "queued_at": row.queued_at,
+                    "wait_reason": "held",
+                    "hold": self._hold_reason.get(wid, "held"),
                 })
             running = []
             for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
@@ -370,6 +397,13 @@ class Scheduler:
                 "budgets": budgets,
             }
 
+    def hold_reason(self, workload_id: str) -> str | None:
+        """What keeps a held workload out of the queue (None: it is not held)."""
+        with self.lock:
+            if workload_id not in self._held:
+                return None
+            return self._hold_reason.get(workload_id, "held")
+
     def why(self, workload_id: str) -> dict[str, Any] | None:
         """Why a workload waits, or until when it is protected; None if not active."""
         view = self.queue_view()
@@ -411,14 +445,20 @@ class Scheduler:
         hosts = self.store.hosts()
         rows = self.store.active_workloads()
         lookback = self.config.lookback
-        # the cluster's history starts no earlier than its hosts were registered
+        history = self.store.host_history()
+        registered: dict[str, float] = {}
+        for at, name, _ in history:
+            registered.setdefault(name, at)
+        # the cluster's history starts no earlier than its hosts were registered (not when
+        # they last changed state: that would forget the usage before it)
         t0 = now - lookback
         if hosts:
-            t0 = max(t0, min(h.changed_at for h in hosts))
+            t0 = max(t0, min(registered.get(h.name, h.changed_at) for h in hosts))
         running = [r for r in rows if r.attempt is not None]
         t0 = min([t0, now, *(r.attempt.started_at for r in running if r.attempt)])
-        # hosts join healthy at t0 and take their current state when it was set, so the
-        # ledger's capacity follows the latest state change of each host
+        # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
+        # so the ledger's capacity follows their history; one without a record takes its
+        # current state when it was set
         st = ClusterState(tree, (Host(h.name, h.gpus) for h in hosts), start=t0,
                           ledger_keep=max(30 * DAY, 2 * lookback))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
@@ -430,10 +470,17 @@ class Scheduler:
             events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
             events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
         for i, row in enumerate(running):
-            events.append((row.attempt.started_at, 1, i, _replay_start(st, row)))  # type: ignore[union-attr]
-        for i, h in enumerate(hosts):
-            if h.state is not HostState.HEALTHY:
-                events.append((max(h.changed_at, t0), 2, i, _replay_host(st, h.name, h.state)))
+            events.append((row.attempt.started_at, 2, i, _replay_start(st, row)))  # type: ignore[union-attr]
+        # at one instant a host came back before work started on it, and work running on a
+        # host started before it was drained or marked down; a record from a clock ahead of
+        # the scheduler's (a host registered by wall clock, a fake scheduler clock) counts now
+        for i, (at, name, state) in enumerate(history):
+            if name in st.hosts:
+                prio = 1 if state is HostState.HEALTHY else 3
+                events.append((max(min(at, now), t0), prio, i, _replay_host(st, name, state)))
+        for i, h in enumerate(hosts, len(history)):
+            if h.name not in registered and h.state is not HostState.HEALTHY:
+                events.append((max(h.changed_at, t0), 3, i, _replay_host(st, h.name, h.state)))
         events.sort(key=lambda e: e[:3])
         for t, _, _, apply in events:
             apply(t)
@@ -442,6 +489,7 @@ class Scheduler:
         self._free = {h.name: list(range(h.gpus)) for h in hosts}
         self._open = {}
         self._commands = {}
+        self._held, self._hold_reason, self._array_of, self._env = {}, {}, {}, {}
         for row in running:
             a = row.attempt
             assert a is not None
@@ -450,19 +498,30 @@ class Scheduler:
             stop_reason = None
             if row.status is Status.STOPPING or row.cancel_requested:
                 stop_reason = "cancelled" if row.cancel_requested else "preempted"
+                if not row.cancel_requested and row.time_limit and (
+                    a.started_at + row.time_limit <= now
+                ):
+                    stop_reason = f"{TIMEOUT}: reached its time limit"
             self._open[row.id] = _Attempt(
                 a.n, slots, a.started_at, a.handle, stop_reason, row.resumable, False
             )
             self._commands[row.id] = row.command
+            if row.array_id is not None:
+                self._array_of[row.id] = row.array_id
         t = max(now, st.time)
         for row in rows:
-            if row.status is Status.PENDING:
+            if row.status is Status.PENDING and not self._backing_off(row.id, t):
                 self._queue(row, t)
 
-    def _queue(self, row: WorkloadRow, t: float) -> None:
+    def _queue(self, row: WorkloadRow, t: float, held: bool = True) -> None:
+        """Queue a pending workload, or hold it while a dependency or its array's throttle
+        keeps it out (``held=False``: it was just released)."""
+        if held and (row.dependencies or row.array_throttle):
+            self._held[row.id] = row
+            return
         st = self._st()
-        spec = row.spec()
         try:
+            spec = row.spec(st.hosts)  # the hosts it may use, of those known now
             validate_spec(spec, st, self.config)
             st.submit(spec, t, queued_at=row.queued_at)
         except CoreError as e:
@@ -472,6 +531,46 @@ class Scheduler:
             self.store.append_audit(ACTOR, "workload.refuse", row.id, None, {"reason": str(e)})
             return
         self._commands[row.id] = row.command
+        env = {"APPORTION_JOB_NAME": row.name} if row.name else {}
+        if row.array_id is not None:
+            self._array_of[row.id] = row.array_id
+            env["APPORTION_ARRAY_ID"] = row.array_id
+            env["APPORTION_ARRAY_INDEX"] = str(row.array_index)
+        if env:
+            self._env[row.id] = env
+
+    def _release_held(self, now: float) -> None:
+        """Held work whose dependencies are met (and whose array has room) joins the queue;
+        work whose dependency can no longer be met ends, with the reason (core.gating)."""
+        if not self._held:
+            return
+        st = self._st()
+        holds = [row.hold() for row in self._held.values()]
+        statuses = self.store.statuses(d for h in holds for _, d in h.after)
+        active: dict[str, int] = {}
+        for wid, array in list(self._array_of.items()):
+            if wid in st.pending or wid in st.running:
+                active[array] = active.get(array, 0) + 1
+            else:  # ended (or cancelled): no longer counted
+                del self._array_of[wid]
+        ready, ended = release(holds, statuses.get, active)
+        for wid, reason in ended:
+            del self._held[wid]
+            self._hold_reason.pop(wid, None)
+            if self.store.end_held(wid, reason, ACTOR):
+                log.info("%s: ended: %s", wid, reason)
+        for wid in ready:
+            self._hold_reason.pop(wid, None)
+            self._queue(self._held.pop(wid), now, held=False)
+        for wid, row in self._held.items():  # what the rest waits for, for the views
+            met, _ = dependency_state(row.hold(), statuses.get)
+            if not met:
+                waits = [d for _, d in row.dependencies if statuses.get(d) not in FINAL]
+                self._hold_reason[wid] = "dependency: waiting for " + ", ".join(waits)
+            else:
+                self._hold_reason[wid] = (
+                    f"array throttle: {row.array_throttle} of array {row.array_id} at once"
+                )
 
     # ---- pass phases -----------------------------------------------------------------
     def _sync_store(self, now: float) -> None:
@@ -485,8 +584,11 @@ class Scheduler:
                 log.error("budget tree change not applied: %s", e)
         index = self.store.active_index()  # narrow: ids, statuses, cancel flags
         pending = Status.PENDING.value
+        for wid in [w for w in self._backoff if w not in index]:
+            del self._backoff[wid]  # cancelled while set aside
         new = [wid for wid, (status, _) in index.items()
-               if status == pending and wid not in st.pending and wid not in st.running]
+               if status == pending and wid not in st.pending and wid not in st.running
+               and wid not in self._held and not self._backing_off(wid, now)]
         if len(new) > BULK_LOAD:
             wanted = set(new)
             rows = {r.id: r for r in self.store.active_workloads() if r.id in wanted}
@@ -506,6 +608,10 @@ class Scheduler:
         for wid in [w for w in st.pending if index.get(w, ("", False))[0] != pending]:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
+            self._env.pop(wid, None)
+        for wid in [w for w in self._held if index.get(w, ("", False))[0] != pending]:
+            del self._held[wid]  # cancelled while held
+            self._hold_reason.pop(wid, None)
 
     def _sync_inventory(self, now: float) -> bool:
         """Host deaths, returns and drains as the executor reports them. False when the
@@ -596,10 +702,8 @@ class Scheduler:
             self.store.set_attempt_handle(wid, a.n, handle)
             return
         log.warning("%s attempt %d: never launched; requeued, nothing charged", wid, a.n)
-        if a.stop_reason == "cancelled":
-            status = Status.CANCELLED
-        elif a.stop_reason is not None and not a.requeue:
-            status = Status.PREEMPTED
+        if a.stop_reason is not None:
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
         else:
             status = Status.PENDING
         self._end(wid, a.started_at, None, "never launched", status, now)
@@ -625,16 +729,18 @@ class Scheduler:
         # the real exit time, which may fall after this pass began (wall clock)
         t = now if o.ended_at is None else max(o.ended_at, a.started_at)
         finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
-        if a.stop_reason is not None and not finished_alone:
-            # we asked it to stop: the outcome is the stop's, whatever the exit code
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            else:
-                status = Status.PENDING if a.requeue else Status.PREEMPTED
+        timed_out = a.stop_reason is not None and a.stop_reason.startswith(TIMEOUT)
+        if a.stop_reason is not None and (timed_out or not finished_alone):
+            # we asked it to stop: the outcome is the stop's, whatever the exit code (work
+            # stopped at its time limit ends as timeout even if it exits 0 on SIGTERM)
+            status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled",
+                                timed_out=timed_out)
             reason = a.stop_reason
         elif o.state is AttemptState.GONE:
-            status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable)
             reason = "lost: the executor has no trace of it"
+        elif o.refused is not None:  # it could never start (e.g. its directory): not retried
+            status, reason = Status.FAILED, f"launch refused: {o.refused}"
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
@@ -655,6 +761,8 @@ class Scheduler:
         else:
             st.finish(wid, ts)
             self._commands.pop(wid, None)
+            self._env.pop(wid, None)
+            self._array_of.pop(wid, None)
         del self._open[wid]
         self._release(a.slots)
 
@@ -669,10 +777,7 @@ class Scheduler:
                     self.executor.stop(a.handle, 0)
                 except Exception as e:
                     log.warning("%s: stop after host %s died failed: %s", wid, host, e)
-            if a.stop_reason == "cancelled":
-                status = Status.CANCELLED
-            else:
-                status = Status.PENDING if spec.resumable else Status.LOST
+            status = on_host_death(spec.resumable, cancelling=a.stop_reason == "cancelled")
             self._end(wid, now, None, "host_failure", status)
 
     # ---- applying decisions ----------------------------------------------------------
@@ -683,6 +788,9 @@ class Scheduler:
             st.set_host_state(c.host, c.to, now)
             self._host_reason[c.host] = c.why
             self._mirror_drain(c.host, c.to, c.why)
+        for w in d.timeouts:
+            limit = format_duration(self._st().running[w].spec.time_limit)
+            self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
         for p in d.preemptions:
             self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
@@ -719,43 +827,71 @@ class Scheduler:
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)
             self._commands.pop(wid, None)
+            self._env.pop(wid, None)
             return True
         self._take(slots)
         st.start(wid, s.placement, now)
         a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
         log_path = getattr(self.executor, "log_path", None)
-        launch = Launch(
-            workload_id=wid,
-            attempt=row.n,
-            command=self._commands[wid],
-            slots=slots,
-            log_path=str(log_path(wid, row.n)) if log_path is not None else "",
-            whole_hosts=len(slots) > 1,
-        )
         try:
+            launch = Launch(
+                workload_id=wid,
+                attempt=row.n,
+                command=self._commands[wid],
+                slots=slots,
+                log_path=str(log_path(wid, row.n)) if log_path is not None else "",
+                whole_hosts=len(slots) > 1,
+                **self._identity(wid),
+            )
             a.handle = self.executor.launch(launch)
-        except ValueError as e:  # the executor says this workload cannot run at all
+        except (LaunchRefused, ValueError) as e:  # it can never run as asked: one try only
             log.warning("%s: launch refused: %s", wid, e)
             self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
             return True
         except ExecutorUnavailable as e:
             if getattr(self.executor, "find", None) is None:
-                log.warning("%s: launch failed, requeued: %s", wid, e)
-                self._end(wid, now, None, "launch failed", Status.PENDING)
-                return False
+                self._back_off(wid, now, e)
+                return True
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
         except Exception as e:
-            log.warning("%s: launch failed, requeued: %s", wid, e)
-            self._end(wid, now, None, "launch failed", Status.PENDING)
-            return False
+            self._back_off(wid, now, e)
+            return True
+        self._backoff.pop(wid, None)
         try:
             self.store.set_attempt_handle(wid, row.n, a.handle)
         except Exception as e:
             log.warning("%s: handle not stored yet (retried): %s", wid, e)
             self._unsaved[(wid, row.n)] = a.handle
         return True
+
+    def _identity(self, wid: str) -> dict[str, Any]:
+        """Whose the workload is and where and with what it runs (read at launch only: the
+        exported environment is not kept in memory while it waits)."""
+        w = self.store.get_workload(wid)
+        try:
+            account = self.store.get_user(w.user).account
+        except NotFound:
+            account = w.user
+        own = self._env.get(wid)  # the scheduler's variables (name, array) over the exported
+        env = w.env if not own else {**(w.env or {}), **own}
+        return {"user": w.user, "account": account, "chdir": w.chdir, "env": env}
+
+    def _backing_off(self, wid: str, now: float) -> bool:
+        held = self._backoff.get(wid)
+        return held is not None and held[0] > now
+
+    def _back_off(self, wid: str, now: float, e: Exception) -> None:
+        """A transient launch failure: back to pending, set aside (exponential backoff,
+        capped) so that it neither spins nor blocks the work behind it."""
+        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid][1]) if wid in self._backoff \
+            else BACKOFF_FIRST_S
+        log.warning("%s: launch failed, retried in %.0f s: %s", wid, delay, e)
+        self._end(wid, now, None, "launch failed", Status.PENDING)
+        self._st().unqueue(wid)
+        self._commands.pop(wid, None)
+        self._backoff[wid] = (now + delay, delay)
 
     def _mirror_drain(self, host: str, state: HostState, reason: str) -> None:
         if state not in (HostState.DRAINING, HostState.HEALTHY):
@@ -808,6 +944,7 @@ def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
         "resumable": spec.resumable,
         "priority": spec.priority,
         "submit_time": spec.submit_time,
+        "time_limit": spec.time_limit,
     }
 
 
@@ -830,7 +967,11 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
     def apply(t: float) -> None:
         a = row.attempt
         assert a is not None
-        st.submit(row.spec(), t, queued_at=row.queued_at)
+        try:  # a requeue keeps its hosts
+            spec = row.spec(st.hosts)
+        except CoreError:
+            spec = row.spec()
+        st.submit(spec, t, queued_at=row.queued_at)
         st.start(row.id, a.core_placement(), t)
         if row.status is Status.STOPPING:
             st.mark_stopping(row.id)
@@ -840,7 +981,7 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
 
 def _replay_host(st: ClusterState, name: str, state: HostState) -> Callable[[float], None]:
     def apply(t: float) -> None:
-        if state is HostState.REPAIR:
+        if state is HostState.REPAIR and st.hosts[name].state is HostState.HEALTHY:
             st.set_host_state(name, HostState.DRAINING, t)
         st.set_host_state(name, state, t)
 

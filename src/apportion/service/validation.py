@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
 
+from .executors import identity
+
 # ---- budgets ------------------------------------------------------------------------------
 SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_SEGMENT = 64
@@ -31,7 +33,8 @@ PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
 MAX_GPUS = 1_000_000  # fits a 32-bit column with room; the cluster's size limits it further
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MAX_ARG_STRLEN = 32 * PAGE_SIZE  # the kernel's limit on one argument, its NUL included
-MAX_ARGS = 10_000  # arguments in one command
+MAX_ARGS = 10_000  # arguments in one command, variables in one environment
+MAX_PATH_BYTES = 4096  # PATH_MAX: a working directory
 
 # ---- free text ----------------------------------------------------------------------------
 MAX_TEXT = 1024  # a host change's reason, a token's label
@@ -41,7 +44,8 @@ MAX_DURATION_TEXT = 64  # "1h30m" and the like
 __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
     "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
-    "check_budget_path", "check_command", "check_text", "check_user_name",
+    "MAX_PATH_BYTES", "check_budget_path", "check_chdir", "check_command", "check_env",
+    "check_text", "check_user_name",
 ]
 
 
@@ -114,3 +118,22 @@ def check_command(argv: Sequence[str]) -> list[str]:
     if not argv[0]:
         raise ValueError("argument 0: the program must not be empty")
     return list(argv)
+
+
+# The working directory and the environment are checked by the executors' own rules
+# (executors.identity), the ones a launch applies, so a submission is refused for exactly
+# what could never run; here they only become field errors.
+def check_chdir(path: str) -> str:
+    """An absolute path of valid UTF-8 without NUL."""
+    problem = identity.chdir_problem(path)
+    if problem is not None:
+        raise ValueError(problem.removeprefix("chdir: "))
+    return path
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """Variable names ``[A-Za-z_][A-Za-z0-9_]*``, values of valid UTF-8 without NUL."""
+    problem = identity.env_problem(env)
+    if problem is not None:  # "env.NAME: ..." or "env: 'NAME': ...": the field is named
+        raise ValueError(problem.removeprefix("env").lstrip(".:").lstrip())
+    return env

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
-import math
 import resource
 import sys
 import time
@@ -27,14 +26,18 @@ from apportion.core import (
     ClusterState,
     CoreError,
     Decisions,
+    Hold,
     HostState,
     PolicyConfig,
     PreemptReason,
+    Status,
     WorkloadSpec,
     decision_log,
     is_debug,
+    release,
     validate_spec,
 )
+from apportion.core.consequences import on_host_death, on_stopped, preemption_cost
 
 from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
@@ -45,6 +48,9 @@ Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
 FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
     range(9)
 )
+TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
+# the engine's job states as the store's statuses (held and pending work: pending)
+_STATUS = {s.value: s for s in Status} | {"abandoned": Status.CANCELLED}
 _EPS = 1e-6
 
 
@@ -177,6 +183,9 @@ class Engine:
         self.rejected = 0
         self.clamped = 0
         self.abandoned: list[_Job] = []
+        # submitted work held out of the queue (core.gating), and released array elements
+        self._holds: dict[str, Hold] = {}
+        self._array_of: dict[str, str] = {}
         self.host_failures = 0
         self.ignored_host_events = 0
         self.events = 0
@@ -231,6 +240,7 @@ class Engine:
             HUMAN_KILL: self._on_human_kill, COMPLETE: self._on_complete,
             SUBMIT: self._on_submit, MIN_RUNTIME_END: self._on_min_runtime_end,
             HOUR_END: self._on_hour, ABANDON: self._on_abandon,
+            TIME_LIMIT: self._on_time_limit,
         }
         while heap and heap[0][0] < self.end:
             now = heap[0][0]
@@ -265,6 +275,7 @@ class Engine:
     # ---- the policy loop -------------------------------------------------------------
     def _decide_loop(self, now: float) -> None:
         for _ in range(self.sim.decide_rounds):
+            self._release_held(now)
             self.calls += 1
             d = self.policy(self.state, now, self.config)
             if d.empty():
@@ -279,8 +290,10 @@ class Engine:
     def _apply(self, d: Decisions, now: float) -> None:
         for c in d.host_changes:
             self._set_host(c.host, c.to, now)
+        for w in d.timeouts:
+            self._timeout(w, now)
         for p in d.preemptions:
-            self._stop(p.workload, now, p.reason, p.requeue)
+            self._stop(p.workload, now, p.reason, on_stopped(p.requeue))
         for r in d.reservations:
             self.state.reserve(r.workload, r.hosts)
         for s in d.starts:
@@ -309,10 +322,27 @@ class Engine:
         self.schedule(done, COMPLETE, wid, j.run_no)
         if spec.allocated and now + spec.min_runtime < done:
             self.schedule(now + spec.min_runtime, MIN_RUNTIME_END, wid, j.run_no)
+        if spec.time_limit > 0 and now + spec.time_limit < done:
+            self.schedule(now + spec.time_limit, TIME_LIMIT, wid, j.run_no)
 
-    def _stop(self, wid: str, now: float, reason: PreemptReason, requeue: bool,
-              final: str = "preempted") -> None:
-        """Preempt or kill a running workload at once, with the checkpoint loss."""
+    def _timeout(self, wid: str, now: float) -> None:
+        """Stop a run at its time limit (at once: the simulator has no grace period); it
+        ends as ``timeout``, never requeued, not counted as a preemption."""
+        j = self.jobs[wid]
+        spec = j.spec
+        self.state.finish(wid, now)
+        j.run_s += (now - j.run_start) * j.held
+        j.status = "timeout"
+        j.end = now
+        j.run_no += 1  # its completion event is stale now
+        self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
+                         requeued=False, preempted=False)
+        if self._observe is not None:
+            self._observe("ended", wid, self.state)
+
+    def _stop(self, wid: str, now: float, reason: PreemptReason, outcome: Status) -> None:
+        """Preempt or kill a running workload at once, with the checkpoint loss; it ends in
+        ``outcome`` (``PENDING``: requeued)."""
         j = self.jobs[wid]
         r = self.state.running.get(wid)
         if r is None:
@@ -326,15 +356,13 @@ class Engine:
         elapsed = now - j.run_start
         gpus = j.held
         j.run_s += elapsed * gpus
-        work = max(0.0, elapsed - j.overhead)
-        if requeue and spec.resumable:
-            c = spec.checkpoint_interval or self._checkpoint_default
-            kept = min(math.floor(work / c) * c, j.remaining) if c > 0 else 0.0
-        else:
-            kept = 0.0
+        requeue = outcome is Status.PENDING
+        cost = preemption_cost(elapsed, j.overhead, j.remaining,
+                               spec.checkpoint_interval or self._checkpoint_default,
+                               resumes=requeue and spec.resumable)
         if not j.job.squat:
-            j.lost_s += (work - kept) * gpus
-        j.remaining -= kept
+            j.lost_s += cost.lost * gpus
+        j.remaining -= cost.kept
         j.run_no += 1  # its completion and min-runtime events are stale now
         self.rec.stopped(spec.budget, gpus, spec.gpus, spec.allocated, j.job.squat, now,
                          requeued=requeue, preempted=True)
@@ -346,7 +374,7 @@ class Engine:
             j.queued_at = now
         else:
             self.state.finish(wid, now)
-            j.status = final
+            j.status = outcome.value
             j.end = now
         if self._observe is not None:
             self._observe("ended", wid, self.state)
@@ -391,7 +419,21 @@ class Engine:
             self.rejected += 1
             j.status = "rejected"
             return False
+        hold = j.job.hold
+        if hold is not None and (hold.after or hold.throttle):
+            self._holds[wid] = hold
+            j.status = "held"
+            return True  # released (or ended) by the passes at this moment
+        self._enqueue(wid, now)
+        return True
+
+    def _enqueue(self, wid: str, now: float) -> None:
+        j = self.jobs[wid]
         spec = j.spec
+        hold = j.job.hold
+        if hold is not None and hold.array is not None:
+            self._array_of[wid] = hold.array
+        j.status = "pending"
         self.state.submit(spec, now)
         self.rec.queued(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
@@ -399,7 +441,34 @@ class Engine:
         patience = j.job.patience
         if patience is not None and now + patience < self.end:
             self.schedule(now + patience, ABANDON, wid)
-        return True
+
+    def _release_held(self, now: float) -> None:
+        """Held work whose dependencies are met (and whose array has room) joins the queue;
+        work whose dependency can no longer be met ends (``core.gating``, as the service)."""
+        if not self._holds:
+            return
+        active: dict[str, int] = {}
+        for wid, array in list(self._array_of.items()):
+            if self.jobs[wid].status in ("pending", "running"):
+                active[array] = active.get(array, 0) + 1
+            else:
+                del self._array_of[wid]
+        ready, ended = release(list(self._holds.values()), self._status_of, active)
+        for wid, _ in ended:
+            del self._holds[wid]
+            j = self.jobs[wid]
+            j.status = "cancelled"
+            j.end = now
+        for wid in ready:
+            del self._holds[wid]
+            self._enqueue(wid, now)
+
+    def _status_of(self, wid: str) -> Status | None:
+        """A workload's status as the service's store would give it."""
+        j = self.jobs.get(wid)
+        if j is None or j.spec.submit_time > self.state.time or j.status == "rejected":
+            return None
+        return _STATUS.get(j.status, Status.PENDING)
 
     def _on_abandon(self, wid: str, gen: int, now: float) -> bool:
         """Its owner's patience ran out: a workload that never started is withdrawn (one
@@ -441,23 +510,31 @@ class Engine:
         j = self.jobs[wid]
         return gen == j.run_no and j.status == "running"
 
+    def _on_time_limit(self, wid: str, gen: int, now: float) -> bool:
+        j = self.jobs[wid]
+        return gen == j.run_no and j.status == "running"
+
     def _on_hour(self, arg: Any, gen: int, now: float) -> bool:
         self.rec.close_hour(now)
         if now + HOUR < self.end:
             self.schedule(now + HOUR, HOUR_END, None)
         return True
 
-    def _kill_all(self, host: str, now: float, reason: PreemptReason, final: str) -> None:
+    def _kill_all(self, host: str, now: float, reason: PreemptReason) -> None:
+        """Everything on ``host`` ends at once: its death, or a human emptying a drain
+        (a drain preemption: resumable work is requeued, as the policy's own)."""
         for wid in sorted(self.state.on_host[host]):
-            spec = self.state.running[wid].spec
-            self._stop(wid, now, reason, requeue=spec.resumable, final=final)
+            resumable = self.state.running[wid].spec.resumable
+            dies = reason is PreemptReason.HOST_FAILURE
+            outcome = on_host_death(resumable) if dies else on_stopped(resumable)
+            self._stop(wid, now, reason, outcome)
 
     def _on_fail(self, host: str, gen: int, now: float) -> bool:
         if self.state.hosts[host].state is HostState.DOWN:
             self.ignored_host_events += 1
             return False
         self.host_failures += 1
-        self._kill_all(host, now, PreemptReason.HOST_FAILURE, "lost")
+        self._kill_all(host, now, PreemptReason.HOST_FAILURE)
         self._set_host(host, HostState.DOWN, now)
         return True
 
@@ -486,7 +563,7 @@ class Engine:
         if gen != self._host_gen[host] or drain is None or not self.state.on_host[host]:
             return False
         drain.human = True
-        self._kill_all(host, now, PreemptReason.DRAIN, "preempted")
+        self._kill_all(host, now, PreemptReason.DRAIN)
         return True
 
     # ---- results ---------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from apportion.core import BudgetTree, Host, WorkloadSpec
+from apportion.core import BudgetTree, Hold, Host, WorkloadSpec
 
 
 class LegacyPriority(enum.IntEnum):
@@ -26,7 +26,8 @@ class SimJob:
     its priority, whether the job opted out of preemption, and whether it is an idle
     placeholder that holds GPUs without doing work (squatting). ``patience`` is how long
     (seconds after submission) its owner waits for it to start before withdrawing it
-    (``None``: waits forever); like ``duration`` the policy never sees it."""
+    (``None``: waits forever); like ``duration`` the policy never sees it. ``hold``: its
+    dependencies and array throttle (``core.gating``), as the service keeps them."""
 
     spec: WorkloadSpec
     duration: float
@@ -34,6 +35,7 @@ class SimJob:
     legacy_preemptible: bool = True
     squat: bool = False
     patience: float | None = None
+    hold: Hold | None = None
 
     def __post_init__(self) -> None:
         if self.patience is not None and not self.patience > 0:

@@ -5,7 +5,10 @@ passed in; ``workloads-P.csv``, ``budget_hours-P.csv`` and ``cluster_hours-P.csv
 per policy ``P``, see docs/simulator.md) and writes ``report.html``. Plots are matplotlib
 figures rendered as inline SVG with the Agg backend; CSS is inline; there is no script and no
 reference to anything outside the file, so the report opens offline and can be mailed.
-A missing table only drops the plots that need it.
+A missing table only drops the plots that need it. One :class:`Palette` colours every
+figure (a policy or a budget looks the same everywhere); :func:`worse_notes` writes the
+sentences under the figures where fair share does worse than legacy, from the run's own
+tables. docs/simulator.md, "The report", describes what a reader sees.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.lines
+import matplotlib.patches
 
 matplotlib.use("Agg")
 # fixed ids and no timestamp: the same run gives the same file
@@ -29,15 +34,35 @@ matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, search
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
+from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
+
+from apportion.core import format_duration, plural  # noqa: E402
 
 REASONS = ("unallocated", "rebalance", "drain", "host_failure")
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 MAX_POINTS = 1500  # per time series; longer runs are averaged into wider bins
 CDF_POINTS = 400
 
-# Ai2's published rollout figures (30 days, one cluster), shown next to the results as the
-# reference the brief asks to beat.
+# One colour per policy and one per budget for the whole report (see Palette). Policies get
+# blue and orange; budgets never use those; greys are for what belongs to no budget
+# (unallocated work, idle GPUs, preemption reasons), black for totals.
+POLICY_COLORS = {"fairshare": "#1f63b4", "legacy": "#e8731a"}
+OTHER_POLICY_COLORS = ("#6b3fa0", "#0e8a8a", "#8c564b")
+BUDGET_COLORS = (
+    "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79",
+    "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5", "#637939",
+)
+UNALLOCATED_COLOR = "#c8c8c8"
+# beyond as many budgets as there are colours, the smallest are drawn as one band
+OTHER_COLOR = "#2f4f4f"
+REASON_COLORS = {"unallocated": UNALLOCATED_COLOR, "drain": "#969696", "rebalance": "#525252",
+                 "host_failure": "#000000"}
+PERCENT = PercentFormatter(xmax=1.0, decimals=0)
+
+# The figures published for the fair-share rollout the seed scenario models (30 days, one
+# cluster), shown next to the seed scenario's results only: they describe that situation,
+# not a trace's.
 REFERENCE: dict[str, str] = {
     "attainment_overall": "98%",
     "attainment_min": "90%",
@@ -49,8 +74,9 @@ REFERENCE: dict[str, str] = {
     "wait_debug_p90": "30 s",
     "drains_automated": "-74% repairs needing a human",
 }
-# not a rollout figure: the situation the brief describes, shown next to the measured one
-DEMAND_REFERENCE = "2-3x at every moment (the brief's premise)"
+# not a published figure: the demand the seed scenario is built to put on the cluster
+DEMAND_REFERENCE = "2-3x at every moment (the situation modelled)"
+REFERENCE_HEADING = "published rollout (reference)"
 
 
 Json = Mapping[str, Any]
@@ -112,17 +138,16 @@ def fmt_ratio(x: object) -> str:
 
 
 def fmt_dur(seconds: object) -> str:
-    """A duration in the unit a person would use: 24 s, 5.0 min, 1.8 h, 2.1 d."""
-    if not _num(seconds):
-        return "–"
-    s = float(seconds)  # type: ignore[arg-type]
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.1f} min"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f} h"
-    return f"{s / 86400:.1f} d"
+    """A duration as :func:`apportion.core.format_duration` writes it (``24 s``,
+    ``1 h 48 min``), ``–`` when unknown."""
+    return format_duration(float(seconds)) if _num(seconds) else "–"  # type: ignore[arg-type]
+
+
+def _fmt_wall(seconds: object) -> str:
+    """Wall time: tenths of a second below a minute (a short run takes 0.4 s, not 0 s)."""
+    if _num(seconds) and float(seconds) < 60:  # type: ignore[arg-type]
+        return f"{float(seconds):.1f} s"  # type: ignore[arg-type]
+    return fmt_dur(seconds)
 
 
 def _num(x: object) -> bool:
@@ -183,18 +208,86 @@ def _downsample(x: np.ndarray, ys: Sequence[np.ndarray]) -> tuple[np.ndarray, li
     return avg(x), [avg(y) for y in ys]
 
 
-def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
+@dataclass(frozen=True, slots=True)
+class Palette:
+    """The report's colours: every figure asks here, so a policy or a budget has the same
+    colour everywhere."""
+
+    policies: Mapping[str, str]
+    budgets: Mapping[str, str]
+
+    @classmethod
+    def build(cls, policies: Sequence[str], budgets: Sequence[str]) -> Palette:
+        others = iter(OTHER_POLICY_COLORS * (1 + len(policies)))
+        pol = {p: POLICY_COLORS.get(p) or next(others) for p in policies}
+        bud = {b: BUDGET_COLORS[i % len(BUDGET_COLORS)] for i, b in enumerate(budgets)}
+        return cls(pol, bud)
+
+    def policy(self, name: str) -> str:
+        return self.policies.get(name, "#000000")
+
+    def budget(self, name: str) -> str:
+        return self.budgets.get(name, "#7f7f7f")
+
+
+def chart_depth(runs: Sequence[RunTables]) -> int:
+    """The shallowest tree level with more than one budget (1 in a tree of programs; 2 for a
+    trace whose budgets all sit under one root such as ``trace/``), for the per-budget time
+    series."""
+    for run in runs:
+        bh = run.budget_hours
+        if bh is None or not len(bh["hour"]):
+            continue
+        for depth in range(1, int(bh["depth"].max()) + 1):
+            if len(np.unique(bh["budget"][bh["depth"] == depth])) > 1:
+                return depth
+    return 1
+
+
+def chart_budgets(runs: Sequence[RunTables], depth: int) -> list[str]:
+    """The budgets at ``depth``, biggest share first (the order of the bands and legends)."""
+    share: dict[str, float] = {}
+    for run in runs:
+        bh = run.budget_hours
+        if bh is None:
+            continue
+        mask = bh["depth"] == depth
+        for name, sh in zip(bh["budget"][mask].tolist(), bh["share"][mask].tolist(),
+                            strict=True):
+            share.setdefault(str(name), float(sh))
+    return sorted(share, key=lambda n: (-share[n], n))
+
+
+def shown_budgets(nodes: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(drawn one by one, folded into one "other" band): every budget gets its own colour
+    while there are colours enough; beyond that the biggest keep theirs."""
+    if len(nodes) <= len(BUDGET_COLORS):
+        return list(nodes), []
+    keep = len(BUDGET_COLORS) - 1
+    return list(nodes[:keep]), list(nodes[keep:])
+
+
+def _fold(mat: np.ndarray, shown: int) -> np.ndarray:
+    """Columns past ``shown`` summed into one last column (none when nothing is folded)."""
+    if mat.shape[1] <= shown:
+        return mat
+    out: np.ndarray = np.hstack([mat[:, :shown], mat[:, shown:].sum(axis=1, keepdims=True)])
+    return out
 
 
 # ---- plots ----------------------------------------------------------------------------------
-def plot_waits(runs: Sequence[RunTables], key: str) -> str | None:
+def _percent_axis(axis: Any) -> None:
+    """Ticks of a fraction axis written as percentages (0.5 -> 50%)."""
+    axis.set_major_formatter(PERCENT)
+
+
+def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | None:
     """CDF of the first wait (submission to first start) per policy, all and debug, log x.
 
     Waits under one second are drawn at one second (log axis)."""
     fig, (ax_all, ax_dbg) = _figure(10, 3.8, ncols=2)
     drawn = False
-    for i, run in enumerate(runs):
+    for run in runs:
         w = run.workloads
         if w is None or "first_wait_s" not in w:
             continue
@@ -207,7 +300,8 @@ def plot_waits(runs: Sequence[RunTables], key: str) -> str | None:
                 continue
             q = np.linspace(0, 1, CDF_POINTS)
             xs = np.quantile(vals, q)
-            ax.step(xs, q, where="post", color=_color(i), label=run.policy)
+            ax.step(xs, q, where="post", color=palette.policy(run.policy), lw=1.6,
+                    label=run.policy)
             drawn = True
     if not drawn:
         plt.close(fig)
@@ -218,16 +312,25 @@ def plot_waits(runs: Sequence[RunTables], key: str) -> str | None:
         ax.set_ylim(0, 1)
         ticks = [1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400]
         ax.set_xticks(ticks, ["1 s", "10 s", "1 min", "10 min", "1 h", "6 h", "1 d", "7 d"])
+        ax.minorticks_off()
+        _percent_axis(ax.yaxis)
         ax.axhline(0.9, color="#999", lw=0.6, ls=":")
         ax.axhline(0.5, color="#999", lw=0.6, ls=":")
         ax.set_title(f"Wait to first start: {title}")
-        ax.set_ylabel("fraction started within")
+        ax.set_ylabel("started within the wait")
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a run may have no debug work at all
-            ax.legend(loc="lower right")
-        else:
+        if not ax.get_legend_handles_labels()[0]:  # a run may have no debug work at all
             ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center", color="#999")
+    _policy_legend(fig, runs, palette)
     return svg_of(fig, key)
+
+
+def _policy_legend(fig: Figure, runs: Sequence[RunTables], palette: Palette) -> None:
+    """One legend for the whole figure, above the plots (never over the data)."""
+    handles = [matplotlib.patches.Patch(color=palette.policy(r.policy), label=r.policy)
+               for r in runs]
+    fig.legend(handles=handles, loc="outside upper center", ncols=max(1, len(handles)),
+               frameon=False)
 
 
 def _team_attainment(summary: Json, tables: RunTables, depth: int) -> dict[str, float]:
@@ -252,136 +355,167 @@ def _team_attainment(summary: Json, tables: RunTables, depth: int) -> dict[str, 
     return out
 
 
-def plot_attainment(summaries: Sequence[Json], runs: Sequence[RunTables],
+def plot_attainment(summaries: Sequence[Json], runs: Sequence[RunTables], palette: Palette,
                     key: str) -> str | None:
-    """Bars of attainment per team (and per program), one bar per policy."""
+    """Horizontal bars of attainment per program (top panel) and per team (bottom panel),
+    one bar per policy, labels written out in full on the left."""
     per_policy = [
         (_team_attainment(s, r, 1), _team_attainment(s, r, 2))
         for s, r in zip(summaries, runs, strict=True)
     ]
-    programs = sorted({p for prog, _ in per_policy for p in prog})
-    teams = sorted({t for _, team in per_policy for t in team})
-    if not programs and not teams:
+    groups = [(title, labels) for title, labels in (
+        ("per program", sorted({p for prog, _ in per_policy for p in prog})),
+        ("per team", sorted({t for _, team in per_policy for t in team})),
+    ) if labels]
+    if not groups:
         return None
-    labels = programs + ([""] if programs and teams else []) + teams
-    fig, (ax,) = _figure(max(8.0, 0.45 * len(labels) * max(1, len(runs)) ** 0.5 + 2), 4.2)
     n = len(per_policy)
-    width = 0.8 / max(1, n)
-    x = np.arange(len(labels))
-    for i, (prog, team) in enumerate(per_policy):
-        both = {**prog, **team}
-        vals = np.array([both.get(lbl, np.nan) for lbl in labels])
-        ax.bar(x - 0.4 + width * (i + 0.5), vals, width, color=_color(i),
-               label=runs[i].policy)
-    ax.axhline(1.0, color="#333", lw=0.6)
-    ax.axhline(0.95, color="#999", lw=0.6, ls=":")
-    ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("attainment")
-    ax.set_title("Attainment per program (left) and team (right): GPU-hours received / owed")
-    ax.legend(loc="lower left")
-    ax.grid(axis="y", alpha=0.3)
+    rows = sum(len(labels) for _, labels in groups)
+    fig = plt.figure(figsize=(9, 1.2 + 0.16 * rows * max(2, n) + 0.5 * len(groups)),
+                     layout="constrained")
+    axes = fig.subplots(len(groups), 1, sharex=True, squeeze=False,
+                        height_ratios=[len(labels) for _, labels in groups])[:, 0]
+    height = 0.8 / max(1, n)
+    for ax, (title, labels) in zip(axes, groups, strict=True):
+        y = np.arange(len(labels))
+        for i, (prog, team) in enumerate(per_policy):
+            both = {**prog, **team}
+            vals = np.array([both.get(lbl, np.nan) for lbl in labels])
+            ax.barh(y - 0.4 + height * (i + 0.5), vals, height,
+                    color=palette.policy(runs[i].policy))
+        ax.set_yticks(y, labels, fontsize=9)
+        ax.set_ylim(len(labels) - 0.5, -0.5)  # first label at the top
+        ax.axvline(0.95, color="#555", lw=0.8, ls=":")
+        ax.set_xlim(0, 1)
+        _percent_axis(ax.xaxis)
+        ax.set_title(f"Attainment {title}", loc="left", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlabel("GPU-hours received / GPU-hours owed (dotted: 95%)")
+    _policy_legend(fig, runs, palette)
     return svg_of(fig, key)
 
 
-def _pivot(bh: Columns, depth: int, column: str) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(hours, node names, matrix [hour, node]) of one column for the nodes at ``depth``."""
+def _pivot(bh: Columns, depth: int, column: str,
+           nodes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(hours, matrix [hour, node]) of one column for ``nodes`` (all at ``depth``); a node a
+    run does not have is all zeros."""
     mask = bh["depth"] == depth
     hours = np.unique(bh["hour"][mask]).astype(int)
-    names = bh["budget"][mask]
-    share = dict(zip(names.tolist(), bh["share"][mask].tolist(), strict=True))
-    nodes = sorted(share, key=lambda n: (-share[n], n))  # biggest budget at the bottom
     h_index = {h: i for i, h in enumerate(hours)}
     n_index = {n: i for i, n in enumerate(nodes)}
     mat = np.zeros((len(hours), len(nodes)))
-    rows_h = np.array([h_index[int(h)] for h in bh["hour"][mask]])
-    rows_n = np.array([n_index[str(n)] for n in bh["budget"][mask]])
-    mat[rows_h, rows_n] = np.nan_to_num(bh[column][mask].astype(float))
-    return hours, nodes, mat
+    names = bh["budget"][mask]
+    keep = np.array([str(n) in n_index for n in names], dtype=bool)
+    rows_h = np.array([h_index[int(h)] for h in bh["hour"][mask][keep]], dtype=int)
+    rows_n = np.array([n_index[str(n)] for n in names[keep]], dtype=int)
+    mat[rows_h, rows_n] = np.nan_to_num(bh[column][mask][keep].astype(float))
+    return hours, mat
 
 
-def _span(bh: Columns, depth: int) -> np.ndarray:
-    hours, _, span = _pivot(bh, depth, "span_h")
+def _span(bh: Columns, depth: int, nodes: Sequence[str]) -> np.ndarray:
+    _, span = _pivot(bh, depth, "span_h", nodes)
     out: np.ndarray = span.max(axis=1)
     out[out <= 0] = 1.0
     return out
 
 
-def plot_budget_time(runs: Sequence[RunTables], key: str, depth: int = 1) -> str | None:
-    """Per policy: GPUs delivered to each top-level budget over time (stacked), unallocated
-    GPUs on top, and dashed lines where each band would end if every budget got exactly its
-    share of the healthy GPUs."""
+def plot_budget_time(runs: Sequence[RunTables], palette: Palette, depth: int,
+                     key: str) -> str | None:
+    """Per policy: GPUs delivered to each budget at ``depth`` over time (stacked),
+    unallocated GPUs on top, and dashed lines where each band would end if every budget got
+    exactly its share of the healthy GPUs."""
     usable = [r for r in runs if r.budget_hours is not None and len(r.budget_hours["hour"])]
-    if not usable:
+    nodes = chart_budgets(usable, depth)
+    if not usable or not nodes:
         return None
-    fig, grid = plt.subplots(len(usable), 1, figsize=(10, 3.4 * len(usable)), squeeze=False,
-                             sharex=True, layout="constrained")
+    fig, grid = plt.subplots(len(usable), 1, figsize=(10, 3.2 * len(usable) + 0.4),
+                             squeeze=False, sharex=True, layout="constrained")
     axes = grid[:, 0]
+    shown, rest = shown_budgets(nodes)
+    labels = shown + ([f"{len(rest)} other budgets"] if rest else [])
+    colors = [palette.budget(n) for n in shown] + ([OTHER_COLOR] if rest else [])
     for ax, run in zip(axes, usable, strict=True):
         bh = run.budget_hours
         assert bh is not None
-        hours, nodes, delivered = _pivot(bh, depth, "delivered")
-        _, _, free = _pivot(bh, depth, "free")
-        _, _, share = _pivot(bh, depth, "share")
-        _, _, healthy = _pivot(bh, depth, "healthy_gpus")
-        span = _span(bh, depth)
-        gpus = delivered / span[:, None]  # GPU-hours in the bin -> GPUs on average
+        hours, delivered = _pivot(bh, depth, "delivered", nodes)
+        _, free = _pivot(bh, depth, "free", nodes)
+        _, share = _pivot(bh, depth, "share", nodes)
+        _, healthy = _pivot(bh, depth, "healthy_gpus", nodes)
+        span = _span(bh, depth, nodes)
+        gpus = _fold(delivered, len(shown)) / span[:, None]  # GPU-hours in the bin -> GPUs
         unalloc = free.sum(axis=1) / span
         days = (hours + span / 2) / 24
-        fair = np.cumsum(share * healthy, axis=1)
+        fair = np.cumsum(_fold(share * healthy, len(shown)), axis=1)
         days_d, series = _downsample(days, [*gpus.T, unalloc, *fair.T])
-        k = len(nodes)
-        layers = series[:k] + [series[k]]
-        ax.stackplot(days_d, layers, colors=[_color(i) for i in range(k)] + ["#cccccc"],
-                     labels=[*nodes, "unallocated"], alpha=0.85, lw=0)
+        k = len(labels)
+        ax.stackplot(days_d, series[:k] + [series[k]], colors=[*colors, UNALLOCATED_COLOR],
+                     alpha=0.9, lw=0)
         # the last cumulative line is all the healthy GPUs: drawn solid, once
-        for i, line in enumerate(series[k + 1:-1]):
-            ax.plot(days_d, line, color=_color(i), lw=1.0, ls="--")
-        ax.plot(days_d, series[-1], color="#333", lw=0.8, label="healthy GPUs")
+        for color, line in zip(colors, series[k + 1:-1], strict=False):
+            ax.plot(days_d, line, color=color, lw=1.0, ls="--")
+        ax.plot(days_d, series[-1], color="#000000", lw=0.8)
         ax.set_ylabel("GPUs")
-        ax.set_title(f"{run.policy}: GPUs per {'program' if depth == 1 else 'budget'} "
-                     "(bands) against share x healthy GPUs (dashed, cumulative)")
+        ax.set_title(run.policy, loc="left", fontsize=10, color=palette.policy(run.policy),
+                     fontweight="bold")
         ax.margins(x=0)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
         ax.grid(alpha=0.3)
+    handles: list[Artist] = [matplotlib.patches.Patch(color=c, label=n)
+                             for n, c in zip(labels, colors, strict=True)]
+    handles += [matplotlib.patches.Patch(color=UNALLOCATED_COLOR, label="unallocated work"),
+                matplotlib.lines.Line2D([], [], color="#000000", lw=0.8, label="healthy GPUs")]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
     axes[-1].set_xlabel("day")
     return svg_of(fig, key)
 
 
-def plot_usage_ratio(runs: Sequence[RunTables], key: str, depth: int = 1) -> str | None:
-    """The policy's sort metric per top-level budget over time (1 = exactly its share)."""
+def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
+                     key: str) -> str | None:
+    """The policy's sort metric per budget at ``depth`` over time (1 = exactly its share)."""
     usable = [r for r in runs if r.budget_hours is not None
               and "usage_ratio" in r.budget_hours and len(r.budget_hours["hour"])]
-    if not usable:
+    nodes = chart_budgets(usable, depth)
+    if not usable or not nodes:
         return None
+    shown, rest = shown_budgets(nodes)  # a ratio does not add up: the rest are left out
     fig, axes = _figure(10, 3.4, ncols=len(usable))
     for ax, run in zip(axes, usable, strict=True):
         bh = run.budget_hours
         assert bh is not None
-        hours, nodes, ratio = _pivot(bh, depth, "usage_ratio")
+        hours, ratio = _pivot(bh, depth, "usage_ratio", shown)
         days_d, series = _downsample((hours + 0.5) / 24, list(ratio.T))
-        for i, (node, ys) in enumerate(zip(nodes, series, strict=True)):
-            ax.plot(days_d, ys, color=_color(i), lw=1.0, label=node)
-        ax.axhline(1.0, color="#333", lw=0.6)
-        ax.set_title(f"{run.policy}: usage ratio over the lookback window")
+        for node, ys in zip(shown, series, strict=True):
+            ax.plot(days_d, ys, color=palette.budget(node), lw=1.2)
+        ax.axhline(1.0, color="#000000", lw=0.6)
+        ax.set_title(run.policy, loc="left", fontsize=10, color=palette.policy(run.policy),
+                     fontweight="bold")
         ax.set_xlabel("day")
         ax.margins(x=0)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    top = max(ax.get_ylim()[1] for ax in axes)
+    for ax in axes:
+        ax.set_ylim(0, top)  # one scale, so the panels compare at a glance
+    axes[0].set_ylabel("usage / share")
+    handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2, label=n)
+               for n in shown]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
+               title=f"the {len(shown)} biggest of {len(nodes)}" if rest else None,
+               title_fontsize=8)
     return svg_of(fig, key)
 
 
-def plot_occupancy(runs: Sequence[RunTables], key: str) -> str | None:
-    """Hourly occupancy (assigned / healthy GPUs) and its unallocated part, per policy."""
+def plot_occupancy(runs: Sequence[RunTables], palette: Palette, key: str) -> str | None:
+    """Hourly occupancy (assigned / healthy GPUs) and its unallocated part, per policy, and
+    the pending workloads."""
     usable = [r for r in runs if r.cluster_hours is not None and len(r.cluster_hours["hour"])]
     if not usable:
         return None
-    fig, (ax, ax_pending) = _figure(10, 3.6, ncols=2)
+    fig, (ax, ax_pending) = _figure(10, 3.8, ncols=2)
     for i, run in enumerate(usable):
         ch = run.cluster_hours
         assert ch is not None
+        color = palette.policy(run.policy)
         span = np.where(ch["span_h"] > 0, ch["span_h"], 1.0)
         days = (ch["hour"] + span / 2) / 24
         healthy = np.where(ch["healthy_gpus"] > 0, ch["healthy_gpus"], np.nan)
@@ -389,25 +523,31 @@ def plot_occupancy(runs: Sequence[RunTables], key: str) -> str | None:
         unalloc = ch["unallocated"] / healthy
         pending = ch["pending"] if "pending" in ch else np.zeros(len(days))
         d, (occ_d, un_d, pend_d) = _downsample(days, [occ, unalloc, pending])
-        ax.plot(d, occ_d, color=_color(i), lw=1.0, label=f"{run.policy}: occupancy")
-        ax.plot(d, un_d, color=_color(i), lw=0.8, ls="--", label=f"{run.policy}: unallocated")
-        ax_pending.plot(d, pend_d, color=_color(i), lw=1.0, label=run.policy)
+        ax.plot(d, occ_d, color=color, lw=1.2)
+        ax.plot(d, un_d, color=color, lw=0.9, ls="--")
+        ax_pending.plot(d, pend_d, color=color, lw=1.0)
         if i == 0:
             avail = ch["healthy_gpus"] / np.where(ch["total_gpus"] > 0, ch["total_gpus"], 1)
             _, (av_d,) = _downsample(days, [avail])
-            ax.plot(d, av_d, color="#777", lw=0.8, ls=":", label="availability")
+            ax.plot(d, av_d, color="#000000", lw=0.8, ls=":")
     ax.set_ylim(0, 1.05)
-    ax.set_title("Occupancy per hour (assigned / healthy GPUs)")
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    _percent_axis(ax.yaxis)
+    ax.set_title("Occupancy (solid) and its unallocated part (dashed)", fontsize=10)
+    ax.set_ylabel("of the healthy GPUs")
     ax.set_xlabel("day")
     ax.margins(x=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    ax_pending.set_title("Pending workloads (end of each hour)")
+    ax_pending.set_title("Pending workloads (end of each hour)", fontsize=10)
     ax_pending.set_xlabel("day")
     ax_pending.margins(x=0)
     ax_pending.set_ylim(bottom=0)
     ax_pending.grid(alpha=0.3)
-    ax_pending.legend(fontsize=8)
+    handles: list[Artist] = [
+        matplotlib.patches.Patch(color=palette.policy(r.policy), label=r.policy) for r in usable]
+    handles.append(matplotlib.lines.Line2D([], [], color="#000000", lw=0.8, ls=":",
+                                           label="availability (healthy / all GPUs)"))
+    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False)
     return svg_of(fig, key)
 
 
@@ -423,17 +563,18 @@ def _reason_columns(ch: Columns) -> dict[str, np.ndarray]:
     return out
 
 
-def plot_preemptions(summaries: Sequence[Json], runs: Sequence[RunTables],
+def plot_preemptions(summaries: Sequence[Json], runs: Sequence[RunTables], palette: Palette,
                      key: str) -> str | None:
-    """Preemptions per day by reason, one panel per policy. When the hourly table has no
-    per-reason columns, the daily totals are drawn and split by the run's overall mix."""
+    """Preemptions per day by reason, one panel per policy on a shared scale. When the hourly
+    table has no per-reason columns, the daily totals are drawn and split by the run's
+    overall mix."""
     usable = [(s, r) for s, r in zip(summaries, runs, strict=True)
               if r.cluster_hours is not None and len(r.cluster_hours["hour"])]
     if not usable:
         return None
-    fig, axes = _figure(10, 3.2, ncols=len(usable))
-    colors = {"unallocated": "#bbbbbb", "rebalance": "#1f77b4", "drain": "#ff7f0e",
-              "host_failure": "#d62728"}
+    fig, axes = _figure(10, 3.4, ncols=len(usable))
+    top = 0.0
+    split_any = False
     for ax, (summary, run) in zip(axes, usable, strict=True):
         ch = run.cluster_hours
         assert ch is not None
@@ -454,16 +595,26 @@ def plot_preemptions(summaries: Sequence[Json], runs: Sequence[RunTables],
         else:
             daily = {r: np.bincount(day, weights=v, minlength=n_days).astype(float)
                      for r, v in by_reason.items()}
+        split_any = split_any or (split and len(daily) > 1)
         bottom = np.zeros(n_days)
         for reason, vals in daily.items():
-            ax.bar(np.arange(n_days), vals, bottom=bottom, color=colors.get(reason, "#555"),
-                   label=reason.replace("_", " "), width=0.9)
+            ax.bar(np.arange(n_days), vals, bottom=bottom,
+                   color=REASON_COLORS.get(reason, "#000000"), width=0.9)
             bottom += vals
-        note = " (split by the run's overall mix)" if split and len(daily) > 1 else ""
-        ax.set_title(f"{run.policy}: preemptions per day{note}", fontsize=9)
+        top = max(top, float(bottom.max()) if len(bottom) else 0.0)
+        ax.set_title(run.policy, loc="left", fontsize=10, color=palette.policy(run.policy),
+                     fontweight="bold")
         ax.set_xlabel("day")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=7)
+    for ax in axes:
+        ax.set_ylim(0, top * 1.05 or 1)  # one scale, so the panels compare at a glance
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("preemptions per day")
+    handles = [matplotlib.patches.Patch(color=REASON_COLORS[r], label=r.replace("_", " "))
+               for r in REASONS]
+    title = "reason (split by the run's overall mix)" if split_any else "reason"
+    fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False,
+               title=title, title_fontsize=8, fontsize=8)
     return svg_of(fig, key)
 
 
@@ -529,13 +680,14 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
          f"{fmt_num(unfinished.get('running'))}", ""),
         ("workloads at HIGH or URGENT (legacy flag)", fmt_pct(infl.get("high_or_urgent_share")),
          ""),
-        ("simulation wall time", fmt_dur(_get(s, "wall_s")), ""),
+        ("simulation wall time", _fmt_wall(_get(s, "wall_s")), ""),
     ]
     return rows
 
 
-def headline_table(summaries: Sequence[Json]) -> str:
-    """Metric rows, one column per policy, plus the published reference figures."""
+def headline_table(summaries: Sequence[Json], reference: bool = False) -> str:
+    """Metric rows, one column per policy; with ``reference`` (the seed scenario only) a last
+    column of the published rollout figures."""
     per = [_headline_rows(s) for s in summaries]
     head = "".join(f"<th>{_esc(s.get('policy', f'run {i + 1}'))}</th>"
                    for i, s in enumerate(summaries))
@@ -548,11 +700,214 @@ def headline_table(summaries: Sequence[Json]) -> str:
     body = []
     for r, (label, _, ref) in enumerate(per[0]):
         cells = "".join(f"<td>{rows[r][1]}</td>" for rows in per)
-        body.append(f"<tr><th>{_esc(label)}</th>{cells}"
-                    f"<td class='ref'>{_esc(ref_of.get(ref, '')) if ref else ''}</td></tr>")
-    return (f"<table class='headline'><thead><tr><th>metric</th>{head}"
-            f"<th class='ref'>Ai2 rollout (reference)</th></tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
+        if reference:
+            cells += f"<td class='ref'>{_esc(ref_of.get(ref, '')) if ref else ''}</td>"
+        body.append(f"<tr><th>{_esc(label)}</th>{cells}</tr>")
+    ref_head = f"<th class='ref'>{_esc(REFERENCE_HEADING)}</th>" if reference else ""
+    return (f"<table class='headline'><thead><tr><th>metric</th>{head}{ref_head}"
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+# ---- where fair share does worse than legacy, and why ---------------------------------------
+def _by_kind(tables: RunTables, column: str, mask_of: str) -> tuple[float, float] | None:
+    """(allocated, unallocated) sums of ``column`` over the workloads whose ``status`` is
+    ``mask_of`` (or all workloads for ``""``); None without the workloads table."""
+    w = tables.workloads
+    if w is None or "allocated" not in w or (column and column not in w):
+        return None
+    rows = np.ones(len(w["allocated"]), dtype=bool) if not mask_of else w["status"] == mask_of
+    alloc = w["allocated"] > 0
+    values = np.nan_to_num(w[column]) if column else np.ones(len(alloc))
+    return float(values[rows & alloc].sum()), float(values[rows & ~alloc].sum())
+
+
+def _first_wait_pct(tables: RunTables, pct: float,
+                    debug_only: bool) -> tuple[float, float, float] | None:
+    """The ``pct`` percentile of the first wait of started work: (all, allocated,
+    unallocated), NaN where there is none; None without the workloads table."""
+    w = tables.workloads
+    if w is None or "allocated" not in w or "first_wait_s" not in w:
+        return None
+    started = np.isfinite(w["first_wait_s"])
+    if debug_only and "debug" in w:
+        started &= w["debug"] > 0
+    alloc = w["allocated"] > 0
+    out = []
+    for mask in (started, started & alloc, started & ~alloc):
+        out.append(float(np.percentile(w["first_wait_s"][mask], pct)) if mask.any() else np.nan)
+    return out[0], out[1], out[2]
+
+
+def _bigger(a: object, b: object) -> bool:
+    return _num(a) and _num(b) and float(a) > float(b)  # type: ignore[arg-type]
+
+
+def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[str, list[str]]:
+    """Sentences saying where fair share did worse than legacy in this run and why, keyed by
+    the figure they go under (``headline``, ``waits``, ``attain``, ``occupancy``,
+    ``preempt``). Every number comes from the run; a sentence appears only when fair share
+    is worse on that figure. Empty unless both policies ran."""
+    names = [str(s.get("policy")) for s in summaries]
+    if "fairshare" not in names or "legacy" not in names:
+        return {}
+    f_i, l_i = names.index("fairshare"), names.index("legacy")
+    fs, lg = summaries[f_i], summaries[l_i]
+    ft, lt = runs[f_i], runs[l_i]
+    notes: dict[str, list[str]] = {}
+
+    def add(section: str, text: str) -> None:
+        notes.setdefault(section, []).append(text)
+
+    def n(x: object, digits: int = 0) -> str:
+        return fmt_num(x, digits)
+
+    pre_f, pre_l = _get(fs, "preemptions") or {}, _get(lg, "preemptions") or {}
+    prot_f, prot_l = _get(fs, "protected_preemptions"), _get(lg, "protected_preemptions")
+    protected = (f" Legacy, for its part, preempted {n(prot_l)} workloads before their "
+                 f"minimum runtime was up; fair share {n(prot_f)}."
+                 if _bigger(prot_l, prot_f) else "")
+
+    # abandoned workloads (headline table)
+    ab_f, ab_l = _get(fs, "abandoned", "count"), _get(lg, "abandoned", "count")
+    if _bigger(ab_f, ab_l):
+        text = f"Fair share abandoned more workloads ({n(ab_f)} vs {n(ab_l)})"
+        kf, kl = _by_kind(ft, "", "abandoned"), _by_kind(lt, "", "abandoned")
+        if kf is None or kl is None:
+            text += " (the workloads tables are missing, so which work cannot be shown)."
+        elif kf[1] > kl[1]:
+            text += (f": {n(kf[1])} of them were unallocated work (minimum runtime 0), which "
+                     "fair share starts only on GPUs no allocated work is waiting for, so in "
+                     "a full cluster it waited past its owner's patience; of allocated work "
+                     f"it abandoned {n(kf[0])}, legacy {n(kl[0])}.")
+        else:
+            text += (f": {n(kf[0])} of them allocated (legacy: {n(kl[0])}). Allocated work "
+                     "starts in Fair Tree order, budgets furthest below their share first, "
+                     "so work of budgets over their share waits longer than in legacy's "
+                     "priority order.")
+        add("headline", text)
+
+    # GPU-hours lost to preemption (headline table)
+    host_stops = sum(float(pre_f.get(r) or 0) for r in ("drain", "host_failure"))
+    lost_f, lost_l = _get(fs, "lost_gpu_hours"), _get(lg, "lost_gpu_hours")
+    if _bigger(lost_f, lost_l):
+        text = f"Fair share lost more GPU-hours to preemption ({n(lost_f)} vs {n(lost_l)})"
+        kf, kl = _by_kind(ft, "lost_gpu_hours", ""), _by_kind(lt, "lost_gpu_hours", "")
+        if kf is not None and kl is not None and kf[0] > kl[0]:
+            text += (f": {n(kf[0])} of them were progress of allocated work since its last "
+                     "checkpoint, lost when fair share preempted it after its minimum runtime "
+                     "to give the GPUs to a budget below its share "
+                     f"({n(pre_f.get('rebalance'))} rebalance preemptions)"
+                     + (" or when its host failed or was drained" if host_stops else "")
+                     + ". Legacy never preempts to rebalance budgets, only "
+                     "for a strictly higher priority "
+                     f"({n(pre_l.get('rebalance'))} preemptions of allocated work).")
+        elif kf is not None and kl is not None:
+            text += (f": {n(kf[1])} of them on unallocated work (legacy: {n(kl[1])}), which "
+                     "fair share preempts whenever allocated work needs its GPUs; legacy "
+                     "only for a strictly higher priority.")
+        else:
+            text += (f": it preempted allocated work {n(pre_f.get('rebalance'))} times to "
+                     "rebalance budgets; legacy preempts only for a strictly higher priority.")
+        add("headline", text + protected)
+
+    # preemptions (preemption figure)
+    tot_f, tot_l = pre_f.get("total"), pre_l.get("total")
+    if _bigger(tot_f, tot_l):
+        parts = []
+        if _bigger(pre_f.get("unallocated"), 0):
+            parts.append(
+                f"{n(pre_f.get('unallocated'))} of its preemptions stopped unallocated work "
+                "(minimum runtime 0), which it lets run on GPUs no allocated work needs and "
+                f"stops as soon as some does (legacy: {n(pre_l.get('unallocated'))}, only for "
+                "a strictly higher priority)")
+        if _bigger(pre_f.get("rebalance"), 0):
+            parts.append(
+                f"{n(pre_f.get('rebalance'))} rebalanced allocated work past its minimum "
+                "runtime towards a budget below its share (legacy: "
+                f"{n(pre_l.get('rebalance'))} preemptions of allocated work, by priority)")
+        if host_stops and not parts:
+            parts.append(f"{n(host_stops)} were for drained or failed hosts")
+        add("preempt", f"Fair share preempted more often ({n(tot_f)} vs {n(tot_l)})"
+            + (": " + "; ".join(parts) + "." if parts else ".") + protected)
+
+    # waits (waits figure)
+    waits = [("median wait", "all", 50.0), ("p90 wait", "all", 90.0), ("p99 wait", "all", 99.0),
+             ("debug p90 wait", "debug", 90.0)]
+    worse = [(label, group, pct, _get(fs, "wait_s", group, f"p{pct:.0f}"),
+              _get(lg, "wait_s", group, f"p{pct:.0f}")) for label, group, pct in waits]
+    worse = [w for w in worse if _bigger(w[3], w[4]) and fmt_dur(w[3]) != fmt_dur(w[4])]
+    if worse:
+        text = "Fair share's " + ", ".join(
+            f"{label} is longer ({fmt_dur(f)} vs {fmt_dur(x)})" for label, _, _, f, x in worse)
+        _, group, pct, _, _ = worse[0]
+        pf = _first_wait_pct(ft, pct, group == "debug")
+        pl = _first_wait_pct(lt, pct, group == "debug")
+        name = f"p{pct:.0f}"
+        if pf is None or pl is None:
+            text += "."
+        elif not _bigger(pf[0], pl[0]):
+            # first waits are no longer: the difference is in the waits after a preemption
+            n_f, n_l = _get(fs, "wait_s", group, "n"), _get(lg, "wait_s", group, "n")
+            text += (f". Waits to a first start are not longer ({name} {fmt_dur(pf[0])} vs "
+                     f"{fmt_dur(pl[0])}): the longer ones are waits to restart after a "
+                     f"preemption, of which fair share has more ({n(n_f)} waits in all vs "
+                     f"{n(n_l)}).")
+        elif _bigger(pf[2], pl[2]) and not _bigger(pf[1], pl[1]):
+            text += (f". The longer waits are unallocated work's ({name} of first waits "
+                     f"{fmt_dur(pf[2])} vs {fmt_dur(pl[2])}; allocated work {fmt_dur(pf[1])} "
+                     f"vs {fmt_dur(pl[1])}): it starts only on GPUs no allocated work needs.")
+        else:
+            text += (f". Allocated work waits longer ({name} of first waits "
+                     f"{fmt_dur(pf[1])} vs {fmt_dur(pl[1])}): it starts in Fair Tree order, "
+                     "budgets furthest below their share first, not by priority and "
+                     "submission time.")
+        add("waits", text)
+
+    # attainment per team (attainment figure)
+    att_f, att_l = _team_attainment(fs, ft, 2), _team_attainment(lg, lt, 2)
+    lower = sorted(((t, att_f[t], att_l[t]) for t in att_f if t in att_l
+                    and att_f[t] < att_l[t]), key=lambda r: r[1] - r[2])
+    if lower:
+        listed = ", ".join(f"{t} ({fmt_pct(a)} vs {fmt_pct(b)})" for t, a, b in lower[:5])
+        more = f" and {len(lower) - 5} more" if len(lower) > 5 else ""
+        add("attain",
+            f"Fair share gave {plural(len(lower), 'team')} less of "
+            f"what they were owed than legacy: {listed}{more}. Under fair share a budget "
+            "that asks for its share gets it as work elsewhere reaches the end of its minimum "
+            "runtime (never sooner: running work is protected until then), while legacy "
+            "preempts at once for a higher priority.")
+
+    # occupancy and pending work (occupancy figure)
+    occ_f, occ_l = _get(fs, "occupancy"), _get(lg, "occupancy")
+    if _bigger(occ_l, occ_f):
+        un_f, un_l = _get(fs, "unallocated_fraction"), _get(lg, "unallocated_fraction")
+        text = f"Fair share kept fewer of the healthy GPUs busy ({fmt_pct(occ_f)} vs " \
+               f"{fmt_pct(occ_l)})"
+        if _num(un_f) and _num(un_l):
+            al_f = float(occ_f) - float(occ_f) * float(un_f)
+            al_l = float(occ_l) - float(occ_l) * float(un_l)
+            part = "unallocated" if al_f >= al_l else "allocated"
+            text += (f"; the difference is in {part} work (allocated {fmt_pct(al_f)} vs "
+                     f"{fmt_pct(al_l)} of the healthy GPUs).")
+        add("occupancy", text + ".")
+    mean_f, mean_l = _mean_pending(ft), _mean_pending(lt)
+    if _bigger(mean_f, mean_l) and n(mean_f, 1) != n(mean_l, 1):
+        text = (f"Fair share had more workloads pending on average ({n(mean_f, 1)} vs "
+                f"{n(mean_l, 1)})")
+        kf, kl = _by_kind(ft, "", "pending"), _by_kind(lt, "", "pending")
+        if kf is not None and kl is not None and kf[1] > kl[1]:
+            text += (f": at the end, {n(kf[1])} of its {n(sum(kf))} pending workloads were "
+                     "unallocated work, which waits for GPUs no allocated work needs "
+                     f"(legacy: {n(kl[1])} of {n(sum(kl))})")
+        add("occupancy", text + ".")
+    return notes
+
+
+def _mean_pending(tables: RunTables) -> float | None:
+    ch = tables.cluster_hours
+    if ch is None or "pending" not in ch or not len(ch["pending"]):
+        return None
+    return float(np.nanmean(ch["pending"]))
 
 
 def _shares(runs: Sequence[RunTables]) -> dict[str, float]:
@@ -578,7 +933,7 @@ def budget_table(summaries: Sequence[Json], runs: Sequence[RunTables]) -> str:
         return "<p class='note'>No per-budget figures in this run.</p>"
     waits = [_get(s, "wait_s", "per_budget") or {} for s in summaries]
     gave_up = [_get(s, "abandoned", "per_budget") for s in summaries]
-    head = "".join(f"<th>{_esc(s.get('policy', ''))}</th>" for s in summaries)
+    head = "".join(f"<th>{_esc(s.get('policy', ''))} attainment</th>" for s in summaries)
     whead = "".join(f"<th>{_esc(s.get('policy', ''))} wait p50 / p90</th>" for s in summaries)
     whead += "".join(f"<th>{_esc(s.get('policy', ''))} abandoned</th>"
                      for s, a in zip(summaries, gave_up, strict=True) if a is not None)
@@ -632,6 +987,7 @@ max-width:1100px;color:#222;line-height:1.4;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}
 th,td{border:1px solid #ddd;padding:0.25em 0.6em;text-align:right;vertical-align:top}
+table.headline td,table.budgets td{white-space:nowrap}table.meta td{text-align:left}
 th:first-child{text-align:left;font-weight:normal}
 thead th{background:#f4f4f4;font-weight:600;text-align:center}
 td.ref,th.ref{color:#666;font-style:italic}
@@ -639,6 +995,10 @@ tr.program th{font-weight:600}
 .note{color:#666;font-size:0.9em}
 figure{margin:1em 0}svg{max-width:100%;height:auto}
 details{margin:0.3em 0}summary{cursor:pointer}
+p.why{background:#f4f4f4;border-left:3px solid #888;padding:0.4em 0.8em;margin:0.6em 0;
+font-size:0.92em;max-width:60em}
+.swatch{display:inline-block;width:0.8em;height:0.8em;margin:0 0.25em 0 0.4em;
+vertical-align:-0.05em;border-radius:2px}
 """
 
 
@@ -648,54 +1008,75 @@ def write_report(
     *,
     title: str | None = None,
     scenario_meta: Mapping[str, object] | None = None,
+    reference: bool = False,
 ) -> Path:
     """Write ``out_dir/report.html`` for the runs whose summaries are given (one per policy,
     in the order to show them) and return its path. Reads the per-policy CSV tables from
     ``out_dir``; ``scenario_meta`` (e.g. ``Scenario.meta``) is shown as the scenario's
-    calibration. Works for one policy or several."""
+    calibration; ``reference`` adds the published rollout figures next to the results (for
+    the seed scenario, which models that rollout; they say nothing about a trace). Works for
+    one policy or several."""
     out_dir = Path(out_dir)
     if not summaries:
         raise ValueError("summaries: need at least one policy's summary")
     policies = [str(s.get("policy", f"run{i + 1}")) for i, s in enumerate(summaries)]
     runs = [load_tables(out_dir, p) for p in policies]
+    depth = chart_depth(runs)
+    palette = Palette.build(policies, shown_budgets(chart_budgets(runs, depth))[0])
     first = summaries[0]
+    days = first.get("sim_days")
+    span = plural(float(days), "day") if _num(days) else "– days"  # type: ignore[arg-type]
+    gpus, hosts = first.get("gpus"), first.get("hosts")
+    size = (f"{plural(float(gpus), 'GPU')} on {plural(float(hosts), 'host')}"  # type: ignore[arg-type]
+            if _num(gpus) and _num(hosts) else "– GPUs")
     name = title or (f"apportion simulation: {first.get('scenario', 'scenario')}, "
-                     f"{fmt_num(first.get('sim_days'), 1)} days, {fmt_num(first.get('gpus'))} "
-                     f"GPUs on {fmt_num(first.get('hosts'))} hosts")
+                     f"{span}, {size}")
+    swatches = " ".join(
+        f"<span class='swatch' style='background:{palette.policy(p)}'></span>{_esc(p)}"
+        for p in policies)
     sections: list[str] = [f"<h1>{_esc(name)}</h1>",
-                           f"<p class='note'>Policies: {_esc(', '.join(policies))}; seed "
+                           f"<p class='note'>Policies: {swatches}; seed "
                            f"{_esc(first.get('seed', '–'))}. Metric definitions: "
                            "docs/simulator.md.</p>"]
     missing = [m for r in runs for m in r.missing]
     if missing:
         sections.append(f"<p class='note'>Tables not found (their plots are left out): "
                         f"{_esc(', '.join(missing))}</p>")
-    sections += ["<h2>Headline</h2>", headline_table(summaries)]
+    notes = worse_notes(summaries, runs)
 
+    def why(section: str) -> str:
+        return "".join(f"<p class='why'>{_esc(t)}</p>" for t in notes.get(section, ()))
+
+    sections += ["<h2>Headline</h2>", headline_table(summaries, reference), why("headline")]
+    level = "program" if depth == 1 else "budget"
     plots = [
-        ("Waits", plot_waits(runs, "waits"),
-         "Submission to first start. A step far to the left is good."),
-        ("Attainment per budget", plot_attainment(summaries, runs, "attain"),
-         "Share of the GPU-hours each budget was owed (its share of healthy GPUs, or what "
-         "it asked for if less) that it received, hour by hour."),
-        ("GPU time per budget over time", plot_budget_time(runs, "budgets"),
-         "Each band is a program's allocated GPUs; the dashed line of the same colour is where "
-         "the band's top would be if every program got exactly its share. Grey: unallocated."),
-        ("Usage ratio", plot_usage_ratio(runs, "ratio"),
-         "Charged GPU-hours over the lookback window / (share x healthy GPU-hours): the "
-         "policy's sort metric; 1 means exactly its share."),
-        ("Occupancy over time", plot_occupancy(runs, "occupancy"), ""),
-        ("Preemptions over time", plot_preemptions(summaries, runs, "preempt"), ""),
+        ("Waits", "waits", plot_waits(runs, palette, "waits"),
+         "Submission to first start: the share of workloads started within a given wait. "
+         "A curve further up and to the left is better."),
+        ("Attainment per budget", "attain", plot_attainment(summaries, runs, palette, "attain"),
+         "Of the GPU-hours each budget was owed (its share of the healthy GPUs, or what its "
+         "allocated work asked for if less), hour by hour, the part it received."),
+        ("GPU time per budget over time", "budgets",
+         plot_budget_time(runs, palette, depth, "budgets"),
+         f"Each band is a {level}'s allocated GPUs; the dashed line of the same colour is "
+         f"where the band's top would be if every {level} got exactly its share. Grey: "
+         "unallocated work (minimum runtime 0)."),
+        ("Usage ratio", "ratio", plot_usage_ratio(runs, palette, depth, "ratio"),
+         "Charged GPU-hours over the lookback window / (share x healthy GPU-hours): fair "
+         "share's sort metric; 1 means exactly its share."),
+        ("Occupancy over time", "occupancy", plot_occupancy(runs, palette, "occupancy"), ""),
+        ("Preemptions over time", "preempt",
+         plot_preemptions(summaries, runs, palette, "preempt"), ""),
     ]
-    for heading, svg, caption in plots:
+    for heading, key, svg, caption in plots:
         if svg is None:
             continue
-        sections.append(f"<h2>{_esc(heading)}</h2><figure>{svg}"
+        sections.append(f"<h2>{_esc(heading)}</h2><figure id='fig-{key}'>{svg}"
                         + (f"<figcaption class='note'>{_esc(caption)}</figcaption>"
-                           if caption else "") + "</figure>")
+                           if caption else "") + "</figure>" + why(key))
     sections += ["<h2>Attainment at every level</h2>", budget_table(summaries, runs)]
     if scenario_meta:
-        sections += ["<h2>Scenario calibration</h2>", meta_table(scenario_meta)]
+        sections += ["<h2>Scenario</h2>", meta_table(scenario_meta)]
     doc = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
            f"<title>{_esc(name)}</title><style>{CSS}</style></head><body>"
            + "\n".join(sections) + "</body></html>")

@@ -5,6 +5,7 @@ Schemas: docs/simulator.md."""
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 import click
 
-from apportion.core import PolicyConfig, decide
+from apportion.core import PolicyConfig, decide, format_duration
 
 from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig
 from .legacy import LegacyPolicy
@@ -58,7 +59,7 @@ def run_policies(
         )
         results.append(engine.run())
     if out is not None:
-        write_outputs(Path(out), results)
+        write_outputs(Path(out), results, scenario)
     return results
 
 
@@ -79,8 +80,17 @@ def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Sequence[object
             w.writerow([_cell(v) for v in row])
 
 
-def write_outputs(out: Path, results: Sequence[RunResult]) -> None:
-    """summary.json and the per-policy tables, then report.html when the writer exists."""
+def shows_published_reference(scenario: Scenario) -> bool:
+    """Whether the report puts the published rollout figures next to the results: only for
+    the built-in seed scenario, which models that rollout (a trace, even one named "seed",
+    carries its ``source`` in ``meta``)."""
+    return scenario.name == "seed" and "source" not in scenario.meta
+
+
+def write_outputs(out: Path, results: Sequence[RunResult],
+                  scenario: Scenario | None = None) -> None:
+    """summary.json and the per-policy tables, then report.html. A report writer that cannot
+    be imported is an error (``click.ClickException``), never a silent skip."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [r.summary for r in results]
     (out / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
@@ -89,13 +99,16 @@ def write_outputs(out: Path, results: Sequence[RunResult]) -> None:
                   ([row[c] for c in WORKLOAD_COLUMNS] for row in r.workloads))
         write_csv(out / f"budget_hours-{r.policy}.csv", BUDGET_HOUR_COLUMNS, r.budget_hours)
         write_csv(out / f"cluster_hours-{r.policy}.csv", CLUSTER_HOUR_COLUMNS, r.cluster_hours)
-    try:
-        from . import report  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        click.echo("note: report writer (apportion.sim.report) not available; "
-                   "report.html skipped", err=True)
-        return
-    report.write_report(out, summaries)
+    try:  # imported here: matplotlib is slow to load and only the report needs it
+        report = importlib.import_module("apportion.sim.report")
+    except ImportError as e:
+        raise click.ClickException(
+            f"{out / 'report.html'}: cannot write the report: {e} (the tables and "
+            "summary.json are written; reinstall apportion with its dependencies)"
+        ) from None
+    report.write_report(
+        out, summaries, scenario_meta=scenario.meta if scenario is not None else None,
+        reference=scenario is not None and shows_published_reference(scenario))
 
 
 # ---- terminal table --------------------------------------------------------------------
@@ -113,14 +126,7 @@ def _pct(v: Any) -> str:
 
 
 def _dur(v: Any) -> str:
-    if v is None:
-        return "-"
-    v = float(v)
-    if v < 120:
-        return f"{v:.0f}s"
-    if v < 7200:
-        return f"{v / 60:.1f}m"
-    return f"{v / 3600:.1f}h"
+    return "-" if v is None else format_duration(float(v))
 
 
 def _num(v: Any) -> str:

@@ -1,5 +1,10 @@
-"""Run the fair-share policy over a grid of settings in parallel processes and chart the
-trade-offs (sweep.csv, sweep.json, sweep.png, sweep.svg)."""
+"""Run the fair-share policy over a grid of settings and seeds, in parallel processes on this
+host or as tasks on a Ray cluster, and chart the trade-offs (sweep.csv, sweep.json,
+sweep.png, sweep.svg).
+
+A point is one (setting, seed): one fair-share run of the seed's scenario with the base
+settings and the point's grid values. A point that fails is reported with its error (its
+row keeps the grid values and the error, its figures are empty); the others go on."""
 
 from __future__ import annotations
 
@@ -7,16 +12,17 @@ import itertools
 import json
 import multiprocessing
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from apportion.core import PolicyConfig
+from apportion.core import PolicyConfig, format_duration
 
 from .engine import Engine, SimConfig
 from .model import Scenario
-from .run import _dur, _get, _pct, make_policy, write_csv
+from .run import _get, _pct, make_policy, write_csv
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("attainment_overall", "attainment.overall"),
@@ -41,15 +47,23 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("events", "events"),
 )
 
-_SCENARIO: Scenario | None = None  # set once per worker process
+ENGINES = ("process", "ray")
+
+#: summary -> the point's figures; ``run_point`` unless a caller brings its own
+Runner = Callable[[Scenario, dict[str, Any], int], dict[str, Any]]
 
 
-def _init(scenario: Scenario) -> None:
-    global _SCENARIO
-    _SCENARIO = scenario
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One run of the sweep: the settings (base and grid values) and the scenario's seed."""
+
+    index: int
+    settings: dict[str, Any]
+    seed: int
 
 
-def _split(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
+def split_settings(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
+    """The policy and engine configs of one point's settings (raises on a bad value)."""
     policy_keys = set(PolicyConfig.__dataclass_fields__)
     return (
         PolicyConfig(**{k: v for k, v in settings.items() if k in policy_keys}),
@@ -57,15 +71,64 @@ def _split(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
     )
 
 
-def run_one(settings: dict[str, Any], seed: int) -> dict[str, Any]:
-    """One fair-share run of the worker's scenario with ``settings``; its summary."""
-    assert _SCENARIO is not None, "worker not initialised"
-    config, sim = _split(settings)
-    engine = Engine(_SCENARIO, make_policy("fairshare", _SCENARIO, sim), config,
+def run_point(scenario: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One fair-share run of ``scenario`` with ``settings``; its summary."""
+    config, sim = split_settings(settings)
+    engine = Engine(scenario, make_policy("fairshare", scenario, sim), config,
                     name="fairshare", sim=sim, seed=seed)
     return engine.run().summary
 
 
+def describe(error: BaseException) -> str:
+    """A failed point's error in one line: its type and message."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+# ---- the process engine: forked workers on this host -----------------------------------
+_SCENARIOS: Mapping[int, Scenario] = {}  # set once per worker process
+
+
+def _init(scenarios: Mapping[int, Scenario]) -> None:
+    global _SCENARIOS
+    _SCENARIOS = scenarios
+
+
+def _run_in_worker(settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
+    return runner(_SCENARIOS[seed], settings, seed)
+
+
+def run_processes(
+    scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner, jobs: int,
+    done: Callable[[int, dict[str, Any] | None, str | None], None],
+) -> None:
+    """Run every point on ``jobs`` processes of this host; ``done(index, summary, error)``
+    as each finishes."""
+    if jobs == 1:
+        for p in points:
+            try:
+                summary = runner(scenarios[p.seed], p.settings, p.seed)
+            except Exception as e:  # a failed point is reported; the others go on
+                done(p.index, None, describe(e))
+            else:
+                done(p.index, summary, None)
+        return
+    # fork: workers inherit the scenarios instead of unpickling them (the compiled core's
+    # classes cannot be pickled, and a 30-day scenario is large)
+    with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenarios,),
+                             mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(_run_in_worker, p.settings, p.seed, runner): p.index
+                   for p in points}
+        for fut in as_completed(futures):
+            try:
+                summary = fut.result()
+            except Exception as e:  # the point's own error, or its worker died
+                done(futures[fut], None, describe(e))
+            else:
+                done(futures[fut], summary, None)
+
+
+# ---- the sweep ----------------------------------------------------------------------------
 def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the axes' values, first axis slowest."""
     keys = list(axes)
@@ -74,75 +137,112 @@ def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 
 def run_sweep(
-    scenario: Scenario,
+    scenarios: Scenario | Mapping[int, Scenario],
     base: dict[str, Any],
     axes: Mapping[str, Sequence[Any]],
     out: Path,
     jobs: int = 2,
     seed: int = 0,
     progress: bool = True,
+    engine: str = "process",
+    address: str | None = None,
+    labels: Mapping[str, Mapping[Any, str]] | None = None,
+    runner: Runner = run_point,
 ) -> list[dict[str, Any]]:
-    """Run every combination (on ``jobs`` processes), write the outputs, return the rows."""
+    """Run every (combination, seed) point, write the outputs, return the rows (grid values
+    first axis slowest, then seeds). ``scenarios`` maps each seed to its scenario (a single
+    scenario is run with ``seed``). ``engine`` is ``process`` (``jobs`` forked processes) or
+    ``ray`` (a task per point on the cluster at ``address``, or RAY_ADDRESS, or a local one
+    started for the sweep with ``jobs`` CPUs). ``labels`` give the grid values as the user
+    typed them (``3d``), for the table and the plot."""
+    if isinstance(scenarios, Scenario):
+        scenarios = {seed: scenarios}
+    if engine not in ENGINES:
+        raise ValueError(f"engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     combos = combinations(axes)
-    summaries: list[dict[str, Any] | None] = [None] * len(combos)
+    seeds = list(scenarios)
+    points = [Point(i, {**base, **combo}, s)
+              for i, (combo, s) in enumerate(itertools.product(combos, seeds))]
+    results: list[tuple[dict[str, Any] | None, str | None] | None] = [None] * len(points)
     bar = None
     if progress and sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=len(combos), desc="sweep", unit="run", file=sys.stderr, leave=False)
-    if jobs == 1:
-        _init(scenario)
-        for i, combo in enumerate(combos):
-            summaries[i] = run_one({**base, **combo}, seed)
-            if bar is not None:
-                bar.update(1)
-    else:
-        # fork: workers inherit the scenario instead of unpickling it (the compiled core's
-        # classes cannot be pickled, and a 30-day scenario is large)
-        with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenario,),
-                                 mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(run_one, {**base, **c}, seed): i for i, c in enumerate(combos)}
-            for fut in as_completed(futures):
-                summaries[futures[fut]] = fut.result()
-                if bar is not None:
-                    bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar = tqdm(total=len(points), desc=f"sweep ({engine})", unit="run", file=sys.stderr,
+                   leave=False)
+
+    def done(index: int, summary: dict[str, Any] | None, error: str | None) -> None:
+        results[index] = (summary, error)
+        if bar is not None:
+            bar.update(1)
+            if error is not None:
+                bar.write(f"sweep: point {index + 1} failed: {error}", file=sys.stderr)
+
+    try:
+        if engine == "ray":
+            from .sweep_ray import run_ray
+
+            run_ray(scenarios, points, runner, address, jobs, done)
+        else:
+            run_processes(scenarios, points, runner, jobs, done)
+    finally:
+        if bar is not None:
+            bar.close()
     rows = []
-    for combo, summary in zip(combos, summaries, strict=True):
-        assert summary is not None
+    for (combo, s), result in zip(itertools.product(combos, seeds), results, strict=True):
+        summary, error = result if result is not None else (None, "not run")
         row: dict[str, Any] = dict(combo)
-        row.update({name: _get(summary, path) for name, path in METRICS})
+        row["seed"] = s
+        row.update({name: None if summary is None else _get(summary, path)
+                    for name, path in METRICS})
+        row["error"] = error
         row["summary"] = summary
         rows.append(row)
-    write_sweep(out, rows, list(axes))
+    write_sweep(out, rows, list(axes), labels)
     return rows
 
 
-def write_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
+def label(key: str, value: Any, labels: Mapping[str, Mapping[Any, str]] | None) -> str:
+    """A grid value as typed (``3d``) when known, else as a number or text."""
+    typed = (labels or {}).get(key, {}).get(value)
+    if typed is not None:
+        return typed
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def write_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
+                labels: Mapping[str, Mapping[Any, str]] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    columns = [*keys, *(name for name, _ in METRICS)]
+    columns = [*keys, "seed", *(name for name, _ in METRICS), "error"]
     write_csv(out / "sweep.csv", columns, ([row[c] for c in columns] for row in rows))
-    (out / "sweep.json").write_text(json.dumps(rows, indent=2) + "\n")
-    plot_sweep(out, rows, keys)
+    typed = [{k: label(k, row[k], labels) for k in keys} for row in rows]
+    (out / "sweep.json").write_text(
+        json.dumps([{**row, "typed": t} for row, t in zip(rows, typed, strict=True)],
+                   indent=2) + "\n")
+    plot_sweep(out, rows, keys, labels)
 
 
-def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
-    """Four panels against the first grid key, one line per combination of the others."""
+def _mean(values: list[Any]) -> float:
+    got = [float(v) for v in values if v is not None]
+    return sum(got) / len(got) if got else float("nan")
+
+
+def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
+               labels: Mapping[str, Mapping[Any, str]] | None = None) -> None:
+    """Four panels against the first grid key, one line per combination of the others (the
+    mean over the seeds when there are several; failed points are left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, searchable
     import matplotlib.pyplot as plt
 
     x_key, others = keys[0], keys[1:]
     xs = list(dict.fromkeys(row[x_key] for row in rows))
     numeric = all(isinstance(x, int | float) and not isinstance(x, bool) for x in xs)
-    # durations are seconds: show them in hours when they are whole hours
-    scale, unit = (3600.0, " (h)") if numeric and all(
-        x >= 3600 and float(x) % 3600 == 0 for x in xs) else (1.0, "")
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
     for row in rows:
-        groups.setdefault(tuple(row[k] for k in others), []).append(row)
+        groups.setdefault(tuple(row[k] for k in others), {}).setdefault(row[x_key], []).append(row)
     panels = (
         ("attainment (overall solid, worst team dashed)",
          ("attainment_overall", "attainment_min"), False),
@@ -151,46 +251,66 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str]) -> None:
          ("occupancy", "unallocated_fraction"), False),
         ("lost GPU-hours", ("lost_gpu_hours",), False),
     )
+    n_seeds = len({row["seed"] for row in rows})
     fig, axs = plt.subplots(2, 2, figsize=(11, 7.5))
     for ax, (title, metrics, log) in zip(axs.flat, panels, strict=True):
-        for n, (label, members) in enumerate(groups.items()):
-            members = sorted(members, key=lambda r: xs.index(r[x_key]))
-            px = [r[x_key] / scale if numeric else xs.index(r[x_key]) for r in members]
-            name = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                             for k, v in zip(others, label, strict=True)) or "fairshare"
+        for n, (group, at_x) in enumerate(groups.items()):
+            order = sorted(at_x, key=xs.index)
+            px = [x if numeric else xs.index(x) for x in order]
+            name = ", ".join(f"{k}={label(k, v, labels)}"
+                             for k, v in zip(others, group, strict=True)) or "fairshare"
             for style, metric in zip(("-", "--"), metrics, strict=False):
-                py = [r[metric] if r[metric] is not None else float("nan") for r in members]
+                py = [_mean([r[metric] for r in at_x[x]]) for x in order]
                 ax.plot(px, py, style, marker="o", color=f"C{n % 10}",
                         label=name if style == "-" else None)
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel(x_key + unit)
-        if not numeric:
-            ax.set_xticks(range(len(xs)), [str(x) for x in xs])
+        ax.set_xlabel(x_key)
+        # ticks at the grid values, labelled as typed (3d, 8h), not in seconds
+        ax.set_xticks([x if numeric else i for i, x in enumerate(xs)],
+                      [label(x_key, x, labels) for x in xs])
         if log:  # symlog: a wait of 0 s (every debug job started at once) is a valid point
             ax.set_yscale("symlog", linthresh=1.0)
         ax.grid(alpha=0.3)
     if groups and len(groups) > 1:
         axs.flat[0].legend(fontsize=8)
-    fig.suptitle("apportion sweep: fair-share trade-offs")
+    mean = f" (mean of {n_seeds} seeds)" if n_seeds > 1 else ""
+    fig.suptitle(f"apportion sweep: fair-share trade-offs{mean}")
     fig.tight_layout()
     fig.savefig(out / "sweep.png", dpi=110)
     fig.savefig(out / "sweep.svg")
     plt.close(fig)
 
 
-def format_sweep(rows: list[dict[str, Any]], keys: list[str]) -> str:
-    """The sweep as a text table, one line per combination."""
-    cols = [*keys, "attain", "teams", "worst team", "occupancy", "unalloc", "wait p90", "debug p90",
-            "preempt", "lost GPU-h", "wall"]
+def _dur(v: Any) -> str:
+    return "-" if v is None else format_duration(float(v))
+
+
+def format_sweep(rows: list[dict[str, Any]], keys: list[str],
+                 labels: Mapping[str, Mapping[Any, str]] | None = None) -> str:
+    """The sweep as a text table, one line per point (grid values as typed); a failed
+    point's line gives its error instead of figures."""
+    seeds = len({r["seed"] for r in rows}) > 1
+    head = [*keys, *(["seed"] if seeds else [])]
+    cols = [*head, "attain", "teams", "worst team", "occupancy", "unalloc", "wait p90",
+            "debug p90", "preempt", "lost GPU-h", "wall"]
     lines = [cols]
+    errors: list[tuple[int, str]] = []
     for r in rows:
+        first = [*(label(k, r[k], labels) for k in keys), *([str(r["seed"])] if seeds else [])]
+        if r["error"] is not None:
+            lines.append([*first, "failed", *[""] * (len(cols) - len(first) - 1)])
+            errors.append((len(lines) - 1, r["error"]))
+            continue
         lines.append([
-            *[f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in keys],
+            *first,
             _pct(r["attainment_overall"]), _pct(r["attainment_teams"]),
             _pct(r["attainment_min"]), _pct(r["occupancy"]),
             _pct(r["unallocated_fraction"]), _dur(r["wait_p90_s"]), _dur(r["debug_wait_p90_s"]),
             f"{r['preemptions']:,}", f"{r['lost_gpu_hours']:,.0f}", f"{r['wall_s']:.1f}s",
         ])
     widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))
-                     for line in lines)
+    text = [("  ".join(c.rjust(w) for c, w in zip(line, widths, strict=True))).rstrip()
+            for line in lines]
+    for n, error in errors:  # the error under the failed point's line
+        text[n] += f"  {error}"
+    return "\n".join(text)

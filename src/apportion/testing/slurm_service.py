@@ -91,6 +91,8 @@ class SlurmService:
 host = "127.0.0.1"
 port = {self.port}
 data_dir = "data"
+# the test users have no Unix accounts: their work runs as the server's own user
+single_user = true
 
 [executor]
 kind = "slurm"

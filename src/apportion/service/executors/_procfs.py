@@ -61,13 +61,32 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Readers see the old file or the whole new one, never a partial write."""
+def descendants(pid: int) -> list[int]:
+    """Live (non-zombie) processes below ``pid`` in the process tree, nearest first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            f = stat_fields(int(entry.name))
+            if f is not None and f[0] not in ("Z", "X", "x"):
+                children.setdefault(int(f[1]), []).append(int(entry.name))
+    out: list[int] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:
+    """Readers see the old file or the whole new one, never a partial write; ``durable``:
+    on disk (fsync) before this returns."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(data, f)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -75,7 +94,7 @@ def create_json_exclusive(path: Path, data: dict[str, Any]) -> bool:
     """Create ``path`` with ``data`` only if it does not exist, atomically (write a temporary
     file, then hard-link it into place). Returns False if it already existed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.claim")
-    with open(tmp, "w") as f:
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
         json.dump(data, f)
         f.flush()
         os.fsync(f.fileno())

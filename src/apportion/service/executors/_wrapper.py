@@ -1,95 +1,226 @@
 """Runs one attempt's command for the local executor and leaves a durable record of it.
 
-``python -m apportion.service.executors._wrapper RUN_DIR WORKLOAD ATTEMPT -- COMMAND...``
+``python -m apportion.service.executors._wrapper SPEC``, where ``SPEC`` is the attempt's
+``<run>/<workload>.<attempt>.spec`` (JSON, written by the executor, readable by the server
+only). The wrapper runs as the server's user (root in production) for the whole attempt,
+so the run and exit files it writes cannot be forged by the job, which runs as its owner:
 
-1. Claims ``RUN_DIR/WORKLOAD.ATTEMPT.run`` (created atomically, only if absent) with its own
+1. Claims ``<workload>.<attempt>.run`` (created atomically, only if absent) with its own
    ``pid:starttime`` handle *before* the command starts. If the file exists already, the
    scheduler declared this attempt void while reconciling after a crash: nothing runs.
-2. Starts the command as a child in its own process group and records that group.
-3. Forwards SIGTERM to the child's group (the scheduler's stop goes through here).
-4. When the child exits, kills what it left behind in its group and writes
-   ``WORKLOAD.ATTEMPT.exit`` with the exit code (negative: killed by that signal) and the
-   exit time, so an exit is observed with its real code and time even if the server was
-   down when it happened.
+2. Becomes a child subreaper (orphans of the job are re-parented to it, not to init), then
+   forks the command: it joins the attempt's cgroups, starts a session of its own, drops to
+   the owner's groups, gid and uid, enters its directory and execs with exactly the
+   environment of the spec. If any of that fails, the reason comes back through a
+   close-on-exec pipe ("chdir /x: Permission denied", "command not found: foo") and is
+   written to the exit file as ``refused``: the attempt ends and is never retried.
+3. Forwards SIGTERM to every process of the job (the scheduler's stop goes through here).
+4. When the command exits, kills every process it left (through its cgroup, or as the
+   descendants of this subreaper without cgroups), waits until none lives, removes the
+   cgroups, and only then writes ``<workload>.<attempt>.exit`` with the exit code (negative:
+   killed by that signal), the exit time and its own handle: until then the attempt holds
+   its GPUs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
+from apportion.service.executors import _cgroup
 from apportion.service.executors._procfs import (
     create_json_exclusive,
+    descendants,
     handle_of,
     write_json_atomic,
 )
 
+PR_SET_CHILD_SUBREAPER = 36
+CHILD_UMASK = 0o022  # the server itself runs with 077; jobs get the usual default
+
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 5 or argv[3] != "--":
-        print("usage: _wrapper RUN_DIR WORKLOAD ATTEMPT -- COMMAND...", file=sys.stderr)
+    if len(argv) != 1:
+        print("usage: _wrapper SPEC", file=sys.stderr)
         return 2
-    run_dir, workload, attempt, cmd = Path(argv[0]), argv[1], int(argv[2]), argv[4:]
-    state: dict[str, object] = {"term": False, "forwarded": False, "child": None}
+    spec_path = Path(argv[0])
+    with open(spec_path) as f:
+        spec: dict[str, Any] = json.load(f)
+    base = spec_path.with_suffix("")
+    workload, attempt = str(spec["workload"]), int(spec["attempt"])
+    cgroups: list[str] = list(spec.get("cgroups") or [])
+    state: dict[str, Any] = {"term": False, "forwarded": False, "child": None}
+    me = os.getpid()
 
-    def forward() -> None:
+    def signal_job(sig: int) -> None:
+        # once to each process of the job (its cgroup's, and all below this subreaper),
+        # the command itself first: a shell that traps the signal hears it before the
+        # children it waits for end
         child = state["child"]
-        if isinstance(child, subprocess.Popen) and not state["forwarded"]:
-            state["forwarded"] = True
+        rest = (_cgroup.procs(cgroups) | set(descendants(me))) - {child}
+        for pid in [child, *sorted(rest)] if isinstance(child, int) else sorted(rest):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGTERM)
+                os.kill(pid, sig)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         state["term"] = True
-        forward()
+        if state["child"] is not None and not state["forwarded"]:
+            state["forwarded"] = True
+            signal_job(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
-    base = run_dir / f"{workload}.{attempt}"
     started_at = time.time()
-    info: dict[str, object] = {
-        "handle": handle_of(os.getpid()),
-        "pid": os.getpid(),
-        "pgid": os.getpgid(0),
+    handle = handle_of(me)
+    info: dict[str, Any] = {
+        "handle": handle,
+        "pid": me,
+        "db_id": spec.get("db_id"),
         "workload": workload,
         "attempt": attempt,
         "started_at": started_at,
         "child_pgid": None,
+        "cgroups": cgroups,
     }
     run_file = base.with_name(base.name + ".run")
     if not create_json_exclusive(run_file, info):
         print(f"apportion: {workload} attempt {attempt}: voided, not started", file=sys.stderr)
         return 0
 
-    def finish(code: int, signalled: bool) -> int:
+    def finish(code: int, signalled: bool, refused: str | None = None) -> int:
         write_json_atomic(
             base.with_name(base.name + ".exit"),
             {"exit_code": code, "signalled": signalled, "ended_at": time.time(),
-             "started_at": started_at},
+             "started_at": started_at, "handle": handle, "db_id": spec.get("db_id"),
+             "refused": refused},
         )
         return 0
 
     if state["term"]:
         return finish(-signal.SIGTERM, True)
-    try:
-        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError as e:
-        print(f"apportion: cannot start {cmd[0]!r}: {e}", file=sys.stderr, flush=True)
-        return finish(127, False)
-    state["child"] = child
-    info["child_pgid"] = child.pid
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    for d in cgroups:
+        Path(d).mkdir(parents=True, exist_ok=True)
+    r, w = os.pipe()  # close-on-exec: EOF means the exec happened
+    pid = os.fork()
+    if pid == 0:  # the job: nothing here may return into the wrapper's code
+        try:
+            os.close(r)
+            _become_job(spec, cgroups, w)
+        finally:
+            os._exit(127)
+    os.close(w)
+    info["child_pgid"] = pid  # it leads a session (and process group) of its own
     write_json_atomic(run_file, info)
-    if state["term"]:
-        forward()  # the TERM arrived while the child was being started
-    rc = child.wait()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)  # whatever the command left running
+    with os.fdopen(r, "rb") as pipe:
+        err = pipe.read()
+    if err:
+        _, status = os.waitpid(pid, 0)
+        reason = err.decode("utf-8", "replace")
+        print(f"apportion: {workload} attempt {attempt}: not started: {reason}",
+              file=sys.stderr, flush=True)
+        _clean_up(cgroups, me)
+        return finish(127, False, reason)
+    state["child"] = pid  # signals go to it from now on: it runs the command, not our code
+    if state["term"] and not state["forwarded"]:
+        state["forwarded"] = True
+        signal_job(signal.SIGTERM)  # the TERM arrived while the child was being started
+    rc = _wait_for(pid)
+    _clean_up(cgroups, me)
     return finish(rc, rc < 0 or bool(state["term"]))
+
+
+def _become_job(spec: dict[str, Any], cgroups: list[str], errpipe: int) -> None:
+    """In the forked child: join, drop, enter, exec. On failure, say why on ``errpipe``."""
+    argv: list[str] = list(spec["argv"])
+    env: dict[str, str] = dict(spec["env"])
+    stage = "cgroup"
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGQUIT):
+            signal.signal(sig, signal.SIG_DFL)
+        _cgroup.join(cgroups, os.getpid())
+        stage = "session"
+        os.setsid()
+        acct = spec.get("account")
+        if acct is not None:
+            stage = "account"
+            os.setgroups(list(acct["groups"]))
+            os.setresgid(acct["gid"], acct["gid"], acct["gid"])
+            os.setresuid(acct["uid"], acct["uid"], acct["uid"])
+        os.umask(CHILD_UMASK)
+        stage = "chdir"
+        os.chdir(spec.get("chdir") or "/")
+        stage = "exec"
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        os.write(errpipe, _reason(stage, e, spec).encode("utf-8", "replace"))
+    except BaseException as e:  # never fall back into the wrapper's code in the child
+        os.write(errpipe, f"cannot start: {e}".encode("utf-8", "replace"))
+
+
+def _reason(stage: str, e: OSError, spec: dict[str, Any]) -> str:
+    import errno
+
+    what = e.strerror or str(e)
+    cmd = spec["argv"][0]
+    if stage == "chdir":
+        return f"chdir {spec.get('chdir') or '/'}: {what}"
+    if stage == "exec":
+        if e.errno == errno.ENOENT:
+            return f"command not found: {cmd}"
+        if e.errno == errno.EACCES:
+            return f"permission denied: {cmd}"
+        if e.errno == errno.E2BIG:
+            return "argument list too long"
+        return f"cannot run {cmd}: {what}"
+    if stage == "account":
+        return f"cannot switch to account uid {spec['account']['uid']}: {what}"
+    return f"{stage}: {what}"
+
+
+def _wait_for(pid: int) -> int:
+    """Reap children (adopted orphans too) until ``pid`` exits; its exit code."""
+    while True:
+        try:
+            got, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return -signal.SIGKILL  # cannot happen: pid is our child until we reap it
+        if got == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _clean_up(cgroups: list[str], me: int) -> None:
+    """Kill and reap every process the job left, until none lives; remove its cgroups."""
+    while True:
+        if cgroups:
+            _cgroup.kill(cgroups)
+        for pid in descendants(me):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reaped = _reap_all()
+        if not (cgroups and _cgroup.procs(cgroups)) and not descendants(me) and reaped:
+            break
+        time.sleep(0.01)
+    _cgroup.remove(cgroups)
+
+
+def _reap_all() -> bool:
+    """Reap what has exited; True when no child is left."""
+    while True:
+        try:
+            got, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if got == 0:
+            return False
 
 
 if __name__ == "__main__":

@@ -1,21 +1,30 @@
-"""Runs attempts as real process groups on this machine.
+"""Runs attempts as real processes on this machine, each as its owner's Unix account.
 
 Each attempt runs under a small wrapper (``_wrapper.py``) started in its own session: the
-wrapper claims a run file in ``run_dir`` *before* the command starts, runs the command as a
-child in a process group of its own, forwards SIGTERM to that group, and writes an exit file
-with the real exit code and time. The handle is the wrapper's ``pid:starttime``, so a pid
-recycled by the kernel is never mistaken for the attempt. Because everything needed to
-observe an attempt lives in ``run_dir`` and /proc, a new executor (after a server restart)
-observes attempts launched by an old one, including ones that ended while the server was
-down.
+wrapper claims a run file in ``run_dir`` *before* the command starts, forks the command as
+its owner (see :class:`~apportion.service.executors.identity.Identity`) in the attempt's
+own cgroup where the host offers one (``_cgroup.py``; else a process group, and the
+wrapper as child subreaper), forwards SIGTERM to every process of it, and writes an exit
+file with the real exit code and time once none of them lives. The handle is the
+wrapper's ``pid:starttime``, so a pid recycled by the kernel is never mistaken for the
+attempt. Because everything needed to observe an attempt lives in ``run_dir`` and /proc, a
+new executor (after a server restart) observes attempts launched by an old one, including
+ones that ended while the server was down.
+
+``run_dir`` holds one directory per database (``run/<db_id>/``), written only by the server
+and its wrappers (mode 0700); a run or exit file is taken for an attempt only if it names
+that attempt's handle, so files left by another database (or a restored backup of this
+one) are never read as this one's.
 
 "Hosts" are names for slices of this machine's GPUs: CUDA_VISIBLE_DEVICES lists the GPU
-indexes the scheduler assigned.
+indexes the scheduler assigned, and with the cgroup v1 devices controller the job may open
+only those ``/dev/nvidia<N>``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -25,16 +34,32 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
-from apportion.service.executor import AttemptState, InventoryHost, Launch, Observation
-from apportion.service.executors import _procfs
+from apportion.service.executor import (
+    AttemptState,
+    InventoryHost,
+    Launch,
+    LaunchRefused,
+    Observation,
+)
+from apportion.service.executors import _cgroup, _procfs
+from apportion.service.executors.identity import (
+    Identity,
+    child_env,
+    exec_problem,
+    server_account,
+)
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class LocalExecutor:
     """The ``local`` executor: ``hosts`` as configured, logs under ``logs_dir``, durable
-    per-attempt records under ``run_dir``."""
+    per-attempt records under ``run_dir/<db_id>`` (``db_id`` "": ``run_dir`` itself).
+    ``identity``: whom work runs as (default: the owner's account when root).
+    ``cgroups``: "auto" (the host's, when root), None (process groups only) or a
+    :class:`~apportion.service.executors._cgroup.CgroupHost`."""
 
     name = "local"
 
@@ -44,15 +69,32 @@ class LocalExecutor:
         logs_dir: str | os.PathLike[str],
         run_dir: str | os.PathLike[str],
         python: str = sys.executable,
+        db_id: str = "",
+        identity: Identity | None = None,
+        cgroups: _cgroup.CgroupHost | str | None = "auto",
     ) -> None:
         self._hosts: dict[str, InventoryHost] = {}
         for h in hosts:
             ih = h if isinstance(h, InventoryHost) else InventoryHost(h[0], h[1], "healthy")
             self._hosts[ih.name] = ih
+        if db_id and not _SAFE.match(db_id):
+            raise ValueError(f"local executor: db_id {db_id!r}: unsafe as a file name")
+        self.identity = identity if identity is not None else Identity()
+        if isinstance(cgroups, str) and cgroups != "auto":
+            raise ValueError(f"local executor: cgroups: 'auto', None or a CgroupHost, "
+                             f"got {cgroups!r}")
+        self.cgroups: _cgroup.CgroupHost | None = (
+            _cgroup.CgroupHost.detect() if isinstance(cgroups, str) else cgroups
+        )
         self.logs_dir = Path(logs_dir)
-        self.run_dir = Path(run_dir)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir = Path(run_dir) / db_id if db_id else Path(run_dir)
+        self.db_id = db_id
+        for d in (self.logs_dir, self.run_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        # the server's records: nobody else may read (specs hold environments) or write them
+        os.chmod(self.run_dir, 0o700)
+        # jobs reach their own log through the fd they are given, never through the tree
+        os.chmod(self.logs_dir, 0o711)
         self.python = python
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # launched here: reaped on poll
@@ -66,60 +108,96 @@ class LocalExecutor:
     def inventory(self) -> list[InventoryHost]:
         return list(self._hosts.values())
 
+    def describe(self) -> str:
+        """How work is isolated here, for the start of ``apportion serve``."""
+        how = (self.cgroups.describe() if self.cgroups is not None else
+               "no cgroups (not root, or none mounted): process groups only; a process "
+               "that leaves its group and outlives its parent escapes")
+        return f"local executor: {self.identity.describe()}; {how}"
+
     def launch(self, launch: Launch) -> str:
         wid = launch.workload_id
         if not _SAFE.match(wid):
-            raise ValueError(f"local executor: workload id {wid!r}: unsafe as a file name")
+            raise LaunchRefused(f"workload id {wid!r}: unsafe as a file name")
         if not launch.command:
-            raise ValueError(f"local executor: workload {wid}: command: empty")
+            raise LaunchRefused(f"workload {wid}: command: empty")
         for s in launch.slots:
             if s.host not in self._hosts:
-                raise ValueError(f"local executor: host {s.host!r}: unknown host")
-        log_path = Path(launch.log_path) if launch.log_path else self.log_path(wid, launch.attempt)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env.update(launch.env)
+                raise LaunchRefused(f"host {s.host!r}: unknown host")
+        acct, problem = self.identity.resolve(launch.user, launch.account or launch.user)
+        if problem is not None:
+            raise LaunchRefused(problem)
+        run_as = acct if acct is not None else server_account()
+        if launch.chdir is not None and not os.path.isabs(launch.chdir):
+            raise LaunchRefused(f"chdir: must be an absolute path, got {launch.chdir!r}")
         first = launch.slots[0].gpu_indexes if launch.slots else ()
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in first)
-        env["APPORTION_WORKLOAD_ID"] = wid
-        env["APPORTION_ATTEMPT"] = str(launch.attempt)
-        env["APPORTION_GPUS"] = str(sum(len(s.gpu_indexes) for s in launch.slots))
-        env["APPORTION_HOSTS"] = ";".join(
-            f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
-        )
-        argv = [
-            self.python, "-m", "apportion.service.executors._wrapper",
-            str(self.run_dir), wid, str(launch.attempt), "--", *launch.command,
-        ]
-        with open(log_path, "ab") as log:
+        own = {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in first),
+            "APPORTION_WORKLOAD_ID": wid,
+            "APPORTION_ATTEMPT": str(launch.attempt),
+            "APPORTION_GPUS": str(sum(len(s.gpu_indexes) for s in launch.slots)),
+            "APPORTION_HOSTS": ";".join(
+                f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
+            ),
+        }
+        env = child_env(run_as, launch.env, own)
+        argv = list(launch.command)
+        too_big = exec_problem(argv, env, reserve=0)
+        if too_big is not None:
+            raise LaunchRefused(f"argument list too long: {too_big}")
+        stem = f"{wid}.{launch.attempt}"
+        self._set_aside(stem)
+        cgroups: list[str] = []
+        if self.cgroups is not None:
+            gpus = {i for s in launch.slots for i in s.gpu_indexes}
+            name = f"{self.db_id[:12] or 'local'}-{stem}"
+            cgroups = self.cgroups.create(name, gpus)
+        spec: dict[str, Any] = {
+            "db_id": self.db_id, "workload": wid, "attempt": launch.attempt,
+            "argv": argv, "env": env, "chdir": launch.chdir or run_as.home or "/",
+            "account": ({"uid": acct.uid, "gid": acct.gid, "groups": list(acct.groups)}
+                        if acct is not None else None),
+            "cgroups": cgroups,
+        }
+        spec_path = self.run_dir / f"{stem}.spec"
+        # not fsynced: read at once by the wrapper; lost in a crash, the attempt never started
+        _procfs.write_json_atomic(spec_path, spec, durable=False)
+        log_path = Path(launch.log_path) if launch.log_path else self.log_path(wid, launch.attempt)
+        log_fd = self._open_log(log_path, acct)
+        try:
             proc = subprocess.Popen(
-                argv,
+                [self.python, "-m", "apportion.service.executors._wrapper", str(spec_path)],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=log_fd,
                 stderr=subprocess.STDOUT,
-                env=env,
                 start_new_session=True,
             )
+        except OSError as e:
+            if e.errno in (errno.ENOENT, errno.EACCES, errno.E2BIG):
+                raise LaunchRefused(f"wrapper {self.python}: {e.strerror}") from None
+            raise
+        finally:
+            os.close(log_fd)
         # the child is ours and not yet reaped, so /proc/<pid> exists even if it already died
         handle = _procfs.handle_of(proc.pid)
         if handle is None:
             raise RuntimeError(f"local executor: workload {wid}: wrapper vanished at launch")
         with self._lock:
             self._procs[handle] = proc
-            self._index[handle] = f"{wid}.{launch.attempt}"
+            self._index[handle] = stem
         return handle
 
     def stop(self, handle: str, grace_s: float) -> None:
         self._reap()
         stem = self._stem(handle)
-        if stem is not None and self._exit_info(stem) is not None:
+        if stem is not None and self._exit_info(stem, handle) is not None:
             return
-        if stem is not None and self._void(stem):
+        if stem is not None and self._void(stem, handle):
             return  # stopped before its wrapper claimed it: the command will never start
         if _procfs.alive(handle):
             pid, _ = _procfs.parse_handle(handle)
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)  # the wrapper forwards it to the command's group
+                os.kill(pid, signal.SIGTERM)  # the wrapper forwards it to the whole job
         with self._lock:
             if handle in self._timers:
                 return  # a stop is already under way: keep its deadline
@@ -183,7 +261,7 @@ class LocalExecutor:
                 return None
         return None
 
-    def _void(self, stem: str) -> bool:
+    def _void(self, stem: str, handle: str) -> bool:
         """Forbid an attempt whose wrapper has not claimed it yet (it may still be starting
         up, before it can handle SIGTERM), and record it as ended now. False if claimed."""
         if not _procfs.create_json_exclusive(
@@ -193,18 +271,41 @@ class LocalExecutor:
         _procfs.write_json_atomic(
             self.run_dir / f"{stem}.exit",
             {"exit_code": -signal.SIGTERM, "signalled": True, "ended_at": time.time(),
-             "voided": True},
+             "voided": True, "handle": handle, "db_id": self.db_id},
         )
         return True
 
     def log_path(self, workload_id: str, attempt: int) -> Path:
         return self.logs_dir / workload_id / f"{attempt}.log"
 
+    def _open_log(self, path: Path, acct: Any) -> int:
+        """A fresh log file for the attempt, owned by its account and readable by it only,
+        in a directory of the server's (so the job cannot swap the file for a link)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.parent == self.logs_dir:
+            os.chmod(path.parent, 0o711)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_APPEND,
+                     0o600)
+        if acct is not None:
+            os.fchown(fd, acct.uid, acct.gid)
+        os.fchmod(fd, 0o600)
+        return fd
+
+    def _set_aside(self, stem: str) -> None:
+        """A new attempt's files cannot exist yet in this database's history: any found
+        are another timeline's (a restored backup) and are moved out of the way."""
+        stale = self.run_dir / "stale"
+        for suffix in (".run", ".exit", ".spec"):
+            p = self.run_dir / f"{stem}{suffix}"
+            if p.exists():
+                stale.mkdir(exist_ok=True)
+                os.replace(p, stale / f"{p.name}.{time.time():.6f}")
+
     # ---- internals -------------------------------------------------------------------
     def _observe_one(self, handle: str) -> Observation:
         stem = self._stem(handle)
         if stem is not None:
-            ex = self._exit_info(stem)
+            ex = self._exit_info(stem, handle)
             if ex is not None:
                 return self._exited(handle, ex)
         if _procfs.alive(handle):
@@ -212,10 +313,15 @@ class LocalExecutor:
         if stem is None:
             stem = self._stem(handle)
         if stem is not None:
-            ex = self._exit_info(stem)  # it may have written the file just before exiting
+            ex = self._exit_info(stem, handle)  # it may have written it just before exiting
             if ex is not None:
                 return self._exited(handle, ex)
-            self._kill_child_group(stem)  # the wrapper died uncleanly: leave nothing behind
+            # the wrapper died uncleanly: leave nothing behind, and hold the GPUs until
+            # nothing of the job lives
+            if self._kill_job(stem):
+                return Observation(handle, AttemptState.RUNNING)
+            info = _procfs.read_json(self.run_dir / f"{stem}.run")
+            _cgroup.remove(_cgroups_of(info))
         return Observation(handle, AttemptState.GONE)
 
     def _exited(self, handle: str, ex: dict[str, object]) -> Observation:
@@ -232,6 +338,7 @@ class LocalExecutor:
             int(code) if isinstance(code, int) else None,
             bool(ex.get("signalled")),
             ended_at=float(ended) if isinstance(ended, int | float) else None,
+            refused=str(ex["refused"]) if ex.get("refused") else None,
         )
 
     def _kill(self, handle: str) -> None:
@@ -239,26 +346,47 @@ class LocalExecutor:
             self._timers.pop(handle, None)
             self._kill_at.pop(handle, None)
         stem = self._stem(handle)
-        if stem is not None and self._exit_info(stem) is not None:
+        if stem is not None and self._exit_info(stem, handle) is not None:
             return
-        if stem is not None and self._kill_child_group(stem):
-            return
+        if stem is not None and self._kill_job(stem):
+            return  # the wrapper reaps what it killed, then writes the exit file
         if _procfs.alive(handle):  # the command has not started yet: kill the wrapper
             pid, _ = _procfs.parse_handle(handle)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
-    def _kill_child_group(self, stem: str) -> bool:
+    def _kill_job(self, stem: str) -> bool:
+        """SIGKILL every process of the attempt; False if none was alive."""
         info = _procfs.read_json(self.run_dir / f"{stem}.run")
-        pgid = info.get("child_pgid") if info else None
-        if not isinstance(pgid, int) or not _procfs.group_alive(pgid):
+        if info is None:
             return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
-        return True
+        cgroups = _cgroups_of(info)
+        if cgroups:
+            if not _cgroup.procs(cgroups):
+                return False
+            _cgroup.kill(cgroups)
+            return True
+        pgid = info.get("child_pgid")
+        alive = False
+        if isinstance(pgid, int) and _procfs.group_alive(pgid):
+            alive = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+        handle = info.get("handle")
+        if isinstance(handle, str) and _procfs.alive(handle):  # what the wrapper adopted
+            for pid in _procfs.descendants(_procfs.parse_handle(handle)[0]):
+                alive = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        return alive
 
-    def _exit_info(self, stem: str) -> dict[str, object] | None:
-        return _procfs.read_json(self.run_dir / f"{stem}.exit")
+    def _exit_info(self, stem: str, handle: str) -> dict[str, object] | None:
+        """The exit record of ``stem`` if it is the one of this very attempt (``handle``):
+        a record of another database or timeline names another wrapper."""
+        ex = _procfs.read_json(self.run_dir / f"{stem}.exit")
+        if ex is None or ex.get("handle") != handle:
+            return None
+        return ex
 
     def _stem(self, handle: str) -> str | None:
         with self._lock:
@@ -285,3 +413,8 @@ class LocalExecutor:
             done = [h for h, p in self._procs.items() if p.poll() is not None]
             for h in done:
                 del self._procs[h]
+
+
+def _cgroups_of(info: dict[str, Any] | None) -> list[str]:
+    dirs = info.get("cgroups") if info else None
+    return [str(d) for d in dirs] if isinstance(dirs, list) else []

@@ -2,10 +2,10 @@
 
 Used by fast scheduler tests and by the parity test, where it must end work exactly when the
 simulator would. A workload given a true duration exits 0 once it has run its remaining work;
-one without runs until stopped. The cost of a preemption follows the simulator's model
-(docs/simulator.md, "Cost model"): a run stopped after ``e`` seconds keeps
-``floor(e / c) * c`` seconds of progress (``c`` the checkpoint interval), and every run after
-the first starts with ``restart_overhead`` seconds of set-up added to the remaining work.
+one without runs until stopped. The cost of a preemption is the simulator's
+(``apportion.core.consequences.preemption_cost``; docs/simulator.md, "Cost model"): a stopped
+run keeps its progress up to its last checkpoint, and every run after the first starts with
+``restart_overhead`` seconds of set-up added to the remaining work.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apportion.core.consequences import preemption_cost
 from apportion.service.clock import Clock
 from apportion.service.executor import (
     AttemptState,
@@ -110,7 +111,7 @@ class MemoryExecutor:
             self.clock.now(),
             remaining,
             launch,
-            env=dict(launch.env),
+            env=dict(launch.env or {}),
         )
         self.launches.append(launch)
         return handle
@@ -118,8 +119,8 @@ class MemoryExecutor:
     def stop(self, handle: str, grace_s: float) -> None:
         self._check()
         a = self.attempts.get(handle)
-        if a is None:
-            return
+        if a is None or a.gone:
+            return  # vanished with its host: its progress was settled then, once
         now = self.clock.now()
         self._advance(a, now)
         if a.ended_at is not None or a.term_at is not None:
@@ -184,7 +185,7 @@ class MemoryExecutor:
         h = self._hosts[name]
         self._hosts[name] = InventoryHost(h.name, h.gpus, "down", reason)
         for a in self.attempts.values():
-            if name in a.hosts and a.ended_at is None:
+            if name in a.hosts and a.ended_at is None and not a.gone:
                 self._lose(a, self.clock.now())
 
     def revive_host(self, name: str) -> None:
@@ -245,10 +246,9 @@ class MemoryExecutor:
         if a.exit_code == 0 and not a.signalled:
             self.progress[wid] = self.durations[wid]
             return
-        overhead = self.overhead.get(wid, 0.0)
-        work = max(0.0, (t - a.started_at) - overhead)  # set-up time is not progress
         left = self.durations[wid] - self.progress.get(wid, 0.0)
-        c = self.checkpoints.get(wid) or self.checkpoint_default
-        kept = min(math.floor(work / c) * c, left) if c > 0 else 0.0
-        self.progress[wid] = self.progress.get(wid, 0.0) + kept
+        cost = preemption_cost(  # float(): the compiled core refuses ints
+            float(t - a.started_at), float(self.overhead.get(wid, 0.0)), float(left),
+            float(self.checkpoints.get(wid) or self.checkpoint_default))
+        self.progress[wid] = self.progress.get(wid, 0.0) + cost.kept
         self.overhead[wid] = self.restart_overhead  # a next run resumes: it pays the set-up

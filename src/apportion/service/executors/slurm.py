@@ -32,7 +32,15 @@ from apportion.service.executor import (
     ExecutorUnavailable,
     InventoryHost,
     Launch,
+    LaunchRefused,
     Observation,
+)
+from apportion.service.executors.identity import (
+    Account,
+    Identity,
+    child_env,
+    exec_problem,
+    server_account,
 )
 
 __all__ = [
@@ -104,6 +112,10 @@ class SlurmExecutor:
     (e.g. with ``SLURM_CONF``); None means this process's. ``timeout_s``: limit of one command;
     past it :class:`SlurmUnavailable` is raised. ``logs_dir``: where :meth:`log_path` puts each
     attempt's log (``<logs_dir>/<workload>/<attempt>.log``; default: beside the scripts).
+    ``identity``: whom work runs as. From a server running as root, each job is submitted as
+    its owner (``sbatch --uid/--gid`` where this Slurm has them, else ``runuser -u``), so
+    Slurm's accounting and permissions see the real user; the log's directory then belongs
+    to the owner, since the node writes the log as them.
     """
 
     name = "slurm"
@@ -115,6 +127,7 @@ class SlurmExecutor:
         env: Mapping[str, str] | None = None,
         timeout_s: float = 10.0,
         logs_dir: str | os.PathLike[str] | None = None,
+        identity: Identity | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
@@ -124,6 +137,8 @@ class SlurmExecutor:
         self.env = dict(os.environ if env is None else env)
         self.timeout_s = timeout_s
         self.logs_dir = Path(logs_dir) if logs_dir is not None else None
+        self.identity = identity if identity is not None else Identity()
+        self._has_uid: bool | None = None  # whether sbatch takes --uid/--gid (asked once)
         self._lock = threading.Lock()
         self._kill_at: dict[str, float] = {}  # handle -> monotonic deadline of the hard kill
         self._stopped: set[str] = set()  # handles we asked to stop (their end is "signalled")
@@ -164,19 +179,34 @@ class SlurmExecutor:
             # one batch job has one --gres=gpu:N for all of its nodes
             raise ValueError(f"slots: Slurm needs the same GPU count on every host: {hosts}")
         gpus = per_host.pop()
-        for key in launch.env:
+        for key in launch.env or {}:
             if not _ENV_KEY.match(key):
-                raise ValueError(f"env: not a variable name: {key!r}")
+                raise LaunchRefused(f"env: not a variable name: {key!r}")
+        acct, problem = self.identity.resolve(launch.user, launch.account or launch.user)
+        if problem is not None:
+            raise LaunchRefused(problem)
+        run_as = acct if acct is not None else server_account()
+        if launch.chdir is not None and not os.path.isabs(launch.chdir):
+            raise LaunchRefused(f"chdir: must be an absolute path, got {launch.chdir!r}")
+        env = child_env(run_as, launch.env, {})
+        too_big = exec_problem(list(launch.command), env)
+        if too_big is not None:
+            raise LaunchRefused(f"argument list too long: {too_big}")
 
         base = f"{JOB_NAME_PREFIX}{_safe(launch.workload_id)}-{launch.attempt}"
-        script = self.jobs_dir / f"{base}.sh"
+        prefix, script = self._submitter(acct, base)
         log = Path(launch.log_path) if launch.log_path else self.jobs_dir / f"{base}.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
+        _log_dir(log.parent, acct)
         end_file = _end_file(str(log), base)
         end_file.unlink(missing_ok=True)
-        script.write_text(batch_script(launch, hosts, str(end_file)))
+        script.write_text(batch_script(launch, hosts, str(end_file), env))
+        if acct is not None and prefix:
+            os.chown(script, acct.uid, acct.gid)  # sbatch reads it as the owner
         args = [
-            "sbatch", "--parsable",
+            *prefix, "sbatch", "--parsable",
+            # the job's environment is exactly the script's exports, never ours
+            "--export=NONE",
+            f"--chdir={launch.chdir or run_as.home or '/'}",
             f"--job-name={base}",
             f"--comment={COMMENT_PREFIX}{launch.attempt}:{launch.workload_id}",
             f"--nodes={len(hosts)}",
@@ -192,12 +222,35 @@ class SlurmExecutor:
             args.append("--exclusive")
         if self.partition:
             args.append(f"--partition={self.partition}")
+        if acct is not None and not prefix:
+            args += [f"--uid={acct.uid}", f"--gid={acct.gid}"]
         args.append(str(script))
         out = self._run(args).stdout.strip()
         job_id = out.split(";", 1)[0]  # "id" or "id;cluster"
         if not job_id.isdigit():
             raise SlurmError(f"sbatch: unexpected output {out!r}")
         return job_id
+
+    def _submitter(self, acct: Account | None, base: str) -> tuple[list[str], Path]:
+        """How sbatch is run for ``acct`` (a command prefix) and where its script goes:
+        ``--uid/--gid`` (no prefix) where this Slurm has them, else ``runuser -u``, with the
+        script in a directory of the owner's."""
+        if acct is None or self._sbatch_has_uid():
+            return [], self.jobs_dir / f"{base}.sh"
+        d = self.jobs_dir / "users" / acct.name
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.jobs_dir, 0o711)
+        os.chmod(d.parent, 0o711)
+        os.chown(d, acct.uid, acct.gid)
+        os.chmod(d, 0o700)
+        return ["runuser", "-u", acct.name, "--"], d / f"{base}.sh"
+
+    def _sbatch_has_uid(self) -> bool:
+        """Whether this sbatch accepts --uid and --gid (Slurm 23.02 removed them)."""
+        if self._has_uid is None:
+            help_text = self._run(["sbatch", "--help"], check=False).stdout
+            self._has_uid = "--uid" in help_text and "--gid" in help_text
+        return self._has_uid
 
     def stop(self, handle: str, grace_s: float) -> None:
         """SIGTERM the batch script now (it forwards it to the command); SIGKILL after
@@ -279,10 +332,11 @@ class SlurmExecutor:
         :class:`SlurmUnavailable` when Slurm cannot say."""
         name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
         script = os.path.abspath(self.jobs_dir / name)
+        users = os.path.abspath(self.jobs_dir / "users")
         ids = sorted(
             (job_id for job_id, job in self._squeue().items()
              if _parse_comment(str(job.get("comment") or "")) == (attempt, workload_id)
-             and os.path.abspath(str(job.get("command") or "")) == script),
+             and _is_script(str(job.get("command") or ""), script, users, name)),
             key=int,
         )
         return ids[0] if ids else None
@@ -382,7 +436,10 @@ class SlurmExecutor:
 # -- pure helpers (tested without Slurm) ---------------------------------------------------
 
 
-def batch_script(launch: Launch, hosts: Sequence[str], end_file: str = "") -> str:
+def batch_script(
+    launch: Launch, hosts: Sequence[str], end_file: str = "",
+    env: Mapping[str, str] | None = None,
+) -> str:
     """The bash batch script of one attempt.
 
     The command runs in the background and the script waits for it: bash runs a trap only
@@ -393,15 +450,19 @@ def batch_script(launch: Launch, hosts: Sequence[str], end_file: str = "") -> st
     hears of it, which after a controller outage can be long after the real end.
     """
     env = {
+        **dict((launch.env or {}) if env is None else env),
+        # apportion's own variables win over exported ones
         "APPORTION_WORKLOAD_ID": launch.workload_id,
         "APPORTION_ATTEMPT": str(launch.attempt),
         "APPORTION_HOSTS": ",".join(hosts),
-        **dict(launch.env),
     }
     lines = [
         "#!/bin/bash",
         f"# apportion workload {_one_line(launch.workload_id)} attempt {launch.attempt}",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
+        # sbatch --export=NONE leaves SLURM_EXPORT_ENV=NONE, which srun would inherit: its
+        # steps would start without even PATH. Steps get the job's (exact) environment.
+        "unset SLURM_EXPORT_ENV",
         "forwarded=",
         "child=",
         'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
@@ -507,6 +568,25 @@ def _job_state(value: Any) -> str:
     if isinstance(value, list):  # newer OpenAPI versions: a list of state + flags
         return str(value[0]) if value else ""
     return str(value or "")
+
+
+def _log_dir(d: Path, acct: Account | None) -> None:
+    """The attempt's log directory: the node writes the log as the job's owner, so the
+    directory is theirs (0700) below directories others may cross but not list."""
+    d.mkdir(parents=True, exist_ok=True)
+    if acct is not None:
+        os.chmod(d.parent, 0o711)
+        os.chown(d, acct.uid, acct.gid)
+        os.chmod(d, 0o700)
+
+
+def _is_script(command: str, script: str, users: str, name: str) -> bool:
+    """Whether a job's command is this executor's script of ``name`` (in ``jobs_dir``, or
+    in an owner's directory below it when submitted through runuser)."""
+    path = os.path.abspath(command)
+    if path == script:
+        return True
+    return os.path.basename(path) == name and os.path.dirname(os.path.dirname(path)) == users
 
 
 def _end_file(log: str, job_name: str) -> Path:

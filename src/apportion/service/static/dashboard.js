@@ -103,7 +103,7 @@ function reasonBadge(r) {
 function renderQueue(s) {
   const rows = s.pending.map((p) => {
     let html = `<tr class="clickable" data-id="${esc(p.id)}">` +
-      `<td class="num">${p.position}</td><td class="mono">${esc(p.id)}</td>` +
+      `<td class="num">${p.position ?? "-"}</td><td class="mono">${esc(p.id)}</td>` +
       `<td>${esc(p.budget)}</td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td>` +
       `<td class="num">${p.min_runtime ? dur(p.min_runtime) : "0"}</td>` +
       `<td><span class="badge ${esc(p.class)}">${esc(p.class)}</span></td>` +

@@ -49,6 +49,15 @@ class UserModel(Base):
     unix_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
+class MetaModel(Base):
+    """Facts about the database itself (``db_id``: random, created by migration 0003)."""
+
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 class TokenModel(Base):
     __tablename__ = "tokens"
 
@@ -88,12 +97,24 @@ class WorkloadModel(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    name: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    time_limit: Mapped[float] = mapped_column(Double, nullable=False, server_default="0")
+    # arrays: the first element's id, this element's index, the throttle (0: none)
+    array_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    array_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_throttle: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    # [[afterok | afterany | afternotok, workload id], ...]
+    dependencies: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
+    # {"nodelist": [...], "exclude": [...]}: the hosts it may run on
+    constraints: Mapped[dict[str, list[str]] | None] = mapped_column(JSON, nullable=True)
+
     # the submitter's Idempotency-Key, unique per user, and the digest of that request
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     __table_args__ = (
         Index("ix_workloads_status", "status"),
+        Index("ix_workloads_array_id", "array_id"),
         UniqueConstraint("user", "idempotency_key", name="uq_workloads_user_idempotency_key"),
     )
 

@@ -3,10 +3,21 @@ lazily touches the database after a transaction ended, and rows cross threads sa
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from apportion.core import Host, HostState, Placement, Slice, Status, WorkloadSpec
+from apportion.core import (
+    After,
+    Hold,
+    Host,
+    HostState,
+    Placement,
+    Slice,
+    Status,
+    WorkloadSpec,
+    allowed_hosts,
+)
 
 # one host's part of a placement: (host, gpus, GPU indexes on that host)
 PlacementEntry = tuple[str, int, tuple[int, ...]]
@@ -95,6 +106,14 @@ class WorkloadRow:
     created_at: float
     chdir: str | None = None
     env: dict[str, str] | None = None
+    name: str | None = None
+    time_limit: float = 0.0
+    array_id: str | None = None
+    array_index: int | None = None
+    array_throttle: int = 0
+    dependencies: tuple[tuple[str, str], ...] = ()
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -106,9 +125,12 @@ class WorkloadRow:
             attempts_count=0, exit_code=None, end_reason=None, attempt=None, attempts=(),
         )
 
-    def spec(self) -> WorkloadSpec:
-        """What the policy sees of this workload."""
+    def spec(self, hosts: Iterable[str] | None = None) -> WorkloadSpec:
+        """What the policy sees of this workload. With ``hosts`` (the cluster's), the hosts
+        it may use are worked out from its ``nodelist`` and ``exclude``
+        (``core.allowed_hosts``, which raises if they leave none); without, any host."""
         return WorkloadSpec(
+            hosts=allowed_hosts(hosts, self.nodelist, self.exclude) if hosts is not None else (),
             id=self.id,
             budget=self.budget,
             gpus=self.gpus,
@@ -118,6 +140,17 @@ class WorkloadRow:
             resumable=self.resumable,
             priority=self.priority,
             checkpoint_interval=self.checkpoint_interval,
+            time_limit=self.time_limit,
+        )
+
+    def hold(self) -> Hold:
+        """What may keep it out of the queue: its dependencies and its array's throttle."""
+        return Hold(
+            workload=self.id,
+            after=tuple((After(kind), dep) for kind, dep in self.dependencies),
+            array=self.array_id,
+            index=self.array_index or 0,
+            throttle=self.array_throttle,
         )
 
     def as_dict(self, with_attempts: bool = False) -> dict[str, Any]:
@@ -133,6 +166,14 @@ class WorkloadRow:
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,
+            "name": self.name,
+            "time_limit": self.time_limit,
+            "array_id": self.array_id,
+            "array_index": self.array_index,
+            "array_throttle": self.array_throttle,
+            "dependencies": [list(d) for d in self.dependencies],
+            "nodelist": list(self.nodelist),
+            "exclude": list(self.exclude),
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,

@@ -34,7 +34,7 @@ def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -
         return {}
     tokens: dict[str, str] = {}
     for u in config.users:
-        store.add_user(u.name, actor=SEED_ACTOR, admin=u.admin)
+        store.add_user(u.name, actor=SEED_ACTOR, admin=u.admin, unix_user=u.unix_user)
         token = new_token()
         store.add_token(u.name, hash_token(token))
         tokens[u.name] = token

@@ -35,7 +35,15 @@ from apportion.core import (
     parent_of,
 )
 
-from .models import AttemptModel, AuditModel, BudgetModel, HostModel, TokenModel, UserModel
+from .models import (
+    AttemptModel,
+    AuditModel,
+    BudgetModel,
+    HostModel,
+    MetaModel,
+    TokenModel,
+    UserModel,
+)
 from .models import WorkloadModel as WM
 from .rows import (
     TOKEN_KINDS,
@@ -134,6 +142,15 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def db_id(self) -> str:
+        """This database's random id (made by the migration that created ``meta``): files
+        kept beside the database carry it, so another database's are never taken for its."""
+        with self._tx(write=False) as s:
+            m = s.get(MetaModel, "db_id")
+            if m is None:
+                raise NotFound("meta: db_id: missing (run migrate())")
+            return m.value
+
     def ping(self) -> None:
         """Raise if the database cannot be reached."""
         with self.engine.connect() as conn:
@@ -169,33 +186,59 @@ class Store:
         env: Mapping[str, str] | None = None,
         idempotency_key: str | None = None,
         request_digest: str | None = None,
+        name: str | None = None,
+        time_limit: float = 0.0,
+        dependencies: Sequence[tuple[str, str]] = (),
+        array: Sequence[int] = (),
+        array_throttle: int = 0,
+        nodelist: Sequence[str] = (),
+        exclude: Sequence[str] = (),
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
-        environment it runs with. The caller validated the spec (core.validate_spec).
+        environment it runs with; ``dependencies`` ``(type, workload id)`` pairs;
+        ``nodelist``/``exclude`` the hosts it may (only) and may not use. With
+        ``array`` (indexes), one workload per index, all in this one transaction, the
+        first's id naming the array; the first is returned (:meth:`array_ids` lists all).
+        The caller validated the spec (core.validate_spec).
 
         ``idempotency_key`` (with the ``request_digest`` of the request) is unique per
-        owner: if one is stored already, :class:`AlreadySubmitted` carries that workload
-        and nothing is stored. A unique constraint decides, so two concurrent submissions
-        with one key store one row on either database."""
+        owner and kept on the first (or only) workload stored: if one is stored already,
+        :class:`AlreadySubmitted` carries that workload and nothing is stored. A unique
+        constraint decides, so two concurrent submissions with one key store one
+        submission on either database."""
         owner = user if user is not None else actor
         try:
             with self._tx() as s:
-                m = WM(
-                    budget=budget, user=owner, gpus=gpus,
-                    min_runtime=float(min_runtime), resumable=resumable, priority=priority,
-                    checkpoint_interval=float(checkpoint_interval), command=list(command),
-                    chdir=chdir, env=dict(env) if env is not None else None,
-                    submit_time=submit_time, queued_at=submit_time,
-                    status=Status.PENDING.value, cancel_requested=False, attempts_count=0,
-                    created_at=self.clock(), idempotency_key=idempotency_key,
-                    request_digest=request_digest,
-                )
-                s.add(m)
-                s.flush()
-                m.id = f"w-{m.seq:06d}"
-                s.flush()
-                return _workload(m)
+                first: WM | None = None
+                slots: list[int | None] = list(array) or [None]
+                for index in slots:
+                    m = WM(
+                        budget=budget, user=owner, gpus=gpus,
+                        min_runtime=float(min_runtime), resumable=resumable,
+                        priority=priority, checkpoint_interval=float(checkpoint_interval),
+                        command=list(command),
+                        chdir=chdir, env=dict(env) if env is not None else None,
+                        submit_time=submit_time, queued_at=submit_time,
+                        status=Status.PENDING.value, cancel_requested=False,
+                        attempts_count=0, created_at=self.clock(),
+                        idempotency_key=idempotency_key if first is None else None,
+                        request_digest=request_digest if first is None else None,
+                        name=name, time_limit=float(time_limit),
+                        array_index=index, array_throttle=array_throttle if array else 0,
+                        dependencies=[list(d) for d in dependencies] or None,
+                        constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
+                        if nodelist or exclude else None,
+                    )
+                    s.add(m)
+                    s.flush()
+                    m.id = f"w-{m.seq:06d}"
+                    first = first or m
+                    if array:
+                        m.array_id = first.id
+                    s.flush()
+                assert first is not None
+                return _workload(first)
         except IntegrityError:
             if idempotency_key is None:
                 raise
@@ -211,6 +254,38 @@ class Store:
                 select(WM).where(WM.user == user, WM.idempotency_key == key)
             ).one_or_none()
             return None if m is None else (_workload(m), m.request_digest)
+
+    def statuses(self, ids: Iterable[str]) -> dict[str, Status]:
+        """The status of each of these workloads that exists."""
+        wanted = sorted(set(ids))
+        out: dict[str, Status] = {}
+        with self._tx(write=False) as s:
+            for i in range(0, len(wanted), 500):  # keep IN lists small
+                q = select(WM.id, WM.status).where(WM.id.in_(wanted[i : i + 500]))
+                out.update((str(w), Status(st)) for w, st in s.execute(q))
+        return out
+
+    def end_held(self, workload_id: str, reason: str, actor: str) -> bool:
+        """pending -> cancelled with ``reason``, for work that can never start (its
+        dependency can no longer be met). Audited. False if it was no longer pending."""
+        with self._tx() as s:
+            res = s.execute(
+                update(WM)
+                .where(WM.id == workload_id, WM.status == Status.PENDING.value)
+                .values(status=Status.CANCELLED.value, end_reason=reason)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                return False
+            self._audit(s, actor, "workload.cancel", workload_id,
+                        {"status": Status.PENDING.value}, {"reason": reason})
+            return True
+
+    def array_ids(self, array_id: str) -> list[str]:
+        """The ids of an array's elements, in index order."""
+        with self._tx(write=False) as s:
+            q = select(WM.id).where(WM.array_id == array_id).order_by(WM.array_index)
+            return [str(i) for i in s.scalars(q)]
 
     def get_workload(self, workload_id: str) -> WorkloadRow:
         """One workload with all its attempts; :class:`NotFound` if there is none."""
@@ -235,11 +310,14 @@ class Store:
         budget: str | None = None,
         user: str | None = None,
         limit: int = 1000,
+        array: str | None = None,
     ) -> list[WorkloadRow]:
         """Workloads oldest first, with their open attempt. ``budget`` matches the node and
-        its whole subtree."""
+        its whole subtree; ``array`` keeps the elements of that array."""
         with self._tx(write=False) as s:
             q = select(WM)
+            if array:
+                q = q.where(WM.array_id == array)
             if statuses is not None:
                 q = q.where(WM.status.in_([st.value for st in statuses]))
             if budget:
@@ -452,6 +530,16 @@ class Store:
     def hosts(self) -> list[HostRow]:
         with self._tx(write=False) as s:
             return [_host(h) for h in s.scalars(select(HostModel).order_by(HostModel.name))]
+
+    def host_history(self) -> list[tuple[float, str, HostState]]:
+        """Every host's registration and state changes from the audit, oldest first, as
+        ``(at, host, state)``: the first entry of a host is its registration; ``at`` is the
+        store's clock when it was recorded."""
+        with self._tx(write=False) as s:
+            q = (select(AuditModel.at, AuditModel.target, AuditModel.new)
+                 .where(AuditModel.action.in_(("host.add", "host.state")))
+                 .order_by(AuditModel.id))
+            return [(float(at), name, HostState(new["state"])) for at, name, new in s.execute(q)]
 
     def get_host(self, name: str) -> HostRow:
         with self._tx(write=False) as s:
@@ -783,6 +871,14 @@ def _workload(
         created_at=m.created_at,
         chdir=m.chdir,
         env=dict(m.env) if m.env is not None else None,
+        name=m.name,
+        time_limit=m.time_limit,
+        array_id=m.array_id,
+        array_index=m.array_index,
+        array_throttle=m.array_throttle,
+        dependencies=tuple((str(k), str(d)) for k, d in (m.dependencies or ())),
+        nodelist=tuple((m.constraints or {}).get("nodelist", ())),
+        exclude=tuple((m.constraints or {}).get("exclude", ())),
         attempt=attempt,
         attempts=attempts,
     )

@@ -10,9 +10,10 @@ Errors: :class:`TraceError` (a ``ValueError``) with ``file:line: field: problem`
 
 from collections.abc import Iterable
 
-from ._errors import TraceError
+from apportion.core import parse_duration  # the package's one duration parser, re-exported
+
+from ._errors import NoBudgetColumn, TraceError
 from ._load import FORMATS, MinRuntimeRule, Trace, load_trace
-from ._parse import parse_duration
 from ._record import CANONICAL_COLUMNS, REQUIRED_COLUMNS, legacy_from_priority
 from ._rules import default_min_runtime, default_resumable, stable_bucket, stable_unit
 from ._sacct import parse_tres
@@ -39,6 +40,7 @@ __all__ = [
     "ITP_MAPPING",
     "REQUIRED_COLUMNS",
     "MinRuntimeRule",
+    "NoBudgetColumn",
     "Trace",
     "TraceError",
     "default_min_runtime",

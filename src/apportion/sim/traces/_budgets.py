@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from apportion.core import BudgetNode, BudgetTree, CoreError
 
-from ._errors import TraceError
+from ._errors import NoBudgetColumn, TraceError
 from ._parse import clean_name
 from ._record import Record
 from ._rules import stable_bucket
@@ -104,10 +104,7 @@ def assign(source: str, records: list[Record], opts: BudgetOptions) -> BudgetTre
         for rec in records:
             rec.budget = f"user/{clean_name(rec.user)}"
     else:
-        raise TraceError(
-            f"{source}: budget: the trace has no budget column; pass budgets=N "
-            "(N synthetic budgets) or budget_column=NAME (one budget per value)"
-        )
+        raise NoBudgetColumn(source)
     if leaves is not None:
         key = opts.budget_key or ("user" if records and all(r.user for r in records) else "id")
         for rec in records:

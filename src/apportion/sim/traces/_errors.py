@@ -4,16 +4,32 @@
 
     ValueError
      └── TraceError   "file:line: field: problem" for a bad row,
-                      "file: field: problem" for a bad file, "option: problem" for a bad argument
+          │           "file: field: problem" for a bad file, "option: problem" for a bad argument
+          └── NoBudgetColumn   the trace names no budgets and no option says how to make them
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apportion.core import plural
+
 
 class TraceError(ValueError):
     """A trace file or an import option is unusable. Nothing is returned when it is raised."""
+
+
+class NoBudgetColumn(TraceError):
+    """The trace has no budget column (nor users to make budgets of) and neither ``budgets``
+    nor ``budget_column`` was given. A separate class so a front end can name its own
+    options (the CLI says ``--budgets N`` or ``--budget-column NAME``)."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(
+            f"{source}: budget: the trace has no budget column; pass budgets=N "
+            "(N synthetic budgets) or budget_column=NAME (one budget per value)"
+        )
+        self.source = source
 
 
 class Bad(Exception):
@@ -47,13 +63,13 @@ class Notes:
 
     def warnings(self) -> tuple[str, ...]:
         out = [
-            f"{self.source}: skipped {n} row{'s' if n != 1 else ''}: {reason} "
+            f"{self.source}: skipped {plural(n, 'row')}: {reason} "
             f"(first at line {self.first_line[reason]})"
             for reason, n in self.skipped.items()
             if reason not in self.quiet
         ]
         out += [
-            f"{self.source}: {n} row{'s' if n != 1 else ''}: {reason} "
+            f"{self.source}: {plural(n, 'row')}: {reason} "
             f"(first at line {self.first_line[reason]})"
             for reason, n in self.adjusted.items()
         ]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from apportion.core import BudgetTree, CoreError, WorkloadSpec
+from apportion.core import BudgetTree, CoreError, Host, WorkloadSpec, format_duration
 
 from ..model import SimJob
 from ._budgets import BudgetCount, BudgetOptions, assign, key_columns
@@ -17,7 +17,7 @@ from ._errors import Notes, TraceError
 from ._read import kind_of, read_table
 from ._record import Record, legacy_from_priority
 from ._rules import HOUR, MINUTE, default_min_runtime, default_resumable, stable_unit
-from ._sacct import read_sacct
+from ._sacct import hosts_of, read_sacct
 from ._tabular import ITP_MAPPING, read_mapped
 
 #: Accepted values of ``load_trace(format=...)``.
@@ -33,7 +33,8 @@ class Trace:
     way in (a min_runtime lowered to the cap, a still-running job). ``warnings`` says the same
     as one line per reason, with the first line it happened on. ``time_origin`` is what was
     subtracted from the submit times: seconds since the Unix epoch for ISO 8601 traces,
-    the first submit time with ``rebase``, else 0."""
+    the first submit time with ``rebase``, else 0. ``hosts`` is the cluster the trace says it
+    ran on (sacct with a ``NodeList`` column, see :func:`hosts_of`), empty otherwise."""
 
     jobs: tuple[SimJob, ...]
     tree: BudgetTree
@@ -42,6 +43,7 @@ class Trace:
     adjusted: Mapping[str, int]
     warnings: tuple[str, ...]
     time_origin: float
+    hosts: tuple[Host, ...] = ()
 
     @property
     def n_skipped(self) -> int:
@@ -159,6 +161,7 @@ def load_trace(
         adjusted=dict(notes.adjusted),
         warnings=notes.warnings(),
         time_origin=origin,
+        hosts=hosts_of(records) if format == "sacct" else (),
     )
 
 
@@ -186,7 +189,8 @@ def _job(
         m = rule(rec.gpus, rec.duration)
         if not 0 <= m <= cap:
             raise TraceError(
-                f"min_runtime_rule: returned {m!r} for line {rec.line}, outside [0, {cap}]"
+                f"min_runtime_rule: returned {m!r} s for line {rec.line}, outside 0 s to "
+                f"{format_duration(cap)}"
             )
         if unallocated_fraction and stable_unit(seed, "unallocated", rec.id) < unallocated_fraction:
             m = 0.0
@@ -194,7 +198,9 @@ def _job(
         m = rec.min_runtime
         if m > cap:
             m = cap
-            notes.adjust(f"min_runtime above max_min_runtime ({cap:g} s): lowered to it", rec.line)
+            notes.adjust(
+                f"min_runtime above max_min_runtime ({format_duration(cap)}): lowered to it",
+                rec.line)
     resumable = (
         rec.resumable if rec.resumable is not None
         else default_resumable(rec.duration, resumable_after)

@@ -5,16 +5,12 @@ with the problem; the caller adds ``file:line: field:``. Empty cells are handled
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, date, datetime, timedelta
 
-from ._errors import Bad
+from apportion.core import DurationError
+from apportion.core import parse_duration as core_parse_duration
 
-_UNIT = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-_SUFFIXED = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([dhms])", re.IGNORECASE)
-_SUFFIXED_ALL = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)\s*[dhms]\s*)+", re.IGNORECASE)
-# [D-]HH:MM:SS or MM:SS (Slurm's Elapsed, and what people type)
-_CLOCK = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+from ._errors import Bad
 
 
 def _finite(x: float, text: object) -> float:
@@ -24,45 +20,15 @@ def _finite(x: float, text: object) -> float:
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from a number, a suffixed form (``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``,
-    ``"1h30m"``, ``"1.5h"``) or a clock form (``"[D-]HH:MM:SS"``, ``"MM:SS"``).
-
-    Raises :class:`Bad` for anything else and for negative values."""
-    if isinstance(value, bool):
-        raise Bad(f"not a duration: {value!r}")
-    if isinstance(value, int | float):
-        seconds = _finite(float(value), value)
-    elif isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, str):
-        seconds = _duration_text(value.strip())
-    else:
-        raise Bad(f"not a duration: {value!r}")
-    if seconds < 0:
-        raise Bad(f"must be >= 0, got {value!r}")
-    return seconds
-
-
-def _duration_text(text: str) -> float:
+    """Seconds from one cell: anything :func:`apportion.core.parse_duration` reads (a number,
+    ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"``, ``"1.5h"``, ``"[D-]HH:MM:SS"``,
+    ``"MM:SS"``), or a ``timedelta`` (Parquet durations). Raises :class:`Bad` otherwise."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
     try:
-        return _finite(float(text), text)
-    except ValueError:
-        pass
-    if _SUFFIXED_ALL.fullmatch(text):
-        return sum(float(n) * _UNIT[u.lower()] for n, u in _SUFFIXED.findall(text))
-    m = _CLOCK.fullmatch(text)
-    if m and not (m.group(1) and not m.group(2)):  # "D-MM:SS" is not a Slurm form
-        days, hours, minutes, seconds = m.groups()
-        return (
-            int(days or 0) * 86400.0
-            + int(hours or 0) * 3600.0
-            + int(minutes) * 60.0
-            + float(seconds)
-        )
-    raise Bad(
-        f"not a duration: {text!r} (use seconds, a suffixed form like '30m', '2h', '15s', "
-        "or [D-]HH:MM:SS)"
-    )
+        return core_parse_duration(value)
+    except DurationError as e:
+        raise Bad(str(e)) from None
 
 
 def parse_time(value: object) -> tuple[float, bool]:

@@ -49,6 +49,10 @@ class Record:
     checkpoint_interval: float | None = None
     squat: bool | None = None
     keys: dict[str, str] = field(default_factory=dict)  # other columns, for budget synthesis
+    # sacct only: the hosts it ran on (NodeList) and its start (seconds since the epoch),
+    # from which the cluster can be derived when none is given
+    nodes: tuple[str, ...] = ()
+    start: float | None = None
 
 
 class TimeKind:

@@ -3,7 +3,10 @@
 Example export::
 
     sacct --allusers --parsable2 --starttime 2024-01-01 --endtime now \\
-      --format JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State
+      --format JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,NodeList,State
+
+With a ``NodeList`` column (add ``NodeList`` to ``--format``) the trace also says which hosts
+it ran on: :func:`hosts_of` derives the cluster from it (see docs/traces.md).
 
 Rules: job steps (``123.batch``, ``123.0``, ``123.extern``) are not jobs; jobs that never
 started (PENDING, or cancelled before a start time) and jobs without GPUs are skipped and
@@ -13,8 +16,13 @@ counted; a RUNNING job counts with the time elapsed so far; repeated JobIDs
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+import hostlist
+
+from apportion.core import CoreError, Host
 
 from ._errors import Bad, Notes, TraceError
 from ._parse import clean_name, parse_duration, parse_int, parse_time
@@ -87,6 +95,7 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
             f"(columns: {', '.join(header)})"
         )
     i_user, i_account = col("User"), col("Account")
+    i_nodes = col("NodeList")
     keep: dict[str, int] = {}
     for name in extras:
         idx = col(name)
@@ -123,6 +132,13 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
                     gpus = parse_tres(cells[idx])
                     break
             duration = _duration(cells, header, i_elapsed, i_start, i_end)
+            nodes: tuple[str, ...] = ()
+            if i_nodes is not None and started:
+                name = header[i_nodes]
+                nodes = parse_nodes(cells[i_nodes])
+            start = None
+            if i_start is not None and started:
+                start = _iso(cells[i_start], header[i_start])
         except Bad as e:
             raise TraceError(f"{path}:{line}: {e.field or name}: {e}") from None
         if state == "PENDING" or not started:
@@ -150,11 +166,51 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
             else f"user/{clean_name(user)}" if user
             else None
         )
-        rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user)
+        rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user,
+                     nodes=nodes, start=start)
         for key, idx in keep.items():
             rec.keys[key] = cells[idx].strip()
         out.append(rec)
     return out
+
+
+def parse_nodes(value: str) -> tuple[str, ...]:
+    """Host names of a Slurm hostlist (``gpu[01-03],gpu07``); ``None assigned`` and empty
+    give none."""
+    text = value.strip()
+    if not text or text.lower() in ("none assigned", "none", "(null)"):
+        return ()
+    try:
+        return tuple(hostlist.expand_hostlist(text))
+    except hostlist.BadHostlist as e:
+        raise Bad(f"not a Slurm host list: {text!r} ({e})") from None
+
+
+def hosts_of(records: Sequence[Record]) -> tuple[Host, ...]:
+    """The cluster a sacct trace ran on, from its NodeList column: every host a GPU job ran
+    on, with as many GPUs as the trace ever shows in use on it at once (a job's GPUs split
+    evenly over its hosts). A lower bound: a GPU no job in the trace used is not seen. Empty
+    when no record names its hosts."""
+    events: dict[str, list[tuple[float, int]]] = {}
+    for rec in records:
+        if not rec.nodes:
+            continue
+        per_host = math.ceil(rec.gpus / len(rec.nodes))
+        t0 = rec.start if rec.start is not None else rec.submit
+        for node in rec.nodes:
+            ev = events.setdefault(node, [])
+            ev += [(t0, per_host), (t0 + rec.duration, -per_host)]
+    hosts = []
+    for node in hostlist.numerically_sorted(list(events)):
+        in_use = peak = 0
+        for _, delta in sorted(events[node]):  # at equal times an end (-) comes first
+            in_use += delta
+            peak = max(peak, in_use)
+        try:
+            hosts.append(Host(node, peak))
+        except CoreError as e:  # cannot happen for GPU jobs; kept so nothing escapes unnamed
+            raise TraceError(f"NodeList: host {node!r}: {e}") from None
+    return tuple(hosts)
 
 
 def _duration(

@@ -1,0 +1,620 @@
+"""Client commands for everyday work: ``submit`` (flags or a batch script), ``queue``,
+``order``, ``cancel`` and ``logs``, as people coming from ``sbatch``, ``squeue``, ``sprio``
+and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from apportion.core import FINAL as CORE_FINAL
+from apportion.core import format_duration, plural
+
+from .client import (
+    Client,
+    _print_json,
+    connection,
+    exported_env,
+    fmt_time,
+    json_option,
+    table,
+)
+from .ids import WORKLOAD_ID, full_id
+
+POLL_S = 0.5  # how often --wait and logs -f ask the server
+FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
+REASONS = {
+    "no_capacity": "no capacity",
+    "waiting_for_preemption": "waiting for preemption",
+    "too_large": "too large for the cluster",
+}
+
+
+# ---- batch scripts ---------------------------------------------------------------------------
+# #APPORTION lines take submit's own options; #SBATCH lines this subset (long, short, =value)
+_APPORTION_OPTS = {
+    "--budget": "budget", "--gpus": "gpus", "--min-runtime": "min_runtime",
+    "--priority": "priority", "--checkpoint-interval": "checkpoint_interval",
+    "--name": "name", "--time": "time_limit", "--array": "array",
+    "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
+    "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
+    "--gpu-kind": "gpu_kind",
+}
+_APPORTION_FLAGS = {"--resumable": "resumable"}
+_SBATCH_OPTS = {
+    "--job-name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
+    "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
+    "--output": "output", "-o": "output", "--array": "array", "-a": "array",
+    "--export": "export",
+    "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
+    "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
+}
+
+
+@dataclass
+class Script:
+    """What a batch script asks for: its options, its command, and the lines not used."""
+
+    options: dict[str, Any] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)  # "job.sh:5: #SBATCH --mem=4G: why"
+
+
+def looks_like_script(path: str) -> bool:
+    """A file starting with ``#!`` or holding ``#APPORTION``/``#SBATCH`` lines."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        head = p.read_text(encoding="utf-8", errors="replace")[:65536]
+    except OSError:
+        return False
+    return head.startswith("#!") or "\n#APPORTION" in head or "\n#SBATCH" in head
+
+
+def read_script(path: str, args: Sequence[str]) -> Script:
+    """Read the directives of a batch script. As ``sbatch`` does, they are read from the
+    comment block at the top, up to the first command line. The command becomes the
+    script's own text run by its interpreter (``#!`` line, else ``/bin/sh``), so the
+    server keeps the script as it was at submission."""
+    text = Path(path).read_text(encoding="utf-8")
+    name = Path(path).name
+    out = Script()
+    commands = False  # past the first command: directives are no longer read
+    for no, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if no == 1 and stripped.startswith("#!"):
+            continue
+        if stripped and not stripped.startswith("#"):
+            commands = True
+        for prefix, opts in (("#APPORTION", _APPORTION_OPTS), ("#SBATCH", _SBATCH_OPTS)):
+            if not (stripped.startswith(prefix + " ") or stripped == prefix):
+                continue
+            if commands:
+                out.ignored.append(f"{name}:{no}: {stripped}: ignored (after the first "
+                                   "command; directives go at the top)")
+            else:
+                _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
+    shebang = text.splitlines()[0][2:].split() if text.startswith("#!") else []
+    out.command = [*(shebang or ["/bin/sh"]), "-c", text, name, *args]
+    return out
+
+
+def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, str]) -> None:
+    try:
+        words = shlex.split(rest, comments=True)
+    except ValueError as e:
+        out.ignored.append(f"{where}: {prefix}{rest}: ignored ({e})")
+        return
+    i = 0
+    while i < len(words):
+        word = words[i]
+        opt, eq, value = word.partition("=")
+        if prefix == "#APPORTION" and opt in _APPORTION_FLAGS:
+            out.options[_APPORTION_FLAGS[opt]] = True
+            i += 1
+            continue
+        if opt not in opts:
+            takes = not eq and i + 1 < len(words) and not words[i + 1].startswith("-")
+            shown = f"{word} {words[i + 1]}" if takes else word
+            out.ignored.append(f"{where}: {prefix} {shown}: ignored (not an option apportion "
+                               "reads)")
+            i += 2 if takes else 1
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                raise click.UsageError(f"{where}: {prefix} {opt}: needs a value")
+            value = words[i + 1]
+            i += 1
+        i += 1
+        key = opts[opt]
+        if prefix == "#SBATCH" and key == "time_limit" and value.strip().isdigit():
+            value += "m"  # Slurm reads a bare number as minutes
+        if key == "gres":
+            gpus = _gres_gpus(value)
+            if gpus is None:
+                out.ignored.append(f"{where}: {prefix} --gres={value}: ignored (only gpu:N "
+                                   "is read)")
+                continue
+            if len(value.split(":")) > 2:
+                out.ignored.append(f"{where}: {prefix} --gres={value}: GPU type ignored, "
+                                   f"{gpus} GPUs of any kind")
+            key, value = "gpus", gpus
+        out.options[key] = value
+
+
+def _gres_gpus(value: str) -> str | None:
+    """``gpu:4`` or ``gpu:a100:4`` -> ``"4"``; anything else None."""
+    parts = value.split(":")
+    if parts[0] != "gpu" or len(parts) not in (2, 3) or not parts[-1].isdigit():
+        return None
+    return parts[-1]
+
+
+def _with_output(command: list[str], output: str) -> list[str]:
+    """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
+    directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
+    array and index, ``%%`` a percent sign: filled in when it starts."""
+    fill = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+            '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+            '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+            'exec >"$out" 2>&1; exec "$@"')
+    return ["/bin/sh", "-c", fill, "sh", output, *command]
+
+
+# ---- submit ----------------------------------------------------------------------------------
+@click.command(context_settings={"ignore_unknown_options": False})
+@click.option("--budget", help="leaf budget path, e.g. ai/llm/alice")
+@click.option("--gpus", type=int, help="GPUs (gang-scheduled)")
+@click.option("--min-runtime",
+              help="minimum runtime: 30m, 8h, seconds; 0 = unallocated (free, preemptible)")
+@click.option("--resumable", is_flag=True, help="may be preempted and requeued after min-runtime")
+@click.option("--priority", type=int, default=0, help="order within the budget only")
+@click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
+@click.option("--name", "-J", default=None, help="a name to know it by")
+@click.option("--time", "time_limit", "-t", default=None,
+              help="wall-time limit (2h, 1-00:00:00); at the limit it is stopped: timeout")
+@click.option("--array", "-a", default=None,
+              help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
+@click.option("--dependency", "-d", default=None,
+              help="afterok|afterany|afternotok:ID[:ID...] (ids short or long)")
+@click.option("--chdir", "-D", default=None, metavar="DIR",
+              help="directory it runs in (default: the current one)")
+@click.option("--export", "export", default="ALL", metavar="ALL|NONE|NAME[=value],...",
+              help="environment it runs with: ALL of yours (default), NONE, or the named "
+                   "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
+@click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
+@click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
+@click.option("--gpu-kind", default=None,
+              help="a GPU kind (refused while the cluster's hosts have no kinds)")
+@click.option("--output", "-o", default=None,
+              help="write its output to this file (%j id, %x name, %A array, %a index)")
+@click.option("--wait", "wait", is_flag=True,
+              help="block, print its state changes, exit with its exit code")
+@json_option
+@click.argument("command", nargs=-1, required=True)
+@connection
+@click.pass_context
+def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
+           command: tuple[str, ...], **given: Any) -> None:
+    """Submit a workload.
+
+    \b
+      apportion submit --budget B --gpus N --min-runtime 30m -- CMD...
+      apportion submit job.sh [ARGS...]
+
+    A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
+    #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
+    --output, --array, --dependency); options on the command line win. Lines it does not
+    use are listed on stderr with their line numbers.
+
+    Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
+    server answers 5xx: a submission the server stored before the answer was lost is
+    answered again, never stored twice."""
+    opts = dict(given)
+    cmd = list(command)
+    if looks_like_script(cmd[0]):
+        script = read_script(cmd[0], cmd[1:])
+        for line in script.ignored:
+            click.echo(f"warning: {line}", err=True)
+        for key, value in script.options.items():
+            source = ctx.get_parameter_source(key)
+            if source is not click.core.ParameterSource.COMMANDLINE:
+                opts[key] = value
+        cmd = script.command
+    for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
+                      ("--min-runtime", "min_runtime")):
+        if opts.get(key) in (None, ""):
+            raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
+                                   "#APPORTION line of the script)")
+    gpus, priority = _whole(opts, "gpus", "--gpus"), _whole(opts, "priority", "--priority")
+    if opts.get("output"):
+        # relative to the working directory, which is the submit directory unless --chdir
+        # says otherwise (as sbatch): made absolute here, where both are known
+        base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
+        cmd = _with_output(cmd, str(base / str(opts["output"])))
+    body: dict[str, Any] = {
+        "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
+        "resumable": bool(opts.get("resumable")), "priority": priority,
+        "checkpoint_interval": opts.get("checkpoint_interval") or "0", "command": cmd,
+    }
+    body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
+    body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)
+    for key in ("name", "time_limit", "array", "gpu_kind"):
+        if opts.get(key):
+            body[key] = str(opts[key])
+    for key in ("nodelist", "exclude"):
+        if opts.get(key):
+            body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
+    if opts.get("dependency"):
+        body["dependency"] = _full_dependency(str(opts["dependency"]))
+    try:
+        # a fresh key, and retries with it if the connection is lost or the server answers
+        # 5xx: a submission stored before its answer was lost is answered, not stored twice
+        w = client.json("POST", "/workloads", body,
+                        headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
+    except click.ClickException as e:  # name the flag as typed, not the API's field
+        for field_name, flag in _FLAGS.items():
+            if e.message.startswith(field_name + ":"):
+                raise click.ClickException(flag + e.message[len(field_name):]) from None
+        raise
+    ids: list[str] = w.get("array_ids") or [w["id"]]
+    if as_json:
+        _print_json(w)
+    else:
+        what = (f"array {w['id']} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
+                if w.get("array_ids") else w["id"])
+        limit = f", time limit {format_duration(w['time_limit'])}" if w["time_limit"] else ""
+        click.echo(f"submitted {what} to {w['budget']} ({plural(w['gpus'], 'GPU')}, min "
+                   f"runtime {format_duration(w['min_runtime'])}{limit})")
+    if wait:
+        sys.exit(wait_for(client, ids, click.echo))
+
+
+_FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
+          "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
+          "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
+          "gpu_kind": "--gpu-kind", "hosts": "--nodelist/--exclude"}
+
+
+def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
+    """A whole-number option (a script gives it as text)."""
+    try:
+        return int(opts.get(key) or 0)
+    except ValueError:
+        raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
+
+
+def _full_dependency(text: str) -> str:
+    """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``."""
+    parts = []
+    for part in text.split(","):
+        kind, _, ids = part.partition(":")
+        parts.append(":".join([kind, *(full_id(i) for i in ids.split(":") if i)]))
+    return ",".join(parts)
+
+
+def wait_for(client: Client, ids: Sequence[str], say: Callable[[str], None],
+             poll_s: float = POLL_S) -> int:
+    """Follow workloads until all have ended, saying each change of state once. Returns the
+    exit code to leave with: the workload's (the largest of an array's); 1 when one ended
+    without one of its own (cancelled, preempted, lost, timeout) or failed by a signal."""
+    seen: dict[str, str] = {}
+    codes: dict[str, int] = {}
+    while len(codes) < len(ids):
+        for wid in ids:
+            if wid in codes:
+                continue
+            w = client.json("GET", f"/workloads/{wid}")
+            line = _state_line(w)
+            if seen.get(wid) != line:
+                seen[wid] = line
+                say(f"{wid}: {line}")
+            if w["status"] in FINAL:
+                code = w["exit_code"]
+                ok = w["status"] == "completed"
+                codes[wid] = 0 if ok else (code if isinstance(code, int) and code > 0 else 1)
+        if len(codes) < len(ids):
+            time.sleep(poll_s)
+    return max(codes.values(), default=0)
+
+
+def _state_line(w: dict[str, Any]) -> str:
+    status = str(w["status"])
+    if status in ("running", "stopping") and w.get("attempt"):
+        hosts = ",".join(f"{h}:{g}" for h, g, _ in w["attempt"]["placement"])
+        return f"{status} on {hosts} (attempt {w['attempt']['n']})"
+    if status in FINAL:
+        code = "" if w["exit_code"] is None else f", exit {w['exit_code']}"
+        return f"{status} ({w['end_reason'] or status}{code})"
+    if status == "pending" and w.get("attempts_count"):
+        return f"pending (requeued after attempt {w['attempts_count']})"
+    return status
+
+
+# ---- queue -----------------------------------------------------------------------------------
+def _me(client: Client) -> str:
+    me: dict[str, Any] = client.json("GET", "/me")
+    return str(me["name"])
+
+
+def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
+                  states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
+    """The queue as ``squeue`` shows it: pending work in the policy's order, then running
+    work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
+    (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
+    ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
+    view = client.json("GET", "/queue")
+    rows = {w["id"]: w for w in client.json(
+        "GET", "/workloads", params={"budget": budget, "user": user, "limit": 100_000})}
+    who = _me(client) if me else None
+    now = view.get("now")
+    out: list[dict[str, Any]] = []
+
+    def keep(wid: str, state: str) -> bool:
+        w = rows.get(wid)
+        return w is not None and (who is None or w["user"] == who) and (
+            not states or state in states)
+
+    for p in view["pending"]:
+        if not keep(p["id"], "pending"):
+            continue
+        reason = p.get("hold") or REASONS.get(p["wait_reason"] or "", "not reached yet")
+        out.append({**rows[p["id"]], "position": p["position"], "state": "pending",
+                    "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
+                    "waited_s": None if now is None else now - p["queued_at"]})
+    for r in view["running"]:
+        state = "stopping" if r["stopping"] else "running"
+        if not keep(r["id"], state):
+            continue
+        w = rows[r["id"]]
+        left = None
+        if w["min_runtime"] and now is not None:
+            left = max(0.0, r["protected_until"] - now)
+        out.append({**w, "position": None, "state": state, "reason": r.get("stop_reason"),
+                    "elapsed_s": None if now is None else now - r["started_at"],
+                    "waited_s": None, "protected_s": left,
+                    "hosts": [f"{h}:{g}" for h, g, _ in r["placement"]]})
+    return now, out
+
+
+def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The table's cells of :func:`queue_entries`."""
+    def dur(seconds: float | None) -> str:
+        return "-" if seconds is None else format_duration(seconds)
+
+    out = []
+    for e in entries:
+        if e["state"] == "pending":
+            where = f"({e['reason']}; waited {dur(e['waited_s'])})"
+            protected = "-"
+        else:
+            where = ",".join(e["hosts"]) or "-"
+            if e["state"] == "stopping" and e["reason"]:
+                where += f" ({e['reason']})"
+            protected = ("none" if not e["min_runtime"] else
+                         dur(e["protected_s"]) if e["protected_s"] else "-")
+        out.append([str(e["position"] or "-"), e["id"], e["name"] or "-", e["user"],
+                    e["budget"], e["state"], str(e["gpus"]), dur(e["elapsed_s"]), protected,
+                    _limit(e), where])
+    return out
+
+
+def _limit(w: dict[str, Any]) -> str:
+    return format_duration(w["time_limit"]) if w.get("time_limit") else "-"
+
+
+QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSED",
+                 "PROTECTED", "LIMIT", "HOSTS (REASON)"]
+
+
+@click.command()
+@click.option("--me", is_flag=True, help="only my workloads")
+@click.option("--user", default=None, help="only this user's workloads")
+@click.option("--budget", default=None, help="only this budget node's subtree")
+@click.option("--state", "states", default=None,
+              help="only these states, comma-separated: pending,running,stopping")
+@click.option("--watch", type=float, default=None, metavar="SECONDS",
+              help="refresh every SECONDS until interrupted (Ctrl-C)")
+@json_option
+@connection
+def queue(client: Client, me: bool, user: str | None, budget: str | None,
+          states: str | None, watch: float | None, as_json: bool) -> None:
+    """The queue as the policy orders it, like squeue: POS is the place in the policy's
+    order (held work has none), PROTECTED how long it may not be preempted yet."""
+    wanted = [s.strip() for s in (states or "").split(",") if s.strip()]
+    bad = [s for s in wanted if s not in ("pending", "running", "stopping")]
+    if bad:
+        raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
+                               "(finished work: apportion show ID)")
+    if as_json:
+        _print_json(queue_entries(client, me, user, budget, wanted)[1])
+        return
+    if watch is None:
+        _print_queue(queue_rows(queue_entries(client, me, user, budget, wanted)[1]))
+        return
+    if watch <= 0:
+        raise click.UsageError("--watch: must be > 0 seconds")
+    try:
+        while True:
+            now, entries = queue_entries(client, me, user, budget, wanted)
+            click.clear()
+            click.echo(f"every {watch:g} s: apportion queue    {fmt_time(now)}")
+            _print_queue(queue_rows(entries))
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_queue(rows: list[list[str]]) -> None:
+    if not rows:
+        click.echo("no active workloads")
+        return
+    table(QUEUE_HEADERS, rows)
+
+
+# ---- order -----------------------------------------------------------------------------------
+@click.command()
+@json_option
+@connection
+def order(client: Client, as_json: bool) -> None:
+    """The Fair Tree order, like sshare/sprio: at every level the sibling with the lower
+    usage ratio first (ties by name), depth-first, with each node's share, charged
+    GPU-hours in the window, usage ratio and pending work. Ratios are those at the last
+    pass; within a pass each admission raises its budget's ratio."""
+    view = client.json("GET", "/queue")
+    nodes = {b["path"]: b for b in view["budgets"]}
+    pending: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for p in view["pending"]:
+        for node in _ancestors(p["budget"]):
+            pending[node] = pending.get(node, 0) + 1
+            if p["position"] is not None and node not in first:
+                first[node] = p["position"]
+    kids: dict[str, list[str]] = {}
+    for path in nodes:
+        kids.setdefault(path.rpartition("/")[0], []).append(path)
+    out: list[dict[str, Any]] = []
+
+    def walk(parent: str, depth: int) -> None:
+        ranked = sorted(kids.get(parent, []), key=lambda n: (
+            _ratio(nodes[n]), n))
+        for rank, path in enumerate(ranked, 1):
+            out.append({**nodes[path], "depth": depth, "rank": rank,
+                        "pending": pending.get(path, 0), "first_position": first.get(path)})
+            walk(path, depth + 1)
+
+    walk("", 0)
+    if as_json:
+        _print_json(out)
+        return
+    table(["BUDGET", "RANK", "SHARE", "CHARGED_GPU_H", "RATIO", "PENDING", "FIRST_POS"],
+          [["  " * b["depth"] + b["path"].rsplit("/", 1)[-1], b["rank"],
+            f"{100 * b['share']:.1f}%", f"{b['charged_gpu_s'] / 3600:.1f}",
+            "-" if b["usage_ratio"] is None else f"{b['usage_ratio']:.2f}", b["pending"],
+            b["first_position"] or "-"] for b in out])
+
+
+def _ratio(b: dict[str, Any]) -> float:
+    r = b.get("usage_ratio")
+    return float(r) if r is not None else 0.0
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+# ---- cancel ----------------------------------------------------------------------------------
+@click.command()
+@click.argument("ids", nargs=-1, type=WORKLOAD_ID)
+@click.option("--user", default=None, help="every active workload of this user")
+@click.option("--budget", default=None, help="every active workload in this budget's subtree")
+@click.option("--state", "states", default=None,
+              help="with --user/--budget/--array: only these states (pending,running)")
+@click.option("--array", "array", type=WORKLOAD_ID, default=None,
+              help="every element of this array (its id: the first element's)")
+@connection
+def cancel(client: Client, ids: tuple[str, ...], user: str | None, budget: str | None,
+           states: str | None, array: str | None) -> None:
+    """Cancel workloads: by id (many, short or long), or all matching --user, --budget,
+    --array (and --state). A running one is stopped by the scheduler."""
+    targets = list(ids)
+    if user or budget or array:
+        status = states or "pending,running,stopping"
+        rows = client.json("GET", "/workloads", params={
+            "user": user, "budget": budget, "array": array, "status": status,
+            "limit": 100_000})
+        targets += [w["id"] for w in rows if w["id"] not in targets]
+    elif states:
+        raise click.UsageError("--state: only with --user, --budget or --array")
+    if not targets and not (user or budget or array):
+        raise click.UsageError("give workload ids, or --user, --budget or --array")
+    if not targets:
+        click.echo("nothing to cancel")
+        return
+    failed = 0
+    for wid in targets:
+        try:
+            w = client.json("POST", f"/workloads/{wid}/cancel")
+        except click.ClickException as e:
+            failed += 1
+            click.echo(f"{wid}: {e.message}", err=True)
+            continue
+        if w["status"] == "cancelled":
+            click.echo(f"cancelled {w['id']}")
+        else:
+            click.echo(f"cancel requested for {w['id']} ({w['status']}); the scheduler stops it")
+    if failed:
+        raise click.ClickException(f"{failed} of {plural(len(targets), 'workload')} not "
+                                   "cancelled")
+
+
+# ---- logs ------------------------------------------------------------------------------------
+@click.command()
+@click.argument("workload_id", type=WORKLOAD_ID)
+@click.option("--attempt", type=int, default=None, help="attempt number (default: latest)")
+@click.option("--tail", type=int, default=0, help="only the last N bytes")
+@click.option("--follow", "-f", is_flag=True,
+              help="print lines as they are written, until the workload ends")
+@connection
+def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
+         follow: bool) -> None:
+    """Print the output of a workload's attempt."""
+    if not follow:
+        r = client.call("GET", f"/workloads/{workload_id}/logs",
+                        params={"attempt": attempt, "tail": tail or None})
+        click.echo(r.text, nl=False)
+        return
+    follow_logs(client, workload_id, attempt)
+
+
+def follow_logs(client: Client, wid: str, attempt: int | None,
+                poll_s: float = POLL_S) -> None:
+    """Print an attempt's output as it grows; without ``attempt`` follow the latest one
+    (a requeued workload's next attempt too). Ends once the workload has ended and all of
+    its output was printed."""
+    offset, current = 0, attempt
+    while True:
+        w = client.json("GET", f"/workloads/{wid}")
+        done = w["status"] in FINAL
+        latest = w["attempts"][-1]["n"] if w["attempts"] else None
+        if attempt is None and latest is not None and latest != current:
+            if current is not None:
+                _drain(client, wid, current, offset)
+                click.echo(f"--- attempt {latest} ---", err=True)
+            current, offset = latest, 0
+        if current is not None:
+            offset = _drain(client, wid, current, offset)
+        if done:
+            return
+        time.sleep(poll_s)
+
+
+def _drain(client: Client, wid: str, n: int, offset: int) -> int:
+    """Print attempt ``n``'s output from ``offset``; returns the new offset."""
+    try:
+        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n,
+                                                                 "offset": offset or None})
+    except click.ClickException as e:
+        if "no log file yet" in e.message:
+            return offset
+        raise
+    if r.text:
+        click.echo(r.text, nl=False)
+        sys.stdout.flush()
+    return int(r.headers.get("X-Log-Offset", offset + len(r.content)))
+
+
+__all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]
+

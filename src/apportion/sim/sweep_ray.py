@@ -1,0 +1,159 @@
+"""The sweep's Ray engine: every point is a Ray task.
+
+Where it runs: the cluster at ``address`` (or RAY_ADDRESS) when one is given, else a local
+cluster started for the sweep by ``ray.init()`` in this process, on loopback, with its own
+temporary directory, and stopped by ``ray.shutdown()`` when the sweep ends. A local cluster
+started this way belongs to this process: its processes are its children and end with it,
+and nothing else on the machine is touched (``ray stop`` would stop every Ray process of
+the user, other clusters included).
+
+The scenarios are shipped once: each is packed into plain data (strings, numbers, tuples;
+the compiled core's classes cannot be pickled) and put into the object store, and every
+task gets a reference to it. The points are submitted seed by seed and a worker keeps the
+last two scenarios it unpacked, so it unpacks each about once."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from apportion.core import BudgetTree, Host, HostState, WorkloadSpec
+
+from .model import HostEvent, HostEventKind, LegacyPriority, Scenario, SimJob
+
+if TYPE_CHECKING:
+    from .sweep import Point, Runner
+
+Packed = dict[str, Any]
+
+
+def pack(scenario: Scenario) -> Packed:
+    """``scenario`` as plain data (``unpack`` rebuilds an equal scenario)."""
+    tree = scenario.tree
+    return {
+        "name": scenario.name,
+        "tree": tuple((path, tree.weight(path)) for path in tree.nodes()),
+        "hosts": tuple((h.name, h.gpus, h.state.value) for h in scenario.hosts),
+        "jobs": tuple(
+            (j.spec.id, j.spec.budget, j.spec.gpus, j.spec.min_runtime, j.spec.submit_time,
+             j.spec.user, j.spec.resumable, j.spec.priority, j.spec.checkpoint_interval,
+             j.duration, int(j.legacy_priority), j.legacy_preemptible, j.squat, j.patience)
+            for j in scenario.jobs
+        ),
+        "host_events": tuple((e.time, e.host, e.kind.value) for e in scenario.host_events),
+        "days": scenario.days,
+        "repair_time": scenario.repair_time,
+        "meta": dict(scenario.meta),
+    }
+
+
+def unpack(data: Packed) -> Scenario:
+    """The scenario ``pack`` packed."""
+    jobs = tuple(
+        SimJob(WorkloadSpec(wid, budget, gpus, min_rt, submit, user=user, resumable=resumable,
+                            priority=priority, checkpoint_interval=ckpt),
+               duration, LegacyPriority(level), preemptible, squat, patience)
+        for (wid, budget, gpus, min_rt, submit, user, resumable, priority, ckpt,
+             duration, level, preemptible, squat, patience) in data["jobs"]
+    )
+    return Scenario(
+        name=data["name"],
+        tree=BudgetTree.build(data["tree"]),
+        hosts=tuple(Host(name, gpus, HostState(state)) for name, gpus, state in data["hosts"]),
+        jobs=jobs,
+        host_events=tuple(HostEvent(t, host, HostEventKind(kind))
+                          for t, host, kind in data["host_events"]),
+        days=data["days"],
+        repair_time=data["repair_time"],
+        meta=dict(data["meta"]),
+    )
+
+
+_UNPACKED: dict[str, Scenario] = {}  # per worker process: object id -> scenario
+_KEEP = 2  # scenarios a worker keeps (points are submitted seed by seed)
+
+
+def _task(box: list[Any], settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
+    """One point in a Ray worker. ``box`` holds the scenario's object reference (inside a
+    list so that Ray hands over the reference, not the value, and the worker can unpack
+    each scenario once)."""
+    import ray
+
+    ref = box[0]
+    key = ref.hex()
+    scenario = _UNPACKED.get(key)
+    if scenario is None:
+        while len(_UNPACKED) >= _KEEP:  # the oldest goes: a worker moves on seed by seed
+            del _UNPACKED[next(iter(_UNPACKED))]
+        scenario = _UNPACKED[key] = unpack(ray.get(ref))
+    return runner(scenario, settings, seed)
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The point's own exception out of Ray's wrapper (RayTaskError keeps it as ``cause``)."""
+    cause = getattr(error, "cause", None)
+    return cause if isinstance(cause, BaseException) else error
+
+
+def run_ray(
+    scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner,
+    address: str | None, jobs: int,
+    done: Callable[[int, dict[str, Any] | None, str | None], None],
+) -> None:
+    """Run every point as a Ray task; ``done(index, summary, error)`` as each finishes."""
+    from .sweep import describe
+
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    temp_dir = None
+    saved = dict(os.environ)
+    if address is None:
+        # a token of its own (Ray would otherwise share ~/.ray/auth_token with every other
+        # local cluster of the user), handed to the cluster's processes by the environment;
+        # set before Ray is imported, which reads it then
+        os.environ.update({"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+                           "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+    try:
+        import ray
+    except ImportError:
+        os.environ.clear()
+        os.environ.update(saved)
+        raise RuntimeError(
+            "--engine ray needs Ray: pip install 'apportion[ray]' (or pip install ray)"
+        ) from None
+    if address is None:
+        # a cluster of our own, on loopback; a short path: Ray's Unix sockets live under it
+        temp_dir = tempfile.mkdtemp(prefix="apportion-ray-")
+        ray.init(num_cpus=jobs, include_dashboard=False, _node_ip_address="127.0.0.1",
+                 _temp_dir=temp_dir, log_to_driver=False, configure_logging=False)
+    else:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise RuntimeError(f"--address {address}: cannot connect to Ray: {e}") from None
+    try:
+        refs = {seed: ray.put(pack(sc)) for seed, sc in scenarios.items()}
+        task = ray.remote(num_cpus=1)(_task)
+        # seed by seed, so that a worker mostly runs points of the scenario it unpacked
+        order = sorted(points, key=lambda p: (list(refs).index(p.seed), p.index))
+        pending = {task.remote([refs[p.seed]], p.settings, p.seed, runner): p.index
+                   for p in order}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                index = pending.pop(ref)
+                try:
+                    summary = ray.get(ref)
+                except Exception as e:  # a failed point is reported; the others go on
+                    done(index, None, describe(_cause(e)))
+                else:
+                    done(index, summary, None)
+    finally:
+        ray.shutdown()
+        if temp_dir is not None:
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            os.environ.clear()
+            os.environ.update(saved)

@@ -1,0 +1,197 @@
+"""What-if on live history: the service's history of a period (``apportion.history``)
+replayed through the simulator under the current and a proposed setting, per budget side by
+side. Used by ``apportion whatif`` and ``POST /v1/whatif`` (docs/simulator.md, "What-if on
+live history").
+
+Errors are :class:`WhatifError`, naming the input ``field`` they are about (``since``,
+``set_weight``, ``set``), so each caller can say it in its own words (a flag, a JSON field).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from apportion.core import BudgetTree, CoreError, PolicyConfig, format_duration
+from apportion.history import History, read_history
+from apportion.service.store import NotFound, Store
+from apportion.sim.engine import RunResult, SimConfig
+from apportion.sim.model import Scenario
+
+
+class WhatifError(ValueError):
+    """Bad input or nothing to replay; ``field`` names the input it is about."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def load_history(store: Store, since: float, end: float) -> History:
+    """The period ``[end - since, end)``; :class:`WhatifError` when there is nothing to
+    replay."""
+    if not since > 0:
+        raise WhatifError("since", f"must be longer than 0, got {since}")
+    try:
+        history = read_history(store, end - since, end)
+    except NotFound as e:
+        raise WhatifError("since", f"the store has no history to replay: {e}") from None
+    if not history.hosts:
+        raise WhatifError("since", "the store has no hosts: nothing to replay on")
+    if not history.jobs:
+        raise WhatifError("since", f"no workload was submitted in the {format_duration(since)} "
+                                   "before the end of the period: nothing to replay")
+    return history
+
+
+def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:
+    """``weights`` if every path is a node of ``tree`` and every weight a number > 0."""
+    nodes = tree.nodes()
+    for path, weight in weights.items():
+        if path not in tree:
+            near = difflib.get_close_matches(path, nodes, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise WhatifError("set_weight", f"no budget {path!r}{hint}")
+        if not (isinstance(weight, int | float) and 0 < weight < float("inf")):
+            raise WhatifError("set_weight", f"{path}: weight must be a number > 0, got {weight!r}")
+    return {p: float(w) for p, w in weights.items()}
+
+
+def proposed_configs(current: PolicyConfig, settings: Mapping[str, Any]
+                     ) -> tuple[PolicyConfig, SimConfig]:
+    """The current policy settings with ``settings`` (parsed values) applied, and the
+    engine settings among them."""
+    policy_keys = set(PolicyConfig.__dataclass_fields__)
+    sim_keys = set(SimConfig.__dataclass_fields__)
+    unknown = sorted(set(settings) - policy_keys - sim_keys)
+    if unknown:
+        raise WhatifError("set", f"unknown key {unknown[0]!r}; valid keys: "
+                                 f"{', '.join(sorted(policy_keys | sim_keys))}")
+    try:
+        return (dataclasses.replace(current, **{k: v for k, v in settings.items()
+                                                if k in policy_keys}),
+                SimConfig(**{k: v for k, v in settings.items() if k in sim_keys}))
+    except (CoreError, ValueError, TypeError) as e:
+        raise WhatifError("set", str(e)) from None
+
+
+def days(history: History) -> float:
+    return float(history.end - history.origin) / 86400.0
+
+
+def write_export(history: History, out: Path) -> dict[str, Path]:
+    """The trace (canonical format, CSV or Parquet by ``out``'s suffix) and, beside it, the
+    budget tree, the hosts and the host events, which the trace format does not carry."""
+    from apportion.sim.traces import write_canonical
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_canonical(history.jobs, out)
+    stem = out.with_suffix("") if out.suffix != ".gz" else out.with_suffix("").with_suffix("")
+    tree = Path(f"{stem}.tree.json")
+    tree.write_text(json.dumps({p: history.tree.weight(p) for p in history.tree.nodes()},
+                               indent=2) + "\n")
+    hosts = Path(f"{stem}.hosts.json")
+    hosts.write_text(json.dumps([{"name": h.name, "gpus": h.gpus} for h in history.hosts],
+                                indent=2) + "\n")
+    files = {"trace": out, "tree": tree, "hosts": hosts}
+    if history.host_events:
+        events = Path(f"{stem}.host-events.csv")
+        events.write_text("time,host,event\n" + "".join(
+            f"{e.time!r},{e.host},{e.kind.value}\n" for e in history.host_events))
+        files["host_events"] = events
+    return files
+
+
+def scenario_of(history: History, max_min_runtime: float) -> Scenario:
+    """The replay's scenario, read back from the export as ``apportion simulate --trace``
+    reads it (so the two give the same figures), with the host events added."""
+    from apportion.sim.traces import load_trace
+
+    with tempfile.TemporaryDirectory(prefix="apportion-whatif-") as tmp:
+        files = write_export(history, Path(tmp) / "history.csv")
+        loaded = load_trace(files["trace"], "canonical", tree=history.tree, rebase=True,
+                            max_min_runtime=max_min_runtime)
+    return Scenario(name="history", tree=loaded.tree, hosts=history.hosts, jobs=loaded.jobs,
+                    host_events=tuple(history.host_events), days=days(history),
+                    meta={"source": "live history"})
+
+
+def per_budget(result: RunResult, tree: BudgetTree) -> dict[str, dict[str, Any]]:
+    """Attainment, delivered GPU-hours (allocated work), waits (p50, p90) and preemptions
+    of every budget node of one run."""
+    from apportion.sim.metrics import BUDGET_HOUR_COLUMNS
+
+    s = result.summary
+    preempted: dict[str, int] = {}
+    for row in result.workloads:
+        path = str(row["budget"])
+        n = int(row["preemptions"] or 0)  # type: ignore[call-overload]
+        while path:
+            preempted[path] = preempted.get(path, 0) + n
+            path = path.rpartition("/")[0]
+    delivered: dict[str, float] = {}
+    budget_col = BUDGET_HOUR_COLUMNS.index("budget")
+    delivered_col = BUDGET_HOUR_COLUMNS.index("delivered")
+    for hour in result.budget_hours:
+        node = str(hour[budget_col])
+        delivered[node] = delivered.get(node, 0.0) + float(hour[delivered_col])  # type: ignore[arg-type]
+    waits = s["wait_s"]["per_budget"]
+    return {
+        node: {
+            "attainment": s["attainment"]["per_budget"].get(node),
+            "delivered_gpu_hours": delivered.get(node, 0.0),
+            "wait_p50_s": (waits.get(node) or {}).get("p50"),
+            "wait_p90_s": (waits.get(node) or {}).get("p90"),
+            "preemptions": preempted.get(node, 0),
+        }
+        for node in tree.nodes()
+    }
+
+
+@dataclass
+class Outcome:
+    """The two runs and their comparison (``result``, plain JSON-able data)."""
+
+    result: dict[str, Any]
+    current: RunResult
+    proposed: RunResult
+
+
+def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, float],
+            settings: Mapping[str, Any], progress: bool = False) -> Outcome:
+    """Replay ``history`` with ``current_cfg`` and the tree as it is, then with ``settings``
+    and ``weights`` applied; per budget node and overall, side by side."""
+    from apportion.sim.run import run_policies
+
+    weights = check_weights(weights, history.tree)
+    proposed_cfg, proposed_sim = proposed_configs(current_cfg, settings)
+    scenario = scenario_of(history, float(current_cfg.max_min_runtime))
+    new_tree = BudgetTree.build([(p, weights.get(p, history.tree.weight(p)))
+                                 for p in history.tree.nodes()])
+    (current,) = run_policies(scenario, ["fairshare"], current_cfg, progress=progress)
+    (proposed,) = run_policies(dataclasses.replace(scenario, tree=new_tree), ["fairshare"],
+                               proposed_cfg, progress=progress, sim=proposed_sim)
+    before, after = per_budget(current, history.tree), per_budget(proposed, new_tree)
+    rows = [{"budget": node, "weight_current": history.tree.weight(node),
+             "weight_proposed": new_tree.weight(node), "current": before[node],
+             "proposed": after[node]} for node in history.tree.nodes()]
+    overall = {k: {"attainment": r.summary["attainment"]["overall"],
+                   "wait_p90_s": r.summary["wait_s"]["all"]["p90"],
+                   "preemptions": r.summary["preemptions"]["total"],
+                   "drains": r.summary["drains"]["count"]}
+               for k, r in (("current", current), ("proposed", proposed))}
+    result = {"period": {"start": history.start, "end": history.end, "days": days(history),
+                         "workloads": len(history.jobs),
+                         "host_events": len(history.host_events),
+                         "running_at_end": history.running_at_end,
+                         "waiting_at_end": history.waiting_at_end,
+                         "cancelled_unstarted": history.cancelled_unstarted},
+              "set_weight": dict(weights), "set": dict(settings), "overall": overall,
+              "budgets": rows}
+    return Outcome(result, current, proposed)

@@ -1,0 +1,193 @@
+"""The submission vocabulary over HTTP with a scheduler stepped by hand (fake clock,
+in-memory executor): arrays and their throttle, dependencies, time limits and host
+constraints, their validation (422 naming the field), the queue view of held work, the
+logs offset and ``/v1/me``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from store_db import ServerThread, SwappableApp
+from test_api import JOB, Service, shared_server, submit, svc, template
+
+from apportion.core import Status
+from apportion.service.api import create_app
+from apportion.service.config import parse_config
+from apportion.service.scheduler import Scheduler
+
+__all__ = ["shared_server", "svc", "template"]  # fixtures, used by name
+
+
+def statuses(svc: Service, ids: list[str]) -> list[str]:
+    return [svc.store.get_workload(w).status.value for w in ids]
+
+
+def test_an_array_is_one_workload_per_index_and_its_throttle_holds(svc: Service) -> None:
+    """``array: "0-3%2"`` stores four workloads in index order, the first's id naming the
+    array; a pass starts two and the queue view lists the other two as held by the
+    throttle (no position); when one ends, the next index starts."""
+    r = submit(svc, gpus=1, array="0-3%2")
+    assert r.status_code == 201, r.text
+    w = r.json()
+    ids = w["array_ids"]
+    assert len(ids) == 4 and ids[0] == w["id"]
+    rows = [svc.store.get_workload(i) for i in ids]
+    assert [(x.array_id, x.array_index, x.array_throttle) for x in rows] == [
+        (w["id"], i, 2) for i in range(4)]
+    svc.scheduler.step()
+    assert statuses(svc, ids) == ["running", "running", "pending", "pending"]
+    held = [p for p in svc.scheduler.queue_view()["pending"] if p["id"] in ids]
+    assert [(p["id"], p["position"], p["wait_reason"]) for p in held] == [
+        (ids[2], None, "held"), (ids[3], None, "held")]
+    assert held[0]["hold"] == f"array throttle: 2 of array {w['id']} at once"
+    listed = svc.call("GET", f"/v1/workloads?array={w['id']}&status=all", "alice").json()
+    assert [x["id"] for x in listed] == ids
+    r = svc.call("POST", f"/v1/workloads/{ids[0]}/cancel", "alice")
+    assert r.status_code == 200
+    svc.scheduler.step()
+    svc.scheduler.step()
+    assert statuses(svc, ids) == ["cancelled", "running", "running", "pending"]
+
+
+def test_a_dependency_holds_then_releases_or_ends_with_the_reason(svc: Service) -> None:
+    """afterany on a running workload: held while it runs, queued once it ended. afterok on
+    it: ended (cancelled) with the reason once it was cancelled."""
+    first = submit(svc, gpus=1).json()["id"]
+    svc.scheduler.step()
+    any_ = submit(svc, gpus=1, dependency=f"afterany:{first}").json()["id"]
+    ok = submit(svc, gpus=1, dependency=f"afterok:{first}").json()["id"]
+    svc.scheduler.step()
+    assert statuses(svc, [first, any_, ok]) == ["running", "pending", "pending"]
+    assert svc.scheduler.hold_reason(ok) == f"dependency: waiting for {first}"
+    svc.call("POST", f"/v1/workloads/{first}/cancel", "alice")
+    for _ in range(3):
+        svc.clock.advance(svc.config.executor.grace_s + 1)
+        svc.scheduler.step()
+    assert statuses(svc, [first, any_, ok]) == ["cancelled", "running", "cancelled"]
+    assert svc.store.get_workload(ok).end_reason == f"dependency {first} cancelled (afterok)"
+
+
+def test_a_time_limit_stops_the_run_and_it_ends_as_timeout(svc: Service) -> None:
+    """``time_limit: "1h"``: running until the clock reaches its start + 1 h, then stopped
+    by the scheduler and ended as ``timeout`` with the limit in the reason."""
+    wid = submit(svc, gpus=1, time_limit="1h").json()["id"]
+    svc.scheduler.step()
+    started = svc.store.get_workload(wid).attempts[0].started_at
+    svc.clock.set(started + 3599)
+    svc.scheduler.step()
+    assert svc.store.get_workload(wid).status is Status.RUNNING
+    svc.clock.set(started + 3600)
+    svc.scheduler.step()
+    svc.clock.advance(svc.config.executor.grace_s + 1)
+    svc.scheduler.step()
+    w = svc.store.get_workload(wid)
+    assert w.status is Status.TIMEOUT
+    assert w.end_reason == "timeout: reached its time limit of 1 h"
+
+
+def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
+    svc: Service, shared_server: tuple[ServerThread, SwappableApp]
+) -> None:
+    """With ``[policy] default_time_limit = "2h"`` and ``max_time_limit = "8h"``, work
+    submitted without a limit gets 2 h and a 9 h limit is refused in human units."""
+    cfg = parse_config({"policy": {"default_time_limit": "2h", "max_time_limit": "8h"}})
+    assert (cfg.policy.default_time_limit, cfg.policy.max_time_limit) == (7200.0, 28800.0)
+    _, swap = shared_server
+    old = swap.app
+    swap.app = create_app(svc.store, svc.scheduler,
+                          dataclasses.replace(svc.config, policy=cfg.policy))
+    try:
+        assert submit(svc).json()["time_limit"] == 7200.0
+        r = submit(svc, time_limit="9h")
+        assert r.status_code == 422
+        assert r.json()["detail"] == "time_limit: 9 h is over the cap of 8 h"
+    finally:
+        swap.app = old
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"array": "5-3"}, "array: '5-3': range '5-3' ends before it starts"),
+        ({"array": "0-20000"}, "array: 20001 elements, at most 10000"),
+        ({"array": "0-3%0"}, "array: '0-3%0': the throttle after % must be a whole number"),
+        ({"dependency": "after:w-000001"}, "dependency: 'after:w-000001': type must be one"),
+        ({"dependency": "afterok:w-999999"}, "dependency: w-999999: no such workload"),
+        ({"time_limit": "soon"}, "time_limit: "),
+        ({"time_limit": "10m"}, "time_limit: 10 min is shorter than its minimum runtime of "
+                                "30 min"),
+        ({"nodelist": ["h9"]}, "hosts: unknown host 'h9'"),
+        ({"nodelist": ["h0"], "exclude": ["h0"]}, "hosts: --nodelist and --exclude leave no"),
+        ({"gpu_kind": "h100"}, "gpu_kind: 'h100': the hosts of this cluster have no GPU"),
+        ({"name": "x" * 129}, "name: "),
+        ({"name": "a/b"}, "name: String should match pattern"),
+    ],
+)
+def test_bad_submission_vocabulary_is_refused_naming_the_field(
+    svc: Service, body: dict[str, Any], detail: str
+) -> None:
+    """422 with the field first; nothing stored."""
+    r = svc.call("POST", "/v1/workloads", "alice", {**JOB, **body})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(detail), r.json()
+    assert svc.store.list_workloads() == []
+
+
+def test_logs_offset_and_me(svc: Service) -> None:
+    """``/v1/me`` names the token's user; the logs endpoint reads from ``offset`` and says
+    where it stopped (``X-Log-Offset``) and which attempt it read (``X-Log-Attempt``)."""
+    assert svc.call("GET", "/v1/me", "alice").json() == {"name": "alice", "admin": False}
+    wid = submit(svc, gpus=1).json()["id"]
+    svc.scheduler.step()
+    path = svc.config.logs_dir / wid / "1.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("one\ntwo\n")
+    r = svc.call("GET", f"/v1/workloads/{wid}/logs?offset=4", "alice")
+    assert (r.text, r.headers["X-Log-Offset"], r.headers["X-Log-Attempt"]) == ("two\n", "8", "1")
+
+
+def restarted(svc: Service) -> Scheduler:
+    """A new scheduler on the same store and executor, as after a server restart."""
+    old = svc.scheduler
+    new = Scheduler(svc.store, old.executor, old.config, svc.clock, grace_s=old.grace_s)
+    new.start()
+    return new
+
+
+def test_a_restart_keeps_the_throttle_and_the_holds(svc: Service) -> None:
+    """After a restart with two of an array's four elements running (throttle 2) and a
+    dependent held, a pass starts nothing more of the array and keeps the dependent held;
+    the rebuilt scheduler then releases as the first did."""
+    ids = submit(svc, gpus=1, array="0-3%2").json()["array_ids"]
+    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    svc.scheduler.step()
+    again = restarted(svc)
+    again.step()
+    assert statuses(svc, [*ids, dep]) == ["running", "running", "pending", "pending", "pending"]
+    assert again.hold_reason(ids[2]) == f"array throttle: 2 of array {ids[0]} at once"
+    assert again.hold_reason(dep) == f"dependency: waiting for {ids[0]}"
+    svc.store.cancel_workload(ids[1], "alice")
+    for _ in range(3):
+        svc.clock.advance(again.grace_s + 1)
+        again.step()
+    assert statuses(svc, [*ids, dep]) == ["running", "cancelled", "running", "pending",
+                                          "pending"]
+
+
+def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Service) -> None:
+    """Stopped at its limit, then the server restarts before it exits: the rebuilt
+    scheduler still ends it as ``timeout``."""
+    wid = submit(svc, gpus=1, time_limit="1h").json()["id"]
+    svc.scheduler.executor.term_delays[wid] = 1.0  # type: ignore[attr-defined]
+    svc.scheduler.step()
+    started = svc.store.get_workload(wid).attempts[0].started_at
+    svc.clock.set(started + 3600)
+    svc.scheduler.step()
+    assert svc.store.get_workload(wid).status is Status.STOPPING
+    again = restarted(svc)
+    svc.clock.advance(again.grace_s + 1)
+    again.step()
+    w = svc.store.get_workload(wid)
+    assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit")

@@ -1,0 +1,253 @@
+"""The local executor as root: each job runs as its owner's real Unix account, in its own
+cgroup, with only the environment its owner exported (accounts made by the test setup)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
+from apportion.service.executors import _procfs
+from apportion.service.executors._cgroup import CgroupHost
+from apportion.service.executors.identity import Identity
+from apportion.service.executors.local import LocalExecutor
+from apportion.testing.accounts import UnixAccounts, unix_accounts
+
+DEADLINE_S = 30.0  # bounds a hang only
+OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
+SERVER_VARS_ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "CUDA_VISIBLE_DEVICES",
+                       "APPORTION_WORKLOAD_ID", "APPORTION_ATTEMPT", "APPORTION_GPUS",
+                       "APPORTION_HOSTS"}
+
+
+@pytest.fixture(scope="module")
+def accounts() -> Iterator[UnixAccounts]:
+    with unix_accounts() as a:
+        yield a
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A directory every account may enter (pytest's own tmp dirs are root's only)."""
+    d = Path(tempfile.mkdtemp(prefix="apportion-iso-", dir="/tmp"))
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def alice_dir(shared: Path, accounts: UnixAccounts) -> Path:
+    d = shared / "alice"
+    d.mkdir()
+    os.chown(d, accounts.alice.uid, accounts.alice.gid)
+    os.chmod(d, 0o700)
+    return d
+
+
+def make_executor(shared: Path, cgroups: CgroupHost | str | None = "auto") -> LocalExecutor:
+    data = shared / "data"
+    data.mkdir(exist_ok=True)
+    os.chmod(data, 0o700)
+    return LocalExecutor([("h0", 8)], data / "logs", data / "run", db_id="t",
+                         identity=Identity(), cgroups=cgroups)
+
+
+def launch(ex: LocalExecutor, who: str, command: list[str], chdir: str | None = None,
+           env: dict[str, str] | None = None, gpus: tuple[int, ...] = (0,),
+           wid: str = "w-000001") -> str:
+    return ex.launch(Launch(wid, 1, command, (HostSlots("h0", gpus),), env=env, user=who,
+                            account=who, chdir=chdir))
+
+
+def wait_end(ex: LocalExecutor, handle: str) -> Observation:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        o = ex.observe([handle])[handle]
+        if o.state is not AttemptState.RUNNING:
+            return o
+        time.sleep(0.05)
+    raise AssertionError(f"{handle}: still running after {DEADLINE_S} s")
+
+
+def log_of(ex: LocalExecutor, wid: str = "w-000001") -> str:
+    return ex.log_path(wid, 1).read_text()
+
+
+def test_job_runs_as_its_owner_in_its_directory_with_only_its_exported_env(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """alice's job has alice's uid, gid and supplementary groups, runs in the directory she
+    chose, and sees what she exported plus apportion's own variables (which win over hers),
+    and nothing of the server's environment (a secret set there is absent). Its log file
+    is hers, readable by her only."""
+    monkeypatch.setenv("APPORTION_TEST_SERVER_SECRET", "hunter2")
+    ex = make_executor(shared)
+    a = accounts.alice
+    h = launch(ex, a.name, ["sh", "-c", "id -u; id -g; id -G; pwd; env"], chdir=str(alice_dir),
+               env={"FOO": "from alice", "CUDA_VISIBLE_DEVICES": "7", "APPORTION_GPUS": "99"},
+               gpus=(2, 3))
+    o = wait_end(ex, h)
+    assert (o.state, o.exit_code, o.refused) == (AttemptState.EXITED, 0, None)
+    uid, gid, groups, cwd, *env_lines = log_of(ex).splitlines()
+    assert (int(uid), int(gid)) == (a.uid, a.gid)
+    assert sorted(int(g) for g in groups.split()) == sorted(set(a.groups))
+    assert accounts.gid in {int(g) for g in groups.split()}
+    assert cwd == str(alice_dir)
+    env = dict(line.split("=", 1) for line in env_lines)
+    assert "APPORTION_TEST_SERVER_SECRET" not in env and "hunter2" not in log_of(ex)
+    assert env["FOO"] == "from alice"
+    assert (env["CUDA_VISIBLE_DEVICES"], env["APPORTION_GPUS"]) == ("2,3", "2")
+    assert (env["USER"], env["LOGNAME"], env["HOME"]) == (a.name, a.name, a.home)
+    assert set(env) - {"FOO"} <= SERVER_VARS_ALLOWED
+    st = ex.log_path("w-000001", 1).stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (a.uid, 0o600)
+
+
+def test_export_none_gives_only_the_accounts_basics(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path
+) -> None:
+    """With nothing exported (``--export=NONE``) the job gets HOME, USER, LOGNAME, SHELL and
+    PATH of its account and apportion's variables, nothing else."""
+    ex = make_executor(shared)
+    h = launch(ex, accounts.alice.name, ["env"], chdir=str(alice_dir), env=None)
+    assert wait_end(ex, h).exit_code == 0
+    env = dict(line.split("=", 1) for line in log_of(ex).splitlines())
+    assert set(env) == SERVER_VARS_ALLOWED - {"PWD"}
+    assert env["SHELL"] == "/bin/sh" and env["PATH"] == "/usr/local/bin:/usr/bin:/bin"
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("dir", "chdir {d}: Permission denied"),
+    ("missing", "command not found: apportion-no-such-command"),
+    ("not-executable", "permission denied: {d}/script"),
+])
+def test_what_the_owner_cannot_do_ends_the_attempt_with_the_reason(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, case: str, reason: str
+) -> None:
+    """A directory alice may not enter, a command that does not exist, or a file she may
+    not execute ends the attempt at once with the reason (``refused``), nothing started."""
+    private = shared / "root-only"
+    private.mkdir(mode=0o700)
+    (private / "script").write_text("#!/bin/sh\necho ran\n")
+    os.chmod(private / "script", 0o700)
+    (alice_dir / "script").write_text("#!/bin/sh\necho ran\n")  # hers, but not executable
+    os.chown(alice_dir / "script", accounts.alice.uid, accounts.alice.gid)
+    ex = make_executor(shared)
+    command, chdir = {
+        "dir": (["true"], str(private)),
+        "missing": (["apportion-no-such-command"], str(alice_dir)),
+        "not-executable": ([str(alice_dir / "script")], str(alice_dir)),
+    }[case]
+    o = wait_end(ex, launch(ex, accounts.alice.name, command, chdir=chdir))
+    d = private if case == "dir" else alice_dir
+    assert o.state is AttemptState.EXITED and o.refused == reason.format(d=d)
+    assert "ran" not in log_of(ex)
+
+
+CGROUPS = {
+    "v1": "auto",  # these machines mount cgroup v1
+    "v2": CgroupHost(2, Path("/sys/fs/cgroup/unified")),  # the v2 hierarchy mounted beside it
+    "none": None,  # process groups and the wrapper as subreaper only
+}
+
+
+def _alive(pid: int) -> bool:
+    f = _procfs.stat_fields(pid)
+    return f is not None and f[0] not in ("Z", "X", "x")
+
+
+@pytest.mark.parametrize("cgroups", list(CGROUPS))
+@pytest.mark.parametrize("how", ["ends", "stopped", "stopped-at-once"])
+def test_every_process_of_the_job_ends_with_it(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, how: str, cgroups: str
+) -> None:
+    """A double-forked child and a ``setsid`` one, both ignoring SIGTERM, are killed when
+    the job ends by itself, is stopped with a grace period or at once; and never, at any
+    observation, is the attempt reported ended (its GPUs free) while either lives."""
+    assert cgroups == "none" or CgroupHost.detect() is not None, "cgroups not mounted here"
+    ex = make_executor(shared, CGROUPS[cgroups])
+    p1, p2, ready = alice_dir / "p1", alice_dir / "p2", alice_dir / "ready"
+    script = (
+        f"(setsid sh -c 'trap \"\" TERM; echo $$ > {p1}; exec sleep 300' &); "
+        f"(sh -c 'trap \"\" TERM; echo $$ > {p2}; exec sleep 300' &); "
+        f"while [ ! -s {p1} ] || [ ! -s {p2} ]; do sleep 0.05; done; touch {ready}; "
+        + ("exit 0" if how == "ends" else "sleep 300 & wait")
+    )
+    h = launch(ex, accounts.alice.name, ["sh", "-c", script], chdir=str(alice_dir))
+    deadline = time.monotonic() + DEADLINE_S
+    while not ready.exists():
+        assert time.monotonic() < deadline, log_of(ex)
+        time.sleep(0.05)
+    pids = [int(p1.read_text()), int(p2.read_text())]
+    if how != "ends":
+        ex.stop(h, grace_s=1.0 if how == "stopped" else 0.0)
+    seen_running_with_survivors = False
+    while True:
+        assert time.monotonic() < deadline, f"not ended; alive: {[p for p in pids if _alive(p)]}"
+        o = ex.observe([h])[h]
+        if o.state is not AttemptState.RUNNING:
+            assert not [p for p in pids if _alive(p)], "reported ended while its processes live"
+            break
+        seen_running_with_survivors |= any(_alive(p) for p in pids)
+        time.sleep(0.02)
+    if how == "stopped":  # they ignored the TERM: they lived through the grace period
+        assert seen_running_with_survivors
+    assert o.signalled == (how != "ends")
+    if cgroups != "none":  # and its cgroup is gone with it
+        assert not (Path(CGROUP_DIRS[cgroups]) / "t-w-000001.1").exists()
+
+
+CGROUP_DIRS = {"v1": "/sys/fs/cgroup/pids/apportion", "v2": "/sys/fs/cgroup/unified/apportion"}
+
+
+def test_gpu_device_nodes_not_given_cannot_be_opened(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path
+) -> None:
+    """With the v1 devices controller a job given GPU 0 opens /dev/nvidia0-like nodes of
+    GPU 0 (ENXIO: no driver behind the test's node) but not of GPU 1 (EPERM); without the
+    fence (no cgroups) both open as far as the driver (ENXIO), so the fence is what denies."""
+    host = CgroupHost.detect()
+    assert host is not None and host.devices, "the v1 devices controller is not mounted"
+    dev = shared / "dev"
+    dev.mkdir(mode=0o755)
+    for n in (0, 1):
+        os.mknod(dev / f"nvidia{n}", 0o666 | stat.S_IFCHR, os.makedev(195, n))
+        os.chmod(dev / f"nvidia{n}", 0o666)  # as the driver's nodes are (umask aside)
+    probe = ("import errno, os, sys\n"
+             "for p in sys.argv[1:]:\n"
+             "    try:\n        os.close(os.open(p, os.O_RDWR)); print(p, 'opened')\n"
+             "    except OSError as e:\n        print(p, errno.errorcode[e.errno])\n")
+    nodes = [str(dev / "nvidia0"), str(dev / "nvidia1")]
+    results = {}
+    for name, cg in (("fenced", "auto"), ("open", None)):
+        (shared / name).mkdir()
+        ex = make_executor(shared / name, cg)
+        h = launch(ex, accounts.alice.name, [OPEN, "-c", probe, *nodes], chdir=str(alice_dir),
+                   gpus=(0,))
+        assert wait_end(ex, h).exit_code == 0, log_of(ex)
+        results[name] = dict(line.rsplit(" ", 1) for line in log_of(ex).splitlines())
+    assert results["fenced"] == {nodes[0]: "ENXIO", nodes[1]: "EPERM"}
+    assert results["open"] == {nodes[0]: "ENXIO", nodes[1]: "ENXIO"}
+
+
+def test_a_stale_run_file_of_the_same_attempt_is_set_aside(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path
+) -> None:
+    """Run and exit files of the same workload and attempt from another timeline (a restored
+    backup of this database) are neither read nor in the way: the new attempt runs, and is
+    observed with its own exit."""
+    ex = make_executor(shared)
+    h = launch(ex, accounts.alice.name, ["true"], chdir=str(alice_dir))
+    assert wait_end(ex, h).exit_code == 0
+    ex2 = make_executor(shared)  # the server again, its database restored to before w-000001
+    h2 = launch(ex2, accounts.alice.name, ["sh", "-c", "exit 3"], chdir=str(alice_dir))
+    o = wait_end(ex2, h2)
+    assert (o.state, o.exit_code) == (AttemptState.EXITED, 3)
+    assert len(list((ex2.run_dir / "stale").glob("w-000001.1.*"))) == 3  # run, exit, spec

@@ -1,0 +1,242 @@
+"""``apportion export-trace`` and ``apportion whatif`` on a live service's history: two days
+of fake-clock history made by the service's own scheduler (memory executor, SQLite store),
+then a live ``apportion serve`` on that store while the commands read it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from server_proc import Server, free_port, write_config
+
+from apportion.core import HostState
+from apportion.history import read_history
+from apportion.service.clock import FakeClock
+from apportion.service.config import load_config
+from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.scheduler import Scheduler
+from apportion.service.store import Store
+from apportion.service.store.seed import seed_store
+from apportion.sim.model import HostEvent, HostEventKind
+
+HOUR = 3600.0
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class Live:
+    config: Path
+    until: float  # the end of the fake-clock history
+    running_at_end: int
+    server: Server
+
+
+def make_history(config_path: Path, start: float, days: float,
+                 host_changes: dict[float, tuple[str, HostState]] | None = None
+                 ) -> tuple[float, int]:
+    """Two budgets (ai/llm weight 2, ai/vision weight 1) on 2 hosts x 8 GPUs, asking
+    together for three times the cluster: every 30 min each submits a 4-GPU, 3 h resumable
+    workload (minimum runtime 1 h). ``host_changes`` maps seconds after ``start`` to a host
+    state an admin sets then. Returns the end of the history and how many workloads were
+    still running then."""
+    config = load_config(config_path)
+    clock = FakeClock(start)
+    store = Store(config.db_url, clock=clock.now)
+    store.migrate()
+    seed_store(store, config)
+    executor = MemoryExecutor([(h.name, h.gpus) for h in config.hosts], clock)
+    sched = Scheduler(store, executor, config.policy, clock, grace_s=0.0)
+    sched.start()
+    t = start
+    end = start + days * DAY
+    n = 0
+    while t < end:
+        if n % 3 == 0:  # every 30 min
+            for budget in ("ai/llm", "ai/vision"):
+                row = store.add_workload(budget=budget, gpus=4, min_runtime=HOUR,
+                                         submit_time=t, command=["train"], actor="alice",
+                                         resumable=True, checkpoint_interval=1800.0)
+                executor.durations[row.id] = 3 * HOUR
+        change = (host_changes or {}).get(t - start)
+        if change is not None:
+            sched.set_host_state(change[0], change[1], "test", "admin")
+        sched.step()
+        n += 1
+        t += 600.0
+        clock.set(t)
+    running = sum(1 for w in store.active_workloads() if w.attempt is not None)
+    executor.close()
+    store.close()
+    return end, running
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    tmp = tmp_path_factory.mktemp("whatif")
+    config = write_config(tmp / "apportion.toml", free_port(), db_url=f"sqlite:///{tmp}/a.db",
+                          hosts=2, gpus=8, executor="memory")
+    until, running = make_history(config, time.time() - 3 * DAY, 2.0)
+    server = Server(config, tmp / "server.log")
+    server.start()  # the live service over that history, while the commands read its store
+    try:
+        yield Live(config, until, running, server)
+    finally:
+        server.stop()
+
+
+def apportion(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "apportion.cli.main", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def whatif(live: Live, *args: str) -> dict[str, Any]:
+    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--json", *args)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result: dict[str, Any] = json.loads(run.stdout)
+    return result
+
+
+def budget(result: dict[str, Any], path: str) -> dict[str, Any]:
+    return next(b for b in result["budgets"] if b["budget"] == path)
+
+
+def test_whatif_raising_a_weight_gives_that_budget_more(live: Live) -> None:
+    """--set-weight ai/vision=4 (from 1): replayed on the same two days, ai/vision is
+    delivered more GPU-hours and waits less (p90), ai/llm gets less, and ai/vision's
+    attainment moves up; with no change the two columns are identical."""
+    same = whatif(live)
+    for b in same["budgets"]:
+        assert b["current"] == b["proposed"]
+    result = whatif(live, "--set-weight", "ai/vision=4")
+    assert result["set_weight"] == {"ai/vision": 4.0}
+    vision, llm = budget(result, "ai/vision"), budget(result, "ai/llm")
+    assert (vision["weight_current"], vision["weight_proposed"]) == (1.0, 4.0)
+    assert vision["proposed"]["delivered_gpu_hours"] > vision["current"]["delivered_gpu_hours"]
+    assert llm["proposed"]["delivered_gpu_hours"] < llm["current"]["delivered_gpu_hours"]
+    assert vision["proposed"]["wait_p90_s"] < vision["current"]["wait_p90_s"]
+    assert vision["proposed"]["attainment"] > vision["current"]["attainment"]
+    assert result["period"]["running_at_end"] == live.running_at_end > 0
+
+
+def test_whatif_text_names_the_change(live: Live) -> None:
+    """The text form: the period line, the change, one line per budget node, overall."""
+    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--set-weight", "ai/vision=4")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert "still running at the end, replayed with their run so far" in lines[0]
+    assert lines[1] == "current settings -> proposed (ai/vision=4):"
+    assert [line.split()[0] for line in lines[3:6]] == ["ai", "ai/llm", "ai/vision"]
+    assert "1 -> 4" in lines[5]
+    assert lines[6].startswith("overall: attainment ")
+
+
+def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
+    """A mistyped budget is a usage error naming --set-weight, with a suggestion."""
+    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--set-weight", "ai/visoin=4")
+    assert run.returncode == 2
+    assert "--set-weight" in run.stderr and "did you mean 'ai/vision'?" in run.stderr
+
+
+def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None:
+    """export-trace writes the canonical trace with the tree and hosts beside it; the
+    command it prints, apportion simulate --trace ..., gives the same per-budget
+    attainment, waits and overall figures as whatif's current column."""
+    out = tmp_path / "history.parquet"
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    replay = next(line for line in run.stdout.splitlines() if line.startswith("replay: "))
+    args = replay.removeprefix("replay: apportion ").split()
+    assert args[-2:] == ["--out", "DIR"]
+    sim = apportion(*args[:-1], str(tmp_path / "sim"), "--policy", "fairshare", "--quiet")
+    assert sim.returncode == 0, sim.stdout + sim.stderr
+    (summary,) = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    current = whatif(live)
+    for b in current["budgets"]:
+        assert b["current"]["attainment"] == summary["attainment"]["per_budget"][b["budget"]]
+        waits = summary["wait_s"]["per_budget"].get(b["budget"]) or {}
+        assert b["current"]["wait_p90_s"] == waits.get("p90")
+    assert current["overall"]["current"] == {
+        "attainment": summary["attainment"]["overall"],
+        "wait_p90_s": summary["wait_s"]["all"]["p90"],
+        "preemptions": summary["preemptions"]["total"],
+        "drains": summary["drains"]["count"]}
+    assert summary["workloads"] == current["period"]["workloads"] > 100
+
+
+def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
+    """A host drained 2 h into the history (the scheduler sends it to repair once empty)
+    and marked healthy at 10 h: read_history gives an unhealthy event at 2 h and a repaired
+    one at 10 h after the first submission (the automated move to repair is the engine's own
+    to model); export-trace writes them beside the trace, and whatif replays them."""
+    config = write_config(tmp_path / "apportion.toml", free_port(),
+                          db_url=f"sqlite:///{tmp_path}/a.db", hosts=2, gpus=8,
+                          executor="memory")
+    start = 1_700_000_000.0
+    until, _ = make_history(config, start, 0.5, {2 * HOUR: ("h1", HostState.DRAINING),
+                                                 10 * HOUR: ("h1", HostState.HEALTHY)})
+    store = Store(load_config(config).db_url)
+    try:
+        history = read_history(store, start, until)
+    finally:
+        store.close()
+    assert history.origin == start
+    assert history.host_events == [HostEvent(2 * HOUR, "h1", HostEventKind.UNHEALTHY),
+                                   HostEvent(10 * HOUR, "h1", HostEventKind.REPAIRED)]
+    out = tmp_path / "t.csv"
+    run = apportion("export-trace", "--config", str(config), "--since", "12h", "--until",
+                    repr(until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "t.host-events.csv").read_text().splitlines() == [
+        "time,host,event", "7200.0,h1,unhealthy", "36000.0,h1,repaired"]
+    assert "not part of the trace format" in run.stdout
+    run = apportion("whatif", "--config", str(config), "--since", "12h", "--until",
+                    repr(until), "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(run.stdout)
+    assert result["period"]["host_events"] == 2
+    assert result["overall"]["current"]["drains"] == 1  # the replay drained h1 too
+
+
+def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
+    """POST /v1/whatif on the live server: for an admin, the answer of apportion whatif
+    --json with the same inputs; alice (a member, no manager) is refused with 403; made
+    manager of ai she gets the same answer, but may not propose policy settings; an unknown
+    setting is a 422 naming ``set``."""
+    url = f"{live.server.url}/v1/whatif"
+    body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
+
+    def post(user: str, data: dict[str, Any]) -> httpx.Response:
+        return httpx.post(url, json=data, timeout=300,
+                          headers={"Authorization": f"Bearer {live.server.token(user)}"})
+
+    answer = post("admin", body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == whatif(live, "--set-weight", "ai/vision=4")
+    refused = post("alice", body)
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == "forbidden: alice manages no budget"
+    managers = f"{live.server.url}/v1/budgets/ai/managers"
+    admin = {"Authorization": f"Bearer {live.server.token('admin')}"}
+    assert httpx.put(managers, json={"managers": ["alice"]}, headers=admin).status_code == 200
+    try:
+        as_manager = post("alice", body)
+        assert as_manager.status_code == 200, as_manager.text
+        assert as_manager.json() == answer.json()  # ai's subtree is the whole tree
+        settings = post("alice", {**body, "set": {"lookback": "3d"}})
+        assert settings.status_code == 403 and "admins only" in settings.json()["detail"]
+    finally:
+        httpx.put(managers, json={"managers": []}, headers=admin)
+    bad = post("admin", {**body, "set": {"lookbak": "3d"}})
+    assert bad.status_code == 422 and bad.json()["detail"].startswith("set: unknown key 'lookbak'")

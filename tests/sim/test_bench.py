@@ -1,0 +1,108 @@
+"""``apportion bench``: the pass benchmark's limits, and the replay benchmark (fair share
+against legacy on the same input in one process, peak memory as the OS counts it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from apportion.bench.replay import peak_rss_mb
+from apportion.cli.main import main
+from apportion.sim.traces import load_trace
+
+DATA = Path(__file__).parent / "data"
+ITP = DATA / "itp" / "cluster10.csv"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"{field} not in /proc/self/status")
+
+
+def test_peak_rss_is_the_kernels_high_water_mark() -> None:
+    """peak_rss_mb() is the process's maximum resident set as the kernel counts it: VmHWM
+    of /proc/self/status (to within 1 MiB: the kernel batches each thread's resident-page
+    counts, 64 pages at a time), and it grows by what a freshly touched 64 MiB buffer adds
+    to the resident set, which Python-level accounting would not see the same way."""
+    before = status_kib("VmHWM")
+    peak = peak_rss_mb()
+    after = status_kib("VmHWM")
+    assert before - 1024 <= peak * 1024 <= after + 1024
+    current = status_kib("VmRSS")
+    extra = max(0, int(peak * 1024) - current) * 1024  # climb past the old high-water mark
+    buffer = bytearray(b"\x01") * (extra + 64 * 1024 * 1024)  # written: every page resident
+    assert peak_rss_mb() >= peak + 64 - 1
+    del buffer
+
+
+def test_bench_replay_times_both_policies_on_the_same_trace() -> None:
+    """bench --trace on an ITP trace: one run per policy in order on every workload the
+    importer reads, each with CPU time, policy calls and events; the ratio is fair share's
+    CPU time over legacy's; the process's peak memory never falls from one stage to the
+    next."""
+    code, out = invoke("bench", "--trace", str(ITP), "--format", "itp", "--cluster", "4x8",
+                       "--budgets", "3", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert result["workloads"] == len(load_trace(ITP, "itp", budgets=3).jobs)
+    assert (result["hosts"], result["gpus"], result["budgets"]) == (4, 32, 3)
+    runs = {r["policy"]: r for r in result["runs"]}
+    assert list(runs) == ["fairshare", "legacy"]
+    for r in runs.values():
+        assert r["cpu_s"] > 0 and r["calls"] > 0 and r["events"] >= result["workloads"]
+    assert result["ratio"] == runs["fairshare"]["cpu_s"] / runs["legacy"]["cpu_s"]
+    peaks = [result["rss_before_mb"], runs["fairshare"]["peak_rss_mb"],
+             runs["legacy"]["peak_rss_mb"]]
+    assert peaks == sorted(peaks) and peaks[0] > 0
+
+
+def test_bench_replay_text_names_the_ratio() -> None:
+    """The text form prints one line per policy and the ratio line."""
+    code, out = invoke("bench", "--scenario", "small", "--days", "1")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].startswith("replay: small,")
+    assert [line.split()[0] for line in lines[2:4]] == ["fairshare", "legacy"]
+    assert "fair share / legacy CPU time:" in lines[4]
+
+
+def test_bench_one_policy_has_no_ratio() -> None:
+    """--policy legacy alone: one run, and no ratio."""
+    code, out = invoke("bench", "--scenario", "small", "--days", "1", "--policy", "legacy",
+                       "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert [r["policy"] for r in result["runs"]] == ["legacy"] and result["ratio"] is None
+
+
+def test_bench_pass_reports_build_time_and_memory() -> None:
+    """The pass benchmark on a small queue reports the queue it timed (the 200 asked for,
+    plus what the settling rounds preempted and requeued, less what they started), the time
+    to build the state and the process's peak memory."""
+    code, out = invoke("bench", "--pending", "200", "--passes", "3", "--json")
+    assert code == 0, out
+    result = json.loads(out)
+    assert 100 < result["pending"] < 300 and result["passes"] == 3
+    assert result["build_s"] > 0 and result["peak_rss_mb"] > 0
+
+
+def test_bench_flags_are_checked() -> None:
+    """--pending over 100,000, --pending with --trace, and trace options without a trace
+    are usage errors naming the flag."""
+    code, out = invoke("bench", "--pending", "100001")
+    assert code == 2 and "--pending" in out and "100000" in out
+    code, out = invoke("bench", "--pending", "10", "--scenario", "small")
+    assert code == 2 and "--pending times one pass: not with --trace or --scenario" in out
+    code, out = invoke("bench", "--cluster", "4x8")
+    assert code == 2 and "--cluster needs --trace or --scenario" in out
+    code, out = invoke("bench", "--budget-column", "team")
+    assert code == 2 and "--budget-column needs --trace or --scenario" in out

@@ -1,0 +1,180 @@
+"""``apportion sweep`` on this host's processes: seeds, failed points, grid values shown as
+typed, the lookback warning and errors that name the flag."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from apportion.cli.main import main
+from apportion.sim.model import Scenario
+from apportion.sim.scenarios import get_scenario
+from apportion.sim.sweep import format_sweep, run_point, run_sweep
+from apportion.sim.sweep_ray import pack, unpack
+
+COST = ("wall_s", "cpu_s", "events_per_s", "peak_memory_mb")  # measured, not computed
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows without what a run costs (wall and CPU time, memory): what must not depend
+    on where the run happened."""
+    out = []
+    for row in rows:
+        row = {k: v for k, v in row.items() if k not in COST}
+        if row.get("summary") is not None:
+            row["summary"] = {k: v for k, v in row["summary"].items() if k not in COST}
+        out.append(row)
+    return out
+
+
+def failing_at_one_day(scenario: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``run_point``, except that the point with a 1-day lookback raises."""
+    if settings["lookback"] == 86400.0:
+        raise ValueError("injected failure at lookback=1d")
+    return run_point(scenario, settings, seed)
+
+
+def test_sweep_runs_every_setting_on_every_seed(tmp_path: Path) -> None:
+    """--seeds 0,1 with a 2-value grid: four rows, grid value slowest, then the seed; the
+    two seeds' scenarios differ, so their rows do too; sweep.csv has a seed column."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=12h,1d", "--seeds", "0,1", "--quiet", "--out",
+                            str(tmp_path))
+    assert code == 0, out + err
+    with (tmp_path / "sweep.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["lookback"], r["seed"]) for r in rows] == [
+        ("43200.0", "0"), ("43200.0", "1"), ("86400.0", "0"), ("86400.0", "1")]
+    assert all(r["error"] == "" for r in rows)
+    assert rows[0]["events"] != rows[1]["events"]  # another seed, another scenario
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert [d["summary"]["seed"] for d in data] == [0, 1, 0, 1]
+
+
+def test_sweep_process_engine_matches_one_process(tmp_path: Path) -> None:
+    """Two forked workers give exactly the figures of the same points run one after the
+    other in this process."""
+    scenario = get_scenario("small", days=2, seed=0)
+    axes = {"lookback": [43200.0, 86400.0]}
+    two = run_sweep(scenario, {}, axes, tmp_path / "two", jobs=2, progress=False)
+    one = run_sweep(scenario, {}, axes, tmp_path / "one", jobs=1, progress=False)
+    assert figures(two) == figures(one)
+    assert two[0]["attainment_overall"] != two[1]["attainment_overall"]
+
+
+def test_a_failed_point_is_reported_and_the_others_run(tmp_path: Path) -> None:
+    """On two worker processes, the point that raises gets its error in its row (no
+    figures); the other point has the figures of a normal run; the table shows the error."""
+    scenario = get_scenario("small", days=2, seed=0)
+    rows = run_sweep(scenario, {}, {"lookback": [86400.0, 43200.0]}, tmp_path, jobs=2,
+                     progress=False, runner=failing_at_one_day)
+    assert rows[0]["error"] == "ValueError: injected failure at lookback=1d"
+    assert rows[0]["attainment_overall"] is None and rows[0]["summary"] is None
+    assert rows[1]["error"] is None
+    alone = run_point(scenario, {"lookback": 43200.0}, 0)
+    assert rows[1]["attainment_overall"] == alone["attainment"]["overall"]
+    table = format_sweep(rows, ["lookback"])
+    assert "failed" in table.splitlines()[1] and "injected failure" in table.splitlines()[1]
+    with (tmp_path / "sweep.csv").open() as f:
+        assert [r["error"] for r in csv.DictReader(f)] == [
+            "ValueError: injected failure at lookback=1d", ""]
+
+
+def test_sweep_shows_grid_values_as_typed(tmp_path: Path) -> None:
+    """Durations typed as 12h and 1d appear as 12h and 1d in the table, in the plot's tick
+    labels and legend, and in sweep.json's ``typed``, not in seconds; sweep.csv keeps the
+    seconds for programs."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=12h,1d", "--grid", "max_min_runtime=2h,90m", "--quiet",
+                            "--out", str(tmp_path))
+    assert code == 0, out + err
+    table = out.splitlines()
+    assert [line.split()[:2] for line in table[1:5]] == [
+        ["12h", "2h"], ["12h", "90m"], ["1d", "2h"], ["1d", "90m"]]
+    assert "43200" not in out and "86400" not in out and "7200" not in out
+    svg = (tmp_path / "sweep.svg").read_text()
+    assert "max_min_runtime=90m" in svg and "max_min_runtime=2h" in svg  # legend
+    assert ">12h<" in svg and ">1d<" in svg  # x tick labels
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert data[1]["typed"] == {"lookback": "12h", "max_min_runtime": "90m"}
+    with (tmp_path / "sweep.csv").open() as f:
+        assert float(next(csv.DictReader(f))["lookback"]) == 43200
+
+
+def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> None:
+    """--days 2 with lookbacks of 2d and 3d: a warning on stderr naming both as typed and
+    --days, and indeed the two rows have the same figures."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=2d,3d", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert "warning: lookback 2d, 3d is not shorter than the simulated period (--days 2)" in err
+    assert "identical" in err
+    rows = figures(json.loads((tmp_path / "sweep.json").read_text()))
+    for row in rows:
+        del row["lookback"], row["typed"], row["summary"]["config"]
+    assert rows[0] == rows[1]
+
+
+def test_sweep_does_not_warn_when_the_run_outlasts_every_lookback(tmp_path: Path) -> None:
+    """--days 2 with lookbacks of 12h and 1d: no warning."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=12h,1d", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert "warning" not in err
+
+
+def test_sweep_errors_name_the_flag_and_the_value_as_typed(tmp_path: Path) -> None:
+    """A grid value that makes an invalid config, two values that are the same duration,
+    --address without --engine ray, and --seed with --seeds: usage errors (exit 2) naming
+    the flag and what was typed."""
+    out = str(tmp_path)
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=0,1d", "--out", out)
+    assert code == 2
+    assert "Invalid value for --grid: lookback=0: policy: lookback: must be > 0" in err
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=24h,1d", "--out",
+                          out)
+    assert code == 2 and "lookback=24h and lookback=1d are the same value" in err
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--address",
+                          "127.0.0.1:1", "--out", out)
+    assert code == 2 and "--address needs --engine ray" in err
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--seed", "1",
+                          "--seeds", "1,2", "--out", out)
+    assert code == 2 and "--seed and --seeds exclude each other" in err
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--seeds",
+                          "1,x", "--out", out)
+    assert code == 2 and "Invalid value for --seeds: not a whole number: 'x'" in err
+
+
+def test_pack_round_trips_a_scenario() -> None:
+    """What the Ray engine ships: unpack(pack(s)) has the same jobs, hosts, host events, tree
+    (every node and weight), period and metadata as the seed scenario, host events
+    included."""
+    sc = get_scenario("seed", days=3, seed=0)
+    assert sc.host_events
+    back = unpack(pack(sc))
+    assert back.jobs == sc.jobs
+    assert back.hosts == sc.hosts
+    assert back.host_events == sc.host_events
+    assert [(p, back.tree.weight(p)) for p in back.tree.nodes()] == [
+        (p, sc.tree.weight(p)) for p in sc.tree.nodes()]
+    assert (back.name, back.days, back.repair_time, back.meta) == (
+        sc.name, sc.days, sc.repair_time, sc.meta)
+
+
+def test_lookback_warning_names_the_period_that_was_simulated(tmp_path: Path) -> None:
+    """The small scenario is 2 days whatever --days says: the warning gives its own length
+    and says --days does not apply, rather than quoting --days 10."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "10", "--grid",
+                            "lookback=1d,3d", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert ("warning: lookback 3d is not shorter than the simulated period (the scenario's "
+            "2 d; it does not take --days)") in err
