@@ -29,6 +29,7 @@ from apportion.service.store import Store
 
 WHO = ["root", "carol", "dave", "alice", "bob", "scrape", "revoked", "none"]
 JOB = {"gpus": 1, "min_runtime": "30m", "command": ["sleep", "60"]}
+WHATIF = {"since": "1d", "until": 1_000_100.0}  # the seeding clock starts at 1_000_000
 
 
 def only(ok: int, *who: str, others: int = 403) -> dict[str, int]:
@@ -91,12 +92,12 @@ MATRIX: list[tuple[str, str, str, Any, dict[str, int]]] = [
      only(200, "root", "alice")),
     ("GET /v1/audit", "GET", "/v1/audit", None, ANY_TOKEN),
     ("GET /v1/me", "GET", "/v1/me", None, ANY_TOKEN),
-    # what-if replays: admins, and managers for the weights they may set
-    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d"},
-     only(200, "root", "carol", "dave")),
-    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d", "set_weight": {"ai/llm": 3}},
+    # what-if replays (of the day up to just after the seeded submissions): admins, and
+    # managers for the weights they may set
+    ("POST /v1/whatif", "POST", "/v1/whatif", WHATIF, only(200, "root", "carol", "dave")),
+    ("POST /v1/whatif", "POST", "/v1/whatif", {**WHATIF, "set_weight": {"ai/llm": 3}},
      only(200, "root", "carol")),
-    ("POST /v1/whatif", "POST", "/v1/whatif", {"since": "1d", "set": {"lookback": "3d"}},
+    ("POST /v1/whatif", "POST", "/v1/whatif", {**WHATIF, "set": {"lookback": "3d"}},
      only(200, "root")),
     # the dashboard's data and /metrics: a token unless [server] public_read
     ("GET /v1/dashboard/state", "GET", "/v1/dashboard/state", None, ANY_TOKEN),

@@ -92,11 +92,11 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
             raise CoreError(f"array: {text!r}: range {part!r} ends before it starts")
         if last > MAX_ARRAY_INDEX:
             raise CoreError(f"array: {text!r}: index {last} is over {MAX_ARRAY_INDEX}")
-        if last - first + 1 > MAX_ARRAY or len(indexes) > MAX_ARRAY:
-            raise CoreError(f"array: {text!r}: more than {MAX_ARRAY} elements")
+        if last - first + 1 > MAX_ARRAY:
+            raise CoreError(f"array: {last - first + 1} elements, at most {MAX_ARRAY}")
         indexes.update(range(first, last + 1))
-    if len(indexes) > MAX_ARRAY:
-        raise CoreError(f"array: {text!r}: {len(indexes)} elements, more than {MAX_ARRAY}")
+        if len(indexes) > MAX_ARRAY:  # so far, which bounds what is built
+            raise CoreError(f"array: more than {MAX_ARRAY} elements, at most {MAX_ARRAY}")
     return tuple(sorted(indexes)), throttle
 
 
