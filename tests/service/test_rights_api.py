@@ -179,6 +179,18 @@ def test_retry_with_the_same_key_answers_the_first_submission(env: Env) -> None:
     assert len(env.store.list_workloads(list(Status))) == 2
 
 
+def test_a_retried_array_submission_answers_the_first_array(env: Env) -> None:
+    """An array sent twice with one Idempotency-Key is stored once (its 3 elements) and
+    the retry gets the first answer, element ids included."""
+    key = {"Idempotency-Key": str(uuid.uuid4())}
+    body = {**JOB, "array": "0-2"}
+    first = env.call("POST", "/v1/workloads", "alice", body, headers=key)
+    assert first.status_code == 201 and len(first.json()["array_ids"]) == 3
+    again = env.call("POST", "/v1/workloads", "alice", body, headers=key)
+    assert (again.status_code, again.json()) == (201, first.json())
+    assert len(env.store.list_workloads(list(Status))) == 3
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_concurrent_retries_store_one_row(tmp_path: Path, backend: str) -> None:
     """16 threads send the same submission with the same key at once: all get 201 with

@@ -437,7 +437,10 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             if first_digest != digest:
                 raise _fail(409, f"Idempotency-Key: already used for another submission "
                                  f"({row.id}); send a new key for a new one")
-            return row.as_submitted().as_dict()
+            out = row.as_submitted().as_dict()
+            if row.array_id is not None:  # an array keeps its key on its first element
+                out["array_ids"] = store.array_ids(row.array_id)
+            return out
 
         if idempotency_key is not None:  # a retry answers the first, whatever changed since
             found = store.by_idempotency_key(user.name, idempotency_key)
