@@ -236,7 +236,7 @@ def test_a_body_just_under_the_limit_is_read(env: Env) -> None:
     limit = env.config.server.max_body_bytes
     body = job(command=["echo", "A" * (limit - 200)])
     r = env.call("POST", "/v1/workloads", "alice", body=body)
-    assert r.status_code == 422 and r.json()["detail"].startswith("command: argument 1")
+    assert r.status_code == 422 and r.json()["detail"].startswith("command[1]: ")
 
 
 def test_after_all_of_it_the_service_reads_and_schedules(env: Env) -> None:

@@ -128,12 +128,12 @@ class SubmitBody(_Body):
         None, max_length=v.MAX_TEXT,
         description='"afterok:w-000003[:w-000004]", also afterany, afternotok',
     )
-    chdir: Annotated[str, Field(max_length=v.MAX_PATH_BYTES),
-                     AfterValidator(v.check_chdir)] | None = Field(
+    # what a launch could not use (a relative directory, a bad variable, E2BIG) is refused
+    # at submit by the executors' own rules (_run_problem, executors/identity.py)
+    chdir: Annotated[str, Field(max_length=v.MAX_PATH_BYTES)] | None = Field(
         None, description="absolute working directory (default: the account's home)"
     )
-    env: Annotated[dict[str, str], Field(max_length=v.MAX_ARGS),
-                   AfterValidator(v.check_env)] | None = Field(
+    env: Annotated[dict[str, str], Field(max_length=v.MAX_ARGS)] | None = Field(
         None, description="the exported environment (default: none, the account's basics)"
     )
     nodelist: HostNames = Field([], description="run only on these hosts")
@@ -831,10 +831,16 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
 
 def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
     """Why this submission could never run as asked (``field: problem``), or None: its
-    command and environment's size against the kernel's exec limits, and the
+    directory and environment, their size against the kernel's exec limits, and the
     owner's Unix account (unless nothing runs, with the memory executor)."""
-    # the directory and each variable were checked with the body (validation.py)
-    problem = identity.exec_problem(body.command, body.env or {})
+    if body.chdir is not None:
+        problem = identity.chdir_problem(body.chdir)
+        if problem is not None:
+            return problem
+    env = body.env or {}
+    problem = identity.env_problem(env)
+    if problem is None:  # each argument's size too: the body checked only its text
+        problem = identity.exec_problem(body.command, env)
     if problem is None and settings.executor.kind != "memory":
         problem = settings.identity.problem(user.name, user.account)
     return problem

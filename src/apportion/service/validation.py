@@ -16,8 +16,6 @@ from collections.abc import Sequence
 
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
 
-from .executors import identity
-
 # ---- budgets ------------------------------------------------------------------------------
 SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 MAX_SEGMENT = 64
@@ -44,8 +42,7 @@ MAX_DURATION_TEXT = 64  # "1h30m" and the like
 __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
     "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
-    "MAX_PATH_BYTES", "check_budget_path", "check_chdir", "check_command", "check_env",
-    "check_text", "check_user_name",
+    "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_text", "check_user_name",
 ]
 
 
@@ -94,9 +91,10 @@ def check_user_name(name: str) -> str:
 
 
 def check_command(argv: Sequence[str]) -> list[str]:
-    """A non-empty argv of valid UTF-8 strings without NUL, each within the kernel's
-    ``MAX_ARG_STRLEN`` (32 pages, the terminating NUL included). The limit on the whole
-    argv and environment together is checked where both are known."""
+    """A non-empty argv of valid UTF-8 strings without NUL. Their sizes against the
+    kernel's limits (``MAX_ARG_STRLEN`` per argument, ``ARG_MAX`` with the environment) are
+    checked at submit, where the environment is known, by the rule launches apply
+    (``executors.identity.exec_problem``)."""
     if not argv:
         raise ValueError("must hold at least the program to run")
     if len(argv) > MAX_ARGS:
@@ -105,35 +103,12 @@ def check_command(argv: Sequence[str]) -> list[str]:
         if "\x00" in arg:
             raise ValueError(f"argument {i}: must not contain NUL characters")
         try:
-            size = len(arg.encode("utf-8")) + 1
+            arg.encode("utf-8")
         except UnicodeEncodeError as e:
             raise ValueError(
                 f"argument {i}: must be valid UTF-8 (character {e.start} is not)"
             ) from None
-        if size > MAX_ARG_STRLEN:
-            raise ValueError(
-                f"argument {i}: {size} bytes is over the kernel's limit of {MAX_ARG_STRLEN}"
-                " bytes for one argument"
-            )
     if not argv[0]:
         raise ValueError("argument 0: the program must not be empty")
     return list(argv)
 
-
-# The working directory and the environment are checked by the executors' own rules
-# (executors.identity), the ones a launch applies, so a submission is refused for exactly
-# what could never run; here they only become field errors.
-def check_chdir(path: str) -> str:
-    """An absolute path of valid UTF-8 without NUL."""
-    problem = identity.chdir_problem(path)
-    if problem is not None:
-        raise ValueError(problem.removeprefix("chdir: "))
-    return path
-
-
-def check_env(env: dict[str, str]) -> dict[str, str]:
-    """Variable names ``[A-Za-z_][A-Za-z0-9_]*``, values of valid UTF-8 without NUL."""
-    problem = identity.env_problem(env)
-    if problem is not None:  # "env.NAME: ..." or "env: 'NAME': ...": the field is named
-        raise ValueError(problem.removeprefix("env").lstrip(".:").lstrip())
-    return env
