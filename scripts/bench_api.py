@@ -42,6 +42,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=400, help="submissions in total")
     ap.add_argument("--clients", type=int, default=4, help="concurrent client threads")
     ap.add_argument("--hosts", type=int, default=16, help="hosts of 8 GPUs")
+    ap.add_argument("--idempotency-keys", action="store_true",
+                    help="send an Idempotency-Key with every submission, as the CLI does")
     ap.add_argument("--no-scheduler", action="store_true",
                     help="do not run the scheduling loop (the API and store alone)")
     args = ap.parse_args()
@@ -84,8 +86,9 @@ def main() -> None:
                           headers={"Authorization": f"Bearer {token}"}) as http:
             mine = []
             for i in range(per_client):
+                key = {"Idempotency-Key": f"bench-{c}-{i}"} if args.idempotency_keys else {}
                 t0 = time.perf_counter()
-                r = http.post("/v1/workloads", json={
+                r = http.post("/v1/workloads", headers=key, json={
                     "budget": f"team{(c + i) % 5}/user{i % 3}", "gpus": 1 + i % 8,
                     "min_runtime": "30m", "resumable": True, "command": ["train"]})
                 mine.append(time.perf_counter() - t0)

@@ -15,10 +15,15 @@ from .helpers import make_tree
     ("nodes", "message"),
     [
         ([("a", 1.0), ("a", 2.0)], "budget 'a': path: duplicate"),
-        ([("a", 0.0)], "budget 'a': weight: must be > 0"),
-        ([("a/b", -1.0)], "budget 'a/b': weight: must be > 0"),
-        ([("a", float("nan"))], "budget 'a': weight: must be > 0"),
-        ([("a", float("inf"))], "budget 'a': weight: must be > 0"),
+        ([("a", 0.0)], "budget 'a': weight: must be a number from 1e-06 to 1e"),
+        ([("a/b", -1.0)], "budget 'a/b': weight: must be a number from 1e-06"),
+        ([("a", float("nan"))], "budget 'a': weight: must be a number from 1e-06"),
+        ([("a", float("inf"))], "budget 'a': weight: must be a number from 1e-06"),
+        ([("a", 5e-324)], "budget 'a': weight: must be a number from 1e-06"),
+        ([("a", 1e308), ("b", 1e308)], "budget 'a': weight: must be a number from"),
+        ([("a", 1e6 * 1.0001)], "budget 'a': weight: must be a number from 1e-06 to 1e"),
+        ([("a", 1e-3), ("b", 1e3), ("a/x", 1e-3), ("a/y", 1e3), ("a/x/p", 1e-3),
+          ("a/x/q", 1e3)], "budget 'a/x/p': weight: its share of the cluster"),
         ([("", 1.0)], "budget '': path: must be names joined by '/'"),
         ([("/a", 1.0)], "budget '/a': path: must be names joined by '/'"),
         ([("a/", 1.0)], "budget 'a/': path: must be names joined by '/'"),
@@ -42,7 +47,7 @@ def test_build_rejects_bad_nodes(nodes: list[tuple[str, float]], message: str) -
         ([("a", None, 1.0), ("a", None, 2.0)], "budget 'a': name: duplicate"),
         ([("a/b", None, 1.0)], "budget 'a/b': name: must be non-empty without '/'"),
         ([("", None, 1.0)], "budget '': name: must be non-empty without '/'"),
-        ([("a", None, 0.0)], "budget 'a': weight: must be > 0"),
+        ([("a", None, 0.0)], "budget 'a': weight: must be a number from 1e-06"),
     ],
 )
 def test_parent_links_reject_bad_rows(

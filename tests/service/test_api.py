@@ -219,10 +219,10 @@ WRITES: list[tuple[str, str, str, Any, str, str]] = [
     ("cancel as manager", "POST", "/v1/workloads/{wid}/cancel", None, "dave", "bob"),
     ("weight below own node", "PATCH", "/v1/budgets/ai/llm", {"weight": 3}, "carol", "dave"),
     ("weight of top node", "PATCH", "/v1/budgets/ai", {"weight": 3}, "root", "carol"),
-    ("members", "PUT", "/v1/budgets/ai/llm/members", {"members": ["x"]}, "dave", "alice"),
-    ("members of sibling", "PUT", "/v1/budgets/ai/vision/members", {"members": ["x"]},
+    ("members", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob"]}, "dave", "alice"),
+    ("members of sibling", "PUT", "/v1/budgets/ai/vision/members", {"members": ["alice"]},
      "carol", "dave"),
-    ("managers", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["x"]}, "dave", "bob"),
+    ("managers", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["carol"]}, "dave", "bob"),
     ("create child", "POST", "/v1/budgets", {"path": "ai/llm/new", "weight": 1}, "dave",
      "alice"),
     ("create top", "POST", "/v1/budgets", {"path": "research", "weight": 1}, "root",
@@ -312,16 +312,16 @@ def test_reads_need_a_token(svc: Service) -> None:
 def test_every_budget_change_is_audited(svc: Service) -> None:
     """Weight, members, managers and create each append who, old and new."""
     svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": 5})
-    svc.call("PUT", "/v1/budgets/ai/llm/members", "dave", {"members": ["alice", "zoe"]})
-    svc.call("PUT", "/v1/budgets/ai/llm/managers", "carol", {"managers": ["erin"]})
+    svc.call("PUT", "/v1/budgets/ai/llm/members", "dave", {"members": ["alice", "bob"]})
+    svc.call("PUT", "/v1/budgets/ai/llm/managers", "carol", {"managers": ["carol"]})
     svc.call("POST", "/v1/budgets", "carol", {"path": "ai/robotics", "weight": 2})
     got = svc.call("GET", "/v1/audit?limit=4", "bob").json()
     assert [(a["actor"], a["action"], a["target"], a["old"], a["new"]) for a in got[::-1]] == [
         ("carol", "budget.weight", "ai/llm", {"weight": 2.0}, {"weight": 5.0}),
         ("dave", "budget.members", "ai/llm", {"members": ["alice"]},
-         {"members": ["alice", "zoe"]}),
+         {"members": ["alice", "bob"]}),
         ("carol", "budget.managers", "ai/llm", {"managers": ["dave"]},
-         {"managers": ["erin"]}),
+         {"managers": ["carol"]}),
         ("carol", "budget.create", "ai/robotics", None,
          {"weight": 2.0, "managers": [], "members": []}),
     ]
@@ -336,13 +336,13 @@ def test_budget_tree_with_shares(svc: Service) -> None:
 
 
 def test_budget_bad_input(svc: Service) -> None:
-    """Bad weight is 422 naming weight; unknown node 404; bad path 409; nothing changes."""
+    """Bad weight is 422 naming weight; unknown node 404; bad path 422; nothing changes."""
     before = _fingerprint(svc)
     assert "weight" in svc.call("PATCH", "/v1/budgets/ai/llm", "root",
                                 {"weight": -1}).json()["detail"]
     assert svc.call("PATCH", "/v1/budgets/nope", "root", {"weight": 1}).status_code == 404
     r = svc.call("POST", "/v1/budgets", "root", {"path": "ai//x", "weight": 1})
-    assert r.status_code == 409 and "path" in r.json()["detail"]
+    assert r.status_code == 422 and r.json()["detail"].startswith("path: ")
     assert _fingerprint(svc) == before
 
 

@@ -92,7 +92,8 @@ class Served:
         return str(self.call(who, "POST", "/v1/workloads", body)["id"])
 
     def state(self) -> Any:
-        return self.client.get("/v1/dashboard/state").json()
+        return self.client.get("/v1/dashboard/state",
+                               headers={"Authorization": f"Bearer {self.tokens['bob']}"}).json()
 
 
 def _until(what: str, check: Any, log: Path, deadline_s: float = 60.0) -> None:
@@ -185,7 +186,8 @@ def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) 
     """The tree, the queue, running work and the drain are shown; a workload submitted
     through the API appears in the queue, in the policy's order, without reloading."""
     ids = served.ids
-    page.goto(served.url + "/")
+    # the data needs a token (public_read is off): given once in the fragment, as users do
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
     page.wait_for_selector('#budgets tbody tr[data-path="ai/vision"]', timeout=WAIT_MS)
     paths = page.eval_on_selector_all("#budgets tbody tr[data-path]",
                                       "rows => rows.map(r => r.dataset.path)")

@@ -202,8 +202,8 @@ def test_every_budget_change_is_audited(live: LiveFactory) -> None:
     changes = [
         ("carol", ("budgets", "create", "ai/robotics", "--weight", "2", "--member", "bob")),
         ("carol", ("budgets", "set", "ai/llm", "5")),
-        ("dave", ("budgets", "members", "ai/llm", "alice", "zoe")),
-        ("carol", ("budgets", "managers", "ai/llm", "dave", "erin")),
+        ("dave", ("budgets", "members", "ai/llm", "alice", "bob")),
+        ("carol", ("budgets", "managers", "ai/llm", "dave", "carol")),
     ]
     times = []
     for who, args in changes:
@@ -218,11 +218,11 @@ def test_every_budget_change_is_audited(live: LiveFactory) -> None:
          {"weight": 2.0, "managers": [], "members": ["bob"]}),
         ("carol", "budget.weight", "ai/llm", {"weight": 2.0}, {"weight": 5.0}),
         ("dave", "budget.members", "ai/llm", {"members": ["alice"]},
-         {"members": ["alice", "zoe"]}),
+         {"members": ["alice", "bob"]}),
         ("carol", "budget.managers", "ai/llm", {"managers": ["dave"]},
-         {"managers": ["dave", "erin"]}),
+         {"managers": ["carol", "dave"]}),
     ]
     for a, (before, after) in zip(got, times, strict=True):
         assert before <= a["at"] <= after, a
     tree = {b["path"]: b for b in s.ok("GET", "/v1/budgets", "bob")}
-    assert tree["ai/llm"]["weight"] == 5.0 and tree["ai/llm"]["managers"] == ["dave", "erin"]
+    assert tree["ai/llm"]["weight"] == 5.0 and tree["ai/llm"]["managers"] == ["carol", "dave"]

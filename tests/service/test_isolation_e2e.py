@@ -93,6 +93,7 @@ def site() -> Iterator[Site]:
 host = "127.0.0.1"
 port = {port}
 data_dir = "data"
+max_body_bytes = 4194304  # room for an argv over ARG_MAX, refused by the exec rule
 
 [executor]
 kind = "local"

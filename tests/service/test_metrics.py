@@ -74,7 +74,12 @@ def start_live(tmp_path: Path) -> tuple[Live, Callable[[], None]]:
     executor = MemoryExecutor([(h.name, h.gpus) for h in config.hosts], clock)
     sched = Scheduler(store, executor, config.policy, clock, grace_s=0.0)
     server = ServerThread(create_app(store, sched, config))
-    client = httpx.Client(base_url=server.url, timeout=30)
+    # reads here use a scrape token, as Prometheus does (public_read is off by default)
+    r = httpx.post(f"{server.url}/v1/users/root/tokens", json={"kind": "scrape"},
+                   headers={"Authorization": f"Bearer {tokens['root']}"})
+    assert r.status_code == 201, r.text
+    client = httpx.Client(base_url=server.url, timeout=30,
+                          headers={"Authorization": f"Bearer {r.json()['token']}"})
     live = Live(client, clock, sched, tokens)
     live.ids["U"] = live.submit("alice", "ai/llm", 8, 0)
     live.at(T0)

@@ -294,11 +294,11 @@ def test_budget_changes_are_audited(store: Store) -> None:
 
 
 def test_bad_weight_refused(store: Store) -> None:
-    """Weights must be > 0."""
+    """Weights must be > 0 (and, through the tree, within 1e-6..1e6)."""
     store.add_budget("ai", 1, actor="admin")
     with pytest.raises(Conflict, match="weight: must be > 0"):
         store.set_budget_weight("ai", 0, actor="admin")
-    with pytest.raises(Conflict, match="weight: must be > 0"):
+    with pytest.raises(Conflict, match="weight: must be a number from 1e-06 to 1e.06"):
         store.add_budget("ml", -1, actor="admin")
 
 

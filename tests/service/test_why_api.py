@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner
 from test_metrics import T0, Live, start_live
@@ -97,8 +98,9 @@ def test_ended_workload_tells_what_happened(live: Live) -> None:
 
 
 def test_why_needs_a_token(live: Live) -> None:
-    """Like every /v1 route but health: no token, 401."""
-    assert live.client.get(f"/v1/workloads/{live.ids['B']}/why").status_code == 401
+    """Like every /v1 route but health (public_read is off): no token, 401."""
+    url = f"{str(live.client.base_url).rstrip('/')}/v1/workloads/{live.ids['B']}/why"
+    assert httpx.get(url).status_code == 401  # live.client carries a scrape token
 
 
 def test_cli_why_prints_the_explanation(live: Live) -> None:

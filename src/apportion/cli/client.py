@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import re
+import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,8 @@ from .ids import WORKLOAD_ID
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
+# a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
+RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
 
 
 # ---- connection ------------------------------------------------------------------------------
@@ -61,14 +64,31 @@ class Client:
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=60)
 
     def call(self, method: str, path: str, body: Any = None,
-             params: dict[str, Any] | None = None) -> httpx.Response:
-        try:
-            r = self.http.request(
-                method, f"/v1{path}", json=body,
-                params={k: v for k, v in (params or {}).items() if v is not None},
-            )
-        except httpx.HTTPError as e:
-            raise click.ClickException(f"cannot reach the server at {self.url}: {e}") from None
+             params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+             retry: bool = False) -> httpx.Response:
+        """One request. ``retry`` (only for requests that are safe to repeat, e.g. a
+        submission with an Idempotency-Key): a lost connection, a refused one or a 5xx is
+        retried with backoff (``RETRY_WAITS``)."""
+        waits = list(RETRY_WAITS) if retry else []
+        while True:
+            try:
+                r = self.http.request(
+                    method, f"/v1{path}", json=body, headers=headers,
+                    params={k: v for k, v in (params or {}).items() if v is not None},
+                )
+            except httpx.TransportError as e:
+                if waits:
+                    time.sleep(waits.pop(0))
+                    continue
+                raise click.ClickException(
+                    f"cannot reach the server at {self.url}: {e}") from None
+            except httpx.HTTPError as e:
+                raise click.ClickException(
+                    f"cannot reach the server at {self.url}: {e}") from None
+            if r.status_code >= 500 and waits:
+                time.sleep(waits.pop(0))
+                continue
+            break
         if r.status_code >= 400:
             try:
                 detail = r.json().get("detail", r.text)
@@ -78,8 +98,9 @@ class Client:
         return r
 
     def json(self, method: str, path: str, body: Any = None,
-             params: dict[str, Any] | None = None) -> Any:
-        return self.call(method, path, body, params).json()
+             params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+             retry: bool = False) -> Any:
+        return self.call(method, path, body, params, headers, retry).json()
 
 
 def connection(f: F) -> F:
@@ -208,7 +229,8 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.get("nodelist") or w.get("exclude"):
         click.echo(f"{'hosts:':<21}only {','.join(w['nodelist']) or 'any'}; not "
                    f"{','.join(w['exclude']) or '-'}")
-    click.echo(f"{'command:':<21}{' '.join(w['command'])}")
+    command = "(private)" if w.get("private") else " ".join(w["command"])
+    click.echo(f"{'command:':<21}{command}")
     click.echo(f"{'submitted:':<21}{fmt_time(w['submit_time'])}")
     if w["cancel_requested"]:
         click.echo(f"{'cancel requested:':<21}yes")
@@ -386,3 +408,103 @@ def audit(client: Client, limit: int, target: str | None, as_json: bool) -> None
     table(["WHEN", "ACTOR", "ACTION", "TARGET", "OLD", "NEW"],
           [[fmt_time(a["at"]), a["actor"], a["action"], a["target"], brief(a["old"]),
             brief(a["new"])] for a in rows])
+
+
+# ---- users and tokens (admins) --------------------------------------------------------------
+def _user_line(u: dict[str, Any]) -> str:
+    return f"{u['name']}: admin {'yes' if u['admin'] else 'no'}, runs as {u['account']}"
+
+
+@click.group()
+def users() -> None:
+    """Users (admins): add, list, set."""
+
+
+@users.command("add")
+@click.argument("name")
+@click.option("--admin", is_flag=True, help="may do everything")
+@click.option("--unix-user", default=None, help="Unix account its work runs as (default: NAME)")
+@connection
+def users_add(client: Client, name: str, admin: bool, unix_user: str | None) -> None:
+    """Add a user (then give it a token: apportion tokens create NAME)."""
+    u = client.json("POST", "/users", {"name": name, "admin": admin, "unix_user": unix_user})
+    click.echo(f"added {_user_line(u)}")
+
+
+@users.command("list")
+@json_option
+@connection
+def users_list(client: Client, as_json: bool) -> None:
+    """List users with their admin flag and Unix account."""
+    rows = client.json("GET", "/users")
+    if as_json:
+        _print_json(rows)
+        return
+    table(["USER", "ADMIN", "UNIX_USER"],
+          [[u["name"], "yes" if u["admin"] else "no", u["account"]] for u in rows])
+
+
+@users.command("set")
+@click.argument("name")
+@click.option("--admin/--no-admin", default=None, help="grant or take away admin rights")
+@click.option("--unix-user", default=None,
+              help='Unix account its work runs as ("" for the account named NAME)')
+@connection
+def users_set(client: Client, name: str, admin: bool | None, unix_user: str | None) -> None:
+    """Change a user's admin flag or Unix account (takes effect at once)."""
+    body: dict[str, Any] = {}
+    if admin is not None:
+        body["admin"] = admin
+    if unix_user is not None:
+        body["unix_user"] = unix_user
+    if not body:
+        raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
+    u = client.json("PATCH", f"/users/{name}", body)
+    click.echo(_user_line(u))
+
+
+@click.group()
+def tokens() -> None:
+    """Tokens: create (admins), list, revoke."""
+
+
+@tokens.command("create")
+@click.argument("user")
+@click.option("--kind", type=click.Choice(["user", "scrape"]), default="user",
+              help="user: acts as USER; scrape: may only read (Prometheus)")
+@click.option("--label", default="", help="what it is for (shown by tokens list)")
+@json_option
+@connection
+def tokens_create(client: Client, user: str, kind: str, label: str, as_json: bool) -> None:
+    """Create a token for USER and print it (shown once: only its hash is kept)."""
+    t = client.json("POST", f"/users/{user}/tokens", {"kind": kind, "label": label})
+    if as_json:
+        _print_json(t)
+        return
+    click.echo(t["token"])
+    click.echo(f"{t['id']}: a {t['kind']} token of {t['user']}; keep it secret, it is not "
+               "shown again", err=True)
+
+
+@tokens.command("list")
+@click.option("--user", default=None, help="only this user's (admins: default all)")
+@json_option
+@connection
+def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
+    """List tokens (never the secrets): admins all, others their own."""
+    rows = client.json("GET", "/tokens", params={"user": user})
+    if as_json:
+        _print_json(rows)
+        return
+    table(["ID", "USER", "KIND", "CREATED", "REVOKED", "LABEL"],
+          [[t["id"], t["user"], t["kind"], fmt_time(t["created_at"]),
+            fmt_time(t["revoked_at"]), t["label"] or "-"] for t in rows])
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@connection
+def tokens_revoke(client: Client, token_id: str) -> None:
+    """Revoke a token by its id (from tokens list): refused from this moment."""
+    t = client.json("POST", f"/tokens/{token_id}/revoke")
+    click.echo(f"revoked {t['id']} ({t['kind']} token of {t['user']})")

@@ -9,6 +9,7 @@ import os
 import shlex
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,7 +216,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
     --output, --array, --dependency); options on the command line win. Lines it does not
-    use are listed on stderr with their line numbers."""
+    use are listed on stderr with their line numbers.
+
+    Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
+    server answers 5xx: a submission the server stored before the answer was lost is
+    answered again, never stored twice."""
     opts = dict(given)
     cmd = list(command)
     if looks_like_script(cmd[0]):
@@ -254,7 +259,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     if opts.get("dependency"):
         body["dependency"] = _full_dependency(str(opts["dependency"]))
     try:
-        w = client.json("POST", "/workloads", body)
+        # a fresh key, and retries with it if the connection is lost or the server answers
+        # 5xx: a submission stored before its answer was lost is answered, not stored twice
+        w = client.json("POST", "/workloads", body,
+                        headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag as typed, not the API's field
         for field_name, flag in _FLAGS.items():
             if e.message.startswith(field_name + ":"):

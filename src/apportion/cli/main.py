@@ -26,6 +26,8 @@ _COMMANDS: dict[str, str] = {
     "hosts": "apportion.cli.client:hosts",
     "audit": "apportion.cli.client:audit",
     "why": "apportion.cli.client:why",
+    "users": "apportion.cli.client:users",
+    "tokens": "apportion.cli.client:tokens",
     "order": "apportion.cli.jobs:order",
 }
 

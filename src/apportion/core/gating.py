@@ -68,8 +68,14 @@ def parse_dependency(text: str) -> tuple[tuple[After, str], ...]:
     return tuple(out)
 
 
+MAX_ARRAY = 10_000  # elements of one array
+MAX_ARRAY_INDEX = 2**31 - 1  # a 32-bit column
+
+
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
-    """``0-99``, ``1,3,5-7``, ``0-15%4`` -> (indexes ascending, throttle; 0 = none)."""
+    """``0-99``, ``1,3,5-7``, ``0-15%4`` -> (indexes ascending, throttle; 0 = none). At
+    most ``MAX_ARRAY`` indexes, each at most ``MAX_ARRAY_INDEX``: checked before a range
+    is expanded, so a huge range costs nothing."""
     spec, _, limit = text.strip().partition("%")
     throttle = 0
     if limit:
@@ -84,7 +90,13 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
         first, last = int(lo), int(hi) if dash else int(lo)
         if last < first:
             raise CoreError(f"array: {text!r}: range {part!r} ends before it starts")
+        if last > MAX_ARRAY_INDEX:
+            raise CoreError(f"array: {text!r}: index {last} is over {MAX_ARRAY_INDEX}")
+        if last - first + 1 > MAX_ARRAY:
+            raise CoreError(f"array: {last - first + 1} elements, at most {MAX_ARRAY}")
         indexes.update(range(first, last + 1))
+        if len(indexes) > MAX_ARRAY:  # so far, which bounds what is built
+            raise CoreError(f"array: more than {MAX_ARRAY} elements, at most {MAX_ARRAY}")
     return tuple(sorted(indexes)), throttle
 
 

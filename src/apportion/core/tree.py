@@ -15,6 +15,14 @@ from .names import did_you_mean
 from .types import CoreError
 
 ROOT = ""
+# Weights outside this range are refused: with them every share stays a normal float far
+# from 0 and every sum of sibling weights stays finite, so no pass divides by zero.
+MIN_WEIGHT = 1e-6
+MAX_WEIGHT = 1e6
+# A node with a smaller share of the cluster than this (a deep tree of tiny weights) is
+# refused too: usage ratios divide by shares, and must stay far from overflowing. Two
+# siblings at the ends of the weight range (1e-12) are within it.
+MIN_SHARE = 1e-15
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +92,9 @@ class BudgetTree:
         """Validate and build. Missing intermediate nodes get weight 1.
 
         Raises :class:`CoreError` naming the bad node: empty or malformed path, duplicate
-        path, weight not > 0. (Cycles cannot be written as paths; ids that loop are caught
-        by :func:`from_parent_links`.)
+        path, weight outside ``MIN_WEIGHT..MAX_WEIGHT`` (NaN included), a share below
+        ``MIN_SHARE``. (Cycles cannot be written as paths; ids that loop are caught by
+        :func:`from_parent_links`.)
         """
         weights: dict[str, float] = {}
         explicit: set[str] = set()
@@ -96,8 +105,11 @@ class BudgetTree:
                 raise CoreError(f"budget {path!r}: path: must be names joined by '/'")
             if path in explicit:
                 raise CoreError(f"budget {path!r}: path: duplicate")
-            if not (node.weight > 0) or node.weight != node.weight or node.weight == float("inf"):
-                raise CoreError(f"budget {path!r}: weight: must be > 0, got {node.weight}")
+            if not (MIN_WEIGHT <= node.weight <= MAX_WEIGHT):  # NaN fails this too
+                raise CoreError(
+                    f"budget {path!r}: weight: must be a number from {MIN_WEIGHT:g} to "
+                    f"{MAX_WEIGHT:g}, got {node.weight}"
+                )
             explicit.add(path)
             weights[path] = float(node.weight)
         for path in list(weights):
@@ -108,7 +120,14 @@ class BudgetTree:
         children: dict[str, list[str]] = {}
         for path in weights:
             children.setdefault(parent_of(path), []).append(path)
-        return cls(weights, {k: tuple(sorted(v)) for k, v in children.items()})
+        tree = cls(weights, {k: tuple(sorted(v)) for k, v in children.items()})
+        for path in tree.nodes():
+            if not tree._share[path] >= MIN_SHARE:
+                raise CoreError(
+                    f"budget {path!r}: weight: its share of the cluster "
+                    f"({tree._share[path]:.3g}) is below {MIN_SHARE:g}"
+                )
+        return tree
 
     @classmethod
     def from_parent_links(

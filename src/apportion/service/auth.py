@@ -15,8 +15,13 @@ Rights follow the budget tree (see docs/service.md, "Roles and rights"):
 * a **member** listed on a leaf or on any of its ancestors (and a manager of any of them)
   may submit to that leaf, and cancel their own workloads.
 
-Reading (queue, budgets, hosts, audit) needs any valid token; a workload's logs are shown
-to whoever may cancel it.
+Reading (queue, budgets, hosts, audit) needs any valid token. **Private data** (like
+Slurm's PrivateData): every reader sees every workload's budget, owner, state, size and
+wait reason, but its command, environment and directory, and its logs, only its owner,
+a manager of its budget (the leaf or an ancestor) and admins.
+
+Tokens are of a **kind**: ``user`` acts with its user's rights; ``scrape`` (for Prometheus
+and wall displays) may only read, and never sees private data.
 """
 
 from __future__ import annotations
@@ -25,10 +30,13 @@ import hashlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from apportion.core import ancestors, parent_of
 
 from .store import BudgetRow, UserRow
+
+PRIVATE_FIELDS = ("command", "env", "chdir")
 
 
 def new_token() -> str:
@@ -39,6 +47,31 @@ def new_token() -> str:
 def hash_token(token: str) -> str:
     """The digest stored for ``token``."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request comes from: a user, and the kind of token it showed."""
+
+    user: UserRow
+    kind: str = "user"
+
+    @property
+    def name(self) -> str:
+        return self.user.name
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind != "user"
+
+    def may_see_private(self, rights: Rights, owner: str, budget: str) -> bool:
+        """Command, environment, directory and logs of ``owner``'s workload in ``budget``."""
+        return not self.read_only and (owner == self.user.name or rights.manages(budget))
+
+
+def redact(workload: dict[str, Any]) -> dict[str, Any]:
+    """A workload as others see it: private fields None, and ``private: true``."""
+    return {**workload, **dict.fromkeys(PRIVATE_FIELDS), "private": True}
 
 
 @dataclass(frozen=True, slots=True)

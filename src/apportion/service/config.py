@@ -62,6 +62,10 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8642
     data_dir: Path = Path("apportion-data")
+    # false: the dashboard's data, "why" and /metrics need a token like every other read
+    public_read: bool = False
+    # larger request bodies are refused with 413 before they are read whole
+    max_body_bytes: int = 1 << 20
     # as root, work runs as each owner's Unix account; single_user runs everyone's work as
     # the server's own user instead (see docs/security.md)
     single_user: bool = False
@@ -237,6 +241,8 @@ def parse_config(
         host=r.string("host", "127.0.0.1"),
         port=r.integer("port", 8642, minimum=0),
         data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
+        public_read=r.boolean("public_read", False),
+        max_body_bytes=r.integer("max_body_bytes", 1 << 20, minimum=1024),
         single_user=r.boolean("single_user", False),
         allow_root_for=r.names("allow_root_for"),
     )
@@ -282,6 +288,7 @@ def parse_config(
         unix_user=_unix_user(x),
     ))
     _unique(source, "users", [u.name for u in users])
+    _check_seed(source, budgets, users)
     top.done(("budgets", "database", "executor", "hosts", "policy", "scheduler", "server",
               "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
@@ -309,6 +316,29 @@ def _each(src: str, name: str, value: object, build: Callable[[_Reader], T]) -> 
         out.append(build(r))
         r.done()
     return tuple(out)
+
+
+def _check_seed(src: str, budgets: tuple[BudgetConfig, ...],
+                users: tuple[UserConfig, ...]) -> None:
+    """The API's rules for budget paths, weights and user names hold for the config too."""
+    from .validation import MAX_WEIGHT, MIN_WEIGHT, check_budget_path, check_user_name
+
+    def check(key: str, fn: Callable[[str], str], value: str) -> None:
+        try:
+            fn(value)
+        except ValueError as e:
+            raise ConfigError(f"{src}: {key}: {e}") from None
+
+    for i, b in enumerate(budgets):
+        check(f"budgets[{i}].path", check_budget_path, b.path)
+        if not MIN_WEIGHT <= b.weight <= MAX_WEIGHT:
+            raise ConfigError(f"{src}: budgets[{i}].weight: must be a number from "
+                              f"{MIN_WEIGHT:g} to {MAX_WEIGHT:g}, got {b.weight:g}")
+        for field_ in ("managers", "members"):
+            for j, who in enumerate(getattr(b, field_)):
+                check(f"budgets[{i}].{field_}[{j}]", check_user_name, who)
+    for i, u in enumerate(users):
+        check(f"users[{i}].name", check_user_name, u.name)
 
 
 def _unique(src: str, name: str, values: list[str], what: str = "name") -> None:

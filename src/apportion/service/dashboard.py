@@ -13,9 +13,10 @@
   ended work what happened to it;
 * ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
 
-These routes need no token, like ``/v1/health``: they only read, and show what every
-cluster user may see (``squeue`` shows as much). Put the server behind a proxy with
-authentication if the schedule itself is confidential.
+The pages themselves need no token. Their data and ``/metrics`` need one unless
+``[server] public_read = true`` (``reader``: the dependency that decides); they show what
+every cluster user may see (``squeue`` shows as much), never commands or logs. The page
+sends the token given once as ``/#token=<token>`` (kept in the browser's local storage).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
 
 from apportion.core import FINAL, ClusterState, CoreError, explain
@@ -225,12 +226,15 @@ def dashboard_router(
     scheduler: object,
     settings: ServiceConfig,
     telemetry: Telemetry | None = None,
+    reader: Callable[..., object] | None = None,
 ) -> APIRouter:
     """The dashboard's pages, JSON and ``/metrics``. Registers a :class:`Telemetry` with the
-    scheduler (unless one is given) to count starts, waits and preemptions as they happen."""
+    scheduler (unless one is given) to count starts, waits and preemptions as they happen.
+    ``reader`` (a FastAPI dependency) guards the JSON and ``/metrics``, not the pages."""
     tel = telemetry or Telemetry(settings.policy).attach(scheduler)
     router = APIRouter()
-    router.include_router(metrics_router(scheduler, tel))
+    deps = [Depends(reader)] if reader is not None else []
+    router.include_router(metrics_router(scheduler, tel), dependencies=deps)
     files = {p.name: p for p in STATIC.iterdir() if p.is_file()} if STATIC.is_dir() else {}
 
     def page(name: str) -> FileResponse:
@@ -252,17 +256,17 @@ def dashboard_router(
     def static(name: str) -> FileResponse:
         return page(name)
 
-    @router.get("/v1/dashboard/state", tags=["dashboard"])
+    @router.get("/v1/dashboard/state", tags=["dashboard"], dependencies=deps)
     def state() -> dict[str, Any]:
         """Budgets, queue (in the order considered), running work, hosts, audit log."""
         return dashboard_state(store, scheduler, settings, tel)
 
-    @router.get("/v1/dashboard/usage", tags=["dashboard"])
+    @router.get("/v1/dashboard/usage", tags=["dashboard"], dependencies=deps)
     def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> dict[str, Any]:
         """Hourly charged GPUs per budget node over the last ``hours`` hours."""
         return usage_series(scheduler, hours)
 
-    @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"])
+    @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
     def why(workload_id: str) -> dict[str, Any]:
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)

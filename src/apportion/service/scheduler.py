@@ -188,7 +188,7 @@ class Scheduler:
                     self._fold(t)
                 for _ in range(MAX_ROUNDS if reachable else 0):
                     self._release_held(t)
-                    d = decide(st, t, self.config)
+                    d = self._decide(st, t)
                     self._last = d
                     if d.empty():
                         break
@@ -216,6 +216,59 @@ class Scheduler:
             seconds = time.perf_counter() - wall
             self._notify("passed", t, seconds, st)
             return lines
+
+    def _decide(self, st: ClusterState, t: float) -> Decisions:
+        """``decide``, and if the policy raises: find the pending workloads it fails on
+        (bisecting the queue; ``decide`` leaves the state unchanged), set them aside with
+        the error as their end reason, log it, and decide for everyone else. If the
+        policy fails with no pending work at all, the pass fails as before."""
+        try:
+            return decide(st, t, self.config)
+        except Exception as first:
+            bad = self._culprits(st, t, sorted(st.pending))
+            if not bad:
+                raise
+            for wid in bad:
+                log.error("%s: set aside: the policy fails on it: %r", wid, first)
+                st.unqueue(wid)
+                self._commands.pop(wid, None)
+                self.store.set_aside(wid, f"set aside: the policy fails on it ({first!r})",
+                                     ACTOR)
+            return decide(st, t, self.config)
+
+    def _culprits(self, st: ClusterState, t: float, ids: list[str]) -> list[str]:
+        """The pending workloads without which ``decide`` succeeds, found one at a time by
+        binary search over ``ids`` (about log2(n) calls each). Every workload taken out is
+        put back, with its reservation. Empty if taking them all out does not help."""
+        def fails_without(out: list[str]) -> bool:
+            kept = {w: st.reservations.get(w) for w in out}
+            taken = [st.unqueue(w) for w in out]
+            try:
+                decide(st, t, self.config, reasons=False)
+                return False
+            except Exception:
+                return True
+            finally:
+                for p in taken:
+                    st.submit(p.spec, t, queued_at=p.queued_at)
+                    hosts = kept[p.spec.id]
+                    if hosts is not None:
+                        st.reserve(p.spec.id, hosts)
+
+        if not ids or fails_without(ids):
+            return []
+        bad: list[str] = []
+        while fails_without(bad):
+            rest = [w for w in ids if w not in bad]
+            lo, hi = 1, len(rest)  # without bad + rest[:hi] it succeeds
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if fails_without(bad + rest[:mid]):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            bad.append(rest[lo - 1])
+        return sorted(bad)
 
     def _notify(self, event: str, *args: Any) -> None:
         for fn in self.listeners:

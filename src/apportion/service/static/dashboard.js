@@ -187,8 +187,21 @@ function render(s) {
     (s.errors ? ` \u00b7 ${s.errors} failed` : "");
 }
 
+// A token given once as /#token=<token> is kept in this browser and sent with every
+// request: the server's data needs one unless it runs with [server] public_read = true.
+const TOKEN_KEY = "apportion.token";
+if (location.hash.startsWith("#token=")) {
+  localStorage.setItem(TOKEN_KEY, decodeURIComponent(location.hash.slice(7)));
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
 async function getJSON(url) {
-  const r = await fetch(url, { cache: "no-store" });
+  const token = localStorage.getItem(TOKEN_KEY);
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const r = await fetch(url, { cache: "no-store", headers });
+  if (r.status === 401) {
+    throw new Error("401: this server needs a token: open /#token=<your token> once");
+  }
   if (!r.ok) {
     let detail = r.statusText;
     try { detail = (await r.json()).detail || detail; } catch (e) { /* not JSON */ }

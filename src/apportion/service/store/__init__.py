@@ -1,6 +1,8 @@
 """Durable state of the live service (SQLAlchemy 2; schema by Alembic migrations)."""
 
 from .rows import (
+    TOKEN_KINDS,
+    AlreadySubmitted,
     AttemptRow,
     AuditRow,
     BudgetRow,
@@ -9,6 +11,7 @@ from .rows import (
     NotFound,
     PlacementEntry,
     StoreError,
+    TokenRow,
     UsageInterval,
     UserRow,
     WorkloadRow,
@@ -17,6 +20,8 @@ from .store import ACTIVE, Store, default_sqlite_url, make_engine
 
 __all__ = [
     "ACTIVE",
+    "TOKEN_KINDS",
+    "AlreadySubmitted",
     "AttemptRow",
     "AuditRow",
     "BudgetRow",
@@ -26,6 +31,7 @@ __all__ = [
     "PlacementEntry",
     "Store",
     "StoreError",
+    "TokenRow",
     "UsageInterval",
     "UserRow",
     "WorkloadRow",

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -63,6 +64,13 @@ class TokenModel(Base):
     hash: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex
     user: Mapped[str] = mapped_column(String(128), ForeignKey("users.name"), nullable=False)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # "t-" and the first 12 hex digits of the hash: how people name a token (never secret)
+    id: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    label: Mapped[str] = mapped_column(String(255), nullable=False, server_default="")
+    kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="user")
+    revoked_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+
+    __table_args__ = (Index("ix_tokens_id", "id", unique=True),)
 
 
 class WorkloadModel(Base):
@@ -100,9 +108,14 @@ class WorkloadModel(Base):
     # {"nodelist": [...], "exclude": [...]}: the hosts it may run on
     constraints: Mapped[dict[str, list[str]] | None] = mapped_column(JSON, nullable=True)
 
+    # the submitter's Idempotency-Key, unique per user, and the digest of that request
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
     __table_args__ = (
         Index("ix_workloads_status", "status"),
         Index("ix_workloads_array_id", "array_id"),
+        UniqueConstraint("user", "idempotency_key", name="uq_workloads_user_idempotency_key"),
     )
 
 

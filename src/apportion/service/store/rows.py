@@ -4,7 +4,7 @@ lazily touches the database after a transaction ended, and rows cross threads sa
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from apportion.core import (
@@ -34,6 +34,16 @@ class NotFound(StoreError):
 class Conflict(StoreError):
     """The change does not apply to the row's current state (compare-and-set failed,
     illegal lifecycle transition, duplicate name, ...). Nothing was changed."""
+
+
+class AlreadySubmitted(Conflict):
+    """A submission with this user's idempotency key exists: ``row`` is that workload and
+    ``digest`` the digest of the request that stored it. Nothing was changed."""
+
+    def __init__(self, row: WorkloadRow, digest: str | None) -> None:
+        super().__init__(f"workload {row.id}: Idempotency-Key: already used")
+        self.row = row
+        self.digest = digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +116,14 @@ class WorkloadRow:
     exclude: tuple[str, ...] = ()
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
+
+    def as_submitted(self) -> WorkloadRow:
+        """The row as it was when it was stored (what the submission answered): pending,
+        no attempts. A retried submission with the same idempotency key answers this."""
+        return replace(
+            self, queued_at=self.submit_time, status=Status.PENDING, cancel_requested=False,
+            attempts_count=0, exit_code=None, end_reason=None, attempt=None, attempts=(),
+        )
 
     def spec(self, hosts: Iterable[str] | None = None) -> WorkloadSpec:
         """What the policy sees of this workload. With ``hosts`` (the cluster's), the hosts
@@ -211,6 +229,25 @@ class UserRow:
     def account(self) -> str:
         """The Unix account this user's work runs as."""
         return self.unix_user or self.name
+
+
+TOKEN_KINDS = ("user", "scrape")  # scrape: may read (Prometheus, dashboards), never write
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRow:
+    """A token as its owner and admins see it: never the token or its hash."""
+
+    id: str
+    user: str
+    kind: str
+    label: str
+    created_at: float
+    revoked_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "user": self.user, "kind": self.kind, "label": self.label,
+                "created_at": self.created_at, "revoked_at": self.revoked_at}
 
 
 @dataclass(frozen=True, slots=True)

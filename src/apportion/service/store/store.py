@@ -19,6 +19,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -47,6 +48,8 @@ from .models import (
 )
 from .models import WorkloadModel as WM
 from .rows import (
+    TOKEN_KINDS,
+    AlreadySubmitted,
     AttemptRow,
     AuditRow,
     BudgetRow,
@@ -54,6 +57,7 @@ from .rows import (
     HostRow,
     NotFound,
     PlacementEntry,
+    TokenRow,
     UsageInterval,
     UserRow,
     WorkloadRow,
@@ -190,6 +194,8 @@ class Store:
         user: str | None = None,
         chdir: str | None = None,
         env: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+        request_digest: str | None = None,
         name: str | None = None,
         time_limit: float = 0.0,
         dependencies: Sequence[tuple[str, str]] = (),
@@ -204,33 +210,60 @@ class Store:
         ``nodelist``/``exclude`` the hosts it may (only) and may not use. With
         ``array`` (indexes), one workload per index, all in this one transaction, the
         first's id naming the array; the first is returned (:meth:`array_ids` lists all).
-        The caller validated the spec (core.validate_spec)."""
-        with self._tx() as s:
-            first: WM | None = None
-            slots: list[int | None] = list(array) or [None]
-            for index in slots:
-                m = WM(
-                    budget=budget, user=user if user is not None else actor, gpus=gpus,
-                    min_runtime=float(min_runtime), resumable=resumable, priority=priority,
-                    checkpoint_interval=float(checkpoint_interval), command=list(command),
-                    chdir=chdir, env=dict(env) if env is not None else None,
-                    submit_time=submit_time, queued_at=submit_time,
-                    status=Status.PENDING.value, cancel_requested=False, attempts_count=0,
-                    created_at=self.clock(), name=name, time_limit=float(time_limit),
-                    array_index=index, array_throttle=array_throttle if array else 0,
-                    dependencies=[list(d) for d in dependencies] or None,
-                    constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
-                    if nodelist or exclude else None,
-                )
-                s.add(m)
-                s.flush()
-                m.id = f"w-{m.seq:06d}"
-                first = first or m
-                if array:
-                    m.array_id = first.id
-                s.flush()
-            assert first is not None
-            return _workload(first)
+        The caller validated the spec (core.validate_spec).
+
+        ``idempotency_key`` (with the ``request_digest`` of the request) is unique per
+        owner and kept on the first (or only) workload stored: if one is stored already,
+        :class:`AlreadySubmitted` carries that workload and nothing is stored. A unique
+        constraint decides, so two concurrent submissions with one key store one
+        submission on either database."""
+        owner = user if user is not None else actor
+        try:
+            with self._tx() as s:
+                first: WM | None = None
+                slots: list[int | None] = list(array) or [None]
+                for index in slots:
+                    m = WM(
+                        budget=budget, user=owner, gpus=gpus,
+                        min_runtime=float(min_runtime), resumable=resumable,
+                        priority=priority, checkpoint_interval=float(checkpoint_interval),
+                        command=list(command),
+                        chdir=chdir, env=dict(env) if env is not None else None,
+                        submit_time=submit_time, queued_at=submit_time,
+                        status=Status.PENDING.value, cancel_requested=False,
+                        attempts_count=0, created_at=self.clock(),
+                        idempotency_key=idempotency_key if first is None else None,
+                        request_digest=request_digest if first is None else None,
+                        name=name, time_limit=float(time_limit),
+                        array_index=index, array_throttle=array_throttle if array else 0,
+                        dependencies=[list(d) for d in dependencies] or None,
+                        constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
+                        if nodelist or exclude else None,
+                    )
+                    s.add(m)
+                    s.flush()
+                    m.id = f"w-{m.seq:06d}"
+                    first = first or m
+                    if array:
+                        m.array_id = first.id
+                    s.flush()
+                assert first is not None
+                return _workload(first)
+        except IntegrityError:
+            if idempotency_key is None:
+                raise
+            found = self.by_idempotency_key(owner, idempotency_key)
+            if found is None:
+                raise
+            raise AlreadySubmitted(*found) from None
+
+    def by_idempotency_key(self, user: str, key: str) -> tuple[WorkloadRow, str | None] | None:
+        """The workload ``user`` submitted with ``key``, and its request digest; or None."""
+        with self._tx(write=False) as s:
+            m = s.scalars(
+                select(WM).where(WM.user == user, WM.idempotency_key == key)
+            ).one_or_none()
+            return None if m is None else (_workload(m), m.request_digest)
 
     def statuses(self, ids: Iterable[str]) -> dict[str, Status]:
         """The status of each of these workloads that exists."""
@@ -463,6 +496,22 @@ class Store:
             s.flush()
             s.expire(w)
             return _workload(s.scalars(select(WM).where(WM.id == workload_id)).one())
+
+    def set_aside(self, workload_id: str, reason: str, actor: str) -> bool:
+        """End a pending workload the policy cannot handle (``cancelled``, with ``reason``
+        as its end reason). Audited. False, changing nothing, if it is no longer pending."""
+        with self._tx() as s:
+            res = s.execute(
+                update(WM)
+                .where(WM.id == workload_id, WM.status == Status.PENDING.value)
+                .values(status=Status.CANCELLED.value, end_reason=reason)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                return False
+            self._audit(s, actor, "workload.set_aside", workload_id,
+                        {"status": Status.PENDING.value}, {"reason": reason})
+            return True
 
     def _status_conflict(self, s: Session, workload_id: str, to: Status) -> Exception:
         cur = s.scalars(select(WM.status).where(WM.id == workload_id)).one_or_none()
@@ -716,22 +765,79 @@ class Store:
                 raise _no_user(s, name)
             return _user(u)
 
-    def add_token(self, user: str, token_hash: str) -> None:
-        """Store a token's sha256 hex digest for ``user`` (never the token itself)."""
+    def set_user(
+        self, name: str, actor: str, admin: bool | None = None,
+        unix_user: str | None = None, clear_unix_user: bool = False,
+    ) -> UserRow:
+        """Change a user's admin flag and/or Unix account (``clear_unix_user``: back to the
+        account of the same name). Audited (old -> new)."""
+        with self._tx() as s:
+            u = s.get(UserModel, name)
+            if u is None:
+                raise NotFound(f"user {name}: not found")
+            old = {"admin": bool(u.admin), "unix_user": u.unix_user}
+            if admin is not None:
+                u.admin = admin
+            if clear_unix_user:
+                u.unix_user = None
+            elif unix_user is not None:
+                u.unix_user = unix_user
+            new = {"admin": bool(u.admin), "unix_user": u.unix_user}
+            self._audit(s, actor, "user.set", name, old, new)
+            return _user(u)
+
+    def add_token(
+        self, user: str, token_hash: str, kind: str = "user", label: str = ""
+    ) -> TokenRow:
+        """Store a token's sha256 hex digest for ``user`` (never the token itself).
+        ``kind``: ``user`` (acts as the user) or ``scrape`` (reads only)."""
+        if kind not in TOKEN_KINDS:
+            raise Conflict(f"token: kind: must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
         with self._tx() as s:
             if s.get(UserModel, user) is None:
                 raise _no_user(s, user)
-            s.add(TokenModel(hash=token_hash, user=user, created_at=self.clock()))
+            t = TokenModel(hash=token_hash, user=user, created_at=self.clock(),
+                           id=f"t-{token_hash[:12]}", label=label, kind=kind)
+            s.add(t)
+            s.flush()
+            return _token(t)
+
+    def tokens(self, user: str | None = None) -> list[TokenRow]:
+        """Tokens (all, or of one user), oldest first, revoked ones included."""
+        with self._tx(write=False) as s:
+            q = select(TokenModel)
+            if user is not None:
+                q = q.where(TokenModel.user == user)
+            return [_token(t) for t in s.scalars(q.order_by(TokenModel.created_at,
+                                                            TokenModel.id))]
+
+    def revoke_token(self, token_id: str, actor: str, at: float | None = None) -> TokenRow:
+        """Revoke a token: from now on it is refused. Audited. :class:`Conflict` if it was
+        revoked already."""
+        with self._tx() as s:
+            t = s.scalars(select(TokenModel).where(TokenModel.id == token_id)).one_or_none()
+            if t is None:
+                raise NotFound(f"token {token_id}: not found")
+            if t.revoked_at is not None:
+                raise Conflict(f"token {token_id}: already revoked")
+            t.revoked_at = self.clock() if at is None else at
+            self._audit(s, actor, "token.revoke", t.user, None, {"token": token_id})
+            return _token(t)
 
     def user_for_token(self, token_hash: str) -> UserRow | None:
-        """The user a token digest belongs to, or None."""
+        """The user a token digest belongs to, or None (unknown or revoked)."""
+        found = self.principal_for_token(token_hash)
+        return None if found is None else found[0]
+
+    def principal_for_token(self, token_hash: str) -> tuple[UserRow, str] | None:
+        """``(user, token kind)`` of a valid token digest, or None (unknown or revoked)."""
         with self._tx(write=False) as s:
-            u = s.scalars(
-                select(UserModel)
+            row = s.execute(
+                select(UserModel, TokenModel.kind)
                 .join(TokenModel, TokenModel.user == UserModel.name)
-                .where(TokenModel.hash == token_hash)
+                .where(TokenModel.hash == token_hash, TokenModel.revoked_at.is_(None))
             ).one_or_none()
-            return None if u is None else _user(u)
+            return None if row is None else (_user(row[0]), str(row[1]))
 
     # ---- audit -----------------------------------------------------------------------
     def append_audit(self, actor: str, action: str, target: str, old: Any, new: Any) -> None:
@@ -827,6 +933,11 @@ def _workload(
 
 def _user(u: UserModel) -> UserRow:
     return UserRow(u.name, bool(u.admin), u.unix_user)
+
+
+def _token(t: TokenModel) -> TokenRow:
+    return TokenRow(t.id or f"t-{t.hash[:12]}", t.user, t.kind, t.label, t.created_at,
+                    t.revoked_at)
 
 
 def _host(h: HostModel) -> HostRow:

@@ -1,0 +1,114 @@
+"""Limits on what the API accepts, in one place (docs/security.md, "Input limits").
+
+Each check raises ``ValueError`` with a message that says what is wrong; the request models
+in :mod:`apportion.service.api` attach them to their fields (pydantic ``AfterValidator``),
+so a refusal names the field as the client typed it (``command.1: ...``). The limits are
+chosen so that everything accepted can be stored identically on SQLite and PostgreSQL
+(no NUL: PostgreSQL text cannot hold it; integers within 32 bits; strings within their
+columns) and launched by the kernel (argument lengths).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+
+from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+
+# ---- budgets ------------------------------------------------------------------------------
+SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
+MAX_SEGMENT = 64
+MAX_PATH = 255  # the budgets.path column
+
+# ---- users --------------------------------------------------------------------------------
+# like Unix account names (useradd's default NAME_REGEX, and at most 32 characters)
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+MAX_PEOPLE = 1000  # names in one members or managers list
+
+# ---- workloads ----------------------------------------------------------------------------
+PRIORITY_MIN, PRIORITY_MAX = -1000, 1000
+MAX_GPUS = 1_000_000  # fits a 32-bit column with room; the cluster's size limits it further
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+MAX_ARG_STRLEN = 32 * PAGE_SIZE  # the kernel's limit on one argument, its NUL included
+MAX_ARGS = 10_000  # arguments in one command, variables in one environment
+MAX_PATH_BYTES = 4096  # PATH_MAX: a working directory
+
+# ---- free text ----------------------------------------------------------------------------
+MAX_TEXT = 1024  # a host change's reason, a token's label
+MAX_QUERY = 255  # one query parameter's value
+MAX_DURATION_TEXT = 64  # "1h30m" and the like
+
+__all__ = [
+    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
+    "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
+    "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_text", "check_user_name",
+]
+
+
+def check_text(value: str, limit: int = MAX_TEXT) -> str:
+    """A string without NUL characters and lone surrogates, at most ``limit`` characters."""
+    if len(value) > limit:
+        raise ValueError(f"must be at most {limit} characters, got {len(value)}")
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"must be valid UTF-8 (character {e.start} is not)") from None
+    return value
+
+
+def check_budget_path(path: str) -> str:
+    """Segments of ``[A-Za-z0-9_.-]``, each 1 to 64 characters and neither ``.`` nor
+    ``..``, joined by ``/``; at most 255 characters in all."""
+    if len(path) > MAX_PATH:
+        raise ValueError(f"must be at most {MAX_PATH} characters, got {len(path)}")
+    if not path:
+        raise ValueError("must not be empty")
+    for i, seg in enumerate(path.split("/")):
+        where = f"segment {i + 1} ({seg!r})"
+        if not seg:
+            raise ValueError(f"{where}: must not be empty (names joined by '/')")
+        if len(seg) > MAX_SEGMENT:
+            raise ValueError(f"{where}: must be at most {MAX_SEGMENT} characters")
+        if seg in (".", ".."):
+            raise ValueError(f"{where}: must not be '.' or '..'")
+        if not SEGMENT.fullmatch(seg):
+            raise ValueError(f"{where}: may only hold letters, digits, '_', '.' and '-'")
+    return path
+
+
+def check_user_name(name: str) -> str:
+    """A name like a Unix account's: ``[a-z_][a-z0-9_-]{0,31}``."""
+    if not USER_NAME.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise ValueError(
+            f"{shown!r} is not a user name: a lower-case letter or '_', then up to 31 "
+            "lower-case letters, digits, '_' or '-'"
+        )
+    return name
+
+
+def check_command(argv: Sequence[str]) -> list[str]:
+    """A non-empty argv of valid UTF-8 strings without NUL. Their sizes against the
+    kernel's limits (``MAX_ARG_STRLEN`` per argument, ``ARG_MAX`` with the environment) are
+    checked at submit, where the environment is known, by the rule launches apply
+    (``executors.identity.exec_problem``)."""
+    if not argv:
+        raise ValueError("must hold at least the program to run")
+    if len(argv) > MAX_ARGS:
+        raise ValueError(f"must have at most {MAX_ARGS} arguments, got {len(argv)}")
+    for i, arg in enumerate(argv):
+        if "\x00" in arg:
+            raise ValueError(f"argument {i}: must not contain NUL characters")
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"argument {i}: must be valid UTF-8 (character {e.start} is not)"
+            ) from None
+    if not argv[0]:
+        raise ValueError("argument 0: the program must not be empty")
+    return list(argv)
+
