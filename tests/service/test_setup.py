@@ -109,11 +109,11 @@ def test_serve_with_no_budgets_starts_quietly_and_says_how_to_add_one(tmp_path: 
     with serving(config, free_port()) as (client, log):
         until("the first passes", lambda: "no budgets yet" in log.read_text())
         time.sleep(1.0)  # several passes at interval 0.2 s: none may fail
-        state = client.get("/v1/dashboard/state")
-        assert state.status_code == 503
-        assert "apportion budgets create PATH" in state.json()["detail"]
         token = (tmp_path / "data" / "tokens" / "root").read_text().strip()
         auth = {"Authorization": f"Bearer {token}"}
+        state = client.get("/v1/dashboard/state", headers=auth)
+        assert state.status_code == 503
+        assert "apportion budgets create PATH" in state.json()["detail"]
         r = client.post("/v1/budgets", headers=auth,
                         json={"path": "ai", "weight": 1, "members": ["root"]})
         assert r.status_code == 201, r.text

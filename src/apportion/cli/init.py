@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import pwd
 from pathlib import Path
 
 import click
@@ -19,6 +20,10 @@ EXAMPLE = '''\
 host = "127.0.0.1"          # listen address; put a proxy with TLS in front for remote users
 port = 8642
 data_dir = "apportion-data" # relative to this file: database, tokens, logs
+# Run as root, each workload runs as its owner's Unix account, never as root unless its
+# owner is listed here (see docs/security.md); not as root, set single_user = true to run
+# everyone's work as the server's own user.
+allow_root_for = {allow_root}
 
 [database]
 url = ""                    # empty: SQLite in data_dir; or postgresql+psycopg://user@host/db
@@ -84,7 +89,11 @@ def init(directory: Path, admin: str | None, force: bool) -> None:
     if path.exists() and not force:
         raise click.ClickException(f"{path}: already exists (--force to overwrite)")
     directory.mkdir(parents=True, exist_ok=True)
-    path.write_text(EXAMPLE.replace("{admin}", name), encoding="utf-8")
+    # an admin whose account is root (trying it out as root) may run work as root, so the
+    # commands printed below work as they are
+    allow_root = f'["{name}"]' if _is_root_account(name) else "[]"
+    path.write_text(EXAMPLE.replace("{admin}", name).replace("{allow_root}", allow_root),
+                    encoding="utf-8")
     data = directory / "apportion-data"
     click.echo(f"wrote {path}: edit hosts, budgets and users, then:\n")
     click.echo(f"  apportion serve --config {path}")
@@ -92,3 +101,10 @@ def init(directory: Path, admin: str | None, force: bool) -> None:
                f"APPORTION_TOKEN=$(cat {data / 'tokens' / name})")
     click.echo("  apportion submit --budget research/llm --gpus 1 --min-runtime 30m -- "
                "nvidia-smi")
+
+
+def _is_root_account(name: str) -> bool:
+    try:
+        return pwd.getpwnam(name).pw_uid == 0
+    except KeyError:
+        return False

@@ -577,10 +577,12 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
     else:
         out.append(f"position {e.position} of {e.considered} in the order considered")
     if e.same_budget_ahead:
-        out.append(f"{plural(e.same_budget_ahead, 'workload')} of the same budget come first "
+        verb = "comes" if e.same_budget_ahead == 1 else "come"
+        out.append(f"{plural(e.same_budget_ahead, 'workload')} of the same budget {verb} first "
                    "(priority, then submission time)")
     for r in e.rivals:
-        out.append(f"{plural(r.workloads, 'workload')} of {r.path} (ratio {r.ratio:.3f}) come "
+        out.append(f"{plural(r.workloads, 'workload')} of {r.path} (ratio {r.ratio:.3f}) "
+                   f"{'comes' if r.workloads == 1 else 'come'} "
                    f"first: compared with {r.mine} (ratio {r.mine_ratio:.3f})")
     if e.starts_now:
         where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
