@@ -73,7 +73,7 @@ def test_dashboard_renders_with_the_network_blocked(served: Served,  # noqa: F81
                                                     offline: tuple[Any, list[str]]) -> None:
     """The dashboard shows the tree and hosts with nothing fetched from elsewhere."""
     page, blocked = offline
-    page.goto(served.url + "/")
+    page.goto(served.url + "/#token=" + served.tokens["bob"])  # data needs a token
     page.wait_for_selector('#budgets tbody tr[data-path="ops"]', timeout=WAIT_MS)
     page.wait_for_selector('#hosts tr[data-host="h2"]', timeout=WAIT_MS)
     assert blocked == []
