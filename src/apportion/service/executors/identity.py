@@ -19,6 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from apportion.service.executor import Launch, LaunchRefused
+
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 # apportion adds CUDA_VISIBLE_DEVICES and APPORTION_* after submit: room kept for them
@@ -118,6 +120,16 @@ class Identity:
                           "as root only for users in [server] allow_root_for")
         return acct, None
 
+
+    def launch_account(self, launch: Launch) -> Account | None:
+        """The account one launch switches to (None: it stays the server's user), or
+        :class:`LaunchRefused` saying why it cannot run as asked."""
+        acct, problem = self.resolve(launch.user, launch.account or launch.user)
+        if problem is not None:
+            raise LaunchRefused(problem)
+        if launch.chdir is not None and not os.path.isabs(launch.chdir):
+            raise LaunchRefused(f"chdir: must be an absolute path, got {launch.chdir!r}")
+        return acct
 
 def minimal_env(acct: Account) -> dict[str, str]:
     """What ``--export=NONE`` leaves: the account's own basics."""

@@ -124,12 +124,8 @@ class LocalExecutor:
         for s in launch.slots:
             if s.host not in self._hosts:
                 raise LaunchRefused(f"host {s.host!r}: unknown host")
-        acct, problem = self.identity.resolve(launch.user, launch.account or launch.user)
-        if problem is not None:
-            raise LaunchRefused(problem)
+        acct = self.identity.launch_account(launch)
         run_as = acct if acct is not None else server_account()
-        if launch.chdir is not None and not os.path.isabs(launch.chdir):
-            raise LaunchRefused(f"chdir: must be an absolute path, got {launch.chdir!r}")
         first = launch.slots[0].gpu_indexes if launch.slots else ()
         own = {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in first),

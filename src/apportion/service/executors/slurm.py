@@ -182,12 +182,8 @@ class SlurmExecutor:
         for key in launch.env or {}:
             if not _ENV_KEY.match(key):
                 raise LaunchRefused(f"env: not a variable name: {key!r}")
-        acct, problem = self.identity.resolve(launch.user, launch.account or launch.user)
-        if problem is not None:
-            raise LaunchRefused(problem)
+        acct = self.identity.launch_account(launch)
         run_as = acct if acct is not None else server_account()
-        if launch.chdir is not None and not os.path.isabs(launch.chdir):
-            raise LaunchRefused(f"chdir: must be an absolute path, got {launch.chdir!r}")
         env = child_env(run_as, launch.env, {})
         too_big = exec_problem(list(launch.command), env)
         if too_big is not None:
