@@ -278,18 +278,7 @@ class Store:
     def end_held(self, workload_id: str, reason: str, actor: str) -> bool:
         """pending -> cancelled with ``reason``, for work that can never start (its
         dependency can no longer be met). Audited. False if it was no longer pending."""
-        with self._tx() as s:
-            res = s.execute(
-                update(WM)
-                .where(WM.id == workload_id, WM.status == Status.PENDING.value)
-                .values(status=Status.CANCELLED.value, end_reason=reason)
-                .execution_options(synchronize_session=False)
-            )
-            if res.rowcount != 1:  # type: ignore[attr-defined]
-                return False
-            self._audit(s, actor, "workload.cancel", workload_id,
-                        {"status": Status.PENDING.value}, {"reason": reason})
-            return True
+        return self._cancel_pending(workload_id, reason, actor, "workload.cancel")
 
     def array_ids(self, array_id: str) -> list[str]:
         """The ids of an array's elements, in index order."""
@@ -500,6 +489,11 @@ class Store:
     def set_aside(self, workload_id: str, reason: str, actor: str) -> bool:
         """End a pending workload the policy cannot handle (``cancelled``, with ``reason``
         as its end reason). Audited. False, changing nothing, if it is no longer pending."""
+        return self._cancel_pending(workload_id, reason, actor, "workload.set_aside")
+
+    def _cancel_pending(self, workload_id: str, reason: str, actor: str, action: str) -> bool:
+        """pending -> cancelled with ``reason`` as a compare-and-set, audited as ``action``;
+        False, changing nothing, if it is no longer pending."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -509,7 +503,7 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 return False
-            self._audit(s, actor, "workload.set_aside", workload_id,
+            self._audit(s, actor, action, workload_id,
                         {"status": Status.PENDING.value}, {"reason": reason})
             return True
 
