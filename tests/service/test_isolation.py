@@ -4,9 +4,7 @@ cgroup, with only the environment its owner exported (accounts made by the test 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,7 @@ from apportion.service.executors import _procfs
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
-from apportion.testing.accounts import UnixAccounts, unix_accounts
+from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
 
 DEADLINE_S = 30.0  # bounds a hang only
 OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
@@ -36,10 +34,8 @@ def accounts() -> Iterator[UnixAccounts]:
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A directory every account may enter (pytest's own tmp dirs are root's only)."""
-    d = Path(tempfile.mkdtemp(prefix="apportion-iso-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with open_dir("apportion-iso-") as d:
+        yield d
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import BACKOFF_MAX_S, Scheduler
 from apportion.service.store import Store
-from apportion.testing.accounts import UnixAccounts, unix_accounts
+from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
 
 DEADLINE_S = 60.0  # bounds a hang only
 FINAL = {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PREEMPTED, Status.LOST}
@@ -36,10 +35,8 @@ def accounts() -> Iterator[UnixAccounts]:
 
 @pytest.fixture
 def shared() -> Iterator[Path]:
-    d = Path(tempfile.mkdtemp(prefix="apportion-launch-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with open_dir("apportion-launch-") as d:
+        yield d
 
 
 def local_service(db: Path, data: Path, accounts: UnixAccounts) -> tuple[Store, Scheduler]:

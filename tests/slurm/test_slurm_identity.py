@@ -4,8 +4,6 @@ account (accounts made by the test setup): Slurm sees alice, and so does the nod
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from apportion.testing.accounts import UnixAccounts, unix_accounts
+from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
 from apportion.testing.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state
@@ -32,10 +30,8 @@ def accounts() -> Iterator[UnixAccounts]:
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """Where the nodes write logs as the job's owner: a directory anyone may enter."""
-    d = Path(tempfile.mkdtemp(prefix="apportion-slurm-iso-", dir="/tmp"))
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with open_dir("apportion-slurm-iso-") as d:
+        yield d
 
 
 @pytest.fixture

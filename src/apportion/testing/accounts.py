@@ -9,15 +9,19 @@ removed first. Without root it raises: the tests that need it fail, they never s
 from __future__ import annotations
 
 import grp
+import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from apportion.service.executors.identity import Account, lookup
 
-__all__ = ["UnixAccounts", "unix_accounts"]
+__all__ = ["UnixAccounts", "open_dir", "unix_accounts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +77,15 @@ def unix_accounts(prefix: str = "apportion") -> Iterator[UnixAccounts]:
         yield UnixAccounts(alice, bob, group, grp.getgrnam(group).gr_gid)
     finally:
         _remove(users, group)
+
+
+@contextmanager
+def open_dir(prefix: str) -> Iterator[Path]:
+    """A fresh directory under /tmp that every account may enter (pytest's own temporary
+    directories are root's only), removed when the block ends."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, 0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
