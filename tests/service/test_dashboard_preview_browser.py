@@ -1,6 +1,6 @@
 """The dashboard's weight change with a what-if preview, in a real headless Chromium
 (Debian's /usr/bin/chromium, driven by Playwright) against a real ``apportion serve`` over
-two days of fake-clock history made by the service's own scheduler (as in test_whatif.py).
+four days of fake-clock history made by the service's own scheduler (as in test_whatif.py).
 
 carol manages ``ai`` (so she may set the weights of ai/llm and ai/vision, not ai's own, a
 top-level weight); alice is a member only; ops is a second top-level node with no work.
@@ -99,12 +99,12 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """Two days of history (ai/llm and ai/vision each submit a 4-GPU, 3 h workload every
+    """Four days of history (ai/llm and ai/vision each submit a 4-GPU, 3 h workload every
     30 min on 16 GPUs), ending a day ago, then a live server on that store."""
     tmp = tmp_path_factory.mktemp("preview")
     config = tmp / "apportion.toml"
     config.write_text(CONFIG.format(port=free_port(), tmp=tmp))
-    make_history(config, time.time() - 3 * DAY, 2.0)
+    make_history(config, time.time() - 5 * DAY, 4.0)
     server = Server(config, tmp / "server.log")
     server.start()
     try:
@@ -158,7 +158,8 @@ def test_a_member_sees_no_weight_controls(live: Live, page: Any) -> None:  # noq
 
 def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None:  # noqa: F811 (page)
     """carol (manager of ai) gets a "change" control on ai/llm and ai/vision only; she sets
-    ai/vision to 4 and presses Preview: the page says it is running, then shows the table
+    ai/vision to 4 and presses Preview: the page says it is running (and the server answers
+    other requests meanwhile), then shows the table
     POST /v1/whatif answered, row for row, for her subtree (not ops), ai/vision highlighted,
     delivered more GPU-hours with shorter waits, marked better; nothing is changed until she
     presses Apply, which sets the weight (the budgets table and the audit log show it)."""
@@ -177,11 +178,19 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     with page.expect_response(lambda r: r.url.endswith("/v1/whatif"),
                               timeout=REPLAY_MS) as answer:
         page.click("#we-preview")
+        # the server answers (here the dashboard's state, under the scheduler's lock) while
+        # it replays: the replay runs in a worker thread, not on the event loop
+        live.get("carol", "/v1/dashboard/state")
+        answered = time.time()
         page.wait_for_selector("#weight-editor.running", timeout=WAIT_MS)
         assert page.inner_text("#we-status").startswith(
             "Running: replaying the last 14 days twice")
         assert page.is_disabled("#we-preview")
     assert answer.value.status == 200
+    answer.value.finished()  # the request's timing is complete once it has finished
+    timing = answer.value.request.timing
+    assert timing["responseEnd"] > 0
+    assert answered < (timing["startTime"] + timing["responseEnd"]) / 1000.0
     assert answer.value.request.post_data_json == {"since": "14d",
                                                    "set_weight": {"ai/vision": 4}}
     result = answer.value.json()
@@ -237,6 +246,7 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
         "Preview failed: since: no workload was submitted in the 1 d before the end of the "
         "period: nothing to replay")
     assert page.locator("#we-result").is_hidden()
+    _shot(page, "dashboard-preview-error.png")
     page.select_option("#we-days", "14")
     page.fill("#we-weight", "0")
     page.click("#we-preview")
@@ -246,6 +256,5 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
     page.fill("#we-weight", "")
     page.click("#we-preview")
     assert page.inner_text("#we-error") == "weight: enter a number greater than 0"
-    _shot(page, "dashboard-preview-error.png")
     page.click("#we-close")
     assert page.locator("#weight-editor").is_hidden()

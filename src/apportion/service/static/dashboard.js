@@ -89,6 +89,8 @@ function renderBudgets(s) {
       `<td>${spark(u, f)}</td></tr>`;
   }).join("");
   setRows("budgets", rows, 9, "No budgets yet.");
+  const edited = editor && s.budgets.find((b) => b.path === editor.path);
+  if (edited) $("#we-now").textContent = `now ${weightNum(edited.weight)}, share ${pct(edited.share)}`;
   const days = (s.lookback_s / 86400).toFixed(s.lookback_s % 86400 ? 1 : 0);
   let note = `Owed and delivered GPU-hours over the lookback window (${days} d)`;
   if (s.owed_since !== null && s.owed_since > s.now - s.lookback_s) {
@@ -341,7 +343,6 @@ function openEditor(path) {
   editor = { path, weight: b ? b.weight : null, abort: null, timer: null };
   $("#we-path").textContent = path;
   $("#we-weight").value = b ? b.weight : "";
-  $("#we-now").textContent = b ? `now ${weightNum(b.weight)}, share ${pct(b.share)}` : "";
   $("#we-result").hidden = true;
   editorMessage("", "");
   labelApply();
@@ -455,7 +456,6 @@ async function applyWeight() {
     editorMessage(`Applied: the weight of ${path} is ${weightNum(b.weight)} (was ${weightNum(editor.weight)}); ` +
       "the scheduler uses it from its next pass.", "");
     editor.weight = b.weight;
-    $("#we-now").textContent = `now ${weightNum(b.weight)}`;
     refresh();
   } catch (err) {
     editorMessage("", `Apply failed: ${err.detail || err.message}`);
