@@ -1,4 +1,6 @@
-"""The dashboard: a read-only web page of the live schedule, and its JSON.
+"""The dashboard: a web page of the live schedule, and its JSON. It reads, and changes one
+thing: a budget's weight, with a what-if preview first (``POST /v1/whatif``), for those who
+may set it (``PATCH /v1/budgets/{path}``).
 
 ``dashboard_router(store, scheduler, settings)`` serves
 
