@@ -107,6 +107,9 @@ MATRIX: list[tuple[str, str, str, Any, dict[str, int]]] = [
     ("GET /v1/dashboard/why/{workload_id}", "GET", "/v1/dashboard/why/{alice}", None,
      ANY_TOKEN),
     ("GET /metrics", "GET", "/metrics", None, ANY_TOKEN),
+    # the weights the dashboard offers to change: for a user token (it acts), any user
+    ("GET /v1/dashboard/controls", "GET", "/v1/dashboard/controls", None,
+     only(200, "root", "carol", "dave", "alice", "bob")),
     # no token needed: liveness, the pages (their data needs one), the API's description
     ("GET /v1/health", "GET", "/v1/health", None, EVERYONE),
     ("GET /", "GET", "/", None, EVERYONE),

@@ -153,6 +153,22 @@ def test_public_read_opens_dashboard_why_and_metrics_only(tmp_path: Path) -> Non
         e.close()
 
 
+def test_dashboard_controls_list_the_weights_each_user_may_set(tmp_path: Path) -> None:
+    """/v1/dashboard/controls, even with public_read, needs a user token (401 without) and
+    lists, parents first, the weights its user may set: root every node, carol (manager of
+    ai) the nodes below ai, dave (manager of the leaf ai/llm, whose own weight is carol's)
+    and bob (a member) none."""
+    e = start_env(tmp_path, "sqlite", public_read=True)
+    try:
+        assert e.call("GET", "/v1/dashboard/controls").status_code == 401
+        got = {who: e.call("GET", "/v1/dashboard/controls", who).json()["set_weight"]
+               for who in ("root", "carol", "dave", "bob")}
+        assert got == {"root": ["ai", "ai/llm", "ai/vision", "ops"],
+                       "carol": ["ai/llm", "ai/vision"], "dave": [], "bob": []}
+    finally:
+        e.close()
+
+
 # ---- idempotent submission ----------------------------------------------------------------
 def test_retry_with_the_same_key_answers_the_first_submission(env: Env) -> None:
     """The retry gets the same status and body (even after the workload started, ended and

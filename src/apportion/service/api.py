@@ -821,7 +821,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
 
     app.include_router(reports_router(store, now, principal))  # /v1/reports/usage
     app.include_router(  # /, /sim (pages: public), /v1/dashboard/*, /metrics
-        dashboard_router(store, scheduler, settings, reader=public_reader)
+        dashboard_router(store, scheduler, settings, reader=public_reader, writer=writer)
     )
     app.include_router(whatif_router(store, settings, writer, now))  # POST /v1/whatif
 

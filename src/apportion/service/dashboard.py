@@ -1,4 +1,6 @@
-"""The dashboard: a read-only web page of the live schedule, and its JSON.
+"""The dashboard: a web page of the live schedule, and its JSON. It reads, and changes one
+thing: a budget's weight, with a what-if preview first (``POST /v1/whatif``), for those who
+may set it (``PATCH /v1/budgets/{path}``).
 
 ``dashboard_router(store, scheduler, settings)`` serves
 
@@ -11,6 +13,9 @@
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
   ended work what happened to it;
+* ``/v1/dashboard/controls``: what the token's user may change from the page (the budget
+  weights they may set, which they may also preview with ``POST /v1/whatif``): the page
+  shows its weight controls only for those;
 * ``/metrics``: Prometheus (see :mod:`apportion.service.prom`).
 
 The pages themselves need no token. Their data and ``/metrics`` need one unless
@@ -31,10 +36,11 @@ from fastapi.responses import FileResponse
 
 from apportion.core import FINAL, ClusterState, CoreError, explain
 
+from .auth import Rights
 from .config import ServiceConfig
 from .history import workload_history
 from .prom import SchedulerView, Telemetry, metrics_router, nodes_now, workload_class
-from .store import Store
+from .store import Store, UserRow
 
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
@@ -221,16 +227,29 @@ def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
     return {"end": now, "step_s": HOUR, "hours": hours, "usage": series, "fair": fair}
 
 
+def weight_controls(store: Store, user: UserRow) -> dict[str, Any]:
+    """What ``/v1/dashboard/controls`` returns: the budget nodes whose weight ``user`` may
+    set (``Rights.can_set_weight``, the rule ``PATCH /v1/budgets/{path}`` and
+    ``POST /v1/whatif`` apply), parents first."""
+    rows = store.budgets()
+    rights = Rights.of(user, rows)
+    return {"user": user.name, "admin": user.admin,
+            "set_weight": [b.path for b in rows if rights.can_set_weight(b.path)]}
+
+
 def dashboard_router(
     store: Store,
     scheduler: object,
     settings: ServiceConfig,
     telemetry: Telemetry | None = None,
     reader: Callable[..., object] | None = None,
+    writer: Callable[..., UserRow] | None = None,
 ) -> APIRouter:
     """The dashboard's pages, JSON and ``/metrics``. Registers a :class:`Telemetry` with the
     scheduler (unless one is given) to count starts, waits and preemptions as they happen.
-    ``reader`` (a FastAPI dependency) guards the JSON and ``/metrics``, not the pages."""
+    ``reader`` (a FastAPI dependency) guards the JSON and ``/metrics``, not the pages;
+    ``writer`` (the dependency of the routes that change things: a user token) gives
+    ``/v1/dashboard/controls``, which is left out without it."""
     tel = telemetry or Telemetry(settings.policy).attach(scheduler)
     router = APIRouter()
     deps = [Depends(reader)] if reader is not None else []
@@ -271,8 +290,16 @@ def dashboard_router(
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)
 
+    if writer is not None:
+        # a default, not an Annotated alias: annotations are strings here (__future__), and
+        # FastAPI resolves them in the module's globals only
+        @router.get("/v1/dashboard/controls", tags=["dashboard"])
+        def controls(user: UserRow = Depends(writer)) -> dict[str, Any]:  # noqa: B008
+            """The budget weights the caller may set (and preview) from the dashboard."""
+            return weight_controls(store, user)
+
     return router
 
 
 __all__ = ["clock_time", "dashboard_router", "dashboard_state", "explain_workload",
-           "usage_series"]
+           "usage_series", "weight_controls"]

@@ -75,9 +75,11 @@ function renderBudgets(s) {
     const pad = 14 * (b.depth - 1);
     const u = usage && usage.usage[b.path];
     const f = usage && usage.fair[b.path];
-    return `<tr data-path="${esc(b.path)}">` +
+    const editing = editor && editor.path === b.path ? ' class="editing"' : "";
+    return `<tr data-path="${esc(b.path)}"${editing}>` +
       `<td><span class="tree-name" style="padding-left:${pad}px"><span class="${b.leaf ? "leaf" : "inner"}"></span>` +
       `<span title="${esc(b.path)}">${esc(b.name)}</span></span></td>` +
+      `<td class="num">${weightCell(b)}</td>` +
       `<td class="num">${pct(b.share)}</td>` +
       `<td>${ratioCell(b.usage_ratio)}</td>` +
       `<td class="num">${num(b.delivered_gpus, 0)} / ${num(b.owed_gpus, 1)}</td>` +
@@ -86,7 +88,9 @@ function renderBudgets(s) {
       `<td class="num">${b.pending || ""}</td>` +
       `<td>${spark(u, f)}</td></tr>`;
   }).join("");
-  setRows("budgets", rows, 8, "No budgets yet.");
+  setRows("budgets", rows, 9, "No budgets yet.");
+  const edited = editor && s.budgets.find((b) => b.path === editor.path);
+  if (edited) $("#we-now").textContent = `now ${weightNum(edited.weight)}, share ${pct(edited.share)}`;
   const days = (s.lookback_s / 86400).toFixed(s.lookback_s % 86400 ? 1 : 0);
   let note = `Owed and delivered GPU-hours over the lookback window (${days} d)`;
   if (s.owed_since !== null && s.owed_since > s.now - s.lookback_s) {
@@ -195,20 +199,36 @@ if (location.hash.startsWith("#token=")) {
   history.replaceState(null, "", location.pathname + location.search);
 }
 
-async function getJSON(url) {
+// An error answer of the API, with its status and the server's own words (`detail`).
+class ApiError extends Error {
+  constructor(status, detail) {
+    super(`${status} ${detail}`);
+    this.status = status;
+    this.detail = detail;
+  }
+}
+
+async function api(method, url, body, signal) {
   const token = localStorage.getItem(TOKEN_KEY);
   const headers = token ? { Authorization: `Bearer ${token}` } : {};
-  const r = await fetch(url, { cache: "no-store", headers });
-  if (r.status === 401) {
-    throw new Error("401: this server needs a token: open /#token=<your token> once");
+  const init = { method, cache: "no-store", headers, signal };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(url, init);
+  if (r.status === 401 && method === "GET") {
+    throw new ApiError(401, "this server needs a token: open /#token=<your token> once");
   }
   if (!r.ok) {
     let detail = r.statusText;
     try { detail = (await r.json()).detail || detail; } catch (e) { /* not JSON */ }
-    throw new Error(`${r.status} ${detail}`);
+    throw new ApiError(r.status, detail);
   }
   return r.json();
 }
+
+function getJSON(url) { return api("GET", url); }
 
 async function refreshWhy(id) {
   try {
@@ -220,7 +240,7 @@ async function refreshWhy(id) {
   if (last) renderQueue(last);
 }
 
-async function poll() {
+async function refresh() {
   try {
     last = await getJSON("/v1/dashboard/state");
     const listed = new Set(last.pending.map((p) => p.id));
@@ -229,9 +249,12 @@ async function poll() {
     for (const [id, w] of expanded) if (Date.now() - w.at > WHY_MS) refreshWhy(id);
   } catch (err) {
     setStatus(false, "disconnected: " + err.message);
-  } finally {
-    setTimeout(poll, POLL_MS);
   }
+}
+
+async function poll() {
+  await refresh();
+  setTimeout(poll, POLL_MS);
 }
 
 async function pollUsage() {
@@ -256,5 +279,201 @@ $("#queue tbody").addEventListener("click", (ev) => {
   }
 });
 
+// ---- changing a weight, with a preview ------------------------------------------------
+// The server says which weights this token's user may set (/v1/dashboard/controls, the
+// rule PATCH /v1/budgets/{path} and POST /v1/whatif apply); only those rows get a control.
+// "Preview" replays the cluster's own history with the proposed weight (POST /v1/whatif,
+// seconds to minutes: the server runs it off its event loop), "Apply" sets it (PATCH).
+let controls = new Set();
+let editor = null; // {path, weight, abort, timer}
+let previewSeq = 0; // answers of an older preview are dropped
+
+function weightNum(w) {
+  return w === null || w === undefined ? "-" : Number(w).toLocaleString(undefined, { maximumFractionDigits: 3 });
+}
+
+function weightCell(b) {
+  const change = controls.has(b.path)
+    ? ` <button type="button" class="linkbtn" data-edit="${esc(b.path)}">change</button>` : "";
+  return weightNum(b.weight) + change;
+}
+
+async function loadControls() {
+  let paths = [];
+  try {
+    paths = (await getJSON("/v1/dashboard/controls")).set_weight;
+  } catch (err) { /* no token, a read-only token, or an older server: no controls */ }
+  const before = [...controls].join("\n");
+  controls = new Set(paths);
+  if (editor && !controls.has(editor.path)) closeEditor();
+  if (last && before !== paths.join("\n")) renderBudgets(last);
+}
+
+function budgetRow(path) { return last && last.budgets.find((b) => b.path === path); }
+
+function proposedWeight() {
+  const raw = $("#we-weight").value.trim();
+  const w = Number(raw);
+  return raw === "" || !isFinite(w) ? null : w;
+}
+
+function editorMessage(status, error) {
+  $("#we-status").textContent = status || "";
+  $("#we-error").textContent = error || "";
+}
+
+function stopRunning() {
+  if (!editor) return;
+  if (editor.abort) editor.abort.abort();
+  if (editor.timer) clearInterval(editor.timer);
+  editor.abort = null;
+  editor.timer = null;
+  $("#we-preview").disabled = false;
+  $("#weight-editor").classList.remove("running");
+}
+
+function labelApply() {
+  const w = proposedWeight();
+  $("#we-apply").textContent = w === null ? "Apply" : `Apply weight ${weightNum(w)}`;
+}
+
+function openEditor(path) {
+  stopRunning();
+  const b = budgetRow(path);
+  editor = { path, weight: b ? b.weight : null, abort: null, timer: null };
+  $("#we-path").textContent = path;
+  $("#we-weight").value = b ? b.weight : "";
+  $("#we-result").hidden = true;
+  editorMessage("", "");
+  labelApply();
+  $("#weight-editor").hidden = false;
+  if (last) renderBudgets(last);
+  $("#weight-editor").scrollIntoView({ block: "nearest" });
+  $("#we-weight").focus();
+}
+
+function closeEditor() {
+  stopRunning();
+  editor = null;
+  $("#weight-editor").hidden = true;
+  if (last) renderBudgets(last);
+}
+
+function cmpClass(cur, prop, higherIsBetter) {
+  if (cur === null || prop === null || cur === undefined || prop === undefined || cur === prop) return "";
+  return (prop > cur) === higherIsBetter ? "better" : "worse";
+}
+
+function pair(cur, prop, fmt, higherIsBetter) {
+  return `<td class="num">${fmt(cur)}</td>` +
+    `<td class="num proposed ${cmpClass(cur, prop, higherIsBetter)}">${fmt(prop)}</td>`;
+}
+
+function renderPreview(res, path) {
+  const when = (t) => new Date(t * 1000).toLocaleString();
+  const p = res.period;
+  const change = Object.entries(res.set_weight).map(([k, w]) => `${k} = ${weightNum(w)}`).join(", ");
+  let note = `Proposed: ${change}. Replayed this cluster's history from ${when(p.start)} to ${when(p.end)} ` +
+    `(${p.days.toFixed(1)} days from its first submission): ${p.workloads} workloads, ` +
+    "with the current weights and with the proposed one.";
+  if (p.running_at_end) note += ` ${p.running_at_end} still running at the end are replayed with their run so far (the last hours read low).`;
+  if (p.waiting_at_end) note += ` ${p.waiting_at_end} still waiting at the end are replayed with an estimated run.`;
+  $("#we-period").textContent = note;
+  const hours = (v) => num(v, 1);
+  const rows = res.budgets.map((b) => {
+    const changed = b.weight_current !== b.weight_proposed;
+    const pad = 14 * (b.budget.split("/").length - 1);
+    const weight = changed ? `${weightNum(b.weight_current)} \u2192 <b>${weightNum(b.weight_proposed)}</b>`
+      : weightNum(b.weight_current);
+    const c = b.current, q = b.proposed;
+    return `<tr data-path="${esc(b.budget)}"${changed ? ' class="changed"' : ""}>` +
+      `<td><span style="padding-left:${pad}px">${esc(b.budget)}</span></td><td class="num">${weight}</td>` +
+      pair(c.attainment, q.attainment, pct, true) +
+      pair(c.delivered_gpu_hours, q.delivered_gpu_hours, hours, true) +
+      pair(c.wait_p50_s, q.wait_p50_s, dur, false) +
+      pair(c.wait_p90_s, q.wait_p90_s, dur, false) +
+      pair(c.preemptions, q.preemptions, String, false) + "</tr>";
+  }).join("");
+  $("#we-table tbody").innerHTML = rows ||
+    '<tr><td colspan="12" class="empty">No budget of yours in the replay.</td></tr>';
+  const o = res.overall, oc = o.current, op = o.proposed;
+  $("#we-table tfoot").innerHTML = `<tr class="overall"><td>overall (whole cluster)</td><td></td>` +
+    pair(oc.attainment, op.attainment, pct, true) + '<td></td><td></td><td></td><td></td>' +
+    pair(oc.wait_p90_s, op.wait_p90_s, dur, false) +
+    pair(oc.preemptions, op.preemptions, String, false) + "</tr>";
+  $("#we-result").hidden = false;
+  $("#we-result").dataset.previewed = `${path}=${Object.values(res.set_weight)[0]}`;
+}
+
+async function runPreview() {
+  if (!editor) return;
+  const w = proposedWeight();
+  if (w === null) {
+    editorMessage("", "weight: enter a number greater than 0");
+    return;
+  }
+  stopRunning();
+  const path = editor.path;
+  const days = Number($("#we-days").value);
+  const seq = ++previewSeq;
+  const abort = new AbortController();
+  const started = Date.now();
+  const tick = () => editorMessage(
+    `Running: replaying the last ${days} day${days > 1 ? "s" : ""} twice, with the current weights and with ` +
+    `${path} = ${weightNum(w)}... ${Math.round((Date.now() - started) / 1000)} s`, "");
+  editor.abort = abort;
+  editor.timer = setInterval(tick, 1000);
+  tick();
+  $("#we-preview").disabled = true;
+  $("#weight-editor").classList.add("running");
+  $("#we-result").hidden = true;
+  try {
+    const res = await api("POST", "/v1/whatif", { since: `${days}d`, set_weight: { [path]: w } }, abort.signal);
+    if (!editor || previewSeq !== seq) return;
+    stopRunning();
+    renderPreview(res, path);
+    editorMessage(`Preview done in ${Math.round((Date.now() - started) / 1000)} s. Nothing is changed until you press Apply.`, "");
+  } catch (err) {
+    if (!editor || previewSeq !== seq || err.name === "AbortError") return;
+    stopRunning();
+    editorMessage("", `Preview failed: ${err.detail || err.message}`);
+  }
+}
+
+async function applyWeight() {
+  if (!editor) return;
+  const w = proposedWeight();
+  if (w === null) {
+    editorMessage("", "weight: enter a number greater than 0");
+    return;
+  }
+  const path = editor.path;
+  const url = "/v1/budgets/" + path.split("/").map(encodeURIComponent).join("/");
+  $("#we-apply").disabled = true;
+  try {
+    const b = await api("PATCH", url, { weight: w });
+    if (!editor || editor.path !== path) return;
+    editorMessage(`Applied: the weight of ${path} is ${weightNum(b.weight)} (was ${weightNum(editor.weight)}); ` +
+      "the scheduler uses it from its next pass.", "");
+    editor.weight = b.weight;
+    refresh();
+  } catch (err) {
+    editorMessage("", `Apply failed: ${err.detail || err.message}`);
+  } finally {
+    $("#we-apply").disabled = false;
+  }
+}
+
+$("#budgets tbody").addEventListener("click", (ev) => {
+  const btn = ev.target.closest("button[data-edit]");
+  if (btn) openEditor(btn.dataset.edit);
+});
+$("#we-form").addEventListener("submit", (ev) => { ev.preventDefault(); runPreview(); });
+$("#we-apply").addEventListener("click", applyWeight);
+$("#we-close").addEventListener("click", closeEditor);
+$("#we-weight").addEventListener("input", labelApply);
+
+loadControls();
+setInterval(loadControls, USAGE_MS);
 pollUsage();
 poll();

@@ -1,0 +1,260 @@
+"""The dashboard's weight change with a what-if preview, in a real headless Chromium
+(Debian's /usr/bin/chromium, driven by Playwright) against a real ``apportion serve`` over
+four days of fake-clock history made by the service's own scheduler (as in test_whatif.py).
+
+carol manages ``ai`` (so she may set the weights of ai/llm and ai/vision, not ai's own, a
+top-level weight); alice is a member only; ops is a second top-level node with no work.
+Screenshots go to test-artifacts/screenshots/ for a person to look at.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from server_proc import Server, free_port
+from test_dashboard_browser import browser, page  # noqa: F401 (fixtures)
+from test_whatif import DAY, make_history
+
+pytestmark = pytest.mark.browser
+
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+WAIT_MS = 20_000  # a deadline for things to appear, not a speed requirement
+REPLAY_MS = 300_000  # a preview replays the whole period twice: a bound on a hang only
+
+CONFIG = """[server]
+host = "127.0.0.1"
+port = {port}
+data_dir = "data"
+single_user = true
+
+[database]
+url = "sqlite:///{tmp}/a.db"
+
+[executor]
+kind = "memory"
+grace_s = 0
+
+[scheduler]
+interval_s = 1
+
+[[hosts]]
+name = "h0"
+gpus = 8
+
+[[hosts]]
+name = "h1"
+gpus = 8
+
+[[budgets]]
+path = "ai"
+weight = 3
+managers = ["carol"]
+
+[[budgets]]
+path = "ai/llm"
+weight = 2
+members = ["alice"]
+
+[[budgets]]
+path = "ai/vision"
+weight = 1
+members = ["alice"]
+
+[[budgets]]
+path = "ops"
+weight = 1
+
+[[users]]
+name = "alice"
+
+[[users]]
+name = "carol"
+
+[[users]]
+name = "admin"
+admin = true
+"""
+
+
+@dataclass(frozen=True)
+class Live:
+    server: Server
+
+    def get(self, user: str, path: str) -> Any:
+        r = httpx.get(self.server.url + path, timeout=30,
+                      headers={"Authorization": f"Bearer {self.server.token(user)}"})
+        assert r.status_code == 200, f"GET {path}: {r.status_code} {r.text}"
+        return r.json()
+
+    def weight(self, path: str) -> float:
+        return float(next(b["weight"] for b in self.get("admin", "/v1/budgets")
+                          if b["path"] == path))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """Four days of history (ai/llm and ai/vision each submit a 4-GPU, 3 h workload every
+    30 min on 16 GPUs), ending a day ago, then a live server on that store."""
+    tmp = tmp_path_factory.mktemp("preview")
+    config = tmp / "apportion.toml"
+    config.write_text(CONFIG.format(port=free_port(), tmp=tmp))
+    make_history(config, time.time() - 5 * DAY, 4.0)
+    server = Server(config, tmp / "server.log")
+    server.start()
+    try:
+        yield Live(server)
+    finally:
+        server.stop()
+
+
+def _shot(pg: Any, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(SHOTS / name), full_page=True)
+
+
+def _open(pg: Any, live: Live, user: str) -> None:
+    pg.goto(live.server.url + "/#token=" + live.server.token(user))
+    pg.wait_for_selector('#budgets tbody tr[data-path="ops"]', timeout=WAIT_MS)
+
+
+def _cells(pg: Any, selector: str) -> list[list[str]]:
+    rows: list[list[str]] = pg.eval_on_selector_all(
+        selector, "trs => trs.map(r => [...r.cells].map(c => c.innerText.trim()))")
+    return rows
+
+
+def _pct(v: float | None) -> str:
+    """A fraction as dashboard.js prints it (``(100 * v).toFixed(1) + "%"``)."""
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def test_controls_follow_the_rights(live: Live) -> None:
+    """/v1/dashboard/controls lists the weights each user may set: a manager of ai those
+    below ai, an admin every node, a member none."""
+    assert live.get("carol", "/v1/dashboard/controls") == {
+        "user": "carol", "admin": False, "set_weight": ["ai/llm", "ai/vision"]}
+    assert live.get("admin", "/v1/dashboard/controls")["set_weight"] == [
+        "ai", "ai/llm", "ai/vision", "ops"]
+    assert live.get("alice", "/v1/dashboard/controls")["set_weight"] == []
+
+
+def test_a_member_sees_no_weight_controls(live: Live, page: Any) -> None:  # noqa: F811 (page)
+    """alice (a member, managing nothing) sees the budgets with their weights, and no
+    control to change one: no "change" button, no editor."""
+    _open(page, live, "alice")
+    page.wait_for_selector('#budgets tbody tr[data-path="ai/vision"]', timeout=WAIT_MS)
+    page.wait_for_load_state("networkidle")  # the controls' answer has arrived
+    weights = [r[1] for r in _cells(page, "#budgets tbody tr[data-path]")]
+    assert weights == [f"{b['weight']:g}" for b in live.get("alice", "/v1/budgets")]
+    assert page.locator("#budgets button[data-edit]").count() == 0
+    assert page.locator("#weight-editor").is_hidden()
+
+
+def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None:  # noqa: F811 (page)
+    """carol (manager of ai) gets a "change" control on ai/llm and ai/vision only; she sets
+    ai/vision to 4 and presses Preview: the page says it is running (and the server answers
+    other requests meanwhile), then shows the table
+    POST /v1/whatif answered, row for row, for her subtree (not ops), ai/vision highlighted,
+    delivered more GPU-hours with shorter waits, marked better; nothing is changed until she
+    presses Apply, which sets the weight (the budgets table and the audit log show it)."""
+    _open(page, live, "carol")
+    page.wait_for_selector('#budgets button[data-edit="ai/vision"]', timeout=WAIT_MS)
+    editable = page.eval_on_selector_all("#budgets button[data-edit]",
+                                         "bs => bs.map(b => b.dataset.edit)")
+    assert editable == ["ai/llm", "ai/vision"]
+    page.click('#budgets button[data-edit="ai/vision"]')
+    assert page.inner_text("#we-path") == "ai/vision"
+    assert page.input_value("#we-weight") == "1"
+    assert page.input_value("#we-days") == "14"  # the default period
+    page.fill("#we-weight", "4")
+    assert page.inner_text("#we-apply") == "Apply weight 4"
+
+    with page.expect_response(lambda r: r.url.endswith("/v1/whatif"),
+                              timeout=REPLAY_MS) as answer:
+        page.click("#we-preview")
+        # the server answers (here the dashboard's state, under the scheduler's lock) while
+        # it replays: the replay runs in a worker thread, not on the event loop
+        live.get("carol", "/v1/dashboard/state")
+        answered = time.time()
+        page.wait_for_selector("#weight-editor.running", timeout=WAIT_MS)
+        assert page.inner_text("#we-status").startswith(
+            "Running: replaying the last 14 days twice")
+        assert page.is_disabled("#we-preview")
+    assert answer.value.status == 200
+    answer.value.finished()  # the request's timing is complete once it has finished
+    timing = answer.value.request.timing
+    assert timing["responseEnd"] > 0
+    assert answered < (timing["startTime"] + timing["responseEnd"]) / 1000.0
+    assert answer.value.request.post_data_json == {"since": "14d",
+                                                   "set_weight": {"ai/vision": 4}}
+    result = answer.value.json()
+    page.wait_for_selector("#we-result:not([hidden])", timeout=WAIT_MS)
+    assert "Nothing is changed until you press Apply" in page.inner_text("#we-status")
+    assert live.weight("ai/vision") == 1.0  # a preview changes nothing
+
+    rows = _cells(page, "#we-table tbody tr")
+    assert [r[0] for r in rows] == ["ai", "ai/llm", "ai/vision"]  # her subtree: no ops
+    for cells, b in zip(rows, result["budgets"], strict=True):
+        assert cells[2:4] == [_pct(b["current"]["attainment"]),
+                              _pct(b["proposed"]["attainment"])]
+        assert cells[10:12] == [str(b["current"]["preemptions"]),
+                                str(b["proposed"]["preemptions"])]
+    assert page.eval_on_selector_all("#we-table tbody tr.changed",
+                                     "trs => trs.map(r => r.dataset.path)") == ["ai/vision"]
+    vision = next(b for b in result["budgets"] if b["budget"] == "ai/vision")
+    assert rows[2][1] == "1 \u2192 4"
+    # four times the weight: more GPU-hours delivered, shorter waits (its attainment, on
+    # what it is owed, was 100% already: its share of 16 GPUs is 4, its demand 24)
+    assert vision["proposed"]["delivered_gpu_hours"] > vision["current"]["delivered_gpu_hours"]
+    assert vision["proposed"]["wait_p90_s"] < vision["current"]["wait_p90_s"]
+    marks = page.eval_on_selector_all('#we-table tr[data-path="ai/vision"] td.proposed',
+                                      "tds => tds.map(td => td.className)")
+    assert ["better" in m for m in marks[1:4]] == [True, True, True]  # delivered, waits
+    assert f"{result['period']['workloads']} workloads" in page.inner_text("#we-period")
+    _shot(page, "dashboard-preview.png")
+
+    page.click("#we-apply")
+    page.wait_for_function(
+        "() => document.querySelector('#we-status').innerText.startsWith('Applied')",
+        timeout=WAIT_MS)
+    assert live.weight("ai/vision") == 4.0
+    page.wait_for_function(
+        "() => document.querySelector('#budgets tr[data-path=\"ai/vision\"] td:nth-child(2)')"
+        ".innerText.startsWith('4')", timeout=WAIT_MS)
+    page.wait_for_selector('#audit tbody td:has-text("budget.weight")', timeout=WAIT_MS)
+    audit = _cells(page, "#audit tbody tr")
+    assert audit[0][1:4] == ["carol", "budget.weight", "ai/vision"]
+
+
+def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  # noqa: F811 (page)
+    """Nothing to replay (the last day has no submission: the history ended a day ago), a
+    weight of 0, and an empty weight each give a message on the page in the server's (or the
+    field's) words, no table; the page keeps working."""
+    _open(page, live, "carol")
+    page.wait_for_selector('#budgets button[data-edit="ai/llm"]', timeout=WAIT_MS)
+    page.click('#budgets button[data-edit="ai/llm"]')
+    page.select_option("#we-days", "1")
+    page.click("#we-preview")
+    page.wait_for_selector("#we-error:has-text('Preview failed')", timeout=REPLAY_MS)
+    assert page.inner_text("#we-error") == (
+        "Preview failed: since: no workload was submitted in the 1 d before the end of the "
+        "period: nothing to replay")
+    assert page.locator("#we-result").is_hidden()
+    _shot(page, "dashboard-preview-error.png")
+    page.select_option("#we-days", "14")
+    page.fill("#we-weight", "0")
+    page.click("#we-preview")
+    page.wait_for_selector("#we-error:has-text('Preview failed')", timeout=REPLAY_MS)
+    assert page.inner_text("#we-error") == (
+        "Preview failed: set_weight: ai/llm: weight must be a number > 0, got 0.0")
+    page.fill("#we-weight", "")
+    page.click("#we-preview")
+    assert page.inner_text("#we-error") == "weight: enter a number greater than 0"
+    page.click("#we-close")
+    assert page.locator("#weight-editor").is_hidden()
