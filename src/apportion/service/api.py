@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -53,24 +53,13 @@ from .auth import Principal, Rights, hash_token, new_token, redact
 from .config import ServiceConfig
 from .dashboard import dashboard_router, explain_workload
 from .executors import identity
+from .port import SchedulerPort
 from .reports import reports_router
 from .store import AlreadySubmitted, Conflict, NotFound, Store, UserRow, WorkloadRow
 from .whatif_api import whatif_router
 
 API_VERSION = "v1"
 TOKEN_CACHE_S = 30.0
-
-
-class SchedulerPort(Protocol):
-    """What the API needs from the scheduler."""
-
-    def wake(self) -> None:
-        """Something changed in the store (submission, cancel, budgets): run a pass soon."""
-        ...
-
-    def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> object:
-        """Change a host's state in the scheduler's state and in the store (audited)."""
-        ...
 
 
 # ---- request bodies ----------------------------------------------------------------------
@@ -354,8 +343,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     # digest -> (principal, valid until): saves a query per request. Cleared whenever a
     # token is revoked or a user changed, so a revoked token is refused at once.
     token_cache: dict[str, tuple[Principal, float]] = {}
-    clock = getattr(scheduler, "clock", None)
-    now: Callable[[], float] = clock.now if clock is not None else time.time
+    now: Callable[[], float] = scheduler.clock.now
 
     @app.exception_handler(RequestValidationError)
     def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -637,17 +625,13 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     def usage(_who: Reader) -> dict[str, Any]:
         """Charged and free GPU-hours of every node over the lookback window, and its usage
         ratio (charged / (share x healthy GPU-hours))."""
-        view = scheduler.queue_view() if hasattr(scheduler, "queue_view") else None
-        return _usage(store, settings, now(), view)
+        return _usage(store, settings, now(), scheduler.queue_view())
 
     @app.get(f"{v1}/queue", tags=["workloads"])
     def policy_queue(_who: Reader) -> dict[str, Any]:
         """The queue as the scheduler's last pass saw it: pending work in policy order with
         its wait reason, running work with its protection, hosts and budget ratios."""
-        if not hasattr(scheduler, "queue_view"):
-            raise _fail(404, "queue: this scheduler has no queue view")
-        view: dict[str, Any] = scheduler.queue_view()
-        return view
+        return scheduler.queue_view()
 
     @app.post(f"{v1}/budgets", status_code=201, tags=["budgets"])
     def create_budget(body: CreateBudgetBody, user: User) -> dict[str, Any]:

@@ -33,28 +33,13 @@ from apportion.core import FINAL, ClusterState, CoreError, explain
 
 from .config import ServiceConfig
 from .history import workload_history
-from .prom import SchedulerView, Telemetry, metrics_router, nodes_now, workload_class
+from .port import SchedulerPort
+from .prom import Telemetry, metrics_router, nodes_now, workload_class
 from .store import Store
 
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
 HOUR = 3600.0
-
-
-def _scheduler_now(scheduler: object) -> Callable[[], float]:
-    clock = getattr(scheduler, "clock", None)
-    if clock is None:
-        import time
-
-        return time.time
-    now: Callable[[], float] = clock.now
-    return now
-
-
-def _view(scheduler: object) -> SchedulerView:
-    if not (hasattr(scheduler, "lock") and hasattr(scheduler, "state")):
-        raise HTTPException(503, "scheduler: not available in this server")
-    return scheduler  # type: ignore[return-value]
 
 
 def _not_started(store: Store) -> str:
@@ -64,7 +49,7 @@ def _not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
-def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[str, Any]:
+def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -> dict[str, Any]:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), for ended work what happened
     to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
@@ -75,19 +60,17 @@ def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[
         return {"kind": "history",
                 **workload_history(row, store.audit(limit=1000, target=workload_id),
                                    clock_time)}
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, _not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
-        now = max(now_fn(), st.time)
+        now = max(scheduler.clock.now(), st.time)
         try:
-            e = explain(st, now, sched.config, workload_id)
+            e = explain(st, now, scheduler.config, workload_id)
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
     return {"kind": "explanation", **e.as_dict(), "text": e.lines(clock_time),
@@ -127,29 +110,26 @@ def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[dict[s
 
 
 def dashboard_state(
-    store: Store, scheduler: object, settings: ServiceConfig, telemetry: Telemetry
+    store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry
 ) -> dict[str, Any]:
     """What ``/v1/dashboard/state`` returns (see the module docstring)."""
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    queue_view = getattr(scheduler, "queue_view", None)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, _not_started(store))
-        now = max(now_fn(), st.time)
-        view: dict[str, Any] = queue_view() if queue_view is not None else {}
-        nodes = nodes_now(st, now, sched.config)
+        now = max(scheduler.clock.now(), st.time)
+        view = scheduler.queue_view()
+        nodes = nodes_now(st, now, scheduler.config)
         tree = st.tree
         reasons = {h["name"]: h.get("reason", "") for h in view.get("hosts", [])}
         hosts = _hosts(st, now, reasons)
-        classes = {wid: workload_class(p.spec, sched.config) for wid, p in st.pending.items()}
+        classes = {wid: workload_class(p.spec, scheduler.config) for wid, p in st.pending.items()}
         classes.update(
-            {wid: workload_class(r.spec, sched.config) for wid, r in st.running.items()})
+            {wid: workload_class(r.spec, scheduler.config) for wid, r in st.running.items()})
         healthy = st.healthy_gpus()
         used = sum(st.used.values())
-        passes, errors = sched.passes, sched.errors
-        recent = list(getattr(scheduler, "recent", []))[-20:]
+        passes, errors = scheduler.passes, scheduler.errors
+        recent = list(scheduler.recent)[-20:]
     window = telemetry.window(now)
     budgets = []
     for n in nodes:
@@ -200,16 +180,14 @@ def dashboard_state(
     }
 
 
-def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
+def usage_series(scheduler: SchedulerPort, hours: int) -> dict[str, Any]:
     """Average charged GPUs per node in each of the last ``hours`` hours (from the usage
     ledger), and each node's fair share of the healthy GPUs in the same hours."""
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, "scheduler: not started yet, retry in a moment")
-        now = max(now_fn(), st.time)
+        now = max(scheduler.clock.now(), st.time)
         ends = [now - (hours - 1 - k) * HOUR for k in range(hours)]
         healthy = [st.ledger.capacity(t, HOUR) / HOUR for t in ends]
         series = {
@@ -223,7 +201,7 @@ def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
 
 def dashboard_router(
     store: Store,
-    scheduler: object,
+    scheduler: SchedulerPort,
     settings: ServiceConfig,
     telemetry: Telemetry | None = None,
     reader: Callable[..., object] | None = None,

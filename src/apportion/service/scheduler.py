@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from apportion.core import (
     FINAL,
@@ -63,6 +63,7 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.port import PassListener
 from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
 
 log = logging.getLogger("apportion.scheduler")
@@ -75,17 +76,6 @@ EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported dow
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that failed for a transient reason waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
-
-
-class PassListener(Protocol):
-    """A read-only observer of the loop (metrics, dashboard): called under the scheduler's
-    lock, must be quick and must not change the state."""
-
-    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
-        """A round decided something; called before it is applied."""
-
-    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
-        """A pass ended (``seconds``: its wall time)."""
 
 
 @dataclass(slots=True)
@@ -435,14 +425,13 @@ class Scheduler:
     def _settle_unlaunched(self, now: float) -> None:
         """Attempts begun but never given a handle: adopt the executor's if it launched
         them, else end them at their start (nothing charged) and requeue."""
-        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
         for row in self.store.active_workloads():
             a = row.attempt
             if a is None or a.handle is not None:
                 continue
             handle = self._unsaved.pop((row.id, a.n), None)
-            if handle is None and find is not None:
-                handle = find(row.id, a.n)
+            if handle is None:
+                handle = self.executor.find(row.id, a.n)
             if handle is not None:
                 self.store.set_attempt_handle(row.id, a.n, handle)
                 continue
@@ -627,17 +616,19 @@ class Scheduler:
 
     def _sync_inventory(self, now: float) -> bool:
         """Host deaths, returns and drains as the executor reports them. False when the
-        executor's backend did not answer (:class:`ExecutorUnavailable`): the pass then
-        leaves the executor alone and decides nothing."""
+        executor's backend did not answer (:class:`ExecutorUnavailable`) or the inventory
+        failed otherwise (an executor's bug, logged with its traceback): the pass then
+        leaves the executor alone and decides nothing, since hosts it cannot see may have
+        died."""
         st = self._st()
         try:
             inventory = self.executor.inventory()
         except ExecutorUnavailable as e:
             log.warning("executor unavailable, nothing decided this pass: %s", e)
             return False
-        except Exception as e:
-            log.warning("executor inventory failed: %s", e)
-            return True
+        except Exception:
+            log.exception("executor inventory failed, nothing decided this pass")
+            return False
         for ih in inventory:
             if ih.name not in st.hosts:
                 self.store.add_host(ih.name, ih.gpus, ACTOR, at=now)
@@ -706,8 +697,7 @@ class Scheduler:
     def _find_launched(self, wid: str, a: _Attempt, now: float) -> None:
         """An attempt whose launch got no answer: adopt the executor's job if the launch
         went through after all, else end the attempt at its start (nothing charged)."""
-        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
-        handle = find(wid, a.n) if find is not None else None
+        handle = self.executor.find(wid, a.n)
         if handle is not None:
             log.info("%s attempt %d: launched after all as %s; adopted", wid, a.n, handle)
             a.handle = handle
@@ -847,30 +837,28 @@ class Scheduler:
         self._take(slots)
         st.start(wid, s.placement, now)
         a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
-        log_path = getattr(self.executor, "log_path", None)
         try:
+            log_path = self.executor.log_path(wid, row.n)
             launch = Launch(
                 workload_id=wid,
                 attempt=row.n,
                 command=self._commands[wid],
                 slots=slots,
-                log_path=str(log_path(wid, row.n)) if log_path is not None else "",
+                log_path=str(log_path) if log_path is not None else "",
                 whole_hosts=len(slots) > 1,
                 **self._identity(wid),
             )
             a.handle = self.executor.launch(launch)
-        except (LaunchRefused, ValueError) as e:  # it can never run as asked: one try only
+        except LaunchRefused as e:  # it can never run as asked: one try only
             log.warning("%s: launch refused: %s", wid, e)
             self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
             return True
         except ExecutorUnavailable as e:
-            if getattr(self.executor, "find", None) is None:
-                self._back_off(wid, now, e)
-                return True
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
-        except Exception as e:
+        except Exception as e:  # not an answer (docs of service.executor): an executor bug
+            log.exception("%s: launch raised an unexpected error", wid)
             self._back_off(wid, now, e)
             return True
         self._backoff.pop(wid, None)
