@@ -19,6 +19,7 @@ import click
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
+from apportion.service.replies import Me, Workload
 
 from .client import (
     Client,
@@ -27,6 +28,7 @@ from .client import (
     exported_env,
     fmt_time,
     json_option,
+    parse,
     table,
 )
 from .ids import WORKLOAD_ID, full_id
@@ -268,15 +270,16 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
             if e.message.startswith(field_name + ":"):
                 raise click.ClickException(flag + e.message[len(field_name):]) from None
         raise
-    ids: list[str] = w.get("array_ids") or [w["id"]]
+    row = parse(Workload, w, "POST /v1/workloads")
+    ids = row.array_ids or [row.id]
     if as_json:
         _print_json(w)
     else:
-        what = (f"array {w['id']} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
-                if w.get("array_ids") else w["id"])
-        limit = f", time limit {format_duration(w['time_limit'])}" if w["time_limit"] else ""
-        click.echo(f"submitted {what} to {w['budget']} ({plural(w['gpus'], 'GPU')}, min "
-                   f"runtime {format_duration(w['min_runtime'])}{limit})")
+        what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
+                if row.array_ids else row.id)
+        limit = f", time limit {format_duration(row.time_limit)}" if row.time_limit else ""
+        click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
+                   f"runtime {format_duration(row.min_runtime)}{limit})")
     if wait:
         sys.exit(wait_for(client, ids, click.echo))
 
@@ -344,8 +347,7 @@ def _state_line(w: dict[str, Any]) -> str:
 
 # ---- queue -----------------------------------------------------------------------------------
 def _me(client: Client) -> str:
-    me: dict[str, Any] = client.json("GET", "/me")
-    return str(me["name"])
+    return client.reply(Me, "GET", "/me").name
 
 
 def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,

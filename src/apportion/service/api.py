@@ -65,6 +65,24 @@ from .config import ServiceConfig
 from .dashboard import dashboard_router, explain_workload
 from .executors import identity
 from .port import SchedulerPort
+from .replies import (
+    AuditEntry,
+    Budget,
+    BudgetCreated,
+    BudgetManagers,
+    BudgetMembers,
+    BudgetUsage,
+    BudgetWeight,
+    Health,
+    Host,
+    HostInUse,
+    Me,
+    NewToken,
+    NodeUsage,
+    Token,
+    Workload,
+)
+from .replies import User as UserReply
 from .reports import reports_router
 from .store import AlreadySubmitted, Conflict, NotFound, Store, UserRow, WorkloadRow
 from .whatif_api import whatif_router
@@ -292,11 +310,10 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return _fail(403, f"forbidden: {user.name} may not {what}")
 
     def shown(who: Principal, rows: Sequence[WorkloadRow],
-              with_attempts: bool = False) -> list[dict[str, Any]]:
+              with_attempts: bool = False) -> list[Workload]:
         r = Rights.of(who.user, store.budgets())
         return [
-            _printable(w.as_dict(with_attempts)) if who.may_see_private(r, w.user, w.budget)
-            else redact(w.as_dict(with_attempts))
+            _workload(w, with_attempts, private=not who.may_see_private(r, w.user, w.budget))
             for w in rows
         ]
 
@@ -315,17 +332,17 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             pattern=IDEMPOTENCY_KEY,
             description="a retried submission with the same key answers the first one",
         )] = None,
-    ) -> dict[str, Any]:
+    ) -> Workload:
         """Submit a workload to a leaf budget. Durable when the answer arrives."""
         digest = _digest(body) if idempotency_key is not None else None
 
-        def replay(row: WorkloadRow, first_digest: str | None) -> dict[str, Any]:
+        def replay(row: WorkloadRow, first_digest: str | None) -> Workload:
             if first_digest != digest:
                 raise _fail(409, f"Idempotency-Key: already used for another submission "
                                  f"({row.id}); send a new key for a new one")
-            out = row.as_submitted().as_dict()
+            out = _workload(row.as_submitted())
             if row.array_id is not None:  # an array keeps its key on its first element
-                out["array_ids"] = store.array_ids(row.array_id)
+                out.array_ids = store.array_ids(row.array_id)
             return out
 
         if idempotency_key is not None:  # a retry answers the first, whatever changed since
@@ -398,9 +415,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)
         scheduler.wake()
-        out = row.as_dict()
+        out = _workload(row)
         if indexes:
-            out["array_ids"] = store.array_ids(row.id)
+            out.array_ids = store.array_ids(row.id)
         return out
 
     @app.get(f"{v1}/workloads", tags=["workloads"])
@@ -413,7 +430,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
         array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Workload]:
         """Workloads, oldest first (default: the active ones). Another user's command,
         environment and directory are shown only to managers of its budget and admins."""
         statuses: list[Status] | None = None
@@ -428,7 +445,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return shown(who, rows)
 
     @app.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])
-    def show(workload_id: str, who: Reader) -> dict[str, Any]:
+    def show(workload_id: str, who: Reader) -> Workload:
         """One workload with all its attempts (private fields as in the list)."""
         return shown(who, [store.get_workload(workload_id)], with_attempts=True)[0]
 
@@ -437,13 +454,12 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise forbid(user, f"{what} workload {w.id} (owned by {w.user})")
 
     @app.post(f"{v1}/workloads/{{workload_id}}/cancel", tags=["workloads"])
-    def cancel(workload_id: str, user: User) -> dict[str, Any]:
+    def cancel(workload_id: str, user: User) -> Workload:
         """Cancel: pending ones end at once, running ones are stopped by the scheduler."""
         _may_touch(user, store.get_workload(workload_id), "cancel")
         row = store.cancel_workload(workload_id, actor=user.name)
         scheduler.wake()
-        out: dict[str, Any] = _printable(row.as_dict())
-        return out
+        return _workload(row)
 
     @app.get(
         f"{v1}/workloads/{{workload_id}}/logs",
@@ -494,29 +510,27 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                                  headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
 
     @app.get(f"{v1}/me", tags=["users"])
-    def me(who: Reader) -> dict[str, Any]:
+    def me(who: Reader) -> Me:
         """The user the token belongs to."""
-        return {"name": who.user.name, "admin": who.user.admin}
+        return Me(name=who.user.name, admin=who.user.admin)
 
     # ---- budgets -----------------------------------------------------------------------
     @app.get(f"{v1}/budgets", tags=["budgets"])
-    def budgets(_who: Reader) -> list[dict[str, Any]]:
+    def budgets(_who: Reader) -> list[Budget]:
         """The budget tree, parents first: weight, share of the cluster, managers, members."""
         rows = store.budgets()
         if not rows:
             return []
         tree = store.load_tree()
         return [
-            {
-                "path": b.path, "parent": b.parent, "weight": b.weight,
-                "share": tree.share(b.path), "leaf": tree.is_leaf(b.path),
-                "managers": list(b.managers), "members": list(b.members),
-            }
+            Budget(path=b.path, parent=b.parent, weight=b.weight, share=tree.share(b.path),
+                   leaf=tree.is_leaf(b.path), managers=list(b.managers),
+                   members=list(b.members))
             for b in rows
         ]
 
     @app.get(f"{v1}/budgets/usage", tags=["budgets"])
-    def usage(_who: Reader) -> dict[str, Any]:
+    def usage(_who: Reader) -> BudgetUsage:
         """Charged and free GPU-hours of every node over the lookback window, and its usage
         ratio (charged / (share x healthy GPU-hours))."""
         return _usage(store, settings, now(), scheduler.queue_view())
@@ -528,7 +542,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         return scheduler.queue_view()
 
     @app.post(f"{v1}/budgets", status_code=201, tags=["budgets"])
-    def create_budget(body: CreateBudgetBody, user: User) -> dict[str, Any]:
+    def create_budget(body: CreateBudgetBody, user: User) -> BudgetCreated:
         """Create a node below an existing one (admin: also at the top)."""
         if not rights(user).can_create(body.path):
             raise forbid(user, f"create budget {body.path}")
@@ -542,11 +556,10 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 raise _fail(422, f"weight: {e}") from None
             raise
         scheduler.wake()
-        return {"path": b.path, "weight": b.weight, "managers": list(b.managers),
-                "members": list(b.members)}
+        return BudgetCreated.of(b)
 
     @app.patch(f"{v1}/budgets/{{path:path}}", tags=["budgets"])
-    def set_weight(path: str, body: WeightBody, user: User) -> dict[str, Any]:
+    def set_weight(path: str, body: WeightBody, user: User) -> BudgetWeight:
         """Change a node's weight (its parent's manager, or an admin)."""
         store.get_budget(path)
         if not rights(user).can_set_weight(path):
@@ -557,40 +570,41 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise _fail(422, f"weight: {e}") from None
         b = store.set_budget_weight(path, body.weight, actor=user.name)
         scheduler.wake()
-        return {"path": b.path, "weight": b.weight}
+        return BudgetWeight(path=b.path, weight=b.weight)
 
     @app.put(f"{v1}/budgets/{{path:path}}/members", tags=["budgets"])
-    def set_members(path: str, body: MembersBody, user: User) -> dict[str, Any]:
+    def set_members(path: str, body: MembersBody, user: User) -> BudgetMembers:
         """Replace a node's members (existing users)."""
         store.get_budget(path)
         if not rights(user).can_set_people(path):
             raise forbid(user, f"change the members of budget {path}")
         people("members", body.members)
         b = store.set_budget_members(path, body.members, actor=user.name)
-        return {"path": b.path, "members": list(b.members)}
+        return BudgetMembers(path=b.path, members=list(b.members))
 
     @app.put(f"{v1}/budgets/{{path:path}}/managers", tags=["budgets"])
-    def set_managers(path: str, body: ManagersBody, user: User) -> dict[str, Any]:
+    def set_managers(path: str, body: ManagersBody, user: User) -> BudgetManagers:
         """Replace a node's managers (existing users)."""
         store.get_budget(path)
         if not rights(user).can_set_people(path):
             raise forbid(user, f"change the managers of budget {path}")
         people("managers", body.managers)
         b = store.set_budget_managers(path, body.managers, actor=user.name)
-        return {"path": b.path, "managers": list(b.managers)}
+        return BudgetManagers(path=b.path, managers=list(b.managers))
 
     # ---- hosts -------------------------------------------------------------------------
     @app.get(f"{v1}/hosts", tags=["hosts"])
-    def hosts(_who: Reader) -> list[dict[str, Any]]:
+    def hosts(_who: Reader) -> list[HostInUse]:
         """Hosts with their state, the reason of the last change and GPUs in use."""
         used: dict[str, int] = {}
         for w in store.list_workloads([Status.RUNNING, Status.STOPPING], limit=100_000):
             if w.attempt is not None:
                 for host, gpus, _ in w.attempt.placement:
                     used[host] = used.get(host, 0) + gpus
-        return [{**h.as_dict(), "gpus_used": used.get(h.name, 0)} for h in store.hosts()]
+        return [HostInUse(**Host.of(h).model_dump(), gpus_used=used.get(h.name, 0))
+                for h in store.hosts()]
 
-    def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> dict[str, Any]:
+    def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
         if not rights(user).can_change_hosts():
             raise forbid(user, f"change host {name} (admins only)")
         store.get_host(name)
@@ -598,44 +612,40 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             scheduler.set_host_state(name, to, body.reason, user.name)
         except CoreError as e:
             raise _fail(409, str(e)) from None
-        return store.get_host(name).as_dict()
+        return Host.of(store.get_host(name))
 
     @app.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
-    def drain(name: str, user: User, body: HostBody | None = None) -> dict[str, Any]:
+    def drain(name: str, user: User, body: HostBody | None = None) -> Host:
         """Mark a host unhealthy: no new work; emptied as protections end, then to repair."""
         return _host_change(name, HostState.DRAINING, body or HostBody(), user)
 
     @app.post(f"{v1}/hosts/{{name}}/repair", tags=["hosts"])
-    def repair(name: str, user: User, body: HostBody | None = None) -> dict[str, Any]:
+    def repair(name: str, user: User, body: HostBody | None = None) -> Host:
         """Mark a host repaired: back to healthy (from repair, down, or calling off a drain)."""
         return _host_change(name, HostState.HEALTHY, body or HostBody(), user)
 
     # ---- users and tokens --------------------------------------------------------------
-    def _user_dict(u: UserRow) -> dict[str, Any]:
-        return {"name": u.name, "admin": u.admin, "unix_user": u.unix_user,
-                "account": u.account}
-
     def _admin(user: UserRow, what: str) -> None:
         if not rights(user).can_manage_users():
             raise forbid(user, f"{what} (admins only)")
 
     @app.post(f"{v1}/users", status_code=201, tags=["users"])
-    def create_user(body: UserBody, user: User) -> dict[str, Any]:
+    def create_user(body: UserBody, user: User) -> UserReply:
         """Create a user (admins only)."""
         _admin(user, "create users")
         u = store.add_user(body.name, actor=user.name, admin=body.admin,
                            unix_user=body.unix_user)
-        return _user_dict(u)
+        return UserReply.of(u)
 
     @app.get(f"{v1}/users", tags=["users"])
-    def list_users(who: Reader) -> list[dict[str, Any]]:
+    def list_users(who: Reader) -> list[UserReply]:
         """Every user with its admin flag and Unix account (admins only)."""
         if who.read_only or not who.user.admin:
             raise forbid(who, "list users (admins only)")
-        return [_user_dict(u) for u in store.users()]
+        return [UserReply.of(u) for u in store.users()]
 
     @app.patch(f"{v1}/users/{{name}}", tags=["users"])
-    def change_user(name: str, body: UserChangeBody, user: User) -> dict[str, Any]:
+    def change_user(name: str, body: UserChangeBody, user: User) -> UserReply:
         """Change a user's admin flag or Unix account (admins only). Takes effect at once
         for every token of that user."""
         _admin(user, "change users")
@@ -643,10 +653,10 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                            unix_user=body.unix_user or None,
                            clear_unix_user=body.unix_user == "")
         token_cache.clear()
-        return _user_dict(u)
+        return UserReply.of(u)
 
     @app.post(f"{v1}/users/{{name}}/tokens", status_code=201, tags=["tokens"])
-    def create_token(name: str, user: User, body: TokenBody | None = None) -> dict[str, Any]:
+    def create_token(name: str, user: User, body: TokenBody | None = None) -> NewToken:
         """A new token for a user (admins only). Shown once; only its hash is kept."""
         _admin(user, "create tokens")
         body = body or TokenBody()
@@ -654,22 +664,22 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         row = store.add_token(name, hash_token(token), kind=body.kind, label=body.label)
         store.append_audit(user.name, "token.create", name, None,
                            {"token": row.id, "kind": row.kind, "label": row.label})
-        return {**row.as_dict(), "token": token}
+        return NewToken(**Token.of(row).model_dump(), token=token)
 
     @app.get(f"{v1}/tokens", tags=["tokens"])
     def list_tokens(
         who: Reader,
         user: Annotated[str | None, Query(description="only this user's")] = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[Token]:
         """Tokens (never the secret): admins see all, others their own."""
         if who.read_only or not who.user.admin:
             if user is not None and user != who.name:
                 raise forbid(who, f"list the tokens of {user}")
             user = who.name
-        return [t.as_dict() for t in store.tokens(user)]
+        return [Token.of(t) for t in store.tokens(user)]
 
     @app.post(f"{v1}/tokens/{{token_id}}/revoke", tags=["tokens"])
-    def revoke_token(token_id: str, user: User) -> dict[str, Any]:
+    def revoke_token(token_id: str, user: User) -> Token:
         """Revoke a token (admins, or the token's own user): refused from this moment."""
         mine = {t.id for t in store.tokens(user.name)}
         if not user.admin and token_id not in mine:
@@ -678,7 +688,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             raise NotFound(f"token {token_id}: not found")
         row = store.revoke_token(token_id, actor=user.name)
         token_cache.clear()
-        return row.as_dict()
+        return Token.of(row)
 
     # ---- audit, why, health ------------------------------------------------------------
     @app.get(f"{v1}/audit", tags=["audit"])
@@ -686,9 +696,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         _who: Reader,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         target: str | None = None,
-    ) -> list[dict[str, Any]]:
+    ) -> list[AuditEntry]:
         """Audit entries, newest first: who changed what, when, old -> new."""
-        return [a.as_dict() for a in store.audit(limit=limit, target=target)]
+        return [AuditEntry.of(a) for a in store.audit(limit=limit, target=target)]
 
     @app.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
@@ -704,10 +714,10 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     app.include_router(whatif_router(store, settings, writer, now))  # POST /v1/whatif
 
     @app.get(f"{v1}/health", tags=["health"])
-    def health() -> dict[str, Any]:
+    def health() -> Health:
         """Liveness: the database answers. No token needed."""
         store.ping()
-        return {"status": "ok", "executor": settings.executor.kind}
+        return Health(status="ok", executor=settings.executor.kind)
 
     return app
 
@@ -729,9 +739,15 @@ def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> st
     return problem
 
 
+def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = False) -> Workload:
+    """The reply for one workload: in full, or with its private fields left out."""
+    d = row.as_dict(with_attempts)
+    return Workload.model_validate(redact(d) if private else _printable(d))
+
+
 def _usage(
     store: Store, settings: ServiceConfig, now: float, view: dict[str, Any] | None = None
-) -> dict[str, Any]:
+) -> BudgetUsage:
     """Per-node usage over the lookback. Charged GPU-hours and ratios come from the
     scheduler's ledger when it is running (``view``: its queue view), else from the attempts
     in the store with capacity taken as the healthy GPUs now times the window (the store
@@ -740,7 +756,8 @@ def _usage(
     since = now - window
     rows = store.budgets()
     if not rows:
-        return {"lookback_s": window, "capacity_gpu_hours": 0.0, "budgets": []}
+        return BudgetUsage(lookback_s=window, capacity_gpu_hours=0.0, source="store",
+                           budgets=[])
     tree = store.load_tree()
     charged: dict[str, float] = {}
     free: dict[str, float] = {}
@@ -761,12 +778,7 @@ def _usage(
         ratio = usage_ratio(c, tree.share(path), capacity) if capacity > 0 else None
         if path in live:
             c, ratio = float(live[path]["charged_gpu_s"]), live[path]["usage_ratio"]
-        out.append({
-            "path": path,
-            "share": tree.share(path),
-            "charged_gpu_hours": c / 3600.0,
-            "free_gpu_hours": free.get(path, 0.0) / 3600.0,
-            "usage_ratio": ratio,
-        })
-    return {"lookback_s": window, "capacity_gpu_hours": capacity / 3600.0,
-            "source": "scheduler" if live else "store", "budgets": out}
+        out.append(NodeUsage(path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
+                             free_gpu_hours=free.get(path, 0.0) / 3600.0, usage_ratio=ratio))
+    return BudgetUsage(lookback_s=window, capacity_gpu_hours=capacity / 3600.0,
+                       source="scheduler" if live else "store", budgets=out)
