@@ -97,7 +97,7 @@ def test_preemptor_waits_for_victims_to_exit(tmp_path: Path) -> None:
     assert env.at(10.0) == [f"10.000 preempt {free} unallocated requeue=True by={alloc}"]
     assert status(env, free) is Status.STOPPING
     assert env.at(20.0) == []
-    assert env.sched.queue_view()["pending"][0]["wait_reason"] == "waiting_for_preemption"
+    assert env.sched.queue_view().pending[0].wait_reason == "waiting_for_preemption"
     assert env.at(30.0) == [f"30.000 start {alloc} on h0:8"]
     assert env.store.get_workload(free).attempts[0].gpu_seconds == 8 * 30.0
     env.store.close()
@@ -299,10 +299,10 @@ def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     small = lite.submit(budget="ai/vision", gpus=2, min_runtime=60.0)
     lite.at(1.0)
     view = lite.sched.queue_view()
-    assert [(p["id"], p["wait_reason"]) for p in view["pending"]] == [(small, "no_capacity")]
-    assert [(r["id"], r["protected_until"]) for r in view["running"]] == [(big, 600.0)]
-    assert view["hosts"][0] == {"name": "h0", "gpus": 8, "state": "healthy", "reason": "",
-                                "used": 8, "free": 0}
+    assert [(p.id, p.wait_reason) for p in view.pending] == [(small, "no_capacity")]
+    assert [(r.id, r.protected_until) for r in view.running] == [(big, 600.0)]
+    assert view.hosts[0].model_dump() == {"name": "h0", "gpus": 8, "state": "healthy",
+                                          "reason": "", "used": 8, "free": 0}
     why_small = lite.sched.why(small)
     assert why_small is not None
     assert (why_small["status"], why_small["id"], why_small["wait_reason"]) == (

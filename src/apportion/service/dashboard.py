@@ -35,6 +35,15 @@ from .config import ServiceConfig
 from .history import workload_history
 from .port import SchedulerPort
 from .prom import Telemetry, metrics_router, nodes_now, workload_class
+from .replies import (
+    AuditEntry,
+    ClusterCounts,
+    DashboardBudget,
+    DashboardHost,
+    DashboardPending,
+    DashboardRunning,
+    DashboardState,
+)
 from .store import Store
 
 STATIC = Path(__file__).parent / "static"
@@ -90,28 +99,28 @@ def clock_time(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", then)
 
 
-def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[dict[str, Any]]:
+def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
     out = []
     for name in sorted(st.hosts):
         h = st.hosts[name]
         on = sorted(st.on_host[name])
         protected = [st.running[w].protected_until() for w in on if w not in st.stopping]
-        out.append({
-            "name": name,
-            "gpus": h.gpus,
-            "state": h.state.value,
-            "reason": reasons.get(name, ""),
-            "used": st.used[name],
-            "workloads": on,
-            "stopping": sum(1 for w in on if w in st.stopping),
-            "last_protection_end": max([now, *protected]) if on else None,
-        })
+        out.append(DashboardHost(
+            name=name,
+            gpus=h.gpus,
+            state=h.state.value,
+            reason=reasons.get(name, ""),
+            used=st.used[name],
+            workloads=on,
+            stopping=sum(1 for w in on if w in st.stopping),
+            last_protection_end=max([now, *protected]) if on else None,
+        ))
     return out
 
 
 def dashboard_state(
     store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry
-) -> dict[str, Any]:
+) -> DashboardState:
     """What ``/v1/dashboard/state`` returns (see the module docstring)."""
     with scheduler.lock:
         st = scheduler.state
@@ -121,8 +130,7 @@ def dashboard_state(
         view = scheduler.queue_view()
         nodes = nodes_now(st, now, scheduler.config)
         tree = st.tree
-        reasons = {h["name"]: h.get("reason", "") for h in view.get("hosts", [])}
-        hosts = _hosts(st, now, reasons)
+        hosts = _hosts(st, now, {h.name: h.reason for h in view.hosts})
         classes = {wid: workload_class(p.spec, scheduler.config) for wid, p in st.pending.items()}
         classes.update(
             {wid: workload_class(r.spec, scheduler.config) for wid, r in st.running.items()})
@@ -134,50 +142,51 @@ def dashboard_state(
     budgets = []
     for n in nodes:
         owed_h, delivered_h = window.get(n.path, (0.0, 0.0))
-        budgets.append({
-            "path": n.path,
-            "name": n.path.rsplit("/", 1)[-1],
-            "depth": tree.depth(n.path),
-            "leaf": tree.is_leaf(n.path),
-            "weight": tree.weight(n.path),
-            "share": n.share,
-            "usage_ratio": n.usage_ratio,
-            "charged_gpu_hours": n.charged_gpu_s / HOUR,
-            "asked_gpus": n.asked,
-            "owed_gpus": n.owed,
-            "delivered_gpus": n.delivered,
-            "unallocated_gpus": n.free,
-            "owed_gpu_hours": owed_h,
-            "delivered_gpu_hours": delivered_h,
-            "pending": n.pending,
-            "running": n.running,
-        })
-    pending = [{**p, "class": classes.get(p["id"])} for p in view.get("pending", [])]
-    running = [{**r, "class": classes.get(r["id"])} for r in view.get("running", [])]
-    audit = [a.as_dict() for a in store.audit(limit=30)]
-    return {
-        "now": now,
-        "last_pass_at": view.get("last_pass_at"),
-        "passes": passes,
-        "errors": errors,
-        "lookback_s": settings.policy.lookback,
-        "owed_since": telemetry.since,
-        "executor": settings.executor.kind,
-        "cluster": {
-            "hosts": len(hosts),
-            "gpus": sum(h["gpus"] for h in hosts),
-            "healthy_gpus": healthy,
-            "used_gpus": used,
-            "pending": len(pending),
-            "running": len(running),
-        },
-        "budgets": budgets,
-        "pending": pending[:MAX_LISTED],
-        "running": running[:MAX_LISTED],
-        "hosts": hosts,
-        "audit": audit,
-        "recent": recent,
-    }
+        budgets.append(DashboardBudget(
+            path=n.path,
+            name=n.path.rsplit("/", 1)[-1],
+            depth=tree.depth(n.path),
+            leaf=tree.is_leaf(n.path),
+            weight=tree.weight(n.path),
+            share=n.share,
+            usage_ratio=n.usage_ratio,
+            charged_gpu_hours=n.charged_gpu_s / HOUR,
+            asked_gpus=n.asked,
+            owed_gpus=n.owed,
+            delivered_gpus=n.delivered,
+            unallocated_gpus=n.free,
+            owed_gpu_hours=owed_h,
+            delivered_gpu_hours=delivered_h,
+            pending=n.pending,
+            running=n.running,
+        ))
+    pending = [DashboardPending.model_validate({**dict(p), "class": classes.get(p.id)})
+               for p in view.pending[:MAX_LISTED]]
+    running = [DashboardRunning.model_validate({**dict(r), "class": classes.get(r.id)})
+               for r in view.running[:MAX_LISTED]]
+    return DashboardState(
+        now=now,
+        last_pass_at=view.last_pass_at,
+        passes=passes,
+        errors=errors,
+        lookback_s=settings.policy.lookback,
+        owed_since=telemetry.since,
+        executor=settings.executor.kind,
+        cluster=ClusterCounts(
+            hosts=len(hosts),
+            gpus=sum(h.gpus for h in hosts),
+            healthy_gpus=healthy,
+            used_gpus=used,
+            pending=len(view.pending),
+            running=len(view.running),
+        ),
+        budgets=budgets,
+        pending=pending,
+        running=running,
+        hosts=hosts,
+        audit=[AuditEntry.of(a) for a in store.audit(limit=30)],
+        recent=recent,
+    )
 
 
 def usage_series(scheduler: SchedulerPort, hours: int) -> dict[str, Any]:
@@ -235,7 +244,7 @@ def dashboard_router(
         return page(name)
 
     @router.get("/v1/dashboard/state", tags=["dashboard"], dependencies=deps)
-    def state() -> dict[str, Any]:
+    def state() -> DashboardState:
         """Budgets, queue (in the order considered), running work, hosts, audit log."""
         return dashboard_state(store, scheduler, settings, tel)
 

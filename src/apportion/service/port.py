@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from apportion.core import ClusterState, Decisions, HostState, PolicyConfig
 
 from .clock import Clock
+from .replies import QueueView
 
 
 class PassListener(Protocol):
@@ -84,7 +85,7 @@ class SchedulerPort(Protocol):
         host's state does not allow."""
         ...
 
-    def queue_view(self) -> dict[str, Any]:
+    def queue_view(self) -> QueueView:
         """The queue as the last pass saw it (``GET /v1/queue``; docs/api.md)."""
         ...
 

@@ -14,7 +14,7 @@ without loading the server. A field the server adds later is ignored by an older
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 if TYPE_CHECKING:
     from .store import AuditRow, BudgetRow, HostRow, TokenRow, UserRow
@@ -145,6 +145,146 @@ class BudgetUsage(Reply):
     budgets: list[NodeUsage]
 
 
+# ---- the queue as the policy sees it (GET /v1/queue, the dashboard) -----------------------
+class QueuedSpec(Reply):
+    """What the policy sees of a workload."""
+
+    id: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    resumable: bool
+    priority: int
+    submit_time: float
+    time_limit: float | None
+
+
+class QueuedPending(QueuedSpec):
+    """Pending work: ``position`` in the order of the last pass (None: held out of the
+    queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
+    ``waiting_for_preemption``, ``too_large``, ``held``; None: not reached)."""
+
+    omit_if_none = frozenset({"hold"})
+
+    position: int | None
+    queued_at: float
+    wait_reason: str | None
+    hold: str | None = None
+
+
+class QueuedRunning(QueuedSpec):
+    attempt: int | None
+    placement: list[tuple[str, int, list[int]]]  # [host, GPUs, GPU indexes]
+    started_at: float
+    protected_until: float
+    stopping: bool
+    stop_reason: str | None
+
+
+class QueueHost(Reply):
+    name: str
+    gpus: int
+    state: str
+    reason: str
+    used: int
+    free: int
+
+
+class QueueBudget(Reply):
+    path: str
+    share: float
+    charged_gpu_s: float  # in the lookback window
+    usage_ratio: float | None  # None: no capacity in the window
+    gpus_charged_now: float
+    gpus_free_now: float
+
+
+class QueueView(Reply):
+    """The queue as the scheduler's last pass saw it; ``now`` None before it started."""
+
+    now: float | None
+    last_pass_at: float | None
+    pending: list[QueuedPending]
+    running: list[QueuedRunning]
+    hosts: list[QueueHost]
+    budgets: list[QueueBudget]
+
+
+# ---- the dashboard's data (GET /v1/dashboard/state) -------------------------------------
+class DashboardBudget(Reply):
+    """One node: share, usage ratio, and owed and delivered GPUs now and over the window."""
+
+    path: str
+    name: str
+    depth: int
+    leaf: bool
+    weight: float
+    share: float
+    usage_ratio: float
+    charged_gpu_hours: float
+    asked_gpus: int
+    owed_gpus: float
+    delivered_gpus: float
+    unallocated_gpus: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    pending: int
+    running: int
+
+
+class DashboardPending(QueuedPending):
+    model_config = ConfigDict(populate_by_name=True)
+
+    workload_class: str | None = Field(alias="class")  # debug, allocated, unallocated
+
+
+class DashboardRunning(QueuedRunning):
+    model_config = ConfigDict(populate_by_name=True)
+
+    workload_class: str | None = Field(alias="class")
+
+
+class DashboardHost(Reply):
+    name: str
+    gpus: int
+    state: str
+    reason: str
+    used: int
+    workloads: list[str]
+    stopping: int
+    last_protection_end: float | None  # None: nothing on it
+
+
+class ClusterCounts(Reply):
+    hosts: int
+    gpus: int
+    healthy_gpus: int
+    used_gpus: int
+    pending: int
+    running: int
+
+
+class DashboardState(Reply):
+    """Everything the dashboard shows, polled every 2 s (docs/dashboard.md)."""
+
+    now: float
+    last_pass_at: float | None
+    passes: int
+    errors: int
+    lookback_s: float
+    owed_since: float | None
+    executor: str
+    cluster: ClusterCounts
+    budgets: list[DashboardBudget]
+    pending: list[DashboardPending]
+    running: list[DashboardRunning]
+    hosts: list[DashboardHost]
+    audit: list["AuditEntry"]
+    recent: list[str]
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -223,8 +363,13 @@ class Health(Reply):
     executor: str
 
 
+DashboardState.model_rebuild()
+
+
 __all__ = [
     "Attempt", "AuditEntry", "Budget", "BudgetCreated", "BudgetManagers", "BudgetMembers",
-    "BudgetUsage", "BudgetWeight", "Health", "Host", "HostInUse", "Me", "NewToken",
-    "NodeUsage", "Reply", "Token", "User", "Workload",
+    "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
+    "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
+    "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "User", "Workload",
 ]

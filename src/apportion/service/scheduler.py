@@ -64,6 +64,13 @@ from apportion.service.executor import (
     Observation,
 )
 from apportion.service.port import PassListener
+from apportion.service.replies import (
+    QueueBudget,
+    QueuedPending,
+    QueuedRunning,
+    QueueHost,
+    QueueView,
+)
 from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
 
 log = logging.getLogger("apportion.scheduler")
@@ -315,7 +322,7 @@ class Scheduler:
             validate_spec(spec, self._st(), self.config)
 
     # ---- read views ------------------------------------------------------------------
-    def queue_view(self) -> dict[str, Any]:
+    def queue_view(self) -> QueueView:
         """The queue as the policy sees it, for the API and the dashboard:
 
         * ``pending``: in the order of the last pass, each with its ``wait_reason``
@@ -329,7 +336,8 @@ class Scheduler:
         with self.lock:
             st = self.state
             if st is None:
-                return {"now": None, "pending": [], "running": [], "hosts": [], "budgets": []}
+                return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
+                                 budgets=[])
             now = st.time
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
@@ -343,37 +351,32 @@ class Scheduler:
             for i, wid in enumerate(order):
                 p = st.pending[wid]
                 reason = self._last.waiting.get(wid)
-                pending.append({
-                    **_spec_dict(p.spec),
-                    "position": i + 1,
-                    "queued_at": p.queued_at,
-                    "wait_reason": reason.value if reason else None,
-                })
+                pending.append(QueuedPending(
+                    **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
+                    wait_reason=reason.value if reason else None,
+                ))
             for wid, row in self._held.items():  # after all queued work, in id order
-                pending.append({
-                    **_spec_dict(row.spec()),
-                    "position": None,
-                    "queued_at": row.queued_at,
-                    "wait_reason": "held",
-                    "hold": self._hold_reason.get(wid, "held"),
-                })
+                pending.append(QueuedPending(
+                    **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
+                    wait_reason="held", hold=self._hold_reason.get(wid, "held"),
+                ))
             running = []
             for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
                 a = self._open.get(wid)
-                running.append({
-                    **_spec_dict(r.spec),
-                    "attempt": a.n if a else None,
-                    "placement": [[s.host, len(s.gpu_indexes), list(s.gpu_indexes)]
-                                  for s in (a.slots if a else ())],
-                    "started_at": r.started_at,
-                    "protected_until": r.protected_until(),
-                    "stopping": r.stopping,
-                    "stop_reason": a.stop_reason if a else None,
-                })
+                running.append(QueuedRunning(
+                    **_spec_fields(r.spec),
+                    attempt=a.n if a else None,
+                    placement=[(s.host, len(s.gpu_indexes), list(s.gpu_indexes))
+                               for s in (a.slots if a else ())],
+                    started_at=r.started_at,
+                    protected_until=r.protected_until(),
+                    stopping=r.stopping,
+                    stop_reason=a.stop_reason if a else None,
+                ))
             hosts = [
-                {"name": h.name, "gpus": h.gpus, "state": h.state.value,
-                 "reason": self._host_reason.get(h.name, ""), "used": st.used[h.name],
-                 "free": h.gpus - st.used[h.name]}
+                QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
+                          reason=self._host_reason.get(h.name, ""), used=st.used[h.name],
+                          free=h.gpus - st.used[h.name])
                 for h in sorted(st.hosts.values(), key=lambda h: h.name)
             ]
             lookback = self.config.lookback
@@ -382,22 +385,14 @@ class Scheduler:
             for node in st.tree.nodes():
                 charged = st.ledger.charged(node, now, lookback)
                 share = st.tree.share(node)
-                budgets.append({
-                    "path": node,
-                    "share": share,
-                    "charged_gpu_s": charged,
-                    "usage_ratio": usage_ratio(charged, share, capacity) if capacity > 0 else None,
-                    "gpus_charged_now": st.ledger.rate(node),
-                    "gpus_free_now": st.ledger.rate(node, charged=False),
-                })
-            return {
-                "now": now,
-                "last_pass_at": self._last_pass_at,
-                "pending": pending,
-                "running": running,
-                "hosts": hosts,
-                "budgets": budgets,
-            }
+                budgets.append(QueueBudget(
+                    path=node, share=share, charged_gpu_s=charged,
+                    usage_ratio=usage_ratio(charged, share, capacity) if capacity > 0 else None,
+                    gpus_charged_now=st.ledger.rate(node),
+                    gpus_free_now=st.ledger.rate(node, charged=False),
+                ))
+            return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
+                             running=running, hosts=hosts, budgets=budgets)
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""
@@ -409,12 +404,12 @@ class Scheduler:
     def why(self, workload_id: str) -> dict[str, Any] | None:
         """Why a workload waits, or until when it is protected; None if not active."""
         view = self.queue_view()
-        for p in view["pending"]:
-            if p["id"] == workload_id:
-                return {"status": "pending", **p}
-        for r in view["running"]:
-            if r["id"] == workload_id:
-                return {"status": "stopping" if r["stopping"] else "running", **r}
+        for p in view.pending:
+            if p.id == workload_id:
+                return {"status": "pending", **p.model_dump()}
+        for r in view.running:
+            if r.id == workload_id:
+                return {"status": "stopping" if r.stopping else "running", **r.model_dump()}
         return None
 
     # ---- rebuild and reconcile -------------------------------------------------------
@@ -936,7 +931,7 @@ class Scheduler:
 
 
 # ---- helpers ---------------------------------------------------------------------------
-def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
+def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
     return {
         "id": spec.id,
         "budget": spec.budget,
