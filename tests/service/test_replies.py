@@ -17,6 +17,7 @@ from apportion.service.replies import (
     Budget,
     BudgetUsage,
     HostInUse,
+    QueueView,
     Token,
     User,
     Workload,
@@ -87,3 +88,27 @@ def test_other_replies_are_the_stored_rows(env: Env) -> None:
     for model, rows in ((HostInUse, hosts), (User, users), (Token, tokens),
                         (AuditEntry, audit)):
         assert [model.model_validate(r).model_dump() for r in rows] == rows
+
+
+SPEC_KEYS = {"id", "budget", "user", "gpus", "min_runtime", "allocated", "resumable",
+             "priority", "submit_time", "time_limit"}
+
+
+def test_queue_reply_has_the_documented_keys(env: Env) -> None:
+    """``GET /v1/queue`` answers ``now``, ``last_pass_at``, ``pending``, ``running``,
+    ``hosts`` and ``budgets``; a queued entry has no ``hold`` key, a held one has it, and
+    the reply parses into ``QueueView``."""
+    first = _ok(env.call("POST", "/v1/workloads", "alice", JOB))
+    waiting = _ok(env.call("POST", "/v1/workloads", "alice", {**JOB, "gpus": 16}))
+    held = _ok(env.call("POST", "/v1/workloads", "alice",
+                        {**JOB, "dependency": f"afterok:{first['id']}"}))
+    env.scheduler.step()
+    view = _ok(env.call("GET", "/v1/queue", "alice"))
+    assert set(view) == {"now", "last_pass_at", "pending", "running", "hosts", "budgets"}
+    pending = {p["id"]: p for p in view["pending"]}
+    assert set(pending[waiting["id"]]) == SPEC_KEYS | {"position", "queued_at", "wait_reason"}
+    assert set(pending[held["id"]]) == set(pending[waiting["id"]]) | {"hold"}
+    assert pending[held["id"]]["hold"] == f"dependency: waiting for {first['id']}"
+    assert [set(r) for r in view["running"]] == [SPEC_KEYS | {
+        "attempt", "placement", "started_at", "protected_until", "stopping", "stop_reason"}]
+    assert QueueView.model_validate(view).model_dump(mode="json") == view

@@ -43,6 +43,7 @@ from .replies import (
     DashboardPending,
     DashboardRunning,
     DashboardState,
+    UsageSeries,
 )
 from .store import Store
 
@@ -189,7 +190,7 @@ def dashboard_state(
     )
 
 
-def usage_series(scheduler: SchedulerPort, hours: int) -> dict[str, Any]:
+def usage_series(scheduler: SchedulerPort, hours: int) -> UsageSeries:
     """Average charged GPUs per node in each of the last ``hours`` hours (from the usage
     ledger), and each node's fair share of the healthy GPUs in the same hours."""
     with scheduler.lock:
@@ -205,7 +206,7 @@ def usage_series(scheduler: SchedulerPort, hours: int) -> dict[str, Any]:
         }
         fair = {node: [round(st.tree.share(node) * h, 3) for h in healthy]
                 for node in st.tree.nodes()}
-    return {"end": now, "step_s": HOUR, "hours": hours, "usage": series, "fair": fair}
+    return UsageSeries(end=now, step_s=HOUR, hours=hours, usage=series, fair=fair)
 
 
 def dashboard_router(
@@ -249,7 +250,7 @@ def dashboard_router(
         return dashboard_state(store, scheduler, settings, tel)
 
     @router.get("/v1/dashboard/usage", tags=["dashboard"], dependencies=deps)
-    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> dict[str, Any]:
+    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> UsageSeries:
         """Hourly charged GPUs per budget node over the last ``hours`` hours."""
         return usage_series(scheduler, hours)
 

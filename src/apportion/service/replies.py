@@ -285,6 +285,17 @@ class DashboardState(Reply):
     recent: list[str]
 
 
+class UsageSeries(Reply):
+    """``GET /v1/dashboard/usage``: average charged GPUs per node in each hour ending at
+    ``end - (hours - 1 - k) * step_s``, and each node's fair share of the healthy GPUs."""
+
+    end: float
+    step_s: float
+    hours: int
+    usage: dict[str, list[float]]
+    fair: dict[str, list[float]]
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -371,5 +382,5 @@ __all__ = [
     "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
     "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
     "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
-    "QueuedRunning", "QueuedSpec", "Reply", "Token", "User", "Workload",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Workload",
 ]
