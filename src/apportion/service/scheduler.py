@@ -101,7 +101,8 @@ class _Attempt:
 class Scheduler:
     """The scheduling loop of one service. Thread-safe: API handlers may call
     :meth:`wake`, :meth:`set_host_state`, :meth:`validate` and the read views while a
-    background thread runs :meth:`run_forever`."""
+    background thread runs :meth:`run_forever`. What the API, dashboard and metrics may use
+    of it is :class:`~apportion.service.port.SchedulerPort`."""
 
     def __init__(
         self,
