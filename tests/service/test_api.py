@@ -434,3 +434,22 @@ def test_submit_and_cancel_on_each_database(tmp_path: Path, backend: str) -> Non
         assert s.call("POST", f"/v1/workloads/{wid}/cancel", "dave").status_code == 200
     finally:
         close_service(s)
+
+
+@pytest.mark.parametrize(("body", "where"), [
+    ({"since": "1d", "sets": {}}, "sets: Extra inputs are not permitted"),
+    ({"since": True}, "since.constrained-float: Input should be a valid number"),
+    ({"since": "1d", "until": "now"}, "until: Input should be a valid number"),
+    ({"since": "1d", "set_weight": {"ai/llm": "2"}}, "set_weight.ai/llm: "),
+    ({"since": "1d", "set_weight": {"ai/llm": -1}}, "set_weight.ai/llm: Input should be "
+                                                    "greater than or equal to"),
+    ({"since": "1d", "set_weight": {"ai/../x": 1}}, "set_weight.ai/../x"),
+    ({"since": "1d", "set": {"lookback": [3]}}, "set.lookback"),
+])
+def test_whatif_body_is_strict(svc: Service, body: dict[str, Any], where: str) -> None:
+    """``POST /v1/whatif`` takes its body as strictly as the other routes: an unknown field,
+    a value of the wrong type (true for a duration, "2" for a weight), a weight out of its
+    bounds or a malformed budget path is a 422 naming the field, before any replay."""
+    r = svc.call("POST", "/v1/whatif", "root", body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(where), r.json()["detail"]

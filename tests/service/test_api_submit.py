@@ -38,10 +38,10 @@ def test_an_array_is_one_workload_per_index_and_its_throttle_holds(svc: Service)
         (w["id"], i, 2) for i in range(4)]
     svc.scheduler.step()
     assert statuses(svc, ids) == ["running", "running", "pending", "pending"]
-    held = [p for p in svc.scheduler.queue_view()["pending"] if p["id"] in ids]
-    assert [(p["id"], p["position"], p["wait_reason"]) for p in held] == [
+    held = [p for p in svc.scheduler.queue_view().pending if p.id in ids]
+    assert [(p.id, p.position, p.wait_reason) for p in held] == [
         (ids[2], None, "held"), (ids[3], None, "held")]
-    assert held[0]["hold"] == f"array throttle: 2 of array {w['id']} at once"
+    assert held[0].hold == f"array throttle: 2 of array {w['id']} at once"
     listed = svc.call("GET", f"/v1/workloads?array={w['id']}&status=all", "alice").json()
     assert [x["id"] for x in listed] == ids
     r = svc.call("POST", f"/v1/workloads/{ids[0]}/cancel", "alice")

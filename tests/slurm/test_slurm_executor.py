@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.slurm import SlurmExecutor
 from apportion.testing.slurm_cluster import SlurmCluster
 
@@ -168,8 +168,9 @@ def test_multi_node_launch_takes_two_whole_hosts(
 
 
 def test_launch_rejects_uneven_gpu_counts(executor: SlurmExecutor) -> None:
-    """One Slurm job has one GPU count per node: uneven slots are refused before sbatch."""
-    with pytest.raises(ValueError, match="slots"):
+    """One Slurm job has one GPU count per node: uneven slots are a LaunchRefused before
+    sbatch."""
+    with pytest.raises(LaunchRefused, match="slots"):
         executor.launch(Launch(
             workload_id="uneven", attempt=1, command=["true"],
             slots=(HostSlots("gpu1", (0, 1)), HostSlots("gpu2", (0,))),

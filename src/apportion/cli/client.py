@@ -21,13 +21,30 @@ from typing import Any, TypeVar
 
 import click
 import httpx
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
+from apportion.service.replies import (
+    AuditEntry,
+    Budget,
+    BudgetCreated,
+    BudgetManagers,
+    BudgetMembers,
+    BudgetUsage,
+    BudgetWeight,
+    Host,
+    HostInUse,
+    NewToken,
+    Token,
+    User,
+    Workload,
+)
 
 from .ids import WORKLOAD_ID
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
 
@@ -101,6 +118,27 @@ class Client:
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
              retry: bool = False) -> Any:
         return self.call(method, path, body, params, headers, retry).json()
+
+    def reply(self, model: type[R], method: str, path: str, body: Any = None) -> R:
+        """One request whose answer is one ``model`` (service/replies.py)."""
+        return parse(model, self.json(method, path, body), f"{method} /v1{path}")
+
+
+def parse(model: type[R], data: Any, what: str) -> R:
+    """``data`` (a decoded reply) as ``model``; a reply of another shape is an error that
+    says which request it answered (a server of another version, say)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise click.ClickException(f"{what}: unexpected reply from the server: {e}") from None
+
+
+def parse_list(model: type[R], data: Any, what: str) -> list[R]:
+    """``data`` (a decoded reply) as a list of ``model``."""
+    try:
+        return TypeAdapter(list[model]).validate_python(data)  # type: ignore[valid-type]
+    except ValidationError as e:
+        raise click.ClickException(f"{what}: unexpected reply from the server: {e}") from None
 
 
 def connection(f: F) -> F:
@@ -208,43 +246,44 @@ def _exportable(name: str, value: str) -> bool:
 @connection
 def show(client: Client, workload_id: str, as_json: bool) -> None:
     """Show one workload and its attempts."""
-    w = client.json("GET", f"/workloads/{workload_id}")
+    data = client.json("GET", f"/workloads/{workload_id}")
     if as_json:
-        _print_json(w)
+        _print_json(data)
         return
+    w = parse(Workload, data, f"GET /v1/workloads/{workload_id}")
     for key in ("id", "status", "budget", "user", "gpus"):
-        click.echo(f"{key + ':':<21}{w[key]}")
-    click.echo(f"{'min_runtime:':<21}{fmt_duration(w['min_runtime'])}")
-    click.echo(f"{'resumable:':<21}{w['resumable']}")
-    click.echo(f"{'priority:':<21}{w['priority']}")
-    click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w['checkpoint_interval'])}")
-    for key, label in (("name", "name:"), ("array_id", "array:")):
-        if w.get(key):
-            click.echo(f"{label:<21}{w[key]}" + (
-                f" index {w['array_index']}" if key == "array_id" else ""))
-    if w.get("time_limit"):
-        click.echo(f"{'time limit:':<21}{format_duration(w['time_limit'])}")
-    if w.get("dependencies"):
-        click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w['dependencies'])}")
-    if w.get("nodelist") or w.get("exclude"):
-        click.echo(f"{'hosts:':<21}only {','.join(w['nodelist']) or 'any'}; not "
-                   f"{','.join(w['exclude']) or '-'}")
-    command = "(private)" if w.get("private") else " ".join(w["command"])
+        click.echo(f"{key + ':':<21}{getattr(w, key)}")
+    click.echo(f"{'min_runtime:':<21}{fmt_duration(w.min_runtime)}")
+    click.echo(f"{'resumable:':<21}{w.resumable}")
+    click.echo(f"{'priority:':<21}{w.priority}")
+    click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w.checkpoint_interval)}")
+    if w.name:
+        click.echo(f"{'name:':<21}{w.name}")
+    if w.array_id:
+        click.echo(f"{'array:':<21}{w.array_id} index {w.array_index}")
+    if w.time_limit:
+        click.echo(f"{'time limit:':<21}{format_duration(w.time_limit)}")
+    if w.dependencies:
+        click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w.dependencies)}")
+    if w.nodelist or w.exclude:
+        click.echo(f"{'hosts:':<21}only {','.join(w.nodelist) or 'any'}; not "
+                   f"{','.join(w.exclude) or '-'}")
+    command = "(private)" if w.private or w.command is None else " ".join(w.command)
     click.echo(f"{'command:':<21}{command}")
-    click.echo(f"{'submitted:':<21}{fmt_time(w['submit_time'])}")
-    if w["cancel_requested"]:
+    click.echo(f"{'submitted:':<21}{fmt_time(w.submit_time)}")
+    if w.cancel_requested:
         click.echo(f"{'cancel requested:':<21}yes")
-    if w["end_reason"]:
-        click.echo(f"{'ended:':<21}{w['end_reason']} (exit {w['exit_code']})")
-    if w["attempts"]:
+    if w.end_reason:
+        click.echo(f"{'ended:':<21}{w.end_reason} (exit {w.exit_code})")
+    if w.attempts:
         click.echo("attempts:")
         table(
             ["N", "STARTED", "ENDED", "PLACEMENT", "GPU_HOURS", "EXIT", "REASON"],
-            [[a["n"], fmt_time(a["started_at"]), fmt_time(a["ended_at"]),
-              ",".join(f"{h}:{g}" for h, g, _ in a["placement"]),
-              "-" if a["gpu_seconds"] is None else f"{a['gpu_seconds'] / 3600:.2f}",
-              "-" if a["exit_code"] is None else a["exit_code"], a["end_reason"] or "-"]
-             for a in w["attempts"]],
+            [[a.n, fmt_time(a.started_at), fmt_time(a.ended_at),
+              ",".join(f"{h}:{g}" for h, g, _ in a.placement),
+              "-" if a.gpu_seconds is None else f"{a.gpu_seconds / 3600:.2f}",
+              "-" if a.exit_code is None else a.exit_code, a.end_reason or "-"]
+             for a in w.attempts],
         )
 
 
@@ -274,15 +313,15 @@ def budgets() -> None:
 @connection
 def budgets_tree(client: Client, as_json: bool) -> None:
     """Show the tree with weights, shares, managers and members."""
-    rows = client.json("GET", "/budgets")
+    data = client.json("GET", "/budgets")
     if as_json:
-        _print_json(rows)
+        _print_json(data)
         return
     table(
         ["BUDGET", "WEIGHT", "SHARE", "MANAGERS", "MEMBERS"],
-        [["  " * r["path"].count("/") + r["path"].rsplit("/", 1)[-1], f"{r['weight']:g}",
-          f"{100 * r['share']:.1f}%", ",".join(r["managers"]) or "-",
-          ",".join(r["members"]) or "-"] for r in rows],
+        [["  " * r.path.count("/") + r.path.rsplit("/", 1)[-1], f"{r.weight:g}",
+          f"{100 * r.share:.1f}%", ",".join(r.managers) or "-",
+          ",".join(r.members) or "-"] for r in parse_list(Budget, data, "GET /v1/budgets")],
     )
 
 
@@ -292,8 +331,8 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 @connection
 def budgets_set(client: Client, path: str, weight: float) -> None:
     """Set a node's weight."""
-    b = client.json("PATCH", f"/budgets/{path}", {"weight": weight})
-    click.echo(f"{b['path']}: weight {b['weight']:g}")
+    b = client.reply(BudgetWeight, "PATCH", f"/budgets/{path}", {"weight": weight})
+    click.echo(f"{b.path}: weight {b.weight:g}")
 
 
 @budgets.command("members")
@@ -302,8 +341,8 @@ def budgets_set(client: Client, path: str, weight: float) -> None:
 @connection
 def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
     """Replace a node's members (none: remove all)."""
-    b = client.json("PUT", f"/budgets/{path}/members", {"members": list(names)})
-    click.echo(f"{b['path']}: members {', '.join(b['members']) or '(none)'}")
+    b = client.reply(BudgetMembers, "PUT", f"/budgets/{path}/members", {"members": list(names)})
+    click.echo(f"{b.path}: members {', '.join(b.members) or '(none)'}")
 
 
 @budgets.command("managers")
@@ -312,8 +351,9 @@ def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
 @connection
 def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
     """Replace a node's managers (none: remove all)."""
-    b = client.json("PUT", f"/budgets/{path}/managers", {"managers": list(names)})
-    click.echo(f"{b['path']}: managers {', '.join(b['managers']) or '(none)'}")
+    b = client.reply(BudgetManagers, "PUT", f"/budgets/{path}/managers",
+                     {"managers": list(names)})
+    click.echo(f"{b.path}: managers {', '.join(b.managers) or '(none)'}")
 
 
 @budgets.command("create")
@@ -325,9 +365,9 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
 def budgets_create(client: Client, path: str, weight: float, managers: tuple[str, ...],
                    members: tuple[str, ...]) -> None:
     """Create a budget node below an existing one."""
-    b = client.json("POST", "/budgets", {"path": path, "weight": weight,
-                                         "managers": list(managers), "members": list(members)})
-    click.echo(f"created {b['path']} (weight {b['weight']:g})")
+    b = client.reply(BudgetCreated, "POST", "/budgets", {
+        "path": path, "weight": weight, "managers": list(managers), "members": list(members)})
+    click.echo(f"created {b.path} (weight {b.weight:g})")
 
 
 @budgets.command("usage")
@@ -335,18 +375,19 @@ def budgets_create(client: Client, path: str, weight: float, managers: tuple[str
 @connection
 def budgets_usage(client: Client, as_json: bool) -> None:
     """Charged and free GPU-hours over the lookback window, and usage ratios."""
-    u = client.json("GET", "/budgets/usage")
+    data = client.json("GET", "/budgets/usage")
     if as_json:
-        _print_json(u)
+        _print_json(data)
         return
-    click.echo(f"lookback {fmt_duration(u['lookback_s'])}, from the {u.get('source', 'store')}")
+    u = parse(BudgetUsage, data, "GET /v1/budgets/usage")
+    click.echo(f"lookback {fmt_duration(u.lookback_s)}, from the {u.source}")
     table(
         ["BUDGET", "SHARE", "CHARGED_GPU_H", "FREE_GPU_H", "RATIO"],
-        [["  " * b["path"].count("/") + b["path"].rsplit("/", 1)[-1],
-          f"{100 * b['share']:.1f}%", f"{b['charged_gpu_hours']:.1f}",
-          f"{b['free_gpu_hours']:.1f}",
-          "-" if b["usage_ratio"] is None else f"{b['usage_ratio']:.2f}"]
-         for b in u["budgets"]],
+        [["  " * b.path.count("/") + b.path.rsplit("/", 1)[-1],
+          f"{100 * b.share:.1f}%", f"{b.charged_gpu_hours:.1f}",
+          f"{b.free_gpu_hours:.1f}",
+          "-" if b.usage_ratio is None else f"{b.usage_ratio:.2f}"]
+         for b in u.budgets],
     )
 
 
@@ -361,13 +402,13 @@ def hosts() -> None:
 @connection
 def hosts_list(client: Client, as_json: bool) -> None:
     """List hosts with their state and GPUs in use."""
-    rows = client.json("GET", "/hosts")
+    data = client.json("GET", "/hosts")
     if as_json:
-        _print_json(rows)
+        _print_json(data)
         return
     table(["HOST", "STATE", "GPUS", "USED", "SINCE", "REASON"],
-          [[h["name"], h["state"], h["gpus"], h["gpus_used"], fmt_time(h["changed_at"]),
-            h["reason"] or "-"] for h in rows])
+          [[h.name, h.state, h.gpus, h.gpus_used, fmt_time(h.changed_at), h.reason or "-"]
+           for h in parse_list(HostInUse, data, "GET /v1/hosts")])
 
 
 @hosts.command("drain")
@@ -376,8 +417,8 @@ def hosts_list(client: Client, as_json: bool) -> None:
 @connection
 def hosts_drain(client: Client, name: str, reason: str) -> None:
     """Drain a host: no new work; it empties as protections end, then goes to repair."""
-    h = client.json("POST", f"/hosts/{name}/drain", {"reason": reason})
-    click.echo(f"{h['name']}: {h['state']}")
+    h = client.reply(Host, "POST", f"/hosts/{name}/drain", {"reason": reason})
+    click.echo(f"{h.name}: {h.state}")
 
 
 @hosts.command("repair")
@@ -386,8 +427,8 @@ def hosts_drain(client: Client, name: str, reason: str) -> None:
 @connection
 def hosts_repair(client: Client, name: str, reason: str) -> None:
     """Mark a host repaired: healthy again (also calls off a drain)."""
-    h = client.json("POST", f"/hosts/{name}/repair", {"reason": reason})
-    click.echo(f"{h['name']}: {h['state']}")
+    h = client.reply(Host, "POST", f"/hosts/{name}/repair", {"reason": reason})
+    click.echo(f"{h.name}: {h.state}")
 
 
 @click.command()
@@ -397,22 +438,22 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 @connection
 def audit(client: Client, limit: int, target: str | None, as_json: bool) -> None:
     """Who changed what, when (newest first)."""
-    rows = client.json("GET", "/audit", params={"limit": limit, "target": target})
+    data = client.json("GET", "/audit", params={"limit": limit, "target": target})
     if as_json:
-        _print_json(rows)
+        _print_json(data)
         return
 
     def brief(v: Any) -> str:
         return "-" if v is None else json.dumps(v, sort_keys=True)
 
     table(["WHEN", "ACTOR", "ACTION", "TARGET", "OLD", "NEW"],
-          [[fmt_time(a["at"]), a["actor"], a["action"], a["target"], brief(a["old"]),
-            brief(a["new"])] for a in rows])
+          [[fmt_time(a.at), a.actor, a.action, a.target, brief(a.old), brief(a.new)]
+           for a in parse_list(AuditEntry, data, "GET /v1/audit")])
 
 
 # ---- users and tokens (admins) --------------------------------------------------------------
-def _user_line(u: dict[str, Any]) -> str:
-    return f"{u['name']}: admin {'yes' if u['admin'] else 'no'}, runs as {u['account']}"
+def _user_line(u: User) -> str:
+    return f"{u.name}: admin {'yes' if u.admin else 'no'}, runs as {u.account}"
 
 
 @click.group()
@@ -427,7 +468,8 @@ def users() -> None:
 @connection
 def users_add(client: Client, name: str, admin: bool, unix_user: str | None) -> None:
     """Add a user (then give it a token: apportion tokens create NAME)."""
-    u = client.json("POST", "/users", {"name": name, "admin": admin, "unix_user": unix_user})
+    u = client.reply(User, "POST", "/users",
+                     {"name": name, "admin": admin, "unix_user": unix_user})
     click.echo(f"added {_user_line(u)}")
 
 
@@ -436,12 +478,13 @@ def users_add(client: Client, name: str, admin: bool, unix_user: str | None) -> 
 @connection
 def users_list(client: Client, as_json: bool) -> None:
     """List users with their admin flag and Unix account."""
-    rows = client.json("GET", "/users")
+    data = client.json("GET", "/users")
     if as_json:
-        _print_json(rows)
+        _print_json(data)
         return
     table(["USER", "ADMIN", "UNIX_USER"],
-          [[u["name"], "yes" if u["admin"] else "no", u["account"]] for u in rows])
+          [[u.name, "yes" if u.admin else "no", u.account]
+           for u in parse_list(User, data, "GET /v1/users")])
 
 
 @users.command("set")
@@ -459,7 +502,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
         body["unix_user"] = unix_user
     if not body:
         raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
-    u = client.json("PATCH", f"/users/{name}", body)
+    u = client.reply(User, "PATCH", f"/users/{name}", body)
     click.echo(_user_line(u))
 
 
@@ -477,12 +520,13 @@ def tokens() -> None:
 @connection
 def tokens_create(client: Client, user: str, kind: str, label: str, as_json: bool) -> None:
     """Create a token for USER and print it (shown once: only its hash is kept)."""
-    t = client.json("POST", f"/users/{user}/tokens", {"kind": kind, "label": label})
+    data = client.json("POST", f"/users/{user}/tokens", {"kind": kind, "label": label})
     if as_json:
-        _print_json(t)
+        _print_json(data)
         return
-    click.echo(t["token"])
-    click.echo(f"{t['id']}: a {t['kind']} token of {t['user']}; keep it secret, it is not "
+    t = parse(NewToken, data, f"POST /v1/users/{user}/tokens")
+    click.echo(t.token)
+    click.echo(f"{t.id}: a {t.kind} token of {t.user}; keep it secret, it is not "
                "shown again", err=True)
 
 
@@ -492,13 +536,13 @@ def tokens_create(client: Client, user: str, kind: str, label: str, as_json: boo
 @connection
 def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
     """List tokens (never the secrets): admins all, others their own."""
-    rows = client.json("GET", "/tokens", params={"user": user})
+    data = client.json("GET", "/tokens", params={"user": user})
     if as_json:
-        _print_json(rows)
+        _print_json(data)
         return
     table(["ID", "USER", "KIND", "CREATED", "REVOKED", "LABEL"],
-          [[t["id"], t["user"], t["kind"], fmt_time(t["created_at"]),
-            fmt_time(t["revoked_at"]), t["label"] or "-"] for t in rows])
+          [[t.id, t.user, t.kind, fmt_time(t.created_at), fmt_time(t.revoked_at),
+            t.label or "-"] for t in parse_list(Token, data, "GET /v1/tokens")])
 
 
 @tokens.command("revoke")
@@ -506,5 +550,5 @@ def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
 @connection
 def tokens_revoke(client: Client, token_id: str) -> None:
     """Revoke a token by its id (from tokens list): refused from this moment."""
-    t = client.json("POST", f"/tokens/{token_id}/revoke")
-    click.echo(f"revoked {t['id']} ({t['kind']} token of {t['user']})")
+    t = client.reply(Token, "POST", f"/tokens/{token_id}/revoke")
+    click.echo(f"revoked {t.id} ({t.kind} token of {t.user})")

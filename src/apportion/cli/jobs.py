@@ -19,6 +19,7 @@ import click
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
+from apportion.service.replies import Me, QueueView, Workload
 
 from .client import (
     Client,
@@ -27,6 +28,7 @@ from .client import (
     exported_env,
     fmt_time,
     json_option,
+    parse,
     table,
 )
 from .ids import WORKLOAD_ID, full_id
@@ -268,15 +270,16 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
             if e.message.startswith(field_name + ":"):
                 raise click.ClickException(flag + e.message[len(field_name):]) from None
         raise
-    ids: list[str] = w.get("array_ids") or [w["id"]]
+    row = parse(Workload, w, "POST /v1/workloads")
+    ids = row.array_ids or [row.id]
     if as_json:
         _print_json(w)
     else:
-        what = (f"array {w['id']} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
-                if w.get("array_ids") else w["id"])
-        limit = f", time limit {format_duration(w['time_limit'])}" if w["time_limit"] else ""
-        click.echo(f"submitted {what} to {w['budget']} ({plural(w['gpus'], 'GPU')}, min "
-                   f"runtime {format_duration(w['min_runtime'])}{limit})")
+        what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
+                if row.array_ids else row.id)
+        limit = f", time limit {format_duration(row.time_limit)}" if row.time_limit else ""
+        click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
+                   f"runtime {format_duration(row.min_runtime)}{limit})")
     if wait:
         sys.exit(wait_for(client, ids, click.echo))
 
@@ -344,8 +347,7 @@ def _state_line(w: dict[str, Any]) -> str:
 
 # ---- queue -----------------------------------------------------------------------------------
 def _me(client: Client) -> str:
-    me: dict[str, Any] = client.json("GET", "/me")
-    return str(me["name"])
+    return client.reply(Me, "GET", "/me").name
 
 
 def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
@@ -354,11 +356,11 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
     (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
     ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
-    view = client.json("GET", "/queue")
+    view = client.reply(QueueView, "GET", "/queue")
     rows = {w["id"]: w for w in client.json(
         "GET", "/workloads", params={"budget": budget, "user": user, "limit": 100_000})}
     who = _me(client) if me else None
-    now = view.get("now")
+    now = view.now
     out: list[dict[str, Any]] = []
 
     def keep(wid: str, state: str) -> bool:
@@ -366,25 +368,25 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         return w is not None and (who is None or w["user"] == who) and (
             not states or state in states)
 
-    for p in view["pending"]:
-        if not keep(p["id"], "pending"):
+    for p in view.pending:
+        if not keep(p.id, "pending"):
             continue
-        reason = p.get("hold") or REASONS.get(p["wait_reason"] or "", "not reached yet")
-        out.append({**rows[p["id"]], "position": p["position"], "state": "pending",
+        reason = p.hold or REASONS.get(p.wait_reason or "", "not reached yet")
+        out.append({**rows[p.id], "position": p.position, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
-                    "waited_s": None if now is None else now - p["queued_at"]})
-    for r in view["running"]:
-        state = "stopping" if r["stopping"] else "running"
-        if not keep(r["id"], state):
+                    "waited_s": None if now is None else now - p.queued_at})
+    for r in view.running:
+        state = "stopping" if r.stopping else "running"
+        if not keep(r.id, state):
             continue
-        w = rows[r["id"]]
+        w = rows[r.id]
         left = None
         if w["min_runtime"] and now is not None:
-            left = max(0.0, r["protected_until"] - now)
-        out.append({**w, "position": None, "state": state, "reason": r.get("stop_reason"),
-                    "elapsed_s": None if now is None else now - r["started_at"],
+            left = max(0.0, r.protected_until - now)
+        out.append({**w, "position": None, "state": state, "reason": r.stop_reason,
+                    "elapsed_s": None if now is None else now - r.started_at,
                     "waited_s": None, "protected_s": left,
-                    "hosts": [f"{h}:{g}" for h, g, _ in r["placement"]]})
+                    "hosts": [f"{h}:{g}" for h, g, _ in r.placement]})
     return now, out
 
 
@@ -472,25 +474,24 @@ def order(client: Client, as_json: bool) -> None:
     usage ratio first (ties by name), depth-first, with each node's share, charged
     GPU-hours in the window, usage ratio and pending work. Ratios are those at the last
     pass; within a pass each admission raises its budget's ratio."""
-    view = client.json("GET", "/queue")
-    nodes = {b["path"]: b for b in view["budgets"]}
+    view = client.reply(QueueView, "GET", "/queue")
+    nodes = {b.path: b for b in view.budgets}
     pending: dict[str, int] = {}
     first: dict[str, int] = {}
-    for p in view["pending"]:
-        for node in _ancestors(p["budget"]):
+    for p in view.pending:
+        for node in _ancestors(p.budget):
             pending[node] = pending.get(node, 0) + 1
-            if p["position"] is not None and node not in first:
-                first[node] = p["position"]
+            if p.position is not None and node not in first:
+                first[node] = p.position
     kids: dict[str, list[str]] = {}
     for path in nodes:
         kids.setdefault(path.rpartition("/")[0], []).append(path)
     out: list[dict[str, Any]] = []
 
     def walk(parent: str, depth: int) -> None:
-        ranked = sorted(kids.get(parent, []), key=lambda n: (
-            _ratio(nodes[n]), n))
+        ranked = sorted(kids.get(parent, []), key=lambda n: (nodes[n].usage_ratio or 0.0, n))
         for rank, path in enumerate(ranked, 1):
-            out.append({**nodes[path], "depth": depth, "rank": rank,
+            out.append({**nodes[path].model_dump(), "depth": depth, "rank": rank,
                         "pending": pending.get(path, 0), "first_position": first.get(path)})
             walk(path, depth + 1)
 
@@ -503,11 +504,6 @@ def order(client: Client, as_json: bool) -> None:
             f"{100 * b['share']:.1f}%", f"{b['charged_gpu_s'] / 3600:.1f}",
             "-" if b["usage_ratio"] is None else f"{b['usage_ratio']:.2f}", b["pending"],
             b["first_position"] or "-"] for b in out])
-
-
-def _ratio(b: dict[str, Any]) -> float:
-    r = b.get("usage_ratio")
-    return float(r) if r is not None else 0.0
 
 
 def _ancestors(path: str) -> list[str]:

@@ -6,16 +6,19 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from apportion.service.executor import Executor
 
 # Slurm commands are cut off after this many seconds unless [executor.slurm] timeout_s says
 # otherwise: while slurmctld is down, each scheduling pass waits this long once, then retries.
 SLURM_TIMEOUT_S = 3.0
 
 
-def build_executor(config: Any, clock: Any, db_id: str = "") -> Any:
+def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     """The executor named by ``[executor] kind``, imported only when used. ``db_id``: the
     store's (the local executor keeps its run files per database)."""
     from apportion.service.config import ConfigError
@@ -98,10 +101,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         tokens = seed_store(store, config)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
-    describe = getattr(executor, "describe", None)
-    isolation = describe() if describe is not None else (
-        f"{config.executor.kind} executor: {config.identity.describe()}")
-    click.echo(f"apportion: {isolation}", err=True)
+    click.echo(f"apportion: {executor.describe()}", err=True)
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)

@@ -39,28 +39,23 @@ from apportion.core import FINAL, ClusterState, CoreError, explain
 from .auth import Rights
 from .config import ServiceConfig
 from .history import workload_history
-from .prom import SchedulerView, Telemetry, metrics_router, nodes_now, workload_class
+from .port import SchedulerPort
+from .prom import Telemetry, metrics_router, nodes_now, workload_class
+from .replies import (
+    AuditEntry,
+    ClusterCounts,
+    DashboardBudget,
+    DashboardHost,
+    DashboardPending,
+    DashboardRunning,
+    DashboardState,
+    UsageSeries,
+)
 from .store import Store, UserRow
 
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
 HOUR = 3600.0
-
-
-def _scheduler_now(scheduler: object) -> Callable[[], float]:
-    clock = getattr(scheduler, "clock", None)
-    if clock is None:
-        import time
-
-        return time.time
-    now: Callable[[], float] = clock.now
-    return now
-
-
-def _view(scheduler: object) -> SchedulerView:
-    if not (hasattr(scheduler, "lock") and hasattr(scheduler, "state")):
-        raise HTTPException(503, "scheduler: not available in this server")
-    return scheduler  # type: ignore[return-value]
 
 
 def _not_started(store: Store) -> str:
@@ -70,7 +65,7 @@ def _not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
-def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[str, Any]:
+def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -> dict[str, Any]:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), for ended work what happened
     to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
@@ -81,19 +76,17 @@ def explain_workload(store: Store, scheduler: object, workload_id: str) -> dict[
         return {"kind": "history",
                 **workload_history(row, store.audit(limit=1000, target=workload_id),
                                    clock_time)}
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, _not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
-        now = max(now_fn(), st.time)
+        now = max(scheduler.clock.now(), st.time)
         try:
-            e = explain(st, now, sched.config, workload_id)
+            e = explain(st, now, scheduler.config, workload_id)
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
     return {"kind": "explanation", **e.as_dict(), "text": e.lines(clock_time),
@@ -113,109 +106,104 @@ def clock_time(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", then)
 
 
-def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[dict[str, Any]]:
+def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
     out = []
     for name in sorted(st.hosts):
         h = st.hosts[name]
         on = sorted(st.on_host[name])
         protected = [st.running[w].protected_until() for w in on if w not in st.stopping]
-        out.append({
-            "name": name,
-            "gpus": h.gpus,
-            "state": h.state.value,
-            "reason": reasons.get(name, ""),
-            "used": st.used[name],
-            "workloads": on,
-            "stopping": sum(1 for w in on if w in st.stopping),
-            "last_protection_end": max([now, *protected]) if on else None,
-        })
+        out.append(DashboardHost(
+            name=name,
+            gpus=h.gpus,
+            state=h.state.value,
+            reason=reasons.get(name, ""),
+            used=st.used[name],
+            workloads=on,
+            stopping=sum(1 for w in on if w in st.stopping),
+            last_protection_end=max([now, *protected]) if on else None,
+        ))
     return out
 
 
 def dashboard_state(
-    store: Store, scheduler: object, settings: ServiceConfig, telemetry: Telemetry
-) -> dict[str, Any]:
+    store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry
+) -> DashboardState:
     """What ``/v1/dashboard/state`` returns (see the module docstring)."""
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    queue_view = getattr(scheduler, "queue_view", None)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, _not_started(store))
-        now = max(now_fn(), st.time)
-        view: dict[str, Any] = queue_view() if queue_view is not None else {}
-        nodes = nodes_now(st, now, sched.config)
+        now = max(scheduler.clock.now(), st.time)
+        view = scheduler.queue_view()
+        nodes = nodes_now(st, now, scheduler.config)
         tree = st.tree
-        reasons = {h["name"]: h.get("reason", "") for h in view.get("hosts", [])}
-        hosts = _hosts(st, now, reasons)
-        classes = {wid: workload_class(p.spec, sched.config) for wid, p in st.pending.items()}
+        hosts = _hosts(st, now, {h.name: h.reason for h in view.hosts})
+        classes = {wid: workload_class(p.spec, scheduler.config) for wid, p in st.pending.items()}
         classes.update(
-            {wid: workload_class(r.spec, sched.config) for wid, r in st.running.items()})
+            {wid: workload_class(r.spec, scheduler.config) for wid, r in st.running.items()})
         healthy = st.healthy_gpus()
         used = sum(st.used.values())
-        passes, errors = sched.passes, sched.errors
-        recent = list(getattr(scheduler, "recent", []))[-20:]
+        passes, errors = scheduler.passes, scheduler.errors
+        recent = list(scheduler.recent)[-20:]
     window = telemetry.window(now)
     budgets = []
     for n in nodes:
         owed_h, delivered_h = window.get(n.path, (0.0, 0.0))
-        budgets.append({
-            "path": n.path,
-            "name": n.path.rsplit("/", 1)[-1],
-            "depth": tree.depth(n.path),
-            "leaf": tree.is_leaf(n.path),
-            "weight": tree.weight(n.path),
-            "share": n.share,
-            "usage_ratio": n.usage_ratio,
-            "charged_gpu_hours": n.charged_gpu_s / HOUR,
-            "asked_gpus": n.asked,
-            "owed_gpus": n.owed,
-            "delivered_gpus": n.delivered,
-            "unallocated_gpus": n.free,
-            "owed_gpu_hours": owed_h,
-            "delivered_gpu_hours": delivered_h,
-            "pending": n.pending,
-            "running": n.running,
-        })
-    pending = [{**p, "class": classes.get(p["id"])} for p in view.get("pending", [])]
-    running = [{**r, "class": classes.get(r["id"])} for r in view.get("running", [])]
-    audit = [a.as_dict() for a in store.audit(limit=30)]
-    return {
-        "now": now,
-        "last_pass_at": view.get("last_pass_at"),
-        "passes": passes,
-        "errors": errors,
-        "lookback_s": settings.policy.lookback,
-        "owed_since": telemetry.since,
-        "executor": settings.executor.kind,
-        "cluster": {
-            "hosts": len(hosts),
-            "gpus": sum(h["gpus"] for h in hosts),
-            "healthy_gpus": healthy,
-            "used_gpus": used,
-            "pending": len(pending),
-            "running": len(running),
-        },
-        "budgets": budgets,
-        "pending": pending[:MAX_LISTED],
-        "running": running[:MAX_LISTED],
-        "hosts": hosts,
-        "audit": audit,
-        "recent": recent,
-    }
+        budgets.append(DashboardBudget(
+            path=n.path,
+            name=n.path.rsplit("/", 1)[-1],
+            depth=tree.depth(n.path),
+            leaf=tree.is_leaf(n.path),
+            weight=tree.weight(n.path),
+            share=n.share,
+            usage_ratio=n.usage_ratio,
+            charged_gpu_hours=n.charged_gpu_s / HOUR,
+            asked_gpus=n.asked,
+            owed_gpus=n.owed,
+            delivered_gpus=n.delivered,
+            unallocated_gpus=n.free,
+            owed_gpu_hours=owed_h,
+            delivered_gpu_hours=delivered_h,
+            pending=n.pending,
+            running=n.running,
+        ))
+    pending = [DashboardPending.model_validate({**dict(p), "class": classes.get(p.id)})
+               for p in view.pending[:MAX_LISTED]]
+    running = [DashboardRunning.model_validate({**dict(r), "class": classes.get(r.id)})
+               for r in view.running[:MAX_LISTED]]
+    return DashboardState(
+        now=now,
+        last_pass_at=view.last_pass_at,
+        passes=passes,
+        errors=errors,
+        lookback_s=settings.policy.lookback,
+        owed_since=telemetry.since,
+        executor=settings.executor.kind,
+        cluster=ClusterCounts(
+            hosts=len(hosts),
+            gpus=sum(h.gpus for h in hosts),
+            healthy_gpus=healthy,
+            used_gpus=used,
+            pending=len(view.pending),
+            running=len(view.running),
+        ),
+        budgets=budgets,
+        pending=pending,
+        running=running,
+        hosts=hosts,
+        audit=[AuditEntry.of(a) for a in store.audit(limit=30)],
+        recent=recent,
+    )
 
 
-def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
+def usage_series(scheduler: SchedulerPort, hours: int) -> UsageSeries:
     """Average charged GPUs per node in each of the last ``hours`` hours (from the usage
     ledger), and each node's fair share of the healthy GPUs in the same hours."""
-    sched = _view(scheduler)
-    now_fn = _scheduler_now(scheduler)
-    with sched.lock:
-        st = sched.state
+    with scheduler.lock:
+        st = scheduler.state
         if st is None:
             raise HTTPException(503, "scheduler: not started yet, retry in a moment")
-        now = max(now_fn(), st.time)
+        now = max(scheduler.clock.now(), st.time)
         ends = [now - (hours - 1 - k) * HOUR for k in range(hours)]
         healthy = [st.ledger.capacity(t, HOUR) / HOUR for t in ends]
         series = {
@@ -224,7 +212,7 @@ def usage_series(scheduler: object, hours: int) -> dict[str, Any]:
         }
         fair = {node: [round(st.tree.share(node) * h, 3) for h in healthy]
                 for node in st.tree.nodes()}
-    return {"end": now, "step_s": HOUR, "hours": hours, "usage": series, "fair": fair}
+    return UsageSeries(end=now, step_s=HOUR, hours=hours, usage=series, fair=fair)
 
 
 def weight_controls(store: Store, user: UserRow) -> dict[str, Any]:
@@ -239,7 +227,7 @@ def weight_controls(store: Store, user: UserRow) -> dict[str, Any]:
 
 def dashboard_router(
     store: Store,
-    scheduler: object,
+    scheduler: SchedulerPort,
     settings: ServiceConfig,
     telemetry: Telemetry | None = None,
     reader: Callable[..., object] | None = None,
@@ -276,12 +264,12 @@ def dashboard_router(
         return page(name)
 
     @router.get("/v1/dashboard/state", tags=["dashboard"], dependencies=deps)
-    def state() -> dict[str, Any]:
+    def state() -> DashboardState:
         """Budgets, queue (in the order considered), running work, hosts, audit log."""
         return dashboard_state(store, scheduler, settings, tel)
 
     @router.get("/v1/dashboard/usage", tags=["dashboard"], dependencies=deps)
-    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> dict[str, Any]:
+    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> UsageSeries:
         """Hourly charged GPUs per budget node over the last ``hours`` hours."""
         return usage_series(scheduler, hours)
 

@@ -5,18 +5,25 @@ on a real Slurm cluster) and ``memory`` (in-process, for the parity test and fas
 tests). The scheduler never asks an executor to decide anything: it only launches, stops,
 and reports what it observes; the reconciler folds those observations into state.
 
-An executor says no to a launch in one of two ways::
+An executor says no in one of two ways, and only these (both are part of the protocol)::
 
-    LaunchRefused          permanent: this launch can never succeed as asked (argument list
-                           too long, command not found or not executable, no such Unix
-                           account, a directory that cannot be entered). The scheduler ends
+    LaunchRefused          permanent, from ``launch`` only: this launch can never succeed as
+                           asked (argument list too long, command not found or not
+                           executable, no such Unix account, a directory that cannot be
+                           entered, slots the backend cannot express). The scheduler ends
                            the workload ``failed`` after this one try, with the reason.
-    ExecutorUnavailable    transient: the backend did not answer. The scheduler retries the
-                           workload later, backing off, while everything else keeps starting.
+    ExecutorUnavailable    transient, from any method: the backend did not answer. From
+                           ``inventory`` the pass decides nothing; from ``launch`` the
+                           attempt is looked for (``find``) on the next pass before it is
+                           tried again; from ``stop``/``set_host_drain`` they are retried.
 
-Any other exception from ``launch`` counts as transient too. A refusal that only the started
-attempt can discover (e.g. the owner's account may not enter its directory) is reported as
-an exit whose :attr:`Observation.refused` holds the reason; it ends the workload the same way.
+Any other exception is an executor's bug, not an answer. The scheduler logs it with its
+traceback and treats it as the backend's silence: an ``inventory`` that raises it makes the
+pass decide nothing (never "reachable" on a failure); a ``launch`` that raises it puts the
+workload back to pending with a backoff so that everything else keeps starting. A
+refusal that only the started attempt can discover (e.g. the owner's account may not enter
+its directory) is reported as an exit whose :attr:`Observation.refused` holds the reason;
+it ends the workload the same way as :class:`LaunchRefused`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 
@@ -92,9 +100,15 @@ class Observation:
 
 
 class Executor(Protocol):
-    """What runs the work. All methods are synchronous and must not block for long."""
+    """What runs the work. All methods are synchronous and must not block for long. Each
+    may raise :class:`ExecutorUnavailable`; ``launch`` may also raise
+    :class:`LaunchRefused`."""
 
     name: str
+
+    def describe(self) -> str:
+        """One line on how work runs and is isolated, for the start of ``apportion serve``."""
+        ...
 
     def inventory(self) -> list[InventoryHost]:
         """Hosts as the executor sees them (the config's for ``local``; Slurm's nodes)."""
@@ -102,6 +116,17 @@ class Executor(Protocol):
 
     def launch(self, launch: Launch) -> str:
         """Start one attempt; return a durable handle (pid/pgid, Slurm job id, ...)."""
+        ...
+
+    def find(self, workload_id: str, attempt: int) -> str | None:
+        """The handle of attempt ``attempt`` of ``workload_id`` if a launch of it went
+        through (its answer may have been lost: a crash, a timeout), else None; after None
+        that launch can no longer start. Used to reconcile before a launch is repeated."""
+        ...
+
+    def log_path(self, workload_id: str, attempt: int) -> Path | None:
+        """Where the attempt's output goes (passed as :attr:`Launch.log_path`); None for an
+        executor that keeps no output."""
         ...
 
     def stop(self, handle: str, grace_s: float) -> None:

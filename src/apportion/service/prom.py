@@ -20,9 +20,8 @@ work)``, ``delivered = GPUs held by its allocated running work``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from fastapi import APIRouter
 from fastapi.responses import Response
@@ -42,21 +41,13 @@ from apportion.core import (
     usage_ratio,
 )
 
+from .port import SchedulerPort
+
 CLASSES = ("debug", "allocated", "unallocated")
 HOUR = 3600.0
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 86400,
                 259200)
 PASS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class SchedulerView(Protocol):
-    """What the metrics and the dashboard read from the scheduler."""
-
-    lock: threading.RLock
-    state: ClusterState | None
-    config: PolicyConfig
-    passes: int
-    errors: int
 
 
 def workload_class(spec: WorkloadSpec, config: PolicyConfig) -> str:
@@ -163,11 +154,10 @@ class Telemetry:
         self._seen: dict[str, tuple[float, frozenset[str]]] = {}  # running: start, hosts
         self._preempted: set[str] = set()
 
-    def attach(self, scheduler: object) -> Telemetry:
-        """Register with a scheduler that takes listeners (others are left alone)."""
-        listeners = getattr(scheduler, "listeners", None)
-        if isinstance(listeners, list) and self not in listeners:
-            listeners.append(self)
+    def attach(self, scheduler: SchedulerPort) -> Telemetry:
+        """Register with the scheduler as one of its pass listeners (once)."""
+        if self not in scheduler.listeners:
+            scheduler.listeners.append(self)
         return self
 
     # ---- PassListener ----
@@ -259,7 +249,7 @@ class Telemetry:
 class StateCollector(Collector):
     """Gauges computed from the scheduler's state when Prometheus scrapes."""
 
-    def __init__(self, scheduler: SchedulerView, now: Any) -> None:
+    def __init__(self, scheduler: SchedulerPort, now: Callable[[], float]) -> None:
         self.scheduler = scheduler
         self.now = now  # () -> float, the scheduler's clock
 
@@ -333,15 +323,12 @@ class StateCollector(Collector):
                                 value=float(used))
 
 
-def metrics_router(scheduler: object, telemetry: Telemetry) -> APIRouter:
-    """``GET /metrics`` in the Prometheus text format. The state collector is registered
-    only for a real scheduler (one with a lock and a state)."""
+def metrics_router(scheduler: SchedulerPort, telemetry: Telemetry) -> APIRouter:
+    """``GET /metrics`` in the Prometheus text format: the telemetry's events and the
+    scheduler's state, read on each scrape."""
     from prometheus_client import generate_latest
 
-    if hasattr(scheduler, "lock") and hasattr(scheduler, "state"):
-        clock = getattr(scheduler, "clock", None)
-        now = clock.now if clock is not None else (lambda: 0.0)
-        telemetry.registry.register(StateCollector(scheduler, now))  # type: ignore[arg-type]
+    telemetry.registry.register(StateCollector(scheduler, scheduler.clock.now))
     router = APIRouter(tags=["metrics"])
 
     @router.get("/metrics", include_in_schema=False)
@@ -354,7 +341,6 @@ def metrics_router(scheduler: object, telemetry: Telemetry) -> APIRouter:
 __all__ = [
     "CLASSES",
     "NodeNow",
-    "SchedulerView",
     "StateCollector",
     "Telemetry",
     "metrics_router",

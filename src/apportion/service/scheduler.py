@@ -30,7 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from apportion.core import (
     FINAL,
@@ -63,6 +63,14 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.port import PassListener
+from apportion.service.replies import (
+    QueueBudget,
+    QueuedPending,
+    QueuedRunning,
+    QueueHost,
+    QueueView,
+)
 from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
 
 log = logging.getLogger("apportion.scheduler")
@@ -75,17 +83,6 @@ EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported dow
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that failed for a transient reason waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
-
-
-class PassListener(Protocol):
-    """A read-only observer of the loop (metrics, dashboard): called under the scheduler's
-    lock, must be quick and must not change the state."""
-
-    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
-        """A round decided something; called before it is applied."""
-
-    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
-        """A pass ended (``seconds``: its wall time)."""
 
 
 @dataclass(slots=True)
@@ -104,7 +101,8 @@ class _Attempt:
 class Scheduler:
     """The scheduling loop of one service. Thread-safe: API handlers may call
     :meth:`wake`, :meth:`set_host_state`, :meth:`validate` and the read views while a
-    background thread runs :meth:`run_forever`."""
+    background thread runs :meth:`run_forever`. What the API, dashboard and metrics may use
+    of it is :class:`~apportion.service.port.SchedulerPort`."""
 
     def __init__(
         self,
@@ -325,7 +323,7 @@ class Scheduler:
             validate_spec(spec, self._st(), self.config)
 
     # ---- read views ------------------------------------------------------------------
-    def queue_view(self) -> dict[str, Any]:
+    def queue_view(self) -> QueueView:
         """The queue as the policy sees it, for the API and the dashboard:
 
         * ``pending``: in the order of the last pass, each with its ``wait_reason``
@@ -339,7 +337,8 @@ class Scheduler:
         with self.lock:
             st = self.state
             if st is None:
-                return {"now": None, "pending": [], "running": [], "hosts": [], "budgets": []}
+                return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
+                                 budgets=[])
             now = st.time
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
@@ -353,37 +352,32 @@ class Scheduler:
             for i, wid in enumerate(order):
                 p = st.pending[wid]
                 reason = self._last.waiting.get(wid)
-                pending.append({
-                    **_spec_dict(p.spec),
-                    "position": i + 1,
-                    "queued_at": p.queued_at,
-                    "wait_reason": reason.value if reason else None,
-                })
+                pending.append(QueuedPending(
+                    **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
+                    wait_reason=reason.value if reason else None,
+                ))
             for wid, row in self._held.items():  # after all queued work, in id order
-                pending.append({
-                    **_spec_dict(row.spec()),
-                    "position": None,
-                    "queued_at": row.queued_at,
-                    "wait_reason": "held",
-                    "hold": self._hold_reason.get(wid, "held"),
-                })
+                pending.append(QueuedPending(
+                    **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
+                    wait_reason="held", hold=self._hold_reason.get(wid, "held"),
+                ))
             running = []
             for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
                 a = self._open.get(wid)
-                running.append({
-                    **_spec_dict(r.spec),
-                    "attempt": a.n if a else None,
-                    "placement": [[s.host, len(s.gpu_indexes), list(s.gpu_indexes)]
-                                  for s in (a.slots if a else ())],
-                    "started_at": r.started_at,
-                    "protected_until": r.protected_until(),
-                    "stopping": r.stopping,
-                    "stop_reason": a.stop_reason if a else None,
-                })
+                running.append(QueuedRunning(
+                    **_spec_fields(r.spec),
+                    attempt=a.n if a else None,
+                    placement=[(s.host, len(s.gpu_indexes), list(s.gpu_indexes))
+                               for s in (a.slots if a else ())],
+                    started_at=r.started_at,
+                    protected_until=r.protected_until(),
+                    stopping=r.stopping,
+                    stop_reason=a.stop_reason if a else None,
+                ))
             hosts = [
-                {"name": h.name, "gpus": h.gpus, "state": h.state.value,
-                 "reason": self._host_reason.get(h.name, ""), "used": st.used[h.name],
-                 "free": h.gpus - st.used[h.name]}
+                QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
+                          reason=self._host_reason.get(h.name, ""), used=st.used[h.name],
+                          free=h.gpus - st.used[h.name])
                 for h in sorted(st.hosts.values(), key=lambda h: h.name)
             ]
             lookback = self.config.lookback
@@ -392,22 +386,14 @@ class Scheduler:
             for node in st.tree.nodes():
                 charged = st.ledger.charged(node, now, lookback)
                 share = st.tree.share(node)
-                budgets.append({
-                    "path": node,
-                    "share": share,
-                    "charged_gpu_s": charged,
-                    "usage_ratio": usage_ratio(charged, share, capacity) if capacity > 0 else None,
-                    "gpus_charged_now": st.ledger.rate(node),
-                    "gpus_free_now": st.ledger.rate(node, charged=False),
-                })
-            return {
-                "now": now,
-                "last_pass_at": self._last_pass_at,
-                "pending": pending,
-                "running": running,
-                "hosts": hosts,
-                "budgets": budgets,
-            }
+                budgets.append(QueueBudget(
+                    path=node, share=share, charged_gpu_s=charged,
+                    usage_ratio=usage_ratio(charged, share, capacity) if capacity > 0 else None,
+                    gpus_charged_now=st.ledger.rate(node),
+                    gpus_free_now=st.ledger.rate(node, charged=False),
+                ))
+            return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
+                             running=running, hosts=hosts, budgets=budgets)
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""
@@ -419,12 +405,12 @@ class Scheduler:
     def why(self, workload_id: str) -> dict[str, Any] | None:
         """Why a workload waits, or until when it is protected; None if not active."""
         view = self.queue_view()
-        for p in view["pending"]:
-            if p["id"] == workload_id:
-                return {"status": "pending", **p}
-        for r in view["running"]:
-            if r["id"] == workload_id:
-                return {"status": "stopping" if r["stopping"] else "running", **r}
+        for p in view.pending:
+            if p.id == workload_id:
+                return {"status": "pending", **p.model_dump()}
+        for r in view.running:
+            if r.id == workload_id:
+                return {"status": "stopping" if r.stopping else "running", **r.model_dump()}
         return None
 
     # ---- rebuild and reconcile -------------------------------------------------------
@@ -435,14 +421,13 @@ class Scheduler:
     def _settle_unlaunched(self, now: float) -> None:
         """Attempts begun but never given a handle: adopt the executor's if it launched
         them, else end them at their start (nothing charged) and requeue."""
-        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
         for row in self.store.active_workloads():
             a = row.attempt
             if a is None or a.handle is not None:
                 continue
             handle = self._unsaved.pop((row.id, a.n), None)
-            if handle is None and find is not None:
-                handle = find(row.id, a.n)
+            if handle is None:
+                handle = self.executor.find(row.id, a.n)
             if handle is not None:
                 self.store.set_attempt_handle(row.id, a.n, handle)
                 continue
@@ -627,17 +612,19 @@ class Scheduler:
 
     def _sync_inventory(self, now: float) -> bool:
         """Host deaths, returns and drains as the executor reports them. False when the
-        executor's backend did not answer (:class:`ExecutorUnavailable`): the pass then
-        leaves the executor alone and decides nothing."""
+        executor's backend did not answer (:class:`ExecutorUnavailable`) or the inventory
+        failed otherwise (an executor's bug, logged with its traceback): the pass then
+        leaves the executor alone and decides nothing, since hosts it cannot see may have
+        died."""
         st = self._st()
         try:
             inventory = self.executor.inventory()
         except ExecutorUnavailable as e:
             log.warning("executor unavailable, nothing decided this pass: %s", e)
             return False
-        except Exception as e:
-            log.warning("executor inventory failed: %s", e)
-            return True
+        except Exception:
+            log.exception("executor inventory failed, nothing decided this pass")
+            return False
         for ih in inventory:
             if ih.name not in st.hosts:
                 self.store.add_host(ih.name, ih.gpus, ACTOR, at=now)
@@ -706,8 +693,7 @@ class Scheduler:
     def _find_launched(self, wid: str, a: _Attempt, now: float) -> None:
         """An attempt whose launch got no answer: adopt the executor's job if the launch
         went through after all, else end the attempt at its start (nothing charged)."""
-        find: Callable[[str, int], str | None] | None = getattr(self.executor, "find", None)
-        handle = find(wid, a.n) if find is not None else None
+        handle = self.executor.find(wid, a.n)
         if handle is not None:
             log.info("%s attempt %d: launched after all as %s; adopted", wid, a.n, handle)
             a.handle = handle
@@ -847,30 +833,28 @@ class Scheduler:
         self._take(slots)
         st.start(wid, s.placement, now)
         a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
-        log_path = getattr(self.executor, "log_path", None)
         try:
+            log_path = self.executor.log_path(wid, row.n)
             launch = Launch(
                 workload_id=wid,
                 attempt=row.n,
                 command=self._commands[wid],
                 slots=slots,
-                log_path=str(log_path(wid, row.n)) if log_path is not None else "",
+                log_path=str(log_path) if log_path is not None else "",
                 whole_hosts=len(slots) > 1,
                 **self._identity(wid),
             )
             a.handle = self.executor.launch(launch)
-        except (LaunchRefused, ValueError) as e:  # it can never run as asked: one try only
+        except LaunchRefused as e:  # it can never run as asked: one try only
             log.warning("%s: launch refused: %s", wid, e)
             self._end(wid, now, None, f"launch refused: {e}", Status.FAILED)
             return True
         except ExecutorUnavailable as e:
-            if getattr(self.executor, "find", None) is None:
-                self._back_off(wid, now, e)
-                return True
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
-        except Exception as e:
+        except Exception as e:  # not an answer (docs of service.executor): an executor bug
+            log.exception("%s: launch raised an unexpected error", wid)
             self._back_off(wid, now, e)
             return True
         self._backoff.pop(wid, None)
@@ -948,7 +932,7 @@ class Scheduler:
 
 
 # ---- helpers ---------------------------------------------------------------------------
-def _spec_dict(spec: WorkloadSpec) -> dict[str, Any]:
+def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
     return {
         "id": spec.id,
         "budget": spec.budget,

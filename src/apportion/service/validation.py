@@ -1,7 +1,7 @@
 """Limits on what the API accepts, in one place (docs/security.md, "Input limits").
 
 Each check raises ``ValueError`` with a message that says what is wrong; the request models
-in :mod:`apportion.service.api` attach them to their fields (pydantic ``AfterValidator``),
+in :mod:`apportion.service.bodies` attach them to their fields (pydantic ``AfterValidator``),
 so a refusal names the field as the client typed it (``command.1: ...``). The limits are
 chosen so that everything accepted can be stored identically on SQLite and PostgreSQL
 (no NUL: PostgreSQL text cannot hold it; integers within 32 bits; strings within their

@@ -15,25 +15,13 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException
-from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.core import DurationError, PolicyConfig, parse_duration
 
 from .auth import Rights
+from .bodies import WhatifBody
 from .config import ServiceConfig
 from .store import Store, UserRow
-
-
-class WhatifBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    since: float | str = Field(description='length of the period: seconds or "14d"')
-    until: float | None = Field(None, description="end of the period (default: now)")
-    set_weight: dict[str, float] = Field(default_factory=dict,
-                                         description="proposed weight per budget path")
-    set: dict[str, float | bool | str | None] = Field(
-        default_factory=dict,
-        description='proposed PolicyConfig or engine settings; durations as seconds or "3d"')
 
 
 def _setting(key: str, value: Any) -> Any:

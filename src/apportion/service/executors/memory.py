@@ -19,14 +19,12 @@ from apportion.core.consequences import preemption_cost
 from apportion.service.clock import Clock
 from apportion.service.executor import (
     AttemptState,
+    ExecutorUnavailable,
     InventoryHost,
     Launch,
+    LaunchRefused,
     Observation,
 )
-
-
-class ExecutorError(RuntimeError):
-    """The backend refused or is unavailable (the scheduler retries on a later pass)."""
 
 
 @dataclass(slots=True)
@@ -82,10 +80,14 @@ class MemoryExecutor:
         self.runs: dict[str, int] = {}  # workload -> runs launched
         self.attempts: dict[str, _Attempt] = {}  # handle -> attempt
         self.drained: dict[str, str] = {}  # host -> reason, as mirrored by the scheduler
-        self.broken = False  # when True every call fails, like an unreachable backend
+        # when True every call raises ExecutorUnavailable, like an unreachable backend
+        self.broken = False
         self.launches: list[Launch] = []
 
     # ---- the Executor protocol -------------------------------------------------------
+    def describe(self) -> str:
+        return "memory executor: nothing runs; attempts end on the clock"
+
     def inventory(self) -> list[InventoryHost]:
         self._check()
         return list(self._hosts.values())
@@ -94,11 +96,11 @@ class MemoryExecutor:
         self._check()
         for s in launch.slots:
             if s.host not in self._hosts:
-                raise ExecutorError(f"memory executor: host {s.host!r}: unknown host")
+                raise LaunchRefused(f"memory executor: host {s.host!r}: unknown host")
         wid = launch.workload_id
         handle = f"mem:{wid}:{launch.attempt}"
         if handle in self.attempts:
-            raise ExecutorError(f"memory executor: {handle}: launched twice")
+            raise LaunchRefused(f"memory executor: {handle}: launched twice")
         remaining: float | None = None
         if wid in self.durations:
             work = self.durations[wid] - self.progress.get(wid, 0.0)
@@ -166,11 +168,15 @@ class MemoryExecutor:
     def close(self) -> None:
         pass
 
-    # ---- extras the scheduler uses when present --------------------------------------
     def find(self, workload_id: str, attempt: int) -> str | None:
         """The handle of an attempt launched under this id, if any."""
+        self._check()
         handle = f"mem:{workload_id}:{attempt}"
         return handle if handle in self.attempts else None
+
+    def log_path(self, workload_id: str, attempt: int) -> None:
+        """Nothing runs, so there is no output."""
+        return None
 
     # ---- test controls ---------------------------------------------------------------
     def finish(self, workload_id: str, exit_code: int = 0) -> None:
@@ -217,7 +223,7 @@ class MemoryExecutor:
     # ---- internals -------------------------------------------------------------------
     def _check(self) -> None:
         if self.broken:
-            raise ExecutorError("memory executor: backend unavailable")
+            raise ExecutorUnavailable("memory executor: backend unavailable")
 
     def _advance(self, a: _Attempt, now: float) -> None:
         """Apply whatever happened to ``a`` up to ``now``: completion or the end of a stop."""

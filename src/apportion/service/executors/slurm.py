@@ -145,6 +145,10 @@ class SlurmExecutor:
 
     # -- Executor protocol ---------------------------------------------------------------
 
+    def describe(self) -> str:
+        """How work runs here, for the start of ``apportion serve``."""
+        return f"slurm executor: {self.identity.describe()}"
+
     def inventory(self) -> list[InventoryHost]:
         """Slurm's nodes (of the partition, when one is set) with their GPUs and state."""
         data = self._json(["sinfo", "--json"], "nodes")
@@ -168,16 +172,16 @@ class SlurmExecutor:
     def launch(self, launch: Launch) -> str:
         """Write the batch script and ``sbatch`` it pinned to the slots' hosts; return the id."""
         if not launch.command:
-            raise ValueError(f"command: empty for workload {launch.workload_id}")
+            raise LaunchRefused(f"command: empty for workload {launch.workload_id}")
         if not launch.slots:
-            raise ValueError(f"slots: empty for workload {launch.workload_id}")
+            raise LaunchRefused(f"slots: empty for workload {launch.workload_id}")
         hosts = [s.host for s in launch.slots]
         if len(set(hosts)) != len(hosts):
-            raise ValueError(f"slots: a host appears twice: {hosts}")
+            raise LaunchRefused(f"slots: a host appears twice: {hosts}")
         per_host = {len(s.gpu_indexes) for s in launch.slots}
         if len(per_host) != 1:
             # one batch job has one --gres=gpu:N for all of its nodes
-            raise ValueError(f"slots: Slurm needs the same GPU count on every host: {hosts}")
+            raise LaunchRefused(f"slots: Slurm needs the same GPU count on every host: {hosts}")
         gpus = per_host.pop()
         for key in launch.env or {}:
             if not _ENV_KEY.match(key):

@@ -1,0 +1,93 @@
+"""What the scheduler's readers may use of it: :class:`SchedulerPort`.
+
+The API, the dashboard, the metrics and ``why`` are typed against this protocol, never
+against :class:`~apportion.service.scheduler.Scheduler` itself, and use nothing else of it
+(tests/service/test_port.py checks both: that a ``Scheduler`` has every name, and that the
+readers name no other attribute). Everything here is safe to call from an API handler
+while the scheduler's thread runs passes: the state is read only under :attr:`lock`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from apportion.core import ClusterState, Decisions, HostState, PolicyConfig
+
+from .clock import Clock
+from .replies import QueueView
+
+
+class PassListener(Protocol):
+    """A read-only observer of the loop (metrics, dashboard): called under the scheduler's
+    lock, must be quick and must not change the state."""
+
+    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+        """A round decided something; called before it is applied."""
+
+    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+        """A pass ended (``seconds``: its wall time)."""
+
+
+@runtime_checkable
+class SchedulerPort(Protocol):
+    """The scheduler as its readers see it. Read-only members are properties here so that
+    a plain attribute of the scheduler satisfies them."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while reading :attr:`state` (the scheduler's thread holds it for a pass)."""
+        ...
+
+    @property
+    def state(self) -> ClusterState | None:
+        """The live state (None before the first start); read it only under :attr:`lock`."""
+        ...
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The policy the scheduler decides with."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """The scheduler's only source of time; readers tell time by it too."""
+        ...
+
+    @property
+    def passes(self) -> int:
+        """Passes completed."""
+        ...
+
+    @property
+    def errors(self) -> int:
+        """Passes abandoned on an error, ever."""
+        ...
+
+    @property
+    def recent(self) -> Sequence[str]:
+        """The latest decision log lines, oldest first."""
+        ...
+
+    @property
+    def listeners(self) -> list[PassListener]:
+        """Observers called on every pass; a reader registers itself by appending."""
+        ...
+
+    def wake(self) -> None:
+        """Something changed in the store (submission, cancel, budgets): run a pass soon."""
+        ...
+
+    def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
+        """Change a host's state in the scheduler's state and in the store (audited).
+        Raises the store's NotFound for an unknown host, CoreError for a change the
+        host's state does not allow."""
+        ...
+
+    def queue_view(self) -> QueueView:
+        """The queue as the last pass saw it (``GET /v1/queue``; docs/api.md)."""
+        ...
+
+
+__all__ = ["PassListener", "SchedulerPort"]

@@ -1,0 +1,386 @@
+"""The API's replies as typed models, shared by the server (each route's
+``response_model``), the CLI (which parses what it reads into them) and the dashboard's data.
+
+Each reply is built in one place: from a store row by its ``of`` class method, or field by
+field where the route works it out. The JSON on the wire is what docs/api.md describes; a
+field listed in a model's ``omit_if_none`` is left out of the JSON rather than sent as
+``null`` (``private`` on a workload shown in full, ``attempts`` outside ``GET
+/v1/workloads/{id}``, ``array_ids`` outside an array's submission).
+
+Only pydantic and the standard library are imported, so the CLI can use these models
+without loading the server. A field the server adds later is ignored by an older client.
+"""
+
+# No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+if TYPE_CHECKING:
+    from .store import AuditRow, BudgetRow, HostRow, TokenRow, UserRow
+
+
+class Reply(BaseModel):
+    """A reply; ``omit_if_none``: fields left out of the JSON while None."""
+
+    omit_if_none: ClassVar[frozenset[str]] = frozenset()
+
+    # no return annotation: with one, the OpenAPI schema would lose the model's fields
+    @model_serializer(mode="wrap")
+    def _omit(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]
+        out = handler(self)
+        for key in self.omit_if_none:
+            if out.get(key, 0) is None:
+                del out[key]
+        return out
+
+
+# ---- workloads ---------------------------------------------------------------------------
+class Attempt(Reply):
+    n: int
+    placement: list[tuple[str, int, list[int]]]  # [host, GPUs, GPU indexes]
+    gpus_held: int
+    started_at: float
+    ended_at: float | None
+    handle: str | None
+    exit_code: int | None
+    end_reason: str | None
+    gpu_seconds: float | None
+
+
+class Workload(Reply):
+    """A workload as stored. ``command``, ``env`` and ``chdir`` are None, with
+    ``private: true``, for a caller who may not see them."""
+
+    omit_if_none = frozenset({"attempts", "private", "array_ids"})
+
+    id: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    resumable: bool
+    priority: int
+    checkpoint_interval: float
+    command: list[str] | None
+    chdir: str | None
+    env: dict[str, str] | None
+    name: str | None
+    time_limit: float | None
+    array_id: str | None
+    array_index: int | None
+    array_throttle: int
+    dependencies: list[tuple[str, str]]  # [kind, workload id]
+    nodelist: list[str]
+    exclude: list[str]
+    submit_time: float
+    queued_at: float
+    status: str
+    cancel_requested: bool
+    attempts_count: int
+    exit_code: int | None
+    end_reason: str | None
+    created_at: float
+    attempt: Attempt | None
+    attempts: list[Attempt] | None = None  # GET /v1/workloads/{id} only
+    private: Literal[True] | None = None
+    array_ids: list[str] | None = None  # the submission of an array only
+
+
+# ---- budgets -----------------------------------------------------------------------------
+class Budget(Reply):
+    """A node of the tree (``GET /v1/budgets``)."""
+
+    path: str
+    parent: str | None
+    weight: float
+    share: float
+    leaf: bool
+    managers: list[str]
+    members: list[str]
+
+
+class BudgetCreated(Reply):
+    path: str
+    weight: float
+    managers: list[str]
+    members: list[str]
+
+    @classmethod
+    def of(cls, b: "BudgetRow") -> "BudgetCreated":
+        return cls(path=b.path, weight=b.weight, managers=list(b.managers),
+                   members=list(b.members))
+
+
+class BudgetWeight(Reply):
+    path: str
+    weight: float
+
+
+class BudgetMembers(Reply):
+    path: str
+    members: list[str]
+
+
+class BudgetManagers(Reply):
+    path: str
+    managers: list[str]
+
+
+class NodeUsage(Reply):
+    path: str
+    share: float
+    charged_gpu_hours: float
+    free_gpu_hours: float
+    usage_ratio: float | None  # None: no capacity in the window
+
+
+class BudgetUsage(Reply):
+    """``GET /v1/budgets/usage``. ``source``: the scheduler's ledger while it runs, else
+    the attempts in the store."""
+
+    lookback_s: float
+    capacity_gpu_hours: float
+    source: Literal["scheduler", "store"]
+    budgets: list[NodeUsage]
+
+
+# ---- the queue as the policy sees it (GET /v1/queue, the dashboard) -----------------------
+class QueuedSpec(Reply):
+    """What the policy sees of a workload."""
+
+    id: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    resumable: bool
+    priority: int
+    submit_time: float
+    time_limit: float | None
+
+
+class QueuedPending(QueuedSpec):
+    """Pending work: ``position`` in the order of the last pass (None: held out of the
+    queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
+    ``waiting_for_preemption``, ``too_large``, ``held``; None: not reached)."""
+
+    omit_if_none = frozenset({"hold"})
+
+    position: int | None
+    queued_at: float
+    wait_reason: str | None
+    hold: str | None = None
+
+
+class QueuedRunning(QueuedSpec):
+    attempt: int | None
+    placement: list[tuple[str, int, list[int]]]  # [host, GPUs, GPU indexes]
+    started_at: float
+    protected_until: float
+    stopping: bool
+    stop_reason: str | None
+
+
+class QueueHost(Reply):
+    name: str
+    gpus: int
+    state: str
+    reason: str
+    used: int
+    free: int
+
+
+class QueueBudget(Reply):
+    path: str
+    share: float
+    charged_gpu_s: float  # in the lookback window
+    usage_ratio: float | None  # None: no capacity in the window
+    gpus_charged_now: float
+    gpus_free_now: float
+
+
+class QueueView(Reply):
+    """The queue as the scheduler's last pass saw it; ``now`` None before it started."""
+
+    now: float | None
+    last_pass_at: float | None
+    pending: list[QueuedPending]
+    running: list[QueuedRunning]
+    hosts: list[QueueHost]
+    budgets: list[QueueBudget]
+
+
+# ---- the dashboard's data (GET /v1/dashboard/state) -------------------------------------
+class DashboardBudget(Reply):
+    """One node: share, usage ratio, and owed and delivered GPUs now and over the window."""
+
+    path: str
+    name: str
+    depth: int
+    leaf: bool
+    weight: float
+    share: float
+    usage_ratio: float
+    charged_gpu_hours: float
+    asked_gpus: int
+    owed_gpus: float
+    delivered_gpus: float
+    unallocated_gpus: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    pending: int
+    running: int
+
+
+class DashboardPending(QueuedPending):
+    model_config = ConfigDict(populate_by_name=True)
+
+    workload_class: str | None = Field(alias="class")  # debug, allocated, unallocated
+
+
+class DashboardRunning(QueuedRunning):
+    model_config = ConfigDict(populate_by_name=True)
+
+    workload_class: str | None = Field(alias="class")
+
+
+class DashboardHost(Reply):
+    name: str
+    gpus: int
+    state: str
+    reason: str
+    used: int
+    workloads: list[str]
+    stopping: int
+    last_protection_end: float | None  # None: nothing on it
+
+
+class ClusterCounts(Reply):
+    hosts: int
+    gpus: int
+    healthy_gpus: int
+    used_gpus: int
+    pending: int
+    running: int
+
+
+class DashboardState(Reply):
+    """Everything the dashboard shows, polled every 2 s (docs/dashboard.md)."""
+
+    now: float
+    last_pass_at: float | None
+    passes: int
+    errors: int
+    lookback_s: float
+    owed_since: float | None
+    executor: str
+    cluster: ClusterCounts
+    budgets: list[DashboardBudget]
+    pending: list[DashboardPending]
+    running: list[DashboardRunning]
+    hosts: list[DashboardHost]
+    audit: list["AuditEntry"]
+    recent: list[str]
+
+
+class UsageSeries(Reply):
+    """``GET /v1/dashboard/usage``: average charged GPUs per node in each hour ending at
+    ``end - (hours - 1 - k) * step_s``, and each node's fair share of the healthy GPUs."""
+
+    end: float
+    step_s: float
+    hours: int
+    usage: dict[str, list[float]]
+    fair: dict[str, list[float]]
+
+
+# ---- hosts, users, tokens, audit ---------------------------------------------------------
+class Host(Reply):
+    name: str
+    gpus: int
+    state: str
+    reason: str
+    changed_at: float
+
+    @classmethod
+    def of(cls, h: "HostRow") -> "Host":
+        return cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
+                   changed_at=h.changed_at)
+
+
+class HostInUse(Host):
+    """A host with the GPUs its running work holds (``GET /v1/hosts``)."""
+
+    gpus_used: int
+
+
+class Me(Reply):
+    name: str
+    admin: bool
+
+
+class User(Reply):
+    name: str
+    admin: bool
+    unix_user: str | None  # None: the account of the same name
+    account: str  # the Unix account its work runs as
+
+    @classmethod
+    def of(cls, u: "UserRow") -> "User":
+        return cls(name=u.name, admin=u.admin, unix_user=u.unix_user, account=u.account)
+
+
+class Token(Reply):
+    """A token's record; never its secret."""
+
+    id: str
+    user: str
+    kind: str
+    label: str
+    created_at: float
+    revoked_at: float | None
+
+    @classmethod
+    def of(cls, t: "TokenRow") -> "Token":
+        return cls(id=t.id, user=t.user, kind=t.kind, label=t.label, created_at=t.created_at,
+                   revoked_at=t.revoked_at)
+
+
+class NewToken(Token):
+    """A token just created, with its secret (shown this once)."""
+
+    token: str
+
+
+class AuditEntry(Reply):
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    old: Any
+    new: Any
+
+    @classmethod
+    def of(cls, a: "AuditRow") -> "AuditEntry":
+        return cls(id=a.id, at=a.at, actor=a.actor, action=a.action, target=a.target,
+                   old=a.old, new=a.new)
+
+
+class Health(Reply):
+    status: Literal["ok"]
+    executor: str
+
+
+DashboardState.model_rebuild()
+
+
+__all__ = [
+    "Attempt", "AuditEntry", "Budget", "BudgetCreated", "BudgetManagers", "BudgetMembers",
+    "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
+    "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
+    "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Workload",
+]

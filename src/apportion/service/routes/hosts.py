@@ -1,0 +1,58 @@
+"""Host routes: list, drain, repair."""
+
+# No "from __future__ import annotations": FastAPI reads the handlers' annotations at
+# runtime, and they name dependencies made from the Api context.
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+
+from apportion.core import CoreError, HostState, Status
+
+from ..auth import Principal
+from ..bodies import HostBody
+from ..replies import Host, HostInUse
+from ..store import UserRow
+from ._common import V1, Api, fail
+
+
+def router(api: Api) -> APIRouter:
+    """``/v1/hosts`` and below."""
+    router = APIRouter()
+    store, scheduler = api.store, api.scheduler
+    rights, forbid = api.rights, api.forbid
+    Reader = Annotated[Principal, Depends(api.principal)]
+    User = Annotated[UserRow, Depends(api.writer)]
+    v1 = V1
+
+    @router.get(f"{v1}/hosts", tags=["hosts"])
+    def hosts(_who: Reader) -> list[HostInUse]:
+        """Hosts with their state, the reason of the last change and GPUs in use."""
+        used: dict[str, int] = {}
+        for w in store.list_workloads([Status.RUNNING, Status.STOPPING], limit=100_000):
+            if w.attempt is not None:
+                for host, gpus, _ in w.attempt.placement:
+                    used[host] = used.get(host, 0) + gpus
+        return [HostInUse(**Host.of(h).model_dump(), gpus_used=used.get(h.name, 0))
+                for h in store.hosts()]
+
+    def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
+        if not rights(user).can_change_hosts():
+            raise forbid(user, f"change host {name} (admins only)")
+        store.get_host(name)
+        try:
+            scheduler.set_host_state(name, to, body.reason, user.name)
+        except CoreError as e:
+            raise fail(409, str(e)) from None
+        return Host.of(store.get_host(name))
+
+    @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
+    def drain(name: str, user: User, body: HostBody | None = None) -> Host:
+        """Mark a host unhealthy: no new work; emptied as protections end, then to repair."""
+        return _host_change(name, HostState.DRAINING, body or HostBody(), user)
+
+    @router.post(f"{v1}/hosts/{{name}}/repair", tags=["hosts"])
+    def repair(name: str, user: User, body: HostBody | None = None) -> Host:
+        """Mark a host repaired: back to healthy (from repair, down, or calling off a drain)."""
+        return _host_change(name, HostState.HEALTHY, body or HostBody(), user)
+
+    return router

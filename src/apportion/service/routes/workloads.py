@@ -1,0 +1,287 @@
+"""Workload routes: submit, list, show, cancel, logs, the policy's queue and ``why``."""
+
+# No "from __future__ import annotations": FastAPI reads the handlers' annotations at
+# runtime, and they name dependencies made from the Api context.
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query
+from fastapi.responses import PlainTextResponse
+
+from apportion.core import (
+    After,
+    BudgetNode,
+    BudgetTree,
+    ClusterState,
+    CoreError,
+    Status,
+    WorkloadSpec,
+    allowed_hosts,
+    parse_array,
+    parse_dependency,
+    validate_spec,
+)
+from apportion.core.units import parse_duration
+
+from ..auth import Principal, Rights, redact
+from ..bodies import SubmitBody
+from ..config import ServiceConfig
+from ..dashboard import explain_workload
+from ..executors import identity
+from ..replies import QueueView, Workload
+from ..store import AlreadySubmitted, UserRow, WorkloadRow
+from ._common import (
+    IDEMPOTENCY_KEY,
+    TEXT_ROUTE_ERRORS,
+    V1,
+    Api,
+    core_message,
+    fail,
+    printable,
+    request_digest,
+)
+
+
+def router(api: Api) -> APIRouter:
+    """``/v1/workloads`` and below, ``/v1/queue``."""
+    router = APIRouter()
+    store, scheduler, settings, now = api.store, api.scheduler, api.settings, api.now
+    rights, forbid = api.rights, api.forbid
+    Reader = Annotated[Principal, Depends(api.principal)]
+    User = Annotated[UserRow, Depends(api.writer)]
+    v1 = V1
+
+    def shown(who: Principal, rows: Sequence[WorkloadRow],
+              with_attempts: bool = False) -> list[Workload]:
+        r = Rights.of(who.user, store.budgets())
+        return [
+            _workload(w, with_attempts, private=not who.may_see_private(r, w.user, w.budget))
+            for w in rows
+        ]
+
+    # ---- workloads ---------------------------------------------------------------------
+    @router.post(f"{v1}/workloads", status_code=201, tags=["workloads"])
+    def submit(
+        body: SubmitBody,
+        user: User,
+        idempotency_key: Annotated[str | None, Header(
+            pattern=IDEMPOTENCY_KEY,
+            description="a retried submission with the same key answers the first one",
+        )] = None,
+    ) -> Workload:
+        """Submit a workload to a leaf budget. Durable when the answer arrives."""
+        digest = request_digest(body) if idempotency_key is not None else None
+
+        def replay(row: WorkloadRow, first_digest: str | None) -> Workload:
+            if first_digest != digest:
+                raise fail(409, f"Idempotency-Key: already used for another submission "
+                                 f"({row.id}); send a new key for a new one")
+            out = _workload(row.as_submitted())
+            if row.array_id is not None:  # an array keeps its key on its first element
+                out.array_ids = store.array_ids(row.array_id)
+            return out
+
+        if idempotency_key is not None:  # a retry answers the first, whatever changed since
+            found = store.by_idempotency_key(user.name, idempotency_key)
+            if found is not None:
+                return replay(*found)
+        try:
+            min_runtime = parse_duration(body.min_runtime)
+        except ValueError as e:
+            raise fail(422, f"min_runtime: {e}") from None
+        try:
+            checkpoint = parse_duration(body.checkpoint_interval)
+        except ValueError as e:
+            raise fail(422, f"checkpoint_interval: {e}") from None
+        try:
+            time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                          else parse_duration(body.time_limit))
+        except ValueError as e:
+            raise fail(422, f"time_limit: {e}") from None
+        indexes: tuple[int, ...] = ()
+        throttle = 0
+        after: tuple[tuple[After, str], ...] = ()
+        try:
+            if body.array is not None:
+                indexes, throttle = parse_array(body.array)
+            if body.dependency:
+                after = parse_dependency(body.dependency)
+        except CoreError as e:
+            raise fail(422, str(e)) from None
+        if body.gpu_kind is not None:
+            raise fail(422, f"gpu_kind: {body.gpu_kind!r}: the hosts of this cluster have no "
+                        "GPU kinds; choose hosts with nodelist or exclude")
+        known = store.statuses(d for _, d in after)
+        for _, dep in after:
+            if dep not in known:
+                raise fail(422, f"dependency: {dep}: no such workload")
+        t = now()
+        host_rows = store.hosts()
+        try:
+            allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
+            spec = WorkloadSpec(
+                id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
+                submit_time=t, user=user.name, resumable=body.resumable,
+                priority=body.priority, checkpoint_interval=checkpoint,
+                time_limit=time_limit, hosts=allowed,
+            )
+            rows = store.budgets()  # one read serves validation and rights
+            if not rows:
+                raise fail(422, f"budget: {body.budget!r}: no budgets exist yet")
+            tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
+            state = ClusterState(tree, [h.host() for h in host_rows], start=t)
+            validate_spec(spec, state, settings.policy)
+        except CoreError as e:
+            raise fail(422, core_message(e)) from None
+        if not Rights.of(user, rows).can_submit(body.budget):
+            raise forbid(user, f"submit to budget {body.budget} (not a member)")
+        problem = _run_problem(body, user, settings)
+        if problem is not None:
+            raise fail(422, problem)
+        try:
+            row = store.add_workload(
+                budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
+                command=body.command, actor=user.name, resumable=body.resumable,
+                priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
+                chdir=body.chdir, env=body.env,
+                time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
+                array=indexes, array_throttle=throttle, nodelist=body.nodelist,
+                exclude=body.exclude, idempotency_key=idempotency_key, request_digest=digest,
+            )
+        except AlreadySubmitted as e:  # the same key, stored concurrently
+            return replay(e.row, e.digest)
+        scheduler.wake()
+        out = _workload(row)
+        if indexes:
+            out.array_ids = store.array_ids(row.id)
+        return out
+
+    @router.get(f"{v1}/workloads", tags=["workloads"])
+    def queue(
+        who: Reader,
+        status: Annotated[
+            str, Query(description="comma-separated statuses, or 'all'")
+        ] = "pending,running,stopping",
+        budget: Annotated[str | None, Query(description="a node: its whole subtree")] = None,
+        user: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+        array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
+    ) -> list[Workload]:
+        """Workloads, oldest first (default: the active ones). Another user's command,
+        environment and directory are shown only to managers of its budget and admins."""
+        statuses: list[Status] | None = None
+        if status != "all":
+            try:
+                statuses = [Status(s.strip()) for s in status.split(",") if s.strip()]
+            except ValueError:
+                valid = ", ".join(s.value for s in Status)
+                raise fail(422, f"status: must be 'all' or some of: {valid}") from None
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
+                                    array=array)
+        return shown(who, rows)
+
+    @router.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])
+    def show(workload_id: str, who: Reader) -> Workload:
+        """One workload with all its attempts (private fields as in the list)."""
+        return shown(who, [store.get_workload(workload_id)], with_attempts=True)[0]
+
+    def _may_touch(user: UserRow, w: WorkloadRow, what: str) -> None:
+        if not rights(user).can_cancel(w.user, w.budget):
+            raise forbid(user, f"{what} workload {w.id} (owned by {w.user})")
+
+    @router.post(f"{v1}/workloads/{{workload_id}}/cancel", tags=["workloads"])
+    def cancel(workload_id: str, user: User) -> Workload:
+        """Cancel: pending ones end at once, running ones are stopped by the scheduler."""
+        _may_touch(user, store.get_workload(workload_id), "cancel")
+        row = store.cancel_workload(workload_id, actor=user.name)
+        scheduler.wake()
+        return _workload(row)
+
+    @router.get(
+        f"{v1}/workloads/{{workload_id}}/logs",
+        tags=["workloads"],
+        response_class=PlainTextResponse,
+        responses=TEXT_ROUTE_ERRORS,
+    )
+    def logs(
+        workload_id: str,
+        who: Reader,
+        attempt: Annotated[int | None, Query(ge=1, le=1_000_000,
+                                             description="default: the latest")] = None,
+        tail: Annotated[int, Query(ge=0, le=1 << 40, description="last N bytes (0: all)")] = 0,
+        offset: Annotated[int, Query(ge=0, le=1 << 40,
+                                     description="from this byte on (following)")] = 0,
+    ) -> PlainTextResponse:
+        """The output (stdout and stderr) of one attempt: for its owner, managers of its
+        budget and admins. ``X-Log-Attempt`` names the attempt, ``X-Log-Offset`` the byte
+        after what was sent: pass it as ``offset`` to read only what was written since
+        (``apportion logs -f``)."""
+        w = store.get_workload(workload_id)
+        if not who.may_see_private(rights(who.user), w.user, w.budget):
+            raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
+        if not w.attempts:
+            raise fail(404, f"workload {workload_id}: has not started yet, no logs")
+        n = attempt if attempt is not None else w.attempts[-1].n
+        a = next((x for x in w.attempts if x.n == n), None)
+        if a is None:
+            raise fail(404, f"workload {workload_id}: attempt {n}: not found")
+        path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
+        try:
+            # never through a link: with Slurm the log's directory is its owner's, who could
+            # otherwise swap the log for a link to a file only the server may read
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+                if tail:
+                    size = f.seek(0, 2)
+                    f.seek(max(0, size - tail))
+                elif offset:
+                    f.seek(offset)
+                data = f.read()
+                end = f.tell()
+        except FileNotFoundError:
+            raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
+        except OSError as e:  # ELOOP: a link put in the log's place
+            raise fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
+                             f"{e.strerror}") from None
+        return PlainTextResponse(data.decode("utf-8", errors="replace"),
+                                 headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+
+    @router.get(f"{v1}/queue", tags=["workloads"])
+    def policy_queue(_who: Reader) -> QueueView:
+        """The queue as the scheduler's last pass saw it: pending work in policy order with
+        its wait reason, running work with its protection, hosts and budget ratios."""
+        return scheduler.queue_view()
+
+    @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
+    def why(
+        workload_id: str, _who: Annotated[Principal | None, Depends(api.public_reader)]
+    ) -> dict[str, Any]:
+        """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
+        return explain_workload(store, scheduler, workload_id)
+
+    return router
+
+
+def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
+    """Why this submission could never run as asked (``field: problem``), or None: its
+    directory and environment, their size against the kernel's exec limits, and the
+    owner's Unix account (unless nothing runs, with the memory executor)."""
+    if body.chdir is not None:
+        problem = identity.chdir_problem(body.chdir)
+        if problem is not None:
+            return problem
+    env = body.env or {}
+    problem = identity.env_problem(env)
+    if problem is None:  # each argument's size too: the body checked only its text
+        problem = identity.exec_problem(body.command, env)
+    if problem is None and settings.executor.kind != "memory":
+        problem = settings.identity.problem(user.name, user.account)
+    return problem
+
+
+def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = False) -> Workload:
+    """The reply for one workload: in full, or with its private fields left out."""
+    d = row.as_dict(with_attempts)
+    return Workload.model_validate(redact(d) if private else printable(d))
+

@@ -1,0 +1,170 @@
+"""How the scheduler takes each way an executor can answer (service/executor.py): only
+``LaunchRefused`` ends a workload, ``ExecutorUnavailable`` means "look again", and any other
+exception is a bug that neither ends work nor counts as an answer."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sched_env import Env, make_env
+
+from apportion.core import Status
+from apportion.service.executor import (
+    ExecutorUnavailable,
+    HostSlots,
+    InventoryHost,
+    Launch,
+    LaunchRefused,
+)
+from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.executors.slurm import SlurmExecutor
+from apportion.service.scheduler import BACKOFF_FIRST_S
+
+
+class _Scripted(MemoryExecutor):
+    """The memory executor, with the next launch or inventory made to raise ``fail``;
+    ``launch_first``: the launch goes through before the error (its answer is lost)."""
+
+    fail_launch: Exception | None = None
+    fail_inventory: Exception | None = None
+    launch_first = False
+
+    def launch(self, launch: Launch) -> str:
+        error, self.fail_launch = self.fail_launch, None
+        if error is None:
+            return super().launch(launch)
+        if self.launch_first:
+            super().launch(launch)
+        raise error
+
+    def inventory(self) -> list[InventoryHost]:
+        error, self.fail_inventory = self.fail_inventory, None
+        if error is not None:
+            raise error
+        return super().inventory()
+
+
+@pytest.fixture
+def lite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Env]:
+    # make_env builds a MemoryExecutor: build the scripted one in its place
+    monkeypatch.setattr("sched_env.MemoryExecutor", _Scripted)
+    e = make_env("sqlite", tmp_path)
+    assert isinstance(e.executor, _Scripted)
+    yield e
+    e.store.close()
+
+
+def _scripted(env: Env) -> _Scripted:
+    assert isinstance(env.executor, _Scripted)
+    return env.executor
+
+
+def test_launch_refused_fails_the_workload_after_one_try(lite: Env) -> None:
+    """``LaunchRefused`` ends the workload ``failed`` with the executor's reason, after that
+    one attempt, with nothing charged."""
+    _scripted(lite).fail_launch = LaunchRefused("command not found: trian")
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    lite.at(10.0)
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.FAILED
+    assert [(a.end_reason, a.gpu_seconds) for a in w.attempts] == [
+        ("launch refused: command not found: trian", 0.0)]
+
+
+def test_value_error_from_launch_is_not_a_refusal(lite: Env,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A ``ValueError`` (or any exception that is neither answer) does not end the workload:
+    it is logged with its traceback, the attempt is undone uncharged, and the workload
+    starts once the backoff has passed."""
+    _scripted(lite).fail_launch = ValueError("bug in the executor")
+    wid = lite.submit(gpus=2)
+    with caplog.at_level(logging.ERROR, logger="apportion.scheduler"):
+        lite.at(0.0)
+    assert any(r.exc_info and "unexpected error" in r.getMessage() for r in caplog.records)
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.PENDING
+    assert [(a.end_reason, a.gpu_seconds) for a in w.attempts] == [("launch failed", 0.0)]
+    lite.at(BACKOFF_FIRST_S / 2)
+    assert lite.store.get_workload(wid).status is Status.PENDING  # still backing off
+    lite.at(BACKOFF_FIRST_S)
+    assert lite.store.get_workload(wid).status is Status.RUNNING
+
+
+def test_unanswered_launch_that_went_through_is_adopted(lite: Env) -> None:
+    """``ExecutorUnavailable`` from a launch the backend carried out all the same: the next
+    pass finds it (``Executor.find``) and keeps it running, launched once."""
+    ex = _scripted(lite)
+    ex.fail_launch, ex.launch_first = ExecutorUnavailable("sbatch: timed out"), True
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    lite.at(1.0)
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.RUNNING
+    assert w.attempt is not None and w.attempt.handle == f"mem:{wid}:1"
+    assert len(w.attempts) == 1 and len(ex.launches) == 1
+
+
+def test_unanswered_launch_that_never_happened_is_retried(lite: Env) -> None:
+    """``ExecutorUnavailable`` from a launch that did not happen: the next pass finds
+    nothing, ends that attempt as never launched (uncharged) and launches it again."""
+    ex = _scripted(lite)
+    ex.fail_launch = ExecutorUnavailable("sbatch: timed out")
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    w = lite.store.get_workload(wid)
+    assert (w.status, len(w.attempts), ex.launches) == (Status.RUNNING, 1, [])  # unconfirmed
+    lite.at(1.0)
+    w = lite.store.get_workload(wid)
+    assert [(a.end_reason, a.gpu_seconds) for a in w.attempts[:1]] == [("never launched", 0.0)]
+    assert w.status is Status.RUNNING and len(w.attempts) == 2 and len(ex.launches) == 1
+
+
+def test_inventory_error_counts_as_unreachable(lite: Env,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    """An inventory that fails with an error other than ``ExecutorUnavailable`` is logged
+    with its traceback and the pass decides nothing (a host the executor cannot list may
+    have died); the next pass that gets an inventory starts the work."""
+    _scripted(lite).fail_inventory = KeyError("nodes")
+    wid = lite.submit(gpus=2)
+    with caplog.at_level(logging.ERROR, logger="apportion.scheduler"):
+        assert lite.at(0.0) == []
+    assert any(r.exc_info and "inventory failed" in r.getMessage() for r in caplog.records)
+    assert lite.store.get_workload(wid).attempts == ()
+    assert lite.sched.errors == 0  # the pass itself did not fail
+    lite.at(1.0)
+    assert lite.store.get_workload(wid).status is Status.RUNNING
+
+
+def test_memory_executor_unavailable_raises_executor_unavailable() -> None:
+    """A broken memory executor answers every call with ``ExecutorUnavailable``, as an
+    unreachable backend does."""
+    from apportion.service.clock import FakeClock
+
+    ex = MemoryExecutor([("h0", 8)], FakeClock(0.0))
+    ex.broken = True
+    launch = Launch("w-000001", 1, ["true"], (HostSlots("h0", (0,)),))
+    calls = [ex.inventory, lambda: ex.launch(launch), lambda: ex.stop("mem:w:1", 0),
+             lambda: ex.observe(["mem:w:1"]), lambda: ex.find("w-000001", 1),
+             lambda: ex.set_host_drain("h0", True, "x")]
+    for call in calls:
+        with pytest.raises(ExecutorUnavailable, match="backend unavailable"):
+            call()
+
+
+@pytest.mark.parametrize(("slots", "message"), [
+    ((), "slots: empty"),
+    ((HostSlots("n1", (0,)), HostSlots("n1", (1,))), "a host appears twice"),
+    ((HostSlots("n1", (0,)), HostSlots("n2", (0, 1))), "same GPU count on every host"),
+])
+def test_slurm_launch_it_cannot_express_is_refused(
+    tmp_path: Path, slots: tuple[HostSlots, ...], message: str
+) -> None:
+    """Slots one Slurm batch job cannot express are a ``LaunchRefused`` (checked before
+    Slurm is asked anything), not a ``ValueError``."""
+    ex = SlurmExecutor(tmp_path / "jobs")
+    with pytest.raises(LaunchRefused, match=message):
+        ex.launch(Launch("w-000001", 1, ["true"], slots))
