@@ -252,7 +252,7 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
     page.click("#we-preview")
     page.wait_for_selector("#we-error:has-text('Preview failed')", timeout=REPLAY_MS)
     assert page.inner_text("#we-error") == (
-        "Preview failed: set_weight: ai/llm: weight must be a number > 0, got 0.0")
+        "Preview failed: set_weight.ai/llm: Input should be greater than or equal to 0.000001")
     page.fill("#we-weight", "")
     page.click("#we-preview")
     assert page.inner_text("#we-error") == "weight: enter a number greater than 0"
