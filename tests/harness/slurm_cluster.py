@@ -301,13 +301,25 @@ class SlurmCluster:
         return proc
 
     def set_node_state(self, node: str, state: str, reason: str = "") -> None:
-        """``scontrol update NodeName=node State=state`` (e.g. DRAIN, RESUME, DOWN)."""
+        """``scontrol update NodeName=node State=state`` (e.g. DRAIN, RESUME, DOWN).
+
+        RESUME of a node already back in service is not an error: with
+        ``ReturnToService=2`` a DOWN node whose slurmd registers again returns on its own,
+        and Slurm then refuses the RESUME ("Invalid node state specified")."""
         if node not in self.node_names:
             raise ValueError(f"node: unknown node {node!r}")
         args = ["scontrol", "update", f"NodeName={node}", f"State={state}"]
         if reason or state.upper() in ("DRAIN", "DOWN", "FAIL"):
             args.append(f"Reason={reason or 'set by test'}")
-        self.run(args)
+        proc = self.run(args, check=state.upper() != "RESUME")
+        if proc.returncode != 0:
+            now = self.node_state(node)  # e.g. IDLE, DOWN*, IDLE+DRAIN
+            if any(f in now for f in ("DOWN", "DRAIN", "FAIL")) or (
+                "Invalid node state" not in proc.stderr
+            ):
+                raise SlurmClusterError(
+                    f"{' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}"
+                )
 
     def node_state(self, node: str) -> str:
         """The node's ``State=`` as scontrol prints it (e.g. ``IDLE+DRAIN``)."""
