@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.slurm import SlurmExecutor
-from apportion.testing.slurm_cluster import SlurmCluster
+
+# the Slurm test harness lives with the tests (tests/harness), not in the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from harness.slurm_cluster import SlurmCluster  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

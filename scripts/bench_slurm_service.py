@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from apportion.testing.slurm_cluster import SlurmCluster
-from apportion.testing.slurm_service import SlurmService
+# the Slurm test harness lives with the tests (tests/harness), not in the package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from harness.slurm_cluster import SlurmCluster  # noqa: E402
+from harness.slurm_service import SlurmService  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

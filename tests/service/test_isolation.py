@@ -16,7 +16,7 @@ from apportion.service.executors import _procfs
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
-from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir, unix_accounts
 
 DEADLINE_S = 30.0  # bounds a hang only
 OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name

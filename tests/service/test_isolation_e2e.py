@@ -20,7 +20,7 @@ import httpx
 import pytest
 from server_proc import Server, free_port
 
-from apportion.testing.accounts import UnixAccounts, unix_accounts
+from harness.accounts import UnixAccounts, unix_accounts
 
 DEADLINE_S = 60.0  # bounds a hang only
 SECRET = "APPORTION_TEST_SERVER_SECRET"

@@ -21,7 +21,7 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import BACKOFF_MAX_S, Scheduler
 from apportion.service.store import Store
-from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir, unix_accounts
 
 DEADLINE_S = 60.0  # bounds a hang only
 FINAL = {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PREEMPTED, Status.LOST}

@@ -10,7 +10,7 @@ import pytest
 
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from apportion.sim.traces import load_trace
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from apportion.testing.slurm_cluster import SlurmCluster
-from apportion.testing.slurm_service import SlurmService
+from harness.slurm_cluster import SlurmCluster
+from harness.slurm_service import SlurmService
 
 pytestmark = pytest.mark.slurm
 

@@ -19,7 +19,7 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store, WorkloadRow
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from apportion.testing.slurm_cluster import SlurmCluster, SlurmClusterError
+from harness.slurm_cluster import SlurmCluster, SlurmClusterError
 
 pytestmark = pytest.mark.slurm
 

@@ -8,7 +8,7 @@ import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.slurm import SlurmExecutor
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state, wait_for_text
 

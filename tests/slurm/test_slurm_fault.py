@@ -9,7 +9,7 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor, SlurmUnavailable
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state, wait_for_text
 

@@ -12,8 +12,8 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from apportion.testing.accounts import UnixAccounts, open_dir, unix_accounts
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state
 

@@ -1,0 +1,15 @@
+"""The live scheduler: store, executors, HTTP API, dashboard and metrics around the policy.
+
+Its public face is its modules, imported one by one (nothing is imported here, so a
+process that needs only the store does not load the web stack):
+:mod:`~apportion.service.scheduler` (reconcile -> decide -> apply),
+:mod:`~apportion.service.store`, :mod:`~apportion.service.executor` (the interface to what
+runs the work) and :mod:`~apportion.service.executors`, :mod:`~apportion.service.api`,
+:mod:`~apportion.service.config`, :mod:`~apportion.service.clock`,
+:mod:`~apportion.service.auth`, :mod:`~apportion.service.dashboard`,
+:mod:`~apportion.service.prom`, :mod:`~apportion.service.accounting`,
+:mod:`~apportion.service.reports`, :mod:`~apportion.service.history`,
+:mod:`~apportion.service.whatif_api`, :mod:`~apportion.service.validation`.
+"""
+
+__all__: list[str] = []

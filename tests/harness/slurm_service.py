@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from apportion.testing.slurm_cluster import SlurmCluster
+from harness.slurm_cluster import SlurmCluster
 
 __all__ = ["DEFAULT_BUDGETS", "SlurmService", "SlurmServiceError"]
 

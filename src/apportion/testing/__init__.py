@@ -1,1 +1,0 @@
-"""Test harnesses that run real backing systems (Slurm) on this machine."""
