@@ -27,7 +27,7 @@ from .dashboard import dashboard_router
 from .port import SchedulerPort
 from .reports import reports_router
 from .routes import audit, budgets, hosts, users, workloads
-from .routes._common import API_VERSION, ERRORS, Api, fail
+from .routes.context import API_VERSION, ERRORS, Api, fail
 from .store import Conflict, NotFound, Store
 from .whatif_api import whatif_router
 

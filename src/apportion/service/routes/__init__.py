@@ -4,7 +4,7 @@ wires them (with the dashboard's, the reports' and the what-if's) into one app.
 ``workloads`` (``/v1/workloads``, ``/v1/queue``), ``budgets`` (``/v1/budgets``), ``hosts``
 (``/v1/hosts``), ``users`` (``/v1/me``, ``/v1/users``, ``/v1/tokens``), ``audit``
 (``/v1/audit``, ``/v1/health``); each module's ``router(api)`` takes the app's
-:class:`~apportion.service.routes._common.Api` context (store, scheduler, settings, and who
+:class:`~apportion.service.routes.context.Api` context (store, scheduler, settings, and who
 calls)."""
 
 from . import audit, budgets, hosts, users, workloads

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Query
 
 from ..auth import Principal
 from ..replies import AuditEntry, Health
-from ._common import V1, Api
+from .context import V1, Api
 
 
 def router(api: Api) -> APIRouter:

@@ -23,7 +23,7 @@ from ..replies import (
     QueueView,
 )
 from ..store import Conflict, Store, UserRow
-from ._common import V1, Api, fail
+from .context import V1, Api, fail
 
 
 def router(api: Api) -> APIRouter:

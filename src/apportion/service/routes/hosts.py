@@ -12,7 +12,7 @@ from ..auth import Principal
 from ..bodies import HostBody
 from ..replies import Host, HostInUse
 from ..store import UserRow
-from ._common import V1, Api, fail
+from .context import V1, Api, fail
 
 
 def router(api: Api) -> APIRouter:

@@ -11,7 +11,7 @@ from ..bodies import TokenBody, UserBody, UserChangeBody
 from ..replies import Me, NewToken, Token
 from ..replies import User as UserReply
 from ..store import NotFound, UserRow
-from ._common import V1, Api
+from .context import V1, Api
 
 
 def router(api: Api) -> APIRouter:

@@ -32,7 +32,7 @@ from ..dashboard import explain_workload
 from ..executors import identity
 from ..replies import QueueView, Workload
 from ..store import AlreadySubmitted, UserRow, WorkloadRow
-from ._common import (
+from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
     V1,
