@@ -76,7 +76,7 @@ def start_live(tmp_path: Path) -> tuple[Live, Callable[[], None]]:
     server = ServerThread(create_app(store, sched, config))
     # reads here use a scrape token, as Prometheus does (public_read is off by default)
     r = httpx.post(f"{server.url}/v1/users/root/tokens", json={"kind": "scrape"},
-                   headers={"Authorization": f"Bearer {tokens['root']}"})
+                   headers={"Authorization": f"Bearer {tokens['root']}"}, timeout=30)
     assert r.status_code == 201, r.text
     client = httpx.Client(base_url=server.url, timeout=30,
                           headers={"Authorization": f"Bearer {r.json()['token']}"})
