@@ -31,6 +31,13 @@ class PolicyConfig:
     """Provisional charge on admission, as a multiple of ``gpus x min_runtime``."""
     default_checkpoint_interval: float = 30 * MINUTE
     """Assumed checkpoint interval when a workload declares none (for progress-lost estimates)."""
+    burst_max_at_risk: float = 10 * MINUTE
+    """The fair-share rule (a burst) takes no victim that would lose more than this much
+    progress per GPU (its run since its last checkpoint; a non-resumable one its whole run):
+    only the share guarantee may destroy work. Bursts never raise what a budget is owed."""
+    restart_protection: float = 1 * HOUR
+    """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
+    long after its restart: no workload is moved twice in quick succession (no churn)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -43,6 +50,12 @@ class PolicyConfig:
             raise CoreError("policy: lookback: must be > 0")
         if self.max_min_runtime <= 0:
             raise CoreError("policy: max_min_runtime: must be > 0")
+        if self.restart_protection > self.max_min_runtime:
+            # the share guarantee waits for victims' protections: at most max_min_runtime
+            raise CoreError(
+                f"policy: restart_protection: {self.restart_protection:g} s is over "
+                f"max_min_runtime ({self.max_min_runtime:g} s)"
+            )
 
 
 def is_debug(spec: WorkloadSpec, config: PolicyConfig) -> bool:

@@ -48,7 +48,10 @@ class Candidate:
     A plain class with final attributes rather than a frozen dataclass: searches build
     thousands per second, and compiled, this is several times cheaper to construct."""
 
-    __slots__ = ("budget", "gpus", "hosts", "id", "klass", "lost", "protected_until", "resumable")
+    __slots__ = (
+        "budget", "gpus", "hosts", "id", "klass", "lost", "protected_until", "restarted_at",
+        "resumable",
+    )
 
     def __init__(
         self,
@@ -60,6 +63,7 @@ class Candidate:
         protected_until: float,
         resumable: bool,
         hosts: tuple[str, ...] = (),  # where it runs: preempting it frees GPUs on all of them
+        restarted_at: float = float("-inf"),  # start of this run if it is a restart
     ) -> None:
         self.id: Final = id
         self.budget: Final = budget
@@ -69,24 +73,23 @@ class Candidate:
         self.protected_until: Final = protected_until
         self.resumable: Final = resumable
         self.hosts: Final = hosts
+        self.restarted_at: Final = restarted_at
 
     def __repr__(self) -> str:
         return f"Candidate({self.id!r}, {self.budget!r}, {self.gpus}, klass={self.klass})"
 
     @classmethod
     def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:
-        elapsed = max(0.0, now - r.started_at)
-        if r.spec.resumable:
-            elapsed = min(elapsed, r.spec.checkpoint_interval or default_checkpoint)
         return cls(
             r.spec.id,
             r.spec.budget,
             r.gpus_held,
             victim_class(r.spec),
-            elapsed * r.gpus_held,
+            r.at_risk(now, default_checkpoint) * r.gpus_held,
             r.protected_until(),
             r.spec.resumable,
             r.hosts,
+            r.started_at if r.restarted and r.spec.allocated else float("-inf"),
         )
 
 
@@ -213,6 +216,8 @@ class RebalanceRules:
         elsewhere may not be taken. Protection is checked by the caller."""
         if victim.klass == 1:
             return True
+        if self.now < victim.restarted_at + self.cfg.restart_protection:
+            return False  # restarted a short while ago: moving it again is churn
         theirs = self.side_in(victim.budget, sides)
         if theirs is None:
             return False  # same budget (priority never preempts), or that side is not over
@@ -220,6 +225,9 @@ class RebalanceRules:
         already = sum(
             g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
         )
+        if victim.lost > victim.gpus * self.cfg.burst_max_at_risk:
+            # a burst is not worth destroying work: only the guarantee may take this victim
+            return already + victim.gpus <= self.guarantee_limit(spec, mine, theirs)
         return self._allowed(spec, mine, theirs, already + victim.gpus)
 
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
@@ -239,6 +247,21 @@ class RebalanceRules:
             self.tree.share(mine) * self.capacity
         )
 
+    def guarantee_limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
+        """The most GPUs the guarantee rule alone lets ``spec`` take from ``theirs`` (as in
+        :meth:`limit`); negative if none."""
+        share_v = self.tree.share(theirs)
+        held_v = self.held(theirs)
+        fair_v = share_v * self.healthy
+        inst_p = (self.held(mine) + spec.gpus) / (self.tree.share(mine) * self.healthy)
+        if inst_p <= 1 + _EPS and held_v > fair_v:
+            # the victim side ends at least as far over as the preemptor's, less at most the
+            # preemptor's own request: the last victim may hold more GPUs than are missing
+            # (one 4-GPU victim for a 2-GPU request), or a budget owed a little could wait
+            # for ever behind larger work
+            return held_v - (inst_p - _EPS) * fair_v + spec.gpus
+        return -1.0
+
     def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
         """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
         own side ``mine``) in one pass; negative if neither rule allows any. One number per
@@ -250,12 +273,9 @@ class RebalanceRules:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
         share_p = self.tree.share(mine)
         inst_p = (self.held(mine) + spec.gpus) / (share_p * self.healthy)
-        best = -1.0
-        if inst_p <= 1 + _EPS and held_v > fair_v:
-            # guarantee rule: the victim side ends at least as far over as the preemptor's
-            best = held_v - (inst_p - _EPS) * fair_v
-            if inst_p <= 1 - _EPS:
-                return best  # the fair-share rule's limit (share itself) is lower
+        best = self.guarantee_limit(spec, mine, theirs)
+        if best >= 0 and best - spec.gpus >= held_v - (1 - _EPS) * fair_v:
+            return best  # the fair-share rule's limit (share itself) is no higher
         ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
         if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share

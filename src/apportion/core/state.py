@@ -202,13 +202,20 @@ class ClusterState:
             raise CoreError(f"host {name!r}: unknown host") from None
 
     # ---- workloads -------------------------------------------------------------------
-    def submit(self, spec: WorkloadSpec, t: float, queued_at: float | None = None) -> Pending:
-        """Queue a new (or requeued) workload. The caller validated it (see ``validate``)."""
+    def submit(
+        self,
+        spec: WorkloadSpec,
+        t: float,
+        queued_at: float | None = None,
+        restarted: bool = False,
+    ) -> Pending:
+        """Queue a new (or requeued: ``restarted``) workload. The caller validated it (see
+        ``validate``)."""
         if spec.id in self.pending or spec.id in self.running:
             raise CoreError(f"workload {spec.id}: id: already queued or running")
         self.tree.require_leaf(spec.budget)
         self._tick(t)
-        p = Pending(spec, t if queued_at is None else queued_at)
+        p = Pending(spec, t if queued_at is None else queued_at, restarted)
         self.pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
@@ -267,7 +274,7 @@ class ClusterState:
             if not host.schedulable:
                 raise CoreError(f"host {s.host}: is {host.state.value}, takes no new work")
         self.unqueue(workload)
-        r = Running(p.spec, placement, t)
+        r = Running(p.spec, placement, t, restarted=p.restarted)
         self.running[workload] = r
         for s in placement:
             self.used[s.host] += s.gpus
@@ -307,7 +314,10 @@ class ClusterState:
         r = self._running(workload)
         if workload in self.stopping:
             return r
-        new = Running(r.spec, r.placement, r.started_at, stopping=True)
+        new = Running(
+            r.spec, r.placement, r.started_at, stopping=True, restarted=r.restarted,
+            checkpointed_at=r.checkpointed_at,
+        )
         self.running[workload] = new
         self.stopping.add(workload)
         self._released.remove(r)
@@ -354,7 +364,22 @@ class ClusterState:
     def requeue(self, workload: str, t: float) -> Pending:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
-        return self.submit(r.spec, t)
+        return self.submit(r.spec, t, restarted=True)
+
+    def checkpoint(self, workload: str, t: float) -> Running:
+        """A running workload reported a checkpoint written at ``t``: what a preemption would
+        lose is counted from there (see :meth:`Running.at_risk`)."""
+        r = self._running(workload)
+        if t < r.started_at:
+            raise CoreError(
+                f"workload {workload}: checkpoint at {t:g} is before its run began ({r.started_at:g})"
+            )
+        new = Running(
+            r.spec, r.placement, r.started_at, stopping=r.stopping, restarted=r.restarted,
+            checkpointed_at=t,
+        )
+        self.running[workload] = new
+        return new
 
     def _count_held(self, budget: str, gpus: int) -> None:
         held = self.held
