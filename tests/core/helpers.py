@@ -5,7 +5,10 @@ preemptions (the victim exits at once: requeued if the preemption says so, else 
 then starts; it loops ``decide`` at one instant until a pass is quiet, and jumps from one
 event to the next (submission, true completion, end of a minimum runtime, host event, hour
 boundary).
-Every pass is checked against the per-pass invariants in :func:`check_pass`.
+Every pass is checked against the per-pass invariants in :func:`check_pass`, and after
+every event folded into the state (a submission, start, stop, requeue, reservation, host
+change) every index of the state is compared with one rebuilt from the work alone
+(:func:`.oracle.check_indexes`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from apportion.core import (
     WorkloadSpec,
     decide,
 )
+
+from .oracle import check_indexes
 
 HOUR = 3600.0
 EPS = 1e-6
@@ -178,6 +183,7 @@ class Driver:
     max_rounds: int = 50
     on_pass: Callable[[ClusterState, float, Decisions], None] | None = None
     policy: Policy = decide
+    check_indexes: bool = True  # the index oracle after every event
 
     def __post_init__(self) -> None:
         self.durations: dict[str, float] = {}
@@ -203,19 +209,27 @@ class Driver:
         self._seq += 1
         heapq.heappush(self._events, (t, kind, self._seq, item))
 
+    def _checked(self, event: str) -> None:
+        if self.check_indexes:
+            check_indexes(self.state, event)
+
     # -- applying decisions (as the simulator does: victims exit at once)
     def apply(self, d: Decisions, now: float) -> None:
         st = self.state
         for c in d.host_changes:
             st.set_host_state(c.host, c.to, now)
+            self._checked(f"host {c.host} -> {c.to.value} at {now}")
         for p in d.preemptions:
             st.mark_stopping(p.workload)
+            self._checked(f"marking {p.workload} stopping at {now}")
             self.preempted.append((now, p))
             self._stop(p.workload, now, p.requeue)
         for res in d.reservations:
             st.reserve(res.workload, res.hosts)
+            self._checked(f"reserving {res.hosts} for {res.workload} at {now}")
         for s in d.starts:
             r = st.start(s.workload, s.placement, now)
+            self._checked(f"starting {s.workload} on {s.placement} at {now}")
             rec = RunRecord(s.workload, r.spec.budget, r.gpus_held, r.spec.allocated, now)
             self.runs.append(rec)
             self.open[s.workload] = rec
@@ -230,6 +244,7 @@ class Driver:
             self.state.requeue(wid, now)
         else:
             self.state.finish(wid, now)
+        self._checked(f"{'requeueing' if requeue else 'finishing'} {wid} at {now}")
 
     def settle(self, now: float) -> int:
         """Decide and apply at ``now`` until a pass is quiet; returns the rounds it took."""
@@ -271,6 +286,7 @@ class Driver:
             if isinstance(item, Job):
                 self.durations[item.spec.id] = item.duration
                 st.submit(item.spec, now)
+                self._checked(f"submitting {item.spec.id} at {now}")
             elif isinstance(item, HostEvent):
                 self._host_event(item, now)
         self.settle(now)
@@ -280,12 +296,15 @@ class Driver:
         state = st.hosts[e.host].state
         if e.kind == "drain" and state is HostState.HEALTHY:
             st.set_host_state(e.host, HostState.DRAINING, now)
+            self._checked(f"draining {e.host} at {now}")
         elif e.kind == "fail" and state is not HostState.DOWN:
             for wid in sorted(st.on_host[e.host]):
                 self._stop(wid, now, st.running[wid].spec.resumable)
             st.set_host_state(e.host, HostState.DOWN, now)
+            self._checked(f"{e.host} failing at {now}")
         elif e.kind == "repair" and state in (HostState.DOWN, HostState.REPAIR):
             st.set_host_state(e.host, HostState.HEALTHY, now)
+            self._checked(f"repairing {e.host} at {now}")
 
     def run(self, until: float, start: float | None = None) -> float:
         """Advance from event to event up to ``until`` (inclusive); returns the last time."""

@@ -133,3 +133,11 @@ def scenarios(
     js = draw(jobs(tree.leaves, hosts, horizon=horizon, max_jobs=max_jobs))
     evs = draw(host_events(hosts, horizon)) if events else []
     return Scenario(tree, hosts, js, evs)
+
+
+@st.composite
+def contended_scenarios(draw: st.DrawFn) -> Scenario:
+    """Scenarios where whole-host rebalancing happens: a few same-size hosts, many jobs."""
+    tree = draw(budget_trees())
+    hosts = draw(clusters(min_hosts=3, max_hosts=6, uniform=True))
+    return Scenario(tree, hosts, draw(jobs(tree.leaves, hosts, max_jobs=40)), [])

@@ -28,6 +28,8 @@ ALLOWED_MODULES = frozenset(
         "itertools",
         "math",
         "operator",
+        "re",  # text matching (units.parse_duration): no state, no I/O
+        "types",
         "typing",
     }
 )

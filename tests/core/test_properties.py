@@ -19,7 +19,6 @@ from apportion.core import (
     ClusterState,
     Decisions,
     Host,
-    HostState,
     PolicyConfig,
     Slice,
     WorkloadSpec,
@@ -32,14 +31,14 @@ from apportion.core.preemption import RebalanceRules
 from apportion.core.state import queue_key
 
 from .helpers import EPS, HOUR, Driver, Job, RunRecord, held_by, make_state
+from .oracle import check_indexes
 from .strategies import (
     CORE_SETTINGS,
     DRIVEN_SETTINGS,
     MIN_RUNTIMES,
     Scenario,
     budget_trees,
-    clusters,
-    jobs,
+    contended_scenarios,
     scenarios,
 )
 
@@ -52,69 +51,6 @@ def drive(sc: Scenario, until: float = 14 * HOUR, **kw: object) -> Driver:
     drv.add_host_events(sc.host_events)
     drv.run(until=until, start=0.0)
     return drv
-
-
-def check_consistent(state: ClusterState) -> None:
-    """The state's indexes agree with its running work, and no host is over-committed."""
-    used = dict.fromkeys(state.hosts, 0)
-    stopping = dict.fromkeys(state.hosts, 0)
-    unallocated = dict.fromkeys(state.hosts, 0)
-    for wid, r in state.running.items():
-        for s in r.placement:
-            used[s.host] += s.gpus
-            if wid in state.stopping:
-                stopping[s.host] += s.gpus
-            elif not r.spec.allocated:
-                unallocated[s.host] += s.gpus
-    assert used == state.used
-    assert {h: state.hosts[h].gpus - n for h, n in used.items()} == state.free
-    assert state.idle == {h for h, n in used.items() if not n}
-    assert stopping == state.stopping_gpus
-    assert unallocated == state.unallocated_used
-    budgets_on: dict[str, dict[str, int]] = {h: {} for h in state.hosts}
-    for wid, r in state.running.items():
-        if r.spec.allocated and wid not in state.stopping:
-            for s in r.placement:
-                on = budgets_on[s.host]
-                on[r.spec.budget] = on.get(r.spec.budget, 0) + 1
-    assert budgets_on == state.budgets_on
-    held: dict[str, int] = {}
-    for wid, r in state.running.items():
-        if r.spec.allocated and wid not in state.stopping:
-            for node in ancestors(r.spec.budget):
-                held[node] = held.get(node, 0) + r.gpus_held
-    assert {n: g for n, g in state.held.items() if g} == held
-    protected = dict.fromkeys(state.hosts, float("-inf"))
-    for wid, r in state.running.items():
-        if wid not in state.stopping:
-            for s in r.placement:
-                protected[s.host] = max(protected[s.host], r.protected_until())
-    assert protected == state.protected_until
-    assert state.no_allocated == {h for h in state.hosts if used[h] == stopping[h] + unallocated[h]}
-    largest = max(h.gpus for h in state.hosts.values())
-    for leaf, sizes in state.sizes.items():  # kept answers agree with the queues now
-        assert state.smallest_shapes(leaf) == [
-            (g, m) for g, m in sorted(sizes)
-            if not any(
-                (g2, m2) != (g, m) and g2 <= g and m2 <= m and (g2 > largest) == (g > largest)
-                for g2, m2 in sizes
-            )
-        ]
-    waiting: dict[str, int] = {}
-    for p in state.pending.values():
-        if p.spec.allocated:
-            for node in ancestors(p.spec.budget):
-                waiting[node] = waiting.get(node, 0) + 1
-    assert {n: c for n, c in state.pending_allocated.items() if c} == waiting
-    asked = [p.spec.gpus for p in state.pending.values() if not p.spec.allocated]
-    assert state.smallest_unallocated() == (
-        min((g for g in asked if g <= largest), default=1 << 30),
-        min((g for g in asked if g > largest), default=1 << 30),
-    )
-    for name, h in state.hosts.items():
-        assert state.used[name] <= h.gpus, f"host {name} over-committed"
-        if h.state in (HostState.REPAIR, HostState.DOWN):
-            assert state.used[name] == 0, f"host {name} is {h.state.value} but busy"
 
 
 @DRIVEN_SETTINGS
@@ -138,15 +74,12 @@ def test_allocated_work_is_never_preempted_before_its_minimum_runtime(sc: Scenar
 @DRIVEN_SETTINGS
 @given(scenarios())
 def test_no_host_is_ever_over_committed(sc: Scenario) -> None:
-    """After every applied pass, GPUs used per host never exceed its GPUs, starts land on
-    healthy hosts in the single-host / whole-hosts shape and only on GPUs free before the
-    pass's preemptions (checked per pass), and hosts in repair or down hold nothing."""
-
-    def after(state: ClusterState, now: float, d: Decisions) -> None:
-        check_consistent(state)
-
-    drv = drive(sc, on_pass=after)
-    check_consistent(drv.state)
+    """After every event of a replay, GPUs used per host never exceed its GPUs and hosts in
+    repair or down hold nothing (with every other index, by the oracle the driver runs after
+    each event); starts land on healthy hosts in the single-host / whole-hosts shape and only
+    on GPUs free before the pass's preemptions (checked per pass)."""
+    drv = drive(sc)
+    check_indexes(drv.state, "the replay")
 
 
 def released_by_hand(state: ClusterState, now: float) -> dict[str, tuple[int, int, set[str]]]:
@@ -370,14 +303,6 @@ def test_leaving_out_reasons_changes_no_decision(sc: Scenario) -> None:
 
     drive(sc, policy=both)
     assert checked[0] > 0
-
-
-@st.composite
-def contended_scenarios(draw: st.DrawFn) -> Scenario:
-    """Scenarios where whole-host rebalancing happens: a few same-size hosts, many jobs."""
-    tree = draw(budget_trees())
-    hosts = draw(clusters(min_hosts=3, max_hosts=6, uniform=True))
-    return Scenario(tree, hosts, draw(jobs(tree.leaves, hosts, max_jobs=40)), [])
 
 
 def rebalance_room(

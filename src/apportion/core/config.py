@@ -38,6 +38,12 @@ class PolicyConfig:
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
+    shortcuts: bool = True
+    """Let a pass skip what it can prove would fail: the failed-size and charge thresholds,
+    hopeless queues, the rebalance bound, searches within reach, the free-GPU bounds and the
+    usage answers it keeps. False gives the reference pass, which tries every request with
+    a full search over every host and recomputes every usage ratio: the same decisions,
+    only slower (tests/core/test_oracles.py compares the two on every pass)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -133,8 +133,11 @@ class UsageLedger:
             return 0.0
         return s.value(now) - s.value(now - window)
 
-    def charged(self, node: str, now: float, window: float) -> float:
-        """Allocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``."""
+    def charged(self, node: str, now: float, window: float, memo: bool = True) -> float:
+        """Allocated GPU-seconds of ``node``'s subtree in ``(now - window, now]``. (``memo``
+        False: worked out afresh, neither read from nor kept in the windows kept.)"""
+        if not memo:
+            return self._window(self._charged, node, now, window)
         if self._memo_at != (now, window):
             self._memo_at = (now, window)
             self._memo = {}

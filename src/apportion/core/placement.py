@@ -21,9 +21,13 @@ Allowed = Callable[[Candidate, dict[str, int]], bool]
 class HostView:
     """Free GPUs per healthy host as the pass hands them out, and victims per host."""
 
-    def __init__(self, state: ClusterState, default_checkpoint: float = 1800.0) -> None:
+    def __init__(
+        self, state: ClusterState, default_checkpoint: float = 1800.0, full: bool = False
+    ) -> None:
         self.state = state
         self.default_checkpoint = default_checkpoint
+        # the reference pass's: searches skip no host by a bound (see PolicyConfig.shortcuts)
+        self.full = full
         self.size = state.schedulable  # read only: the state's own index
         self.names = state.schedulable_names
         # copies of the state's per-host counts, less the few hosts taking no work
@@ -268,13 +272,14 @@ def _one_host(
     best: VictimPlan | None = None
     best_key: tuple[tuple[float, int, int], str] | None = None
     claimed = view.claimed
+    bounded = not view.full
     for name in names:
         if view.size[name] < gpus:
             continue
         gone = view.free[name] + view.stopping[name] + view.unallocated[name]
-        if allowed is None and gone < gpus:
+        if bounded and allowed is None and gone < gpus:
             continue  # not enough even if all its unallocated work went
-        if view.reachable(name, now) < gpus:
+        if bounded and view.reachable(name, now) < gpus:
             continue
         need = gpus - view.free[name] - view.stopping[name]
         chosen: list[Candidate] = []
@@ -299,7 +304,7 @@ def _one_host(
         if best_key is None or key < best_key:
             best_key = key
             best = VictimPlan(((name, gpus),), tuple(chosen), key[0])
-            if key[0] == (0.0, 0, 0):
+            if bounded and key[0] == (0.0, 0, 0):
                 break  # only waiting for stopping work: cannot do better
     return best
 
@@ -326,9 +331,10 @@ def _whole_hosts(
                 return False
         return True
 
-    if allowed is None and view.unallocated_clearable() < gpus:
+    bounded = not view.full
+    if bounded and allowed is None and view.unallocated_clearable() < gpus:
         return None  # too few hosts hold nothing but unallocated or stopping work
-    if wanted is not None and sum(
+    if bounded and wanted is not None and sum(
         view.size[n] for n in wanted if n in view.size and n not in view.touched
     ) < gpus:
         return None  # the hosts allowed are too few, emptied or not
@@ -336,7 +342,7 @@ def _whole_hosts(
         o.name for o in view.clearable(now) if (wanted is None or o.name in wanted) and usable(o)
     ]
     left = sum(view.size[name] for name in options)  # of the options not yet looked at
-    if left < gpus:
+    if bounded and left < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
     taken: dict[str, int] = {}
@@ -345,7 +351,7 @@ def _whole_hosts(
     total = 0
     chosen: set[str] = set()
     for name in options:
-        if total >= gpus or total + left < gpus:
+        if total >= gpus or (bounded and total + left < gpus):
             break  # room enough, or no more to be had
         left -= view.size[name]
         trial = dict(taken)

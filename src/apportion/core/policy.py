@@ -116,12 +116,14 @@ class _Pass:
         self.now = now
         self.cfg = config
         self.reasons = reasons
+        # False: the reference pass, every shortcut off (see PolicyConfig.shortcuts)
+        self.fast = config.shortcuts
         tree = state.tree
         ledger = state.ledger
         capacity = max(ledger.capacity(now, config.lookback), 1.0)
         healthy = max(state.healthy_gpus(), 1)
         self.rules = RebalanceRules(tree, ledger, state.held, now, capacity, healthy, config)
-        self.hosts = HostView(state, config.default_checkpoint_interval)
+        self.hosts = HostView(state, config.default_checkpoint_interval, full=not self.fast)
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.changes: list[HostChange] = []
@@ -251,6 +253,8 @@ class _Pass:
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
+        if not self.fast:
+            return False
         for gpus, min_runtime in self.state.smallest_shapes(leaf):
             if gpus > self.hosts.healthy_total:
                 continue
@@ -294,10 +298,10 @@ class _Pass:
 
     def try_fit(self, spec: WorkloadSpec) -> bool:
         multi = spec.gpus > self.hosts.max_size
-        if spec.gpus >= self.fit_fail_min[multi]:
+        if self.fast and spec.gpus >= self.fit_fail_min[multi]:
             return False
         placement = None
-        if spec.gpus <= self.hosts.room(multi):  # else no search can find room
+        if not self.fast or spec.gpus <= self.hosts.room(multi):  # else no search finds room
             placement = find_fit(self.hosts, spec.gpus)
         if placement is None:
             self.fit_fail_min[multi] = spec.gpus
@@ -310,11 +314,17 @@ class _Pass:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
         plan = None
         multi = spec.gpus > self.hosts.max_size
-        if spec.gpus < self.unalloc_fail_min[multi]:
+        if not self.fast or spec.gpus < self.unalloc_fail_min[multi]:
             plan = find_victims(self.hosts, spec, self.now, None)
             if plan is None:
                 self.unalloc_fail_min[multi] = spec.gpus
-        if plan is None and self.cfg.rebalance:
+        if plan is None and self.cfg.rebalance and not self.fast:
+            sides = self.all_sides(spec)
+            plan = find_victims(
+                self.hosts, spec, self.now,
+                lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
+            )
+        elif plan is None and self.cfg.rebalance:
             charge = self.rules.admission(spec)
             if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
                 return False
@@ -382,6 +392,19 @@ class _Pass:
                             opening.append((opens_below, more))
         return bound, giving, opening
 
+    def all_sides(self, spec: WorkloadSpec) -> dict[str, str]:
+        """Every side that could hold victims for ``spec`` (each sibling of each of its
+        budget's ancestors -> that ancestor), whether the rules let it give or not: what the
+        reference pass searches with instead of :meth:`rebalance_bound`'s ``giving``
+        (:meth:`RebalanceRules.may_preempt` refuses a victim a side may not lose)."""
+        tree = self.state.tree
+        sides: dict[str, str] = {}
+        for mine in ancestors(spec.budget)[:-1]:
+            for theirs in tree.children(tree.parent_of(mine)):
+                if theirs != mine:
+                    sides[theirs] = mine
+        return sides
+
     def reach(self, giving: dict[str, str], whole_hosts: bool) -> set[str]:
         """The hosts where rebalancing with victims of the sides ``giving`` can make room,
         once the unallocated-only search has failed: those holding work of such a side. One
@@ -407,9 +430,10 @@ class _Pass:
     # ---- phase 4: backfill unallocated work ------------------------------------------------
     def backfill_unallocated(self) -> None:
         st = self.state
-        if self.fit_fail_min[False] <= 1:
+        fast = self.fast
+        if fast and self.fit_fail_min[False] <= 1:
             return  # not one GPU left: nothing more can start this pass
-        if not self.reasons and self.nothing_fits():
+        if fast and not self.reasons and self.nothing_fits():
             return  # nobody to tell why: spare ranking the budgets
         leaves = sorted(
             (leaf for leaf, q in st.unallocated_queues.items() if q),
@@ -417,9 +441,9 @@ class _Pass:
         )
         for leaf in leaves:
             queue = st.unallocated_queues[leaf]
-            hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
+            hopeless = fast and self.cannot_fit(st.unallocated_sizes[leaf])
             for i, (_, wid) in enumerate(queue):
-                if self.fit_fail_min[False] <= 1:
+                if fast and self.fit_fail_min[False] <= 1:
                     return  # not one GPU left: nothing more can start this pass
                 if hopeless:
                     if not self.reasons:
@@ -433,7 +457,7 @@ class _Pass:
                 if not self.try_fit(spec):
                     self.waiting[wid] = WaitReason.NO_CAPACITY
                     # only a failure lowers the thresholds
-                    hopeless = self.cannot_fit(st.unallocated_sizes[leaf])
+                    hopeless = fast and self.cannot_fit(st.unallocated_sizes[leaf])
 
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work

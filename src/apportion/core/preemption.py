@@ -120,14 +120,17 @@ class RebalanceRules:
         # answers kept until the next admission or eviction moves the numbers they read
         self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
         self._ratio: dict[str, float] = {}  # until an admission charges the node
+        self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
         value = self._ratio.get(node)
-        if value is None:
+        if value is None or not self.memo:
             used = self._used.get(node)
-            if used is None:
-                used = self._used[node] = self.ledger.charged(node, self.now, self.cfg.lookback)
+            if used is None or not self.memo:
+                used = self._used[node] = self.ledger.charged(
+                    node, self.now, self.cfg.lookback, self.memo
+                )
             used += self.extra.get(node, 0.0)
             value = self._ratio[node] = used / (self.tree.share(node) * self.capacity)
         return value
@@ -188,7 +191,7 @@ class RebalanceRules:
         """Children of ``parent`` holding at least their share of the healthy GPUs: the only
         ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
         cached = self._over.get(parent)
-        if cached is None:
+        if cached is None or not self.memo:
             cached = [
                 kid
                 for kid in self.tree.children(parent)

@@ -1,0 +1,331 @@
+"""The index oracle: every index ``ClusterState`` keeps, rebuilt from scratch from its hosts,
+running and pending work alone, and compared field by field with the state's own.
+
+``ClusterState`` keeps about thirty indexes up to date incrementally so that a pass never
+rebuilds them; a wrong update in one of them silently changes decisions. :func:`index_errors`
+recomputes each with plain loops (no code shared with the state) and names every index,
+and key, where the two disagree. The test driver (:class:`.helpers.Driver`) runs it after
+every event it folds into a state, so every property and replay test built on the driver
+checks it.
+
+The primary data, which nothing rebuilds: the budget tree, ``hosts``, ``running``,
+``pending``, ``reservations`` (recorded decisions), the ledger's history and the clock.
+Everything else is derived. :data:`COVERED` lists each attribute of ``ClusterState`` and
+what this module does with it; a test fails when the state gains one this module ignores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from apportion.core import ROOT, ClusterState, HostState, ancestors
+from apportion.core.ledger import CAPACITY
+from apportion.core.state import queue_key
+
+NONE = 1 << 30  # the state's "no such request / workload" size
+
+# Every attribute of ClusterState (and of its cache) -> how the oracle treats it.
+COVERED: dict[str, str] = {
+    "tree": "primary",
+    "hosts": "primary",
+    "running": "primary",
+    "pending": "primary",
+    "reservations": "primary: only pending work, only known hosts",
+    "time": "primary: no running work started later",
+    "ledger": "primary history; its current rates are rebuilt",
+    "queues": "rebuilt",
+    "unallocated_queues": "rebuilt",
+    "sizes": "rebuilt",
+    "unallocated_sizes": "rebuilt",
+    "pending_allocated": "rebuilt",
+    "stopping": "rebuilt",
+    "used": "rebuilt",
+    "free": "rebuilt",
+    "stopping_gpus": "rebuilt",
+    "unallocated_used": "rebuilt",
+    "no_allocated": "rebuilt",
+    "idle": "rebuilt",
+    "budgets_on": "rebuilt",
+    "held": "rebuilt",
+    "on_host": "rebuilt",
+    "protected_until": "rebuilt",
+    "schedulable": "rebuilt",
+    "schedulable_names": "rebuilt",
+    "unschedulable": "rebuilt",
+    "draining": "rebuilt",
+    "max_host_gpus": "rebuilt",
+    "_healthy": "rebuilt (healthy_gpus())",
+    "_smallest": "cache: every kept answer rebuilt",
+    "_smallest_unallocated": "cache: the kept answer rebuilt",
+    "_released": "rebuilt as of the time it was last advanced to, with its smallest() cache",
+    "_protections": "every allocated workload not yet released is in the heap",
+}
+
+
+def state_attributes(state: ClusterState) -> set[str]:
+    """The attributes a ``ClusterState`` has, pure or compiled."""
+    attrs = getattr(type(state), "__mypyc_attrs__", None)
+    if attrs is not None:
+        return set(attrs) - {"__dict__", "__weakref__"}
+    return set(vars(state))
+
+
+def _nonzero(d: Mapping[str, Any]) -> dict[str, Any]:
+    """An index without its empty entries (a count of 0, an empty queue or map): the state
+    keeps some of those after work leaves, and they mean the same as no entry."""
+    return {k: v for k, v in d.items() if v}
+
+
+def rebuild(state: ClusterState) -> dict[str, Any]:
+    """Every derived index, worked out from the hosts, running and pending work alone."""
+    hosts, running, pending = state.hosts, state.running, state.pending
+    out: dict[str, Any] = {}
+    queues: dict[str, list[Any]] = {}
+    unallocated_queues: dict[str, list[Any]] = {}
+    sizes: dict[str, dict[tuple[int, float], int]] = {}
+    unallocated_sizes: dict[str, dict[tuple[int, float], int]] = {}
+    pending_allocated: dict[str, int] = {}
+    for wid, p in pending.items():
+        spec = p.spec
+        q = queues if spec.allocated else unallocated_queues
+        q.setdefault(spec.budget, []).append((queue_key(spec), wid))
+        s = (sizes if spec.allocated else unallocated_sizes).setdefault(spec.budget, {})
+        shape = (spec.gpus, spec.min_runtime)
+        s[shape] = s.get(shape, 0) + 1
+        if spec.allocated:
+            for node in ancestors(spec.budget):
+                pending_allocated[node] = pending_allocated.get(node, 0) + 1
+    out["queues"] = {k: sorted(v) for k, v in queues.items()}
+    out["unallocated_queues"] = {k: sorted(v) for k, v in unallocated_queues.items()}
+    out["sizes"] = sizes
+    out["unallocated_sizes"] = unallocated_sizes
+    out["pending_allocated"] = pending_allocated
+
+    stopping = {wid for wid, r in running.items() if r.stopping}
+    used = dict.fromkeys(hosts, 0)
+    stopping_gpus = dict.fromkeys(hosts, 0)
+    unallocated_used = dict.fromkeys(hosts, 0)
+    allocated_used = dict.fromkeys(hosts, 0)
+    budgets_on: dict[str, dict[str, int]] = {h: {} for h in hosts}
+    on_host: dict[str, set[str]] = {h: set() for h in hosts}
+    protected = dict.fromkeys(hosts, float("-inf"))
+    held: dict[str, int] = {}
+    for wid, r in running.items():
+        live = not r.stopping
+        for s in r.placement:
+            used[s.host] += s.gpus
+            on_host[s.host].add(wid)
+            if not live:
+                stopping_gpus[s.host] += s.gpus
+                continue
+            protected[s.host] = max(protected[s.host], r.protected_until())
+            if r.spec.allocated:
+                allocated_used[s.host] += s.gpus
+                on = budgets_on[s.host]
+                on[r.spec.budget] = on.get(r.spec.budget, 0) + 1
+            else:
+                unallocated_used[s.host] += s.gpus
+        if live and r.spec.allocated:
+            for node in ancestors(r.spec.budget):
+                held[node] = held.get(node, 0) + r.gpus_held
+    out["stopping"] = stopping
+    out["used"] = used
+    out["free"] = {h: hosts[h].gpus - n for h, n in used.items()}
+    out["stopping_gpus"] = stopping_gpus
+    out["unallocated_used"] = unallocated_used
+    out["no_allocated"] = {h for h, n in allocated_used.items() if not n}
+    out["idle"] = {h for h, n in used.items() if not n}
+    out["budgets_on"] = budgets_on
+    out["held"] = held
+    out["on_host"] = on_host
+    out["protected_until"] = protected
+
+    takes = sorted(n for n, h in hosts.items() if h.state is HostState.HEALTHY)
+    out["schedulable"] = {n: hosts[n].gpus for n in takes}
+    out["schedulable_names"] = takes
+    out["unschedulable"] = sorted(n for n in hosts if n not in out["schedulable"])
+    out["draining"] = sorted(n for n, h in hosts.items() if h.state is HostState.DRAINING)
+    out["max_host_gpus"] = max((h.gpus for h in hosts.values()), default=0)
+    out["healthy_gpus"] = sum(h.gpus for h in hosts.values() if h.state is HostState.HEALTHY)
+    return out
+
+
+def smallest_shapes_by_hand(state: ClusterState, leaf: str) -> list[tuple[int, float]]:
+    """Shapes of ``leaf``'s pending allocated work no other of the same kind (one host, or
+    whole hosts) is both no larger and no longer than, smallest first."""
+    largest = max((h.gpus for h in state.hosts.values()), default=0)
+    shapes = {
+        (p.spec.gpus, p.spec.min_runtime)
+        for p in state.pending.values()
+        if p.spec.allocated and p.spec.budget == leaf
+    }
+    return sorted(
+        (g, m) for g, m in shapes
+        if not any(
+            (g2, m2) != (g, m) and g2 <= g and m2 <= m and (g2 > largest) == (g > largest)
+            for g2, m2 in shapes
+        )
+    )
+
+
+def smallest_unallocated_by_hand(state: ClusterState) -> tuple[int, int]:
+    largest = max((h.gpus for h in state.hosts.values()), default=0)
+    asked = [p.spec.gpus for p in state.pending.values() if not p.spec.allocated]
+    return (
+        min((g for g in asked if g <= largest), default=NONE),
+        min((g for g in asked if g > largest), default=NONE),
+    )
+
+
+def released_by_hand(state: ClusterState, now: float) -> dict[str, tuple[int, dict[int, int],
+                                                                        dict[str, int]]]:
+    """Per budget node but the root: GPUs, workloads by size and workloads per host of the
+    allocated work past its minimum runtime at ``now`` and not stopping."""
+    out: dict[str, tuple[int, dict[int, int], dict[str, int]]] = {}
+    for r in state.running.values():
+        if r.spec.allocated and not r.stopping and now >= r.protected_until():
+            for node in ancestors(r.spec.budget)[:-1]:
+                gpus, by_size, on = out.setdefault(node, (0, {}, {}))
+                by_size[r.gpus_held] = by_size.get(r.gpus_held, 0) + 1
+                for s in r.placement:
+                    on[s.host] = on.get(s.host, 0) + 1
+                out[node] = (gpus + r.gpus_held, by_size, on)
+    return out
+
+
+def _diff(name: str, got: Any, want: Any) -> list[str]:
+    if got == want:
+        return []
+    if isinstance(got, Mapping) and isinstance(want, Mapping):
+        keys = sorted(set(got) | set(want), key=str)
+        bad = [k for k in keys if got.get(k) != want.get(k)]
+        return [
+            f"index {name}[{k!r}]: the state has {got.get(k)!r}, the work says {want.get(k)!r}"
+            for k in bad[:5]
+        ]
+    return [f"index {name}: the state has {got!r}, the work says {want!r}"]
+
+
+def index_errors(state: ClusterState) -> list[str]:
+    """Every disagreement between the state's indexes and the ones rebuilt from its work."""
+    want = rebuild(state)
+    errors: list[str] = []
+    # per host: every host has an entry, empty or not
+    for name in ("used", "free", "stopping_gpus", "unallocated_used", "protected_until"):
+        errors += _diff(name, dict(getattr(state, name)), want[name])
+    errors += _diff("budgets_on", {h: dict(b) for h, b in state.budgets_on.items()},
+                    want["budgets_on"])
+    errors += _diff("on_host", {h: set(w) for h, w in state.on_host.items()}, want["on_host"])
+    for name in ("stopping", "no_allocated", "idle"):
+        errors += _diff(name, set(getattr(state, name)), want[name])
+    # per budget: entries only where there is something
+    for name in ("queues", "unallocated_queues"):
+        errors += _diff(name, {k: list(v) for k, v in getattr(state, name).items() if v},
+                        want[name])
+    for name in ("sizes", "unallocated_sizes"):
+        errors += _diff(name, {k: dict(v) for k, v in getattr(state, name).items() if v},
+                        want[name])
+    for name in ("pending_allocated", "held"):
+        errors += _diff(name, _nonzero(getattr(state, name)), want[name])
+    for name in ("schedulable", "schedulable_names", "unschedulable", "draining",
+                 "max_host_gpus"):
+        value = getattr(state, name)
+        errors += _diff(name, dict(value) if isinstance(value, Mapping) else
+                        list(value) if isinstance(value, list | tuple) else value, want[name])
+    errors += _diff("healthy_gpus()", state.healthy_gpus(), want["healthy_gpus"])
+    errors += _cache_errors(state)
+    errors += _ledger_errors(state)
+    errors += _primary_errors(state)
+    return errors
+
+
+def _cache_errors(state: ClusterState) -> list[str]:
+    """The answers the state keeps between passes agree with the work now."""
+    errors: list[str] = []
+    kept: Mapping[str, list[tuple[int, float]]] = state._smallest
+    for leaf, shapes in kept.items():
+        errors += _diff(f"smallest_shapes({leaf!r}) (kept)", list(shapes),
+                        smallest_shapes_by_hand(state, leaf))
+    kept_unallocated = state._smallest_unallocated
+    if kept_unallocated is not None:
+        errors += _diff("smallest_unallocated() (kept)", kept_unallocated,
+                        smallest_unallocated_by_hand(state))
+    index = state._released
+    want = released_by_hand(state, index.time)
+    got = {
+        node: (gpus, dict(index.by_size.get(node, {})), dict(index.hosts.get(node, {})))
+        for node, gpus in index.gpus.items()
+        if gpus
+    }
+    errors += _diff(f"released({index.time})", got, want)
+    ids = {
+        wid for wid, r in state.running.items()
+        if r.spec.allocated and not r.stopping and index.time >= r.protected_until()
+    }
+    errors += _diff(f"released({index.time}).ids", set(index.ids), ids)
+    for node, least in index._smallest.items():
+        errors += _diff(f"released({index.time}).smallest({node!r}) (kept)", least,
+                        min(want[node][1]) if node in want else NONE)
+    # work released later must be waiting in the heap of protection ends, with its run
+    waiting = {(until, started_at, wid) for until, started_at, wid in state._protections}
+    for wid, r in state.running.items():
+        if r.spec.allocated and not r.stopping and wid not in ids:
+            entry = (r.protected_until(), r.started_at, wid)
+            if entry not in waiting:
+                errors.append(f"index released: {wid} (protected until "
+                              f"{r.protected_until()}) is missing from the protection heap")
+    return errors
+
+
+def _ledger_errors(state: ClusterState) -> list[str]:
+    """The ledger's current rates: GPUs held by running work per node, and healthy GPUs."""
+    charged: dict[str, float] = {}
+    free: dict[str, float] = {}
+    for r in state.running.values():
+        into = charged if r.spec.allocated else free
+        for node in ancestors(r.spec.budget):
+            into[node] = into.get(node, 0.0) + r.gpus_held
+    nodes = [ROOT, *state.tree.nodes()]
+    led = state.ledger
+    errors: list[str] = []
+    errors += _diff("ledger.rate(charged)", _nonzero({n: led.rate(n) for n in nodes}), charged)
+    errors += _diff("ledger.rate(free)",
+                    _nonzero({n: led.rate(n, charged=False) for n in nodes}), free)
+    errors += _diff("ledger capacity rate", led.rate(CAPACITY),
+                    float(sum(h.gpus for h in state.hosts.values()
+                              if h.state is HostState.HEALTHY)))
+    return errors
+
+
+def _primary_errors(state: ClusterState) -> list[str]:
+    errors: list[str] = []
+    for wid, hosts in state.reservations.items():
+        if wid not in state.pending:
+            errors.append(f"reservations: {wid} holds one but is not pending")
+        errors += [f"reservations: {wid}: unknown host {h!r}" for h in hosts
+                   if h not in state.hosts]
+    both = set(state.running) & set(state.pending)
+    if both:
+        errors.append(f"running and pending at once: {sorted(both)}")
+    for wid, r in state.running.items():
+        if r.started_at > state.time:
+            errors.append(f"running: {wid} started at {r.started_at}, after the clock "
+                          f"({state.time})")
+        for s in r.placement:
+            if s.host not in state.hosts:
+                errors.append(f"running: {wid} on unknown host {s.host!r}")
+    for name, h in state.hosts.items():
+        used = sum(s.gpus for r in state.running.values() for s in r.placement
+                   if s.host == name)
+        if used > h.gpus:
+            errors.append(f"host {name}: over-committed ({used} of {h.gpus} GPUs)")
+        if h.state in (HostState.REPAIR, HostState.DOWN) and used:
+            errors.append(f"host {name}: is {h.state.value} but holds {used} GPUs")
+    return errors
+
+
+def check_indexes(state: ClusterState, after: str = "") -> None:
+    """Fail, naming every index that disagrees, unless all agree with the work."""
+    errors = index_errors(state)
+    assert not errors, (f"after {after}: " if after else "") + "; ".join(errors)

@@ -1,0 +1,339 @@
+"""The two oracles later policy work is checked by, and proof that each can fail.
+
+* The **index oracle** (:mod:`.oracle`): every index of ``ClusterState`` rebuilt from its
+  hosts, running and pending work, compared after every event of every driven test (the
+  test driver runs it) and of the simulator replays here.
+* The **reference pass**: ``decide`` with ``PolicyConfig(shortcuts=False)`` tries every
+  request with a full search over every host and reads every usage ratio afresh. Every
+  skip rule of the fast pass (failed-size and charge thresholds, hopeless queues, the
+  rebalance bound, searches within reach, the free-GPU bounds, the answers it keeps) is
+  argued to change no decision; here the two are compared decision by decision on every
+  pass of random replays, of the seed scenario's first days and of an ITP trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apportion.core import (
+    ClusterState,
+    Decisions,
+    HostState,
+    PolicyConfig,
+    decide,
+)
+from apportion.sim.engine import Engine, SimConfig
+from apportion.sim.model import Scenario as SimScenario
+from apportion.sim.scenarios import seed_scenario
+from apportion.sim.traces import load_trace
+
+from .helpers import HOUR, Driver, make_hosts, make_spec, make_state, make_tree, run_on
+from .oracle import COVERED, check_indexes, index_errors, state_attributes
+from .strategies import (
+    DRIVEN_SETTINGS,
+    Scenario,
+    budget_trees,
+    clusters,
+    contended_scenarios,
+    host_events,
+    jobs,
+    scenarios,
+)
+
+ITP = Path(__file__).parents[1] / "sim" / "data" / "itp" / "cluster10.csv"
+
+
+def reference(config: PolicyConfig) -> PolicyConfig:
+    return dataclasses.replace(config, shortcuts=False)
+
+
+def differences(fast: Decisions, ref: Decisions) -> list[str]:
+    """What the fast pass decided differently from the reference pass (empty: the same).
+    The decisions must be equal; of what they say about waiting work, the fast pass may
+    leave out work a pass with no GPU left never looks at (it stops there), and must agree
+    on the rest."""
+    out = [
+        f"{name}: fast {getattr(fast, name)!r}, reference {getattr(ref, name)!r}"
+        for name in ("starts", "preemptions", "host_changes", "reservations")
+        if getattr(fast, name) != getattr(ref, name)
+    ]
+    if not set(fast.order) <= set(ref.order):
+        out.append(f"order: fast considered {sorted(set(fast.order) - set(ref.order))} only")
+    if not fast.waiting.items() <= ref.waiting.items():
+        out.append(f"waiting: fast {sorted(fast.waiting.items() - ref.waiting.items())}, "
+                   f"reference {sorted(ref.waiting.items() - fast.waiting.items())}")
+    return out
+
+
+class Compared:
+    """A policy that decides with the fast pass and checks it against the reference pass on
+    every call (and, told of every change by the simulator, runs the index oracle on it)."""
+
+    def __init__(self, reasons: bool = False) -> None:
+        self.reasons = reasons
+        self.passes = 0
+        self.deciding = 0  # passes that decided something
+        self.preempting = 0  # passes that preempted for someone
+        self.checked_events = 0
+
+    def __call__(self, state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        check_indexes(state, f"the events before the pass at {now}")
+        fast = decide(state, now, config, reasons=self.reasons)
+        ref = decide(state, now, reference(config), reasons=self.reasons)
+        diff = differences(fast, ref)
+        assert not diff, f"pass at {now}: " + "; ".join(diff)
+        self.passes += 1
+        self.deciding += not fast.empty()
+        self.preempting += any(p.by is not None for p in fast.preemptions)
+        return fast
+
+    def observe(self, kind: str, name: str, state: ClusterState) -> None:
+        check_indexes(state, f"{kind} {name} at {state.time}")
+        self.checked_events += 1
+
+
+def compare_on_replay(sc: Scenario) -> Compared:
+    both = Compared(reasons=True)
+    drv = Driver(make_state(sc.tree, sc.hosts), policy=both)
+    drv.add_jobs(sc.jobs)
+    drv.add_host_events(sc.host_events)
+    drv.run(until=14 * HOUR, start=0.0)
+    return both
+
+
+@st.composite
+def crowded_scenarios(draw: st.DrawFn) -> Scenario:
+    """Few hosts of mixed or equal sizes, many workloads, and host failures and drains: where
+    every shortcut is taken (queues go hopeless, bounds fall short, searches fail)."""
+    tree = draw(budget_trees())
+    hosts = draw(clusters(min_hosts=2, max_hosts=5, uniform=draw(st.booleans())))
+    return Scenario(tree, hosts, draw(jobs(tree.leaves, hosts, max_jobs=40)),
+                    draw(host_events(hosts, 14 * HOUR)))
+
+
+# ---- the reference pass ----------------------------------------------------------------------
+# more examples than the other driven tests: these replays are what keeps every skip rule true
+REFERENCE_SETTINGS = settings(DRIVEN_SETTINGS, max_examples=300)
+
+
+@REFERENCE_SETTINGS
+@given(scenarios())
+def test_reference_pass_decides_as_the_fast_one_on_random_replays(sc: Scenario) -> None:
+    """On every pass of random replays (host failures and drains included), the pass with
+    every shortcut off decides exactly what the fast pass decides, and says the same about
+    the work it leaves waiting."""
+    assert compare_on_replay(sc).passes > 0
+
+
+@REFERENCE_SETTINGS
+@given(st.one_of(contended_scenarios(), crowded_scenarios()))
+def test_reference_pass_decides_as_the_fast_one_on_crowded_clusters(sc: Scenario) -> None:
+    """The same on small, over-asked clusters, where the fast pass skips the most."""
+    assert compare_on_replay(sc).passes > 0
+
+
+@REFERENCE_SETTINGS
+@given(contended_scenarios(), st.integers(2, 28), st.data())
+def test_reference_pass_decides_as_the_fast_one_on_bursts_of_many_lengths(
+    sc: Scenario, at_half_hours: int, data: st.DataObject
+) -> None:
+    """After a random history on a small cluster, a burst of requests of every size and
+    minimum runtime from two budgets: the single pass (with reasons, and without) decides as
+    the reference pass. Many failed rebalances of one budget and of mixed charges are where
+    the failed-size and charge thresholds skip the most."""
+    drv = Driver(make_state(sc.tree, sc.hosts))
+    drv.add_jobs(sc.jobs)
+    drv.run(until=at_half_hours * 1800.0, start=0.0)
+    state, now = drv.state, drv.state.time
+    budgets = data.draw(st.lists(st.sampled_from(sc.tree.leaves), min_size=1, max_size=2))
+    largest = max(h.gpus for h in sc.hosts)
+    n = data.draw(st.integers(4, 24))
+    for i in range(n):
+        gpus = data.draw(st.sampled_from([1, 2, largest // 2 or 1, largest, 2 * largest]))
+        mrt = data.draw(st.sampled_from([60.0, 900.0, HOUR, 3 * HOUR, 8 * HOUR]))
+        state.submit(make_spec(f"burst{i:02d}", budgets[i % len(budgets)], gpus, mrt, now), now)
+    cfg = PolicyConfig()
+    for reasons in (True, False):
+        fast = decide(state, now, cfg, reasons=reasons)
+        ref = decide(state, now, reference(cfg), reasons=reasons)
+        assert differences(fast, ref) == []
+
+
+@REFERENCE_SETTINGS
+@given(
+    st.integers(1, 24),
+    st.integers(0, 4),
+    st.lists(st.tuples(st.integers(1, 4), st.sampled_from([60.0, 900.0, HOUR, 4 * HOUR,
+                                                           8 * HOUR])), min_size=2, max_size=8),
+)
+def test_reference_pass_decides_as_the_fast_one_where_the_charge_decides(
+    hours: int, extra: int, asks: list[tuple[int, float]]
+) -> None:
+    """Budgets a, b, c on three 4-GPU hosts: for ``hours`` a has run 4 one-GPU jobs and b
+    4 + ``extra`` (so b is over its share and has used more), c nothing. Then a asks, in
+    this order, for the ``asks`` (GPUs, minimum runtime): whether the fair-share rule lets
+    b give way depends on each request's admission charge, so after a long request fails a
+    shorter one may still succeed. The pass, with its failed-rebalance charge threshold,
+    decides as the reference pass."""
+    st_ = make_state(make_tree("a", "b", "c"), make_hosts(4, 4, 4))
+    placed = [("a", "h0")] * 4 + [("b", "h1")] * 4 + [("b", "h2")] * extra
+    for i, (budget, host) in enumerate(placed):
+        run_on(st_, make_spec(f"{budget}{i}", budget, 1, 600.0), 0.0, (host, 1))
+    now = hours * HOUR
+    for i, (gpus, mrt) in enumerate(asks):
+        st_.submit(make_spec(f"ask{i}", "a", gpus, mrt, now - len(asks) + i), now)
+    cfg = PolicyConfig()
+    for reasons in (True, False):
+        fast = decide(st_, now, cfg, reasons=reasons)
+        ref = decide(st_, now, reference(cfg), reasons=reasons)
+        assert differences(fast, ref) == []
+
+
+def run_compared(scenario: SimScenario) -> Compared:
+    both = Compared(reasons=False)  # as the simulator's fairshare policy calls it
+    Engine(scenario, both, PolicyConfig(), sim=SimConfig()).run()
+    return both
+
+
+def test_reference_pass_and_index_oracle_on_the_seed_scenario() -> None:
+    """The first 4 days of the seed scenario (256 GPUs: contended from the first hours, with
+    host failures and drains): every pass of the fast pass is the reference pass's, and
+    every index of the state agrees with the work after every event the engine reports."""
+    both = run_compared(seed_scenario(days=4, size=256))
+    # 1,691 passes, 932 deciding, 259 preempting for someone, 3,345 events
+    assert both.preempting >= 200 and both.checked_events >= 3000, vars(both)
+
+
+def test_reference_pass_and_index_oracle_on_an_itp_trace() -> None:
+    """The same over the ITP trace cluster10.csv (260 jobs of 1-16 GPUs over 33 days),
+    on a cluster of 3 hosts of 8 GPUs, with 4 budgets and a fifth of the work unallocated."""
+    trace = load_trace(ITP, format="itp", budgets=4, unallocated_fraction=0.2, rebase=True)
+    last = max(j.spec.submit_time for j in trace.jobs)
+    sc = SimScenario("itp", trace.tree, tuple(make_hosts(8, 8, 8)), trace.jobs,
+                     days=last / 86400.0 + 1)
+    both = run_compared(sc)
+    # 1,539 passes, 321 deciding, 37 preempting for someone
+    assert both.preempting >= 30, vars(both)
+
+
+# ---- both oracles can fail ---------------------------------------------------------------------
+def test_every_attribute_of_the_state_is_covered_by_the_index_oracle() -> None:
+    """The oracle names every attribute of ``ClusterState`` (pure or compiled): an index
+    added to the state without a rebuild here fails this test."""
+    state = make_state(make_tree("a"), make_hosts(8))
+    assert state_attributes(state) == set(COVERED)
+
+
+def replayed() -> ClusterState:
+    """A state after a short history: budgets a/x, a/y, b on hosts of 8, 8 and 4 GPUs, work
+    running (allocated and unallocated, one stopping), pending in both queues, one
+    reservation, one host draining, asked about its released work."""
+    st = make_state(make_tree("a/x", "a/y", "b"), make_hosts(8, 8, 4))
+    run_on(st, make_spec("r3", "a/y", 16, HOUR), 0.0, ("h0", 8), ("h1", 8))
+    st.finish("r3", 5.0)
+    run_on(st, make_spec("r4", "b", 8, 2 * HOUR), 6.0, ("h1", 8))
+    st.finish("r4", 7.0)
+    run_on(st, make_spec("r1", "a/x", 4, HOUR), 10.0, ("h0", 4))
+    run_on(st, make_spec("r2", "b", 2, 600.0), 10.0, ("h0", 2))
+    run_on(st, make_spec("u1", "a/y", 3, 0.0), 10.0, ("h1", 3))
+    run_on(st, make_spec("r5", "a/x", 2, 900.0), 60.0, ("h2", 2))
+    st.mark_stopping("u1")
+    for i, (budget, gpus, mrt) in enumerate([("a/x", 2, HOUR), ("a/x", 1, 2 * HOUR),
+                                              ("b", 8, HOUR), ("a/y", 2, 0.0)]):
+        st.submit(make_spec(f"p{i}", budget, gpus, mrt, 70.0 + i), 70.0 + i)
+    st.reserve("p0", ("h1",))
+    st.set_host_state("h2", HostState.DRAINING, 80.0)
+    st.released(1000.0)
+    st.smallest_shapes("a/x")
+    st.smallest_unallocated()
+    return st
+
+
+def _bump(index: dict[str, int], key: str, by: int = 1) -> None:
+    index[key] = index.get(key, 0) + by
+
+
+# How to corrupt each index as a wrong update would (through the live dicts the state keeps).
+CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
+    "used": lambda s: _bump(s.used, "h1"),
+    "free": lambda s: _bump(s.free, "h0", -1),
+    "stopping_gpus": lambda s: _bump(s.stopping_gpus, "h1", -3),
+    "unallocated_used": lambda s: _bump(s.unallocated_used, "h1", 3),
+    "protected_until": lambda s: s.protected_until.__setitem__("h0", 600.0),
+    "budgets_on": lambda s: s.budgets_on["h0"].pop("b"),
+    "on_host": lambda s: s.on_host["h1"].add("r4"),
+    "stopping": lambda s: s.stopping.discard("u1"),
+    "no_allocated": lambda s: s.no_allocated.add("h0"),
+    "idle": lambda s: s.idle.add("h2"),
+    "queues": lambda s: s.queues["a/x"].reverse(),
+    "unallocated_queues": lambda s: s.unallocated_queues["a/y"].clear(),
+    "sizes": lambda s: s.sizes["b"].__setitem__((8, HOUR), 2),
+    "unallocated_sizes": lambda s: s.unallocated_sizes["a/y"].pop((2, 0.0)),
+    "pending_allocated": lambda s: _bump(s.pending_allocated, "a"),
+    "held": lambda s: _bump(s.held, "b", 2),
+    "schedulable": lambda s: s.schedulable.__setitem__("h2", 4),
+    "schedulable_names": lambda s: s.schedulable_names.append("h2"),
+    "unschedulable": lambda s: s.unschedulable.clear(),
+    "draining": lambda s: s.draining.clear(),
+    "reservations": lambda s: s.reservations.__setitem__("r5", ("h0",)),
+    "smallest_shapes": lambda s: s._smallest["a/x"].append((8, HOUR)),
+    "smallest_unallocated": lambda s: setattr(s, "_smallest_unallocated", (1, 1 << 30)),
+    "released": lambda s: s._released.ids.discard("r2"),
+    "protection heap": lambda s: s._protections.clear(),
+}
+
+
+@pytest.mark.parametrize("index", sorted(CORRUPT))
+def test_index_oracle_reports_a_corrupted_index(index: str) -> None:
+    """A state whose indexes agree with its work passes the oracle; the same state with one
+    index set as a wrong update would set it fails it, and the message names that index."""
+    st = replayed()
+    assert index_errors(st) == []
+    CORRUPT[index](st)
+    errors = index_errors(st)
+    assert errors and all(index in e for e in errors[:1]), errors
+
+
+def test_index_oracle_in_the_driver_stops_a_replay_at_the_first_wrong_event() -> None:
+    """The driver's oracle runs after every event: a replay whose state is corrupted (an
+    index left one GPU off) by a pass fails at the next event, naming the index and it."""
+    st = make_state(make_tree("a", "b"), make_hosts(8, 8))
+    drv = Driver(st, policy=lambda state, now, cfg: corrupting(state, now, cfg))
+    for i in range(4):
+        st.submit(make_spec(f"w{i}", "ab"[i % 2], 4, HOUR), 0.0)
+    with pytest.raises(AssertionError, match=r"after starting w\d+ .*index free\["):
+        drv.settle(0.0)
+
+
+def corrupting(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+    """``decide``, after knocking one GPU off a host's free count."""
+    d = decide(state, now, config)
+    if d.starts:
+        _bump(state.free, d.starts[0].placement[0].host, -1)
+    return d
+
+
+def test_reference_comparison_reports_a_wrong_shortcut() -> None:
+    """A fast pass whose skip rule errs fails the comparison. Budget b holds both halves of
+    one 8-GPU host in two 4-GPU workloads past their minimum runtime, twice its share; a/x
+    asks for 4 GPUs, so the guarantee rule lets it take one. Told (by a corrupted index of
+    released work) that b has nothing to give, the fast pass's rebalance bound falls short
+    and it skips the search; the reference pass, which takes no such shortcut, preempts for
+    a/x, and the comparison names the preemptions."""
+    st = make_state(make_tree("a/x", "b"), make_hosts(8))
+    run_on(st, make_spec("b1", "b", 4, 600.0), 0.0, ("h0", 4))
+    run_on(st, make_spec("b2", "b", 4, 600.0), 0.0, ("h0", 4))
+    st.submit(make_spec("mine", "a/x", 4, HOUR, HOUR), HOUR)
+    cfg = PolicyConfig()
+    assert differences(decide(st, HOUR, cfg), decide(st, HOUR, reference(cfg))) == []
+    assert [p.by for p in decide(st, HOUR, cfg).preemptions] == ["mine"]
+    st.released(HOUR).gpus["b"] = 0  # a shortcut reading a wrong answer
+    diff = differences(decide(st, HOUR, cfg), decide(st, HOUR, reference(cfg)))
+    assert diff and diff[0].startswith("preemptions: fast (), reference (Preempt("), diff
