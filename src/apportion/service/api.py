@@ -69,6 +69,9 @@ class SubmitBody(_Body):
     resumable: bool = False
     priority: int = 0
     checkpoint_interval: float | str = Field(0, description='seconds or "30m"; 0 = unknown')
+    checkpoint_on_term: bool = Field(
+        False, description="writes a checkpoint when told to stop (SIGTERM), within the grace"
+    )
     command: list[str] = Field(min_length=1, description="argv of the command to run")
 
 
@@ -197,6 +200,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 id="new", budget=body.budget, gpus=body.gpus, min_runtime=min_runtime,
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
+                checkpoint_on_term=body.checkpoint_on_term,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
@@ -212,6 +216,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
             budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
             command=body.command, actor=user.name, resumable=body.resumable,
             priority=body.priority, checkpoint_interval=checkpoint,
+            checkpoint_on_term=body.checkpoint_on_term,
         )
         scheduler.wake()
         return row.as_dict()

@@ -52,6 +52,8 @@ class MemoryExecutor:
     ``checkpoints`` maps workload id -> checkpoint interval (0 or absent:
     ``checkpoint_default``). ``term_delays`` maps workload id -> seconds it takes to exit
     after SIGTERM (absent: exits at once); one slower than the grace period is killed.
+    ``on_term`` lists the workloads that checkpoint on SIGTERM: stopped in time, they keep
+    all their progress (killed, or on a host that died, they keep their interval's).
     """
 
     name = "memory"
@@ -65,6 +67,7 @@ class MemoryExecutor:
         checkpoint_default: float = 1800.0,
         restart_overhead: float = 0.0,
         term_delays: Mapping[str, float] | None = None,
+        on_term: Iterable[str] = (),
     ) -> None:
         self.clock = clock
         self._hosts: dict[str, InventoryHost] = {}
@@ -76,6 +79,7 @@ class MemoryExecutor:
         self.checkpoint_default = checkpoint_default
         self.restart_overhead = restart_overhead
         self.term_delays = dict(term_delays or {})
+        self.on_term = set(on_term)
         self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
         self.overhead: dict[str, float] = {}  # workload -> set-up seconds of its next run
         self.runs: dict[str, int] = {}  # workload -> runs launched
@@ -249,6 +253,9 @@ class MemoryExecutor:
         work = max(0.0, (t - a.started_at) - overhead)  # set-up time is not progress
         left = self.durations[wid] - self.progress.get(wid, 0.0)
         c = self.checkpoints.get(wid) or self.checkpoint_default
-        kept = min(math.floor(work / c) * c, left) if c > 0 else 0.0
+        if wid in self.on_term and a.exit_code == -signal.SIGTERM and not a.gone:
+            kept = min(work, left)  # it checkpointed when told to stop
+        else:
+            kept = min(math.floor(work / c) * c, left) if c > 0 else 0.0
         self.progress[wid] = self.progress.get(wid, 0.0) + kept
         self.overhead[wid] = self.restart_overhead  # a next run resumes: it pays the set-up

@@ -85,6 +85,7 @@ class WorkloadRow:
     created_at: float
     chdir: str | None = None
     env: dict[str, str] | None = None
+    checkpoint_on_term: bool = False
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -100,6 +101,7 @@ class WorkloadRow:
             resumable=self.resumable,
             priority=self.priority,
             checkpoint_interval=self.checkpoint_interval,
+            checkpoint_on_term=self.checkpoint_on_term,
         )
 
     def as_dict(self, with_attempts: bool = False) -> dict[str, Any]:
@@ -112,6 +114,7 @@ class WorkloadRow:
             "resumable": self.resumable,
             "priority": self.priority,
             "checkpoint_interval": self.checkpoint_interval,
+            "checkpoint_on_term": self.checkpoint_on_term,
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,

@@ -163,6 +163,7 @@ class Store:
         user: str | None = None,
         chdir: str | None = None,
         env: Mapping[str, str] | None = None,
+        checkpoint_on_term: bool = False,
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
@@ -172,7 +173,7 @@ class Store:
                 budget=budget, user=user if user is not None else actor, gpus=gpus,
                 min_runtime=float(min_runtime), resumable=resumable, priority=priority,
                 checkpoint_interval=float(checkpoint_interval), command=list(command),
-                chdir=chdir, env=dict(env) if env is not None else None,
+                checkpoint_on_term=checkpoint_on_term, chdir=chdir, env=dict(env) if env is not None else None,
                 submit_time=submit_time, queued_at=submit_time, status=Status.PENDING.value,
                 cancel_requested=False, attempts_count=0, created_at=self.clock(),
             )
@@ -669,6 +670,7 @@ def _workload(
         resumable=m.resumable,
         priority=m.priority,
         checkpoint_interval=m.checkpoint_interval,
+        checkpoint_on_term=m.checkpoint_on_term,
         command=tuple(m.command),
         submit_time=m.submit_time,
         queued_at=m.queued_at,
