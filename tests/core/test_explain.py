@@ -76,7 +76,9 @@ def test_victim_the_rules_would_not_give_up() -> None:
     the explanation says so."""
     st = cluster()
     run(st, "b1", "q/b", 8, 3600, 1000)
-    queue(st, "a1", "p/a", 4, 600, 1900)
+    # 2 GPUs: taking 8 would leave 6 idle (only a request that brings a to its share may
+    # leave as many idle as it gets, see policy.md "Head of line")
+    queue(st, "a1", "p/a", 2, 600, 1900)
     e = explain(st, 2000.0, CFG, "a1")
     assert [(v.id, v.rules_allow, v.protected_until) for v in e.victims] == [
         ("b1", False, 4600.0)
@@ -90,7 +92,7 @@ def test_unprotected_blocker_the_rules_keep_gives_no_future_time() -> None:
     the earliest start by protection is now, and the text says the rules are the reason."""
     st = cluster()
     run(st, "b1", "q/b", 8, 600, 1000)
-    queue(st, "a1", "p/a", 4, 600, 1900)
+    queue(st, "a1", "p/a", 2, 600, 1900)  # 2 GPUs: taking 8 would leave 6 idle
     e = explain(st, 2000.0, CFG, "a1")
     assert e.wait_reason is WaitReason.NO_CAPACITY
     assert [(v.id, v.protected, v.rules_allow) for v in e.victims] == [("b1", False, False)]

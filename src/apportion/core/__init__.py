@@ -5,6 +5,7 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
+from .config import SIZE_CLASSES, size_class
 from .explain import Explanation, explain
 from .ledger import UsageLedger
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
@@ -35,6 +36,7 @@ __all__ = [
     "FINAL",
     "HOST_TRANSITIONS",
     "ROOT",
+    "SIZE_CLASSES",
     "WORKLOAD_TRANSITIONS",
     "BudgetNode",
     "BudgetTree",
@@ -69,5 +71,6 @@ __all__ = [
     "parent_of",
     "parse_duration",
     "plural",
+    "size_class",
     "validate_spec",
 ]

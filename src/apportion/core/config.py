@@ -31,10 +31,6 @@ class PolicyConfig:
     """Provisional charge on admission, as a multiple of ``gpus x min_runtime``."""
     default_checkpoint_interval: float = 30 * MINUTE
     """Assumed checkpoint interval when a workload declares none (for progress-lost estimates)."""
-    burst_max_at_risk: float = 10 * MINUTE
-    """The fair-share rule (a burst) takes no victim that would lose more than this much
-    progress per GPU (its run since its last checkpoint; a non-resumable one its whole run):
-    only the share guarantee may destroy work. Bursts never raise what a budget is owed."""
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
@@ -72,5 +68,20 @@ def is_debug(spec: WorkloadSpec, config: PolicyConfig) -> bool:
         and spec.gpus <= config.debug_max_gpus
         and spec.min_runtime <= config.debug_max_min_runtime
     )
+
+
+SIZE_CLASSES = ("1", "2-8", "9-64", "65+")
+"""Size classes of requests, by GPUs asked, for reporting waits: one GPU, one host, a few
+hosts, a large gang (on the seed scenario, whose multi-host runs ask 16, 32, 64 or 128 GPUs,
+the last two are its 16-64 and 128 classes). No rule decides by them."""
+
+
+def size_class(gpus: int) -> str:
+    """The size class (``SIZE_CLASSES``) of a request of ``gpus``."""
+    if gpus <= 1:
+        return "1"
+    if gpus <= 8:
+        return "2-8"
+    return "9-64" if gpus <= 64 else "65+"
 
 

@@ -228,9 +228,6 @@ class RebalanceRules:
         already = sum(
             g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
         )
-        if victim.lost > victim.gpus * self.cfg.burst_max_at_risk:
-            # a burst is not worth destroying work: only the guarantee may take this victim
-            return already + victim.gpus <= self.guarantee_limit(spec, mine, theirs)
         return self._allowed(spec, mine, theirs, already + victim.gpus)
 
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
@@ -258,11 +255,12 @@ class RebalanceRules:
         fair_v = share_v * self.healthy
         inst_p = (self.held(mine) + spec.gpus) / (self.tree.share(mine) * self.healthy)
         if inst_p <= 1 + _EPS and held_v > fair_v:
-            # the victim side ends at least as far over as the preemptor's, less at most the
-            # preemptor's own request: the last victim may hold more GPUs than are missing
-            # (one 4-GPU victim for a 2-GPU request), or a budget owed a little could wait
-            # for ever behind larger work
-            return held_v - (inst_p - _EPS) * fair_v + spec.gpus
+            # the victim side ends at least as far over as the preemptor's, or (overshoot)
+            # at most the preemptor's request below its own share: the last victim may hold
+            # more GPUs than are missing (one 4-GPU victim for a 2-GPU request that brings
+            # its side to its share), or a budget owed a little could wait for ever behind
+            # larger work; no more GPUs are left idle than the preemptor gets
+            return max(held_v - (inst_p - _EPS) * fair_v, held_v - fair_v + spec.gpus)
         return -1.0
 
     def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
@@ -275,9 +273,8 @@ class RebalanceRules:
         if held_v < (1 - _EPS) * fair_v:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
         share_p = self.tree.share(mine)
-        inst_p = (self.held(mine) + spec.gpus) / (share_p * self.healthy)
         best = self.guarantee_limit(spec, mine, theirs)
-        if best >= 0 and best - spec.gpus >= held_v - (1 - _EPS) * fair_v:
+        if best >= held_v - (1 - _EPS) * fair_v:
             return best  # the fair-share rule's limit (share itself) is no higher
         ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
         if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):

@@ -372,7 +372,8 @@ class ClusterState:
         r = self._running(workload)
         if t < r.started_at:
             raise CoreError(
-                f"workload {workload}: checkpoint at {t:g} is before its run began ({r.started_at:g})"
+                f"workload {workload}: checkpoint at {t:g} is before its run began "
+                f"({r.started_at:g})"
             )
         new = Running(
             r.spec, r.placement, r.started_at, stopping=r.stopping, restarted=r.restarted,

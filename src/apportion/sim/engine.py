@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from apportion import core_build
 from apportion.core import (
+    SIZE_CLASSES,
     ClusterState,
     CoreError,
     Decisions,
@@ -33,10 +34,11 @@ from apportion.core import (
     WorkloadSpec,
     decision_log,
     is_debug,
+    size_class,
     validate_spec,
 )
 
-from .metrics import HOUR, SIZE_CLASSES, Recorder, p90, percentiles, ratio, size_class, team_of
+from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
 
 Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]

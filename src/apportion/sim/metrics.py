@@ -34,21 +34,6 @@ def team_of(budget: str, depth: int = 2) -> str:
     return "/".join(budget.split("/")[:depth])
 
 
-SIZE_CLASSES = ("1", "2-8", "9-64", "65+")
-"""Size classes of waits, by GPUs asked: one GPU, one host, a few hosts, a large gang (on
-the seed scenario, whose multi-host runs ask 16, 32, 64 or 128 GPUs, the last two are
-16-64 and 128)."""
-
-
-def size_class(gpus: int) -> str:
-    """The size class (``SIZE_CLASSES``) of a request of ``gpus``."""
-    if gpus <= 1:
-        return "1"
-    if gpus <= 8:
-        return "2-8"
-    return "9-64" if gpus <= 64 else "65+"
-
-
 def percentiles(samples: Sequence[float]) -> dict[str, float | int | None]:
     """p50/p90/p99 (numpy linear interpolation) and the sample count; None when empty."""
     if not samples:

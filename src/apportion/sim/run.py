@@ -14,11 +14,11 @@ from typing import Any
 
 import click
 
-from apportion.core import PolicyConfig, PreemptReason, decide
+from apportion.core import SIZE_CLASSES, PolicyConfig, PreemptReason, decide
 
 from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig
 from .legacy import LegacyPolicy
-from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS, SIZE_CLASSES
+from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
 from .model import Scenario
 
 POLICIES = ("fairshare", "legacy")

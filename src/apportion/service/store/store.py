@@ -173,7 +173,8 @@ class Store:
                 budget=budget, user=user if user is not None else actor, gpus=gpus,
                 min_runtime=float(min_runtime), resumable=resumable, priority=priority,
                 checkpoint_interval=float(checkpoint_interval), command=list(command),
-                checkpoint_on_term=checkpoint_on_term, chdir=chdir, env=dict(env) if env is not None else None,
+                checkpoint_on_term=checkpoint_on_term, chdir=chdir,
+                env=dict(env) if env is not None else None,
                 submit_time=submit_time, queued_at=submit_time, status=Status.PENDING.value,
                 cancel_requested=False, attempts_count=0, created_at=self.clock(),
             )
