@@ -141,17 +141,19 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 @click.option("--resumable", is_flag=True, help="may be preempted and requeued after min-runtime")
 @click.option("--priority", type=int, default=0, help="order within the budget only")
 @click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
+@click.option("--checkpoint-on-term", is_flag=True,
+              help="it writes a checkpoint when told to stop (SIGTERM), within the grace period")
 @json_option
 @click.argument("command", nargs=-1, required=True)
 @connection
 def submit(client: Client, budget: str, gpus: int, min_runtime: str, resumable: bool,
-           priority: int, checkpoint_interval: str, as_json: bool,
+           priority: int, checkpoint_interval: str, checkpoint_on_term: bool, as_json: bool,
            command: tuple[str, ...]) -> None:
     """Submit a workload: apportion submit --budget B --gpus N --min-runtime 30m -- CMD..."""
     w = client.json("POST", "/workloads", {
         "budget": budget, "gpus": gpus, "min_runtime": min_runtime, "resumable": resumable,
         "priority": priority, "checkpoint_interval": checkpoint_interval,
-        "command": list(command),
+        "checkpoint_on_term": checkpoint_on_term, "command": list(command),
     })
     if as_json:
         _print_json(w)
@@ -206,6 +208,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     click.echo(f"{'resumable:':<21}{w['resumable']}")
     click.echo(f"{'priority:':<21}{w['priority']}")
     click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w['checkpoint_interval'])}")
+    click.echo(f"{'checkpoint_on_term:':<21}{w.get('checkpoint_on_term', False)}")
     click.echo(f"{'command:':<21}{' '.join(w['command'])}")
     click.echo(f"{'submitted:':<21}{fmt_time(w['submit_time'])}")
     if w["cancel_requested"]:
