@@ -26,13 +26,19 @@ core: $(CORE)
 run: $(CORE)
 	$(BIN)/apportion simulate --scenario seed --policy fairshare --policy legacy --days 30 --out out/seed
 
-# the compiled core is built after install-system.sh, which installs the C compiler
+# the compiled core is built after install-system.sh, which installs the C compiler. The whole
+# suite runs on the compiled build (which must have been built: it is what `make run` uses),
+# then the core and simulator suites again on the pure-Python core, which is what users
+# without a C compiler run (test_compiled_core.py compares the two builds itself: not twice)
 test: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/install-system.sh
 	$(MAKE) --no-print-directory core
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
+	$(BIN)/python -c 'import apportion, apportion.core; assert apportion.core_build() == "compiled", "the compiled core did not load"'
 	bash scripts/with-services.sh $(BIN)/pytest
+	APPORTION_PURE_CORE=1 $(BIN)/python -c 'import apportion, apportion.core; assert apportion.core_build() == "python"'
+	APPORTION_PURE_CORE=1 $(BIN)/pytest tests/core tests/sim --deselect tests/core/test_compiled_core.py
 
 bench: $(CORE)
 	$(BIN)/apportion bench

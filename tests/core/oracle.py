@@ -27,48 +27,52 @@ NONE = 1 << 30  # the state's "no such request / workload" size
 
 # Every attribute of ClusterState (and of its cache) -> how the oracle treats it.
 COVERED: dict[str, str] = {
-    "tree": "primary",
-    "hosts": "primary",
-    "running": "primary",
-    "pending": "primary",
-    "reservations": "primary: only pending work, only known hosts",
-    "time": "primary: no running work started later",
-    "ledger": "primary history; its current rates are rebuilt",
-    "queues": "rebuilt",
-    "unallocated_queues": "rebuilt",
-    "sizes": "rebuilt",
-    "unallocated_sizes": "rebuilt",
-    "pending_allocated": "rebuilt",
-    "stopping": "rebuilt",
-    "used": "rebuilt",
-    "free": "rebuilt",
-    "stopping_gpus": "rebuilt",
-    "unallocated_used": "rebuilt",
-    "no_allocated": "rebuilt",
-    "idle": "rebuilt",
-    "budgets_on": "rebuilt",
-    "held": "rebuilt",
-    "on_host": "rebuilt",
-    "protected_until": "rebuilt",
-    "schedulable": "rebuilt",
-    "schedulable_names": "rebuilt",
-    "unschedulable": "rebuilt",
-    "draining": "rebuilt",
-    "max_host_gpus": "rebuilt",
+    "_tree": "primary",
+    "_hosts": "primary",
+    "_running": "primary",
+    "_pending": "primary",
+    "_reservations": "primary: only pending work, only known hosts",
+    "_time": "primary: no running work started later",
+    "_ledger": "primary history; its current rates are rebuilt",
+    "_queues": "rebuilt",
+    "_unallocated_queues": "rebuilt",
+    "_sizes": "rebuilt",
+    "_unallocated_sizes": "rebuilt",
+    "_pending_allocated": "rebuilt",
+    "_stopping": "rebuilt",
+    "_used": "rebuilt",
+    "_free": "rebuilt",
+    "_stopping_gpus": "rebuilt",
+    "_unallocated_used": "rebuilt",
+    "_no_allocated": "rebuilt",
+    "_idle": "rebuilt",
+    "_budgets_on": "rebuilt",
+    "_held": "rebuilt",
+    "_on_host": "rebuilt",
+    "_protected_until": "rebuilt",
+    "_schedulable": "rebuilt",
+    "_schedulable_names": "rebuilt",
+    "_unschedulable": "rebuilt",
+    "_draining": "rebuilt",
+    "_max_host_gpus": "rebuilt",
     "_healthy": "rebuilt (healthy_gpus())",
-    "_smallest": "cache: every kept answer rebuilt",
-    "_smallest_unallocated": "cache: the kept answer rebuilt",
-    "_released": "rebuilt as of the time it was last advanced to, with its smallest() cache",
-    "_protections": "every allocated workload not yet released is in the heap",
+    "_cache": "the derived cache: every kept answer, and the released work as of the time it "
+              "was last advanced to, rebuilt; every allocated workload not yet released is "
+              "in its heap of protection ends",
 }
+# What the derived cache holds: all of it checked by _cache_errors.
+CACHE_COVERED = {"smallest", "smallest_unallocated", "released", "protections"}
 
 
-def state_attributes(state: ClusterState) -> set[str]:
-    """The attributes a ``ClusterState`` has, pure or compiled."""
-    attrs = getattr(type(state), "__mypyc_attrs__", None)
+def state_attributes(obj: object) -> set[str]:
+    """The attributes an object of the core has, pure or compiled."""
+    attrs = getattr(type(obj), "__mypyc_attrs__", None)
     if attrs is not None:
         return set(attrs) - {"__dict__", "__weakref__"}
-    return set(vars(state))
+    slots = getattr(type(obj), "__slots__", None)
+    if slots is not None and not hasattr(obj, "__dict__"):
+        return set(slots)
+    return set(vars(obj))
 
 
 def _nonzero(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,15 +247,16 @@ def index_errors(state: ClusterState) -> list[str]:
 def _cache_errors(state: ClusterState) -> list[str]:
     """The answers the state keeps between passes agree with the work now."""
     errors: list[str] = []
-    kept: Mapping[str, list[tuple[int, float]]] = state._smallest
+    cache = state.derived
+    kept: Mapping[str, list[tuple[int, float]]] = cache.smallest
     for leaf, shapes in kept.items():
         errors += _diff(f"smallest_shapes({leaf!r}) (kept)", list(shapes),
                         smallest_shapes_by_hand(state, leaf))
-    kept_unallocated = state._smallest_unallocated
+    kept_unallocated = cache.smallest_unallocated
     if kept_unallocated is not None:
         errors += _diff("smallest_unallocated() (kept)", kept_unallocated,
                         smallest_unallocated_by_hand(state))
-    index = state._released
+    index = cache.released
     want = released_by_hand(state, index.time)
     got = {
         node: (gpus, dict(index.by_size.get(node, {})), dict(index.hosts.get(node, {})))
@@ -268,7 +273,7 @@ def _cache_errors(state: ClusterState) -> list[str]:
         errors += _diff(f"released({index.time}).smallest({node!r}) (kept)", least,
                         min(want[node][1]) if node in want else NONE)
     # work released later must be waiting in the heap of protection ends, with its run
-    waiting = {(until, started_at, wid) for until, started_at, wid in state._protections}
+    waiting = {(until, started_at, wid) for until, started_at, wid in cache.protections}
     for wid, r in state.running.items():
         if r.spec.allocated and not r.stopping and wid not in ids:
             entry = (r.protected_until(), r.started_at, wid)

@@ -118,7 +118,7 @@ def test_windows_stay_exact_after_pruning() -> None:
         led.change("a/x", 1, t, charged=True)
         led.change("a/x", -1, t + 300, charged=True)
         t += 600
-    charged = led.fingerprint()[2]
+    charged = led.fingerprint()["charged"]
     assert isinstance(charged, tuple)
     times = charged[0][1]  # breakpoints kept for the root's series
     assert len(times) < 2 * keep / 300 + 200  # memory follows the window, not the history
@@ -158,6 +158,31 @@ def test_any_window_in_any_order_is_the_integral(
     for now, window in queries:
         expected = used_until(now) - used_until(max(now - window, 0.0))
         assert led.charged("a", now, window) == pytest.approx(expected, abs=1e-6)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 500), st.integers(0, 3)), min_size=1, max_size=60),
+    st.lists(st.tuples(st.floats(0, 20_000), st.floats(1, 20_000), st.integers(0, 80)),
+             min_size=1, max_size=40),
+)
+def test_the_kept_windows_and_lookup_hints_change_no_answer(
+    steps: list[tuple[int, int]], queries: list[tuple[float, float, int]]
+) -> None:
+    """The ledger's only state outside its fingerprint is derived: a window read from the
+    windows it keeps equals the one worked out afresh (``memo=False``), bit for bit, and a
+    lookup gives the same answer wherever the series' hint was left (set at random here)."""
+    led = UsageLedger(start=0.0)
+    t = 0.0
+    for gap, delta in steps:
+        t += gap
+        led.change("a", delta, t, charged=True)
+    series = led._charged["a"]
+    for now, window, hint in queries:
+        fresh = led.charged("a", now, window, memo=False)
+        assert led.charged("a", now, window) == fresh
+        assert led.charged("a", now, window) == fresh  # from the kept windows
+        series.hint = hint
+        assert led.charged("a", now, window, memo=False) == fresh
 
 
 def test_a_window_asked_again_sees_changes_before_its_end() -> None:

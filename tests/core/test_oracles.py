@@ -35,7 +35,7 @@ from apportion.sim.scenarios import seed_scenario
 from apportion.sim.traces import load_trace
 
 from .helpers import HOUR, Driver, make_hosts, make_spec, make_state, make_tree, run_on
-from .oracle import COVERED, check_indexes, index_errors, state_attributes
+from .oracle import CACHE_COVERED, COVERED, check_indexes, index_errors, state_attributes
 from .strategies import (
     DRIVEN_SETTINGS,
     Scenario,
@@ -74,7 +74,8 @@ def differences(fast: Decisions, ref: Decisions) -> list[str]:
 
 class Compared:
     """A policy that decides with the fast pass and checks it against the reference pass on
-    every call (and, told of every change by the simulator, runs the index oracle on it)."""
+    every call, and that neither changed anything but the state's derived cache (and, told
+    of every change by the simulator, runs the index oracle on it)."""
 
     def __init__(self, reasons: bool = False) -> None:
         self.reasons = reasons
@@ -85,8 +86,10 @@ class Compared:
 
     def __call__(self, state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
         check_indexes(state, f"the events before the pass at {now}")
+        before = state.fingerprint()
         fast = decide(state, now, config, reasons=self.reasons)
         ref = decide(state, now, reference(config), reasons=self.reasons)
+        assert state.fingerprint() == before, f"a pass at {now} wrote its input"
         diff = differences(fast, ref)
         assert not diff, f"pass at {now}: " + "; ".join(diff)
         self.passes += 1
@@ -225,10 +228,25 @@ def test_reference_pass_and_index_oracle_on_an_itp_trace() -> None:
 
 # ---- both oracles can fail ---------------------------------------------------------------------
 def test_every_attribute_of_the_state_is_covered_by_the_index_oracle() -> None:
-    """The oracle names every attribute of ``ClusterState`` (pure or compiled): an index
-    added to the state without a rebuild here fails this test."""
+    """The oracle names every attribute of ``ClusterState`` and of its derived cache (pure
+    or compiled): an index added to the state without a rebuild here fails this test."""
     state = make_state(make_tree("a"), make_hosts(8))
     assert state_attributes(state) == set(COVERED)
+    assert state_attributes(state.derived) == CACHE_COVERED
+
+
+def test_the_fingerprint_covers_every_attribute_but_the_derived_cache() -> None:
+    """``fingerprint()`` (what "decide never writes its input" is checked with) holds every
+    attribute of the state except the derived cache, and every attribute of the ledger
+    except its kept windows: a new attribute left out of it fails this test."""
+    state = make_state(make_tree("a"), make_hosts(8))
+    assert set(state.fingerprint()) == {a.lstrip("_") for a in state_attributes(state)} - {
+        "cache"
+    }
+    ledger = state.ledger
+    kept = {"_" + name for name in ledger.fingerprint()}
+    assert state_attributes(ledger) - kept == {"_memo", "_memo_at"}
+    assert kept <= state_attributes(ledger)
 
 
 def replayed() -> ClusterState:
@@ -262,31 +280,31 @@ def _bump(index: dict[str, int], key: str, by: int = 1) -> None:
 
 # How to corrupt each index as a wrong update would (through the live dicts the state keeps).
 CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
-    "used": lambda s: _bump(s.used, "h1"),
-    "free": lambda s: _bump(s.free, "h0", -1),
-    "stopping_gpus": lambda s: _bump(s.stopping_gpus, "h1", -3),
-    "unallocated_used": lambda s: _bump(s.unallocated_used, "h1", 3),
-    "protected_until": lambda s: s.protected_until.__setitem__("h0", 600.0),
-    "budgets_on": lambda s: s.budgets_on["h0"].pop("b"),
-    "on_host": lambda s: s.on_host["h1"].add("r4"),
-    "stopping": lambda s: s.stopping.discard("u1"),
-    "no_allocated": lambda s: s.no_allocated.add("h0"),
-    "idle": lambda s: s.idle.add("h2"),
-    "queues": lambda s: s.queues["a/x"].reverse(),
-    "unallocated_queues": lambda s: s.unallocated_queues["a/y"].clear(),
-    "sizes": lambda s: s.sizes["b"].__setitem__((8, HOUR), 2),
-    "unallocated_sizes": lambda s: s.unallocated_sizes["a/y"].pop((2, 0.0)),
-    "pending_allocated": lambda s: _bump(s.pending_allocated, "a"),
-    "held": lambda s: _bump(s.held, "b", 2),
-    "schedulable": lambda s: s.schedulable.__setitem__("h2", 4),
-    "schedulable_names": lambda s: s.schedulable_names.append("h2"),
-    "unschedulable": lambda s: s.unschedulable.clear(),
-    "draining": lambda s: s.draining.clear(),
-    "reservations": lambda s: s.reservations.__setitem__("r5", ("h0",)),
-    "smallest_shapes": lambda s: s._smallest["a/x"].append((8, HOUR)),
-    "smallest_unallocated": lambda s: setattr(s, "_smallest_unallocated", (1, 1 << 30)),
-    "released": lambda s: s._released.ids.discard("r2"),
-    "protection heap": lambda s: s._protections.clear(),
+    "used": lambda s: _bump(s._used, "h1"),
+    "free": lambda s: _bump(s._free, "h0", -1),
+    "stopping_gpus": lambda s: _bump(s._stopping_gpus, "h1", -3),
+    "unallocated_used": lambda s: _bump(s._unallocated_used, "h1", 3),
+    "protected_until": lambda s: s._protected_until.__setitem__("h0", 600.0),
+    "budgets_on": lambda s: s._budgets_on["h0"].pop("b"),
+    "on_host": lambda s: s._on_host["h1"].add("r4"),
+    "stopping": lambda s: s._stopping.discard("u1"),
+    "no_allocated": lambda s: s._no_allocated.add("h0"),
+    "idle": lambda s: s._idle.add("h2"),
+    "queues": lambda s: s._queues["a/x"].reverse(),
+    "unallocated_queues": lambda s: s._unallocated_queues["a/y"].clear(),
+    "sizes": lambda s: s._sizes["b"].__setitem__((8, HOUR), 2),
+    "unallocated_sizes": lambda s: s._unallocated_sizes["a/y"].pop((2, 0.0)),
+    "pending_allocated": lambda s: _bump(s._pending_allocated, "a"),
+    "held": lambda s: _bump(s._held, "b", 2),
+    "schedulable": lambda s: s._schedulable.__setitem__("h2", 4),
+    "schedulable_names": lambda s: s._schedulable_names.append("h2"),
+    "unschedulable": lambda s: s._unschedulable.clear(),
+    "draining": lambda s: s._draining.clear(),
+    "reservations": lambda s: s._reservations.__setitem__("r5", ("h0",)),
+    "smallest_shapes": lambda s: s.derived.smallest["a/x"].append((8, HOUR)),
+    "smallest_unallocated": lambda s: setattr(s.derived, "smallest_unallocated", (1, 1 << 30)),
+    "released": lambda s: s.derived.released.ids.discard("r2"),
+    "protection heap": lambda s: s.derived.protections.clear(),
 }
 
 
@@ -316,7 +334,7 @@ def corrupting(state: ClusterState, now: float, config: PolicyConfig) -> Decisio
     """``decide``, after knocking one GPU off a host's free count."""
     d = decide(state, now, config)
     if d.starts:
-        _bump(state.free, d.starts[0].placement[0].host, -1)
+        _bump(state._free, d.starts[0].placement[0].host, -1)
     return d
 
 

@@ -132,7 +132,7 @@ def build_state(
             resumable=rng.random() < 0.6,
         )
         st.submit(spec, st.time)
-    st.time = now
+    st.advance(now)
     return st
 
 

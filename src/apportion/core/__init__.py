@@ -7,7 +7,7 @@ apply the decisions; the policy only reads.
 
 from .config import SIZE_CLASSES, size_class
 from .explain import Explanation, explain
-from .ledger import UsageLedger
+from .ledger import UsageLedger, usage_ratio
 from .lifecycle import FINAL, HOST_TRANSITIONS, WORKLOAD_TRANSITIONS, Status, check_transition
 from .policy import PolicyConfig, decide, is_debug, validate_spec
 from .state import ClusterState
@@ -72,5 +72,6 @@ __all__ = [
     "parse_duration",
     "plural",
     "size_class",
+    "usage_ratio",
     "validate_spec",
 ]

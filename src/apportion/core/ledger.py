@@ -20,6 +20,15 @@ from .types import CoreError
 CAPACITY = "\x00capacity"  # series key of the cluster's healthy GPUs
 
 
+def usage_ratio(charged: float, share: float, capacity: float) -> float:
+    """The usage ratio, the policy's sort metric: ``charged`` GPU-seconds of a budget node
+    in the lookback window over its ``share`` of the ``capacity`` (healthy GPU-seconds in
+    the window). A window with no healthy GPU-second yet counts as one, so the ratio is
+    always a number. Every reader of a usage ratio (the pass, the API, the metrics, the
+    simulator's tables) computes it here."""
+    return charged / (share * max(capacity, 1.0))
+
+
 class _Series:
     __slots__ = ("cum", "hint", "rate", "rates", "times")
 
@@ -164,12 +173,21 @@ class UsageLedger:
         s = (self._charged if charged else self._free).get(node)
         return 0.0 if s is None else s.rate
 
-    def fingerprint(self) -> tuple[object, ...]:
-        """Everything the ledger holds, for tests that prove a reader changed nothing."""
+    def fingerprint(self) -> dict[str, object]:
+        """Everything the ledger holds, by attribute, for tests that prove a reader changed
+        nothing; all but the windows kept for repeat lookups (``_memo``, ``_memo_at``) and
+        each series' lookup ``hint``, which change no answer (tests/core/test_ledger.py)."""
         def dump(table: dict[str, _Series]) -> tuple[object, ...]:
             return tuple(
                 (k, tuple(s.times), tuple(s.cum), tuple(s.rates), s.rate)
                 for k, s in sorted(table.items())
             )
 
-        return (self._start, self._last, dump(self._charged), dump(self._free))
+        return {
+            "start": self._start,
+            "last": self._last,
+            "horizon": self._horizon,
+            "updates": self._updates,
+            "charged": dump(self._charged),
+            "free": dump(self._free),
+        }

@@ -267,7 +267,7 @@ def _cost(victims: list[Candidate]) -> tuple[float, int, int]:
 
 
 def _one_host(
-    view: HostView, names: list[str], gpus: int, now: float, allowed: Allowed | None
+    view: HostView, names: Sequence[str], gpus: int, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
     best: VictimPlan | None = None
     best_key: tuple[tuple[float, int, int], str] | None = None

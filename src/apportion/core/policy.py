@@ -20,6 +20,8 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, RebalanceRules, victim_class
@@ -466,7 +468,7 @@ class _Pass:
         single, multi = self.state.smallest_unallocated()
         return single > self.hosts.room(False) and multi > self.hosts.room(True)
 
-    def cannot_fit(self, sizes: dict[tuple[int, float], int]) -> bool:
+    def cannot_fit(self, sizes: Mapping[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
         fail = self.fit_fail_min
         return all(gpus >= fail[gpus > self.hosts.max_size] for gpus, _ in sizes)

@@ -25,10 +25,11 @@ back would put it over. No ping-pong.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 from .config import PolicyConfig
-from .ledger import UsageLedger
+from .ledger import UsageLedger, usage_ratio
 from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
@@ -100,7 +101,7 @@ class RebalanceRules:
         self,
         tree: BudgetTree,
         ledger: UsageLedger,
-        held: dict[str, int],
+        held: Mapping[str, int],
         now: float,
         capacity: float,
         healthy: int,
@@ -132,7 +133,7 @@ class RebalanceRules:
                     node, self.now, self.cfg.lookback, self.memo
                 )
             used += self.extra.get(node, 0.0)
-            value = self._ratio[node] = used / (self.tree.share(node) * self.capacity)
+            value = self._ratio[node] = usage_ratio(used, self.tree.share(node), self.capacity)
         return value
 
     def held(self, node: str) -> float:
@@ -276,7 +277,7 @@ class RebalanceRules:
         best = self.guarantee_limit(spec, mine, theirs)
         if best >= held_v - (1 - _EPS) * fair_v:
             return best  # the fair-share rule's limit (share itself) is no higher
-        ratio_p = self.ratio(mine) + self.admission(spec) / (share_p * self.capacity)
+        ratio_p = self.ratio(mine) + usage_ratio(self.admission(spec), share_p, self.capacity)
         if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share
             best = max(best, held_v - (1 - _EPS) * fair_v)

@@ -5,15 +5,20 @@ through the methods below, so both fold events into state the same way; :func:`d
 only reads it. Indexes (pending work per budget in queue order and by shape, GPUs used,
 free, stopping and unallocated per host, budgets and protection horizon per host, GPUs held
 and work pending per budget node, the work rebalancing may take, the usage ledger) are
-maintained on each change so a pass never rebuilds them from scratch; the consistency
-property test in tests/core recomputes each of them from the work itself.
+maintained on each change so a pass never rebuilds them from scratch. Every one is exposed
+read-only (a ``Mapping``, ``Set`` or ``Sequence`` property: mypy refuses a write through
+it); the answers ``decide`` works out and keeps live apart in a :class:`DerivedCache`, the
+one thing a pass writes, which :meth:`ClusterState.fingerprint` leaves out. The index
+oracle in tests/core rebuilds every index and every kept answer from the work itself after
+every event of the driven tests.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 
 from .ledger import UsageLedger
 from .lifecycle import HOST_TRANSITIONS, check_transition
@@ -73,6 +78,27 @@ class Released:
         return least
 
 
+class DerivedCache:
+    """Answers worked out from a :class:`ClusterState` on demand and kept until a change the
+    state makes them stale (the only part of a state that :func:`~apportion.core.decide`
+    writes): each queue's smallest shapes, the smallest unallocated requests, and the work
+    released by the latest time asked about, with the heap of protection ends that advances
+    it. Every one is derived: the index oracle of the tests rebuilds each from the work after
+    every event, and :meth:`ClusterState.fingerprint` leaves this object out."""
+
+    __slots__ = ("protections", "released", "smallest", "smallest_unallocated")
+
+    def __init__(self) -> None:
+        # leaf -> see ClusterState.smallest_shapes; dropped when the leaf's shapes change
+        self.smallest: dict[str, list[Shape]] = {}
+        self.smallest_unallocated: tuple[int, int] | None = None
+        # allocated running work by when its protection ends, and what is released by the
+        # time last asked (see ClusterState.released): kept as work starts and leaves,
+        # advanced as the policy asks about later times
+        self.protections: list[tuple[float, float, str]] = []  # (until, started_at, id)
+        self.released = Released(float("-inf"))
+
+
 def queue_key(spec: WorkloadSpec) -> QueueKey:
     """Order inside one budget: higher priority first, then earlier submission, then id."""
     return (-spec.priority, spec.submit_time, spec.id)
@@ -88,88 +114,80 @@ class ClusterState:
         start: float = 0.0,
         ledger_keep: float = 30 * 86400.0,
     ) -> None:
-        self.tree = tree
-        self.hosts: dict[str, Host] = {}
-        self.running: dict[str, Running] = {}
-        self.pending: dict[str, Pending] = {}
+        self._tree = tree
+        self._hosts: dict[str, Host] = {}
+        self._running: dict[str, Running] = {}
+        self._pending: dict[str, Pending] = {}
         # leaf -> pending ids in queue order, allocated and unallocated kept apart because
         # the policy considers all allocated work before any unallocated work
-        self.queues: dict[str, list[tuple[QueueKey, str]]] = {}
-        self.unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
+        self._queues: dict[str, list[tuple[QueueKey, str]]] = {}
+        self._unallocated_queues: dict[str, list[tuple[QueueKey, str]]] = {}
         # leaf -> {(gpus, min_runtime): count} of its pending allocated (and, apart,
         # unallocated) work, so a pass can tell at once that nothing left in a budget's queue
         # can succeed
-        self.sizes: dict[str, dict[Shape, int]] = {}
-        self.unallocated_sizes: dict[str, dict[Shape, int]] = {}
-        # answers about those sizes, kept until the sizes of a queue change (see
-        # :meth:`smallest_shapes`, :meth:`smallest_unallocated`)
-        self._smallest: dict[str, list[Shape]] = {}
-        self._smallest_unallocated: tuple[int, int] | None = None
+        self._sizes: dict[str, dict[Shape, int]] = {}
+        self._unallocated_sizes: dict[str, dict[Shape, int]] = {}
         # budget node (and root) -> pending allocated workloads in its subtree
-        self.pending_allocated: dict[str, int] = {}
-        self.stopping: set[str] = set()  # running ids whose preemption was issued
-        self.reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
-        self.used: dict[str, int] = {}  # host -> GPUs held
-        self.free: dict[str, int] = {}  # host -> GPUs not held (whatever the host's state)
-        self.stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
+        self._pending_allocated: dict[str, int] = {}
+        self._stopping: set[str] = set()  # running ids whose preemption was issued
+        self._reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
+        self._used: dict[str, int] = {}  # host -> GPUs held
+        self._free: dict[str, int] = {}  # host -> GPUs not held (whatever the host's state)
+        self._stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
         # host -> GPUs held by unallocated work not stopping: victims anyone may take
-        self.unallocated_used: dict[str, int] = {}
+        self._unallocated_used: dict[str, int] = {}
         # hosts holding no allocated work that is not stopping: any workload may empty them
-        self.no_allocated: set[str] = set()
-        self.idle: set[str] = set()  # hosts where nothing runs
+        self._no_allocated: set[str] = set()
+        self._idle: set[str] = set()  # hosts where nothing runs
         # host -> {budget: its allocated workloads there, not stopping}
-        self.budgets_on: dict[str, dict[str, int]] = {}
+        self._budgets_on: dict[str, dict[str, int]] = {}
         # budget node (and root) -> GPUs its allocated work holds, not stopping
-        self.held: dict[str, int] = {}
-        self.on_host: dict[str, set[str]] = {}  # host -> running ids
+        self._held: dict[str, int] = {}
+        self._on_host: dict[str, set[str]] = {}  # host -> running ids
         # host -> when the last protection of work on it (not stopping) ends
-        self.protected_until: dict[str, float] = {}
-        self.ledger = UsageLedger(start, keep=ledger_keep)
-        # allocated running work by when its protection ends, and what is released by the
-        # time last asked (see :meth:`released`): kept as work starts and leaves, advanced as
-        # the policy asks about later times
-        self._protections: list[tuple[float, float, str]] = []  # (until, started_at, id)
-        self._released = Released(float("-inf"))
+        self._protected_until: dict[str, float] = {}
+        self._ledger = UsageLedger(start, keep=ledger_keep)
+        self._cache = DerivedCache()
         # derived from hosts, rebuilt when one changes: what every pass reads first
-        self.schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
-        self.schedulable_names: list[str] = []
-        self.unschedulable: list[str] = []  # the others (draining, in repair, down)
-        self.draining: list[str] = []
-        self.max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
+        self._schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
+        self._schedulable_names: list[str] = []
+        self._unschedulable: list[str] = []  # the others (draining, in repair, down)
+        self._draining: list[str] = []
+        self._max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
         self._healthy = 0
-        self.time = start
+        self._time = start
         for h in hosts:
             self.add_host(h, start)
 
     def set_tree(self, tree: BudgetTree) -> None:
         """Swap in a changed budget tree (weights, new nodes). Usage history is kept; every
         budget that has queued or running work must still be a leaf."""
-        for spec in [p.spec for p in self.pending.values()] + [
-            r.spec for r in self.running.values()
+        for spec in [p.spec for p in self._pending.values()] + [
+            r.spec for r in self._running.values()
         ]:
             if not tree.is_leaf(spec.budget):
                 raise CoreError(
                     f"budget {spec.budget!r}: workload {spec.id} draws on it, it must stay a leaf"
                 )
-        self.tree = tree
+        self._tree = tree
 
     # ---- hosts -----------------------------------------------------------------------
     def add_host(self, host: Host, t: float) -> None:
-        if host.name in self.hosts:
+        if host.name in self._hosts:
             raise CoreError(f"host {host.name}: name: duplicate")
         self._tick(t)
-        self.hosts[host.name] = host
-        self.used[host.name] = 0
-        self.free[host.name] = host.gpus
-        self.stopping_gpus[host.name] = 0
-        self.no_allocated.add(host.name)
-        self.idle.add(host.name)
-        self.budgets_on[host.name] = {}
-        self.unallocated_used[host.name] = 0
-        self.on_host[host.name] = set()
-        self.protected_until[host.name] = float("-inf")
+        self._hosts[host.name] = host
+        self._used[host.name] = 0
+        self._free[host.name] = host.gpus
+        self._stopping_gpus[host.name] = 0
+        self._no_allocated.add(host.name)
+        self._idle.add(host.name)
+        self._budgets_on[host.name] = {}
+        self._unallocated_used[host.name] = 0
+        self._on_host[host.name] = set()
+        self._protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
-            self.ledger.change_capacity(host.gpus, t)
+            self._ledger.change_capacity(host.gpus, t)
         self._index_hosts()
 
     def set_host_state(self, name: str, state: HostState, t: float) -> Host:
@@ -178,26 +196,26 @@ class ClusterState:
         self._tick(t)
         was, now = host.state is HostState.HEALTHY, state is HostState.HEALTHY
         if was != now:
-            self.ledger.change_capacity(host.gpus if now else -host.gpus, t)
+            self._ledger.change_capacity(host.gpus if now else -host.gpus, t)
         new = Host(host.name, host.gpus, state)
-        self.hosts[name] = new
+        self._hosts[name] = new
         self._index_hosts()
         return new
 
     def _index_hosts(self) -> None:
-        names = sorted(n for n, h in self.hosts.items() if h.schedulable)
-        self.schedulable = {n: self.hosts[n].gpus for n in names}
-        self.schedulable_names = names
-        self.draining = sorted(n for n, h in self.hosts.items() if h.state is HostState.DRAINING)
-        self.unschedulable = sorted(n for n, h in self.hosts.items() if not h.schedulable)
-        self.max_host_gpus = max((h.gpus for h in self.hosts.values()), default=0)
-        self._smallest.clear()  # they split shapes by the largest host
-        self._smallest_unallocated = None
-        self._healthy = sum(h.gpus for h in self.hosts.values() if h.state is HostState.HEALTHY)
+        names = sorted(n for n, h in self._hosts.items() if h.schedulable)
+        self._schedulable = {n: self._hosts[n].gpus for n in names}
+        self._schedulable_names = names
+        self._draining = sorted(n for n, h in self._hosts.items() if h.state is HostState.DRAINING)
+        self._unschedulable = sorted(n for n, h in self._hosts.items() if not h.schedulable)
+        self._max_host_gpus = max((h.gpus for h in self._hosts.values()), default=0)
+        self._cache.smallest.clear()  # they split shapes by the largest host
+        self._cache.smallest_unallocated = None
+        self._healthy = sum(h.gpus for h in self._hosts.values() if h.state is HostState.HEALTHY)
 
     def _host(self, name: str) -> Host:
         try:
-            return self.hosts[name]
+            return self._hosts[name]
         except KeyError:
             raise CoreError(f"host {name!r}: unknown host") from None
 
@@ -211,12 +229,12 @@ class ClusterState:
     ) -> Pending:
         """Queue a new (or requeued: ``restarted``) workload. The caller validated it (see
         ``validate``)."""
-        if spec.id in self.pending or spec.id in self.running:
+        if spec.id in self._pending or spec.id in self._running:
             raise CoreError(f"workload {spec.id}: id: already queued or running")
-        self.tree.require_leaf(spec.budget)
+        self._tree.require_leaf(spec.budget)
         self._tick(t)
         p = Pending(spec, t if queued_at is None else queued_at, restarted)
-        self.pending[spec.id] = p
+        self._pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
         shape = (spec.gpus, spec.min_runtime)
@@ -228,17 +246,17 @@ class ClusterState:
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
-        return self.queues if spec.allocated else self.unallocated_queues
+        return self._queues if spec.allocated else self._unallocated_queues
 
     def _sizes_of(self, spec: WorkloadSpec) -> dict[str, dict[Shape, int]]:
-        return self.sizes if spec.allocated else self.unallocated_sizes
+        return self._sizes if spec.allocated else self._unallocated_sizes
 
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
-        p = self.pending.pop(workload, None)
+        p = self._pending.pop(workload, None)
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
-        self.reservations.pop(workload, None)
+        self._reservations.pop(workload, None)
         self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
         sizes = self._sizes_of(p.spec)[p.spec.budget]
         shape = (p.spec.gpus, p.spec.min_runtime)
@@ -251,80 +269,80 @@ class ClusterState:
         return p
 
     def _count_pending(self, budget: str, one: int) -> None:
-        counts = self.pending_allocated
+        counts = self._pending_allocated
         for node in ancestors(budget):
             counts[node] = counts.get(node, 0) + one
 
     def _shapes_changed(self, spec: WorkloadSpec) -> None:
         if spec.allocated:
-            self._smallest.pop(spec.budget, None)
+            self._cache.smallest.pop(spec.budget, None)
         else:
-            self._smallest_unallocated = None
+            self._cache.smallest_unallocated = None
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
         """Pending -> running on ``placement``. Refuses to over-commit a host."""
         self._tick(t)
-        p = self.pending.get(workload)
+        p = self._pending.get(workload)
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
         for s in placement:
             host = self._host(s.host)
-            if self.used[s.host] + s.gpus > host.gpus:
+            if self._used[s.host] + s.gpus > host.gpus:
                 raise CoreError(f"host {s.host}: over-commit by workload {workload}")
             if not host.schedulable:
                 raise CoreError(f"host {s.host}: is {host.state.value}, takes no new work")
         self.unqueue(workload)
         r = Running(p.spec, placement, t, restarted=p.restarted)
-        self.running[workload] = r
+        self._running[workload] = r
         for s in placement:
-            self.used[s.host] += s.gpus
-            self.free[s.host] -= s.gpus
-            self.idle.discard(s.host)
+            self._used[s.host] += s.gpus
+            self._free[s.host] -= s.gpus
+            self._idle.discard(s.host)
             if not p.spec.allocated:
-                self.unallocated_used[s.host] += s.gpus
+                self._unallocated_used[s.host] += s.gpus
             else:
-                self.no_allocated.discard(s.host)
+                self._no_allocated.discard(s.host)
                 self._count_budget(s.host, p.spec.budget, 1)
-            self.on_host[s.host].add(workload)
+            self._on_host[s.host].add(workload)
             until = r.protected_until()
-            if until > self.protected_until[s.host]:
-                self.protected_until[s.host] = until
+            if until > self._protected_until[s.host]:
+                self._protected_until[s.host] = until
         if p.spec.allocated:
             self._count_held(p.spec.budget, r.gpus_held)
-        self.ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
+        self._ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
         if p.spec.allocated:
             until = r.protected_until()
-            if until <= self._released.time:
-                self._released.add(r)
+            if until <= self._cache.released.time:
+                self._cache.released.add(r)
             else:
-                heapq.heappush(self._protections, (until, t, workload))
+                heapq.heappush(self._cache.protections, (until, t, workload))
         return r
 
     def reserve(self, workload: str, hosts: tuple[str, ...]) -> None:
         """Record that GPUs on ``hosts`` are being freed for pending ``workload``
         (a :class:`~apportion.core.types.Reservation` decision). Dropped when it starts or
         leaves the queue."""
-        if workload not in self.pending:
+        if workload not in self._pending:
             raise CoreError(f"workload {workload}: not pending, cannot hold a reservation")
         for h in hosts:
             self._host(h)
-        self.reservations[workload] = tuple(hosts)
+        self._reservations[workload] = tuple(hosts)
 
     def mark_stopping(self, workload: str) -> Running:
-        r = self._running(workload)
-        if workload in self.stopping:
+        r = self._running_one(workload)
+        if workload in self._stopping:
             return r
         new = Running(
             r.spec, r.placement, r.started_at, stopping=True, restarted=r.restarted,
             checkpointed_at=r.checkpointed_at,
         )
-        self.running[workload] = new
-        self.stopping.add(workload)
-        self._released.remove(r)
+        self._running[workload] = new
+        self._stopping.add(workload)
+        self._cache.released.remove(r)
         for s in r.placement:
-            self.stopping_gpus[s.host] += s.gpus
+            self._stopping_gpus[s.host] += s.gpus
             if not r.spec.allocated:
-                self.unallocated_used[s.host] -= s.gpus
+                self._unallocated_used[s.host] -= s.gpus
             else:
                 self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
@@ -336,29 +354,29 @@ class ClusterState:
     def finish(self, workload: str, t: float) -> Running:
         """Running -> gone (completed, failed, cancelled, preempted, lost). Stops charging."""
         self._tick(t)
-        r = self.running.pop(workload, None)
+        r = self._running.pop(workload, None)
         if r is None:
             raise CoreError(f"workload {workload}: not running")
-        was_stopping = workload in self.stopping
-        self.stopping.discard(workload)
-        self._released.remove(r)
+        was_stopping = workload in self._stopping
+        self._stopping.discard(workload)
+        self._cache.released.remove(r)
         for s in r.placement:
-            self.used[s.host] -= s.gpus
-            self.free[s.host] += s.gpus
-            if not self.used[s.host]:
-                self.idle.add(s.host)
+            self._used[s.host] -= s.gpus
+            self._free[s.host] += s.gpus
+            if not self._used[s.host]:
+                self._idle.add(s.host)
             if was_stopping:
-                self.stopping_gpus[s.host] -= s.gpus
+                self._stopping_gpus[s.host] -= s.gpus
             elif not r.spec.allocated:
-                self.unallocated_used[s.host] -= s.gpus
+                self._unallocated_used[s.host] -= s.gpus
             else:
                 self._count_budget(s.host, r.spec.budget, -1)
             self._count_allocated(s.host)
-            self.on_host[s.host].discard(workload)
+            self._on_host[s.host].discard(workload)
         if r.spec.allocated and not was_stopping:
             self._count_held(r.spec.budget, -r.gpus_held)
         self._refresh_protection(r)
-        self.ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
+        self._ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
         return r
 
     def requeue(self, workload: str, t: float) -> Pending:
@@ -369,7 +387,7 @@ class ClusterState:
     def checkpoint(self, workload: str, t: float) -> Running:
         """A running workload reported a checkpoint written at ``t``: what a preemption would
         lose is counted from there (see :meth:`Running.at_risk`)."""
-        r = self._running(workload)
+        r = self._running_one(workload)
         if t < r.started_at:
             raise CoreError(
                 f"workload {workload}: checkpoint at {t:g} is before its run began "
@@ -379,49 +397,53 @@ class ClusterState:
             r.spec, r.placement, r.started_at, stopping=r.stopping, restarted=r.restarted,
             checkpointed_at=t,
         )
-        self.running[workload] = new
+        self._running[workload] = new
         return new
 
     def _count_held(self, budget: str, gpus: int) -> None:
-        held = self.held
+        held = self._held
         for node in ancestors(budget):
             held[node] = held.get(node, 0) + gpus
 
     def _count_budget(self, host: str, budget: str, one: int) -> None:
-        on = self.budgets_on[host]
+        on = self._budgets_on[host]
         on[budget] = on.get(budget, 0) + one
         if not on[budget]:
             del on[budget]
 
     def _count_allocated(self, host: str) -> None:
-        allocated = self.used[host] - self.unallocated_used[host] - self.stopping_gpus[host]
+        allocated = self._used[host] - self._unallocated_used[host] - self._stopping_gpus[host]
         if allocated:
-            self.no_allocated.discard(host)
+            self._no_allocated.discard(host)
         else:
-            self.no_allocated.add(host)
+            self._no_allocated.add(host)
 
     def _refresh_protection(self, gone: Running) -> None:
         """Recompute the protection horizon of the hosts ``gone`` ran on (it left or stops)."""
         for s in gone.placement:
-            self.protected_until[s.host] = max(
+            self._protected_until[s.host] = max(
                 (
-                    self.running[w].protected_until()
-                    for w in self.on_host[s.host]
-                    if w not in self.stopping
+                    self._running[w].protected_until()
+                    for w in self._on_host[s.host]
+                    if w not in self._stopping
                 ),
                 default=float("-inf"),
             )
 
-    def _running(self, workload: str) -> Running:
+    def _running_one(self, workload: str) -> Running:
         try:
-            return self.running[workload]
+            return self._running[workload]
         except KeyError:
             raise CoreError(f"workload {workload}: not running") from None
 
+    def advance(self, t: float) -> None:
+        """Move the clock to ``t`` with nothing else changing (never back)."""
+        self._tick(t)
+
     def _tick(self, t: float) -> None:
-        if t < self.time:
-            raise CoreError(f"state: time went backwards ({t} < {self.time})")
-        self.time = t
+        if t < self._time:
+            raise CoreError(f"state: time went backwards ({t} < {self._time})")
+        self._time = t
 
     # ---- views -----------------------------------------------------------------------
     def released(self, now: float) -> Released:
@@ -430,20 +452,20 @@ class ClusterState:
         this moves the work whose protection ended since; for an earlier time it is rebuilt.
         Either way it changes nothing ``decide`` decides on (it is not in
         :meth:`fingerprint`): it is the same whatever was asked before."""
-        index = self._released
+        index = self._cache.released
         if now < index.time:
-            index = self._released = Released(float("-inf"))
-            self._protections = [
+            index = self._cache.released = Released(float("-inf"))
+            self._cache.protections = [
                 (r.protected_until(), r.started_at, wid)
-                for wid, r in self.running.items()
-                if r.spec.allocated and wid not in self.stopping
+                for wid, r in self._running.items()
+                if r.spec.allocated and wid not in self._stopping
             ]
-            heapq.heapify(self._protections)
-        heap = self._protections
+            heapq.heapify(self._cache.protections)
+        heap = self._cache.protections
         while heap and heap[0][0] <= now:
             _, started_at, wid = heapq.heappop(heap)
-            r = self.running.get(wid)
-            if r is not None and r.started_at == started_at and wid not in self.stopping:
+            r = self._running.get(wid)
+            if r is not None and r.started_at == started_at and wid not in self._stopping:
                 index.add(r)
         index.time = now
         return index
@@ -454,60 +476,212 @@ class ClusterState:
         shorter than, smallest first (read only). A request failing by size and charge
         fails for every shape such a one is smaller and shorter than, so these decide
         whether a whole queue is hopeless: a handful, however many lengths it holds."""
-        shapes = self._smallest.get(leaf)
+        shapes = self._cache.smallest.get(leaf)
         if shapes is None:
             shapes = []
             shortest = {False: float("inf"), True: float("inf")}  # so far, per kind
-            for gpus, min_runtime in sorted(self.sizes.get(leaf, ())):
-                multi = gpus > self.max_host_gpus
+            for gpus, min_runtime in sorted(self._sizes.get(leaf, ())):
+                multi = gpus > self._max_host_gpus
                 if min_runtime < shortest[multi]:
                     shortest[multi] = min_runtime
                     shapes.append((gpus, min_runtime))
-            self._smallest[leaf] = shapes
+            self._cache.smallest[leaf] = shapes
         return shapes
 
     def smallest_unallocated(self) -> tuple[int, int]:
         """GPUs of the smallest pending unallocated request that fits on one host, and of the
         smallest that needs whole hosts (``1 << 30`` where there is none)."""
-        if self._smallest_unallocated is None:
+        if self._cache.smallest_unallocated is None:
             single, multi = 1 << 30, 1 << 30
-            for sizes in self.unallocated_sizes.values():
+            for sizes in self._unallocated_sizes.values():
                 for gpus, _ in sizes:
-                    if gpus > self.max_host_gpus:
+                    if gpus > self._max_host_gpus:
                         multi = min(multi, gpus)
                     else:
                         single = min(single, gpus)
-            self._smallest_unallocated = (single, multi)
-        return self._smallest_unallocated
+            self._cache.smallest_unallocated = (single, multi)
+        return self._cache.smallest_unallocated
 
     def healthy_gpus(self) -> int:
         return self._healthy
 
-    def fingerprint(self) -> tuple[object, ...]:
-        """Everything ``decide`` may read, as plain values: equal before and after a pass."""
-        return (
-            tuple(sorted(self.tree.as_dict().items())),
-            tuple(sorted(self.hosts.items())),
-            tuple(sorted(self.running.items())),
-            tuple(sorted(self.pending.items())),
-            tuple(sorted((k, tuple(v)) for k, v in self.queues.items())),
-            tuple(sorted((k, tuple(v)) for k, v in self.unallocated_queues.items())),
-            tuple(sorted(self.stopping)),
-            tuple(sorted(self.reservations.items())),
-            tuple(sorted((k, tuple(sorted(v.items()))) for k, v in self.sizes.items())),
-            tuple(
-                sorted((k, tuple(sorted(v.items()))) for k, v in self.unallocated_sizes.items())
-            ),
-            tuple(sorted(self.used.items())),
-            tuple(sorted(self.unallocated_used.items())),
-            tuple(sorted(self.stopping_gpus.items())),
-            tuple(sorted(self.no_allocated)),
-            tuple(sorted(self.idle)),
-            tuple(sorted((h, tuple(sorted(b.items()))) for h, b in self.budgets_on.items())),
-            tuple(sorted(self.pending_allocated.items())),
-            tuple(sorted(self.held.items())),
-            tuple(sorted((k, tuple(sorted(v))) for k, v in self.on_host.items())),
-            tuple(sorted(self.protected_until.items())),
-            self.ledger.fingerprint(),
-            self.time,
-        )
+    def fingerprint(self) -> dict[str, object]:
+        """Everything the state holds but its :class:`DerivedCache`, as plain values, by
+        attribute: equal before and after a pass (``decide`` may write only the cache)."""
+        return {
+            "tree": _plain(self._tree.as_dict()),
+            "hosts": _plain(self._hosts),
+            "running": _plain(self._running),
+            "pending": _plain(self._pending),
+            "queues": _plain(self._queues),
+            "unallocated_queues": _plain(self._unallocated_queues),
+            "sizes": _plain(self._sizes),
+            "unallocated_sizes": _plain(self._unallocated_sizes),
+            "pending_allocated": _plain(self._pending_allocated),
+            "stopping": _plain(self._stopping),
+            "reservations": _plain(self._reservations),
+            "used": _plain(self._used),
+            "free": _plain(self._free),
+            "stopping_gpus": _plain(self._stopping_gpus),
+            "unallocated_used": _plain(self._unallocated_used),
+            "no_allocated": _plain(self._no_allocated),
+            "idle": _plain(self._idle),
+            "budgets_on": _plain(self._budgets_on),
+            "held": _plain(self._held),
+            "on_host": _plain(self._on_host),
+            "protected_until": _plain(self._protected_until),
+            "ledger": self._ledger.fingerprint(),
+            "schedulable": _plain(self._schedulable),
+            "schedulable_names": _plain(self._schedulable_names),
+            "unschedulable": _plain(self._unschedulable),
+            "draining": _plain(self._draining),
+            "max_host_gpus": self._max_host_gpus,
+            "healthy": self._healthy,
+            "time": self._time,
+        }
+
+    # ---- read-only views of the indexes (written only by the methods above) -----------
+    @property
+    def tree(self) -> BudgetTree:
+        return self._tree
+
+    @property
+    def time(self) -> float:
+        """The latest time the state was changed at, or moved to by :meth:`advance`."""
+        return self._time
+
+    @property
+    def ledger(self) -> UsageLedger:
+        """Usage over time; changed only by the state's methods (drivers call no ``change``)."""
+        return self._ledger
+
+    @property
+    def derived(self) -> DerivedCache:
+        """The answers the state keeps for ``decide`` (see :class:`DerivedCache`)."""
+        return self._cache
+
+    @property
+    def hosts(self) -> Mapping[str, Host]:
+        return self._hosts
+
+    @property
+    def running(self) -> Mapping[str, Running]:
+        return self._running
+
+    @property
+    def pending(self) -> Mapping[str, Pending]:
+        return self._pending
+
+    @property
+    def queues(self) -> Mapping[str, Sequence[tuple[QueueKey, str]]]:
+        """Leaf -> its pending allocated work in queue order (:func:`queue_key`)."""
+        return self._queues
+
+    @property
+    def unallocated_queues(self) -> Mapping[str, Sequence[tuple[QueueKey, str]]]:
+        return self._unallocated_queues
+
+    @property
+    def sizes(self) -> Mapping[str, Mapping[Shape, int]]:
+        """Leaf -> {(gpus, min_runtime): count} of its pending allocated work."""
+        return self._sizes
+
+    @property
+    def unallocated_sizes(self) -> Mapping[str, Mapping[Shape, int]]:
+        return self._unallocated_sizes
+
+    @property
+    def pending_allocated(self) -> Mapping[str, int]:
+        """Budget node (and root) -> pending allocated workloads in its subtree."""
+        return self._pending_allocated
+
+    @property
+    def stopping(self) -> AbstractSet[str]:
+        """Running work whose preemption was issued."""
+        return self._stopping
+
+    @property
+    def reservations(self) -> Mapping[str, tuple[str, ...]]:
+        """Pending workload -> the hosts being freed for it."""
+        return self._reservations
+
+    @property
+    def used(self) -> Mapping[str, int]:
+        return self._used
+
+    @property
+    def free(self) -> Mapping[str, int]:
+        """Host -> GPUs not held, whatever the host's state."""
+        return self._free
+
+    @property
+    def stopping_gpus(self) -> Mapping[str, int]:
+        return self._stopping_gpus
+
+    @property
+    def unallocated_used(self) -> Mapping[str, int]:
+        """Host -> GPUs held by unallocated work not stopping."""
+        return self._unallocated_used
+
+    @property
+    def no_allocated(self) -> AbstractSet[str]:
+        """Hosts holding no allocated work that is not stopping."""
+        return self._no_allocated
+
+    @property
+    def idle(self) -> AbstractSet[str]:
+        """Hosts where nothing runs."""
+        return self._idle
+
+    @property
+    def budgets_on(self) -> Mapping[str, Mapping[str, int]]:
+        """Host -> {budget: its allocated workloads there, not stopping}."""
+        return self._budgets_on
+
+    @property
+    def held(self) -> Mapping[str, int]:
+        """Budget node (and root) -> GPUs its allocated work holds, not stopping."""
+        return self._held
+
+    @property
+    def on_host(self) -> Mapping[str, AbstractSet[str]]:
+        return self._on_host
+
+    @property
+    def protected_until(self) -> Mapping[str, float]:
+        """Host -> when the last protection of work on it (not stopping) ends."""
+        return self._protected_until
+
+    @property
+    def schedulable(self) -> Mapping[str, int]:
+        """Name -> GPUs of the hosts taking work, by name."""
+        return self._schedulable
+
+    @property
+    def schedulable_names(self) -> Sequence[str]:
+        return self._schedulable_names
+
+    @property
+    def unschedulable(self) -> Sequence[str]:
+        """The hosts taking no work (draining, in repair, down), by name."""
+        return self._unschedulable
+
+    @property
+    def draining(self) -> Sequence[str]:
+        return self._draining
+
+    @property
+    def max_host_gpus(self) -> int:
+        """GPUs of the largest host, whatever its state: the shape rule's limit."""
+        return self._max_host_gpus
+
+
+def _plain(value: object) -> object:
+    """An index as nested sorted tuples, comparable and printable."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _plain(v)) for k, v in value.items()))
+    if isinstance(value, set | frozenset):
+        return tuple(sorted(value))
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    return value

@@ -31,6 +31,7 @@ from apportion.core import (
     Status,
     WorkloadSpec,
     ancestors,
+    usage_ratio,
     validate_spec,
 )
 
@@ -466,8 +467,7 @@ def _usage(
     out = []
     for path in tree.nodes():
         c = charged.get(path, 0.0)
-        fair = tree.share(path) * capacity
-        ratio = c / fair if fair > 0 else None
+        ratio = usage_ratio(c, tree.share(path), capacity) if capacity > 0 else None
         if path in live:
             c, ratio = float(live[path]["charged_gpu_s"]), live[path]["usage_ratio"]
         out.append({

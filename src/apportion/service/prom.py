@@ -41,6 +41,7 @@ from apportion.core import (
     ancestors,
     is_debug,
     size_class,
+    usage_ratio,
 )
 
 CLASSES = ("debug", "allocated", "unallocated")
@@ -110,7 +111,7 @@ def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNo
         out.append(NodeNow(
             path=node,
             share=share,
-            usage_ratio=charged / (share * capacity),
+            usage_ratio=usage_ratio(charged, share, capacity),
             charged_gpu_s=charged,
             asked=a,
             owed=min(share * healthy, float(a)),

@@ -43,6 +43,7 @@ from apportion.core import (
     Status,
     decide,
     decision_log,
+    usage_ratio,
     validate_spec,
 )
 from apportion.core.types import WorkloadSpec
@@ -304,7 +305,7 @@ class Scheduler:
                     "path": node,
                     "share": share,
                     "charged_gpu_s": charged,
-                    "usage_ratio": charged / (share * capacity) if capacity > 0 else None,
+                    "usage_ratio": usage_ratio(charged, share, capacity) if capacity > 0 else None,
                     "gpus_charged_now": st.ledger.rate(node),
                     "gpus_free_now": st.ledger.rate(node, charged=False),
                 })

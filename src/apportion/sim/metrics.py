@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apportion.core import BudgetTree, ancestors
+from apportion.core import BudgetTree, ancestors, usage_ratio
 
 HOUR = 3600.0
 
@@ -260,8 +260,9 @@ class Recorder:
             self.owed_total[i] += owed
             self.attained_total[i] += attained
             charged_s = charged(t, path)
-            denominator = share[i] * capacity_s
-            ratio: float | str = charged_s / denominator if denominator > 0 else ""
+            ratio: float | str = (
+                usage_ratio(charged_s, share[i], capacity_s) if capacity_s > 0 else ""
+            )
             rows.append((
                 hour, span_h, path, self._depth[i], int(self._leaf[i]), share[i],
                 healthy_avg, i_ask[i] / span, owed, run, attained,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apportion.core import BudgetNode, BudgetTree, Host, WorkloadSpec
+from apportion.core import BudgetNode, BudgetTree, Host, WorkloadSpec, usage_ratio
 
 from .model import HostEvent, HostEventKind, LegacyPriority, Scenario, SimJob
 
@@ -582,7 +582,7 @@ def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object
         team_volume[team] = team_volume.get(team, 0.0) + float(v)
     # each team's requested GPU-time over what its share of the whole cluster would give it
     over_share = {
-        t: round(v / (scenario.tree.share(t) * gpus_total * window), 2)
+        t: round(usage_ratio(v, scenario.tree.share(t), gpus_total * window), 2)
         for t, v in sorted(team_volume.items())
     }
     meta: dict[str, object] = {
