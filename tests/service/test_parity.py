@@ -42,7 +42,8 @@ HOSTS = (("h0", 8), ("h1", 8))
 # id, t, budget, gpus, min_runtime, resumable, checkpoint, true duration (all whole seconds)
 TRACE = [
     ("w-000001", 0, "ai/llm", 8, 1800, True, 600, 5000),
-    ("w-000002", 0, "ai/vision", 8, 0, True, 600, 20000),  # unallocated: gets displaced
+    ("w-000002", 0, "ai/vision", 8, 0, True, 600, 20000),  # unallocated: gets displaced,
+    # and checkpoints on SIGTERM (ON_TERM): it keeps all its progress when it is
     ("w-000003", 100, "ai/vision", 4, 900, False, 0, 3000),
     ("w-000004", 200, "ai/llm", 8, 3600, False, 0, 4000),
     ("w-000005", 300, "ops", 2, 600, False, 0, 500),  # a debug workload
@@ -64,12 +65,14 @@ AFTER = {"w-000013": ("afterok", "w-000005"), "w-000014": ("afternotok", "w-0000
          "w-000015": ("afterany", "w-000011")}
 TIME_LIMITS = {"w-000016": 350.0}
 EVENTS = [HostEvent(3000.0, "h1", HostEventKind.UNHEALTHY)]
+ON_TERM = {"w-000002", "w-000006"}  # they checkpoint when told to stop
 
 
 def specs() -> list[tuple[WorkloadSpec, float]]:
     return [
         (WorkloadSpec(wid, budget, gpus, float(m), float(t), user="alice", resumable=res,
-                      checkpoint_interval=float(c), time_limit=TIME_LIMITS.get(wid, 0.0)),
+                      checkpoint_interval=float(c), time_limit=TIME_LIMITS.get(wid, 0.0),
+                      checkpoint_on_term=wid in ON_TERM),
          float(d))
         for wid, t, budget, gpus, m, res, c, d in TRACE
     ]
@@ -117,6 +120,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
         checkpoints={s.id: s.checkpoint_interval for s, _ in trace},
         checkpoint_default=config.default_checkpoint_interval,
         restart_overhead=RESTART,
+        on_term=ON_TERM,
     )
     sched = Scheduler(store, executor, config, clock, grace_s=0.0)
     sched.start()
@@ -166,6 +170,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
                 checkpoint_interval=spec.checkpoint_interval, time_limit=spec.time_limit,
                 dependencies=after, array=indexes if spec.id == first else (),
                 array_throttle=throttle if spec.id == first else 0,
+                checkpoint_on_term=spec.checkpoint_on_term,
             )
             assert row.id == spec.id
         lines = sched.step(t)
@@ -198,4 +203,8 @@ def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: P
     # dependencies: met ones start once met, one that can never be met never starts
     assert "w-000013" in starts and "w-000014" not in starts
     assert starts["w-000015"] >= starts["w-000011"] + 600
+    # a workload that checkpoints on SIGTERM is preempted, requeued and started again
+    term = [line for line in expected if line.split()[2] in ON_TERM]
+    assert any("preempt" in line and "requeue=True" in line for line in term), term
+    assert sum(line.split()[1] == "start" for line in term) >= 3, term
     assert serve(backend, tmp_path, config) == expected

@@ -218,6 +218,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     click.echo(f"{'resumable:':<21}{w['resumable']}")
     click.echo(f"{'priority:':<21}{w['priority']}")
     click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w['checkpoint_interval'])}")
+    click.echo(f"{'checkpoint_on_term:':<21}{w.get('checkpoint_on_term', False)}")
     for key, label in (("name", "name:"), ("array_id", "array:")):
         if w.get(key):
             click.echo(f"{label:<21}{w[key]}" + (

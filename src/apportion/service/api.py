@@ -112,6 +112,9 @@ class SubmitBody(_Body):
     priority: int = Field(0, ge=v.PRIORITY_MIN, le=v.PRIORITY_MAX,
                           description="order within the budget only")
     checkpoint_interval: Duration = Field(0.0, description='seconds or "30m"; 0 = unknown')
+    checkpoint_on_term: bool = Field(
+        False, description="writes a checkpoint when told to stop (SIGTERM), within the grace"
+    )
     command: Annotated[
         list[str], Field(min_length=1, max_length=v.MAX_ARGS),
         AfterValidator(v.check_command),
@@ -489,6 +492,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
                 time_limit=time_limit, hosts=allowed,
+                checkpoint_on_term=body.checkpoint_on_term,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
@@ -511,7 +515,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
                 chdir=body.chdir, env=body.env,
                 time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
                 array=indexes, array_throttle=throttle, nodelist=body.nodelist,
-                exclude=body.exclude, idempotency_key=idempotency_key, request_digest=digest,
+                exclude=body.exclude, checkpoint_on_term=body.checkpoint_on_term,
+                idempotency_key=idempotency_key, request_digest=digest,
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)
