@@ -9,6 +9,7 @@ ends of minimum runtimes, hour boundaries and host events. Both decision logs
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -207,4 +208,44 @@ def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: P
     term = [line for line in expected if line.split()[2] in ON_TERM]
     assert any("preempt" in line and "requeue=True" in line for line in term), term
     assert sum(line.split()[1] == "start" for line in term) >= 3, term
+    assert serve(backend, tmp_path, config) == expected
+
+
+# A large run of an owed budget on reserved hosts, with backfill around the reservation:
+# ai/vision fills three hosts (protected 30 min, 1 h, 2 h); ops (used nothing) asks for 16
+# GPUs, more than its share, which no rebalance rule grants at once; h0 and h1 are reserved
+# for it. When h0 empties, ai/vision's next 8-hour run is kept off it and the unallocated
+# ai/llm run backfills it, to be preempted when the reservation starts (h1's protection
+# ends at 1 h) and ops' run starts on h0 and h1.
+RESERVE_HOSTS = (("h0", 8), ("h1", 8), ("h2", 8))
+RESERVE_TRACE = [
+    ("w-000001", 0, "ai/vision", 8, 1800, True, 600, 2400),
+    ("w-000002", 0, "ai/vision", 8, 3600, True, 600, 20000),
+    ("w-000003", 0, "ai/vision", 8, 7200, True, 600, 20000),
+    ("w-000004", 600, "ops", 16, 900, True, 300, 3000),
+    ("w-000005", 2000, "ai/vision", 8, 3600, True, 600, 9000),
+    ("w-000006", 2000, "ai/llm", 4, 0, True, 300, 9000),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_service_and_simulator_agree_on_reservations_and_backfill(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation case above: the simulator reserves h0 and h1 for ops' 16-GPU run,
+    backfills the unallocated run onto h0, preempts it and ai/vision's unprotected run at
+    1 h and starts ops' run on h0 and h1; the live scheduler's log is the same, line by
+    line."""
+    for name, value in (("TRACE", RESERVE_TRACE), ("HOSTS", RESERVE_HOSTS), ("EVENTS", []),
+                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
+                        ("ON_TERM", set())):
+        monkeypatch.setattr(sys.modules[__name__], name, value)
+    config = PolicyConfig()
+    expected = simulate(config)
+    assert "600.000 start w-000004" not in " ".join(expected)
+    assert "2400.000 start w-000006 on h0:4" in expected
+    assert "w-000005 on" not in " ".join(line for line in expected if line.startswith("2400"))
+    assert "3600.000 preempt w-000006 unallocated requeue=True by=w-000004" in expected
+    assert "3600.000 preempt w-000002 rebalance requeue=True by=w-000004" in expected
+    assert "3600.000 start w-000004 on h0:8,h1:8" in expected
     assert serve(backend, tmp_path, config) == expected

@@ -39,6 +39,9 @@ class PolicyConfig:
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
+    reservations: int = 1
+    """How many large workloads (more than one host's GPUs) of owed budgets may hold a
+    reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`)."""
     shortcuts: bool = True
     """Let a pass skip what it can prove would fail: the failed-size and charge thresholds,
     hopeless queues, the rebalance bound, searches within reach, the free-GPU bounds and the
