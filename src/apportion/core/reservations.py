@@ -12,16 +12,17 @@ around a reservation, and so does this module:
   for victims already preempted for it).
 * **which hosts**: each host is *ready* when nothing on it can hold the reservation off any
   more: unallocated and stopping work at once; allocated work at the end of its protection
-  (its minimum runtime, and its restart protection) if the reservation may take it, or at
-  its time limit; allocated work it may not take and that has no time limit keeps the host
-  out of reach. It may take work whose budget is more used than its own (compared where the
-  two budgets' paths diverge, as Fair Tree compares them) by ``rebalance_margin``. The
+  (its minimum runtime, and its restart protection) and its next checkpoint if the
+  reservation may take it, or at its time limit; allocated work it may not take and that
+  has no time limit keeps the host out of reach. It may take resumable work whose budget is
+  more used than its own (compared where the two budgets' paths diverge, as Fair Tree
+  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all. The
   hosts ready first are reserved; the reservation starts (``ready``) when the last of them
   is. Whole hosts only, chosen by readiness: a host that is ready sooner is kept whole.
 * **meanwhile** the reserved hosts are out of the rest of the pass's reach; afterwards
   (:func:`backfill`) their free GPUs go to work that cannot delay the start: unallocated
-  work (preempted when it starts), work whose time limit ends by then, and allocated work
-  whose protection ends by then and that the reservation may take.
+  work (preempted when it starts), work whose time limit ends by then, and resumable
+  allocated work whose protection ends by then and that the reservation may take.
 * **at its start** (``ready <= now``) the workload takes the hosts: what is still on them
   is preempted for it (never protected work: placement refuses it whatever this says),
   and the existing hand-over (``Decisions.reservations``) gives it the GPUs as they free.
@@ -33,6 +34,7 @@ that empties sooner than planned replaces a later one) unless a host fails.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,7 +43,7 @@ from .placement import HostView, VictimPlan, find_fit
 from .preemption import Candidate, RebalanceRules
 from .state import ClusterState
 from .tree import ancestors
-from .types import Placement, WorkloadSpec
+from .types import Placement, Running, WorkloadSpec
 
 _INF = float("inf")
 
@@ -70,6 +72,9 @@ def heads(
     for leaf, sizes in state.sizes.items():
         if leaf in busy or not any(gpus > multi for gpus, _ in sizes):
             continue
+        head = state.pending[state.queues[leaf][0][1]].spec
+        if head.gpus <= multi:
+            continue
         ratio = rules.ratio(leaf)
         if ratio < 1.0:
             owed.append((ratio, leaf))
@@ -77,11 +82,9 @@ def heads(
     for _, leaf in sorted(owed):
         if len(out) + len(busy) >= config.reservations:
             break
-        for _, wid in state.queues[leaf]:
-            spec = state.pending[wid].spec
-            if spec.gpus > multi and wid not in skip:
-                out.append(spec)
-                break
+        spec = state.pending[state.queues[leaf][0][1]].spec
+        if spec.gpus > multi and spec.id not in skip:
+            out.append(spec)
     return out
 
 
@@ -126,16 +129,31 @@ def _ready(
         if not spec.allocated:
             continue
         until = _INF
-        if may_take(rules, config, head, ratio, spec.budget):
+        if spec.resumable and may_take(rules, config, head, ratio, spec.budget):
             until = r.protected_until()
             if r.restarted:
                 until = max(until, r.started_at + config.restart_protection)
+            until = _checkpointed(r, until, config)
         if spec.time_limit > 0:
             until = min(until, r.started_at + spec.time_limit)
         ready = max(ready, until)
         if ready == _INF:
             break
     return ready
+
+
+def _checkpointed(r: Running, at: float, config: PolicyConfig) -> float:
+    """The first moment from ``at`` when preempting ``r`` loses nothing it has not saved:
+    at once if it checkpoints on SIGTERM, else at its next checkpoint (the one it reported
+    plus its interval, or its interval's next multiple since its start)."""
+    spec = r.spec
+    if spec.checkpoint_on_term:
+        return at
+    interval = spec.checkpoint_interval or config.default_checkpoint_interval
+    if interval <= 0:
+        return at
+    since = r.started_at if r.checkpointed_at is None else max(r.checkpointed_at, r.started_at)
+    return since + math.ceil(max(0.0, at - since) / interval) * interval
 
 
 def plan(
@@ -201,13 +219,13 @@ def may_backfill(
 ) -> bool:
     """May pending ``spec`` start on the fence's hosts before it begins? Only if it cannot
     delay it: unallocated work (preempted when it begins), work whose time limit ends by
-    then, allocated work whose protection ends by then and which it may take."""
+    then, resumable allocated work whose protection ends by then and which it may take."""
     if not spec.allocated:
         return True
     if spec.time_limit > 0 and now + spec.time_limit <= fence.ready:
         return True
     protected = spec.min_runtime + (config.restart_protection if restarted else 0.0)
-    return now + protected <= fence.ready and may_take(
+    return spec.resumable and now + protected <= fence.ready and may_take(
         rules, config, fence.spec.budget, fence.ratio, spec.budget
     )
 
