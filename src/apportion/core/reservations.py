@@ -6,8 +6,8 @@ rebalance rules rarely let one request take dozens of GPUs at once (the admissio
 of so many GPUs puts the preemptor over its victims). Slurm answers this with backfill
 around a reservation, and so does this module:
 
-* **who**: the head of the queue of a leaf budget whose usage ratio is below 1, when it
-  asks for more than one host's GPUs, lowest ratio first, at most
+* **who**: the head large workload (the first, in queue order, asking for more than one
+  host's GPUs) of a leaf budget whose usage ratio is below 1, lowest ratio first, at most
   ``PolicyConfig.reservations`` of them at once (none while another of its budget waits
   for victims already preempted for it).
 * **which hosts**: each host is *ready* when nothing on it can hold the reservation off any
@@ -16,10 +16,9 @@ around a reservation, and so does this module:
   reservation may take it, or at its time limit; allocated work it may not take and that
   has no time limit keeps the host out of reach. It may take resumable work whose budget is
   more used than its own (compared where the two budgets' paths diverge, as Fair Tree
-  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all.
-  The reservation starts (``ready``) as soon as enough hosts are ready; of the hosts ready
-  by then it takes those whose work would lose least progress at that moment. Whole hosts
-  only: the hosts that empty soonest are kept whole instead of handed out GPU by GPU.
+  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all. The
+  hosts ready first are reserved; the reservation starts (``ready``) when the last of them
+  is. Whole hosts only, chosen by readiness: a host that is ready sooner is kept whole.
 * **meanwhile** the reserved hosts are out of the rest of the pass's reach; afterwards
   (:func:`backfill`) their free GPUs go to work that cannot delay the start: unallocated
   work (preempted when it starts), work whose time limit ends by then, and resumable
@@ -173,40 +172,18 @@ def plan(
         if ready < _INF:
             options.append((ready, name))
     options.sort(key=lambda o: (o[0], -view.size[o[1]], o[1]))
-    total = 0
-    ready = now
-    for at, name in options:  # the earliest start: when enough hosts are ready
-        if total >= spec.gpus:
-            break
-        total += view.size[name]
-        ready = at
-    if total < spec.gpus:
-        return None
-    # of the hosts ready by then, those whose work would lose least when it starts
-    by_loss = sorted(
-        (_loss(state, view, name, ready, config), -view.size[name], name)
-        for at, name in options
-        if at <= ready
-    )
     chosen: list[str] = []
     total = 0
-    for _, _, name in by_loss:
+    ready = now
+    for at, name in options:
         if total >= spec.gpus:
             break
         chosen.append(name)
         total += view.size[name]
+        ready = at
+    if total < spec.gpus:
+        return None
     return Fence(spec, ratio, tuple(sorted(chosen)), ready)
-
-
-def _loss(state: ClusterState, view: HostView, host: str, at: float,
-          config: PolicyConfig) -> float:
-    """GPU-seconds of progress the work on ``host`` would lose if preempted at ``at``."""
-    lost = 0.0
-    for wid in state.on_host[host]:
-        if wid not in state.stopping and wid not in view.claimed:
-            r = state.running[wid]
-            lost += r.at_risk(at, config.default_checkpoint_interval) * r.gpus_held
-    return lost
 
 
 def victims(view: HostView, fence: Fence, now: float) -> list[Candidate]:
