@@ -6,8 +6,8 @@ rebalance rules rarely let one request take dozens of GPUs at once (the admissio
 of so many GPUs puts the preemptor over its victims). Slurm answers this with backfill
 around a reservation, and so does this module:
 
-* **who**: the head large workload (the first, in queue order, asking for more than one
-  host's GPUs) of a leaf budget whose usage ratio is below 1, lowest ratio first, at most
+* **who**: the head of the queue of a leaf budget whose usage ratio is below 1, when it
+  asks for more than one host's GPUs, lowest ratio first, at most
   ``PolicyConfig.reservations`` of them at once (none while another of its budget waits
   for victims already preempted for it).
 * **which hosts**: each host is *ready* when nothing on it can hold the reservation off any
@@ -16,8 +16,8 @@ around a reservation, and so does this module:
   reservation may take it, or at its time limit; allocated work it may not take and that
   has no time limit keeps the host out of reach. It may take resumable work whose budget is
   more used than its own (compared where the two budgets' paths diverge, as Fair Tree
-  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all. The
-  hosts ready first are reserved; the reservation starts (``ready``) when the last of them
+  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all.
+  The hosts ready first are reserved; the reservation starts (``ready``) when the last of them
   is. Whole hosts only, chosen by readiness: a host that is ready sooner is kept whole.
 * **meanwhile** the reserved hosts are out of the rest of the pass's reach; afterwards
   (:func:`backfill`) their free GPUs go to work that cannot delay the start: unallocated
