@@ -114,7 +114,7 @@ def test_reserved_hosts_take_no_work_protected_past_the_reservation() -> None:
     used budget whose protection would end after 2 h does not start on them, even with
     their GPUs free; unallocated work does, and nothing protected is ever preempted for
     the reservation: at 1.5 h the reservation holds h0 (free) and h1 (b1, protected)."""
-    cfg = PolicyConfig()
+    cfg = PolicyConfig(reservations=1)
     st = _cluster()
     st.submit(A16, 0.5 * HOUR)
     _settle(st, 0.5 * HOUR, cfg)

@@ -240,7 +240,7 @@ def test_service_and_simulator_agree_on_reservations_and_backfill(
                         ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
                         ("ON_TERM", set())):
         monkeypatch.setattr(sys.modules[__name__], name, value)
-    config = PolicyConfig()
+    config = PolicyConfig(reservations=1)
     expected = simulate(config)
     starts = [line for line in expected if line.split()[1] == "start"]
     assert [line for line in starts if "w-000004" in line] == [

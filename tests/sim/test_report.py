@@ -330,7 +330,7 @@ def test_a_sentence_says_why_only_where_fair_share_is_worse(seed_run: Run) -> No
 @pytest.fixture(scope="module")
 def seed_run_two_days(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """The seed scenario, 2 days on 128 GPUs, both policies: there fair share abandons more
-    workloads than legacy (8 against 4), so the report has the abandoned sentence."""
+    workloads than legacy, so the report has the abandoned sentence."""
     out = tmp_path_factory.mktemp("seed2d")
     run_policies(seed_scenario(days=2, size=128), POLICIES, progress=False, out=out)
     summaries = json.loads((out / "summary.json").read_text())

@@ -39,9 +39,11 @@ class PolicyConfig:
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
-    reservations: int = 1
+    reservations: int = 0
     """How many large workloads (more than one host's GPUs) of owed budgets may hold a
-    reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`)."""
+    reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`).
+    Off by default: measured on five seeds, one reservation shortened large runs' waits
+    but cost more lost work and, on four seeds of five, attainment (docs/policy.md)."""
     shortcuts: bool = True
     """Let a pass skip what it can prove would fail: the failed-size and charge thresholds,
     hopeless queues, the rebalance bound, searches within reach, the free-GPU bounds and the
