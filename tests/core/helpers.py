@@ -27,6 +27,7 @@ from apportion.core import (
     HostState,
     PolicyConfig,
     Preempt,
+    PreemptReason,
     Running,
     Slice,
     WorkloadSpec,
@@ -101,8 +102,11 @@ def shape_ok(state: ClusterState, gpus: int, placement: Sequence[Slice]) -> bool
     )
 
 
-def check_pass(state: ClusterState, now: float, d: Decisions) -> None:
-    """Invariants every single pass must satisfy, judged on the state it was given."""
+def check_pass(
+    state: ClusterState, now: float, d: Decisions, config: PolicyConfig | None = None
+) -> None:
+    """Invariants every single pass must satisfy, judged on the state it was given (and, with
+    ``config``, the restart protection it sets)."""
     pre_ids = [p.workload for p in d.preemptions]
     assert len(pre_ids) == len(set(pre_ids)), f"a workload preempted twice: {pre_ids}"
     start_ids = [s.workload for s in d.starts]
@@ -117,6 +121,10 @@ def check_pass(state: ClusterState, now: float, d: Decisions) -> None:
                 f"{p.workload} preempted at {now}, protected until {r.protected_until()}"
             )
         assert p.requeue == r.spec.resumable, f"{p.workload}: requeue must follow resumable"
+        if config is not None and r.restarted and p.reason is PreemptReason.REBALANCE:
+            assert now >= r.started_at + config.restart_protection - EPS, (
+                f"{p.workload} restarted at {r.started_at}, rebalanced again at {now}"
+            )
         if p.by is not None:
             by = state.pending.get(p.by)
             assert by is not None, f"preemptor {p.by} of {p.workload} is not pending"
@@ -254,7 +262,7 @@ class Driver:
         """Decide and apply at ``now`` until a pass is quiet; returns the rounds it took."""
         for i in range(self.max_rounds):
             d = self.policy(self.state, now, self.config)
-            check_pass(self.state, now, d)
+            check_pass(self.state, now, d, self.config)
             if self.on_pass is not None:
                 self.on_pass(self.state, now, d)
             if d.empty():

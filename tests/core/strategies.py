@@ -96,6 +96,7 @@ def jobs(
             resumable=draw(st.booleans()),
             priority=draw(st.integers(0, 2)),
             checkpoint_interval=draw(st.sampled_from([0.0, 600.0, 1800.0])),
+            checkpoint_on_term=draw(st.booleans()),
         )
         duration = float(draw(st.sampled_from([300, 1800, 3600, 3 * 3600, 6 * 3600, 20 * 3600])))
         if limits:

@@ -77,7 +77,9 @@ def test_victim_the_rules_would_not_give_up() -> None:
     the explanation says so."""
     st = cluster()
     run(st, "b1", "q/b", 8, 3600, 1000)
-    queue(st, "a1", "p/a", 4, 600, 1900)
+    # 2 GPUs: taking 8 would leave 6 idle (only a request that brings a to its share may
+    # leave as many idle as it gets, see policy.md "Head of line")
+    queue(st, "a1", "p/a", 2, 600, 1900)
     e = explain(st, 2000.0, CFG, "a1")
     assert [(v.id, v.rules_allow, v.protected_until) for v in e.victims] == [
         ("b1", False, 4600.0)
@@ -91,7 +93,7 @@ def test_unprotected_blocker_the_rules_keep_gives_no_future_time() -> None:
     the earliest start by protection is now, and the text says the rules are the reason."""
     st = cluster()
     run(st, "b1", "q/b", 8, 600, 1000)
-    queue(st, "a1", "p/a", 4, 600, 1900)
+    queue(st, "a1", "p/a", 2, 600, 1900)  # 2 GPUs: taking 8 would leave 6 idle
     e = explain(st, 2000.0, CFG, "a1")
     assert e.wait_reason is WaitReason.NO_CAPACITY
     assert [(v.id, v.protected, v.rules_allow) for v in e.victims] == [("b1", False, False)]
@@ -277,14 +279,14 @@ def test_shorter_min_runtime_that_starts_it_later_today_is_advised_with_the_time
 
 
 def test_fewer_gpus_that_fit_now_are_advised() -> None:
-    """h1 has 3 free GPUs beside b1 (5 GPUs, protected until 4600, which the rules keep
-    anyway: b would drop below its share). a1 asks for 4: as asked it never starts while
-    nothing changes, no shorter minimum runtime helps, and with 3 GPUs it starts now."""
+    """h1 has 3 free GPUs beside b1 (5 GPUs, protected until 4600). a1 asks for 4, within
+    a's share: as asked it starts at 4600 by the share guarantee (b1 is the one larger
+    victim it may take), no shorter minimum runtime helps, and with 3 GPUs it starts now."""
     st = cluster()
     run(st, "b1", "q/b", 5, 3600, 1000)
     queue(st, "a1", "p/a", 4, 600, 1900)
     e = explain(st, 2000.0, CFG, "a1")
-    assert (e.projected_start, e.projection_end) == (None, 4600.0)
+    assert (e.projected_start, e.projection_end) == (4600.0, 4600.0)
     assert e.advice == (Advice("gpus", 600.0, 3, 2000.0, ("h1",)),)
     assert "with 3 GPUs instead of 4 it could start now on h1" in e.lines()
 

@@ -102,9 +102,9 @@ class Compared:
         self.checked_events += 1
 
 
-def compare_on_replay(sc: Scenario) -> Compared:
+def compare_on_replay(sc: Scenario, config: PolicyConfig | None = None) -> Compared:
     both = Compared(reasons=True)
-    drv = Driver(make_state(sc.tree, sc.hosts), policy=both)
+    drv = Driver(make_state(sc.tree, sc.hosts), config=config or PolicyConfig(), policy=both)
     drv.add_jobs(sc.jobs)
     drv.add_host_events(sc.host_events)
     drv.run(until=14 * HOUR, start=0.0)
@@ -140,6 +140,14 @@ def test_reference_pass_decides_as_the_fast_one_on_random_replays(sc: Scenario) 
 def test_reference_pass_decides_as_the_fast_one_on_crowded_clusters(sc: Scenario) -> None:
     """The same on small, over-asked clusters, where the fast pass skips the most."""
     assert compare_on_replay(sc).passes > 0
+
+
+@REFERENCE_SETTINGS
+@given(st.one_of(contended_scenarios(), crowded_scenarios()))
+def test_reference_pass_decides_as_the_fast_one_with_reservations(sc: Scenario) -> None:
+    """The same with two reservations of whole hosts allowed at once: the hosts they
+    withhold and the backfill around them change no skip rule's answer."""
+    assert compare_on_replay(sc, PolicyConfig(reservations=2)).passes > 0
 
 
 @REFERENCE_SETTINGS

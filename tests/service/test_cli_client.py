@@ -189,3 +189,15 @@ def test_unreachable_server() -> None:
         "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
         "APPORTION_CLIENT_CONFIG": "/nonexistent"})
     assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+
+
+def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
+    """--checkpoint-on-term reaches the store (show --json) and the text view shows it."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--resumable", "--checkpoint-on-term", "--", "sleep", "600")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert run_json(server, "bob", "show", wid)["checkpoint_on_term"] is True
+    assert "checkpoint_on_term:  True" in run(server, "bob", "show", wid).stdout
+    assert run(server, "bob", "cancel", wid).exit_code == 0
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"

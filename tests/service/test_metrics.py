@@ -150,6 +150,18 @@ def test_wait_histogram_observes_starts(live: Live) -> None:
     assert m[("apportion_starts_total", (("class", "allocated"),))] == 1.0
 
 
+def test_wait_by_size_histogram_observes_starts(live: Live) -> None:
+    """U (8 GPUs) started at once, C (16 GPUs) after 50 s; every size class has a series."""
+    m = live.scrape()
+
+    def count(size: str) -> float:
+        return m[("apportion_wait_by_size_seconds_count", (("size", size),))]
+
+    assert (count("1"), count("2-8"), count("9-64"), count("65+")) == (0.0, 1.0, 1.0, 0.0)
+    assert m[("apportion_wait_by_size_seconds_sum", (("size", "9-64"),))] == 50.0
+    assert m[("apportion_wait_by_size_seconds_sum", (("size", "2-8"),))] == 0.0
+
+
 def test_preemptions_counted_by_reason(live: Live) -> None:
     """One unallocated workload was displaced; every reason has a series."""
     m = live.scrape()

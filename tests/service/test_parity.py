@@ -9,6 +9,7 @@ ends of minimum runtimes, hour boundaries and host events. Both decision logs
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,8 @@ HOSTS = (("h0", 8), ("h1", 8))
 # id, t, budget, gpus, min_runtime, resumable, checkpoint, true duration (all whole seconds)
 TRACE = [
     ("w-000001", 0, "ai/llm", 8, 1800, True, 600, 5000),
-    ("w-000002", 0, "ai/vision", 8, 0, True, 600, 20000),  # unallocated: gets displaced
+    ("w-000002", 0, "ai/vision", 8, 0, True, 600, 20000),  # unallocated: gets displaced,
+    # and checkpoints on SIGTERM (ON_TERM): it keeps all its progress when it is
     ("w-000003", 100, "ai/vision", 4, 900, False, 0, 3000),
     ("w-000004", 200, "ai/llm", 8, 3600, False, 0, 4000),
     ("w-000005", 300, "ops", 2, 600, False, 0, 500),  # a debug workload
@@ -64,12 +66,14 @@ AFTER = {"w-000013": ("afterok", "w-000005"), "w-000014": ("afternotok", "w-0000
          "w-000015": ("afterany", "w-000011")}
 TIME_LIMITS = {"w-000016": 350.0}
 EVENTS = [HostEvent(3000.0, "h1", HostEventKind.UNHEALTHY)]
+ON_TERM = {"w-000002", "w-000006"}  # they checkpoint when told to stop
 
 
 def specs() -> list[tuple[WorkloadSpec, float]]:
     return [
         (WorkloadSpec(wid, budget, gpus, float(m), float(t), user="alice", resumable=res,
-                      checkpoint_interval=float(c), time_limit=TIME_LIMITS.get(wid, 0.0)),
+                      checkpoint_interval=float(c), time_limit=TIME_LIMITS.get(wid, 0.0),
+                      checkpoint_on_term=wid in ON_TERM),
          float(d))
         for wid, t, budget, gpus, m, res, c, d in TRACE
     ]
@@ -117,6 +121,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
         checkpoints={s.id: s.checkpoint_interval for s, _ in trace},
         checkpoint_default=config.default_checkpoint_interval,
         restart_overhead=RESTART,
+        on_term=ON_TERM,
     )
     sched = Scheduler(store, executor, config, clock, grace_s=0.0)
     sched.start()
@@ -166,6 +171,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
                 checkpoint_interval=spec.checkpoint_interval, time_limit=spec.time_limit,
                 dependencies=after, array=indexes if spec.id == first else (),
                 array_throttle=throttle if spec.id == first else 0,
+                checkpoint_on_term=spec.checkpoint_on_term,
             )
             assert row.id == spec.id
         lines = sched.step(t)
@@ -198,4 +204,52 @@ def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: P
     # dependencies: met ones start once met, one that can never be met never starts
     assert "w-000013" in starts and "w-000014" not in starts
     assert starts["w-000015"] >= starts["w-000011"] + 600
+    # a workload that checkpoints on SIGTERM is preempted, requeued and started again
+    term = [line for line in expected if line.split()[2] in ON_TERM]
+    assert any("preempt" in line and "requeue=True" in line for line in term), term
+    assert sum(line.split()[1] == "start" for line in term) >= 3, term
+    assert serve(backend, tmp_path, config) == expected
+
+
+# A large run of an owed budget on reserved hosts, with backfill around the reservation:
+# ai/vision fills three hosts (protected 30 min, 1 h, 2 h); ops (used nothing) asks for 16
+# GPUs, more than its share, which no rebalance rule grants at once; h0 and h1 are reserved
+# for it. When h0 empties, ai/vision's next 8-hour run is kept off it and the unallocated
+# ai/llm run backfills it, to be preempted when the reservation starts (h1's protection
+# ends at 1 h) and ops' run starts on h0 and h1.
+RESERVE_HOSTS = (("h0", 8), ("h1", 8), ("h2", 8))
+RESERVE_TRACE = [
+    ("w-000001", 0, "ai/vision", 8, 1800, True, 600, 2400),
+    ("w-000002", 0, "ai/vision", 8, 3600, True, 600, 20000),
+    ("w-000003", 0, "ai/vision", 8, 7200, True, 600, 20000),
+    ("w-000004", 600, "ops", 16, 900, True, 300, 3000),
+    ("w-000005", 2000, "ai/vision", 8, 3600, True, 600, 9000),
+    ("w-000006", 2000, "ai/llm", 4, 0, True, 300, 9000),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_service_and_simulator_agree_on_reservations_and_backfill(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation case above: the simulator reserves h0 and h1 for ops' 16-GPU run,
+    backfills the unallocated run onto h0, preempts it and ai/vision's unprotected run at
+    1 h and starts ops' run on h0 and h1; the live scheduler's log is the same, line by
+    line."""
+    for name, value in (("TRACE", RESERVE_TRACE), ("HOSTS", RESERVE_HOSTS), ("EVENTS", []),
+                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
+                        ("ON_TERM", set())):
+        monkeypatch.setattr(sys.modules[__name__], name, value)
+    config = PolicyConfig(reservations=1)
+    expected = simulate(config)
+    starts = [line for line in expected if line.split()[1] == "start"]
+    assert [line for line in starts if "w-000004" in line] == [
+        "3600.000 start w-000004 on h0:8,h1:8"
+    ]
+    # h0 empties at 2400: the unallocated run backfills it, the 1-hour run stays off it
+    assert [line for line in starts if line.startswith("2400.000")] == [
+        "2400.000 start w-000006 on h0:4"
+    ]
+    assert "3600.000 preempt w-000006 unallocated requeue=True by=w-000004" in expected
+    assert "3600.000 preempt w-000002 rebalance requeue=True by=w-000004" in expected
     assert serve(backend, tmp_path, config) == expected

@@ -318,6 +318,7 @@ def test_work_that_never_starts_is_abandoned_when_patience_runs_out() -> None:
     assert r["status"] == "abandoned" and r["end_time"] == 1800 and r["first_start"] is None
     assert res.summary["abandoned"] == {
         "count": 1, "gpu_hours_requested": pytest.approx(8 * 1000 / 3600), "debug": 1,
+        "by_size": {"1": 0, "2-8": 1, "9-64": 0, "65+": 0},
         "per_budget": {"b/y": 1, "b/y/v": 1},
     }
     assert res.summary["wait_s"]["all"]["n"] == 1  # only j1 started
@@ -384,3 +385,22 @@ def test_patience_must_be_positive() -> None:
     spec = WorkloadSpec("w", "a/x/u", 1, 60, 0)
     with pytest.raises(ValueError, match="w: patience"):
         SimJob(spec, 10, patience=0)
+
+
+def test_checkpoint_on_term_keeps_progress_and_losses_are_split_by_reason() -> None:
+    """Two resumable 8-GPU unallocated runs with a 1 h checkpoint interval are displaced at
+    1800 s by allocated work: the one that checkpoints on SIGTERM loses nothing, the other
+    its 1800 s x 8 GPUs = 4 GPU-hours, all counted as lost to ``unallocated`` displacement;
+    waits are reported by size class."""
+    term = SimJob(WorkloadSpec("t", "b/y/v", 8, 0.0, 0.0, resumable=True,
+                               checkpoint_interval=3600.0, checkpoint_on_term=True), 20000.0)
+    plain = SimJob(WorkloadSpec("p", "b/y/v", 8, 0.0, 0.0, resumable=True,
+                                checkpoint_interval=3600.0), 20000.0)
+    jobs = [term, plain, job("x", "a", 16, 1800, 600)]
+    res = run(scenario(jobs, 2, hosts=2), decide)
+    assert (row(res, "t")["lost_gpu_hours"], row(res, "p")["lost_gpu_hours"]) == (
+        0.0, pytest.approx(4.0))
+    assert res.summary["lost_gpu_hours_by_reason"] == {
+        "unallocated": pytest.approx(4.0), "rebalance": 0.0, "drain": 0.0, "host_failure": 0.0}
+    by_size = res.summary["wait_s"]["by_size"]
+    assert by_size["9-64"]["n"] == 1 and by_size["2-8"]["n"] >= 2

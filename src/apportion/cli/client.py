@@ -257,6 +257,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     click.echo(f"{'resumable:':<21}{w.resumable}")
     click.echo(f"{'priority:':<21}{w.priority}")
     click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w.checkpoint_interval)}")
+    click.echo(f"{'checkpoint_on_term:':<21}{w.checkpoint_on_term}")
     if w.name:
         click.echo(f"{'name:':<21}{w.name}")
     if w.array_id:

@@ -52,7 +52,7 @@ _APPORTION_OPTS = {
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
     "--gpu-kind": "gpu_kind",
 }
-_APPORTION_FLAGS = {"--resumable": "resumable"}
+_APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
     "--job-name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
     "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
@@ -183,6 +183,8 @@ def _with_output(command: list[str], output: str) -> list[str]:
 @click.option("--resumable", is_flag=True, help="may be preempted and requeued after min-runtime")
 @click.option("--priority", type=int, default=0, help="order within the budget only")
 @click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
+@click.option("--checkpoint-on-term", is_flag=True,
+              help="it writes a checkpoint when told to stop (SIGTERM), within the grace period")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
               help="wall-time limit (2h, 1-00:00:00); at the limit it is stopped: timeout")
@@ -249,6 +251,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
         "resumable": bool(opts.get("resumable")), "priority": priority,
         "checkpoint_interval": opts.get("checkpoint_interval") or "0", "command": cmd,
+        "checkpoint_on_term": bool(opts.get("checkpoint_on_term")),
     }
     body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
     body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)

@@ -5,6 +5,7 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
+from .config import SIZE_CLASSES, size_class
 from .explain import Explanation, explain
 from .gating import (
     After,
@@ -44,6 +45,7 @@ __all__ = [
     "FINAL",
     "HOST_TRANSITIONS",
     "ROOT",
+    "SIZE_CLASSES",
     "WORKLOAD_TRANSITIONS",
     "After",
     "BudgetNode",
@@ -85,6 +87,7 @@ __all__ = [
     "parse_duration",
     "plural",
     "release",
+    "size_class",
     "usage_ratio",
     "validate_spec",
 ]

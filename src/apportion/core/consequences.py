@@ -49,14 +49,19 @@ class RunCost:
 
 
 def preemption_cost(
-    ran: float, setup: float, left: float, checkpoint_interval: float, resumes: bool = True
+    ran: float, setup: float, left: float, checkpoint_interval: float, resumes: bool = True,
+    on_term: bool = False,
 ) -> RunCost:
     """The cost of stopping a run that ran ``ran`` seconds, the first ``setup`` of them
     spent setting up (restart overhead: not progress), with ``left`` seconds of work still
     to do when it started. A run that ``resumes`` keeps its progress up to its last
     checkpoint (whole multiples of ``checkpoint_interval``; 0: none kept), never more than
-    was left; one that does not resume keeps nothing."""
+    was left; one that does not resume keeps nothing. ``on_term``: it was told to stop
+    (SIGTERM, not a host dying) and checkpoints then, so it keeps all its progress."""
     work = max(0.0, ran - setup)
     c = checkpoint_interval
-    kept = min(math.floor(work / c) * c, left) if resumes and c > 0 else 0.0
+    if resumes and on_term:
+        kept = min(work, left)
+    else:
+        kept = min(math.floor(work / c) * c, left) if resumes and c > 0 else 0.0
     return RunCost(work, kept)

@@ -42,7 +42,7 @@ class HostView:
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}
-        self._costs: dict[str, tuple[int, float, int]] = {}
+        self._costs: dict[str, tuple[float, int, int]] = {}
         self._clearable: list[_HostOption] | None = None
         self.touched: set[str] = set()  # hosts this pass started work on or promised
         self._unallocated_clearable: int | None = None
@@ -77,7 +77,7 @@ class HostView:
             self._cand_gpus[host] = sum(c.gpus for c in cands)
         return cands
 
-    def cost(self, host: str, now: float) -> tuple[int, float, int]:
+    def cost(self, host: str, now: float) -> tuple[float, int, int]:
         """What emptying ``host`` would cost (see :func:`_cost`), once per host per pass."""
         cost = self._costs.get(host)
         if cost is None:
@@ -207,7 +207,7 @@ class VictimPlan:
         self,
         hosts: tuple[tuple[str, int], ...],  # host and GPUs the workload will get there
         victims: tuple[Candidate, ...],  # to preempt now (none: waiting for stopping work only)
-        cost: tuple[int, float, int],
+        cost: tuple[float, int, int],
     ) -> None:
         self.hosts: Final = hosts
         self.victims: Final = victims
@@ -260,16 +260,17 @@ def find_victims(
     return _whole_hosts(view, wanted, spec.gpus, now, allowed, budget_ok)
 
 
-def _cost(victims: list[Candidate]) -> tuple[int, float, int]:
-    """Prefer unallocated, then resumable, then least progress lost, then fewest victims."""
-    return (max((v.klass for v in victims), default=0), sum(v.lost for v in victims), len(victims))
+def _cost(victims: list[Candidate]) -> tuple[float, int, int]:
+    """Least progress lost (GPU-seconds at risk) first, then unallocated before resumable
+    before other work, then fewest victims."""
+    return (sum(v.lost for v in victims), max((v.klass for v in victims), default=0), len(victims))
 
 
 def _one_host(
     view: HostView, names: Sequence[str], gpus: int, now: float, allowed: Allowed | None
 ) -> VictimPlan | None:
     best: VictimPlan | None = None
-    best_key: tuple[tuple[int, float, int], str] | None = None
+    best_key: tuple[tuple[float, int, int], str] | None = None
     claimed = view.claimed
     bounded = not view.full
     for name in names:
@@ -303,7 +304,7 @@ def _one_host(
         if best_key is None or key < best_key:
             best_key = key
             best = VictimPlan(((name, gpus),), tuple(chosen), key[0])
-            if bounded and key[0] == (0, 0.0, 0):
+            if bounded and key[0] == (0.0, 0, 0):
                 break  # only waiting for stopping work: cannot do better
     return best
 

@@ -11,11 +11,15 @@ The pass runs in numbered phases over a read-only :class:`ClusterState`:
    submission time. Admitting a workload charges its budget ``gpus x min_runtime`` at once
    (provisionally, for this pass) and re-ranks, so one budget cannot take everything before
    its ratio moves.
+   Before the walk, the head large workload of an owed budget gets a reservation of whole
+   hosts (:mod:`apportion.core.reservations`): they are out of the walk's reach until it
+   starts.
 3. **admit or preempt**: each workload in that order is placed if it fits (best fit, so large
    jobs stay placeable); otherwise it may displace unallocated work, then allocated work past
    its minimum runtime under the two rebalance rules of :mod:`apportion.core.preemption`.
    Never protected work.
-4. **backfill**: unallocated work fills what is left, never preempting.
+4. **backfill**: unallocated work fills what is left, never preempting; then the reserved
+   hosts' free GPUs go to work that cannot delay their reservation.
 
 All working data is local to the pass; ``state`` is never written.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from . import reservations
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, RebalanceRules, victim_class
@@ -171,13 +176,16 @@ class _Pass:
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
+        self.fences: list[reservations.Fence] = []
 
     def run(self) -> Decisions:
         self.time_limits()
         self.drain()
         self.honour_reservations()
+        self.reserve()
         self.admit_allocated()
         self.backfill_unallocated()
+        self.backfill_reserved()
         return Decisions(
             starts=tuple(self.starts),
             preemptions=tuple(self.preempts),
@@ -242,6 +250,38 @@ class _Pass:
             self.rules.admit(spec)
             self.handled.add(spec.id)
             self.order.append(spec.id)
+
+    # ---- phase 1c: whole hosts reserved for large work of owed budgets -------------------
+    def reserve(self) -> None:
+        """Each head large workload of an owed budget (see :mod:`reservations`) starts on
+        its reserved hosts once they are ready, preempting what is left on them; until
+        then the hosts are withheld from the walk."""
+        for spec in reservations.heads(self.state, self.rules, self.cfg, self.handled):
+            fence = reservations.plan(self.state, self.hosts, self.rules, self.cfg, spec,
+                                      self.now)
+            if fence is None:
+                continue
+            self.handled.add(spec.id)
+            self.order.append(spec.id)
+            if fence.ready > self.now:
+                reservations.withhold(self.hosts, fence, self.now)
+                self.fences.append(fence)
+                self.waiting[spec.id] = WaitReason.NO_CAPACITY
+                continue
+            placement, plan = reservations.hand_over(self.hosts, fence, self.now)
+            self.rules.admit(spec)
+            if placement is not None:
+                self.hosts.take(placement)
+                self.starts.append(Start(spec.id, placement))
+                continue
+            self.hosts.claim(plan)
+            self.reservations.append(Reservation(spec.id, fence.hosts))
+            for victim in plan.victims:
+                reason = (PreemptReason.UNALLOCATED if victim.klass == 1
+                          else PreemptReason.REBALANCE)
+                self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
+                self.rules.evict(victim)
+            self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
 
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
@@ -505,6 +545,19 @@ class _Pass:
                     self.waiting[wid] = WaitReason.NO_CAPACITY
                     # only a failure lowers the thresholds
                     hopeless = fast and self.cannot_fit(st.unallocated_sizes[leaf])
+
+    def backfill_reserved(self) -> None:
+        """The reserved hosts' free GPUs to work that cannot delay their reservations."""
+        if not self.fences:
+            return
+        started = {s.workload for s in self.starts} | self.handled
+        for spec, placement in reservations.backfill(
+            self.state, self.hosts, self.rules, self.cfg, self.fences, started, self.now
+        ):
+            self.starts.append(Start(spec.id, placement))
+            if spec.allocated:
+                self.rules.admit(spec)
+            self.waiting.pop(spec.id, None)
 
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work

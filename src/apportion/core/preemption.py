@@ -49,7 +49,10 @@ class Candidate:
     A plain class with final attributes rather than a frozen dataclass: searches build
     thousands per second, and compiled, this is several times cheaper to construct."""
 
-    __slots__ = ("budget", "gpus", "hosts", "id", "klass", "lost", "protected_until", "resumable")
+    __slots__ = (
+        "budget", "gpus", "hosts", "id", "klass", "lost", "protected_until", "restarted_at",
+        "resumable",
+    )
 
     def __init__(
         self,
@@ -61,6 +64,7 @@ class Candidate:
         protected_until: float,
         resumable: bool,
         hosts: tuple[str, ...] = (),  # where it runs: preempting it frees GPUs on all of them
+        restarted_at: float = float("-inf"),  # start of this run if it is a restart
     ) -> None:
         self.id: Final = id
         self.budget: Final = budget
@@ -70,24 +74,23 @@ class Candidate:
         self.protected_until: Final = protected_until
         self.resumable: Final = resumable
         self.hosts: Final = hosts
+        self.restarted_at: Final = restarted_at
 
     def __repr__(self) -> str:
         return f"Candidate({self.id!r}, {self.budget!r}, {self.gpus}, klass={self.klass})"
 
     @classmethod
     def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:
-        elapsed = max(0.0, now - r.started_at)
-        if r.spec.resumable:
-            elapsed = min(elapsed, r.spec.checkpoint_interval or default_checkpoint)
         return cls(
             r.spec.id,
             r.spec.budget,
             r.gpus_held,
             victim_class(r.spec),
-            elapsed * r.gpus_held,
+            r.at_risk(now, default_checkpoint) * r.gpus_held,
             r.protected_until(),
             r.spec.resumable,
             r.hosts,
+            r.started_at if r.restarted and r.spec.allocated else float("-inf"),
         )
 
 
@@ -217,6 +220,8 @@ class RebalanceRules:
         elsewhere may not be taken. Protection is checked by the caller."""
         if victim.klass == 1:
             return True
+        if self.now < victim.restarted_at + self.cfg.restart_protection:
+            return False  # restarted a short while ago: moving it again is churn
         theirs = self.side_in(victim.budget, sides)
         if theirs is None:
             return False  # same budget (priority never preempts), or that side is not over
@@ -243,6 +248,22 @@ class RebalanceRules:
             self.tree.share(mine) * self.capacity
         )
 
+    def guarantee_limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
+        """The most GPUs the guarantee rule alone lets ``spec`` take from ``theirs`` (as in
+        :meth:`limit`); negative if none."""
+        share_v = self.tree.share(theirs)
+        held_v = self.held(theirs)
+        fair_v = share_v * self.healthy
+        inst_p = (self.held(mine) + spec.gpus) / (self.tree.share(mine) * self.healthy)
+        if inst_p <= 1 + _EPS and held_v > fair_v:
+            # the victim side ends at least as far over as the preemptor's, or (overshoot)
+            # at most the preemptor's request below its own share: the last victim may hold
+            # more GPUs than are missing (one 4-GPU victim for a 2-GPU request that brings
+            # its side to its share), or a budget owed a little could wait for ever behind
+            # larger work; no more GPUs are left idle than the preemptor gets
+            return max(held_v - (inst_p - _EPS) * fair_v, held_v - fair_v + spec.gpus)
+        return -1.0
+
     def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
         """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
         own side ``mine``) in one pass; negative if neither rule allows any. One number per
@@ -253,13 +274,9 @@ class RebalanceRules:
         if held_v < (1 - _EPS) * fair_v:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
         share_p = self.tree.share(mine)
-        inst_p = (self.held(mine) + spec.gpus) / (share_p * self.healthy)
-        best = -1.0
-        if inst_p <= 1 + _EPS and held_v > fair_v:
-            # guarantee rule: the victim side ends at least as far over as the preemptor's
-            best = held_v - (inst_p - _EPS) * fair_v
-            if inst_p <= 1 - _EPS:
-                return best  # the fair-share rule's limit (share itself) is lower
+        best = self.guarantee_limit(spec, mine, theirs)
+        if best >= held_v - (1 - _EPS) * fair_v:
+            return best  # the fair-share rule's limit (share itself) is no higher
         ratio_p = self.ratio(mine) + usage_ratio(self.admission(spec), share_p, self.capacity)
         if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share

@@ -223,13 +223,20 @@ class ClusterState:
             raise CoreError(f"host {name!r}: unknown host") from None
 
     # ---- workloads -------------------------------------------------------------------
-    def submit(self, spec: WorkloadSpec, t: float, queued_at: float | None = None) -> Pending:
-        """Queue a new (or requeued) workload. The caller validated it (see ``validate``)."""
+    def submit(
+        self,
+        spec: WorkloadSpec,
+        t: float,
+        queued_at: float | None = None,
+        restarted: bool = False,
+    ) -> Pending:
+        """Queue a new (or requeued: ``restarted``) workload. The caller validated it (see
+        ``validate``)."""
         if spec.id in self._pending or spec.id in self._running:
             raise CoreError(f"workload {spec.id}: id: already queued or running")
         self._tree.require_leaf(spec.budget)
         self._tick(t)
-        p = Pending(spec, t if queued_at is None else queued_at)
+        p = Pending(spec, t if queued_at is None else queued_at, restarted)
         self._pending[spec.id] = p
         insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
@@ -312,7 +319,7 @@ class ClusterState:
             if not host.schedulable:
                 raise CoreError(f"host {s.host}: is {host.state.value}, takes no new work")
         self.unqueue(workload)
-        r = Running(p.spec, placement, t)
+        r = Running(p.spec, placement, t, restarted=p.restarted)
         self._running[workload] = r
         for s in placement:
             self._used[s.host] += s.gpus
@@ -354,7 +361,10 @@ class ClusterState:
         r = self._running_one(workload)
         if workload in self._stopping:
             return r
-        new = Running(r.spec, r.placement, r.started_at, stopping=True)
+        new = Running(
+            r.spec, r.placement, r.started_at, stopping=True, restarted=r.restarted,
+            checkpointed_at=r.checkpointed_at,
+        )
         self._running[workload] = new
         self._stopping.add(workload)
         self._cache.released.remove(r)
@@ -402,7 +412,23 @@ class ClusterState:
     def requeue(self, workload: str, t: float) -> Pending:
         """Running -> pending again (resumable preemption, host failure). Keeps its place."""
         r = self.finish(workload, t)
-        return self.submit(r.spec, t)
+        return self.submit(r.spec, t, restarted=True)
+
+    def checkpoint(self, workload: str, t: float) -> Running:
+        """A running workload reported a checkpoint written at ``t``: what a preemption would
+        lose is counted from there (see :meth:`Running.at_risk`)."""
+        r = self._running_one(workload)
+        if t < r.started_at:
+            raise CoreError(
+                f"workload {workload}: checkpoint at {t:g} is before its run began "
+                f"({r.started_at:g})"
+            )
+        new = Running(
+            r.spec, r.placement, r.started_at, stopping=r.stopping, restarted=r.restarted,
+            checkpointed_at=t,
+        )
+        self._running[workload] = new
+        return new
 
     def _count_held(self, budget: str, gpus: int) -> None:
         held = self._held

@@ -20,7 +20,9 @@ class WorkloadSpec:
 
     ``min_runtime == 0`` marks the workload *unallocated*: free, never charged, preemptible
     at any moment by allocated work. ``checkpoint_interval`` (0 = unknown) only helps the
-    policy estimate how much progress a preemption would lose.
+    policy estimate how much progress a preemption would lose; ``checkpoint_on_term`` says
+    the workload writes a checkpoint when told to stop (SIGTERM, within the grace period),
+    so preempting a resumable one loses nothing.
     """
 
     id: str
@@ -38,6 +40,7 @@ class WorkloadSpec:
     hosts: tuple[str, ...] = ()
     """The hosts it may run on, sorted (empty: any). Placement, victims included, looks at
     no other host."""
+    checkpoint_on_term: bool = False
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -103,6 +106,12 @@ class Running:
     placement: Placement
     started_at: float
     stopping: bool = False
+    restarted: bool = False
+    """This run resumes earlier progress (the workload ran and was requeued): the
+    restart protection of the rebalance rules applies to it."""
+    checkpointed_at: float | None = None
+    """When the workload last reported a checkpoint in this run (None: never; the policy
+    then estimates it from the declared interval)."""
     gpus_held: int = field(init=False, compare=False)
     """GPUs it holds on all its hosts (whole hosts for multi-host work)."""
     hosts: tuple[str, ...] = field(init=False, compare=False)
@@ -117,6 +126,22 @@ class Running:
         """Allocated work may not be preempted before this time (only a host dying ends it)."""
         return self.started_at + self.spec.min_runtime if self.spec.allocated else self.started_at
 
+    def at_risk(self, now: float, default_checkpoint: float) -> float:
+        """Seconds of progress a preemption at ``now`` would throw away: none for resumable
+        work that checkpoints when told to stop; since its last checkpoint for other
+        resumable work (the one it reported, else the last one its declared interval, or
+        ``default_checkpoint``, puts since its start); its whole run otherwise."""
+        elapsed = max(0.0, now - self.started_at)
+        spec = self.spec
+        if not spec.resumable:
+            return elapsed
+        if spec.checkpoint_on_term:
+            return 0.0
+        if self.checkpointed_at is not None:
+            return max(0.0, now - max(self.checkpointed_at, self.started_at))
+        interval = spec.checkpoint_interval or default_checkpoint
+        return elapsed % interval if interval > 0 else elapsed
+
 
 @dataclass(frozen=True, slots=True)
 class Pending:
@@ -126,6 +151,7 @@ class Pending:
 
     spec: WorkloadSpec
     queued_at: float
+    restarted: bool = False  # it ran before and was requeued: its next run is a restart
 
 
 class PreemptReason(enum.Enum):

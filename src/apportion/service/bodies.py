@@ -48,6 +48,9 @@ class SubmitBody(_Body):
     priority: int = Field(0, ge=v.PRIORITY_MIN, le=v.PRIORITY_MAX,
                           description="order within the budget only")
     checkpoint_interval: Duration = Field(0.0, description='seconds or "30m"; 0 = unknown')
+    checkpoint_on_term: bool = Field(
+        False, description="writes a checkpoint when told to stop (SIGTERM), within the grace"
+    )
     command: Annotated[
         list[str], Field(min_length=1, max_length=v.MAX_ARGS),
         AfterValidator(v.check_command),

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from apportion.core import (
+    SIZE_CLASSES,
     ClusterState,
     Decisions,
     HostState,
@@ -38,6 +39,7 @@ from apportion.core import (
     WorkloadSpec,
     ancestors,
     is_debug,
+    size_class,
     usage_ratio,
 )
 
@@ -126,6 +128,12 @@ class Telemetry:
             "Wait from submission (or requeue) to start, observed when a workload starts.",
             ["class"], buckets=WAIT_BUCKETS, registry=self.registry,
         )
+        self.waits_by_size = Histogram(
+            "apportion_wait_by_size_seconds",
+            "Wait from submission (or requeue) to start, by GPUs asked (size class: 1, 2-8, "
+            "9-64, 65+), observed when a workload starts.",
+            ["size"], buckets=WAIT_BUCKETS, registry=self.registry,
+        )
         self.starts = Counter(
             "apportion_starts", "Workloads started.", ["class"], registry=self.registry
         )
@@ -143,6 +151,8 @@ class Telemetry:
         for c in CLASSES:  # every series exists from the first scrape on
             self.waits.labels(c)
             self.starts.labels(c)
+        for size in SIZE_CLASSES:
+            self.waits_by_size.labels(size)
         for r in PreemptReason:
             self.preemptions.labels(r.value)
         self._lock = threading.Lock()
@@ -168,6 +178,9 @@ class Telemetry:
                 continue
             c = workload_class(p.spec, self.config)
             self.waits.labels(c).observe(max(0.0, now - p.queued_at))
+            self.waits_by_size.labels(size_class(p.spec.gpus)).observe(
+                max(0.0, now - p.queued_at)
+            )
             self.starts.labels(c).inc()
         for pr in decisions.preemptions:
             self.preemptions.labels(pr.reason.value).inc()

@@ -62,6 +62,7 @@ class Workload(Reply):
     resumable: bool
     priority: int
     checkpoint_interval: float
+    checkpoint_on_term: bool
     command: list[str] | None
     chdir: str | None
     env: dict[str, str] | None

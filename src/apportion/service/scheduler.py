@@ -520,7 +520,8 @@ class Scheduler:
         try:
             spec = row.spec(st.hosts)  # the hosts it may use, of those known now
             validate_spec(spec, st, self.config)
-            st.submit(spec, t, queued_at=row.queued_at)
+            # work that ran before resumes: the restart protection applies to its next run
+            st.submit(spec, t, queued_at=row.queued_at, restarted=row.attempts_count > 0)
         except CoreError as e:
             # the policy can never run it (e.g. its budget stopped being a leaf): end it
             log.warning("%s: refused: %s", row.id, e)
@@ -970,7 +971,7 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
             spec = row.spec(st.hosts)
         except CoreError:
             spec = row.spec()
-        st.submit(spec, t, queued_at=row.queued_at)
+        st.submit(spec, t, queued_at=row.queued_at, restarted=a.n > 1)
         st.start(row.id, a.core_placement(), t)
         if row.status is Status.STOPPING:
             st.mark_stopping(row.id)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from apportion import core_build
 from apportion.core import (
+    SIZE_CLASSES,
     ClusterState,
     CoreError,
     Decisions,
@@ -35,6 +36,7 @@ from apportion.core import (
     decision_log,
     is_debug,
     release,
+    size_class,
     validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped, preemption_cost
@@ -177,8 +179,10 @@ class Engine:
         self._host_gen = {h.name: 0 for h in sc.hosts}
         self._drains: dict[str, _Drain] = {}
         self.drains: list[_Drain] = []
-        self.waits: list[tuple[float, bool, str, str]] = []  # wait, debug, team, leaf
+        # wait, debug, team, leaf, size class
+        self.waits: list[tuple[float, bool, str, str, str]] = []
         self.preempt_counts = {r.value: 0 for r in PreemptReason}
+        self.lost_by_reason = {r.value: 0.0 for r in PreemptReason}  # GPU-seconds
         self.protected = 0
         self.rejected = 0
         self.clamped = 0
@@ -309,7 +313,7 @@ class Engine:
         if j.first_start is None:
             j.first_start = now
             j.first_wait = wait
-        self.waits.append((wait, j.debug, j.team, j.budget))
+        self.waits.append((wait, j.debug, j.team, j.budget, size_class(spec.gpus)))
         j.status = "running"
         j.run_start = now
         j.held = sum(s.gpus for s in placement)
@@ -359,9 +363,12 @@ class Engine:
         requeue = outcome is Status.PENDING
         cost = preemption_cost(elapsed, j.overhead, j.remaining,
                                spec.checkpoint_interval or self._checkpoint_default,
-                               resumes=requeue and spec.resumable)
+                               resumes=requeue and spec.resumable,
+                               on_term=spec.checkpoint_on_term
+                               and reason is not PreemptReason.HOST_FAILURE)
         if not j.job.squat:
             j.lost_s += cost.lost * gpus
+            self.lost_by_reason[reason.value] += cost.lost * gpus
         j.remaining -= cost.kept
         j.run_no += 1  # its completion and min-runtime events are stale now
         self.rec.stopped(spec.budget, gpus, spec.gpus, spec.allocated, j.job.squat, now,
@@ -572,10 +579,20 @@ class Engine:
         tot = rec.totals
         jobs = list(self.jobs.values())
         submitted = [j for j in jobs if j.job.spec.submit_time < self.end]
-        all_waits = [w for w, _, _, _ in self.waits]
-        debug_waits = [w for w, dbg, _, _ in self.waits if dbg]
+        all_waits = [w for w, _, _, _, _ in self.waits]
+        debug_waits = [w for w, dbg, _, _, _ in self.waits if dbg]
+        by_size: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
+        first_by_size: dict[str, list[float]] = {c: [] for c in SIZE_CLASSES}
+        abandoned_by_size = dict.fromkeys(SIZE_CLASSES, 0)
+        for w, _, _, _, cls in self.waits:
+            by_size[cls].append(w)
+        for j in submitted:
+            if j.first_wait is not None:
+                first_by_size[size_class(j.spec.gpus)].append(j.first_wait)
+        for j in self.abandoned:
+            abandoned_by_size[size_class(j.spec.gpus)] += 1
         per_budget: dict[str, list[float]] = {}
-        for w, _, team, leaf in self.waits:
+        for w, _, team, leaf, _ in self.waits:
             per_budget.setdefault(team, []).append(w)
             if leaf != team:
                 per_budget.setdefault(leaf, []).append(w)
@@ -621,6 +638,7 @@ class Engine:
                 "gpu_hours_requested": sum(
                     j.spec.gpus * j.job.duration for j in self.abandoned) / HOUR,
                 "debug": sum(1 for j in self.abandoned if j.debug),
+                "by_size": abandoned_by_size,
                 "per_budget": dict(sorted(abandoned_per.items())),
             },
             "outstanding_ratio": rec.outstanding_ratio(),
@@ -631,11 +649,19 @@ class Engine:
             "wait_s": {
                 "all": percentiles(all_waits),
                 "debug": percentiles(debug_waits),
+                "by_size": {c: percentiles(ws) for c, ws in by_size.items()},
+                "first_by_size": {c: percentiles(ws) for c, ws in first_by_size.items()},
                 "per_budget": {b: percentiles(ws) for b, ws in sorted(per_budget.items())},
             },
             "preemptions": preempts,
+            "preemptions_per_1000_gpu_hours": ratio(
+                1000.0 * preempts["total"], tot.assigned / HOUR
+            ),
             "protected_preemptions": self.protected,
             "lost_gpu_hours": sum((j.lost_s for j in jobs), 0.0) / HOUR,
+            "lost_gpu_hours_by_reason": {
+                k: v / HOUR for k, v in self.lost_by_reason.items()
+            },
             "restart_overhead_gpu_hours": self.restart_s / HOUR,
             "squat_gpu_hours": tot.squat / HOUR,
             "gpu_hours": {

@@ -659,12 +659,29 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
         ("wait samples, all / debug", f"{fmt_num(w_all.get('n'))} / {fmt_num(w_dbg.get('n'))}",
          ""),
     ]
+    by_size = _get(s, "wait_s", "by_size") or {}
+    abandoned_size = abandoned.get("by_size") or {}
+    for cls, w in by_size.items():
+        gpus = "GPU" if cls == "1" else "GPUs"
+        rows.append((
+            f"wait p50 / p90, {cls} {gpus} (abandoned)",
+            " / ".join(fmt_dur(w.get(p)) for p in ("p50", "p90"))
+            + f" ({fmt_num(abandoned_size.get(cls))})",
+            "",
+        ))
     for r in REASONS:
         rows.append((f"preemptions: {r.replace('_', ' ')}", fmt_num(pre.get(r)), ""))
     rows += [
         ("preemptions: total", fmt_num(pre.get("total")), ""),
         ("protected preemptions", fmt_num(_get(s, "protected_preemptions")), ""),
+        ("preemptions per 1,000 GPU-hours delivered",
+         fmt_num(_get(s, "preemptions_per_1000_gpu_hours"), 1), ""),
         ("lost GPU-hours", fmt_num(_get(s, "lost_gpu_hours"), 1), ""),
+        *(
+            (f"lost GPU-hours: {r.replace('_', ' ')}",
+             fmt_num(_get(s, "lost_gpu_hours_by_reason", r), 1), "")
+            for r in REASONS
+        ),
         ("restart overhead GPU-hours", fmt_num(_get(s, "restart_overhead_gpu_hours"), 1), ""),
         ("drains started / finished", f"{fmt_num(drains.get('count'))} / "
          f"{fmt_num(drains.get('finished'))}", ""),

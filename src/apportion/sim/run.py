@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from apportion.core import PolicyConfig, decide, format_duration
+from apportion.core import SIZE_CLASSES, PolicyConfig, PreemptReason, decide, format_duration
 
 from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig
 from .legacy import LegacyPolicy
@@ -139,6 +139,12 @@ def _ratio(v: Any) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
 
+def _p50_p90(v: Any) -> str:
+    if not isinstance(v, dict) or not v.get("n"):
+        return "-"
+    return f"{_dur(v.get('p50'))} / {_dur(v.get('p90'))}"
+
+
 def _spread(v: Any) -> str:
     if not isinstance(v, dict):
         return "-"
@@ -164,13 +170,22 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
     ("wait p99", "wait_s.all.p99", _dur),
     ("debug wait p50", "wait_s.debug.p50", _dur),
     ("debug wait p90", "wait_s.debug.p90", _dur),
+    *(
+        (f"wait p50 / p90, {c} GPU{'' if c == '1' else 's'}", f"wait_s.by_size.{c}", _p50_p90)
+        for c in SIZE_CLASSES
+    ),
     ("preemptions", "preemptions.total", _num),
     ("  unallocated", "preemptions.unallocated", _num),
     ("  rebalance", "preemptions.rebalance", _num),
     ("  drain", "preemptions.drain", _num),
     ("  host failure", "preemptions.host_failure", _num),
     ("protected preemptions", "protected_preemptions", _num),
+    ("preemptions / 1,000 GPU-h", "preemptions_per_1000_gpu_hours", _num),
     ("lost GPU-hours", "lost_gpu_hours", _num),
+    *(
+        (f"  lost: {r.value.replace('_', ' ')}", f"lost_gpu_hours_by_reason.{r.value}", _num)
+        for r in PreemptReason
+    ),
     ("squat GPU-hours", "squat_gpu_hours", _num),
     ("drains", "drains.count", _num),
     ("drain p90", "drains.p90_time_to_drain_s", _dur),

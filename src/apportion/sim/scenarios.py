@@ -109,6 +109,10 @@ FAIL_EVERY_DAYS = 75.0  # mean time between hard failures of one host
 UNHEALTHY_EVERY_DAYS = 30.0  # mean time between "unhealthy, drain it" verdicts of one host
 HOST_EVENT_GAP = 1.5 * DAY  # no second event on a host while the first is still being handled
 REPAIR_TIME = 4 * HOUR
+# share of resumable workloads that write a checkpoint when told to stop (SIGTERM, within
+# the grace period; e.g. a training loop that saves on the signal); the others lose what
+# they did since their last interval checkpoint. Not part of the demand mix.
+CHECKPOINT_ON_TERM_SHARE = 0.5
 SQUATTERS_PER_1024 = 15  # researchers keeping a placeholder on the 1,024-GPU cluster
 LEGACY_NONPREEMPTIBLE = {TRAIN: 0.60, SINGLE: 0.45, EVAL: 0.35, DEBUG: 0.40, SWEEP: 0.0}
 # legacy priority mix per class, as probabilities of (LOW, NORMAL, HIGH, URGENT)
@@ -437,7 +441,9 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
         batches.append(_Batch(SWEEP, submit, user=who[batch],
                               patience=_patience(prng, SWEEP, nb)[batch], **cols))
 
-    jobs = _assemble(rng, batches, leaves)
+    # which resumable workloads checkpoint on SIGTERM: their own stream, so adding the
+    # attribute shifts no other draw (the demand mix is unchanged)
+    jobs = _assemble(rng, batches, leaves, np.random.default_rng([seed, 2]))
     events = _host_events(rng, host_names, window) if host_events else []
     hosts = tuple(Host(h, GPUS_PER_HOST) for h in host_names)
     scenario = Scenario(
@@ -473,8 +479,9 @@ def _squats(rng: np.random.Generator, leaves: Sequence[str], size: int,
 
 
 def _assemble(rng: np.random.Generator, batches: Sequence[_Batch],
-              leaves: Sequence[str]) -> list[SimJob]:
-    """Merge the classes, order by submission, number the workloads, add the legacy fields."""
+              leaves: Sequence[str], term_rng: np.random.Generator) -> list[SimJob]:
+    """Merge the classes, order by submission, number the workloads, add the legacy fields
+    and which resumable ones checkpoint on SIGTERM (``CHECKPOINT_ON_TERM_SHARE``)."""
     cls = np.concatenate([np.full(len(b.submit), CLASSES.index(b.cls)) for b in batches])
     submit = np.concatenate([b.submit for b in batches])
     gpus = np.concatenate([b.gpus for b in batches]).astype(int)
@@ -485,6 +492,7 @@ def _assemble(rng: np.random.Generator, batches: Sequence[_Batch],
     user = np.concatenate([b.user for b in batches]).astype(int)
     patience = np.concatenate([b.patience for b in batches])
     n = len(submit)
+    on_term = resumable & (term_rng.random(n) < CHECKPOINT_ON_TERM_SHARE)
     # legacy priority and opt-out, per class
     levels = np.zeros(n, dtype=int)
     nonpre = np.zeros(n, dtype=bool)
@@ -510,6 +518,7 @@ def _assemble(rng: np.random.Generator, batches: Sequence[_Batch],
             min_runtime=round(float(mrt[j]), 3), submit_time=round(float(submit[j]), 3),
             user=leaf.rsplit("/", 1)[1], resumable=bool(resumable[j]),
             checkpoint_interval=float(checkpoint[j]),
+            checkpoint_on_term=bool(on_term[j]),
         )
         jobs.append(SimJob(
             spec=spec, duration=round(float(duration[j]), 3),

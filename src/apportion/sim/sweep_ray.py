@@ -41,7 +41,8 @@ def pack(scenario: Scenario) -> Packed:
         "jobs": tuple(
             (j.spec.id, j.spec.budget, j.spec.gpus, j.spec.min_runtime, j.spec.submit_time,
              j.spec.user, j.spec.resumable, j.spec.priority, j.spec.checkpoint_interval,
-             j.duration, int(j.legacy_priority), j.legacy_preemptible, j.squat, j.patience)
+             j.duration, int(j.legacy_priority), j.legacy_preemptible, j.squat, j.patience,
+             j.spec.checkpoint_on_term)
             for j in scenario.jobs
         ),
         "host_events": tuple((e.time, e.host, e.kind.value) for e in scenario.host_events),
@@ -55,10 +56,11 @@ def unpack(data: Packed) -> Scenario:
     """The scenario ``pack`` packed."""
     jobs = tuple(
         SimJob(WorkloadSpec(wid, budget, gpus, min_rt, submit, user=user, resumable=resumable,
-                            priority=priority, checkpoint_interval=ckpt),
+                            priority=priority, checkpoint_interval=ckpt,
+                            checkpoint_on_term=on_term),
                duration, LegacyPriority(level), preemptible, squat, patience)
         for (wid, budget, gpus, min_rt, submit, user, resumable, priority, ckpt,
-             duration, level, preemptible, squat, patience) in data["jobs"]
+             duration, level, preemptible, squat, patience, on_term) in data["jobs"]
     )
     return Scenario(
         name=data["name"],

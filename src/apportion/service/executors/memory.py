@@ -51,6 +51,8 @@ class MemoryExecutor:
     ``checkpoints`` maps workload id -> checkpoint interval (0 or absent:
     ``checkpoint_default``). ``term_delays`` maps workload id -> seconds it takes to exit
     after SIGTERM (absent: exits at once); one slower than the grace period is killed.
+    ``on_term`` lists the workloads that checkpoint on SIGTERM: stopped in time, they keep
+    all their progress (killed, or on a host that died, they keep their interval's).
     """
 
     name = "memory"
@@ -64,6 +66,7 @@ class MemoryExecutor:
         checkpoint_default: float = 1800.0,
         restart_overhead: float = 0.0,
         term_delays: Mapping[str, float] | None = None,
+        on_term: Iterable[str] = (),
     ) -> None:
         self.clock = clock
         self._hosts: dict[str, InventoryHost] = {}
@@ -75,6 +78,7 @@ class MemoryExecutor:
         self.checkpoint_default = checkpoint_default
         self.restart_overhead = restart_overhead
         self.term_delays = dict(term_delays or {})
+        self.on_term = set(on_term)
         self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
         self.overhead: dict[str, float] = {}  # workload -> set-up seconds of its next run
         self.runs: dict[str, int] = {}  # workload -> runs launched
@@ -255,6 +259,7 @@ class MemoryExecutor:
         left = self.durations[wid] - self.progress.get(wid, 0.0)
         cost = preemption_cost(  # float(): the compiled core refuses ints
             float(t - a.started_at), float(self.overhead.get(wid, 0.0)), float(left),
-            float(self.checkpoints.get(wid) or self.checkpoint_default))
+            float(self.checkpoints.get(wid) or self.checkpoint_default),
+            on_term=wid in self.on_term and a.exit_code == -signal.SIGTERM and not a.gone)
         self.progress[wid] = self.progress.get(wid, 0.0) + cost.kept
         self.overhead[wid] = self.restart_overhead  # a next run resumes: it pays the set-up

@@ -126,6 +126,7 @@ def router(api: Api) -> APIRouter:
                 submit_time=t, user=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint,
                 time_limit=time_limit, hosts=allowed,
+                checkpoint_on_term=body.checkpoint_on_term,
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
@@ -148,7 +149,8 @@ def router(api: Api) -> APIRouter:
                 chdir=body.chdir, env=body.env,
                 time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
                 array=indexes, array_throttle=throttle, nodelist=body.nodelist,
-                exclude=body.exclude, idempotency_key=idempotency_key, request_digest=digest,
+                exclude=body.exclude, checkpoint_on_term=body.checkpoint_on_term,
+                idempotency_key=idempotency_key, request_digest=digest,
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)

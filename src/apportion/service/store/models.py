@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -86,6 +87,10 @@ class WorkloadModel(Base):
     resumable: Mapped[bool] = mapped_column(Boolean, nullable=False)
     priority: Mapped[int] = mapped_column(Integer, nullable=False)
     checkpoint_interval: Mapped[float] = mapped_column(Double, nullable=False)
+    # checkpoints when told to stop (SIGTERM) within the grace period (0006)
+    checkpoint_on_term: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, server_default=false()
+    )
     command: Mapped[list[str]] = mapped_column(JSON, nullable=False)
     chdir: Mapped[str | None] = mapped_column(Text, nullable=True)  # working directory
     env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)  # exported vars

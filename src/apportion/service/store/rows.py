@@ -114,6 +114,7 @@ class WorkloadRow:
     dependencies: tuple[tuple[str, str], ...] = ()
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    checkpoint_on_term: bool = False
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -141,6 +142,7 @@ class WorkloadRow:
             priority=self.priority,
             checkpoint_interval=self.checkpoint_interval,
             time_limit=self.time_limit,
+            checkpoint_on_term=self.checkpoint_on_term,
         )
 
     def hold(self) -> Hold:
@@ -163,6 +165,7 @@ class WorkloadRow:
             "resumable": self.resumable,
             "priority": self.priority,
             "checkpoint_interval": self.checkpoint_interval,
+            "checkpoint_on_term": self.checkpoint_on_term,
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,

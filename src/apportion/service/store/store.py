@@ -203,6 +203,7 @@ class Store:
         array_throttle: int = 0,
         nodelist: Sequence[str] = (),
         exclude: Sequence[str] = (),
+        checkpoint_on_term: bool = False,
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
@@ -227,6 +228,7 @@ class Store:
                         budget=budget, user=owner, gpus=gpus,
                         min_runtime=float(min_runtime), resumable=resumable,
                         priority=priority, checkpoint_interval=float(checkpoint_interval),
+                        checkpoint_on_term=checkpoint_on_term,
                         command=list(command),
                         chdir=chdir, env=dict(env) if env is not None else None,
                         submit_time=submit_time, queued_at=submit_time,
@@ -901,6 +903,7 @@ def _workload(
         resumable=m.resumable,
         priority=m.priority,
         checkpoint_interval=m.checkpoint_interval,
+        checkpoint_on_term=m.checkpoint_on_term,
         command=tuple(m.command),
         submit_time=m.submit_time,
         queued_at=m.queued_at,
