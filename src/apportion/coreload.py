@@ -46,7 +46,7 @@ DEFAULT_BUILD_DIR = os.path.join(PACKAGE_DIR, "_compiled")
 # package's __init__ (which only re-exports), or the modules named.
 COMPILED_PACKAGES: dict[str, tuple[str, ...] | None] = {
     "core": None,  # the policy
-    "sim": ("engine", "metrics"),  # the simulator's per-event work; the rest runs once a run
+    "sim": ("engine", "legacy", "metrics"),  # per-event work and the old scheduler's pass
 }
 COMPILED = "compiled"
 PYTHON = "python"

@@ -695,6 +695,8 @@ class Engine:
             "cpu_s": cpu,
             "core_build": core_build(),
             "events_per_s": self.events / wall if wall > 0 else None,
+            # the process's peak so far; run_policies with out= makes it the whole call's,
+            # outputs included (docs/simulator.md)
             "peak_memory_mb": peak_memory_mb(),
             "config": _plain(dataclasses.asdict(self.config)),
             "sim_config": dataclasses.asdict(self.sim),
