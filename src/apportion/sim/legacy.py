@@ -132,9 +132,12 @@ class LegacyPolicy:
     """``policy(state, now, config) -> Decisions`` for the old scheduler.
 
     ``jobs`` maps workload ids to their :class:`SimJob` (the legacy priority and opt-out
-    live there, not in the spec). The engine calls :meth:`observe` on every queue and host
-    change, so the priority index, the free GPUs per host and the counts the cap and the
-    preemption rule need are kept incrementally instead of being rebuilt on every pass.
+    live there, not in the spec). ``remember``: skip a victim search that found nothing
+    before on the same running work and hosts (``False``: every search runs; the decisions
+    are the same, tests/sim/test_legacy.py checks it). The engine calls :meth:`observe` on
+    every queue and host change, so the priority index, the free GPUs per host and the
+    counts the cap and the preemption rule need are kept incrementally instead of being
+    rebuilt on every pass.
     """
 
     def __init__(
@@ -145,8 +148,10 @@ class LegacyPolicy:
         team_depth: int = 2,
         cap_factor: float = 1.0,
         scan_depth: int = 100,
+        remember: bool = True,
     ) -> None:
         self.jobs = jobs
+        self.remember = remember  # False: no victim search is skipped (tests compare both)
         self.team_depth = team_depth
         self.scan_depth = scan_depth
         teams = {team_of(leaf, team_depth) for leaf in tree.leaves}
@@ -173,6 +178,7 @@ class LegacyPolicy:
         self._changes = 0
         self._no_victims: set[tuple[int, int]] = set()
         self._no_victims_at = -1
+        self.searches_skipped = 0  # searches answered from what was remembered
         self._draining: set[str] = set()
         self._pre_host: dict[str, list[int]] = {}  # host -> preemptible GPUs by priority
 
@@ -356,13 +362,14 @@ class LegacyPolicy:
     def _search(self, p: _Pass, state: ClusterState, info: _Info) -> list[str] | None:
         """:meth:`_victims` for ``info`` on the pass's free GPUs, remembering what found
         nothing while the policy's counts are the pass's (it started nothing yet)."""
-        if p.starts:
+        if p.starts or not self.remember:
             return self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
         if self._no_victims_at != self._changes:
             self._no_victims.clear()
             self._no_victims_at = self._changes
         key = (info.gpus, info.prio)
         if key in self._no_victims:
+            self.searches_skipped += 1
             return None
         victims = self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
         if not victims:
