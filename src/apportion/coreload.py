@@ -1,8 +1,9 @@
 """Which build of the compiled parts this process imports: compiled or pure Python.
 
 ``python -m apportion.corebuild`` compiles with mypyc the sources of :mod:`apportion.core`
-and the simulator's event loop and metrics (``apportion.sim.engine``,
-``apportion.sim.metrics``: the work of every simulated event) into a build directory
+and the simulator's event loop, metrics and old-scheduler pass (``apportion.sim.engine``,
+``apportion.sim.metrics``, ``apportion.sim.legacy``: the work of every simulated event) into
+a build directory
 (``src/apportion/_compiled`` unless ``APPORTION_CORE_BUILD_DIR`` names another) with a
 ``manifest.json`` that records, for every compiled module, the sha256 of the source it was
 built from and the interpreter it was built for (compiled modules in
