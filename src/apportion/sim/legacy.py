@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Mapping
+from itertools import islice
 
 from apportion.core import (
     BudgetTree,
@@ -442,6 +443,7 @@ def _top(hosts_with: list[int], start: int | None = None) -> int:
 
 def _tail(queue: list[tuple[_Key, str]], after: tuple[_Key, str] | None
           ) -> Iterator[tuple[_Key, str]]:
-    """The entries of a sorted queue after ``after``, without copying the list."""
+    """The entries of a sorted queue after ``after``, without copying the list (``islice``:
+    compiled, a generator expression here would be built as a list of re-made tuples)."""
     start = bisect_right(queue, after) if after is not None else 0
-    return (queue[i] for i in range(start, len(queue)))
+    return islice(queue, start, None)
