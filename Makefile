@@ -4,10 +4,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-# The optional compiled build of apportion.core and the simulator's event loop and metrics
+# The optional compiled build of apportion.core and the simulator's event loop, metrics and legacy pass
 # (docs/simulator.md, "Compiled core"): redone after setup and whenever one of them changes. Without a C compiler it prints one line and
 # writes nothing; the pure-Python core is used then (same decisions, slower).
-CORE_SRC := $(wildcard src/apportion/core/*.py) $(addprefix src/apportion/sim/,engine.py metrics.py)
+CORE_SRC := $(wildcard src/apportion/core/*.py) $(addprefix src/apportion/sim/,engine.py legacy.py metrics.py)
 CORE := src/apportion/_compiled/manifest.json
 
 .PHONY: run test bench core lint typecheck clean

@@ -1,8 +1,9 @@
 """Which build of the compiled parts this process imports: compiled or pure Python.
 
 ``python -m apportion.corebuild`` compiles with mypyc the sources of :mod:`apportion.core`
-and the simulator's event loop and metrics (``apportion.sim.engine``,
-``apportion.sim.metrics``: the work of every simulated event) into a build directory
+and the simulator's event loop, metrics and old-scheduler pass (``apportion.sim.engine``,
+``apportion.sim.metrics``, ``apportion.sim.legacy``: the work of every simulated event) into
+a build directory
 (``src/apportion/_compiled`` unless ``APPORTION_CORE_BUILD_DIR`` names another) with a
 ``manifest.json`` that records, for every compiled module, the sha256 of the source it was
 built from and the interpreter it was built for (compiled modules in
@@ -46,7 +47,7 @@ DEFAULT_BUILD_DIR = os.path.join(PACKAGE_DIR, "_compiled")
 # package's __init__ (which only re-exports), or the modules named.
 COMPILED_PACKAGES: dict[str, tuple[str, ...] | None] = {
     "core": None,  # the policy
-    "sim": ("engine", "metrics"),  # the simulator's per-event work; the rest runs once a run
+    "sim": ("engine", "legacy", "metrics"),  # per-event work and the old scheduler's pass
 }
 COMPILED = "compiled"
 PYTHON = "python"

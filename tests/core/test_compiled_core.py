@@ -24,7 +24,7 @@ from apportion.coreload import BUILD_DIR_ENV, MANIFEST, PURE_ENV, ext_suffix
 
 PACKAGE = Path(apportion.__file__).parent
 SOURCES = PACKAGE / "core"
-SIM_COMPILED = {"sim.engine", "sim.metrics"}
+SIM_COMPILED = {"sim.engine", "sim.legacy", "sim.metrics"}
 
 # Prints which build a fresh interpreter loaded and where each compiled module and the
 # packages' other modules came from.

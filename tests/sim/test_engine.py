@@ -404,3 +404,56 @@ def test_checkpoint_on_term_keeps_progress_and_losses_are_split_by_reason() -> N
         "unallocated": pytest.approx(4.0), "rebalance": 0.0, "drain": 0.0, "host_failure": 0.0}
     by_size = res.summary["wait_s"]["by_size"]
     assert by_size["9-64"]["n"] == 1 and by_size["2-8"]["n"] >= 2
+
+
+def test_statuses_are_core_statuses_moved_along_its_transition_table() -> None:
+    """Every workload's status in the engine is a core ``Status`` (``None`` only for a
+    refused submission), the outputs' names come from it (``rejected`` and ``abandoned``
+    are the names of a refused and of a cancelled-by-patience workload), and a move that
+    core's transition table does not allow raises a ``CoreError`` naming the workload."""
+    from apportion.core import CoreError, Status
+
+    jobs = [
+        job("done", "a", 8, 0, 1000),  # completes
+        job("wait", "b", 8, 100, 5000),  # waits for the host, still running at the end
+        job("big", "a", 16, 0, 100),  # refused: the cluster has 8 GPUs
+        SimJob(WorkloadSpec("gone", "b/y/v", 8, 60.0, 200), 100, patience=500),  # abandoned
+    ]
+    engine = Engine(scenario(jobs, 1), decide, PolicyConfig())
+    res = engine.run()
+    statuses = {wid: j.status for wid, j in engine.jobs.items()}
+    assert statuses == {"done": Status.COMPLETED, "wait": Status.RUNNING, "big": None,
+                        "gone": Status.CANCELLED}
+    assert [row(res, w)["status"] for w in ("done", "wait", "big", "gone")] == [
+        "completed", "running", "rejected", "abandoned"]
+    with pytest.raises(CoreError, match="workload done: state: cannot go from completed to "
+                                        "running"):
+        engine.jobs["done"].move(Status.RUNNING)
+    with pytest.raises(CoreError, match="workload big: state: not submitted"):
+        engine.jobs["big"].move(Status.RUNNING)
+
+
+def test_streamed_outputs_match_kept_tables_and_report_the_whole_peak(tmp_path) -> None:
+    """``run_policies(out=..., keep_tables=False)`` writes the same tables as a run that keeps
+    them, drops them from its results, and summary.json's ``peak_memory_mb`` is the
+    process's peak resident memory after every output was written (``ru_maxrss``, to within
+    the 1 MiB the kernel's per-thread counters may lag), the same in every entry."""
+    import json
+
+    from apportion.sim.engine import peak_memory_mb
+
+    sc = small_scenario(seed=1)
+    kept = run_policies(sc, progress=False, out=tmp_path / "kept")
+    dropped = run_policies(sc, progress=False, out=tmp_path / "dropped", keep_tables=False)
+    after = peak_memory_mb()
+    assert all(r.workloads and r.budget_hours and r.cluster_hours for r in kept)
+    assert all(not (r.workloads or r.budget_hours or r.cluster_hours) for r in dropped)
+    for r in kept:
+        for stem in ("workloads", "budget_hours", "cluster_hours"):
+            name = f"{stem}-{r.policy}.csv"
+            assert (tmp_path / "kept" / name).read_bytes() == (
+                tmp_path / "dropped" / name).read_bytes()
+    peaks = {s["peak_memory_mb"] for s in json.loads(
+        (tmp_path / "dropped" / "summary.json").read_text())}
+    assert len(peaks) == 1
+    assert after - 1.0 <= peaks.pop() <= after

@@ -101,3 +101,21 @@ def test_priority_inflation_share() -> None:
     res = run([job("h1", "a", 1, 0, 10, prio=HIGH), job("h2", "b", 1, 0, 10,
                prio=LegacyPriority.URGENT), job("n", "a", 1, 0, 10)])
     assert res.summary["priority_inflation"]["high_or_urgent_share"] == pytest.approx(2 / 3)
+
+
+def test_remembered_failed_victim_searches_decide_the_same() -> None:
+    """The legacy pass skips a victim search that found nothing before on the same running
+    work and hosts; on 4 days of the seed scenario (256 GPUs) it skips some, and the decision
+    log is the one of a policy that runs every search."""
+    from apportion.sim.scenarios import seed_scenario
+
+    sc = seed_scenario(days=4, size=256)
+    logs, skipped = [], []
+    for remember in (True, False):
+        policy = LegacyPolicy({j.spec.id: j for j in sc.jobs}, sc.tree,
+                              sum(h.gpus for h in sc.hosts), remember=remember)
+        result = Engine(sc, policy, PolicyConfig(), name="legacy", keep_log=True).run()
+        logs.append(result.log)
+        skipped.append(policy.searches_skipped)
+    assert skipped[0] > 0 and skipped[1] == 0
+    assert logs[0] and logs[0] == logs[1]

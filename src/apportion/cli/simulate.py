@@ -316,7 +316,7 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     out: Path = kw["out"]
     results = run_policies(
         scenario, list(dict.fromkeys(policies or POLICY_CHOICES)), config, seed=kw["seed"],
-        progress=not kw["quiet"], sim=sim, out=out,
+        progress=not kw["quiet"], sim=sim, out=out, keep_tables=False,
     )
     click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
                f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from apportion import core_build
 from apportion.core import (
     SIZE_CLASSES,
+    WORKLOAD_TRANSITIONS,
     ClusterState,
     CoreError,
     Decisions,
@@ -33,6 +34,7 @@ from apportion.core import (
     PreemptReason,
     Status,
     WorkloadSpec,
+    check_transition,
     decision_log,
     is_debug,
     release,
@@ -51,8 +53,11 @@ FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_E
     range(9)
 )
 TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
-# the engine's job states as the store's statuses (held and pending work: pending)
-_STATUS = {s.value: s for s in Status} | {"abandoned": Status.CANCELLED}
+# What the outputs call three situations core's lifecycle names otherwise: work held out of
+# the queue (core: pending), a submission refused by validate_spec (it never entered the
+# lifecycle) and work withdrawn when its owner's patience ran out (core: cancelled).
+HELD, REJECTED, ABANDONED = "held", "rejected", "abandoned"
+_ACTIVE = (Status.PENDING, Status.RUNNING)
 _EPS = 1e-6
 
 
@@ -95,9 +100,9 @@ class _Job:
     """What the engine knows about one workload (its in-memory executor record)."""
 
     __slots__ = (
-        "budget", "debug", "end", "first_start", "first_wait", "held", "job", "lost_s", "overhead",
-        "preemptions", "queued_at", "remaining", "run_no", "run_s", "run_start", "runs", "spec",
-        "status", "team", "wait_s",
+        "budget", "debug", "end", "first_start", "first_wait", "held", "job", "label", "lost_s",
+        "overhead", "preemptions", "queued_at", "remaining", "run_no", "run_s", "run_start",
+        "runs", "spec", "status", "team", "wait_s",
     )
 
     def __init__(self, job: SimJob, team: str, debug: bool) -> None:
@@ -108,7 +113,9 @@ class _Job:
         self.debug = debug
         self.remaining = job.duration  # work (s) left to do
         self.overhead = 0.0  # set-up seconds at the start of the current/next run
-        self.status = "pending"
+        # core's lifecycle status; None until submitted, and for a refused submission
+        self.status: Status | None = None
+        self.label: str | None = None  # HELD, REJECTED or ABANDONED: the outputs' name
         self.queued_at = job.spec.submit_time
         self.first_start: float | None = None
         self.first_wait: float | None = None
@@ -121,6 +128,21 @@ class _Job:
         self.wait_s = 0.0
         self.run_s = 0.0  # GPU-seconds held
         self.lost_s = 0.0  # GPU-seconds of progress lost
+
+    def move(self, to: Status) -> None:
+        """Change status along core's transition table (an illegal move raises)."""
+        old = self.status
+        if old is None:
+            raise CoreError(f"workload {self.spec.id}: state: not submitted, cannot go to "
+                            f"{to.value}")
+        check_transition(WORKLOAD_TRANSITIONS, "workload", self.spec.id, old, to)
+        self.status = to
+
+    def shown(self) -> str:
+        """The status as the outputs name it (workloads-P.csv)."""
+        if self.label is not None:
+            return self.label
+        return self.status.value if self.status is not None else Status.PENDING.value
 
 
 @dataclass(slots=True)
@@ -314,7 +336,7 @@ class Engine:
             j.first_start = now
             j.first_wait = wait
         self.waits.append((wait, j.debug, j.team, j.budget, size_class(spec.gpus)))
-        j.status = "running"
+        j.move(Status.RUNNING)
         j.run_start = now
         j.held = sum(s.gpus for s in placement)
         j.runs += 1
@@ -336,7 +358,8 @@ class Engine:
         spec = j.spec
         self.state.finish(wid, now)
         j.run_s += (now - j.run_start) * j.held
-        j.status = "timeout"
+        j.move(Status.STOPPING)  # a stop, instant here
+        j.move(on_stopped(False, timed_out=True))
         j.end = now
         j.run_no += 1  # its completion event is stale now
         self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
@@ -361,6 +384,8 @@ class Engine:
         gpus = j.held
         j.run_s += elapsed * gpus
         requeue = outcome is Status.PENDING
+        if reason is not PreemptReason.HOST_FAILURE:
+            j.move(Status.STOPPING)  # a stop, instant here; a host's death ends it directly
         cost = preemption_cost(elapsed, j.overhead, j.remaining,
                                spec.checkpoint_interval or self._checkpoint_default,
                                resumes=requeue and spec.resumable,
@@ -377,11 +402,11 @@ class Engine:
             j.overhead = self.sim.restart_overhead
             self.restart_s += j.overhead * gpus
             self.state.requeue(wid, now)
-            j.status = "pending"
+            j.move(Status.PENDING)
             j.queued_at = now
         else:
             self.state.finish(wid, now)
-            j.status = outcome.value
+            j.move(outcome)
             j.end = now
         if self._observe is not None:
             self._observe("ended", wid, self.state)
@@ -424,12 +449,12 @@ class Engine:
             self.validate(j.spec, self.state, self.config)
         except CoreError:
             self.rejected += 1
-            j.status = "rejected"
+            j.label = REJECTED
             return False
         hold = j.job.hold
         if hold is not None and (hold.after or hold.throttle):
             self._holds[wid] = hold
-            j.status = "held"
+            j.status, j.label = Status.PENDING, HELD  # pending to the store, out of the queue
             return True  # released (or ended) by the passes at this moment
         self._enqueue(wid, now)
         return True
@@ -440,7 +465,7 @@ class Engine:
         hold = j.job.hold
         if hold is not None and hold.array is not None:
             self._array_of[wid] = hold.array
-        j.status = "pending"
+        j.status, j.label = Status.PENDING, None
         self.state.submit(spec, now)
         self.rec.queued(spec.budget, spec.gpus, spec.allocated, now)
         if self._observe is not None:
@@ -456,7 +481,7 @@ class Engine:
             return
         active: dict[str, int] = {}
         for wid, array in list(self._array_of.items()):
-            if self.jobs[wid].status in ("pending", "running"):
+            if self.jobs[wid].status in _ACTIVE:
                 active[array] = active.get(array, 0) + 1
             else:
                 del self._array_of[wid]
@@ -464,7 +489,8 @@ class Engine:
         for wid, _ in ended:
             del self._holds[wid]
             j = self.jobs[wid]
-            j.status = "cancelled"
+            j.move(Status.CANCELLED)
+            j.label = None
             j.end = now
         for wid in ready:
             del self._holds[wid]
@@ -473,9 +499,9 @@ class Engine:
     def _status_of(self, wid: str) -> Status | None:
         """A workload's status as the service's store would give it."""
         j = self.jobs.get(wid)
-        if j is None or j.spec.submit_time > self.state.time or j.status == "rejected":
+        if j is None or j.spec.submit_time > self.state.time or j.label == REJECTED:
             return None
-        return _STATUS.get(j.status, Status.PENDING)
+        return j.status if j.status is not None else Status.PENDING
 
     def _on_abandon(self, wid: str, gen: int, now: float) -> bool:
         """Its owner's patience ran out: a workload that never started is withdrawn (one
@@ -483,12 +509,13 @@ class Engine:
         Withdrawing work that holds nothing frees nothing, so this is no moment to decide at,
         unless GPUs were being freed for it (a reservation: they go to someone else now)."""
         j = self.jobs[wid]
-        if j.status != "pending" or j.first_start is not None:
+        if j.status is not Status.PENDING or j.label is not None or j.first_start is not None:
             return False
         spec = j.spec
         freed = wid in self.state.reservations
         self.state.unqueue(wid)
-        j.status = "abandoned"
+        j.move(Status.CANCELLED)  # by its owner
+        j.label = ABANDONED
         j.end = now
         self.abandoned.append(j)
         self.rec.withdrawn(spec.budget, spec.gpus, spec.allocated, now)
@@ -498,13 +525,13 @@ class Engine:
 
     def _on_complete(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
-        if gen != j.run_no or j.status != "running":
+        if gen != j.run_no or j.status is not Status.RUNNING:
             return False
         spec = j.spec
         self.state.finish(wid, now)
         j.run_s += (now - j.run_start) * j.held
         j.remaining = 0.0
-        j.status = "completed"
+        j.move(Status.COMPLETED)
         j.end = now
         j.run_no += 1
         self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
@@ -515,11 +542,11 @@ class Engine:
 
     def _on_min_runtime_end(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
-        return gen == j.run_no and j.status == "running"
+        return gen == j.run_no and j.status is Status.RUNNING
 
     def _on_time_limit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
-        return gen == j.run_no and j.status == "running"
+        return gen == j.run_no and j.status is Status.RUNNING
 
     def _on_hour(self, arg: Any, gen: int, now: float) -> bool:
         self.rec.close_hour(now)
@@ -604,11 +631,12 @@ class Engine:
             and d.end - d.start <= float(self.config.max_min_runtime) + _EPS
         ]
         high = [j for j in submitted if j.job.legacy_priority >= LegacyPriority.HIGH]
+        running = Status.RUNNING
         run_total = sum((j.run_s for j in submitted), 0.0) + sum(
-            ((self.end - j.run_start) * j.held for j in submitted if j.status == "running"), 0.0
+            ((self.end - j.run_start) * j.held for j in submitted if j.status is running), 0.0
         )
         run_high = sum((j.run_s for j in high), 0.0) + sum(
-            ((self.end - j.run_start) * j.held for j in high if j.status == "running"), 0.0
+            ((self.end - j.run_start) * j.held for j in high if j.status is running), 0.0
         )
         preempts = dict(self.preempt_counts)
         preempts["total"] = sum(self.preempt_counts.values())
@@ -628,10 +656,11 @@ class Engine:
             "workloads": len(submitted),
             "rejected": self.rejected,
             "clamped_min_runtime": self.clamped,
-            "completed": sum(1 for j in submitted if j.status == "completed"),
+            "completed": sum(1 for j in submitted if j.status is Status.COMPLETED),
             "unfinished": {
-                "pending": sum(1 for j in submitted if j.status == "pending"),
-                "running": sum(1 for j in submitted if j.status == "running"),
+                "pending": sum(1 for j in submitted
+                               if j.status is Status.PENDING and j.label is None),
+                "running": sum(1 for j in submitted if j.status is Status.RUNNING),
             },
             "abandoned": {
                 "count": len(self.abandoned),
@@ -692,6 +721,8 @@ class Engine:
             "cpu_s": cpu,
             "core_build": core_build(),
             "events_per_s": self.events / wall if wall > 0 else None,
+            # the process's peak so far; run_policies with out= makes it the whole call's,
+            # outputs included (docs/simulator.md)
             "peak_memory_mb": peak_memory_mb(),
             "config": _plain(dataclasses.asdict(self.config)),
             "sim_config": dataclasses.asdict(self.sim),
@@ -702,7 +733,7 @@ class Engine:
         for wid, j in self.jobs.items():
             spec, job = j.spec, j.job
             run_s = j.run_s
-            if j.status == "running":
+            if j.status is Status.RUNNING:
                 run_s += (self.end - j.run_start) * j.held
             if spec.submit_time >= self.end:
                 continue
@@ -714,7 +745,7 @@ class Engine:
                 "legacy_priority": job.legacy_priority.name.lower(),
                 "legacy_preemptible": int(job.legacy_preemptible), "squat": int(job.squat),
                 "submit_time": spec.submit_time, "duration": job.duration,
-                "first_start": j.first_start, "end_time": j.end, "status": j.status,
+                "first_start": j.first_start, "end_time": j.end, "status": j.shown(),
                 "runs": j.runs, "preemptions": j.preemptions, "wait_s": j.wait_s,
                 "first_wait_s": j.first_wait, "run_gpu_hours": run_s / HOUR,
                 "lost_gpu_hours": j.lost_s / HOUR,

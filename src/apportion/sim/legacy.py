@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterator, Mapping
+from itertools import islice
 
 from apportion.core import (
     BudgetTree,
@@ -70,15 +71,19 @@ class _Info:
 
 
 class _Pass:
-    """Working data of one legacy pass (free GPUs handed out, what failed, what started)."""
+    """Working data of one legacy pass (free GPUs handed out, what failed, what started).
+
+    It starts on the policy's own counts (free GPUs per host, how many hosts have each number
+    free) and copies them at its first start: most passes start nothing."""
 
     def __init__(self, policy: LegacyPolicy, state: ClusterState) -> None:
         self.policy = policy
-        self.free = dict(policy._free)
-        self.view = _free_view(policy._blank, self.free, policy._size, policy._names,
-                               max(policy._size.values(), default=0))
-        self.free_total = sum(self.free.values())
-        self.max_free = max(self.free.values(), default=0)
+        self.free = policy._free
+        self.hosts_with = policy._hosts_with  # hosts having n free GPUs, by n
+        self.view = policy._view
+        self.view.free = self.free
+        self.free_total = policy._free_total
+        self.max_free = _top(self.hosts_with)
         pre = policy._pre_gpus
         self.below_of = [sum(pre[:prio]) for prio in range(len(pre))]
         self.starts: list[Start] = []
@@ -99,10 +104,16 @@ class _Pass:
         placement = find_fit(self.view, info.gpus)
         if placement is None:
             return False
+        if not self.starts:  # the first start: from here on the pass's own counts
+            self.free = self.view.free = dict(self.free)
+            self.hosts_with = list(self.hosts_with)
         self.starts.append(Start(wid, placement))
+        free, hosts_with = self.free, self.hosts_with
         for sl in placement:  # our own bookkeeping: find_fit only reads the view
-            self.free[sl.host] -= sl.gpus
-        self.max_free = max(self.free.values(), default=0)
+            hosts_with[free[sl.host]] -= 1
+            free[sl.host] -= sl.gpus
+            hosts_with[free[sl.host]] += 1
+        self.max_free = _top(hosts_with, self.max_free)
         self.free_total -= sum(s.gpus for s in placement)
         if not info.preemptible:
             self.room[info.team] -= info.gpus
@@ -122,9 +133,12 @@ class LegacyPolicy:
     """``policy(state, now, config) -> Decisions`` for the old scheduler.
 
     ``jobs`` maps workload ids to their :class:`SimJob` (the legacy priority and opt-out
-    live there, not in the spec). The engine calls :meth:`observe` on every queue and host
-    change, so the priority index, the free GPUs per host and the counts the cap and the
-    preemption rule need are kept incrementally instead of being rebuilt on every pass.
+    live there, not in the spec). ``remember``: skip a victim search that found nothing
+    before on the same running work and hosts (``False``: every search runs; the decisions
+    are the same, tests/sim/test_legacy.py checks it). The engine calls :meth:`observe` on
+    every queue and host change, so the priority index, the free GPUs per host and the
+    counts the cap and the preemption rule need are kept incrementally instead of being
+    rebuilt on every pass.
     """
 
     def __init__(
@@ -135,8 +149,10 @@ class LegacyPolicy:
         team_depth: int = 2,
         cap_factor: float = 1.0,
         scan_depth: int = 100,
+        remember: bool = True,
     ) -> None:
         self.jobs = jobs
+        self.remember = remember  # False: no victim search is skipped (tests compare both)
         self.team_depth = team_depth
         self.scan_depth = scan_depth
         teams = {team_of(leaf, team_depth) for leaf in tree.leaves}
@@ -152,8 +168,18 @@ class LegacyPolicy:
         self._used: dict[str, int] = {}  # host -> GPUs held
         self._size: dict[str, int] = {}  # every host's GPUs
         self._free: dict[str, int] = {}  # healthy host -> free GPUs
+        self._free_total = 0  # their sum
+        self._hosts_with: list[int] = [0]  # how many healthy hosts have n free GPUs, by n
         self._names: list[str] = []  # healthy hosts, sorted
-        self._blank = ClusterState(tree)  # no hosts: the base of each pass's host view
+        # the host view each pass hands find_fit (built on a state with no hosts)
+        self._view = _free_view(ClusterState(tree), self._free, self._size, self._names, 0)
+        # Victim searches that found nothing, as (GPUs, priority): until running work or a
+        # host changes (``_changes`` counts those), the same search on the same free GPUs
+        # finds nothing again. Valid for passes that have started nothing yet.
+        self._changes = 0
+        self._no_victims: set[tuple[int, int]] = set()
+        self._no_victims_at = -1
+        self.searches_skipped = 0  # searches answered from what was remembered
         self._draining: set[str] = set()
         self._pre_host: dict[str, list[int]] = {}  # host -> preemptible GPUs by priority
 
@@ -189,11 +215,16 @@ class LegacyPolicy:
             slices = self._held.pop(name)
             sign = -1
         held = 0
+        self._changes += 1
+        free, hosts_with = self._free, self._hosts_with
         for host, gpus in slices:
             held += gpus
             self._used[host] += sign * gpus
-            if host in self._free:
-                self._free[host] -= sign * gpus
+            if host in free:
+                hosts_with[free[host]] -= 1
+                free[host] -= sign * gpus
+                hosts_with[free[host]] += 1
+                self._free_total -= sign * gpus
             if info.preemptible:
                 self._pre_host[host][info.prio] += sign * gpus
         if info.preemptible:
@@ -213,6 +244,7 @@ class LegacyPolicy:
 
     def _host(self, name: str, state: ClusterState) -> None:
         host = state.hosts[name]
+        self._changes += 1
         self._size[name] = host.gpus
         self._used.setdefault(name, 0)
         self._pre_host.setdefault(name, [0] * len(self._pre_gpus))
@@ -224,7 +256,13 @@ class LegacyPolicy:
             self._draining.add(name)
         else:
             self._draining.discard(name)
-        self._names = sorted(self._free)
+        # rare (host changes): the derived counts are rebuilt from the free GPUs
+        self._names[:] = sorted(self._free)
+        self._free_total = sum(self._free.values())
+        self._hosts_with = [0] * (max(self._size.values()) + 1)
+        for n in self._free.values():
+            self._hosts_with[n] += 1
+        self._view.max_size = max(self._size.values())
 
     # ---- one pass --------------------------------------------------------------------
     def __call__(self, state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
@@ -274,7 +312,7 @@ class LegacyPolicy:
                 p.fit_fail = info.gpus
             if info.gpus < p.search_fail and info.gpus <= p.free_total + below:
                 p.searches += 1
-                victims = self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
+                victims = self._search(p, state, info)
                 if victims:
                     return p.decisions(tuple(
                         Preempt(v, PreemptReason.REBALANCE if state.running[v].spec.allocated
@@ -322,16 +360,34 @@ class LegacyPolicy:
             if not restart:
                 return
 
+    def _search(self, p: _Pass, state: ClusterState, info: _Info) -> list[str] | None:
+        """:meth:`_victims` for ``info`` on the pass's free GPUs, remembering what found
+        nothing while the policy's counts are the pass's (it started nothing yet)."""
+        if p.starts or not self.remember:
+            return self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
+        if self._no_victims_at != self._changes:
+            self._no_victims.clear()
+            self._no_victims_at = self._changes
+        key = (info.gpus, info.prio)
+        if key in self._no_victims:
+            self.searches_skipped += 1
+            return None
+        victims = self._victims(state, p.free, p.view.max_size, info.gpus, info.prio)
+        if not victims:
+            self._no_victims.add(key)
+        return victims
+
     def _victims(self, state: ClusterState, free: dict[str, int], host_size: int, gpus: int,
                  prio: int) -> list[str] | None:
         """Preemptible running work of lower priority whose GPUs let ``gpus`` fit, or None.
         Hosts are sized up from the per-host counts; only the chosen ones are looked into."""
-        reclaim = {n: free[n] + sum(self._pre_host[n][:prio]) for n in self._names}
+        pre = self._pre_host  # preemptible GPUs by priority per host: below prio reclaimable
         if gpus <= host_size:
             best: tuple[int, str] | None = None
             for name in self._names:
-                if reclaim[name] >= gpus and free[name] < gpus:
-                    need = gpus - free[name]
+                have = free[name]
+                if have < gpus and have + sum(pre[name][:prio]) >= gpus:
+                    need = gpus - have
                     if best is None or need < best[0]:
                         best = (need, name)
             if best is None:
@@ -345,8 +401,10 @@ class LegacyPolicy:
                 got += sum(g for h, g in self._held[w] if h == name)
             return chosen
         # whole hosts: the ones that can be emptied, least work to preempt first
+        size = self._size
         full = sorted(
-            (self._size[n] - free[n], n) for n in self._names if reclaim[n] == self._size[n]
+            (size[n] - free[n], n) for n in self._names
+            if free[n] + sum(pre[n][:prio]) == size[n]
         )
         chosen_hosts, total = [], 0
         for _, name in full:
@@ -375,8 +433,17 @@ class LegacyPolicy:
         return cands
 
 
+def _top(hosts_with: list[int], start: int | None = None) -> int:
+    """The most free GPUs a host has (``start``: an upper bound already known)."""
+    n = len(hosts_with) - 1 if start is None else start
+    while n > 0 and hosts_with[n] == 0:
+        n -= 1
+    return n
+
+
 def _tail(queue: list[tuple[_Key, str]], after: tuple[_Key, str] | None
           ) -> Iterator[tuple[_Key, str]]:
-    """The entries of a sorted queue after ``after``, without copying the list."""
+    """The entries of a sorted queue after ``after``, without copying the list (``islice``:
+    compiled, a generator expression here would be built as a list of re-made tuples)."""
     start = bisect_right(queue, after) if after is not None else 0
-    return (queue[i] for i in range(start, len(queue)))
+    return islice(queue, start, None)

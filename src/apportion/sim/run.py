@@ -17,7 +17,7 @@ import click
 
 from apportion.core import SIZE_CLASSES, PolicyConfig, PreemptReason, decide, format_duration
 
-from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig
+from .engine import WORKLOAD_COLUMNS, Engine, Policy, RunResult, SimConfig, peak_memory_mb
 from .legacy import LegacyPolicy
 from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
 from .model import Scenario
@@ -47,19 +47,34 @@ def run_policies(
     sim: SimConfig | None = None,
     out: Path | None = None,
     keep_log: bool = False,
+    keep_tables: bool = True,
 ) -> list[RunResult]:
-    """Run each policy on the identical scenario; write the outputs to ``out`` if given."""
+    """Run each policy on the identical scenario; write the outputs to ``out`` if given.
+
+    With ``out``, each run's tables are written as soon as it ends; ``keep_tables=False``
+    then drops them from its :class:`RunResult` (empty lists), so the next run and the
+    report reuse their memory. Every summary's ``peak_memory_mb`` is then the process's peak
+    over the whole call, outputs included (see docs/simulator.md)."""
     config = config or PolicyConfig()
     sim = sim or SimConfig()
     results = []
+    if out is not None:
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
     for name in policies:
         engine = Engine(
             scenario, make_policy(name, scenario, sim), config, name=name, sim=sim, seed=seed,
             progress=progress, keep_log=keep_log,
         )
-        results.append(engine.run())
+        result = engine.run()
+        del engine  # its state and indexes: only the result is kept
+        if out is not None:
+            write_tables(out, result)
+            if not keep_tables:
+                result.workloads, result.budget_hours, result.cluster_hours = [], [], []
+        results.append(result)
     if out is not None:
-        write_outputs(Path(out), results, scenario)
+        write_outputs(out, results, scenario, tables=False)
     return results
 
 
@@ -87,21 +102,31 @@ def shows_published_reference(scenario: Scenario) -> bool:
     return scenario.name == "seed" and "source" not in scenario.meta
 
 
+def write_tables(out: Path, r: RunResult) -> None:
+    """The per-policy tables of one run: workloads-P.csv, budget_hours-P.csv and
+    cluster_hours-P.csv."""
+    write_csv(out / f"workloads-{r.policy}.csv", WORKLOAD_COLUMNS,
+              ([row[c] for c in WORKLOAD_COLUMNS] for row in r.workloads))
+    write_csv(out / f"budget_hours-{r.policy}.csv", BUDGET_HOUR_COLUMNS, r.budget_hours)
+    write_csv(out / f"cluster_hours-{r.policy}.csv", CLUSTER_HOUR_COLUMNS, r.cluster_hours)
+
+
 def write_outputs(out: Path, results: Sequence[RunResult],
-                  scenario: Scenario | None = None) -> None:
-    """summary.json and the per-policy tables, then report.html. A report writer that cannot
-    be imported is an error (``click.ClickException``), never a silent skip."""
+                  scenario: Scenario | None = None, tables: bool = True) -> None:
+    """The per-policy tables (unless ``tables`` is False: already written), report.html,
+    then summary.json, whose ``peak_memory_mb`` becomes the process's peak so far: every
+    run and every output, summary.json's own few kilobytes aside. A report writer that
+    cannot be imported is an error (``click.ClickException``), never a silent skip; the
+    tables and summary.json are written first."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [r.summary for r in results]
-    (out / "summary.json").write_text(json.dumps(summaries, indent=2) + "\n")
-    for r in results:
-        write_csv(out / f"workloads-{r.policy}.csv", WORKLOAD_COLUMNS,
-                  ([row[c] for c in WORKLOAD_COLUMNS] for row in r.workloads))
-        write_csv(out / f"budget_hours-{r.policy}.csv", BUDGET_HOUR_COLUMNS, r.budget_hours)
-        write_csv(out / f"cluster_hours-{r.policy}.csv", CLUSTER_HOUR_COLUMNS, r.cluster_hours)
+    if tables:
+        for r in results:
+            write_tables(out, r)
     try:  # imported here: matplotlib is slow to load and only the report needs it
         report = importlib.import_module("apportion.sim.report")
     except ImportError as e:
+        write_summary(out, summaries)
         raise click.ClickException(
             f"{out / 'report.html'}: cannot write the report: {e} (the tables and "
             "summary.json are written; reinstall apportion with its dependencies)"
@@ -109,6 +134,16 @@ def write_outputs(out: Path, results: Sequence[RunResult],
     report.write_report(
         out, summaries, scenario_meta=scenario.meta if scenario is not None else None,
         reference=scenario is not None and shows_published_reference(scenario))
+    write_summary(out, summaries)
+
+
+def write_summary(out: Path, summaries: Sequence[dict[str, Any]]) -> None:
+    """summary.json, each ``peak_memory_mb`` set to the process's peak so far (the figure
+    of the whole command: the same in every entry)."""
+    peak = peak_memory_mb()
+    for s in summaries:
+        s["peak_memory_mb"] = peak
+    (out / "summary.json").write_text(json.dumps(list(summaries), indent=2) + "\n")
 
 
 # ---- terminal table --------------------------------------------------------------------
