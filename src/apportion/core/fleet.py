@@ -25,6 +25,7 @@ without it. With one pool, :func:`decide_fleet` is :func:`~apportion.core.decide
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from .config import PolicyConfig
@@ -364,6 +365,18 @@ class FleetState:
     @property
     def pending(self) -> dict[str, Pending]:
         return {w: self._pools[ps[0]].pending[w] for w, ps in self._waits_in.items()}
+
+    @property
+    def used(self) -> dict[str, int]:
+        return {n: g for s in self._pools.values() for n, g in s.used.items()}
+
+    @property
+    def on_host(self) -> dict[str, AbstractSet[str]]:
+        return {n: w for s in self._pools.values() for n, w in s.on_host.items()}
+
+    @property
+    def deadlines(self) -> dict[str, float]:
+        return {w: t for s in self._pools.values() for w, t in s.deadlines.items()}
 
     def fingerprint(self) -> dict[str, object]:
         """Everything the fleet holds but the pools' derived caches (see
