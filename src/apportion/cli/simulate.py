@@ -321,6 +321,11 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
                f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")
     click.echo(format_table([r.summary for r in results]))
+    if "pools" in results[0].summary:
+        from apportion.sim.fleet import pools_table
+
+        click.echo()
+        click.echo(pools_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
 
 

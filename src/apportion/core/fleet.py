@@ -366,6 +366,13 @@ class FleetState:
     def pending(self) -> dict[str, Pending]:
         return {w: self._pools[ps[0]].pending[w] for w, ps in self._waits_in.items()}
 
+    def healthy_gpus(self) -> int:
+        return sum(s.healthy_gpus() for s in self._pools.values())
+
+    @property
+    def reservations(self) -> dict[str, tuple[str, ...]]:
+        return {w: h for s in self._pools.values() for w, h in s.reservations.items()}
+
     @property
     def used(self) -> dict[str, int]:
         return {n: g for s in self._pools.values() for n, g in s.used.items()}

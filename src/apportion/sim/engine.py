@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from apportion import core_build
 from apportion.core import (
@@ -159,10 +159,16 @@ class Engine:
     def __post_init__(self) -> None:
         sc = self.scenario
         self.end = sc.days * 86400.0
-        self.state = ClusterState(
-            sc.tree, sc.hosts, start=0.0,
-            ledger_keep=max(30 * 86400.0, 2 * float(self.config.lookback)),
-        )
+        keep = max(30 * 86400.0, 2 * float(self.config.lookback))
+        if sc.pools is not None:  # several clusters and kinds: see sim/fleet.py
+            from .fleet import fleet_state, fleet_validate
+
+            # a FleetState has every method and view of ClusterState the engine uses
+            self.state = cast(ClusterState, fleet_state(sc, keep))
+            if self.validate is validate_spec:
+                self.validate = fleet_validate
+        else:
+            self.state = ClusterState(sc.tree, sc.hosts, start=0.0, ledger_keep=keep)
         self.total_gpus = sum(h.gpus for h in sc.hosts)
         lookback = float(self.config.lookback)
         ledger = self.state.ledger
@@ -259,8 +265,12 @@ class Engine:
         if bar is not None:
             bar.close()
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        summary = self._summary(wall, cpu)
+        pools = getattr(self.policy, "pool_summary", None)
+        if pools is not None:  # a fleet: figures per pool and for the whole fleet
+            summary["pools"] = pools(self.end)
         return RunResult(
-            self.name, self._summary(wall, cpu), self._workload_rows(),
+            self.name, summary, self._workload_rows(),
             self.rec.budget_rows, self.rec.cluster_rows, self.log,
         )
 
