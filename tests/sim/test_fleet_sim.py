@@ -163,3 +163,43 @@ def test_the_fleet_scenario_has_three_pools_and_work_asking_for_kinds() -> None:
     by_kind = {k: g for (_, k), g in gpus.items()}
     for j in sc.jobs:
         assert all(by_kind[k] >= j.spec.gpus for k in j.spec.gpu_kinds), j.spec
+
+
+SACCT_POOLS = """JobID|User|Account|Partition|Submit|Start|End|Elapsed|AllocTRES|State
+1|alice|llm|east|2024-03-01T09:00:00|2024-03-01T09:00:05|2024-03-01T10:00:05|01:00:00|cpu=8,gres/gpu:h100=8,node=1|COMPLETED
+2|bob|vision|west|2024-03-01T09:10:00|2024-03-01T09:10:05|2024-03-01T10:10:05|01:00:00|cpu=8,gres/gpu:b200=4,node=1|COMPLETED
+3|bob|vision|west|2024-03-01T09:20:00|2024-03-01T09:20:05|2024-03-01T10:20:05|01:00:00|cpu=8,gres/gpu=2,node=1|COMPLETED
+"""
+
+
+def test_sacct_typed_tres_and_partition_become_kind_and_cluster(tmp_path: Path) -> None:
+    """A typed AllocTRES (gres/gpu:h100=8) gives the workload's GPU kind (upper-cased), the
+    Partition its cluster; an untyped one (gres/gpu=2) asks for any kind."""
+    from apportion.sim.traces import load_trace
+
+    path = tmp_path / "sacct.txt"
+    path.write_text(SACCT_POOLS)
+    specs = {j.spec.id: j.spec for j in load_trace(path, format="sacct").jobs}
+    assert {k: (s.gpus, s.gpu_kinds, s.cluster) for k, s in specs.items()} == {
+        "1": (8, ("H100",), "east"), "2": (4, ("B200",), "west"), "3": (2, (), "west")}
+
+
+def test_a_sacct_trace_with_kinds_replays_each_job_in_its_pool(tmp_path: Path) -> None:
+    """Replayed on a --cluster file with those clusters and kinds, each job of the trace
+    above starts in the pool its partition and TRES type name; without the file (one pool)
+    the same trace runs too, kinds ignored."""
+    trace = tmp_path / "sacct.txt"
+    trace.write_text(SACCT_POOLS)
+    path = _cluster_file(tmp_path, HOSTS)
+    for cluster in ([str(path)], ["2x8"]):
+        out = tmp_path / f"out{len(cluster[0])}"
+        result = CliRunner().invoke(main, ["simulate", "--trace", str(trace), "--format",
+                                           "sacct", "--budget-column", "Account", "--cluster",
+                                           *cluster, "--quiet", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())[0]
+        assert summary["rejected"] == 0 and summary["workloads"] == 3
+        if cluster[0] == str(path):
+            pools = summary["pools"]
+            assert pools["east/H100"]["allocated_gpu_hours"] == pytest.approx(8.0, rel=0.01)
+            assert pools["west/B200"]["allocated_gpu_hours"] == pytest.approx(6.0, rel=0.01)
