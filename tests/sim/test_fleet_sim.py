@@ -203,3 +203,21 @@ def test_a_sacct_trace_with_kinds_replays_each_job_in_its_pool(tmp_path: Path) -
             pools = summary["pools"]
             assert pools["east/H100"]["allocated_gpu_hours"] == pytest.approx(8.0, rel=0.01)
             assert pools["west/B200"]["allocated_gpu_hours"] == pytest.approx(6.0, rel=0.01)
+
+
+def test_bench_with_three_pools_times_the_fleet_pass_over_the_same_hosts() -> None:
+    """``bench --pools 3`` builds the benchmark's 128 hosts as three pools (64 H100, 48
+    B200, 16 B300), its pending work asking for kinds, and times decide_fleet on it."""
+    from apportion.bench.decide import build_state
+    from apportion.core.fleet import FleetState
+
+    state = build_state(pending=300, pools=3)
+    assert isinstance(state, FleetState)
+    assert {p: len(s.hosts) for p, s in state.pools.items()} == {
+        "east/H100": 64, "north/B300": 16, "west/B200": 48}
+    assert {len(p.spec.gpu_kinds) for p in state.pending.values()} == {0, 1, 2}
+    result = CliRunner().invoke(main, ["bench", "--pools", "3", "--pending", "300",
+                                       "--passes", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["pools"] == 3 and figures["hosts"] == 128 and figures["passes"] == 2
