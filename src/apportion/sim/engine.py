@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from apportion import core_build
 from apportion.core import (
@@ -38,11 +38,13 @@ from apportion.core import (
     validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped, preemption_cost
+from apportion.core.fleet import FleetState
 
 from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
 
-Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
+# a policy reads a ClusterState, or a FleetState for a scenario with pools (sim/fleet.py)
+Policy = Callable[[Any, float, PolicyConfig], Decisions]
 
 # event kinds; the value is also the priority among events due at the same instant
 FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
@@ -61,7 +63,7 @@ class Observer(Protocol):
     ``unqueued`` (left the queue without starting: abandoned) for workload ``name``, or
     ``host`` for host ``name``."""
 
-    def observe(self, kind: str, name: str, state: ClusterState) -> None: ...
+    def observe(self, kind: str, name: str, state: Any) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,17 +156,18 @@ class Engine:
     seed: int = 0
     progress: bool = False
     keep_log: bool = False
-    validate: Callable[[WorkloadSpec, ClusterState, PolicyConfig], None] = validate_spec
+    validate: Callable[[WorkloadSpec, Any, PolicyConfig], None] = validate_spec
 
     def __post_init__(self) -> None:
         sc = self.scenario
         self.end = sc.days * 86400.0
         keep = max(30 * 86400.0, 2 * float(self.config.lookback))
+        # a FleetState has every method and view of ClusterState the engine uses
+        self.state: ClusterState | FleetState
         if sc.pools is not None:  # several clusters and kinds: see sim/fleet.py
             from .fleet import fleet_state, fleet_validate
 
-            # a FleetState has every method and view of ClusterState the engine uses
-            self.state = cast(ClusterState, fleet_state(sc, keep))
+            self.state = fleet_state(sc, keep)
             if self.validate is validate_spec:
                 self.validate = fleet_validate
         else:
@@ -204,7 +207,7 @@ class Engine:
             self.sim.checkpoint_default if self.sim.checkpoint_default is not None
             else float(self.config.default_checkpoint_interval)
         )
-        self._observe: Callable[[str, str, ClusterState], None] | None = getattr(
+        self._observe: Callable[[str, str, Any], None] | None = getattr(
             self.policy, "observe", None
         )
         if self._observe is not None:
