@@ -523,6 +523,7 @@ class ClusterState:
         attribute: equal before and after a pass (``decide`` may write only the cache)."""
         return {
             "tree": _plain(self._tree.as_dict()),
+            "billing": self._billing,
             "hosts": _plain(self._hosts),
             "running": _plain(self._running),
             "pending": _plain(self._pending),
