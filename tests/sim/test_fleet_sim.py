@@ -221,3 +221,23 @@ def test_bench_with_three_pools_times_the_fleet_pass_over_the_same_hosts() -> No
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output)
     assert figures["pools"] == 3 and figures["hosts"] == 128 and figures["passes"] == 2
+
+
+def test_pool_attainment_counts_what_a_team_asked_of_each_pool() -> None:
+    """One team (share 1) runs one 8-GPU job asking for H100 for 2 h of a 3 h run: east/H100
+    owed it min(its 8 GPUs, the 8 it asked) in each of the two hours, 16 GPU-hours, and it
+    got them all (100%); west/B200 was asked nothing, so owes nothing."""
+    from apportion.core import BudgetTree, Host, WorkloadSpec
+    from apportion.sim.model import SimJob
+
+    tree = BudgetTree.build([("a/x", 1.0)])
+    hosts = (Host("e0", 8), Host("w0", 8))
+    jobs = (SimJob(WorkloadSpec("j1", "a/x", 8, 3600.0, 0.0, gpu_kinds=("H100",)), 7200.0),)
+    sc = Scenario("t", tree, hosts, jobs, days=3 * 3600 / 86400,
+                  pools=Pools({"e0": ("east", "H100"), "w0": ("west", "B200")}))
+    pools = run(sc, "fairshare").result.summary["pools"]  # type: ignore[attr-defined]
+    east, west = pools["east/H100"]["attainment"], pools["west/B200"]["attainment"]
+    assert east["owed_gpu_hours"] == pytest.approx(16.0)
+    assert east["overall"] == pytest.approx(1.0) and east["teams"] == {"a/x": pytest.approx(1.0)}
+    assert west["owed_gpu_hours"] == 0 and west["overall"] is None
+    assert pools["fleet"]["attainment"]["owed_gpu_hours"] == pytest.approx(16.0)

@@ -22,7 +22,7 @@ from apportion.core import Decisions, HostState, PolicyConfig, WorkloadSpec
 from apportion.core.fleet import FleetConfig, FleetState, decide_fleet
 
 from .legacy import LegacyPolicy
-from .metrics import percentiles
+from .metrics import percentiles, team_of
 from .model import Pools, Scenario, SimJob
 
 HOUR = 3600.0
@@ -47,12 +47,20 @@ def fleet_validate(spec: WorkloadSpec, state: Any, config: PolicyConfig) -> None
 
 class PoolMeter:
     """Per pool: healthy GPU-seconds, GPU-seconds assigned (allocated and unallocated), the
-    waits of work started there, and the units charged; and the same for the whole fleet."""
+    waits of work started there, the units charged, and each team's attainment there; and
+    the same for the whole fleet.
+
+    Attainment in a pool, per team (the first two levels of a budget path), hour by hour:
+    owed = min(team's share of the pool x the pool's healthy GPUs, GPUs its allocated work
+    asked of the pool: running there, or pending and accepting it), delivered = GPUs of its
+    allocated work running there, each averaged over the hour; attainment = sum of
+    min(delivered, owed) / sum of owed. Work accepting several pools is asked of each."""
 
     def __init__(self) -> None:
         self.fleet: FleetState | None = None
         self._queued: dict[str, float] = {}
-        self._running: dict[str, tuple[str, int, bool, float]] = {}  # pool, gpus, alloc, t0
+        # running id -> pool, GPUs, allocated, started at, team
+        self._running: dict[str, tuple[str, int, bool, float, str]] = {}
         self._healthy: dict[str, int] = {}  # pool -> healthy GPUs now
         self._since: dict[str, float] = {}  # pool -> when _healthy last changed
         self.healthy_s: dict[str, float] = {}
@@ -60,10 +68,23 @@ class PoolMeter:
         self.unalloc_s: dict[str, float] = {}
         self.waits: dict[str, list[float]] = {}
         self._host_state: dict[str, HostState] = {}
+        # attainment: GPUs asked and running per (pool, team) now, their GPU-seconds and the
+        # pool's healthy GPU-seconds in the open hour, and the closed hours' sums
+        self._asks: dict[str, tuple[str, int, tuple[str, ...]]] = {}  # pending: team, gpus, pools
+        self._ask: dict[tuple[str, str], int] = {}
+        self._run: dict[tuple[str, str], int] = {}
+        self._hour = 0.0  # start of the open hour
+        self._at = 0.0  # time the open hour's integrals reach
+        self._ask_s: dict[tuple[str, str], float] = {}
+        self._run_s: dict[tuple[str, str], float] = {}
+        self._hour_healthy_s: dict[str, float] = {}
+        self.owed_h: dict[tuple[str, str], float] = {}
+        self.got_h: dict[tuple[str, str], float] = {}
 
     def observe(self, kind: str, name: str, fleet: FleetState) -> None:
         self.fleet = fleet
         now = fleet.time
+        self._advance(now)
         if kind == "host":
             pool = fleet.pool_of(name)
             host = fleet.pools[pool].hosts[name]
@@ -75,18 +96,79 @@ class PoolMeter:
                 self._healthy[pool] = self._healthy.get(pool, 0) + sign * host.gpus
         elif kind == "queued":
             self._queued[name] = now
+            pools = fleet.waits_in(name)
+            spec = fleet.pools[pools[0]].pending[name].spec
+            if spec.allocated:
+                team = team_of(spec.budget)
+                self._asks[name] = (team, spec.gpus, pools)
+                for p in pools:
+                    self._ask[p, team] = self._ask.get((p, team), 0) + spec.gpus
         elif kind == "unqueued":
             self._queued.pop(name, None)
+            self._unask(name)
         elif kind == "started":
             run = fleet.runs_in(name)
             assert run is not None
             r = fleet.pools[run].running[name]
             self.waits.setdefault(run, []).append(now - self._queued.pop(name, now))
-            self._running[name] = (run, r.gpus_held, r.spec.allocated, now)
+            self._running[name] = (run, r.gpus_held, r.spec.allocated, now,
+                                   team_of(r.spec.budget))
+            self._unask(name)
+            if r.spec.allocated:
+                key = (run, team_of(r.spec.budget))
+                self._run[key] = self._run.get(key, 0) + r.gpus_held
+                self._ask[key] = self._ask.get(key, 0) + r.gpus_held
         elif kind == "ended":
-            pool, gpus, allocated, t0 = self._running.pop(name)
+            pool, gpus, allocated, t0, team = self._running.pop(name)
             into = self.alloc_s if allocated else self.unalloc_s
             into[pool] = into.get(pool, 0.0) + gpus * (now - t0)
+            if allocated:
+                self._run[pool, team] -= gpus
+                self._ask[pool, team] -= gpus
+
+    def _unask(self, name: str) -> None:
+        asked = self._asks.pop(name, None)
+        if asked is not None:
+            team, gpus, pools = asked
+            for p in pools:
+                self._ask[p, team] -= gpus
+
+    def _advance(self, now: float) -> None:
+        """Integrate the open hour up to ``now``, closing every hour that ended before."""
+        while now >= self._hour + HOUR:
+            self._integrate(self._hour + HOUR)
+            self._close_hour()
+        self._integrate(now)
+
+    def _integrate(self, t: float) -> None:
+        dt = t - self._at
+        if dt <= 0:
+            return
+        for key, g in self._ask.items():
+            if g:
+                self._ask_s[key] = self._ask_s.get(key, 0.0) + g * dt
+        for key, g in self._run.items():
+            if g:
+                self._run_s[key] = self._run_s.get(key, 0.0) + g * dt
+        for pool, g in self._healthy.items():
+            self._hour_healthy_s[pool] = self._hour_healthy_s.get(pool, 0.0) + g * dt
+        self._at = t
+
+    def _close_hour(self) -> None:
+        fleet = self.fleet
+        span = self._at - self._hour
+        if fleet is not None and span > 0:
+            for key, asked in self._ask_s.items():
+                pool, team = key
+                tree = fleet.pools[pool].tree
+                share = tree.share(team) if team in tree else 0.0
+                owed = min(share * self._hour_healthy_s.get(pool, 0.0), asked) / span
+                if owed > 0:
+                    got = min(self._run_s.get(key, 0.0) / span, owed)
+                    self.owed_h[key] = self.owed_h.get(key, 0.0) + owed * span / HOUR
+                    self.got_h[key] = self.got_h.get(key, 0.0) + got * span / HOUR
+        self._ask_s, self._run_s, self._hour_healthy_s = {}, {}, {}
+        self._hour = self._at
 
     def _tick(self, pool: str, now: float) -> None:
         self.healthy_s[pool] = self.healthy_s.get(pool, 0.0) + self._healthy.get(pool, 0) * (
@@ -97,8 +179,10 @@ class PoolMeter:
         """``{pool: figures, ..., "fleet": figures}``; GPU-hours and units to ``end``."""
         fleet = self.fleet
         assert fleet is not None
+        self._advance(end)
+        self._close_hour()
         alloc, unalloc = dict(self.alloc_s), dict(self.unalloc_s)
-        for pool, gpus, allocated, t0 in self._running.values():
+        for pool, gpus, allocated, t0, _ in self._running.values():
             into = alloc if allocated else unalloc
             into[pool] = into.get(pool, 0.0) + gpus * (end - t0)
         for pool in fleet.pools:
@@ -110,12 +194,28 @@ class PoolMeter:
                 cluster, kind, state.billing, sum(h.gpus for h in state.hosts.values()),
                 self.healthy_s.get(pool, 0.0), alloc.get(pool, 0.0), unalloc.get(pool, 0.0),
                 self.waits.get(pool, []))
+            out[pool]["attainment"] = self._attainment({pool})
         out["fleet"] = _figures(
             "", "", None, sum(f["gpus"] for f in out.values()),
             sum(self.healthy_s.values()), sum(alloc.values()), sum(unalloc.values()),
             [w for ws in self.waits.values() for w in ws],
             units=sum(f["charged_units"] for f in out.values()))
+        out["fleet"]["attainment"] = self._attainment(set(fleet.pools))
         return out
+
+    def _attainment(self, pools: set[str]) -> dict[str, Any]:
+        """Attainment over ``pools`` (owed and received summed over them): overall, per
+        team, the lowest team's, and the owed GPU-hours."""
+        owed: dict[str, float] = {}
+        got: dict[str, float] = {}
+        for (pool, team), h in self.owed_h.items():
+            if pool in pools:
+                owed[team] = owed.get(team, 0.0) + h
+                got[team] = got.get(team, 0.0) + self.got_h[pool, team]
+        teams = {t: got[t] / h for t, h in sorted(owed.items()) if h > 0}
+        total = sum(owed.values())
+        return {"overall": sum(got.values()) / total if total else None, "teams": teams,
+                "min_team": min(teams.values()) if teams else None, "owed_gpu_hours": total}
 
 
 def _figures(cluster: str, kind: str, billing: float | None, gpus: int, healthy_s: float,
@@ -271,13 +371,14 @@ def fleet_scenario(days: float = 30, seed: int = 0) -> Scenario:
 
 
 POOL_COLUMNS = ("pool", "policy", "GPUs", "occupancy", "unallocated", "allocated GPU-h",
-                "billed units", "wait p50", "wait p90")
+                "billed units", "attainment", "worst team", "wait p50", "wait p90")
 
 
 def pool_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
     """Per pool and fleet-wide (last), one row per policy, as :data:`POOL_COLUMNS`:
     occupancy, unallocated share, GPU-hours delivered to allocated work, billed units charged
-    for it, waits (of the work that started there) p50/p90."""
+    for it, attainment (overall and of the worst team, see :class:`PoolMeter`), waits (of
+    the work that started there) p50/p90."""
     rows = []
     for pool in summaries[0].get("pools", {}):
         for s in summaries:
@@ -285,7 +386,9 @@ def pool_rows(summaries: list[dict[str, Any]]) -> list[list[str]]:
             w = f["wait_s"]
             rows.append([pool, str(s["policy"]), f"{f['gpus']:,}", _pct(f["occupancy"]),
                          _pct(f["unallocated_fraction"]), f"{f['allocated_gpu_hours']:,.0f}",
-                         f"{f['charged_units'] or 0:,.0f}", _s(w.get("p50")), _s(w.get("p90"))])
+                         f"{f['charged_units'] or 0:,.0f}", _pct(f["attainment"]["overall"]),
+                         _pct(f["attainment"]["min_team"]), _s(w.get("p50")),
+                         _s(w.get("p90"))])
     return rows
 
 
