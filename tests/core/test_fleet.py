@@ -57,8 +57,10 @@ def split(fleet: FleetState, d: Decisions) -> dict[str, Decisions]:
 
 
 def check_fleet_pass(fleet: FleetState, now: float, d: Decisions) -> None:
-    """A fleet pass: every gang in one pool its request accepts, nothing started twice, and
-    each pool's share of the pass meets every per-pass invariant (check_pass)."""
+    """A fleet pass: every gang in one pool its request accepts, nothing started twice, no
+    workload admitted (started or given a reservation) in two pools, every preemption for
+    work admitted in that pool, and each pool's share of the pass meets every per-pass
+    invariant (check_pass)."""
     ids = [s.workload for s in d.starts]
     assert len(ids) == len(set(ids)), f"a workload started twice: {ids}"
     for s in d.starts:
@@ -67,8 +69,14 @@ def check_fleet_pass(fleet: FleetState, now: float, d: Decisions) -> None:
         assert pools <= set(fleet.waits_in(s.workload)), f"{s.workload} started outside its pools"
     for r in d.reservations:
         assert len({fleet.pool_of(h) for h in r.hosts}) == 1, f"reservation spans pools: {r}"
+    admitted: dict[str, str] = {}
     for name, part in split(fleet, d).items():
         check_pass(fleet.pools[name], now, part)
+        mine = {s.workload for s in part.starts} | {r.workload for r in part.reservations}
+        for w in mine:
+            assert admitted.setdefault(w, name) == name, f"{w} admitted in two pools"
+        for p in part.preemptions:
+            assert p.by is None or p.by in mine, f"{p.workload} preempted in {name} for {p.by}"
 
 
 @dataclass
