@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.core import PolicyConfig
 from apportion.core.fleet import FleetConfig
-from apportion.sim.engine import Engine, SimConfig
+from apportion.sim.engine import Engine, RunResult, SimConfig
 from apportion.sim.model import Pools, Scenario
 from apportion.sim.run import make_policy
 from apportion.sim.scenarios import small_scenario
@@ -35,11 +35,10 @@ def two_pool_small(seed: int = 0) -> Scenario:
                                pools=Pools(of_host, FleetConfig(billing=BILLING)))
 
 
-def run(sc: Scenario, policy: str) -> Engine:
+def run(sc: Scenario, policy: str) -> tuple[Engine, RunResult]:
     engine = Engine(sc, make_policy(policy, sc, SimConfig()), PolicyConfig(), name=policy,
                     keep_log=True)
-    engine.result = engine.run()  # type: ignore[attr-defined]
-    return engine
+    return engine, engine.run()
 
 
 @pytest.mark.parametrize("policy", ["fairshare", "legacy"])
@@ -47,11 +46,11 @@ def test_every_start_on_a_fleet_is_in_one_pool_of_a_kind_its_work_asked_for(poli
     """Replaying two_pool_small, each start in the decision log names hosts of one pool,
     of a kind the workload accepts, and something starts in each pool."""
     sc = two_pool_small()
-    engine = run(sc, policy)
-    assert sc.pools is not None
+    _, result = run(sc, policy)
+    assert sc.pools is not None and result.log is not None
     kinds = {j.spec.id: j.spec.gpu_kinds for j in sc.jobs}
     used = set()
-    log = engine.result.log  # type: ignore[attr-defined]
+    log = result.log
     for line in log:
         parts = line.split()
         if parts[1] != "start":
@@ -71,8 +70,8 @@ def test_pool_figures_add_up_to_the_fleet_and_bill_by_kind(policy: str) -> None:
     pool's billed units are its allocated GPU-hours times its kind's weight, and the fleet's
     billed units equal what the fleet ledger charged the root over the whole run."""
     sc = two_pool_small()
-    engine = run(sc, policy)
-    pools = engine.result.summary["pools"]  # type: ignore[attr-defined]
+    engine, result = run(sc, policy)
+    pools = result.summary["pools"]
     parts = [f for k, f in pools.items() if k != "fleet"]
     fleet = pools["fleet"]
     assert fleet["gpus"] == sum(f["gpus"] for f in parts) == 32
@@ -90,9 +89,9 @@ def test_a_fleet_of_one_pool_replays_exactly_as_the_plain_cluster() -> None:
     sc = small_scenario()
     one = dataclasses.replace(sc, pools=Pools({h.name: ("east", "B200") for h in sc.hosts},
                                               FleetConfig(billing=BILLING)))
-    plain, fleet = run(sc, "fairshare"), run(one, "fairshare")
-    assert fleet.result.log == plain.result.log  # type: ignore[attr-defined]
-    assert fleet.result.log  # type: ignore[attr-defined]
+    (_, plain), (_, fleet) = run(sc, "fairshare"), run(one, "fairshare")
+    assert fleet.log == plain.log
+    assert fleet.log
 
 
 def _cluster_file(tmp_path: Path, body: str) -> Path:
@@ -235,7 +234,7 @@ def test_pool_attainment_counts_what_a_team_asked_of_each_pool() -> None:
     jobs = (SimJob(WorkloadSpec("j1", "a/x", 8, 3600.0, 0.0, gpu_kinds=("H100",)), 7200.0),)
     sc = Scenario("t", tree, hosts, jobs, days=3 * 3600 / 86400,
                   pools=Pools({"e0": ("east", "H100"), "w0": ("west", "B200")}))
-    pools = run(sc, "fairshare").result.summary["pools"]  # type: ignore[attr-defined]
+    pools = run(sc, "fairshare")[1].summary["pools"]
     east, west = pools["east/H100"]["attainment"], pools["west/B200"]["attainment"]
     assert east["owed_gpu_hours"] == pytest.approx(16.0)
     assert east["overall"] == pytest.approx(1.0) and east["teams"] == {"a/x": pytest.approx(1.0)}
