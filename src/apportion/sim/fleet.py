@@ -4,8 +4,8 @@ A scenario with :attr:`~apportion.sim.model.Scenario.pools` runs on a
 :class:`~apportion.core.fleet.FleetState` instead of one ``ClusterState``. The two policies
 become fleet policies here: fair share is :func:`~apportion.core.fleet.decide_fleet`; the old
 scheduler runs one :class:`~apportion.sim.legacy.LegacyPolicy` per pool (its caps are each
-team's share of that pool), and work accepting several pools starts in the first pool (in
-its owner's order of kinds, then by name) whose pass starts it. Both record per-pool figures
+team's share of that pool), pools in name order, and work accepting several pools goes to
+the first whose pass starts it (or preempts for it). Both record per-pool figures
 (:class:`PoolMeter`) through the engine's ``observe`` hook.
 """
 
