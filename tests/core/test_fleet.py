@@ -23,6 +23,7 @@ from apportion.core import (
     CoreError,
     Decisions,
     Host,
+    HostState,
     PolicyConfig,
     Slice,
     WorkloadSpec,
@@ -30,9 +31,9 @@ from apportion.core import (
 )
 from apportion.core.fleet import FleetConfig, FleetState, advice, decide_fleet
 
-from .helpers import HOUR, Driver, Job, check_pass, make_tree
+from .helpers import HOUR, Driver, HostEvent, Job, check_pass, make_tree
 from .oracle import check_fleet_indexes
-from .strategies import CORE_SETTINGS, MIN_RUNTIMES, budget_trees, scenarios
+from .strategies import CORE_SETTINGS, MIN_RUNTIMES, budget_trees, host_events, scenarios
 from .strategies import jobs as job_streams
 
 CFG = PolicyConfig()
@@ -86,6 +87,14 @@ class FleetDriver(Driver):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.pool_of_run: dict[int, str] = {}
+        self.health: list[tuple[float, str, bool]] = []  # (time, host, healthy after)
+
+    def _host_event(self, e: HostEvent, now: float) -> None:
+        was = self.state.hosts[e.host].state is HostState.HEALTHY
+        super()._host_event(e, now)
+        healthy = self.state.hosts[e.host].state is HostState.HEALTHY
+        if healthy != was:
+            self.health.append((now, e.host, healthy))
 
     def _checked(self, event: str) -> None:
         check_fleet_indexes(self.state, event)  # type: ignore[arg-type]
@@ -117,6 +126,7 @@ class FleetScenario:
     pools: tuple[tuple[str, str, tuple[Host, ...]], ...]  # (cluster, kind, hosts)
     jobs: tuple[Job, ...]
     config: FleetConfig
+    host_events: tuple[HostEvent, ...] = ()
 
 
 def make_fleet(sc: FleetScenario) -> FleetState:
@@ -130,8 +140,8 @@ def make_fleet(sc: FleetScenario) -> FleetState:
 @st.composite
 def fleets(draw: st.DrawFn, max_jobs: int = 30) -> FleetScenario:
     """Two or three pools (kinds H100/B200/B300 in clusters c1/c2, 1-6 hosts of 4 or 8
-    GPUs each) and a workload stream asking for one kind, two, or any, sometimes a
-    cluster."""
+    GPUs each), a few drains, failures and repairs, and a workload stream asking for one
+    kind, two, or any, sometimes a cluster."""
     tree = draw(budget_trees())
     n = draw(st.integers(2, 3))
     kinds = draw(st.permutations(KINDS))[:n]
@@ -162,12 +172,13 @@ def fleets(draw: st.DrawFn, max_jobs: int = 30) -> FleetScenario:
         except CoreError:
             continue  # asks for what no pool has (e.g. 32 GPUs of a 4-host pool)
         kept.append(j)
-    return replace(sc, jobs=tuple(kept))
+    return replace(sc, jobs=tuple(kept), host_events=tuple(draw(host_events(everything))))
 
 
 def drive(sc: FleetScenario, until: float = 14 * HOUR) -> FleetDriver:
     drv = FleetDriver(make_fleet(sc))  # type: ignore[arg-type]
     drv.add_jobs(sc.jobs)
+    drv.add_host_events(sc.host_events)
     drv.run(until=until, start=0.0)
     return drv
 
@@ -189,21 +200,23 @@ def test_every_pass_over_a_random_fleet_keeps_gangs_in_one_pool_and_hosts_within
 @given(fleets())
 def test_protected_work_is_never_preempted_in_any_pool(sc: FleetScenario) -> None:
     """No allocated workload is preempted before its minimum runtime, in whichever pool it
-    runs."""
+    runs (judged on the run each preemption ended)."""
     drv = drive(sc)
     for now, p in drv.preempted:
         spec = next(j.spec for j in sc.jobs if j.spec.id == p.workload)
+        ended = [r for r in drv.runs if r.id == p.workload and r.end == now]
+        assert ended, f"{p.workload}: no run ended at {now}"
         if spec.allocated:
-            begun = max(r.start for r in drv.runs if r.id == p.workload and r.start <= now)
-            assert now >= begun + spec.min_runtime - 1e-6, (p, begun)
+            assert all(now >= r.start + spec.min_runtime - 1e-6 for r in ended), (p, ended)
 
 
 @FLEET_SETTINGS
 @given(fleets(), st.lists(st.floats(1.0, 30 * HOUR), min_size=1, max_size=3))
 def test_billing_weights_conserve_charged_units(sc: FleetScenario, windows: list[float]) -> None:
     """The fleet ledger charges each budget, over any window, exactly the GPU-seconds of
-    its allocated runs times the billing weight of the pool each ran in; free (unallocated)
-    use and capacity are weighted the same way."""
+    its allocated runs times the billing weight of the pool each ran in, and as capacity
+    the healthy GPU-seconds of every host (drains, failures and repairs included) times its
+    pool's weight."""
     drv = drive(sc)
     now = drv.state.time
     runs = drv.close_runs(now)
@@ -222,10 +235,16 @@ def test_billing_weights_conserve_charged_units(sc: FleetScenario, windows: list
         for node in [ROOT, *sc.tree.nodes()]:
             got = fleet.ledger.charged(node, now, w, memo=False)
             assert math.isclose(got, want.get(node, 0.0), rel_tol=1e-9, abs_tol=1e-6), node
-        cap = sum(
-            weight[name] * sum(h.gpus for h in hosts) * min(w, now)
-            for name, hosts in ((f"{c}/{k}", hs) for c, k, hs in sc.pools)
-        )
+        cap = 0.0
+        for c, k, hosts in sc.pools:
+            for h in hosts:
+                up, since, seconds = True, 0.0, 0.0
+                changes = [(t, up) for t, name, up in drv.health if name == h.name]
+                for t, healthy in [*changes, (now, False)]:
+                    if up:
+                        seconds += max(0.0, t - max(since, lo))
+                    up, since = healthy, t
+                cap += weight[f"{c}/{k}"] * h.gpus * seconds
         assert math.isclose(fleet.ledger.capacity(now, w), cap, rel_tol=1e-9, abs_tol=1e-6)
 
 
