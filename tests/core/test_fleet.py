@@ -513,3 +513,29 @@ def test_a_gang_spanning_pools_is_refused_at_start() -> None:
         fleet.start("w", (Slice("h100-0", 4), Slice("b200-0", 4)), 0.0)
     assert fleet.pools_for(WorkloadSpec("big", "x", 16, HOUR, 0.0)) == ()
 
+
+
+@FLEET_SETTINGS
+@given(fleets())
+def test_every_fleet_pass_decides_as_the_reference_pass(sc: FleetScenario) -> None:
+    """Driven through 14 h, every fleet pass makes the decisions of the reference pass with
+    every shortcut off, in every pool (starts, preemptions, host changes, timeouts and
+    reservations); of the work left waiting it may leave out work a pass with no GPU left
+    never looks at, and agrees on the rest (as tests/core/test_oracles.py holds one pool
+    to)."""
+    reference = PolicyConfig(shortcuts=False)
+    seen = []
+
+    def compare(state: object, now: float, d: Decisions) -> None:
+        ref = decide_fleet(state, now, reference)  # type: ignore[arg-type]
+        assert decision_log(now, d) == decision_log(now, ref)
+        assert d.reservations == ref.reservations
+        assert d.waiting.items() <= ref.waiting.items()
+        assert set(d.order) <= set(ref.order)
+        seen.append(now)
+
+    drv = FleetDriver(make_fleet(sc), on_pass=compare)  # type: ignore[arg-type]
+    drv.add_jobs(sc.jobs)
+    drv.add_host_events(sc.host_events)
+    drv.run(until=14 * HOUR, start=0.0)
+    assert seen
