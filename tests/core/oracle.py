@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from apportion.core import ROOT, ClusterState, HostState, ancestors
+from apportion.core.fleet import FleetState
 from apportion.core.ledger import CAPACITY
 from apportion.core.state import queue_key
 
@@ -28,6 +29,7 @@ NONE = 1 << 30  # the state's "no such request / workload" size
 # Every attribute of ClusterState (and of its cache) -> how the oracle treats it.
 COVERED: dict[str, str] = {
     "_tree": "primary",
+    "_billing": "constant: units charged per GPU-second; check_fleet_indexes reads it",
     "_hosts": "primary",
     "_running": "primary",
     "_pending": "primary",
@@ -217,8 +219,10 @@ def _diff(name: str, got: Any, want: Any) -> list[str]:
     return [f"index {name}: the state has {got!r}, the work says {want!r}"]
 
 
-def index_errors(state: ClusterState) -> list[str]:
-    """Every disagreement between the state's indexes and the ones rebuilt from its work."""
+def index_errors(state: ClusterState, ledger: bool = True) -> list[str]:
+    """Every disagreement between the state's indexes and the ones rebuilt from its work
+    (``ledger`` False: all but the ledger, which a pool of a fleet shares with the others;
+    :func:`check_fleet_indexes` checks that one)."""
     want = rebuild(state)
     errors: list[str] = []
     # per host: every host has an entry, empty or not
@@ -247,7 +251,8 @@ def index_errors(state: ClusterState) -> list[str]:
                         list(value) if isinstance(value, list | tuple) else value, want[name])
     errors += _diff("healthy_gpus()", state.healthy_gpus(), want["healthy_gpus"])
     errors += _cache_errors(state)
-    errors += _ledger_errors(state)
+    if ledger:
+        errors += _ledger_errors(state)
     errors += _primary_errors(state)
     return errors
 
@@ -341,4 +346,34 @@ def _primary_errors(state: ClusterState) -> list[str]:
 def check_indexes(state: ClusterState, after: str = "") -> None:
     """Fail, naming every index that disagrees, unless all agree with the work."""
     errors = index_errors(state)
+    assert not errors, (f"after {after}: " if after else "") + "; ".join(errors)
+
+
+def check_fleet_indexes(fleet: FleetState, after: str = "") -> None:
+    """Every pool's indexes agree with its work, and the fleet's one ledger charges each
+    node, at this moment, the GPUs its work holds in every pool times that pool's billing
+    weight (healthy GPUs likewise for the capacity)."""
+    errors: list[str] = []
+    for name, pool in fleet.pools.items():
+        errors += [f"pool {name}: {e}" for e in index_errors(pool, ledger=False)]
+    charged: dict[str, float] = {}
+    free: dict[str, float] = {}
+    capacity = 0.0
+    for pool in fleet.pools.values():
+        for r in pool.running.values():
+            into = charged if r.spec.allocated else free
+            for node in ancestors(r.spec.budget):
+                into[node] = into.get(node, 0.0) + r.gpus_held * pool.billing
+        capacity += pool.billing * sum(
+            h.gpus for h in pool.hosts.values() if h.state is HostState.HEALTHY
+        )
+    nodes = [ROOT, *fleet.tree.nodes()]
+    led = fleet.ledger
+    errors += _diff("fleet ledger.rate(charged)",
+                    _nonzero({n: round(led.rate(n), 6) for n in nodes}),
+                    {k: round(v, 6) for k, v in charged.items()})
+    errors += _diff("fleet ledger.rate(free)",
+                    _nonzero({n: round(led.rate(n, charged=False), 6) for n in nodes}),
+                    {k: round(v, 6) for k, v in free.items()})
+    errors += _diff("fleet ledger capacity rate", round(led.rate(CAPACITY), 6), round(capacity, 6))
     assert not errors, (f"after {after}: " if after else "") + "; ".join(errors)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from apportion import core_build
 from apportion.bench.replay import peak_rss_mb
@@ -21,12 +23,14 @@ from apportion.core import (
     BudgetNode,
     BudgetTree,
     ClusterState,
+    Decisions,
     Host,
     PolicyConfig,
     Slice,
     WorkloadSpec,
     decide,
 )
+from apportion.core.fleet import FleetConfig, FleetState, decide_fleet
 
 DAY = 86400.0
 
@@ -34,6 +38,7 @@ DAY = 86400.0
 @dataclass(frozen=True)
 class DecideBench:
     hosts: int
+    pools: int  # 1, or 3 (a fleet: see POOLS)
     gpus_per_host: int
     budgets: int
     running: int
@@ -52,10 +57,44 @@ class DecideBench:
     peak_rss_mb: float  # the process's peak resident memory (getrusage ru_maxrss)
 
 
+# ``--pools 3``: the same hosts as three pools, (cluster, kind, share of the hosts), billed
+# as the simulator's fleet scenario
+POOLS = (("east", "H100", 0.5), ("west", "B200", 0.375), ("north", "B300", 0.125))
+
+
+def _fleet(tree: BudgetTree, hosts: list[Host]) -> FleetState:
+    fleet = FleetState(tree, FleetConfig(billing={"H100": 1.0, "B200": 2.2, "B300": 3.3}))
+    bounds, acc = [], 0.0
+    for cluster, kind, part in POOLS:
+        acc += part
+        bounds.append((round(acc * len(hosts)), cluster, kind))
+    for i, h in enumerate(hosts):
+        _, cluster, kind = next(b for b in bounds if i < b[0])
+        fleet.add_host(h, cluster, kind, 0.0)
+    return fleet
+
+
+def _kinds(rng: random.Random) -> tuple[str, ...]:
+    """Any kind (35%), one (45%), two (20%)."""
+    r, kinds = rng.random(), [k for _, k, _ in POOLS]
+    if r < 0.35:
+        return ()
+    if r < 0.80:
+        return (rng.choice(kinds),)
+    return tuple(rng.sample(kinds, 2))
+
+
 def build_state(
-    hosts: int = 128, gpus_per_host: int = 8, pending: int = 10_000, seed: int = 0
+    hosts: int = 128, gpus_per_host: int = 8, pending: int = 10_000, seed: int = 0,
+    pools: int = 1,
 ) -> ClusterState:
+    """The benchmark's state; ``pools=3``: a :class:`FleetState` of the same hosts in three
+    pools (:data:`POOLS`), the pending work asking for a kind, two or any (the same work
+    otherwise: the kinds are drawn from a random stream of their own)."""
+    if pools not in (1, 3):
+        raise ValueError(f"pools: 1 or 3, got {pools}")
     rng = random.Random(seed)
+    kinds_rng = random.Random(seed + 1)
     nodes: list[BudgetNode] = []
     programs = [("p0", 4.0), ("p1", 3.0), ("p2", 2.0), ("p3", 1.0)]
     leaves: list[str] = []
@@ -72,7 +111,10 @@ def build_state(
             team += 1
     tree = BudgetTree.build(nodes)
     now = 7 * DAY
-    st = ClusterState(tree, [Host(f"h{i:03d}", gpus_per_host) for i in range(hosts)])
+    host_list = [Host(f"h{i:03d}", gpus_per_host) for i in range(hosts)]
+    # a FleetState has every method of ClusterState this builder and the pass loop use
+    st = ClusterState(tree, host_list) if pools == 1 else cast(ClusterState,
+                                                                _fleet(tree, host_list))
     # a week of history: short allocated runs spread over the budgets, replayed in time order
     events: list[tuple[float, int, WorkloadSpec | str]] = []
     t = 0.0
@@ -134,9 +176,15 @@ def build_state(
             priority=rng.choice([0, 0, 0, 1]),
             resumable=rng.random() < 0.6,
         )
+        if pools > 1:
+            spec = replace(spec, gpu_kinds=_kinds(kinds_rng))
         st.submit(spec, st.time)
     st.advance(now)
     return st
+
+
+def _policy(state: ClusterState) -> Callable[[ClusterState, float, PolicyConfig], Decisions]:
+    return cast(Any, decide_fleet) if isinstance(state, FleetState) else decide
 
 
 def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple[int, float, int]:
@@ -145,9 +193,10 @@ def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple
     fill is a worst case, a full rebalance of the whole cluster."""
     now = state.time
     first_ms, first_pre = 0.0, 0
+    policy = _policy(state)
     for i in range(rounds):
         t0 = time.process_time()
-        d = decide(state, now, config)
+        d = policy(state, now, config)
         if i == 0:
             first_ms, first_pre = (time.process_time() - t0) * 1000, len(d.preemptions)
         if d.empty():
@@ -166,9 +215,10 @@ def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple
     return rounds, first_ms, first_pre
 
 
-def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
+def run(passes: int = 50, pending: int = 10_000, seed: int = 0, pools: int = 1) -> DecideBench:
     t0 = time.process_time()
-    state = build_state(pending=pending, seed=seed)
+    state = build_state(pending=pending, seed=seed, pools=pools)
+    policy = _policy(state)
     config = PolicyConfig()
     rounds, first_ms, first_pre = settle(state, config)
     build_s = time.process_time() - t0
@@ -177,12 +227,13 @@ def run(passes: int = 50, pending: int = 10_000, seed: int = 0) -> DecideBench:
     last = None
     for i in range(passes):
         t0 = time.process_time()
-        last = decide(state, now + i, config)
+        last = policy(state, now + i, config)
         times.append((time.process_time() - t0) * 1000)
     times.sort()
     assert last is not None
     return DecideBench(
         hosts=len(state.hosts),
+        pools=pools,
         gpus_per_host=8,
         budgets=len(state.tree.leaves),
         running=len(state.running),

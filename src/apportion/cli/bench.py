@@ -18,6 +18,8 @@ POLICY_CHOICES = ("fairshare", "legacy")
               help="decide passes to time")
 @click.option("--pending", default=10_000, show_default=True,
               type=click.IntRange(min=0, max=100_000), help="pending workloads (at most 100,000)")
+@click.option("--pools", default=1, show_default=True, type=click.Choice(["1", "3"]),
+              help="the pass over one pool, or the same hosts as three pools of GPU kinds")
 @click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="time a whole replay of this trace under fair share and legacy instead")
 @click.option("--scenario", help="time a whole replay of this built-in scenario (seed, small)")
@@ -40,7 +42,7 @@ POLICY_CHOICES = ("fairshare", "legacy")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(POLICY_CHOICES),
               help="policy to time, in this order (repeatable; default: fairshare, legacy)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
-def bench(passes: int, pending: int, trace: Path | None, scenario: str | None,
+def bench(passes: int, pending: int, pools: str, trace: Path | None, scenario: str | None,
           policies: tuple[str, ...], as_json: bool, **kw: Any) -> None:
     """Time one scheduling pass on 128 hosts x 8 GPUs, 150 budgets, a full cluster and
     10,000 pending workloads (target: p99 <= 50 ms on one core); or, with --trace or
@@ -54,9 +56,9 @@ def bench(passes: int, pending: int, trace: Path | None, scenario: str | None,
                 flag = "--" + {"fmt": "format", "maps": "map", "tree_file": "tree",
                                "settings": "set", "policies": "policy"}.get(name, name)
                 raise click.UsageError(f"{flag.replace('_', '-')} needs --trace or --scenario")
-        _decide(passes, pending, as_json)
+        _decide(passes, pending, int(pools), as_json)
         return
-    for name in ("passes", "pending"):
+    for name in ("passes", "pending", "pools"):
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
             raise click.UsageError(f"--{name} times one pass: not with --trace or --scenario")
     if trace is not None and scenario is not None:
@@ -65,15 +67,16 @@ def bench(passes: int, pending: int, trace: Path | None, scenario: str | None,
             kw)
 
 
-def _decide(passes: int, pending: int, as_json: bool) -> None:
+def _decide(passes: int, pending: int, pools: int, as_json: bool) -> None:
     from apportion.bench.decide import run
 
-    result = run(passes=passes, pending=pending)
+    result = run(passes=passes, pending=pending, pools=pools)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(result)))
         return
     click.echo(
-        f"decide: {result.hosts} hosts x {result.gpus_per_host} GPUs, {result.budgets} budgets, "
+        f"decide: {result.hosts} hosts x {result.gpus_per_host} GPUs"
+        f"{' in 3 pools' if result.pools == 3 else ''}, {result.budgets} budgets, "
         f"{result.running} running, {result.pending:,} pending, {result.passes} passes, "
         f"{result.core_build} core"
     )

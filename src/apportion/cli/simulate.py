@@ -17,7 +17,7 @@ import click
 
 from apportion.core import BudgetTree, CoreError, Host, PolicyConfig, parse_duration, plural
 from apportion.sim.engine import SimConfig
-from apportion.sim.model import Scenario
+from apportion.sim.model import Pools, Scenario
 
 POLICY_CHOICES = ("fairshare", "legacy")
 
@@ -161,6 +161,37 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
     return tuple(out)
 
 
+def parse_pools(text: str) -> Pools | None:
+    """The pools of a ``--cluster`` host list whose hosts carry ``cluster`` and ``kind``
+    (with optional top-level tables ``billing``, kind -> units per GPU-second, and
+    ``overrides``, pool -> {budget: weight}); ``None`` for ``HOSTSxGPUS`` or a list without
+    kinds (one pool)."""
+    path = Path(text)
+    if not path.exists():
+        return None
+    data = _read_table(path, "--cluster")
+    hosts = data.get("hosts") if isinstance(data, dict) else data
+    from apportion.core.fleet import FleetConfig
+    from apportion.sim.fleet import read_pools
+
+    try:
+        of_host = read_pools(list(hosts or ()), str(path))
+        if of_host is None:
+            if isinstance(data, dict) and ("billing" in data or "overrides" in data):
+                raise ValueError(f"{path}: billing and overrides need hosts with a cluster "
+                                 "and kind")
+            return None
+        extra = data if isinstance(data, dict) else {}
+        billing, overrides = extra.get("billing", {}), extra.get("overrides", {})
+        if not isinstance(billing, dict) or not isinstance(overrides, dict) or not all(
+                isinstance(v, dict) for v in overrides.values()):
+            raise ValueError(f"{path}: billing: a table kind -> weight; overrides: a table "
+                             "pool -> {budget: weight}")
+        return Pools(of_host, FleetConfig(billing=billing, overrides=overrides))
+    except (ValueError, CoreError) as e:
+        raise click.BadParameter(str(e), param_hint="--cluster") from None
+
+
 def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
                  size: int | None) -> tuple[Host, ...]:
     """The cluster of a trace given without --cluster: ``--size`` GPUs in hosts of 8 when
@@ -193,6 +224,7 @@ def build_scenario(
     """The scenario the options describe: built-in or a trace, then tree and cluster."""
     tree = load_tree(tree_file) if tree_file else None
     hosts = parse_cluster(cluster) if cluster else None
+    pools = parse_pools(cluster) if cluster else None
     if trace is not None:
         from apportion.sim.traces import NoBudgetColumn, TraceError, load_trace, parse_mapping
 
@@ -228,8 +260,9 @@ def build_scenario(
         span = days if days is not None else max(1.0, math.ceil(last / 86400.0))
         if hosts is None:
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
-        return Scenario(name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs,
-                        days=span, meta={"source": str(trace), "format": fmt})
+        return _fleet_checked(Scenario(
+            name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs, days=span,
+            meta={"source": str(trace), "format": fmt}, pools=pools))
     if maps or budgets is not None or budget_column is not None:
         raise click.UsageError("--map, --budgets and --budget-column need --trace")
     from apportion.sim.scenarios import get_scenario
@@ -249,7 +282,22 @@ def build_scenario(
     if hosts is not None:
         names = {h.name for h in hosts}
         sc = dataclasses.replace(
-            sc, hosts=hosts, host_events=tuple(e for e in sc.host_events if e.host in names))
+            sc, hosts=hosts, host_events=tuple(e for e in sc.host_events if e.host in names),
+            pools=pools)
+    return _fleet_checked(sc)
+
+
+def _fleet_checked(sc: Scenario) -> Scenario:
+    """``sc``, once its pools' overrides are known to fit its tree (the error names them)."""
+    if sc.pools is not None:
+        from apportion.core.fleet import FleetState, pool_tree
+
+        try:
+            FleetState(sc.tree, sc.pools.config)
+            for pool, weights in sc.pools.config.overrides.items():
+                pool_tree(sc.tree, weights, pool)
+        except CoreError as e:
+            raise click.BadParameter(str(e), param_hint="--cluster") from None
     return sc
 
 
@@ -257,7 +305,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options shared by ``simulate`` and ``sweep`` that say what to replay."""
     opts = [
         click.option("--scenario", default="seed", show_default=True,
-                     help="built-in scenario: seed or small"),
+                     help="built-in scenario: seed, small or fleet"),
         click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      help="replay this trace file instead of a built-in scenario"),
         click.option("--format", "fmt", default="canonical", show_default=True,
@@ -271,8 +319,9 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--tree", "tree_file",
                      type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      help="TOML/JSON budget tree (path -> weight) replacing the scenario's"),
-        click.option("--cluster", help="HOSTSxGPUS (e.g. 128x8) or a TOML/JSON host list; a "
-                     "trace needs it unless it names its hosts (sacct's NodeList) or --size "
+        click.option("--cluster", help="HOSTSxGPUS (e.g. 128x8) or a TOML/JSON host list "
+                     "(with cluster and kind per host: several pools, see docs/simulator.md); "
+                     "a trace needs it unless it names its hosts (sacct's NodeList) or --size "
                      "is given"),
         click.option("--days", type=click.FloatRange(min=0, min_open=True),
                      help="simulated days (default: the scenario's, or the trace's span)"),
@@ -321,6 +370,11 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
                f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")
     click.echo(format_table([r.summary for r in results]))
+    if "pools" in results[0].summary:
+        from apportion.sim.fleet import pools_table
+
+        click.echo()
+        click.echo(pools_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
 
 

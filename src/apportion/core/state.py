@@ -113,8 +113,13 @@ class ClusterState:
         hosts: Iterable[Host] = (),
         start: float = 0.0,
         ledger_keep: float = 30 * 86400.0,
+        ledger: UsageLedger | None = None,
+        billing: float = 1.0,
     ) -> None:
         self._tree = tree
+        # one pool of a fleet (core.fleet) shares the fleet's ledger and charges it
+        # ``billing`` units per GPU-second; alone, a state keeps its own ledger in GPU-seconds
+        self._billing = billing
         self._hosts: dict[str, Host] = {}
         self._running: dict[str, Running] = {}
         self._pending: dict[str, Pending] = {}
@@ -149,7 +154,7 @@ class ClusterState:
         self._deadlines: dict[str, float] = {}
         # host -> when the last protection of work on it (not stopping) ends
         self._protected_until: dict[str, float] = {}
-        self._ledger = UsageLedger(start, keep=ledger_keep)
+        self._ledger = UsageLedger(start, keep=ledger_keep) if ledger is None else ledger
         self._cache = DerivedCache()
         # derived from hosts, rebuilt when one changes: what every pass reads first
         self._schedulable: dict[str, int] = {}  # name -> GPUs of hosts taking work, by name
@@ -190,7 +195,7 @@ class ClusterState:
         self._on_host[host.name] = set()
         self._protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
-            self._ledger.change_capacity(host.gpus, t)
+            self._ledger.change_capacity(host.gpus * self._billing, t)
         self._index_hosts()
 
     def set_host_state(self, name: str, state: HostState, t: float) -> Host:
@@ -199,7 +204,7 @@ class ClusterState:
         self._tick(t)
         was, now = host.state is HostState.HEALTHY, state is HostState.HEALTHY
         if was != now:
-            self._ledger.change_capacity(host.gpus if now else -host.gpus, t)
+            self._ledger.change_capacity((host.gpus if now else -host.gpus) * self._billing, t)
         new = Host(host.name, host.gpus, state)
         self._hosts[name] = new
         self._index_hosts()
@@ -338,7 +343,9 @@ class ClusterState:
             self._count_held(p.spec.budget, r.gpus_held)
         if p.spec.time_limit > 0:
             self._deadlines[workload] = t + p.spec.time_limit
-        self._ledger.change(p.spec.budget, r.gpus_held, t, charged=p.spec.allocated)
+        self._ledger.change(
+            p.spec.budget, r.gpus_held * self._billing, t, charged=p.spec.allocated
+        )
         if p.spec.allocated:
             until = r.protected_until()
             if until <= self._cache.released.time:
@@ -406,7 +413,9 @@ class ClusterState:
         if r.spec.allocated and not was_stopping:
             self._count_held(r.spec.budget, -r.gpus_held)
         self._refresh_protection(r)
-        self._ledger.change(r.spec.budget, -r.gpus_held, t, charged=r.spec.allocated)
+        self._ledger.change(
+            r.spec.budget, -r.gpus_held * self._billing, t, charged=r.spec.allocated
+        )
         return r
 
     def requeue(self, workload: str, t: float) -> Pending:
@@ -540,6 +549,7 @@ class ClusterState:
         attribute: equal before and after a pass (``decide`` may write only the cache)."""
         return {
             "tree": _plain(self._tree.as_dict()),
+            "billing": self._billing,
             "hosts": _plain(self._hosts),
             "running": _plain(self._running),
             "pending": _plain(self._pending),
@@ -580,6 +590,11 @@ class ClusterState:
     def time(self) -> float:
         """The latest time the state was changed at, or moved to by :meth:`advance`."""
         return self._time
+
+    @property
+    def billing(self) -> float:
+        """Units charged per GPU-second on this state's hosts (1 but in a fleet's pools)."""
+        return self._billing
 
     @property
     def ledger(self) -> UsageLedger:

@@ -41,6 +41,11 @@ class WorkloadSpec:
     """The hosts it may run on, sorted (empty: any). Placement, victims included, looks at
     no other host."""
     checkpoint_on_term: bool = False
+    gpu_kinds: tuple[str, ...] = ()
+    """The GPU kinds it accepts, in the owner's order (empty: any). Read by
+    :mod:`~apportion.core.fleet` only: a single-pool state ignores it."""
+    cluster: str = ""
+    """The cluster it must run in (empty: any), read by :mod:`~apportion.core.fleet`."""
 
     def __post_init__(self) -> None:
         if not self.id:

@@ -42,11 +42,13 @@ from apportion.core import (
     validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped, preemption_cost
+from apportion.core.fleet import FleetState
 
 from .metrics import HOUR, Recorder, p90, percentiles, ratio, team_of
 from .model import HostEventKind, LegacyPriority, Scenario, SimJob
 
-Policy = Callable[[ClusterState, float, PolicyConfig], Decisions]
+# a policy reads a ClusterState, or a FleetState for a scenario with pools (sim/fleet.py)
+Policy = Callable[[Any, float, PolicyConfig], Decisions]
 
 # event kinds; the value is also the priority among events due at the same instant
 FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_END, ABANDON = (
@@ -68,7 +70,7 @@ class Observer(Protocol):
     ``unqueued`` (left the queue without starting: abandoned) for workload ``name``, or
     ``host`` for host ``name``."""
 
-    def observe(self, kind: str, name: str, state: ClusterState) -> None: ...
+    def observe(self, kind: str, name: str, state: Any) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +180,22 @@ class Engine:
     seed: int = 0
     progress: bool = False
     keep_log: bool = False
-    validate: Callable[[WorkloadSpec, ClusterState, PolicyConfig], None] = validate_spec
+    validate: Callable[[WorkloadSpec, Any, PolicyConfig], None] = validate_spec
 
     def __post_init__(self) -> None:
         sc = self.scenario
         self.end = sc.days * 86400.0
-        self.state = ClusterState(
-            sc.tree, sc.hosts, start=0.0,
-            ledger_keep=max(30 * 86400.0, 2 * float(self.config.lookback)),
-        )
+        keep = max(30 * 86400.0, 2 * float(self.config.lookback))
+        # a FleetState has every method and view of ClusterState the engine uses
+        self.state: ClusterState | FleetState
+        if sc.pools is not None:  # several clusters and kinds: see sim/fleet.py
+            from .fleet import fleet_state, fleet_validate
+
+            self.state = fleet_state(sc, keep)
+            if self.validate is validate_spec:
+                self.validate = fleet_validate
+        else:
+            self.state = ClusterState(sc.tree, sc.hosts, start=0.0, ledger_keep=keep)
         self.total_gpus = sum(h.gpus for h in sc.hosts)
         lookback = float(self.config.lookback)
         ledger = self.state.ledger
@@ -224,7 +233,7 @@ class Engine:
             self.sim.checkpoint_default if self.sim.checkpoint_default is not None
             else float(self.config.default_checkpoint_interval)
         )
-        self._observe: Callable[[str, str, ClusterState], None] | None = getattr(
+        self._observe: Callable[[str, str, Any], None] | None = getattr(
             self.policy, "observe", None
         )
         if self._observe is not None:
@@ -285,8 +294,12 @@ class Engine:
         if bar is not None:
             bar.close()
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+        summary = self._summary(wall, cpu)
+        pools = getattr(self.policy, "pool_summary", None)
+        if pools is not None:  # a fleet: figures per pool and for the whole fleet
+            summary["pools"] = pools(self.end)
         return RunResult(
-            self.name, self._summary(wall, cpu), self._workload_rows(),
+            self.name, summary, self._workload_rows(),
             self.rec.budget_rows, self.rec.cluster_rows, self.log,
         )
 

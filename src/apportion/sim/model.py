@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apportion.core import BudgetTree, Hold, Host, WorkloadSpec
+from apportion.core.fleet import FleetConfig
 
 
 class LegacyPriority(enum.IntEnum):
@@ -59,6 +61,14 @@ class HostEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class Pools:
+    """A fleet: the cluster and GPU kind of every host, and how kinds are billed."""
+
+    of_host: Mapping[str, tuple[str, str]]  # host -> (cluster, kind)
+    config: FleetConfig = field(default_factory=FleetConfig)
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     """A complete input to one simulation run: same for every policy compared."""
 
@@ -71,3 +81,5 @@ class Scenario:
     # seconds a failed host needs to come back, and a drained host spends in repair
     repair_time: float = 4 * 3600.0
     meta: dict[str, object] = field(default_factory=dict)
+    # several clusters and GPU kinds (None: one pool, a plain ClusterState): see sim/fleet.py
+    pools: Pools | None = None

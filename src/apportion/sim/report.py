@@ -1065,6 +1065,10 @@ def write_report(
         return "".join(f"<p class='why'>{_esc(t)}</p>" for t in notes.get(section, ()))
 
     sections += ["<h2>Headline</h2>", headline_table(summaries, reference), why("headline")]
+    if "pools" in first:  # a fleet: figures per pool and for the whole fleet (sim/fleet.py)
+        from .fleet import pools_html
+
+        sections += ["<h2>Pools</h2>", pools_html(summaries)]
     level = "program" if depth == 1 else "budget"
     plots = [
         ("Waits", "waits", plot_waits(runs, palette, "waits"),

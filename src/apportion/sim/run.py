@@ -27,6 +27,13 @@ POLICIES = ("fairshare", "legacy")
 
 def make_policy(name: str, scenario: Scenario, sim: SimConfig) -> Policy:
     """The policy function called ``name``: core's ``decide`` or the legacy model."""
+    if scenario.pools is not None:  # several clusters and kinds
+        from .fleet import FleetFairShare, FleetLegacy
+
+        if name == "fairshare":
+            return FleetFairShare()
+        if name == "legacy":
+            return FleetLegacy(scenario, sim.legacy_team_depth, sim.legacy_cap_factor)
     if name == "fairshare":
         return partial(decide, reasons=False)  # the simulator never asks why work waits
     if name == "legacy":

@@ -644,16 +644,25 @@ def small_scenario(seed: int = 0) -> Scenario:
     return out
 
 
-SCENARIOS = {"seed": seed_scenario, "small": small_scenario}
+def fleet_scenario(days: float = 30, seed: int = 0) -> Scenario:
+    """The built-in scenario ``fleet`` (see :func:`apportion.sim.fleet.fleet_scenario`)."""
+    from .fleet import fleet_scenario as build
+
+    return build(days=days, seed=seed)
+
+
+SCENARIOS = {"seed": seed_scenario, "small": small_scenario, "fleet": fleet_scenario}
 
 
 def get_scenario(name: str, days: float | None = None, seed: int = 0,
                  size: int | None = None, demand: float | None = None) -> Scenario:
-    """A built-in scenario by name (``seed`` or ``small``), for the command line."""
+    """A built-in scenario by name (``seed``, ``small`` or ``fleet``), for the command line."""
     if name == "seed":
         return seed_scenario(days=30 if days is None else days, seed=seed,
                              size=1024 if size is None else size,
                              demand=TARGET_RATIO if demand is None else demand)
     if name == "small":
         return small_scenario(seed=seed)
+    if name == "fleet":
+        return fleet_scenario(days=30 if days is None else days, seed=seed)
     raise ValueError(f"scenario {name!r}: unknown; built-in scenarios: {', '.join(SCENARIOS)}")

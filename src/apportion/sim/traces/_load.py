@@ -219,6 +219,8 @@ def _job(
         resumable=resumable,
         priority=priority,
         checkpoint_interval=ckpt,
+        gpu_kinds=rec.gpu_kinds,
+        cluster=rec.cluster,
     )
     return SimJob(
         spec=spec,

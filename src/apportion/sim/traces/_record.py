@@ -53,6 +53,10 @@ class Record:
     # from which the cluster can be derived when none is given
     nodes: tuple[str, ...] = ()
     start: float | None = None
+    # sacct only: the GPU kinds of a typed AllocTRES (gres/gpu:h100=8) and the Partition,
+    # which a run with pools (a --cluster file with kinds) reads as kind and cluster
+    gpu_kinds: tuple[str, ...] = ()
+    cluster: str = ""
 
 
 class TimeKind:

@@ -56,6 +56,20 @@ def parse_tres(value: str) -> int:
     return typed if generic is None else generic
 
 
+def tres_kinds(value: str) -> tuple[str, ...]:
+    """The GPU kinds a TRES string names with typed counts (``gres/gpu:h100=8`` -> ``H100``),
+    upper-cased, in order, without repeats (none for an untyped ``gres/gpu=8``)."""
+    kinds: list[str] = []
+    for item in value.split(","):
+        key, _, count = item.strip().partition("=")
+        key = key.strip().lower()
+        if key.startswith("gres/gpu:") and count.strip() not in ("", "0"):
+            kind = key.removeprefix("gres/gpu:").upper()
+            if kind and kind not in kinds:
+                kinds.append(kind)
+    return tuple(kinds)
+
+
 def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     with open_text(path) as f:
         try:
@@ -96,6 +110,7 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
         )
     i_user, i_account = col("User"), col("Account")
     i_nodes = col("NodeList")
+    i_partition = col("Partition")
     keep: dict[str, int] = {}
     for name in extras:
         idx = col(name)
@@ -126,10 +141,12 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
                 raise Bad("missing value")
             started = i_start is None or cells[i_start].strip().lower() not in _NOT_STARTED
             gpus = 0
+            kinds: tuple[str, ...] = ()
             for idx in (i_alloc, i_req):  # AllocTRES is empty until a job starts
                 if idx is not None and cells[idx].strip():
                     name = header[idx]
                     gpus = parse_tres(cells[idx])
+                    kinds = tres_kinds(cells[idx])
                     break
             duration = _duration(cells, header, i_elapsed, i_start, i_end)
             nodes: tuple[str, ...] = ()
@@ -166,8 +183,10 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
             else f"user/{clean_name(user)}" if user
             else None
         )
+        partition = cells[i_partition].strip() if i_partition is not None else ""
         rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user,
-                     nodes=nodes, start=start)
+                     nodes=nodes, start=start, gpu_kinds=kinds,
+                     cluster=partition.split(",")[0].strip())
         for key, idx in keep.items():
             rec.keys[key] = cells[idx].strip()
         out.append(rec)

@@ -1,0 +1,242 @@
+"""The simulator on a fleet (sim/fleet.py): pools from scenarios and --cluster files,
+both policies, per-pool figures."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from apportion.cli.main import main
+from apportion.core import PolicyConfig
+from apportion.core.fleet import FleetConfig
+from apportion.sim.engine import Engine, RunResult, SimConfig
+from apportion.sim.model import Pools, Scenario
+from apportion.sim.run import make_policy
+from apportion.sim.scenarios import small_scenario
+
+BILLING = {"H100": 1.0, "B200": 2.2}
+
+
+def two_pool_small(seed: int = 0) -> Scenario:
+    """``small`` (4 hosts of 8) as two pools: h000, h001 H100 in east, the rest B200 in
+    west; a third of its work asks for B200, a third for H100, the rest for any."""
+    sc = small_scenario(seed=seed)
+    names = [h.name for h in sc.hosts]
+    of_host = {n: ("east", "H100") if i < 2 else ("west", "B200") for i, n in enumerate(names)}
+    kinds = [("B200",), ("H100",), ()]
+    jobs = tuple(dataclasses.replace(j, spec=dataclasses.replace(j.spec, gpu_kinds=kinds[i % 3]))
+                 for i, j in enumerate(sc.jobs) if j.spec.gpus <= 16)
+    return dataclasses.replace(sc, jobs=jobs,
+                               pools=Pools(of_host, FleetConfig(billing=BILLING)))
+
+
+def run(sc: Scenario, policy: str) -> tuple[Engine, RunResult]:
+    engine = Engine(sc, make_policy(policy, sc, SimConfig()), PolicyConfig(), name=policy,
+                    keep_log=True)
+    return engine, engine.run()
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "legacy"])
+def test_every_start_on_a_fleet_is_in_one_pool_of_a_kind_its_work_asked_for(policy: str) -> None:
+    """Replaying two_pool_small, each start in the decision log names hosts of one pool,
+    of a kind the workload accepts, and something starts in each pool."""
+    sc = two_pool_small()
+    _, result = run(sc, policy)
+    assert sc.pools is not None and result.log is not None
+    kinds = {j.spec.id: j.spec.gpu_kinds for j in sc.jobs}
+    used = set()
+    log = result.log
+    for line in log:
+        parts = line.split()
+        if parts[1] != "start":
+            continue
+        hosts = [s.split(":")[0] for s in parts[4].split(",")]
+        pools = {sc.pools.of_host[h] for h in hosts}
+        assert len(pools) == 1, line
+        (cluster, kind), = pools
+        assert not kinds[parts[2]] or kind in kinds[parts[2]], line
+        used.add(kind)
+    assert used == {"H100", "B200"}
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "legacy"])
+def test_pool_figures_add_up_to_the_fleet_and_bill_by_kind(policy: str) -> None:
+    """summary["pools"]: the fleet's allocated GPU-hours and GPUs are the pools' sums, each
+    pool's billed units are its allocated GPU-hours times its kind's weight, and the fleet's
+    billed units equal what the fleet ledger charged the root over the whole run."""
+    sc = two_pool_small()
+    engine, result = run(sc, policy)
+    pools = result.summary["pools"]
+    parts = [f for k, f in pools.items() if k != "fleet"]
+    fleet = pools["fleet"]
+    assert fleet["gpus"] == sum(f["gpus"] for f in parts) == 32
+    assert math.isclose(fleet["allocated_gpu_hours"], sum(f["allocated_gpu_hours"] for f in parts))
+    for f in parts:
+        assert math.isclose(f["charged_units"], f["allocated_gpu_hours"] * BILLING[f["kind"]])
+        assert 0 < f["occupancy"] <= 1
+    charged = engine.state.ledger.charged_total("", engine.end) / 3600
+    assert math.isclose(fleet["charged_units"], charged, rel_tol=1e-9)
+
+
+def test_a_fleet_of_one_pool_replays_exactly_as_the_plain_cluster() -> None:
+    """``small`` with every host in one pool (billed 2.2) gives the same decision log as
+    ``small`` itself, for fair share."""
+    sc = small_scenario()
+    one = dataclasses.replace(sc, pools=Pools({h.name: ("east", "B200") for h in sc.hosts},
+                                              FleetConfig(billing=BILLING)))
+    (_, plain), (_, fleet) = run(sc, "fairshare"), run(one, "fairshare")
+    assert fleet.log == plain.log
+    assert fleet.log
+
+
+def _cluster_file(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "fleet.toml"
+    path.write_text(body)
+    return path
+
+
+HOSTS = "".join(
+    f'[[hosts]]\nname = "{n}"\ngpus = 8\ncluster = "{c}"\nkind = "{k}"\n'
+    for n, c, k in (("a0", "east", "H100"), ("a1", "east", "H100"), ("b0", "west", "B200"),
+                    ("b1", "west", "B200"))
+)
+
+
+def test_simulate_with_a_cluster_file_of_two_kinds_reports_each_pool(tmp_path: Path) -> None:
+    """``simulate --cluster FILE`` whose hosts carry cluster and kind runs two pools and
+    writes per-pool figures to summary.json and a pools table to stdout and report.html."""
+    path = _cluster_file(tmp_path, 'billing = { B200 = 2.2 }\n' + HOSTS)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "east/H100" in result.output and "west/B200" in result.output
+    summaries = json.loads((out / "summary.json").read_text())
+    assert [sorted(s["pools"]) for s in summaries] == [["east/H100", "fleet", "west/B200"]] * 2
+    assert summaries[0]["pools"]["west/B200"]["billing"] == 2.2
+    assert "<h2>Pools</h2>" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (HOSTS + '[[hosts]]\nname = "c0"\ngpus = 8\n',
+         "host #5 (c0): cluster and kind: every host needs both when any host has one"),
+        ('[overrides."west/B200"]\n"nobody" = 2.0\n' + HOSTS,
+         "fleet: overrides: west/B200: 'nobody': unknown budget"),
+        ('billing = { B200 = -1 }\n' + HOSTS, "fleet: billing: B200: must be a number > 0"),
+    ],
+    ids=["host without kind", "unknown budget in overrides", "negative billing weight"],
+)
+def test_a_bad_cluster_file_is_refused_naming_the_option_and_the_field(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    """A --cluster file with pools that cannot work is a usage error naming --cluster and
+    what is wrong, never a traceback."""
+    path = _cluster_file(tmp_path, body)
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert "--cluster" in result.output and message in result.output
+
+
+def test_the_fleet_scenario_has_three_pools_and_work_asking_for_kinds() -> None:
+    """``fleet``: 1,024 H100 in east, 512 B200 in west, 88 B300 in north; work asks for any
+    kind, one or two, never for a kind with fewer GPUs than it needs."""
+    from apportion.sim.fleet import fleet_scenario
+
+    sc = fleet_scenario(days=1)
+    assert sc.pools is not None
+    gpus: dict[tuple[str, str], int] = {}
+    for h in sc.hosts:
+        key = sc.pools.of_host[h.name]
+        gpus[key] = gpus.get(key, 0) + h.gpus
+    assert gpus == {("east", "H100"): 1024, ("west", "B200"): 512, ("north", "B300"): 88}
+    asks = {len(j.spec.gpu_kinds) for j in sc.jobs}
+    assert asks == {0, 1, 2}
+    by_kind = {k: g for (_, k), g in gpus.items()}
+    for j in sc.jobs:
+        assert all(by_kind[k] >= j.spec.gpus for k in j.spec.gpu_kinds), j.spec
+
+
+SACCT_POOLS = """JobID|User|Account|Partition|Submit|Start|End|Elapsed|AllocTRES|State
+1|alice|llm|east|2024-03-01T09:00:00|2024-03-01T09:00:05|2024-03-01T10:00:05|01:00:00|cpu=8,gres/gpu:h100=8,node=1|COMPLETED
+2|bob|vision|west|2024-03-01T09:10:00|2024-03-01T09:10:05|2024-03-01T10:10:05|01:00:00|cpu=8,gres/gpu:b200=4,node=1|COMPLETED
+3|bob|vision|west|2024-03-01T09:20:00|2024-03-01T09:20:05|2024-03-01T10:20:05|01:00:00|cpu=8,gres/gpu=2,node=1|COMPLETED
+"""
+
+
+def test_sacct_typed_tres_and_partition_become_kind_and_cluster(tmp_path: Path) -> None:
+    """A typed AllocTRES (gres/gpu:h100=8) gives the workload's GPU kind (upper-cased), the
+    Partition its cluster; an untyped one (gres/gpu=2) asks for any kind."""
+    from apportion.sim.traces import load_trace
+
+    path = tmp_path / "sacct.txt"
+    path.write_text(SACCT_POOLS)
+    specs = {j.spec.id: j.spec for j in load_trace(path, format="sacct").jobs}
+    assert {k: (s.gpus, s.gpu_kinds, s.cluster) for k, s in specs.items()} == {
+        "1": (8, ("H100",), "east"), "2": (4, ("B200",), "west"), "3": (2, (), "west")}
+
+
+def test_a_sacct_trace_with_kinds_replays_each_job_in_its_pool(tmp_path: Path) -> None:
+    """Replayed on a --cluster file with those clusters and kinds, each job of the trace
+    above starts in the pool its partition and TRES type name; without the file (one pool)
+    the same trace runs too, kinds ignored."""
+    trace = tmp_path / "sacct.txt"
+    trace.write_text(SACCT_POOLS)
+    path = _cluster_file(tmp_path, HOSTS)
+    for cluster in ([str(path)], ["2x8"]):
+        out = tmp_path / f"out{len(cluster[0])}"
+        result = CliRunner().invoke(main, ["simulate", "--trace", str(trace), "--format",
+                                           "sacct", "--budget-column", "Account", "--cluster",
+                                           *cluster, "--quiet", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())[0]
+        assert summary["rejected"] == 0 and summary["workloads"] == 3
+        if cluster[0] == str(path):
+            pools = summary["pools"]
+            assert pools["east/H100"]["allocated_gpu_hours"] == pytest.approx(8.0, rel=0.01)
+            assert pools["west/B200"]["allocated_gpu_hours"] == pytest.approx(6.0, rel=0.01)
+
+
+def test_bench_with_three_pools_times_the_fleet_pass_over_the_same_hosts() -> None:
+    """``bench --pools 3`` builds the benchmark's 128 hosts as three pools (64 H100, 48
+    B200, 16 B300), its pending work asking for kinds, and times decide_fleet on it."""
+    from apportion.bench.decide import build_state
+    from apportion.core.fleet import FleetState
+
+    state = build_state(pending=300, pools=3)
+    assert isinstance(state, FleetState)
+    assert {p: len(s.hosts) for p, s in state.pools.items()} == {
+        "east/H100": 64, "north/B300": 16, "west/B200": 48}
+    assert {len(p.spec.gpu_kinds) for p in state.pending.values()} == {0, 1, 2}
+    result = CliRunner().invoke(main, ["bench", "--pools", "3", "--pending", "300",
+                                       "--passes", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["pools"] == 3 and figures["hosts"] == 128 and figures["passes"] == 2
+
+
+def test_pool_attainment_counts_what_a_team_asked_of_each_pool() -> None:
+    """One team (share 1) runs one 8-GPU job asking for H100 for 2 h of a 3 h run: east/H100
+    owed it min(its 8 GPUs, the 8 it asked) in each of the two hours, 16 GPU-hours, and it
+    got them all (100%); west/B200 was asked nothing, so owes nothing."""
+    from apportion.core import BudgetTree, Host, WorkloadSpec
+    from apportion.sim.model import SimJob
+
+    tree = BudgetTree.build([("a/x", 1.0)])
+    hosts = (Host("e0", 8), Host("w0", 8))
+    jobs = (SimJob(WorkloadSpec("j1", "a/x", 8, 3600.0, 0.0, gpu_kinds=("H100",)), 7200.0),)
+    sc = Scenario("t", tree, hosts, jobs, days=3 * 3600 / 86400,
+                  pools=Pools({"e0": ("east", "H100"), "w0": ("west", "B200")}))
+    pools = run(sc, "fairshare")[1].summary["pools"]
+    east, west = pools["east/H100"]["attainment"], pools["west/B200"]["attainment"]
+    assert east["owed_gpu_hours"] == pytest.approx(16.0)
+    assert east["overall"] == pytest.approx(1.0) and east["teams"] == {"a/x": pytest.approx(1.0)}
+    assert west["owed_gpu_hours"] == 0 and west["overall"] is None
+    assert pools["fleet"]["attainment"]["owed_gpu_hours"] == pytest.approx(16.0)
