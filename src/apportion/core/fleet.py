@@ -225,8 +225,12 @@ class FleetState:
     def pools_for(self, spec: WorkloadSpec) -> tuple[str, ...]:
         return tuple(p for p in self._pools if self.accepts(spec, p))
 
-    def submit(self, spec: WorkloadSpec, t: float, queued_at: float | None = None) -> Pending:
-        """Queue ``spec`` in every pool it accepts (the caller validated it)."""
+    def submit(
+        self, spec: WorkloadSpec, t: float, queued_at: float | None = None,
+        restarted: bool = False,
+    ) -> Pending:
+        """Queue ``spec`` in every pool it accepts (the caller validated it); ``restarted``
+        as :meth:`ClusterState.submit`."""
         if spec.id in self._waits_in or spec.id in self._runs_in:
             raise CoreError(f"workload {spec.id}: id: already queued or running")
         pools = self.pools_for(spec)
@@ -236,7 +240,7 @@ class FleetState:
         out: Pending | None = None
         for p in pools:
             state = self._pools[p]
-            out = state.submit(self._local(spec, p), t, queued_at)
+            out = state.submit(self._local(spec, p), t, queued_at, restarted)
         self._waits_in[spec.id] = pools
         assert out is not None
         return out
@@ -295,7 +299,11 @@ class FleetState:
     def requeue(self, workload: str, t: float) -> Pending:
         """Running -> pending again, in every pool it accepts (it keeps its place)."""
         r = self.finish(workload, t)
-        return self.submit(r.spec, t)
+        return self.submit(r.spec, t, restarted=True)
+
+    def checkpoint(self, workload: str, t: float) -> Running:
+        """A running workload reported a checkpoint (:meth:`ClusterState.checkpoint`)."""
+        return self._pools[self._running_pool(workload)].checkpoint(workload, t)
 
     def advance(self, t: float) -> None:
         self._tick(t)
