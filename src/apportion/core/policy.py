@@ -22,11 +22,13 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
 from .preemption import Candidate, RebalanceRules, victim_class
+from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
@@ -42,6 +44,8 @@ from .types import (
     WorkloadSpec,
 )
 from .units import format_duration, plural
+
+_INF = float("inf")
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -276,6 +280,16 @@ class _Pass:
                 cursor[leaf] = len(st.queues[leaf])
                 leaf = pick()
                 continue
+            if self.fast:
+                j = self.next_live(leaf, i)
+                if j > i:  # what a walk would try and fail, changing nothing: in one step
+                    self.skip_rest(leaf, i, j)
+                    for node in ancestors(leaf):
+                        remaining[node] -= j - i
+                    cursor[leaf] = i = j
+                if i == len(st.queues[leaf]):
+                    leaf = pick()
+                    continue
             cursor[leaf] = i + 1
             for node in ancestors(leaf):
                 remaining[node] -= 1
@@ -296,16 +310,77 @@ class _Pass:
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
-        for gpus, min_runtime in self.state.smallest_shapes(leaf):
-            if gpus > self.hosts.healthy_total:
-                continue
-            multi = gpus > self.hosts.max_size
-            if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
-                return False
-            charge = self.rules.charge(gpus, min_runtime)
-            if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, charge):
-                return False
-        return True
+        return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
+
+    def doomed(self, budget: str, gpus: int, min_runtime: float) -> bool:
+        """Would trying a request of ``budget`` of this shape now fail by the pass's
+        thresholds alone (too large for the healthy GPUs, no larger than what failed to fit
+        and to find unallocated victims, and rebalancing failed for one no larger with no
+        more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
+        the thresholds only fall during a pass, so a doomed request stays doomed."""
+        if gpus > self.hosts.healthy_total:
+            return True
+        multi = gpus > self.hosts.max_size
+        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+            return False
+        if not self.cfg.rebalance:
+            return True
+        return self.rebalance_hopeless(budget, multi, gpus, self.rules.charge(gpus, min_runtime))
+
+    def live_below(self, budget: str, gpus: int) -> float:
+        """A minimum runtime from which every request of ``budget`` for ``gpus`` GPUs is
+        :meth:`doomed` now (infinity: none is). Slightly above the exact figure, so that
+        rounding can only make a request be checked, never skipped: for one budget and GPU
+        count, doom depends on the minimum runtime only through the admission charge
+        ``gpus x min_runtime x admission_charge``, which grows with it."""
+        if gpus > self.hosts.healthy_total:
+            return 0.0
+        multi = gpus > self.hosts.max_size
+        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+            return _INF
+        if not self.cfg.rebalance:
+            return 0.0
+        least = min(
+            (c for g, c in self.rebalance_failed.get((budget, multi), ()) if gpus >= g),
+            default=_INF,
+        )
+        per_second = gpus * self.cfg.admission_charge  # admission charge per minimum-runtime s
+        if least == _INF or per_second <= 0.0:
+            return _INF if least > 0.0 else 0.0
+        return least / per_second * (1 + 1e-9)
+
+    def next_live(self, leaf: str, start: int) -> int:
+        """The place in ``leaf``'s queue, from ``start`` on, of the first workload that is
+        neither :meth:`doomed` nor settled before the walk; the queue's length if none is.
+        Per GPU count of the leaf's pending work, the first of it below
+        :meth:`live_below` (``ClusterState.gpus_queues``), checked exactly: the walk need
+        not visit the hopeless work in between, however deep the queue."""
+        st = self.state
+        queue = st.queues[leaf]
+        if start >= len(queue):
+            return start
+        first = queue[start]
+        spec = st.pending[first[1]].spec
+        if first[1] not in self.handled and not self.doomed(leaf, spec.gpus, spec.min_runtime):
+            return start  # the common case in a short queue: no index needed
+        best: Entry | None = None
+        for gpus, sub in st.gpus_queues(leaf).items():
+            bound = self.live_below(leaf, gpus)
+            at = sub.position(first)
+            while True:
+                at = sub.first_below(at, bound)
+                if at < 0:
+                    break
+                entry = sub.entries[at]
+                if best is not None and entry > best:
+                    break  # a later one than found already
+                if entry[1] not in self.handled and not self.doomed(
+                    leaf, gpus, sub.min_runtimes[at]
+                ):
+                    best = entry
+                    break
+                at += 1
+        return len(queue) if best is None else bisect_left(queue, best)
 
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
@@ -313,18 +388,17 @@ class _Pass:
         failed = self.rebalance_failed.get((budget, multi), ())
         return any(gpus >= g and charge >= c for g, c in failed)
 
-    def skip_rest(self, leaf: str, start: int) -> None:
-        """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
+    def skip_rest(self, leaf: str, start: int, stop: int | None = None) -> None:
+        """Record ``leaf``'s queue from ``start`` (up to ``stop``) as considered and waiting,
+        as a walk over it would."""
         if not self.reasons:
             return
         st, total = self.state, self.hosts.healthy_total
-        ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
+        ids = [wid for _, wid in st.queues[leaf][start:stop] if wid not in self.handled]
         self.order.extend(ids)
-        self.waiting.update(dict.fromkeys(ids, WaitReason.NO_CAPACITY))
-        if max(gpus for gpus, _ in st.sizes[leaf]) > total:
-            for wid in ids:
-                if st.pending[wid].spec.gpus > total:
-                    self.waiting[wid] = WaitReason.TOO_LARGE
+        for wid in ids:
+            too_large = st.pending[wid].spec.gpus > total
+            self.waiting[wid] = WaitReason.TOO_LARGE if too_large else WaitReason.NO_CAPACITY
 
     def try_admit(self, spec: WorkloadSpec) -> bool:
         if spec.gpus > self.hosts.healthy_total:
