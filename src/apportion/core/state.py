@@ -464,15 +464,9 @@ class ClusterState:
         this moves the work whose protection ended since; for an earlier time it is rebuilt.
         Either way it changes nothing ``decide`` decides on (it is not in
         :meth:`fingerprint`): it is the same whatever was asked before."""
+        if now < self._cache.released.time:
+            self._restart_released()
         index = self._cache.released
-        if now < index.time:
-            index = self._cache.released = Released(float("-inf"))
-            self._cache.protections = [
-                (r.protected_until(), r.started_at, wid)
-                for wid, r in self._running.items()
-                if r.spec.allocated and wid not in self._stopping
-            ]
-            heapq.heapify(self._cache.protections)
         heap = self._cache.protections
         while heap and heap[0][0] <= now:
             _, started_at, wid = heapq.heappop(heap)
@@ -481,6 +475,17 @@ class ClusterState:
                 index.add(r)
         index.time = now
         return index
+
+    def _restart_released(self) -> None:
+        """Released work as of no time at all: every allocated workload not stopping waits
+        in the heap of protection ends."""
+        self._cache.released = Released(float("-inf"))
+        self._cache.protections = [
+            (r.protected_until(), r.started_at, wid)
+            for wid, r in self._running.items()
+            if r.spec.allocated and wid not in self._stopping
+        ]
+        heapq.heapify(self._cache.protections)
 
     def smallest_shapes(self, leaf: str) -> list[Shape]:
         """The shapes of ``leaf``'s pending allocated work that no other of the same kind
@@ -535,8 +540,7 @@ class ClusterState:
         next reader works each out afresh from the indexes. Changes no decision (tests
         compare a pass on kept answers with one on fresh ones)."""
         self._cache = DerivedCache()
-        # released work is rebuilt from the running work when asked about any time
-        self._cache.released = Released(float("inf"))
+        self._restart_released()
 
     def healthy_gpus(self) -> int:
         return self._healthy
