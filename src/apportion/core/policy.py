@@ -27,11 +27,12 @@ from collections.abc import Mapping
 
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
-from .preemption import Candidate, RebalanceRules, victim_class
+from .preemption import UNALLOCATED, Candidate, RebalanceRules, victim_class
 from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
+    NO_SIZE,
     CoreError,
     Decisions,
     HostChange,
@@ -55,7 +56,7 @@ def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
 
 def _gives(held: int, smallest: int, limit: float) -> float:
     """What a side adds to the rebalance bound: nothing unless its smallest victim is
-    within the limit (see ``_Pass.rebalance_bound``)."""
+    within the limit (see ``Pass.rebalance_bound``)."""
     return min(held, limit) if held and limit >= smallest else 0.0
 
 
@@ -65,7 +66,7 @@ def _charge_threshold(
     """After rebalancing failed for a request of ``gpus``: the least admission charge from
     which a request of the same budget at least as large fails too. For it no side may lose
     more than for the failed one, except the sides in ``opening`` (from
-    :meth:`_Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
+    :meth:`Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
     allows less to a larger request, the fair-share rule the same wherever it allows at all,
     and a larger charge spares more sides. If the bound fell short (``short_bound``) and
     stays short with every side opened, any charge fails: 0. If it fell short, the charge
@@ -135,10 +136,10 @@ def decide(
     pass passes over in bulk (the rest of a queue nothing in which can succeed): recording
     it costs a pass time in proportion to the whole queue, and only readers of the queue
     (``apportion why``, the queue view) need it. The decisions are the same either way."""
-    return _Pass(state, now, config, reasons).run()
+    return Pass(state, now, config, reasons).run()
 
 
-class _Pass:
+class Pass:
     """Working data of one pass. Everything the pass changes lives here."""
 
     def __init__(
@@ -165,13 +166,15 @@ class _Pass:
         # Smallest request that failed this pass: anything larger of the same shape fails too.
         # Kept per shape (one host / whole hosts): with hosts of mixed sizes, a single-host
         # request failing says nothing about whole free smaller hosts.
-        self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
-        self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
+        self.fit_fail_min = {False: NO_SIZE, True: NO_SIZE}  # did not fit
+        self.unalloc_fail_min = {False: NO_SIZE, True: NO_SIZE}  # unallocated victims too few
         # Per preemptor budget and shape, the requests rebalancing could not make room for,
         # as (GPUs, admission charge from which the fair-share rule spared every side it
         # spared for that request): a request at least as large with at least that charge
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
+        # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
+        self._live: dict[tuple[str, int], float] = {}
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
@@ -333,6 +336,13 @@ class _Pass:
         rounding can only make a request be checked, never skipped: for one budget and GPU
         count, doom depends on the minimum runtime only through the admission charge
         ``gpus x min_runtime x admission_charge``, which grows with it."""
+        key = (budget, gpus)
+        kept = self._live.get(key)
+        if kept is None:
+            kept = self._live[key] = self._live_below(budget, gpus)
+        return kept
+
+    def _live_below(self, budget: str, gpus: int) -> float:
         if gpus > self.hosts.healthy_total:
             return 0.0
         multi = gpus > self.hosts.max_size
@@ -382,6 +392,17 @@ class _Pass:
                 at += 1
         return len(queue) if best is None else bisect_left(queue, best)
 
+    def rebalance_fails(self, budget: str, multi: bool, gpus: int, charge: float) -> None:
+        """Record that rebalancing failed for requests of ``budget`` of at least ``gpus``
+        GPUs from an admission charge of ``charge``. Only the entries no other is both
+        smaller and cheaper than are kept: the others answer no question differently."""
+        failed = self.rebalance_failed.setdefault((budget, multi), [])
+        if any(gpus >= g and charge >= c for g, c in failed):
+            return
+        failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
+        failed.append((gpus, charge))
+        self._live.clear()
+
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
         admission charge spared no fewer sides?"""
@@ -423,6 +444,7 @@ class _Pass:
             # may use any host; the reverse holds, so it still skips by the others' failures
             if not spec.hosts:
                 self.fit_fail_min[multi] = spec.gpus
+                self._live.clear()
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -437,6 +459,7 @@ class _Pass:
             plan = find_victims(self.hosts, spec, self.now, None, only=limited)
             if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
+                self._live.clear()
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
             plan = find_victims(
@@ -460,15 +483,16 @@ class _Pass:
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None and limited is None:
-                failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
                 short = bound if bound < spec.gpus else None
-                failed.append((spec.gpus, _charge_threshold(spec.gpus, short, opening)))
+                self.rebalance_fails(spec.budget, multi, spec.gpus,
+                                     _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
         self.hosts.claim(plan)
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
-            reason = PreemptReason.UNALLOCATED if victim.klass == 1 else PreemptReason.REBALANCE
+            unallocated = victim.klass == UNALLOCATED
+            reason = PreemptReason.UNALLOCATED if unallocated else PreemptReason.REBALANCE
             self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION

@@ -2,7 +2,7 @@
 
 Within one pass, whether a pending allocated request can still get anywhere depends only on
 its budget, its GPU count and its minimum runtime (through its admission charge), and the
-set of those that cannot only grows as the pass goes (see ``_Pass.doomed`` in
+set of those that cannot only grows as the pass goes (see ``Pass.doomed`` in
 :mod:`apportion.core.policy`): for one budget and one GPU count, the requests still worth
 trying are exactly those with a minimum runtime below some bound. A deep queue is mostly
 such hopeless work, and walking it one request at a time is what made a pass cost in

@@ -24,7 +24,16 @@ from .ledger import UsageLedger
 from .lifecycle import HOST_TRANSITIONS, check_transition
 from .queueindex import GpusQueue
 from .tree import BudgetTree, ancestors
-from .types import CoreError, Host, HostState, Pending, Placement, Running, WorkloadSpec
+from .types import (
+    NO_SIZE,
+    CoreError,
+    Host,
+    HostState,
+    Pending,
+    Placement,
+    Running,
+    WorkloadSpec,
+)
 
 QueueKey = tuple[int, float, str]
 Shape = tuple[int, float]  # (gpus, min_runtime) of a request
@@ -75,7 +84,7 @@ class Released:
         least = self._smallest.get(node)
         if least is None:
             sizes = self.by_size.get(node)
-            least = self._smallest[node] = min(sizes) if sizes else 1 << 30
+            least = self._smallest[node] = min(sizes) if sizes else NO_SIZE
         return least
 
 
@@ -523,9 +532,9 @@ class ClusterState:
 
     def smallest_unallocated(self) -> tuple[int, int]:
         """GPUs of the smallest pending unallocated request that fits on one host, and of the
-        smallest that needs whole hosts (``1 << 30`` where there is none)."""
+        smallest that needs whole hosts (``NO_SIZE`` where there is none)."""
         if self._cache.smallest_unallocated is None:
-            single, multi = 1 << 30, 1 << 30
+            single, multi = NO_SIZE, NO_SIZE
             for sizes in self._unallocated_sizes.values():
                 for gpus, _ in sizes:
                     if gpus > self._max_host_gpus:
