@@ -370,16 +370,17 @@ def test_reference_comparison_reports_a_wrong_shortcut() -> None:
 
 def test_reference_comparison_reports_a_stale_queue_index() -> None:
     """A fast pass reading a stale index of a queue by GPU count fails the comparison. On one
-    8-GPU host where b holds 6 GPUs, protected, a asks for 4 GPUs twice and then for 1: the
-    first 4 fails every way, so the second is skipped as hopeless and the pass looks up the
-    next request worth trying in the index, and starts the 1-GPU one. With the index as it
+    8-GPU host where b holds 6 GPUs, protected, a asks for 4 GPUs 20 times and then for 1:
+    the first 4 fails every way, so the other 19 are hopeless, more than the pass checks one
+    by one, and it looks up the next request worth trying in the index, and starts the 1-GPU
+    one. With the index as it
     was before that request was queued (a cache not dropped on submission), the fast pass
     skips it; the reference pass, which walks every request, starts it, and the comparison
     names the starts (as does the pass on kept answers against one on fresh ones)."""
     st = make_state(make_tree("a", "b"), make_hosts(8))
     run_on(st, make_spec("b1", "b", 6, 8 * HOUR), 0.0, ("h0", 6))
-    for i in range(2):
-        st.submit(make_spec(f"big{i}", "a", 4, HOUR, 10.0 + i), 10.0 + i)
+    for i in range(20):
+        st.submit(make_spec(f"big{i:02d}", "a", 4, HOUR, 10.0 + i / 10), 10.0 + i / 10)
     stale = dict(st.gpus_queues("a"))
     st.submit(make_spec("small", "a", 1, HOUR, 20.0), 20.0)
     cfg = PolicyConfig()

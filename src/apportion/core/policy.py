@@ -47,6 +47,7 @@ from .types import (
 from .units import format_duration, plural
 
 _INF = float("inf")
+_NEAR = 16  # requests Pass.next_live checks one by one before it asks the queue index
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -175,6 +176,7 @@ class Pass:
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
         # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
         self._live: dict[tuple[str, int], float] = {}
+        self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
@@ -362,17 +364,21 @@ class Pass:
     def next_live(self, leaf: str, start: int) -> int:
         """The place in ``leaf``'s queue, from ``start`` on, of the first workload that is
         neither :meth:`doomed` nor settled before the walk; the queue's length if none is.
-        Per GPU count of the leaf's pending work, the first of it below
+        The next few are checked one by one; beyond them, per GPU count of the leaf's
+        pending work, the first of it below
         :meth:`live_below` (``ClusterState.gpus_queues``), checked exactly: the walk need
         not visit the hopeless work in between, however deep the queue."""
         st = self.state
         queue = st.queues[leaf]
-        if start >= len(queue):
-            return start
-        first = queue[start]
-        spec = st.pending[first[1]].spec
-        if first[1] not in self.handled and not self.doomed(leaf, spec.gpus, spec.min_runtime):
-            return start  # the common case in a short queue: no index needed
+        near = min(start + _NEAR, len(queue))
+        for at in range(start, near):  # the common case: close by, no index needed
+            wid = queue[at][1]
+            spec = st.pending[wid].spec
+            if wid not in self.handled and not self.doomed(leaf, spec.gpus, spec.min_runtime):
+                return at
+        if near == len(queue):
+            return near
+        first = queue[near]
         best: Entry | None = None
         for gpus, sub in st.gpus_queues(leaf).items():
             bound = self.live_below(leaf, gpus)
@@ -417,9 +423,14 @@ class Pass:
         st, total = self.state, self.hosts.healthy_total
         ids = [wid for _, wid in st.queues[leaf][start:stop] if wid not in self.handled]
         self.order.extend(ids)
-        for wid in ids:
-            too_large = st.pending[wid].spec.gpus > total
-            self.waiting[wid] = WaitReason.TOO_LARGE if too_large else WaitReason.NO_CAPACITY
+        self.waiting.update(dict.fromkeys(ids, WaitReason.NO_CAPACITY))
+        largest = self._largest.get(leaf)
+        if largest is None:  # once per leaf and pass: the queue may hold many shapes
+            largest = self._largest[leaf] = max(gpus for gpus, _ in st.sizes[leaf])
+        if largest > total:
+            for wid in ids:
+                if st.pending[wid].spec.gpus > total:
+                    self.waiting[wid] = WaitReason.TOO_LARGE
 
     def try_admit(self, spec: WorkloadSpec) -> bool:
         if spec.gpus > self.hosts.healthy_total:
