@@ -64,7 +64,7 @@ COVERED: dict[str, str] = {
               "in its heap of protection ends",
 }
 # What the derived cache holds: all of it checked by _cache_errors.
-CACHE_COVERED = {"smallest", "smallest_unallocated", "released", "protections"}
+CACHE_COVERED = {"smallest", "smallest_unallocated", "released", "protections", "by_gpus"}
 
 
 def state_attributes(obj: object) -> set[str]:
@@ -265,6 +265,14 @@ def _cache_errors(state: ClusterState) -> list[str]:
     for leaf, shapes in kept.items():
         errors += _diff(f"smallest_shapes({leaf!r}) (kept)", list(shapes),
                         smallest_shapes_by_hand(state, leaf))
+    for leaf, by_gpus in cache.by_gpus.items():
+        got_queues = {
+            gpus: (list(q.entries), list(q.min_runtimes),
+                   [q.first_below(0, m) for m in sorted(set(q.min_runtimes))])
+            for gpus, q in by_gpus.items()
+        }
+        errors += _diff(f"gpus_queues({leaf!r}) (kept)", got_queues,
+                        gpus_queues_by_hand(state, leaf))
     kept_unallocated = cache.smallest_unallocated
     if kept_unallocated is not None:
         errors += _diff("smallest_unallocated() (kept)", kept_unallocated,
@@ -294,6 +302,24 @@ def _cache_errors(state: ClusterState) -> list[str]:
                 errors.append(f"index released: {wid} (protected until "
                               f"{r.protected_until()}) is missing from the protection heap")
     return errors
+
+
+def gpus_queues_by_hand(state: ClusterState, leaf: str) -> dict[int, Any]:
+    """Per GPU count, ``leaf``'s pending allocated work in queue order, its minimum runtimes,
+    and for each of those runtimes the first place holding a shorter one (-1: none), found
+    by a plain scan: what ``GpusQueue.first_below`` must answer from its tree."""
+    out: dict[int, Any] = {}
+    work = sorted(
+        (queue_key(p.spec), wid) for wid, p in state.pending.items()
+        if p.spec.allocated and p.spec.budget == leaf
+    )
+    for gpus in sorted({state.pending[wid].spec.gpus for _, wid in work}):
+        entries = [e for e in work if state.pending[e[1]].spec.gpus == gpus]
+        runtimes = [state.pending[wid].spec.min_runtime for _, wid in entries]
+        firsts = [next((i for i, m in enumerate(runtimes) if m < bound), -1)
+                  for bound in sorted(set(runtimes))]
+        out[gpus] = (entries, runtimes, firsts)
+    return out
 
 
 def _ledger_errors(state: ClusterState) -> list[str]:

@@ -92,6 +92,12 @@ class Compared:
         assert state.fingerprint() == before, f"a pass at {now} wrote its input"
         diff = differences(fast, ref)
         assert not diff, f"pass at {now}: " + "; ".join(diff)
+        # the answers the state kept from earlier passes against ones worked out afresh:
+        # the same pass, to the last waiting reason (a stale kept answer shows here even
+        # where the reference pass would decide the same)
+        state.forget_derived()
+        fresh = decide(state, now, config, reasons=self.reasons)
+        assert fresh == fast, f"pass at {now}: kept answers decided otherwise than fresh ones"
         self.passes += 1
         self.deciding += not fast.empty()
         self.preempting += any(p.by is not None for p in fast.preemptions)
@@ -280,6 +286,7 @@ def replayed() -> ClusterState:
     st.set_host_state("h2", HostState.DRAINING, 80.0)
     st.released(1000.0)
     st.smallest_shapes("a/x")
+    st.gpus_queues("a/x")
     st.smallest_unallocated()
     return st
 
@@ -313,6 +320,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "draining": lambda s: s._draining.clear(),
     "reservations": lambda s: s._reservations.__setitem__("r5", ("h0",)),
     "smallest_shapes": lambda s: s.derived.smallest["a/x"].append((8, HOUR)),
+    "gpus_queues": lambda s: s.derived.by_gpus["a/x"].pop(1),
     "smallest_unallocated": lambda s: setattr(s.derived, "smallest_unallocated", (1, 1 << 30)),
     "released": lambda s: s.derived.released.ids.discard("r2"),
     "protection heap": lambda s: s.derived.protections.clear(),
@@ -366,3 +374,30 @@ def test_reference_comparison_reports_a_wrong_shortcut() -> None:
     st.released(HOUR).gpus["b"] = 0  # a shortcut reading a wrong answer
     diff = differences(decide(st, HOUR, cfg), decide(st, HOUR, reference(cfg)))
     assert diff and diff[0].startswith("preemptions: fast (), reference (Preempt("), diff
+
+
+def test_reference_comparison_reports_a_stale_queue_index() -> None:
+    """A fast pass reading a stale index of a queue by GPU count fails the comparison. On one
+    8-GPU host where b holds 6 GPUs, protected, a asks for 4 GPUs 20 times and then for 1:
+    the first 4 fails every way, so the other 19 are hopeless, more than the pass checks one
+    by one, and it looks up the next request worth trying in the index, and starts the 1-GPU
+    one. With the index as it
+    was before that request was queued (a cache not dropped on submission), the fast pass
+    skips it; the reference pass, which walks every request, starts it, and the comparison
+    names the starts (as does the pass on kept answers against one on fresh ones)."""
+    st = make_state(make_tree("a", "b"), make_hosts(8))
+    run_on(st, make_spec("b1", "b", 6, 8 * HOUR), 0.0, ("h0", 6))
+    for i in range(20):
+        st.submit(make_spec(f"big{i:02d}", "a", 4, HOUR, 10.0 + i / 10), 10.0 + i / 10)
+    stale = dict(st.gpus_queues("a"))
+    st.submit(make_spec("small", "a", 1, HOUR, 20.0), 20.0)
+    cfg = PolicyConfig()
+    now = 30.0
+    assert [s.workload for s in decide(st, now, cfg).starts] == ["small"]
+    assert differences(decide(st, now, cfg), decide(st, now, reference(cfg))) == []
+    st.derived.by_gpus["a"] = stale  # the plant: a cache left as it was before "small"
+    kept = decide(st, now, cfg)
+    diff = differences(kept, decide(st, now, reference(cfg)))
+    assert diff and diff[0].startswith("starts: fast (), reference (Start(workload='small'"), diff
+    st.forget_derived()
+    assert decide(st, now, cfg) != kept

@@ -26,7 +26,7 @@ from apportion.core import (
     decide,
 )
 from apportion.core.placement import find_victims
-from apportion.core.policy import _Pass
+from apportion.core.policy import Pass
 from apportion.core.preemption import RebalanceRules
 from apportion.core.state import queue_key
 
@@ -311,7 +311,7 @@ def rebalance_room(
 ) -> tuple[tuple[tuple[str, int], ...], list[str]] | None:
     """The room a fresh pass's rebalancing search finds for ``spec`` with victims of the
     sides ``giving``: over the hosts within reach, or (not ``restricted``) over all."""
-    probe = _Pass(state, now, CFG)
+    probe = Pass(state, now, CFG)
     whole = spec.gpus > probe.hosts.max_size
     plan = find_victims(
         probe.hosts, spec, now,
@@ -325,7 +325,7 @@ def rebalance_room(
 def test_rebalancing_searches_only_hosts_within_reach() -> None:
     """On every pass of random replays, for every pending allocated request the
     unallocated-only search fails for: the rebalancing search over the hosts of the sides
-    that may give way (``_Pass.reach``) finds exactly the room the search over every host
+    that may give way (``Pass.reach``) finds exactly the room the search over every host
     finds. Some of those searches must find room, on one host and on whole hosts."""
     found = {False: 0, True: 0}  # rooms found, by shape (whole hosts or not)
 
@@ -335,7 +335,7 @@ def test_rebalancing_searches_only_hosts_within_reach() -> None:
         def check(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
             for p in state.pending.values():
                 spec = p.spec
-                probe = _Pass(state, now, config)
+                probe = Pass(state, now, config)
                 if not spec.allocated or find_victims(probe.hosts, spec, now, None) is not None:
                     continue  # the pass would not search for rebalance victims
                 _, giving, _ = probe.rebalance_bound(spec)

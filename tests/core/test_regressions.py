@@ -6,7 +6,7 @@ import pytest
 
 from apportion.core import ClusterState, HostState, PolicyConfig, Slice, decide
 from apportion.core.placement import find_victims
-from apportion.core.policy import _charge_threshold, _Pass
+from apportion.core.policy import Pass, _charge_threshold
 
 from .helpers import make_hosts, make_spec, make_tree
 
@@ -77,14 +77,14 @@ def test_a_whole_host_rebalance_searches_the_hosts_of_the_sides_giving_way() -> 
     spec = make_spec("x", "a", 16, min_runtime=900.0, submit_time=9_000.0)
     st.submit(spec, 9_000.0)
     now = 10_000.0
-    probe = _Pass(st, now, CFG)
+    probe = Pass(st, now, CFG)
     assert find_victims(probe.hosts, spec, now, None) is None  # unallocated alone: too few
     _, giving, _ = probe.rebalance_bound(spec)
     assert giving == {"b": "a"}
     assert probe.reach(giving, whole_hosts=True) == {"h0", "h1", "h2", "h3"}
     rooms = []
     for only in (None, probe.reach(giving, whole_hosts=True)):
-        view = _Pass(st, now, CFG)
+        view = Pass(st, now, CFG)
         plan = find_victims(
             view.hosts, spec, now,
             lambda c, taken, view=view: view.rules.may_preempt(spec, c, taken, giving),

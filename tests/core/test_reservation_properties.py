@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given
 
 from apportion.core import ClusterState, Decisions, PolicyConfig, PreemptReason
-from apportion.core.policy import _Pass
+from apportion.core.policy import Pass
 
 from .helpers import EPS, Driver, make_state
 from .strategies import DRIVEN_SETTINGS, Scenario, contended_scenarios
@@ -23,7 +23,7 @@ def _check_fences(state: ClusterState, now: float, d: Decisions) -> None:
     """Each reservation starts no earlier than the protection of any allocated work on its
     hosts that it waits for ends (time-limited work aside: it ends at its limit), and every
     start on its hosts is work that cannot delay it."""
-    p = _Pass(state, now, CFG)
+    p = Pass(state, now, CFG)
     p.run()
     for fence in p.fences:
         assert fence.ready > now

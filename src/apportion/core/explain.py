@@ -39,7 +39,8 @@ from typing import Any
 
 from .config import PolicyConfig
 from .placement import HostView, find_victims
-from .policy import _Pass, decide
+from .policy import Pass, decide
+from .preemption import UNALLOCATED
 from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
 from .units import format_duration, plural
@@ -185,7 +186,7 @@ def explain(
 ) -> Explanation:
     """Explain ``workload_id`` (pending or running) at ``now``. Raises :class:`CoreError`
     if the state holds no such workload (finished, cancelled or unknown). Pure."""
-    pas = _Pass(state, now, config)  # only for its ratios and rules: never run
+    pas = Pass(state, now, config)  # only for its ratios and rules: never run
     rules = pas.rules
     r = state.running.get(workload_id)
     if r is not None:
@@ -484,7 +485,7 @@ def _hypothetical_plan(
     config: PolicyConfig,
     spec: WorkloadSpec,
     d: Decisions,
-    pas: _Pass,
+    pas: Pass,
 ) -> tuple[tuple[str, ...], tuple[Victim, ...]]:
     """The victim search's cheapest plan on the hosts as this pass leaves them (its starts
     take their GPUs, its victims are promised to their preemptors), with every other running
@@ -500,12 +501,12 @@ def _hypothetical_plan(
     taken: dict[str, int] = {}
     out: list[Victim] = []
     for c in plan.victims:
-        allowed = c.klass == 1 or (
+        allowed = c.klass == UNALLOCATED or (
             config.rebalance and pas.rules.may_preempt(spec, c, taken, sides)
         )
         taken[c.budget] = taken.get(c.budget, 0) + c.gpus
         out.append(Victim(
-            id=c.id, budget=c.budget, gpus=c.gpus, allocated=c.klass != 1,
+            id=c.id, budget=c.budget, gpus=c.gpus, allocated=c.klass != UNALLOCATED,
             resumable=c.resumable, protected_until=c.protected_until,
             protected=now < c.protected_until, rules_allow=allowed,
         ))

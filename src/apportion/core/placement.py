@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
-from .preemption import Candidate
+from .preemption import UNALLOCATED, Candidate
 from .state import ClusterState
 from .tree import ROOT
 from .types import Placement, Running, Slice, WorkloadSpec
@@ -289,7 +289,7 @@ def _one_host(
                 if c.id in claimed:
                     continue
                 if allowed is None:
-                    if c.klass != 1:
+                    if c.klass != UNALLOCATED:
                         break  # sorted by class: no unallocated victims left on this host
                 elif not allowed(c, taken):
                     continue

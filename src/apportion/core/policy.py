@@ -26,15 +26,18 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
 
 from . import reservations
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_fit, find_victims
-from .preemption import Candidate, RebalanceRules, victim_class
+from .preemption import UNALLOCATED, Candidate, RebalanceRules, victim_class
+from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
+    NO_SIZE,
     CoreError,
     Decisions,
     HostChange,
@@ -48,6 +51,9 @@ from .types import (
 )
 from .units import format_duration, plural
 
+_INF = float("inf")
+_NEAR = 16  # requests Pass.next_live checks one by one before it asks the queue index
+
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
     """A reservation waits for its own stopping victims; it never takes new ones."""
@@ -56,7 +62,7 @@ def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
 
 def _gives(held: int, smallest: int, limit: float) -> float:
     """What a side adds to the rebalance bound: nothing unless its smallest victim is
-    within the limit (see ``_Pass.rebalance_bound``)."""
+    within the limit (see ``Pass.rebalance_bound``)."""
     return min(held, limit) if held and limit >= smallest else 0.0
 
 
@@ -66,7 +72,7 @@ def _charge_threshold(
     """After rebalancing failed for a request of ``gpus``: the least admission charge from
     which a request of the same budget at least as large fails too. For it no side may lose
     more than for the failed one, except the sides in ``opening`` (from
-    :meth:`_Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
+    :meth:`Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
     allows less to a larger request, the fair-share rule the same wherever it allows at all,
     and a larger charge spares more sides. If the bound fell short (``short_bound``) and
     stays short with every side opened, any charge fails: 0. If it fell short, the charge
@@ -136,10 +142,10 @@ def decide(
     pass passes over in bulk (the rest of a queue nothing in which can succeed): recording
     it costs a pass time in proportion to the whole queue, and only readers of the queue
     (``apportion why``, the queue view) need it. The decisions are the same either way."""
-    return _Pass(state, now, config, reasons).run()
+    return Pass(state, now, config, reasons).run()
 
 
-class _Pass:
+class Pass:
     """Working data of one pass. Everything the pass changes lives here."""
 
     def __init__(
@@ -166,13 +172,16 @@ class _Pass:
         # Smallest request that failed this pass: anything larger of the same shape fails too.
         # Kept per shape (one host / whole hosts): with hosts of mixed sizes, a single-host
         # request failing says nothing about whole free smaller hosts.
-        self.fit_fail_min = {False: 1 << 30, True: 1 << 30}  # did not fit
-        self.unalloc_fail_min = {False: 1 << 30, True: 1 << 30}  # unallocated victims too few
+        self.fit_fail_min = {False: NO_SIZE, True: NO_SIZE}  # did not fit
+        self.unalloc_fail_min = {False: NO_SIZE, True: NO_SIZE}  # unallocated victims too few
         # Per preemptor budget and shape, the requests rebalancing could not make room for,
         # as (GPUs, admission charge from which the fair-share rule spared every side it
         # spared for that request): a request at least as large with at least that charge
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
+        # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
+        self._live: dict[tuple[str, int], float] = {}
+        self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
@@ -277,7 +286,7 @@ class _Pass:
             self.hosts.claim(plan)
             self.reservations.append(Reservation(spec.id, fence.hosts))
             for victim in plan.victims:
-                reason = (PreemptReason.UNALLOCATED if victim.klass == 1
+                reason = (PreemptReason.UNALLOCATED if victim.klass == UNALLOCATED
                           else PreemptReason.REBALANCE)
                 self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
                 self.rules.evict(victim)
@@ -316,6 +325,16 @@ class _Pass:
                 cursor[leaf] = len(st.queues[leaf])
                 leaf = pick()
                 continue
+            if self.fast:
+                j = self.next_live(leaf, i)
+                if j > i:  # what a walk would try and fail, changing nothing: in one step
+                    self.skip_rest(leaf, i, j)
+                    for node in ancestors(leaf):
+                        remaining[node] -= j - i
+                    cursor[leaf] = i = j
+                if i == len(st.queues[leaf]):
+                    leaf = pick()
+                    continue
             cursor[leaf] = i + 1
             for node in ancestors(leaf):
                 remaining[node] -= 1
@@ -336,16 +355,99 @@ class _Pass:
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
-        for gpus, min_runtime in self.state.smallest_shapes(leaf):
-            if gpus > self.hosts.healthy_total:
-                continue
-            multi = gpus > self.hosts.max_size
-            if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
-                return False
-            charge = self.rules.charge(gpus, min_runtime)
-            if self.cfg.rebalance and not self.rebalance_hopeless(leaf, multi, gpus, charge):
-                return False
-        return True
+        return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
+
+    def doomed(self, budget: str, gpus: int, min_runtime: float) -> bool:
+        """Would trying a request of ``budget`` of this shape now fail by the pass's
+        thresholds alone (too large for the healthy GPUs, no larger than what failed to fit
+        and to find unallocated victims, and rebalancing failed for one no larger with no
+        more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
+        the thresholds only fall during a pass, so a doomed request stays doomed."""
+        if gpus > self.hosts.healthy_total:
+            return True
+        multi = gpus > self.hosts.max_size
+        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+            return False
+        if not self.cfg.rebalance:
+            return True
+        return self.rebalance_hopeless(budget, multi, gpus, self.rules.charge(gpus, min_runtime))
+
+    def live_below(self, budget: str, gpus: int) -> float:
+        """A minimum runtime from which every request of ``budget`` for ``gpus`` GPUs is
+        :meth:`doomed` now (infinity: none is). Slightly above the exact figure, so that
+        rounding can only make a request be checked, never skipped: for one budget and GPU
+        count, doom depends on the minimum runtime only through the admission charge
+        ``gpus x min_runtime x admission_charge``, which grows with it."""
+        key = (budget, gpus)
+        kept = self._live.get(key)
+        if kept is None:
+            kept = self._live[key] = self._live_below(budget, gpus)
+        return kept
+
+    def _live_below(self, budget: str, gpus: int) -> float:
+        if gpus > self.hosts.healthy_total:
+            return 0.0
+        multi = gpus > self.hosts.max_size
+        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+            return _INF
+        if not self.cfg.rebalance:
+            return 0.0
+        least = min(
+            (c for g, c in self.rebalance_failed.get((budget, multi), ()) if gpus >= g),
+            default=_INF,
+        )
+        per_second = gpus * self.cfg.admission_charge  # admission charge per minimum-runtime s
+        if least == _INF or per_second <= 0.0:
+            return _INF if least > 0.0 else 0.0
+        return least / per_second * (1 + 1e-9)
+
+    def next_live(self, leaf: str, start: int) -> int:
+        """The place in ``leaf``'s queue, from ``start`` on, of the first workload that is
+        neither :meth:`doomed` nor settled before the walk; the queue's length if none is.
+        The next few are checked one by one; beyond them, per GPU count of the leaf's
+        pending work, the first of it below
+        :meth:`live_below` (``ClusterState.gpus_queues``), checked exactly: the walk need
+        not visit the hopeless work in between, however deep the queue."""
+        st = self.state
+        queue = st.queues[leaf]
+        near = min(start + _NEAR, len(queue))
+        for at in range(start, near):  # the common case: close by, no index needed
+            wid = queue[at][1]
+            spec = st.pending[wid].spec
+            if wid not in self.handled and not self.doomed(leaf, spec.gpus, spec.min_runtime):
+                return at
+        if near == len(queue):
+            return near
+        first = queue[near]
+        best: Entry | None = None
+        for gpus, sub in st.gpus_queues(leaf).items():
+            bound = self.live_below(leaf, gpus)
+            at = sub.position(first)
+            while True:
+                at = sub.first_below(at, bound)
+                if at < 0:
+                    break
+                entry = sub.entries[at]
+                if best is not None and entry > best:
+                    break  # a later one than found already
+                if entry[1] not in self.handled and not self.doomed(
+                    leaf, gpus, sub.min_runtimes[at]
+                ):
+                    best = entry
+                    break
+                at += 1
+        return len(queue) if best is None else bisect_left(queue, best)
+
+    def rebalance_fails(self, budget: str, multi: bool, gpus: int, charge: float) -> None:
+        """Record that rebalancing failed for requests of ``budget`` of at least ``gpus``
+        GPUs from an admission charge of ``charge``. Only the entries no other is both
+        smaller and cheaper than are kept: the others answer no question differently."""
+        failed = self.rebalance_failed.setdefault((budget, multi), [])
+        if any(gpus >= g and charge >= c for g, c in failed):
+            return
+        failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
+        failed.append((gpus, charge))
+        self._live.clear()
 
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
@@ -353,15 +455,19 @@ class _Pass:
         failed = self.rebalance_failed.get((budget, multi), ())
         return any(gpus >= g and charge >= c for g, c in failed)
 
-    def skip_rest(self, leaf: str, start: int) -> None:
-        """Record the rest of ``leaf``'s queue as considered and waiting, as a walk would."""
+    def skip_rest(self, leaf: str, start: int, stop: int | None = None) -> None:
+        """Record ``leaf``'s queue from ``start`` (up to ``stop``) as considered and waiting,
+        as a walk over it would."""
         if not self.reasons:
             return
         st, total = self.state, self.hosts.healthy_total
-        ids = [wid for _, wid in st.queues[leaf][start:] if wid not in self.handled]
+        ids = [wid for _, wid in st.queues[leaf][start:stop] if wid not in self.handled]
         self.order.extend(ids)
         self.waiting.update(dict.fromkeys(ids, WaitReason.NO_CAPACITY))
-        if max(gpus for gpus, _ in st.sizes[leaf]) > total:
+        largest = self._largest.get(leaf)
+        if largest is None:  # once per leaf and pass: the queue may hold many shapes
+            largest = self._largest[leaf] = max(gpus for gpus, _ in st.sizes[leaf])
+        if largest > total:
             for wid in ids:
                 if st.pending[wid].spec.gpus > total:
                     self.waiting[wid] = WaitReason.TOO_LARGE
@@ -389,6 +495,7 @@ class _Pass:
             # may use any host; the reverse holds, so it still skips by the others' failures
             if not spec.hosts:
                 self.fit_fail_min[multi] = spec.gpus
+                self._live.clear()
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -403,6 +510,7 @@ class _Pass:
             plan = find_victims(self.hosts, spec, self.now, None, only=limited)
             if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
+                self._live.clear()
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
             plan = find_victims(
@@ -426,15 +534,16 @@ class _Pass:
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None and limited is None:
-                failed = self.rebalance_failed.setdefault((spec.budget, multi), [])
                 short = bound if bound < spec.gpus else None
-                failed.append((spec.gpus, _charge_threshold(spec.gpus, short, opening)))
+                self.rebalance_fails(spec.budget, multi, spec.gpus,
+                                     _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
         self.hosts.claim(plan)
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
-            reason = PreemptReason.UNALLOCATED if victim.klass == 1 else PreemptReason.REBALANCE
+            unallocated = victim.klass == UNALLOCATED
+            reason = PreemptReason.UNALLOCATED if unallocated else PreemptReason.REBALANCE
             self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION

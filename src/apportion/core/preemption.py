@@ -34,12 +34,13 @@ from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
 _EPS = 1e-9
+UNALLOCATED: Final = 1  # the victim class of unallocated work (see victim_class)
 
 
 def victim_class(spec: WorkloadSpec) -> int:
     """Cheaper victims first: 1 unallocated, 2 allocated and resumable, 3 allocated only."""
     if not spec.allocated:
-        return 1
+        return UNALLOCATED
     return 2 if spec.resumable else 3
 
 
@@ -160,7 +161,7 @@ class RebalanceRules:
             self._ratio.pop(node, None)
 
     def evict(self, victim: Candidate) -> None:
-        if victim.klass != 1:
+        if victim.klass != UNALLOCATED:
             self._moved(victim.budget)
             for node in ancestors(victim.budget)[:-1]:
                 self.add_held(node, -victim.gpus)
@@ -176,7 +177,7 @@ class RebalanceRules:
         rule, the preemptor's own side at that level. A superset: judged for the smallest
         possible request (one GPU, no admission charge); :meth:`may_preempt` then judges the
         real request. (A pass asks the narrower question per request, in
-        ``_Pass.rebalance_bound``; this answers ``apportion why``.)
+        ``Pass.rebalance_bound``; this answers ``apportion why``.)
 
         Fair Tree compares siblings only, so it suffices to walk up the preemptor's path and
         look at each ancestor's siblings: a handful of checks instead of one per budget."""
@@ -218,7 +219,7 @@ class RebalanceRules:
         budget) from others in the same plan? ``sides`` maps each victim side that may give
         way to the preemptor's side at that level (from :meth:`sides` or narrower); a victim
         elsewhere may not be taken. Protection is checked by the caller."""
-        if victim.klass == 1:
+        if victim.klass == UNALLOCATED:
             return True
         if self.now < victim.restarted_at + self.cfg.restart_protection:
             return False  # restarted a short while ago: moving it again is churn

@@ -22,8 +22,18 @@ from collections.abc import Set as AbstractSet
 
 from .ledger import UsageLedger
 from .lifecycle import HOST_TRANSITIONS, check_transition
+from .queueindex import GpusQueue
 from .tree import BudgetTree, ancestors
-from .types import CoreError, Host, HostState, Pending, Placement, Running, WorkloadSpec
+from .types import (
+    NO_SIZE,
+    CoreError,
+    Host,
+    HostState,
+    Pending,
+    Placement,
+    Running,
+    WorkloadSpec,
+)
 
 QueueKey = tuple[int, float, str]
 Shape = tuple[int, float]  # (gpus, min_runtime) of a request
@@ -74,21 +84,25 @@ class Released:
         least = self._smallest.get(node)
         if least is None:
             sizes = self.by_size.get(node)
-            least = self._smallest[node] = min(sizes) if sizes else 1 << 30
+            least = self._smallest[node] = min(sizes) if sizes else NO_SIZE
         return least
 
 
 class DerivedCache:
     """Answers worked out from a :class:`ClusterState` on demand and kept until a change the
     state makes them stale (the only part of a state that :func:`~apportion.core.decide`
-    writes): each queue's smallest shapes, the smallest unallocated requests, and the work
-    released by the latest time asked about, with the heap of protection ends that advances
-    it. Every one is derived: the index oracle of the tests rebuilds each from the work after
-    every event, and :meth:`ClusterState.fingerprint` leaves this object out."""
+    writes): each queue's smallest shapes and its work by GPU count (for the pass to skip
+    what cannot start, :mod:`apportion.core.queueindex`), the smallest unallocated
+    requests, and the work released by the latest time asked about, with the heap of
+    protection ends that advances it. Every one is derived: the index oracle of the tests
+    rebuilds each from the work after every event, and :meth:`ClusterState.fingerprint`
+    leaves this object out."""
 
-    __slots__ = ("protections", "released", "smallest", "smallest_unallocated")
+    __slots__ = ("by_gpus", "protections", "released", "smallest", "smallest_unallocated")
 
     def __init__(self) -> None:
+        # leaf -> see ClusterState.gpus_queues; dropped when the leaf's allocated queue changes
+        self.by_gpus: dict[str, dict[int, GpusQueue]] = {}
         # leaf -> see ClusterState.smallest_shapes; dropped when the leaf's shapes change
         self.smallest: dict[str, list[Shape]] = {}
         self.smallest_unallocated: tuple[int, int] | None = None
@@ -251,6 +265,7 @@ class ClusterState:
             self._shapes_changed(spec)
         if spec.allocated:
             self._count_pending(spec.budget, 1)
+            self._cache.by_gpus.pop(spec.budget, None)
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
@@ -282,6 +297,7 @@ class ClusterState:
         for table, had in zip(tables, keys, strict=True):
             for key in [k for k in table if k not in had]:
                 del table[key]
+        self._cache.by_gpus.clear()  # the queues are the original's again
 
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
@@ -298,6 +314,7 @@ class ClusterState:
             self._shapes_changed(p.spec)
         if p.spec.allocated:
             self._count_pending(p.spec.budget, -1)
+            self._cache.by_gpus.pop(p.spec.budget, None)
         return p
 
     def _count_pending(self, budget: str, one: int) -> None:
@@ -491,15 +508,9 @@ class ClusterState:
         this moves the work whose protection ended since; for an earlier time it is rebuilt.
         Either way it changes nothing ``decide`` decides on (it is not in
         :meth:`fingerprint`): it is the same whatever was asked before."""
+        if now < self._cache.released.time:
+            self._restart_released()
         index = self._cache.released
-        if now < index.time:
-            index = self._cache.released = Released(float("-inf"))
-            self._cache.protections = [
-                (r.protected_until(), r.started_at, wid)
-                for wid, r in self._running.items()
-                if r.spec.allocated and wid not in self._stopping
-            ]
-            heapq.heapify(self._cache.protections)
         heap = self._cache.protections
         while heap and heap[0][0] <= now:
             _, started_at, wid = heapq.heappop(heap)
@@ -508,6 +519,17 @@ class ClusterState:
                 index.add(r)
         index.time = now
         return index
+
+    def _restart_released(self) -> None:
+        """Released work as of no time at all: every allocated workload not stopping waits
+        in the heap of protection ends."""
+        self._cache.released = Released(float("-inf"))
+        self._cache.protections = [
+            (r.protected_until(), r.started_at, wid)
+            for wid, r in self._running.items()
+            if r.spec.allocated and wid not in self._stopping
+        ]
+        heapq.heapify(self._cache.protections)
 
     def smallest_shapes(self, leaf: str) -> list[Shape]:
         """The shapes of ``leaf``'s pending allocated work that no other of the same kind
@@ -527,11 +549,27 @@ class ClusterState:
             self._cache.smallest[leaf] = shapes
         return shapes
 
+    def gpus_queues(self, leaf: str) -> Mapping[int, GpusQueue]:
+        """``leaf``'s pending allocated work by GPU count, each in queue order (read only;
+        see :mod:`apportion.core.queueindex`). Built when first asked and kept until the
+        leaf's allocated queue changes (a submission, a start, a cancellation)."""
+        kept = self._cache.by_gpus.get(leaf)
+        if kept is None:
+            grouped: dict[int, list[tuple[tuple[QueueKey, str], float]]] = {}
+            pending = self._pending
+            for entry in self._queues.get(leaf, ()):
+                spec = pending[entry[1]].spec
+                grouped.setdefault(spec.gpus, []).append((entry, spec.min_runtime))
+            kept = self._cache.by_gpus[leaf] = {
+                gpus: GpusQueue(items) for gpus, items in sorted(grouped.items())
+            }
+        return kept
+
     def smallest_unallocated(self) -> tuple[int, int]:
         """GPUs of the smallest pending unallocated request that fits on one host, and of the
-        smallest that needs whole hosts (``1 << 30`` where there is none)."""
+        smallest that needs whole hosts (``NO_SIZE`` where there is none)."""
         if self._cache.smallest_unallocated is None:
-            single, multi = 1 << 30, 1 << 30
+            single, multi = NO_SIZE, NO_SIZE
             for sizes in self._unallocated_sizes.values():
                 for gpus, _ in sizes:
                     if gpus > self._max_host_gpus:
@@ -540,6 +578,13 @@ class ClusterState:
                         single = min(single, gpus)
             self._cache.smallest_unallocated = (single, multi)
         return self._cache.smallest_unallocated
+
+    def forget_derived(self) -> None:
+        """Drop every answer the :class:`DerivedCache` keeps, as if none had been asked: the
+        next reader works each out afresh from the indexes. Changes no decision (tests
+        compare a pass on kept answers with one on fresh ones)."""
+        self._cache = DerivedCache()
+        self._restart_released()
 
     def healthy_gpus(self) -> int:
         return self._healthy

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import Final
+
+# A GPU count standing for "no such request or workload": more than any cluster holds, so
+# that "smaller than the smallest" comparisons need no special case.
+NO_SIZE: Final = 1 << 30
 
 
 class CoreError(ValueError):
