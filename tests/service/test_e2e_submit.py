@@ -395,7 +395,8 @@ def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:
 
 def test_cancel_a_whole_array_or_one_element(live_sqlite: LiveFactory) -> None:
     """``cancel ID`` of one element leaves the others; ``cancel --array ID`` (short) cancels
-    every element still active, running or pending."""
+    every element still active, the pending ones first (so the GPUs of the running one, once
+    stopped, cannot start an element the same command cancels), then the running one."""
     s = live_sqlite({"h0": 1})
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--array", "0-3", "--", "sleep", "60")
@@ -409,7 +410,7 @@ def test_cancel_a_whole_array_or_one_element(live_sqlite: LiveFactory) -> None:
     rest = s.cli("alice", "cancel", "--array", ids[0].removeprefix("w-"))
     assert rest.returncode == 0, rest.stderr
     assert rest.stdout.splitlines() == [
-        f"cancel requested for {ids[0]} (running); the scheduler stops it",
-        f"cancelled {ids[1]}", f"cancelled {ids[2]}"]
+        f"cancelled {ids[1]}", f"cancelled {ids[2]}",
+        f"cancel requested for {ids[0]} (running); the scheduler stops it"]
     for wid in ids:
         assert s.wait_status(wid, "cancelled", "completed", "failed")["status"] == "cancelled"

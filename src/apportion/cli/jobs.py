@@ -534,6 +534,9 @@ def cancel(client: Client, ids: tuple[str, ...], user: str | None, budget: str |
         rows = client.json("GET", "/workloads", params={
             "user": user, "budget": budget, "array": array, "status": status,
             "limit": 100_000})
+        # pending work first: stopping the running first would free GPUs that the scheduler
+        # could hand to work this very command is about to cancel
+        rows = sorted(rows, key=lambda w: w["status"] != "pending")
         targets += [w["id"] for w in rows if w["id"] not in targets]
     elif states:
         raise click.UsageError("--state: only with --user, --budget or --array")
