@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sched_env import Env, make_env
 
-from apportion.core import PolicyConfig, Status
+from apportion.core import FINAL, PolicyConfig, Status
 from apportion.service.clock import WallClock
 from apportion.service.executor import Launch
 from apportion.service.executors.identity import Identity
@@ -24,7 +24,6 @@ from apportion.service.store import Store
 from harness.accounts import UnixAccounts, open_dir, unix_accounts
 
 DEADLINE_S = 60.0  # bounds a hang only
-FINAL = {Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.PREEMPTED, Status.LOST}
 
 
 @pytest.fixture(scope="module")
