@@ -1,8 +1,9 @@
 """A real, throw-away Slurm cluster on this one machine, for tests, benchmarks and demos.
 
 ``SlurmCluster`` starts a private munged, one slurmctld and N slurmd processes (nodes
-``gpu1``..``gpuN``, each with ``gpus_per_node`` fake GPUs backed by ``/dev/null``) in a fresh
-temporary directory, on free ports, with its own ``slurm.conf``. Nothing outside that
+``gpu1``..``gpuN``, each with ``gpus_per_node`` fake GPUs backed by ``/dev/null``, untyped
+or of the GPU type ``gres_types`` gives each node) in a fresh temporary directory, on free
+ports, with its own ``slurm.conf``. Nothing outside that
 directory is touched: every Slurm command must run with :attr:`SlurmCluster.env`, which
 points ``SLURM_CONF`` at the private configuration. Everything is stopped by PID on exit,
 jobs first, even when the body raised.
