@@ -31,7 +31,6 @@ from prometheus_client.registry import Collector
 
 from apportion.core import (
     SIZE_CLASSES,
-    ClusterState,
     Decisions,
     HostState,
     PolicyConfig,
@@ -42,6 +41,7 @@ from apportion.core import (
     size_class,
     usage_ratio,
 )
+from apportion.core.fleet import FleetState
 
 from .port import SchedulerPort
 
@@ -76,7 +76,7 @@ class NodeNow:
     running: int
 
 
-def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNow]:
+def nodes_now(st: FleetState, now: float, config: PolicyConfig) -> list[NodeNow]:
     """Every node of the tree (parents first) at ``now``. The usage ratio is the policy's
     sort metric (same formula and the same guard against an empty window)."""
     asked: dict[str, int] = {}
@@ -171,7 +171,7 @@ class Telemetry:
         return self
 
     # ---- PassListener ----
-    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+    def decided(self, now: float, decisions: Decisions, state: FleetState) -> None:
         for s in decisions.starts:
             p = state.pending.get(s.workload)
             if p is None:
@@ -186,7 +186,7 @@ class Telemetry:
             self.preemptions.labels(pr.reason.value).inc()
             self._preempted.add(pr.workload)
 
-    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+    def passed(self, now: float, seconds: float, state: FleetState) -> None:
         self.pass_seconds.observe(seconds)
         self._count_host_failures(state)
         with self._lock:
@@ -198,7 +198,7 @@ class Telemetry:
                 self._owed[n.path] = n.owed
                 self._delivered[n.path] = n.delivered
 
-    def _count_host_failures(self, state: ClusterState) -> None:
+    def _count_host_failures(self, state: FleetState) -> None:
         """Work that left (or restarted) since the last pass while one of its hosts is down,
         and was not stopped by a decision, ended because its host died."""
         down = {n for n, h in state.hosts.items() if h.state is HostState.DOWN}
