@@ -7,9 +7,9 @@ changes), the executor (exits, host deaths) and the clock. Each pass (:meth:`Sch
 
 1. loads what changed in the store (new pending work, cancellations, the budget tree);
 2. folds the executor's observations into the store and the state (exits, dead hosts);
-3. calls ``decide_fleet`` (with one pool: ``decide`` itself) and applies its decisions, again at the same instant while a pass
-   preempts or moves hosts (a preemptor starts once its victims have exited), until one
-   settles it (``Decisions.settles``): the simulator's rule too.
+3. calls ``decide_fleet`` (with one pool: ``decide`` itself) and applies its decisions,
+   again at the same instant while a pass preempts or moves hosts (a preemptor starts once
+   its victims have exited), until one settles it (``Decisions.settles``): the simulator's rule too.
 
 Rules that make a crash at any point safe (see docs/operations.md):
 

@@ -11,7 +11,6 @@ run keeps its progress up to its last checkpoint, and every run after the first 
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import signal
 from collections.abc import Iterable, Mapping, Sequence
