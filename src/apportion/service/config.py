@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from apportion.core import CoreError, PolicyConfig
+from apportion.core import BudgetTree, CoreError, PolicyConfig
 from apportion.core.fleet import FleetConfig
 
 from .executors.identity import Identity
@@ -117,9 +117,13 @@ class PoolsConfig:
         """The (cluster, kind) of a host that says ``cluster`` and ``kind`` ("": default)."""
         return cluster or self.cluster, kind or self.kind
 
-    def fleet(self) -> FleetConfig:
+    def fleet(self, tree: BudgetTree | None = None) -> FleetConfig:
+        """The core's config; with ``tree``, only the per-pool weights of budgets it has
+        (a budget removed since the config was written funds nothing anywhere)."""
+        overrides = {p: {b: w for b, w in ws.items() if tree is None or b in tree}
+                     for p, ws in self.overrides.items()}
         return FleetConfig(billing=dict(self.billing),
-                           overrides={p: dict(w) for p, w in self.overrides.items()})
+                           overrides={p: ws for p, ws in overrides.items() if ws})
 
 
 @dataclass(frozen=True, slots=True)

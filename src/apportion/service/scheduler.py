@@ -35,7 +35,6 @@ from typing import Any
 
 from apportion.core import (
     FINAL,
-    BudgetTree,
     ClusterState,
     CoreError,
     Decisions,
@@ -52,7 +51,7 @@ from apportion.core import (
     validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped
-from apportion.core.fleet import FleetConfig, FleetState, decide_fleet
+from apportion.core.fleet import FleetState, decide_fleet
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.config import PoolsConfig
@@ -378,11 +377,14 @@ class Scheduler:
                     protected_until=r.protected_until(),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
+                    pool=st.runs_in(wid) or "",
                 ))
+            used = st.used
             hosts = [
                 QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
-                          reason=self._host_reason.get(h.name, ""), used=st.used[h.name],
-                          free=h.gpus - st.used[h.name])
+                          reason=self._host_reason.get(h.name, ""), used=used[h.name],
+                          free=h.gpus - used[h.name], cluster=st.where(st.pool_of(h.name))[0],
+                          kind=st.where(st.pool_of(h.name))[1], pool=st.pool_of(h.name))
                 for h in sorted(st.hosts.values(), key=lambda h: h.name)
             ]
             lookback = self.config.lookback
@@ -461,7 +463,8 @@ class Scheduler:
         # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
         # so the ledger's capacity follows their history; one without a record takes its
         # current state when it was set
-        st = new_fleet(tree, self.pools, t0, max(30 * DAY, 2 * lookback))
+        st = FleetState(tree, self.pools.fleet(tree), start=t0,
+                        ledger_keep=max(30 * DAY, 2 * lookback))
         for h in hosts:
             st.add_host(Host(h.name, h.gpus), *self.pools.of(h.cluster, h.kind), t0)
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
@@ -588,7 +591,7 @@ class Scheduler:
             try:
                 st.set_tree(tree)
             except CoreError as e:
-                if _overrides(tree, self.pools) != st.config.overrides:
+                if self.pools.fleet(tree).overrides != st.config.overrides:
                     # a per-pool weight names a budget that is gone: a fleet's overrides are
                     # fixed when it is made, so make it again (from the store, next pass)
                     log.warning("budget tree change: rebuilding the pools (%s)", e)
@@ -979,6 +982,8 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
         "priority": spec.priority,
         "submit_time": spec.submit_time,
         "time_limit": spec.time_limit,
+        "gpu_kinds": list(spec.gpu_kinds),
+        "cluster": spec.cluster,
     }
 
 
@@ -986,20 +991,6 @@ def _exit_reason(o: Observation) -> str:
     if o.exit_code is not None and o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
-
-
-def new_fleet(tree: BudgetTree, pools: PoolsConfig, start: float,
-              ledger_keep: float = 30 * DAY) -> FleetState:
-    """An empty fleet of ``pools``' billing, with its per-pool weights of the budgets
-    ``tree`` has (one of a budget since removed is left out: it funds nothing)."""
-    fleet = pools.fleet()
-    return FleetState(tree, FleetConfig(fleet.billing, _overrides(tree, pools)), start=start,
-                      ledger_keep=ledger_keep)
-
-
-def _overrides(tree: BudgetTree, pools: PoolsConfig) -> dict[str, dict[str, float]]:
-    out = {p: {b: w for b, w in ws.items() if b in tree} for p, ws in pools.overrides.items()}
-    return {p: ws for p, ws in out.items() if ws}
 
 
 def _validate(fleet: FleetState, spec: WorkloadSpec, config: PolicyConfig) -> None:
@@ -1044,4 +1035,4 @@ def _replay_host(st: FleetState, name: str, state: HostState) -> Callable[[float
     return apply
 
 
-__all__ = ["ACTOR", "PassListener", "Scheduler", "new_fleet"]
+__all__ = ["ACTOR", "PassListener", "Scheduler"]
