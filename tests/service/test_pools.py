@@ -291,3 +291,48 @@ def test_the_store_keeps_kinds_clusters_and_host_pools(tmp_path: Path, backend: 
             {"cluster": "west", "kind": "B300"})
     finally:
         store.close()
+
+
+def test_usage_report_charges_billed_units_with_a_breakdown_by_pool(svc: Svc) -> None:
+    """An hour of 8 B200 GPUs and an hour of 8 H100 GPUs: the report charges budget ai 16
+    GPU-hours and 8 x 2.2 + 8 = 25.6 units, and each pool its own GPU-hours, units and
+    occupancy (of its own healthy GPU-hours)."""
+    t0 = svc.clock.now()
+    b200 = svc.submit(gpu_kind=["B200"]).json()["id"]
+    h100 = svc.submit(gpu_kind=["H100"]).json()["id"]
+    svc.sched.step()
+    svc.clock.set(t0 + 3600)
+    svc.executor.finish(b200)
+    svc.executor.finish(h100)
+    svc.sched.step()
+    r = svc.call("GET", f"/v1/reports/usage?from={t0}&to={t0 + 3600}")
+    assert r.status_code == 200, r.text
+    report = r.json()
+    ai = next(b for b in report["budgets"] if b["budget"] == "ai")
+    assert ai["charged_gpu_hours"] == pytest.approx(16.0, rel=1e-12)
+    assert ai["charged_units"] == pytest.approx(8 * 2.2 + 8, rel=1e-12)
+    pools = {p["pool"]: p for p in report["pools"]}
+    assert set(pools) == {"east/H100", "west/B200"}
+    west, east = pools["west/B200"], pools["east/H100"]
+    assert (west["billing"], west["gpus"], east["billing"], east["gpus"]) == (2.2, 8, 1.0, 16)
+    assert west["charged_gpu_hours"] == pytest.approx(8.0, rel=1e-12)
+    assert west["charged_units"] == pytest.approx(17.6, rel=1e-12)
+    assert east["charged_units"] == pytest.approx(8.0, rel=1e-12)
+    assert west["occupancy"] == pytest.approx(1.0, rel=1e-12)
+    assert east["occupancy"] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
+    """``/metrics`` labels host gauges with their pool and gives each pool's occupancy;
+    the dashboard's hosts come grouped by pool, each naming it."""
+    svc.submit(gpu_kind=["B200"])
+    svc.sched.step()
+    text_ = svc.call("GET", "/metrics").text
+    assert 'apportion_hosts{pool="east/H100",state="healthy"} 2.0' in text_
+    assert 'apportion_host_gpus{pool="west/B200",state="healthy"} 8.0' in text_
+    assert 'apportion_gpus_used{pool="west/B200"} 8.0' in text_
+    assert 'apportion_pool_occupancy{pool="west/B200"} 1.0' in text_
+    assert 'apportion_pool_occupancy{pool="east/H100"} 0.0' in text_
+    hosts = svc.call("GET", "/v1/dashboard/state").json()["hosts"]
+    assert [(h["pool"], h["name"]) for h in hosts] == [
+        ("east/H100", "e1"), ("east/H100", "e2"), ("west/B200", "w1")]

@@ -116,7 +116,8 @@ def clock_time(t: float) -> str:
 
 def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
     out = []
-    for name in sorted(st.hosts):
+    # grouped by pool (cluster/kind), by name within it
+    for name in sorted(st.hosts, key=lambda n: (st.pool_of(n), n)):
         h = st.hosts[name]
         on = sorted(st.on_host[name])
         protected = [st.running[w].protected_until() for w in on if w not in st.stopping]
@@ -129,6 +130,7 @@ def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[Dashboar
             workloads=on,
             stopping=sum(1 for w in on if w in st.stopping),
             last_protection_end=max([now, *protected]) if on else None,
+            pool=st.pool_of(name),
         ))
     return out
 

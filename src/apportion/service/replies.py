@@ -265,6 +265,7 @@ class DashboardHost(Reply):
     workloads: list[str]
     stopping: int
     last_protection_end: float | None  # None: nothing on it
+    pool: str = ""  # "cluster/kind"
 
 
 class ClusterCounts(Reply):
