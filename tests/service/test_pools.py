@@ -336,3 +336,34 @@ def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
     hosts = svc.call("GET", "/v1/dashboard/state").json()["hosts"]
     assert [(h["pool"], h["name"]) for h in hosts] == [
         ("east/H100", "e1"), ("east/H100", "e2"), ("west/B200", "w1")]
+
+
+def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
+    """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
+    order given); an unknown kind fails naming the flag as typed and what exists; a batch
+    script's ``#SBATCH --gres=gpu:B200:8`` asks for 8 B200 GPUs."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+    common = ("submit", "--budget", "ai", "--gpus", "8", "--min-runtime", "1h")
+    r = run(*common, "--gpu-kind", "H100,B200", "--cluster", "west", "--json", "--", "train")
+    assert r.exit_code == 0, r.output
+    w = svc.store.list_workloads()[0]
+    assert (w.gpu_kinds, w.cluster) == (("H100", "B200"), "west")
+    r = run(*common, "--gpu-kind", "A100", "--", "train")
+    assert r.exit_code == 1
+    assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:B200:8\n#APPORTION --budget ai\n"
+                      "#APPORTION --min-runtime 1h\ntrain\n")
+    r = run("submit", str(script))
+    assert r.exit_code == 0, r.output
+    last = svc.store.list_workloads()[-1]
+    assert (last.gpus, last.gpu_kinds) == (8, ("B200",))

@@ -148,9 +148,9 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
                 out.ignored.append(f"{where}: {prefix} --gres={value}: ignored (only gpu:N "
                                    "is read)")
                 continue
-            if len(value.split(":")) > 2:
-                out.ignored.append(f"{where}: {prefix} --gres={value}: GPU type ignored, "
-                                   f"{gpus} GPUs of any kind")
+            kind = value.split(":")[1] if len(value.split(":")) > 2 else None
+            if kind is not None:  # gpu:h100:8: that GPU kind (--gpu-kind), as Slurm's type
+                out.options.setdefault("gpu_kind", kind)
             key, value = "gpus", gpus
         out.options[key] = value
 
