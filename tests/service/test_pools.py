@@ -367,3 +367,37 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     assert r.exit_code == 0, r.output
     last = svc.store.list_workloads()[-1]
     assert (last.gpus, last.gpu_kinds) == (8, ("B200",))
+
+
+def test_executors_report_the_configured_hosts_pools(tmp_path: Path) -> None:
+    """The local and memory executors built from a config report each host's cluster and
+    kind as configured ("" where the config names none: the [pools] defaults)."""
+    from apportion.cli.serve import build_executor
+
+    data = {**BASE, "hosts": [*BASE["hosts"], {"name": "x1", "gpus": 4}],
+            "server": {"data_dir": str(tmp_path / "data"), "single_user": True}}
+    for kind in ("memory", "local"):
+        cfg = parse_config({**data, "executor": {"kind": kind}}, base_dir=tmp_path)
+        ex = build_executor(cfg, FakeClock(0.0))
+        try:
+            assert [(h.name, h.cluster, h.kind) for h in ex.inventory()] == [
+                ("e1", "east", "H100"), ("e2", "east", "H100"), ("w1", "west", "B200"),
+                ("x1", "", "")], kind
+        finally:
+            ex.close()
+
+
+def test_a_host_the_executor_moves_to_another_kind_is_stored_and_rebuilt(svc: Svc) -> None:
+    """The executor reports w1 as B300 now (e.g. Slurm's gres type): the pass stores the new
+    kind (audited) and decides nothing; the next one runs on the rebuilt pools."""
+    import dataclasses
+
+    svc.sched.step()
+    svc.executor._hosts["w1"] = dataclasses.replace(svc.executor._hosts["w1"], kind="B300")
+    assert svc.sched.step() == []
+    assert svc.store.get_host("w1").kind == "B300"
+    wid = svc.submit(gpu_kind=["B300"]).json()["id"]
+    svc.sched.step()
+    assert svc.hosts_of(wid) == ["w1"]
+    assert svc.sched.state is not None
+    assert set(svc.sched.state.pools) == {"east/H100", "west/B300"}
