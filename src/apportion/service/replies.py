@@ -52,7 +52,7 @@ class Workload(Reply):
     """A workload as stored. ``command``, ``env`` and ``chdir`` are None, with
     ``private: true``, for a caller who may not see them."""
 
-    omit_if_none = frozenset({"attempts", "private", "array_ids"})
+    omit_if_none = frozenset({"attempts", "private", "array_ids", "pool"})
 
     id: str
     budget: str
@@ -74,6 +74,8 @@ class Workload(Reply):
     dependencies: list[tuple[str, str]]  # [kind, workload id]
     nodelist: list[str]
     exclude: list[str]
+    gpu_kinds: list[str] = []  # accepted, in order of preference; empty: any
+    cluster: str = ""  # "": any
     submit_time: float
     queued_at: float
     status: str
@@ -86,6 +88,7 @@ class Workload(Reply):
     attempts: list[Attempt] | None = None  # GET /v1/workloads/{id} only
     private: Literal[True] | None = None
     array_ids: list[str] | None = None  # the submission of an array only
+    pool: str | None = None  # "cluster/kind" of the hosts it runs on (while running)
 
 
 # ---- budgets -----------------------------------------------------------------------------
@@ -160,6 +163,8 @@ class QueuedSpec(Reply):
     priority: int
     submit_time: float
     time_limit: float | None
+    gpu_kinds: list[str] = []  # accepted, in order of preference; empty: any
+    cluster: str = ""  # "": any
 
 
 class QueuedPending(QueuedSpec):
@@ -182,6 +187,7 @@ class QueuedRunning(QueuedSpec):
     protected_until: float
     stopping: bool
     stop_reason: str | None
+    pool: str = ""  # "cluster/kind" of its hosts
 
 
 class QueueHost(Reply):
@@ -191,6 +197,9 @@ class QueueHost(Reply):
     reason: str
     used: int
     free: int
+    cluster: str = ""
+    kind: str = ""  # its GPU kind
+    pool: str = ""  # "cluster/kind"
 
 
 class QueueBudget(Reply):
@@ -256,6 +265,7 @@ class DashboardHost(Reply):
     workloads: list[str]
     stopping: int
     last_protection_end: float | None  # None: nothing on it
+    pool: str = ""  # "cluster/kind"
 
 
 class ClusterCounts(Reply):
@@ -304,11 +314,17 @@ class Host(Reply):
     state: str
     reason: str
     changed_at: float
+    cluster: str = ""
+    kind: str = ""  # its GPU kind
+    pool: str = ""  # "cluster/kind"
 
     @classmethod
-    def of(cls, h: "HostRow") -> "Host":
+    def of(cls, h: "HostRow", default: tuple[str, str] = ("", "")) -> "Host":
+        """``default``: the (cluster, kind) of a host that names none ([pools])."""
+        cluster, kind = h.cluster or default[0], h.kind or default[1]
         return cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
-                   changed_at=h.changed_at)
+                   changed_at=h.changed_at, cluster=cluster, kind=kind,
+                   pool=f"{cluster}/{kind}")
 
 
 class HostInUse(Host):

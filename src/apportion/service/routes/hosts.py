@@ -19,6 +19,7 @@ def router(api: Api) -> APIRouter:
     """``/v1/hosts`` and below."""
     router = APIRouter()
     store, scheduler = api.store, api.scheduler
+    default = (api.settings.pools.cluster, api.settings.pools.kind)
     rights, forbid = api.rights, api.forbid
     Reader = Annotated[Principal, Depends(api.principal)]
     User = Annotated[UserRow, Depends(api.writer)]
@@ -26,13 +27,14 @@ def router(api: Api) -> APIRouter:
 
     @router.get(f"{v1}/hosts", tags=["hosts"])
     def hosts(_who: Reader) -> list[HostInUse]:
-        """Hosts with their state, the reason of the last change and GPUs in use."""
+        """Hosts with their state, the reason of the last change, GPUs in use and their
+        pool (cluster and GPU kind)."""
         used: dict[str, int] = {}
         for w in store.list_workloads([Status.RUNNING, Status.STOPPING], limit=100_000):
             if w.attempt is not None:
                 for host, gpus, _ in w.attempt.placement:
                     used[host] = used.get(host, 0) + gpus
-        return [HostInUse(**Host.of(h).model_dump(), gpus_used=used.get(h.name, 0))
+        return [HostInUse(**Host.of(h, default).model_dump(), gpus_used=used.get(h.name, 0))
                 for h in store.hosts()]
 
     def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
@@ -43,7 +45,7 @@ def router(api: Api) -> APIRouter:
             scheduler.set_host_state(name, to, body.reason, user.name)
         except CoreError as e:
             raise fail(409, str(e)) from None
-        return Host.of(store.get_host(name))
+        return Host.of(store.get_host(name), default)
 
     @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
     def drain(name: str, user: User, body: HostBody | None = None) -> Host:
