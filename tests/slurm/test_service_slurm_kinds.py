@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,27 @@ def test_b200_workload_runs_on_a_b200_node_and_is_charged_at_the_b200_weight(
         lag = seen_at[kind] - done[kind]["attempts"][0]["ended_at"]
         assert weight * used[kind] <= ledger[budget] + 1e-9
         assert ledger[budget] <= weight * (used[kind] + 2 * lag), (budget, lag)
+
+
+def test_nodes_of_a_gres_type_without_a_kind_are_down_with_the_reason(
+    kinds_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """With [executor.slurm] kinds = {H100 = "h100"}, the b200 nodes have no kind: the
+    service lists them down with Slurm's gres and the map as the reason, and a submission
+    asking for B200 is refused naming the kinds there are."""
+    with SlurmService(kinds_cluster, tmp_path, slurm_options='kinds = { H100 = "h100" }',
+                      extra_config=BILLING) as svc:
+        hosts = svc.hosts()
+        assert {n: (h["state"], h["kind"]) for n, h in hosts.items()} == {
+            "gpu1": ("healthy", "H100"), "gpu2": ("healthy", "H100"),
+            "gpu3": ("down", "gpu"), "gpu4": ("down", "gpu"),
+        }
+        assert hosts["gpu3"]["reason"] == (
+            "executor: gres gpu:b200:8: gres type 'b200' is not in executor.slurm kinds "
+            "(H100 = 'h100')"
+        )
+        r = svc.client("alice").post("/v1/workloads", json={
+            "budget": "ai/llm", "gpus": 1, "min_runtime": 60, "gpu_kind": ["B200"],
+            "command": ["true"]})
+        assert r.status_code == 422, r.text
+        assert "B200" in r.text and "H100" in r.text, r.text

@@ -150,7 +150,7 @@ class SlurmExecutor:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
         if not isinstance(cluster, str) or "/" in cluster:
             raise ValueError(f"cluster: must be a name without '/', got {cluster!r}")
-        self.cluster = cluster
+        self.cluster_name = cluster  # every node's cluster ("": the config's default)
         # apportion kind <-> Slurm gres type; None: the type in upper case is the kind
         self._type_of: dict[str, str] | None = None
         if kinds is not None:
@@ -214,7 +214,7 @@ class SlurmExecutor:
             partitions[name] = in_partitions
             hosts[name] = InventoryHost(
                 name=name, gpus=parse_gpu_count(gres), state=state, reason=reason,
-                cluster=self.cluster, kind=kind,
+                cluster=self.cluster_name, kind=kind,
             )
         with self._lock:
             self._partitions, self._seen_types = partitions, seen
