@@ -140,3 +140,22 @@ def test_configured_partition_wins_for_typed_launches(
     job = scontrol_job(kinds_cluster, handle)
     assert (job["NodeList"], job["Partition"], job["TresPerNode"]) == (
         "gpu4", "gpu", "gres:gpu:b200:1")
+
+
+def test_whole_host_b200_gang_takes_both_b200_nodes_in_their_partition(
+    kinds_cluster: SlurmCluster, tmp_path: Path, clean: None
+) -> None:
+    """A 16-GPU B200 gang on gpu3 and gpu4 is one job of --gres=gpu:b200:8 per node,
+    exclusive, in partition b200 (the one both nodes share before the default)."""
+    ex = kinds_executor(kinds_cluster, tmp_path)
+    ex.inventory()
+    handle = ex.launch(Launch(
+        workload_id="w-gang", attempt=1, command=["true"], log_path=str(tmp_path / "g.log"),
+        slots=(HostSlots("gpu3", tuple(range(8))), HostSlots("gpu4", tuple(range(8)))),
+        whole_hosts=True, kind="B200",
+    ))
+    assert wait_for_state(ex, handle, AttemptState.EXITED).exit_code == 0
+    job = scontrol_job(kinds_cluster, handle)
+    assert (job["NodeList"], job["Partition"], job["TresPerNode"], job["OverSubscribe"]) == (
+        "gpu[3-4]", "b200", "gres:gpu:b200:8", "NO")
+    assert "gres/gpu:b200=16" in sacct_job(kinds_cluster, handle)["AllocTRES"].split(",")
