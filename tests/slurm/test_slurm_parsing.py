@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from apportion.cli.serve import build_executor
+from apportion.service.config import ConfigError, load_config
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.slurm import (
     SlurmExecutor,
@@ -176,3 +178,15 @@ def test_batch_script_forwards_sigterm_and_keeps_exit_status(tmp_path: Path) -> 
         proc.terminate()
         assert proc.stdout.readline() == "got-TERM\n"
         assert proc.wait(30) == 5
+
+
+def test_bad_kinds_in_the_config_name_the_file_and_option(tmp_path: Path) -> None:
+    """apportion serve's config: [executor.slurm] kinds with a non-type value is a config
+    error naming the file, executor.slurm and the kind."""
+    path = tmp_path / "apportion.toml"
+    path.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n[executor]\nkind = "slurm"\n'
+                    '[executor.slurm]\nkinds = { B200 = 3 }\n')
+    with pytest.raises(ConfigError) as e:
+        build_executor(load_config(path), None)
+    assert str(e.value) == (f"{path}: executor.slurm: kinds: B200: must be a Slurm gres type "
+                            "such as 'h100', got 3")
