@@ -97,7 +97,8 @@ def test_nodes_of_a_gres_type_without_a_kind_are_down_with_the_reason(
 ) -> None:
     """With [executor.slurm] kinds = {H100 = "h100"}, the b200 nodes have no kind: the
     service lists them down with Slurm's gres and the map as the reason, and a submission
-    asking for B200 is refused naming the kinds there are."""
+    asking for B200 is refused naming the kinds there are. Restarted without the map, the
+    same database has them healthy, of kind B200."""
     with SlurmService(kinds_cluster, tmp_path, slurm_options='kinds = { H100 = "h100" }',
                       extra_config=BILLING) as svc:
         hosts = svc.hosts()
@@ -114,3 +115,10 @@ def test_nodes_of_a_gres_type_without_a_kind_are_down_with_the_reason(
             "command": ["true"]})
         assert r.status_code == 422, r.text
         assert "B200" in r.text and "H100" in r.text, r.text
+        # the map fixed, after a restart: the b200 nodes are healthy hosts of kind B200
+        svc.stop()
+        svc.slurm_options = ""
+        svc.start()
+        for node in ("gpu3", "gpu4"):
+            h = svc.wait_host(node, "healthy")
+            assert (h["kind"], h["cluster"]) == ("B200", "default"), h
