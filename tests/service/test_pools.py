@@ -209,9 +209,9 @@ def test_why_advises_a_kind_that_would_start_it_now(svc: Svc) -> None:
     waiting = svc.submit(gpu_kind=["B200"]).json()["id"]
     svc.sched.step()
     why = svc.call("GET", f"/v1/workloads/{waiting}/why").json()
-    assert why["advice"] == [
+    assert why["pool_advice"] == [
         "waiting for B200 GPUs; H100 in east would start it now (--gpu-kind H100)"]
-    assert why["text"][-1] == why["advice"][0]
+    assert why["text"][-1] == why["pool_advice"][0]
     assert why["pool"] == "west/B200"
 
 

@@ -344,6 +344,7 @@ class Scheduler:
                 return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
                                  budgets=[])
             now = st.time
+            several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
             rest = sorted(
@@ -377,16 +378,18 @@ class Scheduler:
                     protected_until=r.protected_until(),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
-                    pool=st.runs_in(wid) or "",
+                    pool=st.runs_in(wid) if several else None,
                 ))
             used = st.used
-            hosts = [
-                QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
-                          reason=self._host_reason.get(h.name, ""), used=used[h.name],
-                          free=h.gpus - used[h.name], cluster=st.where(st.pool_of(h.name))[0],
-                          kind=st.where(st.pool_of(h.name))[1], pool=st.pool_of(h.name))
-                for h in sorted(st.hosts.values(), key=lambda h: h.name)
-            ]
+            hosts = []
+            for h in sorted(st.hosts.values(), key=lambda h: h.name):
+                qh = QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
+                               reason=self._host_reason.get(h.name, ""), used=used[h.name],
+                               free=h.gpus - used[h.name])
+                if several:
+                    qh.pool = st.pool_of(h.name)
+                    qh.cluster, qh.kind = st.where(qh.pool)
+                hosts.append(qh)
             lookback = self.config.lookback
             capacity = st.ledger.capacity(now, lookback)
             budgets = []
@@ -982,8 +985,8 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
         "priority": spec.priority,
         "submit_time": spec.submit_time,
         "time_limit": spec.time_limit,
-        "gpu_kinds": list(spec.gpu_kinds),
-        "cluster": spec.cluster,
+        "gpu_kinds": list(spec.gpu_kinds) or None,
+        "cluster": spec.cluster or None,
     }
 
 

@@ -302,6 +302,8 @@ def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = Fal
 
 
 def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
-    """Host -> its pool ``cluster/kind``."""
-    return {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
+    """Host -> its pool ``cluster/kind``; empty with one pool (pools are shown only when
+    there are several)."""
+    out = {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
+    return out if len(set(out.values())) > 1 else {}
 
