@@ -35,7 +35,6 @@ from typing import Any
 
 from apportion.core import (
     FINAL,
-    ClusterState,
     CoreError,
     Decisions,
     Host,
@@ -48,7 +47,6 @@ from apportion.core import (
     format_duration,
     release,
     usage_ratio,
-    validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.fleet import FleetState, decide_fleet
@@ -65,6 +63,8 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.pools import fleet_of
+from apportion.service.pools import validate as _validate
 from apportion.service.port import PassListener
 from apportion.service.replies import (
     QueueBudget,
@@ -466,10 +466,8 @@ class Scheduler:
         # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
         # so the ledger's capacity follows their history; one without a record takes its
         # current state when it was set
-        st = FleetState(tree, self.pools.fleet(tree), start=t0,
-                        ledger_keep=max(30 * DAY, 2 * lookback))
-        for h in hosts:
-            st.add_host(Host(h.name, h.gpus), *self.pools.of(h.cluster, h.kind), t0)
+        st = fleet_of(tree, self.pools, ((Host(h.name, h.gpus), h.cluster, h.kind)
+                                         for h in hosts), t0, max(30 * DAY, 2 * lookback))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         for i, iv in enumerate(self.store.usage_intervals(t0)):
             if iv.ended_at is None:
@@ -994,14 +992,6 @@ def _exit_reason(o: Observation) -> str:
     if o.exit_code is not None and o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
-
-
-def _validate(fleet: FleetState, spec: WorkloadSpec, config: PolicyConfig) -> None:
-    """``FleetState.validate``; with no host yet, the single-pool rules against none."""
-    if fleet.pools:
-        fleet.validate(spec, config)
-    else:
-        validate_spec(spec, ClusterState(fleet.tree), config)
 
 
 def _ledger_change(
