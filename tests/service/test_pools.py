@@ -209,9 +209,9 @@ def test_why_advises_a_kind_that_would_start_it_now(svc: Svc) -> None:
     waiting = svc.submit(gpu_kind=["B200"]).json()["id"]
     svc.sched.step()
     why = svc.call("GET", f"/v1/workloads/{waiting}/why").json()
-    assert why["advice"] == [
+    assert why["pool_advice"] == [
         "waiting for B200 GPUs; H100 in east would start it now (--gpu-kind H100)"]
-    assert why["text"][-1] == why["advice"][0]
+    assert why["text"][-1] == why["pool_advice"][0]
     assert why["pool"] == "west/B200"
 
 
@@ -401,3 +401,28 @@ def test_a_host_the_executor_moves_to_another_kind_is_stored_and_rebuilt(svc: Sv
     assert svc.hosts_of(wid) == ["w1"]
     assert svc.sched.state is not None
     assert set(svc.sched.state.pools) == {"east/H100", "west/B300"}
+
+
+def test_cli_report_usage_prints_a_row_per_pool(svc: Svc) -> None:
+    """``apportion report usage`` with two pools: after the budget table, one row per pool
+    with its billing weight, GPUs and charged units."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    t0 = svc.clock.now()
+    wid = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    svc.clock.set(t0 + 3600)
+    svc.executor.finish(wid)
+    svc.sched.step()
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+    r = CliRunner().invoke(main, ["report", "usage", "--from", str(t0), "--to",
+                                  str(t0 + 3600)], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("POOL"))
+    assert lines[header].split()[:4] == ["POOL", "BILLING", "GPUS", "HEALTHY"]
+    assert lines[header + 1].split()[:6] == ["east/H100", "1.0", "16", "16.0", "0.0", "0.0"]
+    assert lines[header + 2].split()[:6] == ["west/B200", "2.2", "8", "8.0", "8.0", "17.6"]

@@ -204,7 +204,8 @@ class FleetState:
                 f"(the fleet has {', '.join(sorted(clusters)) or 'none'})"
             )
         for h in spec.hosts:
-            self.pool_of(h)
+            if h not in self._pool_of:  # as validate_spec says it
+                raise CoreError(f"workload {spec.id}: hosts: unknown host {h!r}")
         asked = [p for p in self._pools if self._asks_for(spec, p)]
         if not asked:
             what = ",".join(spec.gpu_kinds) or "any kind"

@@ -96,7 +96,7 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
         return {"kind": "explanation", **e.as_dict(),
-                "text": e.lines(clock_time) + hints, "advice": hints,
+                "text": e.lines(clock_time) + hints, "pool_advice": hints,
                 "pool": pool if len(st.pools) > 1 else None,
                 "user": row.user, "submit_time": row.submit_time}
 
@@ -130,7 +130,7 @@ def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[Dashboar
             workloads=on,
             stopping=sum(1 for w in on if w in st.stopping),
             last_protection_end=max([now, *protected]) if on else None,
-            pool=st.pool_of(name),
+            pool=st.pool_of(name) if len(st.pools) > 1 else None,
         ))
     return out
 

@@ -82,6 +82,9 @@ def nodes_now(st: FleetState, now: float, config: PolicyConfig) -> list[NodeNow]
     asked: dict[str, int] = {}
     pending: dict[str, int] = {}
     running: dict[str, int] = {}
+    # GPUs held (allocated, unallocated): in GPUs, whatever the pools' billing weights (the
+    # ledger's rate is in billed units)
+    held: dict[tuple[str, bool], int] = {}
     for p in st.pending.values():
         for node in ancestors(p.spec.budget)[:-1]:
             pending[node] = pending.get(node, 0) + 1
@@ -90,6 +93,8 @@ def nodes_now(st: FleetState, now: float, config: PolicyConfig) -> list[NodeNow]
     for r in st.running.values():
         for node in ancestors(r.spec.budget)[:-1]:
             running[node] = running.get(node, 0) + 1
+            key = (node, r.spec.allocated)
+            held[key] = held.get(key, 0) + r.gpus_held
             if r.spec.allocated:
                 asked[node] = asked.get(node, 0) + r.spec.gpus
     capacity = max(st.ledger.capacity(now, config.lookback), 1.0)
@@ -106,8 +111,8 @@ def nodes_now(st: FleetState, now: float, config: PolicyConfig) -> list[NodeNow]
             charged_gpu_s=charged,
             asked=a,
             owed=min(share * healthy, float(a)),
-            delivered=st.ledger.rate(node),
-            free=st.ledger.rate(node, charged=False),
+            delivered=float(held.get((node, True), 0)),
+            free=float(held.get((node, False), 0)),
             pending=pending.get(node, 0),
             running=running.get(node, 0),
         ))

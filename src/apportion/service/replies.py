@@ -163,8 +163,11 @@ class QueuedSpec(Reply):
     priority: int
     submit_time: float
     time_limit: float | None
-    gpu_kinds: list[str] = []  # accepted, in order of preference; empty: any
-    cluster: str = ""  # "": any
+    # the GPU kinds it accepts (preferred first) and its cluster; None (left out): any
+    gpu_kinds: list[str] | None = None
+    cluster: str | None = None
+
+    omit_if_none = frozenset({"gpu_kinds", "cluster"})
 
 
 class QueuedPending(QueuedSpec):
@@ -172,7 +175,7 @@ class QueuedPending(QueuedSpec):
     queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
     ``waiting_for_preemption``, ``too_large``, ``held``; None: not reached)."""
 
-    omit_if_none = frozenset({"hold"})
+    omit_if_none = frozenset({"hold", "gpu_kinds", "cluster"})
 
     position: int | None
     queued_at: float
@@ -187,7 +190,9 @@ class QueuedRunning(QueuedSpec):
     protected_until: float
     stopping: bool
     stop_reason: str | None
-    pool: str = ""  # "cluster/kind" of its hosts
+    pool: str | None = None  # "cluster/kind" of its hosts, with several pools
+
+    omit_if_none = frozenset({"gpu_kinds", "cluster", "pool"})
 
 
 class QueueHost(Reply):
@@ -197,9 +202,12 @@ class QueueHost(Reply):
     reason: str
     used: int
     free: int
-    cluster: str = ""
-    kind: str = ""  # its GPU kind
-    pool: str = ""  # "cluster/kind"
+    # its pool, shown when the service has several (else None, left out)
+    cluster: str | None = None
+    kind: str | None = None  # its GPU kind
+    pool: str | None = None  # "cluster/kind"
+
+    omit_if_none = frozenset({"cluster", "kind", "pool"})
 
 
 class QueueBudget(Reply):
@@ -265,7 +273,9 @@ class DashboardHost(Reply):
     workloads: list[str]
     stopping: int
     last_protection_end: float | None  # None: nothing on it
-    pool: str = ""  # "cluster/kind"
+    pool: str | None = None  # "cluster/kind", with several pools
+
+    omit_if_none = frozenset({"pool"})
 
 
 class ClusterCounts(Reply):
@@ -314,17 +324,21 @@ class Host(Reply):
     state: str
     reason: str
     changed_at: float
-    cluster: str = ""
-    kind: str = ""  # its GPU kind
-    pool: str = ""  # "cluster/kind"
+    # its pool, shown when the service has several (else None, left out)
+    cluster: str | None = None
+    kind: str | None = None  # its GPU kind
+    pool: str | None = None  # "cluster/kind"
+
+    omit_if_none = frozenset({"cluster", "kind", "pool"})
 
     @classmethod
-    def of(cls, h: "HostRow", default: tuple[str, str] = ("", "")) -> "Host":
-        """``default``: the (cluster, kind) of a host that names none ([pools])."""
-        cluster, kind = h.cluster or default[0], h.kind or default[1]
-        return cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
-                   changed_at=h.changed_at, cluster=cluster, kind=kind,
-                   pool=f"{cluster}/{kind}")
+    def of(cls, h: "HostRow", pool: tuple[str, str] | None = None) -> "Host":
+        """``pool``: the host's (cluster, kind), given when there are several pools."""
+        out = cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
+                  changed_at=h.changed_at)
+        if pool is not None:
+            out.cluster, out.kind, out.pool = pool[0], pool[1], f"{pool[0]}/{pool[1]}"
+        return out
 
 
 class HostInUse(Host):

@@ -35,7 +35,6 @@ from typing import Any
 
 from apportion.core import (
     FINAL,
-    ClusterState,
     CoreError,
     Decisions,
     Host,
@@ -48,7 +47,6 @@ from apportion.core import (
     format_duration,
     release,
     usage_ratio,
-    validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.fleet import FleetState, decide_fleet
@@ -65,6 +63,8 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.pools import fleet_of
+from apportion.service.pools import validate as _validate
 from apportion.service.port import PassListener
 from apportion.service.replies import (
     QueueBudget,
@@ -344,6 +344,7 @@ class Scheduler:
                 return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
                                  budgets=[])
             now = st.time
+            several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
             rest = sorted(
@@ -377,16 +378,18 @@ class Scheduler:
                     protected_until=r.protected_until(),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
-                    pool=st.runs_in(wid) or "",
+                    pool=st.runs_in(wid) if several else None,
                 ))
             used = st.used
-            hosts = [
-                QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
-                          reason=self._host_reason.get(h.name, ""), used=used[h.name],
-                          free=h.gpus - used[h.name], cluster=st.where(st.pool_of(h.name))[0],
-                          kind=st.where(st.pool_of(h.name))[1], pool=st.pool_of(h.name))
-                for h in sorted(st.hosts.values(), key=lambda h: h.name)
-            ]
+            hosts = []
+            for h in sorted(st.hosts.values(), key=lambda h: h.name):
+                qh = QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
+                               reason=self._host_reason.get(h.name, ""), used=used[h.name],
+                               free=h.gpus - used[h.name])
+                if several:
+                    qh.pool = st.pool_of(h.name)
+                    qh.cluster, qh.kind = st.where(qh.pool)
+                hosts.append(qh)
             lookback = self.config.lookback
             capacity = st.ledger.capacity(now, lookback)
             budgets = []
@@ -463,10 +466,8 @@ class Scheduler:
         # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
         # so the ledger's capacity follows their history; one without a record takes its
         # current state when it was set
-        st = FleetState(tree, self.pools.fleet(tree), start=t0,
-                        ledger_keep=max(30 * DAY, 2 * lookback))
-        for h in hosts:
-            st.add_host(Host(h.name, h.gpus), *self.pools.of(h.cluster, h.kind), t0)
+        st = fleet_of(tree, self.pools, ((Host(h.name, h.gpus), h.cluster, h.kind)
+                                         for h in hosts), t0, max(30 * DAY, 2 * lookback))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         for i, iv in enumerate(self.store.usage_intervals(t0)):
             if iv.ended_at is None:
@@ -982,8 +983,8 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
         "priority": spec.priority,
         "submit_time": spec.submit_time,
         "time_limit": spec.time_limit,
-        "gpu_kinds": list(spec.gpu_kinds),
-        "cluster": spec.cluster,
+        "gpu_kinds": list(spec.gpu_kinds) or None,
+        "cluster": spec.cluster or None,
     }
 
 
@@ -991,14 +992,6 @@ def _exit_reason(o: Observation) -> str:
     if o.exit_code is not None and o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
-
-
-def _validate(fleet: FleetState, spec: WorkloadSpec, config: PolicyConfig) -> None:
-    """``FleetState.validate``; with no host yet, the single-pool rules against none."""
-    if fleet.pools:
-        fleet.validate(spec, config)
-    else:
-        validate_spec(spec, ClusterState(fleet.tree), config)
 
 
 def _ledger_change(

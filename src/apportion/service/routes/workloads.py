@@ -14,16 +14,14 @@ from apportion.core import (
     After,
     BudgetNode,
     BudgetTree,
-    ClusterState,
     CoreError,
     Status,
     WorkloadSpec,
     allowed_hosts,
     parse_array,
     parse_dependency,
-    validate_spec,
 )
-from apportion.core.fleet import FleetState, pool_name
+from apportion.core.fleet import pool_name
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
@@ -31,6 +29,7 @@ from ..bodies import SubmitBody
 from ..config import ServiceConfig
 from ..dashboard import explain_workload
 from ..executors import identity
+from ..pools import fleet_of, validate
 from ..replies import QueueView, Workload
 from ..store import AlreadySubmitted, UserRow, WorkloadRow
 from .context import (
@@ -133,13 +132,10 @@ def router(api: Api) -> APIRouter:
             if not rows:
                 raise fail(422, f"budget: {body.budget!r}: no budgets exist yet")
             tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
-            if host_rows:  # the pools of the hosts, as the scheduler has them
-                fleet = FleetState(tree, settings.pools.fleet(tree), start=t)
-                for h in host_rows:
-                    fleet.add_host(h.host(), *settings.pools.of(h.cluster, h.kind), t)
-                fleet.validate(spec, settings.policy)
-            else:
-                validate_spec(spec, ClusterState(tree, start=t), settings.policy)
+            # the hosts in their pools, as the scheduler has them
+            fleet = fleet_of(tree, settings.pools,
+                             ((h.host(), h.cluster, h.kind) for h in host_rows), t)
+            validate(fleet, spec, settings.policy)
         except CoreError as e:
             # the body's field is gpu_kind (one kind or a list)
             raise fail(422, core_message(e).replace("gpu_kinds:", "gpu_kind:", 1)) from None
@@ -302,6 +298,8 @@ def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = Fal
 
 
 def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
-    """Host -> its pool ``cluster/kind``."""
-    return {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
+    """Host -> its pool ``cluster/kind``; empty with one pool (pools are shown only when
+    there are several)."""
+    out = {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
+    return out if len(set(out.values())) > 1 else {}
 

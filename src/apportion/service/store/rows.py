@@ -218,8 +218,6 @@ class HostRow:
             "state": self.state.value,
             "reason": self.reason,
             "changed_at": self.changed_at,
-            "cluster": self.cluster,
-            "kind": self.kind,
         }
 
 
