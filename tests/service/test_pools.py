@@ -341,7 +341,7 @@ def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
 def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
     """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
     order given); an unknown kind fails naming the flag as typed and what exists; a batch
-    script's ``#SBATCH --gres=gpu:B200:8`` asks for 8 B200 GPUs."""
+    script's ``#SBATCH --gres=gpu:b200:8`` asks for 8 B200 GPUs (Slurm's type, upper case)."""
     from click.testing import CliRunner
 
     from apportion.cli.main import main
@@ -361,7 +361,7 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     assert r.exit_code == 1
     assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:B200:8\n#APPORTION --budget ai\n"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:b200:8\n#APPORTION --budget ai\n"
                       "#APPORTION --min-runtime 1h\ntrain\n")
     r = run("submit", str(script))
     assert r.exit_code == 0, r.output
