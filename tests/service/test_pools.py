@@ -21,7 +21,7 @@ from store_db import BACKENDS, ServerThread, db_url
 
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
-from apportion.service.config import ConfigError, ServiceConfig, parse_config
+from apportion.service.config import ConfigError, PoolsConfig, ServiceConfig, parse_config
 from apportion.service.executor import InventoryHost
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
@@ -341,7 +341,7 @@ def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
 def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
     """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
     order given); an unknown kind fails naming the flag as typed and what exists; a batch
-    script's ``#SBATCH --gres=gpu:B200:8`` asks for 8 B200 GPUs."""
+    script's ``#SBATCH --gres=gpu:b200:8`` asks for 8 B200 GPUs (Slurm's type, upper case)."""
     from click.testing import CliRunner
 
     from apportion.cli.main import main
@@ -361,7 +361,7 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     assert r.exit_code == 1
     assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:B200:8\n#APPORTION --budget ai\n"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:b200:8\n#APPORTION --budget ai\n"
                       "#APPORTION --min-runtime 1h\ntrain\n")
     r = run("submit", str(script))
     assert r.exit_code == 0, r.output
@@ -426,3 +426,32 @@ def test_cli_report_usage_prints_a_row_per_pool(svc: Svc) -> None:
     assert lines[header].split()[:4] == ["POOL", "BILLING", "GPUS", "HEALTHY"]
     assert lines[header + 1].split()[:6] == ["east/H100", "1.0", "16", "16.0", "0.0", "0.0"]
     assert lines[header + 2].split()[:6] == ["west/B200", "2.2", "8", "8.0", "8.0", "17.6"]
+
+
+def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``overrides."west/B200" = {ops = 0}``: ops is not funded on the B200 host, so its
+    B200 work is refused naming the pool rule, while ai's runs there. A weight of a budget
+    the database lacks (the budgets came from the database, not the config) is logged by
+    the scheduler and left out."""
+    cfg = parse_config({**BASE, "overrides": {"west/B200": {"ops": 0}}}, base_dir=tmp_path)
+    s = Svc(tmp_path, "sqlite", cfg)
+    try:
+        r = s.submit(budget="ops", gpu_kind=["B200"])
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == "gpu_kind: no pool of B200 funds budget ops"
+        ok = s.submit(gpu_kind=["B200"]).json()["id"]
+        s.sched.step()
+        assert s.hosts_of(ok) == ["w1"]
+        ghost = PoolsConfig(billing=dict(cfg.pools.billing),
+                            overrides={"west/B200": {"gone": 2.0, "ops": 0.0}})
+        with caplog.at_level("WARNING", logger="apportion.scheduler"):
+            again = Scheduler(s.store, s.executor, cfg.policy, s.clock, pools=ghost)
+            again.start()
+        assert "per-pool weights of budgets that do not exist, left out: west/B200: gone" \
+            in caplog.text
+        assert again.state is not None
+        assert again.state.config.overrides == {"west/B200": {"ops": 0.0}}
+    finally:
+        s.close()

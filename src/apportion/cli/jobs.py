@@ -149,8 +149,10 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
                                    "is read)")
                 continue
             kind = value.split(":")[1] if len(value.split(":")) > 2 else None
-            if kind is not None:  # gpu:h100:8: that GPU kind (--gpu-kind), as Slurm's type
-                out.options.setdefault("gpu_kind", kind)
+            if kind is not None:
+                # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case,
+                # as the Slurm executor and the sacct importer name kinds by default
+                out.options.setdefault("gpu_kind", kind.upper())
             key, value = "gpus", gpus
         out.options[key] = value
 

@@ -369,7 +369,7 @@ def _pools(src: str, top: _Reader) -> PoolsConfig:
 
 def _check_overrides(src: str, pools: PoolsConfig, budgets: tuple[BudgetConfig, ...]) -> None:
     """Per-pool weights name budgets the config seeds (when it seeds any: else the budgets
-    live in the database and an unknown one is reported by the scheduler)."""
+    live in the database: the scheduler logs an unknown one and leaves it out)."""
     if not budgets:
         return
     known = {"/".join(b.path.split("/")[:n]) for b in budgets

@@ -468,6 +468,11 @@ class Scheduler:
         # current state when it was set
         st = fleet_of(tree, self.pools, ((Host(h.name, h.gpus), h.cluster, h.kind)
                                          for h in hosts), t0, max(30 * DAY, 2 * lookback))
+        unknown = sorted({f"{p}: {b}" for p, ws in self.pools.overrides.items() for b in ws
+                          if b not in tree})
+        if unknown:
+            log.warning("per-pool weights of budgets that do not exist, left out: %s",
+                        "; ".join(unknown))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         for i, iv in enumerate(self.store.usage_intervals(t0)):
             if iv.ended_at is None:
