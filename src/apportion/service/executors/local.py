@@ -259,17 +259,34 @@ class LocalExecutor:
 
     def _void(self, stem: str, handle: str) -> bool:
         """Forbid an attempt whose wrapper has not claimed it yet (it may still be starting
-        up, before it can handle SIGTERM), and record it as ended now. False if claimed."""
-        if not _procfs.create_json_exclusive(
-            self.run_dir / f"{stem}.run", {"void": True, "at": time.time()}
-        ):
+        up, before it can handle SIGTERM), and record it as ended now. False if claimed.
+
+        The void claim names the handle it voids, so that an executor started after a
+        crash still finds the attempt by its handle, and can finish the exit record if the
+        crash fell between the claim and the record."""
+        claim = {"void": True, "at": time.time(), "voided": handle}
+        if not _procfs.create_json_exclusive(self.run_dir / f"{stem}.run", claim):
             return False
-        _procfs.write_json_atomic(
-            self.run_dir / f"{stem}.exit",
-            {"exit_code": -signal.SIGTERM, "signalled": True, "ended_at": time.time(),
-             "voided": True, "handle": handle, "db_id": self.db_id},
-        )
+        self._record_void(stem, claim)
         return True
+
+    def _unrecorded_void(self, stem: str, handle: str) -> dict[str, object] | None:
+        """The exit record of ``handle`` if it was voided but the server died before it
+        wrote the record (written now, with the void's time). Its wrapper may still be
+        alive for a moment: it runs nothing, so the attempt has ended all the same."""
+        claim = _procfs.read_json(self.run_dir / f"{stem}.run")
+        if claim is None or claim.get("voided") != handle:
+            return None
+        return self._record_void(stem, claim)
+
+    def _record_void(self, stem: str, claim: dict[str, Any]) -> dict[str, object]:
+        """The exit record of a voided attempt: it ended when it was voided."""
+        ex: dict[str, object] = {
+            "exit_code": -signal.SIGTERM, "signalled": True, "ended_at": claim["at"],
+            "voided": True, "handle": claim["voided"], "db_id": self.db_id,
+        }
+        _procfs.write_json_atomic(self.run_dir / f"{stem}.exit", ex)
+        return ex
 
     def log_path(self, workload_id: str, attempt: int) -> Path:
         return self.logs_dir / workload_id / f"{attempt}.log"
@@ -301,7 +318,7 @@ class LocalExecutor:
     def _observe_one(self, handle: str) -> Observation:
         stem = self._stem(handle)
         if stem is not None:
-            ex = self._exit_info(stem, handle)
+            ex = self._exit_info(stem, handle) or self._unrecorded_void(stem, handle)
             if ex is not None:
                 return self._exited(handle, ex)
         if _procfs.alive(handle):
@@ -394,7 +411,8 @@ class LocalExecutor:
             if path.name in self._scanned:
                 continue
             info = _procfs.read_json(path)
-            h = info.get("handle") if info else None
+            # a wrapper's claim names its handle; a void claim the handle it voided
+            h = (info.get("handle") or info.get("voided")) if info else None
             if isinstance(h, str):
                 with self._lock:
                     self._index.setdefault(h, path.name[: -len(".run")])
