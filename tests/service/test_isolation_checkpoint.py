@@ -13,11 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_db import open_store
 from test_isolation import DEADLINE_S, launch, log_of, wait_end
 from test_isolation import make_executor as _make_executor
 
+from apportion.core import PolicyConfig
+from apportion.service.clock import WallClock
 from apportion.service.executor import AttemptState, Observation
 from apportion.service.executors.local import LocalExecutor
+from apportion.service.scheduler import Scheduler
 from harness.accounts import UnixAccounts, open_dir, unix_accounts
 
 WID = "w-000001"
@@ -165,3 +169,47 @@ def test_no_other_account_can_write_there_and_the_job_cannot_swap_its_directory(
     ob = wait_end(ex, hb)
     assert ob.exit_code != 0 and not os.path.lexists(path)
     assert log_of(ex, "w-000002").count("Permission denied") == 2, log_of(ex, "w-000002")
+
+
+def test_the_live_scheduler_preempts_the_job_that_reported_the_latest_checkpoint(
+    accounts: UnixAccounts, alice_dir: Path, ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """Two equal resumable runs of ai/llm fill h0 as alice's real processes (protected 1 s,
+    a checkpoint declared every hour, so the estimate puts both at risk since their start);
+    the second touches its checkpoint file. When ai/vision asks for 4 GPUs, the scheduler
+    (wall clock, SQLite store, this executor) preempts the second, which the tie between two
+    equal estimates would have spared, and starts ai/vision's run in its place."""
+    store = open_store("sqlite", tmp_path)
+    clock = WallClock()
+    for path in ("ai/llm", "ai/vision"):
+        store.add_budget(path, 1.0, "admin", create_parents=True)
+    store.add_host("h0", 8, "admin", at=clock.now())
+    store.add_user("alice", "admin", unix_user=accounts.alice.name)
+
+    def submit(budget: str, script: str) -> str:
+        return store.add_workload(
+            budget=budget, gpus=4, min_runtime=1.0, submit_time=clock.now(),
+            command=["sh", "-c", script], actor="alice", resumable=True,
+            checkpoint_interval=3600.0, chdir=str(alice_dir)).id
+
+    done = shlex.quote(str(alice_dir / "done"))
+    a = submit("ai/llm", "exec sleep 300")
+    b = submit("ai/llm", f'touch "$APPORTION_CHECKPOINT_FILE"; touch {done}; exec sleep 300')
+    sched = Scheduler(store, ex, PolicyConfig(), clock, grace_s=5.0)
+    try:
+        sched.start()
+        assert [line.split(maxsplit=1)[1] for line in sched.step()] == [
+            f"start {a} on h0:4", f"start {b} on h0:4"]
+        wait_for(alice_dir / "done", ex, b)
+        st = sched.state
+        assert st is not None
+        while clock.now() < st.running[b].protected_until() + 0.5:
+            time.sleep(0.05)
+        v = submit("ai/vision", "true")
+        lines = [line.split(maxsplit=1)[1] for line in sched.step()]
+        assert lines[0] == f"preempt {b} rebalance requeue=True by={v}", lines
+        assert st.running[a].checkpointed_at is None
+        mtime = os.lstat(ex.checkpoint_path(b, 1)).st_mtime
+        assert st.running[b].checkpointed_at == mtime
+    finally:
+        store.close()
