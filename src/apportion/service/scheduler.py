@@ -729,7 +729,8 @@ class Scheduler:
         """A checkpoint reported at ``t``. Only a time within the run (from its start to
         ``now``) and later than the one already known counts: one in the future (a clock
         ahead, ``touch -d``) is ignored until it has passed, and a job cannot move its last
-        checkpoint back. Not stored: the executor reports it again after a restart."""
+        checkpoint back (while this scheduler runs). Not stored: the executor reports it
+        again after a restart."""
         r = self._st().running.get(wid)
         if r is None or not r.started_at <= t <= now:
             return

@@ -7,9 +7,9 @@ one without runs until stopped. The cost of a preemption is the simulator's
 run keeps its progress up to its last checkpoint, and every run after the first starts with
 ``restart_overhead`` seconds of set-up added to the remaining work.
 
-Checkpoint reports (:attr:`Observation.checkpoint_at`) come from :meth:`MemoryExecutor.
-checkpoint` (a job touching its checkpoint file) and, with ``report_checkpoints``, from the
-cost model itself: each checkpoint it keeps progress at is reported once written.
+Checkpoint reports (:attr:`Observation.checkpoint_at`) come from ``checkpoint()`` (a job
+touching its checkpoint file) and, with ``report_checkpoints``, from the cost model itself:
+each checkpoint it keeps progress at is reported once written.
 """
 
 from __future__ import annotations
