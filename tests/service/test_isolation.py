@@ -21,6 +21,7 @@ from harness.accounts import UnixAccounts, open_dir, unix_accounts
 DEADLINE_S = 30.0  # bounds a hang only
 OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
 SERVER_VARS_ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "CUDA_VISIBLE_DEVICES",
+                       "APPORTION_CHECKPOINT_FILE",
                        "APPORTION_WORKLOAD_ID", "APPORTION_ATTEMPT", "APPORTION_GPUS",
                        "APPORTION_HOSTS"}
 

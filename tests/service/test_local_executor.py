@@ -244,3 +244,28 @@ def test_stop_right_after_launch_ends_the_attempt(ex: LocalExecutor, tmp_path: P
     ex.stop(h, grace_s=5.0)
     o = wait_for(ex, h)
     assert o.state is AttemptState.EXITED and o.signalled
+
+
+def test_checkpoint_directory_is_fresh_and_the_jobs_touch_is_reported(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """A checkpoint directory left at the attempt's path (another timeline's, with a file
+    in it) is replaced by an empty one at launch, so nothing is reported until the job
+    touches ``$APPORTION_CHECKPOINT_FILE``; then its time is."""
+    path = ex.checkpoint_path("w-000001", 1)
+    path.parent.mkdir(parents=True)
+    path.touch()
+    go, done = tmp_path / "go", tmp_path / "done"
+    h = launch(ex, f'while [ ! -e {go} ]; do sleep 0.02; done; '
+                   f'touch "$APPORTION_CHECKPOINT_FILE"; touch {done}; exec sleep 60')
+    assert not path.exists()
+    assert ex.observe([h])[h].checkpoint_at is None
+    go.touch()
+    deadline = time.monotonic() + DEADLINE_S
+    while not done.exists():
+        assert time.monotonic() < deadline, "the job never touched its checkpoint file"
+        time.sleep(0.02)
+    o = ex.observe([h])[h]
+    assert (o.state, o.checkpoint_at) == (AttemptState.RUNNING, path.stat().st_mtime)
+    ex.stop(h, 0)
+    wait_for(ex, h)

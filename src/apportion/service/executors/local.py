@@ -19,6 +19,11 @@ one) are never read as this one's.
 "Hosts" are names for slices of this machine's GPUs: CUDA_VISIBLE_DEVICES lists the GPU
 indexes the scheduler assigned, and with the cgroup v1 devices controller the job may open
 only those ``/dev/nvidia<N>``.
+
+Each attempt's ``APPORTION_CHECKPOINT_FILE`` is ``logs/<workload>/<attempt>.checkpoint/
+checkpoint``: the directory is made at launch, owned by the job's account (0700) inside the
+server's ``logs/<workload>`` (0711), and the file's modification time is reported with each
+observation of the running attempt (``_checkpoint.py`` says what is believed).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +49,7 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
-from apportion.service.executors import _cgroup, _procfs
+from apportion.service.executors import _cgroup, _checkpoint, _procfs
 from apportion.service.executors.identity import (
     Identity,
     child_env,
@@ -127,6 +133,7 @@ class LocalExecutor:
         acct = self.identity.launch_account(launch)
         run_as = acct if acct is not None else server_account()
         first = launch.slots[0].gpu_indexes if launch.slots else ()
+        ckpt = self.checkpoint_path(wid, launch.attempt)
         own = {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in first),
             "APPORTION_WORKLOAD_ID": wid,
@@ -135,6 +142,7 @@ class LocalExecutor:
             "APPORTION_HOSTS": ";".join(
                 f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
             ),
+            _checkpoint.ENV: str(ckpt),
         }
         env = child_env(run_as, launch.env, own)
         argv = list(launch.command)
@@ -143,6 +151,7 @@ class LocalExecutor:
             raise LaunchRefused(f"argument list too long: {too_big}")
         stem = f"{wid}.{launch.attempt}"
         self._set_aside(stem)
+        self._checkpoint_dir(ckpt.parent, acct)
         cgroups: list[str] = []
         if self.cgroups is not None:
             gpus = {i for s in launch.slots for i in s.gpu_indexes}
@@ -291,6 +300,24 @@ class LocalExecutor:
     def log_path(self, workload_id: str, attempt: int) -> Path:
         return self.logs_dir / workload_id / f"{attempt}.log"
 
+    def checkpoint_path(self, workload_id: str, attempt: int) -> Path:
+        """The attempt's ``APPORTION_CHECKPOINT_FILE`` (the job creates it by touching it)."""
+        return self.logs_dir / workload_id / f"{attempt}.checkpoint" / "checkpoint"
+
+    def _checkpoint_dir(self, d: Path, acct: Any) -> None:
+        """A fresh, empty directory for the attempt's checkpoint file, the job's account's
+        only, in a directory of the server's (so the job cannot replace it)."""
+        d.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(d.parent, 0o711)
+        if d.is_symlink() or d.is_file():  # another timeline's (a restored backup)
+            d.unlink()
+        elif d.exists():
+            shutil.rmtree(d)  # fd-based on Linux: never follows the job's links
+        os.mkdir(d, 0o700)
+        if acct is not None:
+            os.chown(d, acct.uid, acct.gid)
+        os.chmod(d, 0o700)
+
     def _open_log(self, path: Path, acct: Any) -> int:
         """A fresh log file for the attempt, owned by its account and readable by it only,
         in a directory of the server's (so the job cannot swap the file for a link)."""
@@ -322,7 +349,11 @@ class LocalExecutor:
             if ex is not None:
                 return self._exited(handle, ex)
         if _procfs.alive(handle):
-            return Observation(handle, AttemptState.RUNNING)
+            ckpt = None
+            if stem is not None:
+                wid, attempt = stem.rsplit(".", 1)
+                ckpt = _checkpoint.checkpoint_time(self.checkpoint_path(wid, int(attempt)))
+            return Observation(handle, AttemptState.RUNNING, checkpoint_at=ckpt)
         if stem is None:
             stem = self._stem(handle)
         if stem is not None:
