@@ -22,16 +22,10 @@ from apportion.service.clock import WallClock
 from apportion.service.executor import AttemptState, Observation
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import Scheduler
-from harness.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir
 
 WID = "w-000001"
 SET_BACK = 1700000000.5  # a time the job gives its file with touch -d
-
-
-@pytest.fixture(scope="module")
-def accounts() -> Iterator[UnixAccounts]:
-    with unix_accounts() as a:
-        yield a
 
 
 @pytest.fixture
