@@ -142,11 +142,17 @@ def test_a_period_inside_the_history_counts_only_its_part(store: Store) -> None:
 
 
 def test_csv_has_one_line_per_budget(store: Store) -> None:
-    """The CSV: a header naming the columns, then one line per node with full precision."""
-    lines = to_csv(usage_report(store, T0, T0 + 10 * D, "budget", NOW)).splitlines()
-    assert lines[0] == ("budget,share,charged_gpu_hours,free_gpu_hours,owed_gpu_hours,"
-                        "delivered_gpu_hours,attainment")
-    assert lines[4] == "x/b,0.25,0.0,0.0,6.0,0.0,0.0"
+    """The CSV: a header naming the columns, then one line per node with full precision;
+    with one pool billed 1 (no billing in the config), charged units are charged
+    GPU-hours."""
+    report = usage_report(store, T0, T0 + 10 * D, "budget", NOW)
+    lines = to_csv(report).splitlines()
+    assert lines[0] == ("budget,share,charged_gpu_hours,charged_units,free_gpu_hours,"
+                        "owed_gpu_hours,delivered_gpu_hours,attainment")
+    assert lines[4] == "x/b,0.25,0.0,0.0,0.0,6.0,0.0,0.0"
+    assert [r["charged_units"] for r in report["rows"]] == [
+        r["charged_gpu_hours"] for r in report["rows"]]
+    assert any(r["charged_units"] > 0 for r in report["rows"])
 
 
 def test_bad_parameters_are_named(store: Store) -> None:

@@ -120,7 +120,7 @@ def test_defaults(tmp_path: Path) -> None:
         ("[[users]]\nname = 'x'\nadmin = 'yes'", "users[0].admin: must be true or false"),
         ("[[users]]\nname = 'x'\nrole = 'admin'", "users[0].role: unknown key"),
         ("hosts = 3", "hosts: must be an array of tables"),
-        ("sever = 1", "sever: unknown key (valid keys: budgets, database"),
+        ("sever = 1", "sever: unknown key (valid keys: billing, budgets, database"),
         ("[server\n", "Expected ']'"),
     ],
 )

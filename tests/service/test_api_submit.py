@@ -120,7 +120,7 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
                                 "30 min"),
         ({"nodelist": ["h9"]}, "hosts: unknown host 'h9'"),
         ({"nodelist": ["h0"], "exclude": ["h0"]}, "hosts: --nodelist and --exclude leave no"),
-        ({"gpu_kind": "h100"}, "gpu_kind: 'h100': the hosts of this cluster have no GPU"),
+        ({"gpu_kind": "h100"}, "gpu_kind: unknown GPU kind 'h100' (the fleet has gpu)"),
         ({"name": "x" * 129}, "name: "),
         ({"name": "a/b"}, "name: String should match pattern"),
     ],

@@ -340,8 +340,8 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
 
 def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
     """``--exclude h0`` runs on h1 and ``--nodelist h0`` on h0 (though best fit would pick
-    otherwise for one of them); an unknown host and a GPU kind (hosts have none) are
-    refused naming the flag."""
+    otherwise for one of them); an unknown host and a GPU kind the hosts do not have (they
+    are all of the default kind, gpu) are refused naming the flag."""
     s = live_sqlite({"h0": 2, "h1": 2})
     placed = {}
     for flag, host in (("--exclude", "h0"), ("--nodelist", "h0")):
@@ -357,7 +357,7 @@ def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--gpu-kind", "h100", "--", "true")
     assert r.returncode == 1
-    assert "--gpu-kind: 'h100': the hosts of this cluster have no GPU kinds" in r.stderr
+    assert "--gpu-kind: unknown GPU kind 'h100' (the fleet has gpu)" in r.stderr
 
 
 def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:

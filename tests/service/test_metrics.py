@@ -129,13 +129,14 @@ def test_budget_gauges_follow_the_definitions(live: Live) -> None:
 
 
 def test_queue_and_running_by_class(live: Live) -> None:
-    """B waits as debug work; C runs as allocated work on all 16 GPUs."""
+    """B waits as debug work; C runs as allocated work on all 16 GPUs of the one pool."""
     m = live.scrape()
     assert m[("apportion_queue_length", (("class", "debug"),))] == 1.0
     assert m[("apportion_queue_length", (("class", "allocated"),))] == 0.0
     assert m[("apportion_queue_length", (("class", "unallocated"),))] == 0.0
     assert m[("apportion_running_gpus", (("class", "allocated"),))] == 16.0
-    assert m[("apportion_gpus_used", ())] == 16.0
+    assert m[("apportion_gpus_used", (("pool", "default/gpu"),))] == 16.0
+    assert m[("apportion_pool_occupancy", (("pool", "default/gpu"),))] == 1.0
 
 
 def test_wait_histogram_observes_starts(live: Live) -> None:
@@ -171,16 +172,17 @@ def test_preemptions_counted_by_reason(live: Live) -> None:
 
 
 def test_hosts_by_state_follow_a_drain(live: Live) -> None:
-    """Draining h2 moves one host (and its 8 GPUs) from healthy to draining."""
+    """Draining h2 moves one host (and its 8 GPUs) of the one pool from healthy to
+    draining."""
     before = live.scrape()
-    assert before[("apportion_hosts", (("state", "healthy"),))] == 2.0
+    assert before[("apportion_hosts", (("pool", "default/gpu"), ("state", "healthy"),))] == 2.0
     r = live.client.post("/v1/hosts/h2/drain", json={"reason": "fan"},
                          headers={"Authorization": f"Bearer {live.tokens['root']}"})
     assert r.status_code == 200, r.text
     after = live.scrape()
-    assert after[("apportion_hosts", (("state", "healthy"),))] == 1.0
-    assert after[("apportion_hosts", (("state", "draining"),))] == 1.0
-    assert after[("apportion_host_gpus", (("state", "draining"),))] == 8.0
+    assert after[("apportion_hosts", (("pool", "default/gpu"), ("state", "healthy"),))] == 1.0
+    assert after[("apportion_hosts", (("pool", "default/gpu"), ("state", "draining"),))] == 1.0
+    assert after[("apportion_host_gpus", (("pool", "default/gpu"), ("state", "draining"),))] == 8.0
 
 
 def test_host_failure_counts_as_a_preemption_reason(live: Live) -> None:

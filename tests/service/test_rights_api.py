@@ -267,14 +267,14 @@ def test_workload_the_policy_fails_on_is_set_aside(env: Env, monkeypatch: pytest
            for who, b in (("alice", "ai/llm"), ("bob", "ai/vision"), ("alice", "ai/llm"),
                           ("root", "ops"))]
     poison = ids[2]
-    real = scheduler_module.decide
+    real = scheduler_module.decide_fleet
 
     def decide(st: Any, now: float, config: Any, reasons: bool = True) -> Any:
         if poison in st.pending:
             raise ZeroDivisionError("float division by zero")
         return real(st, now, config, reasons)
 
-    monkeypatch.setattr(scheduler_module, "decide", decide)
+    monkeypatch.setattr(scheduler_module, "decide_fleet", decide)
     env.scheduler.step()
     w = env.store.get_workload(poison)
     assert w.status is Status.CANCELLED

@@ -402,13 +402,14 @@ def hosts() -> None:
 @json_option
 @connection
 def hosts_list(client: Client, as_json: bool) -> None:
-    """List hosts with their state and GPUs in use."""
+    """List hosts with their pool (cluster/kind), state and GPUs in use."""
     data = client.json("GET", "/hosts")
     if as_json:
         _print_json(data)
         return
-    table(["HOST", "STATE", "GPUS", "USED", "SINCE", "REASON"],
-          [[h.name, h.state, h.gpus, h.gpus_used, fmt_time(h.changed_at), h.reason or "-"]
+    table(["HOST", "POOL", "STATE", "GPUS", "USED", "SINCE", "REASON"],
+          [[h.name, h.pool or "-", h.state, h.gpus, h.gpus_used, fmt_time(h.changed_at),
+            h.reason or "-"]
            for h in parse_list(HostInUse, data, "GET /v1/hosts")])
 
 

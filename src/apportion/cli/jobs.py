@@ -50,7 +50,7 @@ _APPORTION_OPTS = {
     "--name": "name", "--time": "time_limit", "--array": "array",
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
-    "--gpu-kind": "gpu_kind",
+    "--gpu-kind": "gpu_kind", "--cluster": "cluster",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
@@ -148,9 +148,11 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
                 out.ignored.append(f"{where}: {prefix} --gres={value}: ignored (only gpu:N "
                                    "is read)")
                 continue
-            if len(value.split(":")) > 2:
-                out.ignored.append(f"{where}: {prefix} --gres={value}: GPU type ignored, "
-                                   f"{gpus} GPUs of any kind")
+            kind = value.split(":")[1] if len(value.split(":")) > 2 else None
+            if kind is not None:
+                # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case,
+                # as the Slurm executor and the sacct importer name kinds by default
+                out.options.setdefault("gpu_kind", kind.upper())
             key, value = "gpus", gpus
         out.options[key] = value
 
@@ -199,8 +201,10 @@ def _with_output(command: list[str], output: str) -> list[str]:
                    "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
 @click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
 @click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
-@click.option("--gpu-kind", default=None,
-              help="a GPU kind (refused while the cluster's hosts have no kinds)")
+@click.option("--gpu-kind", default=None, metavar="KIND[,KIND...]",
+              help="GPU kinds it may run on, preferred first (B200 or H100,B200; "
+                   "default: any)")
+@click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array, %a index)")
 @click.option("--wait", "wait", is_flag=True,
@@ -255,9 +259,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     }
     body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
     body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)
-    for key in ("name", "time_limit", "array", "gpu_kind"):
+    for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
+    if opts.get("gpu_kind"):
+        body["gpu_kind"] = [k.strip() for k in str(opts["gpu_kind"]).split(",") if k.strip()]
     for key in ("nodelist", "exclude"):
         if opts.get(key):
             body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
@@ -290,7 +296,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
           "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
-          "gpu_kind": "--gpu-kind", "hosts": "--nodelist/--exclude"}
+          "gpu_kind": "--gpu-kind", "cluster": "--cluster", "hosts": "--nodelist/--exclude"}
 
 
 def _whole(opts: dict[str, Any], key: str, flag: str) -> int:

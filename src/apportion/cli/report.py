@@ -10,7 +10,14 @@ from pathlib import Path
 import click
 
 from apportion.cli.client import Client, _print_json, connection, table
-from apportion.service.accounting import BY, ReportError, headline, parse_time, table_rows
+from apportion.service.accounting import (
+    BY,
+    ReportError,
+    headline,
+    parse_time,
+    pool_table_rows,
+    table_rows,
+)
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -61,4 +68,8 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         return
     header, cells = table_rows(data)
     table(header, cells)
+    header, cells = pool_table_rows(data)
+    if cells:  # several pools: each one's GPU-hours, billed units and occupancy
+        click.echo("")
+        table(header, cells)
     click.echo(f"\n{headline(data)}")

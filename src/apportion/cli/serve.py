@@ -24,7 +24,10 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     from apportion.service.config import ConfigError
 
     kind = config.executor.kind
-    hosts = [(h.name, h.gpus) for h in config.hosts]
+    from apportion.service.executor import InventoryHost
+
+    hosts = [InventoryHost(h.name, h.gpus, "healthy", cluster=h.cluster, kind=h.kind)
+             for h in config.hosts]
     data_dir: Path = config.server.data_dir
     if kind in ("local", "memory") and not hosts:
         raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
@@ -106,7 +109,8 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)
-    scheduler = Scheduler(store, executor, config.policy, clock, grace_s=config.executor.grace_s)
+    scheduler = Scheduler(store, executor, config.policy, clock, grace_s=config.executor.grace_s,
+                          pools=config.pools)
     try:
         scheduler.start()
     except Exception:  # e.g. Slurm unreachable: the loop's first pass starts it again

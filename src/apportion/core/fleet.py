@@ -204,7 +204,8 @@ class FleetState:
                 f"(the fleet has {', '.join(sorted(clusters)) or 'none'})"
             )
         for h in spec.hosts:
-            self.pool_of(h)
+            if h not in self._pool_of:  # as validate_spec says it
+                raise CoreError(f"workload {spec.id}: hosts: unknown host {h!r}")
         asked = [p for p in self._pools if self._asks_for(spec, p)]
         if not asked:
             what = ",".join(spec.gpu_kinds) or "any kind"
@@ -362,35 +363,69 @@ class FleetState:
     def runs_in(self, workload: str) -> str | None:
         return self._runs_in.get(workload)
 
+    # With one pool, the views below are that pool's own (read-only) mappings: a driver
+    # that reads them in a loop pays nothing for the fleet.
+    def _alone(self) -> ClusterState | None:
+        return next(iter(self._pools.values())) if len(self._pools) == 1 else None
+
     @property
-    def hosts(self) -> dict[str, Host]:
+    def hosts(self) -> Mapping[str, Host]:
+        one = self._alone()
+        if one is not None:
+            return one.hosts
         return {n: h for s in self._pools.values() for n, h in s.hosts.items()}
 
     @property
-    def running(self) -> dict[str, Running]:
+    def running(self) -> Mapping[str, Running]:
+        one = self._alone()
+        if one is not None:
+            return one.running
         return {w: self._pools[p].running[w] for w, p in self._runs_in.items()}
 
     @property
-    def pending(self) -> dict[str, Pending]:
+    def pending(self) -> Mapping[str, Pending]:
+        one = self._alone()
+        if one is not None:
+            return one.pending
         return {w: self._pools[ps[0]].pending[w] for w, ps in self._waits_in.items()}
+
+    @property
+    def stopping(self) -> AbstractSet[str]:
+        """Running work whose stop was issued, in every pool."""
+        one = self._alone()
+        if one is not None:
+            return one.stopping
+        return {w for s in self._pools.values() for w in s.stopping}
 
     def healthy_gpus(self) -> int:
         return sum(s.healthy_gpus() for s in self._pools.values())
 
     @property
-    def reservations(self) -> dict[str, tuple[str, ...]]:
+    def reservations(self) -> Mapping[str, tuple[str, ...]]:
+        one = self._alone()
+        if one is not None:
+            return one.reservations
         return {w: h for s in self._pools.values() for w, h in s.reservations.items()}
 
     @property
-    def used(self) -> dict[str, int]:
+    def used(self) -> Mapping[str, int]:
+        one = self._alone()
+        if one is not None:
+            return one.used
         return {n: g for s in self._pools.values() for n, g in s.used.items()}
 
     @property
-    def on_host(self) -> dict[str, AbstractSet[str]]:
+    def on_host(self) -> Mapping[str, AbstractSet[str]]:
+        one = self._alone()
+        if one is not None:
+            return one.on_host
         return {n: w for s in self._pools.values() for n, w in s.on_host.items()}
 
     @property
-    def deadlines(self) -> dict[str, float]:
+    def deadlines(self) -> Mapping[str, float]:
+        one = self._alone()
+        if one is not None:
+            return one.deadlines
         return {w: t for s in self._pools.values() for w, t in s.deadlines.items()}
 
     def fingerprint(self) -> dict[str, object]:

@@ -9,7 +9,11 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
 * **owed** in hour h: ``min(share x healthy GPU-seconds in h, GPU-seconds its allocated
   workloads asked for in h)``; asked for: a workload's requested GPUs from its submission
   until it ended (it is pending or running all that time, requeues included);
-* **attainment**: ``sum_h min(delivered_h, owed_h) / sum_h owed_h`` (None if owed nothing).
+* **attainment**: ``sum_h min(delivered_h, owed_h) / sum_h owed_h`` (None if owed nothing);
+* **charged units**: charged GPU-hours times the billing weight of the GPU kind they ran on
+  (``billing`` in the config: the unit the ledger charges budgets in; 1 per GPU-hour of a
+  kind not listed), and per **pool** (cluster/kind) the healthy, charged and free GPU-hours,
+  the units and the occupancy.
 
 The store keeps no per-second record of host health or of past budget weights, so:
 healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
@@ -30,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from apportion.core import FINAL, ROOT, BudgetTree, Status, ancestors, parse_duration
+from apportion.core.fleet import pool_name
 
+from .config import PoolsConfig
 from .store import AuditRow, Store, WorkloadRow
 
 HOUR = 3600.0
@@ -97,6 +103,7 @@ class _Series:
     demand: list[tuple[float, float]] = field(default_factory=list)
     charged: list[tuple[float, float]] = field(default_factory=list)
     free: list[tuple[float, float]] = field(default_factory=list)
+    units: list[tuple[float, float]] = field(default_factory=list)  # charged x billing
 
 
 def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) -> None:
@@ -164,9 +171,13 @@ def _month_edges(start: float, end: float) -> list[float]:
     return [*out, end]
 
 
-def usage_report(store: Store, start: float, end: float, by: str, now: float) -> dict[str, Any]:
+def usage_report(store: Store, start: float, end: float, by: str, now: float,
+                 pools: PoolsConfig | None = None) -> dict[str, Any]:
     """The report as plain JSON (see the module docstring); ``rows`` per budget node, per
-    user, or per month and budget node; ``daily`` owed and delivered per top-level budget."""
+    user, or per month and budget node; ``daily`` owed and delivered per top-level budget;
+    ``pools`` per pool of ``pools`` (default: one pool, billed 1)."""
+    pools = pools or PoolsConfig()
+    billing = pools.fleet()
     if by not in BY:
         raise ReportError(f"by: must be one of {', '.join(BY)}, got {by!r}")
     end = min(end, now)
@@ -175,7 +186,11 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
     tree = store.load_tree() if store.budgets() else BudgetTree.build([])
     workloads, audit = store.history(end, ("host.add", "host.state", "workload.cancel"))
     cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
-    hosts_now = {h.name: (h.gpus, h.state.value) for h in store.hosts()}
+    host_rows = store.hosts()
+    hosts_now = {h.name: (h.gpus, h.state.value) for h in host_rows}
+    pool_of = {h.name: pool_name(*pools.of(h.cluster, h.kind)) for h in host_rows}
+    kind_of = {h.name: pools.of(h.cluster, h.kind)[1] for h in host_rows}
+    by_pool: dict[str, _Series] = {p: _Series() for p in sorted(set(pool_of.values()))}
     first = (start // HOUR) * HOUR  # the hour the period starts in
     edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
     nodes = [ROOT, *tree.nodes()]
@@ -192,8 +207,13 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
         for a in w.attempts:
             a_end = min(now if a.ended_at is None else a.ended_at, end)
             a_start = max(a.started_at, start)
-            for s in [*(series[n] for n in chain), user]:
+            host = a.placement[0][0] if a.placement else ""
+            pool = by_pool.get(pool_of.get(host, ""))
+            for s in [*(series[n] for n in chain), user, *([pool] if pool else [])]:
                 _add(s.charged if allocated else s.free, a_start, a_end, a.gpus_held)
+                if allocated:
+                    _add(s.units, a_start, a_end,
+                         a.gpus_held * billing.weight(kind_of.get(host, pools.kind)))
     healthy = _steps(_healthy(audit, hosts_now, start, end), edges)
 
     def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
@@ -201,6 +221,8 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
         charged = _steps(s.charged, edges)[lo:hi]
         free = _steps(s.free, edges)[lo:hi]
         out: dict[str, Any] = {"charged_gpu_hours": float(charged.sum()) / HOUR,
+                               "charged_units": float(_steps(s.units, edges)[lo:hi].sum())
+                               / HOUR,
                                "free_gpu_hours": float(free.sum()) / HOUR}
         if share is None:
             return out
@@ -240,6 +262,19 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
                           for x in np.bincount(hour_day, charged, len(day_edges) - 1)],
         }
     total_healthy = float(healthy.sum()) / HOUR
+    pool_rows = []
+    for p, s in by_pool.items():
+        mine = {n for n, q in pool_of.items() if q == p}
+        h = float(_steps(_healthy([a for a in audit if a.target in mine],
+                                  {n: hosts_now[n] for n in mine}, start, end),
+                         edges).sum()) / HOUR
+        f = figures(s, None)
+        cluster, kind = p.split("/", 1)
+        pool_rows.append({
+            "pool": p, "cluster": cluster, "kind": kind, "billing": billing.weight(kind),
+            "gpus": sum(hosts_now[n][0] for n in mine), "healthy_gpu_hours": h, **f,
+            "occupancy": (f["charged_gpu_hours"] + f["free_gpu_hours"]) / h if h > 0 else None,
+        })
     root = figures(series[ROOT], 1.0)
     assigned = root["charged_gpu_hours"] + root["free_gpu_hours"]
     return {
@@ -251,6 +286,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
         "unallocated_fraction": root["free_gpu_hours"] / assigned if assigned > 0 else None,
         "rows": rows,
         "budgets": budget_rows,
+        "pools": pool_rows,
         "days": [float(d) for d in day_edges[:-1]],
         "daily": daily,
         "approximations": list(APPROXIMATIONS),
@@ -258,8 +294,10 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float) ->
 
 
 # ---- renderings --------------------------------------------------------------------------
-COLUMNS = ("charged_gpu_hours", "free_gpu_hours", "owed_gpu_hours", "delivered_gpu_hours",
-           "attainment")
+COLUMNS = ("charged_gpu_hours", "charged_units", "free_gpu_hours", "owed_gpu_hours",
+           "delivered_gpu_hours", "attainment")
+POOL_COLUMNS = ("pool", "billing", "gpus", "healthy_gpu_hours", "charged_gpu_hours",
+                "charged_units", "free_gpu_hours", "occupancy")
 
 
 def _keys(report: dict[str, Any]) -> list[str]:
@@ -272,7 +310,7 @@ def _cell(key: str, value: Any) -> str:
         return "-"
     if key == "budget":
         return value or "(all)"
-    if key in ("share", "attainment"):
+    if key in ("share", "attainment", "occupancy"):
         return f"{100 * value:.1f}%"
     if isinstance(value, float):
         return f"{value:,.1f}"
@@ -283,10 +321,21 @@ def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Header and cells for people (GPU-hours to 0.1, shares and attainment in percent)."""
     keys = _keys(report)
     cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
-    header = [k.upper() for k in keys] + [c.removesuffix("_gpu_hours").upper() +
+    header = [k.upper() for k in keys] + [c.removesuffix("_gpu_hours").upper()
+                                          .replace("_", " ") +
                                           (" GPU-H" if c.endswith("hours") else "")
                                           for c in cols]
     return header, [[_cell(k, r.get(k)) for k in [*keys, *cols]] for r in report["rows"]]
+
+
+def pool_table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the per-pool breakdown (empty with one pool or none)."""
+    rows = report.get("pools") or []
+    if len(rows) < 2:
+        return [], []
+    header = [c.removesuffix("_gpu_hours").upper().replace("_", " ") +
+              (" GPU-H" if c.endswith("hours") else "") for c in POOL_COLUMNS]
+    return header, [[_cell(c, r.get(c)) for c in POOL_COLUMNS] for r in rows]
 
 
 def to_csv(report: dict[str, Any]) -> str:

@@ -142,7 +142,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     api = Api(store, scheduler, settings)
     for resource in (workloads, users, budgets, hosts, audit):
         app.include_router(resource.router(api))
-    app.include_router(reports_router(store, api.now, api.principal))  # /v1/reports/usage
+    # /v1/reports/usage
+    app.include_router(reports_router(store, api.now, api.principal, settings.pools))
     app.include_router(  # /, /sim (pages: public), /v1/dashboard/*, /metrics
         dashboard_router(store, scheduler, settings, reader=api.public_reader, writer=api.writer)
     )

@@ -32,6 +32,8 @@ HostName = Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)]
 HostNames = Annotated[list[HostName], Field(max_length=v.MAX_PEOPLE)]
 Weight = Annotated[float, Field(ge=v.MIN_WEIGHT, le=v.MAX_WEIGHT, allow_inf_nan=False,
                                 description="relative to its siblings")]
+GpuKinds = Annotated[list[Annotated[Text, Field(min_length=1, max_length=64)]],
+                     Field(max_length=v.MAX_PEOPLE)]
 Duration = (
     Annotated[float, Field(ge=0, allow_inf_nan=False)]
     | Annotated[str, Field(min_length=1, max_length=v.MAX_DURATION_TEXT)]
@@ -80,9 +82,18 @@ class SubmitBody(_Body):
     )
     nodelist: HostNames = Field([], description="run only on these hosts")
     exclude: HostNames = Field([], description="never run on these hosts")
-    gpu_kind: Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
-        None, description="a GPU kind; refused while hosts have no kinds (use nodelist)"
+    gpu_kind: GpuKinds | Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
+        None, description='GPU kinds it accepts, in order of preference (["H100", "B200"] '
+                          'or "H100,B200"); absent: any'
     )
+    cluster: Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
+        None, description="the cluster it must run in; absent: any"
+    )
+
+    def kinds(self) -> tuple[str, ...]:
+        """The accepted kinds as a list, whichever way they were sent."""
+        given = self.gpu_kind.split(",") if isinstance(self.gpu_kind, str) else self.gpu_kind
+        return tuple(dict.fromkeys(k.strip() for k in given or () if k.strip()))
 
 
 class WeightBody(_Body):

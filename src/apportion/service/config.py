@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from apportion.core import CoreError, PolicyConfig
+from apportion.core import BudgetTree, CoreError, PolicyConfig
+from apportion.core.fleet import FleetConfig
 
 from .executors.identity import Identity
 from .store import default_sqlite_url
@@ -25,6 +26,8 @@ T = TypeVar("T")
 EXECUTOR_KINDS = ("local", "slurm", "memory")
 _UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
+# a cluster or GPU kind: what a pool name "cluster/kind" and Slurm's gres types can carry
+_POOL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z")
 _UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?\Z", re.IGNORECASE)
 
 
@@ -94,6 +97,33 @@ class SchedulerConfig:
 class HostConfig:
     name: str
     gpus: int
+    cluster: str = ""  # "": the [pools] default cluster
+    kind: str = ""  # "": the [pools] default GPU kind
+
+
+@dataclass(frozen=True, slots=True)
+class PoolsConfig:
+    """Clusters and GPU kinds (docs/service.md, "Pools"). A host that names no cluster or
+    kind (in the config or the executor's inventory) is in ``cluster`` / ``kind``;
+    ``billing`` and ``overrides`` are :class:`~apportion.core.fleet.FleetConfig`'s, with the
+    simulator's ``--cluster FILE`` vocabulary."""
+
+    cluster: str = "default"
+    kind: str = "gpu"
+    billing: Mapping[str, float] = field(default_factory=dict)
+    overrides: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+
+    def of(self, cluster: str, kind: str) -> tuple[str, str]:
+        """The (cluster, kind) of a host that says ``cluster`` and ``kind`` ("": default)."""
+        return cluster or self.cluster, kind or self.kind
+
+    def fleet(self, tree: BudgetTree | None = None) -> FleetConfig:
+        """The core's config; with ``tree``, only the per-pool weights of budgets it has
+        (a budget removed since the config was written funds nothing anywhere)."""
+        overrides = {p: {b: w for b, w in ws.items() if tree is None or b in tree}
+                     for p, ws in self.overrides.items()}
+        return FleetConfig(billing=dict(self.billing),
+                           overrides={p: ws for p, ws in overrides.items() if ws})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +155,7 @@ class ServiceConfig:
     budgets: tuple[BudgetConfig, ...] = ()
     users: tuple[UserConfig, ...] = ()
     source: str = "<defaults>"
+    pools: PoolsConfig = field(default_factory=PoolsConfig)
 
     @property
     def db_url(self) -> str:
@@ -275,9 +306,11 @@ def parse_config(
     r.done()
 
     hosts = _each(source, "hosts", top.get("hosts", []), lambda x: HostConfig(
-        name=x.string("name", required=True), gpus=x.integer("gpus", required=True, minimum=1)
+        name=x.string("name", required=True), gpus=x.integer("gpus", required=True, minimum=1),
+        cluster=_pool_part(x, "cluster", ""), kind=_pool_part(x, "kind", ""),
     ))
     _unique(source, "hosts", [h.name for h in hosts])
+    pools = _pools(source, top)
     budgets = _each(source, "budgets", top.get("budgets", []), lambda x: BudgetConfig(
         path=x.string("path", required=True), weight=x.number("weight", 1.0, positive=True),
         managers=x.names("managers"), members=x.names("members"),
@@ -289,10 +322,63 @@ def parse_config(
     ))
     _unique(source, "users", [u.name for u in users])
     _check_seed(source, budgets, users)
-    top.done(("budgets", "database", "executor", "hosts", "policy", "scheduler", "server",
-              "users"))
+    _check_overrides(source, pools, budgets)
+    top.done(("billing", "budgets", "database", "executor", "hosts", "overrides", "policy",
+              "pools", "scheduler", "server", "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
-                         source)
+                         source, pools)
+
+
+def _pool_part(r: _Reader, name: str, default: str) -> str:
+    """A cluster or GPU kind name ("" only as the default: none given)."""
+    v = r.string(name, default)
+    if v != default and not _POOL_PART.match(v):
+        raise r.error(name, "must be 1 to 64 letters, digits and . _ + - (starting with a "
+                            f"letter or digit), got {v!r}")
+    return v
+
+
+def _pools(src: str, top: _Reader) -> PoolsConfig:
+    """``[pools]`` (the default cluster and kind) and the top-level ``billing`` (kind ->
+    units per GPU-second) and ``overrides`` (pool -> {budget: weight}) tables, as in the
+    simulator's ``--cluster FILE``."""
+    r = _Reader(src, "pools", top.get("pools", {}))
+    cluster, kind = _pool_part(r, "cluster", "default"), _pool_part(r, "kind", "gpu")
+    r.done(("cluster", "kind"))
+    billing: dict[str, float] = {}
+    b = _Reader(src, "billing", top.get("billing", {}))
+    for k in b.table:
+        if not _POOL_PART.match(k):
+            raise b.error(k, "must be a GPU kind (letters, digits and . _ + -)")
+        billing[k] = b.number(k, 1.0, positive=True)
+    overrides: dict[str, dict[str, float]] = {}
+    o = _Reader(src, "overrides", top.get("overrides", {}))
+    for pool in o.table:
+        c, sep, k = pool.partition("/")
+        if not (sep and _POOL_PART.match(c) and _POOL_PART.match(k)):
+            raise o.error(pool, "must be a pool named \"cluster/kind\", e.g. \"west/B200\"")
+        w = _Reader(src, f"overrides.{pool}", o.get(pool))
+        overrides[pool] = {path: w.number(path, 1.0) for path in w.table}
+    try:
+        out = PoolsConfig(cluster, kind, billing, overrides)
+        out.fleet()  # the core's own checks, once more
+    except CoreError as e:
+        raise ConfigError(f"{src}: {e}") from None
+    return out
+
+
+def _check_overrides(src: str, pools: PoolsConfig, budgets: tuple[BudgetConfig, ...]) -> None:
+    """Per-pool weights name budgets the config seeds (when it seeds any: else the budgets
+    live in the database: the scheduler logs an unknown one and leaves it out)."""
+    if not budgets:
+        return
+    known = {"/".join(b.path.split("/")[:n]) for b in budgets
+             for n in range(1, b.path.count("/") + 2)}
+    for pool, weights in pools.overrides.items():
+        for path in weights:
+            if path not in known:
+                raise ConfigError(f"{src}: overrides.{pool}.{path}: unknown budget (the "
+                                  f"config's: {', '.join(sorted(known))})")
 
 
 def _unix_user(r: _Reader) -> str | None:

@@ -34,7 +34,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
 
-from apportion.core import FINAL, ClusterState, CoreError, explain
+from apportion.core import FINAL, CoreError, explain
+from apportion.core.fleet import FleetState, advice, pool_config
 
 from .auth import Rights
 from .config import ServiceConfig
@@ -85,12 +86,19 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
         now = max(scheduler.clock.now(), st.time)
+        pool = st.runs_in(workload_id) or st.waits_in(workload_id)[0]
         try:
-            e = explain(st, now, scheduler.config, workload_id)
+            e = explain(st.pools[pool], now, pool_config(st, pool, scheduler.config),
+                        workload_id)
+            # another kind (or cluster) that would start it now, for work that waits
+            hints = advice(st, now, scheduler.config, workload_id) \
+                if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
-    return {"kind": "explanation", **e.as_dict(), "text": e.lines(clock_time),
-            "user": row.user, "submit_time": row.submit_time}
+        return {"kind": "explanation", **e.as_dict(),
+                "text": e.lines(clock_time) + hints, "pool_advice": hints,
+                "pool": pool if len(st.pools) > 1 else None,
+                "user": row.user, "submit_time": row.submit_time}
 
 
 def clock_time(t: float) -> str:
@@ -106,9 +114,10 @@ def clock_time(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", then)
 
 
-def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
+def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
     out = []
-    for name in sorted(st.hosts):
+    # grouped by pool (cluster/kind), by name within it
+    for name in sorted(st.hosts, key=lambda n: (st.pool_of(n), n)):
         h = st.hosts[name]
         on = sorted(st.on_host[name])
         protected = [st.running[w].protected_until() for w in on if w not in st.stopping]
@@ -121,6 +130,7 @@ def _hosts(st: ClusterState, now: float, reasons: dict[str, str]) -> list[Dashbo
             workloads=on,
             stopping=sum(1 for w in on if w in st.stopping),
             last_protection_end=max([now, *protected]) if on else None,
+            pool=st.pool_of(name) if len(st.pools) > 1 else None,
         ))
     return out
 

@@ -71,6 +71,9 @@ class Launch:
     user: str = ""  # the apportion user who owns it
     account: str = ""  # the Unix account it runs as ("" : the server's own)
     chdir: str | None = None  # absolute working directory (None: the account's home)
+    # the pool of the slots (a gang never spans pools): e.g. Slurm's partition and gres type
+    cluster: str = ""
+    kind: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,8 @@ class InventoryHost:
     gpus: int
     state: str  # "healthy" | "draining" | "repair" | "down"
     reason: str = ""
+    cluster: str = ""  # "": the config's default cluster ([pools] cluster)
+    kind: str = ""  # GPU kind; "": the config's default ([pools] kind)
 
 
 class AttemptState(enum.Enum):

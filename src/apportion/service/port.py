@@ -13,7 +13,8 @@ import threading
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from apportion.core import ClusterState, Decisions, HostState, PolicyConfig
+from apportion.core import Decisions, HostState, PolicyConfig
+from apportion.core.fleet import FleetState
 
 from .clock import Clock
 from .replies import QueueView
@@ -23,10 +24,10 @@ class PassListener(Protocol):
     """A read-only observer of the loop (metrics, dashboard): called under the scheduler's
     lock, must be quick and must not change the state."""
 
-    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+    def decided(self, now: float, decisions: Decisions, state: FleetState) -> None:
         """A round decided something; called before it is applied."""
 
-    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+    def passed(self, now: float, seconds: float, state: FleetState) -> None:
         """A pass ended (``seconds``: its wall time)."""
 
 
@@ -41,8 +42,9 @@ class SchedulerPort(Protocol):
         ...
 
     @property
-    def state(self) -> ClusterState | None:
-        """The live state (None before the first start); read it only under :attr:`lock`."""
+    def state(self) -> FleetState | None:
+        """The live state, one pool per cluster and GPU kind (None before the first
+        start); read it only under :attr:`lock`."""
         ...
 
     @property

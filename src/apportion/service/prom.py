@@ -31,7 +31,6 @@ from prometheus_client.registry import Collector
 
 from apportion.core import (
     SIZE_CLASSES,
-    ClusterState,
     Decisions,
     HostState,
     PolicyConfig,
@@ -42,6 +41,7 @@ from apportion.core import (
     size_class,
     usage_ratio,
 )
+from apportion.core.fleet import FleetState
 
 from .port import SchedulerPort
 
@@ -76,12 +76,15 @@ class NodeNow:
     running: int
 
 
-def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNow]:
+def nodes_now(st: FleetState, now: float, config: PolicyConfig) -> list[NodeNow]:
     """Every node of the tree (parents first) at ``now``. The usage ratio is the policy's
     sort metric (same formula and the same guard against an empty window)."""
     asked: dict[str, int] = {}
     pending: dict[str, int] = {}
     running: dict[str, int] = {}
+    # GPUs held (allocated, unallocated): in GPUs, whatever the pools' billing weights (the
+    # ledger's rate is in billed units)
+    held: dict[tuple[str, bool], int] = {}
     for p in st.pending.values():
         for node in ancestors(p.spec.budget)[:-1]:
             pending[node] = pending.get(node, 0) + 1
@@ -90,6 +93,8 @@ def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNo
     for r in st.running.values():
         for node in ancestors(r.spec.budget)[:-1]:
             running[node] = running.get(node, 0) + 1
+            key = (node, r.spec.allocated)
+            held[key] = held.get(key, 0) + r.gpus_held
             if r.spec.allocated:
                 asked[node] = asked.get(node, 0) + r.spec.gpus
     capacity = max(st.ledger.capacity(now, config.lookback), 1.0)
@@ -106,8 +111,8 @@ def nodes_now(st: ClusterState, now: float, config: PolicyConfig) -> list[NodeNo
             charged_gpu_s=charged,
             asked=a,
             owed=min(share * healthy, float(a)),
-            delivered=st.ledger.rate(node),
-            free=st.ledger.rate(node, charged=False),
+            delivered=float(held.get((node, True), 0)),
+            free=float(held.get((node, False), 0)),
             pending=pending.get(node, 0),
             running=running.get(node, 0),
         ))
@@ -171,7 +176,7 @@ class Telemetry:
         return self
 
     # ---- PassListener ----
-    def decided(self, now: float, decisions: Decisions, state: ClusterState) -> None:
+    def decided(self, now: float, decisions: Decisions, state: FleetState) -> None:
         for s in decisions.starts:
             p = state.pending.get(s.workload)
             if p is None:
@@ -186,7 +191,7 @@ class Telemetry:
             self.preemptions.labels(pr.reason.value).inc()
             self._preempted.add(pr.workload)
 
-    def passed(self, now: float, seconds: float, state: ClusterState) -> None:
+    def passed(self, now: float, seconds: float, state: FleetState) -> None:
         self.pass_seconds.observe(seconds)
         self._count_host_failures(state)
         with self._lock:
@@ -198,7 +203,7 @@ class Telemetry:
                 self._owed[n.path] = n.owed
                 self._delivered[n.path] = n.delivered
 
-    def _count_host_failures(self, state: ClusterState) -> None:
+    def _count_host_failures(self, state: FleetState) -> None:
         """Work that left (or restarted) since the last pass while one of its hosts is down,
         and was not stopped by a decision, ended because its host died."""
         down = {n for n, h in state.hosts.items() if h.state is HostState.DOWN}
@@ -290,12 +295,19 @@ class StateCollector(Collector):
                 c = workload_class(r.spec, sched.config)
                 run_n[c] += 1
                 run_g[c] += r.gpus_held
-            hosts = {s.value: 0 for s in HostState}
-            gpus = {s.value: 0 for s in HostState}
-            for h in st.hosts.values():
-                hosts[h.state.value] += 1
-                gpus[h.state.value] += h.gpus
-            used = sum(st.used.values())
+            # per pool (cluster/kind): hosts and GPUs by state, GPUs held, healthy GPUs
+            hosts: dict[tuple[str, str], int] = {}
+            gpus: dict[tuple[str, str], int] = {}
+            used: dict[str, int] = {}
+            healthy: dict[str, int] = {}
+            for pool, ps in st.pools.items():
+                for s in HostState:
+                    hosts[pool, s.value] = gpus[pool, s.value] = 0
+                for h in ps.hosts.values():
+                    hosts[pool, h.state.value] += 1
+                    gpus[pool, h.state.value] += h.gpus
+                used[pool] = sum(ps.used.values())
+                healthy[pool] = ps.healthy_gpus()
         yield from (passes, errors)
 
         def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
@@ -325,15 +337,22 @@ class StateCollector(Collector):
             rn.add_metric([c], float(run_n[c]))
             rg.add_metric([c], float(run_g[c]))
         yield from (q, rn, rg)
-        hs = GaugeMetricFamily("apportion_hosts", "Hosts by state.", labels=["state"])
-        hg = GaugeMetricFamily("apportion_host_gpus", "GPUs of hosts by host state.",
-                               labels=["state"])
-        for s in HostState:
-            hs.add_metric([s.value], float(hosts[s.value]))
-            hg.add_metric([s.value], float(gpus[s.value]))
+        hs = GaugeMetricFamily("apportion_hosts", "Hosts by pool (cluster/kind) and state.",
+                               labels=["pool", "state"])
+        hg = GaugeMetricFamily("apportion_host_gpus", "GPUs of hosts by pool and host state.",
+                               labels=["pool", "state"])
+        for (pool, state), n in hosts.items():
+            hs.add_metric([pool, state], float(n))
+            hg.add_metric([pool, state], float(gpus[pool, state]))
         yield from (hs, hg)
-        yield GaugeMetricFamily("apportion_gpus_used", "GPUs held by running work.",
-                                value=float(used))
+        gu = GaugeMetricFamily("apportion_gpus_used", "GPUs held by running work, by pool.",
+                               labels=["pool"])
+        oc = GaugeMetricFamily("apportion_pool_occupancy", "GPUs held / healthy GPUs of the "
+                               "pool now (0 with no healthy GPU).", labels=["pool"])
+        for pool, n in used.items():
+            gu.add_metric([pool], float(n))
+            oc.add_metric([pool], n / healthy[pool] if healthy[pool] else 0.0)
+        yield from (gu, oc)
 
 
 def metrics_router(scheduler: SchedulerPort, telemetry: Telemetry) -> APIRouter:

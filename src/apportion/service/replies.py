@@ -52,7 +52,7 @@ class Workload(Reply):
     """A workload as stored. ``command``, ``env`` and ``chdir`` are None, with
     ``private: true``, for a caller who may not see them."""
 
-    omit_if_none = frozenset({"attempts", "private", "array_ids"})
+    omit_if_none = frozenset({"attempts", "private", "array_ids", "pool"})
 
     id: str
     budget: str
@@ -74,6 +74,8 @@ class Workload(Reply):
     dependencies: list[tuple[str, str]]  # [kind, workload id]
     nodelist: list[str]
     exclude: list[str]
+    gpu_kinds: list[str] = []  # accepted, in order of preference; empty: any
+    cluster: str = ""  # "": any
     submit_time: float
     queued_at: float
     status: str
@@ -86,6 +88,7 @@ class Workload(Reply):
     attempts: list[Attempt] | None = None  # GET /v1/workloads/{id} only
     private: Literal[True] | None = None
     array_ids: list[str] | None = None  # the submission of an array only
+    pool: str | None = None  # "cluster/kind" of the hosts it runs on (while running)
 
 
 # ---- budgets -----------------------------------------------------------------------------
@@ -160,6 +163,11 @@ class QueuedSpec(Reply):
     priority: int
     submit_time: float
     time_limit: float | None
+    # the GPU kinds it accepts (preferred first) and its cluster; None (left out): any
+    gpu_kinds: list[str] | None = None
+    cluster: str | None = None
+
+    omit_if_none = frozenset({"gpu_kinds", "cluster"})
 
 
 class QueuedPending(QueuedSpec):
@@ -167,7 +175,7 @@ class QueuedPending(QueuedSpec):
     queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
     ``waiting_for_preemption``, ``too_large``, ``held``; None: not reached)."""
 
-    omit_if_none = frozenset({"hold"})
+    omit_if_none = frozenset({"hold", "gpu_kinds", "cluster"})
 
     position: int | None
     queued_at: float
@@ -182,6 +190,9 @@ class QueuedRunning(QueuedSpec):
     protected_until: float
     stopping: bool
     stop_reason: str | None
+    pool: str | None = None  # "cluster/kind" of its hosts, with several pools
+
+    omit_if_none = frozenset({"gpu_kinds", "cluster", "pool"})
 
 
 class QueueHost(Reply):
@@ -191,6 +202,12 @@ class QueueHost(Reply):
     reason: str
     used: int
     free: int
+    # its pool, shown when the service has several (else None, left out)
+    cluster: str | None = None
+    kind: str | None = None  # its GPU kind
+    pool: str | None = None  # "cluster/kind"
+
+    omit_if_none = frozenset({"cluster", "kind", "pool"})
 
 
 class QueueBudget(Reply):
@@ -256,6 +273,9 @@ class DashboardHost(Reply):
     workloads: list[str]
     stopping: int
     last_protection_end: float | None  # None: nothing on it
+    pool: str | None = None  # "cluster/kind", with several pools
+
+    omit_if_none = frozenset({"pool"})
 
 
 class ClusterCounts(Reply):
@@ -304,11 +324,21 @@ class Host(Reply):
     state: str
     reason: str
     changed_at: float
+    # its pool, shown when the service has several (else None, left out)
+    cluster: str | None = None
+    kind: str | None = None  # its GPU kind
+    pool: str | None = None  # "cluster/kind"
+
+    omit_if_none = frozenset({"cluster", "kind", "pool"})
 
     @classmethod
-    def of(cls, h: "HostRow") -> "Host":
-        return cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
-                   changed_at=h.changed_at)
+    def of(cls, h: "HostRow", pool: tuple[str, str] | None = None) -> "Host":
+        """``pool``: the host's (cluster, kind), given when there are several pools."""
+        out = cls(name=h.name, gpus=h.gpus, state=h.state.value, reason=h.reason,
+                  changed_at=h.changed_at)
+        if pool is not None:
+            out.cluster, out.kind, out.pool = pool[0], pool[1], f"{pool[0]}/{pool[1]}"
+        return out
 
 
 class HostInUse(Host):

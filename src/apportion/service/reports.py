@@ -11,15 +11,17 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from .accounting import BY, ReportError, parse_time, to_csv, to_html, usage_report
+from .config import PoolsConfig
 from .store import Store
 
 FORMATS = ("json", "csv", "html")
 
 
-def reports_router(store: Store, now: Callable[[], float], user: Callable[..., Any]
-                   ) -> APIRouter:
+def reports_router(store: Store, now: Callable[[], float], user: Callable[..., Any],
+                   pools: PoolsConfig | None = None) -> APIRouter:
     """The report routes; ``user`` is the app's authentication dependency (a token is
-    needed, as for every /v1 route but health)."""
+    needed, as for every /v1 route but health); ``pools`` the config's clusters, kinds and
+    billing weights."""
     router = APIRouter()
 
     @router.get("/v1/reports/usage", tags=["reports"])
@@ -32,14 +34,15 @@ def reports_router(store: Store, now: Callable[[], float], user: Callable[..., A
         format: Annotated[str, Query(description=" or ".join(FORMATS))] = "json",
     ) -> Response:
         """Charged and free GPU-hours, owed, delivered and attainment for a period (UTC
-        hours), per budget, user, or month and budget (see docs/operations.md)."""
+        hours), per budget, user, or month and budget, in GPU-hours and billed units, with a
+        per-pool breakdown (see docs/operations.md)."""
         t = now()
         if format not in FORMATS:
             raise HTTPException(422, f"format: must be one of {', '.join(FORMATS)}, "
                                      f"got {format!r}")
         try:
             report = usage_report(store, parse_time(from_, "from", t), parse_time(to, "to", t),
-                                  by, t)
+                                  by, t, pools)
         except ReportError as e:
             raise HTTPException(422, str(e)) from None
         if format == "csv":

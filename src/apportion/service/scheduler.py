@@ -1,14 +1,15 @@
 """The live scheduler: reconcile -> decide -> apply, around the same policy as the simulator.
 
-One :class:`Scheduler` owns the service's :class:`~apportion.core.ClusterState` (it is its
-only writer) and drives it from three inputs: the store (submissions, cancellations, budget
+One :class:`Scheduler` owns the service's :class:`~apportion.core.fleet.FleetState` (it is
+its only writer: one pool per cluster and GPU kind of the hosts, one pool by default) and
+drives it from three inputs: the store (submissions, cancellations, budget
 changes), the executor (exits, host deaths) and the clock. Each pass (:meth:`Scheduler.step`)
 
 1. loads what changed in the store (new pending work, cancellations, the budget tree);
 2. folds the executor's observations into the store and the state (exits, dead hosts);
-3. calls ``decide`` and applies its decisions, again at the same instant while a pass
-   preempts or moves hosts (a preemptor starts once its victims have exited), until one
-   settles it (``Decisions.settles``): the simulator's rule too.
+3. calls ``decide_fleet`` (with one pool: ``decide`` itself) and applies its decisions,
+   again at the same instant while a pass preempts or moves hosts (a preemptor starts once
+   its victims have exited), until one settles it (``Decisions.settles``): the simulator's rule too.
 
 Rules that make a crash at any point safe (see docs/operations.md):
 
@@ -34,7 +35,6 @@ from typing import Any
 
 from apportion.core import (
     FINAL,
-    ClusterState,
     CoreError,
     Decisions,
     Host,
@@ -42,17 +42,17 @@ from apportion.core import (
     PolicyConfig,
     Start,
     Status,
-    decide,
     decision_log,
     dependency_state,
     format_duration,
     release,
     usage_ratio,
-    validate_spec,
 )
 from apportion.core.consequences import on_host_death, on_stopped
+from apportion.core.fleet import FleetState, decide_fleet
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
+from apportion.service.config import PoolsConfig
 from apportion.service.executor import (
     AttemptState,
     Executor,
@@ -63,6 +63,8 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.pools import fleet_of
+from apportion.service.pools import validate as _validate
 from apportion.service.port import PassListener
 from apportion.service.replies import (
     QueueBudget,
@@ -111,15 +113,17 @@ class Scheduler:
         config: PolicyConfig,
         clock: Clock,
         grace_s: float = 10.0,
+        pools: PoolsConfig | None = None,
     ) -> None:
         self.store = store
+        self.pools = pools or PoolsConfig()
         self.executor = executor
         self.config = config
         self.clock = clock
         self.grace_s = grace_s
         self.lock = threading.RLock()
         self._wake = threading.Event()
-        self.state: ClusterState | None = None
+        self.state: FleetState | None = None
         self._open: dict[str, _Attempt] = {}
         self._commands: dict[str, tuple[str, ...]] = {}
         # submitted work kept out of the queue (dependencies, array throttle; core.gating)
@@ -215,13 +219,13 @@ class Scheduler:
             self._notify("passed", t, seconds, st)
             return lines
 
-    def _decide(self, st: ClusterState, t: float) -> Decisions:
-        """``decide``, and if the policy raises: find the pending workloads it fails on
+    def _decide(self, st: FleetState, t: float) -> Decisions:
+        """``decide_fleet``, and if the policy raises: find the pending workloads it fails on
         (bisecting the queue; ``decide`` leaves the state unchanged), set them aside with
         the error as their end reason, log it, and decide for everyone else. If the
         policy fails with no pending work at all, the pass fails as before."""
         try:
-            return decide(st, t, self.config)
+            return decide_fleet(st, t, self.config)
         except Exception as first:
             bad = self._culprits(st, t, sorted(st.pending))
             if not bad:
@@ -232,9 +236,9 @@ class Scheduler:
                 self._commands.pop(wid, None)
                 self.store.set_aside(wid, f"set aside: the policy fails on it ({first!r})",
                                      ACTOR)
-            return decide(st, t, self.config)
+            return decide_fleet(st, t, self.config)
 
-    def _culprits(self, st: ClusterState, t: float, ids: list[str]) -> list[str]:
+    def _culprits(self, st: FleetState, t: float, ids: list[str]) -> list[str]:
         """The pending workloads without which ``decide`` succeeds, found one at a time by
         binary search over ``ids`` (about log2(n) calls each). Every workload taken out is
         put back, with its reservation. Empty if taking them all out does not help."""
@@ -242,7 +246,7 @@ class Scheduler:
             kept = {w: st.reservations.get(w) for w in out}
             taken = [st.unqueue(w) for w in out]
             try:
-                decide(st, t, self.config, reasons=False)
+                decide_fleet(st, t, self.config, reasons=False)
                 return False
             except Exception:
                 return True
@@ -320,7 +324,7 @@ class Scheduler:
         with self.lock:
             if not self._started:
                 self.start()
-            validate_spec(spec, self._st(), self.config)
+            _validate(self._st(), spec, self.config)
 
     # ---- read views ------------------------------------------------------------------
     def queue_view(self) -> QueueView:
@@ -340,6 +344,7 @@ class Scheduler:
                 return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
                                  budgets=[])
             now = st.time
+            several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
             rest = sorted(
@@ -373,13 +378,18 @@ class Scheduler:
                     protected_until=r.protected_until(),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
+                    pool=st.runs_in(wid) if several else None,
                 ))
-            hosts = [
-                QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
-                          reason=self._host_reason.get(h.name, ""), used=st.used[h.name],
-                          free=h.gpus - st.used[h.name])
-                for h in sorted(st.hosts.values(), key=lambda h: h.name)
-            ]
+            used = st.used
+            hosts = []
+            for h in sorted(st.hosts.values(), key=lambda h: h.name):
+                qh = QueueHost(name=h.name, gpus=h.gpus, state=h.state.value,
+                               reason=self._host_reason.get(h.name, ""), used=used[h.name],
+                               free=h.gpus - used[h.name])
+                if several:
+                    qh.pool = st.pool_of(h.name)
+                    qh.cluster, qh.kind = st.where(qh.pool)
+                hosts.append(qh)
             lookback = self.config.lookback
             capacity = st.ledger.capacity(now, lookback)
             budgets = []
@@ -414,7 +424,7 @@ class Scheduler:
         return None
 
     # ---- rebuild and reconcile -------------------------------------------------------
-    def _st(self) -> ClusterState:
+    def _st(self) -> FleetState:
         assert self.state is not None, "scheduler: not started"
         return self.state
 
@@ -456,13 +466,21 @@ class Scheduler:
         # hosts join healthy at t0 and replay their recorded states (those before t0 at t0),
         # so the ledger's capacity follows their history; one without a record takes its
         # current state when it was set
-        st = ClusterState(tree, (Host(h.name, h.gpus) for h in hosts), start=t0,
-                          ledger_keep=max(30 * DAY, 2 * lookback))
+        st = fleet_of(tree, self.pools, ((Host(h.name, h.gpus), h.cluster, h.kind)
+                                         for h in hosts), t0, max(30 * DAY, 2 * lookback))
+        unknown = sorted({f"{p}: {b}" for p, ws in self.pools.overrides.items() for b in ws
+                          if b not in tree})
+        if unknown:
+            log.warning("per-pool weights of budgets that do not exist, left out: %s",
+                        "; ".join(unknown))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         for i, iv in enumerate(self.store.usage_intervals(t0)):
             if iv.ended_at is None:
                 continue  # a running attempt: replayed below through state.start
-            b, g, alloc = iv.budget, iv.gpus_held, iv.allocated
+            # charged in billed units, at the weight of the pool it ran in
+            b, alloc = iv.budget, iv.allocated
+            g = iv.gpus_held * (st.pools[st.pool_of(iv.host)].billing
+                                if iv.host in st.hosts else 1.0)
             start_t = max(iv.started_at, t0)
             events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
             events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
@@ -519,7 +537,7 @@ class Scheduler:
         st = self._st()
         try:
             spec = row.spec(st.hosts)  # the hosts it may use, of those known now
-            validate_spec(spec, st, self.config)
+            _validate(st, spec, self.config)
             # work that ran before resumes: the restart protection applies to its next run
             st.submit(spec, t, queued_at=row.queued_at, restarted=row.attempts_count > 0)
         except CoreError as e:
@@ -579,13 +597,20 @@ class Scheduler:
             try:
                 st.set_tree(tree)
             except CoreError as e:
-                log.error("budget tree change not applied: %s", e)
+                if self.pools.fleet(tree).overrides != st.config.overrides:
+                    # a per-pool weight names a budget that is gone: a fleet's overrides are
+                    # fixed when it is made, so make it again (from the store, next pass)
+                    log.warning("budget tree change: rebuilding the pools (%s)", e)
+                    self._started = False
+                else:
+                    log.error("budget tree change not applied: %s", e)
         index = self.store.active_index()  # narrow: ids, statuses, cancel flags
         pending = Status.PENDING.value
         for wid in [w for w in self._backoff if w not in index]:
             del self._backoff[wid]  # cancelled while set aside
+        queued, running = st.pending, st.running
         new = [wid for wid, (status, _) in index.items()
-               if status == pending and wid not in st.pending and wid not in st.running
+               if status == pending and wid not in queued and wid not in running
                and wid not in self._held and not self._backing_off(wid, now)]
         if len(new) > BULK_LOAD:
             wanted = set(new)
@@ -603,7 +628,7 @@ class Scheduler:
                     self._stop(wid, "cancelled", False)
                 elif a.stop_reason != "cancelled":
                     a.stop_reason, a.requeue = "cancelled", False  # already stopping: end it
-        for wid in [w for w in st.pending if index.get(w, ("", False))[0] != pending]:
+        for wid in [w for w in queued if index.get(w, ("", False))[0] != pending]:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
             self._env.pop(wid, None)
@@ -626,18 +651,33 @@ class Scheduler:
         except Exception:
             log.exception("executor inventory failed, nothing decided this pass")
             return False
+        known = st.hosts
+        moved = False
         for ih in inventory:
-            if ih.name not in st.hosts:
-                self.store.add_host(ih.name, ih.gpus, ACTOR, at=now)
-                st.add_host(Host(ih.name, ih.gpus), now)
+            pool = self.pools.of(ih.cluster, ih.kind)
+            if ih.name not in known:
+                self.store.add_host(ih.name, ih.gpus, ACTOR, at=now, cluster=ih.cluster,
+                                    kind=ih.kind)
+                st.add_host(Host(ih.name, ih.gpus), *pool, now)
                 self._free[ih.name] = list(range(ih.gpus))
                 self._host_reason[ih.name] = ""
+            elif st.where(st.pool_of(ih.name)) != pool:
+                # the executor now says another cluster or kind (e.g. Slurm's gres type of a
+                # host stored before it had one): stored, and the pools made again
+                log.warning("host %s: now in pool %s/%s (was %s)", ih.name, *pool,
+                            st.pool_of(ih.name))
+                self.store.set_host_pool(ih.name, ih.cluster, ih.kind, ACTOR)
+                moved = True
+                continue
             if ih.name in self._unmirrored:
                 # the executor has not seen our own drain (or its end) yet: tell it again, and
                 # follow its view only from the next pass
                 self._mirror(ih.name, *self._unmirrored[ih.name])
                 continue
             self._follow_host(ih, now)
+        if moved:
+            self._started = False  # rebuilt from the store on the next pass
+            return False
         return True
 
     def _follow_host(self, ih: InventoryHost, now: float) -> None:
@@ -848,6 +888,7 @@ class Scheduler:
             return True
         self._take(slots)
         st.start(wid, s.placement, now)
+        cluster, kind = st.where(st.pool_of(slots[0].host))
         a = self._open[wid] = _Attempt(row.n, slots, row.started_at)
         try:
             log_path = self.executor.log_path(wid, row.n)
@@ -858,6 +899,8 @@ class Scheduler:
                 slots=slots,
                 log_path=str(log_path) if log_path is not None else "",
                 whole_hosts=len(slots) > 1,
+                cluster=cluster,
+                kind=kind,
                 **self._identity(wid),
             )
             a.handle = self.executor.launch(launch)
@@ -960,6 +1003,8 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
         "priority": spec.priority,
         "submit_time": spec.submit_time,
         "time_limit": spec.time_limit,
+        "gpu_kinds": list(spec.gpu_kinds) or None,
+        "cluster": spec.cluster or None,
     }
 
 
@@ -970,7 +1015,7 @@ def _exit_reason(o: Observation) -> str:
 
 
 def _ledger_change(
-    st: ClusterState, budget: str, gpus: int, alloc: bool
+    st: FleetState, budget: str, gpus: float, alloc: bool
 ) -> Callable[[float], None]:
     def apply(t: float) -> None:
         st.ledger.change(budget, gpus, t, charged=alloc)
@@ -978,7 +1023,7 @@ def _ledger_change(
     return apply
 
 
-def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]:
+def _replay_start(st: FleetState, row: WorkloadRow) -> Callable[[float], None]:
     def apply(t: float) -> None:
         a = row.attempt
         assert a is not None
@@ -994,7 +1039,7 @@ def _replay_start(st: ClusterState, row: WorkloadRow) -> Callable[[float], None]
     return apply
 
 
-def _replay_host(st: ClusterState, name: str, state: HostState) -> Callable[[float], None]:
+def _replay_host(st: FleetState, name: str, state: HostState) -> Callable[[float], None]:
     def apply(t: float) -> None:
         if state is HostState.REPAIR and st.hosts[name].state is HostState.HEALTHY:
             st.set_host_state(name, HostState.DRAINING, t)

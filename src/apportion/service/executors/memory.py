@@ -14,6 +14,7 @@ each checkpoint it keeps progress at is reported once written.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import signal
 from collections.abc import Iterable, Mapping, Sequence
@@ -212,14 +213,14 @@ class MemoryExecutor:
     def fail_host(self, name: str, reason: str = "died") -> None:
         """The host dies: inventory reports it down and its attempts vanish."""
         h = self._hosts[name]
-        self._hosts[name] = InventoryHost(h.name, h.gpus, "down", reason)
+        self._hosts[name] = dataclasses.replace(h, state="down", reason=reason)
         for a in self.attempts.values():
             if name in a.hosts and a.ended_at is None and not a.gone:
                 self._lose(a, self.clock.now())
 
     def revive_host(self, name: str) -> None:
         h = self._hosts[name]
-        self._hosts[name] = InventoryHost(h.name, h.gpus, "healthy")
+        self._hosts[name] = dataclasses.replace(h, state="healthy", reason="")
 
     def running(self) -> list[str]:
         """Workload ids with a live attempt (for tests)."""

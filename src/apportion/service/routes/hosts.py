@@ -11,7 +11,7 @@ from apportion.core import CoreError, HostState, Status
 from ..auth import Principal
 from ..bodies import HostBody
 from ..replies import Host, HostInUse
-from ..store import UserRow
+from ..store import HostRow, UserRow
 from .context import V1, Api, fail
 
 
@@ -19,6 +19,14 @@ def router(api: Api) -> APIRouter:
     """``/v1/hosts`` and below."""
     router = APIRouter()
     store, scheduler = api.store, api.scheduler
+    pools = api.settings.pools
+
+    def shown(h: HostRow, several: bool) -> Host:
+        """The reply; with several pools, the host's pool in it."""
+        return Host.of(h, pools.of(h.cluster, h.kind) if several else None)
+
+    def several(rows: list[HostRow]) -> bool:
+        return len({pools.of(h.cluster, h.kind) for h in rows}) > 1
     rights, forbid = api.rights, api.forbid
     Reader = Annotated[Principal, Depends(api.principal)]
     User = Annotated[UserRow, Depends(api.writer)]
@@ -26,14 +34,17 @@ def router(api: Api) -> APIRouter:
 
     @router.get(f"{v1}/hosts", tags=["hosts"])
     def hosts(_who: Reader) -> list[HostInUse]:
-        """Hosts with their state, the reason of the last change and GPUs in use."""
+        """Hosts with their state, the reason of the last change, GPUs in use and, with
+        several pools, their cluster, GPU kind and pool."""
         used: dict[str, int] = {}
         for w in store.list_workloads([Status.RUNNING, Status.STOPPING], limit=100_000):
             if w.attempt is not None:
                 for host, gpus, _ in w.attempt.placement:
                     used[host] = used.get(host, 0) + gpus
-        return [HostInUse(**Host.of(h).model_dump(), gpus_used=used.get(h.name, 0))
-                for h in store.hosts()]
+        rows = store.hosts()
+        many = several(rows)
+        return [HostInUse(**shown(h, many).model_dump(), gpus_used=used.get(h.name, 0))
+                for h in rows]
 
     def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
         if not rights(user).can_change_hosts():
@@ -43,7 +54,7 @@ def router(api: Api) -> APIRouter:
             scheduler.set_host_state(name, to, body.reason, user.name)
         except CoreError as e:
             raise fail(409, str(e)) from None
-        return Host.of(store.get_host(name))
+        return shown(store.get_host(name), several(store.hosts()))
 
     @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
     def drain(name: str, user: User, body: HostBody | None = None) -> Host:

@@ -14,15 +14,14 @@ from apportion.core import (
     After,
     BudgetNode,
     BudgetTree,
-    ClusterState,
     CoreError,
     Status,
     WorkloadSpec,
     allowed_hosts,
     parse_array,
     parse_dependency,
-    validate_spec,
 )
+from apportion.core.fleet import pool_name
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
@@ -30,6 +29,7 @@ from ..bodies import SubmitBody
 from ..config import ServiceConfig
 from ..dashboard import explain_workload
 from ..executors import identity
+from ..pools import fleet_of, validate
 from ..replies import QueueView, Workload
 from ..store import AlreadySubmitted, UserRow, WorkloadRow
 from .context import (
@@ -56,8 +56,10 @@ def router(api: Api) -> APIRouter:
     def shown(who: Principal, rows: Sequence[WorkloadRow],
               with_attempts: bool = False) -> list[Workload]:
         r = Rights.of(who.user, store.budgets())
+        pools = _pools(store, settings) if any(w.attempt for w in rows) else {}
         return [
-            _workload(w, with_attempts, private=not who.may_see_private(r, w.user, w.budget))
+            _workload(w, with_attempts, private=not who.may_see_private(r, w.user, w.budget),
+                      pools=pools)
             for w in rows
         ]
 
@@ -110,9 +112,6 @@ def router(api: Api) -> APIRouter:
                 after = parse_dependency(body.dependency)
         except CoreError as e:
             raise fail(422, str(e)) from None
-        if body.gpu_kind is not None:
-            raise fail(422, f"gpu_kind: {body.gpu_kind!r}: the hosts of this cluster have no "
-                        "GPU kinds; choose hosts with nodelist or exclude")
         known = store.statuses(d for _, d in after)
         for _, dep in after:
             if dep not in known:
@@ -127,15 +126,19 @@ def router(api: Api) -> APIRouter:
                 priority=body.priority, checkpoint_interval=checkpoint,
                 time_limit=time_limit, hosts=allowed,
                 checkpoint_on_term=body.checkpoint_on_term,
+                gpu_kinds=body.kinds(), cluster=body.cluster or "",
             )
             rows = store.budgets()  # one read serves validation and rights
             if not rows:
                 raise fail(422, f"budget: {body.budget!r}: no budgets exist yet")
             tree = BudgetTree.build(BudgetNode(b.path, b.weight) for b in rows)
-            state = ClusterState(tree, [h.host() for h in host_rows], start=t)
-            validate_spec(spec, state, settings.policy)
+            # the hosts in their pools, as the scheduler has them
+            fleet = fleet_of(tree, settings.pools,
+                             ((h.host(), h.cluster, h.kind) for h in host_rows), t)
+            validate(fleet, spec, settings.policy)
         except CoreError as e:
-            raise fail(422, core_message(e)) from None
+            # the body's field is gpu_kind (one kind or a list)
+            raise fail(422, core_message(e).replace("gpu_kinds:", "gpu_kind:", 1)) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
         problem = _run_problem(body, user, settings)
@@ -150,6 +153,7 @@ def router(api: Api) -> APIRouter:
                 time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
                 array=indexes, array_throttle=throttle, nodelist=body.nodelist,
                 exclude=body.exclude, checkpoint_on_term=body.checkpoint_on_term,
+                gpu_kinds=spec.gpu_kinds, cluster=spec.cluster,
                 idempotency_key=idempotency_key, request_digest=digest,
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
@@ -282,8 +286,20 @@ def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> st
     return problem
 
 
-def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = False) -> Workload:
-    """The reply for one workload: in full, or with its private fields left out."""
+def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = False,
+              pools: dict[str, str] | None = None) -> Workload:
+    """The reply for one workload: in full, or with its private fields left out; with
+    ``pools`` (host -> pool), the pool it runs in."""
     d = row.as_dict(with_attempts)
-    return Workload.model_validate(redact(d) if private else printable(d))
+    out = Workload.model_validate(redact(d) if private else printable(d))
+    if row.attempt is not None and row.attempt.placement and pools:
+        out.pool = pools.get(row.attempt.placement[0][0])
+    return out
+
+
+def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
+    """Host -> its pool ``cluster/kind``; empty with one pool (pools are shown only when
+    there are several)."""
+    out = {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
+    return out if len(set(out.values())) > 1 else {}
 

@@ -140,7 +140,19 @@ function renderRunning(s) {
 }
 
 function renderHosts(s) {
+  // several pools: a heading row per pool (the hosts come grouped by pool)
+  const pools = new Set(s.hosts.map((h) => h.pool));
+  let pool = null;
   const rows = s.hosts.map((h) => {
+    let head = "";
+    if (pools.size > 1 && h.pool !== pool) {
+      pool = h.pool;
+      const mine = s.hosts.filter((x) => x.pool === pool);
+      const gpus = mine.reduce((a, x) => a + x.gpus, 0);
+      const used = mine.reduce((a, x) => a + x.used, 0);
+      head = `<tr class="pool" data-pool="${esc(pool)}"><th colspan="5">${esc(pool)} ` +
+        `<span class="muted">${mine.length} host${mine.length > 1 ? "s" : ""}, ${used} / ${gpus} GPUs used</span></th></tr>`;
+    }
     const w = h.gpus ? (100 * h.used) / h.gpus : 0;
     let drain = '<span class="muted">-</span>';
     if (h.state === "draining") {
@@ -149,7 +161,7 @@ function renderHosts(s) {
         `${n} workload${n > 1 ? "s" : ""} left` + (h.stopping ? `, ${h.stopping} stopping` : "") +
         (h.last_protection_end !== null ? `; last protection ends in ${dur(h.last_protection_end - s.now)}` : "");
     }
-    return `<tr data-host="${esc(h.name)}"><td class="mono">${esc(h.name)}</td>` +
+    return head + `<tr data-host="${esc(h.name)}" data-pool="${esc(h.pool)}"><td class="mono">${esc(h.name)}</td>` +
       `<td><span class="badge ${esc(h.state)}">${esc(h.state)}</span></td>` +
       `<td><span class="gpubar"><span style="width:${w}%"></span></span>${h.used} / ${h.gpus}</td>` +
       `<td class="wrap">${drain}</td><td class="muted wrap">${esc(h.reason)}</td></tr>`;

@@ -112,6 +112,9 @@ class WorkloadModel(Base):
     dependencies: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
     # {"nodelist": [...], "exclude": [...]}: the hosts it may run on
     constraints: Mapped[dict[str, list[str]] | None] = mapped_column(JSON, nullable=True)
+    # the GPU kinds it accepts, in its owner's order (NULL: any), and its cluster ("": any)
+    gpu_kinds: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    cluster: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
 
     # the submitter's Idempotency-Key, unique per user, and the digest of that request
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
@@ -152,6 +155,9 @@ class HostModel(Base):
     state: Mapped[str] = mapped_column(String(16), nullable=False)
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     changed_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # its pool; "": the config's default cluster and kind ([pools]) (0007)
+    cluster: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
+    kind: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
 
 
 class AuditModel(Base):

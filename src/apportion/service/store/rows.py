@@ -115,6 +115,8 @@ class WorkloadRow:
     nodelist: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     checkpoint_on_term: bool = False
+    gpu_kinds: tuple[str, ...] = ()  # accepted, in its owner's order; empty: any
+    cluster: str = ""  # "": any
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -143,6 +145,8 @@ class WorkloadRow:
             checkpoint_interval=self.checkpoint_interval,
             time_limit=self.time_limit,
             checkpoint_on_term=self.checkpoint_on_term,
+            gpu_kinds=self.gpu_kinds,
+            cluster=self.cluster,
         )
 
     def hold(self) -> Hold:
@@ -177,6 +181,8 @@ class WorkloadRow:
             "dependencies": [list(d) for d in self.dependencies],
             "nodelist": list(self.nodelist),
             "exclude": list(self.exclude),
+            "gpu_kinds": list(self.gpu_kinds),
+            "cluster": self.cluster,
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,
@@ -199,6 +205,8 @@ class HostRow:
     state: HostState
     reason: str
     changed_at: float
+    cluster: str = ""  # "": the config's default cluster ([pools] cluster)
+    kind: str = ""  # "": the config's default GPU kind
 
     def host(self) -> Host:
         return Host(self.name, self.gpus, self.state)
@@ -283,3 +291,4 @@ class UsageInterval(NamedTuple):
     allocated: bool
     started_at: float
     ended_at: float | None
+    host: str = ""  # the first host of its placement: its pool, for the billing weight

@@ -46,5 +46,5 @@ def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -
         store.add_budget(b.path, b.weight, actor=SEED_ACTOR, managers=b.managers,
                          members=b.members, create_parents=parent_of(b.path) not in explicit)
     for h in config.hosts:
-        store.add_host(h.name, h.gpus, actor=SEED_ACTOR)
+        store.add_host(h.name, h.gpus, actor=SEED_ACTOR, cluster=h.cluster, kind=h.kind)
     return tokens

@@ -204,11 +204,14 @@ class Store:
         nodelist: Sequence[str] = (),
         exclude: Sequence[str] = (),
         checkpoint_on_term: bool = False,
+        gpu_kinds: Sequence[str] = (),
+        cluster: str = "",
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
         environment it runs with; ``dependencies`` ``(type, workload id)`` pairs;
-        ``nodelist``/``exclude`` the hosts it may (only) and may not use. With
+        ``nodelist``/``exclude`` the hosts it may (only) and may not use; ``gpu_kinds``
+        the GPU kinds it accepts (empty: any) and ``cluster`` its cluster ("": any). With
         ``array`` (indexes), one workload per index, all in this one transaction, the
         first's id naming the array; the first is returned (:meth:`array_ids` lists all).
         The caller validated the spec (core.validate_spec).
@@ -241,6 +244,7 @@ class Store:
                         dependencies=[list(d) for d in dependencies] or None,
                         constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
                         if nodelist or exclude else None,
+                        gpu_kinds=list(gpu_kinds) or None, cluster=cluster,
                     )
                     s.add(m)
                     s.flush()
@@ -548,14 +552,15 @@ class Store:
         with self._tx(write=False) as s:
             q = (
                 select(WM.budget, AttemptModel.gpus_held, WM.min_runtime,
-                       AttemptModel.started_at, AttemptModel.ended_at)
+                       AttemptModel.started_at, AttemptModel.ended_at, AttemptModel.placement)
                 .join(WM, WM.id == AttemptModel.workload_id)
                 .where(AttemptModel.ended_at.is_(None) | (AttemptModel.ended_at > since))
                 .order_by(AttemptModel.started_at)
             )
             return [
-                UsageInterval(b, int(g), float(m) > 0, float(st), None if e is None else float(e))
-                for b, g, m, st, e in s.execute(q)
+                UsageInterval(b, int(g), float(m) > 0, float(st), None if e is None else float(e),
+                              str(pl[0][0]) if pl else "")
+                for b, g, m, st, e, pl in s.execute(q)
             ]
 
     # ---- hosts -----------------------------------------------------------------------
@@ -588,17 +593,24 @@ class Store:
         state: HostState = HostState.HEALTHY,
         reason: str = "",
         at: float | None = None,
+        cluster: str = "",
+        kind: str = "",
     ) -> HostRow:
-        """Register a host. Audited. :class:`Conflict` if the name exists."""
+        """Register a host of ``cluster`` and GPU ``kind`` ("": the config's defaults).
+        Audited. :class:`Conflict` if the name exists."""
         if gpus <= 0:
             raise Conflict(f"host {name}: gpus: must be > 0, got {gpus}")
         with self._tx() as s:
             if s.get(HostModel, name) is not None:
                 raise Conflict(f"host {name}: name: already exists")
             h = HostModel(name=name, gpus=gpus, state=state.value, reason=reason,
-                          changed_at=self.clock() if at is None else at)
+                          changed_at=self.clock() if at is None else at, cluster=cluster,
+                          kind=kind)
             s.add(h)
-            self._audit(s, actor, "host.add", name, None, {"gpus": gpus, "state": state.value})
+            new: dict[str, Any] = {"gpus": gpus, "state": state.value}
+            if cluster or kind:
+                new.update(cluster=cluster, kind=kind)
+            self._audit(s, actor, "host.add", name, None, new)
             return _host(h)
 
     def set_host_state(
@@ -620,6 +632,18 @@ class Store:
             h.changed_at = self.clock() if at is None else at
             self._audit(s, actor, "host.state", name, before,
                         {"state": state.value, "reason": reason})
+            return _host(h)
+
+    def set_host_pool(self, name: str, cluster: str, kind: str, actor: str) -> HostRow:
+        """Set a host's cluster and GPU kind ("": the config's defaults), as its executor
+        reports them; audited."""
+        with self._tx() as s:
+            h = s.get(HostModel, name)
+            if h is None:
+                raise NotFound(f"host {name}: not found")
+            before = {"cluster": h.cluster, "kind": h.kind}
+            h.cluster, h.kind = cluster, kind
+            self._audit(s, actor, "host.pool", name, before, {"cluster": cluster, "kind": kind})
             return _host(h)
 
     # ---- budgets ---------------------------------------------------------------------
@@ -923,6 +947,8 @@ def _workload(
         dependencies=tuple((str(k), str(d)) for k, d in (m.dependencies or ())),
         nodelist=tuple((m.constraints or {}).get("nodelist", ())),
         exclude=tuple((m.constraints or {}).get("exclude", ())),
+        gpu_kinds=tuple(m.gpu_kinds or ()),
+        cluster=m.cluster or "",
         attempt=attempt,
         attempts=attempts,
     )
@@ -938,7 +964,8 @@ def _token(t: TokenModel) -> TokenRow:
 
 
 def _host(h: HostModel) -> HostRow:
-    return HostRow(h.name, h.gpus, HostState(h.state), h.reason, h.changed_at)
+    return HostRow(h.name, h.gpus, HostState(h.state), h.reason, h.changed_at, h.cluster or "",
+                   h.kind or "")
 
 
 def _budget(b: BudgetModel) -> BudgetRow:

@@ -1,0 +1,457 @@
+"""Pools in the live service: hosts of several clusters and GPU kinds, from the config to
+the store, the scheduler, the API and ``why``.
+
+The service here is real (store on SQLite or PostgreSQL, the Scheduler with the memory
+executor and a fake clock, the FastAPI app under uvicorn); the scheduler is stepped by hand.
+Two pools: ``east/H100`` (hosts e1, e2) and ``west/B200`` (host w1), B200 billed 2.2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+from store_db import BACKENDS, ServerThread, db_url
+
+from apportion.service.api import create_app
+from apportion.service.clock import FakeClock
+from apportion.service.config import ConfigError, PoolsConfig, ServiceConfig, parse_config
+from apportion.service.executor import InventoryHost
+from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.scheduler import Scheduler
+from apportion.service.store import Store
+from apportion.service.store.seed import seed_store
+from apportion.service.store.store import MIGRATIONS
+
+BASE: dict[str, Any] = {
+    "executor": {"kind": "memory"},
+    "billing": {"H100": 1.0, "B200": 2.2},
+    "hosts": [
+        {"name": "e1", "gpus": 8, "cluster": "east", "kind": "H100"},
+        {"name": "e2", "gpus": 8, "cluster": "east", "kind": "H100"},
+        {"name": "w1", "gpus": 8, "cluster": "west", "kind": "B200"},
+    ],
+    "budgets": [{"path": "ai", "members": ["alice"]}, {"path": "ops", "members": ["alice"]}],
+    "users": [{"name": "alice"}],
+}
+JOB = {"budget": "ai", "gpus": 8, "min_runtime": "1h", "command": ["train"]}
+
+
+# ---- config ----------------------------------------------------------------------------------
+def test_hosts_carry_their_cluster_and_kind_and_billing_is_read() -> None:
+    """``[[hosts]] cluster/kind``, top-level ``billing`` and ``overrides`` (the simulator's
+    ``--cluster FILE`` vocabulary) and ``[pools]`` defaults are read as given."""
+    cfg = parse_config({**BASE, "pools": {"cluster": "main", "kind": "A100"},
+                        "overrides": {"west/B200": {"ops": 0}}})
+    assert [(h.name, h.cluster, h.kind) for h in cfg.hosts] == [
+        ("e1", "east", "H100"), ("e2", "east", "H100"), ("w1", "west", "B200")]
+    assert dict(cfg.pools.billing) == {"H100": 1.0, "B200": 2.2}
+    assert cfg.pools.fleet().overrides == {"west/B200": {"ops": 0.0}}
+    assert cfg.pools.of("", "") == ("main", "A100")
+    assert cfg.pools.of("east", "") == ("east", "A100")
+
+
+def test_a_config_without_pools_is_one_default_pool() -> None:
+    """No cluster, kind or billing anywhere: every host in ``default/gpu``, billed 1."""
+    cfg = parse_config({"hosts": [{"name": "h1", "gpus": 8}]})
+    assert (cfg.hosts[0].cluster, cfg.hosts[0].kind) == ("", "")
+    assert cfg.pools.of("", "") == ("default", "gpu")
+    assert cfg.pools.fleet().weight("gpu") == 1.0 and not cfg.pools.overrides
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"billing": {"B200": 0}}, "apportion.toml: billing.B200: must be a number > 0, got 0"),
+        ({"billing": {"B200": "2.2"}}, "apportion.toml: billing.B200: must be a number > 0"),
+        ({"billing": {"B/200": 2}}, "apportion.toml: billing.B/200: must be a GPU kind"),
+        ({"billing": [1]}, "apportion.toml: billing: must be a table"),
+        ({"hosts": [{"name": "e1", "gpus": 8, "kind": "H/100"}]},
+         "apportion.toml: hosts[0].kind: must be 1 to 64 letters, digits"),
+        ({"hosts": [{"name": "e1", "gpus": 8, "cluster": 3}]},
+         "apportion.toml: hosts[0].cluster: must be a string, got 3"),
+        ({"overrides": {"B200": {"ai": 1}}},
+         'apportion.toml: overrides.B200: must be a pool named "cluster/kind"'),
+        ({"overrides": {"west/B200": {"ai": -1}}},
+         "apportion.toml: overrides.west/B200.ai: must be a number >= 0, got -1"),
+        ({"overrides": {"west/B200": {"nope": 1}}},
+         "apportion.toml: overrides.west/B200.nope: unknown budget (the config's: ai, ops)"),
+        ({"pools": {"kinds": "H100"}},
+         "apportion.toml: pools.kinds: unknown key (valid keys: cluster, kind)"),
+    ],
+)
+def test_bad_pools_config_names_the_file_and_field(change: dict[str, Any],
+                                                    message: str) -> None:
+    """Each mistake is one ConfigError naming the file and the dotted field."""
+    with pytest.raises(ConfigError) as e:
+        parse_config({**BASE, **change}, source="apportion.toml")
+    assert str(e.value).startswith(message), str(e.value)
+
+
+# ---- a two-pool service ---------------------------------------------------------------------
+class Svc:
+    def __init__(self, tmp_path: Path, backend: str, config: ServiceConfig) -> None:
+        self.config = config
+        self.clock = FakeClock(1_000_000.0)
+        self.store = Store(db_url(backend, tmp_path), clock=self.clock.now)
+        self.store.migrate()
+        self.tokens = seed_store(self.store, config, write_tokens=False)
+        self.executor = MemoryExecutor(
+            [InventoryHost(h.name, h.gpus, "healthy", cluster=h.cluster, kind=h.kind)
+             for h in config.hosts], self.clock)
+        self.sched = self.scheduler()
+        self.server = ServerThread(create_app(self.store, self.sched, config))
+        self.client = httpx.Client(base_url=self.server.url, timeout=60)
+
+    def scheduler(self) -> Scheduler:
+        return Scheduler(self.store, self.executor, self.config.policy, self.clock,
+                         grace_s=0.0, pools=self.config.pools)
+
+    def call(self, method: str, url: str, body: Any = None) -> httpx.Response:
+        return self.client.request(method, url, json=body,
+                                   headers={"Authorization": f"Bearer {self.tokens['alice']}"})
+
+    def submit(self, **body: Any) -> httpx.Response:
+        return self.call("POST", "/v1/workloads", {**JOB, **body})
+
+    def hosts_of(self, wid: str) -> list[str]:
+        a = self.store.get_workload(wid).attempt
+        assert a is not None, wid
+        return [h for h, _, _ in a.placement]
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop()
+        self.store.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def svc(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Svc]:
+    s = Svc(tmp_path, request.param, parse_config(BASE, base_dir=tmp_path))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_work_runs_only_in_a_pool_of_a_kind_it_accepts(svc: Svc) -> None:
+    """``gpu_kind: ["B200"]`` starts on the B200 host, and its launch names the pool;
+    ``"H100,B200"`` and no kind take what is free; the reply shows the kinds asked and,
+    once running, the pool."""
+    b200 = svc.submit(gpu_kind=["B200"]).json()
+    assert b200["gpu_kinds"] == ["B200"] and b200["cluster"] == "" and "pool" not in b200
+    svc.sched.step()
+    assert svc.hosts_of(b200["id"]) == ["w1"]
+    launch = next(x for x in svc.executor.launches if x.workload_id == b200["id"])
+    assert (launch.cluster, launch.kind) == ("west", "B200")
+    assert svc.call("GET", f"/v1/workloads/{b200['id']}").json()["pool"] == "west/B200"
+    either = svc.submit(gpu_kind="H100,B200").json()
+    anything = svc.submit().json()
+    assert either["gpu_kinds"] == ["H100", "B200"] and anything["gpu_kinds"] == []
+    svc.sched.step()
+    assert {svc.hosts_of(either["id"])[0], svc.hosts_of(anything["id"])[0]} == {"e1", "e2"}
+    queue = svc.call("GET", "/v1/queue").json()
+    assert {r["id"]: r["pool"] for r in queue["running"]} == {
+        b200["id"]: "west/B200", either["id"]: "east/H100", anything["id"]: "east/H100"}
+
+
+def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:
+    """``cluster: "west"`` never starts in east, even with east idle."""
+    first = svc.submit(cluster="west").json()["id"]
+    second = svc.submit(cluster="west").json()["id"]
+    svc.sched.step()
+    assert svc.hosts_of(first) == ["w1"]
+    assert svc.store.get_workload(second).attempt is None
+    assert svc.sched.queue_view().pending[0].cluster == "west"
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ({"gpu_kind": ["A100"]}, "gpu_kind: unknown GPU kind 'A100' (the fleet has B200, H100)"),
+        ({"gpu_kind": "H100,A100"},
+         "gpu_kind: unknown GPU kind 'A100' (the fleet has B200, H100)"),
+        ({"cluster": "north"}, "cluster: unknown cluster 'north' (the fleet has east, west)"),
+        ({"cluster": "east", "gpu_kind": ["B200"]},
+         "gpu_kind: no pool of B200 in cluster east funds budget ai"),
+        ({"gpus": 9, "gpu_kind": ["B200"]}, "gpus: "),
+    ],
+)
+def test_an_unknown_kind_or_cluster_is_refused_naming_the_field(
+    svc: Svc, body: dict[str, Any], detail: str
+) -> None:
+    """422 with the field first and what exists; nothing stored."""
+    r = svc.submit(**body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(detail), r.json()
+    assert svc.store.list_workloads() == []
+
+
+def test_hosts_show_their_cluster_kind_and_pool(svc: Svc) -> None:
+    """``GET /v1/hosts`` names each host's cluster, kind and pool."""
+    got = {h["name"]: (h["cluster"], h["kind"], h["pool"])
+           for h in svc.call("GET", "/v1/hosts").json()}
+    assert got == {"e1": ("east", "H100", "east/H100"), "e2": ("east", "H100", "east/H100"),
+                   "w1": ("west", "B200", "west/B200")}
+
+
+def test_why_advises_a_kind_that_would_start_it_now(svc: Svc) -> None:
+    """Work asking for B200 waits while w1 is full and both H100 hosts are free: ``why``
+    says H100 in east would start it now, with the flag to use."""
+    svc.submit(gpu_kind=["B200"])
+    svc.sched.step()
+    waiting = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    why = svc.call("GET", f"/v1/workloads/{waiting}/why").json()
+    assert why["pool_advice"] == [
+        "waiting for B200 GPUs; H100 in east would start it now (--gpu-kind H100)"]
+    assert why["text"][-1] == why["pool_advice"][0]
+    assert why["pool"] == "west/B200"
+
+
+def test_usage_is_charged_in_billed_units_and_survives_a_restart(svc: Svc) -> None:
+    """One hour of 8 B200 GPUs charges 8 x 3600 x 2.2 units to its budget; a scheduler
+    rebuilt from the store charges the same."""
+    wid = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    t0 = svc.clock.now()
+    svc.clock.set(t0 + 3600)
+    svc.executor.finish(wid)
+    svc.sched.step()
+    assert svc.store.get_workload(wid).status.value == "completed"
+
+    def charged(s: Scheduler) -> float:
+        assert s.state is not None
+        return s.state.ledger.charged("ai", svc.clock.now(), s.config.lookback)
+
+    assert charged(svc.sched) == pytest.approx(8 * 3600 * 2.2, rel=1e-12)
+    again = svc.scheduler()
+    again.start()
+    assert charged(again) == pytest.approx(8 * 3600 * 2.2, rel=1e-12)
+
+
+# ---- the store -------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_upgrade_from_0006_keeps_hosts_and_workloads_in_the_default_pool(
+    tmp_path: Path, backend: str
+) -> None:
+    """A host and a workload stored at revision 0006 survive migration 0007: the host in
+    the default cluster and kind (""), the workload accepting any kind in any cluster."""
+    store = Store(db_url(backend, tmp_path))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0006")
+        conn.execute(text("INSERT INTO hosts (name, gpus, state, reason, changed_at) "
+                          "VALUES ('h1', 8, 'healthy', '', 1.0)"))
+        conn.execute(text(
+            "INSERT INTO workloads (id, budget, \"user\", gpus, min_runtime, resumable, "
+            "priority, checkpoint_interval, command, submit_time, queued_at, status, "
+            "cancel_requested, attempts_count, created_at) VALUES ('w-000001', 'ai', "
+            "'alice', 8, 60.0, false, 0, 0.0, '[\"train\"]', 1.0, 1.0, 'pending', false, 0, "
+            "1.0)"))
+    store.migrate()
+    try:
+        (h,) = store.hosts()
+        assert (h.name, h.gpus, h.cluster, h.kind) == ("h1", 8, "", "")
+        w = store.get_workload("w-000001")
+        assert (w.gpus, w.gpu_kinds, w.cluster) == (8, (), "")
+        assert w.spec().gpu_kinds == () and w.spec().cluster == ""
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_store_keeps_kinds_clusters_and_host_pools(tmp_path: Path, backend: str) -> None:
+    """A workload's kinds (in order) and cluster, and a host's cluster and kind (set at
+    registration and changed later, audited), read back as written."""
+    store = Store(db_url(backend, tmp_path))
+    store.migrate()
+    try:
+        store.add_budget("ai", 1.0, "admin")
+        w = store.add_workload(budget="ai", gpus=1, min_runtime=60, submit_time=1.0,
+                               command=["x"], actor="alice", gpu_kinds=["B200", "H100"],
+                               cluster="west")
+        assert (w.gpu_kinds, w.cluster) == (("B200", "H100"), "west")
+        assert store.get_workload(w.id).spec().gpu_kinds == ("B200", "H100")
+        store.add_host("w1", 8, "admin", cluster="west", kind="B200")
+        assert (store.get_host("w1").cluster, store.get_host("w1").kind) == ("west", "B200")
+        store.set_host_pool("w1", "west", "B300", "scheduler")
+        assert store.get_host("w1").kind == "B300"
+        (entry,) = store.audit(limit=10, target="w1")[:1]
+        assert (entry.action, entry.old, entry.new) == (
+            "host.pool", {"cluster": "west", "kind": "B200"},
+            {"cluster": "west", "kind": "B300"})
+    finally:
+        store.close()
+
+
+def test_usage_report_charges_billed_units_with_a_breakdown_by_pool(svc: Svc) -> None:
+    """An hour of 8 B200 GPUs and an hour of 8 H100 GPUs: the report charges budget ai 16
+    GPU-hours and 8 x 2.2 + 8 = 25.6 units, and each pool its own GPU-hours, units and
+    occupancy (of its own healthy GPU-hours)."""
+    t0 = svc.clock.now()
+    b200 = svc.submit(gpu_kind=["B200"]).json()["id"]
+    h100 = svc.submit(gpu_kind=["H100"]).json()["id"]
+    svc.sched.step()
+    svc.clock.set(t0 + 3600)
+    svc.executor.finish(b200)
+    svc.executor.finish(h100)
+    svc.sched.step()
+    r = svc.call("GET", f"/v1/reports/usage?from={t0}&to={t0 + 3600}")
+    assert r.status_code == 200, r.text
+    report = r.json()
+    ai = next(b for b in report["budgets"] if b["budget"] == "ai")
+    assert ai["charged_gpu_hours"] == pytest.approx(16.0, rel=1e-12)
+    assert ai["charged_units"] == pytest.approx(8 * 2.2 + 8, rel=1e-12)
+    pools = {p["pool"]: p for p in report["pools"]}
+    assert set(pools) == {"east/H100", "west/B200"}
+    west, east = pools["west/B200"], pools["east/H100"]
+    assert (west["billing"], west["gpus"], east["billing"], east["gpus"]) == (2.2, 8, 1.0, 16)
+    assert west["charged_gpu_hours"] == pytest.approx(8.0, rel=1e-12)
+    assert west["charged_units"] == pytest.approx(17.6, rel=1e-12)
+    assert east["charged_units"] == pytest.approx(8.0, rel=1e-12)
+    assert west["occupancy"] == pytest.approx(1.0, rel=1e-12)
+    assert east["occupancy"] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
+    """``/metrics`` labels host gauges with their pool and gives each pool's occupancy;
+    the dashboard's hosts come grouped by pool, each naming it."""
+    svc.submit(gpu_kind=["B200"])
+    svc.sched.step()
+    text_ = svc.call("GET", "/metrics").text
+    assert 'apportion_hosts{pool="east/H100",state="healthy"} 2.0' in text_
+    assert 'apportion_host_gpus{pool="west/B200",state="healthy"} 8.0' in text_
+    assert 'apportion_gpus_used{pool="west/B200"} 8.0' in text_
+    assert 'apportion_pool_occupancy{pool="west/B200"} 1.0' in text_
+    assert 'apportion_pool_occupancy{pool="east/H100"} 0.0' in text_
+    hosts = svc.call("GET", "/v1/dashboard/state").json()["hosts"]
+    assert [(h["pool"], h["name"]) for h in hosts] == [
+        ("east/H100", "e1"), ("east/H100", "e2"), ("west/B200", "w1")]
+
+
+def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
+    """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
+    order given); an unknown kind fails naming the flag as typed and what exists; a batch
+    script's ``#SBATCH --gres=gpu:b200:8`` asks for 8 B200 GPUs (Slurm's type, upper case)."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+    common = ("submit", "--budget", "ai", "--gpus", "8", "--min-runtime", "1h")
+    r = run(*common, "--gpu-kind", "H100,B200", "--cluster", "west", "--json", "--", "train")
+    assert r.exit_code == 0, r.output
+    w = svc.store.list_workloads()[0]
+    assert (w.gpu_kinds, w.cluster) == (("H100", "B200"), "west")
+    r = run(*common, "--gpu-kind", "A100", "--", "train")
+    assert r.exit_code == 1
+    assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:b200:8\n#APPORTION --budget ai\n"
+                      "#APPORTION --min-runtime 1h\ntrain\n")
+    r = run("submit", str(script))
+    assert r.exit_code == 0, r.output
+    last = svc.store.list_workloads()[-1]
+    assert (last.gpus, last.gpu_kinds) == (8, ("B200",))
+
+
+def test_executors_report_the_configured_hosts_pools(tmp_path: Path) -> None:
+    """The local and memory executors built from a config report each host's cluster and
+    kind as configured ("" where the config names none: the [pools] defaults)."""
+    from apportion.cli.serve import build_executor
+
+    data = {**BASE, "hosts": [*BASE["hosts"], {"name": "x1", "gpus": 4}],
+            "server": {"data_dir": str(tmp_path / "data"), "single_user": True}}
+    for kind in ("memory", "local"):
+        cfg = parse_config({**data, "executor": {"kind": kind}}, base_dir=tmp_path)
+        ex = build_executor(cfg, FakeClock(0.0))
+        try:
+            assert [(h.name, h.cluster, h.kind) for h in ex.inventory()] == [
+                ("e1", "east", "H100"), ("e2", "east", "H100"), ("w1", "west", "B200"),
+                ("x1", "", "")], kind
+        finally:
+            ex.close()
+
+
+def test_a_host_the_executor_moves_to_another_kind_is_stored_and_rebuilt(svc: Svc) -> None:
+    """The executor reports w1 as B300 now (e.g. Slurm's gres type): the pass stores the new
+    kind (audited) and decides nothing; the next one runs on the rebuilt pools."""
+    import dataclasses
+
+    svc.sched.step()
+    svc.executor._hosts["w1"] = dataclasses.replace(svc.executor._hosts["w1"], kind="B300")
+    assert svc.sched.step() == []
+    assert svc.store.get_host("w1").kind == "B300"
+    wid = svc.submit(gpu_kind=["B300"]).json()["id"]
+    svc.sched.step()
+    assert svc.hosts_of(wid) == ["w1"]
+    assert svc.sched.state is not None
+    assert set(svc.sched.state.pools) == {"east/H100", "west/B300"}
+
+
+def test_cli_report_usage_prints_a_row_per_pool(svc: Svc) -> None:
+    """``apportion report usage`` with two pools: after the budget table, one row per pool
+    with its billing weight, GPUs and charged units."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    t0 = svc.clock.now()
+    wid = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    svc.clock.set(t0 + 3600)
+    svc.executor.finish(wid)
+    svc.sched.step()
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+    r = CliRunner().invoke(main, ["report", "usage", "--from", str(t0), "--to",
+                                  str(t0 + 3600)], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("POOL"))
+    assert lines[header].split()[:4] == ["POOL", "BILLING", "GPUS", "HEALTHY"]
+    assert lines[header + 1].split()[:6] == ["east/H100", "1.0", "16", "16.0", "0.0", "0.0"]
+    assert lines[header + 2].split()[:6] == ["west/B200", "2.2", "8", "8.0", "8.0", "17.6"]
+
+
+def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``overrides."west/B200" = {ops = 0}``: ops is not funded on the B200 host, so its
+    B200 work is refused naming the pool rule, while ai's runs there. A weight of a budget
+    the database lacks (the budgets came from the database, not the config) is logged by
+    the scheduler and left out."""
+    cfg = parse_config({**BASE, "overrides": {"west/B200": {"ops": 0}}}, base_dir=tmp_path)
+    s = Svc(tmp_path, "sqlite", cfg)
+    try:
+        r = s.submit(budget="ops", gpu_kind=["B200"])
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == "gpu_kind: no pool of B200 funds budget ops"
+        ok = s.submit(gpu_kind=["B200"]).json()["id"]
+        s.sched.step()
+        assert s.hosts_of(ok) == ["w1"]
+        ghost = PoolsConfig(billing=dict(cfg.pools.billing),
+                            overrides={"west/B200": {"gone": 2.0, "ops": 0.0}})
+        with caplog.at_level("WARNING", logger="apportion.scheduler"):
+            again = Scheduler(s.store, s.executor, cfg.policy, s.clock, pools=ghost)
+            again.start()
+        assert "per-pool weights of budgets that do not exist, left out: west/B200: gone" \
+            in caplog.text
+        assert again.state is not None
+        assert again.state.config.overrides == {"west/B200": {"ops": 0.0}}
+    finally:
+        s.close()
