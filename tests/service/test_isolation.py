@@ -16,19 +16,14 @@ from apportion.service.executors import _procfs
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
-from harness.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir
 
 DEADLINE_S = 30.0  # bounds a hang only
 OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
 SERVER_VARS_ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "CUDA_VISIBLE_DEVICES",
+                       "APPORTION_CHECKPOINT_FILE",
                        "APPORTION_WORKLOAD_ID", "APPORTION_ATTEMPT", "APPORTION_GPUS",
                        "APPORTION_HOSTS"}
-
-
-@pytest.fixture(scope="module")
-def accounts() -> Iterator[UnixAccounts]:
-    with unix_accounts() as a:
-        yield a
 
 
 @pytest.fixture

@@ -186,8 +186,9 @@ def test_submit_refuses_an_environment_value_that_is_not_utf8(site: Site) -> Non
 def test_a_job_cannot_read_the_database_a_token_or_another_users_log(site: Site) -> None:
     """alice's job, running as alice, gets EACCES opening the server's database, the admin's
     token file and bob's log, and creating an exit file for bob's workload in the run
-    directory (a forged "completed"); the data directory is 0700, the database 0600, and
-    bob's log is bob's, 0600."""
+    directory (a forged "completed"); the data directory is 0711 (jobs cross it to their
+    own checkpoint files; nobody may list it), the database 0600, and bob's log is bob's,
+    0600."""
     bob = site.submit("bob", ["sh", "-c", "echo bob-private-output"],
                       chdir=str(site.home("bob")))
     site.wait(bob, "completed")
@@ -201,7 +202,7 @@ def test_a_job_cannot_read_the_database_a_token_or_another_users_log(site: Site)
     site.wait(alice, "completed")
     out = dict(line.rsplit(" ", 1) for line in site.log(alice).splitlines())
     assert out == {str(t): "EACCES" for t in targets}
-    assert stat.S_IMODE(site.data.stat().st_mode) == 0o700
+    assert stat.S_IMODE(site.data.stat().st_mode) == 0o711
     assert stat.S_IMODE((site.data / "apportion.db").stat().st_mode) == 0o600
     st = bob_log.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (site.accounts.bob.uid, 0o600)

@@ -21,15 +21,9 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import BACKOFF_MAX_S, Scheduler
 from apportion.service.store import Store
-from harness.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir
 
 DEADLINE_S = 60.0  # bounds a hang only
-
-
-@pytest.fixture(scope="module")
-def accounts() -> Iterator[UnixAccounts]:
-    with unix_accounts() as a:
-        yield a
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -190,6 +191,52 @@ def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
     assert not marker.exists()
 
 
+def _voided_before_its_claim(ex: LocalExecutor, run_dir: Path) -> tuple[str, str]:
+    """Launch, freeze the wrapper before it claims its attempt, and stop it: the stop voids
+    the attempt. Returns (handle, stem); tries new workloads until a wrapper was frozen
+    before its claim (it takes Python's start-up to claim, so the first try nearly always
+    is)."""
+    for i in range(1, 21):
+        wid = f"w-{i:06d}"
+        h = launch(ex, "sleep 300", wid=wid)
+        pid, _ = _procfs.parse_handle(h)
+        os.kill(pid, signal.SIGSTOP)
+        stem = f"{wid}.1"
+        if not (run_dir / f"{stem}.run").exists():
+            ex.stop(h, grace_s=5.0)
+            os.kill(pid, signal.SIGCONT)  # it finds the void claim and runs nothing
+            return h, stem
+        os.kill(pid, signal.SIGCONT)
+        ex.stop(h, grace_s=0.0)
+        wait_for(ex, h)
+    raise AssertionError("every wrapper claimed its attempt before it could be frozen")
+
+
+@pytest.mark.parametrize("record_lost", [False, True], ids=["recorded", "crash-before-record"])
+def test_a_voided_attempt_ends_at_its_void_after_a_restart(
+    tmp_path: Path, record_lost: bool
+) -> None:
+    """An attempt stopped before its wrapper claimed it is voided; an executor started
+    afterwards (a server restart) still finds it by its handle and reports it exited,
+    signalled, at the moment it was voided, not when it was next observed. If the server
+    died between the void claim and its exit record, the new executor writes that record
+    with the same time."""
+    run_dir = tmp_path / "run"
+    old = LocalExecutor([("h0", 8)], tmp_path / "logs", run_dir)
+    h, stem = _voided_before_its_claim(old, run_dir)
+    claim = json.loads((run_dir / f"{stem}.run").read_text())
+    assert claim["void"] is True and claim["voided"] == h
+    old.close()
+    if record_lost:
+        (run_dir / f"{stem}.exit").unlink()
+    time.sleep(0.05)  # so an end taken at observation would differ from the void's time
+    new = LocalExecutor([("h0", 8)], tmp_path / "logs", run_dir)
+    o = new.observe([h])[h]
+    assert (o.state, o.signalled, o.ended_at) == (AttemptState.EXITED, True, claim["at"])
+    record = json.loads((run_dir / f"{stem}.exit").read_text())
+    assert (record["handle"], record["ended_at"], record["voided"]) == (h, claim["at"], True)
+
+
 def test_stop_right_after_launch_ends_the_attempt(ex: LocalExecutor, tmp_path: Path) -> None:
     """A stop that arrives while the wrapper is still starting ends the attempt (signalled)
     whichever comes first: the stop voids it, or the wrapper forwards the SIGTERM."""
@@ -197,3 +244,28 @@ def test_stop_right_after_launch_ends_the_attempt(ex: LocalExecutor, tmp_path: P
     ex.stop(h, grace_s=5.0)
     o = wait_for(ex, h)
     assert o.state is AttemptState.EXITED and o.signalled
+
+
+def test_checkpoint_directory_is_fresh_and_the_jobs_touch_is_reported(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """A checkpoint directory left at the attempt's path (another timeline's, with a file
+    in it) is replaced by an empty one at launch, so nothing is reported until the job
+    touches ``$APPORTION_CHECKPOINT_FILE``; then its time is."""
+    path = ex.checkpoint_path("w-000001", 1)
+    path.parent.mkdir(parents=True)
+    path.touch()
+    go, done = tmp_path / "go", tmp_path / "done"
+    h = launch(ex, f'while [ ! -e {go} ]; do sleep 0.02; done; '
+                   f'touch "$APPORTION_CHECKPOINT_FILE"; touch {done}; exec sleep 60')
+    assert not path.exists()
+    assert ex.observe([h])[h].checkpoint_at is None
+    go.touch()
+    deadline = time.monotonic() + DEADLINE_S
+    while not done.exists():
+        assert time.monotonic() < deadline, "the job never touched its checkpoint file"
+        time.sleep(0.02)
+    o = ex.observe([h])[h]
+    assert (o.state, o.checkpoint_at) == (AttemptState.RUNNING, path.stat().st_mtime)
+    ex.stop(h, 0)
+    wait_for(ex, h)

@@ -107,7 +107,11 @@ def simulate(config: PolicyConfig) -> list[str]:
     return result.log
 
 
-def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
+def serve(backend: str, tmp_path: Path, config: PolicyConfig,
+          reported: set[str] | None = None) -> list[str]:
+    """The live scheduler's decision log. With ``reported``, running attempts report the
+    checkpoints the cost model says they wrote, and the workloads whose report the
+    scheduler's state held at some pass are added to it."""
     clock = FakeClock(0.0)
     store = open_store(backend, tmp_path)
     store.clock = clock.now
@@ -122,6 +126,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
         checkpoint_default=config.default_checkpoint_interval,
         restart_overhead=RESTART,
         on_term=ON_TERM,
+        report_checkpoints=reported is not None,
     )
     sched = Scheduler(store, executor, config, clock, grace_s=0.0)
     sched.start()
@@ -180,6 +185,8 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
             if parts[1] == "host" and parts[4] == "repair":
                 repairs[parts[2]] = t + REPAIR
         log += lines
+        if reported is not None:
+            reported |= {w for w, r in st.running.items() if r.checkpointed_at is not None}
     store.close()
     return log
 
@@ -253,3 +260,18 @@ def test_service_and_simulator_agree_on_reservations_and_backfill(
     assert "3600.000 preempt w-000006 unallocated requeue=True by=w-000004" in expected
     assert "3600.000 preempt w-000002 rebalance requeue=True by=w-000004" in expected
     assert serve(backend, tmp_path, config) == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reported_checkpoints_leave_the_decisions_the_simulators(
+    backend: str, tmp_path: Path
+) -> None:
+    """The first trace again, with every running attempt reporting the checkpoints it writes
+    (as a job touching its checkpoint file would): the scheduler folds the reports in (some
+    workloads run with a reported checkpoint; a resumed run's are its restart overhead
+    later than the interval's multiples) and its decision log still equals the simulator's,
+    which estimates checkpoints from the declared interval."""
+    config = PolicyConfig()
+    reported: set[str] = set()
+    assert serve(backend, tmp_path, config, reported) == simulate(config)
+    assert reported

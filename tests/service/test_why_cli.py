@@ -27,8 +27,16 @@ def test_why_says_fewer_gpus_would_start_it_now(live: Live, tmp_path: Path) -> N
     blocker = live.submit("alice", "ai/llm", 5, "1h", until_sigterm(ready, tmp_path / "m", 600))
     live.wait_file(ready)
     wid = live.submit("bob", "ai/vision", 4, "10m", "true")
-    live.wait("a pass to consider it", lambda: (
-        live.ok("GET", f"/v1/workloads/{wid}/why", "bob").get("position") or None))
+
+    def considered() -> int | None:
+        """Its queue position once a pass has seen it (409 until the scheduler has)."""
+        r = live.call("GET", f"/v1/workloads/{wid}/why", "bob")
+        if r.status_code == 409:
+            return None
+        assert r.status_code == 200, r.text
+        return r.json().get("position") or None
+
+    live.wait("a pass to consider it", considered)
     r = live.cli("bob", "why", wid)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

@@ -12,19 +12,13 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from harness.accounts import UnixAccounts, open_dir, unix_accounts
+from harness.accounts import UnixAccounts, open_dir
 from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state
 
 pytestmark = pytest.mark.slurm
 SECRET = "APPORTION_TEST_SERVER_SECRET"
-
-
-@pytest.fixture(scope="module")
-def accounts() -> Iterator[UnixAccounts]:
-    with unix_accounts() as a:
-        yield a
 
 
 @pytest.fixture

@@ -55,12 +55,13 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
 
 
 def secure_data_dir(config: Any) -> None:
-    """Create the data directory readable by the server only (0700). With Slurm, compute
-    nodes write each log as its owner, so the directory is traversable (0711) but still
-    not listable; the database, tokens and scripts inside stay the server's."""
+    """Create the data directory listable by the server only: traversable (0711), because
+    each job reaches its own checkpoint file below ``logs/`` (and with Slurm, compute nodes
+    write each log as its owner); the database, tokens and scripts inside stay the
+    server's, each with a mode of its own."""
     d: Path = config.server.data_dir
     d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o711 if config.executor.kind == "slurm" else 0o700)
+    os.chmod(d, 0o711)
 
 
 def secure_db_file(config: Any) -> None:

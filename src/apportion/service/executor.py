@@ -102,6 +102,9 @@ class Observation:
     signalled: bool = False  # ended by a signal we (or someone) sent
     ended_at: float | None = None  # when it exited, if the executor knows (else: when seen)
     refused: str | None = None  # the command never started, and never will: why
+    # when the running attempt last reported a checkpoint (the modification time of its
+    # APPORTION_CHECKPOINT_FILE), as the executor's clock has it; None: never, or unknown
+    checkpoint_at: float | None = None
 
 
 class Executor(Protocol):

@@ -748,7 +748,8 @@ class Scheduler:
         self._end(wid, a.started_at, None, "never launched", status, now)
 
     def _fold(self, now: float) -> None:
-        """Exits and vanished attempts, from the executor into the store, then the state."""
+        """Exits and vanished attempts, from the executor into the store, then the state;
+        checkpoints that running attempts reported, into the state."""
         handles = {a.handle: wid for wid, a in self._open.items() if a.handle is not None}
         if not handles:
             return
@@ -761,6 +762,20 @@ class Scheduler:
             o = seen.get(handle)
             if o is not None and o.state is not AttemptState.RUNNING:
                 self._ended(wid, o, now)
+            elif o is not None and o.checkpoint_at is not None:
+                self._checkpointed(wid, o.checkpoint_at, now)
+
+    def _checkpointed(self, wid: str, t: float, now: float) -> None:
+        """A checkpoint reported at ``t``. Only a time within the run (from its start to
+        ``now``) and later than the one already known counts: one in the future (a clock
+        ahead, ``touch -d``) is ignored until it has passed, and a job cannot move its last
+        checkpoint back (while this scheduler runs). Not stored: the executor reports it
+        again after a restart."""
+        r = self._st().running.get(wid)
+        if r is None or not r.started_at <= t <= now:
+            return
+        if r.checkpointed_at is None or t > r.checkpointed_at:
+            self._st().checkpoint(wid, t)
 
     def _ended(self, wid: str, o: Observation, now: float) -> None:
         a = self._open[wid]

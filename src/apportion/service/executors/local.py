@@ -19,6 +19,11 @@ one) are never read as this one's.
 "Hosts" are names for slices of this machine's GPUs: CUDA_VISIBLE_DEVICES lists the GPU
 indexes the scheduler assigned, and with the cgroup v1 devices controller the job may open
 only those ``/dev/nvidia<N>``.
+
+Each attempt's ``APPORTION_CHECKPOINT_FILE`` is ``logs/<workload>/<attempt>.checkpoint/
+checkpoint``: the directory is made at launch, owned by the job's account (0700) inside the
+server's ``logs/<workload>`` (0711), and the file's modification time is reported with each
+observation of the running attempt (``_checkpoint.py`` says what is believed).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +49,7 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
-from apportion.service.executors import _cgroup, _procfs
+from apportion.service.executors import _cgroup, _checkpoint, _procfs
 from apportion.service.executors.identity import (
     Identity,
     child_env,
@@ -127,6 +133,7 @@ class LocalExecutor:
         acct = self.identity.launch_account(launch)
         run_as = acct if acct is not None else server_account()
         first = launch.slots[0].gpu_indexes if launch.slots else ()
+        ckpt = self.checkpoint_path(wid, launch.attempt)
         own = {
             "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in first),
             "APPORTION_WORKLOAD_ID": wid,
@@ -135,6 +142,7 @@ class LocalExecutor:
             "APPORTION_HOSTS": ";".join(
                 f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
             ),
+            _checkpoint.ENV: str(ckpt),
         }
         env = child_env(run_as, launch.env, own)
         argv = list(launch.command)
@@ -143,6 +151,7 @@ class LocalExecutor:
             raise LaunchRefused(f"argument list too long: {too_big}")
         stem = f"{wid}.{launch.attempt}"
         self._set_aside(stem)
+        self._checkpoint_dir(ckpt.parent, acct)
         cgroups: list[str] = []
         if self.cgroups is not None:
             gpus = {i for s in launch.slots for i in s.gpu_indexes}
@@ -259,20 +268,55 @@ class LocalExecutor:
 
     def _void(self, stem: str, handle: str) -> bool:
         """Forbid an attempt whose wrapper has not claimed it yet (it may still be starting
-        up, before it can handle SIGTERM), and record it as ended now. False if claimed."""
-        if not _procfs.create_json_exclusive(
-            self.run_dir / f"{stem}.run", {"void": True, "at": time.time()}
-        ):
+        up, before it can handle SIGTERM), and record it as ended now. False if claimed.
+
+        The void claim names the handle it voids, so that an executor started after a
+        crash still finds the attempt by its handle, and can finish the exit record if the
+        crash fell between the claim and the record."""
+        claim = {"void": True, "at": time.time(), "voided": handle}
+        if not _procfs.create_json_exclusive(self.run_dir / f"{stem}.run", claim):
             return False
-        _procfs.write_json_atomic(
-            self.run_dir / f"{stem}.exit",
-            {"exit_code": -signal.SIGTERM, "signalled": True, "ended_at": time.time(),
-             "voided": True, "handle": handle, "db_id": self.db_id},
-        )
+        self._record_void(stem, claim)
         return True
+
+    def _unrecorded_void(self, stem: str, handle: str) -> dict[str, object] | None:
+        """The exit record of ``handle`` if it was voided but the server died before it
+        wrote the record (written now, with the void's time). Its wrapper may still be
+        alive for a moment: it runs nothing, so the attempt has ended all the same."""
+        claim = _procfs.read_json(self.run_dir / f"{stem}.run")
+        if claim is None or claim.get("voided") != handle:
+            return None
+        return self._record_void(stem, claim)
+
+    def _record_void(self, stem: str, claim: dict[str, Any]) -> dict[str, object]:
+        """The exit record of a voided attempt: it ended when it was voided."""
+        ex: dict[str, object] = {
+            "exit_code": -signal.SIGTERM, "signalled": True, "ended_at": claim["at"],
+            "voided": True, "handle": claim["voided"], "db_id": self.db_id,
+        }
+        _procfs.write_json_atomic(self.run_dir / f"{stem}.exit", ex)
+        return ex
 
     def log_path(self, workload_id: str, attempt: int) -> Path:
         return self.logs_dir / workload_id / f"{attempt}.log"
+
+    def checkpoint_path(self, workload_id: str, attempt: int) -> Path:
+        """The attempt's ``APPORTION_CHECKPOINT_FILE`` (the job creates it by touching it)."""
+        return self.logs_dir / workload_id / f"{attempt}.checkpoint" / "checkpoint"
+
+    def _checkpoint_dir(self, d: Path, acct: Any) -> None:
+        """A fresh, empty directory for the attempt's checkpoint file, the job's account's
+        only, in a directory of the server's (so the job cannot replace it)."""
+        d.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(d.parent, 0o711)
+        if d.is_symlink() or d.is_file():  # another timeline's (a restored backup)
+            d.unlink()
+        elif d.exists():
+            shutil.rmtree(d)  # fd-based on Linux: never follows the job's links
+        os.mkdir(d, 0o700)
+        if acct is not None:
+            os.chown(d, acct.uid, acct.gid)
+        os.chmod(d, 0o700)
 
     def _open_log(self, path: Path, acct: Any) -> int:
         """A fresh log file for the attempt, owned by its account and readable by it only,
@@ -301,11 +345,15 @@ class LocalExecutor:
     def _observe_one(self, handle: str) -> Observation:
         stem = self._stem(handle)
         if stem is not None:
-            ex = self._exit_info(stem, handle)
+            ex = self._exit_info(stem, handle) or self._unrecorded_void(stem, handle)
             if ex is not None:
                 return self._exited(handle, ex)
         if _procfs.alive(handle):
-            return Observation(handle, AttemptState.RUNNING)
+            ckpt = None
+            if stem is not None:
+                wid, attempt = stem.rsplit(".", 1)
+                ckpt = _checkpoint.checkpoint_time(self.checkpoint_path(wid, int(attempt)))
+            return Observation(handle, AttemptState.RUNNING, checkpoint_at=ckpt)
         if stem is None:
             stem = self._stem(handle)
         if stem is not None:
@@ -394,7 +442,8 @@ class LocalExecutor:
             if path.name in self._scanned:
                 continue
             info = _procfs.read_json(path)
-            h = info.get("handle") if info else None
+            # a wrapper's claim names its handle; a void claim the handle it voided
+            h = (info.get("handle") or info.get("voided")) if info else None
             if isinstance(h, str):
                 with self._lock:
                     self._index.setdefault(h, path.name[: -len(".run")])

@@ -6,6 +6,10 @@ one without runs until stopped. The cost of a preemption is the simulator's
 (``apportion.core.consequences.preemption_cost``; docs/simulator.md, "Cost model"): a stopped
 run keeps its progress up to its last checkpoint, and every run after the first starts with
 ``restart_overhead`` seconds of set-up added to the remaining work.
+
+Checkpoint reports (:attr:`Observation.checkpoint_at`) come from ``checkpoint()`` (a job
+touching its checkpoint file) and, with ``report_checkpoints``, from the cost model itself:
+each checkpoint it keeps progress at is reported once written.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class _Attempt:
     term_at: float | None = None
     kill_at: float | None = None
     env: dict[str, str] = field(default_factory=dict)
+    checkpointed_at: float | None = None  # the last checkpoint it reported (checkpoint())
 
 
 class MemoryExecutor:
@@ -54,6 +59,9 @@ class MemoryExecutor:
     after SIGTERM (absent: exits at once); one slower than the grace period is killed.
     ``on_term`` lists the workloads that checkpoint on SIGTERM: stopped in time, they keep
     all their progress (killed, or on a host that died, they keep their interval's).
+    ``report_checkpoints``: running attempts report the last checkpoint the cost model says
+    they wrote (after the restart overhead, every interval of work), as a job touching its
+    ``APPORTION_CHECKPOINT_FILE`` would.
     """
 
     name = "memory"
@@ -68,6 +76,7 @@ class MemoryExecutor:
         restart_overhead: float = 0.0,
         term_delays: Mapping[str, float] | None = None,
         on_term: Iterable[str] = (),
+        report_checkpoints: bool = False,
     ) -> None:
         self.clock = clock
         self._hosts: dict[str, InventoryHost] = {}
@@ -80,6 +89,7 @@ class MemoryExecutor:
         self.restart_overhead = restart_overhead
         self.term_delays = dict(term_delays or {})
         self.on_term = set(on_term)
+        self.report_checkpoints = report_checkpoints
         self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
         self.overhead: dict[str, float] = {}  # workload -> set-up seconds of its next run
         self.runs: dict[str, int] = {}  # workload -> runs launched
@@ -156,7 +166,8 @@ class MemoryExecutor:
                 continue
             self._advance(a, now)
             if a.ended_at is None:
-                out[h] = Observation(h, AttemptState.RUNNING)
+                out[h] = Observation(h, AttemptState.RUNNING,
+                                     checkpoint_at=self._last_checkpoint(a, now))
             else:
                 out[h] = Observation(
                     h, AttemptState.EXITED, a.exit_code, a.signalled, ended_at=a.ended_at
@@ -190,6 +201,14 @@ class MemoryExecutor:
         for a in self.attempts.values():
             if a.workload_id == workload_id and a.ended_at is None and not a.gone:
                 self._end(a, now, exit_code, signalled=False)
+
+    def checkpoint(self, workload_id: str, t: float | None = None) -> None:
+        """The running attempt of ``workload_id`` reports a checkpoint written at ``t``
+        (default: now), as a job touching its checkpoint file does; reported as given."""
+        at = self.clock.now() if t is None else t
+        for a in self.attempts.values():
+            if a.workload_id == workload_id and a.ended_at is None and not a.gone:
+                a.checkpointed_at = at
 
     def fail_host(self, name: str, reason: str = "died") -> None:
         """The host dies: inventory reports it down and its attempts vanish."""
@@ -240,6 +259,20 @@ class MemoryExecutor:
             self._end(a, done_at, 0, signalled=False)
         elif stop_at < done_at and stop_at <= now:
             self._end(a, stop_at, a.exit_code, signalled=True)
+
+    def _last_checkpoint(self, a: _Attempt, now: float) -> float | None:
+        """What ``a`` reports: the later of its own report and, with
+        ``report_checkpoints``, the cost model's last checkpoint up to ``now``."""
+        modelled = None
+        if self.report_checkpoints and a.remaining is not None:
+            wid = a.workload_id
+            c = float(self.checkpoints.get(wid) or self.checkpoint_default)
+            setup = self.overhead.get(wid, 0.0)
+            k = math.floor(max(0.0, now - a.started_at - setup) / c) if c > 0 else 0
+            if k >= 1:
+                modelled = a.started_at + setup + k * c
+        times = [t for t in (a.checkpointed_at, modelled) if t is not None]
+        return max(times) if times else None
 
     def _end(self, a: _Attempt, t: float, code: int | None, signalled: bool) -> None:
         a.ended_at, a.exit_code, a.signalled = t, code, signalled

@@ -18,6 +18,7 @@ Exceptions::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
+from apportion.service.executors._checkpoint import ENV as CHECKPOINT_ENV
+from apportion.service.executors._checkpoint import checkpoint_time
 from apportion.service.executors.identity import (
     Account,
     Identity,
@@ -251,7 +254,10 @@ class SlurmExecutor:
         _log_dir(log.parent, acct)
         end_file = _end_file(str(log), base)
         end_file.unlink(missing_ok=True)
-        script.write_text(batch_script(launch, hosts, str(end_file), env))
+        checkpoint = _checkpoint_file(str(log), base)
+        with contextlib.suppress(OSError):  # another timeline's; a directory is ignored
+            checkpoint.unlink(missing_ok=True)
+        script.write_text(batch_script(launch, hosts, str(end_file), env, str(checkpoint)))
         if acct is not None and prefix:
             os.chown(script, acct.uid, acct.gid)  # sbatch reads it as the owner
         args = [
@@ -367,6 +373,11 @@ class SlurmExecutor:
             if state not in ACTIVE_JOB_STATES:
                 ended_at = _marked_end(handle, name, stdout) or slurm_end or None
             result[handle] = map_job_state(handle, state, code, sig, stopped, ended_at)
+            if result[handle].state is AttemptState.RUNNING and name.startswith(
+                    JOB_NAME_PREFIX) and stdout:
+                # the job's own file beside its log, on the file system the logs share
+                at = checkpoint_time(_checkpoint_file(stdout, name))
+                result[handle] = replace(result[handle], checkpoint_at=at)
         return result
 
     def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
@@ -506,7 +517,7 @@ class SlurmExecutor:
 
 def batch_script(
     launch: Launch, hosts: Sequence[str], end_file: str = "",
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None, checkpoint_file: str = "",
 ) -> str:
     """The bash batch script of one attempt.
 
@@ -516,6 +527,8 @@ def batch_script(
     exits with the command's status. With ``end_file``, it first writes
     ``<job id> <status> <epoch seconds>`` there: Slurm dates a job's end when the controller
     hears of it, which after a controller outage can be long after the real end.
+    ``checkpoint_file``: exported as ``APPORTION_CHECKPOINT_FILE`` (the job touches it
+    after each checkpoint).
     """
     env = {
         **dict((launch.env or {}) if env is None else env),
@@ -523,6 +536,7 @@ def batch_script(
         "APPORTION_WORKLOAD_ID": launch.workload_id,
         "APPORTION_ATTEMPT": str(launch.attempt),
         "APPORTION_HOSTS": ",".join(hosts),
+        **({CHECKPOINT_ENV: checkpoint_file} if checkpoint_file else {}),
     }
     lines = [
         "#!/bin/bash",
@@ -696,6 +710,11 @@ def _is_script(command: str, script: str, users: str, name: str) -> bool:
 def _end_file(log: str, job_name: str) -> Path:
     """The end marker of an attempt: beside its log (which the nodes can write), by job name."""
     return Path(log).parent / f"{job_name}.end"
+
+
+def _checkpoint_file(log: str, job_name: str) -> Path:
+    """An attempt's APPORTION_CHECKPOINT_FILE: beside its log, in the owner's directory."""
+    return Path(log).parent / f"{job_name}.checkpoint"
 
 
 def _marked_end(handle: str, job_name: str, stdout: str) -> float | None:
