@@ -1,8 +1,9 @@
 """A real, throw-away Slurm cluster on this one machine, for tests, benchmarks and demos.
 
 ``SlurmCluster`` starts a private munged, one slurmctld and N slurmd processes (nodes
-``gpu1``..``gpuN``, each with ``gpus_per_node`` fake GPUs backed by ``/dev/null``) in a fresh
-temporary directory, on free ports, with its own ``slurm.conf``. Nothing outside that
+``gpu1``..``gpuN``, each with ``gpus_per_node`` fake GPUs backed by ``/dev/null``, untyped
+or of the GPU type ``gres_types`` gives each node) in a fresh temporary directory, on free
+ports, with its own ``slurm.conf``. Nothing outside that
 directory is touched: every Slurm command must run with :attr:`SlurmCluster.env`, which
 points ``SLURM_CONF`` at the private configuration. Everything is stopped by PID on exit,
 jobs first, even when the body raised.
@@ -30,6 +31,7 @@ import atexit
 import contextlib
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +41,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+
+import hostlist
 
 from harness.slurmdbd import SlurmDbd
 
@@ -110,16 +114,19 @@ SlurmdDebug=info
 MinJobAge=600
 # seconds between SIGTERM and SIGKILL on scancel (the checkpoint window)
 KillWait=5
-NodeName={nodes} NodeHostname={nodes} NodeAddr=127.0.0.[1-{n}] Port={node_ports} \
-Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=64000 Gres=gpu:{gpus} State=UNKNOWN
-PartitionName={partition} Nodes={nodes} Default=YES MaxTime=INFINITE State=UP
-"""
+{node_lines}{partition_lines}"""
+
+NODE_LINE = (
+    "NodeName={nodes} NodeHostname={nodes} NodeAddr={addrs} Port={ports} "
+    "Sockets=2 CoresPerSocket=8 ThreadsPerCore=1 RealMemory=64000 Gres={gres} State=UNKNOWN\n"
+)
+PARTITION_LINE = "PartitionName={name} Nodes={nodes} Default={default} MaxTime=INFINITE State=UP\n"
 
 GRES_CONF_TEMPLATE = """\
 # Slurm 22.05 drops GPUs without File=: these are symlinks to /dev/null.
 AutoDetect=off
-NodeName={nodes} Name=gpu File={dir}/dev/nvidia[0-{last_gpu}]
-"""
+{gres_lines}"""
+GRES_LINE = "NodeName={nodes} Name=gpu{type} File={dir}/dev/nvidia[0-{last_gpu}]\n"
 
 
 class SlurmCluster:
@@ -130,6 +137,13 @@ class SlurmCluster:
     :attr:`partition` and :attr:`jobs_dir` (a scratch directory for job scripts and logs).
     ``accounting=True`` also starts a private MariaDB and slurmdbd (so ``sacct`` works; see
     :mod:`harness.slurmdbd`) with the Slurm accounts ``accounts`` open to root.
+
+    ``gres_types``: one GPU type per node (e.g. ``("h100", "h100", "b200", "b200")``) makes a
+    cluster of several GPU kinds: node ``i`` has ``Gres=gpu:<type>:<gpus_per_node>``, and each
+    type also gets a partition of its own, named after it (listed first in ``slurm.conf``,
+    so first in each node's partitions). Every node is in ``partition``, the default, either
+    way; without ``gres_types`` the GPUs are untyped (``gpu:<gpus_per_node>``).
+    :attr:`partitions` maps each partition to its nodes.
     """
 
     def __init__(
@@ -142,15 +156,31 @@ class SlurmCluster:
         start_timeout_s: float = 60.0,
         accounting: bool = False,
         accounts: Sequence[str] = (),
+        gres_types: Sequence[str] = (),
     ) -> None:
         if not 1 <= nodes <= 250:
             raise ValueError(f"nodes: must be 1..250, got {nodes}")
         if gpus_per_node < 1:
             raise ValueError(f"gpus_per_node: must be >= 1, got {gpus_per_node}")
+        if gres_types and len(gres_types) != nodes:
+            raise ValueError(f"gres_types: one per node ({nodes}), got {len(gres_types)}")
+        for t in gres_types:
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", t):
+                raise ValueError(f"gres_types: {t!r}: must be a lower-case name like 'h100'")
         self.nodes = nodes
         self.gpus_per_node = gpus_per_node
-        self.partition = partition
         self.node_names = [f"gpu{i}" for i in range(1, nodes + 1)]
+        # node -> its GPU type ("" for untyped GPUs)
+        self.gres_types = dict(zip(self.node_names, gres_types or [""] * nodes, strict=True))
+        # partition -> its nodes, in slurm.conf order: one per GPU type, then the default
+        self.partitions: dict[str, list[str]] = {}
+        for node, t in self.gres_types.items():
+            if t:
+                self.partitions.setdefault(t, []).append(node)
+        if partition in self.partitions:
+            raise ValueError(f"partition: {partition!r} is also a GPU type's partition")
+        self.partitions[partition] = list(self.node_names)
+        self.partition = partition
         self._base_dir = base_dir
         self._keep_dir = keep_dir or bool(os.environ.get("APPORTION_KEEP_SLURM_DIR"))
         self._start_timeout_s = start_timeout_s
@@ -377,28 +407,32 @@ class SlurmCluster:
         for i in range(self.gpus_per_node):
             (self.dir / "dev" / f"nvidia{i}").symlink_to("/dev/null")
         ctld_port, node_port = _free_port_block(self.nodes + 1)
-        nodes = f"gpu[1-{self.nodes}]" if self.nodes > 1 else "gpu1"
-        last_port = node_port + self.nodes - 1
         accounting = "AccountingStorageType=accounting_storage/none\n"
         if self.accounting:
             dbd_port, db_port = _free_port_block(2)
             self.dbd = SlurmDbd(self.dir, self.env, self.dir / "munge-run" / "munge.socket",
                                 dbd_port, db_port, self._start_timeout_s)
-            accounting = self.dbd.slurm_conf_lines()
+            types = sorted({t for t in self.gres_types.values() if t})
+            accounting = self.dbd.slurm_conf_lines(types)
         fields = {
             "dir": str(self.dir),
             "ctld_port": ctld_port,
             "munge_socket": str(self.dir / "munge-run" / "munge.socket"),
-            "nodes": nodes,
-            "n": self.nodes,
-            "node_ports": f"{node_port}-{last_port}" if self.nodes > 1 else str(node_port),
-            "gpus": self.gpus_per_node,
-            "last_gpu": self.gpus_per_node - 1,
-            "partition": self.partition,
             "accounting": accounting,
+            "node_lines": self._node_lines(node_port),
+            "partition_lines": "".join(
+                PARTITION_LINE.format(name=name, nodes=_hostlist(nodes),
+                                      default="YES" if name == self.partition else "NO")
+                for name, nodes in self.partitions.items()
+            ),
         }
         self.conf_path.write_text(SLURM_CONF_TEMPLATE.format(**fields))
-        (self.dir / "gres.conf").write_text(GRES_CONF_TEMPLATE.format(**fields))
+        gres_lines = "".join(
+            GRES_LINE.format(nodes=_hostlist(nodes), type=f" Type={t}" if t else "",
+                             dir=self.dir, last_gpu=self.gpus_per_node - 1)
+            for t, nodes in self._by_type().items()
+        )
+        (self.dir / "gres.conf").write_text(GRES_CONF_TEMPLATE.format(gres_lines=gres_lines))
         self.env = dict(os.environ)
         self.env["SLURM_CONF"] = str(self.conf_path)
         path = self.env.get("PATH", "")
@@ -410,6 +444,33 @@ class SlurmCluster:
                 del self.env[key]
         if self.dbd is not None:
             self.dbd.env = self.env
+
+    def _by_type(self) -> dict[str, list[str]]:
+        by_type: dict[str, list[str]] = {}
+        for node, t in self.gres_types.items():
+            by_type.setdefault(t, []).append(node)
+        return by_type
+
+    def _node_lines(self, first_port: int) -> str:
+        """One NodeName line per run of consecutive nodes of one GPU type (one line for
+        untyped GPUs): node ``gpu<i>`` has NodeAddr 127.0.0.<i> and its own port."""
+        runs: list[tuple[str, list[int]]] = []
+        for i, t in enumerate(self.gres_types.values(), start=1):
+            if runs and runs[-1][0] == t:
+                runs[-1][1].append(i)
+            else:
+                runs.append((t, [i]))
+        lines = []
+        for t, numbers in runs:
+            lo, hi = numbers[0], numbers[-1]
+            lines.append(NODE_LINE.format(
+                nodes=f"gpu[{lo}-{hi}]" if hi > lo else f"gpu{lo}",
+                addrs=f"127.0.0.[{lo}-{hi}]" if hi > lo else f"127.0.0.{lo}",
+                ports=(f"{first_port + lo - 1}-{first_port + hi - 1}" if hi > lo
+                       else str(first_port + lo - 1)),
+                gres=f"gpu:{t}:{self.gpus_per_node}" if t else f"gpu:{self.gpus_per_node}",
+            ))
+        return "".join(lines)
 
     def _start_munged(self) -> None:
         key = self.dir / "munge" / "munge.key"
@@ -474,6 +535,11 @@ class SlurmCluster:
             if text:
                 parts.append(f"--- {log.name}\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+def _hostlist(nodes: Sequence[str]) -> str:
+    """Slurm's compact form of node names (``gpu[1-2,4]``), via python-hostlist."""
+    return str(hostlist.collect_hostlist(list(nodes)))
 
 
 def _terminate(proc: subprocess.Popen[bytes], wait_s: float = 10.0) -> None:

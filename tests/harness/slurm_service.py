@@ -53,6 +53,8 @@ class SlurmService:
         timeout_s: float = 3.0,
         budgets: Mapping[str, float] = DEFAULT_BUDGETS,
         start_timeout_s: float = 60.0,
+        slurm_options: str = "",
+        extra_config: str = "",
     ) -> None:
         self.cluster = cluster
         self.dir = Path(base_dir)
@@ -62,6 +64,8 @@ class SlurmService:
         self.timeout_s = timeout_s
         self.budgets = dict(budgets)
         self.start_timeout_s = start_timeout_s
+        self.slurm_options = slurm_options  # TOML lines added to [executor.slurm]
+        self.extra_config = extra_config  # TOML tables added at the end (e.g. [billing])
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = self.dir / "apportion.toml"
@@ -101,6 +105,7 @@ grace_s = {self.grace_s}
 [executor.slurm]
 partition = "{self.cluster.partition}"
 timeout_s = {self.timeout_s}
+{self.slurm_options}
 
 [scheduler]
 interval_s = {self.interval_s}
@@ -111,7 +116,8 @@ name = "alice"
 [[users]]
 name = "admin"
 admin = true
-""")
+
+{self.extra_config}""")
         return self.config_path
 
     def start(self) -> None:

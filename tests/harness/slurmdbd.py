@@ -19,7 +19,8 @@ Why it looks the way it does (Debian bookworm: MariaDB 10.11, Slurm 22.05):
 * Every Slurm client talks to slurmdbd through the munge socket named by
   ``AccountingStoragePass`` (default: the host's munged), so it names the private one.
 * The cluster must be registered (``sacctmgr add cluster``) before slurmctld starts, and
-  ``AccountingStorageTRES=gres/gpu`` makes ``sacct``'s AllocTRES/ReqTRES list the GPUs.
+  ``AccountingStorageTRES=gres/gpu`` makes ``sacct``'s AllocTRES/ReqTRES list the GPUs
+  (and ``gres/gpu:h100`` etc. the typed ones, for a cluster of several GPU types).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ["DBD_BINARIES", "SlurmDbd", "SlurmDbdError", "missing_dbd_binaries"]
@@ -105,15 +107,17 @@ class SlurmDbd:
     def socket(self) -> Path:
         return self.db_dir / "run" / "mysqld.sock"
 
-    def slurm_conf_lines(self) -> str:
-        """The accounting lines of ``slurm.conf`` that point slurmctld at this slurmdbd."""
+    def slurm_conf_lines(self, gpu_types: Sequence[str] = ()) -> str:
+        """The accounting lines of ``slurm.conf`` that point slurmctld at this slurmdbd.
+        ``gpu_types``: typed GPUs to account as well (``gres/gpu:h100`` in AllocTRES)."""
+        tres = ",".join(["gres/gpu", *(f"gres/gpu:{t}" for t in gpu_types)])
         return (
             "AccountingStorageType=accounting_storage/slurmdbd\n"
             "AccountingStorageHost=localhost\n"
             f"AccountingStoragePort={self.dbd_port}\n"
             # with munge, the socket of the munged that authenticates to slurmdbd
             f"AccountingStoragePass={self.munge_socket}\n"
-            "AccountingStorageTRES=gres/gpu\n"
+            f"AccountingStorageTRES={tres}\n"
         )
 
     # ---- lifecycle -------------------------------------------------------------------

@@ -1,4 +1,6 @@
-"""One real Slurm cluster (4 nodes x 8 fake GPUs) for the whole test session."""
+"""Real Slurm clusters for the whole test session: one of 4 nodes x 8 untyped fake GPUs (one
+pool), and one of two GPU kinds with accounting (gpu1-2 ``gpu:h100:8``, gpu3-4
+``gpu:b200:8``), started by the first test that needs it."""
 
 from __future__ import annotations
 
@@ -12,11 +14,23 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from harness.slurm_cluster import SlurmCluster
 
+KIND_TYPES = ("h100", "h100", "b200", "b200")
+
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
     """Started once; raises (the tests fail, never skip) when Slurm is not installed."""
     with SlurmCluster(nodes=4, gpus_per_node=8) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kinds_cluster() -> Iterator[SlurmCluster]:
+    """gpu1-2 with ``gpu:h100:8`` (partition ``h100``), gpu3-4 with ``gpu:b200:8`` (partition
+    ``b200``), all four in the default partition ``gpu``; slurmdbd, so sacct lists typed
+    AllocTRES (``gres/gpu:b200=2``)."""
+    with SlurmCluster(nodes=4, gpus_per_node=8, gres_types=KIND_TYPES, accounting=True,
+                      accounts=("llm", "vision")) as cluster:
         yield cluster
 
 

@@ -1,5 +1,6 @@
-"""A Slurm accounting dump (``sacct --parsable2``) from a real cluster with slurmdbd, read by
-the simulator's trace importer and replayed by ``apportion simulate``."""
+"""A Slurm accounting dump (``sacct --parsable2``) from a real cluster with slurmdbd and two GPU
+kinds (gpu1 ``gpu:h100:8``, gpu2 ``gpu:b200:8``), read by the simulator's trace importer and
+replayed by ``apportion simulate``."""
 
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ from harness.slurm_cluster import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
-FORMAT = "JobID,User,Account,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State"
+FORMAT = "JobID,User,Account,Partition,Submit,Start,End,Elapsed,AllocTRES,ReqTRES,State"
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 @pytest.fixture(scope="module")
 def dump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     """A cluster with accounting runs a few jobs; returns the sacct dump and, by job id, the
-    account of each GPU job that ran."""
+    account of each GPU job that ran (in that order: gpu1, gpu2, typed on gpu2, both)."""
     out = tmp_path_factory.mktemp("sacct")
     since = (datetime.now() - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
-    with SlurmCluster(nodes=2, accounting=True, accounts=("llm", "vision")) as cluster:
+    with SlurmCluster(nodes=2, accounting=True, accounts=("llm", "vision"),
+                      gres_types=("h100", "b200")) as cluster:
 
         def sbatch(*args: str) -> str:
             return cluster.run(["sbatch", "--parsable", "-o", str(cluster.jobs_dir / "%j.log"),
@@ -42,6 +44,9 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
         # waits behind the job on gpu2 and is cancelled there: it never runs
         cluster.run(["scancel", sbatch("--account=llm", "--gres=gpu:8", "-w", "gpu2",
                                        "--wrap", "true")])
+        # asks for the type itself, in the type's own partition
+        ran[sbatch("--account=vision", "--partition=b200", "--gres=gpu:b200:3", "--wrap",
+                   "sleep 1")] = "vision"
         ran[sbatch("--account=llm", "-N2", "--exclusive", "--gres=gpu:8", "--wrap",
                    "sleep 1")] = "llm"
         sbatch("--account=vision", "--wrap", "sleep 1")  # no GPUs: not a GPU job
@@ -53,8 +58,11 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[
         deadline = time.monotonic() + 60
         while True:  # slurmctld reports to slurmdbd asynchronously
             text = accounted()
-            states = [ln.split("|")[-1].split(" ")[0] for ln in text.splitlines()[1:]]
-            if len(states) >= 5 and all(s in FINAL for s in states):
+            rows = [ln.split("|") for ln in text.splitlines()[1:]]
+            states = [r[-1].split(" ")[0] for r in rows]
+            # the partition of a job reaches slurmdbd last
+            placed = all(r[3] for r in rows if "." not in r[0])
+            if len(states) >= 6 and all(s in FINAL for s in states) and placed:
                 break
             assert time.monotonic() < deadline, f"sacct never showed the jobs ended:\n{text}"
             time.sleep(0.5)
@@ -71,14 +79,27 @@ def test_sacct_dump_loads_as_a_trace(dump: tuple[Path, dict[str, str]]) -> None:
     by_id = {j.spec.id: j for j in trace.jobs}
     assert sorted(by_id) == sorted(ran)
     gpus = {job: by_id[job].spec.gpus for job in ran}
-    assert sorted(gpus.values()) == [2, 8, 16]
+    assert sorted(gpus.values()) == [2, 3, 8, 16]
     for job, account in ran.items():
         assert by_id[job].spec.budget.split("/")[-1] == account
         assert 1 <= by_id[job].duration <= 10
     assert trace.skipped.get("no GPUs") == 1
-    assert trace.skipped.get("job step", 0) >= 3
+    assert trace.skipped.get("job step", 0) >= 4
     others = {k: n for k, n in trace.skipped.items() if k not in ("no GPUs", "job step")}
     assert sum(others.values()) == 1, trace.skipped  # the cancelled one: never started
+
+
+def test_sacct_dump_of_two_kinds_imports_each_jobs_kind_and_partition(
+    dump: tuple[Path, dict[str, str]],
+) -> None:
+    """Typed AllocTRES gives each job its kinds (gres/gpu:h100=2 -> H100, even when it asked
+    for untyped GPUs; a job on both nodes has both), and Partition its cluster."""
+    path, ran = dump
+    by_id = {j.spec.id: j.spec for j in load_trace(path, format="sacct").jobs}
+    on_h100, on_b200, typed, both = ran
+    assert [(by_id[j].gpu_kinds, by_id[j].cluster) for j in (on_h100, on_b200, typed, both)] == [
+        (("H100",), "gpu"), (("B200",), "gpu"), (("B200",), "b200"), (("B200", "H100"), "gpu"),
+    ]
 
 
 def test_sacct_dump_replays_in_the_simulator(

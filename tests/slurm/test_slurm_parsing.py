@@ -7,17 +7,76 @@ from pathlib import Path
 
 import pytest
 
+from apportion.cli.serve import build_executor
+from apportion.service.config import ConfigError, load_config
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.slurm import (
+    SlurmExecutor,
     _parse_comment,
     _parse_scontrol_line,
     _wait_status,
     batch_script,
     map_job_state,
     map_node_state,
+    node_kind,
     parse_exit_code,
     parse_gpu_count,
+    parse_gpu_types,
 )
+
+
+@pytest.mark.parametrize(("gres", "types"), [
+    ("gpu:8", ("",)),
+    ("gpu:h100:8", ("h100",)),
+    ("gpu:b200:8(S:0-1)", ("b200",)),
+    ("gpu:a100:4(S:0),gpu:h100:4", ("a100", "h100")),
+    ("gpu:h100:2,shard:4", ("h100",)),
+    ("gpu:h100", ("h100",)),
+    ("(null)", ()),
+    ("", ()),
+])
+def test_gpu_types_from_gres(gres: str, types: tuple[str, ...]) -> None:
+    """Each gpu entry's type ("" when untyped); other gres are not GPUs."""
+    assert parse_gpu_types(gres) == types
+
+
+@pytest.mark.parametrize(("gres", "kinds", "kind", "gres_type", "problem"), [
+    ("gpu:h100:8", None, "H100", "h100", ""),
+    ("gpu:B200:8(S:0-1)", None, "B200", "B200", ""),
+    ("gpu:8", None, "", "", ""),
+    ("(null)", None, "", "", ""),
+    ("gpu:nvidia_b200:8", {"B200": "nvidia_b200"}, "B200", "nvidia_b200", ""),
+    ("gpu:8", {"B200": "nvidia_b200"}, "", "", ""),
+    ("gpu:h100:8", {"B200": "nvidia_b200"}, "", "",
+     "gres type 'h100' is not in executor.slurm kinds (B200 = 'nvidia_b200')"),
+    ("gpu:a100:4,gpu:h100:4", None, "", "",
+     "GPUs of several types (a100, h100); apportion needs one kind per host"),
+    ("gpu:4,gpu:h100:4", None, "", "",
+     "GPUs of several types (untyped, h100); apportion needs one kind per host"),
+])
+def test_node_kind_from_gres(
+    gres: str, kinds: dict[str, str] | None, kind: str, gres_type: str, problem: str
+) -> None:
+    """A typed gres gives the kind (upper case, or by the kinds map); untyped GPUs give ""
+    (the config's default); two types on one node, or a type the map lacks, is a problem."""
+    assert node_kind(gres, kinds) == (kind, gres_type, problem)
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"cluster": "a/b"}, "cluster: must be a name without '/', got 'a/b'"),
+    ({"kinds": ["h100"]}, "kinds: must be a table of GPU kind = gres type, got ['h100']"),
+    ({"kinds": {"B200": 3}}, "kinds: B200: must be a Slurm gres type such as 'h100', got 3"),
+    ({"kinds": {"B/200": "b200"}}, "kinds: 'B/200': a GPU kind must be a name without '/'"),
+    ({"kinds": {"B200": "b200", "Blackwell": "b200"}},
+     "kinds: two kinds map to one gres type: {'B200': 'b200', 'Blackwell': 'b200'}"),
+])
+def test_bad_pool_options_are_refused_naming_the_option(
+    tmp_path: Path, options: dict[str, object], error: str
+) -> None:
+    """cluster and kinds (from [executor.slurm]) are checked when the executor is made."""
+    with pytest.raises(ValueError) as e:
+        SlurmExecutor(tmp_path, **options)  # type: ignore[arg-type]
+    assert str(e.value) == error
 
 
 @pytest.mark.parametrize(("gres", "gpus"), [
@@ -119,3 +178,15 @@ def test_batch_script_forwards_sigterm_and_keeps_exit_status(tmp_path: Path) -> 
         proc.terminate()
         assert proc.stdout.readline() == "got-TERM\n"
         assert proc.wait(30) == 5
+
+
+def test_bad_kinds_in_the_config_name_the_file_and_option(tmp_path: Path) -> None:
+    """apportion serve's config: [executor.slurm] kinds with a non-type value is a config
+    error naming the file, executor.slurm and the kind."""
+    path = tmp_path / "apportion.toml"
+    path.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n[executor]\nkind = "slurm"\n'
+                    '[executor.slurm]\nkinds = { B200 = 3 }\n')
+    with pytest.raises(ConfigError) as e:
+        build_executor(load_config(path), None)
+    assert str(e.value) == (f"{path}: executor.slurm: kinds: B200: must be a Slurm gres type "
+                            "such as 'h100', got 3")

@@ -5,6 +5,10 @@ hosts apportion chose (``--nodelist``, ``-N``, ``--gres=gpu:N`` per host, ``--ex
 whole hosts), with ``--no-requeue`` because apportion requeues by itself. The handle is the
 Slurm job id. See docs/slurm.md for the state mapping and the limits.
 
+Pools: every node is in the executor's one ``cluster``; its GPU kind is its typed gres
+(``gpu:h100:8`` -> kind ``H100``, or as the ``kinds`` map says), and a launch of a typed kind
+asks for ``--gres=gpu:<type>:<n>`` in a partition that holds its hosts.
+
 Exceptions::
 
     SlurmError             a Slurm command failed, or printed something we cannot read
@@ -53,8 +57,10 @@ __all__ = [
     "SlurmUnavailable",
     "map_job_state",
     "map_node_state",
+    "node_kind",
     "parse_exit_code",
     "parse_gpu_count",
+    "parse_gpu_types",
 ]
 
 JOB_NAME_PREFIX = "apportion-"
@@ -84,6 +90,7 @@ _UNAVAILABLE_MARKERS = (
 _GONE_MARKERS = ("Invalid job id specified",)
 _ALREADY_DONE_MARKERS = ("already completing or completed", "Invalid job id specified")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 
 
 class SlurmError(RuntimeError):
@@ -119,6 +126,14 @@ class SlurmExecutor:
     its owner (``sbatch --uid/--gid`` where this Slurm has them, else ``runuser -u``), so
     Slurm's accounting and permissions see the real user; the log's directory then belongs
     to the owner, since the node writes the log as them.
+
+    Pools: ``cluster`` is the cluster of every node (one executor drives one slurmctld, one
+    cluster; "": the config's default). A node's GPU kind comes from its typed gres:
+    ``kinds`` maps apportion's kinds to Slurm's gres types (``{"B200": "nvidia_b200"}``);
+    without it a type is the kind in upper case (``h100`` -> ``H100``), as the sacct importer
+    reads ``gres/gpu:h100``. Untyped GPUs (``gpu:8``) have kind "" (the config's default). A
+    node whose GPUs cannot be given one kind (a type ``kinds`` does not name, two types on
+    one node) is reported down with the reason, so nothing is placed on it.
     """
 
     name = "slurm"
@@ -131,9 +146,32 @@ class SlurmExecutor:
         timeout_s: float = 10.0,
         logs_dir: str | os.PathLike[str] | None = None,
         identity: Identity | None = None,
+        cluster: str = "",
+        kinds: Mapping[str, str] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
+        if not isinstance(cluster, str) or "/" in cluster:
+            raise ValueError(f"cluster: must be a name without '/', got {cluster!r}")
+        self.cluster_name = cluster  # every node's cluster ("": the config's default)
+        # apportion kind <-> Slurm gres type; None: the type in upper case is the kind
+        self._type_of: dict[str, str] | None = None
+        if kinds is not None:
+            if not isinstance(kinds, Mapping):
+                raise ValueError(f"kinds: must be a table of GPU kind = gres type, got {kinds!r}")
+            for kind, gres_type in kinds.items():
+                if not kind or "/" in kind:
+                    raise ValueError(f"kinds: {kind!r}: a GPU kind must be a name without '/'")
+                if not isinstance(gres_type, str) or not _GRES_TYPE.match(gres_type):
+                    raise ValueError(f"kinds: {kind}: must be a Slurm gres type such as "
+                                     f"'h100', got {gres_type!r}")
+            types = list(kinds.values())
+            if len(set(types)) != len(types):
+                raise ValueError(f"kinds: two kinds map to one gres type: {dict(kinds)}")
+            self._type_of = dict(kinds)
+        # from the last inventory: node -> its partitions; kind -> gres type seen
+        self._partitions: dict[str, tuple[str, ...]] = {}
+        self._seen_types: dict[str, str] = {}
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
@@ -153,23 +191,36 @@ class SlurmExecutor:
         return f"slurm executor: {self.identity.describe()}"
 
     def inventory(self) -> list[InventoryHost]:
-        """Slurm's nodes (of the partition, when one is set) with their GPUs and state."""
+        """Slurm's nodes (of the partition, when one is set) with their GPUs, state, cluster
+        and GPU kind (see the class)."""
         data = self._json(["sinfo", "--json"], "nodes")
         hosts: dict[str, InventoryHost] = {}
+        partitions: dict[str, tuple[str, ...]] = {}
+        seen: dict[str, str] = {}
         for node in data["nodes"]:
             name = str(node["name"])
-            if self.partition and self.partition not in node.get("partitions", []):
+            in_partitions = tuple(str(p) for p in node.get("partitions") or [])
+            if self.partition and self.partition not in in_partitions:
                 continue
+            gres = str(node.get("gres") or "")
             flags = [str(f) for f in node.get("state_flags") or []]
             reason = str(node.get("reason") or "")
             if not reason and "NOT_RESPONDING" in flags:
                 reason = "not responding to slurmctld"
+            state = map_node_state(str(node.get("state") or ""), flags)
+            kind, gres_type, problem = node_kind(gres, self._type_of)
+            if problem:
+                # apportion cannot tell what this node's GPUs are worth: place nothing there
+                state, reason = "down", f"gres {gres}: {problem}"
+            elif kind:
+                seen[kind] = gres_type
+            partitions[name] = in_partitions
             hosts[name] = InventoryHost(
-                name=name,
-                gpus=parse_gpu_count(str(node.get("gres") or "")),
-                state=map_node_state(str(node.get("state") or ""), flags),
-                reason=reason,
+                name=name, gpus=parse_gpu_count(gres), state=state, reason=reason,
+                cluster=self.cluster_name, kind=kind,
             )
+        with self._lock:
+            self._partitions, self._seen_types = partitions, seen
         return [hosts[n] for n in sorted(hosts, key=_natural_key)]
 
     def launch(self, launch: Launch) -> str:
@@ -186,6 +237,7 @@ class SlurmExecutor:
             # one batch job has one --gres=gpu:N for all of its nodes
             raise LaunchRefused(f"slots: Slurm needs the same GPU count on every host: {hosts}")
         gpus = per_host.pop()
+        gres_type, partition = self._pool_of(launch.kind, hosts)
         for key in launch.env or {}:
             if not _ENV_KEY.match(key):
                 raise LaunchRefused(f"env: not a variable name: {key!r}")
@@ -223,11 +275,11 @@ class SlurmExecutor:
             f"--output={str(log).replace('%', '%%')}",
         ]
         if gpus:
-            args.append(f"--gres=gpu:{gpus}")
+            args.append(f"--gres=gpu:{gres_type}:{gpus}" if gres_type else f"--gres=gpu:{gpus}")
         if launch.whole_hosts:
             args.append("--exclusive")
-        if self.partition:
-            args.append(f"--partition={self.partition}")
+        if partition:
+            args.append(f"--partition={partition}")
         if acct is not None and not prefix:
             args += [f"--uid={acct.uid}", f"--gid={acct.gid}"]
         args.append(str(script))
@@ -236,6 +288,22 @@ class SlurmExecutor:
         if not job_id.isdigit():
             raise SlurmError(f"sbatch: unexpected output {out!r}")
         return job_id
+
+    def _pool_of(self, kind: str, hosts: Sequence[str]) -> tuple[str, str]:
+        """(gres type, partition) of a launch of ``kind`` on ``hosts``.
+
+        A kind the last inventory saw as a typed gres asks for that type; any other (the
+        config's default kind of untyped GPUs, "") asks for untyped GPUs, as before. The
+        partition is the configured one; without it, a typed launch goes to the first
+        partition (in Slurm's order) that holds all its hosts, since the default partition
+        may not hold them (a partition per GPU type)."""
+        with self._lock:
+            gres_type = self._seen_types.get(kind, "") if kind else ""
+            if self.partition or not gres_type:
+                return gres_type, self.partition or ""
+            common = [p for p in self._partitions.get(hosts[0], ())
+                      if all(p in self._partitions.get(h, ()) for h in hosts)]
+        return gres_type, common[0] if common else ""
 
     def _submitter(self, acct: Account | None, base: str) -> tuple[list[str], Path]:
         """How sbatch is run for ``acct`` (a command prefix) and where its script goes:
@@ -565,6 +633,42 @@ def parse_gpu_count(gres: str) -> int:
         except ValueError:
             total += 1 if len(parts) == 2 else 0  # "gpu:a100" with no count: one device
     return total
+
+
+def node_kind(gres: str, kinds: Mapping[str, str] | None = None) -> tuple[str, str, str]:
+    """(GPU kind, gres type, problem) of a node's Gres; kind "" for untyped or no GPUs.
+
+    ``kinds``: apportion kind -> gres type; None: the type in upper case is the kind
+    (``gpu:h100:8`` -> ``H100``). A problem (two types on the node, a type ``kinds`` does
+    not name) says why the node has no kind."""
+    types = sorted(set(parse_gpu_types(gres)))
+    if not types or types == [""]:
+        return "", "", ""
+    if len(types) > 1:
+        named = ", ".join(t or "untyped" for t in types)
+        return "", "", f"GPUs of several types ({named}); apportion needs one kind per host"
+    (gres_type,) = types
+    if kinds is None:
+        return gres_type.upper(), gres_type, ""
+    for kind, t in kinds.items():
+        if t == gres_type:
+            return kind, gres_type, ""
+    known = ", ".join(f"{k} = {t!r}" for k, t in kinds.items())
+    return "", "", f"gres type {gres_type!r} is not in executor.slurm kinds ({known})"
+
+
+def parse_gpu_types(gres: str) -> tuple[str, ...]:
+    """The type of each ``gpu`` entry of a Gres string, "" when untyped: ``gpu:h100:8`` ->
+    ``("h100",)``, ``gpu:8`` -> ``("",)``, ``gpu:a100:4(S:0),gpu:h100:4`` -> ``("a100",
+    "h100")``; other gres (``shard:4``) are not GPUs."""
+    types = []
+    for item in re.split(r",(?![^()]*\))", gres):
+        parts = re.sub(r"\(.*\)$", "", item.strip()).split(":")
+        if parts[0] != "gpu" or len(parts) < 2:
+            continue
+        typed = len(parts) >= 3 or not parts[1].isdigit()
+        types.append(parts[1] if typed else "")
+    return tuple(types)
 
 
 def _wait_status(value: Any) -> tuple[int, int]:
