@@ -298,9 +298,33 @@ class Pass:
         remaining = dict(st.pending_allocated)  # per node, not yet considered this pass
         cursor: dict[str, int] = {}
 
+        # per node, its children by (ratio, name): ratios move only when the walk admits
+        # work, so the order is kept until then and each pick is the first child in it with
+        # work left (the reference pass compares every child's ratio on every pick instead)
+        ranked: dict[str, list[str]] = {}
+
+        def by_ratio(node: str) -> list[str]:
+            kids = ranked.get(node)
+            if kids is None:
+                rules = self.rules
+                kids = ranked[node] = sorted(
+                    tree.children(node), key=lambda kid: (rules.ratio(kid), kid)
+                )
+            return kids
+
         def pick() -> str | None:
             node: str = ROOT
             while True:
+                if self.fast:
+                    nxt: str | None = None
+                    for kid in by_ratio(node):
+                        if remaining.get(kid, 0) > 0:
+                            nxt = kid
+                            break
+                    if nxt is None:
+                        return None if node == ROOT else node
+                    node = nxt
+                    continue
                 best: str | None = None
                 best_ratio = 0.0
                 for kid in tree.children(node):  # lowest (ratio, name) first
@@ -346,6 +370,7 @@ class Pass:
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
+                ranked.clear()
                 leaf = pick()
             elif remaining.get(leaf, 0) == 0:
                 leaf = pick()
@@ -355,7 +380,10 @@ class Pass:
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
-        return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
+        for g, m in self.state.smallest_shapes(leaf):  # a loop: no generator (compiled)
+            if not self.doomed(leaf, g, m):
+                return False
+        return True
 
     def doomed(self, budget: str, gpus: int, min_runtime: float) -> bool:
         """Would trying a request of ``budget`` of this shape now fail by the pass's
@@ -363,6 +391,8 @@ class Pass:
         and to find unallocated victims, and rebalancing failed for one no larger with no
         more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
         the thresholds only fall during a pass, so a doomed request stays doomed."""
+        if self.fast and min_runtime >= self.live_below(budget, gpus):
+            return True  # the kept bound below which a request may live: doomed at once
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
@@ -452,8 +482,10 @@ class Pass:
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
         admission charge spared no fewer sides?"""
-        failed = self.rebalance_failed.get((budget, multi), ())
-        return any(gpus >= g and charge >= c for g, c in failed)
+        for g, c in self.rebalance_failed.get((budget, multi), ()):  # a loop: no generator
+            if gpus >= g and charge >= c:
+                return True
+        return False
 
     def skip_rest(self, leaf: str, start: int, stop: int | None = None) -> None:
         """Record ``leaf``'s queue from ``start`` (up to ``stop``) as considered and waiting,
