@@ -79,6 +79,8 @@ def _charge_threshold(
     below which enough sides open to reach ``gpus``; if the search failed instead, below
     which any opens. Slightly above the exact figure, so that rounding can only make a later
     request be tried, never skipped."""
+    if not opening:
+        return 0.0  # no charge opens a side: nothing as large can succeed (the common case)
     threshold = 0.0
     if short_bound is None:
         threshold = max((below for below, _ in opening), default=0.0)
@@ -179,8 +181,9 @@ class Pass:
         # spared for that request): a request at least as large with at least that charge
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
-        # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
-        self._live: dict[tuple[str, int], float] = {}
+        # budget -> {GPUs: live_below}: kept until one of the thresholds above falls (a
+        # failed rebalance drops only its own budget's: the others do not read its entries)
+        self._live: dict[str, dict[int, float]] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
@@ -306,10 +309,8 @@ class Pass:
         def by_ratio(node: str) -> list[str]:
             kids = ranked.get(node)
             if kids is None:
-                rules = self.rules
-                kids = ranked[node] = sorted(
-                    tree.children(node), key=lambda kid: (rules.ratio(kid), kid)
-                )
+                keyed = sorted([(self.rules.ratio(kid), kid) for kid in tree.children(node)])
+                kids = ranked[node] = [kid for _, kid in keyed]
             return kids
 
         def pick() -> str | None:
@@ -380,10 +381,7 @@ class Pass:
         fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
-        for g, m in self.state.smallest_shapes(leaf):  # a loop: no generator (compiled)
-            if not self.doomed(leaf, g, m):
-                return False
-        return True
+        return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
 
     def doomed(self, budget: str, gpus: int, min_runtime: float) -> bool:
         """Would trying a request of ``budget`` of this shape now fail by the pass's
@@ -391,8 +389,13 @@ class Pass:
         and to find unallocated victims, and rebalancing failed for one no larger with no
         more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
         the thresholds only fall during a pass, so a doomed request stays doomed."""
-        if self.fast and min_runtime >= self.live_below(budget, gpus):
-            return True  # the kept bound below which a request may live: doomed at once
+        if self.fast:  # by the bound below which one may live, kept until a threshold falls
+            bound = self.live_below(budget, gpus)
+            if min_runtime >= bound:
+                return True
+            if bound == _INF:
+                return False  # no threshold covers this GPU count
+            # just below a finite bound (it is taken slightly high): the exact test decides
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
@@ -408,10 +411,12 @@ class Pass:
         rounding can only make a request be checked, never skipped: for one budget and GPU
         count, doom depends on the minimum runtime only through the admission charge
         ``gpus x min_runtime x admission_charge``, which grows with it."""
-        key = (budget, gpus)
-        kept = self._live.get(key)
+        per_gpus = self._live.get(budget)
+        if per_gpus is None:
+            per_gpus = self._live[budget] = {}
+        kept = per_gpus.get(gpus)
         if kept is None:
-            kept = self._live[key] = self._live_below(budget, gpus)
+            kept = per_gpus[gpus] = self._live_below(budget, gpus)
         return kept
 
     def _live_below(self, budget: str, gpus: int) -> float:
@@ -422,10 +427,10 @@ class Pass:
             return _INF
         if not self.cfg.rebalance:
             return 0.0
-        least = min(
-            (c for g, c in self.rebalance_failed.get((budget, multi), ()) if gpus >= g),
-            default=_INF,
-        )
+        least = _INF
+        for g, c in self.rebalance_failed.get((budget, multi), ()):  # a loop: no generator
+            if gpus >= g and c < least:
+                least = c
         per_second = gpus * self.cfg.admission_charge  # admission charge per minimum-runtime s
         if least == _INF or per_second <= 0.0:
             return _INF if least > 0.0 else 0.0
@@ -477,15 +482,13 @@ class Pass:
             return
         failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
         failed.append((gpus, charge))
-        self._live.clear()
+        self._live.pop(budget, None)
 
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
         admission charge spared no fewer sides?"""
-        for g, c in self.rebalance_failed.get((budget, multi), ()):  # a loop: no generator
-            if gpus >= g and charge >= c:
-                return True
-        return False
+        failed = self.rebalance_failed.get((budget, multi), ())
+        return any(gpus >= g and charge >= c for g, c in failed)
 
     def skip_rest(self, leaf: str, start: int, stop: int | None = None) -> None:
         """Record ``leaf``'s queue from ``start`` (up to ``stop``) as considered and waiting,
