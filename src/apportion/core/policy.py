@@ -181,9 +181,8 @@ class Pass:
         # spared for that request): a request at least as large with at least that charge
         # fails too (see ``_charge_threshold``).
         self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
-        # budget -> {GPUs: live_below}: kept until one of the thresholds above falls (a
-        # failed rebalance drops only its own budget's: the others do not read its entries)
-        self._live: dict[str, dict[int, float]] = {}
+        # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
+        self._live: dict[tuple[str, int], float] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self.reservations: list[Reservation] = []
@@ -301,31 +300,9 @@ class Pass:
         remaining = dict(st.pending_allocated)  # per node, not yet considered this pass
         cursor: dict[str, int] = {}
 
-        # per node, its children by (ratio, name): ratios move only when the walk admits
-        # work, so the order is kept until then and each pick is the first child in it with
-        # work left (the reference pass compares every child's ratio on every pick instead)
-        ranked: dict[str, list[str]] = {}
-
-        def by_ratio(node: str) -> list[str]:
-            kids = ranked.get(node)
-            if kids is None:
-                keyed = sorted([(self.rules.ratio(kid), kid) for kid in tree.children(node)])
-                kids = ranked[node] = [kid for _, kid in keyed]
-            return kids
-
         def pick() -> str | None:
             node: str = ROOT
             while True:
-                if self.fast:
-                    nxt: str | None = None
-                    for kid in by_ratio(node):
-                        if remaining.get(kid, 0) > 0:
-                            nxt = kid
-                            break
-                    if nxt is None:
-                        return None if node == ROOT else node
-                    node = nxt
-                    continue
                 best: str | None = None
                 best_ratio = 0.0
                 for kid in tree.children(node):  # lowest (ratio, name) first
@@ -371,7 +348,6 @@ class Pass:
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
-                ranked.clear()
                 leaf = pick()
             elif remaining.get(leaf, 0) == 0:
                 leaf = pick()
@@ -389,13 +365,6 @@ class Pass:
         and to find unallocated victims, and rebalancing failed for one no larger with no
         more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
         the thresholds only fall during a pass, so a doomed request stays doomed."""
-        if self.fast:  # by the bound below which one may live, kept until a threshold falls
-            bound = self.live_below(budget, gpus)
-            if min_runtime >= bound:
-                return True
-            if bound == _INF:
-                return False  # no threshold covers this GPU count
-            # just below a finite bound (it is taken slightly high): the exact test decides
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
@@ -411,12 +380,10 @@ class Pass:
         rounding can only make a request be checked, never skipped: for one budget and GPU
         count, doom depends on the minimum runtime only through the admission charge
         ``gpus x min_runtime x admission_charge``, which grows with it."""
-        per_gpus = self._live.get(budget)
-        if per_gpus is None:
-            per_gpus = self._live[budget] = {}
-        kept = per_gpus.get(gpus)
+        key = (budget, gpus)
+        kept = self._live.get(key)
         if kept is None:
-            kept = per_gpus[gpus] = self._live_below(budget, gpus)
+            kept = self._live[key] = self._live_below(budget, gpus)
         return kept
 
     def _live_below(self, budget: str, gpus: int) -> float:
@@ -482,7 +449,7 @@ class Pass:
             return
         failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
         failed.append((gpus, charge))
-        self._live.pop(budget, None)
+        self._live.clear()
 
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
