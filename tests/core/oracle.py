@@ -64,7 +64,9 @@ COVERED: dict[str, str] = {
               "in its heap of protection ends",
 }
 # What the derived cache holds: all of it checked by _cache_errors.
-CACHE_COVERED = {"smallest", "smallest_unallocated", "released", "protections", "by_gpus"}
+CACHE_COVERED = {
+    "smallest", "smallest_unallocated", "released", "protections", "by_gpus", "budget_sets"
+}
 
 
 def state_attributes(obj: object) -> set[str]:
@@ -273,6 +275,10 @@ def _cache_errors(state: ClusterState) -> list[str]:
         }
         errors += _diff(f"gpus_queues({leaf!r}) (kept)", got_queues,
                         gpus_queues_by_hand(state, leaf))
+    if cache.budget_sets:
+        budgets_on = rebuild(state)["budgets_on"]
+        for host, budgets in cache.budget_sets.items():
+            errors += _diff(f"budget_set({host!r}) (kept)", set(budgets), set(budgets_on[host]))
     kept_unallocated = cache.smallest_unallocated
     if kept_unallocated is not None:
         errors += _diff("smallest_unallocated() (kept)", kept_unallocated,

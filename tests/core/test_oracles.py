@@ -288,6 +288,7 @@ def replayed() -> ClusterState:
     st.smallest_shapes("a/x")
     st.gpus_queues("a/x")
     st.smallest_unallocated()
+    st.budget_set("h0")
     return st
 
 
@@ -323,6 +324,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "gpus_queues": lambda s: s.derived.by_gpus["a/x"].pop(1),
     "smallest_unallocated": lambda s: setattr(s.derived, "smallest_unallocated", (1, 1 << 30)),
     "released": lambda s: s.derived.released.ids.discard("r2"),
+    "budget_set": lambda s: s.derived.budget_sets.__setitem__("h0", frozenset({"a/x"})),
     "protection heap": lambda s: s.derived.protections.clear(),
 }
 

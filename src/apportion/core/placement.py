@@ -125,7 +125,7 @@ class HostView:
             # hosts of work already preempted this pass: promised to another workload
             promised = {s.host for wid in self.claimed for s in st.running[wid].placement}
             self._clearable = [
-                _HostOption(name, frozenset(st.budgets_on[name]))
+                _HostOption(name, st.budget_set(name))
                 for name in self.names
                 if name not in self.touched
                 and name not in promised

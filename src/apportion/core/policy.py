@@ -79,6 +79,8 @@ def _charge_threshold(
     below which enough sides open to reach ``gpus``; if the search failed instead, below
     which any opens. Slightly above the exact figure, so that rounding can only make a later
     request be tried, never skipped."""
+    if not opening:
+        return 0.0  # no charge opens a side: nothing as large can succeed (the common case)
     threshold = 0.0
     if short_bound is None:
         threshold = max((below for below, _ in opening), default=0.0)
@@ -392,10 +394,10 @@ class Pass:
             return _INF
         if not self.cfg.rebalance:
             return 0.0
-        least = min(
-            (c for g, c in self.rebalance_failed.get((budget, multi), ()) if gpus >= g),
-            default=_INF,
-        )
+        least = _INF
+        for g, c in self.rebalance_failed.get((budget, multi), ()):  # a loop: no generator
+            if gpus >= g and c < least:
+                least = c
         per_second = gpus * self.cfg.admission_charge  # admission charge per minimum-runtime s
         if least == _INF or per_second <= 0.0:
             return _INF if least > 0.0 else 0.0

@@ -94,11 +94,14 @@ class DerivedCache:
     writes): each queue's smallest shapes and its work by GPU count (for the pass to skip
     what cannot start, :mod:`apportion.core.queueindex`), the smallest unallocated
     requests, and the work released by the latest time asked about, with the heap of
-    protection ends that advances it. Every one is derived: the index oracle of the tests
+    protection ends that advances it, and the budgets on each host as a set (for
+    whole-host searches). Every one is derived: the index oracle of the tests
     rebuilds each from the work after every event, and :meth:`ClusterState.fingerprint`
     leaves this object out."""
 
-    __slots__ = ("by_gpus", "protections", "released", "smallest", "smallest_unallocated")
+    __slots__ = (
+        "budget_sets", "by_gpus", "protections", "released", "smallest", "smallest_unallocated"
+    )
 
     def __init__(self) -> None:
         # leaf -> see ClusterState.gpus_queues; dropped when the leaf's allocated queue changes
@@ -111,6 +114,8 @@ class DerivedCache:
         # advanced as the policy asks about later times
         self.protections: list[tuple[float, float, str]] = []  # (until, started_at, id)
         self.released = Released(float("-inf"))
+        # host -> see ClusterState.budget_set; dropped when the host's budgets change
+        self.budget_sets: dict[str, frozenset[str]] = {}
 
 
 def queue_key(spec: WorkloadSpec) -> QueueKey:
@@ -462,6 +467,7 @@ class ClusterState:
             held[node] = held.get(node, 0) + gpus
 
     def _count_budget(self, host: str, budget: str, one: int) -> None:
+        self._cache.budget_sets.pop(host, None)
         on = self._budgets_on[host]
         on[budget] = on.get(budget, 0) + one
         if not on[budget]:
@@ -563,6 +569,15 @@ class ClusterState:
             kept = self._cache.by_gpus[leaf] = {
                 gpus: GpusQueue(items) for gpus, items in sorted(grouped.items())
             }
+        return kept
+
+    def budget_set(self, host: str) -> frozenset[str]:
+        """The budgets of the allocated work on ``host`` (not stopping), as a set (read
+        only): what a whole-host search asks of every host it could empty. Kept until work
+        of a budget starts on the host or leaves it (or stops), not rebuilt each pass."""
+        kept = self._cache.budget_sets.get(host)
+        if kept is None:
+            kept = self._cache.budget_sets[host] = frozenset(self._budgets_on[host])
         return kept
 
     def smallest_unallocated(self) -> tuple[int, int]:
