@@ -131,6 +131,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
     repairs: dict[str, float] = {}  # host -> when its repair ends (the simulator's model)
     hours = [HOUR * k for k in range(1, int(end // HOUR) + 1) if HOUR * k < end]
     log: list[str] = []
+    rechecks: set[float] = set()  # moments passes asked for (checkpoint waits)
     t = -1.0
     while True:
         st = sched.state
@@ -145,6 +146,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
             *protections,
             *(d for d in st.deadlines.values() if d > t),
             *repairs.values(),
+            *(r for r in rechecks if r > t),
         ]
         t = min(candidates, default=end)
         if t >= end:
@@ -175,6 +177,8 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
             )
             assert row.id == spec.id
         lines = sched.step(t)
+        if sched.recheck_at is not None:  # the simulator passes then too
+            rechecks.add(sched.recheck_at)
         for line in lines:
             parts = line.split()
             if parts[1] == "host" and parts[4] == "repair":

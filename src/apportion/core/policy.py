@@ -31,13 +31,14 @@ from collections.abc import Mapping
 
 from . import reservations
 from .config import PolicyConfig, is_debug
-from .placement import HostView, find_fit, find_victims
-from .preemption import UNALLOCATED, Candidate, RebalanceRules, victim_class
+from .placement import HostView, VictimPlan, find_fit, find_victims
+from .preemption import UNALLOCATED, Candidate, RebalanceRules, checkpoint_due, victim_class
 from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
     NO_SIZE,
+    CheckpointWait,
     CoreError,
     Decisions,
     HostChange,
@@ -167,6 +168,7 @@ class Pass:
         self.preempts: list[Preempt] = []
         self.changes: list[HostChange] = []
         self.timeouts: list[str] = []
+        self.waits: list[CheckpointWait] = []  # rebalances put off until checkpoints
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -203,6 +205,7 @@ class Pass:
             order=tuple(self.order),
             waiting=self.waiting,
             timeouts=tuple(self.timeouts),
+            checkpoint_waits=tuple(self.waits),
         )
 
     # ---- phase 0: time limits --------------------------------------------------------
@@ -511,6 +514,7 @@ class Pass:
             if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
                 self._live.clear()
+        rebalancing = plan is None  # the plan, if any, comes from the rebalance search
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
             plan = find_victims(
@@ -540,6 +544,8 @@ class Pass:
         if plan is None:
             return False
         self.hosts.claim(plan)
+        if rebalancing and self.await_checkpoints(spec, plan):
+            return True
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
             unallocated = victim.klass == UNALLOCATED
@@ -547,6 +553,22 @@ class Pass:
             self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
+        return True
+
+    def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan) -> bool:
+        """Put a rebalance off until its victims' checkpoints if they are all due soon
+        (:func:`preemption.checkpoint_due`): the plan's GPUs and victims stay promised to
+        ``spec`` for this pass, as for a preemption, but nothing is stopped yet; the pass at
+        the due moment decides afresh (and then preempts, losing almost nothing)."""
+        queued_at = self.state.pending[spec.id].queued_at
+        due = checkpoint_due(plan.victims, self.state.running, self.now,
+                             queued_at + self.cfg.max_min_runtime, self.cfg)
+        if due is None:
+            return False
+        self.waits.append(CheckpointWait(spec.id, due, tuple(v.id for v in plan.victims)))
+        for victim in plan.victims:
+            self.rules.evict(victim)
+        self.waiting[spec.id] = WaitReason.WAITING_FOR_CHECKPOINT
         return True
 
     def rebalance_bound(
