@@ -524,6 +524,7 @@ def _merge(fleet: FleetState, parts: Iterable[Decisions]) -> Decisions:
         waiting=waiting,
         timeouts=tuple(t for d in parts for t in d.timeouts),
         checkpoint_waits=tuple(w for d in parts for w in d.checkpoint_waits),
+        recheck_at=min((d.recheck_at for d in parts if d.recheck_at is not None), default=None),
     )
 
 

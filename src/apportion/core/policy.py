@@ -32,7 +32,14 @@ from collections.abc import Mapping
 from . import reservations
 from .config import PolicyConfig, is_debug
 from .placement import HostView, VictimPlan, find_fit, find_victims
-from .preemption import UNALLOCATED, Candidate, RebalanceRules, checkpoint_due, victim_class
+from .preemption import (
+    UNALLOCATED,
+    Candidate,
+    RebalanceRules,
+    checkpoint_due,
+    loss_allowed,
+    victim_class,
+)
 from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
@@ -169,6 +176,7 @@ class Pass:
         self.changes: list[HostChange] = []
         self.timeouts: list[str] = []
         self.waits: list[CheckpointWait] = []  # rebalances put off until checkpoints
+        self.recheck = _INF  # when a pass is due for what this one put off (Decisions)
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -206,6 +214,7 @@ class Pass:
             waiting=self.waiting,
             timeouts=tuple(self.timeouts),
             checkpoint_waits=tuple(self.waits),
+            recheck_at=self.recheck if self.recheck < _INF else None,
         )
 
     # ---- phase 0: time limits --------------------------------------------------------
@@ -543,8 +552,12 @@ class Pass:
                                      _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
+        due = self.checkpoint_due(spec, plan) if rebalancing else None
+        if rebalancing and due is None and not self.worth_it(spec, plan):
+            return False
         self.hosts.claim(plan)
-        if rebalancing and self.await_checkpoints(spec, plan):
+        if due is not None:
+            self.await_checkpoints(spec, plan, due)
             return True
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
@@ -555,21 +568,34 @@ class Pass:
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
 
-    def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan) -> bool:
-        """Put a rebalance off until its victims' checkpoints if they are all due soon
-        (:func:`preemption.checkpoint_due`): the plan's GPUs and victims stay promised to
-        ``spec`` for this pass, as for a preemption, but nothing is stopped yet; the pass at
-        the due moment decides afresh (and then preempts, losing almost nothing)."""
+    def worth_it(self, spec: WorkloadSpec, plan: VictimPlan) -> bool:
+        """May this rebalance destroy the progress its victims have at risk now
+        (:func:`preemption.loss_allowed`)? If not it is no failure of the search (a longer
+        wait allows it): nothing is recorded, the request just waits."""
         queued_at = self.state.pending[spec.id].queued_at
-        due = checkpoint_due(plan.victims, self.state.running, self.now,
-                             queued_at + self.cfg.max_min_runtime, self.cfg)
-        if due is None:
-            return False
+        if loss_allowed(plan.cost[0], spec.gpus, self.now - queued_at, self.cfg):
+            return True
+        # from then on any loss is allowed: the share guarantee's bound
+        self.recheck = min(self.recheck, queued_at + self.cfg.max_min_runtime)
+        return False
+
+    def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
+        """Until when this rebalance may wait for its victims' checkpoints
+        (:func:`preemption.checkpoint_due`); None: it does not wait."""
+        queued_at = self.state.pending[spec.id].queued_at
+        return checkpoint_due(plan.victims, self.state.running, self.now,
+                              queued_at + self.cfg.max_min_runtime, self.cfg)
+
+    def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan, due: float) -> None:
+        """Put the rebalance off until ``due``, its victims' checkpoints: the plan's GPUs and
+        victims stay promised to ``spec`` for this pass (claimed), as for a preemption, but
+        nothing is stopped yet; the pass at ``due`` decides afresh (and then preempts,
+        losing almost nothing)."""
         self.waits.append(CheckpointWait(spec.id, due, tuple(v.id for v in plan.victims)))
+        self.recheck = min(self.recheck, due)
         for victim in plan.victims:
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_CHECKPOINT
-        return True
 
     def rebalance_bound(
         self, spec: WorkloadSpec

@@ -237,12 +237,10 @@ class Decisions:
     ends as ``timeout``, never requeued."""
     checkpoint_waits: tuple[CheckpointWait, ...] = ()
     """Preemptions put off until the victims' checkpoints (see :class:`CheckpointWait`)."""
-
-    @property
-    def recheck_at(self) -> float | None:
-        """The earliest moment a pass is due for a wait this pass decided (None: none):
-        drivers pass then even if nothing else happens."""
-        return min((w.until for w in self.checkpoint_waits), default=None)
+    recheck_at: float | None = None
+    """The earliest moment a pass is due for what this pass put off (None: nothing): a
+    checkpoint waited for, or the moment a rebalance held back for what it would destroy
+    is allowed whatever it destroys. Drivers pass then even if nothing else happens."""
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes or self.timeouts)
