@@ -28,9 +28,7 @@ from apportion.core.types import CheckpointWait, Decisions
 from .helpers import HOUR, make_hosts, make_spec, make_tree
 
 MIN = 60.0
-# checkpoint_wait: 10 min; the rule that a rebalance destroys no more than its preemptor
-# has waited for is off here, to see the wait alone (its own tests are at the end)
-CFG = PolicyConfig(loss_per_wait=0.0)
+CFG = PolicyConfig()  # checkpoint_wait: 10 min
 
 
 def decide(st: ClusterState, now: float, cfg: PolicyConfig = CFG) -> Decisions:
@@ -137,44 +135,9 @@ def test_checkpoint_wait_over_the_cap_is_refused() -> None:
 def test_explain_shows_the_checkpoint_wait() -> None:
     """``explain`` says what the workload waits for, whom, and when they are preempted."""
     st = _case(52 * MIN)
-    e = explain(st, 52 * MIN, PolicyConfig(), "a1")
+    e = explain(st, 52 * MIN, CFG, "a1")
     assert e.wait_reason is WaitReason.WAITING_FOR_CHECKPOINT
     assert e.awaiting == ("b1",) and e.earliest_start == 60 * MIN
     text = "\n".join(e.lines())
     assert "waiting for the work it displaces to checkpoint" in text
     assert "b1 checkpoints in 8 min" in text
-
-
-# ---- a rebalance destroys no more progress than its preemptor has waited for -------------
-def test_a_long_unsaved_run_is_not_thrown_away_for_work_that_just_arrived() -> None:
-    """``b1`` (8 GPUs, checkpoints every hour from 0) has 10 min at risk when ``a1`` (4
-    GPUs, its share) asks at 70 min: at risk grows faster than what ``a1`` has waited (GPUs
-    x seconds), so the rebalance waits
-    until ``b1`` checkpoints at 2 h, then preempts it losing nothing (``checkpoint_wait``
-    off, to see this rule alone; with it the pass at 110 min waits for that checkpoint)."""
-    cfg = PolicyConfig(checkpoint_wait=0.0)
-    st = ClusterState(make_tree("a", "b"), make_hosts(8))
-    st.submit(make_spec("b1", "b", 8, 30 * MIN, resumable=True, checkpoint_interval=HOUR), 0.0)
-    st.start("b1", (Slice("h0", 8),), 0.0)
-    st.submit(make_spec("a1", "a", 4, submit_time=70 * MIN), 70 * MIN)
-    for now in (70 * MIN, 100 * MIN, 119 * MIN):
-        d = decide(st, now, cfg)
-        assert d.preemptions == () and d.waiting["a1"] is WaitReason.NO_CAPACITY, now
-    assert [p.workload for p in decide(st, 2 * HOUR, cfg).preemptions] == ["b1"]
-    assert decide(st, 110 * MIN, PolicyConfig()).recheck_at == 2 * HOUR
-    assert [p.workload for p in decide(st, 70 * MIN, replace(cfg, loss_per_wait=0.0))
-            .preemptions] == ["b1"]
-
-
-def test_a_non_resumable_run_is_rebalanced_once_its_preemptor_waited_max_min_runtime() -> None:
-    """A non-resumable run loses its whole run when stopped: a request that arrived after it
-    waits until it has waited ``max_min_runtime`` (the share guarantee's bound), then gets
-    its room, whatever the loss."""
-    st = ClusterState(make_tree("a", "b"), make_hosts(8))
-    st.submit(make_spec("b1", "b", 8, 30 * MIN), 0.0)
-    st.start("b1", (Slice("h0", 8),), 0.0)
-    st.submit(make_spec("a1", "a", 4, submit_time=HOUR), HOUR)
-    cfg = PolicyConfig()
-    assert decide(st, HOUR + cfg.max_min_runtime - 1, cfg).preemptions == ()
-    late = decide(st, HOUR + cfg.max_min_runtime, cfg)
-    assert [p.workload for p in late.preemptions] == ["b1"]

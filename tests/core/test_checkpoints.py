@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from apportion.core import ClusterState, CoreError, PolicyConfig, Slice, WorkloadSpec, decide
@@ -72,9 +70,7 @@ def test_victim_choice_prefers_the_least_progress_at_risk() -> None:
     _running(st, "b1", "b", 8, "h1", 0.0, resumable=True, checkpoint_interval=2 * HOUR)
     st.checkpoint("b1", 3 * HOUR - 60)  # b0's last checkpoint was at 2 h: 1 h at risk
     st.submit(make_spec("a1", "a", 8, submit_time=3 * HOUR), 3 * HOUR)
-    # loss_per_wait off: the choice alone (with it, a request that just arrived destroys
-    # nothing: see test_checkpoint_wait.py)
-    d = decide(st, 3 * HOUR, replace(CFG, loss_per_wait=0.0))
+    d = decide(st, 3 * HOUR, CFG)
     assert [p.workload for p in d.preemptions] == ["b1"]
 
 

@@ -43,10 +43,6 @@ class PolicyConfig:
     """A rebalance whose victims all checkpoint within this long waits for those checkpoints
     instead of destroying their progress (0: never waits). Never past the preemptor's
     ``queued_at + max_min_runtime``, so the share guarantee's bound holds."""
-    loss_per_wait: float = 1.0
-    """A rebalance destroys at most this many GPU-seconds of its victims' progress at risk
-    per GPU-second its preemptor has waited (and any once it has waited
-    ``max_min_runtime``); 0: no limit."""
     reservations: int = 0
     """How many large workloads (more than one host's GPUs) of owed budgets may hold a
     reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`).

@@ -37,7 +37,6 @@ from .preemption import (
     Candidate,
     RebalanceRules,
     checkpoint_due,
-    loss_allowed,
     victim_class,
 )
 from .queueindex import Entry
@@ -176,7 +175,7 @@ class Pass:
         self.changes: list[HostChange] = []
         self.timeouts: list[str] = []
         self.waits: list[CheckpointWait] = []  # rebalances put off until checkpoints
-        self.recheck = _INF  # when a pass is due for what this one put off (Decisions)
+        self.recheck = _INF  # when a pass is due for a checkpoint waited for (Decisions)
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -553,8 +552,6 @@ class Pass:
         if plan is None:
             return False
         due = self.checkpoint_due(spec, plan) if rebalancing else None
-        if rebalancing and due is None and not self.worth_it(spec, plan):
-            return False
         self.hosts.claim(plan)
         if due is not None:
             self.await_checkpoints(spec, plan, due)
@@ -567,17 +564,6 @@ class Pass:
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
-
-    def worth_it(self, spec: WorkloadSpec, plan: VictimPlan) -> bool:
-        """May this rebalance destroy the progress its victims have at risk now
-        (:func:`preemption.loss_allowed`)? If not it is no failure of the search (a longer
-        wait allows it): nothing is recorded, the request just waits."""
-        queued_at = self.state.pending[spec.id].queued_at
-        if loss_allowed(plan.cost[0], spec.gpus, self.now - queued_at, self.cfg):
-            return True
-        # from then on any loss is allowed: the share guarantee's bound
-        self.recheck = min(self.recheck, queued_at + self.cfg.max_min_runtime)
-        return False
 
     def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
         """Until when this rebalance may wait for its victims' checkpoints

@@ -110,18 +110,6 @@ def next_checkpoint(r: Running, at: float, config: PolicyConfig) -> float:
     return since + math.ceil(max(0.0, at - since) / interval - _EPS) * interval
 
 
-def loss_allowed(at_risk: float, gpus: int, waited: float, config: PolicyConfig) -> bool:
-    """May a rebalance for a request of ``gpus`` that has waited ``waited`` seconds destroy
-    ``at_risk`` GPU-seconds of its victims' progress? At most ``loss_per_wait`` times what
-    the request has waited (GPUs x seconds): a run that has gone hours since its last
-    checkpoint, or a non-resumable one, is not thrown away for work that just arrived, which
-    may get room from work ending on its own meanwhile. Always once it has waited
-    ``max_min_runtime``, so the share guarantee's bound holds."""
-    if config.loss_per_wait <= 0 or waited >= config.max_min_runtime:
-        return True
-    return at_risk <= config.loss_per_wait * gpus * waited + 1e-6
-
-
 def checkpoint_due(
     victims: Iterable[Candidate], running: Mapping[str, Running], now: float,
     latest: float, config: PolicyConfig,

@@ -238,9 +238,8 @@ class Decisions:
     checkpoint_waits: tuple[CheckpointWait, ...] = ()
     """Preemptions put off until the victims' checkpoints (see :class:`CheckpointWait`)."""
     recheck_at: float | None = None
-    """The earliest moment a pass is due for what this pass put off (None: nothing): a
-    checkpoint waited for, or the moment a rebalance held back for what it would destroy
-    is allowed whatever it destroys. Drivers pass then even if nothing else happens."""
+    """The earliest moment a pass is due for what this pass put off (None: nothing): the
+    first checkpoint waited for. Drivers pass then even if nothing else happens."""
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes or self.timeouts)
