@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apportion.core import (
     ClusterState,
@@ -25,7 +27,8 @@ from apportion.core import (
 from apportion.core import decide as decide_pass
 from apportion.core.types import CheckpointWait, Decisions
 
-from .helpers import HOUR, make_hosts, make_spec, make_tree
+from .helpers import HOUR, Driver, Job, make_hosts, make_spec, make_state, make_tree
+from .strategies import DRIVEN_SETTINGS, Scenario, contended_scenarios
 
 MIN = 60.0
 CFG = PolicyConfig()  # checkpoint_wait: 10 min
@@ -141,3 +144,56 @@ def test_explain_shows_the_checkpoint_wait() -> None:
     text = "\n".join(e.lines())
     assert "waiting for the work it displaces to checkpoint" in text
     assert "b1 checkpoints in 8 min" in text
+
+
+def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
+    """Each wait is for victims that lose nothing at its end: every victim with progress at
+    risk now has none at ``until`` (its checkpoint falls by then); ``recheck_at`` is the
+    first of them. (check_pass checks the bound, the guarantee's bound and that the
+    victims run unprotected.)"""
+    for w in d.checkpoint_waits:
+        for v in w.victims:
+            r = state.running[v]
+            if r.at_risk(now, CFG.default_checkpoint_interval) <= 0.0:
+                continue  # nothing to save: it only frees GPUs with the others
+            assert r.spec.resumable, f"{w.workload} waits for non-resumable {v}"
+            interval = r.spec.checkpoint_interval or CFG.default_checkpoint_interval
+            at_end = r.at_risk(w.until, CFG.default_checkpoint_interval)
+            # a checkpoint at ``until``: nothing at risk then (or, by rounding, a whole
+            # interval's worth that is one more checkpoint)
+            assert min(at_end, abs(interval - at_end)) < 1e-6, (
+                f"{w.workload} waits until {w.until} for {v}, which still has "
+                f"{at_end:g} s at risk then"
+            )
+    firsts = [w.until for w in d.checkpoint_waits]
+    assert d.recheck_at == (min(firsts) if firsts else None)
+
+
+@st.composite
+def checkpointing_scenarios(draw: st.DrawFn) -> Scenario:
+    """Contended scenarios whose submissions and checkpoint intervals do not line up with
+    the minimum runtimes (so rebalances find victims between checkpoints), with more
+    resumable work that checkpoints on its interval only."""
+    sc = draw(contended_scenarios())
+    jobs = [
+        Job(replace(j.spec, submit_time=j.spec.submit_time + draw(st.integers(0, 599)),
+                    checkpoint_interval=draw(st.sampled_from([0.0, 700.0, 900.0, 1300.0])),
+                    resumable=j.spec.resumable or draw(st.booleans()),
+                    checkpoint_on_term=draw(st.integers(0, 3)) == 0),
+            j.duration)
+        for j in sc.jobs
+    ]
+    return Scenario(sc.tree, sc.hosts, jobs, [])
+
+
+@DRIVEN_SETTINGS
+@given(checkpointing_scenarios())
+def test_checkpoint_waits_end_at_checkpoints_and_keep_every_invariant(sc: Scenario) -> None:
+    """Over a contended replay (random checkpoint intervals and SIGTERM checkpoints), every
+    pass keeps every invariant with rebalances waiting for checkpoints (check_pass: no
+    protected victim, waits within ``checkpoint_wait`` and the share guarantee's bound),
+    and every wait ends where its victims have saved their progress; the driver passes at
+    each ``recheck_at``, as the simulator does."""
+    drv = Driver(make_state(sc.tree, sc.hosts), config=CFG, on_pass=_check_waits)
+    drv.add_jobs(sc.jobs)
+    drv.run(until=14 * 3600.0, start=0.0)
