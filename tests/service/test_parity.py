@@ -3,7 +3,8 @@
 The service runs with a fake clock, the in-memory executor (which ends work exactly when
 the simulator's cost model says: checkpoint loss and restart overhead included) and a real
 store, and is stepped at exactly the moments the simulator handles: submissions, exits,
-ends of minimum runtimes, hour boundaries and host events. Both decision logs
+ends of minimum runtimes, hour boundaries, host events and the moments a pass asked for
+(``Decisions.recheck_at``: a checkpoint waited for). Both decision logs
 (``core.decision_log`` lines) must be identical.
 """
 
