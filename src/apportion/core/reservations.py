@@ -14,15 +14,16 @@ around a reservation, and so does this module:
   more: unallocated and stopping work at once; allocated work at the end of its protection
   (its minimum runtime, and its restart protection) and its next checkpoint if the
   reservation may take it, or at its time limit; allocated work it may not take and that
-  has no time limit keeps the host out of reach. It may take resumable work whose budget is
-  more used than its own (compared where the two budgets' paths diverge, as Fair Tree
-  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all.
+  has no time limit keeps the host out of reach. It may take resumable work of any other
+  budget (:func:`may_take`): never a non-resumable run, which would lose all, never its own
+  budget's work.
   The hosts ready first are reserved; the reservation starts (``ready``) when the last of them
   is. Whole hosts only, chosen by readiness: a host that is ready sooner is kept whole.
 * **meanwhile** the reserved hosts are out of the rest of the pass's reach; afterwards
   (:func:`backfill`) their free GPUs go to work that cannot delay the start: unallocated
   work (preempted when it starts), work whose time limit ends by then, and resumable
-  allocated work whose protection ends by then and that the reservation may take.
+  allocated work of any other budget whose protection, and a checkpoint after it, fall by
+  then (taken back when it starts, losing nothing it has not saved).
 * **at its start** (``ready <= now``) the workload takes the hosts: what is still on them
   is preempted for it (never protected work: placement refuses it whatever this says),
   and the existing hand-over (``Decisions.reservations``) gives it the GPUs as they free.
