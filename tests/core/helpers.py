@@ -151,6 +151,23 @@ def check_pass(
     for c in d.host_changes:
         assert state.hosts[c.host].state is HostState.DRAINING and c.to is HostState.REPAIR
         assert not state.on_host[c.host], f"host {c.host} sent to repair while busy"
+    # a rebalance put off for checkpoints: within the bound and the share guarantee's, its
+    # victims running, unprotected, not preempted by this pass
+    for w in d.checkpoint_waits:
+        queued = state.pending.get(w.workload)
+        assert queued is not None, f"{w.workload} waits for checkpoints but is not pending"
+        assert w.workload not in start_ids, f"{w.workload} both started and waiting"
+        assert now < w.until, f"{w.workload}: a checkpoint wait until {w.until} at {now}"
+        if config is not None:
+            assert w.until <= now + config.checkpoint_wait + EPS, f"{w.workload}: wait too long"
+            assert w.until <= queued.queued_at + config.max_min_runtime + EPS, (
+                f"{w.workload}: its wait ends after the share guarantee's bound"
+            )
+        for v in w.victims:
+            r = state.running.get(v)
+            assert r is not None and not r.stopping, f"{w.workload} waits for {v}, not running"
+            assert v not in pre_ids, f"{v} both preempted and waited for"
+            assert now >= r.protected_until() - EPS, f"{w.workload} waits for protected {v}"
 
 
 # ---- the driver ----------------------------------------------------------------------------
@@ -201,6 +218,7 @@ class Driver:
         self.passes: list[tuple[float, Decisions]] = []
         self.preempted: list[tuple[float, Preempt]] = []
         self.rounds_at: dict[float, int] = {}
+        self.rechecks: list[float] = []  # moments passes asked for (checkpoint waits)
         self._events: list[tuple[float, int, int, object]] = []
         self._seq = 0
 
@@ -265,6 +283,8 @@ class Driver:
             check_pass(self.state, now, d, self.config)
             if self.on_pass is not None:
                 self.on_pass(self.state, now, d)
+            if d.recheck_at is not None:  # a pass is due then, as in the simulator
+                self.rechecks.append(d.recheck_at)
             if d.empty():
                 self.rounds_at[now] = i
                 return i
@@ -275,6 +295,7 @@ class Driver:
     # -- time
     def next_time(self, now: float) -> float | None:
         cands = [t for t in self.ends.values()]
+        cands += self.rechecks
         cands += self.state.deadlines.values()  # time limits end runs with no other event
         cands += [
             r.protected_until()

@@ -126,3 +126,29 @@ def test_reserved_hosts_take_no_work_protected_past_the_reservation() -> None:
     st.submit(make_spec("u2", "b", 2, 0.0, 1.5 * HOUR), 1.5 * HOUR)
     d = decide(st, 1.5 * HOUR, cfg)
     assert [(s.workload, s.placement) for s in d.starts] == [("u2", (Slice("h0", 2),))]
+
+
+def test_any_other_budgets_work_released_by_the_start_backfills_and_is_taken_back() -> None:
+    """Budget ``c`` (owed, used nothing, ratio as low as ``a``'s) asks at 1.5 h for 4 GPUs,
+    resumable, protected 30 min and checkpointing every 15 min: its protection and a
+    checkpoint both fall by the reservation's start at 2 h, so it backfills the free h0
+    (the rest of the cluster is protected ``b`` work); at 2 h the reservation takes it back
+    with ``b1`` and ``a16`` starts on h0 and h1. A 4-GPU run of ``c`` protected for 1 h
+    would hold h0 past 2 h: it is kept off."""
+    cfg = PolicyConfig(reservations=1)
+    st = ClusterState(make_tree(("a", 1.0), ("b", 3.0), ("c", 1.0)), make_hosts(8, 8, 8, 8))
+    for i, hours in enumerate((1, 2, 3, 5)):
+        st.submit(make_spec(f"b{i}", "b", 8, hours * HOUR, resumable=True), 0.0)
+        st.start(f"b{i}", (Slice(f"h{i}", 8),), 0.0)
+    st.submit(A16, 0.5 * HOUR)
+    _settle(st, 0.5 * HOUR, cfg)
+    st.finish("b0", 1.5 * HOUR)
+    st.submit(make_spec("c1h", "c", 4, HOUR, 1.5 * HOUR, resumable=True,
+                        checkpoint_interval=0.25 * HOUR), 1.5 * HOUR)
+    st.submit(make_spec("c4", "c", 4, 0.5 * HOUR, 1.5 * HOUR, resumable=True,
+                        checkpoint_interval=0.25 * HOUR), 1.5 * HOUR)
+    assert _settle(st, 1.5 * HOUR, cfg) == (["c4"], [])
+    assert st.running["c4"].placement == (Slice("h0", 4),)
+    starts, preempted = _settle(st, 2 * HOUR, cfg)
+    assert sorted(preempted) == ["b1", "c4"] and "a16" in starts
+    assert {s.host for s in st.running["a16"].placement} == {"h0", "h1"}

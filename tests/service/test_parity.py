@@ -3,7 +3,8 @@
 The service runs with a fake clock, the in-memory executor (which ends work exactly when
 the simulator's cost model says: checkpoint loss and restart overhead included) and a real
 store, and is stepped at exactly the moments the simulator handles: submissions, exits,
-ends of minimum runtimes, hour boundaries and host events. Both decision logs
+ends of minimum runtimes, hour boundaries, host events and the moments a pass asked for
+(``Decisions.recheck_at``: a checkpoint waited for). Both decision logs
 (``core.decision_log`` lines) must be identical.
 """
 
@@ -136,6 +137,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
     repairs: dict[str, float] = {}  # host -> when its repair ends (the simulator's model)
     hours = [HOUR * k for k in range(1, int(end // HOUR) + 1) if HOUR * k < end]
     log: list[str] = []
+    rechecks: set[float] = set()  # moments passes asked for (checkpoint waits)
     t = -1.0
     while True:
         st = sched.state
@@ -150,6 +152,7 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
             *protections,
             *(d for d in st.deadlines.values() if d > t),
             *repairs.values(),
+            *(r for r in rechecks if r > t),
         ]
         t = min(candidates, default=end)
         if t >= end:
@@ -180,6 +183,8 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
             )
             assert row.id == spec.id
         lines = sched.step(t)
+        if sched.recheck_at is not None:  # the simulator passes then too
+            rechecks.add(sched.recheck_at)
         for line in lines:
             parts = line.split()
             if parts[1] == "host" and parts[4] == "repair":
@@ -221,9 +226,10 @@ def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: P
 # A large run of an owed budget on reserved hosts, with backfill around the reservation:
 # ai/vision fills three hosts (protected 30 min, 1 h, 2 h); ops (used nothing) asks for 16
 # GPUs, more than its share, which no rebalance rule grants at once; h0 and h1 are reserved
-# for it. When h0 empties, ai/vision's next 8-hour run is kept off it and the unallocated
-# ai/llm run backfills it, to be preempted when the reservation starts (h1's protection
-# ends at 1 h) and ops' run starts on h0 and h1.
+# for it. When h0 empties, ai/vision's next 1-hour run is kept off it (it would be
+# protected past the start); the unallocated ai/llm run and ai/llm's resumable run
+# protected for 10 min backfill it, to be preempted when the reservation starts (h1's
+# protection ends at 1 h) and ops' run starts on h0 and h1.
 RESERVE_HOSTS = (("h0", 8), ("h1", 8), ("h2", 8))
 RESERVE_TRACE = [
     ("w-000001", 0, "ai/vision", 8, 1800, True, 600, 2400),
@@ -232,6 +238,7 @@ RESERVE_TRACE = [
     ("w-000004", 600, "ops", 16, 900, True, 300, 3000),
     ("w-000005", 2000, "ai/vision", 8, 3600, True, 600, 9000),
     ("w-000006", 2000, "ai/llm", 4, 0, True, 300, 9000),
+    ("w-000007", 2000, "ai/llm", 4, 600, True, 300, 9000),
 ]
 
 
@@ -240,9 +247,9 @@ def test_service_and_simulator_agree_on_reservations_and_backfill(
     backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reservation case above: the simulator reserves h0 and h1 for ops' 16-GPU run,
-    backfills the unallocated run onto h0, preempts it and ai/vision's unprotected run at
-    1 h and starts ops' run on h0 and h1; the live scheduler's log is the same, line by
-    line."""
+    backfills the unallocated run and ai/llm's short-protected one onto h0, preempts them
+    and ai/vision's unprotected run at 1 h and starts ops' run on h0 and h1; the live
+    scheduler's log is the same, line by line."""
     for name, value in (("TRACE", RESERVE_TRACE), ("HOSTS", RESERVE_HOSTS), ("EVENTS", []),
                         ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
                         ("ON_TERM", set())):
@@ -253,11 +260,13 @@ def test_service_and_simulator_agree_on_reservations_and_backfill(
     assert [line for line in starts if "w-000004" in line] == [
         "3600.000 start w-000004 on h0:8,h1:8"
     ]
-    # h0 empties at 2400: the unallocated run backfills it, the 1-hour run stays off it
+    # h0 empties at 2400: the unallocated run and the 10-min one backfill it, the 1-hour
+    # run stays off it
     assert [line for line in starts if line.startswith("2400.000")] == [
-        "2400.000 start w-000006 on h0:4"
+        "2400.000 start w-000007 on h0:4", "2400.000 start w-000006 on h0:4"
     ]
     assert "3600.000 preempt w-000006 unallocated requeue=True by=w-000004" in expected
+    assert "3600.000 preempt w-000007 rebalance requeue=True by=w-000004" in expected
     assert "3600.000 preempt w-000002 rebalance requeue=True by=w-000004" in expected
     assert serve(backend, tmp_path, config) == expected
 
@@ -275,3 +284,35 @@ def test_reported_checkpoints_leave_the_decisions_the_simulators(
     reported: set[str] = set()
     assert serve(backend, tmp_path, config, reported) == simulate(config)
     assert reported
+
+
+# A rebalance that waits for its victim's checkpoint: ai/vision holds the one host with two
+# 4-GPU runs (w-000001 resumable, checkpointing every 600 s; w-000002 not resumable); at
+# 2000 s ops asks for its share (2 GPUs). w-000001 is past its minimum runtime and 200 s
+# from its last checkpoint, its next one due at 2400 s (within checkpoint_wait): nothing is
+# preempted at 2000 s; at 2400 s it is, losing nothing, and ops' run starts.
+WAIT_HOSTS = (("h0", 8),)
+WAIT_TRACE = [
+    ("w-000001", 0, "ai/vision", 4, 1800, True, 600, 20000),
+    ("w-000002", 0, "ai/vision", 4, 1800, False, 0, 20000),
+    ("w-000003", 2000, "ops", 2, 600, False, 0, 3000),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_service_and_simulator_agree_on_a_rebalance_waiting_for_a_checkpoint(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case above: both wait at 2000 s, preempt w-000001 at its checkpoint (2400 s, the
+    moment the pass asked for) and start ops' run then; the logs are the same line by
+    line."""
+    for name, value in (("TRACE", WAIT_TRACE), ("HOSTS", WAIT_HOSTS), ("EVENTS", []),
+                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
+                        ("ON_TERM", set())):
+        monkeypatch.setattr(sys.modules[__name__], name, value)
+    config = PolicyConfig()
+    expected = simulate(config)
+    assert not [line for line in expected if line.startswith("2000.000")]
+    assert "2400.000 preempt w-000001 rebalance requeue=True by=w-000003" in expected
+    assert "2400.000 start w-000003 on h0:2" in expected
+    assert serve(backend, tmp_path, config) == expected

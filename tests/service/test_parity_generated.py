@@ -139,6 +139,7 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
     repairs: dict[str, tuple[float, str]] = {}
     hours = [HOUR * k for k in range(1, int(SPAN // HOUR) + 1) if HOUR * k < SPAN]
     log: list[str] = []
+    rechecks: set[float] = set()  # moments passes asked for (checkpoint waits)
     t = -1.0
     while True:
         st = sched.state
@@ -152,6 +153,7 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
             *(x for x in [executor.next_exit()] if x is not None),
             *protections,
             *(at for at, _ in repairs.values()),
+            *(r for r in rechecks if r > t),
         ]
         t = min(candidates, default=SPAN)
         if t >= SPAN:
@@ -197,6 +199,8 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
             assert row.id == spec.id
             executor.durations[row.id] = duration
         lines = sched.step(t)
+        if sched.recheck_at is not None:  # a checkpoint waited for: the simulator passes then
+            rechecks.add(sched.recheck_at)
         for line in lines:
             parts = line.split()
             if parts[1] == "host" and parts[4] == "repair":

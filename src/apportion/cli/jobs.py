@@ -38,6 +38,7 @@ FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
 REASONS = {
     "no_capacity": "no capacity",
     "waiting_for_preemption": "waiting for preemption",
+    "waiting_for_checkpoint": "waiting for a victim's checkpoint",
     "too_large": "too large for the cluster",
 }
 

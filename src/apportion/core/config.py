@@ -39,6 +39,10 @@ class PolicyConfig:
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
+    checkpoint_wait: float = 10 * MINUTE
+    """A rebalance whose victims all checkpoint within this long waits for those checkpoints
+    instead of destroying their progress (0: never waits). Never past the preemptor's
+    ``queued_at + max_min_runtime``, so the share guarantee's bound holds."""
     reservations: int = 0
     """How many large workloads (more than one host's GPUs) of owed budgets may hold a
     reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`).
@@ -66,6 +70,11 @@ class PolicyConfig:
             raise CoreError(
                 "policy: default_time_limit: must be > 0 and at most max_time_limit "
                 f"({format_duration(self.max_time_limit)}) when that is set"
+            )
+        if self.checkpoint_wait > self.max_min_runtime:
+            raise CoreError(
+                f"policy: checkpoint_wait: {self.checkpoint_wait:g} s is over "
+                f"max_min_runtime ({self.max_min_runtime:g} s)"
             )
         if self.restart_protection > self.max_min_runtime:
             # the share guarantee waits for victims' protections: at most max_min_runtime

@@ -115,6 +115,7 @@ class Explanation:
     wait_reason: WaitReason | None = None
     starts_now: bool = False  # the next pass starts it (placement below)
     preempting: tuple[str, ...] = ()  # victims the pass stops for it right now
+    awaiting: tuple[str, ...] = ()  # victims it waits to checkpoint before preempting them
     plan_hosts: tuple[str, ...] = ()
     victims: tuple[Victim, ...] = ()
     earliest_start: float | None = None
@@ -256,6 +257,15 @@ def explain(
         )
     projected, horizon, advice = _advise(state, now, config, spec)
     base = _replace(base, projected_start=projected, projection_end=horizon, advice=advice)
+    if reason is WaitReason.WAITING_FOR_CHECKPOINT:
+        wait = next(w for w in d.checkpoint_waits if w.workload == workload_id)
+        return _replace(
+            base, wait_reason=reason, awaiting=wait.victims, earliest_start=wait.until,
+            caveats=(f"{', '.join(wait.victims)} checkpoint{'s' if len(wait.victims) == 1 else ''} "
+                     f"in {format_duration(wait.until - now)}: then "
+                     f"{'it is' if len(wait.victims) == 1 else 'they are'} preempted for "
+                     "this workload, losing almost no progress (a pass decides afresh then)",),
+        )
     if reason is WaitReason.TOO_LARGE:
         return _replace(
             base, wait_reason=reason,
@@ -637,6 +647,7 @@ _REASONS = {
     WaitReason.NO_CAPACITY: "no capacity (it does not fit, and nothing it may displace makes "
                             "room)",
     WaitReason.WAITING_FOR_PREEMPTION: "waiting for preempted work to exit",
+    WaitReason.WAITING_FOR_CHECKPOINT: "waiting for the work it displaces to checkpoint",
     WaitReason.TOO_LARGE: "too large (more GPUs than all healthy hosts together)",
 }
 

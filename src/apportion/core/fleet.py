@@ -510,7 +510,8 @@ def _pass(
 
 
 def _admitted(d: Decisions) -> set[str]:
-    return {s.workload for s in d.starts} | {r.workload for r in d.reservations}
+    return ({s.workload for s in d.starts} | {r.workload for r in d.reservations}
+            | {w.workload for w in d.checkpoint_waits})
 
 
 def _offers(
@@ -557,6 +558,8 @@ def _merge(fleet: FleetState, parts: Iterable[Decisions]) -> Decisions:
         order=tuple(order),
         waiting=waiting,
         timeouts=tuple(t for d in parts for t in d.timeouts),
+        checkpoint_waits=tuple(w for d in parts for w in d.checkpoint_waits),
+        recheck_at=min((d.recheck_at for d in parts if d.recheck_at is not None), default=None),
     )
 
 

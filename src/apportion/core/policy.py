@@ -31,13 +31,20 @@ from collections.abc import Mapping
 
 from . import reservations
 from .config import PolicyConfig, is_debug
-from .placement import HostView, find_fit, find_victims
-from .preemption import UNALLOCATED, Candidate, RebalanceRules, victim_class
+from .placement import HostView, VictimPlan, find_fit, find_victims
+from .preemption import (
+    UNALLOCATED,
+    Candidate,
+    RebalanceRules,
+    checkpoint_due,
+    victim_class,
+)
 from .queueindex import Entry
 from .state import ClusterState, Released
 from .tree import ROOT, ancestors
 from .types import (
     NO_SIZE,
+    CheckpointWait,
     CoreError,
     Decisions,
     HostChange,
@@ -169,6 +176,8 @@ class Pass:
         self.preempts: list[Preempt] = []
         self.changes: list[HostChange] = []
         self.timeouts: list[str] = []
+        self.waits: list[CheckpointWait] = []  # rebalances put off until checkpoints
+        self.recheck = _INF  # when a pass is due for a checkpoint waited for (Decisions)
         self.order: list[str] = []
         self.waiting: dict[str, WaitReason] = {}
         # Smallest request that failed this pass: anything larger of the same shape fails too.
@@ -205,6 +214,8 @@ class Pass:
             order=tuple(self.order),
             waiting=self.waiting,
             timeouts=tuple(self.timeouts),
+            checkpoint_waits=tuple(self.waits),
+            recheck_at=self.recheck if self.recheck < _INF else None,
         )
 
     # ---- phase 0: time limits --------------------------------------------------------
@@ -513,6 +524,7 @@ class Pass:
             if plan is None and limited is None:
                 self.unalloc_fail_min[multi] = spec.gpus
                 self._live.clear()
+        rebalancing = plan is None  # the plan, if any, comes from the rebalance search
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
             plan = find_victims(
@@ -541,7 +553,11 @@ class Pass:
                                      _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
+        due = self.checkpoint_due(spec, plan) if rebalancing else None
         self.hosts.claim(plan)
+        if due is not None:
+            self.await_checkpoints(spec, plan, due)
+            return True
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
             unallocated = victim.klass == UNALLOCATED
@@ -550,6 +566,24 @@ class Pass:
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
+
+    def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
+        """Until when this rebalance may wait for its victims' checkpoints
+        (:func:`preemption.checkpoint_due`); None: it does not wait."""
+        queued_at = self.state.pending[spec.id].queued_at
+        return checkpoint_due(plan.victims, self.state.running, self.now,
+                              queued_at + self.cfg.max_min_runtime, self.cfg)
+
+    def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan, due: float) -> None:
+        """Put the rebalance off until ``due``, its victims' checkpoints: the plan's GPUs and
+        victims stay promised to ``spec`` for this pass (claimed), as for a preemption, but
+        nothing is stopped yet; the pass at ``due`` decides afresh (and then preempts,
+        losing almost nothing)."""
+        self.waits.append(CheckpointWait(spec.id, due, tuple(v.id for v in plan.victims)))
+        self.recheck = min(self.recheck, due)
+        for victim in plan.victims:
+            self.rules.evict(victim)
+        self.waiting[spec.id] = WaitReason.WAITING_FOR_CHECKPOINT
 
     def rebalance_bound(
         self, spec: WorkloadSpec

@@ -25,7 +25,8 @@ back would put it over. No ping-pong.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from .config import PolicyConfig
@@ -93,6 +94,51 @@ class Candidate:
             r.hosts,
             r.started_at if r.restarted and r.spec.allocated else float("-inf"),
         )
+
+
+def next_checkpoint(r: Running, at: float, config: PolicyConfig) -> float:
+    """The first moment from ``at`` when preempting ``r`` loses nothing it has not saved:
+    at once if it checkpoints on SIGTERM, else at its next checkpoint (the one it reported
+    plus its interval, or its interval's next multiple since its start)."""
+    spec = r.spec
+    if spec.checkpoint_on_term:
+        return at
+    interval = spec.checkpoint_interval or config.default_checkpoint_interval
+    if interval <= 0:
+        return at
+    since = r.started_at if r.checkpointed_at is None else max(r.checkpointed_at, r.started_at)
+    return since + math.ceil(max(0.0, at - since) / interval - _EPS) * interval
+
+
+def checkpoint_due(
+    victims: Iterable[Candidate], running: Mapping[str, Running], now: float,
+    latest: float, config: PolicyConfig,
+) -> float | None:
+    """Until when a plan's preemptions may wait so that no victim loses progress: the last
+    of their next checkpoints, if every victim with progress at risk is resumable and
+    checkpoints within ``checkpoint_wait``, and no later than ``latest`` (the preemptor's
+    ``queued_at + max_min_runtime``: the share guarantee's bound); None: preempt now.
+
+    A restarted run that reported no checkpoint is not waited for: its checkpoints fall
+    after its set-up time, which the policy does not know, so the estimate would miss them.
+    A plan with a victim that would lose its progress anyway (non-resumable, or too far
+    from a checkpoint) preempts at once: waiting would only add to what is lost."""
+    if config.checkpoint_wait <= 0:
+        return None
+    due = now
+    for c in victims:
+        if c.lost <= 0.0:
+            continue
+        r = running[c.id]
+        if not r.spec.resumable or (r.restarted and r.checkpointed_at is None):
+            return None
+        at = next_checkpoint(r, now, config)
+        if at - now > config.checkpoint_wait:
+            return None
+        due = max(due, at)
+    if due <= now + 1e-6 or due > latest:
+        return None
+    return due
 
 
 class RebalanceRules:

@@ -14,15 +14,16 @@ around a reservation, and so does this module:
   more: unallocated and stopping work at once; allocated work at the end of its protection
   (its minimum runtime, and its restart protection) and its next checkpoint if the
   reservation may take it, or at its time limit; allocated work it may not take and that
-  has no time limit keeps the host out of reach. It may take resumable work whose budget is
-  more used than its own (compared where the two budgets' paths diverge, as Fair Tree
-  compares them) by ``rebalance_margin``: never a non-resumable run, which would lose all.
+  has no time limit keeps the host out of reach. It may take resumable work of any other
+  budget (:func:`may_take`): never a non-resumable run, which would lose all, never its own
+  budget's work.
   The hosts ready first are reserved; the reservation starts (``ready``) when the last of them
   is. Whole hosts only, chosen by readiness: a host that is ready sooner is kept whole.
 * **meanwhile** the reserved hosts are out of the rest of the pass's reach; afterwards
   (:func:`backfill`) their free GPUs go to work that cannot delay the start: unallocated
   work (preempted when it starts), work whose time limit ends by then, and resumable
-  allocated work whose protection ends by then and that the reservation may take.
+  allocated work of any other budget whose protection, and a checkpoint after it, fall by
+  then (taken back when it starts, losing nothing it has not saved).
 * **at its start** (``ready <= now``) the workload takes the hosts: what is still on them
   is preempted for it (never protected work: placement refuses it whatever this says),
   and the existing hand-over (``Decisions.reservations``) gives it the GPUs as they free.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 from .config import PolicyConfig
 from .placement import HostView, VictimPlan, find_fit
-from .preemption import Candidate, RebalanceRules
+from .preemption import Candidate, RebalanceRules, next_checkpoint
 from .state import ClusterState
 from .tree import ancestors
 from .types import Placement, Running, WorkloadSpec
@@ -103,21 +104,18 @@ def _sides(mine: str, theirs: str) -> tuple[str, str] | None:
     return None
 
 
-def may_take(rules: RebalanceRules, config: PolicyConfig, head: str, ratio: float,
-             budget: str) -> bool:
-    """May a reservation of budget ``head`` (usage ratio ``ratio``) take allocated work of
-    ``budget`` once it is unprotected? Only from a side more used than its own by the
-    rebalance margin: the reservation never turns on a budget that is owed more."""
-    sides = _sides(head, budget)
-    if sides is None:
-        return False
-    mine, theirs = sides
-    return rules.ratio(theirs) > max(rules.ratio(mine), ratio) * (1 + config.rebalance_margin)
+def may_take(head: str, budget: str) -> bool:
+    """May a reservation of budget ``head`` take resumable allocated work of ``budget`` once
+    it is unprotected (at its next checkpoint)? Any other budget's: what runs on the hosts
+    meanwhile is there on the reservation's terms (backfill), and what ran there before has
+    had its minimum runtime, the contract's whole promise. Never its own budget's: priority
+    never preempts."""
+    return _sides(head, budget) is not None
 
 
 def _ready(
-    state: ClusterState, view: HostView, rules: RebalanceRules, config: PolicyConfig,
-    head: str, ratio: float, host: str, now: float,
+    state: ClusterState, view: HostView, config: PolicyConfig, head: str, host: str,
+    now: float,
 ) -> float:
     """When nothing on ``host`` can hold a reservation of budget ``head`` off any more."""
     ready = now
@@ -129,7 +127,7 @@ def _ready(
         if not spec.allocated:
             continue
         until = _INF
-        if spec.resumable and may_take(rules, config, head, ratio, spec.budget):
+        if spec.resumable and may_take(head, spec.budget):
             until = r.protected_until()
             if r.restarted:
                 until = max(until, r.started_at + config.restart_protection)
@@ -143,17 +141,8 @@ def _ready(
 
 
 def _checkpointed(r: Running, at: float, config: PolicyConfig) -> float:
-    """The first moment from ``at`` when preempting ``r`` loses nothing it has not saved:
-    at once if it checkpoints on SIGTERM, else at its next checkpoint (the one it reported
-    plus its interval, or its interval's next multiple since its start)."""
-    spec = r.spec
-    if spec.checkpoint_on_term:
-        return at
-    interval = spec.checkpoint_interval or config.default_checkpoint_interval
-    if interval <= 0:
-        return at
-    since = r.started_at if r.checkpointed_at is None else max(r.checkpointed_at, r.started_at)
-    return since + math.ceil(max(0.0, at - since) / interval) * interval
+    """The first moment from ``at`` when preempting ``r`` loses nothing it has not saved."""
+    return next_checkpoint(r, at, config)
 
 
 def plan(
@@ -168,7 +157,7 @@ def plan(
     for name in view.names:
         if name in view.touched or (allowed is not None and name not in allowed):
             continue
-        ready = _ready(state, view, rules, config, spec.budget, ratio, name, now)
+        ready = _ready(state, view, config, spec.budget, name, now)
         if ready < _INF:
             options.append((ready, name))
     options.sort(key=lambda o: (o[0], -view.size[o[1]], o[1]))
@@ -214,20 +203,25 @@ def withhold(view: HostView, fence: Fence, now: float) -> None:
 
 
 def may_backfill(
-    rules: RebalanceRules, config: PolicyConfig, fence: Fence, spec: WorkloadSpec,
-    restarted: bool, now: float,
+    config: PolicyConfig, fence: Fence, spec: WorkloadSpec, restarted: bool, now: float,
 ) -> bool:
     """May pending ``spec`` start on the fence's hosts before it begins? Only if it cannot
     delay it: unallocated work (preempted when it begins), work whose time limit ends by
-    then, resumable allocated work whose protection ends by then and which it may take."""
+    then, and resumable allocated work of another budget whose protection (and restart
+    protection) ends by then and that checkpoints by then too (preempted when it begins,
+    losing nothing it has not saved)."""
     if not spec.allocated:
         return True
     if spec.time_limit > 0 and now + spec.time_limit <= fence.ready:
         return True
+    if not spec.resumable or not may_take(fence.spec.budget, spec.budget):
+        return False
     protected = spec.min_runtime + (config.restart_protection if restarted else 0.0)
-    return spec.resumable and now + protected <= fence.ready and may_take(
-        rules, config, fence.spec.budget, fence.ratio, spec.budget
-    )
+    if not spec.checkpoint_on_term:
+        interval = spec.checkpoint_interval or config.default_checkpoint_interval
+        if interval > 0:  # its first checkpoint at or after the end of its protection
+            protected = math.ceil(protected / interval - 1e-9) * interval
+    return now + protected <= fence.ready
 
 
 def backfill(
@@ -256,7 +250,7 @@ def backfill(
     out: list[tuple[WorkloadSpec, Placement]] = []
     for _, spec, restarted in tries:
         for f in open_fences:
-            if not may_backfill(rules, config, f, spec, restarted, now):
+            if not may_backfill(config, f, spec, restarted, now):
                 continue
             only = f.hosts if not spec.hosts else tuple(h for h in f.hosts if h in spec.hosts)
             placement = find_fit(view, spec.gpus, only=only)

@@ -203,9 +203,21 @@ class Reservation:
     hosts: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointWait:
+    """Room for ``workload`` is found, but its victims are not preempted yet: each checkpoints
+    by ``until`` (within ``PolicyConfig.checkpoint_wait``), so a pass then preempts them
+    losing almost nothing. Drivers pass again at ``until`` (:attr:`Decisions.recheck_at`)."""
+
+    workload: str
+    until: float
+    victims: tuple[str, ...]
+
+
 class WaitReason(enum.Enum):
     NO_CAPACITY = "no_capacity"  # does not fit, nothing it may preempt
     WAITING_FOR_PREEMPTION = "waiting_for_preemption"  # victims are stopping for it
+    WAITING_FOR_CHECKPOINT = "waiting_for_checkpoint"  # its victims checkpoint soon
     TOO_LARGE = "too_large"  # more GPUs than all healthy hosts together
 
 
@@ -223,6 +235,11 @@ class Decisions:
     timeouts: tuple[str, ...] = ()
     """Running work past its time limit: stop it (SIGTERM, the grace period, SIGKILL); it
     ends as ``timeout``, never requeued."""
+    checkpoint_waits: tuple[CheckpointWait, ...] = ()
+    """Preemptions put off until the victims' checkpoints (see :class:`CheckpointWait`)."""
+    recheck_at: float | None = None
+    """The earliest moment a pass is due for what this pass put off (None: nothing): the
+    first checkpoint waited for. Drivers pass then even if nothing else happens."""
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes or self.timeouts)

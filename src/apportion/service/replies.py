@@ -173,7 +173,8 @@ class QueuedSpec(Reply):
 class QueuedPending(QueuedSpec):
     """Pending work: ``position`` in the order of the last pass (None: held out of the
     queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
-    ``waiting_for_preemption``, ``too_large``, ``held``; None: not reached)."""
+    ``waiting_for_preemption``, ``waiting_for_checkpoint``, ``too_large``, ``held``; None:
+    not reached)."""
 
     omit_if_none = frozenset({"hold", "gpu_kinds", "cluster"})
 

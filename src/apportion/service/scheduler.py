@@ -139,6 +139,9 @@ class Scheduler:
         # workload -> (not before, last delay): set aside after a transient launch failure
         self._backoff: dict[str, tuple[float, float]] = {}
         self._last = Decisions()
+        # when the last pass asked for the next (a rebalance waiting for its victims'
+        # checkpoints, Decisions.recheck_at); run_forever passes every interval_s anyway
+        self.recheck_at: float | None = None
         self._last_pass_at: float | None = None
         self._started = False
         self.recent: deque[str] = deque(maxlen=2000)  # recent decision log lines
@@ -188,10 +191,13 @@ class Scheduler:
                 if reachable:  # else: decide nothing until the executor answers again
                     self._retry(t)
                     self._fold(t)
+                self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
                     self._release_held(t)
                     d = self._decide(st, t)
                     self._last = d
+                    if d.recheck_at is not None:  # a rebalance waits for a checkpoint
+                        self.recheck_at = min(self.recheck_at or d.recheck_at, d.recheck_at)
                     if d.empty():
                         break
                     self._notify("decided", t, d, st)
@@ -331,7 +337,8 @@ class Scheduler:
         """The queue as the policy sees it, for the API and the dashboard:
 
         * ``pending``: in the order of the last pass, each with its ``wait_reason``
-          (``no_capacity``, ``waiting_for_preemption``, ``too_large``, or None if the pass
+          (``no_capacity``, ``waiting_for_preemption``, ``waiting_for_checkpoint``,
+          ``too_large``, or None if the pass
           did not reach it); then the work held out of the queue (``wait_reason`` ``held``,
           no ``position``, ``hold`` says what it waits for: a dependency, its array's
           throttle);

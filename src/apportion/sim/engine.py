@@ -55,6 +55,7 @@ FAIL, UNHEALTHY, REPAIRED, HUMAN_KILL, COMPLETE, SUBMIT, MIN_RUNTIME_END, HOUR_E
     range(9)
 )
 TIME_LIMIT = 9  # a run reaches its time limit: a moment for the policy to stop it
+RECHECK = 10  # a rebalance put off until its victims' checkpoints is due (Decisions.recheck_at)
 # What the outputs call three situations core's lifecycle names otherwise: work held out of
 # the queue (core: pending), a submission refused by validate_spec (it never entered the
 # lifecycle) and work withdrawn when its owner's patience ran out (core: cancelled).
@@ -275,7 +276,7 @@ class Engine:
             HUMAN_KILL: self._on_human_kill, COMPLETE: self._on_complete,
             SUBMIT: self._on_submit, MIN_RUNTIME_END: self._on_min_runtime_end,
             HOUR_END: self._on_hour, ABANDON: self._on_abandon,
-            TIME_LIMIT: self._on_time_limit,
+            TIME_LIMIT: self._on_time_limit, RECHECK: self._on_recheck,
         }
         while heap and heap[0][0] < self.end:
             now = heap[0][0]
@@ -317,6 +318,9 @@ class Engine:
             self._release_held(now)
             self.calls += 1
             d = self.policy(self.state, now, self.config)
+            recheck = d.recheck_at
+            if recheck is not None and recheck < self.end:
+                self.schedule(recheck, RECHECK, None)
             if d.empty():
                 return
             if self.log is not None:
@@ -560,6 +564,9 @@ class Engine:
     def _on_time_limit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
         return gen == j.run_no and j.status is Status.RUNNING
+
+    def _on_recheck(self, arg: Any, gen: int, now: float) -> bool:
+        return True  # a moment for the policy, nothing changed by itself
 
     def _on_hour(self, arg: Any, gen: int, now: float) -> bool:
         self.rec.close_hour(now)

@@ -323,6 +323,7 @@ class FleetLegacy:
             host_changes=tuple(c for d in parts for c in d.host_changes),
             reservations=tuple(r for d in parts for r in d.reservations),
             timeouts=tuple(t for d in parts for t in d.timeouts),
+            checkpoint_waits=tuple(w for d in parts for w in d.checkpoint_waits),
         )
 
     def pool_summary(self, end: float) -> dict[str, Any]:

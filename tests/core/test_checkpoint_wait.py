@@ -1,0 +1,199 @@
+"""A rebalance waits for its victims' checkpoints when they are due within
+``checkpoint_wait`` (and within the share guarantee's bound), instead of destroying work.
+
+The case of every test: budgets ``a`` and ``b`` share one 8-GPU host half and half; ``b``
+holds all 8 GPUs with one resumable workload past its minimum runtime, checkpointing every
+30 min from its start at 0; ``a`` asks for its share (4 GPUs), which the guarantee rule
+grants by preempting ``b``'s workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from apportion.core import (
+    ClusterState,
+    CoreError,
+    PolicyConfig,
+    Slice,
+    WaitReason,
+    WorkloadSpec,
+    explain,
+)
+from apportion.core import decide as decide_pass
+from apportion.core.types import CheckpointWait, Decisions
+
+from .helpers import HOUR, Driver, Job, make_hosts, make_spec, make_state, make_tree
+from .strategies import DRIVEN_SETTINGS, Scenario, contended_scenarios
+
+MIN = 60.0
+CFG = PolicyConfig()  # checkpoint_wait: 10 min
+
+
+def decide(st: ClusterState, now: float, cfg: PolicyConfig = CFG) -> Decisions:
+    """Both passes (with and without shortcuts) decide the same here."""
+    d = decide_pass(st, now, cfg)
+    ref = decide_pass(st, now, replace(cfg, shortcuts=False))
+    assert (d.preemptions, d.starts, d.checkpoint_waits) == (
+        ref.preemptions, ref.starts, ref.checkpoint_waits)
+    return d
+
+
+def _case(ask_at: float, interval: float = 30 * MIN, resumable: bool = True,
+          checkpoint_on_term: bool = False) -> ClusterState:
+    st = ClusterState(make_tree("a", "b"), make_hosts(8))
+    st.submit(WorkloadSpec("b1", "b", 8, 30 * MIN, 0.0, resumable=resumable,
+                           checkpoint_interval=interval,
+                           checkpoint_on_term=checkpoint_on_term), 0.0)
+    st.start("b1", (Slice("h0", 8),), 0.0)
+    st.submit(make_spec("a1", "a", 4, submit_time=ask_at), ask_at)
+    return st
+
+
+def test_rebalance_waits_for_a_checkpoint_due_within_the_bound_then_preempts() -> None:
+    """At 52 min ``b1``'s next checkpoint is 8 min away (within 10 min): nothing is
+    preempted, ``a1`` waits for it (reason, victims and moment in the decisions); at the
+    checkpoint, with nothing at risk, ``b1`` is preempted for ``a1``."""
+    st = _case(52 * MIN)
+    d = decide(st, 52 * MIN)
+    assert d.preemptions == ()
+    assert d.checkpoint_waits == (CheckpointWait("a1", 60 * MIN, ("b1",)),)
+    assert d.recheck_at == 60 * MIN
+    assert d.waiting["a1"] is WaitReason.WAITING_FOR_CHECKPOINT
+    due = decide(st, 60 * MIN)
+    assert [(p.workload, p.by) for p in due.preemptions] == [("b1", "a1")]
+    assert due.checkpoint_waits == ()
+
+
+def test_rebalance_preempts_at_once_when_the_checkpoint_is_beyond_the_bound() -> None:
+    """At 45 min the checkpoint is 15 min away, more than ``checkpoint_wait``: ``b1`` is
+    preempted at once, as without the wait; with ``checkpoint_wait`` 20 min ``a1`` waits."""
+    st = _case(45 * MIN)
+    d = decide(st, 45 * MIN)
+    assert [p.workload for p in d.preemptions] == ["b1"] and d.checkpoint_waits == ()
+    longer = decide(st, 45 * MIN, replace(CFG, checkpoint_wait=20 * MIN))
+    assert longer.preemptions == () and longer.recheck_at == 60 * MIN
+
+
+def test_checkpoint_wait_zero_never_waits() -> None:
+    """``checkpoint_wait = 0`` turns the wait off: ``b1`` is preempted at once."""
+    st = _case(52 * MIN)
+    d = decide(st, 52 * MIN, replace(CFG, checkpoint_wait=0.0))
+    assert [p.workload for p in d.preemptions] == ["b1"] and d.checkpoint_waits == ()
+
+
+def test_the_wait_never_ends_after_the_share_guarantee_bound() -> None:
+    """``a1`` asked at 0 with ``max_min_runtime`` 1 h: a checkpoint due at 70 min (past
+    0 + 1 h) is not waited for, one due at 60 min is."""
+    cfg = replace(CFG, max_min_runtime=HOUR, checkpoint_wait=30 * MIN)
+    late = _case(0.0, interval=70 * MIN)
+    assert [p.workload for p in decide(late, 50 * MIN, cfg).preemptions] == ["b1"]
+    on_time = _case(0.0, interval=60 * MIN)
+    assert decide(on_time, 50 * MIN, cfg).recheck_at == 60 * MIN
+
+
+@pytest.mark.parametrize(
+    ("victim", "why"),
+    [
+        ({"resumable": False}, "not resumable: it loses its whole run whenever it stops"),
+        ({"checkpoint_on_term": True}, "checkpoints on SIGTERM: nothing at risk"),
+    ],
+)
+def test_no_wait_when_waiting_saves_nothing(victim: dict[str, object], why: str) -> None:
+    """A victim that loses nothing when stopped now, or loses everything whenever it is
+    stopped, is preempted at once."""
+    st = _case(52 * MIN, **victim)  # type: ignore[arg-type]
+    d = decide(st, 52 * MIN)
+    assert [p.workload for p in d.preemptions] == ["b1"], why
+    assert d.checkpoint_waits == ()
+
+
+def test_no_wait_for_a_restarted_run_that_reported_no_checkpoint() -> None:
+    """A restarted run's checkpoints fall after its set-up time, unknown to the policy: it is
+    not waited for; once it reports a checkpoint, its next one is."""
+    st = ClusterState(make_tree("a", "b"), make_hosts(8))
+    st.submit(make_spec("b1", "b", 8, min_runtime=30 * MIN, resumable=True,
+                        checkpoint_interval=30 * MIN), 0.0)
+    st.start("b1", (Slice("h0", 8),), 0.0)
+    st.requeue("b1", 10 * MIN)
+    st.start("b1", (Slice("h0", 8),), 10 * MIN)
+    now = 10 * MIN + CFG.restart_protection + 12 * MIN  # 8 min before the 30-min mark
+    st.submit(make_spec("a1", "a", 4, submit_time=now), now)
+    assert [p.workload for p in decide(st, now).preemptions] == ["b1"]
+    st.checkpoint("b1", now - 25 * MIN)  # reported: next one 5 min from now
+    assert decide(st, now).recheck_at == pytest.approx(now + 5 * MIN)
+
+
+def test_checkpoint_wait_over_the_cap_is_refused() -> None:
+    """A wait longer than ``max_min_runtime`` could break the share guarantee's bound:
+    refused, naming the field."""
+    with pytest.raises(CoreError, match="checkpoint_wait"):
+        PolicyConfig(checkpoint_wait=9 * HOUR)
+
+
+def test_explain_shows_the_checkpoint_wait() -> None:
+    """``explain`` says what the workload waits for, whom, and when they are preempted."""
+    st = _case(52 * MIN)
+    e = explain(st, 52 * MIN, CFG, "a1")
+    assert e.wait_reason is WaitReason.WAITING_FOR_CHECKPOINT
+    assert e.awaiting == ("b1",) and e.earliest_start == 60 * MIN
+    text = "\n".join(e.lines())
+    assert "waiting for the work it displaces to checkpoint" in text
+    assert "b1 checkpoints in 8 min" in text
+
+
+def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
+    """Each wait is for victims that lose nothing at its end: every victim with progress at
+    risk now has none at ``until`` (its checkpoint falls by then); ``recheck_at`` is the
+    first of them. (check_pass checks the bound, the guarantee's bound and that the
+    victims run unprotected.)"""
+    for w in d.checkpoint_waits:
+        for v in w.victims:
+            r = state.running[v]
+            if r.at_risk(now, CFG.default_checkpoint_interval) <= 0.0:
+                continue  # nothing to save: it only frees GPUs with the others
+            assert r.spec.resumable, f"{w.workload} waits for non-resumable {v}"
+            interval = r.spec.checkpoint_interval or CFG.default_checkpoint_interval
+            at_end = r.at_risk(w.until, CFG.default_checkpoint_interval)
+            # a checkpoint at ``until``: nothing at risk then (or, by rounding, a whole
+            # interval's worth that is one more checkpoint)
+            assert min(at_end, abs(interval - at_end)) < 1e-6, (
+                f"{w.workload} waits until {w.until} for {v}, which still has "
+                f"{at_end:g} s at risk then"
+            )
+    firsts = [w.until for w in d.checkpoint_waits]
+    assert d.recheck_at == (min(firsts) if firsts else None)
+
+
+@st.composite
+def checkpointing_scenarios(draw: st.DrawFn) -> Scenario:
+    """Contended scenarios whose submissions and checkpoint intervals do not line up with
+    the minimum runtimes (so rebalances find victims between checkpoints), with more
+    resumable work that checkpoints on its interval only."""
+    sc = draw(contended_scenarios())
+    jobs = [
+        Job(replace(j.spec, submit_time=j.spec.submit_time + draw(st.integers(0, 599)),
+                    checkpoint_interval=draw(st.sampled_from([0.0, 700.0, 900.0, 1300.0])),
+                    resumable=j.spec.resumable or draw(st.booleans()),
+                    checkpoint_on_term=draw(st.integers(0, 3)) == 0),
+            j.duration)
+        for j in sc.jobs
+    ]
+    return Scenario(sc.tree, sc.hosts, jobs, [])
+
+
+@DRIVEN_SETTINGS
+@given(checkpointing_scenarios())
+def test_checkpoint_waits_end_at_checkpoints_and_keep_every_invariant(sc: Scenario) -> None:
+    """Over a contended replay (random checkpoint intervals and SIGTERM checkpoints), every
+    pass keeps every invariant with rebalances waiting for checkpoints (check_pass: no
+    protected victim, waits within ``checkpoint_wait`` and the share guarantee's bound),
+    and every wait ends where its victims have saved their progress; the driver passes at
+    each ``recheck_at``, as the simulator does."""
+    drv = Driver(make_state(sc.tree, sc.hosts), config=CFG, on_pass=_check_waits)
+    drv.add_jobs(sc.jobs)
+    drv.run(until=14 * 3600.0, start=0.0)
