@@ -51,6 +51,8 @@ from .replies import (
     DashboardRunning,
     DashboardState,
     UsageSeries,
+    WhyExplanation,
+    WhyHistory,
 )
 from .store import Store, UserRow
 
@@ -66,7 +68,8 @@ def _not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
-def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -> dict[str, Any]:
+def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
+                     ) -> WhyExplanation | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), for ended work what happened
     to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
@@ -74,9 +77,9 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
     the scheduler has started."""
     row = store.get_workload(workload_id)
     if row.status in FINAL:  # what happened to it, from the store
-        return {"kind": "history",
-                **workload_history(row, store.audit(limit=1000, target=workload_id),
-                                   clock_time)}
+        return WhyHistory(kind="history",
+                          **workload_history(row, store.audit(limit=1000, target=workload_id),
+                                             clock_time))
     with scheduler.lock:
         st = scheduler.state
         if st is None:
@@ -95,10 +98,11 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
                 if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
-        return {"kind": "explanation", **e.as_dict(),
-                "text": e.lines(clock_time) + hints, "pool_advice": hints,
-                "pool": pool if len(st.pools) > 1 else None,
-                "user": row.user, "submit_time": row.submit_time}
+        return WhyExplanation(**{
+            "kind": "explanation", **e.as_dict(),
+            "text": e.lines(clock_time) + hints, "pool_advice": hints,
+            "pool": pool if len(st.pools) > 1 else None,
+            "user": row.user, "submit_time": row.submit_time})
 
 
 def clock_time(t: float) -> str:
@@ -284,7 +288,7 @@ def dashboard_router(
         return usage_series(scheduler, hours)
 
     @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
-    def why(workload_id: str) -> dict[str, Any]:
+    def why(workload_id: str) -> WhyExplanation | WhyHistory:
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)
 

@@ -12,7 +12,7 @@ without loading the server. A field the server adds later is ignored by an older
 """
 
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -317,6 +317,106 @@ class UsageSeries(Reply):
     fair: dict[str, list[float]]
 
 
+# ---- why (GET /v1/workloads/{id}/why, /v1/dashboard/why/{id}) ----------------------------
+# These mirror core's Explanation (core/explain.py) field for field; tests/service/
+# test_why_reply.py fails when core's explanation has a field these lack.
+class WhyRival(Reply):
+    """A sibling subtree whose work the pass considers first."""
+
+    path: str
+    ratio: float
+    mine: str
+    mine_ratio: float
+    workloads: int
+
+
+class WhyVictim(Reply):
+    """Running work the explained workload would need to displace."""
+
+    id: str
+    budget: str
+    gpus: int
+    allocated: bool
+    resumable: bool
+    protected_until: float
+    protected: bool
+    rules_allow: bool
+
+
+class WhyAdvice(Reply):
+    """A changed request (``change``: ``min_runtime`` or ``gpus``) that would start sooner."""
+
+    change: str
+    min_runtime: float
+    gpus: int
+    start: float
+    hosts: list[str]
+    preempting: list[str]
+
+
+class WhyExplanation(Reply):
+    """Pending or running work: core's explanation, its ``text`` with another pool that
+    would start it now (``pool_advice``), its ``pool`` (None with one pool), owner and
+    submit time."""
+
+    kind: Literal["explanation"]
+    workload: str
+    status: str
+    budget: str
+    gpus: int
+    allocated: bool
+    now: float
+    ratio: float
+    position: int | None
+    considered: int
+    same_budget_ahead: int
+    rivals: list[WhyRival]
+    wait_reason: str | None
+    starts_now: bool
+    preempting: list[str]
+    plan_hosts: list[str]
+    victims: list[WhyVictim]
+    earliest_start: float | None
+    lower_bound: bool
+    caveats: list[str]
+    started_at: float | None
+    protected_until: float | None
+    placement: list[tuple[str, int]]  # [host, GPUs]
+    min_runtime: float
+    projected_start: float | None
+    projection_end: float | None
+    advice: list[WhyAdvice]
+    text: list[str]
+    pool_advice: list[str]
+    pool: str | None
+    user: str
+    submit_time: float
+
+
+class WhyHistory(Reply):
+    """Ended work: what happened to it (service/history.py); ``preemptions``: when, and the
+    audit's record of who it was stopped for."""
+
+    kind: Literal["history"]
+    workload: str
+    status: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    submit_time: float
+    end_reason: str | None
+    exit_code: int | None
+    attempts: list[Attempt]
+    preemptions: list[dict[str, Any]]
+    text: list[str]
+
+
+Why = Annotated[WhyExplanation | WhyHistory, Field(discriminator="kind")]
+"""The reply of ``why``: an explanation or, for ended work, its history."""
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -413,5 +513,6 @@ __all__ = [
     "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
     "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
     "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
-    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Workload",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Why", "WhyAdvice",
+    "WhyExplanation", "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]
