@@ -14,7 +14,15 @@ without loading the server. A field the server adds later is ignored by an older
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    model_serializer,
+)
 
 if TYPE_CHECKING:
     from .store import AuditRow, BudgetRow, HostRow, TokenRow, UserRow
@@ -417,6 +425,98 @@ Why = Annotated[WhyExplanation | WhyHistory, Field(discriminator="kind")]
 """The reply of ``why``: an explanation or, for ended work, its history."""
 
 
+# ---- the usage report (GET /v1/reports/usage, service/accounting.py) ---------------------
+class BudgetUsageRow(Reply):
+    """A budget node's figures for the period (``""``: the whole cluster); ``attainment``
+    None: owed nothing."""
+
+    budget: str
+    share: float
+    charged_gpu_hours: float
+    charged_units: float  # charged GPU-hours times their kind's billing weight
+    free_gpu_hours: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    attainment: float | None
+
+
+class MonthUsageRow(Reply):
+    """A budget node's figures for one month (``2026-11``) of the period."""
+
+    month: str
+    budget: str
+    share: float
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    attainment: float | None
+
+
+class UserUsageRow(Reply):
+    user: str
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+
+
+def _row_kind(row: Any) -> str:
+    keys = row if isinstance(row, dict) else type(row).model_fields
+    return "month" if "month" in keys else "user" if "user" in keys else "budget"
+
+
+UsageRow = Annotated[
+    Annotated[BudgetUsageRow, Tag("budget")] | Annotated[MonthUsageRow, Tag("month")]
+    | Annotated[UserUsageRow, Tag("user")],
+    Discriminator(_row_kind)]
+"""A row of the report, as ``by`` asks: per budget node, per month and node, or per user."""
+
+
+class PoolUsageRow(Reply):
+    """One pool (cluster/kind): its GPUs now, healthy, charged and free GPU-hours, billed
+    units and ``occupancy`` (None: never healthy in the period)."""
+
+    pool: str
+    cluster: str
+    kind: str
+    billing: float
+    gpus: int
+    healthy_gpu_hours: float
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+    occupancy: float | None
+
+
+class DailyUsage(Reply):
+    """A top-level budget's owed and delivered GPU-hours per UTC day of ``days``."""
+
+    owed: list[float]
+    delivered: list[float]
+
+
+class UsageReport(Reply):
+    """``GET /v1/reports/usage`` (format json): the period ``from``-``to``, the cluster's
+    figures (None: nothing healthy or assigned), ``rows`` by ``by``, every node
+    (``budgets``), every pool, and owed and delivered per day and top-level budget."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: float = Field(alias="from")
+    to: float
+    by: Literal["budget", "user", "month"]
+    healthy_gpu_hours: float
+    occupancy: float | None
+    unallocated_fraction: float | None
+    rows: list[UsageRow]
+    budgets: list[BudgetUsageRow]
+    pools: list[PoolUsageRow]
+    days: list[float]
+    daily: dict[str, DailyUsage]
+    approximations: list[str]
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -510,9 +610,11 @@ DashboardState.model_rebuild()
 
 __all__ = [
     "Attempt", "AuditEntry", "Budget", "BudgetCreated", "BudgetManagers", "BudgetMembers",
-    "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
-    "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
-    "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
-    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Why", "WhyAdvice",
-    "WhyExplanation", "WhyHistory", "WhyRival", "WhyVictim", "Workload",
+    "BudgetUsage", "BudgetUsageRow", "BudgetWeight", "ClusterCounts", "DailyUsage",
+    "DashboardBudget", "DashboardHost", "DashboardPending", "DashboardRunning",
+    "DashboardState", "Health", "Host", "HostInUse", "Me", "MonthUsageRow", "NewToken",
+    "NodeUsage", "PoolUsageRow", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageReport", "UsageRow",
+    "UsageSeries", "User", "UserUsageRow", "Why", "WhyAdvice", "WhyExplanation",
+    "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]
