@@ -29,7 +29,7 @@ from __future__ import annotations
 import mimetypes
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
@@ -51,6 +51,7 @@ from .replies import (
     DashboardRunning,
     DashboardState,
     UsageSeries,
+    WeightControls,
     WhyExplanation,
     WhyHistory,
 )
@@ -229,14 +230,14 @@ def usage_series(scheduler: SchedulerPort, hours: int) -> UsageSeries:
     return UsageSeries(end=now, step_s=HOUR, hours=hours, usage=series, fair=fair)
 
 
-def weight_controls(store: Store, user: UserRow) -> dict[str, Any]:
+def weight_controls(store: Store, user: UserRow) -> WeightControls:
     """What ``/v1/dashboard/controls`` returns: the budget nodes whose weight ``user`` may
     set (``Rights.can_set_weight``, the rule ``PATCH /v1/budgets/{path}`` and
     ``POST /v1/whatif`` apply), parents first."""
     rows = store.budgets()
     rights = Rights.of(user, rows)
-    return {"user": user.name, "admin": user.admin,
-            "set_weight": [b.path for b in rows if rights.can_set_weight(b.path)]}
+    return WeightControls(user=user.name, admin=user.admin,
+                          set_weight=[b.path for b in rows if rights.can_set_weight(b.path)])
 
 
 def dashboard_router(
@@ -296,7 +297,7 @@ def dashboard_router(
         # a default, not an Annotated alias: annotations are strings here (__future__), and
         # FastAPI resolves them in the module's globals only
         @router.get("/v1/dashboard/controls", tags=["dashboard"])
-        def controls(user: UserRow = Depends(writer)) -> dict[str, Any]:  # noqa: B008
+        def controls(user: UserRow = Depends(writer)) -> WeightControls:  # noqa: B008
             """The budget weights the caller may set (and preview) from the dashboard."""
             return weight_controls(store, user)
 

@@ -517,6 +517,64 @@ class UsageReport(Reply):
     approximations: list[str]
 
 
+# ---- what-if (POST /v1/whatif, apportion.whatif.compare) and the dashboard's controls ----
+class WhatifPeriod(Reply):
+    """The replayed history: its span, workloads, host events and what was open at its end."""
+
+    start: float
+    end: float
+    days: float
+    workloads: int
+    host_events: int
+    running_at_end: int
+    waiting_at_end: int
+    cancelled_unstarted: int
+
+
+class WhatifOverall(Reply):
+    attainment: float | None
+    wait_p90_s: float | None
+    preemptions: int
+    drains: int
+
+
+class WhatifFigures(Reply):
+    """One budget node in one run; None: nothing owed, or no wait to measure."""
+
+    attainment: float | None
+    delivered_gpu_hours: float
+    wait_p50_s: float | None
+    wait_p90_s: float | None
+    preemptions: int
+
+
+class WhatifBudget(Reply):
+    budget: str
+    weight_current: float
+    weight_proposed: float
+    current: WhatifFigures
+    proposed: WhatifFigures
+
+
+class Whatif(Reply):
+    """The period replayed with the current settings and with ``set_weight`` and ``set``
+    applied, overall and per budget node (a manager sees their own subtree)."""
+
+    period: WhatifPeriod
+    set_weight: dict[str, float]
+    set: dict[str, Any]  # the proposed settings, as the policy reads them
+    overall: dict[Literal["current", "proposed"], WhatifOverall]
+    budgets: list[WhatifBudget]
+
+
+class WeightControls(Reply):
+    """``GET /v1/dashboard/controls``: the budget nodes whose weight the caller may set."""
+
+    user: str
+    admin: bool
+    set_weight: list[str]
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -615,6 +673,7 @@ __all__ = [
     "DashboardState", "Health", "Host", "HostInUse", "Me", "MonthUsageRow", "NewToken",
     "NodeUsage", "PoolUsageRow", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
     "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageReport", "UsageRow",
-    "UsageSeries", "User", "UserUsageRow", "Why", "WhyAdvice", "WhyExplanation",
+    "UsageSeries", "User", "UserUsageRow", "WeightControls", "Whatif", "WhatifBudget",
+    "WhatifFigures", "WhatifOverall", "WhatifPeriod", "Why", "WhyAdvice", "WhyExplanation",
     "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]
