@@ -212,8 +212,9 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
 
 def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     """POST /v1/whatif on the live server: for an admin, the answer of apportion whatif
-    --json with the same inputs, which parses into ``Whatif`` and dumps back identical; alice (a member, no manager) is refused with 403; made
-    manager of ai she gets the same answer, but may not propose policy settings; an unknown
+    --json with the same inputs, which parses into ``Whatif`` and dumps back identical;
+    alice (a member, no manager) is refused with 403; made manager of ai she gets the same
+    answer, but may not propose policy settings; an unknown
     setting is a 422 naming ``set``."""
     url = f"{live.server.url}/v1/whatif"
     body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
