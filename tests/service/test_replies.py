@@ -3,6 +3,7 @@ and value for value, what the store's rows say (``as_dict``), and the CLI parses
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,15 +12,20 @@ import pytest
 from api_env import Env, start_env
 
 from apportion.core import Status
+from apportion.service.accounting import usage_report
 from apportion.service.auth import redact
 from apportion.service.replies import (
     AuditEntry,
     Budget,
     BudgetUsage,
+    BudgetUsageRow,
     HostInUse,
+    MonthUsageRow,
     QueueView,
     Token,
+    UsageReport,
     User,
+    UserUsageRow,
     Workload,
 )
 
@@ -112,3 +118,24 @@ def test_queue_reply_has_the_documented_keys(env: Env) -> None:
     assert [set(r) for r in view["running"]] == [SPEC_KEYS | {
         "attempt", "placement", "started_at", "protected_until", "stopping", "stop_reason"}]
     assert QueueView.model_validate(view).model_dump(mode="json") == view
+
+
+@pytest.mark.parametrize("by", ["budget", "user", "month"])
+def test_usage_report_reply_is_the_report(env: Env, by: str) -> None:
+    """``GET /v1/reports/usage`` answers exactly what ``accounting.usage_report`` builds for
+    the same period, keys in order (so a key the report gains that ``UsageReport`` lacks
+    fails here), and parses into ``UsageReport`` with the rows ``by`` asks for."""
+    _ok(env.call("POST", "/v1/workloads", "alice", JOB))
+    env.scheduler.step()
+    start = env.clock.now() - 86400
+    env.clock.set(env.clock.now() + 5400)
+    env.scheduler.step()
+    end = env.clock.now()
+    got = _ok(env.call("GET", f"/v1/reports/usage?from={start!r}&to={end!r}&by={by}", "alice"))
+    want = usage_report(env.store, start, end, by, end, env.config.pools)
+    assert got == want and json.dumps(got) == json.dumps(want)
+    assert want["rows"] and any(r["charged_gpu_hours"] > 0 for r in want["rows"])
+    report = UsageReport.model_validate(got)
+    row = {"budget": BudgetUsageRow, "user": UserUsageRow, "month": MonthUsageRow}[by]
+    assert {type(r) for r in report.rows} == {row}
+    assert report.model_dump(mode="json", by_alias=True) == got

@@ -22,6 +22,7 @@ from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
 from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.replies import Whatif
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
@@ -211,8 +212,9 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
 
 def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     """POST /v1/whatif on the live server: for an admin, the answer of apportion whatif
-    --json with the same inputs; alice (a member, no manager) is refused with 403; made
-    manager of ai she gets the same answer, but may not propose policy settings; an unknown
+    --json with the same inputs, which parses into ``Whatif`` and dumps back identical;
+    alice (a member, no manager) is refused with 403; made manager of ai she gets the same
+    answer, but may not propose policy settings; an unknown
     setting is a 422 naming ``set``."""
     url = f"{live.server.url}/v1/whatif"
     body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
@@ -224,6 +226,7 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     answer = post("admin", body)
     assert answer.status_code == 200, answer.text
     assert answer.json() == whatif(live, "--set-weight", "ai/vision=4")
+    assert Whatif.model_validate(answer.json()).model_dump(mode="json") == answer.json()
     refused = post("alice", body)
     assert refused.status_code == 403
     assert refused.json()["detail"] == "forbidden: alice manages no budget"

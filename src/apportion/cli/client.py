@@ -37,6 +37,7 @@ from apportion.service.replies import (
     NewToken,
     Token,
     User,
+    Why,
     Workload,
 )
 
@@ -296,10 +297,15 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
     """Explain why a workload waits, until when it is protected, what change to the request
     would start it sooner, or (once it ended) what happened to it. --json: the structure."""
     data = client.json("GET", f"/workloads/{workload_id}/why")
-    if as_json or not isinstance(data, dict) or not isinstance(data.get("text"), list):
+    if as_json:
         _print_json(data)
         return
-    for line in data["text"]:
+    try:
+        reply = TypeAdapter(Why).validate_python(data)
+    except ValidationError as e:
+        raise click.ClickException(f"GET /v1/workloads/{workload_id}/why: unexpected reply "
+                                   f"from the server: {e}") from None
+    for line in reply.text:
         click.echo(line)
 
 

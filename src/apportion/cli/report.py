@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from apportion.cli.client import Client, _print_json, connection, table
+from apportion.cli.client import Client, _print_json, connection, parse, table
 from apportion.service.accounting import (
     BY,
     ReportError,
@@ -18,6 +18,7 @@ from apportion.service.accounting import (
     pool_table_rows,
     table_rows,
 )
+from apportion.service.replies import UsageReport
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -66,10 +67,11 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         else:
             _print_json(data)
         return
-    header, cells = table_rows(data)
+    report_ = parse(UsageReport, data, "GET /v1/reports/usage").model_dump(by_alias=True)
+    header, cells = table_rows(report_)
     table(header, cells)
-    header, cells = pool_table_rows(data)
+    header, cells = pool_table_rows(report_)
     if cells:  # several pools: each one's GPU-hours, billed units and occupancy
         click.echo("")
         table(header, cells)
-    click.echo(f"\n{headline(data)}")
+    click.echo(f"\n{headline(report_)}")

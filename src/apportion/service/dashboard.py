@@ -29,7 +29,7 @@ from __future__ import annotations
 import mimetypes
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
@@ -51,6 +51,9 @@ from .replies import (
     DashboardRunning,
     DashboardState,
     UsageSeries,
+    WeightControls,
+    WhyExplanation,
+    WhyHistory,
 )
 from .store import Store, UserRow
 
@@ -66,7 +69,8 @@ def _not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
-def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -> dict[str, Any]:
+def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
+                     ) -> WhyExplanation | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), for ended work what happened
     to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
@@ -74,9 +78,9 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
     the scheduler has started."""
     row = store.get_workload(workload_id)
     if row.status in FINAL:  # what happened to it, from the store
-        return {"kind": "history",
-                **workload_history(row, store.audit(limit=1000, target=workload_id),
-                                   clock_time)}
+        return WhyHistory(kind="history",
+                          **workload_history(row, store.audit(limit=1000, target=workload_id),
+                                             clock_time))
     with scheduler.lock:
         st = scheduler.state
         if st is None:
@@ -95,10 +99,11 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str) -
                 if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
-        return {"kind": "explanation", **e.as_dict(),
-                "text": e.lines(clock_time) + hints, "pool_advice": hints,
-                "pool": pool if len(st.pools) > 1 else None,
-                "user": row.user, "submit_time": row.submit_time}
+        return WhyExplanation(**{
+            "kind": "explanation", **e.as_dict(),
+            "text": e.lines(clock_time) + hints, "pool_advice": hints,
+            "pool": pool if len(st.pools) > 1 else None,
+            "user": row.user, "submit_time": row.submit_time})
 
 
 def clock_time(t: float) -> str:
@@ -225,14 +230,14 @@ def usage_series(scheduler: SchedulerPort, hours: int) -> UsageSeries:
     return UsageSeries(end=now, step_s=HOUR, hours=hours, usage=series, fair=fair)
 
 
-def weight_controls(store: Store, user: UserRow) -> dict[str, Any]:
+def weight_controls(store: Store, user: UserRow) -> WeightControls:
     """What ``/v1/dashboard/controls`` returns: the budget nodes whose weight ``user`` may
     set (``Rights.can_set_weight``, the rule ``PATCH /v1/budgets/{path}`` and
     ``POST /v1/whatif`` apply), parents first."""
     rows = store.budgets()
     rights = Rights.of(user, rows)
-    return {"user": user.name, "admin": user.admin,
-            "set_weight": [b.path for b in rows if rights.can_set_weight(b.path)]}
+    return WeightControls(user=user.name, admin=user.admin,
+                          set_weight=[b.path for b in rows if rights.can_set_weight(b.path)])
 
 
 def dashboard_router(
@@ -284,7 +289,7 @@ def dashboard_router(
         return usage_series(scheduler, hours)
 
     @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
-    def why(workload_id: str) -> dict[str, Any]:
+    def why(workload_id: str) -> WhyExplanation | WhyHistory:
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)
 
@@ -292,7 +297,7 @@ def dashboard_router(
         # a default, not an Annotated alias: annotations are strings here (__future__), and
         # FastAPI resolves them in the module's globals only
         @router.get("/v1/dashboard/controls", tags=["dashboard"])
-        def controls(user: UserRow = Depends(writer)) -> dict[str, Any]:  # noqa: B008
+        def controls(user: UserRow = Depends(writer)) -> WeightControls:  # noqa: B008
             """The budget weights the caller may set (and preview) from the dashboard."""
             return weight_controls(store, user)
 

@@ -12,9 +12,17 @@ without loading the server. A field the server adds later is ignored by an older
 """
 
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SerializerFunctionWrapHandler,
+    Tag,
+    model_serializer,
+)
 
 if TYPE_CHECKING:
     from .store import AuditRow, BudgetRow, HostRow, TokenRow, UserRow
@@ -318,6 +326,256 @@ class UsageSeries(Reply):
     fair: dict[str, list[float]]
 
 
+# ---- why (GET /v1/workloads/{id}/why, /v1/dashboard/why/{id}) ----------------------------
+# These mirror core's Explanation (core/explain.py) field for field; tests/service/
+# test_why_reply.py fails when core's explanation has a field these lack.
+class WhyRival(Reply):
+    """A sibling subtree whose work the pass considers first."""
+
+    path: str
+    ratio: float
+    mine: str
+    mine_ratio: float
+    workloads: int
+
+
+class WhyVictim(Reply):
+    """Running work the explained workload would need to displace."""
+
+    id: str
+    budget: str
+    gpus: int
+    allocated: bool
+    resumable: bool
+    protected_until: float
+    protected: bool
+    rules_allow: bool
+
+
+class WhyAdvice(Reply):
+    """A changed request (``change``: ``min_runtime`` or ``gpus``) that would start sooner."""
+
+    change: str
+    min_runtime: float
+    gpus: int
+    start: float
+    hosts: list[str]
+    preempting: list[str]
+
+
+class WhyExplanation(Reply):
+    """Pending or running work: core's explanation, its ``text`` with another pool that
+    would start it now (``pool_advice``), its ``pool`` (None with one pool), owner and
+    submit time."""
+
+    kind: Literal["explanation"]
+    workload: str
+    status: str
+    budget: str
+    gpus: int
+    allocated: bool
+    now: float
+    ratio: float
+    position: int | None
+    considered: int
+    same_budget_ahead: int
+    rivals: list[WhyRival]
+    wait_reason: str | None
+    starts_now: bool
+    preempting: list[str]
+    plan_hosts: list[str]
+    victims: list[WhyVictim]
+    earliest_start: float | None
+    lower_bound: bool
+    caveats: list[str]
+    started_at: float | None
+    protected_until: float | None
+    placement: list[tuple[str, int]]  # [host, GPUs]
+    min_runtime: float
+    projected_start: float | None
+    projection_end: float | None
+    advice: list[WhyAdvice]
+    text: list[str]
+    pool_advice: list[str]
+    pool: str | None
+    user: str
+    submit_time: float
+
+
+class WhyHistory(Reply):
+    """Ended work: what happened to it (service/history.py); ``preemptions``: when, and the
+    audit's record of who it was stopped for."""
+
+    kind: Literal["history"]
+    workload: str
+    status: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    submit_time: float
+    end_reason: str | None
+    exit_code: int | None
+    attempts: list[Attempt]
+    preemptions: list[dict[str, Any]]
+    text: list[str]
+
+
+Why = Annotated[WhyExplanation | WhyHistory, Field(discriminator="kind")]
+"""The reply of ``why``: an explanation or, for ended work, its history."""
+
+
+# ---- the usage report (GET /v1/reports/usage, service/accounting.py) ---------------------
+class BudgetUsageRow(Reply):
+    """A budget node's figures for the period (``""``: the whole cluster); ``attainment``
+    None: owed nothing."""
+
+    budget: str
+    share: float
+    charged_gpu_hours: float
+    charged_units: float  # charged GPU-hours times their kind's billing weight
+    free_gpu_hours: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    attainment: float | None
+
+
+class MonthUsageRow(Reply):
+    """A budget node's figures for one month (``2026-11``) of the period."""
+
+    month: str
+    budget: str
+    share: float
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+    owed_gpu_hours: float
+    delivered_gpu_hours: float
+    attainment: float | None
+
+
+class UserUsageRow(Reply):
+    user: str
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+
+
+def _row_kind(row: Any) -> str:
+    keys = row if isinstance(row, dict) else type(row).model_fields
+    return "month" if "month" in keys else "user" if "user" in keys else "budget"
+
+
+UsageRow = Annotated[
+    Annotated[BudgetUsageRow, Tag("budget")] | Annotated[MonthUsageRow, Tag("month")]
+    | Annotated[UserUsageRow, Tag("user")],
+    Discriminator(_row_kind)]
+"""A row of the report, as ``by`` asks: per budget node, per month and node, or per user."""
+
+
+class PoolUsageRow(Reply):
+    """One pool (cluster/kind): its GPUs now, healthy, charged and free GPU-hours, billed
+    units and ``occupancy`` (None: never healthy in the period)."""
+
+    pool: str
+    cluster: str
+    kind: str
+    billing: float
+    gpus: int
+    healthy_gpu_hours: float
+    charged_gpu_hours: float
+    charged_units: float
+    free_gpu_hours: float
+    occupancy: float | None
+
+
+class DailyUsage(Reply):
+    """A top-level budget's owed and delivered GPU-hours per UTC day of ``days``."""
+
+    owed: list[float]
+    delivered: list[float]
+
+
+class UsageReport(Reply):
+    """``GET /v1/reports/usage`` (format json): the period ``from``-``to``, the cluster's
+    figures (None: nothing healthy or assigned), ``rows`` by ``by``, every node
+    (``budgets``), every pool, and owed and delivered per day and top-level budget."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    start: float = Field(alias="from")
+    to: float
+    by: Literal["budget", "user", "month"]
+    healthy_gpu_hours: float
+    occupancy: float | None
+    unallocated_fraction: float | None
+    rows: list[UsageRow]
+    budgets: list[BudgetUsageRow]
+    pools: list[PoolUsageRow]
+    days: list[float]
+    daily: dict[str, DailyUsage]
+    approximations: list[str]
+
+
+# ---- what-if (POST /v1/whatif, apportion.whatif.compare) and the dashboard's controls ----
+class WhatifPeriod(Reply):
+    """The replayed history: its span, workloads, host events and what was open at its end."""
+
+    start: float
+    end: float
+    days: float
+    workloads: int
+    host_events: int
+    running_at_end: int
+    waiting_at_end: int
+    cancelled_unstarted: int
+
+
+class WhatifOverall(Reply):
+    attainment: float | None
+    wait_p90_s: float | None
+    preemptions: int
+    drains: int
+
+
+class WhatifFigures(Reply):
+    """One budget node in one run; None: nothing owed, or no wait to measure."""
+
+    attainment: float | None
+    delivered_gpu_hours: float
+    wait_p50_s: float | None
+    wait_p90_s: float | None
+    preemptions: int
+
+
+class WhatifBudget(Reply):
+    budget: str
+    weight_current: float
+    weight_proposed: float
+    current: WhatifFigures
+    proposed: WhatifFigures
+
+
+class Whatif(Reply):
+    """The period replayed with the current settings and with ``set_weight`` and ``set``
+    applied, overall and per budget node (a manager sees their own subtree)."""
+
+    period: WhatifPeriod
+    set_weight: dict[str, float]
+    set: dict[str, Any]  # the proposed settings, as the policy reads them
+    overall: dict[Literal["current", "proposed"], WhatifOverall]
+    budgets: list[WhatifBudget]
+
+
+class WeightControls(Reply):
+    """``GET /v1/dashboard/controls``: the budget nodes whose weight the caller may set."""
+
+    user: str
+    admin: bool
+    set_weight: list[str]
+
+
 # ---- hosts, users, tokens, audit ---------------------------------------------------------
 class Host(Reply):
     name: str
@@ -411,8 +669,12 @@ DashboardState.model_rebuild()
 
 __all__ = [
     "Attempt", "AuditEntry", "Budget", "BudgetCreated", "BudgetManagers", "BudgetMembers",
-    "BudgetUsage", "BudgetWeight", "ClusterCounts", "DashboardBudget", "DashboardHost",
-    "DashboardPending", "DashboardRunning", "DashboardState", "Health", "Host", "HostInUse",
-    "Me", "NewToken", "NodeUsage", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
-    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageSeries", "User", "Workload",
+    "BudgetUsage", "BudgetUsageRow", "BudgetWeight", "ClusterCounts", "DailyUsage",
+    "DashboardBudget", "DashboardHost", "DashboardPending", "DashboardRunning",
+    "DashboardState", "Health", "Host", "HostInUse", "Me", "MonthUsageRow", "NewToken",
+    "NodeUsage", "PoolUsageRow", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
+    "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageReport", "UsageRow",
+    "UsageSeries", "User", "UserUsageRow", "WeightControls", "Whatif", "WhatifBudget",
+    "WhatifFigures", "WhatifOverall", "WhatifPeriod", "Why", "WhyAdvice", "WhyExplanation",
+    "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]

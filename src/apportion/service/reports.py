@@ -8,10 +8,11 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 
 from .accounting import BY, ReportError, parse_time, to_csv, to_html, usage_report
 from .config import PoolsConfig
+from .replies import UsageReport
 from .store import Store
 
 FORMATS = ("json", "csv", "html")
@@ -24,7 +25,7 @@ def reports_router(store: Store, now: Callable[[], float], user: Callable[..., A
     billing weights."""
     router = APIRouter()
 
-    @router.get("/v1/reports/usage", tags=["reports"])
+    @router.get("/v1/reports/usage", tags=["reports"], response_model=UsageReport)
     def usage(
         _user: Annotated[Any, Depends(user)],
         from_: Annotated[str, Query(alias="from", description="2026-11-01, 30d (ago), epoch s")
@@ -32,7 +33,7 @@ def reports_router(store: Store, now: Callable[[], float], user: Callable[..., A
         to: Annotated[str, Query(description="like from; default now")] = "now",
         by: Annotated[str, Query(description=" or ".join(BY))] = "budget",
         format: Annotated[str, Query(description=" or ".join(FORMATS))] = "json",
-    ) -> Response:
+    ) -> UsageReport | Response:
         """Charged and free GPU-hours, owed, delivered and attainment for a period (UTC
         hours), per budget, user, or month and budget, in GPU-hours and billed units, with a
         per-pool breakdown (see docs/operations.md)."""
@@ -49,7 +50,7 @@ def reports_router(store: Store, now: Callable[[], float], user: Callable[..., A
             return PlainTextResponse(to_csv(report), media_type="text/csv")
         if format == "html":
             return HTMLResponse(to_html(report))
-        return JSONResponse(report)
+        return UsageReport.model_validate(report)
 
     return router
 

@@ -21,6 +21,7 @@ from apportion.core import DurationError, PolicyConfig, parse_duration
 from .auth import Rights
 from .bodies import WhatifBody
 from .config import ServiceConfig
+from .replies import Whatif
 from .store import Store, UserRow
 
 
@@ -59,7 +60,7 @@ def whatif_router(store: Store, settings: ServiceConfig,
     User = Annotated[UserRow, Depends(current_user)]
 
     @router.post("/v1/whatif", tags=["budgets"])
-    def whatif(body: WhatifBody, user: User) -> dict[str, Any]:
+    def whatif(body: WhatifBody, user: User) -> Whatif:
         """Replay the history of the period before ``until`` with the current settings and
         with ``set_weight`` and ``set`` applied: per-budget attainment, delivered GPU-hours,
         waits and preemptions side by side (docs/simulator.md, "What-if on live history")."""
@@ -91,6 +92,6 @@ def whatif_router(store: Store, settings: ServiceConfig,
             raise HTTPException(422, f"{e.field}: {e}") from None
         if not rights.admin:  # a manager sees their own subtree
             result["budgets"] = [r for r in result["budgets"] if rights.manages(r["budget"])]
-        return result
+        return Whatif.model_validate(result)
 
     return router

@@ -30,7 +30,7 @@ from ..config import ServiceConfig
 from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
-from ..replies import QueueView, Workload
+from ..replies import QueueView, WhyExplanation, WhyHistory, Workload
 from ..store import AlreadySubmitted, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
@@ -262,7 +262,7 @@ def router(api: Api) -> APIRouter:
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
         workload_id: str, _who: Annotated[Principal | None, Depends(api.public_reader)]
-    ) -> dict[str, Any]:
+    ) -> WhyExplanation | WhyHistory:
         """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
         return explain_workload(store, scheduler, workload_id)
 
