@@ -157,6 +157,7 @@ class Explanation:
             "wait_reason": self.wait_reason.value if self.wait_reason else None,
             "starts_now": self.starts_now,
             "preempting": list(self.preempting),
+            "awaiting": list(self.awaiting),
             "plan_hosts": list(self.plan_hosts),
             "victims": [
                 {"id": v.id, "budget": v.budget, "gpus": v.gpus, "allocated": v.allocated,

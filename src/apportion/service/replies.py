@@ -383,6 +383,7 @@ class WhyExplanation(Reply):
     wait_reason: str | None
     starts_now: bool
     preempting: list[str]
+    awaiting: list[str]  # victims it waits for to checkpoint before they are preempted
     plan_hosts: list[str]
     victims: list[WhyVictim]
     earliest_start: float | None
