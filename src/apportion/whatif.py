@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from apportion.history import History, read_history
 from apportion.service.store import NotFound, Store
 from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
+
+MAX_SINCE_S = 366 * 86400.0  # a year of history at most
 
 
 class WhatifError(ValueError):
@@ -38,6 +41,11 @@ def load_history(store: Store, since: float, end: float) -> History:
     replay."""
     if not since > 0:
         raise WhatifError("since", f"must be longer than 0, got {since}")
+    if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
+        raise WhatifError("since", f"may be at most {format_duration(MAX_SINCE_S)}, got "
+                                   f"{format_duration(since)}")
+    if not math.isfinite(end):
+        raise WhatifError("until", f"must be a finite time, got {end}")
     try:
         history = read_history(store, end - since, end)
     except NotFound as e:

@@ -182,6 +182,18 @@ CASES: list[Case] = [
      "path.name"),
     ("Idempotency-Key with a space", "POST", W, "alice", JOB, None, (422,),
      "idempotency-key"),
+    # ---- periods: each report is built hour by hour, so an unbounded one is refused
+    # before it is built (from=-1e12 asked for 280 million hours and took 15 GiB)
+    ("report from -1e12", "GET", "/v1/reports/usage?from=-1e12", "root", None, None, (422,),
+     "from: the period may be at most"),
+    ("report from 99999d", "GET", "/v1/reports/usage?from=99999d", "root", None, None,
+     (422,), "from: the period may be at most"),
+    ("report from nan", "GET", "/v1/reports/usage?from=nan", "root", None, None, (422,),
+     "from: must be a finite number"),
+    ("report to inf", "GET", "/v1/reports/usage?from=1d&to=inf", "root", None, None, (422,),
+     "to: must be a finite number"),
+    ("what-if over a year", "POST", "/v1/whatif", "root", {"since": "400d"}, None, (422,),
+     "since: may be at most"),
 ]
 HEADERS = {"Idempotency-Key with a space": {"Idempotency-Key": "a b"}}
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import calendar
 import csv
 import io
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,8 @@ from .config import PoolsConfig
 from .store import AuditRow, Store, WorkloadRow
 
 HOUR = 3600.0
+DAY = 86400.0
+MAX_PERIOD_S = 3660 * DAY  # ten years: a report is built hour by hour (87,840 hours)
 BY = ("budget", "user", "month")
 FORMATS = ("table", "csv", "json", "html")
 APPROXIMATIONS = (
@@ -64,9 +67,13 @@ def parse_time(value: str, name: str, now: float) -> float:
     if text == "now":
         return now
     try:
-        return float(text)
+        t = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(t):
+            raise ReportError(f"{name}: must be a finite number of seconds, got {value!r}")
+        return t
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -183,6 +190,11 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     end = min(end, now)
     if not end > start:
         raise ReportError("from: must be before to (and before now)")
+    if end - start > MAX_PERIOD_S:
+        # the report is built hour by hour: an unbounded period would hold the server's
+        # memory hostage
+        raise ReportError(f"from: the period may be at most {MAX_PERIOD_S // DAY:,.0f} days, "
+                          f"got {(end - start) / DAY:,.0f}")
     tree = store.load_tree() if store.budgets() else BudgetTree.build([])
     workloads, audit = store.history(end, ("host.add", "host.state", "workload.cancel"))
     cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
