@@ -19,23 +19,42 @@ def _running(st: ClusterState, wid: str, budget: str, gpus: int, host: str, t: f
 
 
 def test_at_risk_follows_term_checkpoint_report_and_interval() -> None:
-    """At risk: nothing for a resumable workload that checkpoints on SIGTERM; since the
-    reported checkpoint when there is one; since the last checkpoint of its declared interval
-    otherwise; the whole run for non-resumable work."""
+    """At risk: nothing for a resumable workload that checkpoints on SIGTERM; since the last
+    checkpoint of its declared interval, or since the reported one if that is later (a
+    stale report, here 40 min while the interval puts one at 60 min, does not make the run
+    dearer to stop); the whole run for non-resumable work."""
     st = ClusterState(make_tree("a"), make_hosts(8))
     st.submit(WorkloadSpec("term", "a", 1, HOUR, 0.0, resumable=True, checkpoint_on_term=True),
               0.0)
-    st.submit(make_spec("ivl", "a", 1, resumable=True, checkpoint_interval=30 * MIN), 0.0)
-    st.submit(make_spec("rep", "a", 1, resumable=True, checkpoint_interval=30 * MIN), 0.0)
+    for w in ("ivl", "rep", "stale"):
+        st.submit(make_spec(w, "a", 1, resumable=True, checkpoint_interval=30 * MIN), 0.0)
     st.submit(make_spec("once", "a", 1), 0.0)
-    for w in ("term", "ivl", "rep", "once"):
+    for w in ("term", "ivl", "rep", "stale", "once"):
         st.start(w, (Slice("h0", 1),), 0.0)
-    st.checkpoint("rep", 40 * MIN)
+    st.checkpoint("rep", 65 * MIN)
+    st.checkpoint("stale", 40 * MIN)
     now = 70 * MIN
     assert st.running["term"].at_risk(now, 1800.0) == 0.0
     assert st.running["ivl"].at_risk(now, 1800.0) == pytest.approx(10 * MIN)
-    assert st.running["rep"].at_risk(now, 1800.0) == pytest.approx(30 * MIN)
+    assert st.running["rep"].at_risk(now, 1800.0) == pytest.approx(5 * MIN)
+    assert st.running["stale"].at_risk(now, 1800.0) == pytest.approx(10 * MIN)
     assert st.running["once"].at_risk(now, 1800.0) == pytest.approx(70 * MIN)
+
+
+def test_a_stale_report_does_not_shield_a_run_from_victim_choice() -> None:
+    """Two equal resumable runs checkpointing every 30 min; one reported a checkpoint once,
+    at its start, and never again (a job gaming the cost of stopping it). At 70 min both
+    have 10 min at risk by their interval: the rebalance takes the first of the two, the
+    reporting one, exactly as if it had reported nothing."""
+    st = ClusterState(make_tree("a", "b"), make_hosts(8))
+    for w in ("a1", "a2"):
+        _running(st, w, "a", 4, "h0", 0.0, resumable=True, checkpoint_interval=30 * MIN,
+                 min_runtime=10 * MIN)
+    st.checkpoint("a1", 1.0)
+    now = 70 * MIN
+    st.submit(make_spec("b1", "b", 4, min_runtime=10 * MIN), now)
+    d = decide(st, now, PolicyConfig())
+    assert [(p.workload, p.reason.value) for p in d.preemptions] == [("a1", "rebalance")]
 
 
 def test_checkpoint_before_the_run_began_is_refused() -> None:

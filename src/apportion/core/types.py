@@ -139,18 +139,24 @@ class Running:
     def at_risk(self, now: float, default_checkpoint: float) -> float:
         """Seconds of progress a preemption at ``now`` would throw away: none for resumable
         work that checkpoints when told to stop; since its last checkpoint for other
-        resumable work (the one it reported, else the last one its declared interval, or
-        ``default_checkpoint``, puts since its start); its whole run otherwise."""
+        resumable work (the last one its declared interval, or ``default_checkpoint``, puts
+        since its start, or the one it reported if that is later); its whole run otherwise.
+
+        A report only ever lowers the figure: a report of a recent checkpoint makes the run
+        cheaper to stop, against its own interest, so it is believed; an old one (a job
+        that reported once and then stopped reporting) would make it look dearer to stop
+        than its declared interval says, and would shield it from victim choice."""
         elapsed = max(0.0, now - self.started_at)
         spec = self.spec
         if not spec.resumable:
             return elapsed
         if spec.checkpoint_on_term:
             return 0.0
-        if self.checkpointed_at is not None:
-            return max(0.0, now - max(self.checkpointed_at, self.started_at))
         interval = spec.checkpoint_interval or default_checkpoint
-        return elapsed % interval if interval > 0 else elapsed
+        estimate = elapsed % interval if interval > 0 else elapsed
+        if self.checkpointed_at is not None:
+            return min(estimate, max(0.0, now - max(self.checkpointed_at, self.started_at)))
+        return estimate
 
 
 @dataclass(frozen=True, slots=True)
