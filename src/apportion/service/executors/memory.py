@@ -266,11 +266,14 @@ class MemoryExecutor:
         modelled = None
         if self.report_checkpoints and a.remaining is not None:
             wid = a.workload_id
-            c = float(self.checkpoints.get(wid) or self.checkpoint_default)
-            setup = self.overhead.get(wid, 0.0)
-            k = math.floor(max(0.0, now - a.started_at - setup) / c) if c > 0 else 0
-            if k >= 1:
-                modelled = a.started_at + setup + k * c
+            setup = float(self.overhead.get(wid, 0.0))
+            # the progress a stop now would keep is what its checkpoints saved (core's model)
+            kept = preemption_cost(
+                float(now - a.started_at), setup, math.inf,
+                float(self.checkpoints.get(wid) or self.checkpoint_default),
+            ).kept
+            if kept > 0:
+                modelled = a.started_at + setup + kept
         times = [t for t in (a.checkpointed_at, modelled) if t is not None]
         return max(times) if times else None
 
