@@ -20,9 +20,9 @@ def _running(st: ClusterState, wid: str, budget: str, gpus: int, host: str, t: f
 
 def test_at_risk_follows_term_checkpoint_report_and_interval() -> None:
     """At risk: nothing for a resumable workload that checkpoints on SIGTERM; since the last
-    checkpoint of its declared interval, or since the reported one if that is later (a
-    stale report, here 40 min while the interval puts one at 60 min, does not make the run
-    dearer to stop); the whole run for non-resumable work."""
+    checkpoint of its declared interval from its start, or from its last reported one (a
+    report at 65 min leaves 5 min; one at 40 min, an interval before 70 min, leaves none:
+    the interval goes on from it); the whole run for non-resumable work."""
     st = ClusterState(make_tree("a"), make_hosts(8))
     st.submit(WorkloadSpec("term", "a", 1, HOUR, 0.0, resumable=True, checkpoint_on_term=True),
               0.0)
@@ -37,15 +37,16 @@ def test_at_risk_follows_term_checkpoint_report_and_interval() -> None:
     assert st.running["term"].at_risk(now, 1800.0) == 0.0
     assert st.running["ivl"].at_risk(now, 1800.0) == pytest.approx(10 * MIN)
     assert st.running["rep"].at_risk(now, 1800.0) == pytest.approx(5 * MIN)
-    assert st.running["stale"].at_risk(now, 1800.0) == pytest.approx(10 * MIN)
+    assert st.running["stale"].at_risk(now, 1800.0) == pytest.approx(0.0)
     assert st.running["once"].at_risk(now, 1800.0) == pytest.approx(70 * MIN)
 
 
 def test_a_stale_report_does_not_shield_a_run_from_victim_choice() -> None:
     """Two equal resumable runs checkpointing every 30 min; one reported a checkpoint once,
-    at its start, and never again (a job gaming the cost of stopping it). At 70 min both
-    have 10 min at risk by their interval: the rebalance takes the first of the two, the
-    reporting one, exactly as if it had reported nothing."""
+    a second after its start, and never again (a job gaming the cost of stopping it). At
+    70 min the interval, going on from that report, leaves it 1 s less at risk than the
+    other: the rebalance takes it. (Counting from the report alone, it would have had 70 min
+    at risk and been spared.)"""
     st = ClusterState(make_tree("a", "b"), make_hosts(8))
     for w in ("a1", "a2"):
         _running(st, w, "a", 4, "h0", 0.0, resumable=True, checkpoint_interval=30 * MIN,

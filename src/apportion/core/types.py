@@ -139,24 +139,25 @@ class Running:
     def at_risk(self, now: float, default_checkpoint: float) -> float:
         """Seconds of progress a preemption at ``now`` would throw away: none for resumable
         work that checkpoints when told to stop; since its last checkpoint for other
-        resumable work (the last one its declared interval, or ``default_checkpoint``, puts
-        since its start, or the one it reported if that is later); its whole run otherwise.
+        resumable work, which its declared interval (or ``default_checkpoint``) puts at
+        whole intervals from its start, or from the checkpoint it last reported; its whole
+        run otherwise.
 
-        A report only ever lowers the figure: a report of a recent checkpoint makes the run
-        cheaper to stop, against its own interest, so it is believed; an old one (a job
-        that reported once and then stopped reporting) would make it look dearer to stop
-        than its declared interval says, and would shield it from victim choice."""
-        elapsed = max(0.0, now - self.started_at)
+        A report moves the interval's grid, as :func:`~apportion.core.preemption.
+        next_checkpoint` does, and never puts more than an interval at risk: a job that
+        reported once and then stopped reporting still checkpoints every interval as far
+        as the policy knows, so an old report cannot make it look dearer to stop than its
+        declared interval does and shield it from victim choice."""
         spec = self.spec
         if not spec.resumable:
-            return elapsed
+            return max(0.0, now - self.started_at)
         if spec.checkpoint_on_term:
             return 0.0
+        since = self.started_at if self.checkpointed_at is None else max(
+            self.checkpointed_at, self.started_at)
+        ran = max(0.0, now - since)
         interval = spec.checkpoint_interval or default_checkpoint
-        estimate = elapsed % interval if interval > 0 else elapsed
-        if self.checkpointed_at is not None:
-            return min(estimate, max(0.0, now - max(self.checkpointed_at, self.started_at)))
-        return estimate
+        return ran % interval if interval > 0 else ran
 
 
 @dataclass(frozen=True, slots=True)
