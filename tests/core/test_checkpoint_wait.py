@@ -147,11 +147,14 @@ def test_explain_shows_the_checkpoint_wait() -> None:
 
 
 def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
-    """Each wait is for victims that lose nothing at its end: every victim with progress at
-    risk now has none at ``until`` (its checkpoint falls by then); ``recheck_at`` is the
-    first of them. (check_pass checks the bound, the guarantee's bound and that the
-    victims run unprotected.)"""
+    """Each wait ends at a checkpoint of its victims: every victim with progress at risk now
+    writes a checkpoint during the wait (at ``until`` it has at most the time since ``now``
+    at risk), and the wait ends at the last of those checkpoints (one of them has nothing at
+    risk at ``until``: a victim that checkpointed earlier in the wait loses what it did
+    since); ``recheck_at`` is the first ``until``. (check_pass checks the bound, the
+    guarantee's bound and that the victims run unprotected.)"""
     for w in d.checkpoint_waits:
+        left_at_end = []
         for v in w.victims:
             r = state.running[v]
             if r.at_risk(now, CFG.default_checkpoint_interval) <= 0.0:
@@ -159,12 +162,16 @@ def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
             assert r.spec.resumable, f"{w.workload} waits for non-resumable {v}"
             interval = r.spec.checkpoint_interval or CFG.default_checkpoint_interval
             at_end = r.at_risk(w.until, CFG.default_checkpoint_interval)
-            # a checkpoint at ``until``: nothing at risk then (or, by rounding, a whole
-            # interval's worth that is one more checkpoint)
-            assert min(at_end, abs(interval - at_end)) < 1e-6, (
-                f"{w.workload} waits until {w.until} for {v}, which still has "
-                f"{at_end:g} s at risk then"
+            assert at_end <= w.until - now + 1e-6, (
+                f"{w.workload} waits until {w.until} for {v}, which writes no checkpoint "
+                f"in the wait ({at_end:g} s at risk then)"
             )
+            # by rounding, a checkpoint exactly at ``until`` may read as a whole interval
+            left_at_end.append(min(at_end, abs(interval - at_end)))
+        assert not left_at_end or min(left_at_end) < 1e-6, (
+            f"{w.workload}'s wait until {w.until} ends at no victim's checkpoint "
+            f"({left_at_end} s at risk then)"
+        )
     firsts = [w.until for w in d.checkpoint_waits]
     assert d.recheck_at == (min(firsts) if firsts else None)
 

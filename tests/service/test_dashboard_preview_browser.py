@@ -178,14 +178,15 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     with page.expect_response(lambda r: r.url.endswith("/v1/whatif"),
                               timeout=REPLAY_MS) as answer:
         page.click("#we-preview")
-        # the server answers (here the dashboard's state, under the scheduler's lock) while
-        # it replays: the replay runs in a worker thread, not on the event loop
-        live.get("carol", "/v1/dashboard/state")
-        answered = time.time()
+        # the page shows the replay running (looked at first: it lasts only the replay)
         page.wait_for_selector("#weight-editor.running", timeout=WAIT_MS)
         assert page.inner_text("#we-status").startswith(
             "Running: replaying the last 14 days twice")
         assert page.is_disabled("#we-preview")
+        # the server answers (here the dashboard's state, under the scheduler's lock) while
+        # it replays: the replay runs in a worker thread, not on the event loop
+        live.get("carol", "/v1/dashboard/state")
+        answered = time.time()
     assert answer.value.status == 200
     answer.value.finished()  # the request's timing is complete once it has finished
     timing = answer.value.request.timing
