@@ -40,9 +40,12 @@ class Live:
     server: Server
 
 
-def make_history(config_path: Path, start: float, days: float,
-                 host_changes: dict[float, tuple[str, HostState]] | None = None
-                 ) -> tuple[float, int]:
+def make_history(
+    config_path: Path,
+    start: float,
+    days: float,
+    host_changes: dict[float, tuple[str, HostState]] | None = None,
+) -> tuple[float, int]:
     """Two budgets (ai/llm weight 2, ai/vision weight 1) on 2 hosts x 8 GPUs, asking
     together for three times the cluster: every 30 min each submits a 4-GPU, 3 h resumable
     workload (minimum runtime 1 h). ``host_changes`` maps seconds after ``start`` to a host
@@ -62,9 +65,16 @@ def make_history(config_path: Path, start: float, days: float,
     while t < end:
         if n % 3 == 0:  # every 30 min
             for budget in ("ai/llm", "ai/vision"):
-                row = store.add_workload(budget=budget, gpus=4, min_runtime=HOUR,
-                                         submit_time=t, command=["train"], actor="alice",
-                                         resumable=True, checkpoint_interval=1800.0)
+                row = store.add_workload(
+                    budget=budget,
+                    gpus=4,
+                    min_runtime=HOUR,
+                    submit_time=t,
+                    command=["train"],
+                    actor="alice",
+                    resumable=True,
+                    checkpoint_interval=1800.0,
+                )
                 executor.durations[row.id] = 3 * HOUR
         change = (host_changes or {}).get(t - start)
         if change is not None:
@@ -82,8 +92,14 @@ def make_history(config_path: Path, start: float, days: float,
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("whatif")
-    config = write_config(tmp / "apportion.toml", free_port(), db_url=f"sqlite:///{tmp}/a.db",
-                          hosts=2, gpus=8, executor="memory")
+    config = write_config(
+        tmp / "apportion.toml",
+        free_port(),
+        db_url=f"sqlite:///{tmp}/a.db",
+        hosts=2,
+        gpus=8,
+        executor="memory",
+    )
     until, running = make_history(config, time.time() - 3 * DAY, 2.0)
     server = Server(config, tmp / "server.log")
     server.start()  # the live service over that history, while the commands read its store
@@ -94,13 +110,26 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 
 
 def apportion(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "apportion.cli.main", *args],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def whatif(live: Live, *args: str) -> dict[str, Any]:
-    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
-                    repr(live.until), "--json", *args)
+    run = apportion(
+        "whatif",
+        "--config",
+        str(live.config),
+        "--since",
+        "2d",
+        "--until",
+        repr(live.until),
+        "--json",
+        *args,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     result: dict[str, Any] = json.loads(run.stdout)
     return result
@@ -130,8 +159,17 @@ def test_whatif_raising_a_weight_gives_that_budget_more(live: Live) -> None:
 
 def test_whatif_text_names_the_change(live: Live) -> None:
     """The text form: the period line, the change, one line per budget node, overall."""
-    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
-                    repr(live.until), "--set-weight", "ai/vision=4")
+    run = apportion(
+        "whatif",
+        "--config",
+        str(live.config),
+        "--since",
+        "2d",
+        "--until",
+        repr(live.until),
+        "--set-weight",
+        "ai/vision=4",
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert "still running at the end, replayed with their run so far" in lines[0]
@@ -143,8 +181,17 @@ def test_whatif_text_names_the_change(live: Live) -> None:
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
     """A mistyped budget is a usage error naming --set-weight, with a suggestion."""
-    run = apportion("whatif", "--config", str(live.config), "--since", "2d", "--until",
-                    repr(live.until), "--set-weight", "ai/visoin=4")
+    run = apportion(
+        "whatif",
+        "--config",
+        str(live.config),
+        "--since",
+        "2d",
+        "--until",
+        repr(live.until),
+        "--set-weight",
+        "ai/visoin=4",
+    )
     assert run.returncode == 2
     assert "--set-weight" in run.stderr and "did you mean 'ai/vision'?" in run.stderr
 
@@ -154,8 +201,17 @@ def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None
     command it prints, apportion simulate --trace ..., gives the same per-budget
     attainment, waits and overall figures as whatif's current column."""
     out = tmp_path / "history.parquet"
-    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
-                    repr(live.until), "--out", str(out))
+    run = apportion(
+        "export-trace",
+        "--config",
+        str(live.config),
+        "--since",
+        "2d",
+        "--until",
+        repr(live.until),
+        "--out",
+        str(out),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     replay = next(line for line in run.stdout.splitlines() if line.startswith("replay: "))
     args = replay.removeprefix("replay: apportion ").split()
@@ -172,7 +228,8 @@ def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None
         "attainment": summary["attainment"]["overall"],
         "wait_p90_s": summary["wait_s"]["all"]["p90"],
         "preemptions": summary["preemptions"]["total"],
-        "drains": summary["drains"]["count"]}
+        "drains": summary["drains"]["count"],
+    }
     assert summary["workloads"] == current["period"]["workloads"] > 100
 
 
@@ -181,29 +238,53 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
     and marked healthy at 10 h: read_history gives an unhealthy event at 2 h and a repaired
     one at 10 h after the first submission (the automated move to repair is the engine's own
     to model); export-trace writes them beside the trace, and whatif replays them."""
-    config = write_config(tmp_path / "apportion.toml", free_port(),
-                          db_url=f"sqlite:///{tmp_path}/a.db", hosts=2, gpus=8,
-                          executor="memory")
+    config = write_config(
+        tmp_path / "apportion.toml",
+        free_port(),
+        db_url=f"sqlite:///{tmp_path}/a.db",
+        hosts=2,
+        gpus=8,
+        executor="memory",
+    )
     start = 1_700_000_000.0
-    until, _ = make_history(config, start, 0.5, {2 * HOUR: ("h1", HostState.DRAINING),
-                                                 10 * HOUR: ("h1", HostState.HEALTHY)})
+    until, _ = make_history(
+        config,
+        start,
+        0.5,
+        {2 * HOUR: ("h1", HostState.DRAINING), 10 * HOUR: ("h1", HostState.HEALTHY)},
+    )
     store = Store(load_config(config).db_url)
     try:
         history = read_history(store, start, until)
     finally:
         store.close()
     assert history.origin == start
-    assert history.host_events == [HostEvent(2 * HOUR, "h1", HostEventKind.UNHEALTHY),
-                                   HostEvent(10 * HOUR, "h1", HostEventKind.REPAIRED)]
+    assert history.host_events == [
+        HostEvent(2 * HOUR, "h1", HostEventKind.UNHEALTHY),
+        HostEvent(10 * HOUR, "h1", HostEventKind.REPAIRED),
+    ]
     out = tmp_path / "t.csv"
-    run = apportion("export-trace", "--config", str(config), "--since", "12h", "--until",
-                    repr(until), "--out", str(out))
+    run = apportion(
+        "export-trace",
+        "--config",
+        str(config),
+        "--since",
+        "12h",
+        "--until",
+        repr(until),
+        "--out",
+        str(out),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert (tmp_path / "t.host-events.csv").read_text().splitlines() == [
-        "time,host,event", "7200.0,h1,unhealthy", "36000.0,h1,repaired"]
+        "time,host,event",
+        "7200.0,h1,unhealthy",
+        "36000.0,h1,repaired",
+    ]
     assert "not part of the trace format" in run.stdout
-    run = apportion("whatif", "--config", str(config), "--since", "12h", "--until",
-                    repr(until), "--json")
+    run = apportion(
+        "whatif", "--config", str(config), "--since", "12h", "--until", repr(until), "--json"
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     result = json.loads(run.stdout)
     assert result["period"]["host_events"] == 2
@@ -220,8 +301,12 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
 
     def post(user: str, data: dict[str, Any]) -> httpx.Response:
-        return httpx.post(url, json=data, timeout=300,
-                          headers={"Authorization": f"Bearer {live.server.token(user)}"})
+        return httpx.post(
+            url,
+            json=data,
+            timeout=300,
+            headers={"Authorization": f"Bearer {live.server.token(user)}"},
+        )
 
     answer = post("admin", body)
     assert answer.status_code == 200, answer.text
@@ -243,3 +328,56 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
         httpx.put(managers, json={"managers": []}, headers=admin)
     bad = post("admin", {**body, "set": {"lookbak": "3d"}})
     assert bad.status_code == 422 and bad.json()["detail"].startswith("set: unknown key 'lookbak'")
+
+
+def test_the_server_answers_other_requests_while_a_whatif_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /v1/whatif runs its replay off the event loop: with the replay held (its history
+    load waits on an event), GET /v1/dashboard/state is answered, and only then is the
+    replay let go and the what-if answered. Were the replay on the event loop, the state
+    request could not be answered while it was held and the test would fail on its
+    deadline, not hang."""
+    import threading
+
+    from api_env import start_env
+
+    import apportion.whatif
+
+    replaying, state_answered = threading.Event(), threading.Event()
+    real_load = apportion.whatif.load_history
+
+    def held_load(*args: Any, **kwargs: Any) -> Any:
+        replaying.set()
+        if not state_answered.wait(timeout=20):
+            raise AssertionError("the state request was not answered while the replay ran")
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(apportion.whatif, "load_history", held_load)
+    env = start_env(tmp_path, "sqlite")
+    env.scheduler.step()  # the dashboard's state is there after the first pass
+    try:
+        answers: dict[str, httpx.Response] = {}
+
+        def post() -> None:  # its own connection: an httpx.Client is not shared by threads
+            answers["whatif"] = httpx.post(
+                env.server.url + "/v1/whatif",
+                timeout=120,
+                headers={"Authorization": f"Bearer {env.tokens['root']}"},
+                json={"since": "1d", "set_weight": {"ai/vision": 4}},
+            )
+
+        poster = threading.Thread(target=post)
+        poster.start()
+        assert replaying.wait(timeout=60), "the what-if never started its replay"
+        state = env.call("GET", "/v1/dashboard/state", "root")
+        assert state.status_code == 200, state.text
+        assert "whatif" not in answers  # the replay is still held
+        state_answered.set()
+        poster.join(timeout=120)
+        assert not poster.is_alive()
+        # an empty store has no history to replay: a clear 422, after the state answer
+        assert answers["whatif"].status_code in (200, 422), answers["whatif"].text
+    finally:
+        state_answered.set()
+        env.close()
