@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from parity_loop import HOUR, Moments
 from store_db import BACKENDS, open_store
 
 from apportion.core import (
@@ -34,7 +35,6 @@ from apportion.service.scheduler import Scheduler
 from apportion.sim.engine import Engine, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Scenario, SimJob
 
-HOUR = 3600.0
 DAYS = 4 * HOUR / 86400.0
 REPAIR = 1800.0
 RESTART = 120.0
@@ -131,43 +131,15 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
     )
     sched = Scheduler(store, executor, config, clock, grace_s=0.0)
     sched.start()
-    end = DAYS * 86400.0
-    submissions = sorted(trace, key=lambda sd: sd[0].submit_time)
-    host_events = sorted(EVENTS, key=lambda e: e.time)
-    repairs: dict[str, float] = {}  # host -> when its repair ends (the simulator's model)
-    hours = [HOUR * k for k in range(1, int(end // HOUR) + 1) if HOUR * k < end]
-    log: list[str] = []
-    rechecks: set[float] = set()  # moments passes asked for (checkpoint waits)
-    t = -1.0
-    while True:
-        st = sched.state
-        assert st is not None
-        protections = [r.protected_until() for r in st.running.values()
-                       if r.spec.allocated and r.protected_until() > t]
-        candidates = [
-            *(s.submit_time for s, _ in submissions[:1]),
-            *(e.time for e in host_events[:1]),
-            *(h for h in hours if h > t),
-            *(x for x in [executor.next_exit()] if x is not None),
-            *protections,
-            *(d for d in st.deadlines.values() if d > t),
-            *repairs.values(),
-            *(r for r in rechecks if r > t),
-        ]
-        t = min(candidates, default=end)
-        if t >= end:
-            break
-        clock.set(t)
-        while host_events and host_events[0].time == t:
-            ev = host_events.pop(0)
+    moments = Moments(clock, executor, DAYS * 86400.0, REPAIR, trace, list(EVENTS))
+    while moments.advance(sched):
+        t = moments.t
+        for ev in moments.due_host_events():
             assert ev.kind is HostEventKind.UNHEALTHY
             sched.set_host_state(ev.host, HostState.DRAINING, "unhealthy", "admin")
-        for name, at in list(repairs.items()):
-            if at == t:
-                sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
-                del repairs[name]
-        while submissions and submissions[0][0].submit_time == t:
-            spec, duration = submissions.pop(0)
+        for name, _ in moments.due_repairs():
+            sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
+        for spec, duration in moments.due_submissions():
             executor.durations[spec.id] = duration
             first, indexes, throttle = ARRAY
             if spec.id in store.statuses([spec.id]):
@@ -182,18 +154,12 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
                 checkpoint_on_term=spec.checkpoint_on_term,
             )
             assert row.id == spec.id
-        lines = sched.step(t)
-        if sched.recheck_at is not None:  # the simulator passes then too
-            rechecks.add(sched.recheck_at)
-        for line in lines:
-            parts = line.split()
-            if parts[1] == "host" and parts[4] == "repair":
-                repairs[parts[2]] = t + REPAIR
-        log += lines
+        moments.step(sched)
         if reported is not None:
-            reported |= {w for w, r in st.running.items() if r.checkpointed_at is not None}
+            reported |= {w for w, r in sched.state.running.items()
+                         if r.checkpointed_at is not None}
     store.close()
-    return log
+    return moments.log
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

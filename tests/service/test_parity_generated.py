@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from parity_loop import HOUR, Moments
 from store_db import BACKENDS, open_store
 
 from apportion.core import (
@@ -39,7 +40,6 @@ from apportion.service.scheduler import Scheduler
 from apportion.sim.engine import Engine, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Scenario, SimJob
 
-HOUR = 3600.0
 SPAN = 6 * HOUR
 REPAIR = 1800.0
 RESTART = 120.0
@@ -131,66 +131,39 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
         return sched
 
     sched = server()
-    submissions = list(case.jobs)
-    host_events = list(case.events)
+    moments = Moments(clock, executor, SPAN, REPAIR, list(case.jobs), list(case.events))
     restarts = list(case.restarts)
     restarted = 0
-    # host -> (when its repair ends, who brings it back: the executor or an operator)
-    repairs: dict[str, tuple[float, str]] = {}
-    hours = [HOUR * k for k in range(1, int(SPAN // HOUR) + 1) if HOUR * k < SPAN]
-    log: list[str] = []
-    rechecks: set[float] = set()  # moments passes asked for (checkpoint waits)
-    t = -1.0
-    while True:
-        st = sched.state
-        assert st is not None
-        protections = [r.protected_until() for r in st.running.values()
-                       if r.spec.allocated and r.protected_until() > t]
-        candidates = [
-            *(s.submit_time for s, _ in submissions[:1]),
-            *(e.time for e in host_events[:1]),
-            *(h for h in hours if h > t),
-            *(x for x in [executor.next_exit()] if x is not None),
-            *protections,
-            *(at for at, _ in repairs.values()),
-            *(r for r in rechecks if r > t),
-        ]
-        t = min(candidates, default=SPAN)
-        if t >= SPAN:
-            break
-        clock.set(t)
+    while moments.advance(sched):
+        t = moments.t
         if restarts and restarts[0] <= t:
             while restarts and restarts[0] <= t:
                 restarts.pop(0)
             sched = server()  # a server restart: rebuilt from the store, reconciled
             restarted += 1
-        for name, (at, who) in list(repairs.items()):
-            if at == t:
-                del repairs[name]
-                if who == "executor":
-                    executor.revive_host(name)  # taken up from the inventory in the pass
-                else:
-                    sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
-        while host_events and host_events[0].time == t:
-            ev = host_events.pop(0)
+        for name, who in moments.due_repairs():
+            if who == "executor":
+                executor.revive_host(name)  # taken up from the inventory in the pass
+            else:
+                sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
+        for ev in moments.due_host_events():
             state = sched.state.hosts[ev.host].state if sched.state else None
             if ev.kind is HostEventKind.FAIL and state is not HostState.DOWN:
                 if t in case.marked_down:
                     sched.set_host_state(ev.host, HostState.DOWN, "died", "admin")
-                    repairs[ev.host] = (t + REPAIR, "admin")
+                    moments.repairs[ev.host] = (t + REPAIR, "admin")
                 else:
                     executor.fail_host(ev.host)
-                    repairs[ev.host] = (t + REPAIR, "executor")
+                    moments.repairs[ev.host] = (t + REPAIR, "executor")
             elif ev.kind is HostEventKind.UNHEALTHY and state is HostState.HEALTHY:
                 sched.set_host_state(ev.host, HostState.DRAINING, "unhealthy", "admin")
             elif ev.kind is HostEventKind.REPAIRED and state is not HostState.HEALTHY:
-                who = repairs.pop(ev.host, (0.0, "admin"))[1]
+                who = moments.repairs.pop(ev.host, (0.0, "admin"))[1]
                 if state is HostState.DOWN and who == "executor":
                     executor.revive_host(ev.host)
                 else:
                     sched.set_host_state(ev.host, HostState.HEALTHY, "repaired", "admin")
-        while submissions and submissions[0][0].submit_time == t:
-            spec, duration = submissions.pop(0)
+        for spec, duration in moments.due_submissions():
             row = store.add_workload(
                 budget=spec.budget, gpus=spec.gpus, min_runtime=spec.min_runtime,
                 submit_time=t, command=["train"], actor="alice", resumable=spec.resumable,
@@ -198,16 +171,9 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
             )
             assert row.id == spec.id
             executor.durations[row.id] = duration
-        lines = sched.step(t)
-        if sched.recheck_at is not None:  # a checkpoint waited for: the simulator passes then
-            rechecks.add(sched.recheck_at)
-        for line in lines:
-            parts = line.split()
-            if parts[1] == "host" and parts[4] == "repair":
-                repairs[parts[2]] = (t + REPAIR, "admin")
-        log += lines
+        moments.step(sched)
     store.close()
-    return log, restarted
+    return moments.log, restarted
 
 
 def test_generated_cases_cover_what_they_claim() -> None:

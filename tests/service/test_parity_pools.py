@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from parity_loop import HOUR, Moments
 from store_db import BACKENDS, open_store
 
 from apportion.core import BudgetNode, BudgetTree, Host, HostState, PolicyConfig, WorkloadSpec
@@ -25,7 +26,6 @@ from apportion.service.scheduler import Scheduler
 from apportion.sim.engine import Engine, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
 
-HOUR = 3600.0
 DAYS = 4 * HOUR / 86400.0
 REPAIR = 1800.0
 RESTART = 120.0
@@ -94,55 +94,24 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig) -> list[str]:
     sched = Scheduler(store, executor, config, clock, grace_s=0.0,
                       pools=PoolsConfig(billing=BILLING))
     sched.start()
-    end = DAYS * 86400.0
-    submissions = sorted(trace, key=lambda sd: sd[0].submit_time)
-    host_events = sorted(EVENTS, key=lambda e: e.time)
-    repairs: dict[str, float] = {}  # host -> when its repair ends (the simulator's model)
-    hours = [HOUR * k for k in range(1, int(end // HOUR) + 1) if HOUR * k < end]
-    log: list[str] = []
-    t = -1.0
-    while True:
-        st = sched.state
-        assert st is not None
-        protections = [r.protected_until() for r in st.running.values()
-                       if r.spec.allocated and r.protected_until() > t]
-        candidates = [
-            *(s.submit_time for s, _ in submissions[:1]),
-            *(e.time for e in host_events[:1]),
-            *(h for h in hours if h > t),
-            *(x for x in [executor.next_exit()] if x is not None),
-            *protections,
-            *repairs.values(),
-        ]
-        t = min(candidates, default=end)
-        if t >= end:
-            break
-        clock.set(t)
-        while host_events and host_events[0].time == t:
-            ev = host_events.pop(0)
+    moments = Moments(clock, executor, DAYS * 86400.0, REPAIR, trace, list(EVENTS))
+    while moments.advance(sched):
+        for ev in moments.due_host_events():
             sched.set_host_state(ev.host, HostState.DRAINING, "unhealthy", "admin")
-        for name, at in list(repairs.items()):
-            if at == t:
-                sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
-                del repairs[name]
-        while submissions and submissions[0][0].submit_time == t:
-            spec, duration = submissions.pop(0)
+        for name, _ in moments.due_repairs():
+            sched.set_host_state(name, HostState.HEALTHY, "repaired", "admin")
+        for spec, duration in moments.due_submissions():
             executor.durations[spec.id] = duration
             row = store.add_workload(
                 budget=spec.budget, gpus=spec.gpus, min_runtime=spec.min_runtime,
-                submit_time=t, command=["train"], actor="alice", resumable=spec.resumable,
-                checkpoint_interval=spec.checkpoint_interval, gpu_kinds=spec.gpu_kinds,
-                cluster=spec.cluster,
+                submit_time=moments.t, command=["train"], actor="alice",
+                resumable=spec.resumable, checkpoint_interval=spec.checkpoint_interval,
+                gpu_kinds=spec.gpu_kinds, cluster=spec.cluster,
             )
             assert row.id == spec.id
-        lines = sched.step(t)
-        for line in lines:
-            parts = line.split()
-            if parts[1] == "host" and parts[4] == "repair":
-                repairs[parts[2]] = t + REPAIR
-        log += lines
+        moments.step(sched)
     store.close()
-    return log
+    return moments.log
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
