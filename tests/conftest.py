@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -19,3 +21,23 @@ def accounts() -> Iterator[UnixAccounts]:
 
     with unix_accounts() as a:
         yield a
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A fresh directory under /tmp that every account may enter (pytest's own temporary
+    directories are root's only), removed after the test."""
+    from harness.accounts import open_dir
+
+    with open_dir("apportion-shared-") as d:
+        yield d
+
+
+@pytest.fixture
+def alice_dir(shared: Path, accounts: UnixAccounts) -> Path:
+    """A directory in ``shared`` that is alice's account's only (0700)."""
+    d = shared / "alice"
+    d.mkdir()
+    os.chown(d, accounts.alice.uid, accounts.alice.gid)
+    os.chmod(d, 0o700)
+    return d

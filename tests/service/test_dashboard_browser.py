@@ -7,10 +7,9 @@ Screenshots go to test-artifacts/screenshots/ for a person to look at.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from server_proc import free_port
+from server_proc import Server, free_port
 
 from apportion.sim.run import POLICIES, run_policies
 from apportion.sim.scenarios import seed_scenario
@@ -105,48 +104,35 @@ def _until(what: str, check: Any, log: Path, deadline_s: float = 60.0) -> None:
     pytest.fail(f"{what} did not happen; server log:\n{log.read_text()[-3000:]}")
 
 
+@contextmanager
+def serving(d: Path, config: str) -> Iterator[Served]:
+    """``apportion serve`` on ``config`` in the directory ``d`` (a ``server_proc.Server``
+    on a free port), answering, with every user's token; stopped afterwards."""
+    path = d / "apportion.toml"
+    path.write_text(config.replace("[server]\n", f"[server]\nport = {free_port()}\n", 1))
+    server = Server(path, d / "server.log")
+    server.start()
+    client = httpx.Client(base_url=server.url, timeout=30)
+    try:
+        tokens = {p.name: p.read_text().strip() for p in (d / "data" / "tokens").iterdir()}
+        yield Served(server.url, tokens, client)
+    finally:
+        client.close()
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``apportion serve`` in a subprocess, with a running and a waiting workload."""
     d = tmp_path_factory.mktemp("serve")
-    (d / "apportion.toml").write_text(CONFIG)
-    port = free_port()
-    log = d / "server.log"
-    exe = Path(sys.executable).parent / "apportion"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [str(exe), "serve", "--config", str(d / "apportion.toml"), "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=d)
-    url = f"http://127.0.0.1:{port}"
-    client = httpx.Client(base_url=url, timeout=30)
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(f"apportion serve exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            return client.get("/v1/health").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        _until("the server answering /v1/health", healthy, log)
-        tokens = {p.name: p.read_text().strip() for p in (d / "data" / "tokens").iterdir()}
-        s = Served(url, tokens, client)
+    with serving(d, CONFIG) as s:
         run = s.submit("alice", "ai/llm", 16, "1h")
         _until("the first workload running",
-               lambda: any(r["id"] == run for r in s.state()["running"]), log)
+               lambda: any(r["id"] == run for r in s.state()["running"]), d / "server.log")
         s.ids["running"] = run
         s.ids["waiting"] = s.submit("carol", "ops", 8, "30m")
         s.call("root", "POST", "/v1/hosts/h2/drain", {"reason": "ECC errors on GPU 3"})
         yield s
-    finally:
-        client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

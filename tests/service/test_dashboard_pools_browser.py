@@ -4,16 +4,11 @@ cluster west with a B200 host) and the in-memory executor."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from server_proc import free_port
-from test_dashboard_browser import WAIT_MS, Served, _shot, _until, browser, page
+from test_dashboard_browser import WAIT_MS, Served, _shot, _until, browser, page, serving
 
 pytestmark = pytest.mark.browser
 __all__ = ["browser", "page"]  # fixtures, used by name
@@ -57,43 +52,13 @@ name = "bob"
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``apportion serve`` on the two-pool config, with one B200 workload running."""
     d = tmp_path_factory.mktemp("serve-pools")
-    (d / "apportion.toml").write_text(CONFIG)
-    port = free_port()
-    log = d / "server.log"
-    exe = Path(sys.executable).parent / "apportion"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [str(exe), "serve", "--config", str(d / "apportion.toml"), "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, cwd=d)
-    url = f"http://127.0.0.1:{port}"
-    client = httpx.Client(base_url=url, timeout=30)
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(f"apportion serve exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            return client.get("/v1/health").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        _until("the server answering /v1/health", healthy, log)
-        tokens = {p.name: p.read_text().strip() for p in (d / "data" / "tokens").iterdir()}
-        s = Served(url, tokens, client)
+    with serving(d, CONFIG) as s:
         body = {"budget": "ai", "gpus": 8, "min_runtime": "1h", "gpu_kind": ["B200"],
                 "command": ["sleep", "infinity"]}
         s.ids["running"] = run = str(s.call("alice", "POST", "/v1/workloads", body)["id"])
         _until("the B200 workload running",
-               lambda: any(r["id"] == run for r in s.state()["running"]), log)
+               lambda: any(r["id"] == run for r in s.state()["running"]), d / "server.log")
         yield s
-    finally:
-        client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_dashboard_groups_hosts_by_pool(served: Served, page: Any) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from apportion.service.executors import _procfs
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
-from harness.accounts import UnixAccounts, open_dir
+from harness.accounts import UnixAccounts
 
 DEADLINE_S = 30.0  # bounds a hang only
 OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
@@ -24,22 +23,6 @@ SERVER_VARS_ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "CUDA_
                        "APPORTION_CHECKPOINT_FILE",
                        "APPORTION_WORKLOAD_ID", "APPORTION_ATTEMPT", "APPORTION_GPUS",
                        "APPORTION_HOSTS"}
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A directory every account may enter (pytest's own tmp dirs are root's only)."""
-    with open_dir("apportion-iso-") as d:
-        yield d
-
-
-@pytest.fixture
-def alice_dir(shared: Path, accounts: UnixAccounts) -> Path:
-    d = shared / "alice"
-    d.mkdir()
-    os.chown(d, accounts.alice.uid, accounts.alice.gid)
-    os.chmod(d, 0o700)
-    return d
 
 
 def make_executor(shared: Path, cgroups: CgroupHost | str | None = "auto") -> LocalExecutor:

@@ -22,25 +22,10 @@ from apportion.service.clock import WallClock
 from apportion.service.executor import AttemptState, Observation
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import Scheduler
-from harness.accounts import UnixAccounts, open_dir
+from harness.accounts import UnixAccounts
 
 WID = "w-000001"
 SET_BACK = 1700000000.5  # a time the job gives its file with touch -d
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    with open_dir("apportion-ckpt-") as d:
-        yield d
-
-
-@pytest.fixture
-def alice_dir(shared: Path, accounts: UnixAccounts) -> Path:
-    d = shared / "alice"
-    d.mkdir()
-    os.chown(d, accounts.alice.uid, accounts.alice.gid)
-    os.chmod(d, 0o700)
-    return d
 
 
 @pytest.fixture

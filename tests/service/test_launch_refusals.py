@@ -7,11 +7,9 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sched_env import Env, make_env
 
 from apportion.core import FINAL, PolicyConfig, Status
@@ -21,15 +19,9 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import BACKOFF_MAX_S, Scheduler
 from apportion.service.store import Store
-from harness.accounts import UnixAccounts, open_dir
+from harness.accounts import UnixAccounts
 
 DEADLINE_S = 60.0  # bounds a hang only
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    with open_dir("apportion-launch-") as d:
-        yield d
 
 
 def local_service(db: Path, data: Path, accounts: UnixAccounts) -> tuple[Store, Scheduler]:

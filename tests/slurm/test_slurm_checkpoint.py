@@ -15,19 +15,13 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from harness.accounts import UnixAccounts, open_dir
+from harness.accounts import UnixAccounts
 from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state, wait_for_text
 
 pytestmark = pytest.mark.slurm
 SET_BACK = 1700000000.25  # the time the job gives its file with touch -d
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    with open_dir("apportion-slurm-ckpt-") as d:
-        yield d
 
 
 @pytest.fixture

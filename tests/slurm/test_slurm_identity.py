@@ -12,20 +12,13 @@ import pytest
 from apportion.service.executor import AttemptState, HostSlots, Launch, LaunchRefused
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
-from harness.accounts import UnixAccounts, open_dir
+from harness.accounts import UnixAccounts
 from harness.slurm_cluster import SlurmCluster
 
 from .helpers import wait_for_state
 
 pytestmark = pytest.mark.slurm
 SECRET = "APPORTION_TEST_SERVER_SECRET"
-
-
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """Where the nodes write logs as the job's owner: a directory anyone may enter."""
-    with open_dir("apportion-slurm-iso-") as d:
-        yield d
 
 
 @pytest.fixture
