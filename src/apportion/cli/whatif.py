@@ -56,9 +56,10 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
     from apportion.service.store import Store
     from apportion.whatif import WhatifError, load_history
 
-    store = Store(_config(config_path).db_url)
+    config = _config(config_path)
+    store = Store(config.db_url)
     try:
-        return load_history(store, _since(since), _until(until))
+        return load_history(store, _since(since), _until(until), config.pools)
     except WhatifError as e:
         raise click.ClickException(str(e)) from None
     finally:
