@@ -384,6 +384,21 @@ def test_the_server_answers_other_requests_while_a_whatif_replays(
         env.close()
 
 
+def test_one_pool_export_is_written_as_before_pools(live: Live, tmp_path: Path) -> None:
+    """One pool (no cluster, kind, billing or per-pool weight in the config): the hosts file
+    is a plain host list and the trace has only the canonical columns, so it replays as one
+    cluster, as before pools."""
+    from apportion.sim.traces import CANONICAL_COLUMNS
+
+    out = tmp_path / "history.csv"
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d",
+                    "--until", repr(live.until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "history.hosts.json").read_text()) == [
+        {"name": "h0", "gpus": 8}, {"name": "h1", "gpus": 8}]
+    assert out.read_text().splitlines()[0] == ",".join(CANONICAL_COLUMNS)
+
+
 # ---- a two-pool service: east/H100 (e1, e2) and west/B200 (w1), B200 billed 2.2 -------------
 POOLED_HOSTS = (("e1", "east", "H100"), ("e2", "east", "H100"), ("w1", "west", "B200"))
 
