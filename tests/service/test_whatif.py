@@ -471,6 +471,7 @@ def test_pooled_export_round_trips_as_a_fleet(pooled: Live, tmp_path: Path) -> N
     run = apportion("export-trace", "--config", str(pooled.config), "--since", "2d",
                     "--until", repr(pooled.until), "--out", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 hosts in 2 pools (east/H100, west/B200)" in run.stdout.splitlines()[0]
     hosts = json.loads((tmp_path / "history.hosts.json").read_text())
     assert hosts == {
         "billing": {"H100": 1.0, "B200": 2.2},
