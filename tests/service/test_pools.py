@@ -474,3 +474,23 @@ def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
         assert again.state.config.overrides == {"west/B200": {"ops": 0.0}}
     finally:
         s.close()
+
+
+def test_an_override_pool_no_host_is_in_is_logged_by_the_scheduler(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pools whose hosts the executor reports (Slurm's) are not the config's to check: the
+    scheduler logs a per-pool weight of a pool none of its hosts is in, naming the pools
+    there are, and makes its pools as without it."""
+    cfg = parse_config(BASE, base_dir=tmp_path)
+    s = Svc(tmp_path, "sqlite", cfg)
+    try:
+        typo = PoolsConfig(billing=dict(cfg.pools.billing), overrides={"west/B300": {"ai": 2.0}})
+        with caplog.at_level("WARNING", logger="apportion.scheduler"):
+            sched = Scheduler(s.store, s.executor, cfg.policy, s.clock, pools=typo)
+            sched.start()
+        assert ("per-pool weights of pools no host is in, without effect: west/B300 (the "
+                "hosts' pools: east/H100, west/B200)") in caplog.text
+        assert sched.state is not None and set(sched.state.pools) == {"east/H100", "west/B200"}
+    finally:
+        s.close()
