@@ -540,3 +540,25 @@ def test_pooled_replay_runs_work_only_on_the_kind_it_asked_for(pooled: Live) -> 
     assert set(started) == {("H100",), ("B200",), ()}  # work of each kind of ask started
     assert (started[("H100",)], started[("B200",)]) == ({"H100"}, {"B200"})
     assert "H100" in kinds_started(one_pool)[("B200",)]
+
+
+def test_pooled_post_whatif_replays_the_same_fleet(pooled: Live) -> None:
+    """POST /v1/whatif on the two-pool server replays the history on the server's pools:
+    the same answer as apportion whatif --json with the same config and inputs, which
+    differs from the replay as one pool (B200-only work on H100 hosts there)."""
+    body = {"since": "2d", "until": pooled.until, "set_weight": {"ai/vision": 2}}
+    answer = httpx.post(f"{pooled.server.url}/v1/whatif", json=body, timeout=300,
+                        headers={"Authorization": f"Bearer {pooled.server.token('admin')}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == whatif(pooled, "--set-weight", "ai/vision=2")
+    config = load_config(pooled.config)
+    store = Store(config.db_url)
+    try:
+        from apportion.whatif import compare, load_history
+
+        history = load_history(store, 2 * DAY, pooled.until, config.pools)
+    finally:
+        store.close()
+    one_pool = compare(dataclasses.replace(history, pools=None), config.policy,
+                       {"ai/vision": 2}, {}).result
+    assert answer.json()["budgets"] != one_pool["budgets"]
