@@ -11,6 +11,11 @@ A period ``[start, end)`` of the store becomes:
   period (of all budgets if none did; its minimum runtime, at least a minute, if nothing
   completed). Work cancelled before it ever ran is left out;
 * the budget tree and the hosts as the store holds them now;
+* with pools (hosts of several clusters or GPU kinds, or billing or per-pool weights that
+  apply to the hosts there are: docs/service.md, "Pools"), each host's cluster and kind, the
+  GPU kinds and cluster each workload asked for, and the billing and per-pool weights, so
+  the replay runs on the same fleet; a one-pool service's history is one plain cluster, as
+  before (its workloads' kinds, all of the one kind there is, are left out);
 * host events from the audit log's ``host.state`` entries in the period (draining ->
   unhealthy, down -> failure, back to healthy -> repaired; the engine itself models the
   automated repair of a drained host).
@@ -28,9 +33,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from apportion.core import BudgetTree, Host, WorkloadSpec
+from apportion.core.fleet import FleetConfig
+from apportion.service.config import PoolsConfig
 from apportion.service.store import Store
 from apportion.service.store.models import AttemptModel, AuditModel, WorkloadModel
-from apportion.sim.model import HostEvent, HostEventKind, SimJob
+from apportion.service.store.rows import HostRow
+from apportion.sim.model import HostEvent, HostEventKind, Pools, SimJob
 
 # the audit log's new host state -> the simulator's host event
 _HOST_EVENTS = {"draining": HostEventKind.UNHEALTHY, "down": HostEventKind.FAIL,
@@ -49,6 +57,23 @@ class History:
     waiting_at_end: int = 0  # never started by the end: replayed with an estimated run
     cancelled_unstarted: int = 0  # cancelled before they ever ran: left out
     running_at_end: int = 0  # replayed with their run so far
+    pools: Pools | None = None  # several pools (or billing or per-pool weights); None: one
+
+
+def pools_of(hosts: list[HostRow], tree: BudgetTree, config: PoolsConfig) -> Pools | None:
+    """The hosts' pools, as the scheduler makes them (``config``'s defaults for a host that
+    names none), with the billing of the kinds there are and the per-pool weights of the
+    pools there are and the budgets ``tree`` has; ``None`` for one pool that neither is
+    billed other than 1 nor has per-pool weights: a plain cluster decides the same."""
+    of_host = {h.name: config.of(h.cluster, h.kind) for h in hosts}
+    kinds = {k for _, k in of_host.values()}
+    names = {f"{c}/{k}" for c, k in of_host.values()}
+    fleet = config.fleet(tree)
+    billing = {k: w for k, w in fleet.billing.items() if k in kinds}
+    overrides = {p: ws for p, ws in fleet.overrides.items() if p in names}
+    if len(names) <= 1 and all(w == 1 for w in billing.values()) and not overrides:
+        return None
+    return Pools(of_host, FleetConfig(billing=billing, overrides=overrides))
 
 
 def latest_record(store: Store) -> float | None:
@@ -68,9 +93,14 @@ def latest_record(store: Store) -> float | None:
     return max(found) if found else None
 
 
-def read_history(store: Store, start: float, end: float) -> History:
+def read_history(store: Store, start: float, end: float,
+                 pools: PoolsConfig | None = None) -> History:
     """The period ``[start, end)`` of ``store`` as simulator input (times after the first
-    exported submission)."""
+    exported submission); ``pools``: the service's (its config's ``[pools]``, ``billing``
+    and ``overrides``; default: none, one pool ``default/gpu``)."""
+    tree = store.load_tree()
+    host_rows = store.hosts()
+    fleet = pools_of(host_rows, tree, pools or PoolsConfig())
     with Session(store.engine) as s:
         rows = list(s.scalars(
             select(WorkloadModel)
@@ -119,16 +149,18 @@ def read_history(store: Store, start: float, end: float) -> History:
         jobs.append(SimJob(
             WorkloadSpec(wid, r.budget, r.gpus, r.min_runtime, float(r.submit_time) - origin,
                          user=r.user, resumable=r.resumable, priority=r.priority,
-                         checkpoint_interval=r.checkpoint_interval),
+                         checkpoint_interval=r.checkpoint_interval,
+                         gpu_kinds=tuple(r.gpu_kinds or ()) if fleet else (),
+                         cluster=r.cluster if fleet else ""),
             duration))
     origin = start if origin is None else origin
-    hosts = tuple(Host(h.name, h.gpus) for h in store.hosts())
+    hosts = tuple(Host(h.name, h.gpus) for h in host_rows)
     names = {h.name for h in hosts}
     events = [HostEvent(max(0.0, a.at - origin), a.target, _HOST_EVENTS[a.new["state"]])
               for a in audit
               if isinstance(a.new, dict) and a.new.get("state") in _HOST_EVENTS
               and a.target in names]
-    return History(start=start, end=end, origin=origin, jobs=jobs, tree=store.load_tree(),
+    return History(start=start, end=end, origin=origin, jobs=jobs, tree=tree,
                    hosts=hosts, host_events=events, waiting_at_end=waiting,
                    cancelled_unstarted=cancelled,
-                   running_at_end=len(running & {j.spec.id for j in jobs}))
+                   running_at_end=len(running & {j.spec.id for j in jobs}), pools=fleet)

@@ -21,6 +21,7 @@ from typing import Any
 
 from apportion.core import BudgetTree, CoreError, PolicyConfig, format_duration
 from apportion.history import History, read_history
+from apportion.service.config import PoolsConfig
 from apportion.service.store import NotFound, Store
 from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
@@ -36,9 +37,10 @@ class WhatifError(ValueError):
         self.field = field
 
 
-def load_history(store: Store, since: float, end: float) -> History:
-    """The period ``[end - since, end)``; :class:`WhatifError` when there is nothing to
-    replay."""
+def load_history(store: Store, since: float, end: float,
+                 pools: PoolsConfig | None = None) -> History:
+    """The period ``[end - since, end)``, on the hosts' pools as ``pools`` (the service's
+    config) makes them; :class:`WhatifError` when there is nothing to replay."""
     if not since > 0:
         raise WhatifError("since", f"must be longer than 0, got {since}")
     if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
@@ -47,7 +49,7 @@ def load_history(store: Store, since: float, end: float) -> History:
     if not math.isfinite(end):
         raise WhatifError("until", f"must be a finite time, got {end}")
     try:
-        history = read_history(store, end - since, end)
+        history = read_history(store, end - since, end, pools)
     except NotFound as e:
         raise WhatifError("since", f"the store has no history to replay: {e}") from None
     if not history.hosts:
@@ -95,7 +97,12 @@ def days(history: History) -> float:
 
 def write_export(history: History, out: Path) -> dict[str, Path]:
     """The trace (canonical format, CSV or Parquet by ``out``'s suffix) and, beside it, the
-    budget tree, the hosts and the host events, which the trace format does not carry."""
+    budget tree, the hosts and the host events, which the trace format does not carry.
+
+    With pools the hosts file is a fleet's ``--cluster FILE`` (docs/simulator.md, "Fleets"):
+    ``billing``, ``overrides`` and the hosts with their ``cluster`` and ``kind``; the trace
+    then has the ``gpu_kinds`` and ``cluster`` columns of the work that asked for them.
+    Without, both are written as before pools."""
     from apportion.sim.traces import write_canonical
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -105,8 +112,17 @@ def write_export(history: History, out: Path) -> dict[str, Path]:
     tree.write_text(json.dumps({p: history.tree.weight(p) for p in history.tree.nodes()},
                                indent=2) + "\n")
     hosts = Path(f"{stem}.hosts.json")
-    hosts.write_text(json.dumps([{"name": h.name, "gpus": h.gpus} for h in history.hosts],
-                                indent=2) + "\n")
+    listed: list[dict[str, Any]] = [{"name": h.name, "gpus": h.gpus} for h in history.hosts]
+    if history.pools is None:
+        hosts.write_text(json.dumps(listed, indent=2) + "\n")
+    else:
+        pools = history.pools
+        for h in listed:
+            h["cluster"], h["kind"] = pools.of_host[h["name"]]
+        hosts.write_text(json.dumps({
+            "billing": dict(pools.config.billing),
+            "overrides": {p: dict(ws) for p, ws in pools.config.overrides.items()},
+            "hosts": listed}, indent=2) + "\n")
     files = {"trace": out, "tree": tree, "hosts": hosts}
     if history.host_events:
         events = Path(f"{stem}.host-events.csv")
@@ -127,7 +143,7 @@ def scenario_of(history: History, max_min_runtime: float) -> Scenario:
                             max_min_runtime=max_min_runtime)
     return Scenario(name="history", tree=loaded.tree, hosts=history.hosts, jobs=loaded.jobs,
                     host_events=tuple(history.host_events), days=days(history),
-                    meta={"source": "live history"})
+                    meta={"source": "live history"}, pools=history.pools)
 
 
 def per_budget(result: RunResult, tree: BudgetTree) -> dict[str, dict[str, Any]]:

@@ -84,6 +84,12 @@ def test_a_config_without_pools_is_one_default_pool() -> None:
          "apportion.toml: overrides.west/B200.nope: unknown budget (the config's: ai, ops)"),
         ({"pools": {"kinds": "H100"}},
          "apportion.toml: pools.kinds: unknown key (valid keys: cluster, kind)"),
+        ({"overrides": {"west/B300": {"ai": 2}}},
+         "apportion.toml: overrides.west/B300: no host is in pool west/B300 (the hosts' "
+         "pools: east/H100, west/B200)"),
+        ({"overrides": {"default/gpu": {"ai": 2}}},  # [pools]' default: no host names none
+         "apportion.toml: overrides.default/gpu: no host is in pool default/gpu (the hosts' "
+         "pools: east/H100, west/B200)"),
     ],
 )
 def test_bad_pools_config_names_the_file_and_field(change: dict[str, Any],
@@ -92,6 +98,19 @@ def test_bad_pools_config_names_the_file_and_field(change: dict[str, Any],
     with pytest.raises(ConfigError) as e:
         parse_config({**BASE, **change}, source="apportion.toml")
     assert str(e.value).startswith(message), str(e.value)
+
+
+def test_override_pools_are_checked_against_the_hosts_of_the_config() -> None:
+    """A per-pool weight of the pool a host names only through ``[pools]``' defaults is
+    accepted; with the Slurm executor the hosts (and so the pools) are Slurm's, not the
+    config's, and a pool the config lists no host of is accepted."""
+    cfg = parse_config({**BASE, "pools": {"cluster": "north", "kind": "B300"},
+                        "hosts": [*BASE["hosts"], {"name": "n1", "gpus": 8}],
+                        "overrides": {"north/B300": {"ai": 2}}})
+    assert cfg.pools.fleet().overrides == {"north/B300": {"ai": 2.0}}
+    slurm = parse_config({**BASE, "executor": {"kind": "slurm"},
+                          "overrides": {"north/B300": {"ai": 2}}})
+    assert slurm.pools.fleet().overrides == {"north/B300": {"ai": 2.0}}
 
 
 # ---- a two-pool service ---------------------------------------------------------------------
@@ -453,5 +472,25 @@ def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
             in caplog.text
         assert again.state is not None
         assert again.state.config.overrides == {"west/B200": {"ops": 0.0}}
+    finally:
+        s.close()
+
+
+def test_an_override_pool_no_host_is_in_is_logged_by_the_scheduler(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pools whose hosts the executor reports (Slurm's) are not the config's to check: the
+    scheduler logs a per-pool weight of a pool none of its hosts is in, naming the pools
+    there are, and makes its pools as without it."""
+    cfg = parse_config(BASE, base_dir=tmp_path)
+    s = Svc(tmp_path, "sqlite", cfg)
+    try:
+        typo = PoolsConfig(billing=dict(cfg.pools.billing), overrides={"west/B300": {"ai": 2.0}})
+        with caplog.at_level("WARNING", logger="apportion.scheduler"):
+            sched = Scheduler(s.store, s.executor, cfg.policy, s.clock, pools=typo)
+            sched.start()
+        assert ("per-pool weights of pools no host is in, without effect: west/B300 (the "
+                "hosts' pools: east/H100, west/B200)") in caplog.text
+        assert sched.state is not None and set(sched.state.pools) == {"east/H100", "west/B200"}
     finally:
         s.close()

@@ -4,6 +4,7 @@ then a live ``apportion serve`` on that store while the commands read it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -381,3 +382,183 @@ def test_the_server_answers_other_requests_while_a_whatif_replays(
     finally:
         state_answered.set()
         env.close()
+
+
+def test_one_pool_export_is_written_as_before_pools(live: Live, tmp_path: Path) -> None:
+    """One pool (no cluster, kind, billing or per-pool weight in the config): the hosts file
+    is a plain host list and the trace has only the canonical columns, so it replays as one
+    cluster, as before pools."""
+    from apportion.sim.traces import CANONICAL_COLUMNS
+
+    out = tmp_path / "history.csv"
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d",
+                    "--until", repr(live.until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((tmp_path / "history.hosts.json").read_text()) == [
+        {"name": "h0", "gpus": 8}, {"name": "h1", "gpus": 8}]
+    assert out.read_text().splitlines()[0] == ",".join(CANONICAL_COLUMNS)
+
+
+# ---- a two-pool service: east/H100 (e1, e2) and west/B200 (w1), B200 billed 2.2 -------------
+POOLED_HOSTS = (("e1", "east", "H100"), ("e2", "east", "H100"), ("w1", "west", "B200"))
+
+
+def write_pooled_config(path: Path, db_url: str) -> Path:
+    """The test config (write_config's budgets and users) with two pools: billing
+    H100 1 / B200 2.2, ai/vision weighted 3 in west/B200, and the three hosts."""
+    write_config(path, free_port(), db_url=db_url, hosts=0, executor="memory")
+    hosts = "".join(f'[[hosts]]\nname = "{n}"\ngpus = 8\ncluster = "{c}"\nkind = "{k}"\n\n'
+                    for n, c, k in POOLED_HOSTS)
+    path.write_text('billing = { H100 = 1.0, B200 = 2.2 }\n\n' + path.read_text() + "\n"
+                    + hosts + '[overrides."west/B200"]\n"ai/vision" = 3\n')
+    return path
+
+
+def make_pooled_history(config_path: Path, start: float, days: float) -> float:
+    """Every 30 min: ai/llm a 4-GPU, 3 h workload for H100 only, ai/vision one for B200 only,
+    and every hour ai/vision an 8-GPU, 2 h one accepting any kind (all resumable, minimum
+    runtime 1 h): the scheduler with the config's pools places them. Returns the end."""
+    from apportion.service.executor import InventoryHost
+
+    config = load_config(config_path)
+    clock = FakeClock(start)
+    store = Store(config.db_url, clock=clock.now)
+    store.migrate()
+    seed_store(store, config)
+    executor = MemoryExecutor([InventoryHost(h.name, h.gpus, "healthy", cluster=h.cluster,
+                                             kind=h.kind) for h in config.hosts], clock)
+    sched = Scheduler(store, executor, config.policy, clock, grace_s=0.0, pools=config.pools)
+    sched.start()
+    t, end, n = start, start + days * DAY, 0
+    asks = (("ai/llm", 4, ("H100",), 3 * HOUR), ("ai/vision", 4, ("B200",), 3 * HOUR),
+            ("ai/vision", 8, (), 2 * HOUR))
+    while t < end:
+        for budget, gpus, kinds, duration in asks:
+            if n % (3 if kinds else 6) == 0:
+                row = store.add_workload(budget=budget, gpus=gpus, min_runtime=HOUR,
+                                         submit_time=t, command=["train"], actor="alice",
+                                         resumable=True, checkpoint_interval=1800.0,
+                                         gpu_kinds=kinds)
+                executor.durations[row.id] = duration
+        sched.step()
+        n += 1
+        t += 600.0
+        clock.set(t)
+    executor.close()
+    store.close()
+    return end
+
+
+@pytest.fixture(scope="module")
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    tmp = tmp_path_factory.mktemp("whatif-pools")
+    config = write_pooled_config(tmp / "apportion.toml", f"sqlite:///{tmp}/a.db")
+    until = make_pooled_history(config, time.time() - 3 * DAY, 2.0)
+    server = Server(config, tmp / "server.log")
+    server.start()
+    try:
+        yield Live(config, until, 0, server)
+    finally:
+        server.stop()
+
+
+def test_pooled_export_round_trips_as_a_fleet(pooled: Live, tmp_path: Path) -> None:
+    """A two-pool service's export: the hosts file is a fleet's --cluster file (each host's
+    cluster and kind, the billing, the per-pool weight), the trace names the kinds each
+    workload asked for; the printed apportion simulate --trace command replays it as a fleet
+    (figures per pool, west's units 2.2 per GPU-hour) to whatif's current figures."""
+    out = tmp_path / "history.csv"
+    run = apportion("export-trace", "--config", str(pooled.config), "--since", "2d",
+                    "--until", repr(pooled.until), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 hosts in 2 pools (east/H100, west/B200)" in run.stdout.splitlines()[0]
+    hosts = json.loads((tmp_path / "history.hosts.json").read_text())
+    assert hosts == {
+        "billing": {"H100": 1.0, "B200": 2.2},
+        "overrides": {"west/B200": {"ai/vision": 3.0}},
+        "hosts": [{"name": n, "gpus": 8, "cluster": c, "kind": k} for n, c, k in POOLED_HOSTS],
+    }
+    header, *rows = out.read_text().splitlines()
+    assert header.endswith(",gpu_kinds")  # asked kinds only; no cluster was asked for
+    assert {r.rsplit(",", 1)[1] for r in rows} == {"H100", "B200", ""}
+    replay = next(line for line in run.stdout.splitlines() if line.startswith("replay: "))
+    args = replay.removeprefix("replay: apportion ").split()
+    sim = apportion(*args[:-1], str(tmp_path / "sim"), "--policy", "fairshare", "--quiet")
+    assert sim.returncode == 0, sim.stdout + sim.stderr
+    (summary,) = json.loads((tmp_path / "sim" / "summary.json").read_text())
+    east, west = summary["pools"]["east/H100"], summary["pools"]["west/B200"]
+    assert (east["gpus"], west["gpus"]) == (16, 8)
+    assert west["allocated_gpu_hours"] > 0
+    assert west["charged_units"] == pytest.approx(2.2 * west["allocated_gpu_hours"], rel=1e-12)
+    current = whatif(pooled)
+    for b in current["budgets"]:
+        assert b["current"]["attainment"] == summary["attainment"]["per_budget"][b["budget"]]
+        waits = summary["wait_s"]["per_budget"].get(b["budget"]) or {}
+        assert b["current"]["wait_p90_s"] == waits.get("p90")
+    assert current["overall"]["current"] == {
+        "attainment": summary["attainment"]["overall"],
+        "wait_p90_s": summary["wait_s"]["all"]["p90"],
+        "preemptions": summary["preemptions"]["total"],
+        "drains": summary["drains"]["count"],
+    }
+    assert summary["workloads"] == current["period"]["workloads"] > 100
+
+
+def test_pooled_replay_runs_work_only_on_the_kind_it_asked_for(pooled: Live) -> None:
+    """whatif's replay of the two-pool history: every start of a workload that asked for
+    H100 is on e1/e2, of one that asked for B200 on w1 (work accepting any kind started
+    too); replayed as one pool, as before pools, every host was one kind, so B200-only work
+    started on the H100 hosts too."""
+    from apportion.core import PolicyConfig
+    from apportion.sim.run import run_policies
+    from apportion.whatif import load_history, scenario_of
+
+    config = load_config(pooled.config)
+    store = Store(config.db_url)
+    try:
+        history = load_history(store, 2 * DAY, pooled.until, config.pools)
+    finally:
+        store.close()
+    assert history.pools is not None
+    one_pool = dataclasses.replace(history, pools=None)
+    kind_of = {n: k for n, _, k in POOLED_HOSTS}
+
+    def kinds_started(h: Any) -> dict[tuple[str, ...], set[str]]:
+        asked = {j.spec.id: tuple(j.spec.gpu_kinds) for j in history.jobs}
+        (run,) = run_policies(scenario_of(h, 8 * HOUR), ["fairshare"], PolicyConfig(),
+                              progress=False, keep_log=True)
+        assert run.log is not None
+        got: dict[tuple[str, ...], set[str]] = {}
+        for line in run.log:
+            _, what, wid, *rest = line.split()
+            if what == "start":
+                hosts = {slot.split(":")[0] for slot in rest[-1].split(",")}
+                got.setdefault(asked[wid], set()).update(kind_of[h] for h in hosts)
+        return got
+
+    started = kinds_started(history)
+    assert set(started) == {("H100",), ("B200",), ()}  # work of each kind of ask started
+    assert (started[("H100",)], started[("B200",)]) == ({"H100"}, {"B200"})
+    assert "H100" in kinds_started(one_pool)[("B200",)]
+
+
+def test_pooled_post_whatif_replays_the_same_fleet(pooled: Live) -> None:
+    """POST /v1/whatif on the two-pool server replays the history on the server's pools:
+    the same answer as apportion whatif --json with the same config and inputs, which
+    differs from the replay as one pool (B200-only work on H100 hosts there)."""
+    body = {"since": "2d", "until": pooled.until, "set_weight": {"ai/vision": 2}}
+    answer = httpx.post(f"{pooled.server.url}/v1/whatif", json=body, timeout=300,
+                        headers={"Authorization": f"Bearer {pooled.server.token('admin')}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == whatif(pooled, "--set-weight", "ai/vision=2")
+    config = load_config(pooled.config)
+    store = Store(config.db_url)
+    try:
+        from apportion.whatif import compare, load_history
+
+        history = load_history(store, 2 * DAY, pooled.until, config.pools)
+    finally:
+        store.close()
+    one_pool = compare(dataclasses.replace(history, pools=None), config.policy,
+                       {"ai/vision": 2}, {}).result
+    assert answer.json()["budgets"] != one_pool["budgets"]

@@ -130,8 +130,12 @@ def test_simulate_with_a_cluster_file_of_two_kinds_reports_each_pool(tmp_path: P
         ('[overrides."west/B200"]\n"nobody" = 2.0\n' + HOSTS,
          "fleet: overrides: west/B200: 'nobody': unknown budget"),
         ('billing = { B200 = -1 }\n' + HOSTS, "fleet: billing: B200: must be a number > 0"),
+        ('[overrides."west/B300"]\n"nobody" = 2.0\n' + HOSTS,
+         "overrides.west/B300: no host is in pool west/B300 (the hosts' pools: east/H100, "
+         "west/B200)"),
     ],
-    ids=["host without kind", "unknown budget in overrides", "negative billing weight"],
+    ids=["host without kind", "unknown budget in overrides", "negative billing weight",
+         "override of a pool no host is in"],
 )
 def test_a_bad_cluster_file_is_refused_naming_the_option_and_the_field(
     tmp_path: Path, body: str, message: str

@@ -187,6 +187,11 @@ def parse_pools(text: str) -> Pools | None:
                 isinstance(v, dict) for v in overrides.values()):
             raise ValueError(f"{path}: billing: a table kind -> weight; overrides: a table "
                              "pool -> {budget: weight}")
+        there = sorted({f"{c}/{k}" for c, k in of_host.values()})
+        for pool in overrides:  # a mistyped pool would silently fund nothing
+            if pool not in there:
+                raise ValueError(f"{path}: overrides.{pool}: no host is in pool {pool} (the "
+                                 f"hosts' pools: {', '.join(there)})")
         return Pools(of_host, FleetConfig(billing=billing, overrides=overrides))
     except (ValueError, CoreError) as e:
         raise click.BadParameter(str(e), param_hint="--cluster") from None

@@ -56,9 +56,10 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
     from apportion.service.store import Store
     from apportion.whatif import WhatifError, load_history
 
-    store = Store(_config(config_path).db_url)
+    config = _config(config_path)
+    store = Store(config.db_url)
     try:
-        return load_history(store, _since(since), _until(until))
+        return load_history(store, _since(since), _until(until), config.pools)
     except WhatifError as e:
         raise click.ClickException(str(e)) from None
     finally:
@@ -69,12 +70,19 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
+def _pools_part(history: Any) -> str:
+    if history.pools is None:  # one pool: said as before pools
+        return ""
+    pools = sorted({"/".join(p) for p in history.pools.of_host.values()})
+    return f" in {plural(len(pools), 'pool')} ({', '.join(pools)})"
+
+
 def _summary_line(history: Any) -> str:
     return (f"{plural(len(history.jobs), 'workload')} submitted from {_iso(history.start)} to "
             f"{_iso(history.end)} ({history.running_at_end} still running at the end, "
             f"replayed with their run so far; {history.waiting_at_end} still waiting, replayed "
             f"with their budget's mean run; {history.cancelled_unstarted} cancelled unstarted, "
-            f"left out), {plural(len(history.hosts), 'host')}, "
+            f"left out), {plural(len(history.hosts), 'host')}{_pools_part(history)}, "
             f"{plural(len(history.host_events), 'host event')}")
 
 

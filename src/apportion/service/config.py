@@ -323,6 +323,8 @@ def parse_config(
     _unique(source, "users", [u.name for u in users])
     _check_seed(source, budgets, users)
     _check_overrides(source, pools, budgets)
+    if executor.kind in ("local", "memory"):  # their hosts are the config's; Slurm has its own
+        _check_override_pools(source, pools, hosts)
     top.done(("billing", "budgets", "database", "executor", "hosts", "overrides", "policy",
               "pools", "scheduler", "server", "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
@@ -379,6 +381,16 @@ def _check_overrides(src: str, pools: PoolsConfig, budgets: tuple[BudgetConfig, 
             if path not in known:
                 raise ConfigError(f"{src}: overrides.{pool}.{path}: unknown budget (the "
                                   f"config's: {', '.join(sorted(known))})")
+
+
+def _check_override_pools(src: str, pools: PoolsConfig, hosts: tuple[HostConfig, ...]) -> None:
+    """Per-pool weights name pools some host of ``hosts`` is in: a mistyped pool would
+    silently fund nothing."""
+    there = sorted({"/".join(pools.of(h.cluster, h.kind)) for h in hosts})
+    for pool in pools.overrides:
+        if pool not in there:
+            raise ConfigError(f"{src}: overrides.{pool}: no host is in pool {pool} (the "
+                              f"hosts' pools: {', '.join(there) or 'none'})")
 
 
 def _unix_user(r: _Reader) -> str | None:

@@ -480,6 +480,12 @@ class Scheduler:
         if unknown:
             log.warning("per-pool weights of budgets that do not exist, left out: %s",
                         "; ".join(unknown))
+        # the config checks the pools of its own [[hosts]]; an executor's hosts (Slurm's)
+        # are known only here, and a mistyped pool would silently fund nothing
+        absent = sorted(set(self.pools.overrides) - set(st.pools))
+        if absent and st.pools:
+            log.warning("per-pool weights of pools no host is in, without effect: %s (the "
+                        "hosts' pools: %s)", ", ".join(absent), ", ".join(sorted(st.pools)))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         for i, iv in enumerate(self.store.usage_intervals(t0)):
             if iv.ended_at is None:

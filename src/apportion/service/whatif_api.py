@@ -86,7 +86,8 @@ def whatif_router(store: Store, settings: ServiceConfig,
         except ValueError as e:
             raise HTTPException(422, f"set: {e}") from None
         try:
-            history = load_history(store, since, now() if body.until is None else body.until)
+            history = load_history(store, since, now() if body.until is None else body.until,
+                                   settings.pools)
             result = compare(history, settings.policy, body.set_weight, proposed).result
         except WhatifError as e:
             raise HTTPException(422, f"{e.field}: {e}") from None

@@ -108,6 +108,15 @@ def text(value: object) -> str:
     return str(value).strip()
 
 
+def parse_kinds(value: object) -> tuple[str, ...]:
+    """GPU kinds a workload accepts: ``"H100,B200"`` (or a JSON list), in its order."""
+    items = value if isinstance(value, list | tuple) else text(value).split(",")
+    kinds = tuple(text(k).strip() for k in items)
+    if not all(kinds) or len(set(kinds)) != len(kinds):
+        raise Bad(f"expected GPU kinds separated by commas, each once, got {value!r}")
+    return kinds
+
+
 def is_missing(value: object) -> bool:
     """Empty cells, JSON null and Parquet nulls all mean "not given"."""
     return value is None or (isinstance(value, str) and not value.strip())

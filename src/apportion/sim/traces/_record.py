@@ -23,8 +23,10 @@ CANONICAL_COLUMNS: tuple[str, ...] = (
     "checkpoint_interval",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = ("submit_time", "gpus", "duration")
-#: Written only when needed to round-trip jobs built by scenario code (see docs/traces.md).
-EXTRA_COLUMNS: tuple[str, ...] = ("legacy_priority", "squat")
+#: Written only when needed to round-trip jobs built by scenario code or a fleet's history
+#: (see docs/traces.md): ``gpu_kinds`` (the kinds a workload accepts, comma-separated; empty:
+#: any) and ``cluster`` (the cluster it must run in; empty: any).
+EXTRA_COLUMNS: tuple[str, ...] = ("legacy_priority", "squat", "gpu_kinds", "cluster")
 
 
 @dataclass(slots=True)
@@ -53,8 +55,9 @@ class Record:
     # from which the cluster can be derived when none is given
     nodes: tuple[str, ...] = ()
     start: float | None = None
-    # sacct only: the GPU kinds of a typed AllocTRES (gres/gpu:h100=8) and the Partition,
-    # which a run with pools (a --cluster file with kinds) reads as kind and cluster
+    # the GPU kinds it accepts and the cluster it must run in, which a run with pools (a
+    # --cluster file with kinds) reads: sacct's typed AllocTRES (gres/gpu:h100=8) and
+    # Partition, or a column trace's gpu_kinds and cluster
     gpu_kinds: tuple[str, ...] = ()
     cluster: str = ""
 

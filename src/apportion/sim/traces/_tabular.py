@@ -12,6 +12,7 @@ from ._parse import (
     parse_bool,
     parse_duration,
     parse_int,
+    parse_kinds,
     parse_time,
     text,
 )
@@ -173,4 +174,6 @@ _OPTIONAL: list[tuple[str, Callable[[object], object]]] = [
     ("preemptible", parse_bool),
     ("checkpoint_interval", parse_duration),
     ("squat", parse_bool),
+    ("gpu_kinds", parse_kinds),
+    ("cluster", text),
 ]

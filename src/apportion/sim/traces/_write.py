@@ -40,15 +40,20 @@ def _row(job: SimJob, extra: tuple[str, ...]) -> dict[str, object]:
         row["legacy_priority"] = job.legacy_priority.name.lower()
     if "squat" in extra:
         row["squat"] = job.squat
+    if "gpu_kinds" in extra:
+        row["gpu_kinds"] = ",".join(s.gpu_kinds)
+    if "cluster" in extra:
+        row["cluster"] = s.cluster
     return row
 
 
 def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Path:
     """Write ``jobs`` as a canonical trace; the format follows the extension (``.csv``,
     ``.jsonl``, ``.parquet``; ``.csv.gz``/``.jsonl.gz`` compress). Every field is written, so
-    ``load_trace(path)`` gives back the same jobs. Two extra columns appear only when needed:
+    ``load_trace(path)`` gives back the same jobs. Extra columns appear only when needed:
     ``legacy_priority`` when a job's old-scheduler level is not the one its priority implies,
-    ``squat`` when a job is an idle placeholder. Returns the path written."""
+    ``squat`` when a job is an idle placeholder, ``gpu_kinds`` and ``cluster`` when a job
+    asks for a GPU kind or a cluster (a fleet's work). Returns the path written."""
     file = Path(path)
     kind = kind_of(file)
     jobs = list(jobs)
@@ -57,6 +62,10 @@ def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Pat
         extra += ("legacy_priority",)
     if any(j.squat for j in jobs):
         extra += ("squat",)
+    if any(j.spec.gpu_kinds for j in jobs):
+        extra += ("gpu_kinds",)
+    if any(j.spec.cluster for j in jobs):
+        extra += ("cluster",)
     columns = CANONICAL_COLUMNS + extra
     rows = [_row(j, extra) for j in jobs]
     try:
@@ -95,6 +104,7 @@ def _write_parquet(file: Path, columns: tuple[str, ...], rows: list[dict[str, ob
 
     types = {
         "id": pa.string(), "budget": pa.string(), "user": pa.string(),
+        "gpu_kinds": pa.string(), "cluster": pa.string(),
         "legacy_priority": pa.string(), "gpus": pa.int64(), "priority": pa.int64(),
         "resumable": pa.bool_(), "preemptible": pa.bool_(), "squat": pa.bool_(),
     }
