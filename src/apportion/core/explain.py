@@ -262,13 +262,10 @@ def explain(
         wait = next(w for w in d.checkpoint_waits if w.workload == workload_id)
         return _replace(
             base, wait_reason=reason, awaiting=wait.victims, earliest_start=wait.until,
-            caveats=(f"{wait.victims[0]} checkpoints in {format_duration(wait.until - now)}: "
-                     "then it is preempted for this workload, losing almost no progress (a "
-                     "pass decides afresh then)" if len(wait.victims) == 1 else
-                     f"{', '.join(wait.victims)} checkpoint within "
-                     f"{format_duration(wait.until - now)}: each is preempted for this "
-                     "workload at its own checkpoint, losing almost no progress (a pass "
-                     "decides afresh at each)",),
+            caveats=(f"{', '.join(wait.victims)} checkpoint{'s' if len(wait.victims) == 1 else ''} "
+                     f"in {format_duration(wait.until - now)}: then "
+                     f"{'it is' if len(wait.victims) == 1 else 'they are'} preempted for "
+                     "this workload, losing almost no progress (a pass decides afresh then)",),
         )
     if reason is WaitReason.TOO_LARGE:
         return _replace(

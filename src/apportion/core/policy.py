@@ -36,7 +36,7 @@ from .preemption import (
     UNALLOCATED,
     Candidate,
     RebalanceRules,
-    checkpoint_stops,
+    checkpoint_due,
     victim_class,
 )
 from .queueindex import Entry
@@ -264,31 +264,14 @@ class Pass:
                 self.starts.append(Start(spec.id, placement))
             else:
                 plan = find_victims(self.hosts, spec, self.now, _NO_VICTIMS, only=hosts)
-                stops = None
-                if plan is None and self.cfg.checkpoint_wait > 0:
-                    # victims put off until their checkpoints may still be running there
-                    plan = self.staged_plan(spec, hosts)
-                    stops = None if plan is None else self.checkpoint_stops(spec, plan)
-                    if stops is None:
-                        plan = None  # nothing left to wait for: the walk decides afresh
                 if plan is None:
                     continue  # lapsed
                 self.hosts.claim(plan)
-                self.preempt_for(spec, plan, stops)
+                self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
+                self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
             self.rules.admit(spec)
             self.handled.add(spec.id)
             self.order.append(spec.id)
-
-    def staged_plan(self, spec: WorkloadSpec, hosts: tuple[str, ...]) -> VictimPlan | None:
-        """Room for reserved ``spec`` on its ``hosts`` with rebalance victims, as the
-        rebalance that reserved them found it (:meth:`try_preempt` under the same rules):
-        the victims it put off until their checkpoints, if they are still its to take."""
-        sides = self.all_sides(spec)
-        return find_victims(
-            self.hosts, spec, self.now,
-            lambda c, taken: self.rules.may_preempt(spec, c, taken, sides),
-            only=hosts,
-        )
 
     # ---- phase 1c: whole hosts reserved for large work of owed budgets -------------------
     def reserve(self) -> None:
@@ -570,44 +553,36 @@ class Pass:
                                      _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
-        stops = self.checkpoint_stops(spec, plan) if rebalancing else None
+        due = self.checkpoint_due(spec, plan) if rebalancing else None
         self.hosts.claim(plan)
-        self.preempt_for(spec, plan, stops)
+        if due is not None:
+            self.await_checkpoints(spec, plan, due)
+            return True
+        self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
+        for victim in plan.victims:
+            unallocated = victim.klass == UNALLOCATED
+            reason = PreemptReason.UNALLOCATED if unallocated else PreemptReason.REBALANCE
+            self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
+            self.rules.evict(victim)
+        self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
 
-    def checkpoint_stops(self, spec: WorkloadSpec, plan: VictimPlan) -> dict[str, float] | None:
-        """When each victim of this rebalance is preempted, at its own checkpoint
-        (:func:`preemption.checkpoint_stops`); None: all at once, now."""
+    def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
+        """Until when this rebalance may wait for its victims' checkpoints
+        (:func:`preemption.checkpoint_due`); None: it does not wait."""
         queued_at = self.state.pending[spec.id].queued_at
-        return checkpoint_stops(plan.victims, self.state.running, self.now,
-                                queued_at + self.cfg.max_min_runtime, self.cfg)
+        return checkpoint_due(plan.victims, self.state.running, self.now,
+                              queued_at + self.cfg.max_min_runtime, self.cfg)
 
-    def preempt_for(
-        self, spec: WorkloadSpec, plan: VictimPlan, stops: dict[str, float] | None
-    ) -> None:
-        """Preempt the (claimed) plan's victims for ``spec``: all now, or with ``stops`` each
-        at its own checkpoint. Those due now are preempted and the plan's hosts reserved for
-        ``spec`` (later passes give it their GPUs first, see :meth:`honour_reservations`);
-        the others are put off until their checkpoints (a :class:`CheckpointWait` until the
-        last, a recheck at the first): they and the plan's GPUs stay promised to ``spec``
-        for this pass, and each later pass decides afresh. Every victim counts as leaving
-        its side at once, as for a preemption."""
-        soon = self.now + 1e-6
-        later = [v for v in plan.victims if stops is not None and stops[v.id] > soon]
-        if stops is None or len(later) < len(plan.victims):
-            self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
+    def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan, due: float) -> None:
+        """Put the rebalance off until ``due``, its victims' checkpoints: the plan's GPUs and
+        victims stay promised to ``spec`` for this pass (claimed), as for a preemption, but
+        nothing is stopped yet; the pass at ``due`` decides afresh (and then preempts,
+        losing almost nothing)."""
+        self.waits.append(CheckpointWait(spec.id, due, tuple(v.id for v in plan.victims)))
+        self.recheck = min(self.recheck, due)
         for victim in plan.victims:
-            if stops is None or stops[victim.id] <= soon:
-                unallocated = victim.klass == UNALLOCATED
-                reason = PreemptReason.UNALLOCATED if unallocated else PreemptReason.REBALANCE
-                self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
             self.rules.evict(victim)
-        if stops is None or not later:
-            self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
-            return
-        until = max(stops[v.id] for v in later)
-        self.waits.append(CheckpointWait(spec.id, until, tuple(v.id for v in later)))
-        self.recheck = min(self.recheck, min(stops[v.id] for v in later))
         self.waiting[spec.id] = WaitReason.WAITING_FOR_CHECKPOINT
 
     def rebalance_bound(

@@ -110,21 +110,14 @@ def next_checkpoint(r: Running, at: float, config: PolicyConfig) -> float:
     return since + math.ceil(max(0.0, at - since) / interval - _EPS) * interval
 
 
-def checkpoint_stops(
+def checkpoint_due(
     victims: Iterable[Candidate], running: Mapping[str, Running], now: float,
     latest: float, config: PolicyConfig,
-) -> dict[str, float] | None:
-    """When to preempt each victim of a plan so that none loses progress, or None: preempt
-    them all now. The plan waits if every victim with progress at risk is resumable and
-    checkpoints within ``checkpoint_wait``, and the last of those checkpoints (the end of
-    the wait, when the preemptor can start) comes no later than ``latest`` (the
-    preemptor's ``queued_at + max_min_runtime``: the share guarantee's bound).
-
-    Each victim then stops at its own last checkpoint before the end, not at the end: one
-    that checkpoints earlier in the wait would lose what it did since. Its GPUs stay
-    promised to the preemptor meanwhile (a :class:`~apportion.core.types.Reservation`).
-    A victim that checkpoints on SIGTERM has nothing at risk whenever it stops, so it
-    runs on until the end.
+) -> float | None:
+    """Until when a plan's preemptions may wait so that no victim loses progress: the last
+    of their next checkpoints, if every victim with progress at risk is resumable and
+    checkpoints within ``checkpoint_wait``, and no later than ``latest`` (the preemptor's
+    ``queued_at + max_min_runtime``: the share guarantee's bound); None: preempt now.
 
     A restarted run that reported no checkpoint is not waited for: its checkpoints fall
     after its set-up time, which the policy does not know, so the estimate would miss them.
@@ -132,7 +125,7 @@ def checkpoint_stops(
     from a checkpoint) preempts at once: waiting would only add to what is lost."""
     if config.checkpoint_wait <= 0:
         return None
-    due: dict[str, float] = {}
+    due = now
     for c in victims:
         if c.lost <= 0.0:
             continue
@@ -142,23 +135,10 @@ def checkpoint_stops(
         at = next_checkpoint(r, now, config)
         if at - now > config.checkpoint_wait:
             return None
-        due[c.id] = at
-    end = max(due.values(), default=now)
-    if end <= now + 1e-6 or end > latest:
+        due = max(due, at)
+    if due <= now + 1e-6 or due > latest:
         return None
-    stops: dict[str, float] = {}
-    for c in victims:
-        r = running[c.id]
-        if r.spec.checkpoint_on_term:
-            stops[c.id] = end
-            continue
-        # its last checkpoint at or before the end: from its next one, whole intervals on
-        at = due.get(c.id, now)
-        interval = r.spec.checkpoint_interval or config.default_checkpoint_interval
-        if interval > 0:
-            at += math.floor((end - at) / interval + _EPS) * interval
-        stops[c.id] = at if at > now + 1e-6 else now
-    return stops
+    return due
 
 
 class RebalanceRules:

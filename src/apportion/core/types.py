@@ -212,10 +212,9 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointWait:
-    """Room for ``workload`` is found, but these victims are not preempted yet: each
-    checkpoints by ``until`` (within ``PolicyConfig.checkpoint_wait``) and is preempted at
-    its own checkpoint, losing almost nothing; ``until`` is the last of them, when
-    ``workload`` can start. Drivers pass again at the first (:attr:`Decisions.recheck_at`)."""
+    """Room for ``workload`` is found, but its victims are not preempted yet: each checkpoints
+    by ``until`` (within ``PolicyConfig.checkpoint_wait``), so a pass then preempts them
+    losing almost nothing. Drivers pass again at ``until`` (:attr:`Decisions.recheck_at`)."""
 
     workload: str
     until: float
@@ -247,8 +246,7 @@ class Decisions:
     """Preemptions put off until the victims' checkpoints (see :class:`CheckpointWait`)."""
     recheck_at: float | None = None
     """The earliest moment a pass is due for what this pass put off (None: nothing): the
-    first checkpoint a victim waited for is preempted at. Drivers pass then even if
-    nothing else happens."""
+    first checkpoint waited for. Drivers pass then even if nothing else happens."""
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes or self.timeouts)
