@@ -553,7 +553,6 @@ class Pass:
                                      _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
-        plan = self.trimmed(spec, plan)
         due = self.checkpoint_due(spec, plan) if rebalancing else None
         self.hosts.claim(plan)
         if due is not None:
@@ -567,30 +566,6 @@ class Pass:
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
         return True
-
-    def trimmed(self, spec: WorkloadSpec, plan: VictimPlan) -> VictimPlan:
-        """The plan without the victims it does not need: the search takes a host's victims
-        cheapest first until the request fits, so a cheap one taken before a larger one
-        may be left running once the larger one makes room alone. Dearest first, each
-        victim the others make room without stays (what the rules allowed for all of them
-        they allow for fewer)."""
-        if len(plan.hosts) != 1 or len(plan.victims) < 2 or any(
-            len(v.hosts) > 1 for v in plan.victims
-        ):
-            return plan  # whole hosts are emptied whole; a multi-host victim is alone
-        host, gpus = plan.hosts[0]
-        room = self.hosts.free[host] + self.hosts.stopping[host] + sum(
-            v.gpus for v in plan.victims)
-        spared: set[str] = set()
-        for v in sorted(plan.victims, key=lambda v: (-v.lost, -v.gpus, v.id)):
-            if room - v.gpus >= gpus:
-                room -= v.gpus
-                spared.add(v.id)
-        if not spared:
-            return plan
-        kept = tuple(v for v in plan.victims if v.id not in spared)
-        cost = (sum(v.lost for v in kept), max(v.klass for v in kept), len(kept))
-        return VictimPlan(plan.hosts, kept, cost)
 
     def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
         """Until when this rebalance may wait for its victims' checkpoints
