@@ -146,6 +146,33 @@ def test_explain_shows_the_checkpoint_wait() -> None:
     assert "b1 checkpoints in 8 min" in text
 
 
+def test_a_wait_with_two_victims_ends_at_the_last_checkpoint() -> None:
+    """``b`` holds the host with ``b1`` and ``b2`` (2 GPUs each, resumable, started at 0,
+    checkpointing every 30 and 27 min) and ``b3`` (4 GPUs, not resumable); ``a`` asks at
+    52 min for its share, 4 GPUs. The cheapest room is ``b1`` and ``b2`` (``b3`` would lose
+    its whole run): the rebalance waits for both until 60 min, ``b1``'s checkpoint, the
+    last; ``b2``, which checkpoints at 54, keeps running meanwhile and is preempted with
+    ``b1`` at 60 (losing the 6 min since its checkpoint); ``explain`` names both."""
+    st = ClusterState(make_tree("a", "b"), make_hosts(8))
+    for wid, gpus, interval, resumable in (("b1", 2, 30 * MIN, True), ("b2", 2, 27 * MIN, True),
+                                           ("b3", 4, 0.0, False)):
+        st.submit(WorkloadSpec(wid, "b", gpus, 30 * MIN, 0.0, resumable=resumable,
+                               checkpoint_interval=interval), 0.0)
+        st.start(wid, (Slice("h0", gpus),), 0.0)
+    st.submit(make_spec("a1", "a", 4, submit_time=52 * MIN), 52 * MIN)
+    for now in (52 * MIN, 54 * MIN):
+        d = decide(st, now)
+        assert d.preemptions == ()
+        assert [(w.workload, w.until, set(w.victims)) for w in d.checkpoint_waits] == [
+            ("a1", 60 * MIN, {"b1", "b2"})]
+        assert d.recheck_at == 60 * MIN
+    d = decide(st, 60 * MIN)
+    assert sorted((p.workload, p.by) for p in d.preemptions) == [("b1", "a1"), ("b2", "a1")]
+    assert d.checkpoint_waits == ()
+    text = "\n".join(explain(st, 52 * MIN, CFG, "a1").lines())
+    assert "b1, b2 checkpoint in 8 min: then they are preempted for this workload" in text
+
+
 def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
     """Each wait ends at a checkpoint of its victims: every victim with progress at risk now
     writes a checkpoint during the wait (at ``until`` it has at most the time since ``now``
