@@ -143,8 +143,10 @@ def test_every_process_of_the_job_ends_with_it(
     accounts: UnixAccounts, alice_dir: Path, shared: Path, how: str, cgroups: str
 ) -> None:
     """A double-forked child and a ``setsid`` one, both ignoring SIGTERM, are killed when
-    the job ends by itself, is stopped with a grace period or at once; and never, at any
-    observation, is the attempt reported ended (its GPUs free) while either lives."""
+    the job ends by itself, is stopped at once, or is stopped with a grace period (the
+    command ignoring the TERM too: the job is seen running through the grace, then killed);
+    and never, at any observation, is the attempt reported ended (its GPUs free) while
+    either lives."""
     assert cgroups == "none" or CgroupHost.detect() is not None, "cgroups not mounted here"
     ex = make_executor(shared, CGROUPS[cgroups])
     p1, p2, ready = alice_dir / "p1", alice_dir / "p2", alice_dir / "ready"
@@ -152,7 +154,11 @@ def test_every_process_of_the_job_ends_with_it(
         f"(setsid sh -c 'trap \"\" TERM; echo $$ > {p1}; exec sleep 300' &); "
         f"(sh -c 'trap \"\" TERM; echo $$ > {p2}; exec sleep 300' &); "
         f"while [ ! -s {p1} ] || [ ! -s {p2} ]; do sleep 0.05; done; touch {ready}; "
-        + ("exit 0" if how == "ends" else "sleep 300 & wait")
+        # stopped with a grace period, the command ignores the TERM too, so the whole job
+        # lives through the grace (were the command to end on the TERM, its wrapper would
+        # kill the others at once, and whether an observation came first would be a race)
+        + {"ends": "exit 0", "stopped": "trap '' TERM; sleep 300 & wait",
+           "stopped-at-once": "sleep 300 & wait"}[how]
     )
     h = launch(ex, accounts.alice.name, ["sh", "-c", script], chdir=str(alice_dir))
     deadline = time.monotonic() + DEADLINE_S
