@@ -319,6 +319,8 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "schedulable_names": lambda s: s._schedulable_names.append("h2"),
     "unschedulable": lambda s: s._unschedulable.clear(),
     "draining": lambda s: s._draining.clear(),
+    "total_gpus": lambda s: setattr(s, "_total_gpus", 24),
+    "free_hosts": lambda s: s._free_hosts[5].add("h0"),
     "reservations": lambda s: s._reservations.__setitem__("r5", ("h0",)),
     "smallest_shapes": lambda s: s.derived.smallest["a/x"].append((8, HOUR)),
     "gpus_queues": lambda s: s.derived.by_gpus["a/x"].pop(1),

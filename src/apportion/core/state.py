@@ -181,7 +181,11 @@ class ClusterState:
         self._unschedulable: list[str] = []  # the others (draining, in repair, down)
         self._draining: list[str] = []
         self._max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
+        self._total_gpus = 0  # of all hosts, whatever their state
         self._healthy = 0
+        # GPUs free -> the hosts taking work with that many free (none: no entry): what a
+        # best-fit search reads instead of looking at every host
+        self._free_hosts: dict[int, set[str]] = {}
         self._time = start
         for h in hosts:
             self.add_host(h, start)
@@ -236,6 +240,10 @@ class ClusterState:
         self._draining = sorted(n for n, h in self._hosts.items() if h.state is HostState.DRAINING)
         self._unschedulable = sorted(n for n, h in self._hosts.items() if not h.schedulable)
         self._max_host_gpus = max((h.gpus for h in self._hosts.values()), default=0)
+        self._total_gpus = sum(h.gpus for h in self._hosts.values())
+        self._free_hosts = {}
+        for n in names:
+            self._file_free(n, 1)
         self._cache.smallest.clear()  # they split shapes by the largest host
         self._cache.smallest_unallocated = None
         self._healthy = sum(h.gpus for h in self._hosts.values() if h.state is HostState.HEALTHY)
@@ -349,8 +357,10 @@ class ClusterState:
         r = Running(p.spec, placement, t, restarted=p.restarted)
         self._running[workload] = r
         for s in placement:
+            self._file_free(s.host, -1)
             self._used[s.host] += s.gpus
             self._free[s.host] -= s.gpus
+            self._file_free(s.host, 1)
             self._idle.discard(s.host)
             if not p.spec.allocated:
                 self._unallocated_used[s.host] += s.gpus
@@ -420,8 +430,10 @@ class ClusterState:
         self._deadlines.pop(workload, None)
         self._cache.released.remove(r)
         for s in r.placement:
+            self._file_free(s.host, -1)
             self._used[s.host] -= s.gpus
             self._free[s.host] += s.gpus
+            self._file_free(s.host, 1)
             if not self._used[s.host]:
                 self._idle.add(s.host)
             if was_stopping:
@@ -460,6 +472,21 @@ class ClusterState:
         )
         self._running[workload] = new
         return new
+
+    def _file_free(self, host: str, one: int) -> None:
+        """File (``one`` = 1) or unfile (-1) ``host`` under its free GPUs, if it takes work
+        and has any free: before and after its free count changes."""
+        free = self._free[host]
+        if not free or host not in self._schedulable:
+            return
+        if one > 0:
+            self._free_hosts.setdefault(free, set()).add(host)
+            return
+        hosts = self._free_hosts.get(free)
+        if hosts is not None:  # (always, unless a count was corrupted: the oracle says so)
+            hosts.discard(host)
+            if not hosts:
+                del self._free_hosts[free]
 
     def _count_held(self, budget: str, gpus: int) -> None:
         held = self._held
@@ -637,6 +664,8 @@ class ClusterState:
             "unschedulable": _plain(self._unschedulable),
             "draining": _plain(self._draining),
             "max_host_gpus": self._max_host_gpus,
+            "total_gpus": self._total_gpus,
+            "free_hosts": _plain(self._free_hosts),
             "healthy": self._healthy,
             "time": self._time,
         }
@@ -785,6 +814,17 @@ class ClusterState:
     def max_host_gpus(self) -> int:
         """GPUs of the largest host, whatever its state: the shape rule's limit."""
         return self._max_host_gpus
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of all hosts, whatever their state."""
+        return self._total_gpus
+
+    @property
+    def free_hosts(self) -> Mapping[int, AbstractSet[str]]:
+        """GPUs free -> the hosts taking work (``schedulable``) with that many free; no
+        entry for none free."""
+        return self._free_hosts
 
 
 def _plain(value: object) -> object:
