@@ -60,6 +60,7 @@ COVERED: dict[str, str] = {
     "_max_host_gpus": "rebuilt",
     "_total_gpus": "rebuilt",
     "_free_hosts": "rebuilt",
+    "_open_hosts": "rebuilt",
     "_healthy": "rebuilt (healthy_gpus())",
     "_cache": "the derived cache: every kept answer, and the released work as of the time it "
               "was last advanced to, rebuilt; every allocated workload not yet released is "
@@ -169,6 +170,12 @@ def rebuild(state: ClusterState) -> dict[str, Any]:
         if out["free"][n]:
             free_hosts.setdefault(out["free"][n], set()).add(n)
     out["free_hosts"] = free_hosts
+    open_hosts: dict[int, set[str]] = {}
+    for n in takes:
+        reachable = out["free"][n] + stopping_gpus[n] + unallocated_used[n]
+        if reachable:
+            open_hosts.setdefault(reachable, set()).add(n)
+    out["open_hosts"] = open_hosts
     out["healthy_gpus"] = sum(h.gpus for h in hosts.values() if h.state is HostState.HEALTHY)
     return out
 
@@ -255,8 +262,8 @@ def index_errors(state: ClusterState, ledger: bool = True) -> list[str]:
     for name in ("pending_allocated", "held"):
         errors += _diff(name, _nonzero(getattr(state, name)), want[name])
     # per free count: only counts some host taking work has free
-    errors += _diff("free_hosts", {k: set(v) for k, v in state.free_hosts.items()},
-                    want["free_hosts"])
+    for name in ("free_hosts", "open_hosts"):
+        errors += _diff(name, {k: set(v) for k, v in getattr(state, name).items()}, want[name])
     for name in ("schedulable", "schedulable_names", "unschedulable", "draining",
                  "max_host_gpus", "total_gpus"):
         value = getattr(state, name)

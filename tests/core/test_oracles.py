@@ -321,6 +321,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "draining": lambda s: s._draining.clear(),
     "total_gpus": lambda s: setattr(s, "_total_gpus", 24),
     "free_hosts": lambda s: s._free_hosts[5].add("h0"),
+    "open_hosts": lambda s: s._open_hosts[8].discard("h1"),
     "reservations": lambda s: s._reservations.__setitem__("r5", ("h0",)),
     "smallest_shapes": lambda s: s.derived.smallest["a/x"].append((8, HOUR)),
     "gpus_queues": lambda s: s.derived.by_gpus["a/x"].pop(1),

@@ -303,6 +303,22 @@ def _first_untouched(hosts: AbstractSet[str], touched: set[str]) -> str | None:
     return min((n for n in hosts if n not in touched), default=None)
 
 
+def _open_hosts(view: HostView, gpus: int) -> list[str]:
+    """By name, the hosts where free, stopping and unallocated GPUs reach ``gpus``: those an
+    unallocated-only search for a request of ``gpus`` does not skip (:func:`_one_host`).
+    The touched hosts one by one, the others through ``ClusterState.open_hosts``."""
+    touched = view.touched
+    names = [
+        n for n in touched
+        if n in view.size and view.free[n] + view.stopping[n] + view.unallocated[n] >= gpus
+    ]
+    for k, hosts in view.state.open_hosts.items():
+        if k >= gpus:
+            names.extend(n for n in hosts if n not in touched)
+    names.sort()
+    return names
+
+
 def _most_free(view: HostView) -> int:
     """The most GPUs free on one host taking work, as the pass has handed them out: the
     touched hosts one by one, the others through the state's hosts by free GPUs."""
@@ -332,7 +348,11 @@ def find_victims(
     necessary condition on a victim's budget that lets whole-host searches discard hosts
     before asking ``allowed`` about each victim."""
     if spec.gpus <= view.max_size:
-        names = view.names if only is None else sorted(h for h in only if h in view.size)
+        names: Sequence[str]
+        if only is None and allowed is None and not view.full and view.own():
+            names = _open_hosts(view, spec.gpus)  # the only hosts the search would not skip
+        else:
+            names = view.names if only is None else sorted(h for h in only if h in view.size)
         return _one_host(view, names, spec.gpus, now, allowed)
     wanted = None if only is None else only if isinstance(only, set) else set(only)
     return _whole_hosts(view, wanted, spec.gpus, now, allowed, budget_ok)
