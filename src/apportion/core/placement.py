@@ -7,7 +7,7 @@ that still fits), which keeps empty hosts empty for the large runs that need the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Final
 
@@ -34,11 +34,12 @@ class HostView:
         # copies of the state's per-host counts, less the few hosts taking no work
         self.free = dict(state.free)
         self.stopping = dict(state.stopping_gpus)  # GPUs about to be freed by stopping work
-        # GPUs held by unallocated work that is not stopping: victims anyone may take
-        self.unallocated = dict(state.unallocated_used)
+        # GPUs held by unallocated work that is not stopping: victims anyone may take (read
+        # only, and only for hosts taking work: a pass changes none of it, so no copy)
+        self.unallocated: Mapping[str, int] = state.unallocated_used
         for name in state.unschedulable:
-            del self.free[name], self.stopping[name], self.unallocated[name]
-        self.healthy_total = sum(self.size.values())
+            del self.free[name], self.stopping[name]
+        self.healthy_total = state.healthy_gpus()  # the GPUs of the hosts taking work
         self.max_size = state.max_host_gpus
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
