@@ -58,6 +58,9 @@ COVERED: dict[str, str] = {
     "_unschedulable": "rebuilt",
     "_draining": "rebuilt",
     "_max_host_gpus": "rebuilt",
+    "_total_gpus": "rebuilt",
+    "_free_hosts": "rebuilt",
+    "_open_hosts": "rebuilt",
     "_healthy": "rebuilt (healthy_gpus())",
     "_cache": "the derived cache: every kept answer, and the released work as of the time it "
               "was last advanced to, rebuilt; every allocated workload not yet released is "
@@ -161,6 +164,18 @@ def rebuild(state: ClusterState) -> dict[str, Any]:
     out["unschedulable"] = sorted(n for n in hosts if n not in out["schedulable"])
     out["draining"] = sorted(n for n, h in hosts.items() if h.state is HostState.DRAINING)
     out["max_host_gpus"] = max((h.gpus for h in hosts.values()), default=0)
+    out["total_gpus"] = sum(h.gpus for h in hosts.values())
+    free_hosts: dict[int, set[str]] = {}
+    for n in takes:
+        if out["free"][n]:
+            free_hosts.setdefault(out["free"][n], set()).add(n)
+    out["free_hosts"] = free_hosts
+    open_hosts: dict[int, set[str]] = {}
+    for n in takes:
+        reachable = out["free"][n] + stopping_gpus[n] + unallocated_used[n]
+        if reachable:
+            open_hosts.setdefault(reachable, set()).add(n)
+    out["open_hosts"] = open_hosts
     out["healthy_gpus"] = sum(h.gpus for h in hosts.values() if h.state is HostState.HEALTHY)
     return out
 
@@ -246,8 +261,11 @@ def index_errors(state: ClusterState, ledger: bool = True) -> list[str]:
                         want[name])
     for name in ("pending_allocated", "held"):
         errors += _diff(name, _nonzero(getattr(state, name)), want[name])
+    # per free count: only counts some host taking work has free
+    for name in ("free_hosts", "open_hosts"):
+        errors += _diff(name, {k: set(v) for k, v in getattr(state, name).items()}, want[name])
     for name in ("schedulable", "schedulable_names", "unschedulable", "draining",
-                 "max_host_gpus"):
+                 "max_host_gpus", "total_gpus"):
         value = getattr(state, name)
         errors += _diff(name, dict(value) if isinstance(value, Mapping) else
                         list(value) if isinstance(value, list | tuple) else value, want[name])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from apportion.core import (
@@ -13,7 +15,7 @@ from apportion.core import (
     WaitReason,
     decide,
 )
-from apportion.core.placement import HostView, find_fit
+from apportion.core.placement import HostView, _open_hosts, find_fit
 
 from .helpers import HOUR, make_hosts, make_spec, make_state, make_tree, run_on
 
@@ -220,3 +222,48 @@ def test_whole_host_request_needs_every_workload_on_the_host_to_be_a_victim() ->
     st.submit(make_spec("p", "x", 16, HOUR, 10.0), 10.0)
     d = decide(st, 10.0, CFG)
     assert sorted(p.workload for p in d.preemptions) == ["u0", "u2"]
+
+
+def _random_views(seed: int) -> tuple[HostView, HostView]:
+    """A state of 12 hosts (4 and 8 GPUs, one draining) with random allocated and
+    unallocated work, some of it stopping, and two views of it with the same random GPUs
+    taken: one that reads the state's indexes, and the reference pass's (full), which
+    scans every host."""
+    rng = random.Random(seed)
+    st = make_state(make_tree("a", "b"), make_hosts(*(rng.choice((4, 8)) for _ in range(12))))
+    n = 0
+    for h in st.hosts.values():
+        free = h.gpus
+        while free and rng.random() < 0.7:
+            gpus = rng.randint(1, free)
+            spec = make_spec(f"w{n}", rng.choice("ab"), gpus, rng.choice((0.0, HOUR)))
+            run_on(st, spec, 0.0, (h.name, gpus))
+            if rng.random() < 0.2:
+                st.mark_stopping(spec.id)
+            free -= gpus
+            n += 1
+    st.set_host_state(rng.choice(sorted(st.hosts)), HostState.DRAINING, 1.0)
+    fast, full = HostView(st), HostView(st, full=True)
+    for name in rng.sample(list(fast.names), 4):
+        if fast.free[name]:
+            gpus = rng.randint(1, fast.free[name])
+            for view in (fast, full):
+                view.take((Slice(name, gpus),))
+    return fast, full
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_searches_on_the_state_indexes_answer_as_a_scan_of_every_host(seed: int) -> None:
+    """Best fit, whole free hosts, the most GPUs free on one host and the hosts an
+    unallocated-only search looks at, read from ``ClusterState.free_hosts`` and
+    ``open_hosts`` for the hosts a pass has not touched, equal what a scan of every host
+    finds (the reference pass's view) after the pass has taken GPUs on some hosts."""
+    fast, full = _random_views(seed)
+    assert fast.own() and not fast.full and full.full
+    for gpus in range(1, 25):
+        assert find_fit(fast, gpus) == find_fit(full, gpus), gpus
+        scanned = [
+            n for n in full.names if full.free[n] + full.stopping[n] + full.unallocated[n] >= gpus
+        ]
+        assert _open_hosts(fast, gpus) == scanned, gpus
+    assert fast.room(False) == max(full.free.values(), default=0)

@@ -7,7 +7,8 @@ that still fits), which keeps empty hosts empty for the large runs that need the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from .preemption import UNALLOCATED, Candidate
@@ -33,17 +34,20 @@ class HostView:
         # copies of the state's per-host counts, less the few hosts taking no work
         self.free = dict(state.free)
         self.stopping = dict(state.stopping_gpus)  # GPUs about to be freed by stopping work
-        # GPUs held by unallocated work that is not stopping: victims anyone may take
-        self.unallocated = dict(state.unallocated_used)
+        # GPUs held by unallocated work that is not stopping: victims anyone may take (read
+        # only, and only for hosts taking work: a pass changes none of it, so no copy)
+        self.unallocated: Mapping[str, int] = state.unallocated_used
         for name in state.unschedulable:
-            del self.free[name], self.stopping[name], self.unallocated[name]
-        self.healthy_total = sum(self.size.values())
+            del self.free[name], self.stopping[name]
+        self.healthy_total = state.healthy_gpus()  # the GPUs of the hosts taking work
         self.max_size = state.max_host_gpus
         self.claimed: set[str] = set()
         self._cands: dict[str, list[Candidate]] = {}
         self._cand_gpus: dict[str, int] = {}
         self._costs: dict[str, tuple[float, int, int]] = {}
-        self._clearable: list[_HostOption] | None = None
+        self._clearable: list[str] | None = None
+        self._promised: set[str] | None = None
+        self._clear_ok: dict[str, bool] = {}  # host -> promised to no one, nothing protected
         self.touched: set[str] = set()  # hosts this pass started work on or promised
         self._unallocated_clearable: int | None = None
         self._unallocated_hosts: set[str] = set()  # the hosts it counts
@@ -101,10 +105,18 @@ class HostView:
                     for n in self.state.idle
                     if n in self.size and n not in self.touched
                 )
+            elif self.own():
+                got = _most_free(self)
             else:
                 got = max(self.free.values(), default=0)
             self._room[whole_hosts] = got
         return got
+
+    def own(self) -> bool:
+        """Are the view's hosts and counts the state's own (not filled in by a caller, as
+        the legacy policy does)? Then searches may read the state's indexes for the hosts
+        the pass has not touched: their counts are still the state's."""
+        return self.names is self.state.schedulable_names
 
     def reclaimable_unallocated(self) -> int:
         """Upper bound on the GPUs free, stopping or held by unallocated work right now.
@@ -114,24 +126,37 @@ class HostView:
             self._reclaimable = sum(self.free.values()) + sum(self.stopping.values()) + unallocated
         return self._reclaimable
 
-    def clearable(self, now: float) -> list[_HostOption]:
-        """Hosts that could be emptied now (nothing protected on them, nothing promised to
-        another workload), with the budgets of their allocated work, by name. Built once per
-        pass from the state's indexes alone: victims and costs are worked out only for the
-        hosts a search can use. A host leaves the list when the pass starts work on it or
-        promises its GPUs."""
+    def clearable(self, now: float) -> list[str]:
+        """Hosts that could be emptied now (:meth:`clearable_host`), by name: every host
+        looked at, as the reference pass's whole-host search does. Built once per pass; a
+        host leaves the list when the pass starts work on it or promises its GPUs."""
         if self._clearable is None:
-            st = self.state
-            # hosts of work already preempted this pass: promised to another workload
-            promised = {s.host for wid in self.claimed for s in st.running[wid].placement}
-            self._clearable = [
-                _HostOption(name, st.budget_set(name))
-                for name in self.names
-                if name not in self.touched
-                and name not in promised
-                and not self.has_protected(name, now)
-            ]
+            self._clearable = [name for name in self.names if self.clearable_host(name, now)]
         return self._clearable
+
+    def clearable_host(self, name: str, now: float) -> bool:
+        """Could ``name`` be emptied now: schedulable, nothing protected on it, nothing
+        promised to another workload, and the pass has neither started work on it nor
+        promised its GPUs? From the state's indexes alone, once per host and pass (but
+        for the hosts touched since, checked each time): the victims and costs are worked
+        out only for the hosts a search can use."""
+        if name in self.touched or name not in self.size:
+            return False
+        ok = self._clear_ok.get(name)
+        if ok is None:
+            ok = self._clear_ok[name] = (
+                name not in self.promised() and not self.has_protected(name, now)
+            )
+        return ok
+
+    def promised(self) -> set[str]:
+        """Hosts of the work claimed when first asked in a pass (stopped at its time limit,
+        drained): promised to another workload. Work claimed later is claimed by
+        :meth:`claim`, which marks its hosts touched."""
+        if self._promised is None:
+            st = self.state
+            self._promised = {s.host for wid in self.claimed for s in st.running[wid].placement}
+        return self._promised
 
     def unallocated_clearable(self) -> int:
         """Upper bound on the GPUs of hosts that only unallocated victims, free and stopping
@@ -159,7 +184,7 @@ class HostView:
                 self._unallocated_hosts.discard(name)
                 self._unallocated_clearable -= self.size[name]
         if self._clearable is not None:
-            self._clearable = [o for o in self._clearable if o.name not in hosts]
+            self._clearable = [name for name in self._clearable if name not in hosts]
 
     def take(self, placement: Placement) -> None:
         for s in placement:
@@ -187,17 +212,6 @@ class HostView:
         self._not_clearable({h for h, _ in plan.hosts} | {h for v in plan.victims for h in v.hosts})
 
 
-class _HostOption:
-    """A host a whole-host search could empty. (Plain classes with final attributes here,
-    not frozen dataclasses: searches build many, and compiled these are far cheaper.)"""
-
-    __slots__ = ("budgets", "name")
-
-    def __init__(self, name: str, budgets: frozenset[str]) -> None:
-        self.name: Final = name
-        self.budgets: Final = budgets  # budgets of its allocated work (empty: unallocated only)
-
-
 class VictimPlan:
     """Room for one workload: the hosts and GPUs it gets, and the work to preempt for it."""
 
@@ -216,6 +230,8 @@ class VictimPlan:
 
 def find_fit(view: HostView, gpus: int, only: Sequence[str] | None = None) -> Placement | None:
     """A placement on free GPUs only (of the hosts in ``only``, if given), or None."""
+    if only is None and not view.full and view.own():
+        return _fit_indexed(view, gpus)
     names = view.names if only is None else sorted(h for h in only if h in view.size)
     if gpus <= view.max_size:
         best: str | None = None
@@ -238,6 +254,85 @@ def find_fit(view: HostView, gpus: int, only: Sequence[str] | None = None) -> Pl
     return tuple(Slice(n, view.size[n]) for n in sorted(chosen))
 
 
+def _fit_indexed(view: HostView, gpus: int) -> Placement | None:
+    """:func:`find_fit` on any host, the same answer without looking at every host: the
+    hosts the pass touched (the only ones whose counts the pass changed) one by one, the
+    others through the state's hosts by free GPUs (``ClusterState.free_hosts``) and its
+    idle hosts (the wholly free ones: nothing runs there)."""
+    st, touched, free, size = view.state, view.touched, view.free, view.size
+    if gpus <= view.max_size:
+        # best fit: fewest free GPUs that still fit, then the first by name
+        best: str | None = None
+        best_free = view.max_size + 1
+        for name in touched:
+            if name in size and gpus <= free[name] and (
+                free[name] < best_free or (free[name] == best_free and best is not None
+                                           and name < best)
+            ):
+                best, best_free = name, free[name]
+        by_free = st.free_hosts
+        for k in range(gpus, best_free + 1):
+            hosts = by_free.get(k)
+            if not hosts:
+                continue
+            first = _first_untouched(hosts, touched)
+            if first is not None:
+                if k < best_free or best is None or first < best:
+                    best = first
+                break
+        return None if best is None else (Slice(best, gpus),)
+    whole = [n for n in st.idle if n in size and n not in touched]
+    whole += [n for n in touched if n in size and free[n] == size[n]]
+    whole.sort(key=lambda n: (-size[n], n))
+    chosen: list[str] = []
+    total = 0
+    for name in whole:
+        if total >= gpus:
+            break
+        chosen.append(name)
+        total += size[name]
+    if total < gpus:
+        return None
+    return tuple(Slice(n, size[n]) for n in sorted(chosen))
+
+
+def _first_untouched(hosts: AbstractSet[str], touched: set[str]) -> str | None:
+    """The first by name of ``hosts`` the pass has not touched, if any."""
+    first = min(hosts)
+    if first not in touched:
+        return first
+    return min((n for n in hosts if n not in touched), default=None)
+
+
+def _open_hosts(view: HostView, gpus: int) -> list[str]:
+    """By name, the hosts where free, stopping and unallocated GPUs reach ``gpus``: those an
+    unallocated-only search for a request of ``gpus`` does not skip (:func:`_one_host`).
+    The touched hosts one by one, the others through ``ClusterState.open_hosts``."""
+    touched = view.touched
+    names = [
+        n for n in touched
+        if n in view.size and view.free[n] + view.stopping[n] + view.unallocated[n] >= gpus
+    ]
+    for k, hosts in view.state.open_hosts.items():
+        if k >= gpus:
+            names.extend(n for n in hosts if n not in touched)
+    names.sort()
+    return names
+
+
+def _most_free(view: HostView) -> int:
+    """The most GPUs free on one host taking work, as the pass has handed them out: the
+    touched hosts one by one, the others through the state's hosts by free GPUs."""
+    most = max((view.free[n] for n in view.touched if n in view.size), default=0)
+    by_free = view.state.free_hosts
+    for k in sorted(by_free, reverse=True):
+        if k <= most:
+            break
+        if _first_untouched(by_free[k], view.touched) is not None:
+            return k
+    return most
+
+
 def find_victims(
     view: HostView,
     spec: WorkloadSpec,
@@ -254,7 +349,11 @@ def find_victims(
     necessary condition on a victim's budget that lets whole-host searches discard hosts
     before asking ``allowed`` about each victim."""
     if spec.gpus <= view.max_size:
-        names = view.names if only is None else sorted(h for h in only if h in view.size)
+        names: Sequence[str]
+        if only is None and allowed is None and not view.full and view.own():
+            names = _open_hosts(view, spec.gpus)  # the only hosts the search would not skip
+        else:
+            names = view.names if only is None else sorted(h for h in only if h in view.size)
         return _one_host(view, names, spec.gpus, now, allowed)
     wanted = None if only is None else only if isinstance(only, set) else set(only)
     return _whole_hosts(view, wanted, spec.gpus, now, allowed, budget_ok)
@@ -318,13 +417,15 @@ def _whole_hosts(
     budget_ok: Callable[[str], bool] | None = None,
 ) -> VictimPlan | None:
     verdict: dict[str, bool] = {}
+    budget_set = view.state.budget_set
 
-    def usable(o: _HostOption) -> bool:
+    def usable(name: str) -> bool:
+        budgets = budget_set(name)  # of its allocated work (empty: unallocated only)
         if allowed is None:
-            return not o.budgets
+            return not budgets
         if budget_ok is None:
             return True
-        for b in o.budgets:
+        for b in budgets:
             if b not in verdict:
                 verdict[b] = budget_ok(b)
             if not verdict[b]:
@@ -338,9 +439,20 @@ def _whole_hosts(
         view.size[n] for n in wanted if n in view.size and n not in view.touched
     ) < gpus:
         return None  # the hosts allowed are too few, emptied or not
-    options = [
-        o.name for o in view.clearable(now) if (wanted is None or o.name in wanted) and usable(o)
-    ]
+    if bounded:
+        # only the hosts the search may use are looked at: those allowed, or, with
+        # unallocated victims only, those with no allocated work (no other is usable);
+        # their order does not matter, they are sorted by cost and name below
+        among: Collection[str] = (
+            wanted if wanted is not None
+            else view.unallocated_hosts() if allowed is None
+            else view.names
+        )
+        options = [n for n in among if view.clearable_host(n, now) and usable(n)]
+    else:  # the reference pass: every host
+        options = [
+            n for n in view.clearable(now) if (wanted is None or n in wanted) and usable(n)
+        ]
     left = sum(view.size[name] for name in options)  # of the options not yet looked at
     if bounded and left < gpus:
         return None  # not enough hosts could be emptied, whoever asks

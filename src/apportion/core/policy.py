@@ -121,19 +121,19 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
             f"workload {spec.id}: time_limit: {format_duration(limit)} is shorter than its "
             f"minimum runtime of {format_duration(spec.min_runtime)}"
         )
-    sizes = [h.gpus for h in state.hosts.values()]
-    if not sizes:
+    largest, total = state.max_host_gpus, state.total_gpus  # not a scan per submission
+    if not state.hosts:
         raise CoreError(f"workload {spec.id}: gpus: the cluster has no hosts")
-    if spec.gpus > max(sizes) and spec.gpus > sum(sizes):
+    if spec.gpus > largest and spec.gpus > total:
         raise CoreError(
-            f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {sum(sizes)}"
+            f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {total}"
         )
     if spec.hosts:
         unknown = [h for h in spec.hosts if h not in state.hosts]
         if unknown:
             raise CoreError(f"workload {spec.id}: hosts: unknown host {unknown[0]!r}")
         mine = [state.hosts[h].gpus for h in spec.hosts]
-        one_host = spec.gpus <= max(sizes)  # the shape rule: one host, else whole hosts
+        one_host = spec.gpus <= largest  # the shape rule: one host, else whole hosts
         if (one_host and spec.gpus > max(mine)) or (not one_host and spec.gpus > sum(mine)):
             raise CoreError(
                 f"workload {spec.id}: hosts: {plural(spec.gpus, 'GPU')} cannot fit on the "

@@ -181,7 +181,14 @@ class ClusterState:
         self._unschedulable: list[str] = []  # the others (draining, in repair, down)
         self._draining: list[str] = []
         self._max_host_gpus = 0  # of any host, whatever its state: the shape rule's limit
+        self._total_gpus = 0  # of all hosts, whatever their state
         self._healthy = 0
+        # GPUs free -> the hosts taking work with that many free (none: no entry): what a
+        # best-fit search reads instead of looking at every host
+        self._free_hosts: dict[int, set[str]] = {}
+        # GPUs free, stopping or held by unallocated work not stopping -> the hosts taking
+        # work with that many: what a search for unallocated victims reads likewise
+        self._open_hosts: dict[int, set[str]] = {}
         self._time = start
         for h in hosts:
             self.add_host(h, start)
@@ -236,6 +243,10 @@ class ClusterState:
         self._draining = sorted(n for n, h in self._hosts.items() if h.state is HostState.DRAINING)
         self._unschedulable = sorted(n for n, h in self._hosts.items() if not h.schedulable)
         self._max_host_gpus = max((h.gpus for h in self._hosts.values()), default=0)
+        self._total_gpus = sum(h.gpus for h in self._hosts.values())
+        self._free_hosts, self._open_hosts = {}, {}
+        for n in names:
+            self._file(n, 1)
         self._cache.smallest.clear()  # they split shapes by the largest host
         self._cache.smallest_unallocated = None
         self._healthy = sum(h.gpus for h in self._hosts.values() if h.state is HostState.HEALTHY)
@@ -349,6 +360,7 @@ class ClusterState:
         r = Running(p.spec, placement, t, restarted=p.restarted)
         self._running[workload] = r
         for s in placement:
+            self._file(s.host, -1)
             self._used[s.host] += s.gpus
             self._free[s.host] -= s.gpus
             self._idle.discard(s.host)
@@ -357,6 +369,7 @@ class ClusterState:
             else:
                 self._no_allocated.discard(s.host)
                 self._count_budget(s.host, p.spec.budget, 1)
+            self._file(s.host, 1)
             self._on_host[s.host].add(workload)
             until = r.protected_until()
             if until > self._protected_until[s.host]:
@@ -398,11 +411,13 @@ class ClusterState:
         self._stopping.add(workload)
         self._cache.released.remove(r)
         for s in r.placement:
+            self._file(s.host, -1)
             self._stopping_gpus[s.host] += s.gpus
             if not r.spec.allocated:
                 self._unallocated_used[s.host] -= s.gpus
             else:
                 self._count_budget(s.host, r.spec.budget, -1)
+            self._file(s.host, 1)
             self._count_allocated(s.host)
         if r.spec.allocated:
             self._count_held(r.spec.budget, -r.gpus_held)
@@ -420,6 +435,7 @@ class ClusterState:
         self._deadlines.pop(workload, None)
         self._cache.released.remove(r)
         for s in r.placement:
+            self._file(s.host, -1)
             self._used[s.host] -= s.gpus
             self._free[s.host] += s.gpus
             if not self._used[s.host]:
@@ -430,6 +446,7 @@ class ClusterState:
                 self._unallocated_used[s.host] -= s.gpus
             else:
                 self._count_budget(s.host, r.spec.budget, -1)
+            self._file(s.host, 1)
             self._count_allocated(s.host)
             self._on_host[s.host].discard(workload)
         if r.spec.allocated and not was_stopping:
@@ -460,6 +477,18 @@ class ClusterState:
         )
         self._running[workload] = new
         return new
+
+    def _file(self, host: str, one: int) -> None:
+        """File (``one`` = 1) or unfile (-1) ``host`` under its free GPUs and under its free,
+        stopping and unallocated GPUs, if it takes work: after and before they change."""
+        if host not in self._schedulable:
+            return
+        free = self._free[host]
+        _file_under(self._free_hosts, free, host, one)
+        _file_under(
+            self._open_hosts,
+            free + self._stopping_gpus[host] + self._unallocated_used[host], host, one,
+        )
 
     def _count_held(self, budget: str, gpus: int) -> None:
         held = self._held
@@ -637,6 +666,9 @@ class ClusterState:
             "unschedulable": _plain(self._unschedulable),
             "draining": _plain(self._draining),
             "max_host_gpus": self._max_host_gpus,
+            "total_gpus": self._total_gpus,
+            "free_hosts": _plain(self._free_hosts),
+            "open_hosts": _plain(self._open_hosts),
             "healthy": self._healthy,
             "time": self._time,
         }
@@ -785,6 +817,37 @@ class ClusterState:
     def max_host_gpus(self) -> int:
         """GPUs of the largest host, whatever its state: the shape rule's limit."""
         return self._max_host_gpus
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs of all hosts, whatever their state."""
+        return self._total_gpus
+
+    @property
+    def free_hosts(self) -> Mapping[int, AbstractSet[str]]:
+        """GPUs free -> the hosts taking work (``schedulable``) with that many free; no
+        entry for none free."""
+        return self._free_hosts
+
+    @property
+    def open_hosts(self) -> Mapping[int, AbstractSet[str]]:
+        """GPUs free, stopping or held by unallocated work not stopping -> the hosts taking
+        work with that many (what anyone may take there); no entry for none."""
+        return self._open_hosts
+
+
+def _file_under(index: dict[int, set[str]], count: int, host: str, one: int) -> None:
+    """Add (``one`` = 1) or remove (-1) ``host`` under ``count`` (none under 0)."""
+    if not count:
+        return
+    if one > 0:
+        index.setdefault(count, set()).add(host)
+        return
+    hosts = index.get(count)
+    if hosts is not None:  # (always, unless a count was corrupted: the oracle says so)
+        hosts.discard(host)
+        if not hosts:
+            del index[count]
 
 
 def _plain(value: object) -> object:
