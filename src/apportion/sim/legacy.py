@@ -70,7 +70,7 @@ class _Info:
         self.queue = (self.gpus, None if self.preemptible else team)
 
 
-class _Pass:
+class _LegacyPass:
     """Working data of one legacy pass (free GPUs handed out, what failed, what started).
 
     It starts on the policy's own counts (free GPUs per host, how many hosts have each number
@@ -291,7 +291,7 @@ class LegacyPolicy:
         free GPUs can be handed out, so the rest of the order is visited through a merge of
         the queues of jobs small enough to fit whose team is not at its cap, instead of
         walking past every job that cannot start."""
-        p = _Pass(self, state)
+        p = _LegacyPass(self, state)
         after: tuple[_Key, str] | None = None  # last entry the preemption phase handled
         infos, below_of, room = self._info, p.below_of, p.room  # hot loop: locals
         for entry in self._pending:
@@ -326,7 +326,7 @@ class LegacyPolicy:
         self._fit_phase(p, after)
         return p.decisions()
 
-    def _fit_phase(self, p: _Pass, after: tuple[_Key, str] | None) -> None:
+    def _fit_phase(self, p: _LegacyPass, after: tuple[_Key, str] | None) -> None:
         """Hand out free GPUs to the jobs after ``after``, in order, trying only the ones
         that could fit; restarts the merge without the sizes that just failed."""
         while True:
@@ -360,7 +360,7 @@ class LegacyPolicy:
             if not restart:
                 return
 
-    def _search(self, p: _Pass, state: ClusterState, info: _Info) -> list[str] | None:
+    def _search(self, p: _LegacyPass, state: ClusterState, info: _Info) -> list[str] | None:
         """:meth:`_victims` for ``info`` on the pass's free GPUs, remembering what found
         nothing while the policy's counts are the pass's (it started nothing yet)."""
         if p.starts or not self.remember:

@@ -33,7 +33,10 @@ from apportion.service.executor import (
 
 
 @dataclass(slots=True)
-class _Attempt:
+class _InMemoryRun:
+    """An attempt as this executor runs it: on the clock, ending when its work is done or
+    when it is stopped (the scheduler's own record of an attempt is its ``_Attempt``)."""
+
     workload_id: str
     attempt: int
     hosts: tuple[str, ...]
@@ -93,7 +96,7 @@ class MemoryExecutor:
         self.progress: dict[str, float] = {}  # workload -> seconds of work kept so far
         self.overhead: dict[str, float] = {}  # workload -> set-up seconds of its next run
         self.runs: dict[str, int] = {}  # workload -> runs launched
-        self.attempts: dict[str, _Attempt] = {}  # handle -> attempt
+        self.attempts: dict[str, _InMemoryRun] = {}  # handle -> attempt
         self.drained: dict[str, str] = {}  # host -> reason, as mirrored by the scheduler
         # when True every call raises ExecutorUnavailable, like an unreachable backend
         self.broken = False
@@ -121,7 +124,7 @@ class MemoryExecutor:
             work = self.durations[wid] - self.progress.get(wid, 0.0)
             remaining = self.overhead.get(wid, 0.0) + work
         self.runs[wid] = self.runs.get(wid, 0) + 1
-        self.attempts[handle] = _Attempt(
+        self.attempts[handle] = _InMemoryRun(
             wid,
             launch.attempt,
             tuple(s.host for s in launch.slots),
@@ -249,7 +252,7 @@ class MemoryExecutor:
         if self.broken:
             raise ExecutorUnavailable("memory executor: backend unavailable")
 
-    def _advance(self, a: _Attempt, now: float) -> None:
+    def _advance(self, a: _InMemoryRun, now: float) -> None:
         """Apply whatever happened to ``a`` up to ``now``: completion or the end of a stop."""
         if a.ended_at is not None or a.gone:
             return
@@ -260,7 +263,7 @@ class MemoryExecutor:
         elif stop_at < done_at and stop_at <= now:
             self._end(a, stop_at, a.exit_code, signalled=True)
 
-    def _last_checkpoint(self, a: _Attempt, now: float) -> float | None:
+    def _last_checkpoint(self, a: _InMemoryRun, now: float) -> float | None:
         """What ``a`` reports: the later of its own report and, with
         ``report_checkpoints``, the cost model's last checkpoint up to ``now``."""
         modelled = None
@@ -277,15 +280,15 @@ class MemoryExecutor:
         times = [t for t in (a.checkpointed_at, modelled) if t is not None]
         return max(times) if times else None
 
-    def _end(self, a: _Attempt, t: float, code: int | None, signalled: bool) -> None:
+    def _end(self, a: _InMemoryRun, t: float, code: int | None, signalled: bool) -> None:
         a.ended_at, a.exit_code, a.signalled = t, code, signalled
         self._keep_progress(a, t)
 
-    def _lose(self, a: _Attempt, t: float) -> None:
+    def _lose(self, a: _InMemoryRun, t: float) -> None:
         a.gone = True
         self._keep_progress(a, t)
 
-    def _keep_progress(self, a: _Attempt, t: float) -> None:
+    def _keep_progress(self, a: _InMemoryRun, t: float) -> None:
         """Progress kept when a run ends, as the simulator's engine computes it."""
         if a.remaining is None:
             return
