@@ -106,3 +106,17 @@ def test_bench_flags_are_checked() -> None:
     assert code == 2 and "--cluster needs --trace or --scenario" in out
     code, out = invoke("bench", "--budget-column", "team")
     assert code == 2 and "--budget-column needs --trace or --scenario" in out
+
+
+def test_bench_pass_takes_policy_settings() -> None:
+    """--set applies to the benchmarked passes: with rebalancing off, settling the same
+    random fill makes fewer preemptions than with it on; an engine setting, which a lone
+    pass has no use for, is a usage error naming it."""
+    runs = {}
+    for settings in ((), ("--set", "rebalance=false")):
+        code, out = invoke("bench", "--pending", "200", "--passes", "3", "--json", *settings)
+        assert code == 0, out
+        runs[settings] = json.loads(out)["first_pass_preemptions"]
+    assert runs[("--set", "rebalance=false")] < runs[()]
+    code, out = invoke("bench", "--set", "restart_overhead=0")
+    assert code == 2 and "restart_overhead: an engine setting" in out

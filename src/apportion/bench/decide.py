@@ -215,11 +215,12 @@ def settle(state: ClusterState, config: PolicyConfig, rounds: int = 40) -> tuple
     return rounds, first_ms, first_pre
 
 
-def run(passes: int = 50, pending: int = 10_000, seed: int = 0, pools: int = 1) -> DecideBench:
+def run(passes: int = 50, pending: int = 10_000, seed: int = 0, pools: int = 1,
+        config: PolicyConfig | None = None) -> DecideBench:
     t0 = time.process_time()
     state = build_state(pending=pending, seed=seed, pools=pools)
     policy = _policy(state)
-    config = PolicyConfig()
+    config = config or PolicyConfig()
     rounds, first_ms, first_pre = settle(state, config)
     build_s = time.process_time() - t0
     now = state.time

@@ -38,7 +38,8 @@ POLICY_CHOICES = ("fairshare", "legacy")
 @click.option("--seed", default=0, show_default=True, help="scenario seed")
 @click.option("--size", type=click.IntRange(min=8), help="GPUs of the built-in scenario")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="PolicyConfig or engine setting")
+              help="PolicyConfig setting (repeatable); with --trace or --scenario also an "
+                   "engine setting")
 @click.option("--policy", "policies", multiple=True, type=click.Choice(POLICY_CHOICES),
               help="policy to time, in this order (repeatable; default: fairshare, legacy)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
@@ -51,12 +52,12 @@ def bench(passes: int, pending: int, pools: str, trace: Path | None, scenario: s
     ctx = click.get_current_context()
     if trace is None and scenario is None:
         for name in ("fmt", "maps", "budgets", "budget_column", "tree_file", "cluster", "days",
-                     "size", "settings", "policies"):
+                     "size", "policies"):
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
                 flag = "--" + {"fmt": "format", "maps": "map", "tree_file": "tree",
                                "settings": "set", "policies": "policy"}.get(name, name)
                 raise click.UsageError(f"{flag.replace('_', '-')} needs --trace or --scenario")
-        _decide(passes, pending, int(pools), as_json)
+        _decide(passes, pending, int(pools), as_json, kw["settings"])
         return
     for name in ("passes", "pending", "pools"):
         if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
@@ -67,10 +68,18 @@ def bench(passes: int, pending: int, pools: str, trace: Path | None, scenario: s
             kw)
 
 
-def _decide(passes: int, pending: int, pools: int, as_json: bool) -> None:
+def _decide(passes: int, pending: int, pools: int, as_json: bool,
+            settings: tuple[str, ...]) -> None:
     from apportion.bench.decide import run
+    from apportion.cli.simulate import build_configs, parse_settings
 
-    result = run(passes=passes, pending=pending, pools=pools)
+    parsed = parse_settings(settings)
+    config, _ = build_configs(parsed)
+    engine = sorted(k for k in parsed if not hasattr(config, k))
+    if engine:  # the pass has no engine: such a setting would silently do nothing
+        raise click.BadParameter(f"{', '.join(engine)}: an engine setting, timed only with "
+                                 "--trace or --scenario", param_hint="--set")
+    result = run(passes=passes, pending=pending, pools=pools, config=config)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(result)))
         return
