@@ -90,17 +90,16 @@ def make_history(
     return end, running
 
 
+def memory_config(d: Path) -> Path:
+    """A service config in ``d``: 2 hosts x 8 GPUs, the memory executor, SQLite in ``d``."""
+    return write_config(d / "apportion.toml", free_port(), db_url=f"sqlite:///{d}/a.db",
+                        hosts=2, gpus=8, executor="memory")
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp = tmp_path_factory.mktemp("whatif")
-    config = write_config(
-        tmp / "apportion.toml",
-        free_port(),
-        db_url=f"sqlite:///{tmp}/a.db",
-        hosts=2,
-        gpus=8,
-        executor="memory",
-    )
+    config = memory_config(tmp)
     until, running = make_history(config, time.time() - 3 * DAY, 2.0)
     server = Server(config, tmp / "server.log")
     server.start()  # the live service over that history, while the commands read its store
@@ -119,18 +118,14 @@ def apportion(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def whatif_run(live: Live, *args: str) -> subprocess.CompletedProcess[str]:
+    """``apportion whatif`` over the last 2 days of ``live``'s history."""
+    return apportion("whatif", "--config", str(live.config), "--since", "2d",
+                     "--until", repr(live.until), *args)
+
+
 def whatif(live: Live, *args: str) -> dict[str, Any]:
-    run = apportion(
-        "whatif",
-        "--config",
-        str(live.config),
-        "--since",
-        "2d",
-        "--until",
-        repr(live.until),
-        "--json",
-        *args,
-    )
+    run = whatif_run(live, "--json", *args)
     assert run.returncode == 0, run.stdout + run.stderr
     result: dict[str, Any] = json.loads(run.stdout)
     return result
@@ -138,6 +133,22 @@ def whatif(live: Live, *args: str) -> dict[str, Any]:
 
 def budget(result: dict[str, Any], path: str) -> dict[str, Any]:
     return next(b for b in result["budgets"] if b["budget"] == path)
+
+
+def assert_current_side_is(result: dict[str, Any], summary: dict[str, Any]) -> None:
+    """What-if's current side (per budget and overall) is exactly the figures of the run
+    whose ``summary`` is given, over the same workloads."""
+    for b in result["budgets"]:
+        assert b["current"]["attainment"] == summary["attainment"]["per_budget"][b["budget"]]
+        waits = summary["wait_s"]["per_budget"].get(b["budget"]) or {}
+        assert b["current"]["wait_p90_s"] == waits.get("p90")
+    assert result["overall"]["current"] == {
+        "attainment": summary["attainment"]["overall"],
+        "wait_p90_s": summary["wait_s"]["all"]["p90"],
+        "preemptions": summary["preemptions"]["total"],
+        "drains": summary["drains"]["count"],
+    }
+    assert summary["workloads"] == result["period"]["workloads"] > 100
 
 
 def test_whatif_raising_a_weight_gives_that_budget_more(live: Live) -> None:
@@ -160,17 +171,7 @@ def test_whatif_raising_a_weight_gives_that_budget_more(live: Live) -> None:
 
 def test_whatif_text_names_the_change(live: Live) -> None:
     """The text form: the period line, the change, one line per budget node, overall."""
-    run = apportion(
-        "whatif",
-        "--config",
-        str(live.config),
-        "--since",
-        "2d",
-        "--until",
-        repr(live.until),
-        "--set-weight",
-        "ai/vision=4",
-    )
+    run = whatif_run(live, "--set-weight", "ai/vision=4")
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert "still running at the end, replayed with their run so far" in lines[0]
@@ -182,17 +183,7 @@ def test_whatif_text_names_the_change(live: Live) -> None:
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
     """A mistyped budget is a usage error naming --set-weight, with a suggestion."""
-    run = apportion(
-        "whatif",
-        "--config",
-        str(live.config),
-        "--since",
-        "2d",
-        "--until",
-        repr(live.until),
-        "--set-weight",
-        "ai/visoin=4",
-    )
+    run = whatif_run(live, "--set-weight", "ai/visoin=4")
     assert run.returncode == 2
     assert "--set-weight" in run.stderr and "did you mean 'ai/vision'?" in run.stderr
 
@@ -220,18 +211,7 @@ def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None
     sim = apportion(*args[:-1], str(tmp_path / "sim"), "--policy", "fairshare", "--quiet")
     assert sim.returncode == 0, sim.stdout + sim.stderr
     (summary,) = json.loads((tmp_path / "sim" / "summary.json").read_text())
-    current = whatif(live)
-    for b in current["budgets"]:
-        assert b["current"]["attainment"] == summary["attainment"]["per_budget"][b["budget"]]
-        waits = summary["wait_s"]["per_budget"].get(b["budget"]) or {}
-        assert b["current"]["wait_p90_s"] == waits.get("p90")
-    assert current["overall"]["current"] == {
-        "attainment": summary["attainment"]["overall"],
-        "wait_p90_s": summary["wait_s"]["all"]["p90"],
-        "preemptions": summary["preemptions"]["total"],
-        "drains": summary["drains"]["count"],
-    }
-    assert summary["workloads"] == current["period"]["workloads"] > 100
+    assert_current_side_is(whatif(live), summary)
 
 
 def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
@@ -239,14 +219,7 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
     and marked healthy at 10 h: read_history gives an unhealthy event at 2 h and a repaired
     one at 10 h after the first submission (the automated move to repair is the engine's own
     to model); export-trace writes them beside the trace, and whatif replays them."""
-    config = write_config(
-        tmp_path / "apportion.toml",
-        free_port(),
-        db_url=f"sqlite:///{tmp_path}/a.db",
-        hosts=2,
-        gpus=8,
-        executor="memory",
-    )
+    config = memory_config(tmp_path)
     start = 1_700_000_000.0
     until, _ = make_history(
         config,
@@ -490,18 +463,19 @@ def test_pooled_export_round_trips_as_a_fleet(pooled: Live, tmp_path: Path) -> N
     assert (east["gpus"], west["gpus"]) == (16, 8)
     assert west["allocated_gpu_hours"] > 0
     assert west["charged_units"] == pytest.approx(2.2 * west["allocated_gpu_hours"], rel=1e-12)
-    current = whatif(pooled)
-    for b in current["budgets"]:
-        assert b["current"]["attainment"] == summary["attainment"]["per_budget"][b["budget"]]
-        waits = summary["wait_s"]["per_budget"].get(b["budget"]) or {}
-        assert b["current"]["wait_p90_s"] == waits.get("p90")
-    assert current["overall"]["current"] == {
-        "attainment": summary["attainment"]["overall"],
-        "wait_p90_s": summary["wait_s"]["all"]["p90"],
-        "preemptions": summary["preemptions"]["total"],
-        "drains": summary["drains"]["count"],
-    }
-    assert summary["workloads"] == current["period"]["workloads"] > 100
+    assert_current_side_is(whatif(pooled), summary)
+
+
+def pooled_history(pooled: Live) -> Any:
+    """The two-pool service's last 2 days, read from its store as the what-if reads them."""
+    from apportion.whatif import load_history
+
+    config = load_config(pooled.config)
+    store = Store(config.db_url)
+    try:
+        return load_history(store, 2 * DAY, pooled.until, config.pools)
+    finally:
+        store.close()
 
 
 def test_pooled_replay_runs_work_only_on_the_kind_it_asked_for(pooled: Live) -> None:
@@ -511,14 +485,9 @@ def test_pooled_replay_runs_work_only_on_the_kind_it_asked_for(pooled: Live) -> 
     started on the H100 hosts too."""
     from apportion.core import PolicyConfig
     from apportion.sim.run import run_policies
-    from apportion.whatif import load_history, scenario_of
+    from apportion.whatif import scenario_of
 
-    config = load_config(pooled.config)
-    store = Store(config.db_url)
-    try:
-        history = load_history(store, 2 * DAY, pooled.until, config.pools)
-    finally:
-        store.close()
+    history = pooled_history(pooled)
     assert history.pools is not None
     one_pool = dataclasses.replace(history, pools=None)
     kind_of = {n: k for n, _, k in POOLED_HOSTS}
@@ -551,14 +520,9 @@ def test_pooled_post_whatif_replays_the_same_fleet(pooled: Live) -> None:
                         headers={"Authorization": f"Bearer {pooled.server.token('admin')}"})
     assert answer.status_code == 200, answer.text
     assert answer.json() == whatif(pooled, "--set-weight", "ai/vision=2")
-    config = load_config(pooled.config)
-    store = Store(config.db_url)
-    try:
-        from apportion.whatif import compare, load_history
+    from apportion.whatif import compare
 
-        history = load_history(store, 2 * DAY, pooled.until, config.pools)
-    finally:
-        store.close()
-    one_pool = compare(dataclasses.replace(history, pools=None), config.policy,
-                       {"ai/vision": 2}, {}).result
+    history = pooled_history(pooled)
+    one_pool = compare(dataclasses.replace(history, pools=None),
+                       load_config(pooled.config).policy, {"ai/vision": 2}, {}).result
     assert answer.json()["budgets"] != one_pool["budgets"]

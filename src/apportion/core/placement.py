@@ -240,18 +240,7 @@ def find_fit(view: HostView, gpus: int, only: Sequence[str] | None = None) -> Pl
             if free >= gpus and (best is None or free < view.free[best]):
                 best = name
         return None if best is None else (Slice(best, gpus),)
-    whole = [n for n in names if view.free[n] == view.size[n]]
-    whole.sort(key=lambda n: (-view.size[n], n))
-    chosen: list[str] = []
-    total = 0
-    for name in whole:
-        if total >= gpus:
-            break
-        chosen.append(name)
-        total += view.size[name]
-    if total < gpus:
-        return None
-    return tuple(Slice(n, view.size[n]) for n in sorted(chosen))
+    return _largest_first([n for n in names if view.free[n] == view.size[n]], view.size, gpus)
 
 
 def _fit_indexed(view: HostView, gpus: int) -> Placement | None:
@@ -283,6 +272,12 @@ def _fit_indexed(view: HostView, gpus: int) -> Placement | None:
         return None if best is None else (Slice(best, gpus),)
     whole = [n for n in st.idle if n in size and n not in touched]
     whole += [n for n in touched if n in size and free[n] == size[n]]
+    return _largest_first(whole, size, gpus)
+
+
+def _largest_first(whole: list[str], size: Mapping[str, int], gpus: int) -> Placement | None:
+    """Wholly free hosts for a gang of ``gpus``: the largest first (then by name) until they
+    hold it; None if all of them do not."""
     whole.sort(key=lambda n: (-size[n], n))
     chosen: list[str] = []
     total = 0
