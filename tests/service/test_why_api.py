@@ -10,25 +10,16 @@ test_metrics (2 hosts x 8 GPUs, fake clock at T0 + 1900):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from click.testing import CliRunner
-from test_metrics import T0, Live, start_live
+from test_metrics import T0, Live, live
 
 from apportion.cli.main import main
 
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    service, close = start_live(tmp_path)
-    try:
-        yield service
-    finally:
-        close()
+__all__ = ["live"]  # a fixture (test_metrics.py), used by name
 
 
 def why(live: Live, wid: str, who: str = "bob") -> Any:

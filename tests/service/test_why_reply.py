@@ -7,13 +7,11 @@ order. A field core adds to its explanation fails here until the reply model has
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, TypeAdapter
-from test_metrics import Live, start_live
+from test_metrics import Live, live
 
 from apportion.core import explain
 from apportion.core.explain import Advice, Explanation, Rival, Victim
@@ -27,14 +25,7 @@ from apportion.service.replies import (
     WhyVictim,
 )
 
-
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[Live]:
-    service, close = start_live(tmp_path)
-    try:
-        yield service
-    finally:
-        close()
+__all__ = ["live"]  # a fixture (test_metrics.py), used by name
 
 
 @pytest.mark.parametrize(("core", "model"), [
