@@ -13,11 +13,12 @@ Charges go to a leaf and to every ancestor, so a subtree's usage is one lookup.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import Final
 
 from .tree import ancestors
 from .types import CoreError
 
-CAPACITY = "\x00capacity"  # series key of the cluster's healthy GPUs
+CAPACITY: Final = "\x00capacity"  # series key of the cluster's healthy GPUs
 
 
 def usage_ratio(charged: float, share: float, capacity: float) -> float:

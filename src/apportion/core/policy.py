@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping
+from typing import Final
 
 from . import reservations
 from .config import PolicyConfig, is_debug
@@ -58,8 +59,8 @@ from .types import (
 )
 from .units import format_duration, plural
 
-_INF = float("inf")
-_NEAR = 16  # requests Pass.next_live checks one by one before it asks the queue index
+_INF: Final = float("inf")
+_NEAR: Final = 16  # requests Pass.next_live checks one by one before it asks the queue index
 
 
 def _NO_VICTIMS(candidate: Candidate, taken: dict[str, int]) -> bool:
@@ -154,6 +155,28 @@ def decide(
     return Pass(state, now, config, reasons).run()
 
 
+_NONE_FAILED: Final[list[tuple[int, float]]] = []  # read only
+
+
+class _PerShape:
+    """The smallest request of each shape, on one host or on whole hosts, for which a step
+    of the pass failed (``NO_SIZE``: none yet). Two fields rather than a dict keyed by the
+    shape: the walk asks millions of times."""
+
+    def __init__(self) -> None:
+        self.one = NO_SIZE
+        self.whole = NO_SIZE
+
+    def of(self, whole_hosts: bool) -> int:
+        return self.whole if whole_hosts else self.one
+
+    def set(self, whole_hosts: bool, gpus: int) -> None:
+        if whole_hosts:
+            self.whole = gpus
+        else:
+            self.one = gpus
+
+
 class Pass:
     """Working data of one pass. Everything the pass changes lives here."""
 
@@ -183,13 +206,16 @@ class Pass:
         # Smallest request that failed this pass: anything larger of the same shape fails too.
         # Kept per shape (one host / whole hosts): with hosts of mixed sizes, a single-host
         # request failing says nothing about whole free smaller hosts.
-        self.fit_fail_min = {False: NO_SIZE, True: NO_SIZE}  # did not fit
-        self.unalloc_fail_min = {False: NO_SIZE, True: NO_SIZE}  # unallocated victims too few
-        # Per preemptor budget and shape, the requests rebalancing could not make room for,
-        # as (GPUs, admission charge from which the fair-share rule spared every side it
-        # spared for that request): a request at least as large with at least that charge
-        # fails too (see ``_charge_threshold``).
-        self.rebalance_failed: dict[tuple[str, bool], list[tuple[int, float]]] = {}
+        self.fit_fail_min = _PerShape()  # did not fit
+        self.unalloc_fail_min = _PerShape()  # unallocated victims too few
+        # Per shape (one host / whole hosts) and preemptor budget, the requests rebalancing
+        # could not make room for, as (GPUs, admission charge from which the fair-share rule
+        # spared every side it spared for that request): a request at least as large with
+        # at least that charge fails too (see ``_charge_threshold``). Two dicts rather than
+        # one keyed by (budget, shape): the walk asks millions of times, and a tuple key is
+        # built for each question.
+        self.rebalance_failed_one: dict[str, list[tuple[int, float]]] = {}
+        self.rebalance_failed_whole: dict[str, list[tuple[int, float]]] = {}
         # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
         self._live: dict[tuple[str, int], float] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
@@ -308,7 +334,8 @@ class Pass:
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
         st, tree = self.state, self.state.tree
-        remaining = dict(st.pending_allocated)  # per node, not yet considered this pass
+        # per node but the root (no one's child: never read), not yet considered this pass
+        remaining = dict(st.pending_allocated)
         cursor: dict[str, int] = {}
 
         def pick() -> str | None:
@@ -333,7 +360,7 @@ class Pass:
             i = cursor.get(leaf, 0)
             if self.hopeless(leaf):
                 self.skip_rest(leaf, i)
-                for node in ancestors(leaf):
+                for node in ancestors(leaf)[:-1]:
                     remaining[node] -= len(st.queues[leaf]) - i
                 cursor[leaf] = len(st.queues[leaf])
                 leaf = pick()
@@ -342,14 +369,14 @@ class Pass:
                 j = self.next_live(leaf, i)
                 if j > i:  # what a walk would try and fail, changing nothing: in one step
                     self.skip_rest(leaf, i, j)
-                    for node in ancestors(leaf):
+                    for node in ancestors(leaf)[:-1]:
                         remaining[node] -= j - i
                     cursor[leaf] = i = j
                 if i == len(st.queues[leaf]):
                     leaf = pick()
                     continue
             cursor[leaf] = i + 1
-            for node in ancestors(leaf):
+            for node in ancestors(leaf)[:-1]:
                 remaining[node] -= 1
             spec = st.pending[st.queues[leaf][i][1]].spec
             if spec.id in self.handled:
@@ -379,7 +406,7 @@ class Pass:
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
-        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+        if gpus < self.fit_fail_min.of(multi) or gpus < self.unalloc_fail_min.of(multi):
             return False
         if not self.cfg.rebalance:
             return True
@@ -401,12 +428,12 @@ class Pass:
         if gpus > self.hosts.healthy_total:
             return 0.0
         multi = gpus > self.hosts.max_size
-        if gpus < self.fit_fail_min[multi] or gpus < self.unalloc_fail_min[multi]:
+        if gpus < self.fit_fail_min.of(multi) or gpus < self.unalloc_fail_min.of(multi):
             return _INF
         if not self.cfg.rebalance:
             return 0.0
         least = _INF
-        for g, c in self.rebalance_failed.get((budget, multi), ()):  # a loop: no generator
+        for g, c in self._rebalance_failed(budget, multi):  # a loop: no generator
             if gpus >= g and c < least:
                 least = c
         per_second = gpus * self.cfg.admission_charge  # admission charge per minimum-runtime s
@@ -455,7 +482,8 @@ class Pass:
         """Record that rebalancing failed for requests of ``budget`` of at least ``gpus``
         GPUs from an admission charge of ``charge``. Only the entries no other is both
         smaller and cheaper than are kept: the others answer no question differently."""
-        failed = self.rebalance_failed.setdefault((budget, multi), [])
+        failed = (self.rebalance_failed_whole if multi else self.rebalance_failed_one
+                  ).setdefault(budget, [])
         if any(gpus >= g and charge >= c for g, c in failed):
             return
         failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
@@ -465,8 +493,11 @@ class Pass:
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
         admission charge spared no fewer sides?"""
-        failed = self.rebalance_failed.get((budget, multi), ())
-        return any(gpus >= g and charge >= c for g, c in failed)
+        return any(gpus >= g and charge >= c for g, c in self._rebalance_failed(budget, multi))
+
+    def _rebalance_failed(self, budget: str, multi: bool) -> list[tuple[int, float]]:
+        failed = (self.rebalance_failed_whole if multi else self.rebalance_failed_one).get(budget)
+        return _NONE_FAILED if failed is None else failed
 
     def skip_rest(self, leaf: str, start: int, stop: int | None = None) -> None:
         """Record ``leaf``'s queue from ``start`` (up to ``stop``) as considered and waiting,
@@ -498,7 +529,7 @@ class Pass:
 
     def try_fit(self, spec: WorkloadSpec) -> bool:
         multi = spec.gpus > self.hosts.max_size
-        if self.fast and spec.gpus >= self.fit_fail_min[multi]:
+        if self.fast and spec.gpus >= self.fit_fail_min.of(multi):
             return False
         placement = None
         if not self.fast or spec.gpus <= self.hosts.room(multi):  # else no search finds room
@@ -507,7 +538,7 @@ class Pass:
             # a request limited to some hosts failing says nothing about larger ones that
             # may use any host; the reverse holds, so it still skips by the others' failures
             if not spec.hosts:
-                self.fit_fail_min[multi] = spec.gpus
+                self.fit_fail_min.set(multi, spec.gpus)
                 self._live.clear()
             return False
         self.hosts.take(placement)
@@ -519,10 +550,10 @@ class Pass:
         plan = None
         multi = spec.gpus > self.hosts.max_size
         limited = set(spec.hosts) if spec.hosts else None  # None: any host
-        if not self.fast or spec.gpus < self.unalloc_fail_min[multi]:
+        if not self.fast or spec.gpus < self.unalloc_fail_min.of(multi):
             plan = find_victims(self.hosts, spec, self.now, None, only=limited)
             if plan is None and limited is None:
-                self.unalloc_fail_min[multi] = spec.gpus
+                self.unalloc_fail_min.set(multi, spec.gpus)
                 self._live.clear()
         rebalancing = plan is None  # the plan, if any, comes from the rebalance search
         if plan is None and self.cfg.rebalance and not self.fast:
@@ -663,7 +694,7 @@ class Pass:
     def backfill_unallocated(self) -> None:
         st = self.state
         fast = self.fast
-        if fast and self.fit_fail_min[False] <= 1:
+        if fast and self.fit_fail_min.one <= 1:
             return  # not one GPU left: nothing more can start this pass
         if fast and not self.reasons and self.nothing_fits():
             return  # nobody to tell why: spare ranking the budgets
@@ -675,7 +706,7 @@ class Pass:
             queue = st.unallocated_queues[leaf]
             hopeless = fast and self.cannot_fit(st.unallocated_sizes[leaf])
             for i, (_, wid) in enumerate(queue):
-                if fast and self.fit_fail_min[False] <= 1:
+                if fast and self.fit_fail_min.one <= 1:
                     return  # not one GPU left: nothing more can start this pass
                 if hopeless:
                     if not self.reasons:
@@ -714,7 +745,7 @@ class Pass:
     def cannot_fit(self, sizes: Mapping[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
         fail = self.fit_fail_min
-        return all(gpus >= fail[gpus > self.hosts.max_size] for gpus, _ in sizes)
+        return all(gpus >= fail.of(gpus > self.hosts.max_size) for gpus, _ in sizes)
 
 
 __all__ = ["Candidate", "PolicyConfig", "decide", "is_debug", "validate_spec", "victim_class"]

@@ -34,7 +34,7 @@ from .ledger import UsageLedger, usage_ratio
 from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
-_EPS = 1e-9
+_EPS: Final = 1e-9
 UNALLOCATED: Final = 1  # the victim class of unallocated work (see victim_class)
 
 
@@ -141,6 +141,24 @@ def checkpoint_due(
     return due
 
 
+class _Figures:
+    """What the rules read of one budget node in a pass: its share of the cluster, the
+    same in healthy GPUs, the GPUs its allocated work holds as the pass moves them, and its
+    charged GPU-seconds and usage ratio once read. One record per node the pass looks at,
+    so that a rule reads a node with one lookup, not one per figure (a pass judges a few
+    hundred sides)."""
+
+    def __init__(self, share: float, fair: float, held: float) -> None:
+        self.share = share
+        self.fair = fair  # share x healthy GPUs
+        self.held = held  # a whole number, kept as a float as the rules compute with it
+        self.used = 0.0  # charged GPU-seconds in the window, read from the ledger once
+        self.read = False  # is ``used`` read?
+        self.extra = 0.0  # provisional admission charges of this pass
+        self.ratio = 0.0
+        self.rated = False  # is ``ratio`` up to date (no admission charged the node since)?
+
+
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
@@ -157,39 +175,46 @@ class RebalanceRules:
         self.tree = tree
         self.ledger = ledger
         self.now = now
-        # charged GPU-seconds in the window, per node: read from the ledger on first use (a
-        # pass only looks at the nodes its walk visits)
-        self._used: dict[str, float] = {}
-        self._held = dict(held)  # GPUs allocated work holds now, per node, as the pass moves
+        self._start_held = held  # GPUs allocated work holds at the pass's start, per node
+        # per node, read on first use (a pass only looks at the nodes its walk visits)
+        self._figures: dict[str, _Figures] = {}
         self.capacity = capacity  # healthy GPU-seconds in the window
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
-        self.extra: dict[str, float] = {}  # provisional admission charges of this pass
         # answers kept until the next admission or eviction moves the numbers they read
         self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
-        self._ratio: dict[str, float] = {}  # until an admission charges the node
         self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
+
+    def _of(self, node: str) -> _Figures:
+        figures = self._figures.get(node)
+        if figures is None:
+            share = self.tree.share(node)
+            figures = self._figures[node] = _Figures(
+                share, share * self.healthy, float(self._start_held.get(node, 0))
+            )
+        return figures
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
-        value = self._ratio.get(node)
-        if value is None or not self.memo:
-            used = self._used.get(node)
-            if used is None or not self.memo:
-                used = self._used[node] = self.ledger.charged(
-                    node, self.now, self.cfg.lookback, self.memo
-                )
-            used += self.extra.get(node, 0.0)
-            value = self._ratio[node] = usage_ratio(used, self.tree.share(node), self.capacity)
-        return value
+        return self._ratio(node, self._of(node))
+
+    def _ratio(self, node: str, f: _Figures) -> float:
+        if f.rated and self.memo:
+            return f.ratio
+        if not f.read or not self.memo:
+            f.used = self.ledger.charged(node, self.now, self.cfg.lookback, self.memo)
+            f.read = True
+        f.ratio = usage_ratio(f.used + f.extra, f.share, self.capacity)
+        f.rated = True
+        return f.ratio
 
     def held(self, node: str) -> float:
         """GPUs the allocated work of ``node``'s subtree holds now (not stopping), as this
         pass has moved them."""
-        return self._held.get(node, 0)
+        return self._of(node).held
 
     def add_held(self, node: str, gpus: int) -> None:
-        self._held[node] = self._held.get(node, 0) + gpus
+        self._of(node).held += gpus
 
     def admission(self, spec: WorkloadSpec) -> float:
         return self.charge(spec.gpus, spec.min_runtime)
@@ -202,9 +227,10 @@ class RebalanceRules:
         charge = self.admission(spec)
         self._moved(spec.budget)
         for node in ancestors(spec.budget)[:-1]:
-            self.extra[node] = self.extra.get(node, 0.0) + charge
-            self.add_held(node, spec.gpus)
-            self._ratio.pop(node, None)
+            f = self._of(node)
+            f.extra += charge
+            f.held += spec.gpus
+            f.rated = False
 
     def evict(self, victim: Candidate) -> None:
         if victim.klass != UNALLOCATED:
@@ -240,11 +266,11 @@ class RebalanceRules:
         ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
         cached = self._over.get(parent)
         if cached is None or not self.memo:
-            cached = [
-                kid
-                for kid in self.tree.children(parent)
-                if self.held(kid) >= (1 - _EPS) * (self.tree.share(kid) * self.healthy)
-            ]
+            cached = []
+            for kid in self.tree.children(parent):
+                f = self._of(kid)
+                if f.held >= (1 - _EPS) * f.fair:
+                    cached.append(kid)
             self._over[parent] = cached
         return cached
 
@@ -284,24 +310,25 @@ class RebalanceRules:
     def over_share(self, theirs: str) -> float:
         """GPUs side ``theirs`` holds above its share: what the fair-share rule lets it lose
         (as in :meth:`limit`)."""
-        fair_v = self.tree.share(theirs) * self.healthy
-        return self.held(theirs) - (1 - _EPS) * fair_v
+        v = self._of(theirs)
+        return v.held - (1 - _EPS) * v.fair
 
     def charge_below(self, mine: str, theirs: str) -> float:
         """The admission charge below which the fair-share rule lets work of side ``mine``
         take from its sibling ``theirs`` (see :meth:`limit`); 0 or less if at none."""
         margin = 1 + self.cfg.rebalance_margin
-        return (self.ratio(theirs) / margin - self.ratio(mine)) * (
-            self.tree.share(mine) * self.capacity
-        )
+        p = self._of(mine)
+        return (self.ratio(theirs) / margin - self._ratio(mine, p)) * (p.share * self.capacity)
 
     def guarantee_limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from ``theirs`` (as in
         :meth:`limit`); negative if none."""
-        share_v = self.tree.share(theirs)
-        held_v = self.held(theirs)
-        fair_v = share_v * self.healthy
-        inst_p = (self.held(mine) + spec.gpus) / (self.tree.share(mine) * self.healthy)
+        return self._guarantee(spec, self._of(mine), self._of(theirs))
+
+    def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
+        held_v = v.held
+        fair_v = v.fair
+        inst_p = (p.held + spec.gpus) / p.fair
         if inst_p <= 1 + _EPS and held_v > fair_v:
             # the victim side ends at least as far over as the preemptor's, or (overshoot)
             # at most the preemptor's request below its own share: the last victim may hold
@@ -315,17 +342,17 @@ class RebalanceRules:
         """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
         own side ``mine``) in one pass; negative if neither rule allows any. One number per
         side lets a pass bound what rebalancing could free before searching hosts."""
-        share_v = self.tree.share(theirs)
-        held_v = self.held(theirs)
-        fair_v = share_v * self.healthy  # the victim side's share, in GPUs
+        v = self._of(theirs)
+        held_v = v.held
+        fair_v = v.fair  # the victim side's share, in GPUs
         if held_v < (1 - _EPS) * fair_v:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
-        share_p = self.tree.share(mine)
-        best = self.guarantee_limit(spec, mine, theirs)
+        p = self._of(mine)
+        best = self._guarantee(spec, p, v)
         if best >= held_v - (1 - _EPS) * fair_v:
             return best  # the fair-share rule's limit (share itself) is no higher
-        ratio_p = self.ratio(mine) + usage_ratio(self.admission(spec), share_p, self.capacity)
-        if self.ratio(theirs) > ratio_p * (1 + self.cfg.rebalance_margin):
+        ratio_p = self._ratio(mine, p) + usage_ratio(self.admission(spec), p.share, self.capacity)
+        if self._ratio(theirs, v) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share
             best = max(best, held_v - (1 - _EPS) * fair_v)
         return best

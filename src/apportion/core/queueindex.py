@@ -23,11 +23,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import Final
 
 # An entry of a leaf's queue: (queue key, workload id), as ClusterState.queues holds them.
 Entry = tuple[tuple[int, float, str], str]
 
-_INF = float("inf")
+_INF: Final = float("inf")
 
 
 class GpusQueue:

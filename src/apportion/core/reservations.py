@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from .config import PolicyConfig
 from .placement import HostView, VictimPlan, find_fit
@@ -46,7 +47,7 @@ from .state import ClusterState
 from .tree import ancestors
 from .types import Placement, Running, WorkloadSpec
 
-_INF = float("inf")
+_INF: Final = float("inf")
 
 
 @dataclass(slots=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from .names import did_you_mean
 from .types import CoreError
 
-ROOT = ""
+ROOT: Final = ""
 # Weights outside this range are refused: with them every share stays a normal float far
 # from 0 and every sum of sibling weights stays finite, so no pass divides by zero.
 MIN_WEIGHT = 1e-6
@@ -22,7 +23,7 @@ MAX_WEIGHT = 1e6
 # A node with a smaller share of the cluster than this (a deep tree of tiny weights) is
 # refused too: usage ratios divide by shares, and must stay far from overflowing. Two
 # siblings at the ends of the weight range (1e-12) are within it.
-MIN_SHARE = 1e-15
+MIN_SHARE: Final = 1e-15
 
 
 @dataclass(frozen=True, slots=True)
