@@ -220,6 +220,7 @@ class Pass:
         self._live: dict[tuple[str, int], float] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
+        self._remaining: dict[str, int] = {}  # the walk's (admit_allocated)
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
         self.fences: list[reservations.Fence] = []
@@ -333,62 +334,63 @@ class Pass:
 
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
-        st, tree = self.state, self.state.tree
+        st = self.state
         # per node but the root (no one's child: never read), not yet considered this pass
-        remaining = dict(st.pending_allocated)
+        self._remaining = dict(st.pending_allocated)
+        remaining = self._remaining
         cursor: dict[str, int] = {}
-
-        def pick() -> str | None:
-            node: str = ROOT
-            while True:
-                best: str | None = None
-                best_ratio = 0.0
-                for kid in tree.children(node):  # lowest (ratio, name) first
-                    if remaining.get(kid, 0) > 0:
-                        ratio = self.rules.ratio(kid)
-                        if (
-                            best is None or ratio < best_ratio
-                            or (ratio == best_ratio and kid < best)
-                        ):
-                            best, best_ratio = kid, ratio
-                if best is None:
-                    return None if node == ROOT else node
-                node = best
-
-        leaf: str | None = pick()
+        leaf: str | None = self.pick()
         while leaf is not None:
             i = cursor.get(leaf, 0)
+            path = st.tree.lineage(leaf)
             if self.hopeless(leaf):
                 self.skip_rest(leaf, i)
-                for node in ancestors(leaf)[:-1]:
+                for node in path:
                     remaining[node] -= len(st.queues[leaf]) - i
                 cursor[leaf] = len(st.queues[leaf])
-                leaf = pick()
+                leaf = self.pick()
                 continue
             if self.fast:
                 j = self.next_live(leaf, i)
                 if j > i:  # what a walk would try and fail, changing nothing: in one step
                     self.skip_rest(leaf, i, j)
-                    for node in ancestors(leaf)[:-1]:
+                    for node in path:
                         remaining[node] -= j - i
                     cursor[leaf] = i = j
                 if i == len(st.queues[leaf]):
-                    leaf = pick()
+                    leaf = self.pick()
                     continue
             cursor[leaf] = i + 1
-            for node in ancestors(leaf)[:-1]:
+            for node in path:
                 remaining[node] -= 1
             spec = st.pending[st.queues[leaf][i][1]].spec
             if spec.id in self.handled:
                 if remaining.get(leaf, 0) == 0:
-                    leaf = pick()
+                    leaf = self.pick()
                 continue
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
-                leaf = pick()
+                leaf = self.pick()
             elif remaining.get(leaf, 0) == 0:
-                leaf = pick()
+                leaf = self.pick()
+
+    def pick(self) -> str | None:
+        """The leaf the walk tries next, in Fair Tree order: from the root down, the child
+        with the lowest (usage ratio, name) among those with work not yet considered."""
+        tree, remaining = self.state.tree, self._remaining
+        node: str = ROOT
+        while True:
+            best: str | None = None
+            best_ratio = 0.0
+            for kid in tree.children(node):  # lowest (ratio, name) first
+                if remaining.get(kid, 0) > 0:
+                    ratio = self.rules.ratio(kid)
+                    if best is None or ratio < best_ratio or (ratio == best_ratio and kid < best):
+                        best, best_ratio = kid, ratio
+            if best is None:
+                return None if node == ROOT else node
+            node = best
 
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
@@ -636,7 +638,7 @@ class Pass:
         opening: list[tuple[float, float]] = []
         charge = self.rules.admission(spec) * (1 + 1e-9)  # rounding: count a side in, not out
         tree = self.state.tree
-        for mine in ancestors(spec.budget)[:-1]:
+        for mine in tree.lineage(spec.budget):
             for theirs in self.rules.over_children(tree.parent_of(mine)):
                 held = victims.gpus.get(theirs, 0)
                 if theirs == mine or not held:

@@ -226,7 +226,7 @@ class RebalanceRules:
     def admit(self, spec: WorkloadSpec) -> None:
         charge = self.admission(spec)
         self._moved(spec.budget)
-        for node in ancestors(spec.budget)[:-1]:
+        for node in self.tree.lineage(spec.budget):
             f = self._of(node)
             f.extra += charge
             f.held += spec.gpus
@@ -235,7 +235,7 @@ class RebalanceRules:
     def evict(self, victim: Candidate) -> None:
         if victim.klass != UNALLOCATED:
             self._moved(victim.budget)
-            for node in ancestors(victim.budget)[:-1]:
+            for node in self.tree.lineage(victim.budget):
                 self.add_held(node, -victim.gpus)
 
     def _moved(self, budget: str) -> None:
@@ -254,7 +254,7 @@ class RebalanceRules:
         Fair Tree compares siblings only, so it suffices to walk up the preemptor's path and
         look at each ancestor's siblings: a handful of checks instead of one per budget."""
         out: dict[str, str] = {}
-        for mine in ancestors(spec.budget)[:-1]:
+        for mine in self.tree.lineage(spec.budget):
             smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
             for theirs in self.over_children(self.tree.parent_of(mine)):
                 if theirs != mine and self._allowed(smallest, mine, theirs, 0):

@@ -51,7 +51,8 @@ class BudgetTree:
     """An immutable, validated tree. Build it with :meth:`build`."""
 
     __slots__ = (
-        "_children", "_depth", "_div", "_nodes", "_parent", "_share", "_weight", "leaves"
+        "_children", "_depth", "_div", "_lineage", "_nodes", "_parent", "_share", "_weight",
+        "leaves",
     )
 
     def __init__(
@@ -66,6 +67,7 @@ class BudgetTree:
         # the node's own parent string: looked up by the pass thousands of times, and a
         # string made afresh by splitting would be hashed afresh as a dict key each time
         self._parent: dict[str, str] = {}
+        self._lineage: dict[str, tuple[str, ...]] = {ROOT: ()}
         stack = [ROOT]
         while stack:
             node = stack.pop()
@@ -73,6 +75,7 @@ class BudgetTree:
             total = sum(self._weight[k] for k in kids)
             for k in kids:
                 self._parent[k] = node
+                self._lineage[k] = (k, *self._lineage[node])
                 self._share[k] = self._share[node] * self._weight[k] / total
                 self._depth[k] = self._depth[node] + 1
                 stack.append(k)
@@ -166,6 +169,12 @@ class BudgetTree:
     def nodes(self) -> list[str]:
         """Every node except the root, parents before children, siblings sorted."""
         return list(self._nodes)
+
+    def lineage(self, path: str) -> tuple[str, ...]:
+        """``path`` and every node above it but the root, leaf first (``ancestors(path)``
+        without the root): kept for the tree's nodes, as the pass asks on every try."""
+        kept = self._lineage.get(path)
+        return ancestors(path)[:-1] if kept is None else kept
 
     def parent_of(self, path: str) -> str:
         parent = self._parent.get(path)
