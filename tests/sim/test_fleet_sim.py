@@ -247,7 +247,7 @@ def test_pool_attainment_counts_what_a_team_asked_of_each_pool() -> None:
 
 
 @pytest.mark.parametrize("policy", ["fairshare", "legacy"])
-def test_per_pool_budget_figures_add_up_to_the_run_s_per_budget_figures(policy: str) -> None:
+def test_per_pool_budget_figures_add_up_to_the_runs_per_budget_figures(policy: str) -> None:
     """summary["pools"][pool]["budgets"] on two_pool_small: for every budget node, its
     delivered GPU-hours summed over the pools equal the run's (its budget-hour rows'
     delivered, summed) up to float summation order (relative 1e-9), its preemptions summed
