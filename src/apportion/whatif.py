@@ -178,6 +178,43 @@ def per_budget(result: RunResult, tree: BudgetTree) -> dict[str, dict[str, Any]]
     }
 
 
+def per_pool(current: RunResult, proposed: RunResult, nodes: list[str]
+             ) -> list[dict[str, Any]] | None:
+    """Per pool, both runs side by side, as the runs' ``summary["pools"]`` give them
+    (:class:`apportion.sim.fleet.PoolMeter`): the pool's occupancy, delivered GPU-hours,
+    attainment, wait p50 and preemptions, and per budget node with work there (in ``nodes``
+    order) its attainment (teams only), delivered GPU-hours, wait p50 and preemptions there.
+    None with one pool: the overall rows say it all."""
+    runs = {"current": current.summary.get("pools") or {},
+            "proposed": proposed.summary.get("pools") or {}}
+    names = [p for p in runs["current"] if p != "fleet"]
+    if len(names) < 2:
+        return None
+
+    def pool_side(f: dict[str, Any]) -> dict[str, Any]:
+        return {"occupancy": f["occupancy"], "delivered_gpu_hours": f["allocated_gpu_hours"],
+                "attainment": f["attainment"]["overall"], "wait_p50_s": f["wait_s"]["p50"],
+                "preemptions": f["preemptions"]}
+
+    def budget_side(f: dict[str, Any], node: str) -> dict[str, Any]:
+        b = f["budgets"].get(node) or {}
+        return {"attainment": f["attainment"]["teams"].get(node),
+                "delivered_gpu_hours": b.get("delivered_gpu_hours", 0.0),
+                "wait_p50_s": (b.get("wait_s") or {}).get("p50"),
+                "preemptions": b.get("preemptions", 0)}
+
+    out = []
+    for name in names:
+        c, p = runs["current"][name], runs["proposed"][name]
+        seen = {n for f in (c, p) for n in (*f["budgets"], *f["attainment"]["teams"])}
+        out.append({
+            "pool": name, "cluster": c["cluster"], "kind": c["kind"], "gpus": c["gpus"],
+            "current": pool_side(c), "proposed": pool_side(p),
+            "budgets": [{"budget": n, "current": budget_side(c, n),
+                         "proposed": budget_side(p, n)} for n in nodes if n in seen]})
+    return out
+
+
 @dataclass
 class Outcome:
     """The two runs and their comparison (``result``, plain JSON-able data)."""
@@ -190,7 +227,8 @@ class Outcome:
 def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, float],
             settings: Mapping[str, Any], progress: bool = False) -> Outcome:
     """Replay ``history`` with ``current_cfg`` and the tree as it is, then with ``settings``
-    and ``weights`` applied; per budget node and overall, side by side."""
+    and ``weights`` applied; per budget node and overall, side by side, and per pool when
+    the history has several (:func:`per_pool`)."""
     from apportion.sim.run import run_policies
 
     weights = check_weights(weights, history.tree)
@@ -218,4 +256,7 @@ def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, f
                          "cancelled_unstarted": history.cancelled_unstarted},
               "set_weight": dict(weights), "set": dict(settings), "overall": overall,
               "budgets": rows}
+    pools = per_pool(current, proposed, history.tree.nodes())
+    if pools is not None:  # several pools: where the change moves the work (else left out)
+        result["pools"] = pools
     return Outcome(result, current, proposed)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from server_proc import Server, free_port
 from test_dashboard_browser import browser, page  # noqa: F401 (fixtures)
-from test_whatif import DAY, make_history
+from test_whatif import DAY, make_history, pooled  # noqa: F401 (pooled: a fixture)
 
 pytestmark = pytest.mark.browser
 
@@ -277,3 +277,49 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
     assert page.inner_text("#we-error") == "weight: enter a number greater than 0"
     page.click("#we-close")
     assert page.locator("#weight-editor").is_hidden()
+
+
+def test_preview_on_two_pools_shows_a_table_per_pool(pooled: Any, page: Any) -> None:  # noqa: F811
+    """On the two-pool server (test_whatif's: east/H100 and west/B200), the admin previews
+    ai/vision = 4: after the overall table the page shows one table per pool, in the
+    answer's order, each with the rows POST /v1/whatif gave for that pool (attainment,
+    delivered GPU-hours, wait p50, preemptions, current and proposed), ai/vision highlighted,
+    the whole pool's figures below and its occupancy in the heading; on east/H100, where
+    ai/vision's work moves, its delivered GPU-hours are marked better."""
+    page.goto(pooled.server.url + "/#token=" + pooled.server.token("admin"))
+    page.wait_for_selector('#budgets button[data-edit="ai/vision"]', timeout=WAIT_MS)
+    page.click('#budgets button[data-edit="ai/vision"]')
+    page.fill("#we-weight", "4")
+    with page.expect_response(lambda r: r.url.endswith("/v1/whatif"), timeout=REPLAY_MS) as answer:
+        page.click("#we-preview")
+    assert answer.value.status == 200
+    result = answer.value.json()
+    page.wait_for_selector("#we-result:not([hidden])", timeout=WAIT_MS)
+    tables = page.eval_on_selector_all("#we-pools table", "ts => ts.map(t => t.dataset.pool)")
+    assert tables == [p["pool"] for p in result["pools"]] == ["east/H100", "west/B200"]
+    for pool in result["pools"]:
+        at = f'#we-pools table[data-pool="{pool["pool"]}"]'
+        rows = _cells(page, f"{at} tbody tr")
+        assert [r[0] for r in rows] == [b["budget"] for b in pool["budgets"]]
+        for cells, b in zip(rows, pool["budgets"], strict=True):
+            c, q = b["current"], b["proposed"]
+            assert cells[1:3] == [_pct(c["attainment"]), _pct(q["attainment"])]
+            assert cells[7:9] == [str(c["preemptions"]), str(q["preemptions"])]
+        (foot,) = _cells(page, f"{at} tfoot tr")
+        assert foot[0] == "whole pool"
+        assert foot[1:3] == [_pct(pool["current"]["attainment"]),
+                             _pct(pool["proposed"]["attainment"])]
+        assert page.eval_on_selector_all(f"{at} tbody tr.changed",
+                                         "trs => trs.map(r => r.dataset.path)") == ["ai/vision"]
+    headings = [page.inner_text(h) for h in ("#we-pools h3 >> nth=0", "#we-pools h3 >> nth=1")]
+    for heading, pool in zip(headings, result["pools"], strict=True):
+        assert heading.startswith(f"Pool {pool['pool']} {pool['gpus']} GPUs; occupancy "
+                                  f"{_pct(pool['current']['occupancy'])} \u2192 "
+                                  f"{_pct(pool['proposed']['occupancy'])}"), heading
+    east = next(p for p in result["pools"] if p["pool"] == "east/H100")
+    vision = next(b for b in east["budgets"] if b["budget"] == "ai/vision")
+    assert vision["proposed"]["delivered_gpu_hours"] > vision["current"]["delivered_gpu_hours"]
+    delivered = page.get_attribute('#we-pools table[data-pool="east/H100"] '
+                                   'tr[data-path="ai/vision"] td:nth-child(5)', "class")
+    assert delivered is not None and "better" in delivered
+    _shot(page, "dashboard-preview-pools.png")

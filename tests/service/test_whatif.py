@@ -526,3 +526,102 @@ def test_pooled_post_whatif_replays_the_same_fleet(pooled: Live) -> None:
     one_pool = compare(dataclasses.replace(history, pools=None),
                        load_config(pooled.config).policy, {"ai/vision": 2}, {}).result
     assert answer.json()["budgets"] != one_pool["budgets"]
+
+
+def test_pooled_whatif_shows_where_a_weight_change_moves_the_work(pooled: Live,
+                                                                   tmp_path: Path) -> None:
+    """--set-weight ai/vision=4 on the two-pool history: the answer has both pools; in each,
+    every budget node's delivered GPU-hours, summed over the pools, is its overall row's
+    (relative 1e-9: the same GPU-seconds summed in another order), and so are its
+    preemptions; ai/vision's any-kind work moves onto east/H100, where its delivered
+    GPU-hours and its attainment go up and ai/llm's delivered GPU-hours go down. The text
+    form prints one block per pool after the overall line, whatif-pools.csv has a row per
+    pool and budget node, and POST /v1/whatif answers the same pools."""
+    result = whatif(pooled, "--set-weight", "ai/vision=4")
+    pools = {p["pool"]: p for p in result["pools"]}
+    assert [(p["cluster"], p["kind"], p["gpus"]) for p in pools.values()] == [
+        ("east", "H100", 16), ("west", "B200", 8)]
+    for row in result["budgets"]:
+        here = [b for p in pools.values() for b in p["budgets"] if b["budget"] == row["budget"]]
+        for side in ("current", "proposed"):
+            assert sum(b[side]["delivered_gpu_hours"] for b in here) == pytest.approx(
+                row[side]["delivered_gpu_hours"], rel=1e-9)
+            assert sum(b[side]["preemptions"] for b in here) == row[side]["preemptions"]
+    east = {b["budget"]: b for b in pools["east/H100"]["budgets"]}
+    vision, llm = east["ai/vision"], east["ai/llm"]
+    assert vision["proposed"]["delivered_gpu_hours"] > vision["current"]["delivered_gpu_hours"]
+    assert vision["proposed"]["attainment"] > vision["current"]["attainment"]
+    assert llm["proposed"]["delivered_gpu_hours"] < llm["current"]["delivered_gpu_hours"]
+    assert [b["budget"] for b in pools["west/B200"]["budgets"]] == ["ai", "ai/vision"]
+
+    run = whatif_run(pooled, "--set-weight", "ai/vision=4", "--out", str(tmp_path / "out"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("overall: "))
+    blocks = [line for line in lines[at + 1:] if line.startswith("pool ")]
+    assert [b.split()[1] for b in blocks] == ["east/H100", "west/B200"]
+    assert blocks[0].startswith("pool east/H100 (16 GPUs): occupancy ")
+    head = lines.index(blocks[0]) + 1
+    assert lines[head].split() == ["budget", "attainment", "delivered", "GPU-h", "wait",
+                                   "p50", "preemptions"]
+    c, p = vision["current"]["delivered_gpu_hours"], vision["proposed"]["delivered_gpu_hours"]
+    assert f"{c:,.0f} -> {p:,.0f}" in next(line for line in lines[head:]
+                                          if line.startswith("ai/vision "))
+    csv_rows = (tmp_path / "out" / "whatif-pools.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("pool,budget,attainment_current,")
+    assert len(csv_rows) - 1 == sum(len(p["budgets"]) for p in pools.values())
+
+    answer = httpx.post(f"{pooled.server.url}/v1/whatif", timeout=300,
+                        json={"since": "2d", "until": pooled.until,
+                              "set_weight": {"ai/vision": 4}},
+                        headers={"Authorization": f"Bearer {pooled.server.token('admin')}"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["pools"] == result["pools"]
+
+
+def test_pooled_whatif_shows_a_manager_only_their_subtree_in_each_pool(pooled: Live) -> None:
+    """alice, manager of ai/vision only, asks POST /v1/whatif on the two-pool server: in
+    each pool she sees the pool's figures and only ai/vision's row, as the admin's answer
+    has them; ai and ai/llm (outside her subtree) are left out there as in the overall
+    rows."""
+    url = f"{pooled.server.url}/v1/whatif"
+    admin = {"Authorization": f"Bearer {pooled.server.token('admin')}"}
+    body = {"since": "2d", "until": pooled.until}
+    full = httpx.post(url, json=body, timeout=300, headers=admin)
+    assert full.status_code == 200, full.text
+    managers = f"{pooled.server.url}/v1/budgets/ai/vision/managers"
+    assert httpx.put(managers, json={"managers": ["alice"]}, headers=admin).status_code == 200
+    try:
+        mine = httpx.post(url, json=body, timeout=300, headers={
+            "Authorization": f"Bearer {pooled.server.token('alice')}"})
+    finally:
+        httpx.put(managers, json={"managers": []}, headers=admin)
+    assert mine.status_code == 200, mine.text
+    answer = mine.json()
+    assert [b["budget"] for b in answer["budgets"]] == ["ai/vision"]
+    assert len(answer["pools"]) == len(full.json()["pools"]) == 2
+    for seen, whole in zip(answer["pools"], full.json()["pools"], strict=True):
+        assert {k: v for k, v in seen.items() if k != "budgets"} == {
+            k: v for k, v in whole.items() if k != "budgets"}
+        assert seen["budgets"] == [b for b in whole["budgets"] if b["budget"] == "ai/vision"]
+        assert {b["budget"] for b in whole["budgets"]} > {"ai/vision"}
+
+
+def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
+    """One pool: the JSON answer (command and POST /v1/whatif) has no ``pools`` field, only
+    the fields it had before pools, and the text form ends with the overall line, no
+    per-pool block after it."""
+    result = whatif(live, "--set-weight", "ai/vision=4")
+    assert set(result) == {"period", "set_weight", "set", "overall", "budgets"}
+    answer = httpx.post(f"{live.server.url}/v1/whatif", timeout=300,
+                        json={"since": "2d", "until": live.until,
+                              "set_weight": {"ai/vision": 4}},
+                        headers={"Authorization": f"Bearer {live.server.token('admin')}"})
+    assert answer.status_code == 200, answer.text
+    assert "pools" not in answer.json()
+    run = whatif_run(live, "--set-weight", "ai/vision=4")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 7  # period, change, header, ai, ai/llm, ai/vision, overall
+    assert lines[-1].startswith("overall: attainment ")
+    assert not any(line.startswith("pool ") for line in lines)

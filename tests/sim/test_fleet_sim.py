@@ -244,3 +244,34 @@ def test_pool_attainment_counts_what_a_team_asked_of_each_pool() -> None:
     assert east["overall"] == pytest.approx(1.0) and east["teams"] == {"a/x": pytest.approx(1.0)}
     assert west["owed_gpu_hours"] == 0 and west["overall"] is None
     assert pools["fleet"]["attainment"]["owed_gpu_hours"] == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("policy", ["fairshare", "legacy"])
+def test_per_pool_budget_figures_add_up_to_the_runs_per_budget_figures(policy: str) -> None:
+    """summary["pools"][pool]["budgets"] on two_pool_small: for every budget node, its
+    delivered GPU-hours summed over the pools equal the run's (its budget-hour rows'
+    delivered, summed) up to float summation order (relative 1e-9), its preemptions summed
+    over the pools equal its workloads' preemptions, and for teams and leaves the waits
+    counted in the pools are the run's per-budget wait count; each pool's preemptions are
+    its budgets' at the top of the tree, summed, and some happen in each pool; over
+    the pools they are the run's total."""
+    from apportion.whatif import per_budget
+
+    sc = two_pool_small()
+    _, result = run(sc, policy)
+    pools = {k: f for k, f in result.summary["pools"].items() if k != "fleet"}
+    overall = per_budget(result, sc.tree)
+    waits = result.summary["wait_s"]["per_budget"]
+    for node, figures in overall.items():
+        in_pools = [f["budgets"][node] for f in pools.values() if node in f["budgets"]]
+        assert math.isclose(sum(b["delivered_gpu_hours"] for b in in_pools),
+                            figures["delivered_gpu_hours"], rel_tol=1e-9), node
+        assert sum(b["preemptions"] for b in in_pools) == figures["preemptions"], node
+        counted = sum(b["wait_s"]["n"] for b in in_pools if b["wait_s"] is not None)
+        assert counted == ((waits.get(node) or {}).get("n") or 0), node
+    tops = [n for n in sc.tree.nodes() if "/" not in n]
+    for f in pools.values():
+        assert f["preemptions"] == sum(f["budgets"][n]["preemptions"] for n in tops
+                                       if n in f["budgets"])
+    assert all(f["preemptions"] > 0 for f in pools.values())
+    assert sum(f["preemptions"] for f in pools.values()) == result.summary["preemptions"]["total"]

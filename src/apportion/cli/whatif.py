@@ -141,10 +141,39 @@ def format_whatif(rows: list[dict[str, Any]]) -> str:
             f"{_dur(c['wait_p90_s'])} -> {_dur(p['wait_p90_s'])}",
             f"{c['preemptions']} -> {p['preemptions']}",
         ])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(cols))]
+    return _table(lines)
+
+
+def _table(lines: list[list[str]]) -> str:
+    """Columns padded to their widest cell: the first left-aligned, the others right."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join("  ".join(v.ljust(w) if i == 0 else v.rjust(w)
                                for i, (v, w) in enumerate(zip(line, widths, strict=True)))
                      .rstrip() for line in lines)
+
+
+def format_pool(pool: dict[str, Any]) -> str:
+    """One pool of a several-pool what-if: a line of the pool's figures, then its budget
+    nodes' (current -> proposed)."""
+    c, p = pool["current"], pool["proposed"]
+    head = (f"pool {pool['pool']} ({pool['gpus']:,} GPUs): occupancy {_pct(c['occupancy'])} "
+            f"-> {_pct(p['occupancy'])}, delivered {c['delivered_gpu_hours']:,.0f} -> "
+            f"{p['delivered_gpu_hours']:,.0f} GPU-h, attainment {_pct(c['attainment'])} -> "
+            f"{_pct(p['attainment'])}, wait p50 {_dur(c['wait_p50_s'])} -> "
+            f"{_dur(p['wait_p50_s'])}, preemptions {c['preemptions']} -> {p['preemptions']}")
+    if not pool["budgets"]:
+        return head
+    lines = [["budget", "attainment", "delivered GPU-h", "wait p50", "preemptions"]]
+    for r in pool["budgets"]:
+        c, p = r["current"], r["proposed"]
+        lines.append([
+            r["budget"],
+            f"{_pct(c['attainment'])} -> {_pct(p['attainment'])}",
+            f"{c['delivered_gpu_hours']:,.0f} -> {p['delivered_gpu_hours']:,.0f}",
+            f"{_dur(c['wait_p50_s'])} -> {_dur(p['wait_p50_s'])}",
+            f"{c['preemptions']} -> {p['preemptions']}",
+        ])
+    return head + "\n" + _table(lines)
 
 
 @click.command()
@@ -159,7 +188,8 @@ def format_whatif(rows: list[dict[str, Any]]) -> str:
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="proposed PolicyConfig or engine setting (repeatable)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="also write whatif.json, whatif.csv and both runs' outputs here")
+              help="also write whatif.json, whatif.csv (and whatif-pools.csv with several "
+              "pools) and both runs' outputs here")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def whatif(config_path: str | None, since: str, until: str | None, set_weights: tuple[str, ...],
            settings: tuple[str, ...], out: Path | None, as_json: bool) -> None:
@@ -204,6 +234,14 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
                   ([r["budget"], r["weight_current"], r["weight_proposed"],
                     *(r[k][m] for k in ("current", "proposed") for m in metrics)]
                    for r in rows))
+        if "pools" in result:
+            pool_metrics = ("attainment", "delivered_gpu_hours", "wait_p50_s", "preemptions")
+            write_csv(out / "whatif-pools.csv",
+                      ["pool", "budget",
+                       *(f"{m}_{k}" for k in ("current", "proposed") for m in pool_metrics)],
+                      ([pool["pool"], r["budget"],
+                        *(r[k][m] for k in ("current", "proposed") for m in pool_metrics)]
+                       for pool in result["pools"] for r in pool["budgets"]))
     if as_json:
         click.echo(json.dumps(result))
         return
@@ -215,5 +253,7 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     click.echo(f"overall: attainment {_pct(c['attainment'])} -> {_pct(p['attainment'])}, "
                f"wait p90 {_dur(c['wait_p90_s'])} -> {_dur(p['wait_p90_s'])}, "
                f"preemptions {c['preemptions']} -> {p['preemptions']}")
+    for pool in result.get("pools", ()):  # several pools: where the change moves the work
+        click.echo(format_pool(pool))
     if out is not None:
         click.echo(f"wrote {out}")

@@ -558,15 +558,59 @@ class WhatifBudget(Reply):
     proposed: WhatifFigures
 
 
+class WhatifPoolFigures(Reply):
+    """One pool in one run: occupancy (assigned / healthy GPU-seconds), GPU-hours delivered
+    to allocated work, attainment, wait p50 of the work that started there, preemptions."""
+
+    occupancy: float | None
+    delivered_gpu_hours: float
+    attainment: float | None
+    wait_p50_s: float | None
+    preemptions: int
+
+
+class WhatifPoolBudgetFigures(Reply):
+    """One budget node in one pool in one run; attainment is a team's (None for other
+    nodes, or nothing owed there), waits a team's or a leaf's."""
+
+    attainment: float | None
+    delivered_gpu_hours: float
+    wait_p50_s: float | None
+    preemptions: int
+
+
+class WhatifPoolBudget(Reply):
+    budget: str
+    current: WhatifPoolBudgetFigures
+    proposed: WhatifPoolBudgetFigures
+
+
+class WhatifPool(Reply):
+    """One pool (cluster/kind) of a several-pool history, both runs side by side, and the
+    budget nodes with work there."""
+
+    pool: str
+    cluster: str
+    kind: str
+    gpus: int
+    current: WhatifPoolFigures
+    proposed: WhatifPoolFigures
+    budgets: list[WhatifPoolBudget]
+
+
 class Whatif(Reply):
     """The period replayed with the current settings and with ``set_weight`` and ``set``
-    applied, overall and per budget node (a manager sees their own subtree)."""
+    applied, overall and per budget node (a manager sees their own subtree); ``pools`` per
+    pool when the history has several (left out with one)."""
 
     period: WhatifPeriod
     set_weight: dict[str, float]
     set: dict[str, Any]  # the proposed settings, as the policy reads them
     overall: dict[Literal["current", "proposed"], WhatifOverall]
     budgets: list[WhatifBudget]
+    pools: list[WhatifPool] | None = None
+
+    omit_if_none = frozenset({"pools"})
 
 
 class WeightControls(Reply):
@@ -676,6 +720,7 @@ __all__ = [
     "NodeUsage", "PoolUsageRow", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",
     "QueuedRunning", "QueuedSpec", "Reply", "Token", "UsageReport", "UsageRow",
     "UsageSeries", "User", "UserUsageRow", "WeightControls", "Whatif", "WhatifBudget",
-    "WhatifFigures", "WhatifOverall", "WhatifPeriod", "Why", "WhyAdvice", "WhyExplanation",
+    "WhatifFigures", "WhatifOverall", "WhatifPeriod", "WhatifPool", "WhatifPoolBudget",
+    "WhatifPoolBudgetFigures", "WhatifPoolFigures", "Why", "WhyAdvice", "WhyExplanation",
     "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]

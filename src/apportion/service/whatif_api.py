@@ -93,6 +93,8 @@ def whatif_router(store: Store, settings: ServiceConfig,
             raise HTTPException(422, f"{e.field}: {e}") from None
         if not rights.admin:  # a manager sees their own subtree
             result["budgets"] = [r for r in result["budgets"] if rights.manages(r["budget"])]
+            for pool in result.get("pools", ()):
+                pool["budgets"] = [r for r in pool["budgets"] if rights.manages(r["budget"])]
         return Whatif.model_validate(result)
 
     return router

@@ -240,6 +240,8 @@ class Engine:
         if self._observe is not None:
             for name in self.state.hosts:
                 self._observe("host", name, self.state)
+        # told of each preemption before its "ended" (the fleet's per-pool figures count them)
+        self._preempted: Callable[[str], None] | None = getattr(self.policy, "preempted", None)
 
     # ---- kernel ----------------------------------------------------------------------
     def schedule(self, t: float, kind: int, arg: Any, gen: int = 0) -> None:
@@ -397,6 +399,8 @@ class Engine:
             self.protected += 1
         self.preempt_counts[reason.value] += 1
         j.preemptions += 1
+        if self._preempted is not None:
+            self._preempted(wid)
         elapsed = now - j.run_start
         gpus = j.held
         j.run_s += elapsed * gpus

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.core import Decisions, HostState, PolicyConfig, WorkloadSpec
+from apportion.core import Decisions, HostState, PolicyConfig, WorkloadSpec, ancestors
 from apportion.core.fleet import FleetConfig, FleetState, decide_fleet
 
 from .legacy import LegacyPolicy
@@ -54,19 +54,27 @@ class PoolMeter:
     owed = min(team's share of the pool x the pool's healthy GPUs, GPUs its allocated work
     asked of the pool: running there, or pending and accepting it), delivered = GPUs of its
     allocated work running there, each averaged over the hour; attainment = sum of
-    min(delivered, owed) / sum of owed. Work accepting several pools is asked of each."""
+    min(delivered, owed) / sum of owed. Work accepting several pools is asked of each.
+
+    Per budget node and pool (:meth:`budgets`): GPU-hours delivered to its subtree's
+    allocated work there, the waits of its work that started there (teams and leaves, as the
+    run's ``wait_s.per_budget``) and the preemptions of its subtree's work running there."""
 
     def __init__(self) -> None:
         self.fleet: FleetState | None = None
         self._queued: dict[str, float] = {}
-        # running id -> pool, GPUs, allocated, started at, team
-        self._running: dict[str, tuple[str, int, bool, float, str]] = {}
+        # running id -> pool, GPUs, allocated, started at, team, budget
+        self._running: dict[str, tuple[str, int, bool, float, str, str]] = {}
         self._healthy: dict[str, int] = {}  # pool -> healthy GPUs now
         self._since: dict[str, float] = {}  # pool -> when _healthy last changed
         self.healthy_s: dict[str, float] = {}
         self.alloc_s: dict[str, float] = {}
         self.unalloc_s: dict[str, float] = {}
         self.waits: dict[str, list[float]] = {}
+        # per (pool, leaf budget): allocated GPU-seconds of ended runs, waits, preemptions
+        self.budget_alloc_s: dict[tuple[str, str], float] = {}
+        self.budget_waits: dict[tuple[str, str], list[float]] = {}
+        self.budget_preemptions: dict[tuple[str, str], int] = {}
         self._host_state: dict[str, HostState] = {}
         # attainment: GPUs asked and running per (pool, team) now, their GPU-seconds and the
         # pool's healthy GPU-seconds in the open hour, and the closed hours' sums
@@ -110,21 +118,32 @@ class PoolMeter:
             run = fleet.runs_in(name)
             assert run is not None
             r = fleet.pools[run].running[name]
-            self.waits.setdefault(run, []).append(now - self._queued.pop(name, now))
+            wait = now - self._queued.pop(name, now)
+            self.waits.setdefault(run, []).append(wait)
+            self.budget_waits.setdefault((run, r.spec.budget), []).append(wait)
             self._running[name] = (run, r.gpus_held, r.spec.allocated, now,
-                                   team_of(r.spec.budget))
+                                   team_of(r.spec.budget), r.spec.budget)
             self._unask(name)
             if r.spec.allocated:
                 key = (run, team_of(r.spec.budget))
                 self._run[key] = self._run.get(key, 0) + r.gpus_held
                 self._ask[key] = self._ask.get(key, 0) + r.gpus_held
         elif kind == "ended":
-            pool, gpus, allocated, t0, team = self._running.pop(name)
+            pool, gpus, allocated, t0, team, budget = self._running.pop(name)
             into = self.alloc_s if allocated else self.unalloc_s
             into[pool] = into.get(pool, 0.0) + gpus * (now - t0)
             if allocated:
+                key = (pool, budget)
+                self.budget_alloc_s[key] = self.budget_alloc_s.get(key, 0.0) + gpus * (now - t0)
                 self._run[pool, team] -= gpus
                 self._ask[pool, team] -= gpus
+
+    def preempted(self, name: str) -> None:
+        """Running workload ``name`` is being preempted (any reason, a host's death too),
+        before its ``ended``."""
+        pool, *_, budget = self._running[name]
+        key = (pool, budget)
+        self.budget_preemptions[key] = self.budget_preemptions.get(key, 0) + 1
 
     def _unask(self, name: str) -> None:
         asked = self._asks.pop(name, None)
@@ -182,11 +201,12 @@ class PoolMeter:
         self._advance(end)
         self._close_hour()
         alloc, unalloc = dict(self.alloc_s), dict(self.unalloc_s)
-        for pool, gpus, allocated, t0, _ in self._running.values():
+        for pool, gpus, allocated, t0, _, _ in self._running.values():
             into = alloc if allocated else unalloc
             into[pool] = into.get(pool, 0.0) + gpus * (end - t0)
         for pool in fleet.pools:
             self._tick(pool, end)
+        budgets = self.budgets(end)
         out: dict[str, Any] = {}
         for pool, state in fleet.pools.items():
             cluster, kind = fleet.where(pool)
@@ -195,12 +215,47 @@ class PoolMeter:
                 self.healthy_s.get(pool, 0.0), alloc.get(pool, 0.0), unalloc.get(pool, 0.0),
                 self.waits.get(pool, []))
             out[pool]["attainment"] = self._attainment({pool})
+            out[pool]["preemptions"] = sum(n for (p, _), n in self.budget_preemptions.items()
+                                           if p == pool)
+            out[pool]["budgets"] = budgets.get(pool, {})
         out["fleet"] = _figures(
             "", "", None, sum(f["gpus"] for f in out.values()),
             sum(self.healthy_s.values()), sum(alloc.values()), sum(unalloc.values()),
             [w for ws in self.waits.values() for w in ws],
             units=sum(f["charged_units"] for f in out.values()))
         out["fleet"]["attainment"] = self._attainment(set(fleet.pools))
+        return out
+
+    def budgets(self, end: float) -> dict[str, dict[str, dict[str, Any]]]:
+        """``{pool: {node: figures}}`` for the budget nodes with work started or preempted
+        in that pool: ``delivered_gpu_hours`` (its subtree's allocated work there, to
+        ``end``), ``wait_s`` (percentiles; teams and leaves only, as the run's per-budget
+        waits, else None) and ``preemptions`` (its subtree's, there)."""
+        alloc = dict(self.budget_alloc_s)
+        for pool, gpus, allocated, t0, _, budget in self._running.values():
+            if allocated:
+                alloc[pool, budget] = alloc.get((pool, budget), 0.0) + gpus * (end - t0)
+        delivered: dict[tuple[str, str], float] = {}
+        preempted: dict[tuple[str, str], int] = {}
+        waits: dict[tuple[str, str], list[float]] = {}
+        for (pool, leaf), s in alloc.items():
+            for node in ancestors(leaf)[:-1]:
+                delivered[pool, node] = delivered.get((pool, node), 0.0) + s
+        for (pool, leaf), n in self.budget_preemptions.items():
+            for node in ancestors(leaf)[:-1]:
+                preempted[pool, node] = preempted.get((pool, node), 0) + n
+        for (pool, leaf), ws in self.budget_waits.items():
+            for node in {team_of(leaf), leaf}:
+                waits.setdefault((pool, node), []).extend(ws)
+            for node in ancestors(leaf)[:-1]:  # every node above work that started
+                delivered.setdefault((pool, node), 0.0)
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for pool, node in sorted(delivered.keys() | preempted.keys()):
+            w = waits.get((pool, node))
+            out.setdefault(pool, {})[node] = {
+                "delivered_gpu_hours": delivered.get((pool, node), 0.0) / HOUR,
+                "wait_s": percentiles(w) if w else None,
+                "preemptions": preempted.get((pool, node), 0)}
         return out
 
     def _attainment(self, pools: set[str]) -> dict[str, Any]:
@@ -244,6 +299,9 @@ class FleetFairShare:
 
     def observe(self, kind: str, name: str, state: Any) -> None:
         self.meter.observe(kind, name, state)
+
+    def preempted(self, name: str) -> None:
+        self.meter.preempted(name)
 
     def pool_summary(self, end: float) -> dict[str, Any]:
         return self.meter.summary(end)
@@ -302,6 +360,9 @@ class FleetLegacy:
         elif kind == "ended":
             run = self._runs_in.pop(name)
             self._policy(run, fleet).observe("ended", name, fleet.pools[run])
+
+    def preempted(self, name: str) -> None:
+        self.meter.preempted(name)
 
     def __call__(self, fleet: Any, now: float, config: PolicyConfig) -> Decisions:
         parts: list[Decisions] = []

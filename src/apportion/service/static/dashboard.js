@@ -381,6 +381,32 @@ function pair(cur, prop, fmt, higherIsBetter) {
     `<td class="num proposed ${cmpClass(cur, prop, higherIsBetter)}">${fmt(prop)}</td>`;
 }
 
+// One pool of a several-pool preview (POST /v1/whatif's "pools"): the budget nodes with work
+// there, then the whole pool's figures; the heading has its occupancy.
+function renderPreviewPool(pool, setWeight) {
+  const hours = (v) => num(v, 1);
+  const figures = (c, q) => pair(c.attainment, q.attainment, pct, true) +
+    pair(c.delivered_gpu_hours, q.delivered_gpu_hours, hours, true) +
+    pair(c.wait_p50_s, q.wait_p50_s, dur, false) +
+    pair(c.preemptions, q.preemptions, String, false);
+  const rows = pool.budgets.map((b) => {
+    const changed = b.budget in setWeight;
+    const pad = 14 * (b.budget.split("/").length - 1);
+    return `<tr data-path="${esc(b.budget)}"${changed ? ' class="changed"' : ""}>` +
+      `<td><span style="padding-left:${pad}px">${esc(b.budget)}</span></td>` +
+      figures(b.current, b.proposed) + "</tr>";
+  }).join("") || '<tr><td colspan="9" class="empty">No budget of yours has work in this pool.</td></tr>';
+  const c = pool.current, q = pool.proposed;
+  const group = (name) => `<th colspan="2" class="grp">${name}</th>`;
+  const sides = '<th class="num">current</th><th class="num">proposed</th>'.repeat(4);
+  return `<h3 class="we-pool">Pool ${esc(pool.pool)} <span class="hint">${pool.gpus.toLocaleString()} GPUs; ` +
+    `occupancy ${pct(c.occupancy)} \u2192 ${pct(q.occupancy)}; attainment is a team's, in this pool</span></h3>` +
+    `<div class="scroll"><table class="we-pool-table" data-pool="${esc(pool.pool)}"><thead>` +
+    `<tr><th rowspan="2">Budget</th>${group("Attainment")}${group("Delivered GPU-h")}${group("Wait p50")}` +
+    `${group("Preemptions")}</tr><tr>${sides}</tr></thead><tbody>${rows}</tbody>` +
+    `<tfoot><tr class="overall"><td>whole pool</td>${figures(c, q)}</tr></tfoot></table></div>`;
+}
+
 function renderPreview(res, path) {
   const when = (t) => new Date(t * 1000).toLocaleString();
   const p = res.period;
@@ -413,6 +439,7 @@ function renderPreview(res, path) {
     pair(oc.attainment, op.attainment, pct, true) + '<td></td><td></td><td></td><td></td>' +
     pair(oc.wait_p90_s, op.wait_p90_s, dur, false) +
     pair(oc.preemptions, op.preemptions, String, false) + "</tr>";
+  $("#we-pools").innerHTML = (res.pools || []).map((pool) => renderPreviewPool(pool, res.set_weight)).join("");
   $("#we-result").hidden = false;
   $("#we-result").dataset.previewed = `${path}=${Object.values(res.set_weight)[0]}`;
 }
