@@ -639,7 +639,10 @@ class Pass:
         charge = self.rules.admission(spec) * (1 + 1e-9)  # rounding: count a side in, not out
         tree = self.state.tree
         for mine in tree.lineage(spec.budget):
-            for theirs in self.rules.over_children(tree.parent_of(mine)):
+            parent = tree.parent_of(mine)
+            if self.rules.spares_all(spec, mine, parent, victims.gpus):
+                continue  # no side at this level gives or opens: nothing to add
+            for theirs in self.rules.over_children(parent):
                 held = victims.gpus.get(theirs, 0)
                 if theirs == mine or not held:
                     continue

@@ -183,6 +183,8 @@ class RebalanceRules:
         self.cfg = config
         # answers kept until the next admission or eviction moves the numbers they read
         self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
+        # parent -> the two highest (usage ratio, name) among them that hold victims
+        self._top: dict[str, list[tuple[float, str]]] = {}
         self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
 
     def _of(self, node: str) -> _Figures:
@@ -243,6 +245,7 @@ class RebalanceRules:
         children of each of its ancestors are at or over their share."""
         for node in ancestors(budget)[1:]:
             self._over.pop(node, None)
+            self._top.pop(node, None)
 
     def sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """For each subtree that may hold victims for work of ``spec``'s budget under either
@@ -273,6 +276,42 @@ class RebalanceRules:
                     cached.append(kid)
             self._over[parent] = cached
         return cached
+
+    def spares_all(
+        self, spec: WorkloadSpec, mine: str, parent: str, victims: Mapping[str, int]
+    ) -> bool:
+        """Does neither rule let any sibling of ``mine`` (under ``parent``) that holds GPUs
+        in ``victims`` give ``spec`` a GPU, nor would a smaller admission charge let one
+        (``charge_below`` at most 0 for each)? Then ``Pass.rebalance_bound`` gains nothing
+        at this level, and need not judge the siblings one by one.
+
+        Exact, not a bound: the guarantee rule allows none when ``mine`` would end over its
+        share (the same expression :meth:`limit` computes); the fair-share test and
+        ``charge_below`` only grow with the sibling's usage ratio (floating-point rounding
+        is monotone too), so if they fail for the highest ratio among the siblings holding
+        victims, they fail for every one. ``victims`` must be the pass's one
+        (``Pass.victims``): the answer is kept per parent until an admission or eviction
+        moves the numbers (as :meth:`over_children`'s)."""
+        p = self._of(mine)
+        if (p.held + spec.gpus) / p.fair <= 1 + _EPS:
+            return False  # the guarantee rule may let some sibling give
+        top = self._top.get(parent)
+        if top is None or not self.memo:
+            ranked = [(self._ratio(kid, self._of(kid)), kid)
+                      for kid in self.over_children(parent) if victims.get(kid, 0)]
+            ranked.sort(reverse=True)
+            top = self._top[parent] = ranked[:2]
+        highest = -1.0  # the highest ratio among the others: ``mine`` may be one of the two
+        for ratio, kid in top:
+            if kid != mine:
+                highest = ratio
+                break
+        else:
+            return True  # no sibling holds victims
+        ratio_p = self._ratio(mine, p) + usage_ratio(self.admission(spec), p.share, self.capacity)
+        if highest > ratio_p * (1 + self.cfg.rebalance_margin):
+            return False  # the fair-share rule lets it give
+        return self.charge_below_ratio(mine, highest) <= 0.0
 
     @staticmethod
     def side_in(budget: str, sides: dict[str, str]) -> str | None:
@@ -316,9 +355,13 @@ class RebalanceRules:
     def charge_below(self, mine: str, theirs: str) -> float:
         """The admission charge below which the fair-share rule lets work of side ``mine``
         take from its sibling ``theirs`` (see :meth:`limit`); 0 or less if at none."""
+        return self.charge_below_ratio(mine, self.ratio(theirs))
+
+    def charge_below_ratio(self, mine: str, ratio_theirs: float) -> float:
+        """:meth:`charge_below` for a sibling with this usage ratio."""
         margin = 1 + self.cfg.rebalance_margin
         p = self._of(mine)
-        return (self.ratio(theirs) / margin - self._ratio(mine, p)) * (p.share * self.capacity)
+        return (ratio_theirs / margin - self._ratio(mine, p)) * (p.share * self.capacity)
 
     def guarantee_limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from ``theirs`` (as in
