@@ -26,7 +26,7 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Final
 
@@ -221,7 +221,6 @@ class Pass:
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self._remaining: dict[str, int] = {}  # the walk's (admit_allocated)
-        self._ranked: dict[str, list[tuple[float, str]]] = {}  # the walk's (pick)
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
         self.fences: list[reservations.Fence] = []
@@ -371,50 +370,27 @@ class Pass:
                 continue
             self.order.append(spec.id)
             if self.try_admit(spec):
-                self.rules.admit(spec)
-                self.rerank(spec.budget)  # ratios moved
+                self.rules.admit(spec)  # ratios moved: re-rank
                 leaf = self.pick()
             elif remaining.get(leaf, 0) == 0:
                 leaf = self.pick()
 
     def pick(self) -> str | None:
         """The leaf the walk tries next, in Fair Tree order: from the root down, the child
-        with the lowest (usage ratio, name) among those with work not yet considered.
-
-        Each node's children are ranked once a pass (``_ranked``), when the walk first
-        reaches it, and kept in that order: a child whose work has all been considered
-        leaves the ranking when met (none comes back within a pass), and an admission,
-        the one thing that moves a ratio during the walk, moves the admitted path's nodes
-        to their new places (:meth:`rerank`). The answer is the lowest (ratio, name) of
-        those left, as a scan of the children would give."""
+        with the lowest (usage ratio, name) among those with work not yet considered."""
         tree, remaining = self.state.tree, self._remaining
         node: str = ROOT
         while True:
-            ranked = self._ranked.get(node)
-            if ranked is None:
-                ranked = [(self.rules.ratio(kid), kid) for kid in tree.children(node)
-                          if remaining.get(kid, 0) > 0]
-                ranked.sort()
-                self._ranked[node] = ranked
-            while ranked and remaining.get(ranked[0][1], 0) <= 0:
-                del ranked[0]  # all its work considered: never picked again this pass
-            if not ranked:
+            best: str | None = None
+            best_ratio = 0.0
+            for kid in tree.children(node):  # lowest (ratio, name) first
+                if remaining.get(kid, 0) > 0:
+                    ratio = self.rules.ratio(kid)
+                    if best is None or ratio < best_ratio or (ratio == best_ratio and kid < best):
+                        best, best_ratio = kid, ratio
+            if best is None:
                 return None if node == ROOT else node
-            node = ranked[0][1]
-
-    def rerank(self, budget: str) -> None:
-        """After an admission of ``budget``'s work: its path's nodes, whose ratios rose,
-        to their new places in their parents' rankings."""
-        tree = self.state.tree
-        for node in tree.lineage(budget):
-            ranked = self._ranked.get(tree.parent_of(node))
-            if ranked is None:
-                continue
-            for i, (_, kid) in enumerate(ranked):
-                if kid == node:
-                    del ranked[i]
-                    insort(ranked, (self.rules.ratio(node), node))
-                    break
+            node = best
 
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
