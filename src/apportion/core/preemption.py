@@ -286,14 +286,14 @@ class RebalanceRules:
         at this level, and need not judge the siblings one by one.
 
         Exact, not a bound: the guarantee rule allows none when ``mine`` would end over its
-        share (the same expression :meth:`limit` computes); the fair-share test and
+        share (:meth:`_within_share`, as :meth:`limit` asks it); the fair-share test and
         ``charge_below`` only grow with the sibling's usage ratio (floating-point rounding
         is monotone too), so if they fail for the highest ratio among the siblings holding
         victims, they fail for every one. ``victims`` must be the pass's one
         (``Pass.victims``): the answer is kept per parent until an admission or eviction
         moves the numbers (as :meth:`over_children`'s)."""
         p = self._of(mine)
-        if (p.held + spec.gpus) / p.fair <= 1 + _EPS:
+        if self._within_share(spec, p):
             return False  # the guarantee rule may let some sibling give
         top = self._top.get(parent)
         if top is None or not self.memo:
@@ -363,16 +363,19 @@ class RebalanceRules:
         p = self._of(mine)
         return (ratio_theirs / margin - self._ratio(mine, p)) * (p.share * self.capacity)
 
-    def guarantee_limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
-        """The most GPUs the guarantee rule alone lets ``spec`` take from ``theirs`` (as in
-        :meth:`limit`); negative if none."""
-        return self._guarantee(spec, self._of(mine), self._of(theirs))
+    @staticmethod
+    def _within_share(spec: WorkloadSpec, p: _Figures) -> bool:
+        """Would the preemptor's side ``p`` stay within its share with ``spec`` admitted?
+        Only then may the guarantee rule let any side give."""
+        return (p.held + spec.gpus) / p.fair <= 1 + _EPS
 
     def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
+        """The most GPUs the guarantee rule alone lets ``spec`` take from the side ``v``
+        (as in :meth:`limit`, ``p`` the preemptor's side); negative if none."""
         held_v = v.held
         fair_v = v.fair
         inst_p = (p.held + spec.gpus) / p.fair
-        if inst_p <= 1 + _EPS and held_v > fair_v:
+        if self._within_share(spec, p) and held_v > fair_v:
             # the victim side ends at least as far over as the preemptor's, or (overshoot)
             # at most the preemptor's request below its own share: the last victim may hold
             # more GPUs than are missing (one 4-GPU victim for a 2-GPU request that brings
