@@ -371,6 +371,7 @@ class Pass:
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
+                self.forget_rebalance_failures()
                 leaf = self.pick()
             elif remaining.get(leaf, 0) == 0:
                 leaf = self.pick()
@@ -492,6 +493,16 @@ class Pass:
         failed.append((gpus, charge))
         self._live.clear()
 
+    def forget_rebalance_failures(self) -> None:
+        """After an admission (and the evictions of its plan): a failed rebalance may now
+        succeed. The admitted side holds more, so the rules may let it lose more; a victim's
+        side holds less, so a request of a budget in it may now be within its share and the
+        guarantee rule apply."""
+        if self.rebalance_failed_one or self.rebalance_failed_whole:
+            self.rebalance_failed_one.clear()
+            self.rebalance_failed_whole.clear()
+            self._live.clear()
+
     def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
         admission charge spared no fewer sides?"""
@@ -586,6 +597,13 @@ class Pass:
                 short = bound if bound < spec.gpus else None
                 self.rebalance_fails(spec.budget, multi, spec.gpus,
                                      _charge_threshold(spec.gpus, short, opening))
+                if not giving and not opening:
+                    # no side gives, nor would for a smaller charge: nor for any smaller
+                    # request that still leaves its side over its share at every level
+                    # (the guarantee rule's condition), whatever its charge
+                    least = self.rules.over_from(spec.budget)
+                    if least < spec.gpus:
+                        self.rebalance_fails(spec.budget, multi, least, 0.0)
         if plan is None:
             return False
         due = self.checkpoint_due(spec, plan) if rebalancing else None

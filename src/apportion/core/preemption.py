@@ -369,6 +369,22 @@ class RebalanceRules:
         Only then may the guarantee rule let any side give."""
         return (p.held + spec.gpus) / p.fair <= 1 + _EPS
 
+    def over_from(self, budget: str) -> int:
+        """The fewest GPUs from which a request of ``budget`` would leave its side over its
+        share at every level of its path (:meth:`_within_share` false at each), so that the
+        guarantee rule lets no side give to it: the least such count, found with the same
+        floating-point test, which only grows with the count."""
+        least = 1
+        for node in self.tree.lineage(budget):
+            p = self._of(node)
+            gpus = max(least, int((1 + _EPS) * p.fair - p.held))
+            while gpus > 1 and (p.held + gpus - 1) / p.fair > 1 + _EPS:
+                gpus -= 1
+            while (p.held + gpus) / p.fair <= 1 + _EPS:
+                gpus += 1
+            least = max(least, gpus)
+        return least
+
     def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from the side ``v``
         (as in :meth:`limit`, ``p`` the preemptor's side); negative if none."""
