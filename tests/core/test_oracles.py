@@ -241,6 +241,48 @@ def test_reference_pass_and_index_oracle_on_an_itp_trace() -> None:
     assert both.preempting >= 30, vars(both)
 
 
+class _Past(Exception):
+    """The replay has gone past the instant a test looks at."""
+
+
+class ComparedAt:
+    """The fast pass alone, and at one instant both passes as :class:`Compared` does; each
+    pass there kept for the test to read. Past the instant it stops the replay (``_Past``)."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.passes: list[Decisions] = []
+
+    def __call__(self, state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        if now > self.at:
+            raise _Past
+        fast = decide(state, now, config, reasons=False)
+        if now == self.at:
+            ref = decide(state, now, reference(config), reasons=False)
+            diff = differences(fast, ref)
+            assert not diff, f"pass at {now}: " + "; ".join(diff)
+            self.passes.append(fast)
+        return fast
+
+
+def test_a_failed_rebalance_is_tried_again_once_an_admission_brings_its_side_within_share(
+) -> None:
+    """The seed scenario at 2,193,413.301 s (day 25): in one pass, a 32-GPU request of
+    ``vlm/ocr/u085`` fails to rebalance (no side gives to it: its side is over its share at
+    every level), then an 8-GPU request of the same budget preempts a 32-GPU run of its
+    sibling ``u088``, which brings ``vlm/ocr`` and ``vlm`` within their shares; the
+    budget's 16-GPU request ``train-14106`` then rebalances under the guarantee rule. The
+    fast pass must try it (a failure recorded before an admission says nothing after it)
+    and decide every pass of that instant as the reference pass does."""
+    at = 2_193_413.301
+    policy = ComparedAt(at)
+    with pytest.raises(_Past):
+        Engine(seed_scenario(), policy, PolicyConfig(), sim=SimConfig()).run()
+    by = {(p.workload, p.by) for d in policy.passes for p in d.preemptions}
+    assert {("train-13979", "single-13742"), ("single-14076", "train-14106"),
+            ("train-14068", "train-14106")} <= by, by
+
+
 class SparedSidesChecked:
     """The fast pass as a policy that first judges, for the first pending request of every
     budget and every level of its path, each sibling that ``RebalanceRules.spares_all``
