@@ -395,7 +395,8 @@ class Pass:
 
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
-        fall during a pass, so the answer is exact, and it spares a walk over a long queue."""
+        fall until the pass admits something, and skipping the queue admits nothing, so the
+        answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
         return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
@@ -405,7 +406,9 @@ class Pass:
         thresholds alone (too large for the healthy GPUs, no larger than what failed to fit
         and to find unallocated victims, and rebalancing failed for one no larger with no
         more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
-        the thresholds only fall during a pass, so a doomed request stays doomed."""
+        the thresholds only fall until the pass admits something (which forgets the failed
+        rebalances: :meth:`forget_rebalance_failures`), so a doomed request stays doomed
+        until then."""
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
@@ -594,16 +597,18 @@ class Pass:
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None and limited is None:
-                short = bound if bound < spec.gpus else None
-                self.rebalance_fails(spec.budget, multi, spec.gpus,
-                                     _charge_threshold(spec.gpus, short, opening))
+                fails_from = spec.gpus
                 if not giving and not opening:
-                    # no side gives, nor would for a smaller charge: nor for any smaller
-                    # request that still leaves its side over its share at every level
-                    # (the guarantee rule's condition), whatever its charge
-                    least = self.rules.over_from(spec.budget)
-                    if least < spec.gpus:
-                        self.rebalance_fails(spec.budget, multi, least, 0.0)
+                    # no side gives, nor would for a smaller charge (the threshold is 0);
+                    # nor for a smaller request that still leaves its side over its share
+                    # at every level (the guarantee rule's condition), whatever its charge:
+                    # worked out only if the budget has smaller work pending
+                    smallest = self.state.smallest_shapes(spec.budget)
+                    if smallest and smallest[0][0] < spec.gpus:
+                        fails_from = min(fails_from, self.rules.over_from(spec.budget))
+                short = bound if bound < spec.gpus else None
+                self.rebalance_fails(spec.budget, multi, fails_from,
+                                     _charge_threshold(spec.gpus, short, opening))
         if plan is None:
             return False
         due = self.checkpoint_due(spec, plan) if rebalancing else None
