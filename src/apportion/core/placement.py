@@ -78,7 +78,10 @@ class HostView:
                 key=lambda c: (c.klass, c.lost, c.id),
             )
             self._cands[host] = cands
-            self._cand_gpus[host] = sum(c.gpus for c in cands)
+            held = 0
+            for c in cands:  # loops, not generators, in the searches: asked per host
+                held += c.gpus
+            self._cand_gpus[host] = held
         return cands
 
     def cost(self, host: str, now: float) -> tuple[float, int, int]:
@@ -100,11 +103,11 @@ class HostView:
         got = self._room.get(whole_hosts)
         if got is None:
             if whole_hosts:  # wholly free: idle when the pass began, untouched since
-                got = sum(
-                    self.size[n]
-                    for n in self.state.idle
-                    if n in self.size and n not in self.touched
-                )
+                got = 0
+                size, touched = self.size, self.touched
+                for n in self.state.idle:  # a loop, not a generator: asked every pass
+                    if n in size and n not in touched:
+                        got += size[n]
             elif self.own():
                 got = _most_free(self)
             else:
@@ -310,7 +313,9 @@ def _open_hosts(view: HostView, gpus: int) -> list[str]:
     ]
     for k, hosts in view.state.open_hosts.items():
         if k >= gpus:
-            names.extend(n for n in hosts if n not in touched)
+            for n in hosts:
+                if n not in touched:
+                    names.append(n)
     names.sort()
     return names
 
@@ -318,13 +323,18 @@ def _open_hosts(view: HostView, gpus: int) -> list[str]:
 def _most_free(view: HostView) -> int:
     """The most GPUs free on one host taking work, as the pass has handed them out: the
     touched hosts one by one, the others through the state's hosts by free GPUs."""
-    most = max((view.free[n] for n in view.touched if n in view.size), default=0)
+    touched, size, free = view.touched, view.size, view.free
+    most = 0
+    for n in touched:  # loops, not generators: asked every pass
+        if n in size and free[n] > most:
+            most = free[n]
     by_free = view.state.free_hosts
     for k in sorted(by_free, reverse=True):
         if k <= most:
             break
-        if _first_untouched(by_free[k], view.touched) is not None:
-            return k
+        for n in by_free[k]:  # any one untouched host of k free GPUs will do
+            if n not in touched:
+                return k
     return most
 
 
@@ -357,7 +367,13 @@ def find_victims(
 def _cost(victims: list[Candidate]) -> tuple[float, int, int]:
     """Least progress lost (GPU-seconds at risk) first, then unallocated before resumable
     before other work, then fewest victims."""
-    return (sum(v.lost for v in victims), max((v.klass for v in victims), default=0), len(victims))
+    lost = 0.0
+    worst = 0
+    for v in victims:  # a loop, not generators: asked for every host a search weighs
+        lost += v.lost
+        if v.klass > worst:
+            worst = v.klass
+    return (lost, worst, len(victims))
 
 
 def _one_host(
@@ -448,7 +464,9 @@ def _whole_hosts(
         options = [
             n for n in view.clearable(now) if (wanted is None or n in wanted) and usable(n)
         ]
-    left = sum(view.size[name] for name in options)  # of the options not yet looked at
+    left = 0  # GPUs of the options not yet looked at
+    for name in options:
+        left += view.size[name]
     if bounded and left < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
