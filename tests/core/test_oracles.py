@@ -283,6 +283,34 @@ def test_a_failed_rebalance_is_tried_again_once_an_admission_brings_its_side_wit
             ("train-14068", "train-14106")} <= by, by
 
 
+def test_over_from_is_the_fewest_gpus_that_leave_the_side_over_its_share_at_every_level(
+) -> None:
+    """``RebalanceRules.over_from(leaf)``, against trying every request size with the
+    guarantee rule's own test at each level of the leaf's path: for each leaf of a replayed
+    state, with the GPUs held moved so that each node is under, at and over its share (the
+    boundary of the floating-point test), every size from it up leaves the side over its
+    share at every level, and the size below it does not."""
+    st = replayed()
+    cfg = PolicyConfig()
+    checked = 0
+    for leaf in st.tree.leaves:
+        for moved in range(-6, 7):
+            rules = Pass(st, 1000.0, cfg).rules
+            for node in rules.tree.lineage(leaf):
+                rules.add_held(node, moved)
+
+            def over_everywhere(gpus: int, rules: Any = rules, leaf: str = leaf) -> bool:
+                spec = make_spec("probe", leaf, gpus, HOUR)
+                return not any(rules._within_share(spec, rules._of(node))
+                               for node in rules.tree.lineage(leaf))
+
+            least = rules.over_from(leaf)
+            assert all(over_everywhere(g) for g in range(least, least + 40)), (leaf, moved)
+            assert least == 1 or not over_everywhere(least - 1), (leaf, moved, least)
+            checked += 1
+    assert checked == 3 * 13
+
+
 class SparedSidesChecked:
     """The fast pass as a policy that first judges, for the first pending request of every
     budget and every level of its path, each sibling that ``RebalanceRules.spares_all``

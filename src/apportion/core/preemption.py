@@ -377,7 +377,7 @@ class RebalanceRules:
         least = 1
         for node in self.tree.lineage(budget):
             p = self._of(node)
-            gpus = max(least, int((1 + _EPS) * p.fair - p.held))
+            gpus = max(1, int((1 + _EPS) * p.fair - p.held))  # near it; then exactly
             while gpus > 1 and (p.held + gpus - 1) / p.fair > 1 + _EPS:
                 gpus -= 1
             while (p.held + gpus) / p.fair <= 1 + _EPS:
