@@ -159,6 +159,12 @@ class _Figures:
         self.rated = False  # is ``ratio`` up to date (no admission charged the node since)?
 
 
+def _within(p: _Figures, gpus: int) -> bool:
+    """Would side ``p`` stay within its share with ``gpus`` more? The guarantee rule's test,
+    the one expression every reader of it uses."""
+    return (p.held + gpus) / p.fair <= 1 + _EPS
+
+
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
@@ -367,7 +373,7 @@ class RebalanceRules:
     def _within_share(spec: WorkloadSpec, p: _Figures) -> bool:
         """Would the preemptor's side ``p`` stay within its share with ``spec`` admitted?
         Only then may the guarantee rule let any side give."""
-        return (p.held + spec.gpus) / p.fair <= 1 + _EPS
+        return _within(p, spec.gpus)
 
     def over_from(self, budget: str) -> int:
         """The fewest GPUs from which a request of ``budget`` would leave its side over its
@@ -378,9 +384,9 @@ class RebalanceRules:
         for node in self.tree.lineage(budget):
             p = self._of(node)
             gpus = max(1, int((1 + _EPS) * p.fair - p.held))  # near it; then exactly
-            while gpus > 1 and (p.held + gpus - 1) / p.fair > 1 + _EPS:
+            while gpus > 1 and not _within(p, gpus - 1):
                 gpus -= 1
-            while (p.held + gpus) / p.fair <= 1 + _EPS:
+            while _within(p, gpus):
                 gpus += 1
             least = max(least, gpus)
         return least
