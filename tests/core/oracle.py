@@ -51,6 +51,7 @@ COVERED: dict[str, str] = {
     "_budgets_on": "rebuilt",
     "_held": "rebuilt",
     "_on_host": "rebuilt",
+    "_running_of": "rebuilt",
     "_protected_until": "rebuilt",
     "_deadlines": "rebuilt",
     "_schedulable": "rebuilt",
@@ -151,6 +152,11 @@ def rebuild(state: ClusterState) -> dict[str, Any]:
     out["budgets_on"] = budgets_on
     out["held"] = held
     out["on_host"] = on_host
+    running_of: dict[str, set[str]] = {}
+    for wid, r in running.items():
+        if r.spec.allocated:
+            running_of.setdefault(r.spec.budget, set()).add(wid)
+    out["running_of"] = running_of
     out["protected_until"] = protected
     out["deadlines"] = {
         wid: r.started_at + r.spec.time_limit
@@ -248,6 +254,8 @@ def index_errors(state: ClusterState, ledger: bool = True) -> list[str]:
     errors += _diff("budgets_on", {h: dict(b) for h, b in state.budgets_on.items()},
                     want["budgets_on"])
     errors += _diff("on_host", {h: set(w) for h, w in state.on_host.items()}, want["on_host"])
+    errors += _diff("running_of", {b: set(w) for b, w in state.running_of.items()},
+                    want["running_of"])
     # per running workload with a time limit
     errors += _diff("deadlines", dict(state.deadlines), want["deadlines"])
     for name in ("stopping", "no_allocated", "idle"):

@@ -335,3 +335,25 @@ def test_advice_leaves_state_and_decisions_unchanged() -> None:
     assert explain(st, 10000.0, CFG, "u1").advice
     assert st.fingerprint() == before
     assert decide(st, 10000.0, CFG) == decided
+
+
+def test_waiting_debug_work_is_told_why_the_debug_lane_did_not_start_it() -> None:
+    """``p/a`` runs 8 GPUs of debug work (started a minute ago, still protected) on h1, and
+    ``q/b`` fills h2: a's next 1-GPU debug job waits, and is told that the lane is closed
+    to its budget while that work holds 8 GPUs; b's own debug job, with no debug work of
+    b running, is told that no room is left for it."""
+    st = cluster(2)
+    run(st, "a-dbg", "p/a", 8, 600.0, 3_540.0)
+    run(st, "b-run", "q/b", 8, 4 * 3600.0, 3_540.0, host="h2")
+    queue(st, "a-next", "p/a", 1, 600.0, 3_550.0)
+    queue(st, "b-dbg", "q/b", 1, 600.0, 3_560.0)
+    now = 3_600.0
+    assert not decide(st, now, CFG).starts
+    a = explain(st, now, CFG, "a-next")
+    assert any("only while its budget's running debug work holds at most 8 GPUs with it: "
+               "p/a's holds 8 GPUs" in c for c in a.caveats), a.caveats
+    b = explain(st, now, CFG, "b-dbg")
+    assert any("the debug lane" in c and "no room is left for it now" in c
+               for c in b.caveats), b.caveats
+    assert not any("the debug lane" in c for c in explain(
+        st, now, PolicyConfig(debug_lane=False), "b-dbg").caveats)

@@ -24,6 +24,7 @@ from apportion.core import (
     WorkloadSpec,
     ancestors,
     decide,
+    is_debug,
 )
 from apportion.core.placement import find_victims
 from apportion.core.policy import Pass
@@ -143,10 +144,14 @@ def test_unallocated_work_never_preempts_and_comes_last(sc: Scenario) -> None:
     drive(sc, on_pass=watch)
 
 
-def check_budget_order(state: ClusterState, d: Decisions) -> None:
-    """Inside each budget, work is considered in queue order: priority, then submit time.
-    Work holding a reservation is settled first: it was ranked and admitted by the pass that
-    preempted for it, so it is not ranked again."""
+def check_budget_order(
+    state: ClusterState, d: Decisions, config: PolicyConfig = CFG
+) -> None:
+    """Inside each budget, work is considered in queue order: priority, then submit time;
+    only debug work the debug lane takes goes first (oldest submitted first, each of it
+    started or promised its GPUs in the pass). Work holding a reservation is settled first:
+    it was ranked and admitted by the pass that preempted for it, so it is not ranked again."""
+    taken = {s.workload for s in d.starts} | {r.workload for r in d.reservations}
     per: dict[tuple[str, bool], list[WorkloadSpec]] = {}
     for wid in d.order:
         if wid in state.reservations:
@@ -154,8 +159,23 @@ def check_budget_order(state: ClusterState, d: Decisions) -> None:
         spec = state.pending[wid].spec
         per.setdefault((spec.budget, spec.allocated), []).append(spec)
     for specs in per.values():
-        keys = [queue_key(s) for s in specs]
-        assert keys == sorted(keys)
+        assert any(_lane_then_queue(state, specs[:k], specs[k:], taken, config)
+                   for k in range(len(specs) + 1)), [s.id for s in specs]
+
+
+def _lane_then_queue(
+    state: ClusterState, lane: list[WorkloadSpec], rest: list[WorkloadSpec], taken: set[str],
+    config: PolicyConfig,
+) -> bool:
+    """Is ``lane`` debug work the lane may have taken, oldest submitted first, and ``rest``
+    in queue order?"""
+    if lane and not config.debug_lane:
+        return False
+    if not all(is_debug(s, config) and s.id in taken for s in lane):
+        return False
+    queued = [(s.submit_time, s.id) for s in lane]
+    keys = [queue_key(s) for s in rest]
+    return queued == sorted(queued) and keys == sorted(keys)
 
 
 @DRIVEN_SETTINGS
@@ -338,7 +358,7 @@ def test_rebalancing_searches_only_hosts_within_reach() -> None:
                 probe = Pass(state, now, config)
                 if not spec.allocated or find_victims(probe.hosts, spec, now, None) is not None:
                     continue  # the pass would not search for rebalance victims
-                _, giving, _ = probe.rebalance_bound(spec)
+                _, giving, _, _ = probe.rebalance_bound(spec)
                 room = rebalance_room(state, now, spec, giving, restricted=False)
                 assert rebalance_room(state, now, spec, giving, restricted=True) == room, spec
                 found[spec.gpus > probe.hosts.max_size] += room is not None

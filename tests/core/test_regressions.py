@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from apportion.core import ClusterState, HostState, PolicyConfig, Slice, decide
 from apportion.core.placement import find_victims
 from apportion.core.policy import Pass, _charge_threshold
 
-from .helpers import make_hosts, make_spec, make_tree
+from .helpers import make_hosts, make_spec, make_tree, run_on
 
 CFG = PolicyConfig()
 
@@ -79,7 +81,7 @@ def test_a_whole_host_rebalance_searches_the_hosts_of_the_sides_giving_way() -> 
     now = 10_000.0
     probe = Pass(st, now, CFG)
     assert find_victims(probe.hosts, spec, now, None) is None  # unallocated alone: too few
-    _, giving, _ = probe.rebalance_bound(spec)
+    _, giving, _, _ = probe.rebalance_bound(spec)
     assert giving == {"b": "a"}
     assert probe.reach(giving, whole_hosts=True) == {"h0", "h1", "h2", "h3"}
     rooms = []
@@ -95,3 +97,28 @@ def test_a_whole_host_rebalance_searches_the_hosts_of_the_sides_giving_way() -> 
     assert rooms[0] == rooms[1] == ((("h0", 8), ("h3", 8)), ["free", "b0"])
     d = decide(st, now, CFG)
     assert {(p.workload, p.by) for p in d.preemptions} == {("free", "x"), ("b0", "x")}
+
+
+def test_a_larger_request_of_a_budget_is_tried_after_a_smaller_one_failed_to_rebalance() -> None:
+    """The guarantee rule's overshoot grows with the request: x holds one 8-GPU run on a
+    4-GPU share (of 12 healthy GPUs: h0 8, h1 4), y runs 4 GPUs on h1 and asks for 1 GPU,
+    then for 4 (both fit within its 8-GPU share). For 1 GPU x may lose at most 5.5 GPUs,
+    less than its run; for 4 GPUs up to 8 (x may end 4 GPUs below its share), so the run
+    is preempted for the 4-GPU request. The failure of the 1-GPU request must not be
+    recorded for the 4-GPU one (it was, and the fast pass decided nothing where the
+    reference pass preempts)."""
+    st = ClusterState(make_tree(("x", 0.5), "y"), make_hosts(8, 4))
+    run_on(st, make_spec("x0", "x", 8, min_runtime=60.0), 0.0, ("h0", 8))
+    run_on(st, make_spec("y0", "y", 4, min_runtime=60.0), 0.0, ("h1", 4))
+    st.submit(make_spec("small", "y", 1, min_runtime=60.0, submit_time=100.0), 100.0)
+    st.submit(make_spec("large", "y", 4, min_runtime=60.0, submit_time=200.0), 200.0)
+    now = 3_600.0
+    probe = Pass(st, now, CFG)
+    small, large = st.pending["small"].spec, st.pending["large"].spec
+    assert probe.rules.limit(small, "y", "x") == pytest.approx(5.5)
+    assert probe.rules.limit(large, "y", "x") == pytest.approx(8.0)
+    assert probe.rules.overshoot_room(small, "y", "x", 5.5) == 4  # y's room in its share
+    for config in (CFG, dataclasses.replace(CFG, shortcuts=False)):
+        d = decide(st, now, config)
+        assert d.order == ("small", "large")
+        assert [(p.workload, p.by) for p in d.preemptions] == [("x0", "large")], config

@@ -15,6 +15,7 @@ and its decision log (``core.decision_log`` lines) must equal the simulator's.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,10 +181,13 @@ def test_generated_cases_cover_what_they_claim() -> None:
     """Across the seeds the simulator's logs hold starts, host changes and preemptions for
     each reason ``decide`` issues, and the traces hold host deaths reported both ways (by
     the executor and by an operator), drains, explicit repairs, grace periods of 0, 30 and
-    300 s and a restart in every case: the parity test below exercises all of them."""
+    300 s and a restart in every case, and the debug lane decides differently from the Fair
+    Tree walk alone in some: the parity test below exercises all of them."""
     config = PolicyConfig()
     cases = [generate(seed) for seed in SEEDS]
     logs = [simulate(case, config) for case in cases]
+    no_lane = dataclasses.replace(config, debug_lane=False)
+    assert any(simulate(case, no_lane) != log for case, log in zip(cases, logs, strict=True))
     kinds = {line.split()[1] for log in logs for line in log}
     reasons = {line.split()[3] for log in logs for line in log if line.split()[1] == "preempt"}
     events = {e.kind for case in cases for e in case.events}

@@ -22,6 +22,11 @@ class PolicyConfig:
     """Cap on a workload's declared minimum runtime (its protection)."""
     debug_max_gpus: int = 8
     debug_max_min_runtime: float = 15 * MINUTE
+    debug_lane: bool = True
+    """Try pending debug work (see :func:`is_debug`) first, oldest submitted first, on free
+    GPUs or by displacing unallocated work, before the Fair Tree walk; only while a budget's
+    running debug work, with the new job, holds at most ``debug_max_gpus`` GPUs (see
+    docs/policy.md, "Debug work")."""
     rebalance: bool = True
     """Preempt allocated work past its minimum runtime to rebalance (False: only unallocated
     work is ever displaced, and the share guarantee no longer holds)."""

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .config import PolicyConfig
+from .config import PolicyConfig, is_debug
 from .placement import HostView, find_victims
 from .policy import Pass, decide
 from .preemption import UNALLOCATED
@@ -288,6 +288,8 @@ def explain(
             f"it {'is' if len(still_waiting_ahead) == 1 else 'are'} still waiting and may "
             "take these GPUs first"
         )
+    if config.debug_lane and is_debug(spec, config):
+        caveats.append(_debug_lane_caveat(pas, spec, config))
     if any(not v.rules_allow for v in victims):
         caveats.append(
             "the rebalance rules do not let it displace some of this work now; then it "
@@ -303,6 +305,18 @@ def explain(
         lower_bound=bool(still_waiting_ahead),
         caveats=tuple(caveats),
     )
+
+
+def _debug_lane_caveat(pas: Pass, spec: WorkloadSpec, config: PolicyConfig) -> str:
+    """Why the debug lane did not start this debug workload (docs/policy.md, "Debug work")."""
+    held = pas.debug_held(spec.budget)
+    cap = config.debug_max_gpus
+    if held + spec.gpus > cap:
+        return (f"debug work goes first on free GPUs (the debug lane) only while its budget's "
+                f"running debug work holds at most {plural(cap, 'GPU')} with it: "
+                f"{spec.budget}'s holds {plural(held, 'GPU')}")
+    return ("debug work goes first on free GPUs (the debug lane), oldest first: no room is left "
+            "for it now, on free GPUs or by displacing unallocated work")
 
 
 # ---- advice: the policy run on changed requests ----------------------------------------

@@ -26,6 +26,7 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Mapping
 from typing import Final
@@ -81,7 +82,9 @@ def _charge_threshold(
     which a request of the same budget at least as large fails too. For it no side may lose
     more than for the failed one, except the sides in ``opening`` (from
     :meth:`Pass.rebalance_bound`), which a charge below theirs opens: the guarantee rule
-    allows less to a larger request, the fair-share rule the same wherever it allows at all,
+    allows less to a larger request (beyond the sizes its overshoot lets take more, which
+    the failure does not cover: ``grows_to`` there), the fair-share rule the same wherever
+    it allows at all,
     and a larger charge spares more sides. If the bound fell short (``short_bound``) and
     stays short with every side opened, any charge fails: 0. If it fell short, the charge
     below which enough sides open to reach ``gpus``; if the search failed instead, below
@@ -230,6 +233,7 @@ class Pass:
         self.drain()
         self.honour_reservations()
         self.reserve()
+        self.debug_lane()
         self.admit_allocated()
         self.backfill_unallocated()
         self.backfill_reserved()
@@ -331,6 +335,77 @@ class Pass:
                 self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
                 self.rules.evict(victim)
             self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
+
+    # ---- phase 1d: debug work first -----------------------------------------------------
+    def debug_lane(self) -> None:
+        """Pending debug work, oldest submitted first, gets free GPUs (or displaces
+        unallocated work) before the walk hands them out in Fair Tree order: its owner is at
+        a terminal, and it asks for little and for a short time. Never rebalance victims:
+        those it may take only in its budget's turn in the walk, under the same rules as any
+        work. A budget whose running debug work would hold more than ``debug_max_gpus`` GPUs
+        with it gets nothing here, so the lane cannot be used to jump the queue with work
+        labelled debug that runs on."""
+        cfg = self.cfg
+        if not cfg.debug_lane:
+            return
+        if self.fast and self.hosts.reclaimable_unallocated() <= 0:
+            return  # no GPU free, stopping or unallocated: nothing could start here
+        st = self.state
+        # first_below finds a minimum runtime below its bound; debug work's is at most its cap
+        bound = math.nextafter(cfg.debug_max_min_runtime, _INF)
+        waiting: list[tuple[float, str]] = []  # (submit time, id): as the queues order it
+        for leaf, queue in st.queues.items():
+            if not queue or not self._has_debug_shape(leaf):
+                continue
+            for gpus, sub in st.gpus_queues(leaf).items():
+                if gpus > cfg.debug_max_gpus:
+                    break  # by GPU count, smallest first
+                at = sub.first_below(0, bound)
+                while at >= 0:
+                    wid = sub.entries[at][1]
+                    waiting.append((st.pending[wid].spec.submit_time, wid))
+                    at = sub.first_below(at + 1, bound)
+        if not waiting:
+            return
+        waiting.sort()
+        lane: dict[str, int] = {}  # leaf -> GPUs its running debug work holds, as started here
+        for _, wid in waiting:
+            if wid in self.handled:
+                continue
+            spec = st.pending[wid].spec
+            held = lane.get(spec.budget)
+            if held is None:
+                held = lane[spec.budget] = self.debug_held(spec.budget)
+            if held + spec.gpus > cfg.debug_max_gpus:
+                continue
+            if not self.try_fit(spec):
+                plan = self.unallocated_plan(spec)
+                if plan is None:
+                    continue
+                self.preempt_for(spec, plan)
+            lane[spec.budget] = held + spec.gpus
+            self.rules.admit(spec)
+            self.forget_rebalance_failures()
+            self.handled.add(spec.id)
+            self.order.append(spec.id)
+
+    def _has_debug_shape(self, leaf: str) -> bool:
+        """Has ``leaf`` pending debug work? Some shape no other is smaller and shorter than
+        is a debug one exactly when some pending shape is."""
+        cfg = self.cfg
+        for gpus, min_runtime in self.state.smallest_shapes(leaf):
+            if gpus <= cfg.debug_max_gpus and min_runtime <= cfg.debug_max_min_runtime:
+                return True
+        return False
+
+    def debug_held(self, leaf: str) -> int:
+        """GPUs held by ``leaf``'s running debug work."""
+        st, held = self.state, 0
+        for wid in st.running_of.get(leaf, ()):
+            r = st.running[wid]
+            if is_debug(r.spec, self.cfg):
+                held += r.gpus_held
+        return held
 
     # ---- phases 2-3: rank, admit or preempt ---------------------------------------------
     def admit_allocated(self) -> None:
@@ -563,14 +638,9 @@ class Pass:
 
     def try_preempt(self, spec: WorkloadSpec) -> bool:
         """Make room by displacing work: unallocated only, then with rebalance victims."""
-        plan = None
         multi = spec.gpus > self.hosts.max_size
         limited = set(spec.hosts) if spec.hosts else None  # None: any host
-        if not self.fast or spec.gpus < self.unalloc_fail_min.of(multi):
-            plan = find_victims(self.hosts, spec, self.now, None, only=limited)
-            if plan is None and limited is None:
-                self.unalloc_fail_min.set(multi, spec.gpus)
-                self._live.clear()
+        plan = self.unallocated_plan(spec)
         rebalancing = plan is None  # the plan, if any, comes from the rebalance search
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
@@ -583,7 +653,7 @@ class Pass:
             charge = self.rules.admission(spec)
             if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
                 return False
-            bound, giving, opening = self.rebalance_bound(spec)
+            bound, giving, opening, grows_to = self.rebalance_bound(spec)
             # with no side that may give, the search could take unallocated victims only,
             # and that search just failed for this request or for a smaller one: skip it
             if bound >= spec.gpus and giving:
@@ -597,7 +667,9 @@ class Pass:
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
             if plan is None and limited is None:
-                fails_from = spec.gpus
+                # a larger request may take more where the overshoot lets it (up to
+                # grows_to GPUs): the failure covers only what is larger still
+                fails_from = max(spec.gpus, grows_to + 1)
                 if not giving and not opening:
                     # no side gives, nor would for a smaller charge (the threshold is 0);
                     # nor for a smaller request that still leaves its side over its share
@@ -612,10 +684,29 @@ class Pass:
         if plan is None:
             return False
         due = self.checkpoint_due(spec, plan) if rebalancing else None
-        self.hosts.claim(plan)
         if due is not None:
+            self.hosts.claim(plan)
             self.await_checkpoints(spec, plan, due)
             return True
+        self.preempt_for(spec, plan)
+        return True
+
+    def unallocated_plan(self, spec: WorkloadSpec) -> VictimPlan | None:
+        """Room for ``spec`` made by displacing unallocated work only (what any allocated
+        work may do), or None; a failure is recorded for the larger requests it rules out."""
+        multi = spec.gpus > self.hosts.max_size
+        if self.fast and spec.gpus >= self.unalloc_fail_min.of(multi):
+            return None
+        limited = set(spec.hosts) if spec.hosts else None  # None: any host
+        plan = find_victims(self.hosts, spec, self.now, None, only=limited)
+        if plan is None and limited is None:
+            self.unalloc_fail_min.set(multi, spec.gpus)
+            self._live.clear()
+        return plan
+
+    def preempt_for(self, spec: WorkloadSpec, plan: VictimPlan) -> None:
+        """Claim the plan's GPUs for ``spec``, reserve its hosts and stop its victims."""
+        self.hosts.claim(plan)
         self.reservations.append(Reservation(spec.id, tuple(h for h, _ in plan.hosts)))
         for victim in plan.victims:
             unallocated = victim.klass == UNALLOCATED
@@ -623,7 +714,6 @@ class Pass:
             self.preempts.append(Preempt(victim.id, reason, victim.resumable, by=spec.id))
             self.rules.evict(victim)
         self.waiting[spec.id] = WaitReason.WAITING_FOR_PREEMPTION
-        return True
 
     def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
         """Until when this rebalance may wait for its victims' checkpoints
@@ -645,7 +735,7 @@ class Pass:
 
     def rebalance_bound(
         self, spec: WorkloadSpec
-    ) -> tuple[float, dict[str, str], list[tuple[float, float]]]:
+    ) -> tuple[float, dict[str, str], list[tuple[float, float]], int]:
         """At most how many GPUs could ``spec`` get by rebalancing, and the sides that may
         give way to it (victim side -> the preemptor's side at that level): free, stopping and
         unallocated GPUs, plus from each side the lesser of what its unprotected work holds and
@@ -656,11 +746,17 @@ class Pass:
 
         Also the sides the fair-share rule spares only for ``spec``'s admission charge, as
         (charge below which the rule would let the side give, GPUs the bound would gain):
-        what a shorter request could get more (see :func:`_charge_threshold`)."""
+        what a shorter request could get more (see :func:`_charge_threshold`).
+
+        And the largest request of the same budget that some side may give more GPUs to
+        than to ``spec``, by the guarantee rule's overshoot (0: none,
+        :meth:`RebalanceRules.overshoot_room`): up to that size, a failure of ``spec`` says
+        nothing about a larger request."""
         victims = self.victims()
         bound = float(self.hosts.reclaimable_unallocated())
         giving: dict[str, str] = {}
         opening: list[tuple[float, float]] = []
+        grows_to = 0
         charge = self.rules.admission(spec) * (1 + 1e-9)  # rounding: count a side in, not out
         tree = self.state.tree
         for mine in tree.lineage(spec.budget):
@@ -673,6 +769,7 @@ class Pass:
                     continue
                 smallest = victims.smallest(theirs)
                 limit = self.rules.limit(spec, mine, theirs)
+                grows_to = max(grows_to, self.rules.overshoot_room(spec, mine, theirs, limit))
                 gives = _gives(held, smallest, limit)
                 if gives:
                     bound += gives
@@ -683,7 +780,7 @@ class Pass:
                         opens_below = self.rules.charge_below(mine, theirs)
                         if 0.0 < opens_below <= charge:
                             opening.append((opens_below, more))
-        return bound, giving, opening
+        return bound, giving, opening, grows_to
 
     def all_sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """Every side that could hold victims for ``spec`` (each sibling of each of its

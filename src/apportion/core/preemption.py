@@ -391,6 +391,25 @@ class RebalanceRules:
             least = max(least, gpus)
         return least
 
+    def overshoot_room(self, spec: WorkloadSpec, mine: str, theirs: str, limit: float) -> int:
+        """The largest request of ``spec``'s budget to which side ``theirs`` may lose more
+        than ``limit`` (what it may lose to ``spec``, :meth:`limit`) by the guarantee rule's
+        overshoot, or 0 if none. The overshoot grows with the request (the victim side may
+        end up to the request below its share), so a larger request may take a victim a
+        smaller one may not; it applies while the preemptor's side ``mine`` stays within its
+        share, so up to the largest such request. Beyond it the guarantee rule lets this
+        side lose no more than to ``spec``."""
+        p = self._of(mine)
+        v = self._of(theirs)
+        if not self._within_share(spec, p) or v.held <= v.fair:
+            return 0  # the rule allows nothing here to spec, nor to any larger request
+        room = max(spec.gpus, int((1 + _EPS) * p.fair - p.held))  # near it; then exactly
+        while room > spec.gpus and not _within(p, room):
+            room -= 1
+        while _within(p, room + 1):
+            room += 1
+        return room if v.held - v.fair + room > limit else 0
+
     def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from the side ``v``
         (as in :meth:`limit`, ``p`` the preemptor's side); negative if none."""

@@ -168,6 +168,7 @@ class ClusterState:
         # budget node (and root) -> GPUs its allocated work holds, not stopping
         self._held: dict[str, int] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> running ids
+        self._running_of: dict[str, set[str]] = {}  # leaf -> its running allocated ids
         # running id -> when its time limit ends (only work that has one): what a pass
         # reads to stop work at its limit without looking at all running work
         self._deadlines: dict[str, float] = {}
@@ -376,6 +377,7 @@ class ClusterState:
                 self._protected_until[s.host] = until
         if p.spec.allocated:
             self._count_held(p.spec.budget, r.gpus_held)
+            self._running_of.setdefault(p.spec.budget, set()).add(workload)
         if p.spec.time_limit > 0:
             self._deadlines[workload] = t + p.spec.time_limit
         self._ledger.change(
@@ -451,6 +453,11 @@ class ClusterState:
             self._on_host[s.host].discard(workload)
         if r.spec.allocated and not was_stopping:
             self._count_held(r.spec.budget, -r.gpus_held)
+        if r.spec.allocated:
+            of = self._running_of[r.spec.budget]
+            of.discard(workload)
+            if not of:
+                del self._running_of[r.spec.budget]
         self._refresh_protection(r)
         self._ledger.change(
             r.spec.budget, -r.gpus_held * self._billing, t, charged=r.spec.allocated
@@ -658,6 +665,7 @@ class ClusterState:
             "budgets_on": _plain(self._budgets_on),
             "held": _plain(self._held),
             "on_host": _plain(self._on_host),
+            "running_of": _plain(self._running_of),
             "protected_until": _plain(self._protected_until),
             "deadlines": _plain(self._deadlines),
             "ledger": self._ledger.fingerprint(),
@@ -784,6 +792,11 @@ class ClusterState:
     @property
     def on_host(self) -> Mapping[str, AbstractSet[str]]:
         return self._on_host
+
+    @property
+    def running_of(self) -> Mapping[str, AbstractSet[str]]:
+        """Leaf -> its running allocated work (stopping too, until it has exited)."""
+        return self._running_of
 
     @property
     def protected_until(self) -> Mapping[str, float]:
