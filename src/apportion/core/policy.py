@@ -769,7 +769,8 @@ class Pass:
                     continue
                 smallest = victims.smallest(theirs)
                 limit = self.rules.limit(spec, mine, theirs)
-                grows_to = max(grows_to, self.rules.overshoot_room(spec, mine, theirs, limit))
+                grows_to = max(grows_to, self.rules.overshoot_room(
+                    spec, mine, theirs, limit, held, smallest))
                 gives = _gives(held, smallest, limit)
                 if gives:
                     bound += gives

@@ -391,14 +391,24 @@ class RebalanceRules:
             least = max(least, gpus)
         return least
 
-    def overshoot_room(self, spec: WorkloadSpec, mine: str, theirs: str, limit: float) -> int:
-        """The largest request of ``spec``'s budget to which side ``theirs`` may lose more
-        than ``limit`` (what it may lose to ``spec``, :meth:`limit`) by the guarantee rule's
-        overshoot, or 0 if none. The overshoot grows with the request (the victim side may
-        end up to the request below its share), so a larger request may take a victim a
-        smaller one may not; it applies while the preemptor's side ``mine`` stays within its
-        share, so up to the largest such request. Beyond it the guarantee rule lets this
-        side lose no more than to ``spec``."""
+    def overshoot_room(
+        self, spec: WorkloadSpec, mine: str, theirs: str, limit: float, released: int,
+        smallest: int,
+    ) -> int:
+        """The largest request of ``spec``'s budget to which side ``theirs`` may give more
+        than to ``spec`` by the guarantee rule's overshoot, or 0 if none. ``limit`` is what
+        it may lose to ``spec`` (:meth:`limit`), ``released`` the GPUs of its work past its
+        minimum runtime and ``smallest`` the least of them one preemption takes.
+
+        The overshoot grows with the request (the victim side may end up to the request
+        below its share), so a larger request may take a victim a smaller one may not; it
+        applies while the preemptor's side ``mine`` stays within its share, so up to the
+        largest such request (its room). It lets the side give more only if the limit at
+        that room is above ``limit`` and reaches its smallest victim, and ``limit`` does not
+        already cover all it could give. Beyond the room the guarantee rule lets this side
+        lose no more than to ``spec``."""
+        if limit >= released:
+            return 0  # it may already lose all it could: a larger limit gives no more
         p = self._of(mine)
         v = self._of(theirs)
         if not self._within_share(spec, p) or v.held <= v.fair:
@@ -408,7 +418,8 @@ class RebalanceRules:
             room -= 1
         while _within(p, room + 1):
             room += 1
-        return room if v.held - v.fair + room > limit else 0
+        most = v.held - v.fair + room  # the overshoot's limit at the room: the largest
+        return room if most > limit and most >= smallest else 0
 
     def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from the side ``v``
