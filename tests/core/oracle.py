@@ -69,7 +69,8 @@ COVERED: dict[str, str] = {
 }
 # What the derived cache holds: all of it checked by _cache_errors.
 CACHE_COVERED = {
-    "smallest", "smallest_unallocated", "released", "protections", "by_gpus", "budget_sets"
+    "smallest", "smallest_unallocated", "released", "protections", "by_gpus", "budget_sets",
+    "within",
 }
 
 
@@ -305,6 +306,13 @@ def _cache_errors(state: ClusterState) -> list[str]:
         budgets_on = rebuild(state)["budgets_on"]
         for host, budgets in cache.budget_sets.items():
             errors += _diff(f"budget_set({host!r}) (kept)", set(budgets), set(budgets_on[host]))
+    for (gpus, min_runtime), leaves in cache.within.items():
+        want_leaves = {
+            spec.budget for spec in (p.spec for p in state.pending.values())
+            if spec.allocated and spec.gpus <= gpus and spec.min_runtime <= min_runtime
+        }
+        errors += _diff(f"leaves_within({gpus}, {min_runtime}) (kept)", set(leaves),
+                        want_leaves)
     kept_unallocated = cache.smallest_unallocated
     if kept_unallocated is not None:
         errors += _diff("smallest_unallocated() (kept)", kept_unallocated,

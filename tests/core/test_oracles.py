@@ -386,7 +386,7 @@ def replayed() -> ClusterState:
     """A state after a short history: budgets a/x, a/y, b on hosts of 8, 8 and 4 GPUs, work
     running (allocated and unallocated, one stopping, one with a time limit), pending in
     both queues, one
-    reservation, one host draining, asked about its released work."""
+    reservation, one host draining, asked about its released work and every kept answer."""
     st = make_state(make_tree("a/x", "a/y", "b"), make_hosts(8, 8, 4))
     run_on(st, make_spec("r3", "a/y", 16, HOUR), 0.0, ("h0", 8), ("h1", 8))
     st.finish("r3", 5.0)
@@ -408,6 +408,7 @@ def replayed() -> ClusterState:
     st.gpus_queues("a/x")
     st.smallest_unallocated()
     st.budget_set("h0")
+    assert st.leaves_within(8, 2 * HOUR) == {"a/x", "b"}
     return st
 
 
@@ -449,6 +450,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "released": lambda s: s.derived.released.ids.discard("r2"),
     "budget_set": lambda s: s.derived.budget_sets.__setitem__("h0", frozenset({"a/x"})),
     "protection heap": lambda s: s.derived.protections.clear(),
+    "leaves_within": lambda s: s.derived.within[(8, 2 * HOUR)].discard("b"),
 }
 
 

@@ -348,15 +348,18 @@ class Pass:
         cfg = self.cfg
         if not cfg.debug_lane:
             return
-        if self.fast and self.hosts.reclaimable_unallocated() <= 0:
-            return  # no GPU free, stopping or unallocated: nothing could start here
+        hosts = self.hosts
+        if (self.fast and hosts.room(False) <= 0
+                and self.state.ledger.rate(ROOT, charged=False) <= 0
+                and hosts.reclaimable_unallocated() <= 0):
+            # no GPU free, stopping or unallocated: nothing could start here (asked in this
+            # order: the last sums every host's counts, the first two are kept figures)
+            return
         st = self.state
         # first_below finds a minimum runtime below its bound; debug work's is at most its cap
         bound = math.nextafter(cfg.debug_max_min_runtime, _INF)
         waiting: list[tuple[float, str]] = []  # (submit time, id): as the queues order it
-        for leaf, queue in st.queues.items():
-            if not queue or not self._has_debug_shape(leaf):
-                continue
+        for leaf in st.leaves_within(cfg.debug_max_gpus, cfg.debug_max_min_runtime):
             for gpus, sub in st.gpus_queues(leaf).items():
                 if gpus > cfg.debug_max_gpus:
                     break  # by GPU count, smallest first
@@ -388,15 +391,6 @@ class Pass:
             self.forget_rebalance_failures()
             self.handled.add(spec.id)
             self.order.append(spec.id)
-
-    def _has_debug_shape(self, leaf: str) -> bool:
-        """Has ``leaf`` pending debug work? Some shape no other is smaller and shorter than
-        is a debug one exactly when some pending shape is."""
-        cfg = self.cfg
-        for gpus, min_runtime in self.state.smallest_shapes(leaf):
-            if gpus <= cfg.debug_max_gpus and min_runtime <= cfg.debug_max_min_runtime:
-                return True
-        return False
 
     def debug_held(self, leaf: str) -> int:
         """GPUs held by ``leaf``'s running debug work."""

@@ -100,7 +100,8 @@ class DerivedCache:
     leaves this object out."""
 
     __slots__ = (
-        "budget_sets", "by_gpus", "protections", "released", "smallest", "smallest_unallocated"
+        "budget_sets", "by_gpus", "protections", "released", "smallest", "smallest_unallocated",
+        "within",
     )
 
     def __init__(self) -> None:
@@ -116,6 +117,18 @@ class DerivedCache:
         self.released = Released(float("-inf"))
         # host -> see ClusterState.budget_set; dropped when the host's budgets change
         self.budget_sets: dict[str, frozenset[str]] = {}
+        # (GPUs, minimum runtime) -> see ClusterState.leaves_within; kept up to date leaf
+        # by leaf as a leaf's shapes change
+        self.within: dict[tuple[int, float], set[str]] = {}
+
+
+def _has_within(sizes: Mapping[Shape, int], gpus: int, min_runtime: float) -> bool:
+    """Is some shape among ``sizes`` of at most ``gpus`` GPUs and ``min_runtime``? A loop,
+    not ``any`` over a generator: compiled, a generator is an object built per call."""
+    for g, m in sizes:  # noqa: SIM110
+        if g <= gpus and m <= min_runtime:
+            return True
+    return False
 
 
 def queue_key(spec: WorkloadSpec) -> QueueKey:
@@ -315,6 +328,7 @@ class ClusterState:
             for key in [k for k in table if k not in had]:
                 del table[key]
         self._cache.by_gpus.clear()  # the queues are the original's again
+        self._cache.within.clear()
 
     def unqueue(self, workload: str) -> Pending:
         """Take a pending workload out of the queue (to start it, or because it was cancelled)."""
@@ -341,7 +355,14 @@ class ClusterState:
 
     def _shapes_changed(self, spec: WorkloadSpec) -> None:
         if spec.allocated:
-            self._cache.smallest.pop(spec.budget, None)
+            leaf = spec.budget
+            self._cache.smallest.pop(leaf, None)
+            sizes = self._sizes.get(leaf)
+            for (gpus, min_runtime), leaves in self._cache.within.items():
+                if sizes and _has_within(sizes, gpus, min_runtime):
+                    leaves.add(leaf)
+                else:
+                    leaves.discard(leaf)
         else:
             self._cache.smallest_unallocated = None
 
@@ -590,6 +611,20 @@ class ClusterState:
                     shapes.append((gpus, min_runtime))
             self._cache.smallest[leaf] = shapes
         return shapes
+
+    def leaves_within(self, gpus: int, min_runtime: float) -> AbstractSet[str]:
+        """The leaves with pending allocated work of at most ``gpus`` GPUs and at most
+        ``min_runtime`` minimum runtime (read only): the debug lane's budgets, found without
+        looking at every leaf each pass. Built when first asked for these bounds, then kept
+        up to date as each leaf's shapes change."""
+        key = (gpus, min_runtime)
+        kept = self._cache.within.get(key)
+        if kept is None:
+            kept = self._cache.within[key] = {
+                leaf for leaf, sizes in self._sizes.items()
+                if _has_within(sizes, gpus, min_runtime)
+            }
+        return kept
 
     def gpus_queues(self, leaf: str) -> Mapping[int, GpusQueue]:
         """``leaf``'s pending allocated work by GPU count, each in queue order (read only;
