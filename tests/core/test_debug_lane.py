@@ -41,6 +41,7 @@ class Ask:
     budget: str
     gpus: int
     min_runtime: float
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,14 @@ CASES = {
         (Ask("owed-8", "owed", 8, HOUR), Ask("busy-dbg", "busy", 2, DEBUG)),
         lane=((), ("free-0",)),
         no_lane=((), ("free-0", "free-1", "free-2", "free-3")),
+    ),
+    # inside a budget the lane keeps its queue order: the later, higher-priority debug job
+    # gets the one free GPU
+    "inside a budget, debug work in queue order": Case(
+        (FULL_H0, Run("busy-h1", "busy", 7, "h1")),
+        (Ask("busy-dbg", "busy", 1, DEBUG), Ask("busy-urgent", "busy", 1, DEBUG, priority=1)),
+        lane=(("busy-urgent",), ()),
+        no_lane=(("busy-urgent",), ()),
     ),
     # the cluster full of owed's work past its minimum runtime, under owed's share: the
     # lane never takes allocated work, and busy (over its share) may not either
@@ -123,7 +132,8 @@ def _state(case: Case) -> ClusterState:
     events: list[tuple[float, Run | Ask]] = [(r.started, r) for r in case.running]
     events += [(NOW - HOUR + 60.0 * i, a) for i, a in enumerate(case.pending)]
     for t, e in sorted(events, key=lambda te: te[0]):  # the state's clock only advances
-        st.submit(make_spec(e.id, e.budget, e.gpus, e.min_runtime, t), t)
+        priority = e.priority if isinstance(e, Ask) else 0
+        st.submit(make_spec(e.id, e.budget, e.gpus, e.min_runtime, t, priority=priority), t)
         if isinstance(e, Run):
             st.start(e.id, (Slice(e.host, e.gpus),), t)
     return st

@@ -148,7 +148,7 @@ def check_budget_order(
     state: ClusterState, d: Decisions, config: PolicyConfig = CFG
 ) -> None:
     """Inside each budget, work is considered in queue order: priority, then submit time;
-    only debug work the debug lane takes goes first (oldest submitted first, each of it
+    only debug work the debug lane takes goes first (in queue order too, each of it
     started or promised its GPUs in the pass). Work holding a reservation is settled first:
     it was ranked and admitted by the pass that preempted for it, so it is not ranked again."""
     taken = {s.workload for s in d.starts} | {r.workload for r in d.reservations}
@@ -167,15 +167,15 @@ def _lane_then_queue(
     state: ClusterState, lane: list[WorkloadSpec], rest: list[WorkloadSpec], taken: set[str],
     config: PolicyConfig,
 ) -> bool:
-    """Is ``lane`` debug work the lane may have taken, oldest submitted first, and ``rest``
-    in queue order?"""
+    """Is ``lane`` debug work the lane may have taken and ``rest`` other work, each in queue
+    order?"""
     if lane and not config.debug_lane:
         return False
     if not all(is_debug(s, config) and s.id in taken for s in lane):
         return False
-    queued = [(s.submit_time, s.id) for s in lane]
+    lane_keys = [queue_key(s) for s in lane]
     keys = [queue_key(s) for s in rest]
-    return queued == sorted(queued) and keys == sorted(keys)
+    return lane_keys == sorted(lane_keys) and keys == sorted(keys)
 
 
 @DRIVEN_SETTINGS

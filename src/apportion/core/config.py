@@ -23,8 +23,9 @@ class PolicyConfig:
     debug_max_gpus: int = 8
     debug_max_min_runtime: float = 15 * MINUTE
     debug_lane: bool = True
-    """Try pending debug work (see :func:`is_debug`) first, oldest submitted first, on free
-    GPUs or by displacing unallocated work, before the Fair Tree walk; only while a budget's
+    """Try pending debug work (see :func:`is_debug`) first, on free GPUs or by displacing
+    unallocated work, before the Fair Tree walk (each budget's in its queue order, the
+    budget whose next debug job was submitted first going next); only while a budget's
     running debug work, with the new job, holds at most ``debug_max_gpus`` GPUs (see
     docs/policy.md, "Debug work")."""
     rebalance: bool = True

@@ -315,8 +315,8 @@ def _debug_lane_caveat(pas: Pass, spec: WorkloadSpec, config: PolicyConfig) -> s
         return (f"debug work goes first on free GPUs (the debug lane) only while its budget's "
                 f"running debug work holds at most {plural(cap, 'GPU')} with it: "
                 f"{spec.budget}'s holds {plural(held, 'GPU')}")
-    return ("debug work goes first on free GPUs (the debug lane), oldest first: no room is left "
-            "for it now, on free GPUs or by displacing unallocated work")
+    return ("debug work goes first on free GPUs (the debug lane): no room is left for it now, "
+            "on free GPUs or by displacing unallocated work")
 
 
 # ---- advice: the policy run on changed requests ----------------------------------------

@@ -26,6 +26,7 @@ All working data is local to the pass; ``state`` is never written.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_left
 from collections.abc import Mapping
@@ -338,8 +339,9 @@ class Pass:
 
     # ---- phase 1d: debug work first -----------------------------------------------------
     def debug_lane(self) -> None:
-        """Pending debug work, oldest submitted first, gets free GPUs (or displaces
-        unallocated work) before the walk hands them out in Fair Tree order: its owner is at
+        """Pending debug work gets free GPUs (or displaces unallocated work) before the walk
+        hands them out in Fair Tree order, each budget's in its queue order, the budget whose
+        next debug job was submitted first going next: its owner is at
         a terminal, and it asks for little and for a short time. Never rebalance victims:
         those it may take only in its budget's turn in the walk, under the same rules as any
         work. A budget whose running debug work would hold more than ``debug_max_gpus`` GPUs
@@ -358,39 +360,77 @@ class Pass:
         st = self.state
         # first_below finds a minimum runtime below its bound; debug work's is at most its cap
         bound = math.nextafter(cfg.debug_max_min_runtime, _INF)
-        waiting: list[tuple[float, str]] = []  # (submit time, id): as the queues order it
+        # Each budget's debug work in its queue order (a cursor per GPU count: position in
+        # that count's queue), the budgets in the order of their next job's submit time: the
+        # work is looked at lazily, so a pass costs what the budgets with debug work and the
+        # starts cost, not the depth of their queues.
+        cursors: dict[str, dict[int, int]] = {}
+        heads: list[tuple[float, str, str]] = []  # (submit time, id, leaf) of each next job
         for leaf in st.leaves_within(cfg.debug_max_gpus, cfg.debug_max_min_runtime):
-            for gpus, sub in st.gpus_queues(leaf).items():
+            at_gpus: dict[int, int] = {}
+            for gpus in st.gpus_queues(leaf):
                 if gpus > cfg.debug_max_gpus:
                     break  # by GPU count, smallest first
-                at = sub.first_below(0, bound)
-                while at >= 0:
-                    wid = sub.entries[at][1]
-                    waiting.append((st.pending[wid].spec.submit_time, wid))
-                    at = sub.first_below(at + 1, bound)
-        if not waiting:
-            return
-        waiting.sort()
+                at_gpus[gpus] = self._next_debug(leaf, gpus, 0, bound)
+            cursors[leaf] = at_gpus
+            self._push_debug_head(leaf, at_gpus, heads)
         lane: dict[str, int] = {}  # leaf -> GPUs its running debug work holds, as started here
-        for _, wid in waiting:
-            if wid in self.handled:
-                continue
+        while heads:
+            _, wid, leaf = heapq.heappop(heads)
+            at_gpus = cursors[leaf]
             spec = st.pending[wid].spec
-            held = lane.get(spec.budget)
+            gpus = spec.gpus
+            held = lane.get(leaf)
             if held is None:
-                held = lane[spec.budget] = self.debug_held(spec.budget)
-            if held + spec.gpus > cfg.debug_max_gpus:
-                continue
-            if not self.try_fit(spec):
-                plan = self.unallocated_plan(spec)
-                if plan is None:
-                    continue
-                self.preempt_for(spec, plan)
-            lane[spec.budget] = held + spec.gpus
-            self.rules.admit(spec)
-            self.forget_rebalance_failures()
-            self.handled.add(spec.id)
-            self.order.append(spec.id)
+                held = lane[leaf] = self.debug_held(leaf)
+            if held + gpus > cfg.debug_max_gpus:
+                at_gpus[gpus] = -1  # its budget's debug work only grows: none of these fits
+            elif self.try_fit(spec) or self._debug_displaces_unallocated(spec):
+                lane[leaf] = held + gpus
+                self.rules.admit(spec)
+                self.forget_rebalance_failures()
+                self.handled.add(spec.id)
+                self.order.append(spec.id)
+                at_gpus[gpus] = self._next_debug(leaf, gpus, at_gpus[gpus] + 1, bound)
+            elif self.fast and not spec.hosts:
+                # no room for this many GPUs: free GPUs and unallocated work only fall in a
+                # pass, so the rest of this count fails too (a request limited to some hosts
+                # failing says nothing about the others)
+                at_gpus[gpus] = -1
+            else:
+                at_gpus[gpus] = self._next_debug(leaf, gpus, at_gpus[gpus] + 1, bound)
+            self._push_debug_head(leaf, at_gpus, heads)
+
+    def _debug_displaces_unallocated(self, spec: WorkloadSpec) -> bool:
+        plan = self.unallocated_plan(spec)
+        if plan is None:
+            return False
+        self.preempt_for(spec, plan)
+        return True
+
+    def _next_debug(self, leaf: str, gpus: int, start: int, bound: float) -> int:
+        """The position, from ``start`` on, of the next debug job of ``leaf`` asking for
+        ``gpus`` GPUs not settled before the walk (-1: none)."""
+        sub = self.state.gpus_queues(leaf)[gpus]
+        at = sub.first_below(start, bound)
+        while at >= 0 and sub.entries[at][1] in self.handled:
+            at = sub.first_below(at + 1, bound)
+        return at
+
+    def _push_debug_head(
+        self, leaf: str, at_gpus: dict[int, int], heads: list[tuple[float, str, str]]
+    ) -> None:
+        """Queue ``leaf``'s next debug job (the first in its queue order among the GPU
+        counts' next ones) by its submit time."""
+        queues = self.state.gpus_queues(leaf)
+        best: Entry | None = None
+        for gpus, at in at_gpus.items():
+            if at >= 0:
+                entry = queues[gpus].entries[at]
+                if best is None or entry < best:
+                    best = entry
+        if best is not None:
+            heapq.heappush(heads, (self.state.pending[best[1]].spec.submit_time, best[1], leaf))
 
     def debug_held(self, leaf: str) -> int:
         """GPUs held by ``leaf``'s running debug work."""
