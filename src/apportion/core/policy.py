@@ -341,8 +341,8 @@ class Pass:
     def debug_lane(self) -> None:
         """Pending debug work gets free GPUs (or displaces unallocated work) before the walk
         hands them out in Fair Tree order, each budget's in its queue order, the budget whose
-        next debug job was submitted first going next: its owner is at
-        a terminal, and it asks for little and for a short time. Never rebalance victims:
+        next debug job was submitted first going next: its owner is at a terminal, and it
+        asks for little and for a short time. Never rebalance victims:
         those it may take only in its budget's turn in the walk, under the same rules as any
         work. A budget whose running debug work would hold more than ``debug_max_gpus`` GPUs
         with it gets nothing here, so the lane cannot be used to jump the queue with work

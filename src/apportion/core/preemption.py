@@ -165,6 +165,18 @@ def _within(p: _Figures, gpus: int) -> bool:
     return (p.held + gpus) / p.fair <= 1 + _EPS
 
 
+def _first_over(p: _Figures) -> int:
+    """The fewest GPUs (at least 1) that side ``p`` would not stay within its share with
+    (:func:`_within` false): found near the figure, then exactly with the same
+    floating-point test, which only turns false as the count grows."""
+    gpus = max(1, int((1 + _EPS) * p.fair - p.held))
+    while gpus > 1 and not _within(p, gpus - 1):
+        gpus -= 1
+    while _within(p, gpus):
+        gpus += 1
+    return gpus
+
+
 class RebalanceRules:
     """Usage ratios of one pass, moved by the pass's own admissions and evictions."""
 
@@ -382,13 +394,7 @@ class RebalanceRules:
         floating-point test, which only grows with the count."""
         least = 1
         for node in self.tree.lineage(budget):
-            p = self._of(node)
-            gpus = max(1, int((1 + _EPS) * p.fair - p.held))  # near it; then exactly
-            while gpus > 1 and not _within(p, gpus - 1):
-                gpus -= 1
-            while _within(p, gpus):
-                gpus += 1
-            least = max(least, gpus)
+            least = max(least, _first_over(self._of(node)))
         return least
 
     def overshoot_room(
@@ -413,11 +419,7 @@ class RebalanceRules:
         v = self._of(theirs)
         if not self._within_share(spec, p) or v.held <= v.fair:
             return 0  # the rule allows nothing here to spec, nor to any larger request
-        room = max(spec.gpus, int((1 + _EPS) * p.fair - p.held))  # near it; then exactly
-        while room > spec.gpus and not _within(p, room):
-            room -= 1
-        while _within(p, room + 1):
-            room += 1
+        room = _first_over(p) - 1  # at least spec.gpus: the side is within its share with it
         most = v.held - v.fair + room  # the overshoot's limit at the room: the largest
         return room if most > limit and most >= smallest else 0
 
