@@ -282,3 +282,41 @@ def test_service_and_simulator_agree_on_a_rebalance_waiting_for_a_checkpoint(
     assert "2400.000 preempt w-000001 rebalance requeue=True by=w-000003" in expected
     assert "2400.000 start w-000003 on h0:2" in expected
     assert serve(backend, tmp_path, config) == expected
+
+
+# Held work and the share guarantee's clock: ops' 4-GPU run (w-000004) waits for its
+# dependency (w-000001, ops' 2-GPU run, ends at 3500 s) on the one host, which ai/vision
+# fills. Released at 3500 s, it needs w-000002 (resumable, checkpointing every 800 s, next
+# at 4000 s, within checkpoint_wait). With max_min_runtime 1 h, a wait may last until
+# queued_at + 1 h: from the release (7100 s) the checkpoint is waited for; from the
+# submission (3600 s) it would not be, and w-000002 would be preempted at once.
+HELD_HOSTS = (("h0", 8),)
+HELD_TRACE = [
+    ("w-000001", 0, "ops", 2, 600, False, 0, 3500),
+    ("w-000002", 0, "ai/vision", 4, 1800, True, 800, 20000),
+    ("w-000003", 0, "ai/vision", 2, 1800, False, 0, 20000),
+    ("w-000004", 10, "ops", 4, 1200, False, 0, 3000),
+    ("w-000005", 20, "ai/vision", 2, 1800, False, 0, 20000),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_service_and_simulator_count_held_work_as_queued_from_its_release(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The case above: both release w-000004 at 3500 s and count its queue time from then,
+    so both wait for w-000002's checkpoint at 4000 s and preempt it there (not at 3500 s);
+    the logs are the same line by line."""
+    for name, value in (("TRACE", HELD_TRACE), ("HOSTS", HELD_HOSTS), ("EVENTS", []),
+                        ("ARRAY", ("w-999999", (), 0)),
+                        ("AFTER", {"w-000004": ("afterok", "w-000001")}),
+                        ("TIME_LIMITS", {}), ("ON_TERM", set())):
+        monkeypatch.setattr(sys.modules[__name__], name, value)
+    config = PolicyConfig(max_min_runtime=HOUR, checkpoint_wait=600.0,
+                          restart_protection=HOUR)
+    expected = simulate(config)
+    assert not [line for line in expected if line.startswith("3500.000")
+                and "preempt" in line], expected
+    assert "4000.000 preempt w-000002 rebalance requeue=True by=w-000004" in expected
+    assert "4000.000 start w-000004 on h0:4" in expected
+    assert serve(backend, tmp_path, config) == expected

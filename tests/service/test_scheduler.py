@@ -312,3 +312,47 @@ def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     assert (why_big["status"], why_big["id"], why_big["protected_until"]) == (
         "running", big, 600.0)
     assert lite.sched.why("w-999999") is None
+
+
+def test_held_work_queues_from_its_release(env: Env) -> None:
+    """A workload held by a dependency joins the queue when the dependency completes: its
+    ``released_at`` and ``queued_at`` are that pass's time (not its submission's), and it
+    is released once only."""
+    first = env.submit(gpus=8, duration=500.0)
+    env.at(0.0)
+    env.clock.set(10.0)
+    then = env.store.add_workload(
+        budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=10.0, command=["train"],
+        actor="alice", dependencies=[("afterok", first)],
+    )
+    env.at(10.0)
+    assert env.store.get_workload(then.id).released_at is None
+    assert then.id not in env.sched.state.pending  # held: the policy does not see it
+    env.at(500.0)  # the dependency completes; then starts on the GPUs it freed
+    w = env.store.get_workload(then.id)
+    assert (w.status, w.submit_time, w.queued_at, w.released_at) == (
+        Status.RUNNING, 10.0, 500.0, 500.0)
+    assert not env.store.release_held(then.id, 600.0)  # once only, and only pending work
+
+
+def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: Env) -> None:
+    """Held work released while the cluster is full waits in the queue from its release; a
+    restart later neither holds it again nor moves its queue time to the restart's."""
+    first = env.submit(gpus=4, duration=500.0)
+    blocker = env.submit(budget="ai/vision", gpus=4, min_runtime=8 * 3600.0)
+    env.at(0.0)
+    env.clock.set(10.0)
+    then = env.store.add_workload(
+        budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=10.0, command=["train"],
+        actor="alice", dependencies=[("afterok", first)],
+    )
+    env.at(10.0)
+    env.at(500.0)  # released; 4 GPUs are free, blocker holds the others (protected)
+    assert env.sched.state.pending[then.id].queued_at == 500.0
+    assert env.store.get_workload(blocker).status is Status.RUNNING
+    env.clock.set(900.0)
+    env.restart()
+    env.at(900.0)
+    assert env.sched.state.pending[then.id].queued_at == 500.0
+    w = env.store.get_workload(then.id)
+    assert (w.status, w.queued_at, w.released_at) == (Status.PENDING, 500.0, 500.0)

@@ -157,6 +157,26 @@ def test_end_attempt_requeue(store: Store) -> None:
     assert a2.n == 2
 
 
+def test_release_held_sets_the_queue_time_once_and_keeps_a_requeue_time(store: Store) -> None:
+    """Releasing held work stamps ``released_at`` and, for work that never ran, ``queued_at``
+    (the queue time counts from the release); it happens once only, and never to work that
+    is not pending. Work that ran before keeps the queue time its requeue gave it."""
+    wid = submit(store, t=5.0)
+    assert store.release_held(wid, 40.0)
+    w = store.get_workload(wid)
+    assert (w.queued_at, w.released_at, w.submit_time) == (40.0, 40.0, 5.0)
+    assert not store.release_held(wid, 90.0)  # once only
+    assert store.get_workload(wid).queued_at == 40.0
+    ran = submit(store, t=5.0, resumable=True)
+    store.begin_attempt(ran, [("h1", 2, [0, 1])], 10.0)
+    assert not store.release_held(ran, 20.0)  # running, not pending
+    store.mark_stopping(ran)
+    store.end_attempt(ran, 1, 50.0, None, "preempted: rebalance", Status.PENDING)
+    assert store.release_held(ran, 70.0)
+    w = store.get_workload(ran)
+    assert (w.queued_at, w.released_at) == (50.0, 70.0)
+
+
 def test_end_attempt_illegal_transition_changes_nothing(store: Store) -> None:
     """running -> preempted skips stopping: refused, and the attempt stays open."""
     wid = submit(store)

@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apportion.core import (
@@ -543,8 +543,9 @@ class Scheduler:
 
     def _queue(self, row: WorkloadRow, t: float, held: bool = True) -> None:
         """Queue a pending workload, or hold it while a dependency or its array's throttle
-        keeps it out (``held=False``: it was just released)."""
-        if held and (row.dependencies or row.array_throttle):
+        keeps it out (``held=False``: it was just released). Work released before stays in
+        the queue, as in the simulator (after a restart too: ``released_at`` is stored)."""
+        if held and (row.dependencies or row.array_throttle) and row.released_at is None:
             self._held[row.id] = row
             return
         st = self._st()
@@ -590,7 +591,11 @@ class Scheduler:
                 log.info("%s: ended: %s", wid, reason)
         for wid in ready:
             self._hold_reason.pop(wid, None)
-            self._queue(self._held.pop(wid), now, held=False)
+            row = self._held.pop(wid)
+            if self.store.release_held(wid, now):  # it queues from now, as in the simulator
+                queued_at = now if row.attempts_count == 0 else row.queued_at
+                row = replace(row, queued_at=queued_at, released_at=now)
+            self._queue(row, now, held=False)
         for wid, row in self._held.items():  # what the rest waits for, for the views
             met, _ = dependency_state(row.hold(), statuses.get)
             if not met:

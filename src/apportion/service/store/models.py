@@ -96,6 +96,8 @@ class WorkloadModel(Base):
     env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)  # exported vars
     submit_time: Mapped[float] = mapped_column(Double, nullable=False)
     queued_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # held work (dependencies, array throttle): when it joined the queue (0008)
+    released_at: Mapped[float | None] = mapped_column(Double, nullable=True)
     status: Mapped[str] = mapped_column(String(16), nullable=False)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, nullable=False)
     attempts_count: Mapped[int] = mapped_column(Integer, nullable=False)

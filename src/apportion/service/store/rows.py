@@ -117,6 +117,7 @@ class WorkloadRow:
     checkpoint_on_term: bool = False
     gpu_kinds: tuple[str, ...] = ()  # accepted, in its owner's order; empty: any
     cluster: str = ""  # "": any
+    released_at: float | None = None  # held work: when it joined the queue
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
 
@@ -124,7 +125,8 @@ class WorkloadRow:
         """The row as it was when it was stored (what the submission answered): pending,
         no attempts. A retried submission with the same idempotency key answers this."""
         return replace(
-            self, queued_at=self.submit_time, status=Status.PENDING, cancel_requested=False,
+            self, queued_at=self.submit_time, released_at=None, status=Status.PENDING,
+            cancel_requested=False,
             attempts_count=0, exit_code=None, end_reason=None, attempt=None, attempts=(),
         )
 

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, case, create_engine, event, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -285,6 +285,22 @@ class Store:
         """pending -> cancelled with ``reason``, for work that can never start (its
         dependency can no longer be met). Audited. False if it was no longer pending."""
         return self._cancel_pending(workload_id, reason, actor, "workload.cancel")
+
+    def release_held(self, workload_id: str, at: float) -> bool:
+        """Held work joins the queue at ``at``: its ``released_at``, and, if it never ran,
+        its ``queued_at`` (waits and the share guarantee count from there, as the
+        simulator's do). Once only: False, changing nothing, if it was released before or
+        is no longer pending."""
+        with self._tx() as s:
+            res = s.execute(
+                update(WM)
+                .where(WM.id == workload_id, WM.status == Status.PENDING.value,
+                       WM.released_at.is_(None))
+                .values(released_at=at,
+                        queued_at=case((WM.attempts_count == 0, at), else_=WM.queued_at))
+                .execution_options(synchronize_session=False)
+            )
+            return bool(res.rowcount == 1)  # type: ignore[attr-defined]
 
     def array_ids(self, array_id: str) -> list[str]:
         """The ids of an array's elements, in index order."""
@@ -949,6 +965,7 @@ def _workload(
         exclude=tuple((m.constraints or {}).get("exclude", ())),
         gpu_kinds=tuple(m.gpu_kinds or ()),
         cluster=m.cluster or "",
+        released_at=m.released_at,
         attempt=attempt,
         attempts=attempts,
     )
