@@ -162,6 +162,17 @@ def serve(backend: str, tmp_path: Path, config: PolicyConfig,
     return moments.log
 
 
+def use_case(monkeypatch: pytest.MonkeyPatch, trace: list[tuple[object, ...]],
+             hosts: tuple[tuple[str, int], ...],
+             after: dict[str, tuple[str, str]] | None = None) -> None:
+    """Run the tests below on another trace and cluster: no host events, array, time
+    limits or checkpoints on SIGTERM, and only the dependencies ``after`` names."""
+    for name, value in (("TRACE", trace), ("HOSTS", hosts), ("EVENTS", []),
+                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", after or {}),
+                        ("TIME_LIMITS", {}), ("ON_TERM", set())):
+        monkeypatch.setattr(sys.modules[__name__], name, value)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_service_and_simulator_make_the_same_decisions(backend: str, tmp_path: Path) -> None:
     """Same trace, same policy: the live scheduler's decision log equals the simulator's,
@@ -216,10 +227,7 @@ def test_service_and_simulator_agree_on_reservations_and_backfill(
     backfills the unallocated run and ai/llm's short-protected one onto h0, preempts them
     and ai/vision's unprotected run at 1 h and starts ops' run on h0 and h1; the live
     scheduler's log is the same, line by line."""
-    for name, value in (("TRACE", RESERVE_TRACE), ("HOSTS", RESERVE_HOSTS), ("EVENTS", []),
-                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
-                        ("ON_TERM", set())):
-        monkeypatch.setattr(sys.modules[__name__], name, value)
+    use_case(monkeypatch, RESERVE_TRACE, RESERVE_HOSTS)
     config = PolicyConfig(reservations=1)
     expected = simulate(config)
     starts = [line for line in expected if line.split()[1] == "start"]
@@ -272,10 +280,7 @@ def test_service_and_simulator_agree_on_a_rebalance_waiting_for_a_checkpoint(
     """The case above: both wait at 2000 s, preempt w-000001 at its checkpoint (2400 s, the
     moment the pass asked for) and start ops' run then; the logs are the same line by
     line."""
-    for name, value in (("TRACE", WAIT_TRACE), ("HOSTS", WAIT_HOSTS), ("EVENTS", []),
-                        ("ARRAY", ("w-999999", (), 0)), ("AFTER", {}), ("TIME_LIMITS", {}),
-                        ("ON_TERM", set())):
-        monkeypatch.setattr(sys.modules[__name__], name, value)
+    use_case(monkeypatch, WAIT_TRACE, WAIT_HOSTS)
     config = PolicyConfig()
     expected = simulate(config)
     assert not [line for line in expected if line.startswith("2000.000")]
@@ -307,11 +312,7 @@ def test_service_and_simulator_count_held_work_as_queued_from_its_release(
     """The case above: both release w-000004 at 3500 s and count its queue time from then,
     so both wait for w-000002's checkpoint at 4000 s and preempt it there (not at 3500 s);
     the logs are the same line by line."""
-    for name, value in (("TRACE", HELD_TRACE), ("HOSTS", HELD_HOSTS), ("EVENTS", []),
-                        ("ARRAY", ("w-999999", (), 0)),
-                        ("AFTER", {"w-000004": ("afterok", "w-000001")}),
-                        ("TIME_LIMITS", {}), ("ON_TERM", set())):
-        monkeypatch.setattr(sys.modules[__name__], name, value)
+    use_case(monkeypatch, HELD_TRACE, HELD_HOSTS, {"w-000004": ("afterok", "w-000001")})
     config = PolicyConfig(max_min_runtime=HOUR, checkpoint_wait=600.0,
                           restart_protection=HOUR)
     expected = simulate(config)

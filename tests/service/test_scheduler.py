@@ -13,7 +13,7 @@ from sched_env import Env, make_env
 from store_db import BACKENDS
 
 from apportion.core import HostState, Status
-from apportion.service.store import Store
+from apportion.service.store import Store, WorkloadRow
 
 
 @pytest.fixture(params=BACKENDS)
@@ -314,18 +314,25 @@ def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     assert lite.sched.why("w-999999") is None
 
 
+def submit_after(env: Env, dependency: str, t: float) -> WorkloadRow:
+    """At ``t``, an 8-GPU workload of ai/llm held until ``dependency`` completes (afterok),
+    and a pass then."""
+    env.clock.set(t)
+    row = env.store.add_workload(
+        budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=t, command=["train"],
+        actor="alice", dependencies=[("afterok", dependency)],
+    )
+    env.at(t)
+    return row
+
+
 def test_held_work_queues_from_its_release(env: Env) -> None:
     """A workload held by a dependency joins the queue when the dependency completes: its
     ``released_at`` and ``queued_at`` are that pass's time (not its submission's), and it
     is released once only."""
     first = env.submit(gpus=8, duration=500.0)
     env.at(0.0)
-    env.clock.set(10.0)
-    then = env.store.add_workload(
-        budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=10.0, command=["train"],
-        actor="alice", dependencies=[("afterok", first)],
-    )
-    env.at(10.0)
+    then = submit_after(env, first, 10.0)
     assert env.store.get_workload(then.id).released_at is None
     assert then.id not in env.sched.state.pending  # held: the policy does not see it
     env.at(500.0)  # the dependency completes; then starts on the GPUs it freed
@@ -341,12 +348,7 @@ def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: En
     first = env.submit(gpus=4, duration=500.0)
     blocker = env.submit(budget="ai/vision", gpus=4, min_runtime=8 * 3600.0)
     env.at(0.0)
-    env.clock.set(10.0)
-    then = env.store.add_workload(
-        budget="ai/llm", gpus=8, min_runtime=600.0, submit_time=10.0, command=["train"],
-        actor="alice", dependencies=[("afterok", first)],
-    )
-    env.at(10.0)
+    then = submit_after(env, first, 10.0)
     env.at(500.0)  # released; 4 GPUs are free, blocker holds the others (protected)
     assert env.sched.state.pending[then.id].queued_at == 500.0
     assert env.store.get_workload(blocker).status is Status.RUNNING
