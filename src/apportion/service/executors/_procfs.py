@@ -13,9 +13,11 @@ def stat_fields(pid: int) -> list[str] | None:
     process. The name is skipped by its last ')' because it may hold spaces or parens."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except OSError:  # gone (or going: a process that exits during the read)
         return None
-    return raw[raw.rindex(")") + 2 :].split()
+    end = raw.rfind(")")
+    fields = raw[end + 2 :].split() if end >= 0 else []
+    return fields if len(fields) > 20 else None  # cut short: it exited as we read
 
 
 def starttime(pid: int) -> int | None:

@@ -74,7 +74,12 @@ def main(argv: list[str]) -> int:
         state["term"] = True
         if state["child"] is not None and not state["forwarded"]:
             state["forwarded"] = True
-            signal_job(signal.SIGTERM)
+            try:
+                signal_job(signal.SIGTERM)
+            except Exception as e:  # noqa: BLE001 - raised here, it would leave the wait
+                # below unfinished and the attempt with no exit record; the executor's
+                # kill after the grace reaches every process of the job anyway
+                print(f"apportion: forwarding SIGTERM: {e}", file=sys.stderr, flush=True)
 
     signal.signal(signal.SIGTERM, on_term)
     started_at = time.time()
