@@ -339,7 +339,7 @@ def test_held_work_queues_from_its_release(env: Env) -> None:
     w = env.store.get_workload(then.id)
     assert (w.status, w.submit_time, w.queued_at, w.released_at) == (
         Status.RUNNING, 10.0, 500.0, 500.0)
-    assert not env.store.release_held(then.id, 600.0)  # once only, and only pending work
+    assert env.store.release_held(then.id, 600.0) is None  # once only, only pending work
 
 
 def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: Env) -> None:

@@ -162,17 +162,17 @@ def test_release_held_sets_the_queue_time_once_and_keeps_a_requeue_time(store: S
     (the queue time counts from the release); it happens once only, and never to work that
     is not pending. Work that ran before keeps the queue time its requeue gave it."""
     wid = submit(store, t=5.0)
-    assert store.release_held(wid, 40.0)
+    assert store.release_held(wid, 40.0) == 40.0
     w = store.get_workload(wid)
     assert (w.queued_at, w.released_at, w.submit_time) == (40.0, 40.0, 5.0)
-    assert not store.release_held(wid, 90.0)  # once only
+    assert store.release_held(wid, 90.0) is None  # once only
     assert store.get_workload(wid).queued_at == 40.0
     ran = submit(store, t=5.0, resumable=True)
     store.begin_attempt(ran, [("h1", 2, [0, 1])], 10.0)
-    assert not store.release_held(ran, 20.0)  # running, not pending
+    assert store.release_held(ran, 20.0) is None  # running, not pending
     store.mark_stopping(ran)
     store.end_attempt(ran, 1, 50.0, None, "preempted: rebalance", Status.PENDING)
-    assert store.release_held(ran, 70.0)
+    assert store.release_held(ran, 70.0) == 50.0  # its requeue time
     w = store.get_workload(ran)
     assert (w.queued_at, w.released_at) == (50.0, 70.0)
 

@@ -592,8 +592,8 @@ class Scheduler:
         for wid in ready:
             self._hold_reason.pop(wid, None)
             row = self._held.pop(wid)
-            if self.store.release_held(wid, now):  # it queues from now, as in the simulator
-                queued_at = now if row.attempts_count == 0 else row.queued_at
+            queued_at = self.store.release_held(wid, now)  # from now, as in the simulator
+            if queued_at is not None:
                 row = replace(row, queued_at=queued_at, released_at=now)
             self._queue(row, now, held=False)
         for wid, row in self._held.items():  # what the rest waits for, for the views

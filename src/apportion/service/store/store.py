@@ -286,11 +286,11 @@ class Store:
         dependency can no longer be met). Audited. False if it was no longer pending."""
         return self._cancel_pending(workload_id, reason, actor, "workload.cancel")
 
-    def release_held(self, workload_id: str, at: float) -> bool:
+    def release_held(self, workload_id: str, at: float) -> float | None:
         """Held work joins the queue at ``at``: its ``released_at``, and, if it never ran,
         its ``queued_at`` (waits and the share guarantee count from there, as the
-        simulator's do). Once only: False, changing nothing, if it was released before or
-        is no longer pending."""
+        simulator's do); the ``queued_at`` it has now. Once only: None, changing nothing, if
+        it was released before or is no longer pending."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -300,7 +300,9 @@ class Store:
                         queued_at=case((WM.attempts_count == 0, at), else_=WM.queued_at))
                 .execution_options(synchronize_session=False)
             )
-            return bool(res.rowcount == 1)  # type: ignore[attr-defined]
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                return None
+            return float(s.scalars(select(WM.queued_at).where(WM.id == workload_id)).one())
 
     def array_ids(self, array_id: str) -> list[str]:
         """The ids of an array's elements, in index order."""
