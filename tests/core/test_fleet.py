@@ -108,6 +108,8 @@ class FleetDriver(Driver):
             check_fleet_pass(fleet, now, d)
             if self.on_pass is not None:
                 self.on_pass(self.state, now, d)
+            if d.recheck_at is not None:  # a pass is due then, as in the simulator
+                self.rechecks.append(d.recheck_at)
             if d.empty():
                 self.rounds_at[now] = i
                 return i

@@ -225,8 +225,8 @@ def test_reference_pass_and_index_oracle_on_the_seed_scenario() -> None:
     host failures and drains): every pass of the fast pass is the reference pass's, and
     every index of the state agrees with the work after every event the engine reports."""
     both = run_compared(seed_scenario(days=4, size=256))
-    # 1,691 passes, 932 deciding, 259 preempting for someone, 3,345 events
-    assert both.preempting >= 200 and both.checked_events >= 3000, vars(both)
+    # 1,625 passes, 853 deciding, 224 preempting for someone, 2,993 events
+    assert both.preempting >= 200 and both.checked_events >= 2900, vars(both)
 
 
 def test_reference_pass_and_index_oracle_on_an_itp_trace() -> None:
@@ -275,11 +275,13 @@ def test_a_failed_rebalance_is_tried_again_once_an_admission_brings_its_side_wit
     fast pass must try it (a failure recorded before an admission says nothing after it)
     and decide every pass of that instant as the reference pass does. Replayed without the
     debug lane: the case was found on that run, and the lane's earlier starts change which
-    runs are there by day 25."""
+    runs are there by day 25; and without the victim size bound, which spares the 32-GPU
+    run (four times the 8-GPU request)."""
     at = 2_193_413.301
     policy = ComparedAt(at)
+    cfg = PolicyConfig(debug_lane=False, victim_max_factor=0)
     with pytest.raises(_Past):
-        Engine(seed_scenario(), policy, PolicyConfig(debug_lane=False), sim=SimConfig()).run()
+        Engine(seed_scenario(), policy, cfg, sim=SimConfig()).run()
     by = {(p.workload, p.by) for d in policy.passes for p in d.preemptions}
     assert {("train-13979", "single-13742"), ("single-14076", "train-14106"),
             ("train-14068", "train-14106")} <= by, by
@@ -355,8 +357,8 @@ def test_a_level_spared_whole_has_no_sibling_that_gives_or_opens() -> None:
     and it says so often, with such siblings to judge."""
     checked = SparedSidesChecked()
     Engine(seed_scenario(days=2, size=256), checked, PolicyConfig(), sim=SimConfig()).run()
-    # 6,057 asked, 3,885 spared, 2,198 siblings judged one by one
-    assert checked.spared >= 3000 and checked.sides >= 1500, vars(checked)
+    # 6,246 asked, 3,507 spared, 1,494 siblings judged one by one
+    assert checked.spared >= 3000 and checked.sides >= 1400, vars(checked)
 
 
 # ---- both oracles can fail ---------------------------------------------------------------------

@@ -49,6 +49,12 @@ class PolicyConfig:
     """A rebalance whose victims all checkpoint within this long waits for those checkpoints
     instead of destroying their progress (0: never waits). Never past the preemptor's
     ``queued_at + max_min_runtime``, so the share guarantee's bound holds."""
+    victim_max_factor: float = 2.0
+    """A rebalance takes no victim holding more than this many times the preemptor's GPUs
+    (for debug work, no more than ``debug_max_gpus`` either way), until the preemptor has
+    waited ``max_min_runtime`` since it was queued: then any victim, so the share guarantee
+    holds. Keeps a small request from destroying a large run's progress while smaller
+    room may yet come free (0: no bound; see docs/policy.md, "Preemption")."""
     reservations: int = 0
     """How many large workloads (more than one host's GPUs) of owed budgets may hold a
     reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`).

@@ -40,7 +40,7 @@ from typing import Any
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_victims
 from .policy import Pass, decide
-from .preemption import UNALLOCATED
+from .preemption import UNALLOCATED, size_bound_lifts
 from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
 from .units import format_duration, plural
@@ -295,6 +295,13 @@ def explain(
             "the rebalance rules do not let it displace some of this work now; then it "
             "waits for that work to end or for the ratios to move"
         )
+    lifts = size_bound_lifts(state.pending[spec.id].queued_at, config)
+    largest = pas.rules.largest_victim(spec)
+    if now < lifts and any(v.allocated and v.gpus > largest for v in victims):
+        caveats.append(
+            f"for another {format_duration(lifts - now)} a rebalance takes no run of more "
+            f"than {plural(int(largest), 'GPU')} for it (victim_max_factor); then any"
+        )
     caveats.append("running work may also end on its own earlier")
     return _replace(
         base,
@@ -523,6 +530,7 @@ def _hypothetical_plan(
     if plan is None:
         return (), ()
     sides = pas.rules.sides(spec) if config.rebalance else {}
+    pas.rules.waited_out = now >= size_bound_lifts(state.pending[spec.id].queued_at, config)
     taken: dict[str, int] = {}
     out: list[Victim] = []
     for c in plan.victims:

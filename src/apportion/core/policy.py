@@ -40,6 +40,7 @@ from .preemption import (
     Candidate,
     RebalanceRules,
     checkpoint_due,
+    size_bound_lifts,
     victim_class,
 )
 from .queueindex import Entry
@@ -220,6 +221,11 @@ class Pass:
         # built for each question.
         self.rebalance_failed_one: dict[str, list[tuple[int, float]]] = {}
         self.rebalance_failed_whole: dict[str, list[tuple[int, float]]] = {}
+        # (budget, GPUs, debug?) -> admission charge from which a request of exactly that
+        # shape, not waited out, fails: the victim size bound refused a victim of the
+        # failed one, so the failure says nothing of larger requests (whose bound is larger)
+        # but holds for the same size, whose bound is the same (RebalanceRules.largest_victim)
+        self.size_refused: dict[tuple[str, int, bool], float] = {}
         # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
         self._live: dict[tuple[str, int], float] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
@@ -610,6 +616,7 @@ class Pass:
         succeed. The admitted side holds more, so the rules may let it lose more; a victim's
         side holds less, so a request of a budget in it may now be within its share and the
         guarantee rule apply."""
+        self.size_refused.clear()
         if self.rebalance_failed_one or self.rebalance_failed_whole:
             self.rebalance_failed_one.clear()
             self.rebalance_failed_whole.clear()
@@ -676,6 +683,9 @@ class Pass:
         limited = set(spec.hosts) if spec.hosts else None  # None: any host
         plan = self.unallocated_plan(spec)
         rebalancing = plan is None  # the plan, if any, comes from the rebalance search
+        queued_at = self.state.pending[spec.id].queued_at
+        self.rules.waited_out = self.now >= size_bound_lifts(queued_at, self.cfg)
+        self.rules.large_refused = False
         if plan is None and self.cfg.rebalance and not self.fast:
             sides = self.all_sides(spec)
             plan = find_victims(
@@ -686,6 +696,9 @@ class Pass:
         elif plan is None and self.cfg.rebalance:
             charge = self.rules.admission(spec)
             if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
+                return False
+            shape = (spec.budget, spec.gpus, is_debug(spec, self.cfg))
+            if not self.rules.waited_out and charge >= self.size_refused.get(shape, _INF):
                 return False
             bound, giving, opening, grows_to = self.rebalance_bound(spec)
             # with no side that may give, the search could take unallocated victims only,
@@ -700,7 +713,10 @@ class Pass:
                     only=reach if limited is None else reach & limited,
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
-            if plan is None and limited is None:
+            if plan is None and limited is None and self.rules.large_refused:
+                threshold = _charge_threshold(spec.gpus, None, opening)
+                self.size_refused[shape] = min(threshold, self.size_refused.get(shape, _INF))
+            elif plan is None and limited is None:
                 # a larger request may take more where the overshoot lets it (up to
                 # grows_to GPUs): the failure covers only what is larger still
                 fails_from = max(spec.gpus, grows_to + 1)

@@ -29,12 +29,13 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from .config import PolicyConfig
+from .config import HOUR, PolicyConfig, is_debug
 from .ledger import UsageLedger, usage_ratio
 from .tree import BudgetTree, ancestors
 from .types import Running, WorkloadSpec
 
 _EPS: Final = 1e-9
+_INF: Final = float("inf")
 UNALLOCATED: Final = 1  # the victim class of unallocated work (see victim_class)
 
 
@@ -141,6 +142,17 @@ def checkpoint_due(
     return due
 
 
+def size_bound_lifts(queued_at: float, config: PolicyConfig) -> float:
+    """When the victim size bound (:meth:`RebalanceRules.largest_victim`) stops applying to
+    work queued at ``queued_at``: an hour before the share guarantee's deadline
+    (``queued_at + max_min_runtime``), so that a pass comes by the deadline with the bound
+    lifted; the drivers pass at least hourly (the simulator at every hour's end, the
+    service every ``interval_s``). A fixed time, not a pass asked for when the bound refuses
+    a victim: which requests a pass searches depends on its shortcuts, and the reference
+    pass must decide the same."""
+    return queued_at + max(0.0, config.max_min_runtime - HOUR)
+
+
 class _Figures:
     """What the rules read of one budget node in a pass: its share of the cluster, the
     same in healthy GPUs, the GPUs its allocated work holds as the pass moves them, and its
@@ -204,6 +216,12 @@ class RebalanceRules:
         # parent -> the two highest (usage ratio, name) among them that hold victims
         self._top: dict[str, list[tuple[float, str]]] = {}
         self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
+        # set per request by the pass: has the preemptor waited out the guarantee's bound
+        # (then the victim size bound is lifted)? And did the bound refuse a victim the
+        # rules allowed (then the failure says nothing of larger requests, whose bound is
+        # larger)?
+        self.waited_out = False
+        self.large_refused = False
 
     def _of(self, node: str) -> _Figures:
         figures = self._figures.get(node)
@@ -359,7 +377,26 @@ class RebalanceRules:
         already = sum(
             g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
         )
-        return self._allowed(spec, mine, theirs, already + victim.gpus)
+        if not self._allowed(spec, mine, theirs, already + victim.gpus):
+            return False
+        if not self.waited_out and victim.gpus > self.largest_victim(spec):
+            self.large_refused = True
+            return False
+        return True
+
+    def largest_victim(self, spec: WorkloadSpec) -> float:
+        """The most GPUs a rebalance victim of ``spec`` may hold before ``spec`` has waited
+        out the guarantee's bound (``PolicyConfig.victim_max_factor``): taking a run many
+        times the request's size destroys far more progress than the request gains, while
+        the queue's churn (ends, protections running out) usually opens smaller room
+        within that bound."""
+        factor = self.cfg.victim_max_factor
+        if factor <= 0:
+            return _INF
+        largest = factor * spec.gpus
+        if is_debug(spec, self.cfg):
+            largest = max(largest, float(self.cfg.debug_max_gpus))
+        return largest
 
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
         return removed <= self.limit(spec, mine, theirs)
