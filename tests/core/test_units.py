@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 
-from apportion.core.units import DurationError, format_duration, parse_duration, plural
+from apportion.core import NUMBER_KNOBS, PolicyConfig
+from apportion.core.units import (
+    DurationError,
+    format_duration,
+    parse_duration,
+    parse_number,
+    plural,
+)
+from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 
 
 @pytest.mark.parametrize(
@@ -38,6 +49,31 @@ def test_parse_duration_refuses_what_is_not_a_finite_nonnegative_duration(bad: o
 def test_format_duration_uses_at_most_two_adjacent_units(seconds: float, text: str) -> None:
     """The largest unit that fits, then the next one only if some of it is left."""
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(("value", "number"), [("0.1", 0.1), (2, 2.0), (" 1.5 ", 1.5), (0, 0.0)])
+def test_parse_number_reads_plain_numbers(value: object, number: float) -> None:
+    """A number or its text is the number."""
+    assert parse_number(value) == number
+
+
+@pytest.mark.parametrize("bad", [True, None, "2h", "30m", "-0.1", "nan", "inf", [1]])
+def test_parse_number_refuses_durations_negatives_and_non_numbers(bad: object) -> None:
+    """A duration such as 2h is not a plain number; nor are booleans, negatives, NaN or
+    infinity: refused with a message that quotes the value."""
+    with pytest.raises(DurationError, match=r"must be a number >= 0, got"):
+        parse_number(bad)
+
+
+def test_every_plain_number_knob_is_a_float_field_of_its_config() -> None:
+    """``NUMBER_KNOBS`` and ``SIM_NUMBER_KNOBS`` name float fields of ``PolicyConfig`` and
+    ``SimConfig`` (a renamed field would otherwise go back to being parsed as a duration),
+    and of their float fields exactly the margin, the charge multiple and the factors."""
+    for names, cls in ((NUMBER_KNOBS, PolicyConfig), (SIM_NUMBER_KNOBS, SimConfig)):
+        hints = typing.get_type_hints(cls)
+        floats = {f.name for f in dataclasses.fields(cls) if hints[f.name] is float}
+        assert names <= floats, names - floats
+        assert {n for n in floats if "margin" in n or "factor" in n or "charge" in n} == names
 
 
 def test_format_then_parse_round_trips_whole_units() -> None:

@@ -100,6 +100,8 @@ def test_defaults(tmp_path: Path) -> None:
         ("[policy]\nlookback = 'a week'", "policy.lookback: must be a duration"),
         ("[policy]\nlookback = 0", "policy: lookback: must be > 0"),
         ("[policy]\nrebalance = 1", "policy.rebalance: must be true or false"),
+        ("[policy]\nvictim_max_factor = '2h'", "policy.victim_max_factor: must be a number >= 0"),
+        ("[policy]\nadmission_charge = -1", "policy.admission_charge: must be a number >= 0"),
         ("[server]\nport = 'http'", "server.port: must be an integer"),
         ("[server]\nport = 70000", "server.port: must be <= 65535"),
         ("[server]\nhots = 1", "server.hots: unknown key"),

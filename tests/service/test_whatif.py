@@ -269,8 +269,8 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     """POST /v1/whatif on the live server: for an admin, the answer of apportion whatif
     --json with the same inputs, which parses into ``Whatif`` and dumps back identical;
     alice (a member, no manager) is refused with 403; made manager of ai she gets the same
-    answer, but may not propose policy settings; an unknown
-    setting is a 422 naming ``set``."""
+    answer, but may not propose policy settings; an unknown setting, or a duration given
+    for a plain-number setting, is a 422 naming ``set`` and the key."""
     url = f"{live.server.url}/v1/whatif"
     body = {"since": "2d", "until": live.until, "set_weight": {"ai/vision": 4}}
 
@@ -302,6 +302,9 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
         httpx.put(managers, json={"managers": []}, headers=admin)
     bad = post("admin", {**body, "set": {"lookbak": "3d"}})
     assert bad.status_code == 422 and bad.json()["detail"].startswith("set: unknown key 'lookbak'")
+    factor = post("admin", {**body, "set": {"victim_max_factor": "2h"}})
+    assert factor.status_code == 422
+    assert factor.json()["detail"] == "set: victim_max_factor: must be a number >= 0, got '2h'"
 
 
 def test_the_server_answers_other_requests_while_a_whatif_replays(

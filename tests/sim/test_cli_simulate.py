@@ -83,10 +83,17 @@ def test_bad_set_value_names_the_key(tmp_path: Path) -> None:
 
 def test_bad_set_values_say_what_is_expected(tmp_path: Path) -> None:
     """--set errors name the key and what would do, in the user's terms: a duration, a
-    whole number, a boolean."""
+    whole number, a boolean, a plain number (a margin or factor is no duration: 2h is
+    refused, not read as 7,200)."""
     for item, expected in (("lookback=-1h", "lookback: must be a duration like 30m, 8h"),
                            ("decide_rounds=x", "decide_rounds: not a whole number: 'x'"),
-                           ("rebalance=maybe", "rebalance: not a boolean: 'maybe'")):
+                           ("rebalance=maybe", "rebalance: not a boolean: 'maybe'"),
+                           ("victim_max_factor=2h",
+                            "victim_max_factor: must be a number >= 0, got '2h'"),
+                           ("rebalance_margin=-0.1",
+                            "rebalance_margin: must be a number >= 0, got '-0.1'"),
+                           ("legacy_cap_factor=1d",
+                            "legacy_cap_factor: must be a number >= 0, got '1d'")):
         code, out = invoke("simulate", "--scenario", "small", "--set", item,
                            "--out", str(tmp_path))
         assert code == 2 and "--set" in out and expected in out, (item, out)

@@ -15,16 +15,29 @@ from typing import Any
 
 import click
 
-from apportion.core import BudgetTree, CoreError, Host, PolicyConfig, parse_duration, plural
-from apportion.sim.engine import SimConfig
+from apportion.core import (
+    NUMBER_KNOBS,
+    BudgetTree,
+    CoreError,
+    Host,
+    PolicyConfig,
+    parse_duration,
+    parse_number,
+    plural,
+)
+from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import Pools, Scenario
 
 POLICY_CHOICES = ("fairshare", "legacy")
+NUMBER: Any = object()  # the "type" of a float setting that is a plain number, not a duration
 
 
 # ---- option parsing ------------------------------------------------------------------------
 def _convert(kind: Any, text: str) -> Any:
-    """``text`` as a value of the dataclass field type ``kind`` (durations accept 7d/8h)."""
+    """``text`` as a value of the dataclass field type ``kind`` (durations accept 7d/8h;
+    ``NUMBER`` marks a float setting that is a plain number)."""
+    if kind is NUMBER:
+        return parse_number(text)
     args = typing.get_args(kind) if isinstance(kind, types.UnionType) else ()
     if args:  # float | None
         if text.lower() in ("none", ""):
@@ -46,12 +59,13 @@ def _convert(kind: Any, text: str) -> Any:
 
 
 def _fields() -> dict[str, tuple[str, Any]]:
-    """Every settable key -> (which config, its type)."""
+    """Every settable key -> (which config, its type, or ``NUMBER`` for a plain number)."""
     out: dict[str, tuple[str, Any]] = {}
     for owner, cls in (("policy", PolicyConfig), ("sim", SimConfig)):
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            out[f.name] = (owner, hints[f.name])
+            numbers = f.name in NUMBER_KNOBS or f.name in SIM_NUMBER_KNOBS
+            out[f.name] = (owner, NUMBER if numbers else hints[f.name])
     return out
 
 

@@ -5,7 +5,7 @@ Drivers (the simulator and the live service) keep a :class:`ClusterState` up to 
 apply the decisions; the policy only reads.
 """
 
-from .config import SIZE_CLASSES, size_class
+from .config import NUMBER_KNOBS, SIZE_CLASSES, size_class
 from .explain import Explanation, explain
 from .gating import (
     After,
@@ -39,7 +39,7 @@ from .types import (
     WorkloadSpec,
     decision_log,
 )
-from .units import DurationError, format_duration, parse_duration, plural
+from .units import DurationError, format_duration, parse_duration, parse_number, plural
 
 __all__ = [
     "FINAL",
@@ -54,6 +54,7 @@ __all__ = [
     "CoreError",
     "Decisions",
     "DurationError",
+    "NUMBER_KNOBS",
     "Explanation",
     "Host",
     "HostChange",
@@ -85,6 +86,7 @@ __all__ = [
     "parse_array",
     "parse_dependency",
     "parse_duration",
+    "parse_number",
     "plural",
     "release",
     "size_class",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Final
 
 from .types import CoreError, WorkloadSpec
 from .units import format_duration
@@ -10,6 +11,14 @@ from .units import format_duration
 MINUTE = 60.0
 HOUR = 3600.0
 DAY = 86400.0
+
+
+NUMBER_KNOBS: Final = frozenset({"rebalance_margin", "admission_charge", "victim_max_factor"})
+"""The float knobs of :class:`PolicyConfig` that are plain numbers (a margin, a charge
+multiple, a factor): every parser of settings reads them with ``parse_number``, so ``2h``
+is refused rather than read as 7,200. Every other float knob is a duration in seconds. (A
+set of names rather than an annotation on the fields: the compiled build keeps only the
+plain types of a class's annotations.)"""
 
 
 @dataclass(frozen=True, slots=True)

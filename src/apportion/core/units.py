@@ -4,7 +4,9 @@ of the whole package (configuration, API, CLI, traces, reports and explanations 
 ``parse_duration`` accepts a number of seconds, a suffixed form (``"90s"``, ``"30m"``,
 ``"2h"``, ``"7d"``, ``"1h30m"``, ``"1.5h"``; ``min`` for minutes too) or a clock form
 (``"[D-]HH:MM:SS"``, ``"MM:SS"``, Slurm's ``Elapsed``). ``format_duration`` writes what a
-person would: ``45 s``, ``30 min``, ``8 h``, ``1 h 30 min``, ``3 d 4 h``.
+person would: ``45 s``, ``30 min``, ``8 h``, ``1 h 30 min``, ``3 d 4 h``. The float
+settings that are plain numbers (a margin, a factor: ``apportion.core.NUMBER_KNOBS``) are read by
+``parse_number`` instead, never as ``30m``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DurationError", "format_duration", "parse_duration", "plural"]
+__all__ = ["DurationError", "format_duration", "parse_duration", "parse_number", "plural"]
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0}
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
@@ -23,7 +25,22 @@ _HINT = "a duration like 30m, 8h, 7d, 1h30m, HH:MM:SS or a number of seconds"
 
 
 class DurationError(ValueError):
-    """Not a duration; the message says what was given and what would do."""
+    """Not a duration (or not a number, for the plain-number settings); the message says
+    what was given and what would do."""
+
+
+def parse_number(value: object) -> float:
+    """A finite number >= 0 from a number or its text; :class:`DurationError` (a ValueError)
+    for anything else, booleans and durations such as ``"2h"`` included."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise DurationError(f"must be a number >= 0, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise DurationError(f"must be a number >= 0, got {value!r}") from None
+    if not math.isfinite(number) or number < 0:
+        raise DurationError(f"must be a number >= 0, got {value!r}")
+    return number
 
 
 def parse_duration(value: object) -> float:

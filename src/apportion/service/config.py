@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from apportion.core import BudgetTree, CoreError, PolicyConfig
+from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig
 from apportion.core.fleet import FleetConfig
 
 from .executors.identity import Identity
@@ -462,7 +462,9 @@ def _policy(r: _Reader) -> PolicyConfig:
             values[name] = r.boolean(name, default)
         elif isinstance(default, int):
             values[name] = r.integer(name, default)
-        else:  # float fields are durations or plain numbers (e.g. rebalance_margin)
+        elif name in NUMBER_KNOBS:  # a margin or a factor
+            values[name] = r.number(name, default)
+        else:  # every other float field is a duration
             values[name] = r.duration(name, default)
     try:
         return PolicyConfig(**values)

@@ -16,7 +16,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException
 
-from apportion.core import DurationError, PolicyConfig, parse_duration
+from apportion.core import (
+    NUMBER_KNOBS,
+    DurationError,
+    PolicyConfig,
+    parse_duration,
+    parse_number,
+)
 
 from .auth import Rights
 from .bodies import WhatifBody
@@ -27,7 +33,7 @@ from .store import Store, UserRow
 
 def _setting(key: str, value: Any) -> Any:
     """A ``set`` value as the type of its field (durations accept "3d")."""
-    from apportion.sim.engine import SimConfig
+    from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 
     kinds: dict[str, Any] = {}
     for cls in (PolicyConfig, SimConfig):
@@ -46,6 +52,11 @@ def _setting(key: str, value: Any) -> Any:
         return int(value)
     if value is None and type(None) in typing.get_args(kind):
         return None
+    if key in NUMBER_KNOBS or key in SIM_NUMBER_KNOBS:
+        try:
+            return parse_number(value)
+        except DurationError as e:
+            raise ValueError(f"{key}: {e}") from None
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{key}: must be a number of seconds or a duration, got {value!r}")
     try:

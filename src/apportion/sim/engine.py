@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from apportion import core_build
 from apportion.core import (
@@ -72,6 +72,11 @@ class Observer(Protocol):
     ``host`` for host ``name``."""
 
     def observe(self, kind: str, name: str, state: Any) -> None: ...
+
+
+SIM_NUMBER_KNOBS: Final = frozenset({"legacy_cap_factor"})
+"""The float settings of :class:`SimConfig` that are plain numbers, not durations (as
+``apportion.core.NUMBER_KNOBS`` for the policy's)."""
 
 
 @dataclass(frozen=True, slots=True)
