@@ -99,16 +99,21 @@ def test_a_rebalance_takes_a_larger_victim_only_once_the_bound_lifts(name: str) 
 
 def test_explain_says_when_the_victim_size_bound_lifts() -> None:
     """``apportion why`` for the request refused a 16-GPU victim names the bound, the
-    largest victim it allows now (8 GPUs) and how long until any (7 h from its queueing,
-    asked 2 h after it)."""
-    case = CASES["one 16-GPU run, 4 asked"]
-    st = _state(case)
+    largest victim it allows now (8 GPUs), how long until it lifts (7 h from its queueing,
+    asked 2 h after it) and what it may displace then, and projects its start at that
+    moment; for the request that may take an 8-GPU run now, and with the bound off, it
+    says nothing of it."""
+    bound = ("for another 5 h a rebalance takes no run of more than 8 GPUs for it "
+             "(victim_max_factor); then it may displace b0 (b, 16 GPUs)")
+    st = _state(CASES["one 16-GPU run, 4 asked"])
     e = explain(st, QUEUED + 2 * HOUR, PolicyConfig(), "ask")
-    assert any(
-        c.startswith("for another 5 h a rebalance takes no run of more than 8 GPUs for it "
-                     "(victim_max_factor)")
-        for c in e.caveats
-    ), e.caveats
+    assert bound in e.caveats
+    assert e.projected_start == QUEUED + 7 * HOUR  # "if nothing else changes": when it lifts
+    off = explain(st, QUEUED + 2 * HOUR, PolicyConfig(victim_max_factor=0), "ask").caveats
+    assert not any("victim_max_factor" in c for c in off), off
+    st = _state(CASES["two 8-GPU runs, 4 asked"])
+    now = explain(st, QUEUED, PolicyConfig(), "ask").caveats
+    assert not any("victim_max_factor" in c for c in now), now
 
 
 def test_the_bound_is_validated() -> None:

@@ -256,7 +256,10 @@ def explain(
             base, wait_reason=reason, preempting=preempting, earliest_start=now,
             caveats=("starts once the preempted work has exited (its grace period)",),
         )
-    projected, horizon, advice = _advise(state, now, config, spec)
+    # what only the victim size bound holds back: the moment it lifts is one to look at
+    held_back = _held_back_by_size(state, now, config, spec, d, pas) if spec.allocated else ()
+    lifts = size_bound_lifts(state.pending[spec.id].queued_at, config)
+    projected, horizon, advice = _advise(state, now, config, spec, lifts if held_back else now)
     base = _replace(base, projected_start=projected, projection_end=horizon, advice=advice)
     if reason is WaitReason.WAITING_FOR_CHECKPOINT:
         wait = next(w for w in d.checkpoint_waits if w.workload == workload_id)
@@ -295,12 +298,11 @@ def explain(
             "the rebalance rules do not let it displace some of this work now; then it "
             "waits for that work to end or for the ratios to move"
         )
-    lifts = size_bound_lifts(state.pending[spec.id].queued_at, config)
-    largest = pas.rules.largest_victim(spec)
-    if now < lifts and any(v.allocated and v.gpus > largest for v in victims):
+    if held_back:
         caveats.append(
             f"for another {format_duration(lifts - now)} a rebalance takes no run of more "
-            f"than {plural(int(largest), 'GPU')} for it (victim_max_factor); then any"
+            f"than {plural(int(pas.rules.largest_victim(spec)), 'GPU')} for it "
+            f"(victim_max_factor); then it may displace {', '.join(held_back)}"
         )
     caveats.append("running work may also end on its own earlier")
     return _replace(
@@ -365,10 +367,12 @@ def _swap_out(state: ClusterState, saved: _Saved) -> None:
     state.put_back(spec.id, saved.order, saved.reservation, saved.keys)
 
 
-def _moments(state: ClusterState, now: float) -> list[float]:
+def _moments(state: ClusterState, now: float, lifts: float) -> list[float]:
     """``now`` and the moments after it where protection of running work ends (at most
-    :data:`MAX_MOMENTS` in all, evenly picked): the only moments at which, if nothing else
-    changes, what the policy may do changes (ratios move slowly in between)."""
+    :data:`MAX_MOMENTS` in all, evenly picked), and ``lifts``, if later: when the victim
+    size bound that holds the explained workload back lifts. The only moments at which, if
+    nothing else changes, what the policy may do for it changes (ratios move slowly in
+    between)."""
     ends = sorted({
         r.protected_until() for wid, r in state.running.items()
         if wid not in state.stopping and r.protected_until() > now
@@ -376,6 +380,8 @@ def _moments(state: ClusterState, now: float) -> list[float]:
     k = MAX_MOMENTS - 1
     if len(ends) > k:
         ends = sorted({ends[round(i * (len(ends) - 1) / (k - 1))] for i in range(k)})
+    if lifts > now and lifts not in ends:
+        ends = sorted([*ends, lifts])
     return [now, *ends]
 
 
@@ -452,15 +458,16 @@ def _dimensions(spec: WorkloadSpec, config: PolicyConfig, state: ClusterState
 
 
 def _advise(
-    state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec
+    state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec, lifts: float
 ) -> tuple[float | None, float, tuple[Advice, ...]]:
     """The projected start of ``spec`` (None: not among the moments looked at), the last
     moment looked at, and per kind of change the least change that would start it soonest,
     if sooner than as asked. Per kind: the first moment at which its largest change would
     start it, then the least change that still does then, by bisection (a smaller change
     is assumed to fare no better than a larger one; whatever is reported was decided by a
-    pass, never inferred)."""
-    moments = _moments(state, now)
+    pass, never inferred). ``lifts``: when the victim size bound that holds it back lifts
+    (``now`` if it does not)."""
+    moments = _moments(state, now, lifts)
     passes = _Passes(MAX_PASSES)
     # at ``now`` it does not start (the caller asked decide): look from the next moment
     base = _first_start(state, config, spec, moments[1:], passes)
@@ -509,6 +516,34 @@ class _AnyVictimView(HostView):
 
     def has_protected(self, host: str, now: float) -> bool:
         return False
+
+
+def _held_back_by_size(
+    state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec, d: Decisions,
+    pas: Pass,
+) -> tuple[str, ...]:
+    """The work a rebalance would displace for ``spec`` on the hosts as this pass leaves
+    them if the victim size bound were lifted, when only the bound keeps it from taking any
+    now (``Pass.try_preempt``'s search, with and without the bound); else ()."""
+    if not config.rebalance or now >= size_bound_lifts(state.pending[spec.id].queued_at, config):
+        return ()
+    view = HostView(state, config.default_checkpoint_interval)
+    for s in d.starts:
+        view.take(s.placement)
+    view.claimed.update(p.workload for p in d.preemptions)  # promised to someone else
+    rules, sides = pas.rules, pas.rules.sides(spec)
+    only = set(spec.hosts) if spec.hosts else None
+    plans = []
+    for lifted in (False, True):
+        rules.waited_out = lifted
+        plans.append(find_victims(view, spec, now,
+                                  lambda c, taken: rules.may_preempt(spec, c, taken, sides),
+                                  only=only))
+    rules.waited_out = False
+    bounded, unbounded = plans
+    if bounded is not None or unbounded is None:
+        return ()
+    return tuple(f"{c.id} ({c.budget}, {plural(c.gpus, 'GPU')})" for c in unbounded.victims)
 
 
 def _hypothetical_plan(
