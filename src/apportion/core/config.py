@@ -61,9 +61,10 @@ class PolicyConfig:
     victim_max_factor: float = 2.0
     """A rebalance takes no victim holding more than this many times the preemptor's GPUs
     (for debug work, no more than ``debug_max_gpus`` either way), until the preemptor has
-    waited ``max_min_runtime`` since it was queued: then any victim, so the share guarantee
-    holds. Keeps a small request from destroying a large run's progress while smaller
-    room may yet come free (0: no bound; see docs/policy.md, "Preemption")."""
+    waited ``max_min_runtime - 1 h`` since it was queued (``preemption.size_bound_lifts``):
+    then any victim, so the share guarantee holds. Keeps a small request from destroying a
+    large run's progress while smaller room may yet come free (0: no bound; see
+    docs/policy.md, "Victim size bound")."""
     reservations: int = 0
     """How many large workloads (more than one host's GPUs) of owed budgets may hold a
     reservation of whole hosts at once (0: none; see :mod:`apportion.core.reservations`).

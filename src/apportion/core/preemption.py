@@ -216,10 +216,9 @@ class RebalanceRules:
         # parent -> the two highest (usage ratio, name) among them that hold victims
         self._top: dict[str, list[tuple[float, str]]] = {}
         self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
-        # set per request by the pass: has the preemptor waited out the guarantee's bound
-        # (then the victim size bound is lifted)? And did the bound refuse a victim the
-        # rules allowed (then the failure says nothing of larger requests, whose bound is
-        # larger)?
+        # set per request by the pass: is it past size_bound_lifts (then the victim size
+        # bound no longer applies)? And did the bound refuse a victim the rules allowed
+        # (then the failure says nothing of larger requests, whose bound is larger)?
         self.waited_out = False
         self.large_refused = False
 
