@@ -1,5 +1,5 @@
 """A rebalance takes no victim much larger than its preemptor until the preemptor has waited
-out the share guarantee's bound (``PolicyConfig.victim_max_factor``).
+``max_min_runtime - 1 h`` (``PolicyConfig.victim_max_factor``).
 
 Four hosts of 8 GPUs; budgets ``a`` and ``b`` with 4 GPUs of share each, ``c`` with 24.
 ``b``'s work fills h0 and h1 (16 GPUs, four times its share, past its minimum runtime);
@@ -35,7 +35,7 @@ class Case:
     a_min_runtime: float  # 15 min or less with 8 GPUs or fewer: debug work
     factor: float  # victim_max_factor
     at_once: tuple[str, ...]  # b's runs preempted at QUEUED
-    lifted: tuple[str, ...]  # b's runs preempted at QUEUED + max_min_runtime, if none at once
+    lifted: tuple[str, ...]  # b's runs preempted once the bound lifts, if none at once
 
 
 CASES = {
