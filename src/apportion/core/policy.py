@@ -226,6 +226,11 @@ class Pass:
         # failed one, so the failure says nothing of larger requests (whose bound is larger)
         # but holds for the same size, whose bound is the same (RebalanceRules.largest_victim)
         self.size_refused: dict[tuple[str, int, bool], float] = {}
+        # (budget, GPUs) -> admission charge from which a request of exactly that size fails,
+        # waited out or not, debug or not (see ``covers_its_size``). ``rebalance_failed_*``
+        # cannot say it when the guarantee rule's overshoot lets a larger request take
+        # more (``grows_to``): they cover only the larger ones then.
+        self.size_failed: dict[tuple[str, int], float] = {}
         # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
         self._live: dict[tuple[str, int], float] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
@@ -514,16 +519,20 @@ class Pass:
         answer is exact, and it spares a walk over a long queue."""
         if not self.fast:
             return False
-        return all(self.doomed(leaf, g, m) for g, m in self.state.smallest_shapes(leaf))
+        # exact=False: a size failing by ``size_failed`` says nothing of larger ones
+        return all(
+            self.doomed(leaf, g, m, exact=False) for g, m in self.state.smallest_shapes(leaf)
+        )
 
-    def doomed(self, budget: str, gpus: int, min_runtime: float) -> bool:
+    def doomed(self, budget: str, gpus: int, min_runtime: float, exact: bool = True) -> bool:
         """Would trying a request of ``budget`` of this shape now fail by the pass's
         thresholds alone (too large for the healthy GPUs, no larger than what failed to fit
         and to find unallocated victims, and rebalancing failed for one no larger with no
         more charge), changing nothing? :meth:`try_admit` takes these same steps one by one;
         the thresholds only fall until the pass admits something (which forgets the failed
         rebalances: :meth:`forget_rebalance_failures`), so a doomed request stays doomed
-        until then."""
+        until then. With ``exact``, also a request of a size that failed (``size_failed``)
+        with no less charge; without, the answer only grows with the size and the charge."""
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
@@ -531,7 +540,10 @@ class Pass:
             return False
         if not self.cfg.rebalance:
             return True
-        return self.rebalance_hopeless(budget, multi, gpus, self.rules.charge(gpus, min_runtime))
+        charge = self.rules.charge(gpus, min_runtime)
+        if exact and charge >= self.size_failed.get((budget, gpus), _INF):
+            return True
+        return self.rebalance_hopeless(budget, multi, gpus, charge)
 
     def live_below(self, budget: str, gpus: int) -> float:
         """A minimum runtime from which every request of ``budget`` for ``gpus`` GPUs is
@@ -553,7 +565,7 @@ class Pass:
             return _INF
         if not self.cfg.rebalance:
             return 0.0
-        least = _INF
+        least = self.size_failed.get((budget, gpus), _INF)
         for g, c in self._rebalance_failed(budget, multi):  # a loop: no generator
             if gpus >= g and c < least:
                 least = c
@@ -611,13 +623,40 @@ class Pass:
         failed.append((gpus, charge))
         self._live.clear()
 
+    def covers_its_size(self, spec: WorkloadSpec, multi: bool) -> bool:
+        """Does a failed rebalance for ``spec``, in which the size bound refused no victim,
+        hold for every request of its budget and size with no less admission charge, each
+        under its own size bound (waited out or not, debug or not)?
+
+        A larger charge only lowers the sides' limits, and the search, first fit on each
+        host in a fixed order, takes no more of a side under a lower limit. The bounds:
+        * one host, and a bound of at least the request (``victim_max_factor`` >= 1, or
+          off): on each host the failed search took only victims of fewer GPUs than it
+          still needed (one as large would have made room there), so every victim another
+          bound may refuse, it skipped: the same search;
+        * otherwise, only if ``spec`` had the tightest bound of its size
+          (:meth:`RebalanceRules.tightest_bound`): a looser bound lets in only victims the
+          limits skipped."""
+        if not multi and (self.cfg.victim_max_factor >= 1 or self.cfg.victim_max_factor <= 0):
+            return True
+        return self.rules.tightest_bound(spec)
+
+    def same_size_fails(self, budget: str, gpus: int, charge: float) -> None:
+        """Record that rebalancing fails for requests of ``budget`` of exactly ``gpus`` GPUs
+        from an admission charge of ``charge`` (see ``size_failed``)."""
+        key = (budget, gpus)
+        if charge < self.size_failed.get(key, _INF):
+            self.size_failed[key] = charge
+            self._live.clear()
+
     def forget_rebalance_failures(self) -> None:
         """After an admission (and the evictions of its plan): a failed rebalance may now
         succeed. The admitted side holds more, so the rules may let it lose more; a victim's
         side holds less, so a request of a budget in it may now be within its share and the
         guarantee rule apply."""
         self.size_refused.clear()
-        if self.rebalance_failed_one or self.rebalance_failed_whole:
+        if self.rebalance_failed_one or self.rebalance_failed_whole or self.size_failed:
+            self.size_failed.clear()
             self.rebalance_failed_one.clear()
             self.rebalance_failed_whole.clear()
             self._live.clear()
@@ -697,6 +736,8 @@ class Pass:
             charge = self.rules.admission(spec)
             if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
                 return False
+            if charge >= self.size_failed.get((spec.budget, spec.gpus), _INF):
+                return False
             shape = (spec.budget, spec.gpus, is_debug(spec, self.cfg))
             if not self.rules.waited_out and charge >= self.size_refused.get(shape, _INF):
                 return False
@@ -729,8 +770,10 @@ class Pass:
                     if smallest and smallest[0][0] < spec.gpus:
                         fails_from = min(fails_from, self.rules.over_from(spec.budget))
                 short = bound if bound < spec.gpus else None
-                self.rebalance_fails(spec.budget, multi, fails_from,
-                                     _charge_threshold(spec.gpus, short, opening))
+                threshold = _charge_threshold(spec.gpus, short, opening)
+                self.rebalance_fails(spec.budget, multi, fails_from, threshold)
+                if fails_from > spec.gpus and self.covers_its_size(spec, multi):
+                    self.same_size_fails(spec.budget, spec.gpus, threshold)
         if plan is None:
             return False
         due = self.checkpoint_due(spec, plan) if rebalancing else None

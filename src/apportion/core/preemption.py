@@ -397,6 +397,15 @@ class RebalanceRules:
             largest = max(largest, float(self.cfg.debug_max_gpus))
         return largest
 
+    def tightest_bound(self, spec: WorkloadSpec) -> bool:
+        """Did ``spec``'s last search run under the tightest size bound any request of its
+        size may have (not waited out, and no debug allowance above the factor's), or under
+        none for all (the bound off)? Set by the caller: ``waited_out``."""
+        factor = self.cfg.victim_max_factor
+        if factor <= 0:
+            return True
+        return not self.waited_out and self.largest_victim(spec) == factor * spec.gpus
+
     def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
         return removed <= self.limit(spec, mine, theirs)
 
