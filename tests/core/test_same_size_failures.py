@@ -87,8 +87,8 @@ def _state(runs: list[tuple[int, str]], a_held: int, c_on_h2: int,
     return state
 
 
-# a's 1-GPU request of 1 h fails to rebalance (b's small runs are protected or restarted, its
-# 6- and 8-GPU runs on hosts it cannot empty enough): its 1-GPU debug request is not searched
+# a's 1-GPU request of 1 h (r1) fails to rebalance, and the record it leaves dooms a's 1-GPU
+# debug request (r2) without a search (test_the_failed_size_memo_is_what_the_example_exercises)
 _FIRES = ([(2, "restarted"), (3, "restarted"), (2, "protected"), (2, "past"), (8, "restarted"),
            (6, "past"), (1, "protected"), (6, "past")],
           0, 0, [(2, 6 * HOUR, 8, 1), (1, HOUR, 1, 1), (1, 10 * MINUTE, 0, 0),
@@ -106,8 +106,8 @@ def test_the_pass_skips_a_failed_size_exactly_as_the_reference_pass_decides(
 ) -> None:
     """With ``b``'s runs past, inside their minimum runtime or restart-protected, and
     ``a``'s requests of mixed sizes, charges, debug status and waits, under each victim
-    size bound: the fast pass, which skips a request of a size that failed with no more
-    charge, makes the reference pass's starts and preemptions."""
+    size bound: the fast pass, which skips a request whose size failed to rebalance from a
+    charge no higher than its own, makes the reference pass's starts and preemptions."""
     state = _state(runs, a_held, c_on_h2, requests)
     cfg = PolicyConfig(victim_max_factor=factor)
     fast = decide(state, NOW, cfg)
