@@ -541,9 +541,7 @@ class Pass:
         if not self.cfg.rebalance:
             return True
         charge = self.rules.charge(gpus, min_runtime)
-        if exact and charge >= self.size_failed.get((budget, gpus), _INF):
-            return True
-        return self.rebalance_hopeless(budget, multi, gpus, charge)
+        return self.rebalance_hopeless(budget, multi, gpus, charge, exact)
 
     def live_below(self, budget: str, gpus: int) -> float:
         """A minimum runtime from which every request of ``budget`` for ``gpus`` GPUs is
@@ -630,14 +628,14 @@ class Pass:
 
         A larger charge only lowers the sides' limits, and the search, first fit on each
         host in a fixed order, takes no more of a side under a lower limit. The bounds:
-        * one host, and a bound of at least the request (``victim_max_factor`` >= 1, or
-          off): on each host the failed search took only victims of fewer GPUs than it
-          still needed (one as large would have made room there), so every victim another
-          bound may refuse, it skipped: the same search;
-        * otherwise, only if ``spec`` had the tightest bound of its size
+        * one host, and a bound of at least the request (``victim_max_factor`` >= 1): on
+          each host the failed search took only victims of fewer GPUs than it still needed
+          (one as large would have made room there), so every victim another bound may
+          refuse, it skipped: the same search;
+        * otherwise, only if ``spec`` had the tightest bound of its size, or none applies
           (:meth:`RebalanceRules.tightest_bound`): a looser bound lets in only victims the
           limits skipped."""
-        if not multi and (self.cfg.victim_max_factor >= 1 or self.cfg.victim_max_factor <= 0):
+        if not multi and self.cfg.victim_max_factor >= 1:
             return True
         return self.rules.tightest_bound(spec)
 
@@ -661,9 +659,15 @@ class Pass:
             self.rebalance_failed_whole.clear()
             self._live.clear()
 
-    def rebalance_hopeless(self, budget: str, multi: bool, gpus: int, charge: float) -> bool:
+    def rebalance_hopeless(
+        self, budget: str, multi: bool, gpus: int, charge: float, exact: bool = True
+    ) -> bool:
         """Did rebalancing fail this pass for a request of ``budget`` no larger, whose
-        admission charge spared no fewer sides?"""
+        admission charge spared no fewer sides? With ``exact``, also for one of exactly
+        this size (``size_failed``); without, the answer only grows with the size."""
+        # the walk asks millions of times: no key is built while nothing is recorded
+        if exact and self.size_failed and charge >= self.size_failed.get((budget, gpus), _INF):
+            return True
         return any(gpus >= g and charge >= c for g, c in self._rebalance_failed(budget, multi))
 
     def _rebalance_failed(self, budget: str, multi: bool) -> list[tuple[int, float]]:
@@ -735,8 +739,6 @@ class Pass:
         elif plan is None and self.cfg.rebalance:
             charge = self.rules.admission(spec)
             if self.rebalance_hopeless(spec.budget, multi, spec.gpus, charge):
-                return False
-            if charge >= self.size_failed.get((spec.budget, spec.gpus), _INF):
                 return False
             shape = (spec.budget, spec.gpus, is_debug(spec, self.cfg))
             if not self.rules.waited_out and charge >= self.size_refused.get(shape, _INF):
