@@ -764,13 +764,19 @@ class Pass:
                 # grows_to GPUs): the failure covers only what is larger still
                 fails_from = max(spec.gpus, grows_to + 1)
                 if not giving and not opening:
-                    # no side gives, nor would for a smaller charge (the threshold is 0);
-                    # nor for a smaller request that still leaves its side over its share
-                    # at every level (the guarantee rule's condition), whatever its charge:
-                    # worked out only if the budget has smaller work pending
+                    # no side gives, nor would for a smaller charge (the threshold is 0):
+                    # the fair-share rule gives to no request of this budget; nor does the
+                    # guarantee rule to a smaller request that still leaves its side over
+                    # its share at every level where it might let a sibling give to any,
+                    # whatever its charge: worked out only if the budget has smaller work
+                    # pending
                     smallest = self.state.smallest_shapes(spec.budget)
                     if smallest and smallest[0][0] < spec.gpus:
-                        fails_from = min(fails_from, self.rules.over_from(spec.budget))
+                        levels = self.guarantee_levels(spec.budget)
+                        fails_from = min(fails_from, self.rules.over_from(levels))
+                    # no side gives to such a request: so it finds none to search, whatever
+                    # its shape (one host or whole hosts), and fails for the other shape too
+                    self.rebalance_fails(spec.budget, not multi, fails_from, 0.0)
                 short = bound if bound < spec.gpus else None
                 threshold = _charge_threshold(spec.gpus, short, opening)
                 self.rebalance_fails(spec.budget, multi, fails_from, threshold)
@@ -877,6 +883,23 @@ class Pass:
                         if 0.0 < opens_below <= charge:
                             opening.append((opens_below, more))
         return bound, giving, opening, grows_to
+
+    def guarantee_levels(self, budget: str) -> list[str]:
+        """The nodes of ``budget``'s path with a sibling that the guarantee rule might let
+        give a victim to some request of ``budget``, whatever its size: one over its share
+        that holds work past its minimum runtime, the least of which one preemption takes
+        is within :meth:`RebalanceRules.guarantee_most`. At the other levels the guarantee
+        rule lets no side give to any request of ``budget``."""
+        victims = self.victims()
+        tree = self.state.tree
+        levels: list[str] = []
+        for mine in tree.lineage(budget):
+            for theirs in self.rules.over_children(tree.parent_of(mine)):
+                if (theirs != mine and victims.gpus.get(theirs, 0)
+                        and self.rules.guarantee_most(mine, theirs) >= victims.smallest(theirs)):
+                    levels.append(mine)
+                    break
+        return levels
 
     def all_sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """Every side that could hold victims for ``spec`` (each sibling of each of its

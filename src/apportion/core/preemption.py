@@ -432,15 +432,30 @@ class RebalanceRules:
         Only then may the guarantee rule let any side give."""
         return _within(p, spec.gpus)
 
-    def over_from(self, budget: str) -> int:
-        """The fewest GPUs from which a request of ``budget`` would leave its side over its
-        share at every level of its path (:meth:`_within_share` false at each), so that the
-        guarantee rule lets no side give to it: the least such count, found with the same
-        floating-point test, which only grows with the count."""
+    def over_from(self, sides: Iterable[str]) -> int:
+        """The fewest GPUs from which a request would leave each of these sides (nodes of
+        its budget's path) over its share (:meth:`_within_share` false at each), so that
+        the guarantee rule lets no sibling of theirs give to it: the least such count, found
+        with the same floating-point test, which only grows with the count (1 for none)."""
         least = 1
-        for node in self.tree.lineage(budget):
+        for node in sides:
             least = max(least, _first_over(self._of(node)))
         return least
+
+    def guarantee_most(self, mine: str, theirs: str) -> float:
+        """At least as much as the guarantee rule lets any request of side ``mine``'s work
+        take from its sibling ``theirs``, whatever its size (:meth:`_guarantee`); negative
+        if it lets none take a GPU. It applies only to a request within the share of
+        ``mine`` (:func:`_within`, false from :func:`_first_over` on); of its two terms the
+        first falls with the request and the overshoot grows with it, so each is taken at
+        the size that makes it largest (1 GPU, the largest request within the share), and
+        floating-point rounding is monotone, so no request's figure is above it."""
+        v = self._of(theirs)
+        p = self._of(mine)
+        if not _within(p, 1) or v.held <= v.fair:
+            return -1.0
+        room = _first_over(p) - 1  # the largest request within the share: at least 1
+        return max(v.held - ((p.held + 1) / p.fair - _EPS) * v.fair, v.held - v.fair + room)
 
     def overshoot_room(
         self, spec: WorkloadSpec, mine: str, theirs: str, limit: float, released: int,
