@@ -289,8 +289,8 @@ def test_a_failed_rebalance_is_tried_again_once_an_admission_brings_its_side_wit
 
 def test_over_from_is_the_fewest_gpus_that_leave_the_side_over_its_share_at_every_level(
 ) -> None:
-    """``RebalanceRules.over_from`` over a leaf's whole path, against trying every request size with the
-    guarantee rule's own test at each level of the leaf's path: for each leaf of a replayed
+    """``RebalanceRules.over_from`` over a leaf's whole path, against trying every request
+    size with the guarantee rule's own test at each level of that path: for each leaf of a replayed
     state, with the GPUs held moved so that each node is under, at and over its share (the
     boundary of the floating-point test), every size from it up leaves the side over its
     share at every level, and the size below it does not."""
