@@ -6,9 +6,10 @@ no side giving, no search runs for either): the fast pass skips those requests a
 what the reference pass, which tries each, decides.
 
 Four hosts of 8 GPUs, so that 16 GPUs is whole hosts. Budget ``a`` is one of two or three
-siblings; its parent is the only child of the root, or has a sibling. ``b``'s and ``c``'s
-runs, past their minimum runtime or inside it, fill the hosts first fit (a 16-GPU run takes
-two free hosts). ``a`` holds a few GPUs and queues requests of 1 to 16 GPUs, short and long.
+siblings; its parent is the only child of the root, or has a sibling, or it has none.
+``b``'s and ``c``'s runs, past their minimum runtime or inside it, fill the hosts first fit
+(a 16-GPU run takes two free hosts). ``a`` holds a few GPUs and queues requests of 1 to 16
+GPUs, short and long, queued an hour or past the victim size bound's lift.
 """
 
 from __future__ import annotations
@@ -39,14 +40,15 @@ TREES = {
 _RUNS = st.lists(st.tuples(st.sampled_from(["b", "c"]), st.sampled_from([1, 2, 4, 8, 8, 16]),
                            st.booleans()),
                  min_size=1, max_size=10)
-# a's requests: (GPUs, minimum runtime)
+# a's requests: (GPUs, minimum runtime, hours queued: 8 is past the size bound's lift)
 _REQUESTS = st.lists(st.tuples(st.sampled_from([1, 2, 4, 8, 16, 16]),
-                               st.sampled_from([10 * MINUTE, HOUR, 6 * HOUR])),
+                               st.sampled_from([10 * MINUTE, HOUR, 6 * HOUR]),
+                               st.sampled_from([1, 1, 8])),
                      min_size=2, max_size=8)
 
 
 def _state(tree: str, weight_a: float, a_held: int, runs: list[tuple[str, int, bool]],
-           requests: list[tuple[int, float]]) -> ClusterState:
+           requests: list[tuple[int, float, int]]) -> ClusterState:
     names = TREES[tree]
     leaf = {name.rsplit("/", 1)[-1]: name for name in names}
     state = ClusterState(make_tree((names[0], weight_a), *names[1:]), make_hosts(8, 8, 8, 8))
@@ -81,9 +83,9 @@ def _state(tree: str, weight_a: float, a_held: int, runs: list[tuple[str, int, b
         started.append((0.0 if past else NOW - 30 * MINUTE, wid, slices))
     for at, wid, slices in sorted(started, key=lambda s: s[0]):  # in time order
         state.start(wid, slices, at)
-    for i, (gpus, min_runtime) in enumerate(requests):
-        state.submit(make_spec(f"r{i}", leaf["a"], gpus, min_runtime, NOW - HOUR), NOW,
-                     queued_at=NOW - HOUR)
+    for i, (gpus, min_runtime, waited) in enumerate(requests):
+        at = NOW - waited * HOUR
+        state.submit(make_spec(f"r{i}", leaf["a"], gpus, min_runtime, at), NOW, queued_at=at)
     return state
 
 
@@ -93,7 +95,7 @@ def _state(tree: str, weight_a: float, a_held: int, runs: list[tuple[str, int, b
 # guarantee rule; so the 16-GPU request's failure covers a's requests from 4 GPUs, of both
 # shapes, and dooms the other two (test_the_record_is_what_the_example_exercises)
 _FIRES = ("alone", 1.0, 7, [("b", 7, False), ("b", 8, False), ("b", 1, True), ("b", 5, False)],
-          [(16, HOUR), (8, HOUR), (4, HOUR)])
+          [(16, HOUR, 1), (8, HOUR, 1), (4, HOUR, 1)])
 
 
 @settings(CORE_SETTINGS, max_examples=500)
@@ -103,15 +105,15 @@ _FIRES = ("alone", 1.0, 7, [("b", 7, False), ("b", 8, False), ("b", 1, True), ("
 # the guarantee rule's overshoot lets a's 8-GPU request take c's 8-GPU run where its first
 # term would not (RebalanceRules.guarantee_most must count it)
 @example("alone", 2.0, 5, [("b", 16, False), ("c", 1, False), ("c", 8, True)],
-         [(1, 10 * MINUTE), (2, 10 * MINUTE), (8, 10 * MINUTE)], 0.0)
+         [(1, 10 * MINUTE, 1), (2, 10 * MINUTE, 1), (8, 10 * MINUTE, 1)], 0.0)
 def test_the_pass_skips_requests_no_side_gives_to_as_the_reference_pass_decides(
     tree: str, weight_a: float, a_held: int, runs: list[tuple[str, int, bool]],
-    requests: list[tuple[int, float]], factor: float,
+    requests: list[tuple[int, float, int]], factor: float,
 ) -> None:
     """With ``b``'s and ``c``'s runs past or inside their minimum runtime, ``a``'s requests
-    of one host and of whole hosts, and each tree shape: the fast pass, which records a
-    rebalance no side gave to for the sizes and both shapes it covers and skips them, makes
-    the reference pass's starts and preemptions."""
+    of one host and of whole hosts, waited out or not, and each tree shape: the fast pass,
+    which records a rebalance no side gave to for the sizes and both shapes it covers and
+    skips them, makes the reference pass's starts and preemptions."""
     state = _state(tree, weight_a, a_held, runs, requests)
     cfg = PolicyConfig(victim_max_factor=factor)
     fast = decide(state, NOW, cfg)
