@@ -1,6 +1,6 @@
 """A failed rebalance with no side giving, and none a smaller charge would open, holds for
 every request of the budget from the fewest GPUs that leave its side over its share at the
-levels where a sibling could give to any request (``Pass.guarantee_levels``; the other
+levels where a sibling could give to any request (``Pass.guarantee_refused_from``; the other
 levels give nothing whatever the size), and for both shapes, one host and whole hosts (with
 no side giving, no search runs for either): the fast pass skips those requests and decides
 what the reference pass, which tries each, decides.
@@ -133,9 +133,8 @@ def test_the_record_is_what_the_example_exercises() -> None:
     pas = Pass(state, NOW, PolicyConfig())
     decisions = pas.run()
     assert decisions.starts == () and decisions.preemptions == ()
-    assert pas.guarantee_levels("g/a") == ["g/a"]
-    assert pas.rules.over_from(["g/a"]) == 4
-    assert pas.rules.over_from(state.tree.lineage("g/a")) == 5
+    assert pas.guarantee_refused_from("g/a", 16) == 4
+    assert max(pas.rules.first_over(node) for node in state.tree.lineage("g/a")) == 5
     assert pas.rebalance_failed_whole == {"g/a": [(4, 0.0)]}, pas.rebalance_failed_whole
     assert pas.rebalance_failed_one == {"g/a": [(4, 0.0)]}, pas.rebalance_failed_one
     assert pas.doomed("g/a", 4, HOUR, exact=False)

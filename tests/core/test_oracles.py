@@ -287,10 +287,10 @@ def test_a_failed_rebalance_is_tried_again_once_an_admission_brings_its_side_wit
             ("train-14068", "train-14106")} <= by, by
 
 
-def test_over_from_is_the_fewest_gpus_that_leave_the_side_over_its_share_at_every_level(
+def test_first_over_along_a_path_is_the_fewest_gpus_over_the_share_at_every_level(
 ) -> None:
-    """``RebalanceRules.over_from`` over a leaf's whole path, against trying every request
-    size with the guarantee rule's own test at each level of that path: for each leaf of a replayed
+    """The largest ``RebalanceRules.first_over`` over a leaf's path, against trying every
+    request size with the guarantee rule's own test at each level of it: for each leaf of a replayed
     state, with the GPUs held moved so that each node is under, at and over its share (the
     boundary of the floating-point test), every size from it up leaves the side over its
     share at every level, and the size below it does not."""
@@ -308,7 +308,7 @@ def test_over_from_is_the_fewest_gpus_that_leave_the_side_over_its_share_at_ever
                 return not any(rules._within_share(spec, rules._of(node))
                                for node in rules.tree.lineage(leaf))
 
-            least = rules.over_from(rules.tree.lineage(leaf))
+            least = max(rules.first_over(node) for node in rules.tree.lineage(leaf))
             assert all(over_everywhere(g) for g in range(least, least + 40)), (leaf, moved)
             assert least == 1 or not over_everywhere(least - 1), (leaf, moved, least)
             checked += 1

@@ -772,8 +772,7 @@ class Pass:
                     # pending
                     smallest = self.state.smallest_shapes(spec.budget)
                     if smallest and smallest[0][0] < spec.gpus:
-                        levels = self.guarantee_levels(spec.budget)
-                        fails_from = min(fails_from, self.rules.over_from(levels))
+                        fails_from = self.guarantee_refused_from(spec.budget, fails_from)
                     # no side gives to such a request: so it finds none to search, whatever
                     # its shape (one host or whole hosts), and fails for the other shape too
                     self.rebalance_fails(spec.budget, not multi, fails_from, 0.0)
@@ -884,22 +883,30 @@ class Pass:
                             opening.append((opens_below, more))
         return bound, giving, opening, grows_to
 
-    def guarantee_levels(self, budget: str) -> list[str]:
-        """The nodes of ``budget``'s path with a sibling that the guarantee rule might let
-        give a victim to some request of ``budget``, whatever its size: one over its share
-        that holds work past its minimum runtime, the least of which one preemption takes
-        is within :meth:`RebalanceRules.guarantee_most`. At the other levels the guarantee
-        rule lets no side give to any request of ``budget``."""
+    def guarantee_refused_from(self, budget: str, cap: int) -> int:
+        """The fewest GPUs, or ``cap`` if fewer, from which a request of ``budget`` leaves
+        its side over its share (:meth:`RebalanceRules.first_over`) at every level of its
+        path where the guarantee rule might let a sibling give a victim to some request of
+        ``budget``, whatever its size: a sibling over its share holding work past its
+        minimum runtime, the least of which one preemption takes is within
+        :meth:`RebalanceRules.guarantee_most`. At the other levels the rule lets no side
+        give to any request of ``budget``, so they do not count. A level is judged only if
+        its figure would raise the answer (the siblings are the dearer question)."""
         victims = self.victims()
         tree = self.state.tree
-        levels: list[str] = []
+        least = 1
         for mine in tree.lineage(budget):
+            first = self.rules.first_over(mine)
+            if first <= least:
+                continue
             for theirs in self.rules.over_children(tree.parent_of(mine)):
                 if (theirs != mine and victims.gpus.get(theirs, 0)
                         and self.rules.guarantee_most(mine, theirs) >= victims.smallest(theirs)):
-                    levels.append(mine)
+                    if first >= cap:
+                        return cap
+                    least = first
                     break
-        return levels
+        return least
 
     def all_sides(self, spec: WorkloadSpec) -> dict[str, str]:
         """Every side that could hold victims for ``spec`` (each sibling of each of its

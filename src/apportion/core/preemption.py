@@ -432,15 +432,12 @@ class RebalanceRules:
         Only then may the guarantee rule let any side give."""
         return _within(p, spec.gpus)
 
-    def over_from(self, sides: Iterable[str]) -> int:
-        """The fewest GPUs from which a request would leave each of these sides (nodes of
-        its budget's path) over its share (:meth:`_within_share` false at each), so that
-        the guarantee rule lets no sibling of theirs give to it: the least such count, found
-        with the same floating-point test, which only grows with the count (1 for none)."""
-        least = 1
-        for node in sides:
-            least = max(least, _first_over(self._of(node)))
-        return least
+    def first_over(self, node: str) -> int:
+        """The fewest GPUs (at least 1) from which a request would leave side ``node`` over
+        its share (:meth:`_within_share` false), so that the guarantee rule lets no sibling
+        of ``node`` give to it: found with the same floating-point test, which only turns
+        false as the count grows."""
+        return _first_over(self._of(node))
 
     def guarantee_most(self, mine: str, theirs: str) -> float:
         """At least as much as the guarantee rule lets any request of side ``mine``'s work
