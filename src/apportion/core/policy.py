@@ -884,7 +884,7 @@ class Pass:
         return bound, giving, opening, grows_to
 
     def guarantee_refused_from(self, budget: str, cap: int) -> int:
-        """The fewest GPUs, or ``cap`` if fewer, from which a request of ``budget`` leaves
+        """The lesser of ``cap`` and the fewest GPUs from which a request of ``budget`` leaves
         its side over its share (:meth:`RebalanceRules.first_over`) at every level of its
         path where the guarantee rule might let a sibling give a victim to some request of
         ``budget``, whatever its size: a sibling over its share holding work past its
