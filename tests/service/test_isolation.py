@@ -3,7 +3,9 @@ cgroup, with only the environment its owner exported (accounts made by the test 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import stat
 import time
 from pathlib import Path
@@ -185,6 +187,45 @@ def test_every_process_of_the_job_ends_with_it(
 
 
 CGROUP_DIRS = {"v1": "/sys/fs/cgroup/pids/apportion", "v2": "/sys/fs/cgroup/unified/apportion"}
+
+
+@pytest.mark.parametrize("cgroups", list(CGROUPS))
+def test_a_kill_after_the_job_ended_leaves_its_wrapper_to_write_the_exit_record(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, cgroups: str
+) -> None:
+    """A stop that finds every process of the job already ended, while its wrapper has not
+    yet written the exit record (the wrapper is held stopped to keep that moment open, as a
+    loaded machine or the grace timer racing an observation does), does not kill the
+    wrapper: once it runs on, the attempt is reported ended, by the signal that killed it,
+    never gone without a record."""
+    assert cgroups == "none" or CgroupHost.detect() is not None, "cgroups not mounted here"
+    ex = make_executor(shared, CGROUPS[cgroups])
+    h = launch(ex, accounts.alice.name, ["sleep", "300"], chdir=str(alice_dir))
+    wrapper = _procfs.parse_handle(h)[0]
+    deadline = time.monotonic() + DEADLINE_S
+
+    def the_sleep() -> int | None:
+        for pid in _procfs.descendants(wrapper):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\0"):
+                    return pid
+        return None
+
+    while (job := the_sleep()) is None:
+        assert time.monotonic() < deadline, log_of(ex)
+        time.sleep(0.02)
+    os.kill(wrapper, signal.SIGSTOP)
+    try:
+        os.kill(job, signal.SIGKILL)
+        while (f := _procfs.stat_fields(job)) is not None and f[0] != "Z":
+            assert time.monotonic() < deadline, f"{job} not ended: {f[0]}"
+            time.sleep(0.02)
+        ex.stop(h, grace_s=0.0)
+        assert _procfs.alive(h), "the stop killed the wrapper before it wrote the exit record"
+    finally:
+        os.kill(wrapper, signal.SIGCONT)
+    o = wait_end(ex, h)
+    assert (o.state, o.exit_code, o.signalled) == (AttemptState.EXITED, -signal.SIGKILL, True)
 
 
 def test_gpu_device_nodes_not_given_cannot_be_opened(

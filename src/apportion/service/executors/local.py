@@ -394,6 +394,11 @@ class LocalExecutor:
             return
         if stem is not None and self._kill_job(stem):
             return  # the wrapper reaps what it killed, then writes the exit file
+        info = _procfs.read_json(self.run_dir / f"{stem}.run") if stem is not None else None
+        if info is not None and info.get("child_pgid") is not None:
+            # the command started and none of it lives: the wrapper is writing the exit
+            # record (killed now, it would leave the attempt with none)
+            return
         if _procfs.alive(handle):  # the command has not started yet: kill the wrapper
             pid, _ = _procfs.parse_handle(handle)
             with contextlib.suppress(ProcessLookupError):
