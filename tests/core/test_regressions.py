@@ -10,7 +10,7 @@ from apportion.core import ClusterState, HostState, PolicyConfig, Slice, decide
 from apportion.core.placement import find_victims
 from apportion.core.policy import Pass, _charge_threshold
 
-from .helpers import make_hosts, make_spec, make_tree, run_on
+from .helpers import HOUR, make_hosts, make_spec, make_tree, run_on
 
 CFG = PolicyConfig()
 
@@ -123,3 +123,62 @@ def test_a_larger_request_of_a_budget_is_tried_after_a_smaller_one_failed_to_reb
         d = decide(st, now, config)
         assert d.order == ("small", "large")
         assert [(p.workload, p.by) for p in d.preemptions] == [("x0", "large")], config
+
+
+def test_a_failed_whole_host_rebalance_does_not_doom_a_request_with_fewer_victims_allowed(
+) -> None:
+    """Nine 8-GPU hosts: a's protected work on h7 and h8, b's on the others: a 34-GPU run v
+    over h0-h4 that loses nothing when stopped, beside it a run of 1-2 GPUs on each of
+    those hosts, and two 8-GPU runs on h5 and h6. b is 35 GPUs over its share and a would
+    end over its own with 16 more, so only the fair-share rule lets a take from b: 35
+    GPUs. a's 16-GPU
+    request r1 has waited 8 h, past the victim size bound; its whole-host search takes h0
+    first (the cheapest: v and its neighbour, 35 GPUs) and then no host fits under the
+    limit: it fails. r2, of the same size but queued 30 min ago, may take no victim over 32
+    GPUs: refused h0-h4 (v), it takes h5 and h6. The fast pass must try it, as the
+    reference pass does, and not take r1's failure for its own."""
+    st = ClusterState(make_tree(("a", 18.0), ("b", 21.0), ("c", 33.0)), make_hosts(*[8] * 9))
+    free = {"resumable": True, "checkpoint_on_term": True}
+    st.submit(dataclasses.replace(make_spec("v", "b", 34), **free), 0.0)
+    st.start("v", tuple(Slice(f"h{i}", g) for i, g in enumerate((7, 7, 7, 7, 6))), 0.0)
+    for i, g in enumerate((1, 1, 1, 1, 2)):
+        run_on(st, dataclasses.replace(make_spec(f"x{i}", "b", g), **free), 0.0, (f"h{i}", g))
+    run_on(st, make_spec("y5", "b", 8), 0.0, ("h5", 8))
+    run_on(st, make_spec("y6", "b", 8), 0.0, ("h6", 8))
+    st.submit(make_spec("r1", "a", 16, 600.0, 0.0), 0.0)
+    for host in ("h7", "h8"):
+        run_on(st, make_spec(f"p{host}", "a", 8, 8 * HOUR, 7 * HOUR), 7 * HOUR, (host, 8))
+    st.submit(make_spec("r2", "a", 16, 600.0, 7.5 * HOUR), 7.5 * HOUR)
+    fast = decide(st, 8 * HOUR, CFG)
+    ref = decide(st, 8 * HOUR, dataclasses.replace(CFG, shortcuts=False))
+    assert [(p.workload, p.by) for p in fast.preemptions] == [("y5", "r2"), ("y6", "r2")]
+    assert (fast.preemptions, fast.starts) == (ref.preemptions, ref.starts)
+
+
+def test_a_failed_whole_host_rebalance_does_not_doom_a_larger_request_under_a_lower_limit(
+) -> None:
+    """Budget b holds all twelve 8-GPU hosts, 25 GPUs over its share; a holds none and has
+    room for 20 within its share. a's 16-GPU request r1 may take 41 GPUs from b by the
+    guarantee rule (its overshoot); its whole-host search takes h0 first (the cheapest: a
+    36-GPU run v spread over h0-h8 and a 4-GPU neighbour, 40 GPUs), and then no host fits
+    under the limit: it fails. a's 24-GPU request r2 would leave a over its share, so only
+    the fair-share rule helps it: 25 GPUs, too few for v; refused h0-h8, it takes h9-h11.
+    A larger request is no harder here: the fast pass must try r2, as the reference pass
+    does. (Without the victim size bound, so that only the limits differ.)"""
+    cfg = PolicyConfig(victim_max_factor=0)
+    st = ClusterState(make_tree(("a", 20.0), ("b", 71.0), ("c", 5.0)), make_hosts(*[8] * 12))
+    free = {"resumable": True, "checkpoint_on_term": True}
+    st.submit(dataclasses.replace(make_spec("v", "b", 36), **free), 0.0)
+    st.start("v", tuple(Slice(f"h{i}", 4) for i in range(9)), 0.0)
+    for i in range(9):
+        run_on(st, dataclasses.replace(make_spec(f"z{i}", "b", 4), **free), 0.0, (f"h{i}", 4))
+    for i in (9, 10, 11):
+        run_on(st, make_spec(f"y{i}", "b", 8), 0.0, (f"h{i}", 8))
+    st.submit(make_spec("r1", "a", 16, 600.0, 1.0), 1.0)
+    st.submit(make_spec("r2", "a", 24, 600.0, 2.0), 2.0)
+    fast = decide(st, 2 * HOUR, cfg)
+    ref = decide(st, 2 * HOUR, dataclasses.replace(cfg, shortcuts=False))
+    assert sorted((p.workload, p.by) for p in fast.preemptions) == [
+        ("y10", "r2"), ("y11", "r2"), ("y9", "r2")
+    ]
+    assert (fast.preemptions, fast.starts) == (ref.preemptions, ref.starts)

@@ -49,6 +49,12 @@ class HostView:
         self._promised: set[str] | None = None
         self._clear_ok: dict[str, bool] = {}  # host -> promised to no one, nothing protected
         self.touched: set[str] = set()  # hosts this pass started work on or promised
+        # Did a whole-host search refuse a host's victim while it had victims taken already?
+        # Then its failure proves nothing for a request whose rules allow fewer victims
+        # (a lower limit, a victim size bound): refused the host it took first, such a
+        # search keeps room under its limits for others, and may succeed. Set by the search,
+        # reset by the caller before one.
+        self.refused_after_taking = False
         self._unallocated_clearable: int | None = None
         self._unallocated_hosts: set[str] = set()  # the hosts it counts
         self._reclaimable: int | None = None
@@ -487,6 +493,8 @@ def _whole_hosts(
             for c in cands:
                 if not allowed(c, trial):
                     ok = False
+                    if trial:
+                        view.refused_after_taking = True
                     break
                 trial[c.budget] = trial.get(c.budget, 0) + c.gpus
         if not ok:

@@ -746,6 +746,7 @@ class Pass:
             bound, giving, opening, grows_to = self.rebalance_bound(spec)
             # with no side that may give, the search could take unallocated victims only,
             # and that search just failed for this request or for a smaller one: skip it
+            self.hosts.refused_after_taking = False
             if bound >= spec.gpus and giving:
                 reach = self.reach(giving, multi)
                 plan = find_victims(
@@ -756,6 +757,12 @@ class Pass:
                     only=reach if limited is None else reach & limited,
                     budget_ok=lambda budget: self.rules.side_in(budget, giving) is not None,
                 )
+            if plan is None and self.hosts.refused_after_taking:
+                # the whole-host search is greedy: with fewer victims allowed (a larger
+                # request's lower limit, a size bound the failed one did not have) it may
+                # pass over the host it took first and find room on others, so this failure
+                # proves nothing for any other request (HostView.refused_after_taking)
+                return False
             if plan is None and limited is None and self.rules.large_refused:
                 threshold = _charge_threshold(spec.gpus, None, opening)
                 self.size_refused[shape] = min(threshold, self.size_refused.get(shape, _INF))
