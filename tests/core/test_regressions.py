@@ -125,18 +125,13 @@ def test_a_larger_request_of_a_budget_is_tried_after_a_smaller_one_failed_to_reb
         assert [(p.workload, p.by) for p in d.preemptions] == [("x0", "large")], config
 
 
-def test_a_failed_whole_host_rebalance_does_not_doom_a_request_with_fewer_victims_allowed(
-) -> None:
+def seven_of_b_and_two_of_a() -> ClusterState:
     """Nine 8-GPU hosts: a's protected work on h7 and h8, b's on the others: a 34-GPU run v
     over h0-h4 that loses nothing when stopped, beside it a run of 1-2 GPUs on each of
-    those hosts, and two 8-GPU runs on h5 and h6. b is 35 GPUs over its share and a would
-    end over its own with 16 more, so only the fair-share rule lets a take from b: 35
-    GPUs. a's 16-GPU
-    request r1 has waited 8 h, past the victim size bound; its whole-host search takes h0
-    first (the cheapest: v and its neighbour, 35 GPUs) and then no host fits under the
-    limit: it fails. r2, of the same size but queued 30 min ago, may take no victim over 32
-    GPUs: refused h0-h4 (v), it takes h5 and h6. The fast pass must try it, as the
-    reference pass does, and not take r1's failure for its own."""
+    those hosts, and two 8-GPU runs that cannot resume on h5 and h6. b is 35 GPUs over its
+    share and a would end over its own with 16 more, so only the fair-share rule lets a
+    take from b: 35 GPUs. a's 16-GPU request r1 has waited 8 h (past the victim size
+    bound), r2, as large, 30 min."""
     st = ClusterState(make_tree(("a", 18.0), ("b", 21.0), ("c", 33.0)), make_hosts(*[8] * 9))
     free = {"resumable": True, "checkpoint_on_term": True}
     st.submit(dataclasses.replace(make_spec("v", "b", 34), **free), 0.0)
@@ -149,22 +144,31 @@ def test_a_failed_whole_host_rebalance_does_not_doom_a_request_with_fewer_victim
     for host in ("h7", "h8"):
         run_on(st, make_spec(f"p{host}", "a", 8, 8 * HOUR, 7 * HOUR), 7 * HOUR, (host, 8))
     st.submit(make_spec("r2", "a", 16, 600.0, 7.5 * HOUR), 7.5 * HOUR)
+    return st
+
+
+def test_a_whole_host_rebalance_whose_cheapest_host_uses_up_its_limit_takes_others() -> None:
+    """On :func:`seven_of_b_and_two_of_a` at 8 h, r1's search by cost takes h0 first (v and
+    its neighbour lose nothing, but hold 35 GPUs: b's whole limit), then fits no other
+    host under the limit. Taken instead by the fewest GPUs of victims first, h5 and h6
+    fit: r1 preempts y5 and y6. (The first order alone left r1 waiting, and the fast pass
+    then also skipped r2, which the victim size bound keeps from v, where the reference
+    pass gave r2 the room.) The fast pass decides as the reference pass does."""
+    st = seven_of_b_and_two_of_a()
     fast = decide(st, 8 * HOUR, CFG)
     ref = decide(st, 8 * HOUR, dataclasses.replace(CFG, shortcuts=False))
-    assert [(p.workload, p.by) for p in fast.preemptions] == [("y5", "r2"), ("y6", "r2")]
+    assert [(p.workload, p.by) for p in fast.preemptions] == [("y5", "r1"), ("y6", "r1")]
     assert (fast.preemptions, fast.starts) == (ref.preemptions, ref.starts)
 
 
-def test_a_failed_whole_host_rebalance_does_not_doom_a_larger_request_under_a_lower_limit(
-) -> None:
+def test_a_within_share_request_gets_room_the_cheapest_hosts_would_use_up() -> None:
     """Budget b holds all twelve 8-GPU hosts, 25 GPUs over its share; a holds none and has
     room for 20 within its share. a's 16-GPU request r1 may take 41 GPUs from b by the
-    guarantee rule (its overshoot); its whole-host search takes h0 first (the cheapest: a
-    36-GPU run v spread over h0-h8 and a 4-GPU neighbour, 40 GPUs), and then no host fits
-    under the limit: it fails. a's 24-GPU request r2 would leave a over its share, so only
-    the fair-share rule helps it: 25 GPUs, too few for v; refused h0-h8, it takes h9-h11.
-    A larger request is no harder here: the fast pass must try r2, as the reference pass
-    does. (Without the victim size bound, so that only the limits differ.)"""
+    guarantee rule (its overshoot). By cost the search takes h0 first (a 36-GPU run v
+    spread over h0-h8 and a 4-GPU neighbour: 40 GPUs of the limit for 8 of room), and then
+    no host fits; by the fewest GPUs of victims first it takes h10 and h11, whose runs hold
+    8 each: r1, owed its share, gets it. (Without the victim size bound, which would keep
+    r1 from v.) The fast pass decides as the reference pass does."""
     cfg = PolicyConfig(victim_max_factor=0)
     st = ClusterState(make_tree(("a", 20.0), ("b", 71.0), ("c", 5.0)), make_hosts(*[8] * 12))
     free = {"resumable": True, "checkpoint_on_term": True}
@@ -178,7 +182,5 @@ def test_a_failed_whole_host_rebalance_does_not_doom_a_larger_request_under_a_lo
     st.submit(make_spec("r2", "a", 24, 600.0, 2.0), 2.0)
     fast = decide(st, 2 * HOUR, cfg)
     ref = decide(st, 2 * HOUR, dataclasses.replace(cfg, shortcuts=False))
-    assert sorted((p.workload, p.by) for p in fast.preemptions) == [
-        ("y10", "r2"), ("y11", "r2"), ("y9", "r2")
-    ]
+    assert sorted((p.workload, p.by) for p in fast.preemptions) == [("y10", "r1"), ("y11", "r1")]
     assert (fast.preemptions, fast.starts) == (ref.preemptions, ref.starts)

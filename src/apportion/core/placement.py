@@ -97,6 +97,12 @@ class HostView:
             cost = self._costs[host] = _cost(self.candidates(host, now))
         return cost
 
+    def victim_gpus(self, host: str, now: float) -> int:
+        """GPUs held by the possible victims on ``host`` (each counted whole, wherever else
+        it runs): what emptying the host takes from the sides' limits."""
+        self.candidates(host, now)
+        return self._cand_gpus[host]
+
     def reachable(self, host: str, now: float) -> int:
         """GPUs of ``host`` that free space, stopping work and unclaimed victims add up to."""
         self.candidates(host, now)
@@ -476,6 +482,25 @@ def _whole_hosts(
     if bounded and left < gpus:
         return None  # not enough hosts could be emptied, whoever asks
     options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
+    refused = view.refused_after_taking
+    view.refused_after_taking = False
+    plan = _take_hosts(view, options, left, gpus, now, allowed, bounded)
+    if plan is None and view.refused_after_taking:
+        # The cheapest hosts first used up a side's limit on a host whose victims hold many
+        # GPUs for its room, and no other host fit under it after: the hosts whose victims
+        # hold the fewest GPUs first fit the most under every limit.
+        options.sort(key=lambda name: (view.victim_gpus(name, now), view.cost(name, now), name))
+        plan = _take_hosts(view, options, left, gpus, now, allowed, bounded)
+    view.refused_after_taking = view.refused_after_taking or refused
+    return plan
+
+
+def _take_hosts(
+    view: HostView, options: Sequence[str], left: int, gpus: int, now: float,
+    allowed: Allowed | None, bounded: bool,
+) -> VictimPlan | None:
+    """Whole hosts for ``gpus`` GPUs taken in the order of ``options`` (``left``: their
+    GPUs), each if ``allowed`` accepts all its victims with those of the hosts taken before."""
     taken: dict[str, int] = {}
     hosts: list[tuple[str, int]] = []
     victims: list[Candidate] = []
