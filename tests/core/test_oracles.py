@@ -305,7 +305,7 @@ def test_first_over_along_a_path_is_the_fewest_gpus_over_the_share_at_every_leve
 
             def over_everywhere(gpus: int, rules: Any = rules, leaf: str = leaf) -> bool:
                 spec = make_spec("probe", leaf, gpus, HOUR)
-                return not any(rules._within_share(spec, rules._of(node))
+                return not any(rules._within_share(spec, rules.figures(node))
                                for node in rules.tree.lineage(leaf))
 
             least = max(rules.first_over(node) for node in rules.tree.lineage(leaf))
@@ -335,16 +335,18 @@ class SparedSidesChecked:
             for mine in tree.lineage(spec.budget):
                 parent = tree.parent_of(mine)
                 self.judged += 1
-                if not p.rules.spares_all(spec, mine, parent, victims.gpus):
+                side = p.rules.figures(mine)
+                if not p.rules.spares_all(spec, side, parent, victims.gpus):
                     continue
                 self.spared += 1
-                for theirs in p.rules.over_children(parent):
+                for other in p.rules.over_children(parent):
+                    theirs = other.name
                     if theirs == mine or not victims.gpus.get(theirs, 0):
                         continue
                     self.sides += 1
                     where = f"at {now}: {spec.id} ({mine}) from {theirs}"
-                    assert p.rules.limit(spec, mine, theirs) < victims.smallest(theirs), where
-                    assert p.rules.charge_below(mine, theirs) <= 0.0, where
+                    assert p.rules.limit(spec, side, other) < victims.smallest(theirs), where
+                    assert p.rules.charge_below(side, other) <= 0.0, where
         return decide(state, now, config, reasons=False)
 
 

@@ -115,10 +115,11 @@ def test_a_larger_request_of_a_budget_is_tried_after_a_smaller_one_failed_to_reb
     now = 3_600.0
     probe = Pass(st, now, CFG)
     small, large = st.pending["small"].spec, st.pending["large"].spec
-    assert probe.rules.limit(small, "y", "x") == pytest.approx(5.5)
-    assert probe.rules.limit(large, "y", "x") == pytest.approx(8.0)
-    assert probe.rules.overshoot_room(small, "y", "x", 5.5, 8, 8) == 4  # y's room in its share
-    assert probe.rules.overshoot_room(small, "y", "x", 8.0, 8, 8) == 0  # x gives all already
+    y, x = probe.rules.figures("y"), probe.rules.figures("x")
+    assert probe.rules.limit(small, y, x) == pytest.approx(5.5)
+    assert probe.rules.limit(large, y, x) == pytest.approx(8.0)
+    assert probe.rules.overshoot_room(small, y, x, 5.5, 8, 8) == 4  # y's room in its share
+    assert probe.rules.overshoot_room(small, y, x, 8.0, 8, 8) == 0  # x gives all already
     for config in (CFG, dataclasses.replace(CFG, shortcuts=False)):
         d = decide(st, now, config)
         assert d.order == ("small", "large")

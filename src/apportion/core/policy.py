@@ -865,27 +865,29 @@ class Pass:
         opening: list[tuple[float, float]] = []
         grows_to = 0
         charge = self.rules.admission(spec) * (1 + 1e-9)  # rounding: count a side in, not out
-        tree = self.state.tree
+        tree, rules, released = self.state.tree, self.rules, victims.gpus
         for mine in tree.lineage(spec.budget):
             parent = tree.parent_of(mine)
-            if self.rules.spares_all(spec, mine, parent, victims.gpus):
+            p = rules.figures(mine)
+            if rules.spares_all(spec, p, parent, released):
                 continue  # no side at this level gives or opens: nothing to add
-            for theirs in self.rules.over_children(parent):
-                held = victims.gpus.get(theirs, 0)
-                if theirs == mine or not held:
+            for v in rules.over_children(parent):
+                theirs = v.name
+                held = released.get(theirs, 0)
+                if v is p or not held:
                     continue
                 smallest = victims.smallest(theirs)
-                limit = self.rules.limit(spec, mine, theirs)
-                grows_to = max(grows_to, self.rules.overshoot_room(
-                    spec, mine, theirs, limit, held, smallest))
+                limit = rules.limit(spec, p, v)
+                grows_to = max(grows_to, rules.overshoot_room(
+                    spec, p, v, limit, held, smallest))
                 gives = _gives(held, smallest, limit)
                 if gives:
                     bound += gives
                     giving[theirs] = mine
                 if gives < held:  # would the fair-share rule let it give more?
-                    more = _gives(held, smallest, self.rules.over_share(theirs)) - gives
+                    more = _gives(held, smallest, rules.over_share(v)) - gives
                     if more > 0:
-                        opens_below = self.rules.charge_below(mine, theirs)
+                        opens_below = rules.charge_below(p, v)
                         if 0.0 < opens_below <= charge:
                             opening.append((opens_below, more))
         return bound, giving, opening, grows_to
@@ -906,7 +908,8 @@ class Pass:
             first = self.rules.first_over(mine)
             if first <= least:
                 continue
-            for theirs in self.rules.over_children(tree.parent_of(mine)):
+            for v in self.rules.over_children(tree.parent_of(mine)):
+                theirs = v.name
                 if (theirs != mine and victims.gpus.get(theirs, 0)
                         and self.rules.guarantee_most(mine, theirs) >= victims.smallest(theirs)):
                     if first >= cap:

@@ -153,14 +153,15 @@ def size_bound_lifts(queued_at: float, config: PolicyConfig) -> float:
     return queued_at + max(0.0, config.max_min_runtime - HOUR)
 
 
-class _Figures:
+class Figures:
     """What the rules read of one budget node in a pass: its share of the cluster, the
     same in healthy GPUs, the GPUs its allocated work holds as the pass moves them, and its
     charged GPU-seconds and usage ratio once read. One record per node the pass looks at,
     so that a rule reads a node with one lookup, not one per figure (a pass judges a few
-    hundred sides)."""
+    hundred sides), and the rules' inner loops pass the record itself, not the name."""
 
-    def __init__(self, share: float, fair: float, held: float) -> None:
+    def __init__(self, name: str, share: float, fair: float, held: float) -> None:
+        self.name = name
         self.share = share
         self.fair = fair  # share x healthy GPUs
         self.held = held  # a whole number, kept as a float as the rules compute with it
@@ -171,13 +172,13 @@ class _Figures:
         self.rated = False  # is ``ratio`` up to date (no admission charged the node since)?
 
 
-def _within(p: _Figures, gpus: int) -> bool:
+def _within(p: Figures, gpus: int) -> bool:
     """Would side ``p`` stay within its share with ``gpus`` more? The guarantee rule's test,
     the one expression every reader of it uses."""
     return (p.held + gpus) / p.fair <= 1 + _EPS
 
 
-def _first_over(p: _Figures) -> int:
+def _first_over(p: Figures) -> int:
     """The fewest GPUs (at least 1) that side ``p`` would not stay within its share with
     (:func:`_within` false): found near the figure, then exactly with the same
     floating-point test, which only turns false as the count grows."""
@@ -205,14 +206,16 @@ class RebalanceRules:
         self.tree = tree
         self.ledger = ledger
         self.now = now
-        self._start_held = held  # GPUs allocated work holds at the pass's start, per node
+        # GPUs allocated work holds at the pass's start, per node (the state's own dict: a
+        # dict, not any mapping, so that the compiled core reads it without a method call)
+        self._start_held: dict[str, int] = held if isinstance(held, dict) else dict(held)
         # per node, read on first use (a pass only looks at the nodes its walk visits)
-        self._figures: dict[str, _Figures] = {}
+        self._figures: dict[str, Figures] = {}
         self.capacity = capacity  # healthy GPU-seconds in the window
         self.healthy = healthy  # healthy GPUs now
         self.cfg = config
         # answers kept until the next admission or eviction moves the numbers they read
-        self._over: dict[str, list[str]] = {}  # parent -> its children at or over their share
+        self._over: dict[str, list[Figures]] = {}  # parent -> its children at or over share
         # parent -> the two highest (usage ratio, name) among them that hold victims
         self._top: dict[str, list[tuple[float, str]]] = {}
         self.memo = config.shortcuts  # False: every ratio read afresh from the ledger
@@ -222,24 +225,26 @@ class RebalanceRules:
         self.waited_out = False
         self.large_refused = False
 
-    def _of(self, node: str) -> _Figures:
+    def figures(self, node: str) -> Figures:
+        """The pass's record of ``node`` (made on first use)."""
         figures = self._figures.get(node)
         if figures is None:
             share = self.tree.share(node)
-            figures = self._figures[node] = _Figures(
-                share, share * self.healthy, float(self._start_held.get(node, 0))
+            figures = self._figures[node] = Figures(
+                node, share, share * self.healthy, float(self._start_held.get(node, 0))
             )
         return figures
 
     def ratio(self, node: str) -> float:
         """Usage ratio: charged GPU-seconds / (share x healthy GPU-seconds), over the window."""
-        return self._ratio(node, self._of(node))
+        return self.ratio_of(self.figures(node))
 
-    def _ratio(self, node: str, f: _Figures) -> float:
+    def ratio_of(self, f: Figures) -> float:
+        """:meth:`ratio` of the node whose record is ``f``."""
         if f.rated and self.memo:
             return f.ratio
         if not f.read or not self.memo:
-            f.used = self.ledger.charged(node, self.now, self.cfg.lookback, self.memo)
+            f.used = self.ledger.charged(f.name, self.now, self.cfg.lookback, self.memo)
             f.read = True
         f.ratio = usage_ratio(f.used + f.extra, f.share, self.capacity)
         f.rated = True
@@ -248,10 +253,10 @@ class RebalanceRules:
     def held(self, node: str) -> float:
         """GPUs the allocated work of ``node``'s subtree holds now (not stopping), as this
         pass has moved them."""
-        return self._of(node).held
+        return self.figures(node).held
 
     def add_held(self, node: str, gpus: int) -> None:
-        self._of(node).held += gpus
+        self.figures(node).held += gpus
 
     def admission(self, spec: WorkloadSpec) -> float:
         return self.charge(spec.gpus, spec.min_runtime)
@@ -264,7 +269,7 @@ class RebalanceRules:
         charge = self.admission(spec)
         self._moved(spec.budget)
         for node in self.tree.lineage(spec.budget):
-            f = self._of(node)
+            f = self.figures(node)
             f.extra += charge
             f.held += spec.gpus
             f.rated = False
@@ -294,28 +299,30 @@ class RebalanceRules:
         out: dict[str, str] = {}
         for mine in self.tree.lineage(spec.budget):
             smallest = WorkloadSpec("\x00side", mine, 1, 0.0, 0.0)
-            for theirs in self.over_children(self.tree.parent_of(mine)):
-                if theirs != mine and self._allowed(smallest, mine, theirs, 0):
-                    out[theirs] = mine
+            p = self.figures(mine)
+            for v in self.over_children(self.tree.parent_of(mine)):
+                if v is not p and self.limit(smallest, p, v) >= 0:
+                    out[v.name] = mine
         return out
 
-    def over_children(self, parent: str) -> list[str]:
-        """Children of ``parent`` holding at least their share of the healthy GPUs: the only
-        ones either rule lets give way (see :meth:`limit`), shared by all their siblings."""
+    def over_children(self, parent: str) -> list[Figures]:
+        """The records of the children of ``parent`` holding at least their share of the
+        healthy GPUs: the only ones either rule lets give way (see :meth:`limit`), shared by
+        all their siblings."""
         cached = self._over.get(parent)
         if cached is None or not self.memo:
             cached = []
             for kid in self.tree.children(parent):
-                f = self._of(kid)
+                f = self.figures(kid)
                 if f.held >= (1 - _EPS) * f.fair:
-                    cached.append(kid)
+                    cached.append(f)
             self._over[parent] = cached
         return cached
 
     def spares_all(
-        self, spec: WorkloadSpec, mine: str, parent: str, victims: Mapping[str, int]
+        self, spec: WorkloadSpec, p: Figures, parent: str, victims: dict[str, int]
     ) -> bool:
-        """Does neither rule let any sibling of ``mine`` (under ``parent``) that holds GPUs
+        """Does neither rule let any sibling of side ``p`` (under ``parent``) that holds GPUs
         in ``victims`` give ``spec`` a GPU, nor would a smaller admission charge let one
         (``charge_below`` at most 0 for each)? Then ``Pass.rebalance_bound`` gains nothing
         at this level, and need not judge the siblings one by one.
@@ -327,26 +334,25 @@ class RebalanceRules:
         victims, they fail for every one. ``victims`` must be the pass's one
         (``Pass.victims``): the answer is kept per parent until an admission or eviction
         moves the numbers (as :meth:`over_children`'s)."""
-        p = self._of(mine)
         if self._within_share(spec, p):
             return False  # the guarantee rule may let some sibling give
         top = self._top.get(parent)
         if top is None or not self.memo:
-            ranked = [(self._ratio(kid, self._of(kid)), kid)
-                      for kid in self.over_children(parent) if victims.get(kid, 0)]
+            ranked = [(self.ratio_of(kid), kid.name)
+                      for kid in self.over_children(parent) if victims.get(kid.name, 0)]
             ranked.sort(reverse=True)
             top = self._top[parent] = ranked[:2]
-        highest = -1.0  # the highest ratio among the others: ``mine`` may be one of the two
+        highest = -1.0  # the highest ratio among the others: ``p`` may be one of the two
         for ratio, kid in top:
-            if kid != mine:
+            if kid != p.name:
                 highest = ratio
                 break
         else:
             return True  # no sibling holds victims
-        ratio_p = self._ratio(mine, p) + usage_ratio(self.admission(spec), p.share, self.capacity)
+        ratio_p = self.ratio_of(p) + usage_ratio(self.admission(spec), p.share, self.capacity)
         if highest > ratio_p * (1 + self.cfg.rebalance_margin):
             return False  # the fair-share rule lets it give
-        return self.charge_below_ratio(mine, highest) <= 0.0
+        return self.charge_below_ratio(p, highest) <= 0.0
 
     @staticmethod
     def side_in(budget: str, sides: dict[str, str]) -> str | None:
@@ -376,7 +382,7 @@ class RebalanceRules:
         already = sum(
             g for leaf, g in taken.items() if leaf == theirs or leaf.startswith(theirs + "/")
         )
-        if not self._allowed(spec, mine, theirs, already + victim.gpus):
+        if already + victim.gpus > self.limit(spec, self.figures(mine), self.figures(theirs)):
             return False
         if not self.waited_out and victim.gpus > self.largest_victim(spec):
             self.large_refused = True
@@ -406,28 +412,24 @@ class RebalanceRules:
             return True
         return not self.waited_out and self.largest_victim(spec) == factor * spec.gpus
 
-    def _allowed(self, spec: WorkloadSpec, mine: str, theirs: str, removed: float) -> bool:
-        return removed <= self.limit(spec, mine, theirs)
-
-    def over_share(self, theirs: str) -> float:
-        """GPUs side ``theirs`` holds above its share: what the fair-share rule lets it lose
+    @staticmethod
+    def over_share(v: Figures) -> float:
+        """GPUs side ``v`` holds above its share: what the fair-share rule lets it lose
         (as in :meth:`limit`)."""
-        v = self._of(theirs)
         return v.held - (1 - _EPS) * v.fair
 
-    def charge_below(self, mine: str, theirs: str) -> float:
-        """The admission charge below which the fair-share rule lets work of side ``mine``
-        take from its sibling ``theirs`` (see :meth:`limit`); 0 or less if at none."""
-        return self.charge_below_ratio(mine, self.ratio(theirs))
+    def charge_below(self, p: Figures, v: Figures) -> float:
+        """The admission charge below which the fair-share rule lets work of side ``p``
+        take from its sibling ``v`` (see :meth:`limit`); 0 or less if at none."""
+        return self.charge_below_ratio(p, self.ratio_of(v))
 
-    def charge_below_ratio(self, mine: str, ratio_theirs: float) -> float:
+    def charge_below_ratio(self, p: Figures, ratio_theirs: float) -> float:
         """:meth:`charge_below` for a sibling with this usage ratio."""
         margin = 1 + self.cfg.rebalance_margin
-        p = self._of(mine)
-        return (ratio_theirs / margin - self._ratio(mine, p)) * (p.share * self.capacity)
+        return (ratio_theirs / margin - self.ratio_of(p)) * (p.share * self.capacity)
 
     @staticmethod
-    def _within_share(spec: WorkloadSpec, p: _Figures) -> bool:
+    def _within_share(spec: WorkloadSpec, p: Figures) -> bool:
         """Would the preemptor's side ``p`` stay within its share with ``spec`` admitted?
         Only then may the guarantee rule let any side give."""
         return _within(p, spec.gpus)
@@ -437,7 +439,7 @@ class RebalanceRules:
         its share (:meth:`_within_share` false), so that the guarantee rule lets no sibling
         of ``node`` give to it: found with the same floating-point test, which only turns
         false as the count grows."""
-        return _first_over(self._of(node))
+        return _first_over(self.figures(node))
 
     def guarantee_most(self, mine: str, theirs: str) -> float:
         """At least as much as the guarantee rule lets any request of side ``mine``'s work
@@ -447,40 +449,38 @@ class RebalanceRules:
         first falls with the request and the overshoot grows with it, so each is taken at
         the size that makes it largest (1 GPU, the largest request within the share), and
         floating-point rounding is monotone, so no request's figure is above it."""
-        v = self._of(theirs)
-        p = self._of(mine)
+        v = self.figures(theirs)
+        p = self.figures(mine)
         if not _within(p, 1) or v.held <= v.fair:
             return -1.0
         room = _first_over(p) - 1  # the largest request within the share: at least 1
         return max(v.held - ((p.held + 1) / p.fair - _EPS) * v.fair, v.held - v.fair + room)
 
     def overshoot_room(
-        self, spec: WorkloadSpec, mine: str, theirs: str, limit: float, released: int,
+        self, spec: WorkloadSpec, p: Figures, v: Figures, limit: float, released: int,
         smallest: int,
     ) -> int:
-        """The largest request of ``spec``'s budget to which side ``theirs`` may give more
+        """The largest request of ``spec``'s budget to which side ``v`` may give more
         than to ``spec`` by the guarantee rule's overshoot, or 0 if none. ``limit`` is what
         it may lose to ``spec`` (:meth:`limit`), ``released`` the GPUs of its work past its
         minimum runtime and ``smallest`` the least of them one preemption takes.
 
         The overshoot grows with the request (the victim side may end up to the request
         below its share), so a larger request may take a victim a smaller one may not; it
-        applies while the preemptor's side ``mine`` stays within its share, so up to the
+        applies while the preemptor's side ``p`` stays within its share, so up to the
         largest such request (its room). It lets the side give more only if the limit at
         that room is above ``limit`` and reaches its smallest victim, and ``limit`` does not
         already cover all it could give. Beyond the room the guarantee rule lets this side
         lose no more than to ``spec``."""
         if limit >= released:
             return 0  # it may already lose all it could: a larger limit gives no more
-        p = self._of(mine)
-        v = self._of(theirs)
         if not self._within_share(spec, p) or v.held <= v.fair:
             return 0  # the rule allows nothing here to spec, nor to any larger request
         room = _first_over(p) - 1  # at least spec.gpus: the side is within its share with it
         most = v.held - v.fair + room  # the overshoot's limit at the room: the largest
         return room if most > limit and most >= smallest else 0
 
-    def _guarantee(self, spec: WorkloadSpec, p: _Figures, v: _Figures) -> float:
+    def _guarantee(self, spec: WorkloadSpec, p: Figures, v: Figures) -> float:
         """The most GPUs the guarantee rule alone lets ``spec`` take from the side ``v``
         (as in :meth:`limit`, ``p`` the preemptor's side); negative if none."""
         held_v = v.held
@@ -495,21 +495,19 @@ class RebalanceRules:
             return max(held_v - (inst_p - _EPS) * fair_v, held_v - fair_v + spec.gpus)
         return -1.0
 
-    def limit(self, spec: WorkloadSpec, mine: str, theirs: str) -> float:
-        """The most GPUs the rules let ``spec`` take from side ``theirs`` (the sibling of its
-        own side ``mine``) in one pass; negative if neither rule allows any. One number per
-        side lets a pass bound what rebalancing could free before searching hosts."""
-        v = self._of(theirs)
+    def limit(self, spec: WorkloadSpec, p: Figures, v: Figures) -> float:
+        """The most GPUs the rules let ``spec`` take from side ``v`` (the sibling of its own
+        side ``p``) in one pass; negative if neither rule allows any. One number per side
+        lets a pass bound what rebalancing could free before searching hosts."""
         held_v = v.held
         fair_v = v.fair  # the victim side's share, in GPUs
         if held_v < (1 - _EPS) * fair_v:
             return -1.0  # under its share: both rules spare it (the common case, and cheap)
-        p = self._of(mine)
         best = self._guarantee(spec, p, v)
         if best >= held_v - (1 - _EPS) * fair_v:
             return best  # the fair-share rule's limit (share itself) is no higher
-        ratio_p = self._ratio(mine, p) + usage_ratio(self.admission(spec), p.share, self.capacity)
-        if self._ratio(theirs, v) > ratio_p * (1 + self.cfg.rebalance_margin):
+        ratio_p = self.ratio_of(p) + usage_ratio(self.admission(spec), p.share, self.capacity)
+        if self.ratio_of(v) > ratio_p * (1 + self.cfg.rebalance_margin):
             # fair-share rule: the victim side stays at or above its share
             best = max(best, held_v - (1 - _EPS) * fair_v)
         return best
