@@ -908,10 +908,11 @@ class Pass:
             first = self.rules.first_over(mine)
             if first <= least:
                 continue
+            p = self.rules.figures(mine)
             for v in self.rules.over_children(tree.parent_of(mine)):
                 theirs = v.name
-                if (theirs != mine and victims.gpus.get(theirs, 0)
-                        and self.rules.guarantee_most(mine, theirs) >= victims.smallest(theirs)):
+                if (v is not p and victims.gpus.get(theirs, 0)
+                        and self.rules.guarantee_most(p, v) >= victims.smallest(theirs)):
                     if first >= cap:
                         return cap
                     least = first

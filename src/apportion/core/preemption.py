@@ -441,16 +441,15 @@ class RebalanceRules:
         false as the count grows."""
         return _first_over(self.figures(node))
 
-    def guarantee_most(self, mine: str, theirs: str) -> float:
-        """At least as much as the guarantee rule lets any request of side ``mine``'s work
-        take from its sibling ``theirs``, whatever its size (:meth:`_guarantee`); negative
+    @staticmethod
+    def guarantee_most(p: Figures, v: Figures) -> float:
+        """At least as much as the guarantee rule lets any request of side ``p``'s work
+        take from its sibling ``v``, whatever its size (:meth:`_guarantee`); negative
         if it lets none take a GPU. It applies only to a request within the share of
-        ``mine`` (:func:`_within`, false from :func:`_first_over` on); of its two terms the
+        ``p`` (:func:`_within`, false from :func:`_first_over` on); of its two terms the
         first falls with the request and the overshoot grows with it, so each is taken at
         the size that makes it largest (1 GPU, the largest request within the share), and
         floating-point rounding is monotone, so no request's figure is above it."""
-        v = self.figures(theirs)
-        p = self.figures(mine)
         if not _within(p, 1) or v.held <= v.fair:
             return -1.0
         room = _first_over(p) - 1  # the largest request within the share: at least 1
