@@ -296,10 +296,14 @@ def _cache_errors(state: ClusterState) -> list[str]:
                         smallest_shapes_by_hand(state, leaf))
     for leaf, by_gpus in cache.by_gpus.items():
         got_queues = {
-            gpus: (list(q.entries), list(q.min_runtimes),
-                   [q.first_below(0, m) for m in sorted(set(q.min_runtimes))])
+            gpus: (q.items(), q.live,
+                   [q.entries[at] if (at := q.first_below(0, m)) >= 0 else None
+                    for m in sorted({m for _, m in q.items()})])
             for gpus, q in by_gpus.items()
         }
+        if list(by_gpus) != sorted(by_gpus):
+            errors.append(f"index gpus_queues({leaf!r}) (kept): GPU counts {list(by_gpus)} "
+                          "are not smallest first")
         errors += _diff(f"gpus_queues({leaf!r}) (kept)", got_queues,
                         gpus_queues_by_hand(state, leaf))
     if cache.budget_sets:
@@ -345,20 +349,21 @@ def _cache_errors(state: ClusterState) -> list[str]:
 
 
 def gpus_queues_by_hand(state: ClusterState, leaf: str) -> dict[int, Any]:
-    """Per GPU count, ``leaf``'s pending allocated work in queue order, its minimum runtimes,
-    and for each of those runtimes the first place holding a shorter one (-1: none), found
-    by a plain scan: what ``GpusQueue.first_below`` must answer from its tree."""
+    """Per GPU count: ``leaf``'s pending allocated work in queue order with its minimum
+    runtimes, how many, and for each of those runtimes the first request holding a shorter
+    one (None: none), found by a plain scan: what ``GpusQueue`` must hold and
+    ``first_below`` answer from its tree, however many gaps it keeps."""
     out: dict[int, Any] = {}
     work = sorted(
         (queue_key(p.spec), wid) for wid, p in state.pending.items()
         if p.spec.allocated and p.spec.budget == leaf
     )
     for gpus in sorted({state.pending[wid].spec.gpus for _, wid in work}):
-        entries = [e for e in work if state.pending[e[1]].spec.gpus == gpus]
-        runtimes = [state.pending[wid].spec.min_runtime for _, wid in entries]
-        firsts = [next((i for i, m in enumerate(runtimes) if m < bound), -1)
-                  for bound in sorted(set(runtimes))]
-        out[gpus] = (entries, runtimes, firsts)
+        items = [(e, state.pending[e[1]].spec.min_runtime) for e in work
+                 if state.pending[e[1]].spec.gpus == gpus]
+        firsts = [next((e for e, m in items if m < bound), None)
+                  for bound in sorted({m for _, m in items})]
+        out[gpus] = (items, len(items), firsts)
     return out
 
 

@@ -16,7 +16,7 @@ index and every kept answer from the work itself after every event of the driven
 from __future__ import annotations
 
 import heapq
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 
@@ -105,9 +105,11 @@ class DerivedCache:
     )
 
     def __init__(self) -> None:
-        # leaf -> see ClusterState.gpus_queues; dropped when the leaf's allocated queue changes
+        # leaf -> see ClusterState.gpus_queues; kept up to date as the leaf's allocated work
+        # is queued and leaves
         self.by_gpus: dict[str, dict[int, GpusQueue]] = {}
-        # leaf -> see ClusterState.smallest_shapes; dropped when the leaf's shapes change
+        # leaf -> see ClusterState.smallest_shapes; dropped when a shape joining or leaving
+        # the leaf's pending work changes it
         self.smallest: dict[str, list[Shape]] = {}
         self.smallest_unallocated: tuple[int, int] | None = None
         # allocated running work by when its protection ends, and what is released by the
@@ -287,7 +289,8 @@ class ClusterState:
         self._tick(t)
         p = Pending(spec, t if queued_at is None else queued_at, restarted)
         self._pending[spec.id] = p
-        insort(self._queue_of(spec).setdefault(spec.budget, []), (queue_key(spec), spec.id))
+        entry = (queue_key(spec), spec.id)
+        insort(self._queue_of(spec).setdefault(spec.budget, []), entry)
         sizes = self._sizes_of(spec).setdefault(spec.budget, {})
         shape = (spec.gpus, spec.min_runtime)
         sizes[shape] = sizes.get(shape, 0) + 1
@@ -295,7 +298,7 @@ class ClusterState:
             self._shapes_changed(spec)
         if spec.allocated:
             self._count_pending(spec.budget, 1)
-            self._cache.by_gpus.pop(spec.budget, None)
+            self._queued_by_gpus(spec, entry)
         return p
 
     def _queue_of(self, spec: WorkloadSpec) -> dict[str, list[tuple[QueueKey, str]]]:
@@ -336,7 +339,9 @@ class ClusterState:
         if p is None:
             raise CoreError(f"workload {workload}: not pending")
         self._reservations.pop(workload, None)
-        self._queue_of(p.spec)[p.spec.budget].remove((queue_key(p.spec), workload))
+        entry = (queue_key(p.spec), workload)
+        queue = self._queue_of(p.spec)[p.spec.budget]
+        del queue[bisect_left(queue, entry)]  # in order (insort), so found by bisection
         sizes = self._sizes_of(p.spec)[p.spec.budget]
         shape = (p.spec.gpus, p.spec.min_runtime)
         sizes[shape] -= 1
@@ -345,8 +350,31 @@ class ClusterState:
             self._shapes_changed(p.spec)
         if p.spec.allocated:
             self._count_pending(p.spec.budget, -1)
-            self._cache.by_gpus.pop(p.spec.budget, None)
+            self._unqueued_by_gpus(p.spec, entry)
         return p
+
+    def _queued_by_gpus(self, spec: WorkloadSpec, entry: tuple[QueueKey, str]) -> None:
+        """Keep the leaf's :meth:`gpus_queues`, if asked for already, as ``spec`` joins."""
+        kept = self._cache.by_gpus.get(spec.budget)
+        if kept is None:
+            return
+        sub = kept.get(spec.gpus)
+        if sub is not None:
+            sub.add(entry, spec.min_runtime)
+            return
+        kept[spec.gpus] = GpusQueue([(entry, spec.min_runtime)])
+        if max(kept) != spec.gpus:  # a new GPU count below another: by GPU count again
+            self._cache.by_gpus[spec.budget] = dict(sorted(kept.items()))
+
+    def _unqueued_by_gpus(self, spec: WorkloadSpec, entry: tuple[QueueKey, str]) -> None:
+        """Keep the leaf's :meth:`gpus_queues`, if asked for already, as ``spec`` leaves."""
+        kept = self._cache.by_gpus.get(spec.budget)
+        sub = None if kept is None else kept.get(spec.gpus)
+        if kept is None or sub is None:
+            return
+        sub.discard(entry)
+        if not sub.live:
+            del kept[spec.gpus]
 
     def _count_pending(self, budget: str, one: int) -> None:
         counts = self._pending_allocated
@@ -354,10 +382,13 @@ class ClusterState:
             counts[node] = counts.get(node, 0) + one
 
     def _shapes_changed(self, spec: WorkloadSpec) -> None:
+        """``spec``'s shape is new to its budget's pending work, or has just left it."""
         if spec.allocated:
             leaf = spec.budget
-            self._cache.smallest.pop(leaf, None)
             sizes = self._sizes.get(leaf)
+            kept = self._cache.smallest.get(leaf)
+            if kept is not None and self._moves_smallest(kept, spec, sizes):
+                del self._cache.smallest[leaf]
             for (gpus, min_runtime), leaves in self._cache.within.items():
                 if sizes and _has_within(sizes, gpus, min_runtime):
                     leaves.add(leaf)
@@ -365,6 +396,23 @@ class ClusterState:
                     leaves.discard(leaf)
         else:
             self._cache.smallest_unallocated = None
+
+    def _moves_smallest(
+        self, kept: list[Shape], spec: WorkloadSpec, sizes: Mapping[Shape, int] | None
+    ) -> bool:
+        """Does ``spec``'s shape joining or leaving ``sizes`` change :meth:`smallest_shapes`
+        as ``kept``? Not if it joins where a kept shape of its kind is no larger and no
+        longer (it is not one of them, and it hides none: that one hides them already), nor
+        if it leaves without being one of them (whatever it hid, a kept one hides)."""
+        shape = (spec.gpus, spec.min_runtime)
+        if sizes is None or shape not in sizes:  # it left
+            return shape in kept
+        multi = spec.gpus > self._max_host_gpus
+        for gpus, min_runtime in kept:
+            if (gpus > self._max_host_gpus) == multi and gpus <= spec.gpus \
+                    and min_runtime <= spec.min_runtime:
+                return False
+        return True
 
     def start(self, workload: str, placement: Placement, t: float) -> Running:
         """Pending -> running on ``placement``. Refuses to over-commit a host."""
@@ -628,8 +676,9 @@ class ClusterState:
 
     def gpus_queues(self, leaf: str) -> Mapping[int, GpusQueue]:
         """``leaf``'s pending allocated work by GPU count, each in queue order (read only;
-        see :mod:`apportion.core.queueindex`). Built when first asked and kept until the
-        leaf's allocated queue changes (a submission, a start, a cancellation)."""
+        see :mod:`apportion.core.queueindex`). Built when first asked, then kept up to date
+        as the leaf's allocated work is queued and leaves (a submission, a start, a
+        cancellation), not rebuilt from the queue each time."""
         kept = self._cache.by_gpus.get(leaf)
         if kept is None:
             grouped: dict[int, list[tuple[tuple[QueueKey, str], float]]] = {}
