@@ -231,8 +231,9 @@ class Pass:
         # cannot say it when the guarantee rule's overshoot lets a larger request take
         # more (``grows_to``): they cover only the larger ones then.
         self.size_failed: dict[tuple[str, int], float] = {}
-        # (budget, GPUs) -> live_below: kept until one of the thresholds above falls
-        self._live: dict[tuple[str, int], float] = {}
+        # budget -> GPUs -> live_below: kept until one of the thresholds above falls, the
+        # budget's alone when only its own rebalance failures move (they bound no other's)
+        self._live: dict[str, dict[int, float]] = {}
         self._largest: dict[str, int] = {}  # leaf -> GPUs of its largest pending request
         self._victims: Released | None = None
         self._remaining: dict[str, int] = {}  # the walk's (admit_allocated)
@@ -549,10 +550,12 @@ class Pass:
         rounding can only make a request be checked, never skipped: for one budget and GPU
         count, doom depends on the minimum runtime only through the admission charge
         ``gpus x min_runtime x admission_charge``, which grows with it."""
-        key = (budget, gpus)
-        kept = self._live.get(key)
+        of_budget = self._live.get(budget)
+        if of_budget is None:
+            of_budget = self._live[budget] = {}
+        kept = of_budget.get(gpus)
         if kept is None:
-            kept = self._live[key] = self._live_below(budget, gpus)
+            kept = of_budget[gpus] = self._live_below(budget, gpus)
         return kept
 
     def _live_below(self, budget: str, gpus: int) -> float:
@@ -619,7 +622,7 @@ class Pass:
             return
         failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
         failed.append((gpus, charge))
-        self._live.clear()
+        self._live.pop(budget, None)
 
     def covers_its_size(self, spec: WorkloadSpec, multi: bool) -> bool:
         """Does a failed rebalance for ``spec``, in which the size bound refused no victim,
@@ -645,7 +648,7 @@ class Pass:
         key = (budget, gpus)
         if charge < self.size_failed.get(key, _INF):
             self.size_failed[key] = charge
-            self._live.clear()
+            self._live.pop(budget, None)
 
     def forget_rebalance_failures(self) -> None:
         """After an admission (and the evictions of its plan): a failed rebalance may now
