@@ -42,7 +42,7 @@ class GpusQueue:
     finds it and the places of the others do not move (a queued request goes at the end,
     the common case, or into the gap its earlier attempt left): O(log n) each. One queued
     inside the queue (a higher priority) rebuilds the tree; so does dropping the gaps, once
-    they are as many as the requests."""
+    they outnumber the requests by 16."""
 
     __slots__ = ("entries", "live", "min_runtimes", "_size", "_tree")
 

@@ -369,8 +369,11 @@ class ClusterState:
     def _unqueued_by_gpus(self, spec: WorkloadSpec, entry: tuple[QueueKey, str]) -> None:
         """Keep the leaf's :meth:`gpus_queues`, if asked for already, as ``spec`` leaves."""
         kept = self._cache.by_gpus.get(spec.budget)
-        sub = None if kept is None else kept.get(spec.gpus)
-        if kept is None or sub is None:
+        if kept is None:
+            return
+        sub = kept.get(spec.gpus)
+        if sub is None:  # never while the kept answers are right: rebuilt when next asked
+            del self._cache.by_gpus[spec.budget]
             return
         sub.discard(entry)
         if not sub.live:
