@@ -240,8 +240,19 @@ class Pass:
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
         self.fences: list[reservations.Fence] = []
+        self._judged: set[str] = set()  # leaves judge_givers ran for since the last admission
+        # Did a request of one GPU, on any host, fail to fit? Until then a pass that tells why
+        # work waits (reasons) still tells it of every unallocated request, as before the
+        # free-GPU failures were known without trying (seed_failures)
+        self.tried_one_gpu = False
+        # node -> its children by (usage ratio, name), and how many of them the walk has
+        # used up (see pick); dropped when an admission moves the ratios
+        self._orders: dict[str, list[str]] = {}
+        self._order_at: dict[str, int] = {}
 
     def run(self) -> Decisions:
+        if self.fast:
+            self.seed_failures()
         self.time_limits()
         self.drain()
         self.honour_reservations()
@@ -261,6 +272,41 @@ class Pass:
             checkpoint_waits=tuple(self.waits),
             recheck_at=self.recheck if self.recheck < _INF else None,
         )
+
+    # ---- what is known to fail before anything is tried ----------------------------------
+    def seed_failures(self) -> None:
+        """Set the smallest requests that cannot fit, and that unallocated victims cannot
+        make room for, from the hosts' counts before anything is tried: one GPU more than
+        the most free on one host, than the wholly free hosts hold, than free, stopping and
+        unallocated GPUs add up to on one host (the state's ``open_hosts``), than the hosts
+        with no allocated work hold. A try of that size would find each so, and since a
+        pass only hands GPUs out, a larger request fails too; the walk need not try a
+        request of each budget to learn it (:meth:`doomed` reads them)."""
+        hosts = self.hosts
+        self.fit_fail_min.one = hosts.room(False) + 1
+        self.fit_fail_min.whole = hosts.room(True) + 1
+        self.unalloc_fail_min.one = max(self.state.open_hosts, default=0) + 1
+        self.unalloc_fail_min.whole = hosts.unallocated_clearable() + 1
+
+    def judge_givers(self, budget: str) -> None:
+        """Before the walk tries a request of ``budget`` (first, or again after an
+        admission): if the fair-share rule lets no side give to its work at any charge at
+        any level of its path (:meth:`RebalanceRules.fair_share_spares` at no charge: a
+        charge only spares more), no side gives to a request that the guarantee rule gives
+        nothing to either, so rebalancing fails, of either shape, for every request from
+        :meth:`guarantee_refused_from` on. That is what a try of one such request records
+        where no side gives (:meth:`try_preempt`), known here without the try."""
+        self._judged.add(budget)
+        rules, tree = self.rules, self.state.tree
+        victims = self.victims().gpus
+        for mine in tree.lineage(budget):
+            if not rules.fair_share_spares(rules.figures(mine), tree.parent_of(mine), victims,
+                                           0.0):
+                return
+        fails_from = self.guarantee_refused_from(budget, NO_SIZE)
+        if fails_from < NO_SIZE:
+            self.rebalance_fails(budget, False, fails_from, 0.0)
+            self.rebalance_fails(budget, True, fails_from, 0.0)
 
     # ---- phase 0: time limits --------------------------------------------------------
     def time_limits(self) -> None:
@@ -463,6 +509,8 @@ class Pass:
         leaf: str | None = self.pick()
         while leaf is not None:
             i = cursor.get(leaf, 0)
+            if self.fast and leaf not in self._judged:
+                self.judge_givers(leaf)
             path = st.tree.lineage(leaf)
             if self.hopeless(leaf):
                 self.skip_rest(leaf, i)
@@ -492,6 +540,8 @@ class Pass:
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
+                self._orders.clear()
+                self._order_at.clear()
                 self.forget_rebalance_failures()
                 leaf = self.pick()
             elif remaining.get(leaf, 0) == 0:
@@ -499,20 +549,27 @@ class Pass:
 
     def pick(self) -> str | None:
         """The leaf the walk tries next, in Fair Tree order: from the root down, the child
-        with the lowest (usage ratio, name) among those with work not yet considered."""
+        with the lowest (usage ratio, name) among those with work not yet considered.
+
+        Each node's children are sorted once and passed over as their work runs out (it
+        only runs out in a pass): ratios move only when the walk admits work, which drops
+        the orders (``_orders``)."""
         tree, remaining = self.state.tree, self._remaining
+        orders, at = self._orders, self._order_at
         node: str = ROOT
         while True:
-            best: str | None = None
-            best_ratio = 0.0
-            for kid in tree.children(node):  # lowest (ratio, name) first
-                if remaining.get(kid, 0) > 0:
-                    ratio = self.rules.ratio(kid)
-                    if best is None or ratio < best_ratio or (ratio == best_ratio and kid < best):
-                        best, best_ratio = kid, ratio
-            if best is None:
+            kids = orders.get(node)
+            if kids is None:
+                ranked = [(self.rules.ratio(kid), kid) for kid in tree.children(node)]
+                ranked.sort()
+                kids = orders[node] = [kid for _, kid in ranked]
+            i = at.get(node, 0)
+            while i < len(kids) and remaining.get(kids[i], 0) <= 0:
+                i += 1
+            at[node] = i
+            if i == len(kids):
                 return None if node == ROOT else node
-            node = best
+            node = kids[i]
 
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
@@ -654,7 +711,8 @@ class Pass:
         """After an admission (and the evictions of its plan): a failed rebalance may now
         succeed. The admitted side holds more, so the rules may let it lose more; a victim's
         side holds less, so a request of a budget in it may now be within its share and the
-        guarantee rule apply."""
+        guarantee rule apply. A budget's sides are judged afresh (:meth:`judge_givers`)."""
+        self._judged.clear()
         self.size_refused.clear()
         if self.rebalance_failed_one or self.rebalance_failed_whole or self.size_failed:
             self.size_failed.clear()
@@ -708,6 +766,7 @@ class Pass:
     def try_fit(self, spec: WorkloadSpec) -> bool:
         multi = spec.gpus > self.hosts.max_size
         if self.fast and spec.gpus >= self.fit_fail_min.of(multi):
+            self.tried_one_gpu = self.tried_one_gpu or (spec.gpus == 1 and not spec.hosts)
             return False
         placement = None
         if not self.fast or spec.gpus <= self.hosts.room(multi):  # else no search finds room
@@ -718,6 +777,7 @@ class Pass:
             if not spec.hosts:
                 self.fit_fail_min.set(multi, spec.gpus)
                 self._live.clear()
+                self.tried_one_gpu = self.tried_one_gpu or spec.gpus == 1
             return False
         self.hosts.take(placement)
         self.starts.append(Start(spec.id, placement))
@@ -961,7 +1021,7 @@ class Pass:
     def backfill_unallocated(self) -> None:
         st = self.state
         fast = self.fast
-        if fast and self.fit_fail_min.one <= 1:
+        if fast and self.none_left():
             return  # not one GPU left: nothing more can start this pass
         if fast and not self.reasons and self.nothing_fits():
             return  # nobody to tell why: spare ranking the budgets
@@ -973,7 +1033,7 @@ class Pass:
             queue = st.unallocated_queues[leaf]
             hopeless = fast and self.cannot_fit(st.unallocated_sizes[leaf])
             for i, (_, wid) in enumerate(queue):
-                if fast and self.fit_fail_min.one <= 1:
+                if fast and self.none_left():
                     return  # not one GPU left: nothing more can start this pass
                 if hopeless:
                     if not self.reasons:
@@ -1001,6 +1061,12 @@ class Pass:
             if spec.allocated:
                 self.rules.admit(spec)
             self.waiting.pop(spec.id, None)
+
+    def none_left(self) -> bool:
+        """Is not one GPU left to start unallocated work on? Known without a try when the
+        pass need not tell why work waits; else once a try of one GPU failed, so that the
+        unallocated requests before it are still looked at and told why they wait."""
+        return self.fit_fail_min.one <= 1 and (self.tried_one_gpu or not self.reasons)
 
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work

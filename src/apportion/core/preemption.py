@@ -336,6 +336,15 @@ class RebalanceRules:
         moves the numbers (as :meth:`over_children`'s)."""
         if self._within_share(spec, p):
             return False  # the guarantee rule may let some sibling give
+        return self.fair_share_spares(p, parent, victims, self.admission(spec))
+
+    def fair_share_spares(
+        self, p: Figures, parent: str, victims: dict[str, int], charge: float
+    ) -> bool:
+        """Does the fair-share rule let no sibling of side ``p`` (under ``parent``) that
+        holds GPUs in ``victims`` give work of ``p`` with an admission charge of ``charge``
+        a GPU, nor would a smaller charge let one? Judged on the highest ratio among those
+        siblings (see :meth:`spares_all`, which adds the guarantee rule)."""
         top = self._top.get(parent)
         if top is None or not self.memo:
             ranked = [(self.ratio_of(kid), kid.name)
@@ -349,7 +358,7 @@ class RebalanceRules:
                 break
         else:
             return True  # no sibling holds victims
-        ratio_p = self.ratio_of(p) + usage_ratio(self.admission(spec), p.share, self.capacity)
+        ratio_p = self.ratio_of(p) + usage_ratio(charge, p.share, self.capacity)
         if highest > ratio_p * (1 + self.cfg.rebalance_margin):
             return False  # the fair-share rule lets it give
         return self.charge_below_ratio(p, highest) <= 0.0
