@@ -71,6 +71,7 @@ def test_the_seeded_sizes_are_where_the_searches_start_failing(
     state = _hosts_with(work, draining)
     pas = Pass(state, NOW, PolicyConfig())
     pas.seed_failures()
+    pas.seed_whole_failures()
     largest = state.max_host_gpus
     for multi in (False, True):
         fit = pas.fit_fail_min.of(multi)
@@ -122,10 +123,10 @@ def test_a_budget_no_side_gives_to_is_passed_over_untried() -> None:
 
 def test_a_budget_a_side_gives_to_is_tried_as_before() -> None:
     """The same host with the two budgets' histories swapped: now ``b`` used the host early
-    and holds 6 GPUs in two runs, ``a`` holds 2 and asks for 2. The fair-share rule may let ``b`` give (and
-    ``a`` is within its share, so the guarantee rule may too): nothing is recorded before a
-    try, the fast pass tries ``a``'s first request and rebalances for it as the reference
-    pass does."""
+    and holds 6 GPUs in two runs, ``a`` holds 2 and asks for 2. The fair-share rule may let
+    ``b`` give (and ``a`` is within its share, so the guarantee rule may too): nothing is
+    recorded before a try, the fast pass tries ``a``'s first request and rebalances for it
+    as the reference pass does."""
     state = make_state(make_tree("a", "b"), make_hosts(8))
     run_on(state, make_spec("b-early", "b", 8, HOUR), 0.0, ("h0", 8))
     state.finish("b-early", 8 * HOUR)

@@ -240,11 +240,12 @@ class Pass:
         self.reservations: list[Reservation] = []
         self.handled: set[str] = set()  # pending work settled before the walk (reservations)
         self.fences: list[reservations.Fence] = []
-        self._judged: set[str] = set()  # leaves judge_givers ran for since the last admission
+        self._judged: set[str] = set()  # budgets judge_givers ran for since the last admission
         # Did a request of one GPU, on any host, fail to fit? Until then a pass that tells why
         # work waits (reasons) still tells it of every unallocated request, as before the
         # free-GPU failures were known without trying (seed_failures)
         self.tried_one_gpu = False
+        self._whole_seeded = False  # see seed_whole_failures
         # node -> its children by (usage ratio, name), and how many of them the walk has
         # used up (see pick); dropped when an admission moves the ratios
         self._orders: dict[str, list[str]] = {}
@@ -277,20 +278,28 @@ class Pass:
     def seed_failures(self) -> None:
         """Set the smallest requests that cannot fit, and that unallocated victims cannot
         make room for, from the hosts' counts before anything is tried: one GPU more than
-        the most free on one host, than the wholly free hosts hold, than free, stopping and
-        unallocated GPUs add up to on one host (the state's ``open_hosts``), than the hosts
-        with no allocated work hold. A try of that size would find each so, and since a
-        pass only hands GPUs out, a larger request fails too; the walk need not try a
-        request of each budget to learn it (:meth:`doomed` reads them)."""
-        hosts = self.hosts
-        self.fit_fail_min.one = hosts.room(False) + 1
-        self.fit_fail_min.whole = hosts.room(True) + 1
+        the most free on one host, than free, stopping and unallocated GPUs add up to on one
+        host (the state's ``open_hosts``); for whole hosts, than the wholly free hosts hold
+        and than the hosts with no allocated work hold (:meth:`seed_whole_failures`). A try
+        of that size would find each so, and since a pass only hands GPUs out, a larger
+        request fails too; the walk need not try a request of each budget to learn it
+        (:meth:`doomed` reads them)."""
+        self.fit_fail_min.one = self.hosts.room(False) + 1
         self.unalloc_fail_min.one = max(self.state.open_hosts, default=0) + 1
-        self.unalloc_fail_min.whole = hosts.unallocated_clearable() + 1
+
+    def seed_whole_failures(self) -> None:
+        """:meth:`seed_failures` for whole hosts, once the walk first asks about a request
+        of whole hosts (they count hosts one by one: a cluster with no such request pending
+        need not). A size a try failed at already may be lower."""
+        self._whole_seeded = True
+        hosts, fit, unallocated = self.hosts, self.fit_fail_min, self.unalloc_fail_min
+        fit.whole = min(fit.whole, hosts.room(True) + 1)
+        unallocated.whole = min(unallocated.whole, hosts.unallocated_clearable() + 1)
 
     def judge_givers(self, budget: str) -> None:
-        """Before the walk tries a request of ``budget`` (first, or again after an
-        admission): if the fair-share rule lets no side give to its work at any charge at
+        """The first time the pass asks whether a request of ``budget`` is doomed where it
+        could neither fit nor get unallocated room (again after an admission): if the
+        fair-share rule lets no side give to its work at any charge at
         any level of its path (:meth:`RebalanceRules.fair_share_spares` at no charge: a
         charge only spares more), no side gives to a request that the guarantee rule gives
         nothing to either, so rebalancing fails, of either shape, for every request from
@@ -509,8 +518,6 @@ class Pass:
         leaf: str | None = self.pick()
         while leaf is not None:
             i = cursor.get(leaf, 0)
-            if self.fast and leaf not in self._judged:
-                self.judge_givers(leaf)
             path = st.tree.lineage(leaf)
             if self.hopeless(leaf):
                 self.skip_rest(leaf, i)
@@ -551,19 +558,36 @@ class Pass:
         """The leaf the walk tries next, in Fair Tree order: from the root down, the child
         with the lowest (usage ratio, name) among those with work not yet considered.
 
-        Each node's children are sorted once and passed over as their work runs out (it
-        only runs out in a pass): ratios move only when the walk admits work, which drops
-        the orders (``_orders``)."""
-        tree, remaining = self.state.tree, self._remaining
+        Ratios move only when the walk admits work. A node asked about once since then is
+        looked at child by child; asked again, its children with work left are sorted and
+        passed over as their work runs out (it only runs out in a pass): a pass that admits
+        little asks each node many times, one that admits much asks each once per
+        admission. An admission drops the orders (``_orders``)."""
+        tree, remaining, ratio = self.state.tree, self._remaining, self.rules.ratio
         orders, at = self._orders, self._order_at
         node: str = ROOT
         while True:
             kids = orders.get(node)
             if kids is None:
-                ranked = [(self.rules.ratio(kid), kid) for kid in tree.children(node)]
+                if node not in at:  # first asked since the ratios moved: one look
+                    at[node] = 0
+                    best: str | None = None
+                    best_ratio = 0.0
+                    for kid in tree.children(node):  # lowest (ratio, name) first
+                        if remaining.get(kid, 0) > 0:
+                            r = ratio(kid)
+                            if best is None or r < best_ratio or (r == best_ratio and kid < best):
+                                best, best_ratio = kid, r
+                    if best is None:
+                        return None if node == ROOT else node
+                    node = best
+                    continue
+                # asked again: sort those with work left (the others never get more)
+                ranked = [(ratio(kid), kid) for kid in tree.children(node)
+                          if remaining.get(kid, 0) > 0]
                 ranked.sort()
                 kids = orders[node] = [kid for _, kid in ranked]
-            i = at.get(node, 0)
+            i = at[node]
             while i < len(kids) and remaining.get(kids[i], 0) <= 0:
                 i += 1
             at[node] = i
@@ -594,10 +618,14 @@ class Pass:
         if gpus > self.hosts.healthy_total:
             return True
         multi = gpus > self.hosts.max_size
+        if multi and not self._whole_seeded:
+            self.seed_whole_failures()
         if gpus < self.fit_fail_min.of(multi) or gpus < self.unalloc_fail_min.of(multi):
             return False
         if not self.cfg.rebalance:
             return True
+        if budget not in self._judged:
+            self.judge_givers(budget)
         charge = self.rules.charge(gpus, min_runtime)
         return self.rebalance_hopeless(budget, multi, gpus, charge, exact)
 
@@ -619,6 +647,8 @@ class Pass:
         if gpus > self.hosts.healthy_total:
             return 0.0
         multi = gpus > self.hosts.max_size
+        if multi and not self._whole_seeded:
+            self.seed_whole_failures()
         if gpus < self.fit_fail_min.of(multi) or gpus < self.unalloc_fail_min.of(multi):
             return _INF
         if not self.cfg.rebalance:
