@@ -108,11 +108,11 @@ class HostView:
         self.candidates(host, now)
         return self.free[host] + self.stopping[host] + self._cand_gpus[host]
 
-    def room(self, whole_hosts: bool) -> int:
+    def room(self, whole_hosts: bool, fresh: bool = False) -> int:
         """At least the most GPUs free on one host, or (``whole_hosts``) the GPUs of the
         wholly free hosts: exact when first asked in a pass, upper bounds after (free GPUs
-        only fall during a pass)."""
-        got = self._room.get(whole_hosts)
+        only fall during a pass), exact again when asked ``fresh``."""
+        got = None if fresh else self._room.get(whole_hosts)
         if got is None:
             if whole_hosts:  # wholly free: idle when the pass began, untouched since
                 got = 0

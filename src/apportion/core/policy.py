@@ -246,10 +246,6 @@ class Pass:
         # free-GPU failures were known without trying (seed_failures)
         self.tried_one_gpu = False
         self._whole_seeded = False  # see seed_whole_failures
-        # node -> its children by (usage ratio, name), and how many of them the walk has
-        # used up (see pick); dropped when an admission moves the ratios
-        self._orders: dict[str, list[str]] = {}
-        self._order_at: dict[str, int] = {}
 
     def run(self) -> Decisions:
         if self.fast:
@@ -547,8 +543,6 @@ class Pass:
             self.order.append(spec.id)
             if self.try_admit(spec):
                 self.rules.admit(spec)  # ratios moved: re-rank
-                self._orders.clear()
-                self._order_at.clear()
                 self.forget_rebalance_failures()
                 leaf = self.pick()
             elif remaining.get(leaf, 0) == 0:
@@ -558,42 +552,23 @@ class Pass:
         """The leaf the walk tries next, in Fair Tree order: from the root down, the child
         with the lowest (usage ratio, name) among those with work not yet considered.
 
-        Ratios move only when the walk admits work. A node asked about once since then is
-        looked at child by child; asked again, its children with work left are sorted and
-        passed over as their work runs out (it only runs out in a pass): a pass that admits
-        little asks each node many times, one that admits much asks each once per
-        admission. An admission drops the orders (``_orders``)."""
-        tree, remaining, ratio = self.state.tree, self._remaining, self.rules.ratio
-        orders, at = self._orders, self._order_at
+        Each node's children are looked at one by one on every call. Ratios move only when
+        the walk admits work, and keeping each node's children sorted until then was tried
+        and measured dearer: most passes admit often, and a sort is paid again after each
+        admission for the few calls between two."""
+        tree, remaining = self.state.tree, self._remaining
         node: str = ROOT
         while True:
-            kids = orders.get(node)
-            if kids is None:
-                if node not in at:  # first asked since the ratios moved: one look
-                    at[node] = 0
-                    best: str | None = None
-                    best_ratio = 0.0
-                    for kid in tree.children(node):  # lowest (ratio, name) first
-                        if remaining.get(kid, 0) > 0:
-                            r = ratio(kid)
-                            if best is None or r < best_ratio or (r == best_ratio and kid < best):
-                                best, best_ratio = kid, r
-                    if best is None:
-                        return None if node == ROOT else node
-                    node = best
-                    continue
-                # asked again: sort those with work left (the others never get more)
-                ranked = [(ratio(kid), kid) for kid in tree.children(node)
-                          if remaining.get(kid, 0) > 0]
-                ranked.sort()
-                kids = orders[node] = [kid for _, kid in ranked]
-            i = at[node]
-            while i < len(kids) and remaining.get(kids[i], 0) <= 0:
-                i += 1
-            at[node] = i
-            if i == len(kids):
+            best: str | None = None
+            best_ratio = 0.0
+            for kid in tree.children(node):  # lowest (ratio, name) first
+                if remaining.get(kid, 0) > 0:
+                    ratio = self.rules.ratio(kid)
+                    if best is None or ratio < best_ratio or (ratio == best_ratio and kid < best):
+                        best, best_ratio = kid, ratio
+            if best is None:
                 return None if node == ROOT else node
-            node = kids[i]
+            node = best
 
     def hopeless(self, leaf: str) -> bool:
         """Would every pending workload of ``leaf`` fail by the pass's thresholds? They only
@@ -703,13 +678,20 @@ class Pass:
         """Record that rebalancing failed for requests of ``budget`` of at least ``gpus``
         GPUs from an admission charge of ``charge``. Only the entries no other is both
         smaller and cheaper than are kept: the others answer no question differently."""
-        failed = (self.rebalance_failed_whole if multi else self.rebalance_failed_one
-                  ).setdefault(budget, [])
-        if any(gpus >= g and charge >= c for g, c in failed):
-            return
-        failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
-        failed.append((gpus, charge))
-        self._live.pop(budget, None)
+        # get, loops and ``del``, not setdefault, any() and pop(): compiled, a missing key
+        # raises inside setdefault and pop, and this is asked for every budget judged
+        table = self.rebalance_failed_whole if multi else self.rebalance_failed_one
+        failed = table.get(budget)
+        if failed is None:
+            table[budget] = [(gpus, charge)]
+        else:
+            for g, c in failed:
+                if gpus >= g and charge >= c:
+                    return
+            failed[:] = [(g, c) for g, c in failed if not (g >= gpus and c >= charge)]
+            failed.append((gpus, charge))
+        if budget in self._live:
+            del self._live[budget]
 
     def covers_its_size(self, spec: WorkloadSpec, multi: bool) -> bool:
         """Does a failed rebalance for ``spec``, in which the size bound refused no victim,
@@ -1101,9 +1083,11 @@ class Pass:
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work
         fits only within the most free on a host, larger work only on wholly free hosts
-        (the pass's bounds on both: where they are loose, the answer is no, never wrong)."""
+        (worked out afresh: the bounds were first worked out as the pass began, and the walk
+        has handed GPUs out since)."""
         single, multi = self.state.smallest_unallocated()
-        return single > self.hosts.room(False) and multi > self.hosts.room(True)
+        return single > self.hosts.room(False, fresh=True) and multi > self.hosts.room(
+            True, fresh=True)
 
     def cannot_fit(self, sizes: Mapping[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
