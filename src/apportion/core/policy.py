@@ -678,8 +678,9 @@ class Pass:
         """Record that rebalancing failed for requests of ``budget`` of at least ``gpus``
         GPUs from an admission charge of ``charge``. Only the entries no other is both
         smaller and cheaper than are kept: the others answer no question differently."""
-        # get, loops and ``del``, not setdefault, any() and pop(): compiled, a missing key
-        # raises inside setdefault and pop, and this is asked for every budget judged
+        # get, loops and ``del``, not setdefault, any() and pop(): compiled, setdefault
+        # raises and clears a KeyError for a missing key and pop() is a generic method
+        # call, and this is asked twice for every budget judged
         table = self.rebalance_failed_whole if multi else self.rebalance_failed_one
         failed = table.get(budget)
         if failed is None:
