@@ -1084,11 +1084,13 @@ class Pass:
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work
         fits only within the most free on a host, larger work only on wholly free hosts
-        (worked out afresh: the bounds were first worked out as the pass began, and the walk
-        has handed GPUs out since)."""
+        (the kept bounds are those of the pass's start, upper bounds since the walk handed
+        GPUs out: a request above one is above the figure now; only one within it needs the
+        figure worked out afresh)."""
         single, multi = self.state.smallest_unallocated()
-        return single > self.hosts.room(False, fresh=True) and multi > self.hosts.room(
-            True, fresh=True)
+        hosts = self.hosts
+        return (single > hosts.room(False) or single > hosts.room(False, fresh=True)) and (
+            multi > hosts.room(True) or multi > hosts.room(True, fresh=True))
 
     def cannot_fit(self, sizes: Mapping[tuple[int, float], int]) -> bool:
         """Would a request of each of these sizes fail to fit, by the pass's thresholds?"""
