@@ -295,10 +295,10 @@ class Pass:
     def judge_givers(self, budget: str) -> None:
         """The first time the pass asks whether a request of ``budget`` is doomed where it
         could neither fit nor get unallocated room (again after an admission): if the
-        fair-share rule lets no side give to its work at any charge at
-        any level of its path (:meth:`RebalanceRules.fair_share_spares` at no charge: a
-        charge only spares more), no side gives to a request that the guarantee rule gives
-        nothing to either, so rebalancing fails, of either shape, for every request from
+        fair-share rule lets no side give to its work at any charge at any level of its
+        path (:meth:`RebalanceRules.fair_share_spares` at no charge: a charge only spares
+        more), no side gives to a request that the guarantee rule gives nothing to either,
+        so rebalancing fails, of either shape, for every request from
         :meth:`guarantee_refused_from` on. That is what a try of one such request records
         where no side gives (:meth:`try_preempt`), known here without the try."""
         self._judged.add(budget)
@@ -1084,9 +1084,9 @@ class Pass:
     def nothing_fits(self) -> bool:
         """Would no pending unallocated request fit on the GPUs free now? One host's work
         fits only within the most free on a host, larger work only on wholly free hosts
-        (the kept bounds are those of the pass's start, upper bounds since the walk handed
-        GPUs out: a request above one is above the figure now; only one within it needs the
-        figure worked out afresh)."""
+        (the kept bounds are exact as of when they were first asked, upper bounds once the
+        walk hands GPUs out: a request above one is above the figure now; only one within it
+        needs the figure worked out afresh)."""
         single, multi = self.state.smallest_unallocated()
         hosts = self.hosts
         return (single > hosts.room(False) or single > hosts.room(False, fresh=True)) and (
