@@ -48,6 +48,9 @@ COVERED: dict[str, str] = {
     "_unallocated_used": "rebuilt",
     "_no_allocated": "rebuilt",
     "_idle": "rebuilt",
+    "_peak_no_allocated": "bookkeeping of when to copy a set (ClusterState._compact): no answer "
+                          "depends on it",
+    "_peak_idle": "likewise",
     "_budgets_on": "rebuilt",
     "_held": "rebuilt",
     "_on_host": "rebuilt",
@@ -62,6 +65,7 @@ COVERED: dict[str, str] = {
     "_total_gpus": "rebuilt",
     "_free_hosts": "rebuilt",
     "_open_hosts": "rebuilt",
+    "_free_or_stopping": "rebuilt (free_or_stopping_gpus(), over the hosts taking work)",
     "_healthy": "rebuilt (healthy_gpus())",
     "_cache": "the derived cache: every kept answer, and the released work as of the time it "
               "was last advanced to, rebuilt; every allocated workload not yet released is "
@@ -184,6 +188,7 @@ def rebuild(state: ClusterState) -> dict[str, Any]:
             open_hosts.setdefault(reachable, set()).add(n)
     out["open_hosts"] = open_hosts
     out["healthy_gpus"] = sum(h.gpus for h in hosts.values() if h.state is HostState.HEALTHY)
+    out["free_or_stopping_gpus"] = sum(out["free"][n] + stopping_gpus[n] for n in takes)
     return out
 
 
@@ -279,6 +284,8 @@ def index_errors(state: ClusterState, ledger: bool = True) -> list[str]:
         errors += _diff(name, dict(value) if isinstance(value, Mapping) else
                         list(value) if isinstance(value, list | tuple) else value, want[name])
     errors += _diff("healthy_gpus()", state.healthy_gpus(), want["healthy_gpus"])
+    errors += _diff("free_or_stopping_gpus()", state.free_or_stopping_gpus(),
+                    want["free_or_stopping_gpus"])
     errors += _cache_errors(state)
     if ledger:
         errors += _ledger_errors(state)

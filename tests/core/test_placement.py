@@ -15,7 +15,7 @@ from apportion.core import (
     WaitReason,
     decide,
 )
-from apportion.core.placement import HostView, _open_hosts, find_fit
+from apportion.core.placement import HostView, VictimPlan, _open_hosts, find_fit
 
 from .helpers import HOUR, make_hosts, make_spec, make_state, make_tree, run_on
 
@@ -266,4 +266,21 @@ def test_searches_on_the_state_indexes_answer_as_a_scan_of_every_host(seed: int)
             n for n in full.names if full.free[n] + full.stopping[n] + full.unallocated[n] >= gpus
         ]
         assert _open_hosts(fast, gpus) == scanned, gpus
-    assert fast.room(False) == max(full.free.values(), default=0)
+    assert fast.room(False) == max((full.free[n] for n in full.names), default=0)
+
+
+def test_a_view_changes_its_own_copy_of_the_counts_never_the_states() -> None:
+    """A view reads the state's free and stopping GPUs until the pass first hands some out;
+    then it changes a copy of them (without the hosts taking no work), and the state's
+    counts stay as they were."""
+    st = make_state(make_tree("a"), make_hosts(8, 8, 8))
+    run_on(st, make_spec("w0", "a", 4, HOUR), 0.0, ("h0", 4))
+    st.mark_stopping("w0")
+    st.set_host_state("h2", HostState.DRAINING, 1.0)
+    before = (dict(st.free), dict(st.stopping_gpus))
+    view = HostView(st)
+    view.take((Slice("h1", 3),))
+    view.claim(VictimPlan((("h0", 6),), (), (0.0, 0, 0)))
+    assert (dict(st.free), dict(st.stopping_gpus)) == before
+    assert view.free == {"h0": 0, "h1": 5}
+    assert view.stopping == {"h0": 2, "h1": 0}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Final
+from typing import Final, cast
 
 from .preemption import UNALLOCATED, Candidate
 from .state import ClusterState
@@ -31,14 +31,15 @@ class HostView:
         self.full = full
         self.size = state.schedulable  # read only: the state's own index
         self.names = state.schedulable_names
-        # copies of the state's per-host counts, less the few hosts taking no work
-        self.free = dict(state.free)
-        self.stopping = dict(state.stopping_gpus)  # GPUs about to be freed by stopping work
+        # the state's per-host counts, read only until the pass first changes one; then
+        # copies, less the few hosts taking no work (_own_counts): most passes hand nothing
+        # out, and at thousands of hosts copying every host's counts is much of a pass
+        self.free = cast(dict[str, int], state.free)
+        self.stopping = cast(dict[str, int], state.stopping_gpus)  # GPUs of stopping work
+        self._shared = True  # free and stopping are the state's own
         # GPUs held by unallocated work that is not stopping: victims anyone may take (read
         # only, and only for hosts taking work: a pass changes none of it, so no copy)
         self.unallocated: Mapping[str, int] = state.unallocated_used
-        for name in state.unschedulable:
-            del self.free[name], self.stopping[name]
         self.healthy_total = state.healthy_gpus()  # the GPUs of the hosts taking work
         self.max_size = state.max_host_gpus
         self.claimed: set[str] = set()
@@ -58,6 +59,7 @@ class HostView:
         self._unallocated_clearable: int | None = None
         self._unallocated_hosts: set[str] = set()  # the hosts it counts
         self._reclaimable: int | None = None
+        self._handed = 0  # free and stopping GPUs the pass has handed out (or promised)
         self._room: dict[bool, int] = {}
 
     def may_be_victim(self, r: Running, now: float) -> bool:
@@ -75,18 +77,21 @@ class HostView:
         cands = self._cands.get(host)
         if cands is None:
             st = self.state
-            cands = sorted(
-                (
-                    Candidate.of(st.running[wid], now, self.default_checkpoint)
-                    for wid in st.on_host[host]
-                    if wid not in st.stopping and self.may_be_victim(st.running[wid], now)
-                ),
-                key=lambda c: (c.klass, c.lost, c.id),
-            )
-            self._cands[host] = cands
+            running, stopping = st.running, st.stopping
+            cands = []
             held = 0
-            for c in cands:  # loops, not generators, in the searches: asked per host
-                held += c.gpus
+            # loops, not generators, in the searches: asked for every host a search weighs
+            for wid in st.on_host[host]:
+                if wid in stopping:
+                    continue
+                r = running[wid]
+                if self.may_be_victim(r, now):
+                    c = Candidate.of(r, now, self.default_checkpoint)
+                    cands.append(c)
+                    held += c.gpus
+            if len(cands) > 1:  # most hosts hold one victim or none
+                cands.sort(key=lambda c: (c.klass, c.lost, c.id))
+            self._cands[host] = cands
             self._cand_gpus[host] = held
         return cands
 
@@ -123,7 +128,7 @@ class HostView:
             elif self.own():
                 got = _most_free(self)
             else:
-                got = max(self.free.values(), default=0)
+                got = max((self.free[n] for n in self.names), default=0)
             self._room[whole_hosts] = got
         return got
 
@@ -138,7 +143,9 @@ class HostView:
         Worked out once a pass, then lowered as the pass hands out GPUs."""
         if self._reclaimable is None:
             unallocated = int(self.state.ledger.rate(ROOT, charged=False))
-            self._reclaimable = sum(self.free.values()) + sum(self.stopping.values()) + unallocated
+            # what ``free`` and ``stopping`` add up to, from the state's sum of them
+            free_or_stopping = self.state.free_or_stopping_gpus() - self._handed
+            self._reclaimable = free_or_stopping + unallocated
         return self._reclaimable
 
     def clearable(self, now: float) -> list[str]:
@@ -201,18 +208,36 @@ class HostView:
         if self._clearable is not None:
             self._clearable = [name for name in self._clearable if name not in hosts]
 
+    def _own_counts(self) -> None:
+        """Copy ``free`` and ``stopping`` before the pass first changes them."""
+        if self._shared:
+            self._shared = False
+            self.free, self.stopping = dict(self.free), dict(self.stopping)
+            for name in self.state.unschedulable:
+                del self.free[name], self.stopping[name]
+
     def take(self, placement: Placement) -> None:
+        self._own_counts()
         for s in placement:
             self.free[s.host] -= s.gpus
             self._handed_out(s.gpus)
         self._not_clearable({s.host for s in placement})
 
     def _handed_out(self, gpus: int) -> None:
+        self._handed += gpus
         if self._reclaimable is not None:
             self._reclaimable -= gpus
 
+    def give_back(self, host: str, gpus: int) -> None:
+        """Free ``gpus`` on ``host`` again that the pass had promised (to a reservation);
+        an upper bound already worked out is left as it is."""
+        self._own_counts()
+        self.free[host] += gpus
+        self._handed -= gpus
+
     def claim(self, plan: VictimPlan) -> None:
         """Promise the plan's GPUs to its workload: nobody else gets them this pass."""
+        self._own_counts()
         for host, gpus in plan.hosts:
             from_free = min(self.free[host], gpus)
             from_stopping = min(self.stopping[host], gpus - from_free)

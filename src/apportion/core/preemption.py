@@ -82,9 +82,11 @@ class Candidate:
     def __repr__(self) -> str:
         return f"Candidate({self.id!r}, {self.budget!r}, {self.gpus}, klass={self.klass})"
 
-    @classmethod
-    def of(cls, r: Running, now: float, default_checkpoint: float) -> Candidate:
-        return cls(
+    @staticmethod
+    def of(r: Running, now: float, default_checkpoint: float) -> Candidate:
+        # the class by name, not ``cls``: compiled, that is a direct constructor call
+        # rather than a generic one with its arguments parsed (victim searches build many)
+        return Candidate(
             r.spec.id,
             r.spec.budget,
             r.gpus_held,

@@ -236,7 +236,7 @@ def backfill(
         return []
     for f in open_fences:
         for h, gpus in f.withheld.items():
-            view.free[h] += gpus
+            view.give_back(h, gpus)
     most = max(g for f in open_fences for g in f.withheld.values())
     whole = max(sum(f.withheld.values()) for f in open_fences)
     tries: list[tuple[tuple[int, float, int, float, str], WorkloadSpec, bool]] = []

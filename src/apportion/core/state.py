@@ -178,6 +178,9 @@ class ClusterState:
         # hosts holding no allocated work that is not stopping: any workload may empty them
         self._no_allocated: set[str] = set()
         self._idle: set[str] = set()  # hosts where nothing runs
+        # the most hosts each of the two sets above held since it was last copied (_compact)
+        self._peak_no_allocated = 0
+        self._peak_idle = 0
         # host -> {budget: its allocated workloads there, not stopping}
         self._budgets_on: dict[str, dict[str, int]] = {}
         # budget node (and root) -> GPUs its allocated work holds, not stopping
@@ -205,9 +208,13 @@ class ClusterState:
         # GPUs free, stopping or held by unallocated work not stopping -> the hosts taking
         # work with that many: what a search for unallocated victims reads likewise
         self._open_hosts: dict[int, set[str]] = {}
+        # GPUs free or stopping, summed over every host: what a pass's bound on the GPUs
+        # it could hand out starts from, without adding up every host's counts each pass
+        self._free_or_stopping = 0
         self._time = start
         for h in hosts:
-            self.add_host(h, start)
+            self._add_host(h, start)
+        self._index_hosts()  # once for all of them, not once per host
 
     def set_tree(self, tree: BudgetTree) -> None:
         """Swap in a changed budget tree (weights, new nodes). Usage history is kept; every
@@ -223,12 +230,18 @@ class ClusterState:
 
     # ---- hosts -----------------------------------------------------------------------
     def add_host(self, host: Host, t: float) -> None:
+        self._add_host(host, t)
+        self._index_hosts()
+
+    def _add_host(self, host: Host, t: float) -> None:
+        """Add ``host`` to every per-host count; the caller rebuilds the host indexes."""
         if host.name in self._hosts:
             raise CoreError(f"host {host.name}: name: duplicate")
         self._tick(t)
         self._hosts[host.name] = host
         self._used[host.name] = 0
         self._free[host.name] = host.gpus
+        self._free_or_stopping += host.gpus
         self._stopping_gpus[host.name] = 0
         self._no_allocated.add(host.name)
         self._idle.add(host.name)
@@ -238,7 +251,6 @@ class ClusterState:
         self._protected_until[host.name] = float("-inf")
         if host.state is HostState.HEALTHY:
             self._ledger.change_capacity(host.gpus * self._billing, t)
-        self._index_hosts()
 
     def set_host_state(self, name: str, state: HostState, t: float) -> Host:
         host = self._host(name)
@@ -248,11 +260,15 @@ class ClusterState:
         if was != now:
             self._ledger.change_capacity((host.gpus if now else -host.gpus) * self._billing, t)
         new = Host(host.name, host.gpus, state)
+        self._file(name, -1)  # the other hosts' free GPUs are filed as they were
         self._hosts[name] = new
-        self._index_hosts()
+        self._index_hosts(refile=False)
+        self._file(name, 1)
         return new
 
-    def _index_hosts(self) -> None:
+    def _index_hosts(self, refile: bool = True) -> None:
+        """Rebuild what is derived from the hosts; ``refile``: file every host taking work
+        under its free GPUs afresh (else the caller files the one host that changed)."""
         names = sorted(n for n, h in self._hosts.items() if h.schedulable)
         self._schedulable = {n: self._hosts[n].gpus for n in names}
         self._schedulable_names = names
@@ -260,9 +276,10 @@ class ClusterState:
         self._unschedulable = sorted(n for n, h in self._hosts.items() if not h.schedulable)
         self._max_host_gpus = max((h.gpus for h in self._hosts.values()), default=0)
         self._total_gpus = sum(h.gpus for h in self._hosts.values())
-        self._free_hosts, self._open_hosts = {}, {}
-        for n in names:
-            self._file(n, 1)
+        if refile:
+            self._free_hosts, self._open_hosts = {}, {}
+            for n in names:
+                self._file(n, 1)
         self._cache.smallest.clear()  # they split shapes by the largest host
         self._cache.smallest_unallocated = None
         self._healthy = sum(h.gpus for h in self._hosts.values() if h.state is HostState.HEALTHY)
@@ -436,6 +453,7 @@ class ClusterState:
             self._file(s.host, -1)
             self._used[s.host] += s.gpus
             self._free[s.host] -= s.gpus
+            self._free_or_stopping -= s.gpus
             self._idle.discard(s.host)
             if not p.spec.allocated:
                 self._unallocated_used[s.host] += s.gpus
@@ -461,7 +479,23 @@ class ClusterState:
                 self._cache.released.add(r)
             else:
                 heapq.heappush(self._cache.protections, (until, t, workload))
+        self._compact()
         return r
+
+    def _compact(self) -> None:
+        """Copy the idle or no-allocated hosts' set once it holds a quarter of the most it
+        held since it was last copied. A set never gives back its table: one that held
+        every idle host of a new cluster and holds a few now is iterated slot by slot, and
+        passes iterate both (whole free hosts, hosts only unallocated work fills)."""
+        idle, no_allocated = len(self._idle), len(self._no_allocated)
+        self._peak_idle = max(self._peak_idle, idle)
+        self._peak_no_allocated = max(self._peak_no_allocated, no_allocated)
+        if 4 * idle < self._peak_idle:
+            self._idle = set(self._idle)
+            self._peak_idle = idle
+        if 4 * no_allocated < self._peak_no_allocated:
+            self._no_allocated = set(self._no_allocated)
+            self._peak_no_allocated = no_allocated
 
     def reserve(self, workload: str, hosts: tuple[str, ...]) -> None:
         """Record that GPUs on ``hosts`` are being freed for pending ``workload``
@@ -487,6 +521,7 @@ class ClusterState:
         for s in r.placement:
             self._file(s.host, -1)
             self._stopping_gpus[s.host] += s.gpus
+            self._free_or_stopping += s.gpus
             if not r.spec.allocated:
                 self._unallocated_used[s.host] -= s.gpus
             else:
@@ -514,12 +549,14 @@ class ClusterState:
             self._free[s.host] += s.gpus
             if not self._used[s.host]:
                 self._idle.add(s.host)
-            if was_stopping:
+            if was_stopping:  # its GPUs were counted stopping when it began to stop
                 self._stopping_gpus[s.host] -= s.gpus
-            elif not r.spec.allocated:
-                self._unallocated_used[s.host] -= s.gpus
             else:
-                self._count_budget(s.host, r.spec.budget, -1)
+                self._free_or_stopping += s.gpus
+                if not r.spec.allocated:
+                    self._unallocated_used[s.host] -= s.gpus
+                else:
+                    self._count_budget(s.host, r.spec.budget, -1)
             self._file(s.host, 1)
             self._count_allocated(s.host)
             self._on_host[s.host].discard(workload)
@@ -727,6 +764,13 @@ class ClusterState:
     def healthy_gpus(self) -> int:
         return self._healthy
 
+    def free_or_stopping_gpus(self) -> int:
+        """GPUs free or held by stopping work on the hosts taking work."""
+        total = self._free_or_stopping
+        for name in self._unschedulable:  # the few hosts taking no work
+            total -= self._free[name] + self._stopping_gpus[name]
+        return total
+
     def fingerprint(self) -> dict[str, object]:
         """Everything the state holds but its :class:`DerivedCache`, as plain values, by
         attribute: equal before and after a pass (``decide`` may write only the cache)."""
@@ -749,6 +793,8 @@ class ClusterState:
             "unallocated_used": _plain(self._unallocated_used),
             "no_allocated": _plain(self._no_allocated),
             "idle": _plain(self._idle),
+            "peak_no_allocated": self._peak_no_allocated,
+            "peak_idle": self._peak_idle,
             "budgets_on": _plain(self._budgets_on),
             "held": _plain(self._held),
             "on_host": _plain(self._on_host),
@@ -764,6 +810,7 @@ class ClusterState:
             "total_gpus": self._total_gpus,
             "free_hosts": _plain(self._free_hosts),
             "open_hosts": _plain(self._open_hosts),
+            "free_or_stopping": self._free_or_stopping,
             "healthy": self._healthy,
             "time": self._time,
         }
