@@ -102,6 +102,16 @@ class HostView:
             cost = self._costs[host] = _cost(self.candidates(host, now))
         return cost
 
+    def sort_by_cost(self, hosts: list[str], now: float) -> None:
+        """Sort ``hosts`` by what emptying each costs, then by name. By name first, then (a
+        stable sort keeps that order among equal costs) by the kept cost alone: the sort
+        compares plain cost tuples, and its key is a dict lookup rather than a call that
+        builds a tuple per host (a whole-host search sorts hundreds of hosts)."""
+        for name in hosts:
+            self.cost(name, now)
+        hosts.sort()
+        hosts.sort(key=self._costs.__getitem__)
+
     def victim_gpus(self, host: str, now: float) -> int:
         """GPUs held by the possible victims on ``host`` (each counted whole, wherever else
         it runs): what emptying the host takes from the sides' limits."""
@@ -506,7 +516,7 @@ def _whole_hosts(
         left += view.size[name]
     if bounded and left < gpus:
         return None  # not enough hosts could be emptied, whoever asks
-    options.sort(key=lambda name: (view.cost(name, now), name))  # cheapest to empty first
+    view.sort_by_cost(options, now)  # cheapest to empty first
     refused = view.refused_after_taking
     view.refused_after_taking = False
     plan = _take_hosts(view, options, left, gpus, now, allowed, bounded)
