@@ -189,15 +189,18 @@ def test_every_process_of_the_job_ends_with_it(
 CGROUP_DIRS = {"v1": "/sys/fs/cgroup/pids/apportion", "v2": "/sys/fs/cgroup/unified/apportion"}
 
 
+@pytest.mark.parametrize("recorded", [True, False], ids=["pgid-recorded", "pgid-not-yet"])
 @pytest.mark.parametrize("cgroups", list(CGROUPS))
 def test_a_kill_after_the_job_ended_leaves_its_wrapper_to_write_the_exit_record(
-    accounts: UnixAccounts, alice_dir: Path, shared: Path, cgroups: str
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, cgroups: str, recorded: bool
 ) -> None:
     """A stop that finds every process of the job already ended, while its wrapper has not
     yet written the exit record (the wrapper is held stopped to keep that moment open, as a
     loaded machine or the grace timer racing an observation does), does not kill the
     wrapper: once it runs on, the attempt is reported ended, by the signal that killed it,
-    never gone without a record."""
+    never gone without a record. ``pgid-not-yet``: the same moment one step earlier, when
+    the command has started and ended before the wrapper recorded its process group in the
+    run file (the file is put back as it was before that write)."""
     assert cgroups == "none" or CgroupHost.detect() is not None, "cgroups not mounted here"
     ex = make_executor(shared, CGROUPS[cgroups])
     h = launch(ex, accounts.alice.name, ["sleep", "300"], chdir=str(alice_dir))
@@ -216,6 +219,12 @@ def test_a_kill_after_the_job_ended_leaves_its_wrapper_to_write_the_exit_record(
         time.sleep(0.02)
     os.kill(wrapper, signal.SIGSTOP)
     try:
+        if not recorded:
+            [run_file] = [p for p in ex.run_dir.glob("*.run")
+                          if (_procfs.read_json(p) or {}).get("handle") == h]
+            claim = _procfs.read_json(run_file)
+            assert claim is not None and claim["child_pgid"] is not None
+            _procfs.write_json_atomic(run_file, {**claim, "child_pgid": None})
         os.kill(job, signal.SIGKILL)
         while (f := _procfs.stat_fields(job)) is not None and f[0] != "Z":
             assert time.monotonic() < deadline, f"{job} not ended: {f[0]}"

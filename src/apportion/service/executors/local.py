@@ -394,12 +394,14 @@ class LocalExecutor:
             return
         if stem is not None and self._kill_job(stem):
             return  # the wrapper reaps what it killed, then writes the exit file
-        info = _procfs.read_json(self.run_dir / f"{stem}.run") if stem is not None else None
-        if info is not None and info.get("child_pgid") is not None:
-            # the command started and none of it lives: the wrapper is writing the exit
-            # record (killed now, it would leave the attempt with none)
+        if stem is not None and (self.run_dir / f"{stem}.run").exists():
+            # claimed: none of the job lives, and the wrapper, which handles SIGTERM from
+            # before its claim, never starts the command or reaps it and writes the exit
+            # record. Killed now (even before it has recorded the command's process group:
+            # the command may have started and ended in that moment), it would leave the
+            # attempt with no record, seen as gone rather than stopped.
             return
-        if _procfs.alive(handle):  # the command has not started yet: kill the wrapper
+        if _procfs.alive(handle):  # an attempt this executor knows nothing of: kill it
             pid, _ = _procfs.parse_handle(handle)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
