@@ -396,7 +396,7 @@ class LocalExecutor:
             return  # the wrapper reaps what it killed, then writes the exit file
         if stem is not None and (self.run_dir / f"{stem}.run").exists():
             # claimed: none of the job lives, and the wrapper, which handles SIGTERM from
-            # before its claim, never starts the command or reaps it and writes the exit
+            # before its claim, either never starts the command or reaps it and writes the exit
             # record. Killed now (even before it has recorded the command's process group:
             # the command may have started and ended in that moment), it would leave the
             # attempt with no record, seen as gone rather than stopped.
