@@ -314,6 +314,26 @@ def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     assert lite.sched.why("w-999999") is None
 
 
+def test_queue_view_counts_from_the_clock_not_from_the_last_change(lite: Env) -> None:
+    """The queue view's ``now`` is the scheduler's clock when asked, as ``why``, the
+    dashboard and ``/metrics`` count: ``apportion queue`` counts a running workload's
+    elapsed time and the protection it has left from it, and the budgets' charged
+    GPU-seconds run to it, also after passes that changed nothing (no start, no end).
+    ``last_pass_at`` says when the order and the wait reasons were decided. (``now`` was
+    the time of the last change to the cluster, so all of them stood still between
+    changes.)"""
+    wid = lite.submit(gpus=8, min_runtime=600.0, duration=1000.0)
+    lite.at(0.0)
+    assert lite.at(100.0) == []  # a pass that decides nothing
+    lite.clock.set(130.0)  # asked half a minute later
+    view = lite.sched.queue_view()
+    running = {r.id: r for r in view.running}
+    charged = {b.path: b.charged_gpu_s for b in view.budgets}
+    assert (view.now, view.last_pass_at) == (130.0, 100.0)
+    assert running[wid].protected_until - view.now == 470.0
+    assert charged["ai/llm"] == 1040.0  # 8 GPUs x 130 s
+
+
 def submit_after(env: Env, dependency: str, t: float) -> WorkloadRow:
     """At ``t``, an 8-GPU workload of ai/llm held until ``dependency`` completes (afterok),
     and a pass then."""

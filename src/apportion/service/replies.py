@@ -229,7 +229,9 @@ class QueueBudget(Reply):
 
 
 class QueueView(Reply):
-    """The queue as the scheduler's last pass saw it; ``now`` None before it started."""
+    """The queue as the scheduler's last pass (``last_pass_at``) left it, counted at ``now``,
+    the scheduler's clock when asked (usage, protection left); ``now`` None before it
+    started."""
 
     now: float | None
     last_pass_at: float | None

@@ -334,7 +334,9 @@ class Scheduler:
 
     # ---- read views ------------------------------------------------------------------
     def queue_view(self) -> QueueView:
-        """The queue as the policy sees it, for the API and the dashboard:
+        """The queue as the policy sees it, for the API and the dashboard, as of the
+        scheduler's clock (``now``; ``last_pass_at``: when the order and the wait reasons
+        were decided):
 
         * ``pending``: in the order of the last pass, each with its ``wait_reason``
           (``no_capacity``, ``waiting_for_preemption``, ``waiting_for_checkpoint``,
@@ -350,7 +352,10 @@ class Scheduler:
             if st is None:
                 return QueueView(now=None, last_pass_at=None, pending=[], running=[], hosts=[],
                                  budgets=[])
-            now = st.time
+            # the clock, as why, the dashboard and /metrics count: the state's own time
+            # moves only when the cluster changes, and elapsed times, protection left and
+            # charged GPU-seconds would stand still between changes
+            now = max(self.clock.now(), st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
