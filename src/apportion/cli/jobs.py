@@ -482,8 +482,9 @@ def _print_queue(rows: list[list[str]]) -> None:
 def order(client: Client, as_json: bool) -> None:
     """The Fair Tree order, like sshare/sprio: at every level the sibling with the lower
     usage ratio first (ties by name), depth-first, with each node's share, charged
-    GPU-hours in the window, usage ratio and pending work. Ratios are those at the last
-    pass; within a pass each admission raises its budget's ratio."""
+    GPU-hours in the window, usage ratio and pending work. Ratios are counted when asked
+    (the order the next pass starts from); within a pass each admission raises its
+    budget's ratio."""
     view = client.reply(QueueView, "GET", "/queue")
     nodes = {b.path: b for b in view.budgets}
     pending: dict[str, int] = {}
