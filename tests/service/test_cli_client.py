@@ -158,6 +158,23 @@ def test_budget_commands(server: Server) -> None:
     assert [a["action"] for a in audit] == [
         "budget.managers", "budget.members", "budget.weight", "budget.create"]
     assert all(a["actor"] == "carol" for a in audit)
+
+
+def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: Server) -> None:
+    """``budgets set PATH W`` and ``budgets set PATH --weight W`` (the flag ``budgets create``
+    takes) both set the weight; giving two different weights, or none, is a usage error
+    (exit 2) that changes nothing."""
+    assert run(server, "carol", "budgets", "create", "ai/speech").exit_code == 0
+    r = run(server, "carol", "budgets", "set", "ai/speech", "--weight", "4")
+    assert (r.exit_code, r.stdout.strip()) == (0, "ai/speech: weight 4")
+    r = run(server, "carol", "budgets", "set", "ai/speech", "2", "--weight", "2")
+    assert (r.exit_code, r.stdout.strip()) == (0, "ai/speech: weight 2")
+    r = run(server, "carol", "budgets", "set", "ai/speech", "3", "--weight", "5")
+    assert r.exit_code == 2 and "the weight is given twice: 3 and --weight 5" in r.stderr
+    r = run(server, "carol", "budgets", "set", "ai/speech")
+    assert r.exit_code == 2 and "missing the weight" in r.stderr
+    tree = {b["path"]: b for b in run_json(server, "bob", "budgets", "tree")}
+    assert tree["ai/speech"]["weight"] == 2.0
     assert "budget.weight" in run(server, "bob", "audit").stdout
 
 

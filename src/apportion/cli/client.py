@@ -334,10 +334,19 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 
 @budgets.command("set")
 @click.argument("path")
-@click.argument("weight", type=float)
+@click.argument("weight", type=float, required=False)
+@click.option("--weight", "weight_flag", type=float, metavar="W",
+              help="the weight, as `budgets create` takes it (the same as WEIGHT)")
 @connection
-def budgets_set(client: Client, path: str, weight: float) -> None:
-    """Set a node's weight."""
+def budgets_set(client: Client, path: str, weight: float | None,
+                weight_flag: float | None) -> None:
+    """Set a node's weight: apportion budgets set PATH WEIGHT (or --weight W)."""
+    if weight is not None and weight_flag is not None and weight != weight_flag:
+        raise click.UsageError(f"the weight is given twice: {weight:g} and --weight "
+                               f"{weight_flag:g}")
+    weight = weight if weight is not None else weight_flag
+    if weight is None:
+        raise click.UsageError("missing the weight: apportion budgets set PATH WEIGHT")
     b = client.reply(BudgetWeight, "PATCH", f"/budgets/{path}", {"weight": weight})
     click.echo(f"{b.path}: weight {b.weight:g}")
 
