@@ -136,7 +136,8 @@ def test_drain_moves_work_off_then_repair(live: LiveFactory, tmp_path: Path) -> 
     assert p_term.read_text() == "SIGTERM attempt 1\n"
 
     h0 = s.wait_host("h0", "repair")
-    assert h0["gpus_used"] == 0 and h0["reason"] == "drained: empty"
+    # the drain's reason stays: it is what the repair is for
+    assert h0["gpus_used"] == 0 and h0["reason"] == "ECC (drained: empty)"
     assert s.ok("POST", "/v1/hosts/h0/repair", body={"reason": "DIMM replaced"})[
         "state"] == "healthy"
     assert s.hosts()["h0"]["state"] == "healthy"

@@ -105,7 +105,9 @@ def test_preemptor_waits_for_victims_to_exit(tmp_path: Path) -> None:
 
 def test_drained_host_is_emptied_then_goes_to_repair(env: Env) -> None:
     """Draining a host stops new work on it, preempts each workload once its minimum
-    runtime has passed, then moves the empty host to repair; the executor is told."""
+    runtime has passed, then moves the empty host to repair; the executor is told. The
+    host in repair keeps the reason it was drained for (what the repair is for), in the
+    store and in the queue view, across a restart too."""
     wid = env.submit(gpus=4, min_runtime=600.0, resumable=True)
     env.at(0.0)
     env.clock.set(100.0)
@@ -116,8 +118,12 @@ def test_drained_host_is_emptied_then_goes_to_repair(env: Env) -> None:
         f"600.000 preempt {wid} drain requeue=True by=None",
         "600.000 host h0 -> repair (drained: empty)",  # the victim exited at once
     ]
-    assert env.store.get_host("h0").state is HostState.REPAIR
+    h0 = env.store.get_host("h0")
+    assert (h0.state, h0.reason) == (HostState.REPAIR, "ECC errors (drained: empty)")
     assert status(env, wid) is Status.PENDING
+    assert env.sched.queue_view().hosts[0].reason == "ECC errors (drained: empty)"
+    env.restart()
+    assert env.sched.queue_view().hosts[0].reason == "ECC errors (drained: empty)"
 
 
 def test_cancel_pending_and_running(lite: Env) -> None:

@@ -861,10 +861,16 @@ class Scheduler:
     def _apply(self, d: Decisions, now: float) -> bool:
         st = self._st()
         for c in d.host_changes:
-            self.store.set_host_state(c.host, c.to, c.why, ACTOR, at=now)
+            reason = c.why
+            drained_for = self._host_reason.get(c.host, "")
+            if c.to is HostState.REPAIR and drained_for:
+                # keep why it was drained: what the repair is for (as Slurm keeps a
+                # drained node's reason)
+                reason = f"{drained_for} ({c.why})"
+            self.store.set_host_state(c.host, c.to, reason, ACTOR, at=now)
             st.set_host_state(c.host, c.to, now)
-            self._host_reason[c.host] = c.why
-            self._mirror_drain(c.host, c.to, c.why)
+            self._host_reason[c.host] = reason
+            self._mirror_drain(c.host, c.to, reason)
         for w in d.timeouts:
             limit = format_duration(self._st().running[w].spec.time_limit)
             self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
