@@ -72,3 +72,32 @@ def test_why_on_ended_work_tells_what_happened(live: Live, tmp_path: Path) -> No
     failed = live.cli("alice", "why", winner).stdout.splitlines()
     assert failed[1].endswith("exited with code 3")
     assert failed[-1] == "final exit code 3"
+
+
+def test_why_on_work_waiting_again_tells_its_earlier_run(live: Live, tmp_path: Path) -> None:
+    """A resumable unallocated workload preempted for alice's allocated one waits again:
+    ``why`` explains the wait and ends with its earlier run, where it ran, that it gave way
+    to allocated work, for whom, and that it was requeued."""
+    ready, winner_ready = tmp_path / "ready", tmp_path / "winner-ready"
+    victim = live.submit("bob", "ai/vision", 8, 0, until_sigterm(ready, tmp_path / "m"),
+                         resumable=True)
+    live.wait_file(ready)
+    winner = live.submit("alice", "ai/llm", 8, "10m",
+                         until_sigterm(winner_ready, tmp_path / "w", 600))
+    live.wait_file(winner_ready)
+
+    def waiting_again() -> bool:
+        w = live.workload(victim)
+        return w["status"] == "pending" and w["attempts_count"] == 1
+
+    live.wait("the victim to be requeued", waiting_again)
+    r = live.cli("bob", "why", victim)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"{victim} (pending, 8 GPUs, budget ai/vision, unallocated)")
+    assert lines[-1].startswith("attempt 1: ran on h1 (8 GPUs) from ")
+    assert lines[-1].endswith(
+        f"preempted: as unallocated work it gave way to allocated work, for {winner}; "
+        "requeued (it kept its place in its budget's queue)")
+    live.ok("POST", f"/v1/workloads/{winner}/cancel", "alice")
+    live.ok("POST", f"/v1/workloads/{victim}/cancel", "bob")

@@ -39,7 +39,7 @@ from apportion.core.fleet import FleetState, advice, pool_config
 
 from .auth import Rights
 from .config import ServiceConfig
-from .history import workload_history
+from .history import attempt_lines, workload_history
 from .port import SchedulerPort
 from .prom import Telemetry, metrics_router, nodes_now, workload_class
 from .replies import (
@@ -72,15 +72,20 @@ def _not_started(store: Store) -> str:
 def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
                      ) -> WhyExplanation | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
-    or running work ``core.explain`` (``kind: explanation``), for ended work what happened
-    to it (``kind: history``, :mod:`apportion.service.history`). Raises the store's NotFound
-    for an unknown id (404), HTTP 409 for work not yet seen by the scheduler and 503 before
-    the scheduler has started."""
+    or running work ``core.explain`` (``kind: explanation``), its ``text`` ending with its
+    earlier runs if it ran before (how each ended: a preemption with why and for whom), for
+    ended work what happened to it (``kind: history``, :mod:`apportion.service.history`).
+    Raises the store's NotFound for an unknown id (404), HTTP 409 for work not yet seen by
+    the scheduler and 503 before the scheduler has started."""
     row = store.get_workload(workload_id)
     if row.status in FINAL:  # what happened to it, from the store
         return WhyHistory(kind="history",
                           **workload_history(row, store.audit(limit=1000, target=workload_id),
                                              clock_time))
+    # its earlier runs (read before taking the scheduler's lock): why work that ran once
+    # waits or runs again
+    earlier = attempt_lines(row, store.audit(limit=1000, target=workload_id), clock_time,
+                            ended_only=True) if row.attempts else []
     with scheduler.lock:
         st = scheduler.state
         if st is None:
@@ -101,7 +106,7 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
             raise HTTPException(409, str(err)) from None
         return WhyExplanation(**{
             "kind": "explanation", **e.as_dict(),
-            "text": e.lines(clock_time) + hints, "pool_advice": hints,
+            "text": e.lines(clock_time) + hints + earlier, "pool_advice": hints,
             "pool": pool if len(st.pools) > 1 else None,
             "user": row.user, "submit_time": row.submit_time})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from apportion.core import format_duration, plural
+from apportion.core import Status, format_duration, plural
 
 from .store import AttemptRow, AuditRow, WorkloadRow
 
@@ -53,7 +53,7 @@ def workload_history(
 ) -> dict[str, Any]:
     """The story of ended workload ``row`` (with its attempts) as JSON, with ``text``:
     sentences for people, times written by ``clock``."""
-    preempts = sorted((a for a in audit if a.action == "workload.preempt"), key=lambda a: a.at)
+    preempts = _preemptions(audit)
     cancel = next((a for a in audit if a.action == "workload.cancel"), None)
     kind = "allocated" if row.min_runtime > 0 else "unallocated"
     contract = (f"minimum runtime {format_duration(row.min_runtime)}" if row.min_runtime > 0
@@ -62,18 +62,7 @@ def workload_history(
              f"{kind}, {contract}): submitted by {row.user} at {clock(row.submit_time)}"]
     if not row.attempts:
         lines.append("it never ran: " + _reason(row.end_reason, None, cancel))
-    for i, a in enumerate(row.attempts):
-        end = a.ended_at if a.ended_at is not None else a.started_at
-        # the preemption decided during this attempt: after it started, before the next one
-        # (audit times are the store's clock, attempt times the scheduler's)
-        until = row.attempts[i + 1].started_at if i + 1 < len(row.attempts) else float("inf")
-        preempt = next((p for p in preempts if a.started_at <= p.at < until), None)
-        text = (f"attempt {a.n}: ran on {_hosts(a)} from {clock(a.started_at)} for "
-                f"{format_duration(end - a.started_at)}; "
-                + _reason(a.end_reason, preempt, cancel))
-        if i + 1 < len(row.attempts):
-            text += "; requeued (it kept its place in its budget's queue)"
-        lines.append(text)
+    lines += attempt_lines(row, audit, clock)
     if row.attempts and row.exit_code is not None:
         lines.append(f"final exit code {row.exit_code}")
     return {
@@ -93,4 +82,34 @@ def workload_history(
     }
 
 
-__all__ = ["workload_history"]
+def _preemptions(audit: list[AuditRow]) -> list[AuditRow]:
+    return sorted((a for a in audit if a.action == "workload.preempt"), key=lambda a: a.at)
+
+
+def attempt_lines(row: WorkloadRow, audit: list[AuditRow], clock: Callable[[float], str],
+                  ended_only: bool = False) -> list[str]:
+    """One sentence per attempt of ``row``: where and how long it ran, how it ended (for a
+    preemption, why and for which workload), and whether it was requeued. With
+    ``ended_only``, the attempts that have ended: the earlier runs of work that waits or
+    runs again."""
+    preempts = _preemptions(audit)
+    cancel = next((a for a in audit if a.action == "workload.cancel"), None)
+    lines = []
+    for i, a in enumerate(row.attempts):
+        if ended_only and a.ended_at is None:
+            continue  # the attempt running now
+        end = a.ended_at if a.ended_at is not None else a.started_at
+        # the preemption decided during this attempt: after it started, before the next one
+        # (audit times are the store's clock, attempt times the scheduler's)
+        until = row.attempts[i + 1].started_at if i + 1 < len(row.attempts) else float("inf")
+        preempt = next((p for p in preempts if a.started_at <= p.at < until), None)
+        text = (f"attempt {a.n}: ran on {_hosts(a)} from {clock(a.started_at)} for "
+                f"{format_duration(end - a.started_at)}; "
+                + _reason(a.end_reason, preempt, cancel))
+        if i + 1 < len(row.attempts) or (ended_only and row.status is Status.PENDING):
+            text += "; requeued (it kept its place in its budget's queue)"
+        lines.append(text)
+    return lines
+
+
+__all__ = ["attempt_lines", "workload_history"]

@@ -367,8 +367,8 @@ class WhyAdvice(Reply):
 
 class WhyExplanation(Reply):
     """Pending or running work: core's explanation, its ``text`` with another pool that
-    would start it now (``pool_advice``), its ``pool`` (None with one pool), owner and
-    submit time."""
+    would start it now (``pool_advice``) and its earlier runs (how each ended), its ``pool``
+    (None with one pool), owner and submit time."""
 
     kind: Literal["explanation"]
     workload: str
