@@ -99,6 +99,23 @@ def test_submit_runs_and_logs(server: Server) -> None:
     assert out.exit_code == 0 and out.stdout.startswith("hello from ")
     shown = run(server, "alice", "show", wid).stdout
     assert "status:              completed" in shown and "attempts:" in shown
+    assert "ended:               exited 0\n" in shown  # the reason gives the code: once
+
+
+def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None:
+    """A workload cancelled before it ran has no exit code: ``show`` says how it ended and
+    prints no ``(exit None)``."""
+    blocker = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1",
+                  "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    held = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+               "1m", "--dependency", f"afterok:{blocker}", "--", "true").stdout.split()[1]
+    assert run(server, "bob", "cancel", held, blocker).exit_code == 0
+    w = wait_status(server, held, {"cancelled"})
+    assert (w["status"], w["exit_code"]) == ("cancelled", None)
+    ended = [line for line in run(server, "bob", "show", held).stdout.splitlines()
+             if line.startswith("ended:")]
+    assert len(ended) == 1 and "exit" not in ended[0], ended
+    wait_status(server, blocker, {"cancelled"})
 
 
 def test_queue_and_cancel(server: Server) -> None:

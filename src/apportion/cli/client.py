@@ -187,6 +187,13 @@ def fmt_time(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def exit_to_show(reason: str, exit_code: int | None) -> int | None:
+    """The exit code to print next to how a workload ended: None where there is none (a
+    lost or preempted workload may have none) or the reason gives it already
+    (``exited 0``)."""
+    return None if exit_code is None or reason.startswith("exited ") else exit_code
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print an aligned text table."""
     cells = [[str(c) for c in row] for row in rows]
@@ -276,7 +283,8 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.cancel_requested:
         click.echo(f"{'cancel requested:':<21}yes")
     if w.end_reason:
-        click.echo(f"{'ended:':<21}{w.end_reason} (exit {w.exit_code})")
+        code = exit_to_show(w.end_reason, w.exit_code)
+        click.echo(f"{'ended:':<21}{w.end_reason}" + ("" if code is None else f" (exit {code})"))
     if w.attempts:
         click.echo("attempts:")
         table(

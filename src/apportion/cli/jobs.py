@@ -25,6 +25,7 @@ from .client import (
     Client,
     _print_json,
     connection,
+    exit_to_show,
     exported_env,
     fmt_time,
     json_option,
@@ -348,8 +349,9 @@ def _state_line(w: dict[str, Any]) -> str:
         hosts = ",".join(f"{h}:{g}" for h, g, _ in w["attempt"]["placement"])
         return f"{status} on {hosts} (attempt {w['attempt']['n']})"
     if status in FINAL:
-        code = "" if w["exit_code"] is None else f", exit {w['exit_code']}"
-        return f"{status} ({w['end_reason'] or status}{code})"
+        reason = w["end_reason"] or status
+        code = exit_to_show(reason, w["exit_code"])
+        return f"{status} ({reason}{'' if code is None else f', exit {code}'})"
     if status == "pending" and w.get("attempts_count"):
         return f"pending (requeued after attempt {w['attempts_count']})"
     return status
