@@ -199,7 +199,7 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
     number: minutes), the working directory and the output file (%j: the id); --name on
     the command line wins over --job-name; an unknown #SBATCH option is named with its
     line number on stderr. The script runs with its interpreter and its argument; ``show``
-    prints the name and the time limit."""
+    prints the name and the time limit; ``logs`` says where the output went."""
     s = live_sqlite({"h0": 4})
     work = tmp_path / "work"
     work.mkdir()
@@ -227,6 +227,12 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
     assert out.startswith("name=from-cli gpus=2 arg=hello shell=5"), out
     shown = s.cli("alice", "show", wid).stdout.splitlines()
     assert "name:                from-cli" in shown and "time limit:          10 min" in shown
+    # its output went to the file: ``logs`` finds an empty log and says where it went
+    for follow in ((), ("-f",)):
+        logs = s.cli("alice", "logs", *follow, wid)
+        assert (logs.returncode, logs.stdout) == (0, "")
+        assert logs.stderr.strip() == (
+            f"{wid}: its log is empty: it writes its output to {work}/{wid}.out (--output)")
 
 
 def test_short_ids_and_cancelling_many(live_sqlite: LiveFactory) -> None:

@@ -6,6 +6,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 import time
@@ -167,15 +168,32 @@ def _gres_gpus(value: str) -> str | None:
     return parts[-1]
 
 
+# the shell line --output wraps a command in: it fills in the file's name and sends the
+# command's output there
+_OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+                '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+                '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+                'exec >"$out" 2>&1; exec "$@"')
+
+
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
     directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
     array and index, ``%%`` a percent sign: filled in when it starts."""
-    fill = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
-            '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
-            '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
-            'exec >"$out" 2>&1; exec "$@"')
-    return ["/bin/sh", "-c", fill, "sh", output, *command]
+    return ["/bin/sh", "-c", _OUTPUT_FILL, "sh", output, *command]
+
+
+def output_file(w: dict[str, Any]) -> str | None:
+    """The file a workload (as ``GET /v1/workloads/{id}`` gives it) sends its output to,
+    if it was submitted with ``--output``, with its ``%`` fields filled in as
+    :func:`_with_output` fills them; else None (its output is in its log)."""
+    command = w.get("command") or []
+    if command[:4] != ["/bin/sh", "-c", _OUTPUT_FILL, "sh"] or len(command) < 5:
+        return None
+    fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
+              "A": w.get("array_id") or "",
+              "a": "" if w.get("array_index") is None else str(w["array_index"])}
+    return re.sub(r"%([%jxAa])", lambda m: fields[m.group(1)], str(command[4]))
 
 
 # ---- submit ----------------------------------------------------------------------------------
@@ -582,34 +600,47 @@ def cancel(client: Client, ids: tuple[str, ...], user: str | None, budget: str |
 @connection
 def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
          follow: bool) -> None:
-    """Print the output of a workload's attempt."""
+    """Print the output of a workload's attempt (one submitted with --output writes it to
+    that file instead: an empty log says where)."""
     if not follow:
         r = client.call("GET", f"/workloads/{workload_id}/logs",
                         params={"attempt": attempt, "tail": tail or None})
         click.echo(r.text, nl=False)
+        if not r.content:
+            _say_where_output_goes(client, workload_id)
         return
-    follow_logs(client, workload_id, attempt)
+    if not follow_logs(client, workload_id, attempt):
+        _say_where_output_goes(client, workload_id)
+
+
+def _say_where_output_goes(client: Client, wid: str) -> None:
+    """Tell, on stderr, where the output of a workload submitted with --output went."""
+    path = output_file(client.json("GET", f"/workloads/{wid}"))
+    if path is not None:
+        click.echo(f"{wid}: its log is empty: it writes its output to {path} (--output)",
+                   err=True)
 
 
 def follow_logs(client: Client, wid: str, attempt: int | None,
-                poll_s: float = POLL_S) -> None:
+                poll_s: float = POLL_S) -> bool:
     """Print an attempt's output as it grows; without ``attempt`` follow the latest one
     (a requeued workload's next attempt too). Ends once the workload has ended and all of
-    its output was printed."""
-    offset, current = 0, attempt
+    its output was printed; returns whether any was."""
+    offset, current, printed = 0, attempt, False
     while True:
         w = client.json("GET", f"/workloads/{wid}")
         done = w["status"] in FINAL
         latest = w["attempts"][-1]["n"] if w["attempts"] else None
         if attempt is None and latest is not None and latest != current:
             if current is not None:
-                _drain(client, wid, current, offset)
+                printed = _drain(client, wid, current, offset) > 0 or printed
                 click.echo(f"--- attempt {latest} ---", err=True)
             current, offset = latest, 0
         if current is not None:
             offset = _drain(client, wid, current, offset)
+            printed = printed or offset > 0
         if done:
-            return
+            return printed
         time.sleep(poll_s)
 
 
