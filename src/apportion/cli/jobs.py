@@ -633,12 +633,12 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
         latest = w["attempts"][-1]["n"] if w["attempts"] else None
         if attempt is None and latest is not None and latest != current:
             if current is not None:
-                printed = _drain(client, wid, current, offset) > 0 or printed
+                printed = _drain(client, wid, current, offset) > 0 or printed  # its rest
                 click.echo(f"--- attempt {latest} ---", err=True)
             current, offset = latest, 0
         if current is not None:
             offset = _drain(client, wid, current, offset)
-            printed = printed or offset > 0
+            printed = offset > 0 or printed
         if done:
             return printed
         time.sleep(poll_s)
