@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -628,3 +629,54 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert len(lines) == 7  # period, change, header, ai, ai/llm, ai/vision, overall
     assert lines[-1].startswith("overall: attainment ")
     assert not any(line.startswith("pool ") for line in lines)
+
+
+def test_whatif_and_export_without_a_store_say_so_and_create_none(tmp_path: Path) -> None:
+    """Run where no service ever started, without --config: both commands exit 1 with one
+    line naming the database file that is not there and pointing at --config, and leave no
+    database file behind (before, SQLAlchemy's traceback, and in an existing data directory
+    an empty database was created)."""
+    (tmp_path / "apportion-data").mkdir()
+    db = tmp_path / "apportion-data" / "apportion.db"
+    for command in (["whatif", "--since", "1d"], ["export-trace", "--since", "1d", "--out",
+                                                  str(tmp_path / "t.csv")]):
+        run = subprocess.run([sys.executable, "-m", "apportion.cli.main", *command],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert run.stderr == (f"Error: {db}: no database there (without --config, the store "
+                              "of a service started in this directory; give the service's "
+                              "config with --config FILE)\n")
+        assert not db.exists()
+
+
+def test_whatif_refuses_a_database_the_service_never_started_on(tmp_path: Path) -> None:
+    """A config whose SQLite file exists but holds no apportion schema: whatif says it is
+    not an apportion database instead of replaying an empty history or failing on a
+    missing table."""
+    config = write_config(tmp_path / "apportion.toml", free_port())
+    (tmp_path / "data").mkdir()
+    sqlite3.connect(tmp_path / "data" / "apportion.db").execute("CREATE TABLE t (x INTEGER)")
+    run = apportion("whatif", "--config", str(config), "--since", "1d")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr == (f"Error: database sqlite:///{tmp_path / 'data' / 'apportion.db'}: "
+                          "not an apportion database (no schema: the service has never "
+                          "started on it)\n")
+
+
+def test_unreachable_postgresql_is_one_line_naming_it_without_its_password(
+    tmp_path: Path,
+) -> None:
+    """serve and whatif on a PostgreSQL URL nobody listens on: exit 1 with the database (its
+    password masked) and the driver's reason on one line, not SQLAlchemy's traceback."""
+    port = free_port()  # nothing listens there
+    url = f"postgresql+psycopg://ops:s3cret@127.0.0.1:{port}/apportion"
+    config = write_config(tmp_path / "apportion.toml", free_port(), db_url=url)
+    for command in (["serve", "--config", str(config)],
+                    ["whatif", "--config", str(config), "--since", "1d"]):
+        run = apportion(*command)
+        assert run.returncode == 1, run.stdout + run.stderr
+        error = run.stderr.splitlines()[-1]
+        assert error.startswith(f"Error: database postgresql+psycopg://ops:***@127.0.0.1:"
+                                f"{port}/apportion: connection failed: "), run.stderr
+        assert "Connection refused" in error
+        assert "Traceback" not in run.stderr and "s3cret" not in run.stderr

@@ -82,12 +82,13 @@ def secure_db_file(config: Any) -> None:
 def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     """Run the scheduler service: HTTP API, scheduling loop and executor."""
     import uvicorn
+    from sqlalchemy.exc import DBAPIError
 
     from apportion.service.api import create_app
     from apportion.service.clock import WallClock
     from apportion.service.config import ConfigError, ServiceConfig, load_config
     from apportion.service.scheduler import Scheduler
-    from apportion.service.store import Store
+    from apportion.service.store import Store, database_error
     from apportion.service.store.seed import seed_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -99,7 +100,10 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         secure_data_dir(config)
         clock = WallClock()
         store = Store(config.db_url)
-        store.migrate()
+        try:
+            store.migrate()
+        except DBAPIError as e:
+            raise click.ClickException(str(database_error(config.db_url, e))) from None
         secure_db_file(config)
         executor = build_executor(config, clock, db_id=store.db_id())
         tokens = seed_store(store, config)

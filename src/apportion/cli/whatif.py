@@ -53,11 +53,17 @@ _FLAGS = {"since": "--since", "set_weight": "--set-weight", "set": "--set"}
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
-    from apportion.service.store import Store
+    from apportion.service.store import StoreUnavailable, open_for_reading
     from apportion.whatif import WhatifError, load_history
 
     config = _config(config_path)
-    store = Store(config.db_url)
+    try:
+        store = open_for_reading(config.db_url)
+    except StoreUnavailable as e:
+        hint = "" if config_path else (" (without --config, the store of a service started "
+                                       "in this directory; give the service's config with "
+                                       "--config FILE)")
+        raise click.ClickException(f"{e}{hint}") from None
     try:
         return load_history(store, _since(since), _until(until), config.pools)
     except WhatifError as e:

@@ -16,7 +16,15 @@ from .rows import (
     UserRow,
     WorkloadRow,
 )
-from .store import ACTIVE, Store, default_sqlite_url, make_engine
+from .store import (
+    ACTIVE,
+    Store,
+    StoreUnavailable,
+    database_error,
+    default_sqlite_url,
+    make_engine,
+    open_for_reading,
+)
 
 __all__ = [
     "ACTIVE",
@@ -31,10 +39,13 @@ __all__ = [
     "PlacementEntry",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "TokenRow",
     "UsageInterval",
     "UserRow",
     "WorkloadRow",
+    "database_error",
     "default_sqlite_url",
     "make_engine",
+    "open_for_reading",
 ]

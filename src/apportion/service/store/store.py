@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, case, create_engine, event, select, update
+from sqlalchemy import Engine, case, create_engine, event, inspect, make_url, select, update
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -113,6 +113,49 @@ def make_engine(url: str) -> Engine:
 
 
 log = logging.getLogger("apportion.store")
+
+
+class StoreUnavailable(Exception):
+    """The database a config names cannot be used; the message names it (without its
+    password) and says why."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed: the password masked."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: the driver's error says so
+        return url
+
+
+def database_error(url: str, e: DBAPIError) -> StoreUnavailable:
+    """A database error (it cannot be reached, the schema cannot be made) as one line that
+    names the database: the driver's first line (psycopg's "connection failed: ...
+    Connection refused"), not SQLAlchemy's traceback."""
+    reason = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+    return StoreUnavailable(f"database {shown_url(url)}: {reason}")
+
+
+def open_for_reading(url: str) -> Store:
+    """The store of a service that has run, opened to read it (``apportion whatif`` and
+    ``export-trace``). A SQLite file that is not there is refused, not created empty, and a
+    database the service never started on (no schema) is refused, not read as an empty
+    history."""
+    db = make_url(url)
+    file = db.database if db.get_backend_name() == "sqlite" else None
+    if file not in (None, "", ":memory:") and not Path(str(file)).is_file():
+        raise StoreUnavailable(f"{db.database}: no database there")
+    store = Store(url)
+    try:
+        has_schema = inspect(store.engine).has_table(MetaModel.__tablename__)
+    except DBAPIError as e:
+        store.close()
+        raise database_error(url, e) from None
+    if not has_schema:
+        store.close()
+        raise StoreUnavailable(f"database {shown_url(url)}: not an apportion database (no "
+                               "schema: the service has never started on it)")
+    return store
 
 
 class Store:
