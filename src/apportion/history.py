@@ -9,7 +9,8 @@ A period ``[start, end)`` of the store becomes:
   at the end counts with its run so far). Work that never ran by the end is still demand:
   it is replayed with the mean run of the workloads of its budget that completed in the
   period (of all budgets if none did; its minimum runtime, at least a minute, if nothing
-  completed). Work cancelled before it ever ran is left out;
+  completed). Work cancelled before it ever ran is left out, as is work submitted to a
+  leaf that has children now (the tree replayed is today's, whose leaves work draws on);
 * the budget tree and the hosts as the store holds them now;
 * with pools (hosts of several clusters or GPU kinds, or billing or per-pool weights that
   apply to the hosts there are: docs/service.md, "Pools"), each host's cluster and kind, the
@@ -26,7 +27,7 @@ the same times); a host event before it is applied at 0."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
@@ -57,6 +58,8 @@ class History:
     waiting_at_end: int = 0  # never started by the end: replayed with an estimated run
     cancelled_unstarted: int = 0  # cancelled before they ever ran: left out
     running_at_end: int = 0  # replayed with their run so far
+    # submitted to a leaf that has children now (work draws on leaves only): left out
+    in_former_leaves: dict[str, int] = field(default_factory=dict)
     pools: Pools | None = None  # several pools (or billing or per-pool weights); None: one
 
 
@@ -134,8 +137,12 @@ def read_history(store: Store, start: float, end: float,
     jobs: list[SimJob] = []
     waiting = cancelled = 0
     origin: float | None = None
+    former_leaves: dict[str, int] = {}
     for r in rows:
         wid = str(r.id)
+        if not tree.is_leaf(r.budget):  # the tree replayed is today's; it has no place
+            former_leaves[r.budget] = former_leaves.get(r.budget, 0) + 1
+            continue
         duration = ran.get(wid, 0.0)
         if duration <= 0:
             if r.status == "cancelled":  # withdrawn before it ever ran: no demand to replay
@@ -162,5 +169,5 @@ def read_history(store: Store, start: float, end: float,
               and a.target in names]
     return History(start=start, end=end, origin=origin, jobs=jobs, tree=tree,
                    hosts=hosts, host_events=events, waiting_at_end=waiting,
-                   cancelled_unstarted=cancelled,
+                   cancelled_unstarted=cancelled, in_former_leaves=former_leaves,
                    running_at_end=len(running & {j.spec.id for j in jobs}), pools=fleet)

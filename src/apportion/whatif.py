@@ -91,8 +91,28 @@ def proposed_configs(current: PolicyConfig, settings: Mapping[str, Any]
         raise WhatifError("set", str(e)) from None
 
 
+def pool_names(history: History) -> list[str]:
+    """The pools the history is replayed in (``cluster/kind``); none when it is replayed as
+    one plain cluster."""
+    if history.pools is None:
+        return []
+    return sorted({"/".join(p) for p in history.pools.of_host.values()})
+
+
 def days(history: History) -> float:
     return float(history.end - history.origin) / 86400.0
+
+
+def period(history: History) -> dict[str, Any]:
+    """What the replayed period held (whatif's ``period``; the first line of export-trace
+    and whatif)."""
+    return {"start": history.start, "end": history.end, "days": days(history),
+            "workloads": len(history.jobs), "host_events": len(history.host_events),
+            "running_at_end": history.running_at_end, "waiting_at_end": history.waiting_at_end,
+            "cancelled_unstarted": history.cancelled_unstarted,
+            "in_former_leaves": dict(sorted(history.in_former_leaves.items())),
+            "hosts": len(history.hosts),
+            "pools": pool_names(history)}
 
 
 def write_export(history: History, out: Path) -> dict[str, Path]:
@@ -248,14 +268,8 @@ def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, f
                    "preemptions": r.summary["preemptions"]["total"],
                    "drains": r.summary["drains"]["count"]}
                for k, r in (("current", current), ("proposed", proposed))}
-    result = {"period": {"start": history.start, "end": history.end, "days": days(history),
-                         "workloads": len(history.jobs),
-                         "host_events": len(history.host_events),
-                         "running_at_end": history.running_at_end,
-                         "waiting_at_end": history.waiting_at_end,
-                         "cancelled_unstarted": history.cancelled_unstarted},
-              "set_weight": dict(weights), "set": dict(settings), "overall": overall,
-              "budgets": rows}
+    result = {"period": period(history), "set_weight": dict(weights), "set": dict(settings),
+              "overall": overall, "budgets": rows}
     pools = per_pool(current, proposed, history.tree.nodes())
     if pools is not None:  # several pools: where the change moves the work (else left out)
         result["pools"] = pools

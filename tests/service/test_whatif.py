@@ -631,22 +631,27 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert not any(line.startswith("pool ") for line in lines)
 
 
-def test_whatif_and_export_without_a_store_say_so_and_create_none(tmp_path: Path) -> None:
-    """Run where no service ever started, without --config: both commands exit 1 with one
-    line naming the database file that is not there and pointing at --config, and leave no
-    database file behind (before, SQLAlchemy's traceback, and in an existing data directory
-    an empty database was created)."""
+def test_export_without_a_store_says_so_and_creates_none(tmp_path: Path) -> None:
+    """export-trace without --config where no service ever started (an empty data
+    directory): exit 1 with one line naming the database file that is not there and
+    pointing at --config, and no database file left behind (before, SQLAlchemy's traceback
+    after creating an empty database). whatif --config on a config whose database is not
+    there says the same of it."""
     (tmp_path / "apportion-data").mkdir()
     db = tmp_path / "apportion-data" / "apportion.db"
-    for command in (["whatif", "--since", "1d"], ["export-trace", "--since", "1d", "--out",
-                                                  str(tmp_path / "t.csv")]):
-        run = subprocess.run([sys.executable, "-m", "apportion.cli.main", *command],
-                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
-        assert run.returncode == 1, run.stdout + run.stderr
-        assert run.stderr == (f"Error: {db}: no database there (without --config, the store "
-                              "of a service started in this directory; give the service's "
-                              "config with --config FILE)\n")
-        assert not db.exists()
+    run = subprocess.run([sys.executable, "-m", "apportion.cli.main", "export-trace",
+                          "--since", "1d", "--out", str(tmp_path / "t.csv")],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr == (f"Error: {db}: no database there (without --config, the store of a "
+                          "service started in this directory; give the service's config "
+                          "with --config FILE)\n")
+    assert not db.exists()
+    config = write_config(tmp_path / "apportion.toml", free_port())
+    run = apportion("whatif", "--config", str(config), "--since", "1d")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr == f"Error: {tmp_path / 'data' / 'apportion.db'}: no database there\n"
+    assert not (tmp_path / "data").exists()
 
 
 def test_whatif_refuses_a_database_the_service_never_started_on(tmp_path: Path) -> None:
@@ -680,3 +685,77 @@ def test_unreachable_postgresql_is_one_line_naming_it_without_its_password(
                                 f"{port}/apportion: connection failed: "), run.stderr
         assert "Connection refused" in error
         assert "Traceback" not in run.stderr and "s3cret" not in run.stderr
+
+
+def test_work_of_a_leaf_that_has_children_now_is_left_out_and_counted(tmp_path: Path) -> None:
+    """ai/vision runs two workloads, then (idle) gets a child ai/vision/new; ai/llm runs
+    one. The replayed tree is today's, where ai/vision is no leaf: whatif and export-trace
+    leave its two workloads out and say so (before, the replay failed on them: a 500 from
+    POST /v1/whatif, a traceback from the commands), and replay ai/llm's."""
+    config = memory_config(tmp_path)
+    start = 1_700_000_000.0
+    clock = FakeClock(start)
+    store = Store(load_config(config).db_url, clock=clock.now)
+    store.migrate()
+    seed_store(store, load_config(config))
+    executor = MemoryExecutor([("h0", 8), ("h1", 8)], clock)
+    sched = Scheduler(store, executor, load_config(config).policy, clock, grace_s=0.0)
+    sched.start()
+    def submit(budget: str, at: float) -> None:
+        clock.set(start + at)
+        row = store.add_workload(budget=budget, gpus=4, min_runtime=600.0,
+                                 submit_time=start + at, command=["train"], actor="alice")
+        executor.durations[row.id] = HOUR
+        sched.step()
+
+    submit("ai/vision", 0.0)
+    submit("ai/vision", 60.0)
+    clock.set(start + 1.5 * HOUR)
+    sched.step()  # both have ended: ai/vision may get children
+    store.add_budget("ai/vision/new", 1.0, "alice")
+    submit("ai/llm", 2 * HOUR)
+    for t in (3, 4):
+        clock.set(start + t * HOUR)
+        sched.step()
+    executor.close()
+    store.close()
+    until = start + 4 * HOUR
+    run = apportion("whatif", "--config", str(config), "--since", "5h", "--until", repr(until),
+                    "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    period = json.loads(run.stdout)["period"]
+    assert (period["workloads"], period["in_former_leaves"]) == (1, {"ai/vision": 2})
+    run = apportion("export-trace", "--config", str(config), "--since", "5h", "--until",
+                    repr(until), "--out", str(tmp_path / "t.csv"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert ("0 cancelled unstarted, left out; 2 submitted to a budget that has children now "
+            "(ai/vision), left out)") in run.stdout.splitlines()[0]
+    rows = (tmp_path / "t.csv").read_text().splitlines()
+    assert len(rows) == 2 and ",ai/llm," in rows[1], rows
+
+
+def test_whatif_without_config_asks_the_server(live: Live) -> None:
+    """apportion whatif without --config, with --url and a token: the server replays its
+    history, and --json prints what --config prints reading the store; the text form has
+    the same lines. A manager's proposal of a policy setting is refused with the server's
+    403 (exit 1), a mistyped budget is a usage error naming --set-weight (exit 2), as with
+    --config."""
+    proposal = ("--since", "2d", "--until", repr(live.until), "--set-weight", "ai/vision=4")
+
+    def ask(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return apportion("whatif", "--url", live.server.url, "--token",
+                         live.server.token(user), *args)
+
+    served = ask("admin", *proposal, "--json")
+    assert served.returncode == 0, served.stdout + served.stderr
+    assert json.loads(served.stdout) == whatif(live, "--set-weight", "ai/vision=4")
+    text = ask("admin", *proposal)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert text.stdout == whatif_run(live, "--set-weight", "ai/vision=4").stdout
+    refused = ask("alice", *proposal)
+    assert refused.returncode == 1
+    assert refused.stderr == "Error: forbidden: alice manages no budget (HTTP 403)\n"
+    typo = ask("admin", "--since", "2d", "--set-weight", "ai/visoin=4")
+    assert typo.returncode == 2
+    assert ("Invalid value for --set-weight: no budget 'ai/visoin'; did you mean "
+            "'ai/vision'?") in typo.stderr

@@ -83,16 +83,20 @@ class Client:
 
     def call(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
-             retry: bool = False) -> httpx.Response:
+             retry: bool = False, timeout: float | None | httpx.Timeout = 60,
+             accept: tuple[int, ...] = ()) -> httpx.Response:
         """One request. ``retry`` (only for requests that are safe to repeat, e.g. a
         submission with an Idempotency-Key): a lost connection, a refused one or a 5xx is
-        retried with backoff (``RETRY_WAITS``)."""
+        retried with backoff (``RETRY_WAITS``). ``timeout`` None: wait as long as the server
+        takes to answer. An error status in ``accept`` is returned for the caller to read."""
         waits = list(RETRY_WAITS) if retry else []
+        limit = httpx.Timeout(timeout, connect=60) if timeout is None else timeout
         while True:
             try:
                 r = self.http.request(
                     method, f"/v1{path}", json=body, headers=headers,
                     params={k: v for k, v in (params or {}).items() if v is not None},
+                    timeout=limit,
                 )
             except httpx.TransportError as e:
                 if waits:
@@ -107,7 +111,7 @@ class Client:
                 time.sleep(waits.pop(0))
                 continue
             break
-        if r.status_code >= 400:
+        if r.status_code >= 400 and r.status_code not in accept:
             try:
                 detail = r.json().get("detail", r.text)
             except ValueError:
@@ -142,6 +146,16 @@ def parse_list(model: type[R], data: Any, what: str) -> list[R]:
         raise click.ClickException(f"{what}: unexpected reply from the server: {e}") from None
 
 
+def make_client(url: str | None, token: str | None) -> Client:
+    """A client for ``--url``/``--token`` as given (flag or environment), else the client
+    config file's, else the default URL."""
+    if url is None or token is None:
+        cfg = _config_file()
+        url = url or cfg.get("url")
+        token = token or cfg.get("token")
+    return Client(url or DEFAULT_URL, token)
+
+
 def connection(f: F) -> F:
     """Add --url and --token to a command and pass a ready ``client`` instead."""
     import functools
@@ -150,11 +164,7 @@ def connection(f: F) -> F:
     @click.option("--token", envvar="APPORTION_TOKEN", help="bearer token (env APPORTION_TOKEN)")
     @functools.wraps(f)
     def wrapper(*args: Any, url: str | None, token: str | None, **kwargs: Any) -> Any:
-        if url is None or token is None:
-            cfg = _config_file()
-            url = url or cfg.get("url")
-            token = token or cfg.get("token")
-        return f(*args, client=Client(url or DEFAULT_URL, token), **kwargs)
+        return f(*args, client=make_client(url, token), **kwargs)
 
     return wrapper  # type: ignore[return-value]
 

@@ -5,6 +5,7 @@ trace, and that history replayed under the current and a proposed setting side b
 from __future__ import annotations
 
 import json
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -76,20 +77,21 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
-def _pools_part(history: Any) -> str:
-    if history.pools is None:  # one pool: said as before pools
-        return ""
-    pools = sorted({"/".join(p) for p in history.pools.of_host.values()})
-    return f" in {plural(len(pools), 'pool')} ({', '.join(pools)})"
-
-
-def _summary_line(history: Any) -> str:
-    return (f"{plural(len(history.jobs), 'workload')} submitted from {_iso(history.start)} to "
-            f"{_iso(history.end)} ({history.running_at_end} still running at the end, "
-            f"replayed with their run so far; {history.waiting_at_end} still waiting, replayed "
-            f"with their budget's mean run; {history.cancelled_unstarted} cancelled unstarted, "
-            f"left out), {plural(len(history.hosts), 'host')}{_pools_part(history)}, "
-            f"{plural(len(history.host_events), 'host event')}")
+def _summary_line(period: dict[str, Any]) -> str:
+    """The first line of export-trace and whatif: what the period held and how it is
+    replayed (``period`` as in whatif's JSON)."""
+    pools = period["pools"]
+    in_pools = f" in {plural(len(pools), 'pool')} ({', '.join(pools)})" if pools else ""
+    former = period["in_former_leaves"]
+    in_former = (f"; {sum(former.values())} submitted to "
+                 f"{'a budget that has' if len(former) == 1 else 'budgets that have'} "
+                 f"children now ({', '.join(former)}), left out" if former else "")
+    return (f"{plural(period['workloads'], 'workload')} submitted from {_iso(period['start'])} "
+            f"to {_iso(period['end'])} ({period['running_at_end']} still running at the end, "
+            f"replayed with their run so far; {period['waiting_at_end']} still waiting, "
+            f"replayed with their budget's mean run; {period['cancelled_unstarted']} cancelled "
+            f"unstarted, left out{in_former}), {plural(period['hosts'], 'host')}{in_pools}, "
+            f"{plural(period['host_events'], 'host event')}")
 
 
 @click.command("export-trace")
@@ -105,14 +107,14 @@ def export_trace(config_path: str | None, since: str, until: str | None, out: Pa
     """Write the service's history of a period as a canonical trace (docs/traces.md), with
     the budget tree and the hosts beside it, ready for apportion simulate --trace."""
     from apportion.sim.traces import TraceError
-    from apportion.whatif import days, write_export
+    from apportion.whatif import days, period, write_export
 
     history = _history(config_path, since, until)
     try:
         files = write_export(history, out)
     except (TraceError, OSError) as e:
         raise click.ClickException(f"--out {out}: {e}") from None
-    click.echo(_summary_line(history))
+    click.echo(_summary_line(period(history)))
     for kind, path in files.items():
         click.echo(f"wrote {path} ({kind.replace('_', ' ')})")
     click.echo(f"replay: apportion simulate --trace {files['trace']} --tree {files['tree']} "
@@ -182,35 +184,9 @@ def format_pool(pool: dict[str, Any]) -> str:
     return head + "\n" + _table(lines)
 
 
-@click.command()
-@click.option("--config", "config_path", type=click.Path(dir_okay=False),
-              help="the service's TOML config (its store and policy settings are used)")
-@click.option("--since", required=True, metavar="DURATION",
-              help="length of the period to replay, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
-              "an ISO 8601 time (default: now)")
-@click.option("--set-weight", "set_weights", multiple=True, metavar="PATH=WEIGHT",
-              help="proposed weight of a budget (repeatable)")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="proposed PolicyConfig or engine setting (repeatable)")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              help="also write whatif.json, whatif.csv (and whatif-pools.csv with several "
-              "pools) and both runs' outputs here")
-@click.option("--json", "as_json", is_flag=True, help="print JSON")
-def whatif(config_path: str | None, since: str, until: str | None, set_weights: tuple[str, ...],
-           settings: tuple[str, ...], out: Path | None, as_json: bool) -> None:
-    """Replay the service's own history of a period through the simulator with the current
-    and the proposed settings; print per-budget attainment, waits and preemptions side by
-    side."""
-    from apportion.sim.run import write_csv, write_outputs
-    from apportion.whatif import WhatifError, compare
-
-    from .simulate import parse_settings
-
-    service = _config(config_path)
-    history = _history(config_path, since, until)
+def _weights(items: tuple[str, ...]) -> dict[str, float]:
     weights: dict[str, float] = {}
-    for item in set_weights:
+    for item in items:
         path, sep, text = item.partition("=")
         if not sep:
             raise click.BadParameter(f"expected PATH=WEIGHT, got {item!r}",
@@ -220,17 +196,92 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
         except ValueError:
             raise click.BadParameter(f"{path.strip()}: weight must be a number > 0, got "
                                      f"{text!r}", param_hint="--set-weight") from None
-    try:
-        outcome = compare(history, service.policy, weights, parse_settings(settings),
-                          progress=not as_json)
-    except WhatifError as e:
-        raise click.BadParameter(str(e), param_hint=_FLAGS[e.field]) from None
-    result, current, proposed = outcome.result, outcome.current, outcome.proposed
+    return weights
+
+
+def _ask_server(url: str | None, token: str | None, since: str, until: str | None,
+                weights: dict[str, float], settings: dict[str, Any]) -> dict[str, Any]:
+    """``POST /v1/whatif``: the server replays its own history with its own settings. Its
+    refusal of a proposal (422 ``set_weight: ...``) is a usage error naming the flag, as the
+    same refusal is when the store is read here."""
+    from .client import make_client, parse
+
+    client = make_client(url, token)
+    body: dict[str, Any] = {"since": _since(since),
+                            "until": None if until is None else _until(until),
+                            "set_weight": weights, "set": settings}
+    if sys.stderr.isatty():
+        click.echo(f"replaying the history of the last {since} on {client.url} ...", err=True)
+    # a replay takes seconds to minutes: no read timeout
+    r = client.call("POST", "/whatif", body, timeout=None, accept=(422,))
+    detail = r.json().get("detail") if r.status_code == 422 else None
+    if isinstance(detail, str):
+        field, _, message = detail.partition(": ")
+        if field in _FLAGS:
+            raise click.BadParameter(message, param_hint=_FLAGS[field])
+    if r.status_code == 422:
+        raise click.ClickException(f"{detail} (HTTP 422)")
+    from apportion.service.replies import Whatif
+
+    result: dict[str, Any] = r.json()
+    parse(Whatif, result, "POST /v1/whatif")  # a server of another version: say so
+    return result
+
+
+@click.command()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="the service's TOML config: read its store and settings here (on the "
+              "server's host) instead of asking the server")
+@click.option("--since", required=True, metavar="DURATION",
+              help="length of the period to replay, ending at --until (e.g. 14d)")
+@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
+              "an ISO 8601 time (default: now)")
+@click.option("--set-weight", "set_weights", multiple=True, metavar="PATH=WEIGHT",
+              help="proposed weight of a budget (repeatable)")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="proposed PolicyConfig or engine setting (repeatable; admins only)")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="also write whatif.json, whatif.csv (and whatif-pools.csv with several "
+              "pools), and with --config both runs' outputs, here")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+@click.option("--url", envvar="APPORTION_URL",
+              help="server to ask, without --config (env APPORTION_URL)")
+@click.option("--token", envvar="APPORTION_TOKEN", help="bearer token (env APPORTION_TOKEN)")
+def whatif(config_path: str | None, since: str, until: str | None, set_weights: tuple[str, ...],
+           settings: tuple[str, ...], out: Path | None, as_json: bool, url: str | None,
+           token: str | None) -> None:
+    """Replay the service's own history of a period through the simulator with the current
+    and the proposed settings; print per-budget attainment, waits and preemptions side by
+    side.
+
+    Without --config the server replays it (POST /v1/whatif: admins, and managers for the
+    weights they may set, seeing the budgets they manage); with --config it is replayed
+    here from the service's store."""
+    from apportion.sim.run import write_csv, write_outputs
+    from apportion.whatif import WhatifError, compare
+
+    from .simulate import parse_settings
+
+    weights = _weights(set_weights)
+    proposed_settings = parse_settings(settings)
+    if config_path is None:
+        result = _ask_server(url, token, since, until, weights, proposed_settings)
+        runs = None
+    else:
+        service = _config(config_path)
+        history = _history(config_path, since, until)
+        try:
+            outcome = compare(history, service.policy, weights, proposed_settings,
+                              progress=not as_json)
+        except WhatifError as e:
+            raise click.BadParameter(str(e), param_hint=_FLAGS[e.field]) from None
+        result, runs = outcome.result, (outcome.current, outcome.proposed)
     rows, overall = result["budgets"], result["overall"]
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        write_outputs(out / "current", [current])
-        write_outputs(out / "proposed", [proposed])
+        if runs is not None:
+            write_outputs(out / "current", [runs[0]])
+            write_outputs(out / "proposed", [runs[1]])
         (out / "whatif.json").write_text(json.dumps(result, indent=2) + "\n")
         metrics = ("attainment", "delivered_gpu_hours", "wait_p50_s", "wait_p90_s",
                    "preemptions")
@@ -251,7 +302,7 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     if as_json:
         click.echo(json.dumps(result))
         return
-    click.echo(_summary_line(history))
+    click.echo(_summary_line(result["period"]))
     changes = [f"{p}={w:g}" for p, w in weights.items()] + list(settings)
     click.echo(f"current settings -> proposed ({', '.join(changes) or 'no change'}):")
     click.echo(format_whatif(rows))

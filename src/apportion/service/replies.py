@@ -533,6 +533,11 @@ class WhatifPeriod(Reply):
     running_at_end: int
     waiting_at_end: int
     cancelled_unstarted: int
+    in_former_leaves: dict[str, int]
+    """Workloads left out, per budget: submitted while it was a leaf, it has children now."""
+    hosts: int
+    pools: list[str]
+    """The pools replayed (``cluster/kind``); empty when replayed as one plain cluster."""
 
 
 class WhatifOverall(Reply):
