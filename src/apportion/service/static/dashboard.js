@@ -416,6 +416,12 @@ function renderPreview(res, path) {
     "with the current weights and with the proposed one.";
   if (p.running_at_end) note += ` ${p.running_at_end} still running at the end are replayed with their run so far (the last hours read low).`;
   if (p.waiting_at_end) note += ` ${p.waiting_at_end} still waiting at the end are replayed with an estimated run.`;
+  const former = Object.entries(p.in_former_leaves);
+  if (former.length) {
+    const left = former.reduce((n, [, k]) => n + k, 0);
+    note += ` ${left} submitted to ${former.map(([b]) => b).join(", ")}, which ha${former.length === 1 ? "s" : "ve"} ` +
+      "children now, are left out (the replay uses today's tree).";
+  }
   $("#we-period").textContent = note;
   const hours = (v) => num(v, 1);
   const rows = res.budgets.map((b) => {
