@@ -87,7 +87,8 @@ def test_users_and_tokens_from_the_cli(env: Env) -> None:
     r = cli(env, "root", "users", "set", "erin", "--admin")
     assert r.exit_code == 0 and "erin: admin yes" in r.output
     r = cli(env, "root", "users", "list", "--json")
-    assert {"name": "erin", "admin": True, "unix_user": "erin_x", "account": "erin_x"} in (
+    assert {"name": "erin", "admin": True, "unix_user": "erin_x", "account": "erin_x",
+            "cannot_run": None} in (  # the memory executor checks no account
         __import__("json").loads(r.stdout))
     r = cli(env, "root", "tokens", "create", "erin", "--label", "ci")
     assert r.exit_code == 0

@@ -491,6 +491,18 @@ def _user_line(u: User) -> str:
     return f"{u.name}: admin {'yes' if u.admin else 'no'}, runs as {u.account}"
 
 
+def _cannot_run(u: User) -> str:
+    """Why the server would refuse the user's work now, without the "user NAME: " the
+    submission's refusal starts with."""
+    return (u.cannot_run or "").removeprefix(f"user {u.name}: ")
+
+
+def _warn_cannot_run(u: User) -> None:
+    if u.cannot_run:
+        click.echo(f"warning: {u.name}'s work cannot run until this is fixed: "
+                   f"{_cannot_run(u)}", err=True)
+
+
 @click.group()
 def users() -> None:
     """Users (admins): add, list, set."""
@@ -506,19 +518,21 @@ def users_add(client: Client, name: str, admin: bool, unix_user: str | None) -> 
     u = client.reply(User, "POST", "/users",
                      {"name": name, "admin": admin, "unix_user": unix_user})
     click.echo(f"added {_user_line(u)}")
+    _warn_cannot_run(u)
 
 
 @users.command("list")
 @json_option
 @connection
 def users_list(client: Client, as_json: bool) -> None:
-    """List users with their admin flag and Unix account."""
+    """List users with their admin flag, Unix account and whether their work can run."""
     data = client.json("GET", "/users")
     if as_json:
         _print_json(data)
         return
-    table(["USER", "ADMIN", "UNIX_USER"],
-          [[u.name, "yes" if u.admin else "no", u.account]
+    table(["USER", "ADMIN", "UNIX_USER", "CAN_RUN"],
+          [[u.name, "yes" if u.admin else "no", u.account,
+            f"no: {_cannot_run(u)}" if u.cannot_run else "yes"]
            for u in parse_list(User, data, "GET /v1/users")])
 
 
@@ -539,6 +553,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
         raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
     u = client.reply(User, "PATCH", f"/users/{name}", body)
     click.echo(_user_line(u))
+    _warn_cannot_run(u)
 
 
 @click.group()

@@ -668,10 +668,14 @@ class User(Reply):
     admin: bool
     unix_user: str | None  # None: the account of the same name
     account: str  # the Unix account its work runs as
+    cannot_run: str | None = None
+    """Why this server would refuse the user's work now (its Unix account does not exist,
+    or is root and the user is not in ``allow_root_for``, ...); None: it can run."""
 
     @classmethod
-    def of(cls, u: "UserRow") -> "User":
-        return cls(name=u.name, admin=u.admin, unix_user=u.unix_user, account=u.account)
+    def of(cls, u: "UserRow", cannot_run: str | None = None) -> "User":
+        return cls(name=u.name, admin=u.admin, unix_user=u.unix_user, account=u.account,
+                   cannot_run=cannot_run)
 
 
 class Token(Reply):

@@ -29,6 +29,13 @@ def router(api: Api) -> APIRouter:
         """The user the token belongs to."""
         return Me(name=who.user.name, admin=who.user.admin)
 
+    def _user(u: UserRow) -> UserReply:
+        """``u`` with what would refuse its work now: the check a submission makes, told
+        when the admin adds or changes the user rather than at the user's first submit."""
+        if api.settings.executor.kind == "memory":  # runs nothing: no account is needed
+            return UserReply.of(u)
+        return UserReply.of(u, api.settings.identity.problem(u.name, u.account))
+
     def _admin(user: UserRow, what: str) -> None:
         if not rights(user).can_manage_users():
             raise forbid(user, f"{what} (admins only)")
@@ -39,14 +46,14 @@ def router(api: Api) -> APIRouter:
         _admin(user, "create users")
         u = store.add_user(body.name, actor=user.name, admin=body.admin,
                            unix_user=body.unix_user)
-        return UserReply.of(u)
+        return _user(u)
 
     @router.get(f"{v1}/users", tags=["users"])
     def list_users(who: Reader) -> list[UserReply]:
         """Every user with its admin flag and Unix account (admins only)."""
         if who.read_only or not who.user.admin:
             raise forbid(who, "list users (admins only)")
-        return [UserReply.of(u) for u in store.users()]
+        return [_user(u) for u in store.users()]
 
     @router.patch(f"{v1}/users/{{name}}", tags=["users"])
     def change_user(name: str, body: UserChangeBody, user: User) -> UserReply:
@@ -57,7 +64,7 @@ def router(api: Api) -> APIRouter:
                            unix_user=body.unix_user or None,
                            clear_unix_user=body.unix_user == "")
         token_cache.clear()
-        return UserReply.of(u)
+        return _user(u)
 
     @router.post(f"{v1}/users/{{name}}/tokens", status_code=201, tags=["tokens"])
     def create_token(name: str, user: User, body: TokenBody | None = None) -> NewToken:
