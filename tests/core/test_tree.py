@@ -101,12 +101,18 @@ def test_nodes_parents_first_siblings_sorted() -> None:
 
 
 def test_require_leaf_names_the_budget() -> None:
-    """Workloads draw on leaves: an unknown or inner budget is refused by name."""
-    tree = make_tree("a/b", "c")
+    """Workloads draw on leaves: an unknown or inner budget is refused by name, an inner one
+    with the nodes below it (the first three, then how many more)."""
+    tree = make_tree("a/b", "c", "d/1", "d/2", "d/3", "d/4", "d/5")
     with pytest.raises(CoreError, match="budget 'nope': unknown budget"):
         tree.require_leaf("nope")
-    with pytest.raises(CoreError, match="budget 'a': not a leaf"):
+    with pytest.raises(CoreError) as e:
         tree.require_leaf("a")
+    assert str(e.value) == ("budget 'a': not a leaf; workloads draw on leaf budgets (below "
+                            "it: a/b)")
+    with pytest.raises(CoreError) as e:
+        tree.require_leaf("d")
+    assert str(e.value).endswith("(below it: d/1, d/2, d/3 and 2 more)")
     tree.require_leaf("a/b")
 
 

@@ -201,7 +201,11 @@ class BudgetTree:
             raise CoreError(f"budget {path!r}: unknown budget"
                             + did_you_mean(path, self._weight, quote=True))
         if not self.is_leaf(path):
-            raise CoreError(f"budget {path!r}: not a leaf; workloads draw on leaf budgets")
+            below = self._children[path]
+            some = ", ".join(below[:3]) + (f" and {len(below) - 3} more" if len(below) > 3
+                                           else "")
+            raise CoreError(f"budget {path!r}: not a leaf; workloads draw on leaf budgets "
+                            f"(below it: {some})")
 
     def divergence(self, a: str, b: str) -> tuple[str, str] | None:
         """The two siblings under the lowest common ancestor of ``a`` and ``b``: the level at
