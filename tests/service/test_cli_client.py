@@ -134,6 +134,30 @@ def test_queue_and_cancel(server: Server) -> None:
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
+    """cancel --me (scancel --me): bob's active work is cancelled, alice's is untouched;
+    --me with --user is a usage error, --state without a selection names --me."""
+    def submit(who: str, budget: str) -> str:
+        r = run(server, who, "submit", "--budget", budget, "--gpus", "1", "--min-runtime",
+                "0", "--", "sleep", "600")
+        assert r.exit_code == 0, r.output
+        return r.stdout.split()[1]
+
+    bobs, alices = submit("bob", "ai/vision"), submit("alice", "ai/llm")
+    c = run(server, "bob", "cancel", "--me")
+    assert c.exit_code == 0, c.output
+    assert bobs in c.stdout and alices not in c.stdout
+    assert wait_status(server, bobs, {"cancelled"})["status"] == "cancelled"
+    assert run_json(server, "alice", "show", alices)["status"] in ("pending", "running")
+    both = run(server, "bob", "cancel", "--me", "--user", "alice")
+    assert both.exit_code == 2 and "--me and --user: give one of them" in both.output
+    state = run(server, "bob", "cancel", "--state", "pending")
+    assert state.exit_code == 2
+    assert "--state: only with --me, --user, --budget or --array" in state.output
+    assert run(server, "alice", "cancel", "--me").exit_code == 0
+    assert wait_status(server, alices, {"cancelled"})["status"] == "cancelled"
+
+
 def test_validation_error_is_printed(server: Server) -> None:
     """The server's message is printed and the exit status is non-zero."""
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "99", "--min-runtime",

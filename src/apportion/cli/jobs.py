@@ -545,17 +545,22 @@ def _ancestors(path: str) -> list[str]:
 # ---- cancel ----------------------------------------------------------------------------------
 @click.command()
 @click.argument("ids", nargs=-1, type=WORKLOAD_ID)
+@click.option("--me", is_flag=True, help="every active workload of mine (--user ME)")
 @click.option("--user", default=None, help="every active workload of this user")
 @click.option("--budget", default=None, help="every active workload in this budget's subtree")
 @click.option("--state", "states", default=None,
-              help="with --user/--budget/--array: only these states (pending,running)")
+              help="with --me/--user/--budget/--array: only these states (pending,running)")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
 @connection
-def cancel(client: Client, ids: tuple[str, ...], user: str | None, budget: str | None,
-           states: str | None, array: str | None) -> None:
-    """Cancel workloads: by id (many, short or long), or all matching --user, --budget,
-    --array (and --state). A running one is stopped by the scheduler."""
+def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
+           budget: str | None, states: str | None, array: str | None) -> None:
+    """Cancel workloads: by id (many, short or long), or all matching --me, --user,
+    --budget, --array (and --state). A running one is stopped by the scheduler."""
+    if me:
+        if user is not None:
+            raise click.UsageError("--me and --user: give one of them")
+        user = _me(client)
     targets = list(ids)
     if user or budget or array:
         status = states or "pending,running,stopping"
@@ -567,9 +572,9 @@ def cancel(client: Client, ids: tuple[str, ...], user: str | None, budget: str |
         rows = sorted(rows, key=lambda w: w["status"] != "pending")
         targets += [w["id"] for w in rows if w["id"] not in targets]
     elif states:
-        raise click.UsageError("--state: only with --user, --budget or --array")
+        raise click.UsageError("--state: only with --me, --user, --budget or --array")
     if not targets and not (user or budget or array):
-        raise click.UsageError("give workload ids, or --user, --budget or --array")
+        raise click.UsageError("give workload ids, or --me, --user, --budget or --array")
     if not targets:
         click.echo("nothing to cancel")
         return
