@@ -79,6 +79,22 @@ def test_init_writes_a_config_that_loads_and_prints_the_next_commands(tmp_path: 
     assert again.exit_code == 1 and "already exists (--force to overwrite)" in again.output
 
 
+def test_init_says_when_the_admin_has_no_unix_account(tmp_path: Path) -> None:
+    """An admin named for an account this host does not have: init still writes the config,
+    and says on stderr that the local executor would refuse that user's work, and what to
+    do; for the account init runs as, it says nothing."""
+    r = CliRunner().invoke(main, ["init", str(tmp_path / "a"), "--admin",
+                                  "apportion-no-such-account"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "a" / "apportion.toml").exists()
+    assert r.stderr.startswith("\nnote: user apportion-no-such-account: Unix account "
+                               "'apportion-no-such-account' does not exist, so the local "
+                               "executor would refuse apportion-no-such-account's work")
+    assert r.stderr.rstrip().endswith("or set [server] single_user = true")
+    me = CliRunner().invoke(main, ["init", str(tmp_path / "b")])
+    assert (me.exit_code, me.stderr) == (0, "")
+
+
 def test_init_config_serves_and_runs_a_workload(tmp_path: Path) -> None:
     """The example config, with the in-memory executor, serves: the admin's token works
     and a submitted workload runs; the log has no migration-tool lines and no traceback."""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from apportion.service.executors.identity import Identity
+
 CONFIG_NAME = "apportion.toml"
 
 EXAMPLE = '''\
@@ -101,6 +103,13 @@ def init(directory: Path, admin: str | None, force: bool) -> None:
                f"APPORTION_TOKEN=$(cat {data / 'tokens' / name})")
     click.echo("  apportion submit --budget research/llm --gpus 1 --min-runtime 30m -- "
                "nvidia-smi")
+    # the check every submission makes, run now: the last command above would be refused
+    rule = Identity(allow_root_for=frozenset({name}) if allow_root != "[]" else frozenset())
+    problem = rule.problem(name, name)
+    if problem is not None:
+        click.echo(f"\nnote: {problem}, so the local executor would refuse {name}'s work "
+                   f"(served by {rule.me}): make the account, give {name} an existing one "
+                   "(unix_user), or set [server] single_user = true", err=True)
 
 
 def _is_root_account(name: str) -> bool:
