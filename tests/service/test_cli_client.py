@@ -118,6 +118,19 @@ def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None
     wait_status(server, blocker, {"cancelled"})
 
 
+def test_show_prints_the_command_quoted_as_a_shell_needs_it(server: Server) -> None:
+    """``show`` prints the command as one could paste it into a shell: an argument with
+    spaces or quotes keeps them (before, ``bash -c for i in 1 2; ...``)."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--", "bash", "-c", "for i in 1 2; do echo \"it's $i\"; done")
+    wid = r.stdout.split()[1]
+    command = [line for line in run(server, "bob", "show", wid).stdout.splitlines()
+               if line.startswith("command:")]
+    assert command == ["command:             bash -c 'for i in 1 2; do echo \"it'\"'\"'s $i\"; "
+                       "done'"]
+    wait_status(server, wid, {"completed"})
+
+
 def test_queue_and_cancel(server: Server) -> None:
     """A long workload shows in the queue (table and JSON) and can be cancelled."""
     r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import re
+import shlex
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -287,7 +288,8 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.nodelist or w.exclude:
         click.echo(f"{'hosts:':<21}only {','.join(w.nodelist) or 'any'}; not "
                    f"{','.join(w.exclude) or '-'}")
-    command = "(private)" if w.private or w.command is None else " ".join(w.command)
+    # quoted as a shell would need it: copied into a terminal, it runs the same command
+    command = "(private)" if w.private or w.command is None else shlex.join(w.command)
     click.echo(f"{'command:':<21}{command}")
     click.echo(f"{'submitted:':<21}{fmt_time(w.submit_time)}")
     if w.cancel_requested:
