@@ -112,6 +112,36 @@ def test_allocated_submission_displaces_an_unallocated_slurm_job(
     assert all(v["status"] == "running" for v in victims if v is not victim)
 
 
+def test_work_cancelled_in_slurm_before_it_ran_fails_and_its_afterok_dependent_never_runs(
+    service: SlurmService, slurm_cluster: SlurmCluster
+) -> None:
+    """Jobs submitted to Slurm directly hold every node, so apportion's job waits PENDING
+    in Slurm; an admin cancels it there (scancel: CANCELLED, ExitCode 0:0). The workload
+    ends failed without an exit code, saying it was stopped outside apportion, and the work
+    waiting afterok on it is cancelled. Before, it read as completed with exit 0, and the
+    dependent ran."""
+    foreign = [
+        slurm_cluster.run(["sbatch", "--parsable", "-w", node, "--gres=gpu:8", "-o",
+                           "/dev/null", "--wrap", "sleep 300"]).stdout.strip()
+        for node in slurm_cluster.node_names
+    ]
+    try:
+        w = service.submit(budget="ai/llm", gpus=8, min_runtime=60, command=["echo", "hi"])
+        job = service.wait_started(w["id"])["attempts"][-1]["handle"]
+        service.wait(lambda: "PENDING" in slurm_cluster.run(
+            ["squeue", "-h", "-j", job, "-o", "%T"]).stdout, f"job {job} pending in Slurm")
+        dependent = service.submit(budget="ai/llm", gpus=1, min_runtime=0,
+                                   dependency=f"afterok:{w['id']}", command=["echo", "ran"])
+        slurm_cluster.run(["scancel", job])
+        ended = service.wait_workload(w["id"], ("completed", "failed", "cancelled"))
+        assert (ended["status"], ended["exit_code"]) == ("failed", None)
+        assert ended["end_reason"] == "ended without an exit status: stopped outside apportion"
+        never = service.wait_workload(dependent["id"], ("completed", "failed", "cancelled"))
+        assert never["status"] == "cancelled" and not never["attempts"]
+    finally:
+        slurm_cluster.run(["scancel", *foreign], check=False)
+
+
 def test_node_drained_in_slurm_is_emptied_as_protections_end_then_reported_in_repair(
     service: SlurmService, slurm_cluster: SlurmCluster
 ) -> None:

@@ -123,12 +123,13 @@ def test_node_state_mapping(state: str, flags: list[str], host: str) -> None:
     ("NODE_FAIL", 0, 0, (AttemptState.EXITED, 1, False)),
     ("OUT_OF_MEMORY", 0, 0, (AttemptState.EXITED, 1, False)),
     ("CANCELLED", 0, 15, (AttemptState.EXITED, 143, True)),
-    ("CANCELLED", 0, 0, (AttemptState.EXITED, 0, True)),
+    ("CANCELLED", 0, 0, (AttemptState.EXITED, None, True)),  # cancelled before it ran
 ])
 def test_job_state_mapping(
     state: str, code: int, sig: int, seen: tuple[AttemptState, int | None, bool]
 ) -> None:
-    """Slurm job states map to observations; a failure never reads as exit 0."""
+    """Slurm job states map to observations; a failure never reads as exit 0, nor does a
+    job cancelled before it ran (it has no exit code)."""
     obs = map_job_state("1", state, code, sig)
     assert (obs.state, obs.exit_code, obs.signalled) == seen
 

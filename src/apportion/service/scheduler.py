@@ -1038,7 +1038,9 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
 
 
 def _exit_reason(o: Observation) -> str:
-    if o.exit_code is not None and o.exit_code < 0:
+    if o.exit_code is None:  # e.g. its Slurm job cancelled in Slurm before it ran
+        return "ended without an exit status: stopped outside apportion"
+    if o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
 

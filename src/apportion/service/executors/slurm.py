@@ -573,7 +573,8 @@ def map_job_state(
     PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
     only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, NODE_FAIL etc. keep
     the exit code (a signal N reads as 128 + N, like a shell) and never read as 0; CANCELLED is
-    always ``signalled``.
+    always ``signalled``, and without an exit code when Slurm has none (``0:0``: cancelled
+    before it ran), so that work cancelled in Slurm never reads as exit 0.
     """
     if state in ACTIVE_JOB_STATES:
         return Observation(handle, AttemptState.RUNNING)
@@ -581,7 +582,7 @@ def map_job_state(
     if state == "COMPLETED":
         return Observation(handle, AttemptState.EXITED, code, stopped or bool(signal), ended_at)
     if state == "CANCELLED":
-        return Observation(handle, AttemptState.EXITED, code, True, ended_at)
+        return Observation(handle, AttemptState.EXITED, code or None, True, ended_at)
     if state in FAILED_JOB_STATES:
         # e.g. NODE_FAIL often carries ExitCode 0:0; it must not look like success
         return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal),
