@@ -190,6 +190,29 @@ def test_running_workload_reports_its_protection_end() -> None:
     assert "protected for another 43 min 20 s" in e.lines()
 
 
+def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate() -> None:
+    """h1 is being drained: b1 (protected until 4600, not resumable) is told it is stopped
+    when its protection ends and ends preempted; resumable b3 on h1 as well, that it is
+    requeued; past its protection, "on the next pass", as the drain phase of the next
+    decide preempts it. b4 on the healthy h2 is told nothing of a drain."""
+    st = cluster(hosts=2)
+    run(st, "b1", "q/b", 4, 3600, 1000)
+    run(st, "b3", "q/b", 4, 600, 1000, resumable=True)
+    run(st, "b4", "q/b", 4, 3600, 1000, host="h2")
+    st.set_host_state("h1", HostState.DRAINING, 1500)
+    b1 = explain(st, 2000.0, CFG, "b1")
+    assert (b1.draining, b1.resumable) == (("h1",), False)
+    assert b1.lines()[-1] == ("h1 is being drained: it is stopped in 43 min 20 s, when its "
+                              "protection ends, and not requeued (not resumable): it ends "
+                              "preempted")
+    b3 = explain(st, 2000.0, CFG, "b3")
+    assert b3.lines()[-1] == ("h1 is being drained: it is stopped on the next pass, and "
+                              "requeued (resumable: it keeps its place in its budget's queue)")
+    assert [p.workload for p in decide(st, 2000.0, CFG).preemptions] == ["b3"]
+    b4 = explain(st, 2000.0, CFG, "b4")
+    assert b4.draining == () and not any("drained" in line for line in b4.lines())
+
+
 def test_unknown_workload_is_an_error_naming_it() -> None:
     """An id the state does not hold raises CoreError naming the id."""
     with pytest.raises(CoreError, match="workload nope: not pending or running"):

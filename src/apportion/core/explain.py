@@ -129,6 +129,8 @@ class Explanation:
     started_at: float | None = None
     protected_until: float | None = None
     placement: Placement = ()
+    draining: tuple[str, ...] = ()  # hosts of its placement being drained: it is stopped
+    resumable: bool = False  # requeued when preempted (pending or running)
 
     def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
         """The explanation as short sentences for people. Times are relative to ``now``
@@ -171,6 +173,8 @@ class Explanation:
             "started_at": self.started_at,
             "protected_until": self.protected_until,
             "placement": [[s.host, s.gpus] for s in self.placement],
+            "resumable": self.resumable,
+            "draining": list(self.draining),
             "min_runtime": self.min_runtime,
             "projected_start": self.projected_start,
             "projection_end": self.projection_end,
@@ -204,6 +208,8 @@ def explain(
             started_at=r.started_at,
             protected_until=r.protected_until(),
             placement=r.placement,
+            resumable=spec.resumable,
+            draining=tuple(s.host for s in r.placement if s.host in state.draining),
         )
     p = state.pending.get(workload_id)
     if p is None:
@@ -245,6 +251,7 @@ def explain(
         same_budget_ahead=same_budget,
         rivals=rivals,
         min_runtime=spec.min_runtime,
+        resumable=spec.resumable,
     )
     if workload_id in started:
         return _replace(base, starts_now=True, earliest_start=now,
@@ -639,6 +646,14 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         else:
             out.append("not protected: it may be preempted (unallocated, or past its "
                        "minimum runtime)")
+        if e.draining and e.status == "running":  # the drain phase stops it then, for sure
+            hosts = ", ".join(e.draining)
+            verb = "is" if len(e.draining) == 1 else "are"
+            when = (at(e.protected_until) + ", when its protection ends"
+                    if e.protected_until > e.now else "on the next pass")
+            fate = ("and requeued (resumable: it keeps its place in its budget's queue)"
+                    if e.resumable else "and not requeued (not resumable): it ends preempted")
+            out.append(f"{hosts} {verb} being drained: it is stopped {when}, {fate}")
         return out
     if e.position is None:
         out.append(f"not reached by the pass ({plural(e.considered, 'workload')} considered "

@@ -394,6 +394,8 @@ class WhyExplanation(Reply):
     started_at: float | None
     protected_until: float | None
     placement: list[tuple[str, int]]  # [host, GPUs]
+    resumable: bool  # requeued when preempted
+    draining: list[str]  # running work: hosts of its placement being drained
     min_runtime: float
     projected_start: float | None
     projection_end: float | None
