@@ -172,13 +172,17 @@ def test_unallocated_victim_is_preempted_at_once() -> None:
 
 
 def test_too_large_has_no_estimate() -> None:
-    """With one of two hosts draining, 16 GPUs cannot fit: no start estimate."""
+    """With one of two hosts draining, 16 GPUs cannot fit: no start estimate, and the
+    caveat counts the healthy GPUs and names the host that is not healthy, in its state."""
     st = cluster(hosts=2)
     st.set_host_state("h2", HostState.DRAINING, 100)
     queue(st, "a1", "p/a", 16, 600, 1900)
     e = explain(st, 2000.0, CFG, "a1")
     assert e.wait_reason is WaitReason.TOO_LARGE
     assert e.earliest_start is None
+    assert e.caveats == ("asks for more GPUs than all healthy hosts together (8 of 16 GPUs "
+                         "are healthy; not healthy: h2 draining): it starts only once enough "
+                         "hosts are healthy again",)
 
 
 def test_running_workload_reports_its_protection_end() -> None:

@@ -278,10 +278,16 @@ def explain(
                      "this workload, losing almost no progress (a pass decides afresh then)",),
         )
     if reason is WaitReason.TOO_LARGE:
+        hosts = state.hosts.values()
+        healthy = sum(h.gpus for h in hosts if h.schedulable)
+        out = sorted(f"{h.name} {h.state.value}" for h in hosts if not h.schedulable)
+        shown = ", ".join(out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")
         return _replace(
             base, wait_reason=reason,
-            caveats=("asks for more GPUs than all healthy hosts together: it starts only "
-                     "once enough hosts are healthy again",),
+            caveats=(f"asks for more GPUs than all healthy hosts together ({healthy} of "
+                     f"{sum(h.gpus for h in hosts)} GPUs are healthy"
+                     + (f"; not healthy: {shown}" if out else "") + "): it starts only once "
+                     "enough hosts are healthy again",),
         )
     if not spec.allocated:
         return _replace(
