@@ -171,6 +171,28 @@ def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     assert wait_status(server, alices, {"cancelled"})["status"] == "cancelled"
 
 
+def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
+    """Running work on a host an admin drains: its queue row says the drain stops it when
+    its protection ends; once the host is repaired, it says nothing more."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "10m", "--", "sleep", "600")
+    wid = r.stdout.split()[1]
+    host = wait_status(server, wid, {"running"})["attempts"][-1]["placement"][0][0]
+
+    def row() -> str:
+        (line,) = [line for line in run(server, "bob", "queue").stdout.splitlines()
+                   if wid in line.split()]
+        return line
+
+    assert "draining" not in row()
+    assert run(server, "root", "hosts", "drain", host, "--reason", "fan").exit_code == 0
+    assert row().endswith(f"{host}:1 (host draining: stopped when its protection ends)")
+    assert run(server, "root", "hosts", "repair", host).exit_code == 0
+    assert row().endswith(f"{host}:1")
+    assert run(server, "bob", "cancel", wid).exit_code == 0
+    wait_status(server, wid, {"cancelled"})
+
+
 def test_validation_error_is_printed(server: Server) -> None:
     """The server's message is printed and the exit status is non-zero."""
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "99", "--min-runtime",

@@ -405,6 +405,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         out.append({**rows[p.id], "position": p.position, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
                     "waited_s": None if now is None else now - p.queued_at})
+    draining = {h.name for h in view.hosts if h.state == "draining"}
     for r in view.running:
         state = "stopping" if r.stopping else "running"
         if not keep(r.id, state):
@@ -413,7 +414,10 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         left = None
         if w["min_runtime"] and now is not None:
             left = max(0.0, r.protected_until - now)
-        out.append({**w, "position": None, "state": state, "reason": r.stop_reason,
+        why = r.stop_reason
+        if not r.stopping and any(h in draining for h, _, _ in r.placement):
+            why = "host draining: stopped when its protection ends"
+        out.append({**w, "position": None, "state": state, "reason": why,
                     "elapsed_s": None if now is None else now - r.started_at,
                     "waited_s": None, "protected_s": left,
                     "hosts": [f"{h}:{g}" for h, g, _ in r.placement]})
@@ -432,7 +436,7 @@ def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
             protected = "-"
         else:
             where = ",".join(e["hosts"]) or "-"
-            if e["state"] == "stopping" and e["reason"]:
+            if e["reason"]:  # why it is stopping, or that a drain will stop it
                 where += f" ({e['reason']})"
             protected = ("none" if not e["min_runtime"] else
                          dur(e["protected_s"]) if e["protected_s"] else "-")
