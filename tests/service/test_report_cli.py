@@ -59,6 +59,18 @@ def test_report_usage_forms_match_the_charged_attempts(live: Live, tmp_path: Pat
     assert page.read_text().count("<img ") == 3
 
 
+def test_report_usage_output_that_cannot_be_written_names_the_flag(
+    live: Live, tmp_path: Path,
+) -> None:
+    """-o in a directory that does not exist: exit 2 naming --output/-o, before asking the
+    server (before, a traceback after the report had been fetched)."""
+    r = live.cli("root", "report", "usage", "--format", "html", "-o",
+                 str(tmp_path / "nope" / "r.html"))
+    assert r.returncode == 2
+    assert (f"Invalid value for '--output' / '-o': {tmp_path / 'nope' / 'r.html'}: cannot "
+            "write there: no such directory") in r.stderr
+
+
 def test_report_usage_refuses_a_bad_date_naming_the_flag(live: Live) -> None:
     """--from "last tuesday": exit 1 naming the flag as typed; the API names its parameter."""
     r = live.cli("root", "report", "usage", "--from", "last tuesday")

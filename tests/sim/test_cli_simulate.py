@@ -109,6 +109,26 @@ def test_tree_file_must_cover_the_budgets(tmp_path: Path) -> None:
     assert "--tree" in out and "not a leaf" in out
 
 
+def test_an_output_place_that_cannot_be_written_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    """--out under a regular file: simulate and sweep exit 2 naming --out and why, before
+    simulating (before, a traceback once the runs had ended); a new --out (and its parents)
+    is made."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for command in (["simulate"], ["sweep", "--grid", "lookback=1d"]):
+        code, out = invoke(*command, "--scenario", "small", "--days", "0.1",
+                           "--out", str(blocker / "out"))
+        assert code == 2
+        assert (f"Invalid value for '--out': {blocker / 'out'}: cannot write there: Not a "
+                "directory") in out
+    code, out = invoke("simulate", "--scenario", "small", "--days", "0.1", "--quiet",
+                       "--out", str(tmp_path / "new" / "dir"))
+    assert code == 0, out
+    assert (tmp_path / "new" / "dir" / "summary.json").exists()
+
+
 def test_trace_replay(tmp_path: Path) -> None:
     """An ITP-format trace with 3 synthetic budgets replays on a 2x8 cluster."""
     trace = tmp_path / "trace.csv"

@@ -20,6 +20,8 @@ from apportion.service.accounting import (
 )
 from apportion.service.replies import UsageReport
 
+from .paths import output_file
+
 FORMATS = ("table", "csv", "json", "html")
 
 
@@ -36,6 +38,7 @@ def report() -> None:
 @click.option("--by", type=click.Choice(BY), default="budget", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              callback=output_file,
               help="write to this file instead of the terminal (the html page, typically)")
 @connection
 def usage(client: Client, start: str, end: str, by: str, fmt: str,

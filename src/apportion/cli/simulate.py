@@ -28,6 +28,8 @@ from apportion.core import (
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import Pools, Scenario
 
+from .paths import output_dir
+
 POLICY_CHOICES = ("fairshare", "legacy")
 NUMBER: Any = object()  # the "type" of a float setting that is a plain number, not a duration
 
@@ -352,7 +354,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="PolicyConfig or engine setting; durations accept 7d/8h/15m/30s"),
         click.option("--quiet", is_flag=True, help="no progress bar"),
         click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
-                     help="output directory"),
+                     callback=output_dir, help="output directory"),
     ]
     for opt in reversed(opts):
         f = opt(f)

@@ -15,6 +15,8 @@ import click
 
 from apportion.core import DurationError, format_duration, parse_duration, plural
 
+from .paths import output_dir, output_file
+
 
 def _config(config_path: str | None) -> Any:
     from apportion.service.config import ConfigError, ServiceConfig, load_config
@@ -102,6 +104,7 @@ def _summary_line(period: dict[str, Any]) -> str:
 @click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
               "an ISO 8601 time (default: now)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              callback=output_file,
               help="trace file: .csv, .csv.gz, .jsonl or .parquet")
 def export_trace(config_path: str | None, since: str, until: str | None, out: Path) -> None:
     """Write the service's history of a period as a canonical trace (docs/traces.md), with
@@ -240,7 +243,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
               help="proposed weight of a budget (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="proposed PolicyConfig or engine setting (repeatable; admins only)")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), callback=output_dir,
               help="also write whatif.json, whatif.csv (and whatif-pools.csv with several "
               "pools), and with --config both runs' outputs, here")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
