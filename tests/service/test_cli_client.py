@@ -202,6 +202,10 @@ def test_validation_error_is_printed(server: Server) -> None:
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
             "9h", "--", "true")
     assert r.exit_code == 1 and "--min-runtime: 9 h is over the cap of 8 h" in r.stderr
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "30m", "--priority", "5000", "--", "true")
+    assert r.exit_code == 1
+    assert r.stderr.startswith("Error: --priority: Input should be less than or equal to 1000")
 
 
 def test_forbidden_and_unauthenticated(server: Server) -> None:

@@ -316,7 +316,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
           "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
-          "gpu_kind": "--gpu-kind", "cluster": "--cluster", "hosts": "--nodelist/--exclude"}
+          "gpu_kind": "--gpu-kind", "gpu_kinds": "--gpu-kind", "cluster": "--cluster",
+          "hosts": "--nodelist/--exclude", "nodelist": "--nodelist", "exclude": "--exclude",
+          "priority": "--priority", "env": "--export"}
 
 
 def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
