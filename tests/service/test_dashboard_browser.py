@@ -156,11 +156,16 @@ def page(browser: Any) -> Iterator[Any]:
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
+    # nothing the page asks for is missing (its scripts, styles and API calls; the browser's
+    # own icon request is not seen here: test_pages_bring_their_icon_and_ask_for_no_favicon)
+    missing: list[str] = []
+    pg.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     try:
         yield pg
     finally:
         context.close()
     assert not errors, f"JavaScript errors on the page: {errors}"
+    assert not missing, f"requests answered 404: {missing}"
 
 
 def _shot(pg: Any, name: str) -> None:
@@ -252,3 +257,20 @@ def test_sim_page_renders_a_picked_run(served: Served, page: Any, sim_run: Path)
     assert page.locator("#occupancy svg.spark").count() == 1
     assert page.inner_text("#error") == ""
     _shot(page, "sim.png")
+
+
+def test_pages_bring_their_icon_and_ask_for_no_favicon(served: Served, page: Any) -> None:
+    """The dashboard and the simulator viewer carry their icon inline, so the browser's own
+    request for /favicon.ico, which the server does not serve, is never made: no "Failed to
+    load resource" in the console (there was one on every page before). The browser makes
+    that request itself, after the page has loaded, and reports it only in the console."""
+    failed: list[str] = []
+    page.on("console", lambda m: failed.append(m.text)
+            if m.type == "error" and "Failed to load resource" in m.text else None)
+    for path in ("/sim", "/#token=" + served.tokens["bob"]):
+        page.goto(served.url + path)
+        page.wait_for_load_state("networkidle")
+        page.wait_for_timeout(1500)  # the icon is asked for after the page has loaded
+    assert failed == []
+    assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith(
+        "data:image/svg+xml,")
