@@ -161,3 +161,29 @@ def test_bad_parameters_are_named(store: Store) -> None:
         usage_report(store, T0, T0 + D, "team", NOW)
     with pytest.raises(ReportError, match="from: must be before to"):
         usage_report(store, T0 + D, T0, "budget", NOW)
+
+
+def test_daily_chart_shows_a_single_day_on_a_two_day_axis_with_markers() -> None:
+    """One day of figures: each day is a marker (a line needs two points) and the axis
+    spans the day before to the day after (matplotlib spanned years around one date);
+    over more than a month, plain lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from apportion.service.accounting import daily_chart
+
+    day = 1_796_515_200.0  # 2026-12-06 00:00 UTC
+    one = {"days": [day], "daily": {"ai": {"delivered": [12.0], "owed": [10.0]}}}
+    fig = daily_chart(one, {"ai": "tab:blue"})
+    (ax,) = fig.axes
+    assert ax.get_xlim() == (day / 86400 - 1, day / 86400 + 1)
+    assert [line.get_marker() for line in ax.get_lines()] == ["o", "o"]
+    assert ax.get_ylim()[0] == 0
+    plt.close(fig)
+    days = [day + 86400.0 * i for i in range(40)]
+    many = {"days": days, "daily": {"ai": {"delivered": [1.0] * 40, "owed": [1.0] * 40}}}
+    fig = daily_chart(many, {"ai": "tab:blue"})
+    assert [line.get_marker() for line in fig.axes[0].get_lines()] == ["None", "None"]
+    plt.close(fig)

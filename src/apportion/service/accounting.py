@@ -375,6 +375,32 @@ def headline(report: dict[str, Any]) -> str:
             f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.")
 
 
+def daily_chart(report: dict[str, Any], colour: dict[str, Any]) -> Any:
+    """The per-day chart of the top-level budgets (``report["daily"]``): delivered solid,
+    owed dashed. A line needs two days: over a month or less each day is a marker too, and
+    a single day gets a two-day axis around it (matplotlib would span years around one
+    date). Returns the matplotlib figure."""
+    from matplotlib import pyplot as plt
+
+    days = np.array(report["days"]) / 86400.0  # matplotlib's dates: days since 1970
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    marker = "o" if len(days) <= 31 else None
+    for b in report["daily"]:
+        ax.plot(days, report["daily"][b]["delivered"], color=colour[b], label=b,
+                marker=marker, ms=4)
+        ax.plot(days, report["daily"][b]["owed"], color=colour[b], ls="--", lw=0.9,
+                marker=marker, ms=3, mfc="none")
+    if len(days) == 1:
+        ax.set_xlim(days[0] - 1.0, days[0] + 1.0)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("GPU-hours per day")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.xaxis_date()
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    return fig
+
+
 def _figure_png(fig: Any) -> str:
     import base64
 
@@ -442,16 +468,7 @@ def to_html(report: dict[str, Any]) -> str:
         plt.close(fig)
 
     if tops and len(report["days"]) > 0:
-        days = np.array(report["days"]) / 86400.0  # matplotlib's dates: days since 1970
-        fig, ax = plt.subplots(figsize=(8, 3.5))
-        for b in tops:
-            ax.plot(days, report["daily"][b]["delivered"], color=colour[b], label=b)
-            ax.plot(days, report["daily"][b]["owed"], color=colour[b], ls="--", lw=0.9)
-        ax.set_ylabel("GPU-hours per day")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-        ax.xaxis_date()
-        fig.autofmt_xdate()
-        fig.tight_layout()
+        fig = daily_chart(report, colour)
         images.append(("Delivered (solid) and owed (dashed) per day, top-level budgets",
                        _figure_png(fig)))
         plt.close(fig)
