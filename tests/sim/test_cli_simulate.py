@@ -129,6 +129,25 @@ def test_an_output_place_that_cannot_be_written_is_refused_before_anything_runs(
     assert (tmp_path / "new" / "dir" / "summary.json").exists()
 
 
+def test_days_sets_every_built_in_scenarios_length_and_size_is_refused_where_fixed(
+    tmp_path: Path,
+) -> None:
+    """--days 0.5 on the small scenario simulates half a day (it was 2 days whatever --days
+    said); --size with small or fleet, whose clusters are their own, is a usage error naming
+    --size (it was ignored)."""
+    code, out = invoke("simulate", "--scenario", "small", "--days", "0.5", "--quiet",
+                       "--policy", "fairshare", "--out", str(tmp_path / "half"))
+    assert code == 0, out
+    (summary,) = json.loads((tmp_path / "half" / "summary.json").read_text())
+    assert summary["sim_days"] == 0.5
+    for scenario in ("small", "fleet"):
+        code, out = invoke("simulate", "--scenario", scenario, "--size", "64", "--out",
+                           str(tmp_path / scenario))
+        assert code == 2
+        assert (f"Invalid value for --size: scenario '{scenario}' has its own cluster; --size "
+                "sizes the seed scenario and traces") in out
+
+
 def test_trace_replay(tmp_path: Path) -> None:
     """An ITP-format trace with 3 synthetic budgets replays on a 2x8 cluster."""
     trace = tmp_path / "trace.csv"

@@ -238,6 +238,16 @@ def test_small_scenario() -> None:
     assert small_scenario(seed=1).jobs == sc.jobs
 
 
+def test_small_scenario_takes_its_length() -> None:
+    """small_scenario(days=1): one day of submissions, and of its host events only the drain
+    at 20 h (the failure at 30 h is after the period)."""
+    sc = small_scenario(seed=1, days=1.0)
+    assert sc.days == 1.0
+    assert sc.jobs and max(j.spec.submit_time for j in sc.jobs) < 86400.0
+    assert [(e.time, e.kind) for e in sc.host_events] == [(72000.0, HostEventKind.UNHEALTHY)]
+    assert (sc.meta["host_drains"], sc.meta["host_failures"]) == (1, 0)
+
+
 def test_get_scenario_by_name() -> None:
     """The command line finds built-in scenarios by name and names an unknown one."""
     assert get_scenario("small").name == "small"

@@ -171,10 +171,15 @@ def test_pack_round_trips_a_scenario() -> None:
 
 
 def test_lookback_warning_names_the_period_that_was_simulated(tmp_path: Path) -> None:
-    """The small scenario is 2 days whatever --days says: the warning gives its own length
-    and says --days does not apply, rather than quoting --days 10."""
-    code, out, err = invoke("sweep", "--scenario", "small", "--days", "10", "--grid",
-                            "lookback=1d,3d", "--quiet", "--out", str(tmp_path))
+    """The warning quotes the period simulated: the small scenario's own 2 days without
+    --days; --days 1.5 when given (the small scenario takes --days, as the others do)."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d,3d",
+                            "--quiet", "--out", str(tmp_path / "a"))
     assert code == 0, out + err
     assert ("warning: lookback 3d is not shorter than the simulated period (the scenario's "
-            "2 d; it does not take --days)") in err
+            "2 d)") in err
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "1.5", "--grid",
+                            "lookback=1d,3d", "--quiet", "--out", str(tmp_path / "b"))
+    assert code == 0, out + err
+    assert ("warning: lookback 3d is not shorter than the simulated period (--days 1.5)"
+            in err)

@@ -288,6 +288,9 @@ def build_scenario(
         raise click.UsageError("--map, --budgets and --budget-column need --trace")
     from apportion.sim.scenarios import get_scenario
 
+    if size is not None and scenario in ("small", "fleet"):
+        raise click.BadParameter(f"scenario {scenario!r} has its own cluster; --size sizes "
+                                 "the seed scenario and traces", param_hint="--size")
     try:
         sc = get_scenario(scenario, days=days, seed=seed, size=size)
     except ValueError as e:
@@ -348,7 +351,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="simulated days (default: the scenario's, or the trace's span)"),
         click.option("--seed", default=0, show_default=True, help="scenario seed"),
         click.option("--size", type=click.IntRange(min=8),
-                     help="GPUs of the cluster in hosts of 8: the built-in scenario's, or a "
+                     help="GPUs of the cluster in hosts of 8: the seed scenario's, or a "
                      "trace's when --cluster is not given"),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="PolicyConfig or engine setting; durations accept 7d/8h/15m/30s"),
@@ -497,10 +500,8 @@ def _warn_lookback(days: float, days_flag: float | None, base: dict[str, Any],
         return
     typed = ", ".join(labels.get("lookback", {}).get(v) or format_duration(float(v))
                       for v in long)
-    if days_flag is not None and days_flag == days:
+    if days_flag is not None:
         period = f"--days {days_flag:g}"
-    elif days_flag is not None:  # a built-in scenario of a fixed length
-        period = f"the scenario's {format_duration(span)}; it does not take --days"
     else:
         period = f"the scenario's {format_duration(span)}"
     same = (" so these rows are identical" if len(long) > 1

@@ -630,17 +630,19 @@ def seed_scenario(days: float = 30, seed: int = 0, size: int = 1024, *,
     return _generate("seed", SEED_ORG, days, seed, size, host_events=True, demand=demand)
 
 
-def small_scenario(seed: int = 0) -> Scenario:
-    """A tiny scenario for fast tests: 4 hosts x 8 GPUs, 2 days, 7 researchers in 3 teams,
-    the same workload classes and demand ratio as ``seed``, one drain and one failure."""
-    sc = _generate("small", SMALL_ORG, 2.0, seed, 32, host_events=False)
-    events = (
+def small_scenario(seed: int = 0, days: float = 2.0) -> Scenario:
+    """A tiny scenario for fast tests: 4 hosts x 8 GPUs, 2 days (or ``days``), 7
+    researchers in 3 teams, the same workload classes and demand ratio as ``seed``, a drain
+    at 20 h and a failure at 30 h (those within the period)."""
+    sc = _generate("small", SMALL_ORG, days, seed, 32, host_events=False)
+    events = tuple(e for e in (
         HostEvent(20 * HOUR, "h001", HostEventKind.UNHEALTHY),
         HostEvent(30 * HOUR, "h002", HostEventKind.FAIL),
-    )
+    ) if e.time < days * DAY)
     out = Scenario(name=sc.name, tree=sc.tree, hosts=sc.hosts, jobs=sc.jobs, host_events=events,
                    days=sc.days, repair_time=sc.repair_time, meta=dict(sc.meta))
-    out.meta.update(host_failures=1, host_drains=1)
+    out.meta.update(host_failures=sum(e.kind is HostEventKind.FAIL for e in events),
+                    host_drains=sum(e.kind is HostEventKind.UNHEALTHY for e in events))
     return out
 
 
@@ -661,8 +663,11 @@ def get_scenario(name: str, days: float | None = None, seed: int = 0,
         return seed_scenario(days=30 if days is None else days, seed=seed,
                              size=1024 if size is None else size,
                              demand=TARGET_RATIO if demand is None else demand)
+    if size is not None and name in ("small", "fleet"):
+        raise ValueError(f"size: scenario {name!r} has its own cluster; --size sizes seed "
+                         "and traces")
     if name == "small":
-        return small_scenario(seed=seed)
+        return small_scenario(seed=seed, days=2.0 if days is None else days)
     if name == "fleet":
         return fleet_scenario(days=30 if days is None else days, seed=seed)
     raise ValueError(f"scenario {name!r}: unknown; built-in scenarios: {', '.join(SCENARIOS)}")
