@@ -22,20 +22,23 @@ from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
     ("text", "seconds"),
     [("90", 90.0), (45, 45.0), (1.5, 1.5), ("30m", 1800.0), ("5min", 300.0), ("8h", 28800.0),
      ("7d", 604800.0), ("1h30m", 5400.0), ("1.5h", 5400.0), ("2 h", 7200.0),
-     ("01:02:03", 3723.0), ("02:03", 123.0), ("1-00:00:00", 86400.0), (" 15m ", 900.0)],
+     ("01:02:03", 3723.0), ("02:03", 123.0), ("1-00:00:00", 86400.0), (" 15m ", 900.0),
+     ("2-12", 216000.0), ("1-02:03", 93780.0), ("1-2:30:15", 95415.0)],
 )
 def test_parse_duration_reads_numbers_suffixes_and_clock_forms(
     text: object, seconds: float
 ) -> None:
-    """Each accepted spelling gives the seconds it names."""
+    """Each accepted spelling gives the seconds it names; the clock forms are Slurm's
+    (minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes,
+    days-hours:minutes:seconds)."""
     assert parse_duration(text) == seconds
 
 
 @pytest.mark.parametrize("bad", [True, None, "x", "8 hours", "-1", float("nan"),
-                                 float("inf"), "1-02:03", [1]])
+                                 float("inf"), "1-", "-12", "1-2:3:4:5", [1]])
 def test_parse_duration_refuses_what_is_not_a_finite_nonnegative_duration(bad: object) -> None:
-    """Booleans, words, negatives, NaN, infinity and Slurm's invalid D-MM:SS are refused
-    with a message that quotes the value."""
+    """Booleans, words, negatives, NaN, infinity and broken clock forms are refused with a
+    message that quotes the value."""
     with pytest.raises(DurationError, match="got"):
         parse_duration(bad)
 

@@ -192,6 +192,35 @@ def test_logs_follow_streams_lines_as_they_are_written(live_sqlite: LiveFactory,
     assert s.workload(wid)["status"] == "completed"
 
 
+def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
+                                                  tmp_path: Path) -> None:
+    """``-t 90`` on the command line is 90 minutes, as in a script and in Slurm (it was 90
+    seconds); Slurm's days-hours forms are read (``2-12``, ``1-2:30``); a bad value from a
+    script is refused naming the script line, not a flag that was never typed."""
+    s = live_sqlite({"h0": 2})
+
+    def limit(*args: str) -> float:
+        r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+                  "1m", *args, "--", "true")
+        assert r.returncode == 0, r.stderr
+        return float(s.workload(submitted_id(r.stdout))["time_limit"])
+
+    assert limit("-t", "90") == 5400.0
+    assert limit("--time", "2-12") == 216000.0
+    assert limit("--time", "1-2:30") == 95400.0
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --time=soon\n#SBATCH --gres=gpu:h100:1\n"
+                      "#APPORTION --budget ai/llm --min-runtime 1m\ntrue\n")
+    r = s.cli("alice", "submit", str(script))
+    assert r.returncode == 1
+    assert r.stderr.startswith("Error: job.sh:2: #SBATCH --time=soon: must be a duration"), \
+        r.stderr
+    r = s.cli("alice", "submit", "--time", "1h", str(script))
+    assert r.returncode == 1  # --time given: then the kind from --gres is what is refused
+    assert r.stderr.startswith("Error: job.sh:3: #SBATCH --gres=gpu:h100:1: unknown GPU kind "
+                               "'H100'"), r.stderr
+
+
 def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
                                                tmp_path: Path) -> None:
     """``apportion submit job.sh ARG``: #APPORTION lines give the budget and minimum

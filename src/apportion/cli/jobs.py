@@ -73,6 +73,8 @@ class Script:
     options: dict[str, Any] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)  # "job.sh:5: #SBATCH --mem=4G: why"
+    # where each option was given, to name it in an error: "job.sh:3: #SBATCH --gres=gpu:2"
+    origins: dict[str, str] = field(default_factory=dict)
 
 
 def looks_like_script(path: str) -> bool:
@@ -127,6 +129,7 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
         opt, eq, value = word.partition("=")
         if prefix == "#APPORTION" and opt in _APPORTION_FLAGS:
             out.options[_APPORTION_FLAGS[opt]] = True
+            out.origins[_APPORTION_FLAGS[opt]] = f"{where}: {prefix} {opt}"
             i += 1
             continue
         if opt not in opts:
@@ -143,8 +146,7 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             i += 1
         i += 1
         key = opts[opt]
-        if prefix == "#SBATCH" and key == "time_limit" and value.strip().isdigit():
-            value += "m"  # Slurm reads a bare number as minutes
+        origin = f"{where}: {prefix} {word if eq else f'{opt} {value}'}"
         if key == "gres":
             gpus = _gres_gpus(value)
             if gpus is None:
@@ -152,12 +154,14 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
                                    "is read)")
                 continue
             kind = value.split(":")[1] if len(value.split(":")) > 2 else None
-            if kind is not None:
-                # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case,
-                # as the Slurm executor and the sacct importer name kinds by default
-                out.options.setdefault("gpu_kind", kind.upper())
+            # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case, as
+            # the Slurm executor and the sacct importer name kinds by default
+            if kind is not None and "gpu_kind" not in out.options:
+                out.options["gpu_kind"] = kind.upper()
+                out.origins["gpu_kind"] = origin
             key, value = "gpus", gpus
         out.options[key] = value
+        out.origins[key] = origin
 
 
 def _gres_gpus(value: str) -> str | None:
@@ -209,7 +213,8 @@ def output_file(w: dict[str, Any]) -> str | None:
               help="it writes a checkpoint when told to stop (SIGTERM), within the grace period")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
-              help="wall-time limit (2h, 1-00:00:00); at the limit it is stopped: timeout")
+              help="wall-time limit (2h, 1-00:00:00; a bare number is minutes, as in Slurm); "
+                   "at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
@@ -251,6 +256,12 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     answered again, never stored twice."""
     opts = dict(given)
     cmd = list(command)
+    from_script: dict[str, str] = {}  # option -> the script line that gave it
+
+    def named(key: str, typed: str) -> str:
+        """How to name an option in an error: the script line that gave it, else the flag."""
+        return from_script.get(key, typed)
+
     if looks_like_script(cmd[0]):
         script = read_script(cmd[0], cmd[1:])
         for line in script.ignored:
@@ -259,13 +270,18 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
             source = ctx.get_parameter_source(key)
             if source is not click.core.ParameterSource.COMMANDLINE:
                 opts[key] = value
+                from_script[key] = script.origins[key]
         cmd = script.command
     for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
                       ("--min-runtime", "min_runtime")):
         if opts.get(key) in (None, ""):
             raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
                                    "#APPORTION line of the script)")
-    gpus, priority = _whole(opts, "gpus", "--gpus"), _whole(opts, "priority", "--priority")
+    limit = str(opts.get("time_limit") or "").strip()
+    if limit.isdigit():  # a bare number is minutes, as Slurm reads --time
+        opts["time_limit"] = limit + "m"
+    gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
+    priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
@@ -294,10 +310,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         # 5xx: a submission stored before its answer was lost is answered, not stored twice
         w = client.json("POST", "/workloads", body,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
-    except click.ClickException as e:  # name the flag as typed, not the API's field
-        for field_name, flag in _FLAGS.items():
+    except click.ClickException as e:  # name the flag (or script line) as typed
+        for field_name, typed in _FLAGS.items():
             if e.message.startswith(field_name + ":"):
-                raise click.ClickException(flag + e.message[len(field_name):]) from None
+                raise click.ClickException(named(field_name, typed)
+                                           + e.message[len(field_name):]) from None
         raise
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]

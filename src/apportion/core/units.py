@@ -2,11 +2,12 @@
 of the whole package (configuration, API, CLI, traces, reports and explanations use them).
 
 ``parse_duration`` accepts a number of seconds, a suffixed form (``"90s"``, ``"30m"``,
-``"2h"``, ``"7d"``, ``"1h30m"``, ``"1.5h"``; ``min`` for minutes too) or a clock form
-(``"[D-]HH:MM:SS"``, ``"MM:SS"``, Slurm's ``Elapsed``). ``format_duration`` writes what a
-person would: ``45 s``, ``30 min``, ``8 h``, ``1 h 30 min``, ``3 d 4 h``. The float
-settings that are plain numbers (a margin, a factor: ``apportion.core.NUMBER_KNOBS``) are read by
-``parse_number`` instead, never as ``30m``.
+``"2h"``, ``"7d"``, ``"1h30m"``, ``"1.5h"``; ``min`` for minutes too) or one of Slurm's
+clock forms (``"[D-]HH:MM:SS"``, ``"MM:SS"``, ``"D-HH"``, ``"D-HH:MM"``; ``Elapsed``).
+``format_duration`` writes what a person would: ``45 s``, ``30 min``, ``8 h``,
+``1 h 30 min``, ``3 d 4 h``. The float settings that are plain numbers (a margin, a
+factor: ``apportion.core.NUMBER_KNOBS``) are read by ``parse_number`` instead, never as
+``30m``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
 _PART = re.compile(rf"({_NUMBER})\s*(min|[dhms])", re.IGNORECASE)
 _SUFFIXED = re.compile(rf"(?:{_NUMBER}\s*(?:min|[dhms])\s*)+", re.IGNORECASE)
 _CLOCK = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+_DAYS_HOURS = re.compile(r"(\d+)-(\d+)(?::(\d+))?")  # Slurm's D-HH and D-HH:MM
 _HINT = "a duration like 30m, 8h, 7d, 1h30m, HH:MM:SS or a number of seconds"
 
 
@@ -62,8 +64,12 @@ def _parse_text(value: str) -> float:
         pass
     if _SUFFIXED.fullmatch(text):
         return sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in _PART.findall(text))
+    d = _DAYS_HOURS.fullmatch(text)  # before the clock: with a day, "1-2:30" is 2 h 30 min
+    if d:
+        days, hours, minutes = d.groups()
+        return int(days) * 86400.0 + int(hours) * 3600.0 + int(minutes or 0) * 60.0
     m = _CLOCK.fullmatch(text)
-    if m and not (m.group(1) and not m.group(2)):  # "D-MM:SS" is not a Slurm form
+    if m:
         days, hours, minutes, secs = m.groups()
         return (int(days or 0) * 86400.0 + int(hours or 0) * 3600.0
                 + int(minutes) * 60.0 + float(secs))
