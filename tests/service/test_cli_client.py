@@ -258,6 +258,18 @@ def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: 
     assert "budget.weight" in run(server, "bob", "audit").stdout
 
 
+def test_out_of_range_numbers_are_refused_naming_the_flag(server: Server) -> None:
+    """A weight out of the tree's range, a negative --tail or a --limit under 1 is a usage
+    error naming the flag as typed (exit 2), not the API's field after a round trip."""
+    for args, flag in ((("budgets", "create", "ai/llm/x", "--weight", "0"), "'--weight'"),
+                       (("budgets", "set", "ai/llm", "--weight", "2e6"), "'--weight'"),
+                       (("logs", "1", "--tail", "-5"), "'--tail'"),
+                       (("audit", "--limit", "0"), "'--limit'")):
+        r = run(server, "root", *args)
+        assert r.exit_code == 2, r.output
+        assert f"Invalid value for {flag}" in r.output
+
+
 def test_host_commands(server: Server) -> None:
     """An admin drains and repairs a host; hosts list shows the state."""
     r = run(server, "root", "hosts", "drain", "h2", "--reason", "ECC errors")

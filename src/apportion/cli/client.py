@@ -25,6 +25,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
+from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
 from apportion.service.replies import (
     AuditEntry,
     Budget,
@@ -50,6 +51,9 @@ R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
 
+
+# a budget's weight: out of the tree's range is refused here, naming the flag as typed
+WEIGHT = click.FloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 # ---- connection ------------------------------------------------------------------------------
 def _config_file() -> dict[str, Any]:
@@ -354,8 +358,8 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 
 @budgets.command("set")
 @click.argument("path")
-@click.argument("weight", type=float, required=False)
-@click.option("--weight", "weight_flag", type=float, metavar="W",
+@click.argument("weight", type=WEIGHT, required=False)
+@click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
               help="the weight, as `budgets create` takes it (the same as WEIGHT)")
 @connection
 def budgets_set(client: Client, path: str, weight: float | None,
@@ -394,7 +398,7 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
 
 @budgets.command("create")
 @click.argument("path")
-@click.option("--weight", type=float, default=1.0)
+@click.option("--weight", type=WEIGHT, default=1.0, show_default=True)
 @click.option("--manager", "managers", multiple=True, help="repeatable")
 @click.option("--member", "members", multiple=True, help="repeatable")
 @connection
@@ -469,7 +473,7 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 
 
 @click.command()
-@click.option("--limit", type=int, default=50)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--target", default=None, help="only entries about this budget/host/workload")
 @json_option
 @connection

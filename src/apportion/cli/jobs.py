@@ -621,8 +621,9 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
 # ---- logs ------------------------------------------------------------------------------------
 @click.command()
 @click.argument("workload_id", type=WORKLOAD_ID)
-@click.option("--attempt", type=int, default=None, help="attempt number (default: latest)")
-@click.option("--tail", type=int, default=0, help="only the last N bytes")
+@click.option("--attempt", type=click.IntRange(min=1), default=None,
+              help="attempt number (default: latest)")
+@click.option("--tail", type=click.IntRange(min=0), default=0, help="only the last N bytes")
 @click.option("--follow", "-f", is_flag=True,
               help="print lines as they are written, until the workload ends")
 @connection
