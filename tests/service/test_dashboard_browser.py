@@ -274,3 +274,21 @@ def test_pages_bring_their_icon_and_ask_for_no_favicon(served: Served, page: Any
     assert failed == []
     assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith(
         "data:image/svg+xml,")
+
+
+def test_running_work_past_its_protection_reads_preemptible_not_ended(
+    tmp_path: Path, page: Any,
+) -> None:
+    """A workload still running after its minimum runtime: its protection cell says it may
+    now be preempted and since when, never "ended ... ago", which read as if the workload
+    itself had ended."""
+    with serving(tmp_path, CONFIG) as s:
+        wid = s.submit("alice", "ai/llm", 1, "1s")
+        _until("the workload running past its protection",
+               lambda: any(r["id"] == wid and r["protected_until"] < s.state()["now"]
+                           for r in s.state()["running"]), tmp_path / "server.log")
+        page.goto(s.url + "/#token=" + s.tokens["bob"])
+        cell = f'#running tbody tr[data-id="{wid}"] td:last-child'
+        page.wait_for_selector(cell, timeout=WAIT_MS)
+        text = page.inner_text(cell)
+        assert text.startswith("preemptible: protection ended ") and text.endswith(" ago")

@@ -126,7 +126,8 @@ function protection(r, now) {
   if (r.stopping) return `<span class="badge stopping">stopping</span> <span class="muted">${esc(r.stop_reason || "")}</span>`;
   if (!r.allocated) return '<span class="muted">unallocated: preemptible</span>';
   if (r.protected_until > now) return `<span class="badge protected">protected</span> ${dur(r.protected_until - now)} left`;
-  return '<span class="muted">ended ' + dur(now - r.protected_until) + " ago</span>";
+  // the protection ended, not the workload: it still runs, and may now be preempted
+  return '<span class="muted">preemptible: protection ended ' + dur(now - r.protected_until) + " ago</span>";
 }
 
 function renderRunning(s) {
