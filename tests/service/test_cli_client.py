@@ -280,6 +280,29 @@ def test_host_commands(server: Server) -> None:
     assert "h2" in run(server, "root", "hosts", "list").stdout
 
 
+def test_draining_a_host_already_in_repair_says_so_and_changes_nothing(
+    server: Server,
+) -> None:
+    """An empty host drained goes to repair; draining it again answers that it is in repair
+    already, with its reason, and how to put it back (exit 0), instead of a 409 about a
+    transition ("cannot go from repair to draining"); the reason stays the first drain's."""
+    idle = [h["name"] for h in run_json(server, "root", "hosts", "list") if h["gpus_used"] == 0]
+    assert idle, "a host with nothing running on it"
+    host = idle[0]
+    assert run(server, "root", "hosts", "drain", host, "--reason", "fan").exit_code == 0
+    deadline = time.monotonic() + 30
+    while {h["name"]: h for h in run_json(server, "root", "hosts", "list")}[host][
+            "state"] != "repair":
+        assert time.monotonic() < deadline, "the empty host did not go to repair"
+        time.sleep(0.1)
+    again = run(server, "root", "hosts", "drain", host, "--reason", "again")
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip() == (f"{host}: repair already (fan (drained: empty)): it takes "
+                                    f"no work; apportion hosts repair {host} puts it back in "
+                                    "service")
+    assert run(server, "root", "hosts", "repair", host).stdout.strip() == f"{host}: healthy"
+
+
 def test_config_file(server: Server, tmp_path: Path) -> None:
     """Without flags or env, url and token_file come from the client config file."""
     (tmp_path / "tok").write_text(server.tokens["bob"] + "\n")

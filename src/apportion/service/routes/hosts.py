@@ -58,7 +58,12 @@ def router(api: Api) -> APIRouter:
 
     @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
     def drain(name: str, user: User, body: HostBody | None = None) -> Host:
-        """Mark a host unhealthy: no new work; emptied as protections end, then to repair."""
+        """Mark a host unhealthy: no new work; emptied as protections end, then to repair.
+        A host already in repair or down takes no work: it is answered as it is (its reason
+        kept), not refused as a transition the table does not have."""
+        h = store.get_host(name)
+        if h.state in (HostState.REPAIR, HostState.DOWN) and rights(user).can_change_hosts():
+            return shown(h, several(store.hosts()))
         return _host_change(name, HostState.DRAINING, body or HostBody(), user)
 
     @router.post(f"{v1}/hosts/{{name}}/repair", tags=["hosts"])
