@@ -147,6 +147,24 @@ def test_queue_and_cancel(server: Server) -> None:
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(
+    server: Server,
+) -> None:
+    """queue --budget with a typo, cancel --user with one: exit 1 naming the flag and the
+    closest names (before: "no active workloads" / "nothing to cancel", as if the queue
+    were empty); GET /v1/workloads answers 422 naming its parameter."""
+    q = run(server, "bob", "queue", "--budget", "ai/visoin")
+    assert q.exit_code == 1
+    assert q.stderr.startswith("Error: --budget: no budget 'ai/visoin'; did you mean "
+                               "'ai/vision'")
+    c = run(server, "bob", "cancel", "--user", "bobb")
+    assert c.exit_code == 1
+    assert c.stderr.startswith("Error: --user: no user 'bobb'; did you mean 'bob'")
+    api = httpx.get(f"{server.url}/v1/workloads?user=bobb",
+                    headers={"Authorization": f"Bearer {server.tokens['bob']}"})
+    assert api.status_code == 422 and api.json()["detail"].startswith("user: no user 'bobb'")
+
+
 def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     """cancel --me (scancel --me): bob's active work is cancelled, alice's is untouched;
     --me with --user is a usage error, --state without a selection names --me."""

@@ -399,6 +399,19 @@ def _me(client: Client) -> str:
     return client.reply(Me, "GET", "/me").name
 
 
+def _workloads(client: Client, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """``GET /v1/workloads`` with filters; a filter naming no budget or user is refused
+    naming the flag (``--budget: no budget 'reserch'; did you mean 'research'?``)."""
+    try:
+        rows: list[dict[str, Any]] = client.json("GET", "/workloads", params=params)
+    except click.ClickException as e:
+        for field_name in ("budget", "user"):
+            if e.message.startswith(field_name + ": "):
+                raise click.ClickException(f"--{e.message}") from None
+        raise
+    return rows
+
+
 def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
                   states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
     """The queue as ``squeue`` shows it: pending work in the policy's order, then running
@@ -406,8 +419,8 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
     ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
     view = client.reply(QueueView, "GET", "/queue")
-    rows = {w["id"]: w for w in client.json(
-        "GET", "/workloads", params={"budget": budget, "user": user, "limit": 100_000})}
+    rows = {w["id"]: w for w in _workloads(
+        client, {"budget": budget, "user": user, "limit": 100_000})}
     who = _me(client) if me else None
     now = view.now
     out: list[dict[str, Any]] = []
@@ -587,9 +600,8 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
     targets = list(ids)
     if user or budget or array:
         status = states or "pending,running,stopping"
-        rows = client.json("GET", "/workloads", params={
-            "user": user, "budget": budget, "array": array, "status": status,
-            "limit": 100_000})
+        rows = _workloads(client, {"user": user, "budget": budget, "array": array,
+                                   "status": status, "limit": 100_000})
         # pending work first: stopping the running first would free GPUs that the scheduler
         # could hand to work this very command is about to cancel
         rows = sorted(rows, key=lambda w: w["status"] != "pending")

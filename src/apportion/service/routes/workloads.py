@@ -22,6 +22,7 @@ from apportion.core import (
     parse_dependency,
 )
 from apportion.core.fleet import pool_name
+from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
@@ -184,6 +185,16 @@ def router(api: Api) -> APIRouter:
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise fail(422, f"status: must be 'all' or some of: {valid}") from None
+        # a filter naming nothing that exists is a typo, not an empty queue
+        if budget:
+            paths = {b.path for b in store.budgets()}
+            if budget not in paths:
+                raise fail(422, f"budget: no budget {budget!r}"
+                           + did_you_mean(budget, paths, quote=True))
+        if user:
+            names = {u.name for u in store.users()}
+            if user not in names:
+                raise fail(422, f"user: no user {user!r}" + did_you_mean(user, names, quote=True))
         rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
                                     array=array)
         return shown(who, rows)
