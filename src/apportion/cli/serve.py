@@ -88,7 +88,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     from apportion.service.clock import WallClock
     from apportion.service.config import ConfigError, ServiceConfig, load_config
     from apportion.service.scheduler import Scheduler
-    from apportion.service.store import Store, database_error
+    from apportion.service.store import ServerLock, Store, StoreUnavailable, database_error
     from apportion.service.store.seed import seed_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -98,6 +98,10 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
         secure_data_dir(config)
+        try:  # one server per database: a second would take the first one's work as its own
+            lock = ServerLock.acquire(config.db_url)
+        except StoreUnavailable as e:
+            raise click.ClickException(str(e)) from None
         clock = WallClock()
         store = Store(config.db_url)
         try:
@@ -132,4 +136,5 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         scheduler.wake()
         loop.join(timeout=30)
         executor.close()
+        lock.release()
         store.close()

@@ -18,6 +18,7 @@ from .rows import (
 )
 from .store import (
     ACTIVE,
+    ServerLock,
     Store,
     StoreUnavailable,
     database_error,
@@ -37,6 +38,7 @@ __all__ = [
     "HostRow",
     "NotFound",
     "PlacementEntry",
+    "ServerLock",
     "Store",
     "StoreError",
     "StoreUnavailable",

@@ -136,6 +136,79 @@ def database_error(url: str, e: DBAPIError) -> StoreUnavailable:
     return StoreUnavailable(f"database {shown_url(url)}: {reason}")
 
 
+class ServerLock:
+    """This process's claim to be the one server scheduling with a database, held until
+    :meth:`release` or the process's end (the kernel or PostgreSQL drops it then, so a
+    crashed server never leaves it behind). A second ``apportion serve`` on the same
+    database would reconcile the first one's running work as its own: with the memory
+    executor it ends it as lost, with the others two schedulers launch and charge it twice.
+
+    SQLite: an exclusive ``flock`` on ``<database>.lock`` beside the file. PostgreSQL: a
+    session advisory lock, on a connection kept open for it."""
+
+    # the advisory lock's key: any fixed 64-bit number no other program uses on the database
+    PG_KEY = 0x61707072_74696F6E  # "apprtion"
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release = release
+
+    def release(self) -> None:
+        self._release()
+
+    @classmethod
+    def acquire(cls, url: str) -> ServerLock:
+        """Take the lock, or raise :class:`StoreUnavailable` saying another server holds
+        it (and, for SQLite, which process: its pid and host are written in the file)."""
+        db = make_url(url)
+        if db.get_backend_name() == "sqlite":
+            if db.database in (None, "", ":memory:"):
+                return cls(lambda: None)  # a database of this process alone
+            return cls._file_lock(Path(f"{db.database}.lock"), url)
+        engine = make_engine(url)
+        try:
+            conn = engine.connect()
+            got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({cls.PG_KEY})").scalar()
+            conn.commit()
+        except DBAPIError as e:
+            engine.dispose()
+            raise database_error(url, e) from None
+        if not got:
+            conn.close()
+            engine.dispose()
+            raise StoreUnavailable(f"database {shown_url(url)}: another apportion server is "
+                                   "scheduling with it (it holds the server lock); stop it "
+                                   "first, or give this one another database")
+
+        def release() -> None:
+            conn.close()  # ends the session, and with it the lock
+            engine.dispose()
+
+        return cls(release)
+
+    @classmethod
+    def _file_lock(cls, path: Path, url: str) -> ServerLock:
+        import fcntl
+        import os
+        import socket
+
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreUnavailable(f"database {shown_url(url)}: another apportion server is "
+                                   f"scheduling with it ({holder}); stop it first, or give "
+                                   "this one another data_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+        def release() -> None:
+            os.close(fd)  # closing drops the flock
+
+        return cls(release)
+
+
 def open_for_reading(url: str) -> Store:
     """The store of a service that has run, opened to read it (``apportion whatif`` and
     ``export-trace``). A SQLite file that is not there is refused, not created empty, and a
