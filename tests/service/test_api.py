@@ -398,6 +398,9 @@ def test_drain_and_repair(svc: Service) -> None:
         200, "down", "died")
     assert len(svc.store.audit(limit=1000)) == audited
     assert svc.call("POST", "/v1/hosts/nope/drain", "root").status_code == 404
+    typo = svc.call("POST", "/v1/hosts/h1x/drain", "root")  # a typo of h1
+    assert (typo.status_code, typo.json()["detail"]) == (
+        404, "host h1x: not found; did you mean h1?")
     hosts = svc.call("GET", "/v1/hosts", "bob").json()
     assert [h["name"] for h in hosts] == ["h1", "h2"]
 

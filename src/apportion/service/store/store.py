@@ -716,7 +716,8 @@ class Store:
         with self._tx(write=False) as s:
             h = s.get(HostModel, name)
             if h is None:
-                raise NotFound(f"host {name}: not found")
+                known = list(s.scalars(select(HostModel.name)))
+                raise NotFound(f"host {name}: not found" + did_you_mean(name, known))
             return _host(h)
 
     def add_host(
