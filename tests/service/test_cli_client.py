@@ -165,6 +165,20 @@ def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(
     assert api.status_code == 422 and api.json()["detail"].startswith("user: no user 'bobb'")
 
 
+def test_a_malformed_workload_id_is_a_usage_error_and_w_5_is_w_000005(server: Server) -> None:
+    """``show abc``: exit 2 saying it is not a workload id (it was a lookup answered 404);
+    ``w-5`` and ``5`` both name ``w-000005``."""
+    r = run(server, "bob", "show", "abc")
+    assert r.exit_code == 2
+    assert "'abc' is not a workload id (5 or w-000005)" in r.output
+    wid = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+              "0", "--", "true").stdout.split()[1]
+    number = str(int(wid.removeprefix("w-")))
+    for typed in (number, "w-" + number):
+        assert run_json(server, "bob", "show", typed)["id"] == wid
+    wait_status(server, wid, {"completed"})
+
+
 def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     """cancel --me (scancel --me): bob's active work is cancelled, alice's is untouched;
     --me with --user is a usage error, --state without a selection names --me."""

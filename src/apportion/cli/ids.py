@@ -8,19 +8,24 @@ import click
 
 
 def full_id(text: str) -> str:
-    """``5`` or ``000005`` -> ``w-000005``; anything else is kept as given."""
+    """``5``, ``000005`` or ``w-5`` -> ``w-000005``; anything else is kept as given."""
     t = text.strip()
-    return f"w-{int(t):06d}" if t.isdigit() else t
+    digits = t.removeprefix("w-")
+    return f"w-{int(digits):06d}" if digits.isdigit() else t
 
 
 class WorkloadId(click.ParamType[str]):
-    """A workload id, long (``w-000005``) or short (``5``)."""
+    """A workload id, long (``w-000005``) or short (``5``); anything else is a usage error
+    naming what was typed, not a lookup of a workload that cannot exist."""
 
     name = "ID"
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
-        return full_id(str(value))
+        wid = full_id(str(value))
+        if not (wid.startswith("w-") and wid[2:].isdigit()):
+            self.fail(f"{value!r} is not a workload id (5 or w-000005)", param, ctx)
+        return wid
 
 
 WORKLOAD_ID = WorkloadId()
