@@ -176,6 +176,10 @@ def test_logs_of_an_attempt(svc: Service) -> None:
     wid = submit(svc).json()["id"]
     assert svc.call("GET", f"/v1/workloads/{wid}/logs", "alice").status_code == 404
     svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    # this service's executor is the memory one: an attempt without a log is told why
+    none = svc.call("GET", f"/v1/workloads/{wid}/logs", "alice")
+    assert (none.status_code, none.json()["detail"]) == (
+        404, f"workload {wid}: attempt 1: no log: the memory executor runs nothing")
     log = svc.config.logs_dir / wid / "1.log"
     log.parent.mkdir(parents=True)
     log.write_text("hello\nworld\n")

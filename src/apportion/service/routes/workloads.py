@@ -257,6 +257,9 @@ def router(api: Api) -> APIRouter:
                 data = f.read()
                 end = f.tell()
         except FileNotFoundError:
+            if settings.executor.kind == "memory":  # a dry run: nothing ran, nothing wrote
+                raise fail(404, f"workload {workload_id}: attempt {n}: no log: the memory "
+                                "executor runs nothing") from None
             raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
         except OSError as e:  # ELOOP: a link put in the log's place
             raise fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
