@@ -155,14 +155,15 @@ def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(
     were empty); GET /v1/workloads answers 422 naming its parameter."""
     q = run(server, "bob", "queue", "--budget", "ai/visoin")
     assert q.exit_code == 1
-    assert q.stderr.startswith("Error: --budget: no budget 'ai/visoin'; did you mean "
-                               "'ai/vision'")
+    assert q.stderr.startswith("Error: --budget: budget ai/visoin: not found; did you mean "
+                               "ai/vision")
     c = run(server, "bob", "cancel", "--user", "bobb")
     assert c.exit_code == 1
-    assert c.stderr.startswith("Error: --user: no user 'bobb'; did you mean 'bob'")
+    assert c.stderr.startswith("Error: --user: user bobb: not found; did you mean bob")
     api = httpx.get(f"{server.url}/v1/workloads?user=bobb",
                     headers={"Authorization": f"Bearer {server.tokens['bob']}"})
-    assert api.status_code == 422 and api.json()["detail"].startswith("user: no user 'bobb'")
+    assert api.status_code == 422
+    assert api.json()["detail"].startswith("user: user bobb: not found")
 
 
 def test_a_malformed_workload_id_is_a_usage_error_and_w_5_is_w_000005(server: Server) -> None:

@@ -134,6 +134,15 @@ class Client:
         return parse(model, self.json(method, path, body), f"{method} /v1{path}")
 
 
+def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickException:
+    """The server's refusal ``"<field>: why"`` with the field named as the user typed it
+    (``names``: API field -> a flag, or a script line); other errors as they are."""
+    for field_name, typed in names.items():
+        if e.message.startswith(field_name + ":"):
+            return click.ClickException(typed + e.message[len(field_name):])
+    return e
+
+
 def parse(model: type[R], data: Any, what: str) -> R:
     """``data`` (a decoded reply) as ``model``; a reply of another shape is an error that
     says which request it answered (a server of another version, say)."""

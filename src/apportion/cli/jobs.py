@@ -25,6 +25,7 @@ from apportion.service.replies import Me, QueueView, Workload
 from .client import (
     Client,
     _print_json,
+    as_typed,
     connection,
     exit_to_show,
     exported_env,
@@ -311,11 +312,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         w = client.json("POST", "/workloads", body,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag (or script line) as typed
-        for field_name, typed in _FLAGS.items():
-            if e.message.startswith(field_name + ":"):
-                raise click.ClickException(named(field_name, typed)
-                                           + e.message[len(field_name):]) from None
-        raise
+        raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
     if as_json:
@@ -405,10 +402,7 @@ def _workloads(client: Client, params: dict[str, Any]) -> list[dict[str, Any]]:
     try:
         rows: list[dict[str, Any]] = client.json("GET", "/workloads", params=params)
     except click.ClickException as e:
-        for field_name in ("budget", "user"):
-            if e.message.startswith(field_name + ": "):
-                raise click.ClickException(f"--{e.message}") from None
-        raise
+        raise as_typed(e, {"budget": "--budget", "user": "--user"}) from None
     return rows
 
 

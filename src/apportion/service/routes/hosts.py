@@ -49,7 +49,11 @@ def router(api: Api) -> APIRouter:
     def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
         if not rights(user).can_change_hosts():
             raise forbid(user, f"change host {name} (admins only)")
-        store.get_host(name)
+        h = store.get_host(name)
+        if to is HostState.DRAINING and h.state in (HostState.REPAIR, HostState.DOWN):
+            # it takes no work already: answered as it is (its reason kept), not refused
+            # as a transition the table does not have
+            return shown(h, several(store.hosts()))
         try:
             scheduler.set_host_state(name, to, body.reason, user.name)
         except CoreError as e:
@@ -59,11 +63,7 @@ def router(api: Api) -> APIRouter:
     @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
     def drain(name: str, user: User, body: HostBody | None = None) -> Host:
         """Mark a host unhealthy: no new work; emptied as protections end, then to repair.
-        A host already in repair or down takes no work: it is answered as it is (its reason
-        kept), not refused as a transition the table does not have."""
-        h = store.get_host(name)
-        if h.state in (HostState.REPAIR, HostState.DOWN) and rights(user).can_change_hosts():
-            return shown(h, several(store.hosts()))
+        A host already in repair or down is answered as it is."""
         return _host_change(name, HostState.DRAINING, body or HostBody(), user)
 
     @router.post(f"{v1}/hosts/{{name}}/repair", tags=["hosts"])

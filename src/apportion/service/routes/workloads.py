@@ -22,7 +22,6 @@ from apportion.core import (
     parse_dependency,
 )
 from apportion.core.fleet import pool_name
-from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
@@ -32,7 +31,7 @@ from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
 from ..replies import QueueView, WhyExplanation, WhyHistory, Workload
-from ..store import AlreadySubmitted, UserRow, WorkloadRow
+from ..store import AlreadySubmitted, NotFound, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
@@ -185,16 +184,15 @@ def router(api: Api) -> APIRouter:
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise fail(422, f"status: must be 'all' or some of: {valid}") from None
-        # a filter naming nothing that exists is a typo, not an empty queue
-        if budget:
-            paths = {b.path for b in store.budgets()}
-            if budget not in paths:
-                raise fail(422, f"budget: no budget {budget!r}"
-                           + did_you_mean(budget, paths, quote=True))
-        if user:
-            names = {u.name for u in store.users()}
-            if user not in names:
-                raise fail(422, f"user: no user {user!r}" + did_you_mean(user, names, quote=True))
+        # a filter naming nothing that exists is a typo, not an empty queue (the store's
+        # refusal names the closest names)
+        for field_name, value, lookup in (("budget", budget, store.get_budget),
+                                          ("user", user, store.get_user)):
+            if value:
+                try:
+                    lookup(value)
+                except NotFound as e:
+                    raise fail(422, f"{field_name}: {e}") from None
         rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
                                     array=array)
         return shown(who, rows)

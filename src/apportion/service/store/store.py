@@ -716,8 +716,7 @@ class Store:
         with self._tx(write=False) as s:
             h = s.get(HostModel, name)
             if h is None:
-                known = list(s.scalars(select(HostModel.name)))
-                raise NotFound(f"host {name}: not found" + did_you_mean(name, known))
+                raise _no_host(s, name)
             return _host(h)
 
     def add_host(
@@ -1025,6 +1024,11 @@ class Store:
 def _no_budget(s: Session, path: str) -> NotFound:
     known = s.scalars(select(BudgetModel.path)).all()
     return NotFound(f"budget {path}: not found" + did_you_mean(path, known))
+
+
+def _no_host(s: Session, name: str) -> NotFound:
+    known = s.scalars(select(HostModel.name)).all()
+    return NotFound(f"host {name}: not found" + did_you_mean(name, known))
 
 
 def _no_user(s: Session, name: str) -> NotFound:
