@@ -388,13 +388,19 @@ def test_policy_queue_view(svc: Service) -> None:
 
 
 def test_drain_and_repair(svc: Service) -> None:
-    """Drain goes through the scheduler and is audited; draining a host that is down (it
-    takes no work already) answers it as it is, changes nothing and audits nothing."""
+    """Drain goes through the scheduler and is audited; repairing a healthy host, or
+    draining a host that is down (it takes no work already), answers it as it is, changes
+    nothing and audits nothing."""
     r = svc.call("POST", "/v1/hosts/h1/drain", "root", {"reason": "ECC errors"})
     assert (r.json()["state"], r.json()["reason"]) == ("draining", "ECC errors")
     assert svc.store.audit(limit=1)[0].new == {"state": "draining", "reason": "ECC errors"}
     assert svc.call("POST", "/v1/hosts/h1/repair", "root").json()["state"] == "healthy"
-    assert svc.call("POST", "/v1/hosts/h1/repair", "root").status_code == 200  # unchanged
+    audited, since = len(svc.store.audit(limit=1000)), svc.store.get_host("h1").changed_at
+    again = svc.call("POST", "/v1/hosts/h1/repair", "root", {"reason": "twice"})
+    assert (again.status_code, again.json()["state"]) == (200, "healthy")
+    # already healthy: neither the state's time nor the audit log moves
+    assert (len(svc.store.audit(limit=1000)), svc.store.get_host("h1").changed_at) == (
+        audited, since)
     svc.scheduler.set_host_state("h1", HostState.DOWN, "died", "test")
     audited = len(svc.store.audit(limit=1000))
     down = svc.call("POST", "/v1/hosts/h1/drain", "root", {"reason": "again"})

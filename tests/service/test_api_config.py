@@ -31,6 +31,26 @@ def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
+def test_config_reads_durations_as_the_rest_of_the_package_does(tmp_path: Path) -> None:
+    """The config's durations are the package's one syntax (as --set and the API read them):
+    Slurm's clock forms and ``min`` too, not only d/h/m/s."""
+    cfg = load_config_text(tmp_path, """
+[executor]
+kind = "memory"
+grace_s = "1:30"
+[policy]
+lookback = "1-00:00:00"
+max_min_runtime = "2-12"
+checkpoint_wait = "5min"
+restart_protection = "01:30:00"
+""")
+    assert cfg.executor.grace_s == 90.0
+    assert cfg.policy.lookback == 86400.0
+    assert cfg.policy.max_min_runtime == 2.5 * 86400.0
+    assert cfg.policy.checkpoint_wait == 300.0
+    assert cfg.policy.restart_protection == 5400.0
+
+
 @pytest.mark.parametrize("bad", ["soon", "3 weeks", "-5", -1, True, "5x", "", [1]])
 def test_bad_durations(bad: object) -> None:
     """Anything else is refused with a readable problem."""

@@ -191,20 +191,6 @@ def _print_json(data: Any) -> None:
 
 
 # ---- formatting ------------------------------------------------------------------------------
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = int(round(seconds))
-    if s == 0:
-        return "0"
-    out = ""
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if s >= size:
-            out += f"{s // size}{unit}"
-            s %= size
-    return out
-
-
 def fmt_time(t: float | None) -> str:
     if t is None:
         return "-"
@@ -285,10 +271,12 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     w = parse(Workload, data, f"GET /v1/workloads/{workload_id}")
     for key in ("id", "status", "budget", "user", "gpus"):
         click.echo(f"{key + ':':<21}{getattr(w, key)}")
-    click.echo(f"{'min_runtime:':<21}{fmt_duration(w.min_runtime)}")
+    click.echo(f"{'min_runtime:':<21}{format_duration(w.min_runtime)}")
     click.echo(f"{'resumable:':<21}{w.resumable}")
     click.echo(f"{'priority:':<21}{w.priority}")
-    click.echo(f"{'checkpoint_interval:':<21}{fmt_duration(w.checkpoint_interval)}")
+    # 0: none declared (the policy assumes [policy] default_checkpoint_interval)
+    interval = format_duration(w.checkpoint_interval) if w.checkpoint_interval else "none"
+    click.echo(f"{'checkpoint_interval:':<21}{interval}")
     click.echo(f"{'checkpoint_on_term:':<21}{w.checkpoint_on_term}")
     if w.name:
         click.echo(f"{'name:':<21}{w.name}")
@@ -429,7 +417,7 @@ def budgets_usage(client: Client, as_json: bool) -> None:
         _print_json(data)
         return
     u = parse(BudgetUsage, data, "GET /v1/budgets/usage")
-    click.echo(f"lookback {fmt_duration(u.lookback_s)}, from the {u.source}")
+    click.echo(f"lookback {format_duration(u.lookback_s)}, from the {u.source}")
     table(
         ["BUDGET", "SHARE", "CHARGED_GPU_H", "FREE_GPU_H", "RATIO"],
         [["  " * b.path.count("/") + b.path.rsplit("/", 1)[-1],

@@ -249,8 +249,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
-    --output, --array, --dependency); options on the command line win. Lines it does not
-    use are listed on stderr with their line numbers.
+    --output, --array, --dependency, --nodelist, --exclude, --export); options on the
+    command line win. Lines it does not use are listed on stderr with their line numbers.
 
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is

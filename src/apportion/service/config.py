@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig
+from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, parse_duration
 from apportion.core.fleet import FleetConfig
 
 from .executors.identity import Identity
@@ -24,8 +24,6 @@ from .store import default_sqlite_url
 
 T = TypeVar("T")
 EXECUTOR_KINDS = ("local", "slurm", "memory")
-_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms])")
 # a cluster or GPU kind: what a pool name "cluster/kind" and Slurm's gres types can carry
 _POOL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z")
 _UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?\Z", re.IGNORECASE)
@@ -33,31 +31,6 @@ _UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?\Z", re.IGNORECASE)
 
 class ConfigError(ValueError):
     """A bad configuration file; the message is ``file: key: problem``."""
-
-
-def parse_duration(value: object) -> float:
-    """Seconds from a number or a string like ``"7d"``, ``"8h"``, ``"15m"``, ``"30s"``,
-    ``"1h30m"`` or ``"90"``. Raises ValueError with a readable problem."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().lower()
-        try:
-            seconds = float(text)
-        except ValueError:
-            parts = _DURATION.findall(text)
-            if not parts or _DURATION.sub("", text).strip():
-                raise ValueError(
-                    f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}"
-                ) from None
-            seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    else:
-        raise ValueError(f"must be a duration (e.g. 30m, 8h, 7d or seconds), got {value!r}")
-    if seconds != seconds or seconds < 0 or seconds == float("inf"):
-        raise ValueError(f"must be a finite duration >= 0, got {value!r}")
-    return seconds
 
 
 @dataclass(frozen=True, slots=True)

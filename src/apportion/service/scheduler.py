@@ -83,7 +83,7 @@ MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default c
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
-BACKOFF_FIRST_S = 1.0  # a launch that failed for a transient reason waits this long first,
+BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
 
 
@@ -970,8 +970,9 @@ class Scheduler:
         return held is not None and held[0] > now
 
     def _back_off(self, wid: str, now: float, e: Exception) -> None:
-        """A transient launch failure: back to pending, set aside (exponential backoff,
-        capped) so that it neither spins nor blocks the work behind it."""
+        """A launch that raised an unexpected error (an executor's bug, not an answer): back
+        to pending, set aside (exponential backoff, capped) so that it neither spins nor
+        blocks the work behind it."""
         delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid][1]) if wid in self._backoff \
             else BACKOFF_FIRST_S
         log.warning("%s: launch failed, retried in %.0f s: %s", wid, delay, e)

@@ -54,6 +54,10 @@ def router(api: Api) -> APIRouter:
             # it takes no work already: answered as it is (its reason kept), not refused
             # as a transition the table does not have
             return shown(h, several(store.hosts()))
+        if h.state is to and (to is HostState.HEALTHY or body.reason in ("", h.reason)):
+            # already so: nothing to record (its state's time and reason kept, no audit
+            # entry); a drain again with a new reason does record the new reason
+            return shown(h, several(store.hosts()))
         try:
             scheduler.set_host_state(name, to, body.reason, user.name)
         except CoreError as e:
@@ -68,7 +72,8 @@ def router(api: Api) -> APIRouter:
 
     @router.post(f"{v1}/hosts/{{name}}/repair", tags=["hosts"])
     def repair(name: str, user: User, body: HostBody | None = None) -> Host:
-        """Mark a host repaired: back to healthy (from repair, down, or calling off a drain)."""
+        """Mark a host repaired: back to healthy (from repair, down, or calling off a drain).
+        A healthy host is answered as it is."""
         return _host_change(name, HostState.HEALTHY, body or HostBody(), user)
 
     return router
