@@ -194,6 +194,36 @@ def test_running_workload_reports_its_protection_end() -> None:
     assert "protected for another 43 min 20 s" in e.lines()
 
 
+def test_running_work_is_told_what_a_preemption_now_would_cost_it() -> None:
+    """The progress a preemption now would throw away, as victim choice counts it
+    (Running.at_risk): the whole run of work that is not resumable; for resumable work
+    with no checkpoint reported, the time since the last whole interval (30 min, the
+    default) from its start; after a reported checkpoint, from that report; nothing for
+    work that checkpoints when told to stop."""
+    st = cluster(hosts=2)
+    run(st, "b1", "q/b", 4, 600, 1000)  # not resumable
+    run(st, "b3", "q/b", 4, 600, 1000, resumable=True)
+    st.submit(WorkloadSpec("b4", "q/b", 4, 600, 1000, resumable=True, checkpoint_on_term=True),
+              1000)
+    st.start("b4", (Slice("h2", 4),), 1000)
+    now = 1000.0 + 2 * 1800 + 300  # 1 h 5 min into each run
+    b1 = explain(st, now, CFG, "b1")
+    assert (b1.at_risk, b1.lines()[3]) == (3900.0, "if preempted now it would lose 1 h 5 min "
+                                           "of progress: not resumable, its whole run so far")
+    b3 = explain(st, now, CFG, "b3")
+    assert (b3.at_risk, b3.lines()[3]) == (300.0, "if preempted now it would lose 5 min of "
+                                           "progress: no checkpoint reported in this run, one "
+                                           "assumed every 30 min")
+    st.checkpoint("b3", now - 120)
+    b3 = explain(st, now, CFG, "b3")
+    assert (b3.at_risk, b3.checkpointed_at, b3.lines()[3]) == (
+        120.0, now - 120, "if preempted now it would lose 2 min of progress: its last "
+        "checkpoint reported 2 min ago, then one assumed every 30 min")
+    b4 = explain(st, now, CFG, "b4")
+    assert (b4.at_risk, b4.lines()[3]) == (
+        0.0, "if preempted now it would lose nothing: it checkpoints when told to stop")
+
+
 def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate() -> None:
     """h1 is being drained: b1 (protected until 4600, not resumable) is told it is stopped
     when its protection ends and ends preempted; resumable b3 on h1 as well, that it is

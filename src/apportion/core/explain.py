@@ -131,6 +131,10 @@ class Explanation:
     placement: Placement = ()
     draining: tuple[str, ...] = ()  # hosts of its placement being drained: it is stopped
     resumable: bool = False  # requeued when preempted (pending or running)
+    at_risk: float | None = None  # progress a preemption now would throw away (seconds)
+    checkpointed_at: float | None = None  # its last checkpoint reported in this run
+    checkpoint_on_term: bool = False  # it checkpoints when told to stop
+    checkpoint_interval: float = 0.0  # as declared, else the policy's default
 
     def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
         """The explanation as short sentences for people. Times are relative to ``now``
@@ -175,6 +179,10 @@ class Explanation:
             "placement": [[s.host, s.gpus] for s in self.placement],
             "resumable": self.resumable,
             "draining": list(self.draining),
+            "at_risk": self.at_risk,
+            "checkpointed_at": self.checkpointed_at,
+            "checkpoint_on_term": self.checkpoint_on_term,
+            "checkpoint_interval": self.checkpoint_interval,
             "min_runtime": self.min_runtime,
             "projected_start": self.projected_start,
             "projection_end": self.projection_end,
@@ -210,6 +218,11 @@ def explain(
             placement=r.placement,
             resumable=spec.resumable,
             draining=tuple(s.host for s in r.placement if s.host in state.draining),
+            # what victim choice counts (Running.at_risk), not a figure of its own
+            at_risk=r.at_risk(now, config.default_checkpoint_interval),
+            checkpointed_at=r.checkpointed_at,
+            checkpoint_on_term=spec.checkpoint_on_term,
+            checkpoint_interval=spec.checkpoint_interval or config.default_checkpoint_interval,
         )
     p = state.pending.get(workload_id)
     if p is None:
@@ -634,6 +647,22 @@ def _earliest_start(state: ClusterState, now: float, spec: WorkloadSpec, d: Deci
     return now  # not enough healthy hosts: reported as too large by the pass
 
 
+def _at_risk_line(e: Explanation, clock: Callable[[float], str] | None) -> str:
+    """What a preemption now would cost running work, as victim choice counts it."""
+    assert e.at_risk is not None and e.started_at is not None
+    lose = f"if preempted now it would lose {format_duration(e.at_risk)} of progress"
+    if not e.resumable:
+        return f"{lose}: not resumable, its whole run so far"
+    if e.checkpoint_on_term:
+        return "if preempted now it would lose nothing: it checkpoints when told to stop"
+    every = format_duration(e.checkpoint_interval)
+    if e.checkpointed_at is None or e.checkpointed_at <= e.started_at:
+        return f"{lose}: no checkpoint reported in this run, one assumed every {every}"
+    reported = (f"{format_duration(e.now - e.checkpointed_at)} ago" if clock is None
+                else f"at {clock(e.checkpointed_at)}")
+    return f"{lose}: its last checkpoint reported {reported}, then one assumed every {every}"
+
+
 def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[str]:
     def at(t: float) -> str:  # "in 2 h 10 min", or "at 14:05 (in 2 h 10 min)"
         rel = "now" if t <= e.now else f"in {format_duration(t - e.now)}"
@@ -652,6 +681,8 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         else:
             out.append("not protected: it may be preempted (unallocated, or past its "
                        "minimum runtime)")
+        if e.at_risk is not None and e.status == "running":
+            out.append(_at_risk_line(e, clock))
         if e.draining and e.status == "running":  # the drain phase stops it then, for sure
             hosts = ", ".join(e.draining)
             verb = "is" if len(e.draining) == 1 else "are"

@@ -396,6 +396,10 @@ class WhyExplanation(Reply):
     placement: list[tuple[str, int]]  # [host, GPUs]
     resumable: bool  # requeued when preempted
     draining: list[str]  # running work: hosts of its placement being drained
+    at_risk: float | None  # running work: progress (s) a preemption now would throw away
+    checkpointed_at: float | None  # running work: its last checkpoint reported in this run
+    checkpoint_on_term: bool  # running work: it checkpoints when told to stop
+    checkpoint_interval: float  # running work: as declared, else the policy's default
     min_runtime: float
     projected_start: float | None
     projection_end: float | None
