@@ -183,3 +183,31 @@ def test_lookback_warning_names_the_period_that_was_simulated(tmp_path: Path) ->
     assert code == 0, out + err
     assert ("warning: lookback 3d is not shorter than the simulated period (--days 1.5)"
             in err)
+
+
+def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path: Path) -> None:
+    """A trace whose job asks 10 h of minimum runtime, swept over max_min_runtime=8h,12h:
+    each point's figures equal those of ``simulate --set max_min_runtime=`` that value (the
+    12 h point keeps the job's 10 h, the 8 h point lowers it to 8 h), so the two differ.
+    (The sweep used to load the trace once with the base 8 h cap, so its 12 h point ran
+    the job with 8 h.)"""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,min_runtime,budget\n"
+                     "a,0,8,86400,10h,x/a\nb,3600,4,36000,1h,x/b\n")
+    common = ("--trace", str(trace), "--cluster", "1x8", "--days", "2", "--quiet")
+    code, out, err = invoke("sweep", *common, "--grid", "max_min_runtime=8h,12h",
+                            "--out", str(tmp_path / "sweep"))
+    assert code == 0, out + err
+    points = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    for cap, point in zip(("8h", "12h"), points, strict=True):
+        code, out, err = invoke("simulate", *common, "--policy", "fairshare", "--set",
+                                f"max_min_runtime={cap}", "--out", str(tmp_path / cap))
+        assert code == 0, out + err
+        alone = json.loads((tmp_path / cap / "summary.json").read_text())[0]
+        swept = figures([point])[0]["summary"]
+        alone = figures([{"summary": alone}])[0]["summary"]
+        # all but who lowered the 10 h: the engine at the swept 8 h point, the trace loader
+        # (with its warning) in the run with the 8 h setting
+        assert {k for k in swept if swept[k] != alone.get(k)} == (
+            {"clamped_min_runtime"} if cap == "8h" else set())
+    assert points[0]["summary"]["attainment"] != points[1]["summary"]["attainment"]
