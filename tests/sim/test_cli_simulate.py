@@ -278,3 +278,80 @@ def test_a_report_writer_that_cannot_be_imported_fails_the_run(
     assert code == 1, out
     assert "report.html: cannot write the report" in out
     assert not (tmp_path / "report.html").exists()
+
+
+def test_an_optional_engine_setting_takes_none_whatever_the_build(tmp_path: Path) -> None:
+    """--set checkpoint_default=none (its documented default) is read as None, with the
+    compiled core as with the pure one (the compiled class reports ``float | None`` as a
+    plain ``type``, which once made it refuse 'none')."""
+    code, out = invoke("simulate", "--scenario", "small", "--days", "0.2", "--policy",
+                       "fairshare", "--set", "checkpoint_default=none", "--quiet",
+                       "--out", str(tmp_path))
+    assert code == 0, out
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert s["sim_config"]["checkpoint_default"] is None
+
+
+def test_a_trace_spanning_more_than_the_simulator_replays_is_refused_naming_the_row(
+        tmp_path: Path) -> None:
+    """A submit time of 1e12 s (a time in milliseconds, say) would make a run of 11.6
+    million days that fills the memory hour by hour: refused at once naming the workload
+    and the span, and --days over 3,660 is refused as typed; --days 2 replays the start
+    (1 of the 2 workloads, said in the header)."""
+    trace = tmp_path / "far.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,1,3600\nb,1e12,1,60\n")
+    args = ("simulate", "--trace", str(trace), "--budgets", "2", "--cluster", "2x8",
+            "--policy", "fairshare", "--quiet", "--out")
+    code, out = invoke(*args, str(tmp_path / "o1"))
+    assert code == 1
+    assert "workload 'b' is submitted 11,574,074 days after the first" in out
+    assert "Give --days" in out
+    code, out = invoke(*args, str(tmp_path / "o2"), "--days", "5000")
+    assert code == 2 and "'--days': 5000.0 is not in the range" in out
+    code, out = invoke(*args, str(tmp_path / "o3"), "--days", "2")
+    assert code == 0, out
+    assert out.startswith("scenario far: 1 workload submitted in the 2 days replayed (of 2 in "
+                          "it), 2 hosts")
+
+
+def test_trace_warnings_and_rejected_workloads_are_shown(tmp_path: Path) -> None:
+    """Rows the import skips are named on stderr with their line (once for a sweep over
+    two seeds), and workloads that cannot run on the cluster are a row of the table, not
+    left out of it: here a 16-GPU job on 8 GPUs."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,1,3600\nb,60,0,1800\nc,120,16,60\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--budgets", "2", "--cluster", "1x8", "--days",
+        "1", "--policy", "fairshare", "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert f"warning: {trace}: skipped 1 row: no GPUs (first at line 3)\n" in result.stderr
+    rejected = next(line for line in result.stdout.splitlines() if "rejected" in line)
+    assert rejected.split() == ["rejected", "(cannot", "run", "on", "this", "cluster)", "1"]
+    assert "rejected (cannot run on this cluster)</th><td>1<" in (
+        tmp_path / "o" / "report.html").read_text()
+    result = CliRunner().invoke(main, [
+        "sweep", "--trace", str(trace), "--budgets", "2", "--cluster", "1x8", "--days", "1",
+        "--grid", "lookback=1h,2h", "--seeds", "0,1", "--quiet", "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("skipped 1 row: no GPUs") == 1
+
+
+def test_cluster_files_and_size_are_read_as_typed(tmp_path: Path) -> None:
+    """A host list's gpus must be a whole number (8.7 and true are refused, not read as 8
+    and 1) and a missing key is named; --size must be a multiple of 8 (not rounded down),
+    refused naming --size for the seed scenario and for a trace."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,1,3600\n")
+    for text, problem in (('gpus = 8.7', "hosts[1].gpus: must be a whole number >= 1, got 8.7"),
+                          ('gpus = true', "hosts[1].gpus: must be a whole number >= 1, got True"),
+                          ('', "hosts[1].gpus: missing")):
+        hosts = tmp_path / "hosts.toml"
+        hosts.write_text(f'[[hosts]]\nname = "a"\n{text}\n')
+        code, out = invoke("simulate", "--trace", str(trace), "--budgets", "1", "--cluster",
+                           str(hosts), "--quiet", "--out", str(tmp_path / "o"))
+        assert code == 2 and problem in out, out
+    for source in (("--scenario", "seed"), ("--trace", str(trace), "--budgets", "1")):
+        code, out = invoke("simulate", *source, "--size", "100", "--days", "1", "--quiet",
+                           "--out", str(tmp_path / "o"))
+        assert code == 2
+        assert "'--size': 100 is not a multiple of 8 (hosts of 8 GPUs); 96 or 104?" in out

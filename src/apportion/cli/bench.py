@@ -13,6 +13,14 @@ import click
 POLICY_CHOICES = ("fairshare", "legacy")
 
 
+def _of_eight(ctx: click.Context, param: click.Parameter, size: int | None) -> int | None:
+    if size is None:
+        return None
+    from apportion.cli.simulate import hosts_of_eight  # imported when the flag is given
+
+    return hosts_of_eight(ctx, param, size)
+
+
 @click.command()
 @click.option("--passes", default=50, show_default=True, type=click.IntRange(min=1),
               help="decide passes to time")
@@ -36,7 +44,8 @@ POLICY_CHOICES = ("fairshare", "legacy")
 @click.option("--days", type=click.FloatRange(min=0, min_open=True),
               help="simulated days (default: the scenario's, or the trace's span)")
 @click.option("--seed", default=0, show_default=True, help="scenario seed")
-@click.option("--size", type=click.IntRange(min=8), help="GPUs of the built-in scenario")
+@click.option("--size", type=click.IntRange(min=8), callback=_of_eight,
+              help="GPUs of the built-in scenario (a multiple of 8)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="PolicyConfig setting (repeatable); with --trace or --scenario also an "
                    "engine setting")

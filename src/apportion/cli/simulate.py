@@ -31,6 +31,7 @@ from apportion.sim.model import Pools, Scenario
 from .paths import output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
+MAX_DAYS = 3660  # ten years: a run keeps a row per simulated hour and budget
 NUMBER: Any = object()  # the "type" of a float setting that is a plain number, not a duration
 
 
@@ -67,7 +68,10 @@ def _fields() -> dict[str, tuple[str, Any]]:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             numbers = f.name in NUMBER_KNOBS or f.name in SIM_NUMBER_KNOBS
-            out[f.name] = (owner, NUMBER if numbers else hints[f.name])
+            # a compiled build keeps only plain types (``float | None`` reads as ``type``):
+            # an optional duration is known by its None default
+            kind = float | None if f.default is None else hints[f.name]
+            out[f.name] = (owner, NUMBER if numbers else kind)
     return out
 
 
@@ -166,11 +170,25 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
                                  param_hint="--cluster")
     out = []
     for i, item in enumerate(data):
+        where = f"{path}: hosts[{i + 1}]"
+        if not isinstance(item, dict):
+            raise click.BadParameter(f"{where}: expected a table with name and gpus, got "
+                                     f"{item!r}", param_hint="--cluster")
+        for key in ("name", "gpus"):
+            if key not in item:
+                raise click.BadParameter(f"{where}.{key}: missing", param_hint="--cluster")
+        name, gpus = item["name"], item["gpus"]
+        if not isinstance(name, str) or not name.strip():
+            raise click.BadParameter(f"{where}.name: must be a non-empty string, got "
+                                     f"{name!r}", param_hint="--cluster")
+        # read as typed: 8.7 is not 8 GPUs, nor true 1
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise click.BadParameter(f"{where}.gpus: must be a whole number >= 1, got "
+                                     f"{gpus!r}", param_hint="--cluster")
         try:
-            out.append(Host(str(item["name"]), int(item["gpus"])))
-        except (KeyError, TypeError, ValueError, CoreError) as e:
-            raise click.BadParameter(f"{path}: host #{i + 1}: {e}",
-                                     param_hint="--cluster") from None
+            out.append(Host(name, gpus))
+        except CoreError as e:
+            raise click.BadParameter(f"{where}: {e}", param_hint="--cluster") from None
     names = [h.name for h in out]
     if len(set(names)) != len(names):
         raise click.BadParameter(f"{path}: duplicate host names", param_hint="--cluster")
@@ -218,8 +236,8 @@ def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
     """The cluster of a trace given without --cluster: ``--size`` GPUs in hosts of 8 when
     asked for, else the hosts the trace names (sacct's NodeList), else a usage error: a
     guessed cluster would make every figure of the run meaningless."""
-    if size is not None:
-        return tuple(Host(f"h{i:03d}", 8) for i in range(max(1, size // 8)))
+    if size is not None:  # a multiple of 8 (checked as the flag is read)
+        return tuple(Host(f"h{i:03d}", 8) for i in range(size // 8))
     if derived:
         sizes = sorted({h.gpus for h in derived})
         each = (plural(sizes[0], "GPU") + " each" if len(sizes) == 1
@@ -240,9 +258,11 @@ def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
 def build_scenario(
     scenario: str, trace: Path | None, fmt: str, maps: Sequence[str], budgets: int | None,
     budget_column: str | None, tree_file: Path | None, cluster: str | None, days: float | None,
-    seed: int, size: int | None, max_min_runtime: float,
+    seed: int, size: int | None, max_min_runtime: float, warn: bool = True,
 ) -> Scenario:
-    """The scenario the options describe: built-in or a trace, then tree and cluster."""
+    """The scenario the options describe: built-in or a trace, then tree and cluster. The
+    trace's warnings (rows skipped or changed on the way in) go to stderr, unless ``warn``
+    is false (a sweep's further seeds load the same rows again)."""
     tree = load_tree(tree_file) if tree_file else None
     hosts = parse_cluster(cluster) if cluster else None
     pools = parse_pools(cluster) if cluster else None
@@ -275,10 +295,19 @@ def build_scenario(
                 raise click.BadParameter(str(e).removeprefix("mapping: "),
                                          param_hint="--map") from None
             raise click.ClickException(str(e)) from None
+        if warn:
+            for line in loaded.warnings:
+                click.echo(f"warning: {line}", err=True)
         if not loaded.jobs:
             raise click.ClickException(f"{trace}: no usable jobs in the trace")
-        last = max(j.spec.submit_time for j in loaded.jobs)
+        latest = max(loaded.jobs, key=lambda j: j.spec.submit_time)
+        last = latest.spec.submit_time
         span = days if days is not None else max(1.0, math.ceil(last / 86400.0))
+        if span > MAX_DAYS:  # the run would keep a row per hour of it: refused, not tried
+            raise click.ClickException(
+                f"{trace}: workload {latest.spec.id!r} is submitted {last / 86400.0:,.0f} days "
+                f"after the first; the simulator replays at most {MAX_DAYS:,} days (a time in "
+                "milliseconds, or a mistyped year?). Give --days to replay the first days only")
         if hosts is None:
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         return _fleet_checked(Scenario(
@@ -325,6 +354,15 @@ def _fleet_checked(sc: Scenario) -> Scenario:
     return sc
 
 
+def hosts_of_eight(_ctx: click.Context, _param: click.Parameter, size: int | None
+                    ) -> int | None:
+    """``--size``: GPUs in hosts of 8, so a multiple of 8 (not rounded down in silence)."""
+    if size is not None and size % 8:
+        raise click.BadParameter(f"{size} is not a multiple of 8 (hosts of 8 GPUs); "
+                                 f"{size // 8 * 8 or 8} or {size // 8 * 8 + 8}?")
+    return size
+
+
 def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The options shared by ``simulate`` and ``sweep`` that say what to replay."""
     opts = [
@@ -347,10 +385,10 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "(with cluster and kind per host: several pools, see docs/simulator.md); "
                      "a trace needs it unless it names its hosts (sacct's NodeList) or --size "
                      "is given"),
-        click.option("--days", type=click.FloatRange(min=0, min_open=True),
+        click.option("--days", type=click.FloatRange(min=0, min_open=True, max=MAX_DAYS),
                      help="simulated days (default: the scenario's, or the trace's span)"),
         click.option("--seed", default=0, show_default=True, help="scenario seed"),
-        click.option("--size", type=click.IntRange(min=8),
+        click.option("--size", type=click.IntRange(min=8), callback=hosts_of_eight,
                      help="GPUs of the cluster in hosts of 8: the seed scenario's, or a "
                      "trace's when --cluster is not given"),
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
@@ -364,11 +402,11 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _scenario_from(kw: dict[str, Any], config: PolicyConfig) -> Scenario:
+def _scenario_from(kw: dict[str, Any], config: PolicyConfig, warn: bool = True) -> Scenario:
     return build_scenario(
         kw["scenario"], kw["trace"], kw["fmt"], kw["maps"], kw["budgets"], kw["budget_column"],
         kw["tree_file"], kw["cluster"], kw["days"], kw["seed"], kw["size"],
-        float(config.max_min_runtime),
+        float(config.max_min_runtime), warn,
     )
 
 
@@ -391,8 +429,12 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
         scenario, list(dict.fromkeys(policies or POLICY_CHOICES)), config, seed=kw["seed"],
         progress=not kw["quiet"], sim=sim, out=out, keep_tables=False,
     )
-    click.echo(f"scenario {scenario.name}: {len(scenario.jobs):,} workloads, "
-               f"{plural(len(scenario.hosts), 'host')}, {plural(scenario.days, 'day')}")
+    end = scenario.days * 86400.0
+    replayed = sum(1 for j in scenario.jobs if j.spec.submit_time < end)
+    of = "" if replayed == len(scenario.jobs) else f" (of {len(scenario.jobs):,} in it)"
+    click.echo(f"scenario {scenario.name}: {plural(replayed, 'workload')} submitted in the "
+               f"{plural(scenario.days, 'day')} replayed{of}, "
+               f"{plural(len(scenario.hosts), 'host')}")
     click.echo(format_table([r.summary for r in results]))
     if "pools" in results[0].summary:
         from apportion.sim.fleet import pools_table
@@ -462,7 +504,8 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
             raise click.UsageError("--grid max_min_runtime above the base setting needs "
                                    "clamp_min_runtime (each point lowers to its own cap)")
         config = dataclasses.replace(config, max_min_runtime=max(caps))
-    scenarios = {s: _scenario_from({**kw, "seed": s}, config) for s in seed_list}
+    scenarios = {s: _scenario_from({**kw, "seed": s}, config, warn=s == seed_list[0])
+                 for s in seed_list}
     _warn_lookback(next(iter(scenarios.values())).days, kw["days"], base, axes, labels)
     out: Path = kw["out"]
     try:
