@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from apportion.bench.replay import peak_rss_mb
@@ -120,3 +122,28 @@ def test_bench_pass_takes_policy_settings() -> None:
     assert runs[("--set", "rebalance=false")] < runs[()]
     code, out = invoke("bench", "--set", "restart_overhead=0")
     assert code == 2 and "restart_overhead: an engine setting" in out
+
+
+def test_bench_replay_runs_each_policy_on_the_first_hour_before_timing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before the timed runs, each policy runs once, untimed, on the scenario's first hour
+    (only the workloads submitted in it), so that a process's one-time costs do not all
+    fall on the policy timed first: the engines made are, in order, a one-hour run of each
+    policy, then each policy on the whole scenario."""
+    from apportion.bench import replay
+    from apportion.cli.simulate import build_scenario
+
+    made: list[tuple[str, float, int]] = []
+    real = replay.Engine
+
+    def recording(scenario: Any, policy: Any, config: Any, **kw: Any) -> Any:
+        made.append((kw["name"], scenario.days, len(scenario.jobs)))
+        return real(scenario, policy, config, **kw)
+
+    monkeypatch.setattr(replay, "Engine", recording)
+    sc = build_scenario("seed", ITP, "itp", (), 3, None, None, "2x8", 2.0, 0, None, 28800.0)
+    replay.run(sc, policies=("legacy", "fairshare"))
+    first_hour = sum(1 for j in sc.jobs if j.spec.submit_time < 3600.0)
+    assert 0 < first_hour < len(sc.jobs)
+    assert made == [("legacy", 1 / 24, first_hour), ("fairshare", 1 / 24, first_hour),
+                    ("legacy", 2.0, len(sc.jobs)), ("fairshare", 2.0, len(sc.jobs))]
