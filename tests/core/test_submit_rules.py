@@ -174,7 +174,12 @@ def test_parse_array(text: str, indexes: tuple[int, ...], throttle: int) -> None
 @pytest.mark.parametrize(
     ("text", "message"),
     [("5-3", "ends before it starts"), ("a-b", "is not an index"), ("0-9%0", "throttle"),
-     ("0-9%x", "throttle"), ("", "is not an index")],
+     ("0-9%x", "throttle"), ("", "is not an index"),
+     # a throttle too large to store, and digits int() refuses or reads (not ASCII): all
+     # named errors, never a ValueError (a 500) nor an index read from '٣'
+     ("0-2%99999999999999999999", "throttle after % must be a whole number from 1 to 10000"),
+     ("0-2%²", "throttle"), ("²-3", "is not an index"), ("1-٣", "is not an index"),
+     ("0-" + "9" * 5000, "index 9{5000} is over 2147483647")],
 )
 def test_parse_array_refuses_with_the_part_at_fault(text: str, message: str) -> None:
     with pytest.raises(CoreError, match=message):

@@ -15,6 +15,7 @@ requeued): at most ``throttle`` of them, so never more than ``throttle`` run at 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -69,6 +70,13 @@ def parse_dependency(text: str) -> tuple[tuple[After, str], ...]:
 
 
 MAX_ARRAY = 10_000  # elements of one array
+_DIGITS = re.compile(r"[0-9]+")  # an index or a throttle, as typed
+
+
+def _whole(digits: str) -> int:
+    """The number ``digits`` (ASCII) writes; past 12 digits, over every bound here without
+    reading it (int() refuses texts of more than 4,300 digits)."""
+    return int(digits) if len(digits) <= 12 else 10**12
 MAX_ARRAY_INDEX = 2**31 - 1  # a 32-bit column
 
 
@@ -79,19 +87,22 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     spec, _, limit = text.strip().partition("%")
     throttle = 0
     if limit:
-        if not limit.strip().isdigit() or int(limit) < 1:
-            raise CoreError(f"array: {text!r}: the throttle after % must be a whole number >= 1")
-        throttle = int(limit)
+        # ASCII digits only: str.isdigit() also passes '²', which int() refuses
+        if not _DIGITS.fullmatch(limit.strip()) or not 1 <= _whole(limit.strip()) <= MAX_ARRAY:
+            raise CoreError(f"array: {text!r}: the throttle after % must be a whole number "
+                            f"from 1 to {MAX_ARRAY}")
+        throttle = _whole(limit.strip())
     indexes: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
         lo, dash, hi = part.partition("-")
-        if not lo.isdigit() or (dash and not hi.isdigit()):
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
             raise CoreError(f"array: {text!r}: {part!r} is not an index or a range like 0-99")
-        first, last = int(lo), int(hi) if dash else int(lo)
+        first, last = _whole(lo), _whole(hi) if dash else _whole(lo)
         if last < first:
             raise CoreError(f"array: {text!r}: range {part!r} ends before it starts")
         if last > MAX_ARRAY_INDEX:
-            raise CoreError(f"array: {text!r}: index {last} is over {MAX_ARRAY_INDEX}")
+            raise CoreError(f"array: {text!r}: index {hi if dash else lo} is over "
+                            f"{MAX_ARRAY_INDEX}")
         if last - first + 1 > MAX_ARRAY:
             raise CoreError(f"array: {last - first + 1} elements, at most {MAX_ARRAY}")
         indexes.update(range(first, last + 1))
