@@ -20,6 +20,7 @@ from apportion.sim.report import (
     BUDGET_COLORS,
     OTHER_COLOR,
     POLICY_COLORS,
+    REASON_COLORS,
     REFERENCE,
     REFERENCE_HEADING,
     RunTables,
@@ -286,6 +287,48 @@ def test_attainment_labels_are_horizontal_and_complete(seed_run: Run) -> None:
     angles = {m for t in texts(svg)
               for m in re.findall(r"rotate\((-?[\d.]+)", t.get("transform") or "")}
     assert angles <= {"-0", "0"}
+
+
+def bar_heights(svg: ET.Element, axes: int) -> dict[str, list[float]]:
+    """The heights (in SVG units) of the bars of the ``axes``-th plot (1-based), per fill
+    colour in drawing order (a bar with no fill style is black, matplotlib's default)."""
+    (ax,) = [g for g in svg.iter("g") if (g.get("id") or "").endswith(f"-axes_{axes}")]
+    out: dict[str, list[float]] = {}
+    for path in ax.iter("path"):
+        if not path.get("clip-path") or "stroke" in (path.get("style") or ""):
+            continue  # the background is not clipped; grid lines are stroked
+        ys = [float(y) for y in re.findall(r"[ML] [\d.]+ ([\d.]+)", path.get("d") or "")]
+        fill = re.findall(r"fill: (#[0-9a-f]{6})", path.get("style") or "") or ["#000000"]
+        out.setdefault(fill[0], []).append(max(ys) - min(ys))
+    return out
+
+
+def test_preemption_bars_are_the_tables_counts_per_day_and_reason(seed_run: Run) -> None:
+    """Each policy's preemption bars are, day by day and reason by reason, the sums of the
+    hourly table's ``preemptions_<reason>`` columns, on one scale for both panels: on the
+    3-day seed run fair share's day 0 has unallocated preemptions only (no share of the
+    run's rebalances), and the legend does not speak of a split."""
+    out, _, text = seed_run
+    svg = figures(text)["preempt"]
+    drawn, counts = {}, {}
+    for axes, policy in enumerate(POLICIES, start=1):
+        with (out / f"cluster_hours-{policy}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        days = int(rows[-1]["hour"]) // 24 + 1
+        for reason, color in REASON_COLORS.items():
+            per_day = [0] * days
+            for r in rows:
+                per_day[int(r["hour"]) // 24] += int(r[f"preemptions_{reason}"])
+            counts[policy, reason] = per_day
+            drawn[policy, reason] = bar_heights(svg, axes)[color]
+    # SVG units per preemption, from the biggest count: the same for every bar
+    key, day = max(((k, d) for k, c in counts.items() for d in range(len(c))),
+                   key=lambda kd: counts[kd[0]][kd[1]])
+    scale = drawn[key][day] / counts[key][day]
+    for key, heights in drawn.items():
+        assert heights == pytest.approx([scale * n for n in counts[key]], abs=1e-3), key
+    assert counts["fairshare", "rebalance"][0] == 0 < counts["fairshare", "unallocated"][0]
+    assert not [t for t in texts(svg) if "split" in (t.text or "")]
 
 
 def test_legends_sit_outside_the_plots(seed_run: Run) -> None:
