@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -24,6 +25,7 @@ from apportion.sim.report import (
     REFERENCE,
     REFERENCE_HEADING,
     RunTables,
+    chart_budgets,
     fmt_num,
     fmt_pct,
     load_tables,
@@ -426,6 +428,26 @@ def test_report_survives_missing_tables(seed_run: Run, tmp_path: Path) -> None:
     assert "workloads-fairshare.csv" in text and "cluster_hours-legacy.csv" in text
     assert list(figures(text)) == ["attain"]
     assert headline(text)["occupancy"][0] == fmt_pct(summaries[0]["occupancy"])
+
+
+def test_chart_budgets_rank_by_gpu_hours_delivered_over_both_runs_ties_by_name() -> None:
+    """Four top-level budgets of equal share: fair share delivered a 1, b 9, c 2, d 0 and
+    legacy a 1, b 0, c 7, d 2 GPU-hours (a child of b, one level down, 50: not counted).
+    Summed over both runs b and c have 9, a and d 2: the order is b, c, a, d (by use, ties
+    by name), not by share and name (a, b, c, d), nor by one run alone."""
+    def run(policy: str, delivered: dict[str, float]) -> RunTables:
+        names = [*delivered, "b/x"]
+        return RunTables(policy, budget_hours={
+            "hour": np.zeros(len(names)),
+            "budget": np.array(names, dtype=str),
+            "depth": np.array([1.0] * len(delivered) + [2.0]),
+            "share": np.array([0.25] * len(delivered) + [0.25]),
+            "delivered": np.array([*delivered.values(), 50.0]),
+        })
+
+    runs = [run("fairshare", {"a": 1.0, "b": 9.0, "c": 2.0, "d": 0.0}),
+            run("legacy", {"a": 1.0, "b": 0.0, "c": 7.0, "d": 2.0})]
+    assert chart_budgets(runs, 1) == ["b", "c", "a", "d"]
 
 
 def test_more_budgets_than_colours_fold_into_one_band(tmp_path: Path) -> None:

@@ -246,22 +246,26 @@ def chart_depth(runs: Sequence[RunTables]) -> int:
 
 
 def chart_budgets(runs: Sequence[RunTables], depth: int) -> list[str]:
-    """The budgets at ``depth``, biggest share first (the order of the bands and legends)."""
-    share: dict[str, float] = {}
+    """The budgets at ``depth``, the biggest first: most GPU-hours delivered (what the bands
+    show) summed over ``runs``, ties by name. The order of the bands and legends, and so
+    which budgets keep a colour of their own (:func:`shown_budgets`): by use, not by share,
+    so equal shares never hide the budget that used the most."""
+    used: dict[str, float] = {}
     for run in runs:
         bh = run.budget_hours
         if bh is None:
             continue
         mask = bh["depth"] == depth
-        for name, sh in zip(bh["budget"][mask].tolist(), bh["share"][mask].tolist(),
-                            strict=True):
-            share.setdefault(str(name), float(sh))
-    return sorted(share, key=lambda n: (-share[n], n))
+        for name, hours in zip(bh["budget"][mask].tolist(),
+                               np.nan_to_num(bh["delivered"][mask]).tolist(), strict=True):
+            used[str(name)] = used.get(str(name), 0.0) + float(hours)
+    return sorted(used, key=lambda n: (-used[n], n))
 
 
 def shown_budgets(nodes: Sequence[str]) -> tuple[list[str], list[str]]:
     """(drawn one by one, folded into one "other" band): every budget gets its own colour
-    while there are colours enough; beyond that the biggest keep theirs."""
+    while there are colours enough; beyond that the first (the biggest, see
+    :func:`chart_budgets`) keep theirs."""
     if len(nodes) <= len(BUDGET_COLORS):
         return list(nodes), []
     keep = len(BUDGET_COLORS) - 1
@@ -501,7 +505,8 @@ def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
     handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2, label=n)
                for n in shown]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
-               title=f"the {len(shown)} biggest of {len(nodes)}" if rest else None,
+               title=f"the {len(shown)} of {len(nodes)} given\nthe most GPU-hours"
+               if rest else None,
                title_fontsize=8)
     return svg_of(fig, key)
 
