@@ -246,6 +246,42 @@ def test_squatting_counts_as_assigned_not_lost() -> None:
     assert res.summary["lost_gpu_hours"] == 0
 
 
+def test_cluster_hours_count_preemptions_per_reason_in_the_hour_they_happen() -> None:
+    """Sixteen 1-GPU workloads fill two hosts (j01-j08 on h0, j09-j16 on h1); a scripted
+    policy preempts j01 and j02 for ``unallocated`` in hour 0, j03 for ``rebalance`` and j04
+    for ``drain`` in hour 1, j05 for ``unallocated`` and j06 for ``drain`` in hour 3, and h1
+    fails in hour 2, killing its eight workloads (``host_failure``). The hourly table's
+    ``preemptions_<reason>`` columns count exactly these, hour by hour; each hour's counts sum
+    to its ``preemptions`` column, and each reason's to the summary's count."""
+    from apportion.core import Preempt, PreemptReason
+    from apportion.sim.metrics import CLUSTER_HOUR_COLUMNS
+
+    plan = [(600.0, "j01", PreemptReason.UNALLOCATED), (1200.0, "j02", PreemptReason.UNALLOCATED),
+            (4000.0, "j03", PreemptReason.REBALANCE), (5000.0, "j04", PreemptReason.DRAIN),
+            (12600.0, "j05", PreemptReason.UNALLOCATED), (13000.0, "j06", PreemptReason.DRAIN)]
+
+    def scripted(state: ClusterState, now: float, config: PolicyConfig) -> Decisions:
+        due = tuple(Preempt(w, reason, False) for t, w, reason in plan
+                    if t <= now and w in state.running)
+        later = [t for t, _, _ in plan if t > now]
+        return Decisions(starts=fifo(state, now, config).starts, preemptions=due,
+                         recheck_at=min(later) if later else None)
+
+    jobs = [job(f"j{i:02d}", "a", 1, 0, 10 * HOUR) for i in range(1, 17)]
+    events = (HostEvent(9000, "h1", HostEventKind.FAIL),)
+    res = run(scenario(jobs, 5, hosts=2, events=events, repair=100 * HOUR), scripted)
+    hours = [dict(zip(CLUSTER_HOUR_COLUMNS, r, strict=True)) for r in res.cluster_hours]
+    reasons = [r.value for r in PreemptReason]
+    assert [{k: h[f"preemptions_{k}"] for k in reasons if h[f"preemptions_{k}"]}
+            for h in hours] == [
+        {"unallocated": 2}, {"rebalance": 1, "drain": 1}, {"host_failure": 8},
+        {"unallocated": 1, "drain": 1}, {}]
+    assert [sum(h[f"preemptions_{k}"] for k in reasons) for h in hours] == [
+        h["preemptions"] for h in hours]
+    assert {k: sum(h[f"preemptions_{k}"] for h in hours) for k in reasons} == {
+        k: res.summary["preemptions"][k] for k in reasons}
+
+
 def test_rejected_specs_are_counted() -> None:
     """Without clamping, a min_runtime over the cap is refused by validate_spec."""
     res = run(scenario([job("big", "a", 8, 0, 100, min_runtime=9 * HOUR)], 1), decide,

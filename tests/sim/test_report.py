@@ -12,6 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -20,9 +21,11 @@ from apportion.sim.report import (
     BUDGET_COLORS,
     OTHER_COLOR,
     POLICY_COLORS,
+    REASON_COLORS,
     REFERENCE,
     REFERENCE_HEADING,
     RunTables,
+    chart_budgets,
     fmt_num,
     fmt_pct,
     load_tables,
@@ -288,6 +291,48 @@ def test_attainment_labels_are_horizontal_and_complete(seed_run: Run) -> None:
     assert angles <= {"-0", "0"}
 
 
+def bar_heights(svg: ET.Element, axes: int) -> dict[str, list[float]]:
+    """The heights (in SVG units) of the bars of the ``axes``-th plot (1-based), per fill
+    colour in drawing order (a bar with no fill style is black, matplotlib's default)."""
+    (ax,) = [g for g in svg.iter("g") if (g.get("id") or "").endswith(f"-axes_{axes}")]
+    out: dict[str, list[float]] = {}
+    for path in ax.iter("path"):
+        if not path.get("clip-path") or "stroke" in (path.get("style") or ""):
+            continue  # the background is not clipped; grid lines are stroked
+        ys = [float(y) for y in re.findall(r"[ML] [\d.]+ ([\d.]+)", path.get("d") or "")]
+        fill = re.findall(r"fill: (#[0-9a-f]{6})", path.get("style") or "") or ["#000000"]
+        out.setdefault(fill[0], []).append(max(ys) - min(ys))
+    return out
+
+
+def test_preemption_bars_are_the_tables_counts_per_day_and_reason(seed_run: Run) -> None:
+    """Each policy's preemption bars are, day by day and reason by reason, the sums of the
+    hourly table's ``preemptions_<reason>`` columns, on one scale for both panels: on the
+    3-day seed run fair share's day 0 has unallocated preemptions only (no share of the
+    run's rebalances), and the legend does not speak of a split."""
+    out, _, text = seed_run
+    svg = figures(text)["preempt"]
+    drawn, counts = {}, {}
+    for axes, policy in enumerate(POLICIES, start=1):
+        with (out / f"cluster_hours-{policy}.csv").open(newline="") as f:
+            rows = list(csv.DictReader(f))
+        days = int(rows[-1]["hour"]) // 24 + 1
+        for reason, color in REASON_COLORS.items():
+            per_day = [0] * days
+            for r in rows:
+                per_day[int(r["hour"]) // 24] += int(r[f"preemptions_{reason}"])
+            counts[policy, reason] = per_day
+            drawn[policy, reason] = bar_heights(svg, axes)[color]
+    # SVG units per preemption, from the biggest count: the same for every bar
+    key, day = max(((k, d) for k, c in counts.items() for d in range(len(c))),
+                   key=lambda kd: counts[kd[0]][kd[1]])
+    scale = drawn[key][day] / counts[key][day]
+    for key, heights in drawn.items():
+        assert heights == pytest.approx([scale * n for n in counts[key]], abs=1e-3), key
+    assert counts["fairshare", "rebalance"][0] == 0 < counts["fairshare", "unallocated"][0]
+    assert not [t for t in texts(svg) if "split" in (t.text or "")]
+
+
 def test_legends_sit_outside_the_plots(seed_run: Run) -> None:
     """No legend is drawn inside a plot's axes: every legend belongs to the figure."""
     for key, svg in figures(seed_run[2]).items():
@@ -383,6 +428,26 @@ def test_report_survives_missing_tables(seed_run: Run, tmp_path: Path) -> None:
     assert "workloads-fairshare.csv" in text and "cluster_hours-legacy.csv" in text
     assert list(figures(text)) == ["attain"]
     assert headline(text)["occupancy"][0] == fmt_pct(summaries[0]["occupancy"])
+
+
+def test_chart_budgets_rank_by_gpu_hours_delivered_over_both_runs_ties_by_name() -> None:
+    """Four top-level budgets of equal share: fair share delivered a 1, b 9, c 2, d 0 and
+    legacy a 1, b 0, c 7, d 2 GPU-hours (a child of b, one level down, 50: not counted).
+    Summed over both runs b and c have 9, a and d 2: the order is b, c, a, d (by use, ties
+    by name), not by share and name (a, b, c, d), nor by one run alone."""
+    def run(policy: str, delivered: dict[str, float]) -> RunTables:
+        names = [*delivered, "b/x"]
+        return RunTables(policy, budget_hours={
+            "hour": np.zeros(len(names)),
+            "budget": np.array(names, dtype=str),
+            "depth": np.array([1.0] * len(delivered) + [2.0]),
+            "share": np.array([0.25] * len(delivered) + [0.25]),
+            "delivered": np.array([*delivered.values(), 50.0]),
+        })
+
+    runs = [run("fairshare", {"a": 1.0, "b": 9.0, "c": 2.0, "d": 0.0}),
+            run("legacy", {"a": 1.0, "b": 0.0, "c": 7.0, "d": 2.0})]
+    assert chart_budgets(runs, 1) == ["b", "c", "a", "d"]
 
 
 def test_more_budgets_than_colours_fold_into_one_band(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from apportion.core import BudgetTree
+from apportion.core import BudgetTree, PreemptReason
 from apportion.sim.metrics import Recorder, percentiles, team_of
 
 TREE = BudgetTree.build([("p/t1/a", 1.0), ("p/t1/b", 1.0), ("q/t2/c", 2.0)])
@@ -25,7 +25,7 @@ def test_owed_is_min_of_share_and_ask() -> None:
     rec = recorder()
     rec.queued("p/t1/a", 4, True, 0.0)
     rec.started("p/t1/a", 1, True, False, 0.0)  # part of it, for the sake of the test
-    rec.stopped("p/t1/a", 1, 0, True, False, 1800.0, requeued=True, preempted=False)
+    rec.stopped("p/t1/a", 1, 0, True, False, 1800.0, requeued=True, reason=None)
     rec.close_hour(3600.0)
     (row,) = rows(rec, "p/t1/a")
     assert row[8] == pytest.approx(2.0)  # owed
@@ -76,7 +76,7 @@ def test_attainment_sums_hours_before_dividing() -> None:
     rec = recorder()
     rec.queued("q/t2/c", 4, True, 0.0)
     rec.started("q/t2/c", 4, True, False, 0.0)
-    rec.stopped("q/t2/c", 4, 4, True, False, 3600.0, requeued=True, preempted=True)
+    rec.stopped("q/t2/c", 4, 4, True, False, 3600.0, requeued=True, reason=PreemptReason.REBALANCE)
     rec.close_hour(3600.0)
     rec.close_hour(7200.0)
     att = rec.attainment()

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 
 from apportion.cli.main import main
 from apportion.sim.model import Scenario
 from apportion.sim.scenarios import get_scenario
-from apportion.sim.sweep import format_sweep, run_point, run_sweep
+from apportion.sim.sweep import format_sweep, run_point, run_sweep, sweep_figure
 from apportion.sim.sweep_ray import pack, unpack
 
 COST = ("wall_s", "cpu_s", "events_per_s", "peak_memory_mb")  # measured, not computed
@@ -108,6 +109,25 @@ def test_sweep_shows_grid_values_as_typed(tmp_path: Path) -> None:
     assert data[1]["typed"] == {"lookback": "12h", "max_min_runtime": "90m"}
     with (tmp_path / "sweep.csv").open() as f:
         assert float(next(csv.DictReader(f))["lookback"]) == 43200
+
+
+@pytest.mark.parametrize("waits", [(150.0, 600.0), (20.0, 150.0)])
+def test_debug_wait_panel_has_tick_labels_among_its_values(waits: tuple[float, float]) -> None:
+    """Debug wait p90s of 150 and 600 s (within one decade, no power of ten among them) or
+    of 20 and 150 s (one power of ten among them): once drawn, the panel's y axis has at
+    least two labelled ticks between the smallest and the largest value."""
+    import matplotlib.pyplot as plt
+
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_min": 0.8,
+             "debug_wait_p90_s": wait, "occupancy": 0.9, "unallocated_fraction": 0.1,
+             "lost_gpu_hours": 10.0} for x, wait in zip((43200.0, 86400.0), waits, strict=True)]
+    fig = sweep_figure(rows, ["lookback"])
+    fig.canvas.draw()
+    (ax,) = [a for a in fig.axes if a.get_title() == "debug wait p90 (s)"]
+    shown = [t.get_text() for t in ax.get_yticklabels()
+             if t.get_text() and min(waits) <= t.get_position()[1] <= max(waits)]
+    plt.close(fig)
+    assert len(shown) >= 2, shown
 
 
 def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> None:

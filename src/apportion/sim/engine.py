@@ -387,7 +387,7 @@ class Engine:
         j.end = now
         j.run_no += 1  # its completion event is stale now
         self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
-                         requeued=False, preempted=False)
+                         requeued=False, reason=None)
         if self._observe is not None:
             self._observe("ended", wid, self.state)
 
@@ -423,7 +423,7 @@ class Engine:
         j.remaining -= cost.kept
         j.run_no += 1  # its completion and min-runtime events are stale now
         self.rec.stopped(spec.budget, gpus, spec.gpus, spec.allocated, j.job.squat, now,
-                         requeued=requeue, preempted=True)
+                         requeued=requeue, reason=reason)
         if requeue:
             j.overhead = self.sim.restart_overhead
             self.restart_s += j.overhead * gpus
@@ -561,7 +561,7 @@ class Engine:
         j.end = now
         j.run_no += 1
         self.rec.stopped(spec.budget, j.held, spec.gpus, spec.allocated, j.job.squat, now,
-                         requeued=False, preempted=False)
+                         requeued=False, reason=None)
         if self._observe is not None:
             self._observe("ended", wid, self.state)
         return True

@@ -15,9 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from apportion.core import BudgetTree, ancestors, usage_ratio
+from apportion.core import BudgetTree, PreemptReason, ancestors, usage_ratio
 
 HOUR = 3600.0
+
+# the reasons a running workload is stopped for, in core's order: one count column each
+PREEMPT_REASONS = tuple(r.value for r in PreemptReason)
 
 BUDGET_HOUR_COLUMNS = (
     "hour", "span_h", "budget", "depth", "leaf", "share", "healthy_gpus", "asked", "owed",
@@ -26,6 +29,7 @@ BUDGET_HOUR_COLUMNS = (
 CLUSTER_HOUR_COLUMNS = (
     "hour", "span_h", "total_gpus", "healthy_gpus", "assigned", "allocated", "unallocated",
     "squat", "pending", "running", "starts", "preemptions", "outstanding", "abandoned",
+    *(f"preemptions_{r}" for r in PREEMPT_REASONS),
 )
 
 
@@ -115,6 +119,7 @@ class Recorder:
         self._h_squat = 0.0
         self._h_starts = 0
         self._h_preempts = 0
+        self._h_by_reason = dict.fromkeys(PREEMPT_REASONS, 0)
         # GPUs asked for by all pending and running work (allocated or not), its integral in
         # the open hour, and one (outstanding / healthy, span) sample per closed hour
         self._outstanding = 0
@@ -185,18 +190,20 @@ class Recorder:
 
     def stopped(
         self, budget: str, gpus: int, asked: int, allocated: bool, squat: bool, t: float,
-        requeued: bool, preempted: bool,
+        requeued: bool, reason: PreemptReason | None,
     ) -> None:
         """A running workload holding ``gpus`` (it asked for ``asked``) ended (completed,
-        preempted, lost) or went back to the queue."""
+        preempted, lost) or went back to the queue; ``reason`` is why it was preempted or
+        killed, None when it was not (it completed or timed out)."""
         self.advance(t)
         self.running -= 1
         if requeued:
             self.pending += 1
         else:
             self._outstanding -= asked
-        if preempted:
+        if reason is not None:
             self._h_preempts += 1
+            self._h_by_reason[reason.value] += 1
         self._assigned -= gpus
         if not allocated:
             self._unalloc -= gpus
@@ -273,7 +280,7 @@ class Recorder:
             hour, span_h, self.total_gpus, healthy_avg, self._h_assigned / span,
             (self._h_assigned - self._h_unalloc) / span, self._h_unalloc / span,
             self._h_squat / span, self.pending, self.running, self._h_starts, self._h_preempts,
-            self._h_outstanding / span, self._h_abandoned,
+            self._h_outstanding / span, self._h_abandoned, *self._h_by_reason.values(),
         ))
         if self._h_healthy > 0:
             self.outstanding_samples.append((self._h_outstanding / self._h_healthy, span_h))
@@ -285,6 +292,7 @@ class Recorder:
         self._h_healthy = self._h_assigned = self._h_unalloc = self._h_squat = 0.0
         self._h_outstanding = 0.0
         self._h_starts = self._h_preempts = self._h_abandoned = 0
+        self._h_by_reason = dict.fromkeys(PREEMPT_REASONS, 0)
         self._hour_start = t
 
     def outstanding_ratio(self) -> dict[str, float | None]:

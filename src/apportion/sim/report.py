@@ -40,7 +40,8 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
 from apportion.core import format_duration, plural  # noqa: E402
 
-REASONS = ("unallocated", "rebalance", "drain", "host_failure")
+from .metrics import PREEMPT_REASONS as REASONS  # noqa: E402
+
 MAX_POINTS = 1500  # per time series; longer runs are averaged into wider bins
 CDF_POINTS = 400
 
@@ -245,22 +246,26 @@ def chart_depth(runs: Sequence[RunTables]) -> int:
 
 
 def chart_budgets(runs: Sequence[RunTables], depth: int) -> list[str]:
-    """The budgets at ``depth``, biggest share first (the order of the bands and legends)."""
-    share: dict[str, float] = {}
+    """The budgets at ``depth``, the biggest first: most GPU-hours delivered (what the bands
+    show) summed over ``runs``, ties by name. The order of the bands and legends, and so
+    which budgets keep a colour of their own (:func:`shown_budgets`): by use, not by share,
+    so equal shares never hide the budget that used the most."""
+    used: dict[str, float] = {}
     for run in runs:
         bh = run.budget_hours
         if bh is None:
             continue
         mask = bh["depth"] == depth
-        for name, sh in zip(bh["budget"][mask].tolist(), bh["share"][mask].tolist(),
-                            strict=True):
-            share.setdefault(str(name), float(sh))
-    return sorted(share, key=lambda n: (-share[n], n))
+        for name, hours in zip(bh["budget"][mask].tolist(),
+                               np.nan_to_num(bh["delivered"][mask]).tolist(), strict=True):
+            used[str(name)] = used.get(str(name), 0.0) + float(hours)
+    return sorted(used, key=lambda n: (-used[n], n))
 
 
 def shown_budgets(nodes: Sequence[str]) -> tuple[list[str], list[str]]:
     """(drawn one by one, folded into one "other" band): every budget gets its own colour
-    while there are colours enough; beyond that the biggest keep theirs."""
+    while there are colours enough; beyond that the first (the biggest, see
+    :func:`chart_budgets`) keep theirs."""
     if len(nodes) <= len(BUDGET_COLORS):
         return list(nodes), []
     keep = len(BUDGET_COLORS) - 1
@@ -500,7 +505,8 @@ def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
     handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2, label=n)
                for n in shown]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
-               title=f"the {len(shown)} biggest of {len(nodes)}" if rest else None,
+               title=f"the {len(shown)} of {len(nodes)} given\nthe most GPU-hours"
+               if rest else None,
                title_fontsize=8)
     return svg_of(fig, key)
 
@@ -551,55 +557,27 @@ def plot_occupancy(runs: Sequence[RunTables], palette: Palette, key: str) -> str
     return svg_of(fig, key)
 
 
-def _reason_columns(ch: Columns) -> dict[str, np.ndarray]:
-    """Per-reason hourly preemption counts, when the table has them (``preemptions_<reason>``
-    or ``preempt_<reason>``)."""
-    out = {}
-    for reason in REASONS:
-        for name in (f"preemptions_{reason}", f"preempt_{reason}"):
-            if name in ch:
-                out[reason] = np.nan_to_num(ch[name])
-                break
-    return out
-
-
-def plot_preemptions(summaries: Sequence[Json], runs: Sequence[RunTables], palette: Palette,
-                     key: str) -> str | None:
-    """Preemptions per day by reason, one panel per policy on a shared scale. When the hourly
-    table has no per-reason columns, the daily totals are drawn and split by the run's
-    overall mix."""
-    usable = [(s, r) for s, r in zip(summaries, runs, strict=True)
-              if r.cluster_hours is not None and len(r.cluster_hours["hour"])]
+def plot_preemptions(runs: Sequence[RunTables], palette: Palette, key: str) -> str | None:
+    """Preemptions per day by reason (the hourly table's ``preemptions_<reason>`` counts),
+    one panel per policy on a shared scale. A table without those columns (written before
+    they existed) has no panel."""
+    usable = [r for r in runs if r.cluster_hours is not None and len(r.cluster_hours["hour"])
+              and all(f"preemptions_{reason}" in r.cluster_hours for reason in REASONS)]
     if not usable:
         return None
     fig, axes = _figure(10, 3.4, ncols=len(usable))
     top = 0.0
-    split_any = False
-    for ax, (summary, run) in zip(axes, usable, strict=True):
+    for ax, run in zip(axes, usable, strict=True):
         ch = run.cluster_hours
         assert ch is not None
         day = (ch["hour"] // 24).astype(int)
         n_days = int(day.max()) + 1
-        by_reason = _reason_columns(ch)
-        split = not by_reason
-        daily: dict[str, np.ndarray]
-        if split:
-            total = np.bincount(day, weights=np.nan_to_num(ch["preemptions"]),
-                                minlength=n_days).astype(float)
-            counts = {r: _get(summary, "preemptions", r) for r in REASONS}
-            whole = sum(float(v) for v in counts.values() if _num(v))
-            if whole > 0:
-                daily = {r: total * float(v) / whole for r, v in counts.items() if _num(v)}
-            else:
-                daily = {"total": total}
-        else:
-            daily = {r: np.bincount(day, weights=v, minlength=n_days).astype(float)
-                     for r, v in by_reason.items()}
-        split_any = split_any or (split and len(daily) > 1)
         bottom = np.zeros(n_days)
-        for reason, vals in daily.items():
-            ax.bar(np.arange(n_days), vals, bottom=bottom,
-                   color=REASON_COLORS.get(reason, "#000000"), width=0.9)
+        for reason in REASONS:
+            vals = np.bincount(day, weights=np.nan_to_num(ch[f"preemptions_{reason}"]),
+                               minlength=n_days).astype(float)
+            ax.bar(np.arange(n_days), vals, bottom=bottom, color=REASON_COLORS[reason],
+                   width=0.9)
             bottom += vals
         top = max(top, float(bottom.max()) if len(bottom) else 0.0)
         ax.set_title(run.policy, loc="left", fontsize=10, color=palette.policy(run.policy),
@@ -612,9 +590,8 @@ def plot_preemptions(summaries: Sequence[Json], runs: Sequence[RunTables], palet
     axes[0].set_ylabel("preemptions per day")
     handles = [matplotlib.patches.Patch(color=REASON_COLORS[r], label=r.replace("_", " "))
                for r in REASONS]
-    title = "reason (split by the run's overall mix)" if split_any else "reason"
     fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), frameon=False,
-               title=title, title_fontsize=8, fontsize=8)
+               title="reason", title_fontsize=8, fontsize=8)
     return svg_of(fig, key)
 
 
@@ -1088,7 +1065,7 @@ def write_report(
          "share's sort metric; 1 means exactly its share."),
         ("Occupancy over time", "occupancy", plot_occupancy(runs, palette, "occupancy"), ""),
         ("Preemptions over time", "preempt",
-         plot_preemptions(summaries, runs, palette, "preempt"), ""),
+         plot_preemptions(runs, palette, "preempt"), ""),
     ]
     for heading, key, svg, caption in plots:
         if svg is None:

@@ -10,19 +10,23 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import multiprocessing
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from apportion.core import PolicyConfig, format_duration
 
 from .engine import Engine, SimConfig
 from .model import Scenario
 from .run import _get, _pct, make_policy, write_csv
+
+if TYPE_CHECKING:  # matplotlib is imported only when a sweep is plotted
+    from matplotlib.figure import Figure
 
 METRICS: tuple[tuple[str, str], ...] = (
     ("attainment_overall", "attainment.overall"),
@@ -227,8 +231,27 @@ def _mean(values: list[Any]) -> float:
     return sum(got) / len(got) if got else float("nan")
 
 
+def _wide(values: list[float]) -> bool:
+    """Whether the values spread over more than two decades (a value below 1 counts as 1:
+    symlog is linear there): only then does a log axis surely show two or more powers of
+    ten; over less it may show one or none, and so no tick label."""
+    got = [v for v in values if math.isfinite(v)]
+    return bool(got) and max(got) > 100 * max(min(got), 1.0)
+
+
 def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
                labels: Mapping[str, Mapping[Any, str]] | None = None) -> None:
+    """Write sweep.png and sweep.svg (see :func:`sweep_figure`)."""
+    fig = sweep_figure(rows, keys, labels)  # first: it picks matplotlib's backend
+    import matplotlib.pyplot as plt
+
+    fig.savefig(out / "sweep.png", dpi=110)
+    fig.savefig(out / "sweep.svg")
+    plt.close(fig)
+
+
+def sweep_figure(rows: list[dict[str, Any]], keys: list[str],
+                 labels: Mapping[str, Mapping[Any, str]] | None = None) -> Figure:
     """Four panels against the first grid key, one line per combination of the others (the
     mean over the seeds when there are several; failed points are left out)."""
     import matplotlib
@@ -254,6 +277,7 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
     n_seeds = len({row["seed"] for row in rows})
     fig, axs = plt.subplots(2, 2, figsize=(11, 7.5))
     for ax, (title, metrics, log) in zip(axs.flat, panels, strict=True):
+        drawn: list[float] = []
         for n, (group, at_x) in enumerate(groups.items()):
             order = sorted(at_x, key=xs.index)
             px = [x if numeric else xs.index(x) for x in order]
@@ -261,6 +285,7 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
                              for k, v in zip(others, group, strict=True)) or "fairshare"
             for style, metric in zip(("-", "--"), metrics, strict=False):
                 py = [_mean([r[metric] for r in at_x[x]]) for x in order]
+                drawn += py
                 ax.plot(px, py, style, marker="o", color=f"C{n % 10}",
                         label=name if style == "-" else None)
         ax.set_title(title, fontsize=10)
@@ -268,7 +293,9 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
         # ticks at the grid values, labelled as typed (3d, 8h), not in seconds
         ax.set_xticks([x if numeric else i for i, x in enumerate(xs)],
                       [label(x_key, x, labels) for x in xs])
-        if log:  # symlog: a wait of 0 s (every debug job started at once) is a valid point
+        # symlog: a wait of 0 s (every debug job started at once) is a valid point; over
+        # two decades or less a linear axis, whose ticks fall between the values
+        if log and _wide(drawn):
             ax.set_yscale("symlog", linthresh=1.0)
         ax.grid(alpha=0.3)
     if groups and len(groups) > 1:
@@ -276,9 +303,7 @@ def plot_sweep(out: Path, rows: list[dict[str, Any]], keys: list[str],
     mean = f" (mean of {n_seeds} seeds)" if n_seeds > 1 else ""
     fig.suptitle(f"apportion sweep: fair-share trade-offs{mean}")
     fig.tight_layout()
-    fig.savefig(out / "sweep.png", dpi=110)
-    fig.savefig(out / "sweep.svg")
-    plt.close(fig)
+    return fig
 
 
 def _dur(v: Any) -> str:
