@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 from collections import Counter
 from pathlib import Path
 
@@ -213,6 +214,17 @@ def test_sacct_bad_elapsed_names_line_and_column(tmp_path: Path) -> None:
         load_trace(path, format="sacct")
 
 
+def test_sacct_byte_that_is_not_utf8_is_reported_at_its_own_line(tmp_path: Path) -> None:
+    """A Latin-1 'é' in the User of line 2 of an sacct export is reported at line 2 and its
+    column, not as the whole file being unreadable."""
+    path = tmp_path / "s.txt"
+    path.write_bytes(SACCT.read_bytes().replace(b"|alice|", b"|alic\xe9|", 1))
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (f"{path}:2: row: not UTF-8 text: byte 0xe9 at column 10 "
+                            "(save the file as UTF-8)")
+
+
 def test_parse_tres() -> None:
     """gres/gpu wins over typed counts; typed counts add up; no GPU entry is 0."""
     assert parse_tres("cpu=4,gres/gpu=2,gres/gpu:a100=2") == 2
@@ -419,6 +431,33 @@ def test_bad_row_in_jsonl_names_its_line(tmp_path: Path) -> None:
                  '{"submit_time": 0, "gpus": "two", "duration": 60}\n')
     with pytest.raises(TraceError, match=rf"^{path}:2: gpus: not a whole number: 'two'$"):
         load_trace(path, budgets=1)
+
+
+@pytest.mark.parametrize("name", ["t.csv", "t.csv.gz", "t.jsonl"])
+@pytest.mark.parametrize("rows, bad_line", [(3, 2), (3000, 2501)])
+def test_a_byte_that_is_not_utf8_is_reported_at_its_own_line(
+    tmp_path: Path, name: str, rows: int, bad_line: int
+) -> None:
+    """A Latin-1 'é' (byte 0xe9) in a UTF-8 trace is reported at its own line and column,
+    both in line 2 of a small file and at line 2501, far past the first 8 KB the text reader
+    decodes at once: CSV, gzipped CSV and JSON Lines."""
+    if name.endswith(".jsonl"):
+        lines = [b'{"id": "j%d", "submit_time": %d, "gpus": 1, "duration": 600}\n' % (i, i)
+                 for i in range(rows)]
+        lines[bad_line - 1] = b'{"id": "caf\xe9", "submit_time": 0, "gpus": 1, "duration": 600}\n'
+        column = 12
+    else:
+        lines = [b"id,submit_time,gpus,duration\n"]
+        lines += [b"j%d,%d,1,600\n" % (i, i) for i in range(rows)]
+        lines[bad_line - 1] = b"caf\xe9,0,1,600\n"
+        column = 4
+    data = b"".join(lines)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == (f"{path}:{bad_line}: row: not UTF-8 text: byte 0xe9 at column "
+                            f"{column} (save the file as UTF-8)")
 
 
 def test_bad_row_in_mapped_csv_names_the_file_column(tmp_path: Path) -> None:
