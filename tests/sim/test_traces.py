@@ -484,6 +484,49 @@ def test_missing_required_column(tmp_path: Path) -> None:
     assert str(e.value) == f"{path}: duration: required column missing (columns: submit_time, gpus)"
 
 
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("id,submit_time,gpus,duration,duration",
+         "column 'duration' appears twice (columns 4 and 5)"),
+        ("id,submit_time,gpus,Duration, duration ",
+         "column 'Duration' appears twice (columns 4 and 5, as 'Duration' and 'duration')"),
+    ],
+)
+def test_a_column_named_twice_is_refused(tmp_path: Path, header: str, message: str) -> None:
+    """A CSV header naming a column twice, exactly or with another case and spaces around
+    it, fails at line 1 naming both columns (the last one used to win silently)."""
+    path = write(tmp_path, "t.csv", f"{header}\na,0,1,3600,5\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}:1: header: {message}"
+
+
+def test_a_parquet_column_named_twice_in_two_cases_is_refused(tmp_path: Path) -> None:
+    """A Parquet file with columns 'duration' and 'Duration' fails naming both (Parquet has
+    no lines, so no line either)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"submit_time": [0], "gpus": [1], "duration": [3600],
+                             "Duration": [5]}), path)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == (f"{path}: header: column 'duration' appears twice "
+                            "(columns 3 and 4, as 'duration' and 'Duration')")
+
+
+def test_an_sacct_column_named_twice_is_refused(tmp_path: Path) -> None:
+    """An sacct header with State twice fails at line 1 naming both columns."""
+    path = write(tmp_path, "s.txt", SACCT.read_text().replace("|State\n", "|state\n", 1)
+                 .replace("|ReqTRES|", "|State|", 1))
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (f"{path}:1: header: column 'State' appears twice "
+                            "(columns 9 and 10, as 'State' and 'state')")
+
+
 def test_unknown_format() -> None:
     """Unknown formats are refused, listing the known ones."""
     with pytest.raises(TraceError) as e:

@@ -74,6 +74,21 @@ def not_utf8(path: Path, error: UnicodeDecodeError, header: bool) -> TraceError:
     return TraceError(f"{path}: row: not UTF-8 text: {error}")  # the file changed meanwhile
 
 
+def check_header(where: str, header: list[str]) -> None:
+    """Refuse a column named twice: a row holds one value per name, so one of the two would
+    be dropped without a word. Names are compared ignoring case, as :func:`find_column`
+    matches them. Unnamed columns (``a,,b``) are let be: nothing can ask for them."""
+    first: dict[str, int] = {}  # lower-cased name -> its column, from 1
+    for i, name in enumerate(header, start=1):
+        j = first.setdefault(name.lower(), i)
+        if name and j != i:
+            other = header[j - 1]
+            spelt = "" if other == name else f", as {other!r} and {name!r}"
+            raise TraceError(
+                f"{where}: header: column {other!r} appears twice (columns {j} and {i}{spelt})"
+            )
+
+
 def read_table(path: Path, kind: str, delimiter: str = ",") -> Table:
     if kind == "csv":
         return _read_csv(path, "\t" if path.suffix.lower() == ".tsv" else delimiter)
@@ -98,6 +113,11 @@ def _read_csv(path: Path, delimiter: str) -> Table:
     except UnicodeDecodeError as e:
         f.close()
         raise not_utf8(path, e, header=True) from None
+    try:
+        check_header(f"{path}:1", header)
+    except TraceError:
+        f.close()
+        raise
 
     def rows() -> Iterator[tuple[int, Row]]:
         with f:
@@ -156,6 +176,7 @@ def _read_parquet(path: Path) -> Table:
     except (OSError, pa.ArrowException) as e:
         raise TraceError(f"{path}: cannot read Parquet: {e}") from None
     header = list(table.column_names)
+    check_header(str(path), header)
     records = table.to_pylist()
     return header, ((i + 2, r) for i, r in enumerate(records))
 
