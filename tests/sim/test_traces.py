@@ -253,6 +253,31 @@ def test_bad_map_option() -> None:
         parse_mapping(["gpus"])
 
 
+def test_a_field_mapped_twice_is_refused_naming_both_mappings() -> None:
+    """--map submit_time=queued_at --map submit_time=runtime is refused, naming the option and
+    both mappings (the last one used to win silently)."""
+    with pytest.raises(TraceError) as e:
+        parse_mapping(["submit_time=queued_at", "gpus=gpu_num", " submit_time = runtime"])
+    assert str(e.value) == ("--map: submit_time is mapped twice: submit_time=queued_at and "
+                            "submit_time=runtime")
+
+
+def test_one_column_is_read_as_two_fields_only_if_they_hold_the_same_kind() -> None:
+    """submit_time and duration both mapped to queued_at (in another case) is refused as a
+    mapping error naming both fields and the column; duration and min_runtime both mapped to
+    runtime is allowed: every job then declares its whole run (capped at 8 h)."""
+    path = DATA / "helios_like.csv"
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="csv", budget_column="vc", mapping={
+            "submit_time": "queued_at", "gpus": "gpu_num", "duration": "Queued_At"})
+    assert str(e.value) == ("mapping: submit_time (a time) and duration (a duration) both "
+                            "read column 'queued_at'")
+    trace = load_trace(path, format="csv", budget_column="vc", mapping={
+        "submit_time": "queued_at", "gpus": "gpu_num", "duration": "runtime",
+        "min_runtime": "runtime"})
+    assert all(j.spec.min_runtime == min(j.duration, 8 * HOUR) for j in trace.jobs)
+
+
 def test_map_to_a_missing_column(tmp_path: Path) -> None:
     """A mapped column the file lacks is named with the file."""
     path = DATA / "helios_like.csv"
