@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -483,6 +484,30 @@ def test_a_byte_that_is_not_utf8_is_reported_at_its_own_line(
         load_trace(path, budgets=1)
     assert str(e.value) == (f"{path}:{bad_line}: row: not UTF-8 text: byte 0xe9 at column "
                             f"{column} (save the file as UTF-8)")
+
+
+def test_parquet_decimal_columns_are_read_as_numbers(tmp_path: Path) -> None:
+    """Parquet decimal128 columns: gpus 1.0 and 2.0 are 1 and 2 GPUs, decimal submit times and
+    durations are seconds, a decimal priority 1.0 is 1; gpus 1.5 is still refused at its line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def dec(*values: str) -> pa.Array:
+        return pa.array([Decimal(v) for v in values], pa.decimal128(10, 1))
+
+    columns = {"id": pa.array(["a", "b"]), "submit_time": dec("0.0", "60.5"),
+               "gpus": dec("1.0", "2.0"), "duration": dec("3600.0", "1800.5"),
+               "priority": dec("0.0", "1.0")}
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(columns), path)
+    jobs = by_id(load_trace(path, budgets=1).jobs)
+    assert (jobs["a"].spec.gpus, jobs["b"].spec.gpus) == (1, 2)
+    assert jobs["b"].spec.submit_time == 60.5 and jobs["b"].duration == 1800.5
+    assert jobs["b"].spec.priority == 1 and jobs["b"].legacy_priority is LegacyPriority.HIGH
+    pq.write_table(pa.table({**columns, "gpus": dec("1.0", "1.5")}), path)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}:3: gpus: not a whole number: Decimal('1.5')"
 
 
 def test_bad_row_in_mapped_csv_names_the_file_column(tmp_path: Path) -> None:
