@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import gzip
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -213,6 +215,17 @@ def test_sacct_bad_elapsed_names_line_and_column(tmp_path: Path) -> None:
         load_trace(path, format="sacct")
 
 
+def test_sacct_byte_that_is_not_utf8_is_reported_at_its_own_line(tmp_path: Path) -> None:
+    """A Latin-1 'é' in the User of line 2 of an sacct export is reported at line 2 and its
+    column, not as the whole file being unreadable."""
+    path = tmp_path / "s.txt"
+    path.write_bytes(SACCT.read_bytes().replace(b"|alice|", b"|alic\xe9|", 1))
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (f"{path}:2: row: not UTF-8 text: byte 0xe9 at column 10 "
+                            "(save the file as UTF-8)")
+
+
 def test_parse_tres() -> None:
     """gres/gpu wins over typed counts; typed counts add up; no GPU entry is 0."""
     assert parse_tres("cpu=4,gres/gpu=2,gres/gpu:a100=2") == 2
@@ -239,6 +252,31 @@ def test_bad_map_option() -> None:
     """A --map item without '=' is refused, naming the option."""
     with pytest.raises(TraceError, match="^--map: expected canonical=column, got 'gpus'$"):
         parse_mapping(["gpus"])
+
+
+def test_a_field_mapped_twice_is_refused_naming_both_mappings() -> None:
+    """--map submit_time=queued_at --map submit_time=runtime is refused, naming the option and
+    both mappings (the last one used to win silently)."""
+    with pytest.raises(TraceError) as e:
+        parse_mapping(["submit_time=queued_at", "gpus=gpu_num", " submit_time = runtime"])
+    assert str(e.value) == ("--map: submit_time is mapped twice: submit_time=queued_at and "
+                            "submit_time=runtime")
+
+
+def test_one_column_is_read_as_two_fields_only_if_they_hold_the_same_kind() -> None:
+    """submit_time and duration both mapped to queued_at (in another case) is refused as a
+    mapping error naming both fields and the column; duration and min_runtime both mapped to
+    runtime is allowed: every job then declares its whole run (capped at 8 h)."""
+    path = DATA / "helios_like.csv"
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="csv", budget_column="vc", mapping={
+            "submit_time": "queued_at", "gpus": "gpu_num", "duration": "Queued_At"})
+    assert str(e.value) == ("mapping: submit_time (a time) and duration (a duration) both "
+                            "read column 'queued_at'")
+    trace = load_trace(path, format="csv", budget_column="vc", mapping={
+        "submit_time": "queued_at", "gpus": "gpu_num", "duration": "runtime",
+        "min_runtime": "runtime"})
+    assert all(j.spec.min_runtime == min(j.duration, 8 * HOUR) for j in trace.jobs)
 
 
 def test_map_to_a_missing_column(tmp_path: Path) -> None:
@@ -421,6 +459,57 @@ def test_bad_row_in_jsonl_names_its_line(tmp_path: Path) -> None:
         load_trace(path, budgets=1)
 
 
+@pytest.mark.parametrize("name", ["t.csv", "t.csv.gz", "t.jsonl"])
+@pytest.mark.parametrize("rows, bad_line", [(3, 2), (3000, 2501)])
+def test_a_byte_that_is_not_utf8_is_reported_at_its_own_line(
+    tmp_path: Path, name: str, rows: int, bad_line: int
+) -> None:
+    """A Latin-1 'é' (byte 0xe9) in a UTF-8 trace is reported at its own line and column,
+    both in line 2 of a small file and at line 2501, far past the first 8 KB the text reader
+    decodes at once: CSV, gzipped CSV and JSON Lines."""
+    if name.endswith(".jsonl"):
+        lines = [b'{"id": "j%d", "submit_time": %d, "gpus": 1, "duration": 600}\n' % (i, i)
+                 for i in range(rows)]
+        lines[bad_line - 1] = b'{"id": "caf\xe9", "submit_time": 0, "gpus": 1, "duration": 600}\n'
+        column = 12
+    else:
+        lines = [b"id,submit_time,gpus,duration\n"]
+        lines += [b"j%d,%d,1,600\n" % (i, i) for i in range(rows)]
+        lines[bad_line - 1] = b"caf\xe9,0,1,600\n"
+        column = 4
+    data = b"".join(lines)
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == (f"{path}:{bad_line}: row: not UTF-8 text: byte 0xe9 at column "
+                            f"{column} (save the file as UTF-8)")
+
+
+def test_parquet_decimal_columns_are_read_as_numbers(tmp_path: Path) -> None:
+    """Parquet decimal128 columns: gpus 1.0 and 2.0 are 1 and 2 GPUs, decimal submit times and
+    durations are seconds, a decimal priority 1.0 is 1; gpus 1.5 is still refused at its line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def dec(*values: str) -> pa.Array:
+        return pa.array([Decimal(v) for v in values], pa.decimal128(10, 1))
+
+    columns = {"id": pa.array(["a", "b"]), "submit_time": dec("0.0", "60.5"),
+               "gpus": dec("1.0", "2.0"), "duration": dec("3600.0", "1800.5"),
+               "priority": dec("0.0", "1.0")}
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(columns), path)
+    jobs = by_id(load_trace(path, budgets=1).jobs)
+    assert (jobs["a"].spec.gpus, jobs["b"].spec.gpus) == (1, 2)
+    assert jobs["b"].spec.submit_time == 60.5 and jobs["b"].duration == 1800.5
+    assert jobs["b"].spec.priority == 1 and jobs["b"].legacy_priority is LegacyPriority.HIGH
+    pq.write_table(pa.table({**columns, "gpus": dec("1.0", "1.5")}), path)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}:3: gpus: not a whole number: Decimal('1.5')"
+
+
 def test_bad_row_in_mapped_csv_names_the_file_column(tmp_path: Path) -> None:
     """With a mapping, the message names the file's column, not the canonical name."""
     path = write(tmp_path, "t.csv", "job_id,submission_time,duration,num_gpu\nx,0,60,-2\n")
@@ -443,6 +532,49 @@ def test_missing_required_column(tmp_path: Path) -> None:
     with pytest.raises(TraceError) as e:
         load_trace(path, budgets=1)
     assert str(e.value) == f"{path}: duration: required column missing (columns: submit_time, gpus)"
+
+
+@pytest.mark.parametrize(
+    "header, message",
+    [
+        ("id,submit_time,gpus,duration,duration",
+         "column 'duration' appears twice (columns 4 and 5)"),
+        ("id,submit_time,gpus,Duration, duration ",
+         "column 'Duration' appears twice (columns 4 and 5, as 'Duration' and 'duration')"),
+    ],
+)
+def test_a_column_named_twice_is_refused(tmp_path: Path, header: str, message: str) -> None:
+    """A CSV header naming a column twice, exactly or with another case and spaces around
+    it, fails at line 1 naming both columns (the last one used to win silently)."""
+    path = write(tmp_path, "t.csv", f"{header}\na,0,1,3600,5\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}:1: header: {message}"
+
+
+def test_a_parquet_column_named_twice_in_two_cases_is_refused(tmp_path: Path) -> None:
+    """A Parquet file with columns 'duration' and 'Duration' fails naming both (Parquet has
+    no lines, so no line either)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"submit_time": [0], "gpus": [1], "duration": [3600],
+                             "Duration": [5]}), path)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == (f"{path}: header: column 'duration' appears twice "
+                            "(columns 3 and 4, as 'duration' and 'Duration')")
+
+
+def test_an_sacct_column_named_twice_is_refused(tmp_path: Path) -> None:
+    """An sacct header with State twice fails at line 1 naming both columns."""
+    path = write(tmp_path, "s.txt", SACCT.read_text().replace("|State\n", "|state\n", 1)
+                 .replace("|ReqTRES|", "|State|", 1))
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (f"{path}:1: header: column 'State' appears twice "
+                            "(columns 9 and 10, as 'State' and 'state')")
 
 
 def test_unknown_format() -> None:

@@ -24,13 +24,19 @@ from ._write import write_canonical
 def parse_mapping(items: Iterable[str]) -> dict[str, str]:
     """``["gpus=num_gpu", ...]`` (the CLI's repeated ``--map canonical=column``) as a mapping.
 
-    Raises :class:`TraceError` naming ``--map`` for an item without ``=``."""
+    Raises :class:`TraceError` naming ``--map`` for an item without ``=`` and for a field
+    mapped twice (the last would win, silently: ``--map`` is repeated, so a slip is easy)."""
     out: dict[str, str] = {}
     for item in items:
         name, sep, column = item.partition("=")
-        if not sep or not name.strip() or not column.strip():
+        name, column = name.strip(), column.strip()
+        if not sep or not name or not column:
             raise TraceError(f"--map: expected canonical=column, got {item!r}")
-        out[name.strip()] = column.strip()
+        if name in out:
+            raise TraceError(
+                f"--map: {name} is mapped twice: {name}={out[name]} and {name}={column}"
+            )
+        out[name] = column
     return out
 
 

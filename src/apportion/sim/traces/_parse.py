@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 from apportion.core import DurationError
 from apportion.core import parse_duration as core_parse_duration
@@ -22,9 +23,12 @@ def _finite(x: float, text: object) -> float:
 def parse_duration(value: object) -> float:
     """Seconds from one cell: anything :func:`apportion.core.parse_duration` reads (a number,
     ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"``, ``"1.5h"``, ``"[D-]HH:MM:SS"``,
-    ``"MM:SS"``), or a ``timedelta`` (Parquet durations). Raises :class:`Bad` otherwise."""
+    ``"MM:SS"``), a ``timedelta`` (Parquet durations) or a ``Decimal`` (Parquet decimals).
+    Raises :class:`Bad` otherwise."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
+    elif isinstance(value, Decimal):
+        value = float(value)
     try:
         return core_parse_duration(value)
     except DurationError as e:
@@ -34,7 +38,9 @@ def parse_duration(value: object) -> float:
 def parse_time(value: object) -> tuple[float, bool]:
     """``(seconds, absolute)``: a number of seconds (``absolute`` False), or an ISO 8601
     time converted to seconds since the Unix epoch (``absolute`` True). A time without a
-    zone is taken as UTC."""
+    zone is taken as UTC. A ``Decimal`` (Parquet decimals) is a number of seconds."""
+    if isinstance(value, Decimal):
+        value = float(value)
     if isinstance(value, bool):
         raise Bad(f"not seconds or an ISO 8601 time: {value!r}")
     if isinstance(value, int | float):
@@ -63,11 +69,14 @@ def _epoch(dt: datetime) -> float:
 
 
 def parse_int(value: object) -> int:
-    """A whole number (``"8"``, ``8``, ``"8.0"``); anything else raises :class:`Bad`."""
+    """A whole number (``"8"``, ``8``, ``"8.0"``, a Parquet ``Decimal('8.0')``); anything
+    else raises :class:`Bad`."""
     if isinstance(value, bool):
         raise Bad(f"not a whole number: {value!r}")
     if isinstance(value, int):
         return value
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)  # exact, unlike a float, however many digits the decimal has
     if isinstance(value, str):
         text = value.strip()
         try:

@@ -8,6 +8,7 @@ have in the same trace written as CSV.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import json
@@ -49,6 +50,45 @@ def open_text(path: Path) -> IO[str]:
         raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
 
 
+def not_utf8(path: Path, error: UnicodeDecodeError, header: bool) -> TraceError:
+    """The error for a trace that is not UTF-8, at the line and column of its first bad byte.
+
+    The text reader decodes ahead in chunks of several KB, so its position when decoding
+    fails says nothing about where the byte is: the raw bytes are scanned again, line by line,
+    and only on this error, so good files cost nothing more. ``header``: line 1 is a header."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rb") as f:
+        # b"\n" never occurs inside a UTF-8 sequence: splitting the bytes at it splits lines
+        for line, raw in enumerate(f, start=1):
+            if line == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)  # skipped by the reader too
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                column = len(raw[: e.start].decode("utf-8")) + 1  # in characters, from 1
+                field = "header" if header and line == 1 else "row"
+                return TraceError(
+                    f"{path}:{line}: {field}: not UTF-8 text: byte 0x{raw[e.start]:02x} at "
+                    f"column {column} (save the file as UTF-8)"
+                )
+    return TraceError(f"{path}: row: not UTF-8 text: {error}")  # the file changed meanwhile
+
+
+def check_header(where: str, header: list[str]) -> None:
+    """Refuse a column named twice: a row holds one value per name, so one of the two would
+    be dropped without a word. Names are compared ignoring case, as :func:`find_column`
+    matches them. Unnamed columns (``a,,b``) are let be: nothing can ask for them."""
+    first: dict[str, int] = {}  # lower-cased name -> its column, from 1
+    for i, name in enumerate(header, start=1):
+        j = first.setdefault(name.lower(), i)
+        if name and j != i:
+            other = header[j - 1]
+            spelt = "" if other == name else f", as {other!r} and {name!r}"
+            raise TraceError(
+                f"{where}: header: column {other!r} appears twice (columns {j} and {i}{spelt})"
+            )
+
+
 def read_table(path: Path, kind: str, delimiter: str = ",") -> Table:
     if kind == "csv":
         return _read_csv(path, "\t" if path.suffix.lower() == ".tsv" else delimiter)
@@ -67,9 +107,17 @@ def _read_csv(path: Path, delimiter: str) -> Table:
     except StopIteration:
         f.close()
         raise TraceError(f"{path}: header: the file is empty") from None
-    except (csv.Error, UnicodeDecodeError) as e:
+    except csv.Error as e:
         f.close()
         raise TraceError(f"{path}:1: header: {e}") from None
+    except UnicodeDecodeError as e:
+        f.close()
+        raise not_utf8(path, e, header=True) from None
+    try:
+        check_header(f"{path}:1", header)
+    except TraceError:
+        f.close()
+        raise
 
     def rows() -> Iterator[tuple[int, Row]]:
         with f:
@@ -80,8 +128,10 @@ def _read_csv(path: Path, delimiter: str) -> Table:
                     cells = next(reader)
                 except StopIteration:
                     return
-                except (csv.Error, UnicodeDecodeError) as e:
+                except csv.Error as e:
                     raise TraceError(f"{path}:{line}: row: {e}") from None
+                except UnicodeDecodeError as e:
+                    raise not_utf8(path, e, header=True) from None
                 end = reader.line_num
                 if not cells or (len(cells) == 1 and not cells[0].strip()):
                     continue  # blank line
@@ -111,7 +161,7 @@ def _read_jsonl(path: Path) -> Table:
                 header.update(dict.fromkeys(record))
                 records.append((line, record))
         except UnicodeDecodeError as e:
-            raise TraceError(f"{path}: row: not UTF-8 text: {e}") from None
+            raise not_utf8(path, e, header=False) from None
     return list(header), iter(records)
 
 
@@ -126,6 +176,7 @@ def _read_parquet(path: Path) -> Table:
     except (OSError, pa.ArrowException) as e:
         raise TraceError(f"{path}: cannot read Parquet: {e}") from None
     header = list(table.column_names)
+    check_header(str(path), header)
     records = table.to_pylist()
     return header, ((i + 2, r) for i, r in enumerate(records))
 

@@ -26,7 +26,7 @@ from apportion.core import CoreError, Host
 
 from ._errors import Bad, Notes, TraceError
 from ._parse import clean_name, parse_duration, parse_int, parse_time
-from ._read import find_column, open_text
+from ._read import check_header, find_column, not_utf8, open_text
 from ._record import Record
 
 _NOT_STARTED = {"", "unknown", "none"}
@@ -75,13 +75,14 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
         try:
             lines = f.read().splitlines()
         except UnicodeDecodeError as e:
-            raise TraceError(f"{path}: row: not UTF-8 text: {e}") from None
+            raise not_utf8(path, e, header=True) from None
     if not lines:
         raise TraceError(f"{path}: header: the file is empty")
     header = [h.strip() for h in lines[0].split("|")]
     trailing = header[-1] == ""  # plain --parsable ends every line with '|'
     if trailing:
         header.pop()
+    check_header(f"{path}:1", header)
 
     def col(name: str, required: bool = False) -> int | None:
         found = find_column(header, name)

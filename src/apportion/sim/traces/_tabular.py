@@ -37,6 +37,29 @@ ITP_MAPPING: Mapping[str, str] = {
 
 KNOWN_FIELDS = CANONICAL_COLUMNS + EXTRA_COLUMNS
 
+# The kind of value each field holds. Two fields may read one column only if they hold the
+# same kind: a time read as a GPU count can only be a slip (a copied --map), while duration
+# and min_runtime from one column (every job protected for its whole run) may be meant.
+# priority and legacy_priority differ: 1 is HIGH as a priority but NORMAL as a level.
+_KIND: dict[str, str] = {
+    "submit_time": "a time",
+    "gpus": "a GPU count",
+    "duration": "a duration",
+    "min_runtime": "a duration",
+    "checkpoint_interval": "a duration",
+    "id": "a name",
+    "budget": "a name",
+    "user": "a name",
+    "cluster": "a name",
+    "resumable": "a boolean",
+    "preemptible": "a boolean",
+    "squat": "a boolean",
+    "priority": "a priority",
+    "legacy_priority": "a priority level",
+    "gpu_kinds": "GPU kinds",
+}
+assert set(_KIND) == set(KNOWN_FIELDS)  # a new field must say what it holds
+
 
 def resolve_columns(
     path: Path, header: list[str], mapping: Mapping[str, str] | None
@@ -63,6 +86,14 @@ def resolve_columns(
             found = find_column(header, name)
             if found is not None:
                 columns[name] = found
+    reader: dict[str, str] = {}  # file column -> the first field that reads it
+    for name, col in columns.items():
+        other = reader.setdefault(col, name)
+        if _KIND[other] != _KIND[name]:
+            raise TraceError(
+                f"mapping: {other} ({_KIND[other]}) and {name} ({_KIND[name]}) "
+                f"both read column {col!r}"
+            )
     for name in REQUIRED_COLUMNS:
         if name not in columns:
             raise TraceError(
