@@ -16,9 +16,11 @@ import httpx
 import pytest
 from alembic import command
 from alembic.config import Config
+from click.testing import CliRunner
 from sqlalchemy import text
 from store_db import BACKENDS, ServerThread, db_url
 
+from apportion.cli.main import main
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ConfigError, PoolsConfig, ServiceConfig, parse_config
@@ -253,6 +255,31 @@ def test_usage_is_charged_in_billed_units_and_survives_a_restart(svc: Svc) -> No
     again = svc.scheduler()
     again.start()
     assert charged(again) == pytest.approx(8 * 3600 * 2.2, rel=1e-12)
+
+
+def test_budgets_usage_gives_gpu_hours_and_billed_units_apart(svc: Svc) -> None:
+    """An hour of 8 B200 GPUs (billed 2.2): GET /v1/budgets/usage says 8 GPU-hours charged
+    and 17.6 units, the units the usage ratio counts; it once gave the units as GPU-hours.
+    ``apportion budgets usage`` shows both columns on a server that bills."""
+    wid = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    svc.clock.set(svc.clock.now() + 3600)
+    svc.executor.finish(wid)
+    svc.sched.step()
+    usage = svc.call("GET", "/v1/budgets/usage").json()
+    ai = next(b for b in usage["budgets"] if b["path"] == "ai")
+    assert (usage["source"], usage["billed"]) == ("scheduler", True)
+    assert ai["charged_gpu_hours"] == pytest.approx(8.0, rel=1e-12)
+    assert ai["charged_units"] == pytest.approx(8 * 2.2, rel=1e-12)
+    result = CliRunner().invoke(main, ["budgets", "usage", "--url", svc.server.url, "--token",
+                                       svc.tokens["alice"]])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].endswith("GPU kinds are billed: the ratios count CHARGED_UNITS")
+    assert lines[1].split() == ["BUDGET", "SHARE", "CHARGED_GPU_H", "CHARGED_UNITS",
+                                "FREE_GPU_H", "RATIO"]
+    assert next(line for line in lines if line.startswith("ai ")).split()[2:4] == [
+        "8.0", "17.6"]
 
 
 # ---- the store -------------------------------------------------------------------------------

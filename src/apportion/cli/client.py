@@ -417,11 +417,14 @@ def budgets_usage(client: Client, as_json: bool) -> None:
         _print_json(data)
         return
     u = parse(BudgetUsage, data, "GET /v1/budgets/usage")
-    click.echo(f"lookback {format_duration(u.lookback_s)}, from the {u.source}")
+    click.echo(f"lookback {format_duration(u.lookback_s)}, from the {u.source}"
+               + ("; GPU kinds are billed: the ratios count CHARGED_UNITS" if u.billed else ""))
+    units = ["CHARGED_UNITS"] if u.billed else []
     table(
-        ["BUDGET", "SHARE", "CHARGED_GPU_H", "FREE_GPU_H", "RATIO"],
+        ["BUDGET", "SHARE", "CHARGED_GPU_H", *units, "FREE_GPU_H", "RATIO"],
         [["  " * b.path.count("/") + b.path.rsplit("/", 1)[-1],
           f"{100 * b.share:.1f}%", f"{b.charged_gpu_hours:.1f}",
+          *(["-" if b.charged_units is None else f"{b.charged_units:.1f}"] if u.billed else []),
           f"{b.free_gpu_hours:.1f}",
           "-" if b.usage_ratio is None else f"{b.usage_ratio:.2f}"]
          for b in u.budgets],

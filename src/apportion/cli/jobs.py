@@ -560,7 +560,8 @@ def order(client: Client, as_json: bool) -> None:
     if as_json:
         _print_json(out)
         return
-    table(["BUDGET", "RANK", "SHARE", "CHARGED_GPU_H", "RATIO", "PENDING", "FIRST_POS"],
+    # charged hours as the ratio counts them: billed units where GPU kinds are billed
+    table(["BUDGET", "RANK", "SHARE", "CHARGED_H", "RATIO", "PENDING", "FIRST_POS"],
           [["  " * b["depth"] + b["path"].rsplit("/", 1)[-1], b["rank"],
             f"{100 * b['share']:.1f}%", f"{b['charged_gpu_s'] / 3600:.1f}",
             "-" if b["usage_ratio"] is None else f"{b['usage_ratio']:.2f}", b["pending"],

@@ -142,7 +142,10 @@ class BudgetManagers(Reply):
 class NodeUsage(Reply):
     path: str
     share: float
-    charged_gpu_hours: float
+    charged_gpu_hours: float  # GPU-hours of its allocated work in the window
+    # the same in billed units (GPU-hours x the kind's billing weight): the usage ratio's
+    # numerator; the GPU-hours where nothing is billed; None from the store when billed
+    charged_units: float | None
     free_gpu_hours: float
     usage_ratio: float | None  # None: no capacity in the window
 
@@ -154,6 +157,7 @@ class BudgetUsage(Reply):
     lookback_s: float
     capacity_gpu_hours: float
     source: Literal["scheduler", "store"]
+    billed: bool  # some GPU kind is billed other than 1 unit per GPU-second
     budgets: list[NodeUsage]
 
 
@@ -222,7 +226,7 @@ class QueueHost(Reply):
 class QueueBudget(Reply):
     path: str
     share: float
-    charged_gpu_s: float  # in the lookback window
+    charged_gpu_s: float  # in the lookback window, in billed units (GPU-s if none billed)
     usage_ratio: float | None  # None: no capacity in the window
     gpus_charged_now: float
     gpus_free_now: float

@@ -118,10 +118,11 @@ def _usage(
     keeps no per-second host history). Free GPU-hours always come from the store."""
     window = settings.policy.lookback
     since = now - window
+    billed = any(w != 1.0 for w in settings.pools.billing.values())
     rows = store.budgets()
     if not rows:
         return BudgetUsage(lookback_s=window, capacity_gpu_hours=0.0, source="store",
-                           budgets=[])
+                           billed=billed, budgets=[])
     tree = store.load_tree()
     charged: dict[str, float] = {}
     free: dict[str, float] = {}
@@ -138,11 +139,14 @@ def _usage(
         live = {b.path: b for b in view.budgets}
     out = []
     for path in tree.nodes():
-        c = charged.get(path, 0.0)
+        c = charged.get(path, 0.0)  # GPU-seconds, whatever their kind
+        units: float | None = None if billed else c
         ratio = usage_ratio(c, tree.share(path), capacity) if capacity > 0 else None
-        if path in live:
-            c, ratio = live[path].charged_gpu_s, live[path].usage_ratio
-        out.append(NodeUsage(path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
-                             free_gpu_hours=free.get(path, 0.0) / 3600.0, usage_ratio=ratio))
+        if path in live:  # the ledger counts billed units, as the ratios do
+            units, ratio = live[path].charged_gpu_s, live[path].usage_ratio
+        out.append(NodeUsage(
+            path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
+            charged_units=None if units is None else units / 3600.0,
+            free_gpu_hours=free.get(path, 0.0) / 3600.0, usage_ratio=ratio))
     return BudgetUsage(lookback_s=window, capacity_gpu_hours=capacity / 3600.0,
-                       source="scheduler" if live else "store", budgets=out)
+                       source="scheduler" if live else "store", billed=billed, budgets=out)
