@@ -79,3 +79,18 @@ def test_report_usage_refuses_a_bad_date_naming_the_flag(live: Live) -> None:
     api = live.call("GET", "/v1/reports/usage?from=last%20tuesday", "root")
     assert (api.status_code, api.json()["detail"].split(",")[0]) == (
         422, "from: must be a date (2026-11-01)")
+
+
+def test_report_usage_names_the_flags_of_a_period_it_refuses(live: Live) -> None:
+    """--from after --to is refused naming both flags as typed (it once said the server's
+    'from: must be before to'); the server's refusal of a period over 3,660 days names
+    --from too, for the table and the csv forms alike."""
+    r = live.cli("root", "report", "usage", "--from", "2026-12-06T10:00", "--to",
+                 "2026-12-06T09:00")
+    assert (r.returncode, r.stderr.strip()) == (
+        1, "Error: --from: 2026-12-06T10:00 is not before --to (2026-12-06T09:00)")
+    for fmt in ("table", "csv"):
+        r = live.cli("root", "report", "usage", "--from", "4000d", "--format", fmt)
+        assert r.returncode == 1
+        assert r.stderr.startswith(
+            "Error: --from: the period may be at most 3,660 days, got 4,000"), r.stderr

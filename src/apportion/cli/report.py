@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from apportion.cli.client import Client, _print_json, connection, parse, table
+from apportion.cli.client import Client, _print_json, as_typed, connection, parse, table
 from apportion.service.accounting import (
     BY,
     ReportError,
@@ -50,17 +50,26 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         period = [parse_time(start, "--from", now), parse_time(end, "--to", now)]
     except ReportError as e:
         raise click.ClickException(str(e)) from None
+    if period[0] >= period[1]:
+        raise click.ClickException(f"--from: {start} is not before --to ({end})")
     params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
+    typed = {"from": "--from", "to": "--to", "by": "--by"}  # the server's refusals, as typed
     if fmt in ("csv", "html"):
-        text = client.call("GET", "/reports/usage", params=params).text
+        try:
+            text = client.call("GET", "/reports/usage", params=params).text
+        except click.ClickException as e:
+            raise as_typed(e, typed) from None
         if output is not None:
             output.write_text(text, encoding="utf-8")
             click.echo(f"wrote {output}")
         else:
             click.echo(text, nl=False)
         return
-    data = client.json("GET", "/reports/usage", params=params)
+    try:
+        data = client.json("GET", "/reports/usage", params=params)
+    except click.ClickException as e:
+        raise as_typed(e, typed) from None
     if fmt == "json":
         if output is not None:
             import json
