@@ -13,6 +13,7 @@ from sched_env import Env, make_env
 from store_db import BACKENDS
 
 from apportion.core import HostState, Status
+from apportion.service.executor import InventoryHost
 from apportion.service.store import Store, WorkloadRow
 
 
@@ -384,3 +385,65 @@ def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: En
     assert env.sched.state.pending[then.id].queued_at == 500.0
     w = env.store.get_workload(then.id)
     assert (w.status, w.queued_at, w.released_at) == (Status.PENDING, 500.0, 500.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_gone_from_the_executor_is_down_and_gets_no_work(backend: str,
+                                                               tmp_path: Path) -> None:
+    """h1 is no longer among the executor's hosts (taken out of the config's [[hosts]]):
+    it goes down with the reason, and 8-GPU work starts on h0 only; it once stayed healthy
+    and work placed there failed ('launch refused: unknown host'). Reported again, it is
+    healthy again."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        gone = env.executor._hosts.pop("h1")  # the executor's own table: as if unconfigured
+        env.at(10.0)
+        h1 = env.store.get_host("h1")
+        assert (h1.state, h1.reason) == (
+            HostState.DOWN, "executor: not among the executor's hosts any more")
+        a, b = env.submit(gpus=8), env.submit(gpus=8)
+        env.at(20.0)
+        assert (status(env, a), status(env, b)) == (Status.RUNNING, Status.PENDING)
+        assert env.executor.launches[-1].slots[0].host == "h0"
+        env.executor._hosts["h1"] = gone
+        env.at(30.0)
+        env.at(31.0)
+        assert env.store.get_host("h1").state is HostState.HEALTHY
+        assert status(env, b) is Status.RUNNING
+    finally:
+        env.store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_the_executor_resizes_is_drained_then_takes_its_new_size(
+        backend: str, tmp_path: Path) -> None:
+    """h0 (8 GPUs) runs 4-GPU work when the executor starts reporting it with 4 GPUs: it is
+    drained (nothing new placed on GPUs it no longer has), and once empty stored with 4
+    GPUs (audited host.gpus) and healthy again; 8-GPU work is then too large for it."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        w = env.submit(gpus=4)
+        env.at(10.0)
+        assert env.executor.launches[-1].slots[0].host == "h0"
+        env.executor._hosts["h0"] = InventoryHost("h0", 4, "healthy")
+        env.at(20.0)
+        h0 = env.store.get_host("h0")
+        assert (h0.state, h0.gpus, h0.reason) == (
+            HostState.DRAINING, 8, "executor: resizing: 8 -> 4 GPUs, once empty")
+        env.clock.set(4000.0)
+        env.executor.finish(w)
+        env.at(4000.0)
+        env.at(4001.0)
+        h0 = env.store.get_host("h0")
+        assert (h0.state, h0.gpus) == (HostState.HEALTHY, 4)
+        entry = env.store.audit(limit=1000, target="h0")
+        assert any(e.action == "host.gpus" and (e.old, e.new) == ({"gpus": 8}, {"gpus": 4})
+                   for e in entry)
+        env.at(4002.0)  # the pass after a resize works from the state rebuilt from the store
+        assert env.sched.state is not None and env.sched.state.hosts["h0"].gpus == 4
+        big = env.submit(gpus=8)
+        env.at(4003.0)
+        assert env.executor.launches[-1].slots[0].host == "h1" and status(env, big) is (
+            Status.RUNNING)
+    finally:
+        env.store.close()

@@ -82,6 +82,7 @@ BULK_LOAD = 200  # more new submissions than this in one pass: load them in one 
 MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
+RESIZING = EXECUTOR_DOWN + "resizing: "  # a host drained until it can take its new size
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
@@ -692,15 +693,46 @@ class Scheduler:
                 self.store.set_host_pool(ih.name, ih.cluster, ih.kind, ACTOR)
                 moved = True
                 continue
+            elif ih.gpus != known[ih.name].gpus and ih.gpus >= 1 and self._resize(ih, now):
+                moved = True
+                continue
             if ih.name in self._unmirrored:
                 # the executor has not seen our own drain (or its end) yet: tell it again, and
                 # follow its view only from the next pass
                 self._mirror(ih.name, *self._unmirrored[ih.name])
                 continue
             self._follow_host(ih, now)
+        reported = {ih.name for ih in inventory}
+        for name in sorted(set(known) - reported):
+            # gone from the executor (from the config's hosts, or Slurm's partition): work
+            # placed there could never launch, so it is down until the executor has it again
+            self._follow_host(InventoryHost(
+                name, known[name].gpus, "down", "not among the executor's hosts any more"), now)
         if moved:
             self._started = False  # rebuilt from the store on the next pass
             return False
+        return True
+
+    def _resize(self, ih: InventoryHost, now: float) -> bool:
+        """The executor reports another GPU count for a known host (the config's hosts
+        edited, a node replaced): stored once no work runs there, and True (the state is
+        then rebuilt). Until then a host that shrank is drained, so that nothing is placed
+        on GPUs it no longer has."""
+        st = self._st()
+        name, stored = ih.name, st.hosts[ih.name].gpus
+        if st.on_host.get(name):
+            if ih.gpus < stored and st.hosts[name].state is HostState.HEALTHY:
+                log.warning("host %s: the executor reports %d GPUs where %d are known: "
+                            "drained, resized once empty", name, ih.gpus, stored)
+                self._host_to(name, HostState.DRAINING,
+                              f"{RESIZING}{stored} -> {ih.gpus} GPUs, once empty", now)
+            return False
+        log.warning("host %s: resized from %d to %d GPUs, as the executor reports", name,
+                    stored, ih.gpus)
+        self.store.set_host_gpus(name, ih.gpus, ACTOR)
+        if self._host_reason.get(name, "").startswith(RESIZING):  # our own drain: over
+            self.store.set_host_state(name, HostState.HEALTHY, EXECUTOR_DOWN + "resized",
+                                      ACTOR, at=now)
         return True
 
     def _follow_host(self, ih: InventoryHost, now: float) -> None:

@@ -768,6 +768,19 @@ class Store:
                         {"state": state.value, "reason": reason})
             return _host(h)
 
+    def set_host_gpus(self, name: str, gpus: int, actor: str) -> HostRow:
+        """Set a host's GPU count, as its executor reports it (the scheduler does so only
+        while no work runs there); audited."""
+        if gpus <= 0:
+            raise Conflict(f"host {name}: gpus: must be > 0, got {gpus}")
+        with self._tx() as s:
+            h = s.get(HostModel, name)
+            if h is None:
+                raise NotFound(f"host {name}: not found")
+            self._audit(s, actor, "host.gpus", name, {"gpus": h.gpus}, {"gpus": gpus})
+            h.gpus = gpus
+            return _host(h)
+
     def set_host_pool(self, name: str, cluster: str, kind: str, actor: str) -> HostRow:
         """Set a host's cluster and GPU kind ("": the config's defaults), as its executor
         reports them; audited."""
