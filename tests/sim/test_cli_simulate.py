@@ -355,3 +355,20 @@ def test_cluster_files_and_size_are_read_as_typed(tmp_path: Path) -> None:
                            "--out", str(tmp_path / "o"))
         assert code == 2
         assert "'--size': 100 is not a multiple of 8 (hosts of 8 GPUs); 96 or 104?" in out
+
+
+def test_tables_left_by_an_earlier_run_in_the_same_directory_are_named(tmp_path: Path) -> None:
+    """Both policies, then fair share alone into the same --out: legacy's three tables are
+    an earlier run's, beside this run's summary and report, and a warning says so."""
+    args = ["simulate", "--scenario", "small", "--days", "0.2", "--quiet", "--out",
+            str(tmp_path)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    result = CliRunner().invoke(main, [*args, "--policy", "fairshare"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"warning: {tmp_path}: budget_hours-legacy.csv, cluster_hours-legacy.csv, "
+        "workloads-legacy.csv are from an earlier run (this one ran fairshare)\n")
+    again = CliRunner().invoke(main, [*args, "--policy", "fairshare"])
+    assert "earlier run" in again.stderr  # still there: never deleted
+    both = CliRunner().invoke(main, args)
+    assert both.stderr == ""

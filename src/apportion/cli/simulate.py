@@ -442,6 +442,12 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
         click.echo()
         click.echo(pools_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
+    ran = {r.policy for r in results}
+    stale = sorted(p.name for p in out.glob("*_hours-*.csv") if p.stem.split("-", 1)[1] not in ran)
+    stale += sorted(p.name for p in out.glob("workloads-*.csv") if p.stem[10:] not in ran)
+    if stale:  # left by an earlier run into the same directory: not this run's
+        click.echo(f"warning: {out}: {', '.join(stale)} are from an earlier run (this one ran "
+                   f"{', '.join(sorted(ran))})", err=True)
 
 
 @click.command()
