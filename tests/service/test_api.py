@@ -394,6 +394,13 @@ def test_drain_and_repair(svc: Service) -> None:
     r = svc.call("POST", "/v1/hosts/h1/drain", "root", {"reason": "ECC errors"})
     assert (r.json()["state"], r.json()["reason"]) == ("draining", "ECC errors")
     assert svc.store.audit(limit=1)[0].new == {"state": "draining", "reason": "ECC errors"}
+    # drained again without a reason: the reason stays (it was wiped), nothing audited;
+    # with a new reason, that one is recorded
+    again = svc.call("POST", "/v1/hosts/h1/drain", "root")
+    assert (again.json()["state"], again.json()["reason"]) == ("draining", "ECC errors")
+    assert svc.store.audit(limit=1)[0].new == {"state": "draining", "reason": "ECC errors"}
+    new = svc.call("POST", "/v1/hosts/h1/drain", "root", {"reason": "ECC errors, fan"})
+    assert new.json()["reason"] == "ECC errors, fan"
     assert svc.call("POST", "/v1/hosts/h1/repair", "root").json()["state"] == "healthy"
     audited, since = len(svc.store.audit(limit=1000)), svc.store.get_host("h1").changed_at
     again = svc.call("POST", "/v1/hosts/h1/repair", "root", {"reason": "twice"})
