@@ -56,6 +56,7 @@ def test_sweep_runs_every_setting_on_every_seed(tmp_path: Path) -> None:
     assert [(r["lookback"], r["seed"]) for r in rows] == [
         ("43200.0", "0"), ("43200.0", "1"), ("86400.0", "0"), ("86400.0", "1")]
     assert all(r["error"] == "" for r in rows)
+    assert all(r["rejected"] == "0" for r in rows)  # every workload fits the small cluster
     assert rows[0]["events"] != rows[1]["events"]  # another seed, another scenario
     data = json.loads((tmp_path / "sweep.json").read_text())
     assert [d["summary"]["seed"] for d in data] == [0, 1, 0, 1]

@@ -47,6 +47,7 @@ METRICS: tuple[tuple[str, str], ...] = (
     ("lost_gpu_hours", "lost_gpu_hours"),
     ("drain_p90_s", "drains.p90_time_to_drain_s"),
     ("automated_fraction", "drains.automated_fraction"),
+    ("rejected", "rejected"),
     ("wall_s", "wall_s"),
     ("events", "events"),
 )
