@@ -31,7 +31,7 @@ from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
 from ..replies import QueueView, WhyExplanation, WhyHistory, Workload
-from ..store import AlreadySubmitted, NotFound, UserRow, WorkloadRow
+from ..store import AlreadySubmitted, NotALeaf, NotFound, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
@@ -158,6 +158,8 @@ def router(api: Api) -> APIRouter:
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)
+        except NotALeaf as e:  # a child was added since the check above: refused as there
+            raise fail(422, str(e)) from None
         scheduler.wake()
         out = _workload(row)
         if indexes:
