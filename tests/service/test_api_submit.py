@@ -191,3 +191,21 @@ def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Servic
     again.step()
     w = svc.store.get_workload(wid)
     assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit")
+
+
+def test_why_of_held_work_says_what_holds_it(svc: Service) -> None:
+    """``why`` of an array element held by its throttle and of work waiting on a dependency
+    answers 200 (``kind: held``) with the queue view's hold text, not a 409 'not yet seen
+    by the scheduler'."""
+    ids = submit(svc, gpus=1, array="0-3%1").json()["array_ids"]
+    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    svc.scheduler.step()
+    for wid, hold in ((ids[1], f"array throttle: 1 of array {ids[0]} at once"),
+                      (dep, f"dependency: waiting for {ids[0]}")):
+        r = svc.call("GET", f"/v1/workloads/{wid}/why", "alice")
+        assert r.status_code == 200, r.text
+        e = r.json()
+        assert (e["kind"], e["status"], e["hold"]) == ("held", "pending", hold)
+        assert e["text"] == [
+            f"{wid} (pending, 1 GPU, budget ai/llm, allocated): held out of the queue, not "
+            "yet considered by the policy", f"held by {hold}"]

@@ -30,7 +30,7 @@ from ..config import ServiceConfig
 from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
-from ..replies import QueueView, WhyExplanation, WhyHistory, Workload
+from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
 from ..store import AlreadySubmitted, NotALeaf, NotFound, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
@@ -276,8 +276,9 @@ def router(api: Api) -> APIRouter:
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
         workload_id: str, _who: Annotated[Principal | None, Depends(api.public_reader)]
-    ) -> WhyExplanation | WhyHistory:
-        """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
+    ) -> WhyExplanation | WhyHeld | WhyHistory:
+        """Why it waits (order, ratios, victims, earliest start), what holds it out of the
+        queue, or until when it is safe."""
         return explain_workload(store, scheduler, workload_id)
 
     return router
