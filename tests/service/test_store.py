@@ -450,3 +450,21 @@ def test_a_new_grandchild_also_checks_the_leaf_it_turns_inner(store: Store) -> N
     with pytest.raises(Conflict, match=f"'ai' is a leaf with active workloads \\(e.g. {wid}\\)"):
         store.add_budget("ai/x/y", 1, actor="admin", create_parents=True)
     assert [b.path for b in store.budgets()] == ["ai"]
+
+
+def test_the_last_admin_with_a_token_keeps_flag_and_token(store: Store) -> None:
+    """With ``root`` the only admin holding a valid user token, taking its flag and
+    revoking that token are refused (a scrape token or a token-less admin does not count);
+    once ``bob`` is admin with a token, both are allowed."""
+    store.add_user("root", actor="admin", admin=True)
+    store.add_user("bob", actor="admin", admin=True)  # admin, but no token
+    root_token = store.add_token("root", "ab" * 32).id
+    store.add_token("root", "cd" * 32, kind="scrape")
+    with pytest.raises(Conflict, match="root is the last admin with a valid token"):
+        store.set_user("root", actor="root", admin=False)
+    with pytest.raises(Conflict, match="the last valid token of an admin \\(root\\)"):
+        store.revoke_token(root_token, actor="root")
+    store.add_token("bob", "ef" * 32)
+    store.revoke_token(root_token, actor="root")
+    store.set_user("root", actor="bob", admin=False)
+    assert [u.name for u in store.users() if u.admin] == ["bob"]

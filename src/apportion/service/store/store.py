@@ -951,11 +951,18 @@ class Store:
         unix_user: str | None = None, clear_unix_user: bool = False,
     ) -> UserRow:
         """Change a user's admin flag and/or Unix account (``clear_unix_user``: back to the
-        account of the same name). Audited (old -> new)."""
+        account of the same name). Audited (old -> new). :class:`Conflict` if taking the
+        admin flag would leave no admin with a valid token (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             u = s.get(UserModel, name)
             if u is None:
                 raise NotFound(f"user {name}: not found")
+            if admin is False and u.admin and not self._keep_an_admin(s, user=name):
+                raise Conflict(
+                    f"user {name}: admin: {name} is the last admin with a valid token; "
+                    "without the flag nobody could administer this server: make another "
+                    "user admin (apportion users set NAME --admin) and give them a token "
+                    "(apportion tokens create NAME) first")
             old = {"admin": bool(u.admin), "unix_user": u.unix_user}
             if admin is not None:
                 u.admin = admin
@@ -994,16 +1001,39 @@ class Store:
 
     def revoke_token(self, token_id: str, actor: str, at: float | None = None) -> TokenRow:
         """Revoke a token: from now on it is refused. Audited. :class:`Conflict` if it was
-        revoked already."""
+        revoked already, or if it is the last valid token of any admin
+        (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             t = s.scalars(select(TokenModel).where(TokenModel.id == token_id)).one_or_none()
             if t is None:
                 raise NotFound(f"token {token_id}: not found")
             if t.revoked_at is not None:
                 raise Conflict(f"token {token_id}: already revoked")
+            if not self._keep_an_admin(s, token=token_id):
+                raise Conflict(
+                    f"token {token_id}: the last valid token of an admin ({t.user}); revoked, "
+                    "nobody could administer this server: create another first (apportion "
+                    f"tokens create {t.user}), then revoke this one")
             t.revoked_at = self.clock() if at is None else at
             self._audit(s, actor, "token.revoke", t.user, None, {"token": token_id})
             return _token(t)
+
+    def _keep_an_admin(self, s: Session, user: str | None = None,
+                       token: str | None = None) -> bool:
+        """False if taking ``user``'s admin flag, or revoking ``token``, would leave no admin
+        with a valid user token where there was one: nobody could then administer the
+        server (users are seeded from the config into an empty database only). The rows
+        read are locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer), so two such
+        changes, each harmless alone, are checked one after the other."""
+        held = s.execute(
+            select(TokenModel.id, TokenModel.user)
+            .join(UserModel, TokenModel.user == UserModel.name)
+            .where(UserModel.admin.is_(True), TokenModel.revoked_at.is_(None),
+                   TokenModel.kind == "user")
+            .with_for_update()
+        ).all()
+        left = [i for i, u in held if u != user and i != token]
+        return bool(left) or not held
 
     def user_for_token(self, token_hash: str) -> UserRow | None:
         """The user a token digest belongs to, or None (unknown or revoked)."""
