@@ -22,6 +22,7 @@ from apportion.core import (
     parse_dependency,
 )
 from apportion.core.fleet import pool_name
+from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
@@ -118,6 +119,9 @@ def router(api: Api) -> APIRouter:
                 raise fail(422, f"dependency: {dep}: no such workload")
         t = now()
         host_rows = store.hosts()
+        problem = _hosts_problem(body.nodelist, body.exclude, [h.name for h in host_rows])
+        if problem is not None:
+            raise fail(422, problem)
         try:
             allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
             spec = WorkloadSpec(
@@ -282,6 +286,23 @@ def router(api: Api) -> APIRouter:
         return explain_workload(store, scheduler, workload_id)
 
     return router
+
+
+def _hosts_problem(nodelist: Sequence[str], exclude: Sequence[str],
+                   known: Sequence[str]) -> str | None:
+    """What is wrong with ``nodelist``/``exclude``, named by the fields as sent (the core
+    names them ``hosts``), or None: an unknown host in either (one mistyped in ``exclude``
+    would let the work run where it was to be kept off), or the two leaving no host."""
+    for field_name, hosts in (("nodelist", nodelist), ("exclude", exclude)):
+        for h in hosts:
+            if h not in known:
+                return f"{field_name}: unknown host {h!r}" + did_you_mean(h, known, quote=True)
+    try:
+        allowed_hosts(known, nodelist, exclude)
+    except CoreError:
+        sent = [f for f, v in (("nodelist", nodelist), ("exclude", exclude)) if v]
+        return f"{'/'.join(sent)}: {'leave' if len(sent) > 1 else 'leaves'} no host to run on"
+    return None
 
 
 def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:
