@@ -118,6 +118,10 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"time_limit": "soon"}, "time_limit: "),
         ({"time_limit": "10m"}, "time_limit: 10 min is shorter than its minimum runtime of "
                                 "30 min"),
+        ({"min_runtime": "8h1s"}, "min_runtime: 8 h 0 min 1 s is over the cap of 8 h"),
+        ({"min_runtime": "1h1s", "time_limit": "1h"},
+         "time_limit: 1 h is shorter than its minimum runtime of 1 h 0 min 1 s"),
+        ({"min_runtime": 28800.5}, "min_runtime: 28800.5 s is over the cap of 8 h"),
         ({"nodelist": ["h9"]}, "nodelist: unknown host 'h9'"),
         ({"nodelist": ["h1", "h9"]}, "nodelist: unknown host 'h9'"),
         ({"exclude": ["h11"]}, "exclude: unknown host 'h11'; did you mean 'h1'?"),
