@@ -112,6 +112,19 @@ def test_scrape_token_reads_but_never_writes(env: Env) -> None:
     assert r.status_code == 403 and "may only read" in r.json()["detail"]
 
 
+def test_a_scrape_token_reading_its_own_users_logs_is_told_its_kind_refuses(
+        env: Env) -> None:
+    """alice's scrape token asking for the logs of alice's own workload gets 403 saying a
+    scrape token cannot read private data, not that alice may not read her own logs."""
+    env.tokens["prom"] = env.call("POST", "/v1/users/alice/tokens", "root",
+                                  {"kind": "scrape"}).json()["token"]
+    wid = env.call("POST", "/v1/workloads", "alice", JOB).json()["id"]
+    r = env.call("GET", f"/v1/workloads/{wid}/logs", "prom")
+    assert r.status_code == 403
+    assert r.json()["detail"] == (f"forbidden: a scrape token of alice cannot read private "
+                                  f"data (the logs of workload {wid})")
+
+
 def test_users_and_tokens_from_the_cli(env: Env) -> None:
     """users add|list|set and tokens create|list|revoke do what they say; the created
     token works until revoked."""

@@ -242,6 +242,9 @@ def router(api: Api) -> APIRouter:
         after what was sent: pass it as ``offset`` to read only what was written since
         (``apportion logs -f``)."""
         w = store.get_workload(workload_id)
+        if who.read_only:  # whose ever the work: the token's kind, not its user, refuses
+            raise fail(403, f"forbidden: a {who.kind} token of {who.name} cannot read "
+                            f"private data (the logs of workload {w.id})")
         if not who.may_see_private(rights(who.user), w.user, w.budget):
             raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
         if not w.attempts:
