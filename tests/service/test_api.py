@@ -149,6 +149,24 @@ def test_submit_rejects_bad_input(svc: Service, name: str, body: dict[str, Any],
     assert svc.store.list_workloads() == []
 
 
+def test_a_leaf_turned_inner_after_the_check_refuses_the_submission_422(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When ``ai/llm`` gets a child after the route checked the tree but before the insert,
+    the submission gets the 422 of a submission to an inner node, and nothing is stored."""
+    add = svc.store.add_workload
+
+    def child_first(**kw: Any) -> Any:
+        svc.store.add_budget("ai/llm/c", 1, actor="root")
+        return add(**kw)
+
+    monkeypatch.setattr(svc.store, "add_workload", child_first)
+    r = submit(svc)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == ("budget 'ai/llm': not a leaf; workloads draw on leaf "
+                                  "budgets (below it: ai/llm/c)")
+    assert svc.store.list_workloads(statuses=list(Status)) == []
+
+
 def test_malformed_json_is_rejected(svc: Service) -> None:
     """A body that is not JSON gets 422 'body: malformed JSON'; nothing is stored."""
     r = svc.call("POST", "/v1/workloads", "alice", raw='{"budget": "ai/llm", "gpus": ')

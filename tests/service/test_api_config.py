@@ -91,6 +91,10 @@ members = ["alice"]
 [[users]]
 name = "root"
 admin = true
+[[users]]
+name = "carol"
+[[users]]
+name = "alice"
 """)
     assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("0.0.0.0", 9000,
                                                                        tmp_path / "d")
@@ -137,6 +141,12 @@ def test_defaults(tmp_path: Path) -> None:
         ("[[budgets]]\npath = 'a/..'", "budgets[0].path: segment 2 ('..'): must not be"),
         ("[[budgets]]\npath = 'a'\nmembers = ['Bob']", "budgets[0].members[0]: 'Bob' is not"),
         ("[[users]]\nname = 'a/b'", "users[0].name: 'a/b' is not a user name"),
+        ("[[users]]\nname = 'nobody'\n[[budgets]]\npath = 'a'\n[[budgets]]\npath = 'b'\n"
+         "members = ['nobody', 'nobody1']",
+         "budgets[1].members[1]: unknown user 'nobody1' (not in [[users]]); did you mean "
+         "'nobody'?"),
+        ("[[budgets]]\npath = 'a'\nmanagers = ['carol']",
+         "budgets[0].managers[0]: unknown user 'carol' (not in [[users]])"),
         ("[server]\npublic_read = 'yes'", "server.public_read: must be true or false"),
         ("[server]\nmax_body_bytes = 10", "server.max_body_bytes: must be an integer >= 1024"),
         ("[[users]]\nname = 'x'\nadmin = 'yes'", "users[0].admin: must be true or false"),

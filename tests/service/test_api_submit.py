@@ -118,8 +118,16 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"time_limit": "soon"}, "time_limit: "),
         ({"time_limit": "10m"}, "time_limit: 10 min is shorter than its minimum runtime of "
                                 "30 min"),
-        ({"nodelist": ["h9"]}, "hosts: unknown host 'h9'"),
-        ({"nodelist": ["h0"], "exclude": ["h0"]}, "hosts: --nodelist and --exclude leave no"),
+        ({"min_runtime": "8h1s"}, "min_runtime: 8 h 0 min 1 s is over the cap of 8 h"),
+        ({"min_runtime": "1h1s", "time_limit": "1h"},
+         "time_limit: 1 h is shorter than its minimum runtime of 1 h 0 min 1 s"),
+        ({"min_runtime": 28800.5}, "min_runtime: 28800.5 s is over the cap of 8 h"),
+        ({"nodelist": ["h9"]}, "nodelist: unknown host 'h9'"),
+        ({"nodelist": ["h1", "h9"]}, "nodelist: unknown host 'h9'"),
+        ({"exclude": ["h11"]}, "exclude: unknown host 'h11'; did you mean 'h1'?"),
+        ({"nodelist": ["h1"], "exclude": ["h1"]},
+         "nodelist/exclude: leave no host to run on"),
+        ({"exclude": ["h1", "h2"]}, "exclude: leaves no host to run on"),
         ({"gpu_kind": "h100"}, "gpu_kind: unknown GPU kind 'h100' (the fleet has gpu)"),
         ({"name": "x" * 129}, "name: "),
         ({"name": "a/b"}, "name: String should match pattern"),
@@ -191,3 +199,21 @@ def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Servic
     again.step()
     w = svc.store.get_workload(wid)
     assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit")
+
+
+def test_why_of_held_work_says_what_holds_it(svc: Service) -> None:
+    """``why`` of an array element held by its throttle and of work waiting on a dependency
+    answers 200 (``kind: held``) with the queue view's hold text, not a 409 'not yet seen
+    by the scheduler'."""
+    ids = submit(svc, gpus=1, array="0-3%1").json()["array_ids"]
+    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    svc.scheduler.step()
+    for wid, hold in ((ids[1], f"array throttle: 1 of array {ids[0]} at once"),
+                      (dep, f"dependency: waiting for {ids[0]}")):
+        r = svc.call("GET", f"/v1/workloads/{wid}/why", "alice")
+        assert r.status_code == 200, r.text
+        e = r.json()
+        assert (e["kind"], e["status"], e["hold"]) == ("held", "pending", hold)
+        assert e["text"] == [
+            f"{wid} (pending, 1 GPU, budget ai/llm, allocated): held out of the queue, not "
+            "yet considered by the policy", f"held by {hold}"]

@@ -375,8 +375,8 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
 
 def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
     """``--exclude h0`` runs on h1 and ``--nodelist h0`` on h0 (though best fit would pick
-    otherwise for one of them); an unknown host and a GPU kind the hosts do not have (they
-    are all of the default kind, gpu) are refused naming the flag."""
+    otherwise for one of them); an unknown host, flags that leave no host and a GPU kind the
+    hosts do not have (they are all of the default kind, gpu) are refused naming the flags."""
     s = live_sqlite({"h0": 2, "h1": 2})
     placed = {}
     for flag, host in (("--exclude", "h0"), ("--nodelist", "h0")):
@@ -388,7 +388,11 @@ def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
     assert placed == {"--exclude": "h1", "--nodelist": "h0"}
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--nodelist", "h9", "--", "true")
-    assert r.returncode == 1 and "--nodelist/--exclude: unknown host 'h9'" in r.stderr
+    assert r.returncode == 1 and "--nodelist: unknown host 'h9'" in r.stderr
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
+              "--nodelist", "h0", "--exclude", "h0", "--", "true")
+    assert r.returncode == 1
+    assert "--nodelist/--exclude: leave no host to run on" in r.stderr
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--gpu-kind", "h100", "--", "true")
     assert r.returncode == 1

@@ -61,6 +61,36 @@ def test_cancelled_while_running_names_who() -> None:
         "attempt 1: ran on h1 (8 GPUs) from t=200 for 1 min; cancelled by carol")
 
 
+def test_cancelled_while_waiting_after_a_requeue_says_who_and_when() -> None:
+    """Preempted (unallocated, for w-000009) and requeued, then cancelled by carol while
+    pending (audit workload.cancel from pending): the story does not stop at the
+    preemption but says it was requeued and who cancelled it, and when."""
+    w = row(Status.CANCELLED, (attempt(1, 200, 300, "preempted: unallocated"),),
+            "cancelled by carol", min_runtime=0.0)
+    audit = [AuditRow(9, 500.0, "carol", "workload.cancel", "w-000007", {"status": "pending"},
+                      None),
+             AuditRow(5, 300.0, "scheduler", "workload.preempt", "w-000007", None,
+                      {"reason": "unallocated", "by": "w-000009"})]
+    assert workload_history(w, audit, clock)["text"][1:] == [
+        "attempt 1: ran on h1 (8 GPUs) from t=200 for 1 min 40 s; preempted: as unallocated "
+        "work it gave way to allocated work, for w-000009; requeued (it kept its place in "
+        "its budget's queue)",
+        "then, while it waited, cancelled by carol at t=500",
+    ]
+
+
+def test_ended_by_the_scheduler_while_waiting_gives_its_reason() -> None:
+    """Requeued after a host failure, then ended by the scheduler while pending because
+    its dependency failed: the reason from the audit entry is told."""
+    w = row(Status.CANCELLED, (attempt(1, 200, 300, "host_failure"),),
+            "dependency w-000003 failed (afterok)")
+    audit = [AuditRow(9, 700.0, "scheduler", "workload.cancel", "w-000007",
+                      {"status": "pending"}, {"reason": "dependency w-000003 failed (afterok)"})]
+    assert workload_history(w, audit, clock)["text"][-1] == (
+        "then, while it waited, cancelled by scheduler at t=700: dependency w-000003 failed "
+        "(afterok)")
+
+
 def test_cancelled_before_it_ran() -> None:
     """Never started: the store's end reason names who cancelled it."""
     w = row(Status.CANCELLED, (), "cancelled by bob", min_runtime=0.0)

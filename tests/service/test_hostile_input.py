@@ -161,7 +161,10 @@ CASES: list[Case] = [
     ("body a list", "POST", W, "alice", [], None, (422,), "body"),
     ("body null", "POST", W, "alice", None, "null", (422,), "body"),
     ("malformed JSON", "POST", W, "alice", None, '{"budget":', (422,), "body"),
-    ("not UTF-8", "POST", W, "alice", None, b'{"budget": "\xff\xfe"}', (400, 422), ""),
+    ("not UTF-8", "POST", W, "alice", None, b'{"budget": "\xff\xfe"}', (400,),
+     "body: not UTF-8 text (byte 0xff at offset 12)"),
+    ("not UTF-8, read as UTF-16", "POST", W, "alice", None, b'\xff\xfe{}', (400,),
+     "body: not UTF-8 text (byte 0xff at offset 0)"),
     ("nested 100000 deep", "POST", W, "alice", None, "[" * 100_000 + "]" * 100_000, (400, 422),
      ""),
     # ---- query and path parameters

@@ -65,6 +65,39 @@ def test_admin_flag_change_takes_effect_at_once(env: Env) -> None:
     assert env.call("POST", "/v1/users", "bob", {"name": "eve"}).status_code == 403
 
 
+def test_the_last_admin_cannot_drop_the_flag_but_can_once_another_admin_exists(
+        env: Env) -> None:
+    """root, the only admin, removing its own admin flag gets 409 saying why and what to do
+    (and stays admin); once bob is admin with a token, root may drop its flag, and bob,
+    now the last admin, may not."""
+    r = cli(env, "root", "users", "set", "root", "--no-admin")
+    assert r.exit_code == 1
+    assert ("user root: admin: root is the last admin with a valid token; without the "
+            "flag nobody could administer this server") in r.output
+    assert env.store.get_user("root").admin
+    assert env.call("PATCH", "/v1/users/bob", "root", {"admin": True}).status_code == 200
+    r = env.call("PATCH", "/v1/users/root", "root", {"admin": False})
+    assert r.status_code == 200 and not r.json()["admin"]
+    r = env.call("PATCH", "/v1/users/bob", "bob", {"admin": False})
+    assert r.status_code == 409 and "bob is the last admin" in r.json()["detail"]
+
+
+def test_the_last_token_of_the_last_admin_cannot_be_revoked(env: Env) -> None:
+    """Revoking root's only token (root the only admin) gets 409 and the token keeps
+    working; with a second token made first, the first may be revoked."""
+    (tid,) = [t["id"] for t in env.call("GET", "/v1/tokens?user=root", "root").json()]
+    r = env.call("POST", f"/v1/tokens/{tid}/revoke", "root")
+    assert r.status_code == 409
+    assert r.json()["detail"] == (
+        f"token {tid}: the last valid token of an admin (root); revoked, nobody could "
+        "administer this server: create another first (apportion tokens create root), "
+        "then revoke this one")
+    assert env.call("GET", "/v1/users", "root").status_code == 200
+    env.tokens["root2"] = env.call("POST", "/v1/users/root/tokens", "root").json()["token"]
+    assert env.call("POST", f"/v1/tokens/{tid}/revoke", "root2").status_code == 200
+    assert env.call("GET", "/v1/users", "root2").status_code == 200
+
+
 def test_scrape_token_reads_but_never_writes(env: Env) -> None:
     """A scrape token of the admin reads /metrics and the API, but every write is 403
     and it sees no private fields."""
@@ -77,6 +110,19 @@ def test_scrape_token_reads_but_never_writes(env: Env) -> None:
     assert w["private"] and w["command"] is None
     r = env.call("POST", "/v1/users", "prom", {"name": "eve"})
     assert r.status_code == 403 and "may only read" in r.json()["detail"]
+
+
+def test_a_scrape_token_reading_its_own_users_logs_is_told_its_kind_refuses(
+        env: Env) -> None:
+    """alice's scrape token asking for the logs of alice's own workload gets 403 saying a
+    scrape token cannot read private data, not that alice may not read her own logs."""
+    env.tokens["prom"] = env.call("POST", "/v1/users/alice/tokens", "root",
+                                  {"kind": "scrape"}).json()["token"]
+    wid = env.call("POST", "/v1/workloads", "alice", JOB).json()["id"]
+    r = env.call("GET", f"/v1/workloads/{wid}/logs", "prom")
+    assert r.status_code == 403
+    assert r.json()["detail"] == (f"forbidden: a scrape token of alice cannot read private "
+                                  f"data (the logs of workload {wid})")
 
 
 def test_users_and_tokens_from_the_cli(env: Env) -> None:

@@ -447,3 +447,17 @@ def test_a_host_the_executor_resizes_is_drained_then_takes_its_new_size(
             Status.RUNNING)
     finally:
         env.store.close()
+
+
+def test_work_the_policy_refuses_ends_with_the_refusal_as_its_reason(lite: Env) -> None:
+    """A pending workload the policy can never run (here 16 GPUs on an 8-GPU fleet, stored
+    behind the API's back) is cancelled with the policy's refusal as its end reason and in
+    its workload.cancel audit entry, not a bare 'cancelled by scheduler'."""
+    wid = lite.submit(gpus=16)
+    lite.at(0.0)
+    w = lite.store.get_workload(wid)
+    assert w.status is Status.CANCELLED
+    assert w.end_reason is not None
+    assert w.end_reason.startswith("refused by the scheduler: workload w-000001: gpus: ")
+    cancel = next(a for a in lite.store.audit(target=wid) if a.action == "workload.cancel")
+    assert cancel.new == {"reason": w.end_reason}

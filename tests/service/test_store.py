@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import text
+from sqlalchemy import event, text
 from store_db import BACKENDS, db_url, open_store
 
 from apportion.core import HostState, Status
-from apportion.service.store import Conflict, NotFound, Store
+from apportion.service.store import Conflict, NotALeaf, NotFound, Store
 from apportion.service.store.models import Base
 
 
@@ -364,3 +366,105 @@ def test_sqlite_parallel_writers(tmp_path: Path) -> None:
         t.join()
     assert len(store.active_workloads()) == 100
     store.close()
+
+
+def _paused_at_insert(store: Store, table: str) -> tuple[threading.Event, threading.Event]:
+    """Pause the first thread that inserts into ``table`` just before that insert (its
+    checks done, its transaction open): set ``reached`` then, go on when ``go`` is set."""
+    reached, go = threading.Event(), threading.Event()
+
+    def hook(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if statement.lstrip().startswith(f"INSERT INTO {table} ") and not reached.is_set():
+            reached.set()
+            assert go.wait(30)
+
+    event.listen(store.engine, "before_cursor_execute", hook)
+    return reached, go
+
+
+def _wait_blocked_or_done(store: Store, thread: threading.Thread) -> None:
+    """Until ``thread`` has ended or waits on a row lock. PostgreSQL says when a session
+    waits on a lock; on SQLite the paused transaction holds the only write lock, so the
+    other cannot get past its BEGIN IMMEDIATE before it ends: nothing to wait for."""
+    if store.engine.dialect.name != "postgresql":
+        return
+    deadline = time.monotonic() + 30
+    while thread.is_alive():
+        with store.engine.connect() as conn:
+            waiting = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            )).scalar()
+        if waiting:
+            return
+        assert time.monotonic() < deadline, "neither blocked nor done"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("first", ["submission", "child"])
+def test_submission_and_new_child_of_its_leaf_never_both_win(store: Store, first: str) -> None:
+    """A submission to leaf ``ai`` and the creation of ``ai/c``, run concurrently, the first
+    paused inside its transaction after its checks: the one that checked first wins and
+    the other is refused (the child: active workloads; the submission: NotALeaf), so no
+    accepted workload is left in a budget that is no longer a leaf."""
+    store.add_budget("ai", 1, actor="admin")
+    outcome: dict[str, BaseException | None] = {}
+
+    def run(name: str, action: Callable[[], object]) -> threading.Thread:
+        def body() -> None:
+            try:
+                action()
+                outcome[name] = None
+            except Exception as e:
+                outcome[name] = e
+        t = threading.Thread(target=body)
+        t.start()
+        return t
+
+    submission = lambda: submit(store, budget="ai")  # noqa: E731
+    child = lambda: store.add_budget("ai/c", 1, actor="admin")  # noqa: E731
+    reached, go = _paused_at_insert(store, "workloads" if first == "submission" else "budgets")
+    one = run(first, submission if first == "submission" else child)
+    assert reached.wait(30)
+    second = "child" if first == "submission" else "submission"
+    other = run(second, child if first == "submission" else submission)
+    _wait_blocked_or_done(store, other)
+    go.set()
+    one.join(30)
+    other.join(30)
+    assert outcome[first] is None
+    if second == "child":
+        assert isinstance(outcome["child"], Conflict)
+        assert "leaf with active workloads" in str(outcome["child"])
+        assert [b.path for b in store.budgets()] == ["ai"]
+    else:
+        assert isinstance(outcome["submission"], NotALeaf)
+        assert str(outcome["submission"]).startswith("budget 'ai': not a leaf")
+        assert store.active_workloads() == []
+
+
+def test_a_new_grandchild_also_checks_the_leaf_it_turns_inner(store: Store) -> None:
+    """With create_parents, ``ai/x/y`` turns leaf ``ai`` into an inner node through the new
+    ``ai/x``: refused while ``ai`` has active work, as ``ai/x`` alone would be."""
+    store.add_budget("ai", 1, actor="admin")
+    wid = submit(store, budget="ai")
+    with pytest.raises(Conflict, match=f"'ai' is a leaf with active workloads \\(e.g. {wid}\\)"):
+        store.add_budget("ai/x/y", 1, actor="admin", create_parents=True)
+    assert [b.path for b in store.budgets()] == ["ai"]
+
+
+def test_the_last_admin_with_a_token_keeps_flag_and_token(store: Store) -> None:
+    """With ``root`` the only admin holding a valid user token, taking its flag and
+    revoking that token are refused (a scrape token or a token-less admin does not count);
+    once ``bob`` is admin with a token, both are allowed."""
+    store.add_user("root", actor="admin", admin=True)
+    store.add_user("bob", actor="admin", admin=True)  # admin, but no token
+    root_token = store.add_token("root", "ab" * 32).id
+    store.add_token("root", "cd" * 32, kind="scrape")
+    with pytest.raises(Conflict, match="root is the last admin with a valid token"):
+        store.set_user("root", actor="root", admin=False)
+    with pytest.raises(Conflict, match="the last valid token of an admin \\(root\\)"):
+        store.revoke_token(root_token, actor="root")
+    store.add_token("bob", "ef" * 32)
+    store.revoke_token(root_token, actor="root")
+    store.set_user("root", actor="bob", admin=False)
+    assert [u.name for u in store.users() if u.admin] == ["bob"]

@@ -331,7 +331,8 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
           "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
           "gpu_kind": "--gpu-kind", "gpu_kinds": "--gpu-kind", "cluster": "--cluster",
-          "hosts": "--nodelist/--exclude", "nodelist": "--nodelist", "exclude": "--exclude",
+          "hosts": "--nodelist/--exclude", "nodelist/exclude": "--nodelist/--exclude",
+          "nodelist": "--nodelist", "exclude": "--exclude",
           "priority": "--priority", "env": "--export"}
 
 

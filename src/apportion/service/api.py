@@ -71,7 +71,9 @@ class BodyLimit:
     """ASGI middleware: a request body over ``limit`` bytes gets 413 before it is read
     whole, whether it says its Content-Length or comes chunked. At most ``limit`` bytes
     are held; the app then reads them as if from the client. (Starlette's own limit
-    answers in plain text; this one answers like every other refusal.)"""
+    answers in plain text; this one answers like every other refusal.) A body that is not
+    UTF-8 gets 400 saying so: JSON is UTF-8, and the parser would otherwise take some such
+    bodies for UTF-16 and answer 'malformed JSON: Expecting value', others with no field."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -99,15 +101,26 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
 
+        body = b"".join(m.get("body", b"") for m in held if m["type"] == "http.request")
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            await self._answer(send, 400, f"body: not UTF-8 text (byte 0x{body[e.start]:02x} "
+                                          f"at offset {e.start}); send JSON as UTF-8")
+            return
+
         async def replay() -> Message:
             return held.pop(0) if held else await receive()
 
         await self.app(scope, replay, send)
 
     async def _refuse(self, send: Send, got: str) -> None:
-        body = json.dumps({"detail": f"body: must be at most {self.limit} bytes "
-                                     f"([server] max_body_bytes), got {got}"}).encode()
-        await send({"type": "http.response.start", "status": 413,
+        await self._answer(send, 413, f"body: must be at most {self.limit} bytes "
+                                      f"([server] max_body_bytes), got {got}")
+
+    async def _answer(self, send: Send, status: int, detail: str) -> None:
+        body = json.dumps({"detail": detail}).encode()
+        await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode()),
                                 (b"connection", b"close")]})

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, parse_duration
 from apportion.core.fleet import FleetConfig
+from apportion.core.names import did_you_mean
 
 from .executors.identity import Identity
 from .store import default_sqlite_url
@@ -400,6 +401,9 @@ def _check_seed(src: str, budgets: tuple[BudgetConfig, ...],
         except ValueError as e:
             raise ConfigError(f"{src}: {key}: {e}") from None
 
+    for i, u in enumerate(users):
+        check(f"users[{i}].name", check_user_name, u.name)
+    known = [u.name for u in users]
     for i, b in enumerate(budgets):
         check(f"budgets[{i}].path", check_budget_path, b.path)
         if not MIN_WEIGHT <= b.weight <= MAX_WEIGHT:
@@ -408,8 +412,11 @@ def _check_seed(src: str, budgets: tuple[BudgetConfig, ...],
         for field_ in ("managers", "members"):
             for j, who in enumerate(getattr(b, field_)):
                 check(f"budgets[{i}].{field_}[{j}]", check_user_name, who)
-    for i, u in enumerate(users):
-        check(f"users[{i}].name", check_user_name, u.name)
+                # the seed makes only the [[users]] listed, and the API refuses unknown people
+                if who not in known:
+                    raise ConfigError(f"{src}: budgets[{i}].{field_}[{j}]: unknown user "
+                                      f"{who!r} (not in [[users]])"
+                                      + did_you_mean(who, known, quote=True))
 
 
 def _unique(src: str, name: str, values: list[str], what: str = "name") -> None:

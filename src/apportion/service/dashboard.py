@@ -34,7 +34,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
 
-from apportion.core import FINAL, CoreError, explain
+from apportion.core import FINAL, CoreError, explain, plural
 from apportion.core.fleet import FleetState, advice, pool_config
 
 from .auth import Rights
@@ -53,9 +53,10 @@ from .replies import (
     UsageSeries,
     WeightControls,
     WhyExplanation,
+    WhyHeld,
     WhyHistory,
 )
-from .store import Store, UserRow
+from .store import Store, UserRow, WorkloadRow
 
 STATIC = Path(__file__).parent / "static"
 MAX_LISTED = 500  # queue and running rows sent to the page (counts are always complete)
@@ -70,11 +71,13 @@ def _not_started(store: Store) -> str:
 
 
 def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
-                     ) -> WhyExplanation | WhyHistory:
+                     ) -> WhyExplanation | WhyHeld | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), its ``text`` ending with its
     earlier runs if it ran before (how each ended: a preemption with why and for whom), for
-    ended work what happened to it (``kind: history``, :mod:`apportion.service.history`).
+    work held out of the queue what holds it (``kind: held``: a dependency, its array's
+    throttle), for ended work what happened to it (``kind: history``,
+    :mod:`apportion.service.history`).
     Raises the store's NotFound for an unknown id (404), HTTP 409 for work not yet seen by
     the scheduler and 503 before the scheduler has started."""
     row = store.get_workload(workload_id)
@@ -91,6 +94,9 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
         if st is None:
             raise HTTPException(503, _not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
+            hold = scheduler.hold_reason(workload_id)
+            if hold is not None:
+                return _held(row, hold, earlier)
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
@@ -109,6 +115,18 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
             "text": e.lines(clock_time) + hints + earlier, "pool_advice": hints,
             "pool": pool if len(st.pools) > 1 else None,
             "user": row.user, "submit_time": row.submit_time})
+
+
+def _held(row: WorkloadRow, hold: str, earlier: list[str]) -> WhyHeld:
+    """Held work: what holds it (the queue's words), before the policy considers it."""
+    kind = "allocated" if row.min_runtime > 0 else "unallocated"
+    text = [f"{row.id} ({row.status.value}, {plural(row.gpus, 'GPU')}, budget {row.budget}, "
+            f"{kind}): held out of the queue, not yet considered by the policy",
+            f"held by {hold}"]
+    return WhyHeld(kind="held", workload=row.id, status=row.status.value, budget=row.budget,
+                   user=row.user, gpus=row.gpus, min_runtime=row.min_runtime,
+                   allocated=row.min_runtime > 0, submit_time=row.submit_time, hold=hold,
+                   text=text + earlier)
 
 
 def clock_time(t: float) -> str:
@@ -294,7 +312,7 @@ def dashboard_router(
         return usage_series(scheduler, hours)
 
     @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
-    def why(workload_id: str) -> WhyExplanation | WhyHistory:
+    def why(workload_id: str) -> WhyExplanation | WhyHeld | WhyHistory:
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)
 

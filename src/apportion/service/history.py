@@ -63,6 +63,12 @@ def workload_history(
     if not row.attempts:
         lines.append("it never ran: " + _reason(row.end_reason, None, cancel))
     lines += attempt_lines(row, audit, clock)
+    ended = _ended_waiting(audit) if row.attempts else None
+    if ended is not None:  # it ran, was requeued, and ended in the queue: say who and when
+        lines[-1] += "; requeued (it kept its place in its budget's queue)"
+        why = (ended.new or {}).get("reason")
+        lines.append(f"then, while it waited, cancelled by {ended.actor} at "
+                     f"{clock(ended.at)}" + (f": {why}" if why else ""))
     if row.attempts and row.exit_code is not None:
         lines.append(f"final exit code {row.exit_code}")
     return {
@@ -80,6 +86,13 @@ def workload_history(
         "preemptions": [{"at": p.at, **(p.new or {})} for p in preempts],
         "text": lines,
     }
+
+
+def _ended_waiting(audit: list[AuditRow]) -> AuditRow | None:
+    """The audit entry that ended the workload while it was pending (a cancel, the
+    scheduler's with its reason, or a set-aside), or None."""
+    return next((a for a in audit if a.action in ("workload.cancel", "workload.set_aside")
+                 and (a.old or {}).get("status") == Status.PENDING.value), None)
 
 
 def _preemptions(audit: list[AuditRow]) -> list[AuditRow]:

@@ -91,5 +91,10 @@ class SchedulerPort(Protocol):
         """The queue as the last pass saw it (``GET /v1/queue``; docs/api.md)."""
         ...
 
+    def hold_reason(self, workload_id: str) -> str | None:
+        """What keeps a held workload out of the queue, as the queue view's ``hold`` says
+        it (None: it is not held)."""
+        ...
+
 
 __all__ = ["PassListener", "SchedulerPort"]

@@ -415,6 +415,24 @@ class WhyExplanation(Reply):
     submit_time: float
 
 
+class WhyHeld(Reply):
+    """Pending work held out of the queue (a dependency, its array's throttle): ``hold``
+    says what holds it, as the queue view's ``hold`` does; the policy does not consider it
+    until then, so there is no explanation yet."""
+
+    kind: Literal["held"]
+    workload: str
+    status: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    submit_time: float
+    hold: str
+    text: list[str]
+
+
 class WhyHistory(Reply):
     """Ended work: what happened to it (service/history.py); ``preemptions``: when, and the
     audit's record of who it was stopped for."""
@@ -435,8 +453,9 @@ class WhyHistory(Reply):
     text: list[str]
 
 
-Why = Annotated[WhyExplanation | WhyHistory, Field(discriminator="kind")]
-"""The reply of ``why``: an explanation or, for ended work, its history."""
+Why = Annotated[WhyExplanation | WhyHeld | WhyHistory, Field(discriminator="kind")]
+"""The reply of ``why``: an explanation, what holds held work, or for ended work its
+history."""
 
 
 # ---- the usage report (GET /v1/reports/usage, service/accounting.py) ---------------------
@@ -743,5 +762,5 @@ __all__ = [
     "UsageSeries", "User", "UserUsageRow", "WeightControls", "Whatif", "WhatifBudget",
     "WhatifFigures", "WhatifOverall", "WhatifPeriod", "WhatifPool", "WhatifPoolBudget",
     "WhatifPoolBudgetFigures", "WhatifPoolFigures", "Why", "WhyAdvice", "WhyExplanation",
-    "WhyHistory", "WhyRival", "WhyVictim", "Workload",
+    "WhyHeld", "WhyHistory", "WhyRival", "WhyVictim", "Workload",
 ]

@@ -563,7 +563,8 @@ class Scheduler:
         except CoreError as e:
             # the policy can never run it (e.g. its budget stopped being a leaf): end it
             log.warning("%s: refused: %s", row.id, e)
-            self.store.cancel_workload(row.id, ACTOR)
+            reason = f"refused by the scheduler: {e}"  # as its end reason: why and show say it
+            self.store.cancel_workload(row.id, ACTOR, reason=reason)
             self.store.append_audit(ACTOR, "workload.refuse", row.id, None, {"reason": str(e)})
             return
         self._commands[row.id] = row.command

@@ -15,6 +15,7 @@ from apportion.core import (
     BudgetNode,
     BudgetTree,
     CoreError,
+    PolicyConfig,
     Status,
     WorkloadSpec,
     allowed_hosts,
@@ -22,7 +23,8 @@ from apportion.core import (
     parse_dependency,
 )
 from apportion.core.fleet import pool_name
-from apportion.core.units import parse_duration
+from apportion.core.names import did_you_mean
+from apportion.core.units import format_duration, parse_duration
 
 from ..auth import Principal, Rights, redact
 from ..bodies import SubmitBody
@@ -30,8 +32,8 @@ from ..config import ServiceConfig
 from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
-from ..replies import QueueView, WhyExplanation, WhyHistory, Workload
-from ..store import AlreadySubmitted, NotFound, UserRow, WorkloadRow
+from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
+from ..store import AlreadySubmitted, NotALeaf, NotFound, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
@@ -118,6 +120,10 @@ def router(api: Api) -> APIRouter:
                 raise fail(422, f"dependency: {dep}: no such workload")
         t = now()
         host_rows = store.hosts()
+        problem = (_duration_problem(min_runtime, time_limit, settings.policy)
+                   or _hosts_problem(body.nodelist, body.exclude, [h.name for h in host_rows]))
+        if problem is not None:
+            raise fail(422, problem)
         try:
             allowed = allowed_hosts([h.name for h in host_rows], body.nodelist, body.exclude)
             spec = WorkloadSpec(
@@ -158,6 +164,8 @@ def router(api: Api) -> APIRouter:
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently
             return replay(e.row, e.digest)
+        except NotALeaf as e:  # a child was added since the check above: refused as there
+            raise fail(422, str(e)) from None
         scheduler.wake()
         out = _workload(row)
         if indexes:
@@ -234,6 +242,9 @@ def router(api: Api) -> APIRouter:
         after what was sent: pass it as ``offset`` to read only what was written since
         (``apportion logs -f``)."""
         w = store.get_workload(workload_id)
+        if who.read_only:  # whose ever the work: the token's kind, not its user, refuses
+            raise fail(403, f"forbidden: a {who.kind} token of {who.name} cannot read "
+                            f"private data (the logs of workload {w.id})")
         if not who.may_see_private(rights(who.user), w.user, w.budget):
             raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
         if not w.attempts:
@@ -274,11 +285,63 @@ def router(api: Api) -> APIRouter:
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
         workload_id: str, _who: Annotated[Principal | None, Depends(api.public_reader)]
-    ) -> WhyExplanation | WhyHistory:
-        """Why it waits (order, ratios, victims, earliest start) or until when it is safe."""
+    ) -> WhyExplanation | WhyHeld | WhyHistory:
+        """Why it waits (order, ratios, victims, earliest start), what holds it out of the
+        queue, or until when it is safe."""
         return explain_workload(store, scheduler, workload_id)
 
     return router
+
+
+def _duration_problem(min_runtime: float, time_limit: float,
+                      policy: PolicyConfig) -> str | None:
+    """The policy's caps on ``min_runtime`` and ``time_limit`` (as core.validate_spec
+    checks them), refused with the durations written exactly: the core rounds them to
+    two units, and 8 h 0 min 1 s over a cap of 8 h read '8 h is over the cap of 8 h'."""
+    if min_runtime > policy.max_min_runtime:
+        return (f"min_runtime: {_exact(min_runtime)} is over the cap of "
+                f"{_exact(policy.max_min_runtime)}")
+    cap = policy.max_time_limit
+    if cap and not 0 < time_limit <= cap:
+        return (f"time_limit: {_exact(time_limit) if time_limit else 'none'} is over the cap "
+                f"of {_exact(cap)}")
+    if time_limit and time_limit < min_runtime:
+        return (f"time_limit: {_exact(time_limit)} is shorter than its minimum runtime of "
+                f"{_exact(min_runtime)}")
+    return None
+
+
+def _exact(seconds: float) -> str:
+    """``seconds`` as format_duration writes it when that is exact (``8 h``, ``1 h 30
+    min``), else every unit down to the second (``8 h 0 min 1 s``), else in seconds."""
+    short = format_duration(seconds)
+    if parse_duration(short) == seconds:
+        return short
+    if not float(seconds).is_integer():
+        return f"{seconds} s"
+    rest, parts = int(seconds), list[str]()
+    for name, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if parts or rest >= size or size == 1:
+            parts.append(f"{rest // size} {name}")
+            rest %= size
+    return " ".join(parts)
+
+
+def _hosts_problem(nodelist: Sequence[str], exclude: Sequence[str],
+                   known: Sequence[str]) -> str | None:
+    """What is wrong with ``nodelist``/``exclude``, named by the fields as sent (the core
+    names them ``hosts``), or None: an unknown host in either (one mistyped in ``exclude``
+    would let the work run where it was to be kept off), or the two leaving no host."""
+    for field_name, hosts in (("nodelist", nodelist), ("exclude", exclude)):
+        for h in hosts:
+            if h not in known:
+                return f"{field_name}: unknown host {h!r}" + did_you_mean(h, known, quote=True)
+    try:
+        allowed_hosts(known, nodelist, exclude)
+    except CoreError:
+        sent = [f for f, v in (("nodelist", nodelist), ("exclude", exclude)) if v]
+        return f"{'/'.join(sent)}: {'leave' if len(sent) > 1 else 'leaves'} no host to run on"
+    return None
 
 
 def _run_problem(body: SubmitBody, user: UserRow, settings: ServiceConfig) -> str | None:

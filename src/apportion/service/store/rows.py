@@ -36,6 +36,11 @@ class Conflict(StoreError):
     illegal lifecycle transition, duplicate name, ...). Nothing was changed."""
 
 
+class NotALeaf(Conflict):
+    """A submission's budget has children (it got them after the caller checked the tree):
+    work draws on leaves only. Nothing was stored."""
+
+
 class AlreadySubmitted(Conflict):
     """A submission with this user's idempotency key exists: ``row`` is that workload and
     ``digest`` the digest of the request that stored it. Nothing was changed."""

@@ -55,6 +55,7 @@ from .rows import (
     BudgetRow,
     Conflict,
     HostRow,
+    NotALeaf,
     NotFound,
     PlacementEntry,
     TokenRow,
@@ -336,10 +337,22 @@ class Store:
         owner and kept on the first (or only) workload stored: if one is stored already,
         :class:`AlreadySubmitted` carries that workload and nothing is stored. A unique
         constraint decides, so two concurrent submissions with one key store one
-        submission on either database."""
+        submission on either database.
+
+        :class:`NotALeaf` if ``budget`` has children by now: the caller checked the tree in
+        an earlier read, and a child may have been added since (:meth:`add_budget` checks
+        the other way round; the budget row's lock serialises the two checks)."""
         owner = user if user is not None else actor
         try:
             with self._tx() as s:
+                self._lock_budget(s, budget)
+                if s.scalars(select(BudgetModel.path).where(BudgetModel.parent == budget)
+                             .limit(1)).first() is not None:
+                    try:  # the core's words, as for a submission to an inner node
+                        _tree_of(_budget(b) for b in s.scalars(select(BudgetModel))
+                                 ).require_leaf(budget)
+                    except CoreError as e:
+                        raise NotALeaf(str(e)) from None
                 first: WM | None = None
                 slots: list[int | None] = list(array) or [None]
                 for index in slots:
@@ -598,10 +611,13 @@ class Store:
                 raise Conflict(f"workload {workload_id}: status: changed concurrently")
             return True
 
-    def cancel_workload(self, workload_id: str, actor: str) -> WorkloadRow:
-        """Cancel: a pending workload becomes ``cancelled`` at once; a running or stopping
-        one gets ``cancel_requested`` and the scheduler stops it. Audited.
-        :class:`Conflict` if it already ended."""
+    def cancel_workload(
+        self, workload_id: str, actor: str, reason: str | None = None
+    ) -> WorkloadRow:
+        """Cancel: a pending workload becomes ``cancelled`` at once, with ``reason`` (default
+        ``cancelled by <actor>``) as its end reason; a running or stopping one gets
+        ``cancel_requested`` and the scheduler stops it. Audited (with the reason, if
+        given). :class:`Conflict` if it already ended."""
         with self._tx() as s:
             w = s.scalars(select(WM).where(WM.id == workload_id)).one_or_none()
             if w is None:
@@ -613,7 +629,8 @@ class Store:
                 res = s.execute(
                     update(WM)
                     .where(WM.id == workload_id, WM.status == old.value)
-                    .values(status=Status.CANCELLED.value, end_reason=f"cancelled by {actor}",
+                    .values(status=Status.CANCELLED.value,
+                            end_reason=reason or f"cancelled by {actor}",
                             cancel_requested=True)
                     .execution_options(synchronize_session=False)
                 )
@@ -621,7 +638,8 @@ class Store:
                     raise Conflict(f"workload {workload_id}: status: changed concurrently")
             else:
                 w.cancel_requested = True
-            self._audit(s, actor, "workload.cancel", workload_id, {"status": old.value}, None)
+            self._audit(s, actor, "workload.cancel", workload_id, {"status": old.value},
+                        None if reason is None else {"reason": reason})
             s.flush()
             s.expire(w)
             return _workload(s.scalars(select(WM).where(WM.id == workload_id)).one())
@@ -845,16 +863,18 @@ class Store:
             if missing and not create_parents:
                 raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}"
                                + did_you_mean(missing[0], known, quote=True))
-            direct = parent_of(path)
-            if direct in known:
+            # ``parent`` is now the nearest existing ancestor: the node that may stop being
+            # a leaf (with create_parents, through the ancestors made for it)
+            if parent:
+                self._lock_budget(s, parent)  # a submission to it waits, then sees the child
                 busy = s.scalars(
                     select(WM.id).where(
-                        WM.budget == direct, WM.status.in_([st.value for st in ACTIVE])
+                        WM.budget == parent, WM.status.in_([st.value for st in ACTIVE])
                     ).limit(1)
                 ).first()
                 if busy is not None:
                     raise Conflict(
-                        f"budget {path}: parent: {direct!r} is a leaf with active workloads"
+                        f"budget {path}: parent: {parent!r} is a leaf with active workloads"
                         f" (e.g. {busy}); it cannot get children"
                     )
             for p in reversed(missing):
@@ -899,6 +919,13 @@ class Store:
             self._audit(s, actor, f"budget.{column}", path, {column: old}, {column: clean})
             return _budget(b)
 
+    def _lock_budget(self, s: Session, path: str) -> None:
+        """Lock a budget row until the transaction ends, so that a submission's check that
+        it is a leaf and a new child's check that it has no active work never both pass.
+        PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite needs nothing (write transactions
+        begin IMMEDIATE: one writer at a time already)."""
+        s.execute(select(BudgetModel.path).where(BudgetModel.path == path).with_for_update())
+
     def _budget_model(self, s: Session, path: str) -> BudgetModel:
         b = s.get(BudgetModel, path)
         if b is None:
@@ -937,11 +964,18 @@ class Store:
         unix_user: str | None = None, clear_unix_user: bool = False,
     ) -> UserRow:
         """Change a user's admin flag and/or Unix account (``clear_unix_user``: back to the
-        account of the same name). Audited (old -> new)."""
+        account of the same name). Audited (old -> new). :class:`Conflict` if taking the
+        admin flag would leave no admin with a valid token (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             u = s.get(UserModel, name)
             if u is None:
                 raise NotFound(f"user {name}: not found")
+            if admin is False and u.admin and not self._keep_an_admin(s, user=name):
+                raise Conflict(
+                    f"user {name}: admin: {name} is the last admin with a valid token; "
+                    "without the flag nobody could administer this server: make another "
+                    "user admin (apportion users set NAME --admin) and give them a token "
+                    "(apportion tokens create NAME) first")
             old = {"admin": bool(u.admin), "unix_user": u.unix_user}
             if admin is not None:
                 u.admin = admin
@@ -980,16 +1014,39 @@ class Store:
 
     def revoke_token(self, token_id: str, actor: str, at: float | None = None) -> TokenRow:
         """Revoke a token: from now on it is refused. Audited. :class:`Conflict` if it was
-        revoked already."""
+        revoked already, or if it is the last valid token of any admin
+        (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             t = s.scalars(select(TokenModel).where(TokenModel.id == token_id)).one_or_none()
             if t is None:
                 raise NotFound(f"token {token_id}: not found")
             if t.revoked_at is not None:
                 raise Conflict(f"token {token_id}: already revoked")
+            if not self._keep_an_admin(s, token=token_id):
+                raise Conflict(
+                    f"token {token_id}: the last valid token of an admin ({t.user}); revoked, "
+                    "nobody could administer this server: create another first (apportion "
+                    f"tokens create {t.user}), then revoke this one")
             t.revoked_at = self.clock() if at is None else at
             self._audit(s, actor, "token.revoke", t.user, None, {"token": token_id})
             return _token(t)
+
+    def _keep_an_admin(self, s: Session, user: str | None = None,
+                       token: str | None = None) -> bool:
+        """False if taking ``user``'s admin flag, or revoking ``token``, would leave no admin
+        with a valid user token where there was one: nobody could then administer the
+        server (users are seeded from the config into an empty database only). The rows
+        read are locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer), so two such
+        changes, each harmless alone, are checked one after the other."""
+        held = s.execute(
+            select(TokenModel.id, TokenModel.user)
+            .join(UserModel, TokenModel.user == UserModel.name)
+            .where(UserModel.admin.is_(True), TokenModel.revoked_at.is_(None),
+                   TokenModel.kind == "user")
+            .with_for_update()
+        ).all()
+        left = [i for i, u in held if u != user and i != token]
+        return bool(left) or not held
 
     def user_for_token(self, token_hash: str) -> UserRow | None:
         """The user a token digest belongs to, or None (unknown or revoked)."""
