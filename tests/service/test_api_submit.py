@@ -15,6 +15,7 @@ from test_api import JOB, Service, shared_server, submit, svc, template
 from apportion.core import Status
 from apportion.service.api import create_app
 from apportion.service.config import parse_config
+from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 
 __all__ = ["shared_server", "svc", "template"]  # fixtures, used by name
@@ -67,6 +68,31 @@ def test_a_dependency_holds_then_releases_or_ends_with_the_reason(svc: Service) 
         svc.scheduler.step()
     assert statuses(svc, [first, any_, ok]) == ["cancelled", "running", "cancelled"]
     assert svc.store.get_workload(ok).end_reason == f"dependency {first} cancelled (afterok)"
+
+
+def test_a_dependency_on_an_array_waits_for_every_element(svc: Service) -> None:
+    """afterok on an array's id (its first element's, which names it) waits for every
+    element, as Slurm's on an array job id: it stays held once the first completed and runs
+    once all three did (it once ran after the first alone). afterok on the second element
+    waits for that element only."""
+    ids = submit(svc, gpus=1, array="0-2").json()["array_ids"]
+    svc.scheduler.step()
+    whole = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()
+    second = submit(svc, gpus=1, dependency=f"afterok:{ids[1]}").json()["id"]
+    assert whole["dependencies"] == [["afterok", i] for i in ids]
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    for done in ids[:2]:
+        executor.finish(done)
+        svc.scheduler.step()
+        svc.scheduler.step()
+    assert statuses(svc, [*ids, whole["id"], second]) == [
+        "completed", "completed", "running", "pending", "running"]
+    assert svc.scheduler.hold_reason(whole["id"]) == f"dependency: waiting for {ids[2]}"
+    executor.finish(ids[2])
+    svc.scheduler.step()
+    svc.scheduler.step()
+    assert statuses(svc, [whole["id"]]) == ["running"]
 
 
 def test_a_time_limit_stops_the_run_and_it_ends_as_timeout(svc: Service) -> None:

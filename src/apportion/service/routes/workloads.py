@@ -33,7 +33,7 @@ from ..dashboard import explain_workload
 from ..executors import identity
 from ..pools import fleet_of, validate
 from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
-from ..store import AlreadySubmitted, NotALeaf, NotFound, UserRow, WorkloadRow
+from ..store import AlreadySubmitted, NotALeaf, NotFound, Store, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
@@ -118,6 +118,7 @@ def router(api: Api) -> APIRouter:
         for _, dep in after:
             if dep not in known:
                 raise fail(422, f"dependency: {dep}: no such workload")
+        after = _whole_arrays(after, store)
         t = now()
         host_rows = store.hosts()
         problem = (_duration_problem(min_runtime, time_limit, settings.policy)
@@ -378,3 +379,15 @@ def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
     out = {h.name: pool_name(*settings.pools.of(h.cluster, h.kind)) for h in store.hosts()}
     return out if len(set(out.values())) > 1 else {}
 
+
+
+def _whole_arrays(after: tuple[tuple[After, str], ...], store: Store
+                  ) -> tuple[tuple[After, str], ...]:
+    """Each dependency on an array's id (its first element's, which names the array) as one
+    on every element, as Slurm's ``afterok:<array job id>`` waits for the whole array; a
+    dependency on another element is on that element alone."""
+    out: dict[tuple[After, str], None] = {}  # in order, once each
+    for kind, dep in after:
+        for element in store.array_ids(dep) or [dep]:
+            out[(kind, element)] = None
+    return tuple(out)
