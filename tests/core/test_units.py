@@ -11,6 +11,7 @@ from apportion.core import NUMBER_KNOBS, PolicyConfig
 from apportion.core.units import (
     DurationError,
     format_duration,
+    format_duration_exact,
     parse_duration,
     parse_number,
     plural,
@@ -91,3 +92,15 @@ def test_plural_agrees_with_the_count() -> None:
     assert plural(8, "GPU") == "8 GPUs"
     assert plural(1200, "workload") == "1,200 workloads"
     assert plural(2, "index", "indexes") == "2 indexes"
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (28800, "8 h"), (5400, "1 h 30 min"), (28801, "8 h 0 min 1 s"),
+    (90061, "1 d 1 h 1 min 1 s"), (0.5, "0.5 s"), (28800.25, "28800.25 s"), (0, "0 s"),
+])
+def test_format_duration_exact_never_rounds(seconds: float, text: str) -> None:
+    """What a refusal quotes: the two-unit form where it is exact, else every unit down to
+    the second, else seconds, so '8 h 0 min 1 s is over the cap of 8 h' never reads '8 h
+    is over the cap of 8 h'; it reads back as the same number of seconds."""
+    assert format_duration_exact(seconds) == text
+    assert parse_duration(text.replace(" ", "")) == seconds

@@ -195,13 +195,13 @@ def test_a_restart_keeps_the_throttle_and_the_holds(svc: Service) -> None:
     dependent held, a pass starts nothing more of the array and keeps the dependent held;
     the rebuilt scheduler then releases as the first did."""
     ids = submit(svc, gpus=1, array="0-3%2").json()["array_ids"]
-    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    dep = submit(svc, gpus=1, dependency=f"afterok:{ids[3]}").json()["id"]  # one element
     svc.scheduler.step()
     again = restarted(svc)
     again.step()
     assert statuses(svc, [*ids, dep]) == ["running", "running", "pending", "pending", "pending"]
     assert again.hold_reason(ids[2]) == f"array throttle: 2 of array {ids[0]} at once"
-    assert again.hold_reason(dep) == f"dependency: waiting for {ids[0]}"
+    assert again.hold_reason(dep) == f"dependency: waiting for {ids[3]}"
     svc.store.cancel_workload(ids[1], "alice")
     for _ in range(3):
         svc.clock.advance(again.grace_s + 1)
@@ -235,7 +235,7 @@ def test_why_of_held_work_says_what_holds_it(svc: Service) -> None:
     dep = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
     svc.scheduler.step()
     for wid, hold in ((ids[1], f"array throttle: 1 of array {ids[0]} at once"),
-                      (dep, f"dependency: waiting for {ids[0]}")):
+                      (dep, f"dependency: waiting for {', '.join(ids)}")):  # the array
         r = svc.call("GET", f"/v1/workloads/{wid}/why", "alice")
         assert r.status_code == 200, r.text
         e = r.json()

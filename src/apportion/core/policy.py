@@ -60,7 +60,7 @@ from .types import (
     WaitReason,
     WorkloadSpec,
 )
-from .units import format_duration, plural
+from .units import format_duration_exact, plural
 
 _INF: Final = float("inf")
 _NEAR: Final = 16  # requests Pass.next_live checks one by one before it asks the queue index
@@ -112,20 +112,20 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
     state.tree.require_leaf(spec.budget)
     if spec.min_runtime > config.max_min_runtime:
         raise CoreError(
-            f"workload {spec.id}: min_runtime: {format_duration(spec.min_runtime)} is over "
-            f"the cap of {format_duration(config.max_min_runtime)}"
+            f"workload {spec.id}: min_runtime: {format_duration_exact(spec.min_runtime)} is over "
+            f"the cap of {format_duration_exact(config.max_min_runtime)}"
         )
     limit = spec.time_limit
     if config.max_time_limit and not 0 < limit <= config.max_time_limit:
         raise CoreError(
             f"workload {spec.id}: time_limit: "
-            f"{format_duration(limit) if limit else 'none'} is over the cap of "
-            f"{format_duration(config.max_time_limit)}"
+            f"{format_duration_exact(limit) if limit else 'none'} is over the cap of "
+            f"{format_duration_exact(config.max_time_limit)}"
         )
     if limit and limit < spec.min_runtime:
         raise CoreError(
-            f"workload {spec.id}: time_limit: {format_duration(limit)} is shorter than its "
-            f"minimum runtime of {format_duration(spec.min_runtime)}"
+            f"workload {spec.id}: time_limit: {format_duration_exact(limit)} is shorter than its "
+            f"minimum runtime of {format_duration_exact(spec.min_runtime)}"
         )
     largest, total = state.max_host_gpus, state.total_gpus  # not a scan per submission
     if not state.hosts:

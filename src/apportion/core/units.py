@@ -15,7 +15,10 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DurationError", "format_duration", "parse_duration", "parse_number", "plural"]
+__all__ = [
+    "DurationError", "format_duration", "format_duration_exact", "parse_duration", "parse_number",
+    "plural",
+]
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0}
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)"
@@ -74,6 +77,25 @@ def _parse_text(value: str) -> float:
         return (int(days or 0) * 86400.0 + int(hours or 0) * 3600.0
                 + int(minutes) * 60.0 + float(secs))
     raise DurationError(f"must be {_HINT}, got {value!r}")
+
+
+def format_duration_exact(seconds: float) -> str:
+    """``seconds`` as :func:`format_duration` writes it when that is exact (``8 h``, ``1 h
+    30 min``), else every unit down to the second (``8 h 0 min 1 s``), else in seconds
+    (``0.5 s``): for a refusal, where '8 h is over the cap of 8 h' would contradict itself."""
+    short = format_duration(seconds)
+    if not math.isfinite(seconds) or _parse_text(short.replace(" ", "")) == seconds:
+        return short
+    if seconds < 0:
+        return "-" + format_duration_exact(-seconds)
+    if not float(seconds).is_integer():
+        return f"{seconds} s"
+    rest, parts = int(seconds), list[str]()
+    for name, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if parts or rest >= size or size == 1:
+            parts.append(f"{rest // size} {name}")
+            rest %= size
+    return " ".join(parts)
 
 
 def format_duration(seconds: float) -> str:

@@ -15,7 +15,6 @@ from apportion.core import (
     BudgetNode,
     BudgetTree,
     CoreError,
-    PolicyConfig,
     Status,
     WorkloadSpec,
     allowed_hosts,
@@ -24,7 +23,7 @@ from apportion.core import (
 )
 from apportion.core.fleet import pool_name
 from apportion.core.names import did_you_mean
-from apportion.core.units import format_duration, parse_duration
+from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, redact
 from ..bodies import SubmitBody
@@ -121,8 +120,7 @@ def router(api: Api) -> APIRouter:
         after = _whole_arrays(after, store)
         t = now()
         host_rows = store.hosts()
-        problem = (_duration_problem(min_runtime, time_limit, settings.policy)
-                   or _hosts_problem(body.nodelist, body.exclude, [h.name for h in host_rows]))
+        problem = _hosts_problem(body.nodelist, body.exclude, [h.name for h in host_rows])
         if problem is not None:
             raise fail(422, problem)
         try:
@@ -292,40 +290,6 @@ def router(api: Api) -> APIRouter:
         return explain_workload(store, scheduler, workload_id)
 
     return router
-
-
-def _duration_problem(min_runtime: float, time_limit: float,
-                      policy: PolicyConfig) -> str | None:
-    """The policy's caps on ``min_runtime`` and ``time_limit`` (as core.validate_spec
-    checks them), refused with the durations written exactly: the core rounds them to
-    two units, and 8 h 0 min 1 s over a cap of 8 h read '8 h is over the cap of 8 h'."""
-    if min_runtime > policy.max_min_runtime:
-        return (f"min_runtime: {_exact(min_runtime)} is over the cap of "
-                f"{_exact(policy.max_min_runtime)}")
-    cap = policy.max_time_limit
-    if cap and not 0 < time_limit <= cap:
-        return (f"time_limit: {_exact(time_limit) if time_limit else 'none'} is over the cap "
-                f"of {_exact(cap)}")
-    if time_limit and time_limit < min_runtime:
-        return (f"time_limit: {_exact(time_limit)} is shorter than its minimum runtime of "
-                f"{_exact(min_runtime)}")
-    return None
-
-
-def _exact(seconds: float) -> str:
-    """``seconds`` as format_duration writes it when that is exact (``8 h``, ``1 h 30
-    min``), else every unit down to the second (``8 h 0 min 1 s``), else in seconds."""
-    short = format_duration(seconds)
-    if parse_duration(short) == seconds:
-        return short
-    if not float(seconds).is_integer():
-        return f"{seconds} s"
-    rest, parts = int(seconds), list[str]()
-    for name, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if parts or rest >= size or size == 1:
-            parts.append(f"{rest // size} {name}")
-            rest %= size
-    return " ".join(parts)
 
 
 def _hosts_problem(nodelist: Sequence[str], exclude: Sequence[str],
