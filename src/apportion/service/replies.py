@@ -415,37 +415,34 @@ class WhyExplanation(Reply):
     submit_time: float
 
 
-class WhyHeld(Reply):
+class _WhyOfStored(Reply):
+    """What a ``why`` reply that the store answers says of the workload itself."""
+
+    workload: str
+    status: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    allocated: bool
+    submit_time: float
+
+
+class WhyHeld(_WhyOfStored):
     """Pending work held out of the queue (a dependency, its array's throttle): ``hold``
     says what holds it, as the queue view's ``hold`` does; the policy does not consider it
     until then, so there is no explanation yet."""
 
     kind: Literal["held"]
-    workload: str
-    status: str
-    budget: str
-    user: str
-    gpus: int
-    min_runtime: float
-    allocated: bool
-    submit_time: float
     hold: str
     text: list[str]
 
 
-class WhyHistory(Reply):
+class WhyHistory(_WhyOfStored):
     """Ended work: what happened to it (service/history.py); ``preemptions``: when, and the
     audit's record of who it was stopped for."""
 
     kind: Literal["history"]
-    workload: str
-    status: str
-    budget: str
-    user: str
-    gpus: int
-    min_runtime: float
-    allocated: bool
-    submit_time: float
     end_reason: str | None
     exit_code: int | None
     attempts: list[Attempt]
