@@ -61,16 +61,27 @@ def load_history(store: Store, since: float, end: float,
 
 
 def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:
-    """``weights`` if every path is a node of ``tree`` and every weight a number > 0."""
+    """``weights`` if every path is a node of ``tree`` and the tree with them is one the
+    service would accept (each weight in range, every share above the floor: the same
+    rules as a weight change, ``BudgetTree.build``'s)."""
     nodes = tree.nodes()
     for path, weight in weights.items():
         if path not in tree:
             near = difflib.get_close_matches(path, nodes, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else ""
             raise WhatifError("set_weight", f"no budget {path!r}{hint}")
-        if not (isinstance(weight, int | float) and 0 < weight < float("inf")):
-            raise WhatifError("set_weight", f"{path}: weight must be a number > 0, got {weight!r}")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise WhatifError("set_weight", f"{path}: weight must be a number, got {weight!r}")
+    try:
+        proposed_tree(tree, weights)
+    except CoreError as e:  # out of range, or a share below the floor
+        raise WhatifError("set_weight", str(e)) from None
     return {p: float(w) for p, w in weights.items()}
+
+
+def proposed_tree(tree: BudgetTree, weights: Mapping[str, float]) -> BudgetTree:
+    """``tree`` with ``weights`` (path -> weight) in place of its own."""
+    return BudgetTree.build([(p, weights.get(p, tree.weight(p))) for p in tree.nodes()])
 
 
 def proposed_configs(current: PolicyConfig, settings: Mapping[str, Any]
@@ -254,8 +265,7 @@ def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, f
     weights = check_weights(weights, history.tree)
     proposed_cfg, proposed_sim = proposed_configs(current_cfg, settings)
     scenario = scenario_of(history, float(current_cfg.max_min_runtime))
-    new_tree = BudgetTree.build([(p, weights.get(p, history.tree.weight(p)))
-                                 for p in history.tree.nodes()])
+    new_tree = proposed_tree(history.tree, weights)
     (current,) = run_policies(scenario, ["fairshare"], current_cfg, progress=progress)
     (proposed,) = run_policies(dataclasses.replace(scenario, tree=new_tree), ["fairshare"],
                                proposed_cfg, progress=progress, sim=proposed_sim)

@@ -107,9 +107,10 @@ MATRIX: list[tuple[str, str, str, Any, dict[str, int]]] = [
     ("GET /v1/dashboard/why/{workload_id}", "GET", "/v1/dashboard/why/{alice}", None,
      ANY_TOKEN),
     ("GET /metrics", "GET", "/metrics", None, ANY_TOKEN),
-    # the weights the dashboard offers to change: for a user token (it acts), any user
+    # the weights the dashboard offers to change: any token (a scrape token's answer is
+    # empty: it may change nothing, and its wall display must log no 403)
     ("GET /v1/dashboard/controls", "GET", "/v1/dashboard/controls", None,
-     only(200, "root", "carol", "dave", "alice", "bob")),
+     only(200, "root", "carol", "dave", "alice", "bob", "scrape")),
     # no token needed: liveness, the pages (their data needs one), the API's description
     ("GET /v1/health", "GET", "/v1/health", None, EVERYONE),
     ("GET /", "GET", "/", None, EVERYONE),
@@ -238,3 +239,20 @@ def test_the_matrix_covers_every_route(template: Template) -> None:
                 path = route.path.replace(":path}", "}")  # type: ignore[attr-defined]
                 served.add(f"{method} {path}")
     assert served == {row[0] for row in MATRIX}
+
+
+def test_a_scrape_token_is_offered_no_weight_controls(
+    template: Template, shared: tuple[ServerThread, SwappableApp], tmp_path: Path,
+) -> None:
+    """The dashboard asks /v1/dashboard/controls on load and every minute: a scrape token of
+    the admin is answered with no weight to set (200, empty), where it once got a 403
+    that the page logged as an error on a wall display, every minute."""
+    client, store = _fresh(template, shared, tmp_path)
+    try:
+        r = client.get("/v1/dashboard/controls",
+                       headers={"Authorization": f"Bearer {template.tokens['scrape']}"})
+        assert (r.status_code, r.json()) == (200, {"user": "root", "admin": False,
+                                                   "set_weight": []})
+    finally:
+        client.close()
+        store.close()

@@ -184,6 +184,8 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     assert page.inner_text("#we-path") == "ai/vision"
     assert page.input_value("#we-weight") == "1"
     assert page.input_value("#we-days") == "14"  # the default period
+    page.fill("#we-weight", "0.0004")  # a small weight is shown as it is, not as 0
+    assert page.inner_text("#we-apply") == "Apply weight 0.0004"
     page.fill("#we-weight", "4")
     assert page.inner_text("#we-apply") == "Apply weight 4"
 
@@ -230,6 +232,12 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
         '#we-table tr[data-path="ai/vision"] td.proposed', "tds => tds.map(td => td.className)"
     )
     assert ["better" in m for m in marks[1:4]] == [True, True, True]  # delivered, waits
+    # attainment is against each run's own shares: never marked, and the note says why
+    assert not ({"better", "worse"} & set(marks[0].split()))
+    assert "it is not marked better or worse" in page.inner_text("#we-period")
+    # figures that read the same as shown are not marked: 1.84 and 1.76 both show 1.8
+    assert page.evaluate("() => cmpClass(1.84, 1.76, true, (v) => num(v, 1))") == ""
+    assert page.evaluate("() => cmpClass(1.84, 1.66, true, (v) => num(v, 1))") == "worse"
     assert f"{result['period']['workloads']} workloads" in page.inner_text("#we-period")
     _shot(page, "dashboard-preview.png")
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from server_proc import Server, free_port, write_config
 
-from apportion.core import HostState
+from apportion.core import BudgetTree, HostState
 from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
@@ -29,6 +29,7 @@ from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
 from apportion.sim.model import HostEvent, HostEventKind
+from apportion.whatif import WhatifError, check_weights
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -187,6 +188,28 @@ def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
     run = whatif_run(live, "--set-weight", "ai/visoin=4")
     assert run.returncode == 2
     assert "--set-weight" in run.stderr and "did you mean 'ai/vision'?" in run.stderr
+
+
+def test_whatif_refuses_a_weight_the_tree_refuses_naming_the_flag(live: Live) -> None:
+    """A weight out of the tree's range (5,000,000 > 1e6) is a usage error naming
+    --set-weight, as a weight change is refused (it was a traceback)."""
+    run = whatif_run(live, "--set-weight", "ai/vision=5000000")
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+    assert "Invalid value for --set-weight: budget 'ai/vision': weight: must be a number " \
+           "from 1e-06 to 1e+06, got 5000000.0" in " ".join(run.stderr.split())
+
+
+def test_proposed_weights_are_checked_as_a_tree_change_is() -> None:
+    """Weights each in range whose product leaves a share below the floor (1e-6 under
+    1e6 twice: 1e-24) are refused naming set_weight, where POST /v1/whatif once answered
+    500 from the replay's tree."""
+    tree = BudgetTree.build([("a", 1.0), ("b", 1.0), ("a/x", 1.0), ("a/y", 1.0),
+                             ("a/x/p", 1.0), ("a/x/q", 1.0)])
+    with pytest.raises(WhatifError, match="share of the cluster .* is below 1e-15") as e:
+        check_weights({"a": 1e-6, "b": 1e6, "a/x": 1e-6, "a/y": 1e6, "a/x/p": 1e-6,
+                       "a/x/q": 1e6}, tree)
+    assert e.value.field == "set_weight"
 
 
 def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None:
@@ -759,3 +782,9 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
     assert typo.returncode == 2
     assert ("Invalid value for --set-weight: no budget 'ai/visoin'; did you mean "
             "'ai/vision'?") in typo.stderr
+    # the request body's own check names the path: said of the flag too (it was 'Error:
+    # set_weight.ai/vision: ...', exit 1)
+    zero = ask("admin", "--since", "2d", "--set-weight", "ai/vision=0")
+    assert zero.returncode == 2
+    assert ("Invalid value for --set-weight: ai/vision: Input should be greater than or "
+            "equal to") in " ".join(zero.stderr.split())

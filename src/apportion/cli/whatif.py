@@ -220,8 +220,10 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
     detail = r.json().get("detail") if r.status_code == 422 else None
     if isinstance(detail, str):
         field, _, message = detail.partition(": ")
-        if field in _FLAGS:
-            raise click.BadParameter(message, param_hint=_FLAGS[field])
+        head, dot, key = field.partition(".")  # the body's checks say set_weight.PATH: ...
+        if head in _FLAGS:
+            raise click.BadParameter(f"{key}: {message}" if dot else message,
+                                     param_hint=_FLAGS[head])
     if r.status_code == 422:
         raise click.ClickException(f"{detail} (HTTP 422)")
     from apportion.service.replies import Whatif

@@ -158,7 +158,8 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     # /v1/reports/usage
     app.include_router(reports_router(store, api.now, api.principal, settings.pools))
     app.include_router(  # /, /sim (pages: public), /v1/dashboard/*, /metrics
-        dashboard_router(store, scheduler, settings, reader=api.public_reader, writer=api.writer)
+        dashboard_router(store, scheduler, settings, reader=api.public_reader,
+                         principal=api.principal)
     )
     app.include_router(whatif_router(store, settings, api.writer, api.now))  # POST /v1/whatif
     return app

@@ -37,7 +37,7 @@ from fastapi.responses import FileResponse
 from apportion.core import FINAL, CoreError, explain, plural
 from apportion.core.fleet import FleetState, advice, pool_config
 
-from .auth import Rights
+from .auth import Principal, Rights
 from .config import ServiceConfig
 from .history import attempt_lines, workload_history
 from .port import SchedulerPort
@@ -269,13 +269,14 @@ def dashboard_router(
     settings: ServiceConfig,
     telemetry: Telemetry | None = None,
     reader: Callable[..., object] | None = None,
-    writer: Callable[..., UserRow] | None = None,
+    principal: Callable[..., Principal] | None = None,
 ) -> APIRouter:
     """The dashboard's pages, JSON and ``/metrics``. Registers a :class:`Telemetry` with the
     scheduler (unless one is given) to count starts, waits and preemptions as they happen.
     ``reader`` (a FastAPI dependency) guards the JSON and ``/metrics``, not the pages;
-    ``writer`` (the dependency of the routes that change things: a user token) gives
-    ``/v1/dashboard/controls``, which is left out without it."""
+    ``principal`` (who a token is) gives ``/v1/dashboard/controls``, which is left out
+    without it: none for a read-only (scrape) token, which may change nothing, answered
+    rather than refused so that a wall display's page logs no error."""
     tel = telemetry or Telemetry(settings.policy).attach(scheduler)
     router = APIRouter()
     deps = [Depends(reader)] if reader is not None else []
@@ -316,13 +317,15 @@ def dashboard_router(
         """Why a workload waits, or until when it is protected."""
         return explain_workload(store, scheduler, workload_id)
 
-    if writer is not None:
+    if principal is not None:
         # a default, not an Annotated alias: annotations are strings here (__future__), and
         # FastAPI resolves them in the module's globals only
         @router.get("/v1/dashboard/controls", tags=["dashboard"])
-        def controls(user: UserRow = Depends(writer)) -> WeightControls:  # noqa: B008
+        def controls(who: Principal = Depends(principal)) -> WeightControls:  # noqa: B008
             """The budget weights the caller may set (and preview) from the dashboard."""
-            return weight_controls(store, user)
+            if who.read_only:
+                return WeightControls(user=who.name, admin=False, set_weight=[])
+            return weight_controls(store, who.user)
 
     return router
 

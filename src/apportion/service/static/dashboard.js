@@ -301,8 +301,9 @@ let controls = new Set();
 let editor = null; // {path, weight, abort, timer}
 let previewSeq = 0; // answers of an older preview are dropped
 
+// weights run from 1e-6 to 1e6: significant digits, so that 0.0004 is not shown as 0
 function weightNum(w) {
-  return w === null || w === undefined ? "-" : Number(w).toLocaleString(undefined, { maximumFractionDigits: 3 });
+  return w === null || w === undefined ? "-" : Number(w).toLocaleString(undefined, { maximumSignificantDigits: 6 });
 }
 
 function weightCell(b) {
@@ -372,21 +373,26 @@ function closeEditor() {
   if (last) renderBudgets(last);
 }
 
-function cmpClass(cur, prop, higherIsBetter) {
-  if (cur === null || prop === null || cur === undefined || prop === undefined || cur === prop) return "";
+// Figures that read the same as shown are neither better nor worse (1.84 and 1.76 GPU-h
+// both show 1.8).
+// higherIsBetter null: not marked either way (attainment: see renderPreview).
+function cmpClass(cur, prop, higherIsBetter, fmt) {
+  if (cur === null || prop === null || cur === undefined || prop === undefined) return "";
+  if (higherIsBetter === null) return "";
+  if (fmt(cur) === fmt(prop)) return "";
   return (prop > cur) === higherIsBetter ? "better" : "worse";
 }
 
 function pair(cur, prop, fmt, higherIsBetter) {
   return `<td class="num">${fmt(cur)}</td>` +
-    `<td class="num proposed ${cmpClass(cur, prop, higherIsBetter)}">${fmt(prop)}</td>`;
+    `<td class="num proposed ${cmpClass(cur, prop, higherIsBetter, fmt)}">${fmt(prop)}</td>`;
 }
 
 // One pool of a several-pool preview (POST /v1/whatif's "pools"): the budget nodes with work
 // there, then the whole pool's figures; the heading has its occupancy.
 function renderPreviewPool(pool, setWeight) {
   const hours = (v) => num(v, 1);
-  const figures = (c, q) => pair(c.attainment, q.attainment, pct, true) +
+  const figures = (c, q) => pair(c.attainment, q.attainment, pct, null) +
     pair(c.delivered_gpu_hours, q.delivered_gpu_hours, hours, true) +
     pair(c.wait_p50_s, q.wait_p50_s, dur, false) +
     pair(c.preemptions, q.preemptions, String, false);
@@ -413,8 +419,11 @@ function renderPreview(res, path) {
   const p = res.period;
   const change = Object.entries(res.set_weight).map(([k, w]) => `${k} = ${weightNum(w)}`).join(", ");
   let note = `Proposed: ${change}. Replayed this cluster's history from ${when(p.start)} to ${when(p.end)} ` +
-    `(${p.days.toFixed(1)} days from its first submission): ${p.workloads} workloads, ` +
-    "with the current weights and with the proposed one.";
+    `(${dur(p.days * 86400)} from its first submission): ${p.workloads} workloads, ` +
+    "with the current weights and with the proposed one. Attainment is each run's delivered " +
+    "GPU-hours over what that run's own weights owe, so a raised weight, which raises what its " +
+    "budget is owed, can lower it while the budget gets more: it is not marked better or " +
+    "worse; delivered GPU-hours, waits and preemptions are.";
   if (p.running_at_end) note += ` ${p.running_at_end} still running at the end are replayed with their run so far (the last hours read low).`;
   if (p.waiting_at_end) note += ` ${p.waiting_at_end} still waiting at the end are replayed with an estimated run.`;
   const former = Object.entries(p.in_former_leaves);
@@ -433,7 +442,7 @@ function renderPreview(res, path) {
     const c = b.current, q = b.proposed;
     return `<tr data-path="${esc(b.budget)}"${changed ? ' class="changed"' : ""}>` +
       `<td><span style="padding-left:${pad}px">${esc(b.budget)}</span></td><td class="num">${weight}</td>` +
-      pair(c.attainment, q.attainment, pct, true) +
+      pair(c.attainment, q.attainment, pct, null) +
       pair(c.delivered_gpu_hours, q.delivered_gpu_hours, hours, true) +
       pair(c.wait_p50_s, q.wait_p50_s, dur, false) +
       pair(c.wait_p90_s, q.wait_p90_s, dur, false) +
@@ -443,7 +452,7 @@ function renderPreview(res, path) {
     '<tr><td colspan="12" class="empty">No budget of yours in the replay.</td></tr>';
   const o = res.overall, oc = o.current, op = o.proposed;
   $("#we-table tfoot").innerHTML = `<tr class="overall"><td>overall (whole cluster)</td><td></td>` +
-    pair(oc.attainment, op.attainment, pct, true) + '<td></td><td></td><td></td><td></td>' +
+    pair(oc.attainment, op.attainment, pct, null) + '<td></td><td></td><td></td><td></td>' +
     pair(oc.wait_p90_s, op.wait_p90_s, dur, false) +
     pair(oc.preemptions, op.preemptions, String, false) + "</tr>";
   $("#we-pools").innerHTML = (res.pools || []).map((pool) => renderPreviewPool(pool, res.set_weight)).join("");
