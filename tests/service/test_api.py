@@ -382,6 +382,14 @@ def test_usage_from_attempts(svc: Service) -> None:
     assert u["ai"]["charged_gpu_hours"] == pytest.approx(2.0)
     assert u["ops"]["charged_gpu_hours"] == 0.0
     assert u["ai/llm"]["usage_ratio"] > 0
+    # one reply, one reading: nothing is billed, so the units are the GPU-hours, and the
+    # ratio is the charged units over the share of the capacity the reply gives (that was
+    # the healthy GPUs now times the window, not the ledger's, and disagreed)
+    assert got["billed"] is False
+    for b in got["budgets"]:
+        assert b["charged_units"] == b["charged_gpu_hours"]
+        assert b["usage_ratio"] == pytest.approx(
+            b["charged_units"] / (b["share"] * got["capacity_gpu_hours"]), rel=1e-12)
 
 
 def test_usage_from_store_before_first_pass(svc: Service) -> None:

@@ -243,6 +243,8 @@ class QueueView(Reply):
     running: list[QueuedRunning]
     hosts: list[QueueHost]
     budgets: list[QueueBudget]
+    # the healthy GPU-seconds (billed units) of the window, the ratios' denominator
+    capacity_gpu_s: float | None = None
 
 
 # ---- the dashboard's data (GET /v1/dashboard/state) -------------------------------------

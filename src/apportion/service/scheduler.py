@@ -416,7 +416,8 @@ class Scheduler:
                     gpus_free_now=st.ledger.rate(node, charged=False),
                 ))
             return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
-                             running=running, hosts=hosts, budgets=budgets)
+                             running=running, hosts=hosts, budgets=budgets,
+                             capacity_gpu_s=capacity)
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""

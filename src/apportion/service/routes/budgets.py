@@ -112,9 +112,10 @@ def router(api: Api) -> APIRouter:
 def _usage(
     store: Store, settings: ServiceConfig, now: float, view: QueueView | None = None
 ) -> BudgetUsage:
-    """Per-node usage over the lookback. Charged GPU-hours and ratios come from the
-    scheduler's ledger when it is running (``view``: its queue view), else from the attempts
-    in the store with capacity taken as the healthy GPUs now times the window (the store
+    """Per-node usage over the lookback. Ratios, charged units and capacity come from the
+    scheduler's ledger when it is running (``view``: its queue view), and charged GPU-hours
+    too where no GPU kind is billed (a unit is then a GPU-second); else from the attempts
+    in the store, with capacity taken as the healthy GPUs now times the window (the store
     keeps no per-second host history). Free GPU-hours always come from the store."""
     window = settings.policy.lookback
     since = now - window
@@ -137,6 +138,8 @@ def _usage(
     live: dict[str, QueueBudget] = {}
     if view is not None and view.now is not None:
         live = {b.path: b for b in view.budgets}
+        if view.capacity_gpu_s is not None:  # the ratios' own denominator
+            capacity = view.capacity_gpu_s
     out = []
     for path in tree.nodes():
         c = charged.get(path, 0.0)  # GPU-seconds, whatever their kind
@@ -144,6 +147,8 @@ def _usage(
         ratio = usage_ratio(c, tree.share(path), capacity) if capacity > 0 else None
         if path in live:  # the ledger counts billed units, as the ratios do
             units, ratio = live[path].charged_gpu_s, live[path].usage_ratio
+            if not billed:  # a unit is a GPU-second: one reading of the ledger for both
+                c = units
         out.append(NodeUsage(
             path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
             charged_units=None if units is None else units / 3600.0,
