@@ -95,6 +95,21 @@ def test_a_dependency_on_an_array_waits_for_every_element(svc: Service) -> None:
     assert statuses(svc, [whole["id"]]) == ["running"]
 
 
+def test_the_dashboard_counts_held_work_apart_and_gives_it_its_class(svc: Service) -> None:
+    """An array of three 1-GPU debug jobs throttled to one at once: the dashboard's state
+    lists the two held elements with their class (it was empty for held work), and counts
+    them apart from the queue, whose count is the budgets' pending sum (the card counted
+    held work too, and disagreed with the budgets table and the metrics)."""
+    ids = submit(svc, gpus=1, min_runtime="10m", array="0-2%1").json()["array_ids"]
+    svc.scheduler.step()
+    state = svc.call("GET", "/v1/dashboard/state", "alice").json()
+    held = [p for p in state["pending"] if p["id"] in ids[1:]]
+    assert [(p["wait_reason"], p["class"]) for p in held] == [("held", "debug")] * 2
+    leaves = [b for b in state["budgets"] if b["leaf"]]
+    assert (state["cluster"]["pending"], state["cluster"]["held"]) == (
+        sum(b["pending"] for b in leaves), 2)
+
+
 def test_a_time_limit_stops_the_run_and_it_ends_as_timeout(svc: Service) -> None:
     """``time_limit: "1h"``: running until the clock reaches its start + 1 h, then stopped
     by the scheduler and ended as ``timeout`` with the limit in the reason."""

@@ -216,7 +216,7 @@ def test_dashboard_state_integrates_owed_and_delivered(live: Live) -> None:
     assert [(r["id"], r["protected_until"]) for r in s["running"]] == [
         (live.ids["C"], T0 + 3700)]
     assert s["cluster"] == {"hosts": 2, "gpus": 16, "healthy_gpus": 16, "used_gpus": 16,
-                            "pending": 1, "running": 1}
+                            "pending": 1, "held": 0, "running": 1}
 
 
 def test_dashboard_usage_series_from_the_ledger(live: Live) -> None:

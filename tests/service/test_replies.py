@@ -103,7 +103,7 @@ SPEC_KEYS = {"id", "budget", "user", "gpus", "min_runtime", "allocated", "resuma
 
 def test_queue_reply_has_the_documented_keys(env: Env) -> None:
     """``GET /v1/queue`` answers ``now``, ``last_pass_at``, ``pending``, ``running``,
-    ``hosts`` and ``budgets``; a queued entry has no ``hold`` key, a held one has it, and
+    ``hosts``, ``budgets`` and ``capacity_gpu_s``; a queued entry has no ``hold`` key, a held one has it, and
     the reply parses into ``QueueView``."""
     first = _ok(env.call("POST", "/v1/workloads", "alice", JOB))
     waiting = _ok(env.call("POST", "/v1/workloads", "alice", {**JOB, "gpus": 16}))
@@ -111,7 +111,8 @@ def test_queue_reply_has_the_documented_keys(env: Env) -> None:
                         {**JOB, "dependency": f"afterok:{first['id']}"}))
     env.scheduler.step()
     view = _ok(env.call("GET", "/v1/queue", "alice"))
-    assert set(view) == {"now", "last_pass_at", "pending", "running", "hosts", "budgets"}
+    assert set(view) == {"now", "last_pass_at", "pending", "running", "hosts", "budgets",
+                         "capacity_gpu_s"}
     pending = {p["id"]: p for p in view["pending"]}
     assert set(pending[waiting["id"]]) == SPEC_KEYS | {"position", "queued_at", "wait_reason"}
     assert set(pending[held["id"]]) == set(pending[waiting["id"]]) | {"hold"}

@@ -34,7 +34,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
 
-from apportion.core import FINAL, CoreError, explain, plural
+from apportion.core import FINAL, CoreError, WorkloadSpec, explain, plural
 from apportion.core.fleet import FleetState, advice, pool_config
 
 from .auth import Principal, Rights
@@ -176,9 +176,11 @@ def dashboard_state(
         nodes = nodes_now(st, now, scheduler.config)
         tree = st.tree
         hosts = _hosts(st, now, {h.name: h.reason for h in view.hosts})
-        classes = {wid: workload_class(p.spec, scheduler.config) for wid, p in st.pending.items()}
-        classes.update(
-            {wid: workload_class(r.spec, scheduler.config) for wid, r in st.running.items()})
+        # from the rows themselves: held work, out of the state's queue, has its class too
+        classes = {row.id: workload_class(WorkloadSpec(row.id, row.budget, row.gpus,
+                                                       row.min_runtime, row.submit_time),
+                                          scheduler.config)
+                   for row in (*view.pending, *view.running)}
         healthy = st.healthy_gpus()
         used = sum(st.used.values())
         passes, errors = scheduler.passes, scheduler.errors
@@ -222,7 +224,8 @@ def dashboard_state(
             gpus=sum(h.gpus for h in hosts),
             healthy_gpus=healthy,
             used_gpus=used,
-            pending=len(view.pending),
+            pending=sum(1 for p in view.pending if p.hold is None),
+            held=sum(1 for p in view.pending if p.hold is not None),
             running=len(view.running),
         ),
         budgets=budgets,

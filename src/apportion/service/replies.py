@@ -300,7 +300,8 @@ class ClusterCounts(Reply):
     gpus: int
     healthy_gpus: int
     used_gpus: int
-    pending: int
+    pending: int  # in the queue, as the budgets' pending counts and the metrics count them
+    held: int  # pending, but held out of the queue (a dependency, its array's throttle)
     running: int
 
 

@@ -64,7 +64,7 @@ function renderCards(s) {
   const c = s.cluster;
   $("#c-healthy").innerHTML = `${c.healthy_gpus} <small>of ${c.gpus}</small>`;
   $("#c-used").innerHTML = `${c.used_gpus} <small>of ${c.gpus}</small>`;
-  $("#c-pending").textContent = c.pending;
+  $("#c-pending").innerHTML = c.held ? `${c.pending} <small>+ ${c.held} held</small>` : String(c.pending);
   $("#c-running").textContent = c.running;
   const down = s.hosts.filter((h) => h.state !== "healthy").length;
   $("#c-hosts").innerHTML = `${c.hosts} <small>${down ? down + " not healthy" : "all healthy"}</small>`;
