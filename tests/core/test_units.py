@@ -10,6 +10,7 @@ import pytest
 from apportion.core import NUMBER_KNOBS, PolicyConfig
 from apportion.core.units import (
     DurationError,
+    format_amount,
     format_duration,
     format_duration_exact,
     parse_duration,
@@ -104,3 +105,13 @@ def test_format_duration_exact_never_rounds(seconds: float, text: str) -> None:
     is over the cap of 8 h'; it reads back as the same number of seconds."""
     assert format_duration_exact(seconds) == text
     assert parse_duration(text.replace(" ", "")) == seconds
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0.23, "0.2"), (1.5, "1.5"), (99.94, "99.9"), (100.0, "100"), (1234.5, "1,234"),
+    (0.0, "0.0"),
+])
+def test_format_amount_keeps_a_decimal_below_a_hundred(value: float, text: str) -> None:
+    """GPU-hours as reports and what-if print them: a decimal below 100, so a short
+    period's 0.2 GPU-hours do not read 0 (nor 1.5 read 2 beside a total of 1)."""
+    assert format_amount(value) == text

@@ -103,8 +103,8 @@ SPEC_KEYS = {"id", "budget", "user", "gpus", "min_runtime", "allocated", "resuma
 
 def test_queue_reply_has_the_documented_keys(env: Env) -> None:
     """``GET /v1/queue`` answers ``now``, ``last_pass_at``, ``pending``, ``running``,
-    ``hosts``, ``budgets`` and ``capacity_gpu_s``; a queued entry has no ``hold`` key, a held one has it, and
-    the reply parses into ``QueueView``."""
+    ``hosts``, ``budgets`` and ``capacity_gpu_s``; a queued entry has no ``hold`` key, a
+    held one has it, and the reply parses into ``QueueView``."""
     first = _ok(env.call("POST", "/v1/workloads", "alice", JOB))
     waiting = _ok(env.call("POST", "/v1/workloads", "alice", {**JOB, "gpus": 16}))
     held = _ok(env.call("POST", "/v1/workloads", "alice",

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from server_proc import Server, free_port, write_config
 
-from apportion.core import BudgetTree, HostState
+from apportion.core import BudgetTree, HostState, format_amount
 from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
@@ -592,8 +592,8 @@ def test_pooled_whatif_shows_where_a_weight_change_moves_the_work(pooled: Live,
     assert lines[head].split() == ["budget", "attainment", "delivered", "GPU-h", "wait",
                                    "p50", "preemptions"]
     c, p = vision["current"]["delivered_gpu_hours"], vision["proposed"]["delivered_gpu_hours"]
-    assert f"{c:,.0f} -> {p:,.0f}" in next(line for line in lines[head:]
-                                          if line.startswith("ai/vision "))
+    assert f"{format_amount(c)} -> {format_amount(p)}" in next(
+        line for line in lines[head:] if line.startswith("ai/vision "))
     csv_rows = (tmp_path / "out" / "whatif-pools.csv").read_text().splitlines()
     assert csv_rows[0].startswith("pool,budget,attainment_current,")
     assert len(csv_rows) - 1 == sum(len(p["budgets"]) for p in pools.values())

@@ -21,6 +21,7 @@ from apportion.core import (
     CoreError,
     Host,
     PolicyConfig,
+    format_duration,
     parse_duration,
     parse_number,
     plural,
@@ -433,7 +434,7 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     replayed = sum(1 for j in scenario.jobs if j.spec.submit_time < end)
     of = "" if replayed == len(scenario.jobs) else f" (of {len(scenario.jobs):,} in it)"
     click.echo(f"scenario {scenario.name}: {plural(replayed, 'workload')} submitted in the "
-               f"{plural(scenario.days, 'day')} replayed{of}, "
+               f"{format_duration(end)} replayed{of}, "
                f"{plural(len(scenario.hosts), 'host')}")
     click.echo(format_table([r.summary for r in results]))
     if "pools" in results[0].summary:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from apportion.core import DurationError, format_duration, parse_duration, plural
+from apportion.core import DurationError, format_amount, format_duration, parse_duration, plural
 
 from .paths import output_dir, output_file
 
@@ -147,7 +147,7 @@ def format_whatif(rows: list[dict[str, Any]]) -> str:
             f"{r['weight_current']:g}" + (f" -> {r['weight_proposed']:g}"
                                           if r["weight_proposed"] != r["weight_current"] else ""),
             f"{_pct(c['attainment'])} -> {_pct(p['attainment'])}",
-            f"{c['delivered_gpu_hours']:,.0f} -> {p['delivered_gpu_hours']:,.0f}",
+            _delivered(c, p),
             f"{_dur(c['wait_p50_s'])} -> {_dur(p['wait_p50_s'])}",
             f"{_dur(c['wait_p90_s'])} -> {_dur(p['wait_p90_s'])}",
             f"{c['preemptions']} -> {p['preemptions']}",
@@ -168,8 +168,8 @@ def format_pool(pool: dict[str, Any]) -> str:
     nodes' (current -> proposed)."""
     c, p = pool["current"], pool["proposed"]
     head = (f"pool {pool['pool']} ({pool['gpus']:,} GPUs): occupancy {_pct(c['occupancy'])} "
-            f"-> {_pct(p['occupancy'])}, delivered {c['delivered_gpu_hours']:,.0f} -> "
-            f"{p['delivered_gpu_hours']:,.0f} GPU-h, attainment {_pct(c['attainment'])} -> "
+            f"-> {_pct(p['occupancy'])}, delivered {_delivered(c, p)} GPU-h, attainment "
+            f"{_pct(c['attainment'])} -> "
             f"{_pct(p['attainment'])}, wait p50 {_dur(c['wait_p50_s'])} -> "
             f"{_dur(p['wait_p50_s'])}, preemptions {c['preemptions']} -> {p['preemptions']}")
     if not pool["budgets"]:
@@ -180,7 +180,7 @@ def format_pool(pool: dict[str, Any]) -> str:
         lines.append([
             r["budget"],
             f"{_pct(c['attainment'])} -> {_pct(p['attainment'])}",
-            f"{c['delivered_gpu_hours']:,.0f} -> {p['delivered_gpu_hours']:,.0f}",
+            _delivered(c, p),
             f"{_dur(c['wait_p50_s'])} -> {_dur(p['wait_p50_s'])}",
             f"{c['preemptions']} -> {p['preemptions']}",
         ])
@@ -200,6 +200,12 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
             raise click.BadParameter(f"{path.strip()}: weight must be a number > 0, got "
                                      f"{text!r}", param_hint="--set-weight") from None
     return weights
+
+
+def _delivered(current: dict[str, Any], proposed: dict[str, Any]) -> str:
+    """Delivered GPU-hours, current -> proposed, to a reader's precision (0.2, not 0)."""
+    return (f"{format_amount(current['delivered_gpu_hours'])} -> "
+            f"{format_amount(proposed['delivered_gpu_hours'])}")
 
 
 def _ask_server(url: str | None, token: str | None, since: str, until: str | None,

@@ -39,7 +39,14 @@ from .types import (
     WorkloadSpec,
     decision_log,
 )
-from .units import DurationError, format_duration, parse_duration, parse_number, plural
+from .units import (
+    DurationError,
+    format_amount,
+    format_duration,
+    parse_duration,
+    parse_number,
+    plural,
+)
 
 __all__ = [
     "FINAL",
@@ -80,6 +87,7 @@ __all__ = [
     "decision_log",
     "dependency_state",
     "explain",
+    "format_amount",
     "format_duration",
     "is_debug",
     "parent_of",

@@ -16,8 +16,8 @@ import math
 import re
 
 __all__ = [
-    "DurationError", "format_duration", "format_duration_exact", "parse_duration", "parse_number",
-    "plural",
+    "DurationError", "format_amount", "format_duration", "format_duration_exact",
+    "parse_duration", "parse_number", "plural",
 ]
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0}
@@ -117,6 +117,13 @@ def format_duration(seconds: float) -> str:
                     text += f" {rest} {rest_name}"
             return text
     raise AssertionError("unreachable: the last unit is the second")
+
+def format_amount(value: float) -> str:
+    """An amount such as GPU-hours to the precision a reader needs: one decimal under 100
+    (``0.2``, ``1.5``), whole numbers above (``1,234``), so that a small period's figures
+    are not all 0 and 1."""
+    return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
 
 def plural(count: int | float, word: str, words: str | None = None) -> str:
     """``1 GPU``, ``8 GPUs``, ``1 workload``; ``words`` when the plural is not word + s."""

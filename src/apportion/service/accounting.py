@@ -34,7 +34,15 @@ from typing import Any
 
 import numpy as np
 
-from apportion.core import FINAL, ROOT, BudgetTree, Status, ancestors, parse_duration
+from apportion.core import (
+    FINAL,
+    ROOT,
+    BudgetTree,
+    Status,
+    ancestors,
+    format_amount,
+    parse_duration,
+)
 from apportion.core.fleet import pool_name
 
 from .config import PoolsConfig
@@ -370,7 +378,7 @@ def headline(report: dict[str, Any]) -> str:
     """The period and the cluster's figures in one sentence."""
     occupancy, unalloc = report["occupancy"], report["unallocated_fraction"]
     return (f"{_utc(report['from'])} to {_utc(report['to'])}: "
-            f"{report['healthy_gpu_hours']:,.0f} healthy GPU-hours; occupancy "
+            f"{format_amount(report['healthy_gpu_hours'])} healthy GPU-hours; occupancy "
             f"{'-' if occupancy is None else f'{100 * occupancy:.1f}%'}; unallocated "
             f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.")
 
