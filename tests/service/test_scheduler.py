@@ -388,28 +388,30 @@ def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: En
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_host_gone_from_the_executor_is_down_and_gets_no_work(backend: str,
-                                                               tmp_path: Path) -> None:
-    """h1 is no longer among the executor's hosts (taken out of the config's [[hosts]]):
-    it goes down with the reason, and 8-GPU work starts on h0 only; it once stayed healthy
-    and work placed there failed ('launch refused: unknown host'). Reported again, it is
-    healthy again."""
+def test_a_host_gone_from_the_executor_is_drained_and_gets_no_work(backend: str,
+                                                                  tmp_path: Path) -> None:
+    """h1 is no longer among the executor's hosts (taken out of the config's [[hosts]])
+    while w1 runs there: it is drained with the reason (nothing new placed there; it once
+    stayed healthy and work placed there failed, 'launch refused: unknown host'), and w1
+    goes on running, not ended as lost. Reported again, h1 is healthy again."""
     env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
     try:
+        w0, w1 = env.submit(gpus=8, min_runtime=3600.0), env.submit(gpus=8, min_runtime=3600.0)
+        env.at(5.0)
+        assert [launch.slots[0].host for launch in env.executor.launches] == ["h0", "h1"]
         gone = env.executor._hosts.pop("h1")  # the executor's own table: as if unconfigured
         env.at(10.0)
         h1 = env.store.get_host("h1")
         assert (h1.state, h1.reason) == (
-            HostState.DOWN, "executor: not among the executor's hosts any more")
-        a, b = env.submit(gpus=8), env.submit(gpus=8)
+            HostState.DRAINING, "executor: not among the executor's hosts any more")
+        assert (status(env, w0), status(env, w1)) == (Status.RUNNING, Status.RUNNING)
+        late = env.submit(gpus=8)
         env.at(20.0)
-        assert (status(env, a), status(env, b)) == (Status.RUNNING, Status.PENDING)
-        assert env.executor.launches[-1].slots[0].host == "h0"
+        assert status(env, late) is Status.PENDING and len(env.executor.launches) == 2
         env.executor._hosts["h1"] = gone
         env.at(30.0)
-        env.at(31.0)
         assert env.store.get_host("h1").state is HostState.HEALTHY
-        assert status(env, b) is Status.RUNNING
+        assert status(env, w1) is Status.RUNNING
     finally:
         env.store.close()
 

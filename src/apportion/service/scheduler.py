@@ -707,9 +707,12 @@ class Scheduler:
         reported = {ih.name for ih in inventory}
         for name in sorted(set(known) - reported):
             # gone from the executor (from the config's hosts, or Slurm's partition): work
-            # placed there could never launch, so it is down until the executor has it again
+            # placed there could never launch, so it is drained (its running work, which may
+            # well go on, is moved off as a drain moves it, not ended as lost) until the
+            # executor has it again
             self._follow_host(InventoryHost(
-                name, known[name].gpus, "down", "not among the executor's hosts any more"), now)
+                name, known[name].gpus, "draining", "not among the executor's hosts any more"),
+                now)
         if moved:
             self._started = False  # rebuilt from the store on the next pass
             return False
