@@ -38,7 +38,8 @@ def ledger_charged_s(service: SlurmService) -> dict[str, float]:
     the scheduler's ledger: what fair share ranks by."""
     usage = service.get("/v1/budgets/usage")
     assert usage["source"] == "scheduler", usage
-    return {b["path"]: b["charged_gpu_hours"] * 3600.0 for b in usage["budgets"]}
+    assert usage["billed"] is True  # B200 is billed 2.2
+    return {b["path"]: b["charged_units"] * 3600.0 for b in usage["budgets"]}
 
 
 def test_hosts_are_in_the_pool_of_their_gres_type(service: SlurmService) -> None:
