@@ -74,7 +74,7 @@ def test_a_dependency_on_an_array_waits_for_every_element(svc: Service) -> None:
     """afterok on an array's id (its first element's, which names it) waits for every
     element, as Slurm's on an array job id: it stays held once the first completed and runs
     once all three did (it once ran after the first alone). afterok on the second element
-    waits for that element only."""
+    waits for that element only. afternotok on the whole array is refused."""
     ids = submit(svc, gpus=1, array="0-2").json()["array_ids"]
     svc.scheduler.step()
     whole = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()
@@ -93,6 +93,13 @@ def test_a_dependency_on_an_array_waits_for_every_element(svc: Service) -> None:
     svc.scheduler.step()
     svc.scheduler.step()
     assert statuses(svc, [whole["id"]]) == ["running"]
+    # afternotok on a whole array (Slurm: all ended, one at least failed) is refused, not
+    # read as "every element failed"
+    r = submit(svc, gpus=1, dependency=f"afternotok:{ids[0]}")
+    assert (r.status_code, r.json()["detail"]) == (422, (
+        f"dependency: afternotok:{ids[0]}: {ids[0]} names an array of 3 workloads, and "
+        "afternotok on a whole array is not supported (in Slurm: all ended, one at least "
+        f"failed); use afterany:{ids[0]} (all ended), or name single elements"))
 
 
 def test_the_dashboard_counts_held_work_apart_and_gives_it_its_class(svc: Service) -> None:

@@ -117,7 +117,10 @@ def router(api: Api) -> APIRouter:
         for _, dep in after:
             if dep not in known:
                 raise fail(422, f"dependency: {dep}: no such workload")
-        after = _whole_arrays(after, store)
+        try:
+            after = _whole_arrays(after, store)
+        except ValueError as e:
+            raise fail(422, str(e)) from None
         t = now()
         host_rows = store.hosts()
         problem = _hosts_problem(body.nodelist, body.exclude, [h.name for h in host_rows])
@@ -347,11 +350,20 @@ def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
 
 def _whole_arrays(after: tuple[tuple[After, str], ...], store: Store
                   ) -> tuple[tuple[After, str], ...]:
-    """Each dependency on an array's id (its first element's, which names the array) as one
-    on every element, as Slurm's ``afterok:<array job id>`` waits for the whole array; a
-    dependency on another element is on that element alone."""
+    """Each ``afterok``/``afterany`` dependency on an array's id (its first element's, which
+    names the array) as one on every element, as Slurm's on an array job id waits for the
+    whole array; a dependency on another element is on that element alone. :class:`ValueError`
+    for ``afternotok`` on a whole array: Slurm's means "all ended, one at least failed",
+    which one dependency per element cannot say (it would need every element to fail)."""
     out: dict[tuple[After, str], None] = {}  # in order, once each
     for kind, dep in after:
-        for element in store.array_ids(dep) or [dep]:
+        elements = store.array_ids(dep)
+        if elements and kind is After.NOTOK:
+            raise ValueError(
+                f"dependency: afternotok:{dep}: {dep} names an array of {len(elements)} "
+                "workloads, and afternotok on a whole array is not supported (in Slurm: all "
+                f"ended, one at least failed); use afterany:{dep} (all ended), or name single "
+                "elements")
+        for element in elements or [dep]:
             out[(kind, element)] = None
     return tuple(out)
