@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 from server_proc import Server, free_port, write_config
 from store_db import BACKENDS, db_url
+
+from apportion.service.store import ServerLock
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -49,3 +52,59 @@ def test_a_second_server_on_the_same_database_refuses_to_start(
     again = Server(config, tmp_path / "again.log")
     again.start()  # A has stopped: its lock went with it
     again.stop()
+
+
+def _lock_holders(url: str) -> list[int]:
+    """The backends holding an advisory lock on the test's PostgreSQL database."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
+        return [r[0] for r in c.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted").fetchall()]
+
+
+def test_a_server_whose_database_session_ends_takes_its_lock_again_or_stops(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL drops a session's advisory lock with the session (a database restart, a
+    failover, a dropped connection). Server A's lock session is terminated: A takes the lock
+    again before its next pass, so a second server on the database is still refused (it
+    once started, and ended A's running work as lost). Terminated again, and the lock taken
+    at once by another session, as a second server would: A stops scheduling and exits 1
+    saying so, rather than schedule beside it."""
+    import psycopg
+
+    url = db_url("postgres", tmp_path)
+    plain = url.replace("postgresql+psycopg://", "postgresql://")
+    config = write_config(tmp_path / "apportion.toml", free_port(), db_url=url,
+                          executor="memory")
+    a = Server(config, tmp_path / "a.log")
+    a.start()
+    try:
+        (first,) = _lock_holders(url)
+        with psycopg.connect(plain, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        deadline = time.monotonic() + 30
+        while not [p for p in _lock_holders(url) if p != first]:
+            assert time.monotonic() < deadline, "A did not take its lock again"
+            time.sleep(0.1)
+        b = subprocess.run(
+            [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config),
+             "--port", str(free_port())],
+            capture_output=True, text=True, timeout=60)
+        assert b.returncode == 1 and "another apportion server is scheduling with it" in (
+            b.stderr), b.stdout + b.stderr
+
+        (second,) = _lock_holders(url)
+        with psycopg.connect(plain, autocommit=True) as thief:
+            # terminate A's session and take the lock before A's next pass can
+            thief.execute("SELECT pg_terminate_backend(%s)", (second,))
+            while not thief.execute("SELECT pg_try_advisory_lock(%s)",
+                                    (ServerLock.PG_KEY,)).fetchone()[0]:
+                time.sleep(0.01)
+            assert a.proc is not None
+            assert a.proc.wait(timeout=60) == 1
+        assert "this server lost its server lock" in (tmp_path / "a.log").read_text()
+    finally:
+        if a.proc is not None and a.proc.poll() is None:
+            a.stop()

@@ -88,7 +88,13 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     from apportion.service.clock import WallClock
     from apportion.service.config import ConfigError, ServiceConfig, load_config
     from apportion.service.scheduler import Scheduler
-    from apportion.service.store import ServerLock, Store, StoreUnavailable, database_error
+    from apportion.service.store import (
+        LockLost,
+        ServerLock,
+        Store,
+        StoreUnavailable,
+        database_error,
+    )
     from apportion.service.store.seed import seed_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -124,13 +130,23 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     except Exception:  # e.g. Slurm unreachable: the loop's first pass starts it again
         logging.getLogger("apportion.serve").exception("scheduler start failed; retrying")
     stop = threading.Event()
-    loop = threading.Thread(target=scheduler.run_forever, args=(config.scheduler.interval_s, stop),
-                            name="apportion-scheduler", daemon=True)
-    loop.start()
+    lost: list[str] = []
     app = create_app(store, scheduler, config)
+    server = uvicorn.Server(uvicorn.Config(app, host=host or config.server.host,
+                                           port=port or config.server.port, log_level="info"))
+
+    def schedule() -> None:
+        try:
+            scheduler.run_forever(config.scheduler.interval_s, stop, guard=lock.keep)
+        except LockLost as e:  # another server schedules now: this one stops, whole
+            logging.getLogger("apportion.serve").error("%s", e)
+            lost.append(str(e))
+            server.should_exit = True  # uvicorn's own graceful shutdown
+
+    loop = threading.Thread(target=schedule, name="apportion-scheduler", daemon=True)
+    loop.start()
     try:
-        uvicorn.run(app, host=host or config.server.host, port=port or config.server.port,
-                    log_level="info")
+        server.run()
     finally:
         stop.set()
         scheduler.wake()
@@ -138,3 +154,5 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         executor.close()
         lock.release()
         store.close()
+    if lost:
+        raise click.ClickException(lost[0])

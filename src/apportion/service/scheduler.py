@@ -73,7 +73,7 @@ from apportion.service.replies import (
     QueueHost,
     QueueView,
 )
-from apportion.service.store import Conflict, NotFound, Store, WorkloadRow
+from apportion.service.store import Conflict, LockLost, NotFound, Store, WorkloadRow
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -290,14 +290,21 @@ class Scheduler:
         """Ask the background loop for a pass now (after a submission, a cancel, ...)."""
         self._wake.set()
 
-    def run_forever(self, interval_s: float, stop_event: threading.Event) -> None:
+    def run_forever(self, interval_s: float, stop_event: threading.Event,
+                    guard: Callable[[], None] | None = None) -> None:
         """Pass on every :meth:`wake` and at least every ``interval_s`` until
-        ``stop_event`` is set (set it, then :meth:`wake`, to stop promptly). A failed pass
-        is logged and retried; it never ends the loop."""
+        ``stop_event`` is set (set it, then :meth:`wake`, to stop promptly). ``guard`` runs
+        before each pass (the server lock's check: no pass without the lock). A failed pass
+        is logged and retried; it never ends the loop, but :class:`LockLost` does (raised:
+        another server schedules with the database now)."""
         while not stop_event.is_set():
             self._wake.clear()
             try:
+                if guard is not None:
+                    guard()
                 self.step()
+            except LockLost:
+                raise
             except Exception as e:
                 if self.failing <= 1:
                     log.exception("scheduling pass failed; retrying on every pass")

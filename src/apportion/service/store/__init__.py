@@ -19,6 +19,7 @@ from .rows import (
 )
 from .store import (
     ACTIVE,
+    LockLost,
     ServerLock,
     Store,
     StoreUnavailable,
@@ -37,6 +38,7 @@ __all__ = [
     "BudgetRow",
     "Conflict",
     "HostRow",
+    "LockLost",
     "NotALeaf",
     "NotFound",
     "PlacementEntry",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +137,11 @@ def database_error(url: str, e: DBAPIError) -> StoreUnavailable:
     return StoreUnavailable(f"database {shown_url(url)}: {reason}")
 
 
+class LockLost(StoreUnavailable):
+    """Another server holds the server lock this one held (PostgreSQL dropped this one's
+    session, and so its lock, and another server took it): this one must stop scheduling."""
+
+
 class ServerLock:
     """This process's claim to be the one server scheduling with a database, held until
     :meth:`release` or the process's end (the kernel or PostgreSQL drops it then, so a
@@ -145,16 +150,28 @@ class ServerLock:
     executor it ends it as lost, with the others two schedulers launch and charge it twice.
 
     SQLite: an exclusive ``flock`` on ``<database>.lock`` beside the file. PostgreSQL: a
-    session advisory lock, on a connection kept open for it."""
+    session advisory lock, on a connection kept open for it; PostgreSQL drops it with the
+    session (a database restart, a failover, a dropped connection), so :meth:`keep` checks
+    it before every pass and takes it again."""
 
     # the advisory lock's key: any fixed 64-bit number no other program uses on the database
     PG_KEY = 0x61707072_74696F6E  # "apprtion"
 
-    def __init__(self, release: Callable[[], None]) -> None:
+    def __init__(self, release: Callable[[], None],
+                 keep: Callable[[], None] | None = None) -> None:
         self._release = release
+        self._keep = keep
 
     def release(self) -> None:
         self._release()
+
+    def keep(self) -> None:
+        """Make sure this server still holds the lock, taking it again if its session was
+        lost. :class:`LockLost` if another server holds it now (this one must stop
+        scheduling); :class:`StoreUnavailable` if the database does not answer (no pass can
+        run then, and the next check tries again). A file lock cannot be lost."""
+        if self._keep is not None:
+            self._keep()
 
     @classmethod
     def acquire(cls, url: str) -> ServerLock:
@@ -166,25 +183,49 @@ class ServerLock:
                 return cls(lambda: None)  # a database of this process alone
             return cls._file_lock(Path(f"{db.database}.lock"), url)
         engine = make_engine(url)
+        held = [cls._take(engine, url)]  # the connection whose session holds the lock
+
+        def keep() -> None:
+            try:
+                mine = held[0].exec_driver_sql(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND pid = pg_backend_pid()").first() is not None
+                held[0].commit()
+                if mine:
+                    return
+            except DBAPIError:
+                pass  # the session is gone, and its lock with it
+            with suppress(DBAPIError):
+                held[0].close()
+            held[0] = cls._take(engine, url, again=True)
+
+        def release() -> None:
+            held[0].close()  # ends the session, and with it the lock
+            engine.dispose()
+
+        return cls(release, keep)
+
+    @classmethod
+    def _take(cls, engine: Engine, url: str, again: bool = False) -> Connection:
+        """A new connection holding the advisory lock; :class:`StoreUnavailable` if the
+        database does not answer, :class:`LockLost` (``again``) if another server holds it."""
         try:
             conn = engine.connect()
             got = conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({cls.PG_KEY})").scalar()
             conn.commit()
         except DBAPIError as e:
-            engine.dispose()
             raise database_error(url, e) from None
         if not got:
             conn.close()
+            if again:
+                raise LockLost(f"database {shown_url(url)}: this server lost its server lock "
+                               "(its database session ended) and another apportion server "
+                               "holds it now: this one stops scheduling")
             engine.dispose()
             raise StoreUnavailable(f"database {shown_url(url)}: another apportion server is "
                                    "scheduling with it (it holds the server lock); stop it "
                                    "first, or give this one another database")
-
-        def release() -> None:
-            conn.close()  # ends the session, and with it the lock
-            engine.dispose()
-
-        return cls(release)
+        return conn
 
     @classmethod
     def _file_lock(cls, path: Path, url: str) -> ServerLock:
