@@ -251,6 +251,19 @@ def test_list_workloads_filters(store: Store) -> None:
     assert [w.id for w in store.list_workloads(statuses=[Status.RUNNING])] == [b]
 
 
+def test_the_budget_filter_is_an_exact_subtree(store: Store) -> None:
+    """budget=lab_a is lab_a and below, nothing else, on both databases: not labxa/p ('_'
+    is any character to LIKE) nor LAB_A/p (SQLite's LIKE ignores case), which the filter
+    once took in, so that `apportion cancel --budget lab_a` cancelled labxa's work."""
+    ids = {}
+    for path in ("lab_a/p", "labxa/p", "LAB_A/p", "lab/p"):
+        store.add_budget(path, 1, "admin", create_parents=True)
+        ids[path] = submit(store, budget=path)
+    assert [w.id for w in store.list_workloads(budget="lab_a")] == [ids["lab_a/p"]]
+    assert [w.id for w in store.list_workloads(budget="lab")] == [ids["lab/p"]]
+    assert [w.id for w in store.list_workloads(budget="LAB_A")] == [ids["LAB_A/p"]]
+
+
 def test_usage_intervals_overlap_window(store: Store) -> None:
     """Only attempts that overlap [since, now) come back, open ones with ended_at None."""
     old, recent, running = submit(store), submit(store, min_runtime=0), submit(store)

@@ -17,7 +17,17 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, case, create_engine, event, inspect, make_url, select, update
+from sqlalchemy import (
+    Engine,
+    case,
+    create_engine,
+    event,
+    func,
+    inspect,
+    make_url,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -514,7 +524,11 @@ class Store:
             if statuses is not None:
                 q = q.where(WM.status.in_([st.value for st in statuses]))
             if budget:
-                q = q.where((WM.budget == budget) | WM.budget.startswith(budget + "/"))
+                # the subtree by an exact prefix: LIKE (startswith) reads '_' as any character
+                # and, on SQLite, ignores case, so lab_a would take in labxa and LAB_A
+                prefix = budget + "/"
+                q = q.where((WM.budget == budget)
+                            | (func.substr(WM.budget, 1, len(prefix)) == prefix))
             if user:
                 q = q.where(WM.user == user)
             rows = list(s.scalars(q.order_by(WM.seq).limit(limit)))
