@@ -504,3 +504,23 @@ def test_whatif_body_is_strict(svc: Service, body: dict[str, Any], where: str) -
     r = svc.call("POST", "/v1/whatif", "root", body)
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith(where), r.json()["detail"]
+
+
+def test_a_database_that_does_not_answer_is_a_503_naming_it(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database stops answering (here every token lookup fails as psycopg fails when
+    PostgreSQL is down): each request gets 503 with one line naming the database and the
+    driver's reason, not 500 'Internal Server Error' and a traceback per request."""
+    from sqlalchemy.exc import OperationalError
+
+    def down(*_a: Any, **_k: Any) -> Any:
+        raise OperationalError("SELECT ...", {}, Exception(
+            'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+            "Connection refused\nIs the server running on that host?"))
+
+    monkeypatch.setattr(svc.store, "principal_for_token", down)
+    r = svc.call("GET", "/v1/workloads", "alice")
+    assert r.status_code == 503
+    assert r.json()["detail"] == (
+        f"database {svc.config.db_url}: connection failed: connection to server at "
+        '"127.0.0.1", port 5432 failed: Connection refused')

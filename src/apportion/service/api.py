@@ -14,11 +14,13 @@ Routes are listed in docs/api.md, rights in docs/security.md; OpenAPI at /docs.
 """
 
 import json
+import logging
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import validation as v
@@ -28,8 +30,10 @@ from .port import SchedulerPort
 from .reports import reports_router
 from .routes import audit, budgets, hosts, users, workloads
 from .routes.context import API_VERSION, ERRORS, Api, fail
-from .store import Conflict, NotFound, Store
+from .store import Conflict, NotFound, Store, database_error
 from .whatif_api import whatif_router
+
+log = logging.getLogger("apportion.api")
 
 __all__ = ["API_VERSION", "BodyLimit", "create_app"]
 
@@ -151,6 +155,15 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     @app.exception_handler(Conflict)
     def _conflict(_req: Request, exc: Conflict) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    def _database_down(_req: Request, exc: DBAPIError) -> JSONResponse:
+        # the database does not answer (down, restarting, unreachable): a 503 naming it,
+        # and one log line, not a 500 and a traceback per request
+        problem = str(database_error(settings.db_url, exc))
+        log.warning("%s", problem)
+        return JSONResponse(status_code=503, content={"detail": problem})
 
     api = Api(store, scheduler, settings)
     for resource in (workloads, users, budgets, hosts, audit):
