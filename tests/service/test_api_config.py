@@ -174,3 +174,29 @@ def test_parse_config_source_name() -> None:
     """Errors from parse_config carry the given source name."""
     with pytest.raises(ConfigError, match="^inline: server.port"):
         parse_config({"server": {"port": -1}}, source="inline")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("postgresql+psycopg://ops:s3cret@db:abc/apportion", "database.url: the port is not a number"),
+    ("mysql://ops:s3cret@db/apportion", "database.url: mysql: not supported"),
+    ("not a url", "database.url: not a database URL; expected sqlite:///PATH or"),
+    ("sqlite:////nonexistent/dir/x.db",
+     "database.url: /nonexistent/dir: no such directory for the SQLite database"),
+])
+def test_a_database_url_that_cannot_work_is_refused_naming_the_key(
+        tmp_path: Path, url: str, message: str) -> None:
+    """A URL the server could not open is refused when the config is read, naming the file
+    and database.url and never the password (serve, whatif --config and export-trace
+    printed tracebacks: ValueError, NoSuchModuleError, ArgumentError, FileNotFoundError)."""
+    with pytest.raises(ConfigError) as e:
+        load_config_text(tmp_path, f'[database]\nurl = "{url}"\n')
+    assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}: {message}"), str(e.value)
+    assert "s3cret" not in str(e.value)
+
+
+@pytest.mark.parametrize("spelling", ["postgres://", "postgresql://"])
+def test_postgresql_urls_get_the_psycopg_driver(tmp_path: Path, spelling: str) -> None:
+    """postgres:// (the common short spelling, which SQLAlchemy does not know) and
+    postgresql:// both mean PostgreSQL through psycopg 3."""
+    cfg = load_config_text(tmp_path, f'[database]\nurl = "{spelling}ops@db/apportion"\n')
+    assert cfg.db_url == "postgresql+psycopg://ops@db/apportion"

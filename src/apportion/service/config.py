@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from sqlalchemy import make_url
+from sqlalchemy.exc import ArgumentError
+
 from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, parse_duration
 from apportion.core.fleet import FleetConfig
 from apportion.core.names import did_you_mean
@@ -221,6 +224,38 @@ class _Reader:
             raise self.error(extra[0], f"unknown key (valid keys: {known})")
 
 
+def _database_url(r: _Reader) -> str:
+    """``database.url``: empty (SQLite in data_dir), a SQLite file in a directory that
+    exists, or PostgreSQL (``postgresql://`` and ``postgres://`` are given the psycopg 3
+    driver). Anything else is refused here, naming the key, rather than failing as a
+    traceback when the server or what-if opens it. The URL is never echoed with its
+    password."""
+    url = r.string("url", "")
+    if not url:
+        return url
+    for spelling in ("postgres://", "postgresql://"):
+        if url.startswith(spelling):
+            url = "postgresql+psycopg://" + url[len(spelling):]
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise r.error("url", "not a database URL; expected sqlite:///PATH or "
+                             "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE") from None
+    except ValueError:  # SQLAlchemy reads the port with int()
+        raise r.error("url", "the port is not a number") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            folder = Path(parsed.database).parent  # as SQLite opens it: from the working dir
+            if not folder.is_dir():
+                raise r.error("url", f"{folder}: no such directory for the SQLite database")
+        return url
+    if backend != "postgresql" or parsed.get_driver_name() != "psycopg":
+        raise r.error("url", f"{parsed.drivername}: not supported; apportion stores in SQLite "
+                             "(sqlite:///PATH) or PostgreSQL (postgresql+psycopg://...)")
+    return url
+
+
 def load_config(path: str | Path) -> ServiceConfig:
     """Read and check a TOML config file."""
     p = Path(path)
@@ -256,7 +291,7 @@ def parse_config(
     r.done()
 
     r = _Reader(source, "database", top.get("database", {}))
-    database = DatabaseConfig(url=r.string("url", ""))
+    database = DatabaseConfig(url=_database_url(r))
     r.done()
 
     r = _Reader(source, "executor", top.get("executor", {}))

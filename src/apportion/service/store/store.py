@@ -120,7 +120,9 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://") :]
-    return create_engine(url, pool_pre_ping=True)
+    # a host that does not answer at all (a dropped route) fails a connection in 10 s, not
+    # after the kernel's two minutes of SYN retries
+    return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
 
 
 log = logging.getLogger("apportion.store")
