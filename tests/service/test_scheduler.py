@@ -393,7 +393,8 @@ def test_a_host_gone_from_the_executor_is_drained_and_gets_no_work(backend: str,
     """h1 is no longer among the executor's hosts (taken out of the config's [[hosts]])
     while w1 runs there: it is drained with the reason (nothing new placed there; it once
     stayed healthy and work placed there failed, 'launch refused: unknown host'), and w1
-    goes on running, not ended as lost. Reported again, h1 is healthy again."""
+    goes on running, not ended as lost. Reported again, h1 is healthy again; a host an
+    admin drained that goes and comes back stays drained, with the admin's reason."""
     env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
     try:
         w0, w1 = env.submit(gpus=8, min_runtime=3600.0), env.submit(gpus=8, min_runtime=3600.0)
@@ -412,6 +413,14 @@ def test_a_host_gone_from_the_executor_is_drained_and_gets_no_work(backend: str,
         env.at(30.0)
         assert env.store.get_host("h1").state is HostState.HEALTHY
         assert status(env, w1) is Status.RUNNING
+        # a host an admin drained, gone and back: still the admin's drain
+        env.sched.set_host_state("h0", HostState.DRAINING, "ECC", "admin")
+        h0 = env.executor._hosts.pop("h0")
+        env.at(40.0)
+        env.executor._hosts["h0"] = h0
+        env.at(50.0)
+        assert (env.store.get_host("h0").state, env.store.get_host("h0").reason) == (
+            HostState.DRAINING, "ECC")
     finally:
         env.store.close()
 

@@ -716,7 +716,10 @@ class Scheduler:
             # gone from the executor (from the config's hosts, or Slurm's partition): work
             # placed there could never launch, so it is drained (its running work, which may
             # well go on, is moved off as a drain moves it, not ended as lost) until the
-            # executor has it again
+            # executor has it again. A host an admin drained or took out already is left
+            # as it is, so that its coming back does not undo that.
+            if known[name].state is not HostState.HEALTHY:
+                continue
             self._follow_host(InventoryHost(
                 name, known[name].gpus, "draining", "not among the executor's hosts any more"),
                 now)
