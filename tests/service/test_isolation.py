@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
+from apportion.service.executor import (
+    AttemptState,
+    HostSlots,
+    Launch,
+    LaunchRefused,
+    Observation,
+)
 from apportion.service.executors import _procfs
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
@@ -281,3 +287,32 @@ def test_a_stale_run_file_of_the_same_attempt_is_set_aside(
     o = wait_end(ex2, h2)
     assert (o.state, o.exit_code) == (AttemptState.EXITED, 3)
     assert len(list((ex2.run_dir / "stale").glob("w-000001.1.*"))) == 3  # run, exit, spec
+
+
+def test_an_attempt_that_never_started_leaves_no_cgroup(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cgroups of an attempt are made before its wrapper starts. When the wrapper cannot
+    start (here the interpreter is missing), and when the server died between the two (the
+    attempt is then found never started, void, by the next server), they are removed: they
+    were left behind, empty, in /sys/fs/cgroup/*/apportion."""
+    ex = make_executor(shared)
+    assert ex.cgroups is not None, "cgroups are not available here"
+
+    def ours() -> set[str]:  # this test's cgroups (db_id "t"), in every hierarchy
+        return {str(p) for p in Path("/sys/fs/cgroup").glob("**/apportion/t-w-*")}
+
+    before = ours()
+    monkeypatch.setattr(ex, "python", str(shared / "no-such-python"))
+    with pytest.raises(LaunchRefused, match="no-such-python"):
+        launch(ex, accounts.alice.name, ["true"], chdir=str(alice_dir))
+    assert ours() == before
+    monkeypatch.undo()
+
+    # as if the server died after making them and writing the spec, before the wrapper ran
+    dirs = ex.cgroups.create("t-w-000002.1", {0})
+    assert dirs and all(Path(d).is_dir() for d in dirs)
+    _procfs.write_json_atomic(ex.run_dir / "w-000002.1.spec", {"cgroups": dirs}, durable=False)
+    again = make_executor(shared)
+    assert again.find("w-000002", 1) is None
+    assert not any(Path(d).exists() for d in dirs)

@@ -165,24 +165,29 @@ class LocalExecutor:
             "cgroups": cgroups,
         }
         spec_path = self.run_dir / f"{stem}.spec"
-        # not fsynced: read at once by the wrapper; lost in a crash, the attempt never started
-        _procfs.write_json_atomic(spec_path, spec, durable=False)
-        log_path = Path(launch.log_path) if launch.log_path else self.log_path(wid, launch.attempt)
-        log_fd = self._open_log(log_path, acct)
         try:
-            proc = subprocess.Popen(
-                [self.python, "-m", "apportion.service.executors._wrapper", str(spec_path)],
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as e:
-            if e.errno in (errno.ENOENT, errno.EACCES, errno.E2BIG):
+            # not fsynced: read at once by the wrapper; lost in a crash, the attempt never
+            # started (and find() then removes the cgroups its spec names, if it is there)
+            _procfs.write_json_atomic(spec_path, spec, durable=False)
+            log_path = (Path(launch.log_path) if launch.log_path
+                        else self.log_path(wid, launch.attempt))
+            log_fd = self._open_log(log_path, acct)
+            try:
+                proc = subprocess.Popen(
+                    [self.python, "-m", "apportion.service.executors._wrapper",
+                     str(spec_path)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(log_fd)
+        except BaseException as e:
+            _cgroup.remove(cgroups)  # no wrapper will run in them: none left behind
+            if isinstance(e, OSError) and e.errno in (errno.ENOENT, errno.EACCES, errno.E2BIG):
                 raise LaunchRefused(f"wrapper {self.python}: {e.strerror}") from None
             raise
-        finally:
-            os.close(log_fd)
         # the child is ours and not yet reaped, so /proc/<pid> exists even if it already died
         handle = _procfs.handle_of(proc.pid)
         if handle is None:
@@ -252,18 +257,22 @@ class LocalExecutor:
         written), so a wrapper that is still starting refuses to run it: the attempt can
         then safely be ended as never started. Used only while reconciling after a crash.
         """
-        run_file = self.run_dir / f"{workload_id}.{attempt}.run"
+        stem = f"{workload_id}.{attempt}"
+        run_file = self.run_dir / f"{stem}.run"
         for _ in range(2):
             info = _procfs.read_json(run_file)
             if info is not None:
                 handle = info.get("handle")
                 if isinstance(handle, str) and handle:
                     with self._lock:
-                        self._index[handle] = f"{workload_id}.{attempt}"
+                        self._index[handle] = stem
                     return handle
-                return None  # void
+                break  # void
             if _procfs.create_json_exclusive(run_file, {"void": True, "at": time.time()}):
-                return None
+                break
+        # never started: the cgroups made for it at launch hold nothing, and nobody else
+        # knows them (only its spec names them)
+        _cgroup.remove(_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
         return None
 
     def _void(self, stem: str, handle: str) -> bool:
