@@ -54,22 +54,20 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         raise click.ClickException(f"--from: {start} is not before --to ({end})")
     params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
-    typed = {"from": "--from", "to": "--to", "by": "--by"}  # the server's refusals, as typed
-    if fmt in ("csv", "html"):
-        try:
+    try:
+        if fmt in ("csv", "html"):
             text = client.call("GET", "/reports/usage", params=params).text
-        except click.ClickException as e:
-            raise as_typed(e, typed) from None
+        else:
+            data = client.json("GET", "/reports/usage", params=params)
+    except click.ClickException as e:  # the server's refusals, named as typed
+        raise as_typed(e, {"from": "--from", "to": "--to", "by": "--by"}) from None
+    if fmt in ("csv", "html"):
         if output is not None:
             output.write_text(text, encoding="utf-8")
             click.echo(f"wrote {output}")
         else:
             click.echo(text, nl=False)
         return
-    try:
-        data = client.json("GET", "/reports/usage", params=params)
-    except click.ClickException as e:
-        raise as_typed(e, typed) from None
     if fmt == "json":
         if output is not None:
             import json

@@ -70,6 +70,7 @@ def parse_dependency(text: str) -> tuple[tuple[After, str], ...]:
 
 
 MAX_ARRAY = 10_000  # elements of one array
+MAX_ARRAY_INDEX = 2**31 - 1  # a 32-bit column
 _DIGITS = re.compile(r"[0-9]+")  # an index or a throttle, as typed
 
 
@@ -77,7 +78,6 @@ def _whole(digits: str) -> int:
     """The number ``digits`` (ASCII) writes; past 12 digits, over every bound here without
     reading it (int() refuses texts of more than 4,300 digits)."""
     return int(digits) if len(digits) <= 12 else 10**12
-MAX_ARRAY_INDEX = 2**31 - 1  # a 32-bit column
 
 
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
@@ -85,13 +85,14 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
     most ``MAX_ARRAY`` indexes, each at most ``MAX_ARRAY_INDEX``: checked before a range
     is expanded, so a huge range costs nothing."""
     spec, _, limit = text.strip().partition("%")
+    limit = limit.strip()
     throttle = 0
     if limit:
         # ASCII digits only: str.isdigit() also passes '²', which int() refuses
-        if not _DIGITS.fullmatch(limit.strip()) or not 1 <= _whole(limit.strip()) <= MAX_ARRAY:
+        throttle = _whole(limit) if _DIGITS.fullmatch(limit) else 0
+        if not 1 <= throttle <= MAX_ARRAY:
             raise CoreError(f"array: {text!r}: the throttle after % must be a whole number "
                             f"from 1 to {MAX_ARRAY}")
-        throttle = _whole(limit.strip())
     indexes: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
         lo, dash, hi = part.partition("-")

@@ -118,6 +118,7 @@ def format_duration(seconds: float) -> str:
             return text
     raise AssertionError("unreachable: the last unit is the second")
 
+
 def format_amount(value: float) -> str:
     """An amount such as GPU-hours to the precision a reader needs: one decimal under 100
     (``0.2``, ``1.5``), whole numbers above (``1,234``), so that a small period's figures

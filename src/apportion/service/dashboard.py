@@ -119,13 +119,13 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
 
 def _held(row: WorkloadRow, hold: str, earlier: list[str]) -> WhyHeld:
     """Held work: what holds it (the queue's words), before the policy considers it."""
-    kind = "allocated" if row.min_runtime > 0 else "unallocated"
+    allocated = row.min_runtime > 0
     text = [f"{row.id} ({row.status.value}, {plural(row.gpus, 'GPU')}, budget {row.budget}, "
-            f"{kind}): held out of the queue, not yet considered by the policy",
-            f"held by {hold}"]
+            f"{'allocated' if allocated else 'unallocated'}): held out of the queue, not yet "
+            "considered by the policy", f"held by {hold}"]
     return WhyHeld(kind="held", workload=row.id, status=row.status.value, budget=row.budget,
                    user=row.user, gpus=row.gpus, min_runtime=row.min_runtime,
-                   allocated=row.min_runtime > 0, submit_time=row.submit_time, hold=hold,
+                   allocated=allocated, submit_time=row.submit_time, hold=hold,
                    text=text + earlier)
 
 

@@ -347,7 +347,6 @@ def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:
     return out if len(set(out.values())) > 1 else {}
 
 
-
 def _whole_arrays(after: tuple[tuple[After, str], ...], store: Store
                   ) -> tuple[tuple[After, str], ...]:
     """Each ``afterok``/``afterany`` dependency on an array's id (its first element's, which
