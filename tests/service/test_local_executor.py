@@ -269,3 +269,24 @@ def test_checkpoint_directory_is_fresh_and_the_jobs_touch_is_reported(
     assert (o.state, o.checkpoint_at) == (AttemptState.RUNNING, path.stat().st_mtime)
     ex.stop(h, 0)
     wait_for(ex, h)
+
+
+def test_the_wrapper_never_imports_code_from_the_servers_working_directory(
+        ex: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server started in a directory its users can write to (a shared /tmp, a project
+    directory) runs its wrappers as root: an ``apportion`` package planted there must not be
+    imported by them, or any user could run code as the server. The planted package writes
+    a file when imported; the attempt must run its own command and leave that file
+    unwritten."""
+    shared = tmp_path / "shared"
+    (shared / "apportion").mkdir(parents=True)
+    proof = tmp_path / "planted-code-ran"
+    (shared / "apportion" / "__init__.py").write_text(
+        f"open({str(proof)!r}, 'w').write('imported')\n")
+    monkeypatch.chdir(shared)
+    out = tmp_path / "out"
+    h = launch(ex, f"echo ran > {out}")
+    o = wait_for(ex, h)
+    assert (o.state, o.exit_code) == (AttemptState.EXITED, 0)
+    assert out.read_text() == "ran\n"
+    assert not proof.exists()

@@ -92,8 +92,10 @@ class LocalExecutor:
         self.cgroups: _cgroup.CgroupHost | None = (
             _cgroup.CgroupHost.detect() if isinstance(cgroups, str) else cgroups
         )
-        self.logs_dir = Path(logs_dir)
-        self.run_dir = Path(run_dir) / db_id if db_id else Path(run_dir)
+        # absolute: the wrappers run from "/", and read their spec and log paths from there
+        self.logs_dir = Path(logs_dir).absolute()
+        run_dir = Path(run_dir).absolute()
+        self.run_dir = run_dir / db_id if db_id else run_dir
         self.db_id = db_id
         for d in (self.logs_dir, self.run_dir):
             d.mkdir(parents=True, exist_ok=True)
@@ -173,9 +175,13 @@ class LocalExecutor:
                         else self.log_path(wid, launch.attempt))
             log_fd = self._open_log(log_path, acct)
             try:
+                # -P and cwd "/": with -m, Python would put the current directory first
+                # on sys.path, and the server's may be one its users can write to; the
+                # wrapper runs as the server (root), so it imports only installed code
                 proc = subprocess.Popen(
-                    [self.python, "-m", "apportion.service.executors._wrapper",
+                    [self.python, "-P", "-m", "apportion.service.executors._wrapper",
                      str(spec_path)],
+                    cwd="/",
                     stdin=subprocess.DEVNULL,
                     stdout=log_fd,
                     stderr=subprocess.STDOUT,
