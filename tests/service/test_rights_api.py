@@ -19,6 +19,7 @@ from store_db import BACKENDS
 from apportion.cli.main import main
 from apportion.core import Status
 from apportion.service import scheduler as scheduler_module
+from apportion.service.executor import LaunchRefused
 
 JOB = {"budget": "ai/llm", "gpus": 1, "min_runtime": "30m", "command": ["train", "--secret=1"]}
 
@@ -182,6 +183,37 @@ def test_private_fields_only_for_owner_managers_and_admins(env: Env) -> None:
     q = env.call("GET", "/v1/queue", "bob").json()
     assert "command" not in str(q) and "--secret" not in str(q)
     assert "--secret" not in env.call("GET", "/v1/dashboard/state", "bob").text
+
+
+def test_a_refused_launchs_reason_is_private_as_the_command_is(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An executor refusing a launch names what it could not use (here the directory), so
+    the end reason is private as the directory is: alice (owner) and root read it in the
+    workload, its attempt and why; bob reads only that the launch was refused, in the list,
+    in show, in why and in the dashboard's why."""
+    secret = "/srv/secret/merger-acme"
+
+    def refuse(launch: Any) -> str:
+        raise LaunchRefused(f"chdir {secret}: No such file or directory")
+
+    monkeypatch.setattr(env.scheduler.executor, "launch", refuse)
+    wid = env.call("POST", "/v1/workloads", "alice", {**JOB, "chdir": secret}).json()["id"]
+    env.scheduler.step()
+    full = f"launch refused: chdir {secret}: No such file or directory"
+    for who in ("alice", "root"):
+        w = env.call("GET", f"/v1/workloads/{wid}", who).json()
+        assert (w["status"], w["end_reason"], w["attempts"][0]["end_reason"]) == (
+            "failed", full, full), who
+        assert secret in str(env.call("GET", f"/v1/workloads/{wid}/why", who).json()["text"])
+    public = "launch refused (why is private to its owner)"
+    w = env.call("GET", f"/v1/workloads/{wid}", "bob").json()
+    assert (w["end_reason"], w["attempts"][0]["end_reason"]) == (public, public)
+    (listed,) = env.call("GET", "/v1/workloads?status=all", "bob").json()
+    assert listed["end_reason"] == public
+    for url in (f"/v1/workloads/{wid}/why", f"/v1/dashboard/why/{wid}"):
+        r = env.call("GET", url, "bob")
+        assert r.status_code == 200 and secret not in r.text and public in r.text, url
+    assert secret not in env.call("GET", f"/v1/dashboard/why/{wid}", "alice").text
 
 
 def test_public_read_opens_dashboard_why_and_metrics_only(tmp_path: Path) -> None:

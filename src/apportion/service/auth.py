@@ -29,14 +29,17 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from apportion.core import ancestors, parent_of
 
-from .store import BudgetRow, UserRow
+from .store import BudgetRow, UserRow, WorkloadRow
 
 PRIVATE_FIELDS = ("command", "env", "chdir")
+# an end reason that starts so goes on with the executor's words, which name the command or
+# the directory it could not use: private as they are
+LAUNCH_REFUSED = "launch refused"
 
 
 def new_token() -> str:
@@ -70,8 +73,27 @@ class Principal:
 
 
 def redact(workload: dict[str, Any]) -> dict[str, Any]:
-    """A workload as others see it: private fields None, and ``private: true``."""
+    """A workload as others see it (of :func:`as_others_see`'s row): private fields None,
+    and ``private: true``."""
     return {**workload, **dict.fromkeys(PRIVATE_FIELDS), "private": True}
+
+
+def public_reason(reason: str | None) -> str | None:
+    """An end reason as those who may not see the workload's private fields read it: a
+    refused launch's says only that it was refused."""
+    if reason is not None and reason.startswith(LAUNCH_REFUSED):
+        return f"{LAUNCH_REFUSED} (why is private to its owner)"
+    return reason
+
+
+def as_others_see(row: WorkloadRow) -> WorkloadRow:
+    """``row`` with the end reasons (its own and its attempts') as :func:`public_reason`
+    gives them: what a reply or a ``why`` to someone who may not see its private fields
+    is made from."""
+    return replace(
+        row, end_reason=public_reason(row.end_reason),
+        attempts=tuple(replace(a, end_reason=public_reason(a.end_reason))
+                       for a in row.attempts))
 
 
 @dataclass(frozen=True, slots=True)

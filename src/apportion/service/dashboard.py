@@ -37,7 +37,7 @@ from fastapi.responses import FileResponse
 from apportion.core import FINAL, CoreError, WorkloadSpec, explain, plural
 from apportion.core.fleet import FleetState, advice, pool_config
 
-from .auth import Principal, Rights
+from .auth import Principal, Rights, as_others_see
 from .config import ServiceConfig
 from .history import attempt_lines, workload_history
 from .port import SchedulerPort
@@ -70,7 +70,8 @@ def _not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
-def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
+def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
+                     may_see_private: Callable[[WorkloadRow], bool] = lambda _: False,
                      ) -> WhyExplanation | WhyHeld | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), its ``text`` ending with its
@@ -79,8 +80,13 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str
     throttle), for ended work what happened to it (``kind: history``,
     :mod:`apportion.service.history`).
     Raises the store's NotFound for an unknown id (404), HTTP 409 for work not yet seen by
-    the scheduler and 503 before the scheduler has started."""
+    the scheduler and 503 before the scheduler has started. End reasons are told as
+    :func:`~apportion.service.auth.as_others_see` tells them unless ``may_see_private``
+    says the caller may see the workload's private fields (the dashboard's shared view:
+    never)."""
     row = store.get_workload(workload_id)
+    if not may_see_private(row):
+        row = as_others_see(row)
     if row.status in FINAL:  # what happened to it, from the store
         return WhyHistory(kind="history",
                           **workload_history(row, store.audit(limit=1000, target=workload_id),

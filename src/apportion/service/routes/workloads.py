@@ -25,7 +25,7 @@ from apportion.core.fleet import pool_name
 from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
-from ..auth import Principal, Rights, redact
+from ..auth import Principal, Rights, as_others_see, redact
 from ..bodies import SubmitBody
 from ..config import ServiceConfig
 from ..dashboard import explain_workload
@@ -286,11 +286,14 @@ def router(api: Api) -> APIRouter:
 
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
-        workload_id: str, _who: Annotated[Principal | None, Depends(api.public_reader)]
+        workload_id: str, who: Annotated[Principal | None, Depends(api.public_reader)]
     ) -> WhyExplanation | WhyHeld | WhyHistory:
         """Why it waits (order, ratios, victims, earliest start), what holds it out of the
         queue, or until when it is safe."""
-        return explain_workload(store, scheduler, workload_id)
+        def may_see_private(w: WorkloadRow) -> bool:
+            return who is not None and who.may_see_private(rights(who.user), w.user,
+                                                           w.budget)
+        return explain_workload(store, scheduler, workload_id, may_see_private)
 
     return router
 
@@ -333,7 +336,7 @@ def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = Fal
               pools: dict[str, str] | None = None) -> Workload:
     """The reply for one workload: in full, or with its private fields left out; with
     ``pools`` (host -> pool), the pool it runs in."""
-    d = row.as_dict(with_attempts)
+    d = (as_others_see(row) if private else row).as_dict(with_attempts)
     out = Workload.model_validate(redact(d) if private else printable(d))
     if row.attempt is not None and row.attempt.placement and pools:
         out.pool = pools.get(row.attempt.placement[0][0])
