@@ -273,6 +273,39 @@ def test_gpu_device_nodes_not_given_cannot_be_opened(
     assert results["open"] == {nodes[0]: "ENXIO", nodes[1]: "ENXIO"}
 
 
+def test_two_hosts_on_one_machine_fence_different_gpus(
+    accounts: UnixAccounts, alice_dir: Path, shared: Path
+) -> None:
+    """Local hosts are consecutive slices of the machine's GPUs: with h0 and h1 of 2 GPUs,
+    GPU 0 of h1 is the machine's GPU 2. A job given it sees CUDA_VISIBLE_DEVICES=2 and may
+    open /dev/nvidia2-like nodes but not h0's GPU 0 (EPERM), so jobs of two users on the
+    two hosts never share a device."""
+    host = CgroupHost.detect()
+    assert host is not None and host.devices, "the v1 devices controller is not mounted"
+    dev = shared / "dev"
+    dev.mkdir(mode=0o755)
+    for n in (0, 2):
+        os.mknod(dev / f"nvidia{n}", 0o666 | stat.S_IFCHR, os.makedev(195, n))
+        os.chmod(dev / f"nvidia{n}", 0o666)
+    probe = ("import errno, os, sys\n"
+             "print('cuda', os.environ['CUDA_VISIBLE_DEVICES'])\n"
+             "for p in sys.argv[1:]:\n"
+             "    try:\n        os.close(os.open(p, os.O_RDWR)); print(p, 'opened')\n"
+             "    except OSError as e:\n        print(p, errno.errorcode[e.errno])\n")
+    nodes = [str(dev / "nvidia0"), str(dev / "nvidia2")]
+    data = shared / "data"
+    data.mkdir()
+    os.chmod(data, 0o700)
+    ex = LocalExecutor([("h0", 2), ("h1", 2)], data / "logs", data / "run", db_id="t",
+                       identity=Identity())
+    h = ex.launch(Launch("w-000001", 1, [OPEN, "-c", probe, *nodes], (HostSlots("h1", (0,)),),
+                         user=accounts.alice.name, account=accounts.alice.name,
+                         chdir=str(alice_dir)))
+    assert wait_end(ex, h).exit_code == 0, log_of(ex)
+    seen = dict(line.rsplit(" ", 1) for line in log_of(ex).splitlines())
+    assert seen == {"cuda": "2", nodes[0]: "EPERM", nodes[1]: "ENXIO"}
+
+
 def test_a_stale_run_file_of_the_same_attempt_is_set_aside(
     accounts: UnixAccounts, alice_dir: Path, shared: Path
 ) -> None:

@@ -16,9 +16,10 @@ and its wrappers (mode 0700); a run or exit file is taken for an attempt only if
 that attempt's handle, so files left by another database (or a restored backup of this
 one) are never read as this one's.
 
-"Hosts" are names for slices of this machine's GPUs: CUDA_VISIBLE_DEVICES lists the GPU
-indexes the scheduler assigned, and with the cgroup v1 devices controller the job may open
-only those ``/dev/nvidia<N>``.
+"Hosts" are names for slices of this machine's GPUs, one after the other in the order
+given (two 8-GPU hosts: GPUs 0-7 and 8-15): CUDA_VISIBLE_DEVICES lists the machine's GPUs
+of the indexes the scheduler assigned on the first host, and with the cgroup v1 devices
+controller the job may open only those ``/dev/nvidia<N>`` (of every host it was given).
 
 Each attempt's ``APPORTION_CHECKPOINT_FILE`` is ``logs/<workload>/<attempt>.checkpoint/
 checkpoint``: the directory is made at launch, owned by the job's account (0700) inside the
@@ -80,8 +81,12 @@ class LocalExecutor:
         cgroups: _cgroup.CgroupHost | str | None = "auto",
     ) -> None:
         self._hosts: dict[str, InventoryHost] = {}
+        # each host is its own slice of this machine's GPUs, in the order given: host k's
+        # GPU i is the machine's GPU (GPUs of the hosts before k) + i
+        self._first_gpu: dict[str, int] = {}
         for h in hosts:
             ih = h if isinstance(h, InventoryHost) else InventoryHost(h[0], h[1], "healthy")
+            self._first_gpu[ih.name] = sum(x.gpus for x in self._hosts.values())
             self._hosts[ih.name] = ih
         if db_id and not _SAFE.match(db_id):
             raise ValueError(f"local executor: db_id {db_id!r}: unsafe as a file name")
@@ -134,10 +139,10 @@ class LocalExecutor:
                 raise LaunchRefused(f"host {s.host!r}: unknown host")
         acct = self.identity.launch_account(launch)
         run_as = acct if acct is not None else server_account()
-        first = launch.slots[0].gpu_indexes if launch.slots else ()
+        devices = [[self._first_gpu[s.host] + i for i in s.gpu_indexes] for s in launch.slots]
         ckpt = self.checkpoint_path(wid, launch.attempt)
         own = {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in first),
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in (devices[0] if devices else ())),
             "APPORTION_WORKLOAD_ID": wid,
             "APPORTION_ATTEMPT": str(launch.attempt),
             "APPORTION_GPUS": str(sum(len(s.gpu_indexes) for s in launch.slots)),
@@ -156,7 +161,7 @@ class LocalExecutor:
         self._checkpoint_dir(ckpt.parent, acct)
         cgroups: list[str] = []
         if self.cgroups is not None:
-            gpus = {i for s in launch.slots for i in s.gpu_indexes}
+            gpus = {i for d in devices for i in d}
             name = f"{self.db_id[:12] or 'local'}-{stem}"
             cgroups = self.cgroups.create(name, gpus)
         spec: dict[str, Any] = {
