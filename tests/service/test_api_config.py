@@ -98,6 +98,7 @@ name = "alice"
 """)
     assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("0.0.0.0", 9000,
                                                                        tmp_path / "d")
+    assert cfg.logs_dir == tmp_path / "d" / "logs"  # no logs_dir: inside data_dir
     assert cfg.db_url == "postgresql+psycopg://x@h/db"
     assert (cfg.executor.kind, cfg.executor.grace_s, dict(cfg.executor.slurm)) == (
         "slurm", 60.0, {"partition": "gpu"})
@@ -107,6 +108,18 @@ name = "alice"
     assert cfg.scheduler.interval_s == 2.0
     assert cfg.hosts[0].gpus == 8 and cfg.budgets[0].members == ("alice",)
     assert cfg.users[0].admin
+
+
+def test_logs_dir_is_read_relative_to_the_config_file(tmp_path: Path) -> None:
+    """``[server] logs_dir`` puts attempts' logs apart from the database (a file system of
+    their own, which jobs' output cannot fill for the database): relative to the config
+    file's directory as data_dir is, an absolute path as given."""
+    cfg = load_config_text(tmp_path, '[server]\ndata_dir = "d"\nlogs_dir = "joblogs"\n')
+    assert (cfg.server.data_dir, cfg.logs_dir) == (tmp_path / "d", tmp_path / "joblogs")
+    cfg = load_config_text(tmp_path, '[server]\nlogs_dir = "/srv/joblogs"\n')
+    assert cfg.logs_dir == Path("/srv/joblogs")
+    with pytest.raises(ConfigError, match="server.logs_dir: must be a string, got 3"):
+        load_config_text(tmp_path, "[server]\nlogs_dir = 3\n")
 
 
 def test_defaults(tmp_path: Path) -> None:

@@ -42,6 +42,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8642
     data_dir: Path = Path("apportion-data")
+    # where attempts' logs (and the local executor's checkpoint files) go; None: data_dir/logs.
+    # Jobs write there: on a file system of its own they cannot fill the database's
+    logs_dir: Path | None = None
     # false: the dashboard's data, "why" and /metrics need a token like every other read
     public_read: bool = False
     # larger request bodies are refused with 413 before they are read whole
@@ -145,7 +148,7 @@ class ServiceConfig:
 
     @property
     def logs_dir(self) -> Path:
-        return self.server.data_dir / "logs"
+        return self.server.logs_dir or self.server.data_dir / "logs"
 
     @property
     def tokens_dir(self) -> Path:
@@ -276,11 +279,13 @@ def parse_config(
     base = base_dir if base_dir is not None else Path.cwd()
 
     r = _Reader(source, "server", top.get("server", {}))
-    data_dir = Path(r.string("data_dir", "apportion-data"))
+    data_dir = base / r.string("data_dir", "apportion-data")  # an absolute one stays itself
+    logs_dir = r.string("logs_dir", "")
     server = ServerConfig(
         host=r.string("host", "127.0.0.1"),
         port=r.integer("port", 8642, minimum=0),
-        data_dir=data_dir if data_dir.is_absolute() else base / data_dir,
+        data_dir=data_dir,
+        logs_dir=base / logs_dir if logs_dir else None,
         public_read=r.boolean("public_read", False),
         max_body_bytes=r.integer("max_body_bytes", 1 << 20, minimum=1024),
         single_user=r.boolean("single_user", False),
