@@ -204,6 +204,28 @@ def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     assert wait_status(server, alices, {"cancelled"})["status"] == "cancelled"
 
 
+def test_cancel_state_refuses_states_that_are_not_active_before_cancelling_anything(
+    server: Server,
+) -> None:
+    """``cancel --me --state`` with a finished state (``completed``, ``all``, a typo) among
+    the states is a usage error naming ``--state`` and what it takes (exit 2), and cancels
+    nothing (it tried to cancel finished work: one HTTP 409 each, exit 1; ``finished`` was
+    refused naming the API's ``status``); ``stopping`` is taken."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    for states in ("completed", "all", "finished", "running,completed", "pendng"):
+        r = run(server, "dave", "cancel", "--me", "--state", states)
+        assert r.exit_code == 2, r.output
+        bad = states.split(",")[-1]
+        assert (f"--state: {bad!r}: must be pending, running or stopping (finished work "
+                "cannot be cancelled)") in r.stderr
+        assert r.stdout == "" and "HTTP" not in r.stderr
+    assert run_json(server, "dave", "show", wid)["status"] in ("pending", "running")
+    r = run(server, "dave", "cancel", "--me", "--state", "pending,running,stopping")
+    assert r.exit_code == 0 and wid in r.stdout, r.output
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
 def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
     """Running work on a host an admin drains: its queue row says the drain stops it when
     its protection ends; once the host is repaired, it says nothing more."""

@@ -393,6 +393,20 @@ def _state_line(w: dict[str, Any]) -> str:
 
 
 # ---- queue -----------------------------------------------------------------------------------
+ACTIVE = ("pending", "running", "stopping")  # the states queue shows and cancel can end
+
+
+def active_states(text: str | None, finished: str) -> list[str]:
+    """The states ``--state`` names (comma-separated); one that is not active is a usage
+    error naming it, ``finished`` saying what to do about finished work instead."""
+    wanted = [s.strip() for s in (text or "").split(",") if s.strip()]
+    bad = [s for s in wanted if s not in ACTIVE]
+    if bad:
+        raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
+                               f"({finished})")
+    return wanted
+
+
 def _me(client: Client) -> str:
     return client.reply(Me, "GET", "/me").name
 
@@ -495,11 +509,7 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
           states: str | None, watch: float | None, as_json: bool) -> None:
     """The queue as the policy orders it, like squeue: POS is the place in the policy's
     order (held work has none), PROTECTED how long it may not be preempted yet."""
-    wanted = [s.strip() for s in (states or "").split(",") if s.strip()]
-    bad = [s for s in wanted if s not in ("pending", "running", "stopping")]
-    if bad:
-        raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
-                               "(finished work: apportion show ID)")
+    wanted = active_states(states, "finished work: apportion show ID")
     if as_json:
         _print_json(queue_entries(client, me, user, budget, wanted)[1])
         return
@@ -581,7 +591,8 @@ def _ancestors(path: str) -> list[str]:
 @click.option("--user", default=None, help="every active workload of this user")
 @click.option("--budget", default=None, help="every active workload in this budget's subtree")
 @click.option("--state", "states", default=None,
-              help="with --me/--user/--budget/--array: only these states (pending,running)")
+              help="with --me/--user/--budget/--array: only these states, comma-separated: "
+                   "pending,running,stopping")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
 @connection
@@ -589,13 +600,15 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
            budget: str | None, states: str | None, array: str | None) -> None:
     """Cancel workloads: by id (many, short or long), or all matching --me, --user,
     --budget, --array (and --state). A running one is stopped by the scheduler."""
+    # refused before anything is asked: finished work cannot be cancelled
+    wanted = active_states(states, "finished work cannot be cancelled")
     if me:
         if user is not None:
             raise click.UsageError("--me and --user: give one of them")
         user = _me(client)
     targets = list(ids)
     if user or budget or array:
-        status = states or "pending,running,stopping"
+        status = ",".join(wanted or ACTIVE)
         rows = _workloads(client, {"user": user, "budget": budget, "array": array,
                                    "status": status, "limit": 100_000})
         # pending work first: stopping the running first would free GPUs that the scheduler
