@@ -226,6 +226,18 @@ def test_cancel_state_refuses_states_that_are_not_active_before_cancelling_anyth
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
+    """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
+    (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    short = str(int(wid.removeprefix("w-")))
+    r = run(server, "dave", "cancel", short, short, wid)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(wid) == 1 and r.stderr == ""
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
 def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
     """Running work on a host an admin drains: its queue row says the drain stops it when
     its protection ends; once the host is repaired, it says nothing more."""

@@ -606,7 +606,7 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
         if user is not None:
             raise click.UsageError("--me and --user: give one of them")
         user = _me(client)
-    targets = list(ids)
+    targets = list(dict.fromkeys(ids))  # each once, in order: "cancel 40 w-40" is one
     if user or budget or array:
         status = ",".join(wanted or ACTIVE)
         rows = _workloads(client, {"user": user, "budget": budget, "array": array,
