@@ -64,7 +64,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def run(server: Server, who: str | None, *args: str, env: dict[str, str] | None = None,
         ) -> Result:
     """Run a client command in-process, with url and token from the environment."""
-    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/dev/null"}
     if who:
         base["APPORTION_TOKEN"] = server.tokens[who]
     return CliRunner().invoke(main, list(args), env={**base, **(env or {})},
@@ -382,11 +382,107 @@ def test_config_file(server: Server, tmp_path: Path) -> None:
     assert {h["name"] for h in json.loads(r.stdout)} == {"h1", "h2"}
 
 
+def client_config(tmp_path: Path, text: str, *args: str,
+                  env: dict[str, str | None] | None = None) -> Result:
+    """``queue`` with only a client config file holding ``text`` (no flags, no variables)."""
+    cfg = tmp_path / "client.toml"
+    cfg.write_text(text)
+    return CliRunner().invoke(main, ["queue", *args], env={
+        "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(cfg),
+        **(env or {})})
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("url = 5\n", "url: must be a string, got 5"),
+    ('url = "http://127.0.0.1:1"\ntokn_file = "t"\n',
+     "tokn_file: unknown key (valid keys: token, token_file, url)"),
+    ('token = "a"\ntoken_file = "t"\n', "token, token_file: give one of them"),
+    ('url = "127.0.0.1:18300"\n',
+     "url: '127.0.0.1:18300' has no scheme: give http:// or https:// (http://127.0.0.1:18300)"),
+    ('url = "ftp://h"\n', "url: 'ftp://h': the scheme must be http:// or https://"),
+    ('url = "http://h:port"\n', "url: 'http://h:port': Invalid port: 'port'"),
+    ('token = " "\n', "token: the token is empty"),
+    ('token = "ab cd"\n', "token: the token must be one word of printable characters"),
+], ids=["wrong type", "unknown key", "token twice", "no scheme", "other scheme", "bad port",
+        "blank token", "token with a space"])
+def test_a_bad_client_config_is_refused_as_file_key_problem(
+    tmp_path: Path, text: str, problem: str,
+) -> None:
+    """Each problem of the client config file is one line ``file: key: problem`` (exit 1),
+    as the server's config reports its own: a value of the wrong type was a traceback, a
+    misspelled key was ignored, a URL without a scheme or a blank token failed every
+    request as if the server could not be reached."""
+    r = client_config(tmp_path, text)
+    assert r.exit_code == 1, r.output
+    assert r.stderr.startswith(f"Error: {tmp_path / 'client.toml'}: {problem}"), r.stderr
+    assert "Traceback" not in r.output and "cannot reach" not in r.output
+
+
+def test_a_token_file_that_is_blank_is_named(tmp_path: Path) -> None:
+    """A token file holding nothing but a newline is named with the key that names it."""
+    (tmp_path / "tok").write_text("\n")
+    r = client_config(tmp_path, f'token_file = "{tmp_path / "tok"}"\n')
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {tmp_path / 'client.toml'}: token_file: {tmp_path / 'tok'}: "
+                        "the token is empty\n")
+
+
+def test_a_client_config_named_but_missing_is_an_error(tmp_path: Path) -> None:
+    """APPORTION_CLIENT_CONFIG naming a file that is not there is an error naming the file
+    (it was ignored, and the default URL used); /dev/null is an empty config."""
+    missing = tmp_path / "none.toml"
+    r = CliRunner().invoke(main, ["queue"], env={
+        "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(missing)})
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {missing}: cannot read: No such file or directory (named by "
+                        "APPORTION_CLIENT_CONFIG)\n")
+
+
+def test_the_default_client_config_may_be_missing(tmp_path: Path) -> None:
+    """Without APPORTION_CLIENT_CONFIG, a missing ~/.config/apportion/client.toml is no
+    error: the default URL is asked."""
+    port = free_port()
+    r = CliRunner().invoke(main, ["queue", "--url", f"http://127.0.0.1:{port}"], env={
+        "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": None, "HOME": str(tmp_path)})
+    assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "problem"), [
+    (("--url", "127.0.0.1:18300"), {},
+     "--url: '127.0.0.1:18300' has no scheme: give http:// or https://"),
+    ((), {"APPORTION_URL": "localhost:8642"},
+     "APPORTION_URL: 'localhost:8642' has no scheme: give http:// or https://"),
+    ((), {"APPORTION_TOKEN": " "}, "APPORTION_TOKEN: the token is empty"),
+    ((), {"APPORTION_TOKEN": "abc\n"}, "APPORTION_TOKEN: the token must be one word"),
+    (("--token", "a b"), {}, "--token: the token must be one word"),
+], ids=["flag url", "env url", "blank env token", "env token with newline", "flag token"])
+def test_a_bad_url_or_token_typed_is_a_usage_error_naming_it(
+    args: tuple[str, ...], env: dict[str, str], problem: str,
+) -> None:
+    """A URL without a scheme or a blank token, given by flag or variable, is a usage error
+    naming the flag or the variable (exit 2), before any request (a blank token read as
+    "cannot reach the server ...: Illegal header value")."""
+    base = {"APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "t",
+            "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue", *args], env={**base, **env})
+    assert r.exit_code == 2, r.output
+    assert f"Error: {problem}" in r.stderr and "cannot reach" not in r.stderr
+
+
+def test_a_url_ending_in_the_api_prefix_is_the_server(server: Server) -> None:
+    """``--url http://host:port/v1`` (the API's base as docs/api.md writes routes) reaches
+    the server: the /v1 is dropped (it asked /v1/v1/... and printed "Not Found (HTTP 404)")."""
+    for url in (f"{server.url}/v1", f"{server.url}/v1/", f"{server.url}/"):
+        r = run(server, "bob", "hosts", "list", "--url", url)
+        assert r.exit_code == 0, r.output
+        assert "h1" in r.stdout
+
+
 def test_unreachable_server() -> None:
     """A server that is not there gives a clear message, not a traceback."""
     r = CliRunner().invoke(main, ["queue"], env={
         "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
-        "APPORTION_CLIENT_CONFIG": "/nonexistent"})
+        "APPORTION_CLIENT_CONFIG": "/dev/null"})
     assert r.exit_code == 1 and "cannot reach the server" in r.stderr
 
 

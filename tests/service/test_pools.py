@@ -393,7 +393,7 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     from apportion.cli.main import main
 
     env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
-           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
 
     def run(*args: str) -> Any:
         return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
@@ -463,7 +463,7 @@ def test_cli_report_usage_prints_a_row_per_pool(svc: Svc) -> None:
     svc.executor.finish(wid)
     svc.sched.step()
     env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
-           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
     r = CliRunner().invoke(main, ["report", "usage", "--from", str(t0), "--to",
                                   str(t0 + 3600)], env=env, catch_exceptions=False)
     assert r.exit_code == 0, r.output

@@ -2,9 +2,9 @@
 
 Server and token come from ``--url``/``--token``, else ``APPORTION_URL``/``APPORTION_TOKEN``,
 else the client config file (``~/.config/apportion/client.toml``, or the path in
-``APPORTION_CLIENT_CONFIG``) with keys ``url`` and ``token`` (or ``token_file``). Read
-commands take ``--json`` for machine-readable output; errors print the server's message and
-exit with status 1.
+``APPORTION_CLIENT_CONFIG``, which must then exist) with keys ``url`` and ``token`` (or
+``token_file``). Read commands take ``--json`` for machine-readable output; errors print the
+server's message and exit with status 1.
 """
 
 from __future__ import annotations
@@ -56,26 +56,73 @@ RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
 WEIGHT = click.FloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 # ---- connection ------------------------------------------------------------------------------
-def _config_file() -> dict[str, Any]:
-    path = Path(
-        os.environ.get("APPORTION_CLIENT_CONFIG")
-        or Path.home() / ".config" / "apportion" / "client.toml"
-    )
-    if not path.exists():
+CONFIG_KEYS = ("token", "token_file", "url")
+_TOKEN = re.compile(r"[!-~]+")  # printable ASCII, no spaces: what a bearer header can carry
+
+
+def _config_file() -> dict[str, tuple[str, str]]:
+    """The client config file's ``url`` and ``token`` (read from ``token_file`` if given
+    instead), each with how to name it in an error (``client.toml: url``). The default file
+    may be missing; a file named by ``APPORTION_CLIENT_CONFIG`` must be there. Every problem
+    is reported as ``file: key: problem``, as the server's config reports them."""
+    named = os.environ.get("APPORTION_CLIENT_CONFIG")
+    path = Path(named) if named else Path.home() / ".config" / "apportion" / "client.toml"
+    if not named and not path.exists():
         return {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except OSError as e:
+        by = " (named by APPORTION_CLIENT_CONFIG)" if named else ""
+        raise click.ClickException(f"{path}: cannot read: {e.strerror or e}{by}") from None
+    except tomllib.TOMLDecodeError as e:
         raise click.ClickException(f"{path}: {e}") from None
-    if "token_file" in data and "token" not in data:
-        token_path = Path(str(data["token_file"])).expanduser()
+    for key, value in data.items():
+        if key not in CONFIG_KEYS:
+            raise click.ClickException(
+                f"{path}: {key}: unknown key (valid keys: {', '.join(CONFIG_KEYS)})")
+        if not isinstance(value, str):
+            raise click.ClickException(f"{path}: {key}: must be a string, got {value!r}")
+    if "token" in data and "token_file" in data:
+        raise click.ClickException(f"{path}: token, token_file: give one of them")
+    out: dict[str, tuple[str, str]] = {
+        key: (data[key], f"{path}: {key}") for key in ("url", "token") if key in data}
+    if "token_file" in data:
+        token_path = Path(data["token_file"]).expanduser()
         try:
-            data["token"] = token_path.read_text(encoding="utf-8").strip()
+            token = token_path.read_text(encoding="utf-8").strip()
         except OSError as e:
             raise click.ClickException(
-                f"{path}: token_file: cannot read {token_path}: {e}"
-            ) from None
-    return data
+                f"{path}: token_file: cannot read {token_path}: {e.strerror or e}") from None
+        out["token"] = (token, f"{path}: token_file: {token_path}")
+    return out
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being the server's address, or None: it needs ``http://`` or
+    ``https://`` and a host (without a scheme every request failed, after a minute of
+    retries for a submission)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return f"{url!r} has no scheme: give http:// or https:// (http://{url})"
+    if scheme.lower() not in ("http", "https"):
+        return f"{url!r}: the scheme must be http:// or https://"
+    try:
+        host = httpx.URL(url).host
+    except httpx.InvalidURL as e:
+        return f"{url!r}: {e}"
+    return None if host else f"{url!r} has no host"
+
+
+def token_problem(token: str) -> str | None:
+    """What keeps ``token`` from being sent as a bearer token, or None: a blank one, or one
+    with a space or a newline, was refused by the HTTP library as "Illegal header value",
+    which read as a server that could not be reached."""
+    if not token.strip():
+        return "the token is empty"
+    if not _TOKEN.fullmatch(token):
+        return ("the token must be one word of printable characters (no spaces, newlines or "
+                "control characters)")
+    return None
 
 
 class Client:
@@ -162,12 +209,33 @@ def parse_list(model: type[R], data: Any, what: str) -> list[R]:
 
 def make_client(url: str | None, token: str | None) -> Client:
     """A client for ``--url``/``--token`` as given (flag or environment), else the client
-    config file's, else the default URL."""
+    config file's, else the default URL. A bad one is refused naming where it was given: a
+    usage error for the flag or the variable, ``file: key: problem`` for the file. A
+    trailing ``/v1`` on the URL (the API's prefix, as docs/api.md writes routes) is
+    dropped."""
+    given: dict[str, tuple[str | None, str]] = {
+        "url": (url, _given_as("url", "--url", "APPORTION_URL")),
+        "token": (token, _given_as("token", "--token", "APPORTION_TOKEN"))}
     if url is None or token is None:
-        cfg = _config_file()
-        url = url or cfg.get("url")
-        token = token or cfg.get("token")
-    return Client(url or DEFAULT_URL, token)
+        for key, setting in _config_file().items():
+            if given[key][0] is None:
+                given[key] = setting
+    for key, check in (("url", url_problem), ("token", token_problem)):
+        value, where = given[key]
+        problem = None if value is None else check(value)
+        if problem is not None:
+            usage = where in ("--url", "APPORTION_URL", "--token", "APPORTION_TOKEN")
+            raise (click.UsageError if usage else click.ClickException)(f"{where}: {problem}")
+    url, token = given["url"][0], given["token"][0]
+    base = DEFAULT_URL if url is None else url.rstrip("/").removesuffix("/v1")
+    return Client(base, token)
+
+
+def _given_as(param: str, flag: str, envvar: str) -> str:
+    """How the user gave the value of ``param``: the flag, or the environment variable."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return envvar if source is click.core.ParameterSource.ENVIRONMENT else flag
 
 
 def connection(f: F) -> F:
