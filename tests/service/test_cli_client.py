@@ -102,6 +102,65 @@ def test_submit_runs_and_logs(server: Server) -> None:
     assert "ended:               exited 0\n" in shown  # the reason gives the code: once
 
 
+def test_a_script_whose_first_line_is_a_directive_is_a_batch_script(
+    server: Server, tmp_path: Path,
+) -> None:
+    """A script without ``#!`` whose ``#APPORTION`` directive is its first line is read as
+    a batch script (it was taken for a command, "--budget: missing"), and run by /bin/sh."""
+    script = tmp_path / "job"
+    script.write_text("#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\necho first-line\n")
+    r = run(server, "alice", "submit", str(script))
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "first-line\n"
+
+
+def test_a_script_path_that_cannot_be_opened_is_refused_naming_it(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``submit nosuch.sh`` (alone, or with every option given) and a path that is a
+    directory are usage errors naming the path and why it cannot be opened, as sbatch's
+    "Unable to open file"; nothing is submitted (alone it said "--budget: missing"; with
+    the options it was stored and failed at launch, "command not found")."""
+    def stored() -> int:
+        return len(httpx.get(f"{server.url}/v1/workloads",
+                             params={"status": "all", "limit": 100_000},
+                             headers={"Authorization": f"Bearer {server.tokens['alice']}"}
+                             ).json())
+
+    before = stored()
+    flags = ("--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    for args, word, why in (
+        (("nosuch.sh",), "nosuch.sh", "No such file or directory"),
+        ((*flags, "nosuch.sh"), "nosuch.sh", "No such file or directory"),
+        ((*flags, "--", "./nosuch", "arg"), "./nosuch", "No such file or directory"),
+        ((*flags, str(tmp_path)), str(tmp_path), "Is a directory"),
+    ):
+        r = run(server, "alice", "submit", *args)
+        assert r.exit_code == 2, r.output
+        assert (f"Error: {word}: cannot open: {why} (a script, or a program given by its "
+                "path, must be there when submitting)") in r.stderr
+    assert stored() == before
+
+
+def test_a_program_is_not_taken_for_a_script_path(server: Server, tmp_path: Path) -> None:
+    """A program named without a path (``sh``) is looked up where the work runs, and a
+    relative path that is in --chdir (not here) runs from there: neither is refused."""
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    (work / "bin" / "hello").write_text("#!/bin/sh\necho from-chdir\n")
+    (work / "bin" / "hello").chmod(0o755)
+    for args, out in ((("--", "sh", "-c", "echo by-name"), "by-name\n"),
+                      (("-D", str(work), "--", "bin/hello"), "from-chdir\n")):
+        r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1",
+                "--min-runtime", "0", *args)
+        assert r.exit_code == 0, r.output
+        wid = r.stdout.split()[1]
+        assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+        assert run(server, "alice", "logs", wid).stdout == out
+
+
 def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None:
     """A workload cancelled before it ran has no exit code: ``show`` says how it ended and
     prints no ``(exit None)``."""

@@ -78,6 +78,11 @@ class Script:
     origins: dict[str, str] = field(default_factory=dict)
 
 
+# a line read_script takes for a directive, the first line included
+_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?: |\s*$)", re.MULTILINE)
+_SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
+
+
 def looks_like_script(path: str) -> bool:
     """A file starting with ``#!`` or holding ``#APPORTION``/``#SBATCH`` lines."""
     p = Path(path)
@@ -87,7 +92,26 @@ def looks_like_script(path: str) -> bool:
         head = p.read_text(encoding="utf-8", errors="replace")[:65536]
     except OSError:
         return False
-    return head.startswith("#!") or "\n#APPORTION" in head or "\n#SBATCH" in head
+    return head.startswith("#!") or _DIRECTIVE.search(head) is not None
+
+
+def unopenable_path(word: str, chdir: str | None) -> str | None:
+    """Why ``word``, submit's first argument, names a file that cannot be opened, or None.
+    A word with a ``/`` or a script's suffix (``job.sh``) is a path: it must be there when
+    submitting (as ``sbatch`` refuses a script it cannot open), here or, when relative, in
+    ``chdir`` (the directory the work runs in). Any other word (``python``) is a program,
+    looked up on the PATH where the work runs."""
+    if "/" not in word and not word.endswith(_SCRIPT_SUFFIXES):
+        return None
+    path = Path(word)
+    if chdir and not path.is_absolute() and (Path(chdir).expanduser() / path).is_file():
+        return None  # run from the directory it runs in
+    try:
+        with path.open("rb"):
+            return None
+    except OSError as e:
+        return (f"{word}: cannot open: {e.strerror or e} (a script, or a program given by "
+                "its path, must be there when submitting)")
 
 
 def read_script(path: str, args: Sequence[str]) -> Script:
@@ -251,6 +275,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
     --output, --array, --dependency, --nodelist, --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers.
+    A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
+    opened when submitting (a relative one here or in --chdir); any other word is a program
+    on the PATH where the work runs.
 
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
@@ -263,6 +290,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         """How to name an option in an error: the script line that gave it, else the flag."""
         return from_script.get(key, typed)
 
+    problem = unopenable_path(cmd[0], given.get("chdir"))
+    if problem is not None:
+        raise click.UsageError(problem)
     if looks_like_script(cmd[0]):
         script = read_script(cmd[0], cmd[1:])
         for line in script.ignored:
