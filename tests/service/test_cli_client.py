@@ -161,6 +161,49 @@ def test_a_program_is_not_taken_for_a_script_path(server: Server, tmp_path: Path
         assert run(server, "alice", "logs", wid).stdout == out
 
 
+def test_a_batch_script_is_named_after_its_file_unless_given_a_name(
+    server: Server, tmp_path: Path,
+) -> None:
+    """As sbatch names a job after its script, a batch script's work without --name/-J is
+    named after the file (a character a name may not hold becomes ``_``), so ``#SBATCH -o
+    %x.out`` writes ``s.sh.out`` (it wrote ``.out``); a -J in the script or --name wins."""
+    work = tmp_path / "work"
+    work.mkdir()
+    text = ("#!/bin/sh\n#SBATCH -o %x.out\n" f"#SBATCH --chdir={work}\n"
+            "#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\necho $APPORTION_JOB_NAME\n")
+    for file, args, name in (("s.sh", (), "s.sh"), ("my job.sh", (), "my_job.sh"),
+                             ("t.sh", ("--name", "given"), "given")):
+        (tmp_path / file).write_text(text)
+        r = run(server, "alice", "submit", *args, str(tmp_path / file))
+        assert r.exit_code == 0, r.output
+        wid = r.stdout.split()[1]
+        w = wait_status(server, wid, {"completed", "failed"})
+        assert (w["status"], w["name"]) == ("completed", name)
+        assert (work / f"{name}.out").read_text() == f"{name}\n"
+    assert not (work / ".out").exists()
+    (tmp_path / "j.sh").write_text(text.replace("#SBATCH -o", "#SBATCH -J from-j\n#SBATCH -o"))
+    r = run(server, "alice", "submit", str(tmp_path / "j.sh"))
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["name"] == "from-j"
+    assert (work / "from-j.out").read_text() == "from-j\n"
+
+
+def test_output_naming_the_name_of_work_without_one_is_a_usage_error(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``-o %x.out`` for a command without --name is a usage error saying so (it wrote a
+    hidden file ``.out``); ``%%x`` is a literal ``%x`` and needs no name."""
+    flags = ("submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", *flags, "-o", "%x.out", "--", "true")
+    assert r.exit_code == 2
+    assert "Error: --output: %x is the workload's name, and it has none: give --name" in r.stderr
+    r = run(server, "alice", *flags, "-o", str(tmp_path / "%%x.out"), "--", "true")
+    assert r.exit_code == 0, r.output
+    assert wait_status(server, r.stdout.split()[1], {"completed", "failed"})["status"] == (
+        "completed")
+    assert (tmp_path / "%x.out").exists()
+
+
 def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None:
     """A workload cancelled before it ran has no exit code: ``show`` says how it ended and
     prints no ``(exit None)``."""

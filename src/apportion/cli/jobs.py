@@ -81,6 +81,8 @@ class Script:
 # a line read_script takes for a directive, the first line included
 _DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?: |\s*$)", re.MULTILINE)
 _SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
+MAX_NAME = 128
 
 
 def looks_like_script(path: str) -> bool:
@@ -112,6 +114,13 @@ def unopenable_path(word: str, chdir: str | None) -> str | None:
     except OSError as e:
         return (f"{word}: cannot open: {e.strerror or e} (a script, or a program given by "
                 "its path, must be there when submitting)")
+
+
+def script_name(path: str) -> str:
+    """The name a batch script's work gets when none is given, as sbatch names a job after
+    its script: the file's name, with each character a name may not hold (it holds
+    letters, digits and ``. _ + -``) as ``_``."""
+    return _NOT_IN_A_NAME.sub("_", Path(path).name)[:MAX_NAME]
 
 
 def read_script(path: str, args: Sequence[str]) -> Script:
@@ -205,6 +214,9 @@ _OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTIO
                 'exec >"$out" 2>&1; exec "$@"')
 
 
+_FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
+
+
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
     directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
@@ -222,7 +234,7 @@ def output_file(w: dict[str, Any]) -> str | None:
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
               "A": w.get("array_id") or "",
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
-    return re.sub(r"%([%jxAa])", lambda m: fields[m.group(1)], str(command[4]))
+    return _FIELD.sub(lambda m: fields[m.group(1)], str(command[4]))
 
 
 # ---- submit ----------------------------------------------------------------------------------
@@ -256,7 +268,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "default: any)")
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
-              help="write its output to this file (%j id, %x name, %A array, %a index)")
+              help="write its output to this file (%j id, %x name, %A array, %a index, "
+                   "%% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -302,6 +315,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
             if source is not click.core.ParameterSource.COMMANDLINE:
                 opts[key] = value
                 from_script[key] = script.origins[key]
+        if not opts.get("name"):  # as sbatch names a job after its script (%x fills it)
+            opts["name"] = script_name(cmd[0])
         cmd = script.command
     for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
                       ("--min-runtime", "min_runtime")):
@@ -314,6 +329,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
+        if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
+            raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
+                                   "name, and it has none: give --name")
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
