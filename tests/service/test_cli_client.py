@@ -204,6 +204,27 @@ def test_output_naming_the_name_of_work_without_one_is_a_usage_error(
     assert (tmp_path / "%x.out").exists()
 
 
+def test_durations_echoed_are_what_was_stored_exactly(server: Server) -> None:
+    """``-t 1-2:30`` is confirmed as ``time limit 1 d 2 h 30 min`` by submit, show and the
+    queue's LIMIT column (all said ``1 d 2 h``, dropping the half hour); a minimum runtime
+    and checkpoint interval of 1 h 0 min 5 s are shown with their seconds."""
+    r = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "3605", "--checkpoint-interval", "1h5s", "-t", "1-2:30", "--", "sleep", "600")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert r.stdout == (f"submitted {wid} to ai/llm (1 GPU, min runtime 1 h 0 min 5 s, "
+                        "time limit 1 d 2 h 30 min)\n")
+    shown = run(server, "dave", "show", wid).stdout.splitlines()
+    for line in ("min_runtime:         1 h 0 min 5 s", "checkpoint_interval: 1 h 0 min 5 s",
+                 "time limit:          1 d 2 h 30 min"):
+        assert line in shown
+    (row,) = [line for line in run(server, "dave", "queue").stdout.splitlines()
+              if wid in line.split()]
+    assert "  1 d 2 h 30 min  " in row
+    assert run(server, "dave", "cancel", wid).exit_code == 0
+    wait_status(server, wid, {"cancelled"})
+
+
 def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None:
     """A workload cancelled before it ran has no exit code: ``show`` says how it ended and
     prints no ``(exit None)``."""

@@ -26,6 +26,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+from apportion.core.units import format_duration_exact
 from apportion.service.replies import (
     AuditEntry,
     Budget,
@@ -339,11 +340,13 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     w = parse(Workload, data, f"GET /v1/workloads/{workload_id}")
     for key in ("id", "status", "budget", "user", "gpus"):
         click.echo(f"{key + ':':<21}{getattr(w, key)}")
-    click.echo(f"{'min_runtime:':<21}{format_duration(w.min_runtime)}")
+    # what was stored, exactly: two units would drop the rest ("1 d 2 h" for 1-2:30)
+    click.echo(f"{'min_runtime:':<21}{format_duration_exact(w.min_runtime)}")
     click.echo(f"{'resumable:':<21}{w.resumable}")
     click.echo(f"{'priority:':<21}{w.priority}")
     # 0: none declared (the policy assumes [policy] default_checkpoint_interval)
-    interval = format_duration(w.checkpoint_interval) if w.checkpoint_interval else "none"
+    interval = (format_duration_exact(w.checkpoint_interval) if w.checkpoint_interval
+                else "none")
     click.echo(f"{'checkpoint_interval:':<21}{interval}")
     click.echo(f"{'checkpoint_on_term:':<21}{w.checkpoint_on_term}")
     if w.name:
@@ -351,7 +354,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.array_id:
         click.echo(f"{'array:':<21}{w.array_id} index {w.array_index}")
     if w.time_limit:
-        click.echo(f"{'time limit:':<21}{format_duration(w.time_limit)}")
+        click.echo(f"{'time limit:':<21}{format_duration_exact(w.time_limit)}")
     if w.dependencies:
         click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w.dependencies)}")
     if w.nodelist or w.exclude:

@@ -20,6 +20,7 @@ import click
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
+from apportion.core.units import format_duration_exact
 from apportion.service.replies import Me, QueueView, Workload
 
 from .client import (
@@ -368,9 +369,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     else:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
-        limit = f", time limit {format_duration(row.time_limit)}" if row.time_limit else ""
+        # what was stored, exactly: "1 d 2 h" for 1-2:30 would hide the half hour
+        limit = (f", time limit {format_duration_exact(row.time_limit)}" if row.time_limit
+                 else "")
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
-                   f"runtime {format_duration(row.min_runtime)}{limit})")
+                   f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
         sys.exit(wait_for(client, ids, click.echo))
 
@@ -536,7 +539,9 @@ def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 
 def _limit(w: dict[str, Any]) -> str:
-    return format_duration(w["time_limit"]) if w.get("time_limit") else "-"
+    """The time limit as given (exact: a limit is typed in round units, so it stays short),
+    where the counting columns beside it are shortened to two units."""
+    return format_duration_exact(w["time_limit"]) if w.get("time_limit") else "-"
 
 
 QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSED",
