@@ -609,6 +609,22 @@ def test_unreachable_server() -> None:
     assert r.exit_code == 1 and "cannot reach the server" in r.stderr
 
 
+def test_a_submission_retried_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``submit`` to a server that is not there says on stderr, at its first retry, that
+    the server does not answer and it keeps trying (it was silent for about a minute), once
+    however many retries follow; then fails as before."""
+    monkeypatch.setattr("apportion.cli.client.RETRY_WAITS", (0.01,) * 3)
+    url = f"http://127.0.0.1:{free_port()}"
+    r = CliRunner().invoke(main, ["submit", "--budget", "ai/llm", "--gpus", "1",
+                                  "--min-runtime", "0", "--", "true"], env={
+        "APPORTION_URL": url, "APPORTION_TOKEN": "x", "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert lines[0] == (f"apportion: the server at {url} does not answer (Connection "
+                        "refused); retrying for about a minute ...")
+    assert len(lines) == 2 and lines[1].startswith(f"Error: cannot reach the server at {url}")
+
+
 def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
     """--checkpoint-on-term reaches the store (show --json) and the text view shows it."""
     r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",

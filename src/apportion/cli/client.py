@@ -51,6 +51,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
+_ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the words only
 
 
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
@@ -143,7 +144,16 @@ class Client:
         retried with backoff (``RETRY_WAITS``). ``timeout`` None: wait as long as the server
         takes to answer. An error status in ``accept`` is returned for the caller to read."""
         waits = list(RETRY_WAITS) if retry else []
+        retries = len(waits)
         limit = httpx.Timeout(timeout, connect=60) if timeout is None else timeout
+
+        def wait(why: str) -> None:
+            # said once, at the first retry: a minute of silence looked like a hang
+            if len(waits) == retries:
+                click.echo(f"apportion: the server at {self.url} {why}; retrying for about "
+                           "a minute ...", err=True)
+            time.sleep(waits.pop(0))
+
         while True:
             try:
                 r = self.http.request(
@@ -153,7 +163,7 @@ class Client:
                 )
             except httpx.TransportError as e:
                 if waits:
-                    time.sleep(waits.pop(0))
+                    wait(f"does not answer ({_ERRNO.sub('', str(e))})")
                     continue
                 raise click.ClickException(
                     f"cannot reach the server at {self.url}: {e}") from None
@@ -161,7 +171,7 @@ class Client:
                 raise click.ClickException(
                     f"cannot reach the server at {self.url}: {e}") from None
             if r.status_code >= 500 and waits:
-                time.sleep(waits.pop(0))
+                wait(f"answered HTTP {r.status_code}")
                 continue
             break
         if r.status_code >= 400 and r.status_code not in accept:
