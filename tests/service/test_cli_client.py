@@ -303,6 +303,30 @@ def test_a_malformed_workload_id_is_a_usage_error_and_w_5_is_w_000005(server: Se
     wait_status(server, wid, {"completed"})
 
 
+def test_a_dependency_on_something_that_is_no_workload_id_is_a_usage_error(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``-d afterok:abc`` is a usage error naming the flag (exit 2), as an id typed anywhere
+    else is (it was sent and looked up: "--dependency: abc: no such workload", exit 1); from
+    a script, the script line is named; short ids of work that exists are taken."""
+    flags = ("submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", *flags, "-d", "afterok:5:abc", "--", "true")
+    assert r.exit_code == 2, r.output
+    assert "Error: --dependency: 'abc' is not a workload id (5 or w-000005)" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -d afterany:x1\n"
+                      "#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    r = run(server, "alice", "submit", str(script))
+    assert r.exit_code == 2, r.output
+    assert ("Error: job.sh:2: #SBATCH -d afterany:x1: 'x1' is not a workload id (5 or "
+            "w-000005)") in r.stderr
+    first = run(server, "alice", *flags, "--", "true").stdout.split()[1]
+    r = run(server, "alice", *flags, "-d", f"afterany:{int(first[2:])}", "--", "true")
+    assert r.exit_code == 0, r.output
+    assert run_json(server, "alice", "show", r.stdout.split()[1])["dependencies"] == [
+        ["afterany", first]]
+
+
 def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     """cancel --me (scancel --me): bob's active work is cancelled, alice's is untouched;
     --me with --user is a usage error, --state without a selection names --me."""

@@ -35,7 +35,7 @@ from .client import (
     parse,
     table,
 )
-from .ids import WORKLOAD_ID, full_id
+from .ids import WORKLOAD_ID, workload_id
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
 FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
@@ -354,7 +354,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         if opts.get(key):
             body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
     if opts.get("dependency"):
-        body["dependency"] = _full_dependency(str(opts["dependency"]))
+        body["dependency"] = _full_dependency(str(opts["dependency"]),
+                                              named("dependency", "--dependency"))
     try:
         # a fresh key, and retries with it if the connection is lost or the server answers
         # 5xx: a submission stored before its answer was lost is answered, not stored twice
@@ -395,12 +396,21 @@ def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
         raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
 
 
-def _full_dependency(text: str) -> str:
-    """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``."""
+def _full_dependency(text: str, flag: str) -> str:
+    """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``. A word that is no
+    workload id (``abc``) is a usage error naming ``flag`` (the flag or the script line),
+    not a lookup by the server."""
     parts = []
     for part in text.split(","):
         kind, _, ids = part.partition(":")
-        parts.append(":".join([kind, *(full_id(i) for i in ids.split(":") if i)]))
+        full = [kind]
+        for typed in (i for i in ids.split(":") if i):
+            wid = workload_id(typed)
+            if wid is None:
+                raise click.UsageError(f"{flag}: {typed!r} is not a workload id (5 or "
+                                       "w-000005)")
+            full.append(wid)
+        parts.append(":".join(full))
     return ",".join(parts)
 
 
