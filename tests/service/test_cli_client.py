@@ -654,8 +654,32 @@ def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
     r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
             "0", "--resumable", "--checkpoint-on-term", "--", "sleep", "600")
     assert r.exit_code == 0, r.output
+    assert r.stderr == ""
     wid = r.stdout.split()[1]
     assert run_json(server, "bob", "show", wid)["checkpoint_on_term"] is True
     assert "checkpoint_on_term:  True" in run(server, "bob", "show", wid).stdout
     assert run(server, "bob", "cancel", wid).exit_code == 0
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_checkpoint_on_term_without_resumable_is_warned_about(
+    server: Server, tmp_path: Path,
+) -> None:
+    """--checkpoint-on-term without --resumable is taken (stored as asked) with a warning
+    on stderr that it has no effect, naming the flag or the script line (it was silent)."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--checkpoint-on-term", "--", "true")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == ("warning: --checkpoint-on-term: no effect without --resumable (work "
+                        "that is not resumable is not requeued when preempted: it loses its "
+                        "whole run)\n")
+    wid = r.stdout.split()[1]
+    assert run_json(server, "bob", "show", wid)["checkpoint_on_term"] is True
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#APPORTION --budget ai/vision --gpus 1 --min-runtime 0\n"
+                      "#APPORTION --checkpoint-on-term\ntrue\n")
+    r = run(server, "bob", "submit", str(script))
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith("warning: job.sh:3: #APPORTION --checkpoint-on-term: no effect "
+                               "without --resumable")
+    wait_status(server, wid, {"completed"})

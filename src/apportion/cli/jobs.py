@@ -248,7 +248,8 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--priority", type=int, default=0, help="order within the budget only")
 @click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
 @click.option("--checkpoint-on-term", is_flag=True,
-              help="it writes a checkpoint when told to stop (SIGTERM), within the grace period")
+              help="it writes a checkpoint when told to stop (SIGTERM), within the grace "
+                   "period (with --resumable; without, it has no effect)")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
               help="wall-time limit (2h, 1-00:00:00; a bare number is minutes, as in Slurm); "
@@ -324,6 +325,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         if opts.get(key) in (None, ""):
             raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
                                    "#APPORTION line of the script)")
+    if opts.get("checkpoint_on_term") and not opts.get("resumable"):
+        # stored as asked, but the policy reads it only for resumable work: say so
+        click.echo(f"warning: {named('checkpoint_on_term', '--checkpoint-on-term')}: no "
+                   "effect without --resumable (work that is not resumable is not requeued "
+                   "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
     if limit.isdigit():  # a bare number is minutes, as Slurm reads --time
         opts["time_limit"] = limit + "m"
