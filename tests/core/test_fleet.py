@@ -506,6 +506,57 @@ def test_work_no_pool_can_run_is_refused_naming_the_field(spec: WorkloadSpec,
         two_pools(make_tree("x", "y")).validate(spec, CFG)
 
 
+def test_too_many_gpus_for_every_pool_names_what_each_holds() -> None:
+    """Work larger than each of several pools is refused naming each pool's GPUs (it named
+    the first pool's by name alone, 8, though 16 fit in another), and ``any pool it may
+    use`` when its kinds leave some out; one that fits the larger pool is accepted; work
+    that may use one pool keeps that pool's wording."""
+    fleet = two_pools(make_tree("x", "y"), h100=1, b200=2)
+    fleet.add_host(Host("b300-0", 4), "c3", "B300", 0.0)
+    fleet.validate(WorkloadSpec("fits", "x", 16, HOUR, 0.0), CFG)
+    for spec, message in (
+        (WorkloadSpec("w", "x", 17, HOUR, 0.0),
+         "workload w: gpus: 17 is more than any pool holds (c1/H100: 8, c2/B200: 16, "
+         "c3/B300: 4)"),
+        (WorkloadSpec("w", "x", 17, HOUR, 0.0, gpu_kinds=("B300", "H100")),
+         "workload w: gpus: 17 is more than any pool it may use holds (c1/H100: 8, "
+         "c3/B300: 4)"),
+        (WorkloadSpec("w", "x", 17, HOUR, 0.0, gpu_kinds=("H100",)),
+         "workload w: gpus: 17 is more than the cluster's 8"),
+    ):
+        with pytest.raises(CoreError) as refused:
+            fleet.validate(spec, CFG)
+        assert str(refused.value) == message
+
+
+def test_a_host_list_that_rules_out_every_pool_is_named_as_the_cause() -> None:
+    """Work whose host list holds no GPU of its kind (or cluster) is refused naming the
+    hosts and what they lack, and one whose hosts are only in pools that do not fund its
+    budget names those pools (both said no pool of the kind funded the budget "on the
+    hosts it may use"); without a host list the refusal is unchanged."""
+    cfg = FleetConfig(overrides={"c1/H100": {"x": 0.0}})
+    fleet = two_pools(make_tree("x", "y"), config=cfg)
+    fleet.add_host(Host("h100-east", 8), "c3", "H100", 0.0)
+    fleet.add_host(Host("b300-0", 4), "c3", "B300", 0.0)
+    for spec, message in (
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), hosts=("b200-0",)),
+         "workload w: hosts: the hosts it may use (b200-0) have no H100 GPUs"),
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100", "B300"),
+                      hosts=("b200-0",)),
+         "workload w: hosts: the hosts it may use (b200-0) have no H100 or B300 GPUs"),
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, cluster="c3", hosts=("b200-0",)),
+         "workload w: hosts: the hosts it may use (b200-0) have no GPUs in cluster c3"),
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), hosts=("h100-0",)),
+         "workload w: hosts: the pools of the hosts it may use (c1/H100) do not fund "
+         "budget x"),
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), cluster="c1"),
+         "workload w: gpu_kinds: no pool of H100 in cluster c1 funds budget x"),
+    ):
+        with pytest.raises(CoreError) as refused:
+            fleet.validate(spec, CFG)
+        assert str(refused.value) == message
+
+
 def test_a_gang_spanning_pools_is_refused_at_start() -> None:
     """FleetState.start refuses a placement on hosts of two pools, and work larger than
     every pool it accepts (16 GPUs of two one-host pools) is accepted by none."""

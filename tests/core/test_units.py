@@ -98,11 +98,13 @@ def test_plural_agrees_with_the_count() -> None:
 @pytest.mark.parametrize(("seconds", "text"), [
     (28800, "8 h"), (5400, "1 h 30 min"), (28801, "8 h 0 min 1 s"),
     (90061, "1 d 1 h 1 min 1 s"), (0.5, "0.5 s"), (28800.25, "28800.25 s"), (0, "0 s"),
+    (95400, "1 d 2 h 30 min"), (86460, "1 d 0 h 1 min"),
 ])
 def test_format_duration_exact_never_rounds(seconds: float, text: str) -> None:
-    """What a refusal quotes: the two-unit form where it is exact, else every unit down to
-    the second, else seconds, so '8 h 0 min 1 s is over the cap of 8 h' never reads '8 h
-    is over the cap of 8 h'; it reads back as the same number of seconds."""
+    """What a refusal quotes and submit echoes: the two-unit form where it is exact, else
+    every unit down to the last one not zero (no trailing "0 s"), else seconds, so '8 h 0
+    min 1 s is over the cap of 8 h' never reads '8 h is over the cap of 8 h'; it reads back
+    as the same number of seconds."""
     assert format_duration_exact(seconds) == text
     assert parse_duration(text.replace(" ", "")) == seconds
 

@@ -135,7 +135,7 @@ class Live:
     def cli(self, who: str, *args: str) -> subprocess.CompletedProcess[str]:
         """``apportion ARGS`` as a separate process, with url and token from the env."""
         env = {**os.environ, "APPORTION_URL": self.server.url,
-               "APPORTION_TOKEN": self.tokens[who], "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+               "APPORTION_TOKEN": self.tokens[who], "APPORTION_CLIENT_CONFIG": "/dev/null"}
         return subprocess.run(
             [sys.executable, "-m", "apportion.cli.main", *args],
             env=env, capture_output=True, text=True, timeout=DEADLINE_S,

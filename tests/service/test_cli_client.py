@@ -64,7 +64,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def run(server: Server, who: str | None, *args: str, env: dict[str, str] | None = None,
         ) -> Result:
     """Run a client command in-process, with url and token from the environment."""
-    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/dev/null"}
     if who:
         base["APPORTION_TOKEN"] = server.tokens[who]
     return CliRunner().invoke(main, list(args), env={**base, **(env or {})},
@@ -100,6 +100,129 @@ def test_submit_runs_and_logs(server: Server) -> None:
     shown = run(server, "alice", "show", wid).stdout
     assert "status:              completed" in shown and "attempts:" in shown
     assert "ended:               exited 0\n" in shown  # the reason gives the code: once
+
+
+def test_a_script_whose_first_line_is_a_directive_is_a_batch_script(
+    server: Server, tmp_path: Path,
+) -> None:
+    """A script without ``#!`` whose ``#APPORTION`` directive is its first line is read as
+    a batch script (it was taken for a command, "--budget: missing"), and run by /bin/sh."""
+    script = tmp_path / "job"
+    script.write_text("#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\necho first-line\n")
+    r = run(server, "alice", "submit", str(script))
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "first-line\n"
+
+
+def test_a_script_path_that_cannot_be_opened_is_refused_naming_it(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``submit nosuch.sh`` (alone, or with every option given) and a path that is a
+    directory are usage errors naming the path and why it cannot be opened, as sbatch's
+    "Unable to open file"; nothing is submitted (alone it said "--budget: missing"; with
+    the options it was stored and failed at launch, "command not found")."""
+    def stored() -> int:
+        return len(httpx.get(f"{server.url}/v1/workloads",
+                             params={"status": "all", "limit": 100_000},
+                             headers={"Authorization": f"Bearer {server.tokens['alice']}"}
+                             ).json())
+
+    before = stored()
+    flags = ("--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    for args, word, why in (
+        (("nosuch.sh",), "nosuch.sh", "No such file or directory"),
+        ((*flags, "nosuch.sh"), "nosuch.sh", "No such file or directory"),
+        ((*flags, "--", "./nosuch", "arg"), "./nosuch", "No such file or directory"),
+        ((*flags, str(tmp_path)), str(tmp_path), "Is a directory"),
+    ):
+        r = run(server, "alice", "submit", *args)
+        assert r.exit_code == 2, r.output
+        assert (f"Error: {word}: cannot open: {why} (a script, or a program given by its "
+                "path, must be there when submitting)") in r.stderr
+    assert stored() == before
+
+
+def test_a_program_is_not_taken_for_a_script_path(server: Server, tmp_path: Path) -> None:
+    """A program named without a path (``sh``) is looked up where the work runs, and a
+    relative path that is in --chdir (not here) runs from there: neither is refused."""
+    work = tmp_path / "work"
+    (work / "bin").mkdir(parents=True)
+    (work / "bin" / "hello").write_text("#!/bin/sh\necho from-chdir\n")
+    (work / "bin" / "hello").chmod(0o755)
+    for args, out in ((("--", "sh", "-c", "echo by-name"), "by-name\n"),
+                      (("-D", str(work), "--", "bin/hello"), "from-chdir\n")):
+        r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1",
+                "--min-runtime", "0", *args)
+        assert r.exit_code == 0, r.output
+        wid = r.stdout.split()[1]
+        assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+        assert run(server, "alice", "logs", wid).stdout == out
+
+
+def test_a_batch_script_is_named_after_its_file_unless_given_a_name(
+    server: Server, tmp_path: Path,
+) -> None:
+    """As sbatch names a job after its script, a batch script's work without --name/-J is
+    named after the file (a character a name may not hold becomes ``_``), so ``#SBATCH -o
+    %x.out`` writes ``s.sh.out`` (it wrote ``.out``); a -J in the script or --name wins."""
+    work = tmp_path / "work"
+    work.mkdir()
+    text = ("#!/bin/sh\n#SBATCH -o %x.out\n" f"#SBATCH --chdir={work}\n"
+            "#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\necho $APPORTION_JOB_NAME\n")
+    for file, args, name in (("s.sh", (), "s.sh"), ("my job.sh", (), "my_job.sh"),
+                             ("t.sh", ("--name", "given"), "given")):
+        (tmp_path / file).write_text(text)
+        r = run(server, "alice", "submit", *args, str(tmp_path / file))
+        assert r.exit_code == 0, r.output
+        wid = r.stdout.split()[1]
+        w = wait_status(server, wid, {"completed", "failed"})
+        assert (w["status"], w["name"]) == ("completed", name)
+        assert (work / f"{name}.out").read_text() == f"{name}\n"
+    assert not (work / ".out").exists()
+    (tmp_path / "j.sh").write_text(text.replace("#SBATCH -o", "#SBATCH -J from-j\n#SBATCH -o"))
+    r = run(server, "alice", "submit", str(tmp_path / "j.sh"))
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["name"] == "from-j"
+    assert (work / "from-j.out").read_text() == "from-j\n"
+
+
+def test_output_naming_the_name_of_work_without_one_is_a_usage_error(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``-o %x.out`` for a command without --name is a usage error saying so (it wrote a
+    hidden file ``.out``); ``%%x`` is a literal ``%x`` and needs no name."""
+    flags = ("submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", *flags, "-o", "%x.out", "--", "true")
+    assert r.exit_code == 2
+    assert "Error: --output: %x is the workload's name, and it has none: give --name" in r.stderr
+    r = run(server, "alice", *flags, "-o", str(tmp_path / "%%x.out"), "--", "true")
+    assert r.exit_code == 0, r.output
+    assert wait_status(server, r.stdout.split()[1], {"completed", "failed"})["status"] == (
+        "completed")
+    assert (tmp_path / "%x.out").exists()
+
+
+def test_durations_echoed_are_what_was_stored_exactly(server: Server) -> None:
+    """``-t 1-2:30`` is confirmed as ``time limit 1 d 2 h 30 min`` by submit, show and the
+    queue's LIMIT column (all said ``1 d 2 h``, dropping the half hour); a minimum runtime
+    and checkpoint interval of 1 h 0 min 5 s are shown with their seconds."""
+    r = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "3605", "--checkpoint-interval", "1h5s", "-t", "1-2:30", "--", "sleep", "600")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert r.stdout == (f"submitted {wid} to ai/llm (1 GPU, min runtime 1 h 0 min 5 s, "
+                        "time limit 1 d 2 h 30 min)\n")
+    shown = run(server, "dave", "show", wid).stdout.splitlines()
+    for line in ("min_runtime:         1 h 0 min 5 s", "checkpoint_interval: 1 h 0 min 5 s",
+                 "time limit:          1 d 2 h 30 min"):
+        assert line in shown
+    (row,) = [line for line in run(server, "dave", "queue").stdout.splitlines()
+              if wid in line.split()]
+    assert "  1 d 2 h 30 min  " in row
+    assert run(server, "dave", "cancel", wid).exit_code == 0
+    wait_status(server, wid, {"cancelled"})
 
 
 def test_show_prints_no_exit_code_for_work_that_has_none(server: Server) -> None:
@@ -180,6 +303,30 @@ def test_a_malformed_workload_id_is_a_usage_error_and_w_5_is_w_000005(server: Se
     wait_status(server, wid, {"completed"})
 
 
+def test_a_dependency_on_something_that_is_no_workload_id_is_a_usage_error(
+    server: Server, tmp_path: Path,
+) -> None:
+    """``-d afterok:abc`` is a usage error naming the flag (exit 2), as an id typed anywhere
+    else is (it was sent and looked up: "--dependency: abc: no such workload", exit 1); from
+    a script, the script line is named; short ids of work that exists are taken."""
+    flags = ("submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", *flags, "-d", "afterok:5:abc", "--", "true")
+    assert r.exit_code == 2, r.output
+    assert "Error: --dependency: 'abc' is not a workload id (5 or w-000005)" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -d afterany:x1\n"
+                      "#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    r = run(server, "alice", "submit", str(script))
+    assert r.exit_code == 2, r.output
+    assert ("Error: job.sh:2: #SBATCH -d afterany:x1: 'x1' is not a workload id (5 or "
+            "w-000005)") in r.stderr
+    first = run(server, "alice", *flags, "--", "true").stdout.split()[1]
+    r = run(server, "alice", *flags, "-d", f"afterany:{int(first[2:])}", "--", "true")
+    assert r.exit_code == 0, r.output
+    assert run_json(server, "alice", "show", r.stdout.split()[1])["dependencies"] == [
+        ["afterany", first]]
+
+
 def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     """cancel --me (scancel --me): bob's active work is cancelled, alice's is untouched;
     --me with --user is a usage error, --state without a selection names --me."""
@@ -202,6 +349,40 @@ def test_cancel_me_cancels_my_work_and_nobody_elses(server: Server) -> None:
     assert "--state: only with --me, --user, --budget or --array" in state.output
     assert run(server, "alice", "cancel", "--me").exit_code == 0
     assert wait_status(server, alices, {"cancelled"})["status"] == "cancelled"
+
+
+def test_cancel_state_refuses_states_that_are_not_active_before_cancelling_anything(
+    server: Server,
+) -> None:
+    """``cancel --me --state`` with a finished state (``completed``, ``all``, a typo) among
+    the states is a usage error naming ``--state`` and what it takes (exit 2), and cancels
+    nothing (it tried to cancel finished work: one HTTP 409 each, exit 1; ``finished`` was
+    refused naming the API's ``status``); ``stopping`` is taken."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    for states in ("completed", "all", "finished", "running,completed", "pendng"):
+        r = run(server, "dave", "cancel", "--me", "--state", states)
+        assert r.exit_code == 2, r.output
+        bad = states.split(",")[-1]
+        assert (f"--state: {bad!r}: must be pending, running or stopping (finished work "
+                "cannot be cancelled)") in r.stderr
+        assert r.stdout == "" and "HTTP" not in r.stderr
+    assert run_json(server, "dave", "show", wid)["status"] in ("pending", "running")
+    r = run(server, "dave", "cancel", "--me", "--state", "pending,running,stopping")
+    assert r.exit_code == 0 and wid in r.stdout, r.output
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
+    """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
+    (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    short = str(int(wid.removeprefix("w-")))
+    r = run(server, "dave", "cancel", short, short, wid)
+    assert r.exit_code == 0, r.output
+    assert r.stdout.count(wid) == 1 and r.stderr == ""
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
 def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
@@ -348,12 +529,124 @@ def test_config_file(server: Server, tmp_path: Path) -> None:
     assert {h["name"] for h in json.loads(r.stdout)} == {"h1", "h2"}
 
 
+def client_config(tmp_path: Path, text: str, *args: str,
+                  env: dict[str, str | None] | None = None) -> Result:
+    """``queue`` with only a client config file holding ``text`` (no flags, no variables)."""
+    cfg = tmp_path / "client.toml"
+    cfg.write_text(text)
+    return CliRunner().invoke(main, ["queue", *args], env={
+        "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(cfg),
+        **(env or {})})
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("url = 5\n", "url: must be a string, got 5"),
+    ('url = "http://127.0.0.1:1"\ntokn_file = "t"\n',
+     "tokn_file: unknown key (valid keys: token, token_file, url)"),
+    ('token = "a"\ntoken_file = "t"\n', "token, token_file: give one of them"),
+    ('url = "127.0.0.1:18300"\n',
+     "url: '127.0.0.1:18300' has no scheme: give http:// or https:// (http://127.0.0.1:18300)"),
+    ('url = "ftp://h"\n', "url: 'ftp://h': the scheme must be http:// or https://"),
+    ('url = "http://h:port"\n', "url: 'http://h:port': Invalid port: 'port'"),
+    ('token = " "\n', "token: the token is empty"),
+    ('token = "ab cd"\n', "token: the token must be one word of printable characters"),
+], ids=["wrong type", "unknown key", "token twice", "no scheme", "other scheme", "bad port",
+        "blank token", "token with a space"])
+def test_a_bad_client_config_is_refused_as_file_key_problem(
+    tmp_path: Path, text: str, problem: str,
+) -> None:
+    """Each problem of the client config file is one line ``file: key: problem`` (exit 1),
+    as the server's config reports its own: a value of the wrong type was a traceback, a
+    misspelled key was ignored, a URL without a scheme or a blank token failed every
+    request as if the server could not be reached."""
+    r = client_config(tmp_path, text)
+    assert r.exit_code == 1, r.output
+    assert r.stderr.startswith(f"Error: {tmp_path / 'client.toml'}: {problem}"), r.stderr
+    assert "Traceback" not in r.output and "cannot reach" not in r.output
+
+
+def test_a_token_file_that_is_blank_is_named(tmp_path: Path) -> None:
+    """A token file holding nothing but a newline is named with the key that names it."""
+    (tmp_path / "tok").write_text("\n")
+    r = client_config(tmp_path, f'token_file = "{tmp_path / "tok"}"\n')
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {tmp_path / 'client.toml'}: token_file: {tmp_path / 'tok'}: "
+                        "the token is empty\n")
+
+
+def test_a_client_config_named_but_missing_is_an_error(tmp_path: Path) -> None:
+    """APPORTION_CLIENT_CONFIG naming a file that is not there is an error naming the file
+    (it was ignored, and the default URL used); /dev/null is an empty config."""
+    missing = tmp_path / "none.toml"
+    r = CliRunner().invoke(main, ["queue"], env={
+        "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(missing)})
+    assert r.exit_code == 1
+    assert r.stderr == (f"Error: {missing}: cannot read: No such file or directory (named by "
+                        "APPORTION_CLIENT_CONFIG)\n")
+
+
+def test_the_default_client_config_may_be_missing(tmp_path: Path) -> None:
+    """Without APPORTION_CLIENT_CONFIG, a missing ~/.config/apportion/client.toml is no
+    error: the default URL is asked."""
+    port = free_port()
+    r = CliRunner().invoke(main, ["queue", "--url", f"http://127.0.0.1:{port}"], env={
+        "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": None, "HOME": str(tmp_path)})
+    assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+
+
+@pytest.mark.parametrize(("args", "env", "problem"), [
+    (("--url", "127.0.0.1:18300"), {},
+     "--url: '127.0.0.1:18300' has no scheme: give http:// or https://"),
+    ((), {"APPORTION_URL": "localhost:8642"},
+     "APPORTION_URL: 'localhost:8642' has no scheme: give http:// or https://"),
+    ((), {"APPORTION_TOKEN": " "}, "APPORTION_TOKEN: the token is empty"),
+    ((), {"APPORTION_TOKEN": "abc\n"}, "APPORTION_TOKEN: the token must be one word"),
+    (("--token", "a b"), {}, "--token: the token must be one word"),
+], ids=["flag url", "env url", "blank env token", "env token with newline", "flag token"])
+def test_a_bad_url_or_token_typed_is_a_usage_error_naming_it(
+    args: tuple[str, ...], env: dict[str, str], problem: str,
+) -> None:
+    """A URL without a scheme or a blank token, given by flag or variable, is a usage error
+    naming the flag or the variable (exit 2), before any request (a blank token read as
+    "cannot reach the server ...: Illegal header value")."""
+    base = {"APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "t",
+            "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue", *args], env={**base, **env})
+    assert r.exit_code == 2, r.output
+    assert f"Error: {problem}" in r.stderr and "cannot reach" not in r.stderr
+
+
+def test_a_url_ending_in_the_api_prefix_is_the_server(server: Server) -> None:
+    """``--url http://host:port/v1`` (the API's base as docs/api.md writes routes) reaches
+    the server: the /v1 is dropped (it asked /v1/v1/... and printed "Not Found (HTTP 404)")."""
+    for url in (f"{server.url}/v1", f"{server.url}/v1/", f"{server.url}/"):
+        r = run(server, "bob", "hosts", "list", "--url", url)
+        assert r.exit_code == 0, r.output
+        assert "h1" in r.stdout
+
+
 def test_unreachable_server() -> None:
     """A server that is not there gives a clear message, not a traceback."""
     r = CliRunner().invoke(main, ["queue"], env={
         "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
-        "APPORTION_CLIENT_CONFIG": "/nonexistent"})
+        "APPORTION_CLIENT_CONFIG": "/dev/null"})
     assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+
+
+def test_a_submission_retried_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``submit`` to a server that is not there says on stderr, at its first retry, that
+    the server does not answer and it keeps trying (it was silent for about a minute), once
+    however many retries follow; then fails as before."""
+    monkeypatch.setattr("apportion.cli.client.RETRY_WAITS", (0.01,) * 3)
+    url = f"http://127.0.0.1:{free_port()}"
+    r = CliRunner().invoke(main, ["submit", "--budget", "ai/llm", "--gpus", "1",
+                                  "--min-runtime", "0", "--", "true"], env={
+        "APPORTION_URL": url, "APPORTION_TOKEN": "x", "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    assert r.exit_code == 1
+    lines = r.stderr.splitlines()
+    assert lines[0] == (f"apportion: the server at {url} does not answer (Connection "
+                        "refused); retrying for about a minute ...")
+    assert len(lines) == 2 and lines[1].startswith(f"Error: cannot reach the server at {url}")
 
 
 def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
@@ -361,8 +654,32 @@ def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
     r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
             "0", "--resumable", "--checkpoint-on-term", "--", "sleep", "600")
     assert r.exit_code == 0, r.output
+    assert r.stderr == ""
     wid = r.stdout.split()[1]
     assert run_json(server, "bob", "show", wid)["checkpoint_on_term"] is True
     assert "checkpoint_on_term:  True" in run(server, "bob", "show", wid).stdout
     assert run(server, "bob", "cancel", wid).exit_code == 0
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_checkpoint_on_term_without_resumable_is_warned_about(
+    server: Server, tmp_path: Path,
+) -> None:
+    """--checkpoint-on-term without --resumable is taken (stored as asked) with a warning
+    on stderr that it has no effect, naming the flag or the script line (it was silent)."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--checkpoint-on-term", "--", "true")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == ("warning: --checkpoint-on-term: no effect without --resumable (work "
+                        "that is not resumable is not requeued when preempted: it loses its "
+                        "whole run)\n")
+    wid = r.stdout.split()[1]
+    assert run_json(server, "bob", "show", wid)["checkpoint_on_term"] is True
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#APPORTION --budget ai/vision --gpus 1 --min-runtime 0\n"
+                      "#APPORTION --checkpoint-on-term\ntrue\n")
+    r = run(server, "bob", "submit", str(script))
+    assert r.exit_code == 0, r.output
+    assert r.stderr.startswith("warning: job.sh:3: #APPORTION --checkpoint-on-term: no effect "
+                               "without --resumable")
+    wait_status(server, wid, {"completed"})

@@ -50,7 +50,7 @@ def live_sqlite(tmp_path: Path) -> Iterator[LiveFactory]:
 
 def cli_env(s: Live, who: str) -> dict[str, str]:
     return {**os.environ, "APPORTION_URL": s.server.url, "APPORTION_TOKEN": s.tokens[who],
-            "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+            "APPORTION_CLIENT_CONFIG": "/dev/null"}
 
 
 def submitted_id(stdout: str) -> str:

@@ -201,13 +201,21 @@ def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:
         ({"cluster": "north"}, "cluster: unknown cluster 'north' (the fleet has east, west)"),
         ({"cluster": "east", "gpu_kind": ["B200"]},
          "gpu_kind: no pool of B200 in cluster east funds budget ai"),
-        ({"gpus": 9, "gpu_kind": ["B200"]}, "gpus: "),
+        ({"gpus": 9, "gpu_kind": ["B200"]}, "gpus: 9 is more than the cluster's 8"),
+        ({"gpus": 17}, "gpus: 17 is more than any pool holds (east/H100: 16, west/B200: 8)"),
+        ({"nodelist": ["w1"], "gpu_kind": ["H100"]},
+         "nodelist: the hosts it may use (w1) have no H100 GPUs"),
+        ({"exclude": ["e1", "e2"], "gpu_kind": ["H100"]},
+         "exclude: the hosts it may use (w1) have no H100 GPUs"),
     ],
 )
 def test_an_unknown_kind_or_cluster_is_refused_naming_the_field(
     svc: Svc, body: dict[str, Any], detail: str
 ) -> None:
-    """422 with the field first and what exists; nothing stored."""
+    """422 with the field first and what exists; nothing stored. Too many GPUs for each of
+    the pools names what each holds (it named the first pool's, east/H100's, alone); a
+    host list holding none of the kind asked for names the host field sent (it said no
+    pool of H100 funds the budget)."""
     r = svc.submit(**body)
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith(detail), r.json()
@@ -386,14 +394,15 @@ def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
 
 def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
     """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
-    order given); an unknown kind fails naming the flag as typed and what exists; a batch
+    order given); an unknown kind fails naming the flag as typed and what exists, and
+    --nodelist holding none of the kind asked for names --nodelist; a batch
     script's ``#SBATCH --gres=gpu:b200:8`` asks for 8 B200 GPUs (Slurm's type, upper case)."""
     from click.testing import CliRunner
 
     from apportion.cli.main import main
 
     env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
-           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
 
     def run(*args: str) -> Any:
         return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
@@ -406,6 +415,9 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     r = run(*common, "--gpu-kind", "A100", "--", "train")
     assert r.exit_code == 1
     assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
+    r = run(*common, "-w", "w1", "--gpu-kind", "H100", "--", "train")
+    assert r.exit_code == 1
+    assert "Error: --nodelist: the hosts it may use (w1) have no H100 GPUs" in r.output
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:b200:8\n#APPORTION --budget ai\n"
                       "#APPORTION --min-runtime 1h\ntrain\n")
@@ -463,7 +475,7 @@ def test_cli_report_usage_prints_a_row_per_pool(svc: Svc) -> None:
     svc.executor.finish(wid)
     svc.sched.step()
     env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
-           "APPORTION_CLIENT_CONFIG": "/nonexistent"}
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
     r = CliRunner().invoke(main, ["report", "usage", "--from", str(t0), "--to",
                                   str(t0 + 3600)], env=env, catch_exceptions=False)
     assert r.exit_code == 0, r.output

@@ -34,7 +34,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
 def cli(env: Env, who: str, *args: str) -> Any:
     r = CliRunner().invoke(main, list(args), catch_exceptions=False, env={
         "APPORTION_URL": env.server.url, "APPORTION_TOKEN": env.tokens[who],
-        "APPORTION_CLIENT_CONFIG": "/nonexistent"})
+        "APPORTION_CLIENT_CONFIG": "/dev/null"})
     return r
 
 

@@ -2,9 +2,9 @@
 
 Server and token come from ``--url``/``--token``, else ``APPORTION_URL``/``APPORTION_TOKEN``,
 else the client config file (``~/.config/apportion/client.toml``, or the path in
-``APPORTION_CLIENT_CONFIG``) with keys ``url`` and ``token`` (or ``token_file``). Read
-commands take ``--json`` for machine-readable output; errors print the server's message and
-exit with status 1.
+``APPORTION_CLIENT_CONFIG``, which must then exist) with keys ``url`` and ``token`` (or
+``token_file``). Read commands take ``--json`` for machine-readable output; errors print the
+server's message and exit with status 1.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+from apportion.core.units import format_duration_exact
 from apportion.service.replies import (
     AuditEntry,
     Budget,
@@ -50,32 +51,80 @@ F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
+_ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the words only
 
 
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
 WEIGHT = click.FloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 # ---- connection ------------------------------------------------------------------------------
-def _config_file() -> dict[str, Any]:
-    path = Path(
-        os.environ.get("APPORTION_CLIENT_CONFIG")
-        or Path.home() / ".config" / "apportion" / "client.toml"
-    )
-    if not path.exists():
+CONFIG_KEYS = ("token", "token_file", "url")
+_TOKEN = re.compile(r"[!-~]+")  # printable ASCII, no spaces: what a bearer header can carry
+
+
+def _config_file() -> dict[str, tuple[str, str]]:
+    """The client config file's ``url`` and ``token`` (read from ``token_file`` if given
+    instead), each with how to name it in an error (``client.toml: url``). The default file
+    may be missing; a file named by ``APPORTION_CLIENT_CONFIG`` must be there. Every problem
+    is reported as ``file: key: problem``, as the server's config reports them."""
+    named = os.environ.get("APPORTION_CLIENT_CONFIG")
+    path = Path(named) if named else Path.home() / ".config" / "apportion" / "client.toml"
+    if not named and not path.exists():
         return {}
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
+    except OSError as e:
+        by = " (named by APPORTION_CLIENT_CONFIG)" if named else ""
+        raise click.ClickException(f"{path}: cannot read: {e.strerror or e}{by}") from None
+    except tomllib.TOMLDecodeError as e:
         raise click.ClickException(f"{path}: {e}") from None
-    if "token_file" in data and "token" not in data:
-        token_path = Path(str(data["token_file"])).expanduser()
+    for key, value in data.items():
+        if key not in CONFIG_KEYS:
+            raise click.ClickException(
+                f"{path}: {key}: unknown key (valid keys: {', '.join(CONFIG_KEYS)})")
+        if not isinstance(value, str):
+            raise click.ClickException(f"{path}: {key}: must be a string, got {value!r}")
+    if "token" in data and "token_file" in data:
+        raise click.ClickException(f"{path}: token, token_file: give one of them")
+    out: dict[str, tuple[str, str]] = {
+        key: (data[key], f"{path}: {key}") for key in ("url", "token") if key in data}
+    if "token_file" in data:
+        token_path = Path(data["token_file"]).expanduser()
         try:
-            data["token"] = token_path.read_text(encoding="utf-8").strip()
+            token = token_path.read_text(encoding="utf-8").strip()
         except OSError as e:
             raise click.ClickException(
-                f"{path}: token_file: cannot read {token_path}: {e}"
-            ) from None
-    return data
+                f"{path}: token_file: cannot read {token_path}: {e.strerror or e}") from None
+        out["token"] = (token, f"{path}: token_file: {token_path}")
+    return out
+
+
+def url_problem(url: str) -> str | None:
+    """What keeps ``url`` from being the server's address, or None: it needs ``http://`` or
+    ``https://`` and a host (without a scheme every request failed, after a minute of
+    retries for a submission)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return f"{url!r} has no scheme: give http:// or https:// (http://{url})"
+    if scheme.lower() not in ("http", "https"):
+        return f"{url!r}: the scheme must be http:// or https://"
+    try:
+        host = httpx.URL(url).host
+    except httpx.InvalidURL as e:
+        return f"{url!r}: {e}"
+    return None if host else f"{url!r} has no host"
+
+
+def token_problem(token: str) -> str | None:
+    """What keeps ``token`` from being sent as a bearer token, or None: a blank one, or one
+    with a space or a newline, was refused by the HTTP library as "Illegal header value",
+    which read as a server that could not be reached."""
+    if not token.strip():
+        return "the token is empty"
+    if not _TOKEN.fullmatch(token):
+        return ("the token must be one word of printable characters (no spaces, newlines or "
+                "control characters)")
+    return None
 
 
 class Client:
@@ -95,7 +144,16 @@ class Client:
         retried with backoff (``RETRY_WAITS``). ``timeout`` None: wait as long as the server
         takes to answer. An error status in ``accept`` is returned for the caller to read."""
         waits = list(RETRY_WAITS) if retry else []
+        retries = len(waits)
         limit = httpx.Timeout(timeout, connect=60) if timeout is None else timeout
+
+        def wait(why: str) -> None:
+            # said once, at the first retry: a minute of silence looked like a hang
+            if len(waits) == retries:
+                click.echo(f"apportion: the server at {self.url} {why}; retrying for about "
+                           "a minute ...", err=True)
+            time.sleep(waits.pop(0))
+
         while True:
             try:
                 r = self.http.request(
@@ -105,7 +163,7 @@ class Client:
                 )
             except httpx.TransportError as e:
                 if waits:
-                    time.sleep(waits.pop(0))
+                    wait(f"does not answer ({_ERRNO.sub('', str(e))})")
                     continue
                 raise click.ClickException(
                     f"cannot reach the server at {self.url}: {e}") from None
@@ -113,7 +171,7 @@ class Client:
                 raise click.ClickException(
                     f"cannot reach the server at {self.url}: {e}") from None
             if r.status_code >= 500 and waits:
-                time.sleep(waits.pop(0))
+                wait(f"answered HTTP {r.status_code}")
                 continue
             break
         if r.status_code >= 400 and r.status_code not in accept:
@@ -162,12 +220,33 @@ def parse_list(model: type[R], data: Any, what: str) -> list[R]:
 
 def make_client(url: str | None, token: str | None) -> Client:
     """A client for ``--url``/``--token`` as given (flag or environment), else the client
-    config file's, else the default URL."""
+    config file's, else the default URL. A bad one is refused naming where it was given: a
+    usage error for the flag or the variable, ``file: key: problem`` for the file. A
+    trailing ``/v1`` on the URL (the API's prefix, as docs/api.md writes routes) is
+    dropped."""
+    given: dict[str, tuple[str | None, str]] = {
+        "url": (url, _given_as("url", "--url", "APPORTION_URL")),
+        "token": (token, _given_as("token", "--token", "APPORTION_TOKEN"))}
     if url is None or token is None:
-        cfg = _config_file()
-        url = url or cfg.get("url")
-        token = token or cfg.get("token")
-    return Client(url or DEFAULT_URL, token)
+        for key, setting in _config_file().items():
+            if given[key][0] is None:
+                given[key] = setting
+    for key, check in (("url", url_problem), ("token", token_problem)):
+        value, where = given[key]
+        problem = None if value is None else check(value)
+        if problem is not None:
+            usage = where in ("--url", "APPORTION_URL", "--token", "APPORTION_TOKEN")
+            raise (click.UsageError if usage else click.ClickException)(f"{where}: {problem}")
+    url, token = given["url"][0], given["token"][0]
+    base = DEFAULT_URL if url is None else url.rstrip("/").removesuffix("/v1")
+    return Client(base, token)
+
+
+def _given_as(param: str, flag: str, envvar: str) -> str:
+    """How the user gave the value of ``param``: the flag, or the environment variable."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return envvar if source is click.core.ParameterSource.ENVIRONMENT else flag
 
 
 def connection(f: F) -> F:
@@ -271,11 +350,13 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     w = parse(Workload, data, f"GET /v1/workloads/{workload_id}")
     for key in ("id", "status", "budget", "user", "gpus"):
         click.echo(f"{key + ':':<21}{getattr(w, key)}")
-    click.echo(f"{'min_runtime:':<21}{format_duration(w.min_runtime)}")
+    # what was stored, exactly: two units would drop the rest ("1 d 2 h" for 1-2:30)
+    click.echo(f"{'min_runtime:':<21}{format_duration_exact(w.min_runtime)}")
     click.echo(f"{'resumable:':<21}{w.resumable}")
     click.echo(f"{'priority:':<21}{w.priority}")
     # 0: none declared (the policy assumes [policy] default_checkpoint_interval)
-    interval = format_duration(w.checkpoint_interval) if w.checkpoint_interval else "none"
+    interval = (format_duration_exact(w.checkpoint_interval) if w.checkpoint_interval
+                else "none")
     click.echo(f"{'checkpoint_interval:':<21}{interval}")
     click.echo(f"{'checkpoint_on_term:':<21}{w.checkpoint_on_term}")
     if w.name:
@@ -283,7 +364,7 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.array_id:
         click.echo(f"{'array:':<21}{w.array_id} index {w.array_index}")
     if w.time_limit:
-        click.echo(f"{'time limit:':<21}{format_duration(w.time_limit)}")
+        click.echo(f"{'time limit:':<21}{format_duration_exact(w.time_limit)}")
     if w.dependencies:
         click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w.dependencies)}")
     if w.nodelist or w.exclude:

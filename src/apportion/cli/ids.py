@@ -14,6 +14,12 @@ def full_id(text: str) -> str:
     return f"w-{int(digits):06d}" if digits.isdigit() else t
 
 
+def workload_id(text: str) -> str | None:
+    """``text`` as a long workload id (``5`` -> ``w-000005``), or None if it is none."""
+    wid = full_id(text)
+    return wid if wid.startswith("w-") and wid[2:].isdigit() else None
+
+
 class WorkloadId(click.ParamType[str]):
     """A workload id, long (``w-000005``) or short (``5``); anything else is a usage error
     naming what was typed, not a lookup of a workload that cannot exist."""
@@ -22,12 +28,12 @@ class WorkloadId(click.ParamType[str]):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
-        wid = full_id(str(value))
-        if not (wid.startswith("w-") and wid[2:].isdigit()):
+        wid = workload_id(str(value))
+        if wid is None:
             self.fail(f"{value!r} is not a workload id (5 or w-000005)", param, ctx)
         return wid
 
 
 WORKLOAD_ID = WorkloadId()
 
-__all__ = ["WORKLOAD_ID", "WorkloadId", "full_id"]
+__all__ = ["WORKLOAD_ID", "WorkloadId", "full_id", "workload_id"]

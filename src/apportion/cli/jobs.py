@@ -20,6 +20,7 @@ import click
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
+from apportion.core.units import format_duration_exact
 from apportion.service.replies import Me, QueueView, Workload
 
 from .client import (
@@ -34,7 +35,7 @@ from .client import (
     parse,
     table,
 )
-from .ids import WORKLOAD_ID, full_id
+from .ids import WORKLOAD_ID, workload_id
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
 FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
@@ -78,6 +79,13 @@ class Script:
     origins: dict[str, str] = field(default_factory=dict)
 
 
+# a line read_script takes for a directive, the first line included
+_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?: |\s*$)", re.MULTILINE)
+_SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
+MAX_NAME = 128
+
+
 def looks_like_script(path: str) -> bool:
     """A file starting with ``#!`` or holding ``#APPORTION``/``#SBATCH`` lines."""
     p = Path(path)
@@ -87,7 +95,33 @@ def looks_like_script(path: str) -> bool:
         head = p.read_text(encoding="utf-8", errors="replace")[:65536]
     except OSError:
         return False
-    return head.startswith("#!") or "\n#APPORTION" in head or "\n#SBATCH" in head
+    return head.startswith("#!") or _DIRECTIVE.search(head) is not None
+
+
+def unopenable_path(word: str, chdir: str | None) -> str | None:
+    """Why ``word``, submit's first argument, names a file that cannot be opened, or None.
+    A word with a ``/`` or a script's suffix (``job.sh``) is a path: it must be there when
+    submitting (as ``sbatch`` refuses a script it cannot open), here or, when relative, in
+    ``chdir`` (the directory the work runs in). Any other word (``python``) is a program,
+    looked up on the PATH where the work runs."""
+    if "/" not in word and not word.endswith(_SCRIPT_SUFFIXES):
+        return None
+    path = Path(word)
+    if chdir and not path.is_absolute() and (Path(chdir).expanduser() / path).is_file():
+        return None  # run from the directory it runs in
+    try:
+        with path.open("rb"):
+            return None
+    except OSError as e:
+        return (f"{word}: cannot open: {e.strerror or e} (a script, or a program given by "
+                "its path, must be there when submitting)")
+
+
+def script_name(path: str) -> str:
+    """The name a batch script's work gets when none is given, as sbatch names a job after
+    its script: the file's name, with each character a name may not hold (it holds
+    letters, digits and ``. _ + -``) as ``_``."""
+    return _NOT_IN_A_NAME.sub("_", Path(path).name)[:MAX_NAME]
 
 
 def read_script(path: str, args: Sequence[str]) -> Script:
@@ -181,6 +215,9 @@ _OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTIO
                 'exec >"$out" 2>&1; exec "$@"')
 
 
+_FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
+
+
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
     directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
@@ -198,7 +235,7 @@ def output_file(w: dict[str, Any]) -> str | None:
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
               "A": w.get("array_id") or "",
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
-    return re.sub(r"%([%jxAa])", lambda m: fields[m.group(1)], str(command[4]))
+    return _FIELD.sub(lambda m: fields[m.group(1)], str(command[4]))
 
 
 # ---- submit ----------------------------------------------------------------------------------
@@ -211,7 +248,8 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--priority", type=int, default=0, help="order within the budget only")
 @click.option("--checkpoint-interval", default="0", help="how often it checkpoints (e.g. 30m)")
 @click.option("--checkpoint-on-term", is_flag=True,
-              help="it writes a checkpoint when told to stop (SIGTERM), within the grace period")
+              help="it writes a checkpoint when told to stop (SIGTERM), within the grace "
+                   "period (with --resumable; without, it has no effect)")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
               help="wall-time limit (2h, 1-00:00:00; a bare number is minutes, as in Slurm); "
@@ -232,7 +270,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "default: any)")
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
-              help="write its output to this file (%j id, %x name, %A array, %a index)")
+              help="write its output to this file (%j id, %x name, %A array, %a index, "
+                   "%% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -251,6 +290,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
     --output, --array, --dependency, --nodelist, --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers.
+    A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
+    opened when submitting (a relative one here or in --chdir); any other word is a program
+    on the PATH where the work runs.
 
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
@@ -263,6 +305,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         """How to name an option in an error: the script line that gave it, else the flag."""
         return from_script.get(key, typed)
 
+    problem = unopenable_path(cmd[0], given.get("chdir"))
+    if problem is not None:
+        raise click.UsageError(problem)
     if looks_like_script(cmd[0]):
         script = read_script(cmd[0], cmd[1:])
         for line in script.ignored:
@@ -272,18 +317,28 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
             if source is not click.core.ParameterSource.COMMANDLINE:
                 opts[key] = value
                 from_script[key] = script.origins[key]
+        if not opts.get("name"):  # as sbatch names a job after its script (%x fills it)
+            opts["name"] = script_name(cmd[0])
         cmd = script.command
     for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
                       ("--min-runtime", "min_runtime")):
         if opts.get(key) in (None, ""):
             raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
                                    "#APPORTION line of the script)")
+    if opts.get("checkpoint_on_term") and not opts.get("resumable"):
+        # stored as asked, but the policy reads it only for resumable work: say so
+        click.echo(f"warning: {named('checkpoint_on_term', '--checkpoint-on-term')}: no "
+                   "effect without --resumable (work that is not resumable is not requeued "
+                   "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
     if limit.isdigit():  # a bare number is minutes, as Slurm reads --time
         opts["time_limit"] = limit + "m"
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
+        if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
+            raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
+                                   "name, and it has none: give --name")
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
@@ -305,7 +360,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         if opts.get(key):
             body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
     if opts.get("dependency"):
-        body["dependency"] = _full_dependency(str(opts["dependency"]))
+        body["dependency"] = _full_dependency(str(opts["dependency"]),
+                                              named("dependency", "--dependency"))
     try:
         # a fresh key, and retries with it if the connection is lost or the server answers
         # 5xx: a submission stored before its answer was lost is answered, not stored twice
@@ -320,9 +376,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     else:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
-        limit = f", time limit {format_duration(row.time_limit)}" if row.time_limit else ""
+        # what was stored, exactly: "1 d 2 h" for 1-2:30 would hide the half hour
+        limit = (f", time limit {format_duration_exact(row.time_limit)}" if row.time_limit
+                 else "")
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
-                   f"runtime {format_duration(row.min_runtime)}{limit})")
+                   f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
         sys.exit(wait_for(client, ids, click.echo))
 
@@ -344,12 +402,21 @@ def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
         raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
 
 
-def _full_dependency(text: str) -> str:
-    """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``."""
+def _full_dependency(text: str, flag: str) -> str:
+    """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``. A word that is no
+    workload id (``abc``) is a usage error naming ``flag`` (the flag or the script line),
+    not a lookup by the server."""
     parts = []
     for part in text.split(","):
         kind, _, ids = part.partition(":")
-        parts.append(":".join([kind, *(full_id(i) for i in ids.split(":") if i)]))
+        full = [kind]
+        for typed in (i for i in ids.split(":") if i):
+            wid = workload_id(typed)
+            if wid is None:
+                raise click.UsageError(f"{flag}: {typed!r} is not a workload id (5 or "
+                                       "w-000005)")
+            full.append(wid)
+        parts.append(":".join(full))
     return ",".join(parts)
 
 
@@ -393,6 +460,20 @@ def _state_line(w: dict[str, Any]) -> str:
 
 
 # ---- queue -----------------------------------------------------------------------------------
+ACTIVE = ("pending", "running", "stopping")  # the states queue shows and cancel can end
+
+
+def active_states(text: str | None, finished: str) -> list[str]:
+    """The states ``--state`` names (comma-separated); one that is not active is a usage
+    error naming it, ``finished`` saying what to do about finished work instead."""
+    wanted = [s.strip() for s in (text or "").split(",") if s.strip()]
+    bad = [s for s in wanted if s not in ACTIVE]
+    if bad:
+        raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
+                               f"({finished})")
+    return wanted
+
+
 def _me(client: Client) -> str:
     return client.reply(Me, "GET", "/me").name
 
@@ -474,7 +555,9 @@ def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
 
 
 def _limit(w: dict[str, Any]) -> str:
-    return format_duration(w["time_limit"]) if w.get("time_limit") else "-"
+    """The time limit as given (exact: a limit is typed in round units, so it stays short),
+    where the counting columns beside it are shortened to two units."""
+    return format_duration_exact(w["time_limit"]) if w.get("time_limit") else "-"
 
 
 QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSED",
@@ -495,11 +578,7 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
           states: str | None, watch: float | None, as_json: bool) -> None:
     """The queue as the policy orders it, like squeue: POS is the place in the policy's
     order (held work has none), PROTECTED how long it may not be preempted yet."""
-    wanted = [s.strip() for s in (states or "").split(",") if s.strip()]
-    bad = [s for s in wanted if s not in ("pending", "running", "stopping")]
-    if bad:
-        raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
-                               "(finished work: apportion show ID)")
+    wanted = active_states(states, "finished work: apportion show ID")
     if as_json:
         _print_json(queue_entries(client, me, user, budget, wanted)[1])
         return
@@ -581,7 +660,8 @@ def _ancestors(path: str) -> list[str]:
 @click.option("--user", default=None, help="every active workload of this user")
 @click.option("--budget", default=None, help="every active workload in this budget's subtree")
 @click.option("--state", "states", default=None,
-              help="with --me/--user/--budget/--array: only these states (pending,running)")
+              help="with --me/--user/--budget/--array: only these states, comma-separated: "
+                   "pending,running,stopping")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
 @connection
@@ -589,13 +669,15 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
            budget: str | None, states: str | None, array: str | None) -> None:
     """Cancel workloads: by id (many, short or long), or all matching --me, --user,
     --budget, --array (and --state). A running one is stopped by the scheduler."""
+    # refused before anything is asked: finished work cannot be cancelled
+    wanted = active_states(states, "finished work cannot be cancelled")
     if me:
         if user is not None:
             raise click.UsageError("--me and --user: give one of them")
         user = _me(client)
-    targets = list(ids)
+    targets = list(dict.fromkeys(ids))  # each once, in order: "cancel 40 w-40" is one
     if user or budget or array:
-        status = states or "pending,running,stopping"
+        status = ",".join(wanted or ACTIVE)
         rows = _workloads(client, {"user": user, "budget": budget, "array": array,
                                    "status": status, "limit": 100_000})
         # pending work first: stopping the running first would free GPUs that the scheduler

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 from .config import PolicyConfig
 from .ledger import UsageLedger
-from .policy import decide, validate_spec
+from .policy import TooLarge, decide, validate_spec
 from .state import ClusterState
 from .tree import BudgetNode, BudgetTree
 from .types import (
@@ -177,18 +177,23 @@ class FleetState:
         return True
 
     def _asks_for(self, spec: WorkloadSpec, pool: str) -> bool:
-        cluster, kind = self._where[pool]
         return (
-            (not spec.gpu_kinds or kind in spec.gpu_kinds)
-            and (not spec.cluster or spec.cluster == cluster)
+            self._of_kind(spec, pool)
             and self._pools[pool].tree.is_leaf(spec.budget)
             and (not spec.hosts or any(self._pool_of.get(h) == pool for h in spec.hosts))
         )
 
+    def _of_kind(self, spec: WorkloadSpec, pool: str) -> bool:
+        """Is ``pool`` of a kind and cluster ``spec`` asks for (or any)."""
+        cluster, kind = self._where[pool]
+        return (not spec.gpu_kinds or kind in spec.gpu_kinds) and (
+            not spec.cluster or spec.cluster == cluster)
+
     def validate(self, spec: WorkloadSpec, config: PolicyConfig) -> None:
         """Refuse work no pool could run, naming the field: an unknown kind, cluster or
-        host, no pool of what it asks for funding its budget, then the single-pool rules
-        (caps, shape) of the first such pool if it fits none."""
+        host, no pool of what it asks for funding its budget (or none holding the hosts it
+        may use), then the single-pool rules (caps, shape) of the first such pool if it fits
+        none; more GPUs than each of several pools holds is said with what each holds."""
         self._tree.require_leaf(spec.budget)
         kinds = {k for _, k in self._where.values()}
         clusters = {c for c, _ in self._where.values()}
@@ -208,12 +213,7 @@ class FleetState:
                 raise CoreError(f"workload {spec.id}: hosts: unknown host {h!r}")
         asked = [p for p in self._pools if self._asks_for(spec, p)]
         if not asked:
-            what = ",".join(spec.gpu_kinds) or "any kind"
-            where = f" in cluster {spec.cluster}" if spec.cluster else ""
-            raise CoreError(
-                f"workload {spec.id}: gpu_kinds: no pool of {what}{where} funds budget "
-                f"{spec.budget}" + (" on the hosts it may use" if spec.hosts else "")
-            )
+            raise CoreError(f"workload {spec.id}: {self._no_pool(spec)}")
         errors: list[CoreError] = []
         for p in asked:
             try:
@@ -221,7 +221,32 @@ class FleetState:
                 return
             except CoreError as e:
                 errors.append(e)
+        if len(errors) > 1 and all(isinstance(e, TooLarge) for e in errors):
+            # the first pool's "more than the cluster's 4" hid that another holds 8
+            which = "any pool" if len(asked) == len(self._pools) else "any pool it may use"
+            holds = ", ".join(f"{p}: {self._pools[p].total_gpus}" for p in asked)
+            raise TooLarge(f"workload {spec.id}: gpus: {spec.gpus} is more than {which} "
+                           f"holds ({holds})")
         raise errors[0]
+
+    def _no_pool(self, spec: WorkloadSpec) -> str:
+        """Why no pool takes ``spec`` (``field: why``): the hosts it may use, when a pool
+        would take it without them; else no pool of its kinds and cluster funds its
+        budget."""
+        what = ",".join(spec.gpu_kinds) or "any kind"
+        where = f" in cluster {spec.cluster}" if spec.cluster else ""
+        anywhere = replace(spec, hosts=())
+        if not (spec.hosts and any(self._asks_for(anywhere, p) for p in self._pools)):
+            return f"gpu_kinds: no pool of {what}{where} funds budget {spec.budget}"
+        hosts = ", ".join(spec.hosts)
+        theirs = sorted(p for p in {self._pool_of[h] for h in spec.hosts}
+                        if self._of_kind(spec, p))
+        if not theirs:
+            kinds = " or ".join(spec.gpu_kinds)
+            return (f"hosts: the hosts it may use ({hosts}) have no "
+                    f"{kinds + ' ' if kinds else ''}GPUs{where}")
+        return (f"hosts: the pools of the hosts it may use ({', '.join(theirs)}) do not fund "
+                f"budget {spec.budget}")
 
     def pools_for(self, spec: WorkloadSpec) -> tuple[str, ...]:
         return tuple(p for p in self._pools if self.accepts(spec, p))

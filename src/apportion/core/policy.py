@@ -107,8 +107,14 @@ def _charge_threshold(
     return threshold * (1 + 1e-9)
 
 
+class TooLarge(CoreError):
+    """More GPUs than the cluster holds: :meth:`~apportion.core.fleet.FleetState.validate`
+    words it over every pool the work may use when it is too large for each."""
+
+
 def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig) -> None:
-    """Refuse a workload the policy could never run, naming the field."""
+    """Refuse a workload the policy could never run, naming the field (:class:`TooLarge`
+    when it asks for more GPUs than the cluster holds)."""
     state.tree.require_leaf(spec.budget)
     if spec.min_runtime > config.max_min_runtime:
         raise CoreError(
@@ -131,7 +137,7 @@ def validate_spec(spec: WorkloadSpec, state: ClusterState, config: PolicyConfig)
     if not state.hosts:
         raise CoreError(f"workload {spec.id}: gpus: the cluster has no hosts")
     if spec.gpus > largest and spec.gpus > total:
-        raise CoreError(
+        raise TooLarge(
             f"workload {spec.id}: gpus: {spec.gpus} is more than the cluster's {total}"
         )
     if spec.hosts:
@@ -1098,4 +1104,5 @@ class Pass:
         return all(gpus >= fail.of(gpus > self.hosts.max_size) for gpus, _ in sizes)
 
 
-__all__ = ["Candidate", "PolicyConfig", "decide", "is_debug", "validate_spec", "victim_class"]
+__all__ = ["Candidate", "PolicyConfig", "TooLarge", "decide", "is_debug", "validate_spec",
+           "victim_class"]

@@ -81,8 +81,9 @@ def _parse_text(value: str) -> float:
 
 def format_duration_exact(seconds: float) -> str:
     """``seconds`` as :func:`format_duration` writes it when that is exact (``8 h``, ``1 h
-    30 min``), else every unit down to the second (``8 h 0 min 1 s``), else in seconds
-    (``0.5 s``): for a refusal, where '8 h is over the cap of 8 h' would contradict itself."""
+    30 min``), else every unit down to the last one not zero (``8 h 0 min 1 s``, ``1 d 2 h
+    30 min``), else in seconds (``0.5 s``): for a refusal, where '8 h is over the cap of 8 h'
+    would contradict itself, and for echoing what was accepted."""
     short = format_duration(seconds)
     if not math.isfinite(seconds) or _parse_text(short.replace(" ", "")) == seconds:
         return short
@@ -95,6 +96,8 @@ def format_duration_exact(seconds: float) -> str:
         if parts or rest >= size or size == 1:
             parts.append(f"{rest // size} {name}")
             rest %= size
+    while len(parts) > 1 and parts[-1].startswith("0 "):
+        parts.pop()  # "1 d 2 h 30 min", not "... 0 s"
     return " ".join(parts)
 
 

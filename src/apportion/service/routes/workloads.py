@@ -145,8 +145,14 @@ def router(api: Api) -> APIRouter:
                              ((h.host(), h.cluster, h.kind) for h in host_rows), t)
             validate(fleet, spec, settings.policy)
         except CoreError as e:
-            # the body's field is gpu_kind (one kind or a list)
-            raise fail(422, core_message(e).replace("gpu_kinds:", "gpu_kind:", 1)) from None
+            # the body's fields: gpu_kind (one kind or a list), and nodelist and exclude, of
+            # which the core's hosts are made
+            message = core_message(e).replace("gpu_kinds:", "gpu_kind:", 1)
+            if message.startswith("hosts:"):
+                sent = [f for f, v in (("nodelist", body.nodelist), ("exclude", body.exclude))
+                        if v]
+                message = "/".join(sent) + message.removeprefix("hosts")
+            raise fail(422, message) from None
         if not Rights.of(user, rows).can_submit(body.budget):
             raise forbid(user, f"submit to budget {body.budget} (not a member)")
         problem = _run_problem(body, user, settings)
