@@ -6,6 +6,12 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +302,51 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
         assert {k for k in swept if swept[k] != alone.get(k)} == (
             {"clamped_min_runtime"} if cap == "8h" else set())
     assert points[0]["summary"]["attainment"] != points[1]["summary"]["attainment"]
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
+            found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while two
+    worker processes run points of a sweep of a minute or more: the command ends within a
+    few seconds with click's "Aborted!" (exit 1) and a line saying how many points were
+    done and that nothing was written, its workers are gone, and --out holds no file.
+    (The sweep used to run every queued point first, then write nothing.)"""
+    out = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
+         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
+         "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+            time.sleep(0.1)
+        time.sleep(1)  # the workers are in their first points
+        os.killpg(sweep.pid, signal.SIGINT)
+        start = time.monotonic()
+        stdout, stderr = sweep.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    assert took < 5, f"the sweep took {took:.1f} s to stop"
+    assert sweep.returncode == 1, stdout + stderr
+    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
+                     re.MULTILINE), stderr
+    assert "Aborted!" in stderr and "wrote" not in stdout
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()]
+    assert not out.exists() or not list(out.iterdir())
