@@ -4,7 +4,8 @@ side. Used by ``apportion whatif`` and ``POST /v1/whatif`` (docs/simulator.md, "
 live history").
 
 Errors are :class:`WhatifError`, naming the input ``field`` they are about (``since``,
-``set_weight``, ``set``), so each caller can say it in its own words (a flag, a JSON field).
+``until``, ``set_weight``, ``set``; ``period`` when the period as a whole has nothing to
+replay), so each caller can say it in its own words (a flag, a JSON field).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,18 +48,23 @@ def load_history(store: Store, since: float, end: float,
     if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
         raise WhatifError("since", f"may be at most {format_duration(MAX_SINCE_S)}, got "
                                    f"{format_duration(since)}")
-    if not math.isfinite(end):
-        raise WhatifError("until", f"must be a finite time, got {end}")
+    if not (math.isfinite(end) and end >= 0):
+        raise WhatifError("until", f"must be a finite time >= 0, got {end}")
     try:
         history = read_history(store, end - since, end, pools)
     except NotFound as e:
-        raise WhatifError("since", f"the store has no history to replay: {e}") from None
+        raise WhatifError("period", f"the store has no history to replay: {e}") from None
     if not history.hosts:
-        raise WhatifError("since", "the store has no hosts: nothing to replay on")
+        raise WhatifError("period", "the store has no hosts: nothing to replay on")
     if not history.jobs:
-        raise WhatifError("since", f"no workload was submitted in the {format_duration(since)} "
-                                   "before the end of the period: nothing to replay")
+        raise WhatifError("period", f"no workload was submitted in the {format_duration(since)} "
+                                    f"from {iso(end - since)} to {iso(end)}: nothing to replay")
     return history
+
+
+def iso(t: float) -> str:
+    """``t`` (seconds since the epoch) as an ISO 8601 time in UTC, to the second."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:

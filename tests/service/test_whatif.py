@@ -788,3 +788,51 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
     assert zero.returncode == 2
     assert ("Invalid value for --set-weight: ai/vision: Input should be greater than or "
             "equal to") in " ".join(zero.stderr.split())
+
+
+def test_a_weight_or_until_that_is_not_a_finite_number_is_refused_naming_the_flag(
+        live: Live) -> None:
+    """--set-weight ai/vision=nan (or inf), and --until nan, inf or -5: a usage error (exit
+    2) naming the flag and what was typed, whether the server replays (before: a traceback,
+    'Out of range float values are not JSON compliant', or the server's 'until: ...') or
+    the store is read here (before: 'Error: must be a finite time, got nan')."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        for weight in ("nan", "inf", "-inf"):
+            run = apportion("whatif", *where, "--since", "2d", "--set-weight",
+                            f"ai/vision={weight}")
+            assert run.returncode == 2, run.stdout + run.stderr
+            assert (f"Invalid value for --set-weight: ai/vision={weight}: weight must be a "
+                    "finite number > 0") in run.stderr
+        for until in ("nan", "inf", "-5"):
+            run = apportion("whatif", *where, "--since", "2d", "--until", until)
+            assert run.returncode == 2, run.stdout + run.stderr
+            assert (f"Invalid value for --until: seconds since the epoch must be a finite "
+                    f"number >= 0, got '{until}'") in " ".join(run.stderr.split())
+            assert "Traceback" not in run.stderr
+
+
+def test_until_now_is_the_default(live: Live) -> None:
+    """--until now, the default its help names, is accepted and ends the period now, with
+    the server replaying and with --config (it was refused as 'not seconds since the epoch
+    or an ISO 8601 time')."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "now", "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert abs(json.loads(run.stdout)["period"]["end"] - time.time()) < 300
+
+
+def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> None:
+    """--until in the future (2030), where nothing was submitted: exit 1 with the flags
+    and the period they make, not 'Invalid value for --since', whether the server replays
+    (its 422 says 'period: ...') or the store is read here; export-trace says the same."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    want = ("Error: --since 2d --until 2030-01-01: no workload was submitted in the 2 d from "
+            "2029-12-30T00:00:00+00:00 to 2030-01-01T00:00:00+00:00: nothing to replay\n")
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "2030-01-01")
+        assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
+                    "2030-01-01", "--out", str(live.config.parent / "never.csv"))
+    assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr

@@ -5,6 +5,7 @@ trace, and that history replayed under the current and a proposed setting side b
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from datetime import UTC, datetime
@@ -27,13 +28,19 @@ def _config(config_path: str | None) -> Any:
         raise click.ClickException(str(e)) from None
 
 
-def _until(text: str | None) -> float:
-    if text is None:
-        return time.time()
+def _until(text: str | None) -> float | None:
+    """``--until`` in seconds since the epoch; None for now (no --until, or ``now``)."""
+    if text is None or text.strip().lower() == "now":
+        return None
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:  # float() also reads nan, inf and negative numbers: no end of a period
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise click.BadParameter(f"seconds since the epoch must be a finite number >= 0, "
+                                     f"got {text!r}", param_hint="--until")
+        return seconds
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
@@ -52,7 +59,12 @@ def _since(text: str) -> float:
     return value
 
 
-_FLAGS = {"since": "--since", "set_weight": "--set-weight", "set": "--set"}
+_FLAGS = {"since": "--since", "until": "--until", "set_weight": "--set-weight", "set": "--set"}
+
+
+def _nothing_to_replay(message: str, since: str, until: str | None) -> click.ClickException:
+    """A period with nothing in it, said with the flags that made it."""
+    return click.ClickException(f"--since {since} --until {until or 'now'}: {message}")
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
@@ -67,29 +79,31 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
                                        "in this directory; give the service's config with "
                                        "--config FILE)")
         raise click.ClickException(f"{e}{hint}") from None
+    end = _until(until)
     try:
-        return load_history(store, _since(since), _until(until), config.pools)
+        return load_history(store, _since(since), time.time() if end is None else end,
+                            config.pools)
     except WhatifError as e:
-        raise click.ClickException(str(e)) from None
+        if e.field == "period":
+            raise _nothing_to_replay(str(e), since, until) from None
+        raise click.BadParameter(str(e), param_hint=_FLAGS[e.field]) from None
     finally:
         store.close()
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def _summary_line(period: dict[str, Any]) -> str:
     """The first line of export-trace and whatif: what the period held and how it is
     replayed (``period`` as in whatif's JSON)."""
+    from apportion.whatif import iso
+
     pools = period["pools"]
     in_pools = f" in {plural(len(pools), 'pool')} ({', '.join(pools)})" if pools else ""
     former = period["in_former_leaves"]
     in_former = (f"; {sum(former.values())} submitted to "
                  f"{'a budget that has' if len(former) == 1 else 'budgets that have'} "
                  f"children now ({', '.join(former)}), left out" if former else "")
-    return (f"{plural(period['workloads'], 'workload')} submitted from {_iso(period['start'])} "
-            f"to {_iso(period['end'])} ({period['running_at_end']} still running at the end, "
+    return (f"{plural(period['workloads'], 'workload')} submitted from {iso(period['start'])} "
+            f"to {iso(period['end'])} ({period['running_at_end']} still running at the end, "
             f"replayed with their run so far; {period['waiting_at_end']} still waiting, "
             f"replayed with their budget's mean run; {period['cancelled_unstarted']} cancelled "
             f"unstarted, left out{in_former}), {plural(period['hosts'], 'host')}{in_pools}, "
@@ -101,8 +115,8 @@ def _summary_line(period: dict[str, Any]) -> str:
               help="the service's TOML config (the store it names is read)")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
-              "an ISO 8601 time (default: now)")
+@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
+              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               callback=output_file,
               help="trace file: .csv, .csv.gz, .jsonl or .parquet")
@@ -195,10 +209,13 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
             raise click.BadParameter(f"expected PATH=WEIGHT, got {item!r}",
                                      param_hint="--set-weight")
         try:
-            weights[path.strip()] = float(text)
+            weight = float(text)
         except ValueError:
-            raise click.BadParameter(f"{path.strip()}: weight must be a number > 0, got "
-                                     f"{text!r}", param_hint="--set-weight") from None
+            weight = math.nan
+        if not math.isfinite(weight):  # float() reads nan and inf too: no tree takes them
+            raise click.BadParameter(f"{item}: weight must be a finite number > 0",
+                                     param_hint="--set-weight")
+        weights[path.strip()] = weight
     return weights
 
 
@@ -216,8 +233,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
     from .client import make_client, parse
 
     client = make_client(url, token)
-    body: dict[str, Any] = {"since": _since(since),
-                            "until": None if until is None else _until(until),
+    body: dict[str, Any] = {"since": _since(since), "until": _until(until),
                             "set_weight": weights, "set": settings}
     if sys.stderr.isatty():
         click.echo(f"replaying the history of the last {since} on {client.url} ...", err=True)
@@ -230,6 +246,8 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
         if head in _FLAGS:
             raise click.BadParameter(f"{key}: {message}" if dot else message,
                                      param_hint=_FLAGS[head])
+        if head == "period":
+            raise _nothing_to_replay(message, since, until)
     if r.status_code == 422:
         raise click.ClickException(f"{detail} (HTTP 422)")
     from apportion.service.replies import Whatif
@@ -245,8 +263,8 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
               "server's host) instead of asking the server")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period to replay, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
-              "an ISO 8601 time (default: now)")
+@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
+              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
 @click.option("--set-weight", "set_weights", multiple=True, metavar="PATH=WEIGHT",
               help="proposed weight of a budget (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
