@@ -350,3 +350,18 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
     assert "Aborted!" in stderr and "wrote" not in stdout
     assert not [p for p in workers if Path(f"/proc/{p}").exists()]
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path) -> None:
+    """Two points of eight fail (checkpoint_wait 3h over max_min_runtime 2h, on both seeds)
+    with stderr not a terminal (no progress bar): stderr has one line per failed point with
+    its error (in the order they fail), then the summary line; before, only the summary
+    line."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                            "max_min_runtime=2h,8h", "--grid", "checkpoint_wait=10m,3h",
+                            "--seeds", "0,1", "--out", str(tmp_path))
+    assert code == 1, out + err
+    error = "CoreError: policy: checkpoint_wait: 10800 s is over max_min_runtime (7200 s)"
+    assert sorted(line for line in err.splitlines() if line.startswith("sweep: ")) == [
+        f"sweep: point 3 failed: {error}", f"sweep: point 4 failed: {error}"]
+    assert err.endswith("Error: 2 of 8 points failed (errors above)\n")

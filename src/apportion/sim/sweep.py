@@ -199,10 +199,14 @@ def run_sweep(
 
     def done(index: int, summary: dict[str, Any] | None, error: str | None) -> None:
         results[index] = (summary, error)
+        if error is not None:  # said as it happens, bar or no bar (a log, a pipe)
+            line = f"sweep: point {index + 1} failed: {error}"
+            if bar is not None:
+                bar.write(line, file=sys.stderr)  # above the bar, which stays whole
+            else:
+                print(line, file=sys.stderr, flush=True)
         if bar is not None:
             bar.update(1)
-            if error is not None:
-                bar.write(f"sweep: point {index + 1} failed: {error}", file=sys.stderr)
 
     try:
         if engine == "ray":
