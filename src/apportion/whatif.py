@@ -280,7 +280,8 @@ def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, f
     rows = [{"budget": node, "weight_current": history.tree.weight(node),
              "weight_proposed": new_tree.weight(node), "current": before[node],
              "proposed": after[node]} for node in history.tree.nodes()]
-    overall = {k: {"attainment": r.summary["attainment"]["overall"],
+    overall = {k: {"attainment": r.summary["attainment"]["overall"],  # per researcher
+                   "attainment_teams": r.summary["attainment"]["overall_teams"],
                    "wait_p90_s": r.summary["wait_s"]["all"]["p90"],
                    "preemptions": r.summary["preemptions"]["total"],
                    "drains": r.summary["drains"]["count"]}

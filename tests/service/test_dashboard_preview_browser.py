@@ -223,6 +223,12 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     assert page.eval_on_selector_all(
         "#we-table tbody tr.changed", "trs => trs.map(r => r.dataset.path)"
     ) == ["ai/vision"]
+    # the whole cluster's attainment, labelled: per team, then per researcher
+    foot, sides = _cells(page, "#we-table tfoot tr"), result["overall"]
+    assert [r[0] for r in foot] == ["overall (whole cluster), attainment per team",
+                                    "attainment per researcher"]
+    for cells, key in zip(foot, ("attainment_teams", "attainment"), strict=True):
+        assert cells[2:4] == [_pct(sides["current"][key]), _pct(sides["proposed"][key])]
     vision = next(b for b in result["budgets"] if b["budget"] == "ai/vision")
     assert rows[2][1] == "1 \u2192 4"
     # four times the weight: more GPU-hours delivered, shorter waits (its attainment, on

@@ -146,6 +146,7 @@ def assert_current_side_is(result: dict[str, Any], summary: dict[str, Any]) -> N
         assert b["current"]["wait_p90_s"] == waits.get("p90")
     assert result["overall"]["current"] == {
         "attainment": summary["attainment"]["overall"],
+        "attainment_teams": summary["attainment"]["overall_teams"],
         "wait_p90_s": summary["wait_s"]["all"]["p90"],
         "preemptions": summary["preemptions"]["total"],
         "drains": summary["drains"]["count"],
@@ -180,7 +181,7 @@ def test_whatif_text_names_the_change(live: Live) -> None:
     assert lines[1] == "current settings -> proposed (ai/vision=4):"
     assert [line.split()[0] for line in lines[3:6]] == ["ai", "ai/llm", "ai/vision"]
     assert "1 -> 4" in lines[5]
-    assert lines[6].startswith("overall: attainment ")
+    assert lines[6].startswith("overall: attainment per team ")
 
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
@@ -650,7 +651,7 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == 7  # period, change, header, ai, ai/llm, ai/vision, overall
-    assert lines[-1].startswith("overall: attainment ")
+    assert lines[-1].startswith("overall: attainment per team ")
     assert not any(line.startswith("pool ") for line in lines)
 
 
@@ -836,3 +837,34 @@ def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> N
     run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
                     "2030-01-01", "--out", str(live.config.parent / "never.csv"))
     assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+
+
+def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:
+    """One team (t/a) of two researchers asking for the whole 8-GPU host in 8-GPU work: the
+    team gets all it is owed, but each hour only one researcher runs, so per researcher
+    attainment is about half. The what-if's overall figures give both, labelled: the JSON
+    ``attainment_teams`` and ``attainment`` (the runs' summary ``overall_teams`` and
+    ``overall``), and the text line 'attainment per team ... per researcher ...' (it said
+    'attainment' of the per-researcher figure, below every team's)."""
+    from apportion.cli.whatif import format_overall
+    from apportion.core import Host, PolicyConfig, WorkloadSpec
+    from apportion.history import History
+    from apportion.sim.model import SimJob
+    from apportion.whatif import compare
+
+    tree = BudgetTree.build([("t", 1.0), ("t/a", 1.0), ("t/a/x", 1.0), ("t/a/y", 1.0)])
+    jobs = [SimJob(WorkloadSpec(f"{leaf}{n}", f"t/a/{leaf}", 8, HOUR, n * HOUR), 4 * HOUR)
+            for n in range(12) for leaf in "xy"]
+    history = History(start=0.0, end=2 * DAY, origin=0.0, jobs=jobs, tree=tree,
+                      hosts=(Host("h1", 8),), host_events=[])
+    outcome = compare(history, PolicyConfig(), {}, {})
+    overall = outcome.result["overall"]["current"]
+    summary = outcome.current.summary["attainment"]
+    assert overall["attainment_teams"] == summary["overall_teams"] > 0.95
+    assert overall["attainment"] == summary["overall"] < 0.75
+    assert Whatif.model_validate(outcome.result).model_dump(mode="json")["overall"] == (
+        outcome.result["overall"])
+    teams, leaves = (f"{100 * summary[k]:.1f}%" for k in ("overall_teams", "overall"))
+    assert format_overall(outcome.result["overall"]).startswith(
+        f"overall: attainment per team {teams} -> {teams}, per researcher {leaves} -> {leaves}, "
+        "wait p90 ")

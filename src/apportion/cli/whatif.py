@@ -169,6 +169,17 @@ def format_whatif(rows: list[dict[str, Any]]) -> str:
     return _table(lines)
 
 
+def format_overall(overall: dict[str, Any]) -> str:
+    """The whole cluster, current -> proposed: attainment per team and per researcher (the
+    two differ when a team's share goes unevenly to its researchers), wait p90,
+    preemptions."""
+    c, p = overall["current"], overall["proposed"]
+    return (f"overall: attainment per team {_pct(c['attainment_teams'])} -> "
+            f"{_pct(p['attainment_teams'])}, per researcher {_pct(c['attainment'])} -> "
+            f"{_pct(p['attainment'])}, wait p90 {_dur(c['wait_p90_s'])} -> "
+            f"{_dur(p['wait_p90_s'])}, preemptions {c['preemptions']} -> {p['preemptions']}")
+
+
 def _table(lines: list[list[str]]) -> str:
     """Columns padded to their widest cell: the first left-aligned, the others right."""
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
@@ -335,10 +346,7 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     changes = [f"{p}={w:g}" for p, w in weights.items()] + list(settings)
     click.echo(f"current settings -> proposed ({', '.join(changes) or 'no change'}):")
     click.echo(format_whatif(rows))
-    c, p = overall["current"], overall["proposed"]
-    click.echo(f"overall: attainment {_pct(c['attainment'])} -> {_pct(p['attainment'])}, "
-               f"wait p90 {_dur(c['wait_p90_s'])} -> {_dur(p['wait_p90_s'])}, "
-               f"preemptions {c['preemptions']} -> {p['preemptions']}")
+    click.echo(format_overall(overall))
     for pool in result.get("pools", ()):  # several pools: where the change moves the work
         click.echo(format_pool(pool))
     if out is not None:
