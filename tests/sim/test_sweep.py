@@ -365,3 +365,18 @@ def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path)
     assert sorted(line for line in err.splitlines() if line.startswith("sweep: ")) == [
         f"sweep: point 3 failed: {error}", f"sweep: point 4 failed: {error}"]
     assert err.endswith("Error: 2 of 8 points failed (errors above)\n")
+
+
+def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
+    """--seeds 0,-1 (sweep) and --seed -1 (sweep, simulate, bench): a usage error naming
+    the flag typed; it was 'Invalid value for --scenario: expected non-negative integer'."""
+    out = str(tmp_path)
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--seeds",
+                          "0,-1", "--out", out)
+    assert code == 2 and "Invalid value for --seeds: a seed must be >= 0, got '-1'" in err
+    for command in (("sweep", "--grid", "lookback=1d", "--out", out), ("simulate", "--out", out),
+                    ("bench",)):
+        code, _, err = invoke(*command, "--scenario", "small", "--seed", "-1")
+        assert code == 2, err
+        assert "Invalid value for '--seed': -1 is not in the range x>=0" in err
+        assert "--scenario" not in err
