@@ -868,3 +868,25 @@ def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:
     assert format_overall(outcome.result["overall"]).startswith(
         f"overall: attainment per team {teams} -> {teams}, per researcher {leaves} -> {leaves}, "
         "wait p90 ")
+
+
+def test_the_server_takes_checkpoint_default_none_as_the_command_does(
+        live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--set checkpoint_default=none (its documented default, "the policy's") through the
+    server: the command and POST /v1/whatif's {"set": {"checkpoint_default": null}} replay
+    with it, as whatif --config does. The server read the setting's type from the class's
+    annotations, which a compiled build gives as ``type`` (simulated here), and refused it:
+    'set: checkpoint_default: must be a number of seconds or a duration, got None'."""
+    from apportion.service.whatif_api import _setting
+    from apportion.sim.engine import SimConfig
+
+    monkeypatch.setitem(SimConfig.__annotations__, "checkpoint_default", type)
+    assert _setting("checkpoint_default", None) is None
+    assert _setting("checkpoint_default", "1h") == 3600.0
+    run = apportion("whatif", "--url", live.server.url, "--token", live.server.token("admin"),
+                    "--since", "2d", "--until", repr(live.until), "--set",
+                    "checkpoint_default=none", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    served = json.loads(run.stdout)
+    assert served["set"] == {"checkpoint_default": None}
+    assert served == whatif(live, "--set", "checkpoint_default=none")
