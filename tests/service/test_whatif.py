@@ -890,3 +890,16 @@ def test_the_server_takes_checkpoint_default_none_as_the_command_does(
     served = json.loads(run.stdout)
     assert served["set"] == {"checkpoint_default": None}
     assert served == whatif(live, "--set", "checkpoint_default=none")
+
+
+def test_a_budget_given_twice_to_set_weight_is_refused(live: Live) -> None:
+    """--set-weight ai/vision=2 --set-weight ai/vision=3: a usage error naming the path (it
+    replayed with the last weight, silently, where sweep --grid refuses a key given twice);
+    --set lookback twice likewise."""
+    for args, want in ((("--set-weight", "ai/vision=2", "--set-weight", "ai/vision=3"),
+                        "Invalid value for --set-weight: ai/vision is given twice"),
+                       (("--set", "lookback=1d", "--set", "lookback=2d"),
+                        "Invalid value for --set: lookback is given twice")):
+        run = whatif_run(live, *args)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert want in run.stderr

@@ -89,6 +89,8 @@ def parse_settings(items: Sequence[str], option: str = "--set") -> dict[str, Any
             raise click.BadParameter(
                 f"unknown key {key!r}; valid keys: {', '.join(sorted(fields))}", param_hint=option
             )
+        if key in out:
+            raise click.BadParameter(f"{key} is given twice", param_hint=option)
         try:
             out[key] = _convert(fields[key][1], text.strip())
         except ValueError as e:

@@ -226,6 +226,8 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
         if not math.isfinite(weight):  # float() reads nan and inf too: no tree takes them
             raise click.BadParameter(f"{item}: weight must be a finite number > 0",
                                      param_hint="--set-weight")
+        if path.strip() in weights:
+            raise click.BadParameter(f"{path.strip()} is given twice", param_hint="--set-weight")
         weights[path.strip()] = weight
     return weights
 
