@@ -118,7 +118,10 @@ def pool_names(history: History) -> list[str]:
 
 
 def days(history: History) -> float:
-    return float(history.end - history.origin) / 86400.0
+    """The replay's span in days: from the first submission to the end of the period, rounded
+    up to 4 decimals (at most 9 s more), so that the export's replay command reads as typed
+    (--days 3.0837) and replays the span whatif replays, exactly."""
+    return math.ceil((history.end - history.origin) / 86400.0 * 1e4) / 1e4
 
 
 def period(history: History) -> dict[str, Any]:

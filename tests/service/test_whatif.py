@@ -903,3 +903,20 @@ def test_a_budget_given_twice_to_set_weight_is_refused(live: Live) -> None:
         run = whatif_run(live, *args)
         assert run.returncode == 2, run.stdout + run.stderr
         assert want in run.stderr
+
+
+def test_export_gives_the_replay_days_to_four_decimals_as_whatif_replays_them(
+        live: Live, tmp_path: Path) -> None:
+    """--since 31h7m: from the period's first submission (on the history's half-hour grid)
+    to its end is 31 h, 1.2916666666666667 days. The replay command export-trace prints
+    gives --days 1.2917 (it gave the span whole), and whatif replays that same span (its
+    period's ``days``), so the two stay figure for figure the same
+    (test_export_round_trips_through_simulate)."""
+    period = ("--config", str(live.config), "--since", "31h7m", "--until", repr(live.until))
+    run = apportion("export-trace", *period, "--out", str(tmp_path / "t.csv"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    replay = next(line for line in run.stdout.splitlines() if line.startswith("replay: "))
+    assert " --days 1.2917 " in replay, replay
+    run = apportion("whatif", *period, "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["period"]["days"] == 1.2917
