@@ -920,3 +920,16 @@ def test_export_gives_the_replay_days_to_four_decimals_as_whatif_replays_them(
     run = apportion("whatif", *period, "--json")
     assert run.returncode == 0, run.stdout + run.stderr
     assert json.loads(run.stdout)["period"]["days"] == 1.2917
+
+
+def test_export_to_a_name_of_no_known_kind_lists_the_names_taken(
+        live: Live, tmp_path: Path) -> None:
+    """export-trace --out t.txt: exit 1 naming --out once and every ending a trace may have
+    (it said 'use .csv, .jsonl or .parquet', though .csv.gz, .tsv, .json ... are taken, and
+    named the file twice)."""
+    out = tmp_path / "t.txt"
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--out", str(out))
+    assert (run.returncode, run.stderr) == (1, (
+        f"Error: --out {out}: format: cannot tell the file type from its name (use .csv, "
+        ".tsv, .jsonl, .ndjson or .json, each with or without .gz, or .parquet or .pq)\n"))

@@ -119,7 +119,8 @@ def _summary_line(period: dict[str, Any]) -> str:
               "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               callback=output_file,
-              help="trace file: .csv, .csv.gz, .jsonl or .parquet")
+              help="trace file: .csv, .tsv, .jsonl (also .ndjson, .json), each with or "
+              "without .gz, or .parquet (.pq)")
 def export_trace(config_path: str | None, since: str, until: str | None, out: Path) -> None:
     """Write the service's history of a period as a canonical trace (docs/traces.md), with
     the budget tree and the hosts beside it, ready for apportion simulate --trace."""
@@ -129,8 +130,8 @@ def export_trace(config_path: str | None, since: str, until: str | None, out: Pa
     history = _history(config_path, since, until)
     try:
         files = write_export(history, out)
-    except (TraceError, OSError) as e:
-        raise click.ClickException(f"--out {out}: {e}") from None
+    except (TraceError, OSError) as e:  # the trace's errors start with the path: said once
+        raise click.ClickException(f"--out {out}: {str(e).removeprefix(f'{out}: ')}") from None
     click.echo(_summary_line(period(history)))
     for kind, path in files.items():
         click.echo(f"wrote {path} ({kind.replace('_', ' ')})")
