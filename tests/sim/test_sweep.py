@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -380,3 +381,25 @@ def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
         assert code == 2, err
         assert "Invalid value for '--seed': -1 is not in the range x>=0" in err
         assert "--scenario" not in err
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> None:
+    """--address (or RAY_ADDRESS) naming a port where nothing listens: the sweep ends within
+    seconds with exit 1 and one error naming where the address came from (it printed Ray's
+    connection retries for minutes)."""
+    with socket.socket() as s:  # a free port: nothing listens there once it is closed
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    command = [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "small",
+               "--days", "1", "--grid", "lookback=12h", "--engine", "ray", "--quiet", "--out",
+               str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for args, extra, source in ((["--address", address], {}, "--address"),
+                                ([], {"RAY_ADDRESS": address}, "RAY_ADDRESS")):
+        start = time.monotonic()
+        run = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60,
+                             env={**env, **extra})
+        assert time.monotonic() - start < 20
+        assert (run.returncode, run.stderr) == (1, (
+            f"Error: {source} {address}: no Ray cluster answers there (Connection refused); "
+            "give the head's GCS address, HOST:PORT (port 6379 by default)\n"))

@@ -20,6 +20,7 @@ import enum
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,24 @@ def _cause(error: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else error
 
 
+PROBE_TIMEOUT_S = 10.0
+
+
+def _probe(address: str, source: str) -> None:
+    """Refuse at once a ``HOST:PORT`` where nothing listens: Ray would retry connecting to
+    its GCS there for minutes, printing a warning every few seconds. Other forms (``auto``,
+    ``ray://...``) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise RuntimeError(f"{source} {address}: no Ray cluster answers there ({why}); give "
+                           "the head's GCS address, HOST:PORT (port 6379 by default)") from None
+
+
 def run_ray(
     scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner,
     address: str | None, jobs: int,
@@ -134,7 +153,10 @@ def run_ray(
     """Run every point as a Ray task; ``done(index, summary, error)`` as each finishes."""
     from .sweep import describe
 
+    source = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _probe(address, source)
     temp_dir = None
     saved = dict(os.environ)
     if address is None:
@@ -160,7 +182,7 @@ def run_ray(
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise RuntimeError(f"--address {address}: cannot connect to Ray: {e}") from None
+            raise RuntimeError(f"{source} {address}: cannot connect to Ray: {e}") from None
     try:
         refs = {seed: ray.put(pack(sc)) for seed, sc in scenarios.items()}
         task = ray.remote(num_cpus=1)(_task)
