@@ -29,6 +29,7 @@ from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
 
 MAX_SINCE_S = 366 * 86400.0  # a year of history at most
+MAX_UNTIL = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # the last day a time can name
 
 
 class WhatifError(ValueError):
@@ -48,8 +49,9 @@ def load_history(store: Store, since: float, end: float,
     if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
         raise WhatifError("since", f"may be at most {format_duration(MAX_SINCE_S)}, got "
                                    f"{format_duration(since)}")
-    if not (math.isfinite(end) and end >= 0):
-        raise WhatifError("until", f"must be a finite time >= 0, got {end}")
+    if not (math.isfinite(end) and 0 <= end <= MAX_UNTIL):
+        raise WhatifError("until", f"must be a time from 1970 to 9999 (seconds since the epoch "
+                                   f"from 0 to {MAX_UNTIL:.0f}), got {end:g}")
     try:
         history = read_history(store, end - since, end, pools)
     except NotFound as e:

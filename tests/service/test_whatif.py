@@ -933,3 +933,14 @@ def test_export_to_a_name_of_no_known_kind_lists_the_names_taken(
     assert (run.returncode, run.stderr) == (1, (
         f"Error: --out {out}: format: cannot tell the file type from its name (use .csv, "
         ".tsv, .jsonl, .ndjson or .json, each with or without .gz, or .parquet or .pq)\n"))
+
+
+def test_an_until_past_the_year_9999_is_refused_naming_until(live: Live) -> None:
+    """--until 1e18 (no date can say it): a usage error naming --until and the range, with
+    the server replaying and with --config, not a traceback from writing out the period."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "1e18")
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert ("Invalid value for --until: must be a time from 1970 to 9999 (seconds since "
+                "the epoch from 0 to 253402214400), got 1e+18") in " ".join(run.stderr.split())
