@@ -4,7 +4,8 @@ side. Used by ``apportion whatif`` and ``POST /v1/whatif`` (docs/simulator.md, "
 live history").
 
 Errors are :class:`WhatifError`, naming the input ``field`` they are about (``since``,
-``set_weight``, ``set``), so each caller can say it in its own words (a flag, a JSON field).
+``until``, ``set_weight``, ``set``; ``period`` when the period as a whole has nothing to
+replay), so each caller can say it in its own words (a flag, a JSON field).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import math
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
 
 MAX_SINCE_S = 366 * 86400.0  # a year of history at most
+MAX_UNTIL = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # the last day a time can name
 
 
 class WhatifError(ValueError):
@@ -46,18 +49,24 @@ def load_history(store: Store, since: float, end: float,
     if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
         raise WhatifError("since", f"may be at most {format_duration(MAX_SINCE_S)}, got "
                                    f"{format_duration(since)}")
-    if not math.isfinite(end):
-        raise WhatifError("until", f"must be a finite time, got {end}")
+    if not (math.isfinite(end) and 0 <= end <= MAX_UNTIL):
+        raise WhatifError("until", f"must be a time from 1970 to 9999 (seconds since the epoch "
+                                   f"from 0 to {MAX_UNTIL:.0f}), got {end:g}")
     try:
         history = read_history(store, end - since, end, pools)
     except NotFound as e:
-        raise WhatifError("since", f"the store has no history to replay: {e}") from None
+        raise WhatifError("period", f"the store has no history to replay: {e}") from None
     if not history.hosts:
-        raise WhatifError("since", "the store has no hosts: nothing to replay on")
+        raise WhatifError("period", "the store has no hosts: nothing to replay on")
     if not history.jobs:
-        raise WhatifError("since", f"no workload was submitted in the {format_duration(since)} "
-                                   "before the end of the period: nothing to replay")
+        raise WhatifError("period", f"no workload was submitted in the {format_duration(since)} "
+                                    f"from {iso(end - since)} to {iso(end)}: nothing to replay")
     return history
+
+
+def iso(t: float) -> str:
+    """``t`` (seconds since the epoch) as an ISO 8601 time in UTC, to the second."""
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:
@@ -111,7 +120,10 @@ def pool_names(history: History) -> list[str]:
 
 
 def days(history: History) -> float:
-    return float(history.end - history.origin) / 86400.0
+    """The replay's span in days: from the first submission to the end of the period, rounded
+    up to 4 decimals (at most 9 s more), so that the export's replay command reads as typed
+    (--days 3.0837) and replays the span whatif replays, exactly."""
+    return math.ceil((history.end - history.origin) / 86400.0 * 1e4) / 1e4
 
 
 def period(history: History) -> dict[str, Any]:
@@ -273,7 +285,8 @@ def compare(history: History, current_cfg: PolicyConfig, weights: Mapping[str, f
     rows = [{"budget": node, "weight_current": history.tree.weight(node),
              "weight_proposed": new_tree.weight(node), "current": before[node],
              "proposed": after[node]} for node in history.tree.nodes()]
-    overall = {k: {"attainment": r.summary["attainment"]["overall"],
+    overall = {k: {"attainment": r.summary["attainment"]["overall"],  # per researcher
+                   "attainment_teams": r.summary["attainment"]["overall_teams"],
                    "wait_p90_s": r.summary["wait_s"]["all"]["p90"],
                    "preemptions": r.summary["preemptions"]["total"],
                    "drains": r.summary["drains"]["count"]}

@@ -489,7 +489,8 @@ def test_submit_and_cancel_on_each_database(tmp_path: Path, backend: str) -> Non
 
 @pytest.mark.parametrize(("body", "where"), [
     ({"since": "1d", "sets": {}}, "sets: Extra inputs are not permitted"),
-    ({"since": True}, "since.constrained-float: Input should be a valid number"),
+    ({"since": True}, 'since: must be a number of seconds or a duration such as "30m", got a '
+                      "boolean"),
     ({"since": "1d", "until": "now"}, "until: Input should be a valid number"),
     ({"since": "1d", "set_weight": {"ai/llm": "2"}}, "set_weight.ai/llm: "),
     ({"since": "1d", "set_weight": {"ai/llm": -1}}, "set_weight.ai/llm: Input should be "
@@ -504,6 +505,25 @@ def test_whatif_body_is_strict(svc: Service, body: dict[str, Any], where: str) -
     r = svc.call("POST", "/v1/whatif", "root", body)
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith(where), r.json()["detail"]
+
+
+@pytest.mark.parametrize(("route", "body", "detail"), [
+    ("/v1/whatif", {"since": -3}, "since: must be a number of seconds >= 0, got -3"),
+    ("/v1/whatif", {"since": None},
+     'since: must be a number of seconds or a duration such as "30m", got null'),
+    ("/v1/whatif", {"since": ""}, "since: a duration must be 1 to 64 characters, got 0"),
+    ("/v1/workloads", {**JOB, "min_runtime": -3},
+     "min_runtime: must be a number of seconds >= 0, got -3"),
+    ("/v1/workloads", {**JOB, "time_limit": [1]},
+     'time_limit: must be a number of seconds or a duration such as "30m", got a list'),
+])
+def test_a_bad_duration_is_one_message_naming_its_field(
+        svc: Service, route: str, body: dict[str, Any], detail: str) -> None:
+    """A duration (seconds, or a text like "30m") that is neither: a 422 with one message
+    naming the field, not pydantic's reason per form ('since.constrained-float: ...;
+    since.constrained-str: ...')."""
+    r = svc.call("POST", route, "root", body)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
 
 
 def test_a_database_that_does_not_answer_is_a_503_naming_it(

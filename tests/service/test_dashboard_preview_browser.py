@@ -9,6 +9,7 @@ Screenshots go to test-artifacts/screenshots/ for a person to look at.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -222,6 +223,12 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     assert page.eval_on_selector_all(
         "#we-table tbody tr.changed", "trs => trs.map(r => r.dataset.path)"
     ) == ["ai/vision"]
+    # the whole cluster's attainment, labelled: per team, then per researcher
+    foot, sides = _cells(page, "#we-table tfoot tr"), result["overall"]
+    assert [r[0] for r in foot] == ["overall (whole cluster), attainment per team",
+                                    "attainment per researcher"]
+    for cells, key in zip(foot, ("attainment_teams", "attainment"), strict=True):
+        assert cells[2:4] == [_pct(sides["current"][key]), _pct(sides["proposed"][key])]
     vision = next(b for b in result["budgets"] if b["budget"] == "ai/vision")
     assert rows[2][1] == "1 \u2192 4"
     # four times the weight: more GPU-hours delivered, shorter waits (its attainment, on
@@ -267,10 +274,9 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
     page.select_option("#we-days", "1")
     page.click("#we-preview")
     page.wait_for_selector("#we-error:has-text('Preview failed')", timeout=REPLAY_MS)
-    assert page.inner_text("#we-error") == (
-        "Preview failed: since: no workload was submitted in the 1 d before the end of the "
-        "period: nothing to replay"
-    )
+    assert re.fullmatch(
+        r"Preview failed: period: no workload was submitted in the 1 d from \S+ to \S+: "
+        r"nothing to replay", page.inner_text("#we-error"))
     assert page.locator("#we-result").is_hidden()
     _shot(page, "dashboard-preview-error.png")
     page.select_option("#we-days", "14")

@@ -146,6 +146,7 @@ def assert_current_side_is(result: dict[str, Any], summary: dict[str, Any]) -> N
         assert b["current"]["wait_p90_s"] == waits.get("p90")
     assert result["overall"]["current"] == {
         "attainment": summary["attainment"]["overall"],
+        "attainment_teams": summary["attainment"]["overall_teams"],
         "wait_p90_s": summary["wait_s"]["all"]["p90"],
         "preemptions": summary["preemptions"]["total"],
         "drains": summary["drains"]["count"],
@@ -180,7 +181,7 @@ def test_whatif_text_names_the_change(live: Live) -> None:
     assert lines[1] == "current settings -> proposed (ai/vision=4):"
     assert [line.split()[0] for line in lines[3:6]] == ["ai", "ai/llm", "ai/vision"]
     assert "1 -> 4" in lines[5]
-    assert lines[6].startswith("overall: attainment ")
+    assert lines[6].startswith("overall: attainment per team ")
 
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
@@ -650,7 +651,7 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     assert len(lines) == 7  # period, change, header, ai, ai/llm, ai/vision, overall
-    assert lines[-1].startswith("overall: attainment ")
+    assert lines[-1].startswith("overall: attainment per team ")
     assert not any(line.startswith("pool ") for line in lines)
 
 
@@ -788,3 +789,158 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
     assert zero.returncode == 2
     assert ("Invalid value for --set-weight: ai/vision: Input should be greater than or "
             "equal to") in " ".join(zero.stderr.split())
+
+
+def test_a_weight_or_until_that_is_not_a_finite_number_is_refused_naming_the_flag(
+        live: Live) -> None:
+    """--set-weight ai/vision=nan (or inf), and --until nan, inf or -5: a usage error (exit
+    2) naming the flag and what was typed, whether the server replays (before: a traceback,
+    'Out of range float values are not JSON compliant', or the server's 'until: ...') or
+    the store is read here (before: 'Error: must be a finite time, got nan')."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        for weight in ("nan", "inf", "-inf"):
+            run = apportion("whatif", *where, "--since", "2d", "--set-weight",
+                            f"ai/vision={weight}")
+            assert run.returncode == 2, run.stdout + run.stderr
+            assert (f"Invalid value for --set-weight: ai/vision={weight}: weight must be a "
+                    "finite number > 0") in run.stderr
+        for until in ("nan", "inf", "-5"):
+            run = apportion("whatif", *where, "--since", "2d", "--until", until)
+            assert run.returncode == 2, run.stdout + run.stderr
+            assert (f"Invalid value for --until: seconds since the epoch must be a finite "
+                    f"number >= 0, got '{until}'") in " ".join(run.stderr.split())
+            assert "Traceback" not in run.stderr
+
+
+def test_until_now_is_the_default(live: Live) -> None:
+    """--until now, the default its help names, is accepted and ends the period now, with
+    the server replaying and with --config (it was refused as 'not seconds since the epoch
+    or an ISO 8601 time')."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "now", "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert abs(json.loads(run.stdout)["period"]["end"] - time.time()) < 300
+
+
+def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> None:
+    """--until in the future (2030), where nothing was submitted: exit 1 with the flags
+    and the period they make, not 'Invalid value for --since', whether the server replays
+    (its 422 says 'period: ...') or the store is read here; export-trace says the same."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    want = ("Error: --since 2d --until 2030-01-01: no workload was submitted in the 2 d from "
+            "2029-12-30T00:00:00+00:00 to 2030-01-01T00:00:00+00:00: nothing to replay\n")
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "2030-01-01")
+        assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
+                    "2030-01-01", "--out", str(live.config.parent / "never.csv"))
+    assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+
+
+def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:
+    """One team (t/a) of two researchers asking for the whole 8-GPU host in 8-GPU work: the
+    team gets all it is owed, but each hour only one researcher runs, so per researcher
+    attainment is about half. The what-if's overall figures give both, labelled: the JSON
+    ``attainment_teams`` and ``attainment`` (the runs' summary ``overall_teams`` and
+    ``overall``), and the text line 'attainment per team ... per researcher ...' (it said
+    'attainment' of the per-researcher figure, below every team's)."""
+    from apportion.cli.whatif import format_overall
+    from apportion.core import Host, PolicyConfig, WorkloadSpec
+    from apportion.history import History
+    from apportion.sim.model import SimJob
+    from apportion.whatif import compare
+
+    tree = BudgetTree.build([("t", 1.0), ("t/a", 1.0), ("t/a/x", 1.0), ("t/a/y", 1.0)])
+    jobs = [SimJob(WorkloadSpec(f"{leaf}{n}", f"t/a/{leaf}", 8, HOUR, n * HOUR), 4 * HOUR)
+            for n in range(12) for leaf in "xy"]
+    history = History(start=0.0, end=2 * DAY, origin=0.0, jobs=jobs, tree=tree,
+                      hosts=(Host("h1", 8),), host_events=[])
+    outcome = compare(history, PolicyConfig(), {}, {})
+    overall = outcome.result["overall"]["current"]
+    summary = outcome.current.summary["attainment"]
+    assert overall["attainment_teams"] == summary["overall_teams"] > 0.95
+    assert overall["attainment"] == summary["overall"] < 0.75
+    assert Whatif.model_validate(outcome.result).model_dump(mode="json")["overall"] == (
+        outcome.result["overall"])
+    teams, leaves = (f"{100 * summary[k]:.1f}%" for k in ("overall_teams", "overall"))
+    assert format_overall(outcome.result["overall"]).startswith(
+        f"overall: attainment per team {teams} -> {teams}, per researcher {leaves} -> {leaves}, "
+        "wait p90 ")
+
+
+def test_the_server_takes_checkpoint_default_none_as_the_command_does(
+        live: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--set checkpoint_default=none (its documented default, "the policy's") through the
+    server: the command and POST /v1/whatif's {"set": {"checkpoint_default": null}} replay
+    with it, as whatif --config does. The server read the setting's type from the class's
+    annotations, which a compiled build gives as ``type`` (simulated here), and refused it:
+    'set: checkpoint_default: must be a number of seconds or a duration, got None'."""
+    from apportion.service.whatif_api import _setting
+    from apportion.sim.engine import SimConfig
+
+    monkeypatch.setitem(SimConfig.__annotations__, "checkpoint_default", type)
+    assert _setting("checkpoint_default", None) is None
+    assert _setting("checkpoint_default", "1h") == 3600.0
+    run = apportion("whatif", "--url", live.server.url, "--token", live.server.token("admin"),
+                    "--since", "2d", "--until", repr(live.until), "--set",
+                    "checkpoint_default=none", "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    served = json.loads(run.stdout)
+    assert served["set"] == {"checkpoint_default": None}
+    assert served == whatif(live, "--set", "checkpoint_default=none")
+
+
+def test_a_budget_given_twice_to_set_weight_is_refused(live: Live) -> None:
+    """--set-weight ai/vision=2 --set-weight ai/vision=3: a usage error naming the path (it
+    replayed with the last weight, silently, where sweep --grid refuses a key given twice);
+    --set lookback twice likewise."""
+    for args, want in ((("--set-weight", "ai/vision=2", "--set-weight", "ai/vision=3"),
+                        "Invalid value for --set-weight: ai/vision is given twice"),
+                       (("--set", "lookback=1d", "--set", "lookback=2d"),
+                        "Invalid value for --set: lookback is given twice")):
+        run = whatif_run(live, *args)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert want in run.stderr
+
+
+def test_export_gives_the_replay_days_to_four_decimals_as_whatif_replays_them(
+        live: Live, tmp_path: Path) -> None:
+    """--since 31h7m: from the period's first submission (on the history's half-hour grid)
+    to its end is 31 h, 1.2916666666666667 days. The replay command export-trace prints
+    gives --days 1.2917 (it gave the span whole), and whatif replays that same span (its
+    period's ``days``), so the two stay figure for figure the same
+    (test_export_round_trips_through_simulate)."""
+    period = ("--config", str(live.config), "--since", "31h7m", "--until", repr(live.until))
+    run = apportion("export-trace", *period, "--out", str(tmp_path / "t.csv"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    replay = next(line for line in run.stdout.splitlines() if line.startswith("replay: "))
+    assert " --days 1.2917 " in replay, replay
+    run = apportion("whatif", *period, "--json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["period"]["days"] == 1.2917
+
+
+def test_export_to_a_name_of_no_known_kind_lists_the_names_taken(
+        live: Live, tmp_path: Path) -> None:
+    """export-trace --out t.txt: exit 1 naming --out once and every ending a trace may have
+    (it said 'use .csv, .jsonl or .parquet', though .csv.gz, .tsv, .json ... are taken, and
+    named the file twice)."""
+    out = tmp_path / "t.txt"
+    run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
+                    repr(live.until), "--out", str(out))
+    assert (run.returncode, run.stderr) == (1, (
+        f"Error: --out {out}: format: cannot tell the file type from its name (use .csv, "
+        ".tsv, .jsonl, .ndjson or .json, each with or without .gz, or .parquet or .pq)\n"))
+
+
+def test_an_until_past_the_year_9999_is_refused_naming_until(live: Live) -> None:
+    """--until 1e18 (no date can say it): a usage error naming --until and the range, with
+    the server replaying and with --config, not a traceback from writing out the period."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "2d", "--until", "1e18")
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert ("Invalid value for --until: must be a time from 1970 to 9999 (seconds since "
+                "the epoch from 0 to 253402214400), got 1e+18") in " ".join(run.stderr.split())

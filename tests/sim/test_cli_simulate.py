@@ -81,6 +81,15 @@ def test_bad_set_value_names_the_key(tmp_path: Path) -> None:
     assert "lookback" in out
 
 
+def test_a_set_key_given_twice_is_refused(tmp_path: Path) -> None:
+    """--set lookback=1d --set lookback=2d is a usage error naming the key, as --grid
+    refuses a key given twice (it ran with the last value, silently)."""
+    code, out = invoke("simulate", "--scenario", "small", "--set", "lookback=1d", "--set",
+                       "lookback=2d", "--out", str(tmp_path))
+    assert code == 2
+    assert "Invalid value for --set: lookback is given twice" in out
+
+
 def test_bad_set_values_say_what_is_expected(tmp_path: Path) -> None:
     """--set errors name the key and what would do, in the user's terms: a duration, a
     whole number, a boolean, a plain number (a margin or factor is no duration: 2h is

@@ -430,6 +430,17 @@ def test_report_survives_missing_tables(seed_run: Run, tmp_path: Path) -> None:
     assert headline(text)["occupancy"][0] == fmt_pct(summaries[0]["occupancy"])
 
 
+def test_the_title_gives_a_span_of_any_length_to_two_decimals(
+        seed_run: Run, tmp_path: Path) -> None:
+    """A replayed history's span is any float: 3.083631805772031 days is titled '3.08 days'
+    (it was written out whole); the seed run's 3 days stay '3 days'."""
+    _, summaries, text = seed_run
+    assert "<h1>apportion simulation: seed, 3 days, 128 GPUs on 16 hosts</h1>" in text
+    history = [{**summaries[0], "scenario": "history", "sim_days": 3.083631805772031}]
+    text = write_report(tmp_path, history).read_text(encoding="utf-8")
+    assert "<h1>apportion simulation: history, 3.08 days, 128 GPUs on 16 hosts</h1>" in text
+
+
 def test_chart_budgets_rank_by_gpu_hours_delivered_over_both_runs_ties_by_name() -> None:
     """Four top-level budgets of equal share: fair share delivered a 1, b 9, c 2, d 0 and
     legacy a 1, b 0, c 7, d 2 GPU-hours (a child of b, one level down, 50: not counted).

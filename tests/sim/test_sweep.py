@@ -4,7 +4,15 @@ typed, the lookback warning and errors that name the flag."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +20,16 @@ import pytest
 from click.testing import CliRunner
 
 from apportion.cli.main import main
-from apportion.sim.model import Scenario
+from apportion.core import After, BudgetTree, Hold, Host, HostState, WorkloadSpec
+from apportion.core.fleet import FleetConfig
+from apportion.sim.model import (
+    HostEvent,
+    HostEventKind,
+    LegacyPriority,
+    Pools,
+    Scenario,
+    SimJob,
+)
 from apportion.sim.scenarios import get_scenario
 from apportion.sim.sweep import format_sweep, run_point, run_sweep, sweep_figure
 from apportion.sim.sweep_ray import pack, unpack
@@ -175,20 +192,74 @@ def test_sweep_errors_name_the_flag_and_the_value_as_typed(tmp_path: Path) -> No
     assert code == 2 and "Invalid value for --seeds: not a whole number: 'x'" in err
 
 
-def test_pack_round_trips_a_scenario() -> None:
-    """What the Ray engine ships: unpack(pack(s)) has the same jobs, hosts, host events, tree
-    (every node and weight), period and metadata as the seed scenario, host events
-    included."""
-    sc = get_scenario("seed", days=3, seed=0)
-    assert sc.host_events
+def every_field_set() -> Scenario:
+    """A scenario in which every field of every class it is made of holds a value other
+    than its default (``test_every_field_is_set`` keeps it so when a field is added)."""
+    spec = WorkloadSpec("w1", "ai/llm", 8, 3600.0, 60.0, user="alice", resumable=True,
+                        priority=2, checkpoint_interval=900.0, time_limit=7200.0,
+                        hosts=("h1",), checkpoint_on_term=True, gpu_kinds=("H100", "B200"),
+                        cluster="east")
+    hold = Hold("w1", after=((After.OK, "w0"),), array="arr", index=3, throttle=2)
+    job = SimJob(spec, 5400.0, legacy_priority=LegacyPriority.URGENT, legacy_preemptible=False,
+                 squat=True, patience=600.0, hold=hold)
+    pools = Pools({"h1": ("east", "H100"), "h2": ("west", "B200")},
+                  FleetConfig(billing={"B200": 2.0}, overrides={"west/B200": {"ai/llm": 0.5}}))
+    return Scenario(
+        name="every-field", tree=BudgetTree.build([("ai", 1.0), ("ai/llm", 2.0)]),
+        hosts=(Host("h1", 8, HostState.DRAINING), Host("h2", 4, HostState.DOWN)),
+        jobs=(job,), host_events=(HostEvent(30.0, "h2", HostEventKind.FAIL),),
+        days=2.5, repair_time=1800.0, meta={"seed": 7, "pools": ["east/H100", "west/B200"]},
+        pools=pools)
+
+
+def defaulted_fields(value: Any, where: str = "scenario") -> list[str]:
+    """The fields, in ``value`` and every dataclass inside it, left at their default."""
+    if not dataclasses.is_dataclass(value):
+        if isinstance(value, tuple | list):
+            return [f for i, v in enumerate(value) for f in defaulted_fields(v, f"{where}[{i}]")]
+        return []
+    found = []
+    for f in dataclasses.fields(value):
+        got = getattr(value, f.name)
+        if f.default is not dataclasses.MISSING and got == f.default or (
+                f.default_factory is not dataclasses.MISSING and got == f.default_factory()):
+            found.append(f"{where}.{f.name}")
+        found += defaulted_fields(got, f"{where}.{f.name}")
+    return found
+
+
+def test_every_field_is_set() -> None:
+    """The scenario the round-trip test packs leaves no field of any of its classes at its
+    default, so a field added to Scenario, SimJob, WorkloadSpec, Hold, Host, HostEvent,
+    Pools or FleetConfig fails here until the round trip covers it."""
+    assert defaulted_fields(every_field_set()) == []
+
+
+def test_pack_round_trips_every_field_of_a_scenario() -> None:
+    """What the Ray engine ships: unpack(pack(s)) equals s, every field of every class in
+    it included (pools, a workload's GPU kinds, cluster, hosts and time limit, its hold);
+    the tree has every node with its weight."""
+    sc = every_field_set()
     back = unpack(pack(sc))
-    assert back.jobs == sc.jobs
-    assert back.hosts == sc.hosts
-    assert back.host_events == sc.host_events
-    assert [(p, back.tree.weight(p)) for p in back.tree.nodes()] == [
-        (p, sc.tree.weight(p)) for p in sc.tree.nodes()]
-    assert (back.name, back.days, back.repair_time, back.meta) == (
-        sc.name, sc.days, sc.repair_time, sc.meta)
+    assert back.tree.as_dict() == sc.tree.as_dict()
+    assert dataclasses.replace(back, tree=sc.tree) == sc  # a BudgetTree equals only itself
+
+
+def test_pack_round_trips_the_fleet_scenario() -> None:
+    """The built-in fleet scenario (several pools, workloads asking for GPU kinds) comes back
+    from unpack(pack(s)) equal, its pools included."""
+    sc = get_scenario("fleet", days=1, seed=0)
+    assert sc.pools is not None and any(j.spec.gpu_kinds for j in sc.jobs)
+    back = unpack(pack(sc))
+    assert dataclasses.replace(back, tree=sc.tree) == sc
+
+
+def test_pack_refuses_a_value_it_cannot_ship() -> None:
+    """A value of a class pack does not know (a field added with a new type) is an error
+    naming the class, not a scenario shipped without it."""
+    sc = dataclasses.replace(every_field_set(), meta={"when": object()})
+    with pytest.raises(TypeError, match="cannot ship a object"):
+        pack(sc)
 
 
 def test_lookback_warning_names_the_period_that_was_simulated(tmp_path: Path) -> None:
@@ -232,3 +303,103 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
         assert {k for k in swept if swept[k] != alone.get(k)} == (
             {"clamped_min_runtime"} if cap == "8h" else set())
     assert points[0]["summary"]["attainment"] != points[1]["summary"]["attainment"]
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state
+            found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while two
+    worker processes run points of a sweep of a minute or more: the command ends within a
+    few seconds with click's "Aborted!" (exit 1) and a line saying how many points were
+    done and that nothing was written, its workers are gone, and --out holds no file.
+    (The sweep used to run every queued point first, then write nothing.)"""
+    out = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
+         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
+         "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
+            assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+            time.sleep(0.1)
+        time.sleep(1)  # the workers are in their first points
+        os.killpg(sweep.pid, signal.SIGINT)
+        start = time.monotonic()
+        stdout, stderr = sweep.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        if sweep.poll() is None:
+            os.killpg(sweep.pid, signal.SIGKILL)
+            sweep.wait()
+    assert took < 5, f"the sweep took {took:.1f} s to stop"
+    assert sweep.returncode == 1, stdout + stderr
+    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
+                     re.MULTILINE), stderr
+    assert "Aborted!" in stderr and "wrote" not in stdout
+    assert not [p for p in workers if Path(f"/proc/{p}").exists()]
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path) -> None:
+    """Two points of eight fail (checkpoint_wait 3h over max_min_runtime 2h, on both seeds)
+    with stderr not a terminal (no progress bar): stderr has one line per failed point with
+    its error (in the order they fail), then the summary line; before, only the summary
+    line."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                            "max_min_runtime=2h,8h", "--grid", "checkpoint_wait=10m,3h",
+                            "--seeds", "0,1", "--out", str(tmp_path))
+    assert code == 1, out + err
+    error = "CoreError: policy: checkpoint_wait: 10800 s is over max_min_runtime (7200 s)"
+    assert sorted(line for line in err.splitlines() if line.startswith("sweep: ")) == [
+        f"sweep: point 3 failed: {error}", f"sweep: point 4 failed: {error}"]
+    assert err.endswith("Error: 2 of 8 points failed (errors above)\n")
+
+
+def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
+    """--seeds 0,-1 (sweep) and --seed -1 (sweep, simulate, bench): a usage error naming
+    the flag typed; it was 'Invalid value for --scenario: expected non-negative integer'."""
+    out = str(tmp_path)
+    code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--seeds",
+                          "0,-1", "--out", out)
+    assert code == 2 and "Invalid value for --seeds: a seed must be >= 0, got '-1'" in err
+    for command in (("sweep", "--grid", "lookback=1d", "--out", out), ("simulate", "--out", out),
+                    ("bench",)):
+        code, _, err = invoke(*command, "--scenario", "small", "--seed", "-1")
+        assert code == 2, err
+        assert "Invalid value for '--seed': -1 is not in the range x>=0" in err
+        assert "--scenario" not in err
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) -> None:
+    """--address (or RAY_ADDRESS) naming a port where nothing listens: the sweep ends within
+    seconds with exit 1 and one error naming where the address came from (it printed Ray's
+    connection retries for minutes)."""
+    with socket.socket() as s:  # a free port: nothing listens there once it is closed
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    command = [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "small",
+               "--days", "1", "--grid", "lookback=12h", "--engine", "ray", "--quiet", "--out",
+               str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for args, extra, source in ((["--address", address], {}, "--address"),
+                                ([], {"RAY_ADDRESS": address}, "RAY_ADDRESS")):
+        start = time.monotonic()
+        run = subprocess.run([*command, *args], capture_output=True, text=True, timeout=60,
+                             env={**env, **extra})
+        assert time.monotonic() - start < 20
+        assert (run.returncode, run.stderr) == (1, (
+            f"Error: {source} {address}: no Ray cluster answers there (Connection refused); "
+            "give the head's GCS address, HOST:PORT (port 6379 by default)\n"))

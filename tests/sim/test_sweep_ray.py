@@ -112,12 +112,13 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
         assert not left, f"processes of the test's Ray cluster still running: {left}"
 
 
-def sweep(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``apportion sweep`` of 2 lookbacks x 2 seeds on 2 days of the small scenario, with
+def sweep(*args: str, env: dict[str, str] | None = None, scenario: str = "small",
+          days: str = "2") -> subprocess.CompletedProcess[str]:
+    """``apportion sweep`` of 2 lookbacks x 2 seeds on ``days`` of ``scenario``, with
     ``env`` added to this process's environment, RAY_ADDRESS removed unless ``env`` sets it."""
     base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     return subprocess.run(
-        [str(BIN / "apportion"), "sweep", "--scenario", "small", "--days", "2",
+        [str(BIN / "apportion"), "sweep", "--scenario", scenario, "--days", days,
          "--grid", "lookback=12h,1d", "--seeds", "0,1", "--quiet", *args],
         capture_output=True, text=True, timeout=600, env={**base, **(env or {})},
     )
@@ -146,6 +147,21 @@ def test_ray_sweep_on_a_cluster_matches_the_process_engine(ray_head: Head, tmp_p
     assert table(ray.stdout) == table(proc.stdout)
     for name in ("sweep.csv", "sweep.json", "sweep.png", "sweep.svg"):
         assert (tmp_path / "ray" / name).stat().st_size > 0
+
+
+def test_ray_sweep_of_a_fleet_matches_the_process_engine(
+        ray_head: Head, tmp_path: Path) -> None:
+    """On the fleet scenario (several pools, workloads asking for GPU kinds and clusters)
+    the Ray tasks give exactly the rows of --engine process, each summary with its pools:
+    the scenario reaches the workers whole."""
+    ray = sweep("--engine", "ray", "--address", ray_head.address, "--out", str(tmp_path / "ray"),
+                env=ray_head.env, scenario="fleet", days="1")
+    assert ray.returncode == 0, ray.stdout + ray.stderr
+    proc = sweep("--out", str(tmp_path / "proc"), scenario="fleet", days="1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got, want = rows_of(tmp_path / "ray"), rows_of(tmp_path / "proc")
+    assert all(len(row["summary"]["pools"]) > 1 for row in want)
+    assert got == want
 
 
 def test_ray_sweep_uses_ray_address(ray_head: Head, tmp_path: Path) -> None:

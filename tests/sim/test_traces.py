@@ -22,6 +22,7 @@ from apportion.sim.traces import (
     stable_bucket,
     write_canonical,
 )
+from apportion.sim.traces._read import delimiter_of
 
 DATA = Path(__file__).parent / "data"
 # a verbatim copy of microsoft/elasticflow-traces cluster10.csv (MIT, see data/itp/LICENSE)
@@ -82,7 +83,7 @@ def test_itp_without_budget_options_is_an_error_naming_the_options() -> None:
 
 
 # ---- canonical round trips ---------------------------------------------------------------
-@pytest.mark.parametrize("ext", [".csv", ".jsonl", ".parquet", ".csv.gz"])
+@pytest.mark.parametrize("ext", [".csv", ".jsonl", ".parquet", ".csv.gz", ".tsv", ".tsv.gz"])
 def test_canonical_round_trip(tmp_path: Path, ext: str) -> None:
     """write_canonical then load_trace gives back the same jobs and the same budget tree."""
     original = load_trace(
@@ -92,6 +93,31 @@ def test_canonical_round_trip(tmp_path: Path, ext: str) -> None:
     again = load_trace(path)
     assert again.jobs == original.jobs
     assert again.tree.leaves == original.tree.leaves
+
+
+def test_a_tsv_trace_is_written_with_tabs() -> None:
+    """.tsv and .tsv.gz are tab-separated, as they are read (.tsv was written with commas,
+    and then not read back; .tsv.gz was read with commas)."""
+    assert (delimiter_of(Path("t.tsv")), delimiter_of(Path("t.TSV.gz"))) == ("\t", "\t")
+    assert delimiter_of(Path("t.csv.gz")) == ","
+
+
+@pytest.mark.parametrize("name", ["t.txt", "t.parquet.gz", "t"])
+def test_a_trace_name_of_no_known_kind_is_refused_listing_the_names_taken(
+        tmp_path: Path, name: str) -> None:
+    """A name with no known ending (or Parquet gzipped) is refused by the writer and the
+    reader with every ending they take, .tsv, .ndjson, .json, .pq and .gz included (the
+    message named .csv, .jsonl and .parquet only)."""
+    want = (f"{tmp_path / name}: format: cannot tell the file type from its name (use .csv, "
+            ".tsv, .jsonl, .ndjson or .json, each with or without .gz, or .parquet or .pq)")
+    original = load_trace(CLUSTER10, format="itp", budgets=3, rebase=True)
+    with pytest.raises(TraceError) as e:
+        write_canonical(original.jobs, tmp_path / name)
+    assert str(e.value) == want
+    (tmp_path / name).write_text("id\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(tmp_path / name)
+    assert str(e.value) == want
 
 
 def test_round_trip_keeps_legacy_level_and_squat(tmp_path: Path) -> None:

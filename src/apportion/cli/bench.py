@@ -43,7 +43,8 @@ def _of_eight(ctx: click.Context, param: click.Parameter, size: int | None) -> i
 @click.option("--cluster", help="HOSTSxGPUS (e.g. 32x8) or a TOML/JSON host list")
 @click.option("--days", type=click.FloatRange(min=0, min_open=True),
               help="simulated days (default: the scenario's, or the trace's span)")
-@click.option("--seed", default=0, show_default=True, help="scenario seed")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+              help="scenario seed")
 @click.option("--size", type=click.IntRange(min=8), callback=_of_eight,
               help="GPUs of the built-in scenario (a multiple of 8)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",

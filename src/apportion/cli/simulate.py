@@ -89,6 +89,8 @@ def parse_settings(items: Sequence[str], option: str = "--set") -> dict[str, Any
             raise click.BadParameter(
                 f"unknown key {key!r}; valid keys: {', '.join(sorted(fields))}", param_hint=option
             )
+        if key in out:
+            raise click.BadParameter(f"{key} is given twice", param_hint=option)
         try:
             out[key] = _convert(fields[key][1], text.strip())
         except ValueError as e:
@@ -388,7 +390,8 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "is given"),
         click.option("--days", type=click.FloatRange(min=0, min_open=True, max=MAX_DAYS),
                      help="simulated days (default: the scenario's, or the trace's span)"),
-        click.option("--seed", default=0, show_default=True, help="scenario seed"),
+        click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+                     help="scenario seed"),
         click.option("--size", type=click.IntRange(min=8), callback=hosts_of_eight,
                      help="GPUs of the cluster in hosts of 8: the seed scenario's, or a "
                      "trace's when --cluster is not given"),
@@ -541,6 +544,9 @@ def _seed_list(seeds: str | None, kw: dict[str, Any]) -> list[int]:
         except ValueError:
             raise click.BadParameter(f"not a whole number: {text.strip()!r}",
                                      param_hint="--seeds") from None
+        if out[-1] < 0:  # the scenarios' random generators take none below 0
+            raise click.BadParameter(f"a seed must be >= 0, got {text.strip()!r}",
+                                     param_hint="--seeds")
     if len(set(out)) != len(out):
         raise click.BadParameter("a seed is given twice", param_hint="--seeds")
     return out

@@ -5,6 +5,7 @@ trace, and that history replayed under the current and a proposed setting side b
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from datetime import UTC, datetime
@@ -27,13 +28,19 @@ def _config(config_path: str | None) -> Any:
         raise click.ClickException(str(e)) from None
 
 
-def _until(text: str | None) -> float:
-    if text is None:
-        return time.time()
+def _until(text: str | None) -> float | None:
+    """``--until`` in seconds since the epoch; None for now (no --until, or ``now``)."""
+    if text is None or text.strip().lower() == "now":
+        return None
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:  # float() also reads nan, inf and negative numbers: no end of a period
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise click.BadParameter(f"seconds since the epoch must be a finite number >= 0, "
+                                     f"got {text!r}", param_hint="--until")
+        return seconds
     try:
         dt = datetime.fromisoformat(text)
     except ValueError:
@@ -52,7 +59,12 @@ def _since(text: str) -> float:
     return value
 
 
-_FLAGS = {"since": "--since", "set_weight": "--set-weight", "set": "--set"}
+_FLAGS = {"since": "--since", "until": "--until", "set_weight": "--set-weight", "set": "--set"}
+
+
+def _nothing_to_replay(message: str, since: str, until: str | None) -> click.ClickException:
+    """A period with nothing in it, said with the flags that made it."""
+    return click.ClickException(f"--since {since} --until {until or 'now'}: {message}")
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
@@ -67,29 +79,31 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
                                        "in this directory; give the service's config with "
                                        "--config FILE)")
         raise click.ClickException(f"{e}{hint}") from None
+    end = _until(until)
     try:
-        return load_history(store, _since(since), _until(until), config.pools)
+        return load_history(store, _since(since), time.time() if end is None else end,
+                            config.pools)
     except WhatifError as e:
-        raise click.ClickException(str(e)) from None
+        if e.field == "period":
+            raise _nothing_to_replay(str(e), since, until) from None
+        raise click.BadParameter(str(e), param_hint=_FLAGS[e.field]) from None
     finally:
         store.close()
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def _summary_line(period: dict[str, Any]) -> str:
     """The first line of export-trace and whatif: what the period held and how it is
     replayed (``period`` as in whatif's JSON)."""
+    from apportion.whatif import iso
+
     pools = period["pools"]
     in_pools = f" in {plural(len(pools), 'pool')} ({', '.join(pools)})" if pools else ""
     former = period["in_former_leaves"]
     in_former = (f"; {sum(former.values())} submitted to "
                  f"{'a budget that has' if len(former) == 1 else 'budgets that have'} "
                  f"children now ({', '.join(former)}), left out" if former else "")
-    return (f"{plural(period['workloads'], 'workload')} submitted from {_iso(period['start'])} "
-            f"to {_iso(period['end'])} ({period['running_at_end']} still running at the end, "
+    return (f"{plural(period['workloads'], 'workload')} submitted from {iso(period['start'])} "
+            f"to {iso(period['end'])} ({period['running_at_end']} still running at the end, "
             f"replayed with their run so far; {period['waiting_at_end']} still waiting, "
             f"replayed with their budget's mean run; {period['cancelled_unstarted']} cancelled "
             f"unstarted, left out{in_former}), {plural(period['hosts'], 'host')}{in_pools}, "
@@ -101,11 +115,12 @@ def _summary_line(period: dict[str, Any]) -> str:
               help="the service's TOML config (the store it names is read)")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
-              "an ISO 8601 time (default: now)")
+@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
+              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               callback=output_file,
-              help="trace file: .csv, .csv.gz, .jsonl or .parquet")
+              help="trace file: .csv, .tsv, .jsonl (also .ndjson, .json), each with or "
+              "without .gz, or .parquet (.pq)")
 def export_trace(config_path: str | None, since: str, until: str | None, out: Path) -> None:
     """Write the service's history of a period as a canonical trace (docs/traces.md), with
     the budget tree and the hosts beside it, ready for apportion simulate --trace."""
@@ -115,8 +130,8 @@ def export_trace(config_path: str | None, since: str, until: str | None, out: Pa
     history = _history(config_path, since, until)
     try:
         files = write_export(history, out)
-    except (TraceError, OSError) as e:
-        raise click.ClickException(f"--out {out}: {e}") from None
+    except (TraceError, OSError) as e:  # the trace's errors start with the path: said once
+        raise click.ClickException(f"--out {out}: {str(e).removeprefix(f'{out}: ')}") from None
     click.echo(_summary_line(period(history)))
     for kind, path in files.items():
         click.echo(f"wrote {path} ({kind.replace('_', ' ')})")
@@ -153,6 +168,17 @@ def format_whatif(rows: list[dict[str, Any]]) -> str:
             f"{c['preemptions']} -> {p['preemptions']}",
         ])
     return _table(lines)
+
+
+def format_overall(overall: dict[str, Any]) -> str:
+    """The whole cluster, current -> proposed: attainment per team and per researcher (the
+    two differ when a team's share goes unevenly to its researchers), wait p90,
+    preemptions."""
+    c, p = overall["current"], overall["proposed"]
+    return (f"overall: attainment per team {_pct(c['attainment_teams'])} -> "
+            f"{_pct(p['attainment_teams'])}, per researcher {_pct(c['attainment'])} -> "
+            f"{_pct(p['attainment'])}, wait p90 {_dur(c['wait_p90_s'])} -> "
+            f"{_dur(p['wait_p90_s'])}, preemptions {c['preemptions']} -> {p['preemptions']}")
 
 
 def _table(lines: list[list[str]]) -> str:
@@ -195,10 +221,15 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
             raise click.BadParameter(f"expected PATH=WEIGHT, got {item!r}",
                                      param_hint="--set-weight")
         try:
-            weights[path.strip()] = float(text)
+            weight = float(text)
         except ValueError:
-            raise click.BadParameter(f"{path.strip()}: weight must be a number > 0, got "
-                                     f"{text!r}", param_hint="--set-weight") from None
+            weight = math.nan
+        if not math.isfinite(weight):  # float() reads nan and inf too: no tree takes them
+            raise click.BadParameter(f"{item}: weight must be a finite number > 0",
+                                     param_hint="--set-weight")
+        if path.strip() in weights:
+            raise click.BadParameter(f"{path.strip()} is given twice", param_hint="--set-weight")
+        weights[path.strip()] = weight
     return weights
 
 
@@ -216,8 +247,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
     from .client import make_client, parse
 
     client = make_client(url, token)
-    body: dict[str, Any] = {"since": _since(since),
-                            "until": None if until is None else _until(until),
+    body: dict[str, Any] = {"since": _since(since), "until": _until(until),
                             "set_weight": weights, "set": settings}
     if sys.stderr.isatty():
         click.echo(f"replaying the history of the last {since} on {client.url} ...", err=True)
@@ -230,6 +260,8 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
         if head in _FLAGS:
             raise click.BadParameter(f"{key}: {message}" if dot else message,
                                      param_hint=_FLAGS[head])
+        if head == "period":
+            raise _nothing_to_replay(message, since, until)
     if r.status_code == 422:
         raise click.ClickException(f"{detail} (HTTP 422)")
     from apportion.service.replies import Whatif
@@ -245,8 +277,8 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
               "server's host) instead of asking the server")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period to replay, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch or "
-              "an ISO 8601 time (default: now)")
+@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
+              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
 @click.option("--set-weight", "set_weights", multiple=True, metavar="PATH=WEIGHT",
               help="proposed weight of a budget (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
@@ -317,10 +349,7 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     changes = [f"{p}={w:g}" for p, w in weights.items()] + list(settings)
     click.echo(f"current settings -> proposed ({', '.join(changes) or 'no change'}):")
     click.echo(format_whatif(rows))
-    c, p = overall["current"], overall["proposed"]
-    click.echo(f"overall: attainment {_pct(c['attainment'])} -> {_pct(p['attainment'])}, "
-               f"wait p90 {_dur(c['wait_p90_s'])} -> {_dur(p['wait_p90_s'])}, "
-               f"preemptions {c['preemptions']} -> {p['preemptions']}")
+    click.echo(format_overall(overall))
     for pool in result.get("pools", ()):  # several pools: where the change moves the work
         click.echo(format_pool(pool))
     if out is not None:

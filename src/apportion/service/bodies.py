@@ -6,7 +6,7 @@ error (422 naming it)."""
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from . import validation as v
 
@@ -34,10 +34,11 @@ Weight = Annotated[float, Field(ge=v.MIN_WEIGHT, le=v.MAX_WEIGHT, allow_inf_nan=
                                 description="relative to its siblings")]
 GpuKinds = Annotated[list[Annotated[Text, Field(min_length=1, max_length=64)]],
                      Field(max_length=v.MAX_PEOPLE)]
-Duration = (
+Duration = Annotated[
     Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    | Annotated[str, Field(min_length=1, max_length=v.MAX_DURATION_TEXT)]
-)
+    | Annotated[str, Field(min_length=1, max_length=v.MAX_DURATION_TEXT)],
+    BeforeValidator(v.check_duration),
+]
 
 
 class SubmitBody(_Body):

@@ -570,7 +570,12 @@ class WhatifPeriod(Reply):
 
 
 class WhatifOverall(Reply):
+    """The whole cluster in one run. Attainment owed-weighted over the leaves (per
+    researcher, ``attainment``) and over the teams (``attainment_teams``), as
+    summary.json's ``attainment.overall`` and ``overall_teams``."""
+
     attainment: float | None
+    attainment_teams: float | None
     wait_p90_s: float | None
     preemptions: int
     drains: int

@@ -10,6 +10,7 @@ columns) and launched by the kernel (argument lengths).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -42,8 +43,28 @@ MAX_DURATION_TEXT = 64  # "1h30m" and the like
 __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
     "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
-    "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_text", "check_user_name",
+    "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_duration", "check_text",
+    "check_user_name",
 ]
+
+_JSON_KINDS = {bool: "a boolean", type(None): "null", list: "a list", dict: "an object"}
+
+
+def check_duration(value: object) -> object:
+    """A duration as sent: seconds (a finite number >= 0) or a text such as "30m", which the
+    route parses. Checked whole, before pydantic tries each form: a refusal of both would
+    name pydantic's forms ("since.constrained-float: ...; since.constrained-str: ...")."""
+    if isinstance(value, str):
+        if not 1 <= len(value) <= MAX_DURATION_TEXT:
+            raise ValueError(f"a duration must be 1 to {MAX_DURATION_TEXT} characters, got "
+                             f"{len(value)}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = _JSON_KINDS.get(type(value), type(value).__name__)
+        raise ValueError(f'must be a number of seconds or a duration such as "30m", got {kind}')
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"must be a number of seconds >= 0, got {value}")
+    return value
 
 
 def check_text(value: str, limit: int = MAX_TEXT) -> str:

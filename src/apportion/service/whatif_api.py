@@ -38,7 +38,10 @@ def _setting(key: str, value: Any) -> Any:
     kinds: dict[str, Any] = {}
     for cls in (PolicyConfig, SimConfig):
         hints = typing.get_type_hints(cls)
-        kinds.update({f.name: hints[f.name] for f in dataclasses.fields(cls)})
+        # a compiled build keeps only plain types (``float | None`` reads as ``type``): an
+        # optional duration is known by its None default, as the CLI's --set knows it
+        kinds.update({f.name: float | None if f.default is None else hints[f.name]
+                      for f in dataclasses.fields(cls)})
     if key not in kinds:
         raise ValueError(f"unknown key {key!r}; valid keys: {', '.join(sorted(kinds))}")
     kind = kinds[key]

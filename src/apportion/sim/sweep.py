@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import multiprocessing
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -97,6 +98,9 @@ _SCENARIOS: Mapping[int, Scenario] = {}  # set once per worker process
 def _init(scenarios: Mapping[int, Scenario]) -> None:
     global _SCENARIOS
     _SCENARIOS = scenarios
+    # Ctrl-C reaches the whole process group: the parent handles it (it kills the workers);
+    # a worker taking it would report its point as failed and go on to the next one
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _run_in_worker(settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
@@ -120,8 +124,9 @@ def run_processes(
         return
     # fork: workers inherit the scenarios instead of unpickling them (the compiled core's
     # classes cannot be pickled, and a 30-day scenario is large)
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenarios,),
-                             mp_context=multiprocessing.get_context("fork")) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenarios,),
+                               mp_context=multiprocessing.get_context("fork"))
+    try:
         futures = {pool.submit(_run_in_worker, p.settings, p.seed, runner): p.index
                    for p in points}
         for fut in as_completed(futures):
@@ -131,6 +136,22 @@ def run_processes(
                 done(futures[fut], None, describe(e))
             else:
                 done(futures[fut], summary, None)
+    except BaseException:  # Ctrl-C: stop now, not after every queued point
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Drop the queued points and kill the running ones (pure computation: nothing is lost
+    but the run). The pool's processes are reachable only through its ``_processes``
+    (``terminate_workers()`` came in Python 3.14)."""
+    workers = list((pool._processes or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.kill()
+    for proc in workers:
+        proc.join()
 
 
 # ---- the sweep ----------------------------------------------------------------------------
@@ -178,10 +199,14 @@ def run_sweep(
 
     def done(index: int, summary: dict[str, Any] | None, error: str | None) -> None:
         results[index] = (summary, error)
+        if error is not None:  # said as it happens, bar or no bar (a log, a pipe)
+            line = f"sweep: point {index + 1} failed: {error}"
+            if bar is not None:
+                bar.write(line, file=sys.stderr)  # above the bar, which stays whole
+            else:
+                print(line, file=sys.stderr, flush=True)
         if bar is not None:
             bar.update(1)
-            if error is not None:
-                bar.write(f"sweep: point {index + 1} failed: {error}", file=sys.stderr)
 
     try:
         if engine == "ray":
@@ -190,6 +215,13 @@ def run_sweep(
             run_ray(scenarios, points, runner, address, jobs, done)
         else:
             run_processes(scenarios, points, runner, jobs, done)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        finished = sum(1 for r in results if r is not None)
+        print(f"sweep: interrupted after {finished} of {len(points)} points; nothing written",
+              file=sys.stderr)
+        raise
     finally:
         if bar is not None:
             bar.close()

@@ -7,72 +7,98 @@ started this way belongs to this process: its processes are its children and end
 and nothing else on the machine is touched (``ray stop`` would stop every Ray process of
 the user, other clusters included).
 
-The scenarios are shipped once: each is packed into plain data (strings, numbers, tuples;
-the compiled core's classes cannot be pickled) and put into the object store, and every
-task gets a reference to it. The points are submitted seed by seed and a worker keeps the
-last two scenarios it unpacked, so it unpacks each about once."""
+The scenarios are shipped once: each is packed, every field of every class in it, into
+plain data (strings, numbers, tuples; the compiled core's classes cannot be pickled) and put
+into the object store, and every task gets a reference to it. The points are submitted seed
+by seed and a worker keeps the last two scenarios it unpacked, so it unpacks each about
+once."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from apportion.core import BudgetTree, Host, HostState, WorkloadSpec
+from apportion.core import After, BudgetTree, Hold, Host, HostState, WorkloadSpec
+from apportion.core.fleet import FleetConfig
 
-from .model import HostEvent, HostEventKind, LegacyPriority, Scenario, SimJob
+from .model import HostEvent, HostEventKind, LegacyPriority, Pools, Scenario, SimJob
 
 if TYPE_CHECKING:
     from .sweep import Point, Runner
 
-Packed = dict[str, Any]
+Packed = tuple[Any, ...]
+
+# What a scenario is made of. A dataclass is packed as its name and every field in the
+# order of its dataclass fields, so a field added to any of these travels without a change
+# here; a value of a class not named here makes ``pack`` fail (tests pack a scenario with
+# every field set), never drop it silently.
+_CLASSES: dict[str, type] = {c.__name__: c for c in (
+    Scenario, SimJob, WorkloadSpec, Host, HostEvent, Pools, FleetConfig, Hold)}
+_ENUMS: dict[str, type[enum.Enum]] = {c.__name__: c for c in (
+    HostState, HostEventKind, LegacyPriority, After)}
+_FIELDS: dict[type, tuple[str, ...]] = {
+    c: tuple(f.name for f in dataclasses.fields(c)) for c in _CLASSES.values()}
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _pack(value: Any) -> Any:
+    """``value`` as plain data: a tagged tuple for anything but a str, number or None."""
+    if isinstance(value, _PLAIN) and not isinstance(value, enum.Enum):
+        return value
+    kind = type(value)
+    if kind in _FIELDS:
+        return ("class", kind.__name__,
+                tuple(_pack(getattr(value, name)) for name in _FIELDS[kind]))
+    if isinstance(value, enum.Enum) and _ENUMS.get(kind.__name__) is kind:
+        return ("enum", kind.__name__, value.value)
+    if isinstance(value, BudgetTree):
+        return ("tree", tuple((path, value.weight(path)) for path in value.nodes()))
+    if isinstance(value, tuple | list):
+        return ("tuple" if isinstance(value, tuple) else "list",
+                tuple(_pack(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("dict", tuple((_pack(k), _pack(v)) for k, v in value.items()))
+    raise TypeError(f"pack: cannot ship a {kind.__name__} to Ray workers: {value!r:.80}")
+
+
+def _unpack(data: Any) -> Any:
+    if not isinstance(data, tuple):
+        return data
+    tag = data[0]
+    if tag == "class":
+        cls = _CLASSES[data[1]]
+        return cls(**{name: _unpack(v)
+                      for name, v in zip(_FIELDS[cls], data[2], strict=True)})
+    if tag == "enum":
+        return _ENUMS[data[1]](data[2])
+    if tag == "tree":
+        return BudgetTree.build(data[1])
+    if tag == "tuple":
+        return tuple(_unpack(v) for v in data[1])
+    if tag == "list":
+        return [_unpack(v) for v in data[1]]
+    return {_unpack(k): _unpack(v) for k, v in data[1]}  # "dict"
 
 
 def pack(scenario: Scenario) -> Packed:
-    """``scenario`` as plain data (``unpack`` rebuilds an equal scenario)."""
-    tree = scenario.tree
-    return {
-        "name": scenario.name,
-        "tree": tuple((path, tree.weight(path)) for path in tree.nodes()),
-        "hosts": tuple((h.name, h.gpus, h.state.value) for h in scenario.hosts),
-        "jobs": tuple(
-            (j.spec.id, j.spec.budget, j.spec.gpus, j.spec.min_runtime, j.spec.submit_time,
-             j.spec.user, j.spec.resumable, j.spec.priority, j.spec.checkpoint_interval,
-             j.duration, int(j.legacy_priority), j.legacy_preemptible, j.squat, j.patience,
-             j.spec.checkpoint_on_term)
-            for j in scenario.jobs
-        ),
-        "host_events": tuple((e.time, e.host, e.kind.value) for e in scenario.host_events),
-        "days": scenario.days,
-        "repair_time": scenario.repair_time,
-        "meta": dict(scenario.meta),
-    }
+    """``scenario`` as plain data, every field of it (``unpack`` rebuilds an equal one)."""
+    packed: Packed = _pack(scenario)
+    return packed
 
 
 def unpack(data: Packed) -> Scenario:
     """The scenario ``pack`` packed."""
-    jobs = tuple(
-        SimJob(WorkloadSpec(wid, budget, gpus, min_rt, submit, user=user, resumable=resumable,
-                            priority=priority, checkpoint_interval=ckpt,
-                            checkpoint_on_term=on_term),
-               duration, LegacyPriority(level), preemptible, squat, patience)
-        for (wid, budget, gpus, min_rt, submit, user, resumable, priority, ckpt,
-             duration, level, preemptible, squat, patience, on_term) in data["jobs"]
-    )
-    return Scenario(
-        name=data["name"],
-        tree=BudgetTree.build(data["tree"]),
-        hosts=tuple(Host(name, gpus, HostState(state)) for name, gpus, state in data["hosts"]),
-        jobs=jobs,
-        host_events=tuple(HostEvent(t, host, HostEventKind(kind))
-                          for t, host, kind in data["host_events"]),
-        days=data["days"],
-        repair_time=data["repair_time"],
-        meta=dict(data["meta"]),
-    )
+    scenario = _unpack(data)
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"unpack: not a packed scenario but a {type(scenario).__name__}")
+    return scenario
 
 
 _UNPACKED: dict[str, Scenario] = {}  # per worker process: object id -> scenario
@@ -101,6 +127,24 @@ def _cause(error: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else error
 
 
+PROBE_TIMEOUT_S = 10.0
+
+
+def _probe(address: str, source: str) -> None:
+    """Refuse at once a ``HOST:PORT`` where nothing listens: Ray would retry connecting to
+    its GCS there for minutes, printing a warning every few seconds. Other forms (``auto``,
+    ``ray://...``) are left to Ray."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as e:
+        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise RuntimeError(f"{source} {address}: no Ray cluster answers there ({why}); give "
+                           "the head's GCS address, HOST:PORT (port 6379 by default)") from None
+
+
 def run_ray(
     scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner,
     address: str | None, jobs: int,
@@ -109,7 +153,10 @@ def run_ray(
     """Run every point as a Ray task; ``done(index, summary, error)`` as each finishes."""
     from .sweep import describe
 
+    source = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is not None:
+        _probe(address, source)
     temp_dir = None
     saved = dict(os.environ)
     if address is None:
@@ -135,7 +182,7 @@ def run_ray(
         try:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
-            raise RuntimeError(f"--address {address}: cannot connect to Ray: {e}") from None
+            raise RuntimeError(f"{source} {address}: cannot connect to Ray: {e}") from None
     try:
         refs = {seed: ray.put(pack(sc)) for seed, sc in scenarios.items()}
         task = ray.remote(num_cpus=1)(_task)

@@ -450,11 +450,15 @@ function renderPreview(res, path) {
   }).join("");
   $("#we-table tbody").innerHTML = rows ||
     '<tr><td colspan="12" class="empty">No budget of yours in the replay.</td></tr>';
+  // the whole cluster's attainment per team and per researcher (summary.json's overall_teams
+  // and overall): they differ when a team's share goes unevenly to its researchers
   const o = res.overall, oc = o.current, op = o.proposed;
-  $("#we-table tfoot").innerHTML = `<tr class="overall"><td>overall (whole cluster)</td><td></td>` +
-    pair(oc.attainment, op.attainment, pct, null) + '<td></td><td></td><td></td><td></td>' +
+  $("#we-table tfoot").innerHTML = `<tr class="overall"><td>overall (whole cluster), attainment per team</td><td></td>` +
+    pair(oc.attainment_teams, op.attainment_teams, pct, null) + '<td></td><td></td><td></td><td></td>' +
     pair(oc.wait_p90_s, op.wait_p90_s, dur, false) +
-    pair(oc.preemptions, op.preemptions, String, false) + "</tr>";
+    pair(oc.preemptions, op.preemptions, String, false) + "</tr>" +
+    `<tr class="overall"><td>attainment per researcher</td><td></td>` +
+    pair(oc.attainment, op.attainment, pct, null) + '<td></td>'.repeat(8) + "</tr>";
   $("#we-pools").innerHTML = (res.pools || []).map((pool) => renderPreviewPool(pool, res.set_weight)).join("");
   $("#we-result").hidden = false;
   $("#we-result").dataset.previewed = `${path}=${Object.values(res.set_weight)[0]}`;

@@ -22,22 +22,36 @@ Row = dict[str, object]
 Table = tuple[list[str], Iterator[tuple[int, Row]]]
 
 
+# A trace's file name ending -> its kind. A text kind may have ``.gz`` added (gzip); Parquet
+# compresses itself.
+KINDS = {".csv": "csv", ".tsv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+         ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def _ending(path: Path) -> tuple[str, bool]:
+    """The suffix that names the kind (``.tsv`` of ``t.tsv.gz``), and whether gzipped."""
+    suffixes = [s.lower() for s in path.suffixes]
+    gzipped = bool(suffixes) and suffixes[-1] == ".gz"
+    if gzipped:
+        suffixes.pop()
+    return (suffixes[-1] if suffixes else ""), gzipped
+
+
 def kind_of(path: Path) -> str:
     """``csv``, ``jsonl`` or ``parquet`` from the file name (a ``.gz`` suffix is looked past)."""
-    suffixes = [s.lower() for s in path.suffixes]
-    if suffixes and suffixes[-1] == ".gz":
-        suffixes.pop()
-    ext = suffixes[-1] if suffixes else ""
-    if ext in (".csv", ".tsv"):
-        return "csv"
-    if ext in (".jsonl", ".ndjson", ".json"):
-        return "jsonl"
-    if ext in (".parquet", ".pq"):
-        return "parquet"
-    raise TraceError(
-        f"{path}: format: cannot tell the file type from its name "
-        "(use .csv, .jsonl or .parquet)"
-    )
+    ext, gzipped = _ending(path)
+    kind = KINDS.get(ext)
+    if kind is None or (gzipped and kind == "parquet"):
+        *text, last = (e for e, k in KINDS.items() if k != "parquet")
+        binary = " or ".join(e for e, k in KINDS.items() if k == "parquet")
+        raise TraceError(f"{path}: format: cannot tell the file type from its name (use "
+                         f"{', '.join(text)} or {last}, each with or without .gz, or {binary})")
+    return kind
+
+
+def delimiter_of(path: Path, default: str = ",") -> str:
+    """The column separator of a CSV trace: a tab for ``.tsv`` (and ``.tsv.gz``)."""
+    return "\t" if _ending(path)[0] == ".tsv" else default
 
 
 def open_text(path: Path) -> IO[str]:
@@ -91,7 +105,7 @@ def check_header(where: str, header: list[str]) -> None:
 
 def read_table(path: Path, kind: str, delimiter: str = ",") -> Table:
     if kind == "csv":
-        return _read_csv(path, "\t" if path.suffix.lower() == ".tsv" else delimiter)
+        return _read_csv(path, delimiter_of(path, delimiter))
     if kind == "jsonl":
         return _read_jsonl(path)
     if kind == "parquet":

@@ -12,7 +12,7 @@ from typing import IO
 
 from ..model import SimJob
 from ._errors import TraceError
-from ._read import kind_of
+from ._read import delimiter_of, kind_of
 from ._record import CANONICAL_COLUMNS, legacy_from_priority
 
 
@@ -49,7 +49,8 @@ def _row(job: SimJob, extra: tuple[str, ...]) -> dict[str, object]:
 
 def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Path:
     """Write ``jobs`` as a canonical trace; the format follows the extension (``.csv``,
-    ``.jsonl``, ``.parquet``; ``.csv.gz``/``.jsonl.gz`` compress). Every field is written, so
+    ``.tsv`` (tab-separated), ``.jsonl``, ``.parquet`` and the others ``_read.KINDS`` names;
+    a text one with ``.gz`` added is compressed). Every field is written, so
     ``load_trace(path)`` gives back the same jobs. Extra columns appear only when needed:
     ``legacy_priority`` when a job's old-scheduler level is not the one its priority implies,
     ``squat`` when a job is an idle placeholder, ``gpu_kinds`` and ``cluster`` when a job
@@ -74,7 +75,7 @@ def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Pat
         else:
             with _open(file) as f:
                 if kind == "csv":
-                    w = csv.writer(f, lineterminator="\n")
+                    w = csv.writer(f, delimiter=delimiter_of(file), lineterminator="\n")
                     w.writerow(columns)
                     for r in rows:
                         w.writerow(_cell(r[c]) for c in columns)
