@@ -108,3 +108,43 @@ def test_a_server_whose_database_session_ends_takes_its_lock_again_or_stops(
     finally:
         if a.proc is not None and a.proc.poll() is None:
             a.stop()
+
+
+def test_a_lock_lost_while_the_database_is_down_is_taken_again_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """A PostgreSQL restart longer than a pass: the lock's session ends, and the check
+    before the next pass cannot take the lock again (the database refuses connections):
+    that check says the database is unavailable. Once the database takes connections
+    again, the next check takes the lock again on a new connection. Before, the closed
+    connection stayed the lock's and every later check failed on it (the server never
+    scheduled again, and another server could take the lock)."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    from apportion.service.store import StoreUnavailable
+
+    url = db_url("postgres", tmp_path)
+    name = make_url(url).database
+    other = make_url(url.replace("postgresql+psycopg://", "postgresql://")).set(
+        database="postgres").render_as_string(hide_password=False)
+    lock = ServerLock.acquire(url)
+    try:
+        (first,) = _lock_holders(url)
+        with psycopg.connect(other, autocommit=True) as admin:
+            admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+            try:
+                admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+                with pytest.raises(StoreUnavailable):
+                    lock.keep()
+                with pytest.raises(StoreUnavailable):
+                    lock.keep()  # still down: the same answer, on the next pass too
+            finally:
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        lock.keep()
+        (again,) = _lock_holders(url)
+        assert again != first
+        lock.keep()  # held: nothing to do
+        assert _lock_holders(url) == [again]
+    finally:
+        lock.release()

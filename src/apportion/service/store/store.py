@@ -29,7 +29,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
@@ -205,9 +205,12 @@ class ServerLock:
                 held[0].commit()
                 if mine:
                     return
-            except DBAPIError:
-                pass  # the session is gone, and its lock with it
-            with suppress(DBAPIError):
+            except SQLAlchemyError:
+                # the session is gone, and its lock with it (DBAPIError), or this connection
+                # was closed by an earlier check that could not take the lock again while
+                # the database was down (ResourceClosedError)
+                pass
+            with suppress(SQLAlchemyError):
                 held[0].close()
             held[0] = cls._take(engine, url, again=True)
 
