@@ -10,6 +10,7 @@ import pytest
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from store_db import BACKENDS, db_url
 
 from apportion.service.store import Store
@@ -39,5 +40,40 @@ def test_upgrade_from_0003_keeps_tokens_and_clamps_weights(tmp_path: Path,
         assert (t.id, t.kind, t.label, t.revoked_at) == ("t-" + "ab" * 6, "user", "", None)
         tree = store.load_tree()
         assert (tree.weight("a"), tree.weight("b")) == (1e-6, 1e6)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_upgrade_from_0002_keeps_workloads_their_attempts_and_the_references(
+        tmp_path: Path, backend: str) -> None:
+    """A database of revision 0002 with a workload and its attempt is brought to the newest
+    revision, rows kept. On SQLite the table rebuilds of later revisions drop and re-make
+    ``workloads``, which ``attempts`` refers to: with foreign keys enforced that drop was
+    refused, so a database that had run anything could not be upgraded. Foreign keys are
+    enforced again afterwards."""
+    store = Store(db_url(backend, tmp_path))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0002")
+        conn.execute(text(
+            "INSERT INTO workloads (seq, id, budget, \"user\", gpus, min_runtime, resumable, "
+            "priority, checkpoint_interval, command, submit_time, queued_at, status, "
+            "cancel_requested, attempts_count, created_at) VALUES (1, 'w-000001', 'a', "
+            "'alice', 1, 60, false, 0, 0, '[\"true\"]', 1, 1, 'completed', false, 1, 1)"))
+        conn.execute(text(
+            "INSERT INTO attempts (workload_id, n, placement, gpus_held, started_at, "
+            "ended_at, gpu_seconds) VALUES ('w-000001', 1, '[[\"h1\", 1, [0]]]', 1, 1, 2, 1)"))
+    store.migrate()
+    try:
+        w = store.get_workload("w-000001")
+        assert (w.status.value, [(a.n, a.gpu_seconds) for a in w.attempts]) == (
+            "completed", [(1, 1.0)])
+        with pytest.raises(IntegrityError), store.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO attempts (workload_id, n, placement, gpus_held, started_at) "
+                "VALUES ('w-999999', 1, '[]', 1, 1)"))
     finally:
         store.close()

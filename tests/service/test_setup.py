@@ -143,3 +143,35 @@ def test_serve_with_no_budgets_starts_quietly_and_says_how_to_add_one(tmp_path: 
     assert text.count("no budgets yet: scheduling starts once one exists; create one with "
                       "`apportion budgets create PATH --weight 1 --member USER`") == 1, text
     assert "Traceback" not in text and "failed" not in text and "alembic" not in text, text
+
+
+def test_serve_on_a_database_of_a_newer_apportion_says_so_in_one_line(tmp_path: Path) -> None:
+    """A database whose schema revision no migration here knows (made by a newer apportion,
+    then the software rolled back): serve exits 1 with one line naming the database and
+    what to do, not a traceback; the database is left as it was."""
+    from sqlalchemy import text
+
+    from apportion.service.store import Store
+
+    config = tmp_path / "apportion.toml"
+    config.write_text('[server]\ndata_dir = "data"\n[executor]\nkind = "memory"\n'
+                      '[[hosts]]\nname = "h1"\ngpus = 8\n')
+    (tmp_path / "data").mkdir()
+    db = tmp_path / "data" / "apportion.db"
+    store = Store(f"sqlite:///{db}")
+    store.migrate()
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    store.close()
+    r = subprocess.run([sys.executable, "-m", "apportion.cli.main", "serve", "--config",
+                        str(config), "--port", str(free_port())],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr.startswith(f"Error: database sqlite:///{db}: its schema is not one this "
+                               "apportion knows (Can't locate revision identified by "
+                               "'9999'): it was made by a newer apportion"), r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    store = Store(f"sqlite:///{db}")
+    with store.engine.begin() as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999"
+    store.close()

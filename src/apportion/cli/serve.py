@@ -94,6 +94,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         Store,
         StoreUnavailable,
         database_error,
+        shown_url,
     )
     from apportion.service.store.seed import seed_store
 
@@ -114,11 +115,15 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
             store.migrate()
         except DBAPIError as e:
             raise click.ClickException(str(database_error(config.db_url, e))) from None
+        except StoreUnavailable as e:  # a schema of a newer apportion, a broken upgrade
+            raise click.ClickException(str(e)) from None
         secure_db_file(config)
         executor = build_executor(config, clock, db_id=store.db_id())
         tokens = seed_store(store, config)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
+    click.echo(f"apportion: database {shown_url(config.db_url)}; logs in {config.logs_dir}",
+               err=True)
     click.echo(f"apportion: {executor.describe()}", err=True)
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "

@@ -27,6 +27,7 @@ from .store import (
     default_sqlite_url,
     make_engine,
     open_for_reading,
+    shown_url,
 )
 
 __all__ = [
@@ -54,4 +55,5 @@ __all__ = [
     "default_sqlite_url",
     "make_engine",
     "open_for_reading",
+    "shown_url",
 ]

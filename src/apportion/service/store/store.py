@@ -106,6 +106,14 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _outside_transaction(conn: Connection, sql: str) -> None:
+    """Run ``sql`` on the driver's connection itself: SQLAlchemy would begin a transaction
+    first (see :func:`_sqlite_begin`), inside which some pragmas do nothing."""
+    raw = conn.connection.driver_connection
+    assert raw is not None, "a connection checked out of the pool has its driver's"
+    raw.execute(sql)
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` with apportion's settings (SQLite: WAL, FULL sync, busy
     timeout, immediate write transactions; PostgreSQL: psycopg 3, pre-ping)."""
@@ -313,13 +321,38 @@ class Store:
             logging.getLogger("alembic").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
+        from alembic.util import CommandError
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
         cfg.set_main_option("sqlalchemy.url", self.url.replace("%", "%%"))
-        with self.engine.execution_options(**{_WRITE: True}).begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+        with self.engine.connect() as conn:
+            sqlite = conn.dialect.name == "sqlite"
+            if sqlite:
+                # a batch migration rebuilds a table (copy, drop, rename): with foreign keys
+                # enforced, SQLite refuses to drop workloads while attempts refer to it.
+                # Off before the transaction (inside one the pragma does nothing), checked
+                # and back on after
+                _outside_transaction(conn, "PRAGMA foreign_keys=OFF")
+            try:
+                with conn.execution_options(**{_WRITE: True}).begin():
+                    cfg.attributes["connection"] = conn
+                    try:
+                        command.upgrade(cfg, "head")
+                    except CommandError as e:  # a revision no migration here knows
+                        raise StoreUnavailable(
+                            f"database {shown_url(self.url)}: its schema is not one this "
+                            f"apportion knows ({e}): it was made by a newer apportion; run "
+                            "that one, or restore a backup this one made") from None
+                    if sqlite:
+                        broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                        if broken:
+                            raise StoreUnavailable(
+                                f"database {shown_url(self.url)}: the schema upgrade left "
+                                f"rows that refer to missing ones: {broken[:5]}")
+            finally:
+                if sqlite:
+                    _outside_transaction(conn, "PRAGMA foreign_keys=ON")
         log.debug("store schema migrated to the newest revision")
 
     def close(self) -> None:
