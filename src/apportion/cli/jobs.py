@@ -428,7 +428,10 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     for p in view.pending:
         if not keep(p.id, "pending"):
             continue
-        reason = p.hold or REASONS.get(p.wait_reason or "", "not reached yet")
+        reason = p.hold or (
+            f"executor unreachable since {fmt_time(view.executor_down_since)}"
+            if view.executor_down_since is not None  # nothing starts: the reason that holds
+            else REASONS.get(p.wait_reason or "", "not reached yet"))
         out.append({**rows[p.id], "position": p.position, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
                     "waited_s": None if now is None else now - p.queued_at})

@@ -151,6 +151,11 @@ class Scheduler:
         self.failing = 0  # failed passes in a row
         self.listeners: list[PassListener] = []
         self._said_empty = False  # logged once that there are no budgets yet
+        # the executor's silence, for the readers: since when (None: it answered last
+        # pass), why, and the passes that decided nothing because of it
+        self.executor_down_since: float | None = None
+        self.executor_problem: str | None = None
+        self.passes_skipped = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -424,7 +429,9 @@ class Scheduler:
                 ))
             return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
                              running=running, hosts=hosts, budgets=budgets,
-                             capacity_gpu_s=capacity)
+                             capacity_gpu_s=capacity,
+                             executor_down_since=self.executor_down_since,
+                             executor_problem=self.executor_problem)
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""
@@ -680,10 +687,13 @@ class Scheduler:
             inventory = self.executor.inventory()
         except ExecutorUnavailable as e:
             log.warning("executor unavailable, nothing decided this pass: %s", e)
+            self._executor_silent(now, str(e))
             return False
-        except Exception:
+        except Exception as e:
             log.exception("executor inventory failed, nothing decided this pass")
+            self._executor_silent(now, f"inventory failed: {e}")
             return False
+        self.executor_down_since = self.executor_problem = None
         known = st.hosts
         moved = False
         for ih in inventory:
@@ -727,6 +737,13 @@ class Scheduler:
             self._started = False  # rebuilt from the store on the next pass
             return False
         return True
+
+    def _executor_silent(self, now: float, problem: str) -> None:
+        """A pass that could not reach the executor: what queue, why and /metrics show."""
+        if self.executor_down_since is None:
+            self.executor_down_since = now
+        self.executor_problem = problem
+        self.passes_skipped += 1
 
     def _resize(self, ih: InventoryHost, now: float) -> bool:
         """The executor reports another GPU count for a known host (the config's hosts
