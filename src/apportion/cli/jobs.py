@@ -372,7 +372,10 @@ def wait_for(client: Client, ids: Sequence[str], say: Callable[[str], None],
             if w["status"] in FINAL:
                 code = w["exit_code"]
                 ok = w["status"] == "completed"
-                codes[wid] = 0 if ok else (code if isinstance(code, int) and code > 0 else 1)
+                # only a failure's code is its own: a stop's (cancel, timeout, ...) signal
+                # shows in the code too (Slurm: 143), yet it did not end by itself
+                own = w["status"] == "failed" and isinstance(code, int) and code > 0
+                codes[wid] = 0 if ok else (code if own else 1)
         if len(codes) < len(ids):
             time.sleep(poll_s)
     return max(codes.values(), default=0)
