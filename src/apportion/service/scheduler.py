@@ -26,6 +26,7 @@ and the next pass rebuilds the state from the store and retries.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -73,7 +74,14 @@ from apportion.service.replies import (
     QueueHost,
     QueueView,
 )
-from apportion.service.store import Conflict, LockLost, NotFound, Store, WorkloadRow
+from apportion.service.store import (
+    Conflict,
+    LockLost,
+    NotFound,
+    Store,
+    UsageInterval,
+    WorkloadRow,
+)
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -508,8 +516,10 @@ class Scheduler:
             log.warning("per-pool weights of pools no host is in, without effect: %s (the "
                         "hosts' pools: %s)", ", ".join(absent), ", ".join(sorted(st.pools)))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
+        running_ids = {r.id for r in running}
         for i, iv in enumerate(self.store.usage_intervals(t0)):
-            if iv.ended_at is None:
+            ended_at = _replayable_end(iv, running_ids, now)
+            if ended_at is None:
                 continue  # a running attempt: replayed below through state.start
             # charged in billed units, at the weight of the pool it ran in
             b, alloc = iv.budget, iv.allocated
@@ -517,7 +527,7 @@ class Scheduler:
                                 if iv.host in st.hosts else 1.0)
             start_t = max(iv.started_at, t0)
             events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
-            events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
+            events.append((max(ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
         for i, row in enumerate(running):
             events.append((row.attempt.started_at, 2, i, _replay_start(st, row)))  # type: ignore[union-attr]
         # at one instant a host came back before work started on it, and work running on a
@@ -867,8 +877,7 @@ class Scheduler:
     def _ended(self, wid: str, o: Observation, now: float) -> None:
         a = self._open[wid]
         spec = self._st().running[wid].spec
-        # the real exit time, which may fall after this pass began (wall clock)
-        t = now if o.ended_at is None else max(o.ended_at, a.started_at)
+        t = self._end_time(wid, a, o, now)
         finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
         timed_out = a.stop_reason is not None and a.stop_reason.startswith(TIMEOUT)
         if a.stop_reason is not None and (timed_out or not finished_alone):
@@ -886,6 +895,23 @@ class Scheduler:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
         self._end(wid, t, o.exit_code, reason, status, now)
+
+    def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:
+        """When an observed attempt ended: the executor's time (the real exit, which may
+        fall after this pass began: wall clock), kept within [its start, the clock now].
+        A time that is not a number, infinite or in the future is an executor's error or
+        a job's forgery: stored, it would be charged, and a time the ledger cannot replay
+        would halt every pass after a restart. Such a time counts as now (when the end was
+        seen), and is logged."""
+        if o.ended_at is None:
+            return now
+        latest = max(now, self.clock.now())
+        if math.isfinite(o.ended_at) and o.ended_at <= latest:
+            return max(o.ended_at, a.started_at)  # Slurm's whole seconds may round below it
+        log.warning("%s attempt %d: the executor reported an end time of %r, not between its "
+                    "start (%.3f) and now (%.3f): ended now instead", wid, a.n, o.ended_at,
+                    a.started_at, now)
+        return now
 
     def _end(
         self, wid: str, t: float, code: int | None, reason: str, status: Status,
@@ -1108,6 +1134,25 @@ def _exit_reason(o: Observation) -> str:
     if o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
+
+
+def _replayable_end(iv: UsageInterval, running: set[str], now: float) -> float | None:
+    """The end of a stored attempt as the ledger can replay it (None: it runs). Ends written
+    before the scheduler refused impossible times are read with an error naming the
+    attempt, until its row is corrected: an infinite or future end (which would halt every
+    pass: the ledger's time cannot go back from it) counts as ``now``; an ended attempt
+    without one (NaN, which the database keeps as NULL) as not charged."""
+    if iv.ended_at is None and iv.workload_id not in running:
+        log.error("%s attempt %d: ended, but no end time is stored: not charged; set its "
+                  "ended_at (and gpu_seconds) in the attempts table", iv.workload_id,
+                  iv.attempt)
+        return iv.started_at
+    if iv.ended_at is None or (math.isfinite(iv.ended_at) and iv.ended_at <= now):
+        return iv.ended_at
+    log.error("%s attempt %d: stored end time %r is not a time up to now: counted as ending "
+              "now; set its ended_at (and gpu_seconds) in the attempts table to when it "
+              "ended", iv.workload_id, iv.attempt, iv.ended_at)
+    return now
 
 
 def _ledger_change(
