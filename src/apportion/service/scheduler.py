@@ -889,6 +889,9 @@ class Scheduler:
         elif o.state is AttemptState.GONE:
             status = on_host_death(spec.resumable)
             reason = "lost: the executor has no trace of it"
+        elif o.host_died:  # e.g. Slurm ended it NODE_FAIL: as if its host was seen down
+            status = on_host_death(spec.resumable)
+            reason = f"host_failure: {o.reason}" if o.reason else "host_failure"
         elif o.refused is not None:  # it could never start (e.g. its directory): not retried
             status, reason = Status.FAILED, f"launch refused: {o.refused}"
         else:
@@ -1129,6 +1132,8 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
 
 
 def _exit_reason(o: Observation) -> str:
+    if o.reason is not None:  # the executor knows better than the code (cancelled in Slurm)
+        return o.reason
     if o.exit_code is None:  # e.g. its Slurm job cancelled in Slurm before it ran
         return "ended without an exit status: stopped outside apportion"
     if o.exit_code < 0:
