@@ -42,7 +42,9 @@ class SlurmServiceError(AssertionError):
 
 
 class SlurmService:
-    """``apportion serve`` on ``cluster``, in ``base_dir`` (config, data, server log)."""
+    """``apportion serve`` on ``cluster``, in ``base_dir`` (config, data, server log).
+    ``unix_user``: the Unix account alice's work runs as (the server then is not
+    single-user); None: everyone's work runs as the server's own user."""
 
     def __init__(
         self,
@@ -55,6 +57,7 @@ class SlurmService:
         start_timeout_s: float = 60.0,
         slurm_options: str = "",
         extra_config: str = "",
+        unix_user: str | None = None,
     ) -> None:
         self.cluster = cluster
         self.dir = Path(base_dir)
@@ -66,6 +69,8 @@ class SlurmService:
         self.start_timeout_s = start_timeout_s
         self.slurm_options = slurm_options  # TOML lines added to [executor.slurm]
         self.extra_config = extra_config  # TOML tables added at the end (e.g. [billing])
+        # alice's Unix account: her work runs as it (None: single-user, as the server's user)
+        self.unix_user = unix_user
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_path = self.dir / "apportion.toml"
@@ -95,8 +100,8 @@ class SlurmService:
 host = "127.0.0.1"
 port = {self.port}
 data_dir = "data"
-# the test users have no Unix accounts: their work runs as the server's own user
-single_user = true
+# without a Unix account for alice, her work runs as the server's own user
+single_user = {"false" if self.unix_user else "true"}
 
 [executor]
 kind = "slurm"
@@ -112,6 +117,7 @@ interval_s = {self.interval_s}
 
 {budgets}[[users]]
 name = "alice"
+{f'unix_user = "{self.unix_user}"' if self.unix_user else ""}
 
 [[users]]
 name = "admin"

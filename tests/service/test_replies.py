@@ -103,8 +103,9 @@ SPEC_KEYS = {"id", "budget", "user", "gpus", "min_runtime", "allocated", "resuma
 
 def test_queue_reply_has_the_documented_keys(env: Env) -> None:
     """``GET /v1/queue`` answers ``now``, ``last_pass_at``, ``pending``, ``running``,
-    ``hosts``, ``budgets`` and ``capacity_gpu_s``; a queued entry has no ``hold`` key, a
-    held one has it, and the reply parses into ``QueueView``."""
+    ``hosts``, ``budgets``, ``capacity_gpu_s``, ``executor_down_since`` and
+    ``executor_problem``; a queued entry has no ``hold`` key, a held one has it, and the
+    reply parses into ``QueueView``."""
     first = _ok(env.call("POST", "/v1/workloads", "alice", JOB))
     waiting = _ok(env.call("POST", "/v1/workloads", "alice", {**JOB, "gpus": 16}))
     held = _ok(env.call("POST", "/v1/workloads", "alice",
@@ -112,7 +113,7 @@ def test_queue_reply_has_the_documented_keys(env: Env) -> None:
     env.scheduler.step()
     view = _ok(env.call("GET", "/v1/queue", "alice"))
     assert set(view) == {"now", "last_pass_at", "pending", "running", "hosts", "budgets",
-                         "capacity_gpu_s"}
+                         "capacity_gpu_s", "executor_down_since", "executor_problem"}
     pending = {p["id"]: p for p in view["pending"]}
     assert set(pending[waiting["id"]]) == SPEC_KEYS | {"position", "queued_at", "wait_reason"}
     assert set(pending[held["id"]]) == set(pending[waiting["id"]]) | {"hold"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ from sched_env import Env, make_env
 from store_db import BACKENDS
 
 from apportion.core import HostState, Status
-from apportion.service.executor import InventoryHost
+from apportion.service.executor import AttemptState, InventoryHost, Observation
 from apportion.service.store import Store, WorkloadRow
 
 
@@ -472,3 +473,55 @@ def test_work_the_policy_refuses_ends_with_the_refusal_as_its_reason(lite: Env) 
     assert w.end_reason.startswith("refused by the scheduler: workload w-000001: gpus: ")
     cancel = next(a for a in lite.store.audit(target=wid) if a.action == "workload.cancel")
     assert cancel.new == {"reason": w.end_reason}
+
+
+@pytest.mark.parametrize("reported", [float("inf"), float("nan"), 1e12])
+def test_an_end_time_outside_the_attempt_is_ended_now_and_scheduling_goes_on(
+    lite: Env, monkeypatch: pytest.MonkeyPatch, reported: float
+) -> None:
+    """An executor reporting an end time that is not a number, infinite or in the future
+    (a job forging its Slurm end marker) gets the attempt ended at the pass that saw it,
+    charged up to then, never the reported time; the next passes and a restart schedule
+    other work as before (a stored infinite end halted every pass)."""
+    wid = lite.submit(gpus=4)
+    lite.at(0.0)
+    lite.clock.set(10.0)
+    lite.executor.finish(wid)
+    real = lite.executor.observe
+
+    def observe(handles: list[str]) -> dict[str, Observation]:
+        return {h: replace(o, ended_at=reported) if o.state is AttemptState.EXITED else o
+                for h, o in real(handles).items()}
+
+    monkeypatch.setattr(lite.executor, "observe", observe)
+    lite.at(10.0)
+    [a] = lite.store.get_workload(wid).attempts
+    assert (a.ended_at, a.gpu_seconds, status(lite, wid)) == (10.0, 40.0, Status.COMPLETED)
+    monkeypatch.setattr(lite.executor, "observe", real)
+    lite.restart()
+    other = lite.submit(gpus=8)
+    lite.at(20.0)
+    assert status(lite, other) is Status.RUNNING
+
+
+@pytest.mark.parametrize("stored", ["1e999", "NULL"])
+def test_a_stored_end_the_ledger_cannot_replay_names_the_attempt_and_does_not_halt(
+    lite: Env, caplog: pytest.LogCaptureFixture, stored: str
+) -> None:
+    """An ended attempt whose stored end is infinite (or NULL: NaN as the database keeps
+    it), written before such times were refused, does not halt the passes after a restart:
+    the infinite end counts as now, the missing one as not charged, each with an error
+    naming the workload and attempt and what to correct."""
+    wid = lite.submit(gpus=4, duration=10.0)
+    lite.at(0.0)
+    lite.at(10.0)
+    with lite.store.engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE attempts SET ended_at = {stored}")
+    lite.clock.set(20.0)
+    with caplog.at_level("ERROR", logger="apportion.scheduler"):
+        lite.restart()
+    assert f"{wid} attempt 1: " in caplog.text
+    assert "set its ended_at (and gpu_seconds) in the attempts table" in caplog.text
+    other = lite.submit(gpus=8)
+    lite.at(20.0)
+    assert status(lite, other) is Status.RUNNING

@@ -17,7 +17,10 @@ import pytest
 from click.testing import CliRunner
 from test_metrics import T0, Live, live
 
+from apportion.cli.client import fmt_time
 from apportion.cli.main import main
+from apportion.service.dashboard import clock_time
+from apportion.service.executors.memory import MemoryExecutor
 
 __all__ = ["live"]  # a fixture (test_metrics.py), used by name
 
@@ -102,3 +105,36 @@ def test_cli_why_prints_the_explanation(live: Live) -> None:
     assert result.exit_code == 0, result.output
     e = json.loads(result.output)
     assert (e["workload"], e["earliest_start"]) == (live.ids["B"], T0 + 3700)
+
+
+def test_an_unreachable_executor_shows_in_queue_why_and_metrics(live: Live) -> None:
+    """While the executor does not answer (slurmctld down), passes go on deciding nothing;
+    GET /v1/queue says since when and why, `apportion queue` gives waiting work that
+    reason, `why` says nothing starts meanwhile, and /metrics has apportion_executor_up 0
+    and counts the skipped passes. The next pass that reaches it clears all of that."""
+    executor = live.sched.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.broken = True
+    live.at(T0 + 2000)
+    live.at(T0 + 2010)
+    view = live.client.get("/v1/queue").json()
+    assert view["executor_down_since"] == T0 + 2000
+    assert view["executor_problem"] == "memory executor: backend unavailable"
+    text = why(live, live.ids["B"]).json()["text"]
+    assert text[1] == ("nothing starts or ends while the executor does not answer (since "
+                       f"{clock_time(T0 + 2000)}: memory executor: backend unavailable)")
+    m = live.scrape()
+    assert m[("apportion_executor_up", ())] == 0.0
+    assert m[("apportion_scheduler_passes_skipped_total", ())] == 2.0
+    out = CliRunner().invoke(main, ["queue", "--url", str(live.client.base_url),
+                                    "--token", live.tokens["bob"]])
+    assert out.exit_code == 0, out.output
+    [row] = [line for line in out.output.splitlines() if live.ids["B"] in line]
+    assert f"(executor unreachable since {fmt_time(T0 + 2000)}; waited" in row
+
+    executor.broken = False
+    live.at(T0 + 2020)
+    view = live.client.get("/v1/queue").json()
+    assert (view["executor_down_since"], view["executor_problem"]) == (None, None)
+    assert live.scrape()[("apportion_executor_up", ())] == 1.0
+    assert not any("executor" in line for line in why(live, live.ids["B"]).json()["text"])

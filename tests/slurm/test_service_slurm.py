@@ -117,7 +117,7 @@ def test_work_cancelled_in_slurm_before_it_ran_fails_and_its_afterok_dependent_n
 ) -> None:
     """Jobs submitted to Slurm directly hold every node, so apportion's job waits PENDING
     in Slurm; an admin cancels it there (scancel: CANCELLED, ExitCode 0:0). The workload
-    ends failed without an exit code, saying it was stopped outside apportion, and the work
+    ends failed without an exit code, saying it was cancelled in Slurm, and the work
     waiting afterok on it is cancelled. Before, it read as completed with exit 0, and the
     dependent ran."""
     foreign = [
@@ -135,7 +135,7 @@ def test_work_cancelled_in_slurm_before_it_ran_fails_and_its_afterok_dependent_n
         slurm_cluster.run(["scancel", job])
         ended = service.wait_workload(w["id"], ("completed", "failed", "cancelled"))
         assert (ended["status"], ended["exit_code"]) == ("failed", None)
-        assert ended["end_reason"] == "ended without an exit status: stopped outside apportion"
+        assert ended["end_reason"] == "cancelled in Slurm, not through apportion"
         never = service.wait_workload(dependent["id"], ("completed", "failed", "cancelled"))
         assert never["status"] == "cancelled" and not never["attempts"]
     finally:

@@ -4,6 +4,7 @@ account (accounts made by the test setup): Slurm sees alice, and so does the nod
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,3 +81,51 @@ def test_a_user_without_an_account_is_refused_before_slurm_sees_it(
             command=["true"], user="carol", account="carol",
         ))
     assert owner_executor.find("w-000002", 1) is None
+
+
+def test_a_directory_its_owner_may_not_enter_refuses_the_job_not_run_it_in_tmp(
+    owner_executor: SlurmExecutor, accounts: UnixAccounts, shared: Path
+) -> None:
+    """alice's job in a directory only bob may enter (Slurm's own chdir falls back to /tmp)
+    never starts its command: it reads as refused, ``chdir <dir>: Permission denied``, as
+    the local executor says it, and the command printed nothing."""
+    a, b = accounts.alice, accounts.bob
+    bobs = shared / "bob"
+    bobs.mkdir(mode=0o700)
+    os.chown(bobs, b.uid, b.gid)
+    handle = owner_executor.launch(Launch(
+        workload_id="w-000003", attempt=1, slots=(HostSlots("gpu1", (0,)),),
+        command=["echo", "the command ran"], user="alice", account=a.name,
+        chdir=str(bobs), log_path=str(owner_executor.log_path("w-000003", 1)),
+    ))
+    obs = wait_for_state(owner_executor, handle, AttemptState.EXITED)
+    assert (obs.refused, obs.exit_code) == (f"chdir {bobs}: Permission denied", 127)
+    assert "the command ran" not in owner_executor.log_path("w-000003", 1).read_text()
+
+
+@pytest.mark.parametrize("forged", ["now", "inf", "nan", "-1"])
+def test_an_end_marker_its_owner_forged_does_not_move_the_end_before_slurms(
+    owner_executor: SlurmExecutor, accounts: UnixAccounts, slurm_cluster: SlurmCluster,
+    shared: Path, forged: str,
+) -> None:
+    """alice's job writes its own end marker at its start (the current time, inf, nan, a
+    time before it started) and makes it read-only, so that the script's real one fails;
+    it still ends at Slurm's EndTime: without a controller outage since it was last seen
+    running, a marker only places the end within Slurm's second, never before it."""
+    marker = '"$(dirname "$APPORTION_CHECKPOINT_FILE")/apportion-w-000004-1.end"'
+    at = "$EPOCHREALTIME" if forged == "now" else forged
+    log = owner_executor.log_path("w-000004", 1)
+    handle = owner_executor.launch(Launch(
+        workload_id="w-000004", attempt=1, slots=(HostSlots("gpu1", (0,)),),
+        command=["bash", "-c", f'echo "$SLURM_JOB_ID 0 {at}" > {marker}; '
+                               f"chmod 0444 {marker}; sleep 3"],
+        user="alice", account=accounts.alice.name, log_path=str(log), chdir=str(shared),
+    ))
+    obs = wait_for_state(owner_executor, handle, AttemptState.EXITED)
+    line = slurm_cluster.run(["scontrol", "-o", "show", "job", handle]).stdout
+    start, end = (time.mktime(time.strptime(line.split(f" {key}=", 1)[1].split()[0],
+                                            "%Y-%m-%dT%H:%M:%S"))
+                  for key in ("StartTime", "EndTime"))
+    written = float((log.parent / "apportion-w-000004-1.end").read_text().split()[2])
+    assert not end <= written < end + 1  # still the forged time: the script's write failed
+    assert obs.ended_at == end and end - start >= 3

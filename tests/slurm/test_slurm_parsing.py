@@ -12,8 +12,10 @@ from apportion.service.config import ConfigError, load_config
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.slurm import (
     SlurmExecutor,
+    _Marker,
     _parse_comment,
     _parse_scontrol_line,
+    _read_marker,
     _wait_status,
     batch_script,
     map_job_state,
@@ -113,25 +115,50 @@ def test_node_state_mapping(state: str, flags: list[str], host: str) -> None:
 
 
 @pytest.mark.parametrize(("state", "code", "sig", "seen"), [
-    ("PENDING", 0, 0, (AttemptState.RUNNING, None, False)),
-    ("CONFIGURING", 0, 0, (AttemptState.RUNNING, None, False)),
-    ("COMPLETING", 3, 0, (AttemptState.RUNNING, None, False)),
-    ("COMPLETED", 0, 0, (AttemptState.EXITED, 0, False)),
-    ("FAILED", 3, 0, (AttemptState.EXITED, 3, False)),
-    ("FAILED", 0, 9, (AttemptState.EXITED, 137, True)),
-    ("TIMEOUT", 0, 15, (AttemptState.EXITED, 143, True)),
-    ("NODE_FAIL", 0, 0, (AttemptState.EXITED, 1, False)),
-    ("OUT_OF_MEMORY", 0, 0, (AttemptState.EXITED, 1, False)),
-    ("CANCELLED", 0, 15, (AttemptState.EXITED, 143, True)),
-    ("CANCELLED", 0, 0, (AttemptState.EXITED, None, True)),  # cancelled before it ran
+    ("PENDING", 0, 0, (AttemptState.RUNNING, None, False, False, None)),
+    ("CONFIGURING", 0, 0, (AttemptState.RUNNING, None, False, False, None)),
+    ("COMPLETING", 3, 0, (AttemptState.RUNNING, None, False, False, None)),
+    ("COMPLETED", 0, 0, (AttemptState.EXITED, 0, False, False, None)),
+    ("FAILED", 3, 0, (AttemptState.EXITED, 3, False, False, None)),
+    ("FAILED", 0, 9, (AttemptState.EXITED, 137, True, False, None)),
+    ("TIMEOUT", 0, 15, (AttemptState.EXITED, 143, True, False,
+                        "reached Slurm's time limit (TIMEOUT)")),
+    ("OUT_OF_MEMORY", 0, 0, (AttemptState.EXITED, 1, False, False,
+                             "out of memory (Slurm OUT_OF_MEMORY)")),
+    ("DEADLINE", 0, 0, (AttemptState.EXITED, 1, False, False,
+                        "reached its Slurm deadline (DEADLINE)")),
+    ("NODE_FAIL", 0, 0, (AttemptState.EXITED, None, False, True,
+                         "node gpu1 failed (Slurm NODE_FAIL)")),
+    ("BOOT_FAIL", 0, 0, (AttemptState.EXITED, None, False, True,
+                         "node gpu1 failed to boot (Slurm BOOT_FAIL)")),
+    ("PREEMPTED", 0, 15, (AttemptState.EXITED, 143, True, True,
+                          "preempted by Slurm itself on gpu1 (Slurm PREEMPTED: Slurm's "
+                          "preemption must be off for apportion's jobs)")),
+    ("REVOKED", 0, 0, (AttemptState.EXITED, None, False, True,
+                       "revoked by Slurm (REVOKED: another cluster of its federation ran it)")),
+    ("CANCELLED", 0, 15, (AttemptState.EXITED, 143, True, False,
+                          "cancelled in Slurm, not through apportion")),
+    ("CANCELLED", 0, 0, (AttemptState.EXITED, None, True, False,  # cancelled before it ran
+                         "cancelled in Slurm, not through apportion")),
 ])
 def test_job_state_mapping(
-    state: str, code: int, sig: int, seen: tuple[AttemptState, int | None, bool]
+    state: str, code: int, sig: int,
+    seen: tuple[AttemptState, int | None, bool, bool, str | None],
 ) -> None:
     """Slurm job states map to observations; a failure never reads as exit 0, nor does a
-    job cancelled before it ran (it has no exit code)."""
-    obs = map_job_state("1", state, code, sig)
-    assert (obs.state, obs.exit_code, obs.signalled) == seen
+    job cancelled before it ran (it has no exit code); what Slurm says beyond the code is
+    the reason; the states in which Slurm, not the work, ended the job (a node failure,
+    Slurm's own preemption, a federation) end it as a host death."""
+    obs = map_job_state("1", state, code, sig, nodes="gpu1")
+    assert (obs.state, obs.exit_code, obs.signalled, obs.host_died, obs.reason) == seen
+
+
+def test_a_job_cancelled_in_slurm_says_by_whom_unless_apportion_stopped_it() -> None:
+    """CANCELLED by someone in Slurm names them in the reason; a job apportion stopped has
+    no reason of its own (the stop's reason is the scheduler's)."""
+    assert map_job_state("1", "CANCELLED", 0, 15, cancelled_by="alice").reason == (
+        "cancelled in Slurm by alice")
+    assert map_job_state("1", "CANCELLED", 0, 15, stopped=True).reason is None
 
 
 def test_completed_after_stop_reads_signalled() -> None:
@@ -191,3 +218,41 @@ def test_bad_kinds_in_the_config_name_the_file_and_option(tmp_path: Path) -> Non
         build_executor(load_config(path), None)
     assert str(e.value) == (f"{path}: executor.slurm: kinds: B200: must be a Slurm gres type "
                             "such as 'h100', got 3")
+
+
+@pytest.mark.parametrize(("text", "marker"), [
+    ("7 0 1700000000.25\n", _Marker(1700000000.25)),
+    ("7 refused 1700000000.5 chdir /x: Permission denied\n",
+     _Marker(1700000000.5, "chdir /x: Permission denied")),
+    ("7 0 inf\n", None),
+    ("7 0 nan\n", None),
+    ("8 0 1700000000.25\n", None),  # another job's
+    ("7 0\n", None),
+])
+def test_end_marker_is_read_only_if_it_is_this_jobs_and_its_time_finite(
+    tmp_path: Path, text: str, marker: _Marker | None
+) -> None:
+    """The end marker beside the log counts only with this job's id and a finite time;
+    a refusal carries its reason."""
+    (tmp_path / "apportion-w-1.end").write_text(text)
+    assert _read_marker("7", "apportion-w-1", str(tmp_path / "1.log")) == marker
+
+
+def test_a_marker_moves_the_end_within_slurms_second_or_after_an_outage_to_the_last_sighting(
+    tmp_path: Path,
+) -> None:
+    """Slurm's EndTime (whole seconds) is the end; a marker only places it within that
+    second, unless Slurm went unanswered since the job was last seen active: then it may
+    go back to that sighting, never before. A job never seen active, or with no EndTime,
+    is not believed at all."""
+    ex = SlurmExecutor(tmp_path)
+    ex._active_at["7"] = 100.0  # last listed active at 100
+    assert ex._end_time("7", None, 200.0) == 200.0
+    assert ex._end_time("7", _Marker(200.4), 200.0) == 200.4
+    assert ex._end_time("7", _Marker(120.0), 200.0) == 200.0  # no outage: not believed
+    assert ex._end_time("7", _Marker(5000.0), 200.0) == 201.0
+    assert ex._end_time("7", _Marker(120.0), 0.0) is None
+    ex._unreachable_at = 150.0  # slurmctld silent after the last sighting
+    assert ex._end_time("7", _Marker(120.0), 200.0) == 120.0
+    assert ex._end_time("7", _Marker(50.0), 200.0) == 100.0
+    assert ex._end_time("8", _Marker(120.0), 200.0) == 200.0  # never seen active

@@ -439,7 +439,10 @@ def wait_for(client: Client, ids: Sequence[str], say: Callable[[str], None],
             if w["status"] in FINAL:
                 code = w["exit_code"]
                 ok = w["status"] == "completed"
-                codes[wid] = 0 if ok else (code if isinstance(code, int) and code > 0 else 1)
+                # only a failure's code is its own: a stop's (cancel, timeout, ...) signal
+                # shows in the code too (Slurm: 143), yet it did not end by itself
+                own = w["status"] == "failed" and isinstance(code, int) and code > 0
+                codes[wid] = 0 if ok else (code if own else 1)
         if len(codes) < len(ids):
             time.sleep(poll_s)
     return max(codes.values(), default=0)
@@ -509,7 +512,10 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     for p in view.pending:
         if not keep(p.id, "pending"):
             continue
-        reason = p.hold or REASONS.get(p.wait_reason or "", "not reached yet")
+        reason = p.hold or (
+            f"executor unreachable since {fmt_time(view.executor_down_since)}"
+            if view.executor_down_since is not None  # nothing starts: the reason that holds
+            else REASONS.get(p.wait_reason or "", "not reached yet"))
         out.append({**rows[p.id], "position": p.position, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
                     "waited_s": None if now is None else now - p.queued_at})

@@ -116,9 +116,14 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
                 if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
+        text = e.lines(clock_time)
+        if scheduler.executor_down_since is not None:  # what it says cannot happen now
+            text.insert(1, "nothing starts or ends while the executor does not answer "
+                        f"(since {clock_time(scheduler.executor_down_since)}: "
+                        f"{scheduler.executor_problem})")
         return WhyExplanation(**{
             "kind": "explanation", **e.as_dict(),
-            "text": e.lines(clock_time) + hints + earlier, "pool_advice": hints,
+            "text": text + hints + earlier, "pool_advice": hints,
             "pool": pool if len(st.pools) > 1 else None,
             "user": row.user, "submit_time": row.submit_time})
 

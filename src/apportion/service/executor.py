@@ -102,6 +102,12 @@ class Observation:
     signalled: bool = False  # ended by a signal we (or someone) sent
     ended_at: float | None = None  # when it exited, if the executor knows (else: when seen)
     refused: str | None = None  # the command never started, and never will: why
+    # how it ended when its exit code alone does not say (e.g. "cancelled in Slurm by
+    # alice"): the end reason, in place of "exited N"
+    reason: str | None = None
+    # it was ended by a failure of its hosts, not by its own doing (e.g. Slurm's NODE_FAIL):
+    # it ends as a host death does (resumable work requeues), with ``reason``
+    host_died: bool = False
     # when the running attempt last reported a checkpoint (the modification time of its
     # APPORTION_CHECKPOINT_FILE), as the executor's clock has it; None: never, or unknown
     checkpoint_at: float | None = None

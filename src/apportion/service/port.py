@@ -68,6 +68,21 @@ class SchedulerPort(Protocol):
         ...
 
     @property
+    def passes_skipped(self) -> int:
+        """Passes that decided nothing because the executor did not answer, ever."""
+        ...
+
+    @property
+    def executor_down_since(self) -> float | None:
+        """When the executor stopped answering (None: the last pass reached it)."""
+        ...
+
+    @property
+    def executor_problem(self) -> str | None:
+        """The executor's last error while it does not answer (None: it answers)."""
+        ...
+
+    @property
     def recent(self) -> Sequence[str]:
         """The latest decision log lines, oldest first."""
         ...

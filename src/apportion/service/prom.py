@@ -277,12 +277,19 @@ class StateCollector(Collector):
                                      "Scheduling passes completed.")
         errors = CounterMetricFamily("apportion_scheduler_errors",
                                      "Scheduling passes abandoned on an error (retried).")
+        skipped = CounterMetricFamily("apportion_scheduler_passes_skipped",
+                                      "Scheduling passes that decided nothing because the "
+                                      "executor did not answer (e.g. slurmctld down).")
+        up = GaugeMetricFamily("apportion_executor_up", "1 if the executor answered the last "
+                               "pass, 0 while it does not (nothing starts, stops or ends).")
         with sched.lock:
             passes.add_metric([], float(sched.passes))
             errors.add_metric([], float(sched.errors))
+            skipped.add_metric([], float(sched.passes_skipped))
+            up.add_metric([], 0.0 if sched.executor_down_since is not None else 1.0)
             st = sched.state
             if st is None:
-                yield from (passes, errors)
+                yield from (passes, errors, skipped, up)
                 return
             now = max(float(self.now()), st.time)
             nodes = nodes_now(st, now, sched.config)
@@ -308,7 +315,7 @@ class StateCollector(Collector):
                     gpus[pool, h.state.value] += h.gpus
                 used[pool] = sum(ps.used.values())
                 healthy[pool] = ps.healthy_gpus()
-        yield from (passes, errors)
+        yield from (passes, errors, skipped, up)
 
         def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=["budget"])

@@ -245,6 +245,10 @@ class QueueView(Reply):
     budgets: list[QueueBudget]
     # the healthy GPU-seconds (billed units) of the window, the ratios' denominator
     capacity_gpu_s: float | None = None
+    # when the executor stopped answering (e.g. slurmctld down; None: it answers) and its
+    # last error: meanwhile no pass starts, stops or ends anything
+    executor_down_since: float | None = None
+    executor_problem: str | None = None
 
 
 # ---- the dashboard's data (GET /v1/dashboard/state) -------------------------------------

@@ -26,6 +26,7 @@ and the next pass rebuilds the state from the store and retries.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -73,7 +74,14 @@ from apportion.service.replies import (
     QueueHost,
     QueueView,
 )
-from apportion.service.store import Conflict, LockLost, NotFound, Store, WorkloadRow
+from apportion.service.store import (
+    Conflict,
+    LockLost,
+    NotFound,
+    Store,
+    UsageInterval,
+    WorkloadRow,
+)
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -151,6 +159,11 @@ class Scheduler:
         self.failing = 0  # failed passes in a row
         self.listeners: list[PassListener] = []
         self._said_empty = False  # logged once that there are no budgets yet
+        # the executor's silence, for the readers: since when (None: it answered last
+        # pass), why, and the passes that decided nothing because of it
+        self.executor_down_since: float | None = None
+        self.executor_problem: str | None = None
+        self.passes_skipped = 0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -424,7 +437,9 @@ class Scheduler:
                 ))
             return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
                              running=running, hosts=hosts, budgets=budgets,
-                             capacity_gpu_s=capacity)
+                             capacity_gpu_s=capacity,
+                             executor_down_since=self.executor_down_since,
+                             executor_problem=self.executor_problem)
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""
@@ -501,8 +516,10 @@ class Scheduler:
             log.warning("per-pool weights of pools no host is in, without effect: %s (the "
                         "hosts' pools: %s)", ", ".join(absent), ", ".join(sorted(st.pools)))
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
+        running_ids = {r.id for r in running}
         for i, iv in enumerate(self.store.usage_intervals(t0)):
-            if iv.ended_at is None:
+            ended_at = _replayable_end(iv, running_ids, now)
+            if ended_at is None:
                 continue  # a running attempt: replayed below through state.start
             # charged in billed units, at the weight of the pool it ran in
             b, alloc = iv.budget, iv.allocated
@@ -510,7 +527,7 @@ class Scheduler:
                                 if iv.host in st.hosts else 1.0)
             start_t = max(iv.started_at, t0)
             events.append((start_t, 0, i, _ledger_change(st, b, g, alloc)))
-            events.append((max(iv.ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
+            events.append((max(ended_at, start_t), 0, i, _ledger_change(st, b, -g, alloc)))
         for i, row in enumerate(running):
             events.append((row.attempt.started_at, 2, i, _replay_start(st, row)))  # type: ignore[union-attr]
         # at one instant a host came back before work started on it, and work running on a
@@ -680,10 +697,13 @@ class Scheduler:
             inventory = self.executor.inventory()
         except ExecutorUnavailable as e:
             log.warning("executor unavailable, nothing decided this pass: %s", e)
+            self._executor_silent(now, str(e))
             return False
-        except Exception:
+        except Exception as e:
             log.exception("executor inventory failed, nothing decided this pass")
+            self._executor_silent(now, f"inventory failed: {e}")
             return False
+        self.executor_down_since = self.executor_problem = None
         known = st.hosts
         moved = False
         for ih in inventory:
@@ -727,6 +747,13 @@ class Scheduler:
             self._started = False  # rebuilt from the store on the next pass
             return False
         return True
+
+    def _executor_silent(self, now: float, problem: str) -> None:
+        """A pass that could not reach the executor: what queue, why and /metrics show."""
+        if self.executor_down_since is None:
+            self.executor_down_since = now
+        self.executor_problem = problem
+        self.passes_skipped += 1
 
     def _resize(self, ih: InventoryHost, now: float) -> bool:
         """The executor reports another GPU count for a known host (the config's hosts
@@ -850,8 +877,7 @@ class Scheduler:
     def _ended(self, wid: str, o: Observation, now: float) -> None:
         a = self._open[wid]
         spec = self._st().running[wid].spec
-        # the real exit time, which may fall after this pass began (wall clock)
-        t = now if o.ended_at is None else max(o.ended_at, a.started_at)
+        t = self._end_time(wid, a, o, now)
         finished_alone = o.state is AttemptState.EXITED and o.exit_code == 0 and not o.signalled
         timed_out = a.stop_reason is not None and a.stop_reason.startswith(TIMEOUT)
         if a.stop_reason is not None and (timed_out or not finished_alone):
@@ -863,12 +889,32 @@ class Scheduler:
         elif o.state is AttemptState.GONE:
             status = on_host_death(spec.resumable)
             reason = "lost: the executor has no trace of it"
+        elif o.host_died:  # e.g. Slurm ended it NODE_FAIL: as if its host was seen down
+            status = on_host_death(spec.resumable)
+            reason = f"host_failure: {o.reason}" if o.reason else "host_failure"
         elif o.refused is not None:  # it could never start (e.g. its directory): not retried
             status, reason = Status.FAILED, f"launch refused: {o.refused}"
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
         self._end(wid, t, o.exit_code, reason, status, now)
+
+    def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:
+        """When an observed attempt ended: the executor's time (the real exit, which may
+        fall after this pass began: wall clock), kept within [its start, the clock now].
+        A time that is not a number, infinite or in the future is an executor's error or
+        a job's forgery: stored, it would be charged, and a time the ledger cannot replay
+        would halt every pass after a restart. Such a time counts as now (when the end was
+        seen), and is logged."""
+        if o.ended_at is None:
+            return now
+        latest = max(now, self.clock.now())
+        if math.isfinite(o.ended_at) and o.ended_at <= latest:
+            return max(o.ended_at, a.started_at)  # Slurm's whole seconds may round below it
+        log.warning("%s attempt %d: the executor reported an end time of %r, not between its "
+                    "start (%.3f) and now (%.3f): ended now instead", wid, a.n, o.ended_at,
+                    a.started_at, now)
+        return now
 
     def _end(
         self, wid: str, t: float, code: int | None, reason: str, status: Status,
@@ -1086,11 +1132,32 @@ def _spec_fields(spec: WorkloadSpec) -> dict[str, Any]:
 
 
 def _exit_reason(o: Observation) -> str:
+    if o.reason is not None:  # the executor knows better than the code (cancelled in Slurm)
+        return o.reason
     if o.exit_code is None:  # e.g. its Slurm job cancelled in Slurm before it ran
         return "ended without an exit status: stopped outside apportion"
     if o.exit_code < 0:
         return f"killed by signal {-o.exit_code}"
     return f"exited {o.exit_code}"
+
+
+def _replayable_end(iv: UsageInterval, running: set[str], now: float) -> float | None:
+    """The end of a stored attempt as the ledger can replay it (None: it runs). Ends written
+    before the scheduler refused impossible times are read with an error naming the
+    attempt, until its row is corrected: an infinite or future end (which would halt every
+    pass: the ledger's time cannot go back from it) counts as ``now``; an ended attempt
+    without one (NaN, which the database keeps as NULL) as not charged."""
+    if iv.ended_at is None and iv.workload_id not in running:
+        log.error("%s attempt %d: ended, but no end time is stored: not charged; set its "
+                  "ended_at (and gpu_seconds) in the attempts table", iv.workload_id,
+                  iv.attempt)
+        return iv.started_at
+    if iv.ended_at is None or (math.isfinite(iv.ended_at) and iv.ended_at <= now):
+        return iv.ended_at
+    log.error("%s attempt %d: stored end time %r is not a time up to now: counted as ending "
+              "now; set its ended_at (and gpu_seconds) in the attempts table to when it "
+              "ended", iv.workload_id, iv.attempt, iv.ended_at)
+    return now
 
 
 def _ledger_change(

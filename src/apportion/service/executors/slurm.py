@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import pwd
 import re
 import shlex
 import subprocess
@@ -72,11 +74,36 @@ COMMENT_PREFIX = "apportion:"
 ACTIVE_JOB_STATES = frozenset({
     "PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING",
     "RESIZING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SPECIAL_EXIT", "STAGE_OUT",
-    "RESV_DEL_HOLD", "REVOKED",
+    "RESV_DEL_HOLD",
 })
-FAILED_JOB_STATES = frozenset({
-    "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "PREEMPTED",
-})
+# Slurm job states in which the job ended by its own doing or its own limits: failed, with
+# what Slurm says beyond the exit code
+FAILED_JOB_STATES = {
+    "FAILED": "",
+    "TIMEOUT": "reached Slurm's time limit (TIMEOUT)",
+    "OUT_OF_MEMORY": "out of memory (Slurm OUT_OF_MEMORY)",
+    "DEADLINE": "reached its Slurm deadline (DEADLINE)",
+}
+# Slurm job states in which Slurm ended the job, not the work: its node failed or never
+# booted, Slurm's own preemption took it, another cluster of a federation ran it. The
+# attempt ends as on a host death (resumable work requeues, other work is lost), with why.
+HOST_DEATH_JOB_STATES = {
+    "NODE_FAIL": "node {nodes} failed (Slurm NODE_FAIL)",
+    "BOOT_FAIL": "node {nodes} failed to boot (Slurm BOOT_FAIL)",
+    "PREEMPTED": "preempted by Slurm itself on {nodes} (Slurm PREEMPTED: Slurm's preemption "
+                 "must be off for apportion's jobs)",
+    "REVOKED": "revoked by Slurm (REVOKED: another cluster of its federation ran it)",
+}
+# the batch script's exit status when it refuses to start the command (its directory cannot
+# be entered, its program is not found), as the local executor's wrapper and a shell report it
+REFUSED_EXIT = 127
+# once slurmctld answers again after an outage, it lists a job that ended meanwhile as running
+# until the job's node reports (10-20 s here): for this long after a Slurm call went
+# unanswered, a listing does not show that a job was still running
+OUTAGE_SETTLE_S = 60.0
+# every job's umask, as the local executor gives its commands (_wrapper.CHILD_UMASK): sbatch
+# would pass on the server's 077, and every file a job wrote would be its owner's alone
+JOB_UMASK = "022"
 
 # stderr fragments of Slurm's client library when slurmctld cannot be reached
 _UNAVAILABLE_MARKERS = (
@@ -183,6 +210,11 @@ class SlurmExecutor:
         self._lock = threading.Lock()
         self._kill_at: dict[str, float] = {}  # handle -> monotonic deadline of the hard kill
         self._stopped: set[str] = set()  # handles we asked to stop (their end is "signalled")
+        # handle -> wall time of the last listing that showed the job still active (not one
+        # just after an outage: OUTAGE_SETTLE_S), and when a Slurm call last got no answer:
+        # what an end marker's time is checked against
+        self._active_at: dict[str, float] = {}
+        self._unreachable_at: float | None = None
 
     # -- Executor protocol ---------------------------------------------------------------
 
@@ -257,14 +289,16 @@ class SlurmExecutor:
         checkpoint = _checkpoint_file(str(log), base)
         with contextlib.suppress(OSError):  # another timeline's; a directory is ignored
             checkpoint.unlink(missing_ok=True)
-        script.write_text(batch_script(launch, hosts, str(end_file), env, str(checkpoint)))
+        workdir = launch.chdir or run_as.home or "/"
+        script.write_text(batch_script(launch, hosts, str(end_file), env, str(checkpoint),
+                                       workdir))
         if acct is not None and prefix:
             os.chown(script, acct.uid, acct.gid)  # sbatch reads it as the owner
         args = [
             *prefix, "sbatch", "--parsable",
             # the job's environment is exactly the script's exports, never ours
             "--export=NONE",
-            f"--chdir={launch.chdir or run_as.home or '/'}",
+            f"--chdir={workdir}",  # the script enters it too: Slurm falls back to /tmp
             f"--job-name={base}",
             f"--comment={COMMENT_PREFIX}{launch.attempt}:{launch.workload_id}",
             f"--nodes={len(hosts)}",
@@ -334,11 +368,11 @@ class SlurmExecutor:
             return
         with self._lock:
             self._stopped.add(handle)
+        # a pending job would silently drop the signal: cancel it outright instead
+        self._scancel(["--state=PENDING", handle])
         if grace_s <= 0:
             self._hard_kill(handle)
             return
-        # a pending job would silently drop the signal: cancel it outright instead
-        self._scancel(["--state=PENDING", handle])
         self._scancel(["--batch", "--signal=TERM", handle])
         with self._lock:
             self._kill_at[handle] = time.monotonic() + grace_s
@@ -346,6 +380,7 @@ class SlurmExecutor:
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
         """State of each handle from one ``squeue --json`` (plus ``scontrol`` for misses)."""
         self.tick()
+        asked_at = time.time()
         jobs = self._squeue()
         result: dict[str, Observation] = {}
         for handle in handles:
@@ -355,6 +390,7 @@ class SlurmExecutor:
                 code, sig = _wait_status(job.get("exit_code"))
                 name, stdout = str(job.get("name") or ""), str(job.get("standard_output") or "")
                 slurm_end = float(job.get("end_time") or 0)
+                nodes = str(job.get("nodes") or "")
             elif handle.isdigit():
                 found = self._scontrol_job(handle)
                 if found is None:
@@ -364,21 +400,73 @@ class SlurmExecutor:
                 code, sig = parse_exit_code(found.get("ExitCode", "0:0"))
                 name, stdout = found.get("JobName", ""), found.get("StdOut", "")
                 slurm_end = _scontrol_time(found.get("EndTime", ""))
+                nodes = found.get("NodeList", "")
             else:
                 result[handle] = Observation(handle, AttemptState.GONE)
                 continue
             with self._lock:
                 stopped = handle in self._stopped
-            ended_at = None
-            if state not in ACTIVE_JOB_STATES:
-                ended_at = _marked_end(handle, name, stdout) or slurm_end or None
-            result[handle] = map_job_state(handle, state, code, sig, stopped, ended_at)
+            ended_at, marker, by = None, None, ""
+            if state in ACTIVE_JOB_STATES:
+                with self._lock:
+                    outage = self._unreachable_at
+                    if outage is None or asked_at - outage > OUTAGE_SETTLE_S:
+                        self._active_at[handle] = asked_at
+            else:
+                marker = _read_marker(handle, name, stdout)
+                ended_at = self._end_time(handle, marker, slurm_end)
+                if state == "CANCELLED" and not stopped:
+                    by = self._cancelled_by(handle)
+            result[handle] = map_job_state(handle, state, code, sig, stopped, ended_at,
+                                           nodes=nodes, cancelled_by=by)
+            if (marker is not None and marker.refused is not None and state == "FAILED"
+                    and (code, sig) == (REFUSED_EXIT, 0)):
+                # Slurm confirms the script's own refusal: it never started the command
+                result[handle] = replace(result[handle], refused=marker.refused)
             if result[handle].state is AttemptState.RUNNING and name.startswith(
                     JOB_NAME_PREFIX) and stdout:
                 # the job's own file beside its log, on the file system the logs share
                 at = checkpoint_time(_checkpoint_file(stdout, name))
                 result[handle] = replace(result[handle], checkpoint_at=at)
+        with self._lock:  # only the handles still asked about need their last sighting
+            self._active_at = {h: t for h, t in self._active_at.items() if h in result}
         return result
+
+    def _end_time(self, handle: str, marker: _Marker | None, slurm_end: float) -> float | None:
+        """When a finished job ended: Slurm's EndTime (whole seconds, None if it has none),
+        made exact by the time the batch script recorded, within that second. Only when
+        Slurm could not be asked since this executor last saw the job active may the
+        recorded time go back further, to that last sighting: Slurm dates an end when the
+        controller hears of it, late after an outage. The script runs as the job's owner,
+        who can write that file too: a forged time shortens the charge by less than a
+        second, or by no more than the outage and the minute after it."""
+        if not slurm_end:
+            return None
+        if marker is None:
+            return slurm_end
+        with self._lock:
+            seen, outage = self._active_at.get(handle), self._unreachable_at
+        after_outage = seen is not None and outage is not None and outage >= seen
+        earliest = seen if after_outage and seen is not None else slurm_end
+        return min(max(marker.at, earliest), slurm_end + 1.0)
+
+    def _cancelled_by(self, handle: str) -> str:
+        """Who cancelled a job in Slurm, from ``sacct`` (``CANCELLED by 1001``, with
+        slurmdbd): the account's name, or ``uid N``; "" where sacct cannot say."""
+        try:
+            proc = subprocess.run(
+                ["sacct", "-n", "-X", "-P", "-o", "State", "-j", handle], env=self.env,
+                capture_output=True, text=True, timeout=self.timeout_s, stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.SubprocessError):  # not installed, no answer
+            return ""
+        m = re.search(r"CANCELLED by (\d+)", proc.stdout)
+        if proc.returncode != 0 or m is None:
+            return ""
+        try:
+            return pwd.getpwuid(int(m.group(1))).pw_name
+        except KeyError:
+            return f"uid {m.group(1)}"
 
     def set_host_drain(self, host: str, drain: bool, reason: str) -> None:
         """``scontrol update State=DRAIN`` (with the reason) or ``State=RESUME``."""
@@ -461,7 +549,7 @@ class SlurmExecutor:
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            raise SlurmUnavailable(
+            raise self._unavailable(
                 f"{args[0]}: no answer within {self.timeout_s:g} s (slurmctld down or slow)"
             ) from None
         except FileNotFoundError:
@@ -469,7 +557,7 @@ class SlurmExecutor:
         if proc.returncode != 0:
             err = proc.stderr.strip()
             if any(m in err for m in _UNAVAILABLE_MARKERS):
-                raise SlurmUnavailable(f"{args[0]}: {err}")
+                raise self._unavailable(f"{args[0]}: {err}")
             if check:
                 raise SlurmError(f"{' '.join(args[:3])}: exit {proc.returncode}: {err}")
         return proc
@@ -484,10 +572,16 @@ class SlurmExecutor:
         if errors:
             # these tools exit 0 with an "errors" list when slurmctld does not answer
             text = "; ".join(str(e.get("error", e)) for e in errors)
-            raise SlurmUnavailable(f"{args[0]} --json: {text}")
+            raise self._unavailable(f"{args[0]} --json: {text}")
         if not isinstance(data.get(key), list):
             raise SlurmError(f"{args[0]} --json: no {key!r} list in output")
         return dict(data)
+
+    def _unavailable(self, message: str) -> SlurmUnavailable:
+        """The error for a Slurm call that got no answer, noting when (see _end_time)."""
+        with self._lock:
+            self._unreachable_at = time.time()
+        return SlurmUnavailable(message)
 
     def _squeue(self) -> dict[str, dict[str, Any]]:
         # squeue --json ignores -j and state filters in Slurm 22.05: it lists every job
@@ -508,8 +602,16 @@ class SlurmExecutor:
             raise SlurmError(f"scancel {' '.join(args)}: {proc.stderr.strip()}")
 
     def _hard_kill(self, handle: str) -> None:
-        # SIGKILL goes to every step including the batch script, and ends the job CANCELLED
-        self._scancel(["--signal=KILL", handle])
+        """SIGKILL to every process of the job, now. A plain ``scancel --signal=KILL`` (with
+        or without ``--full``) is a cancel: Slurm sends SIGTERM again and SIGKILL only after
+        its KillWait, while the job's end is dated at once. Each step (``srun``) gets SIGKILL
+        as a step, then the batch step, the script and every process of it, as a signal
+        (``--batch --full``)."""
+        steps = self._run(["squeue", "-h", "-s", "-j", handle, "-o", "%i"], check=False).stdout
+        numbered = [s for s in steps.split() if s.partition(".")[2].isdigit()]
+        if numbered:
+            self._scancel(["--signal=KILL", *numbered])
+        self._scancel(["--batch", "--full", "--signal=KILL", handle])
 
 
 # -- pure helpers (tested without Slurm) ---------------------------------------------------
@@ -517,9 +619,15 @@ class SlurmExecutor:
 
 def batch_script(
     launch: Launch, hosts: Sequence[str], end_file: str = "",
-    env: Mapping[str, str] | None = None, checkpoint_file: str = "",
+    env: Mapping[str, str] | None = None, checkpoint_file: str = "", chdir: str = "",
 ) -> str:
     """The bash batch script of one attempt.
+
+    It sets the umask the local executor gives its commands (022), enters ``chdir`` itself,
+    as the job's owner (Slurm's ``--chdir`` falls back to /tmp when it cannot), and checks
+    that the command's program exists and may be run: if not, it says why in the log and
+    in ``end_file`` (``<job id> refused <epoch> <why>``) and exits 127, never starting it
+    elsewhere (``launch refused: chdir /x: Permission denied``, as the local executor).
 
     The command runs in the background and the script waits for it: bash runs a trap only
     between commands, and ``wait`` returns as soon as a trapped signal arrives, so a SIGTERM
@@ -538,13 +646,23 @@ def batch_script(
         "APPORTION_HOSTS": ",".join(hosts),
         **({CHECKPOINT_ENV: checkpoint_file} if checkpoint_file else {}),
     }
+    marker = f" > {shlex.quote(end_file)} 2>/dev/null" if end_file else " >/dev/null"
     lines = [
         "#!/bin/bash",
         f"# apportion workload {_one_line(launch.workload_id)} attempt {launch.attempt}",
+        f"umask {JOB_UMASK}",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         # sbatch --export=NONE leaves SLURM_EXPORT_ENV=NONE, which srun would inherit: its
         # steps would start without even PATH. Steps get the job's (exact) environment.
         "unset SLURM_EXPORT_ENV",
+        "refuse() {  # the command cannot start here: why, in the log and the end marker",
+        '  echo "apportion: not started: $1" >&2',
+        "  printf '%s refused %s %s\\n' \"${SLURM_JOB_ID:-}\" \"${EPOCHREALTIME/,/.}\" "
+        f"\"${{1//$'\\n'/ }}\"{marker}",
+        f"  exit {REFUSED_EXIT}",
+        "}",
+        *(_enter(chdir) if chdir else []),
+        _check_program(launch.command[0]),
         "forwarded=",
         "child=",
         'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
@@ -563,18 +681,39 @@ def batch_script(
     return "\n".join(lines)
 
 
+def _enter(chdir: str) -> list[str]:
+    """Script lines entering ``chdir``, or refusing with the system's reason."""
+    q = shlex.quote(chdir)
+    return [f"cd -- {q} 2>/dev/null || {{ why=$(cd -- {q} 2>&1); "
+            f'refuse "chdir "{q}": ${{why##*: }}"; }}']
+
+
+def _check_program(program: str) -> str:
+    """A script line refusing a program that is not found or may not be run (as ``execve``
+    would: a path must be an executable file, a name be found on PATH)."""
+    q = shlex.quote(program)
+    if "/" not in program:
+        return f'command -v -- {q} >/dev/null || refuse "command not found: "{q}'
+    return (f'[ -e {q} ] || refuse "command not found: "{q}; '
+            f'[ -x {q} ] && [ ! -d {q} ] || refuse "permission denied: "{q}')
+
+
 def map_job_state(
     handle: str, state: str, exit_code: int, signal: int, stopped: bool = False,
-    ended_at: float | None = None,
+    ended_at: float | None = None, nodes: str = "", cancelled_by: str = "",
 ) -> Observation:
     """Observation of a Slurm job state. ``stopped``: apportion asked it to stop;
-    ``ended_at``: when it ended, if known (kept on the observation of a finished job).
+    ``ended_at``: when it ended, if known (kept on the observation of a finished job);
+    ``nodes``: its node list; ``cancelled_by``: who cancelled it in Slurm, if known.
 
     PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
-    only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, NODE_FAIL etc. keep
-    the exit code (a signal N reads as 128 + N, like a shell) and never read as 0; CANCELLED is
-    always ``signalled``, and without an exit code when Slurm has none (``0:0``: cancelled
-    before it ran), so that work cancelled in Slurm never reads as exit 0.
+    only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, OUT_OF_MEMORY and
+    DEADLINE keep the exit code (a signal N reads as 128 + N, like a shell) and never read as
+    0, with what Slurm says in ``reason``; NODE_FAIL, BOOT_FAIL, PREEMPTED and REVOKED are
+    Slurm's doing, not the work's: ``host_died``, with why. CANCELLED is always
+    ``signalled``, and without an exit code when Slurm has none (``0:0``: cancelled before
+    it ran), so that work cancelled in Slurm never reads as exit 0; cancelled outside
+    apportion, ``reason`` says so (and by whom, when known).
     """
     if state in ACTIVE_JOB_STATES:
         return Observation(handle, AttemptState.RUNNING)
@@ -582,11 +721,17 @@ def map_job_state(
     if state == "COMPLETED":
         return Observation(handle, AttemptState.EXITED, code, stopped or bool(signal), ended_at)
     if state == "CANCELLED":
-        return Observation(handle, AttemptState.EXITED, code or None, True, ended_at)
+        by = f" by {cancelled_by}" if cancelled_by else ", not through apportion"
+        return Observation(handle, AttemptState.EXITED, code or None, True, ended_at,
+                           reason=None if stopped else f"cancelled in Slurm{by}")
+    if state in HOST_DEATH_JOB_STATES:
+        why = HOST_DEATH_JOB_STATES[state].format(nodes=nodes or "(unknown)")
+        return Observation(handle, AttemptState.EXITED, code or None, stopped or bool(signal),
+                           ended_at, reason=why, host_died=True)
     if state in FAILED_JOB_STATES:
-        # e.g. NODE_FAIL often carries ExitCode 0:0; it must not look like success
+        # e.g. OUT_OF_MEMORY may carry ExitCode 0:0; it must not look like success
         return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal),
-                           ended_at)
+                           ended_at, reason=FAILED_JOB_STATES[state] or None)
     # a state this version does not know: it still holds its resources as far as we can tell
     return Observation(handle, AttemptState.RUNNING)
 
@@ -718,20 +863,36 @@ def _checkpoint_file(log: str, job_name: str) -> Path:
     return Path(log).parent / f"{job_name}.checkpoint"
 
 
-def _marked_end(handle: str, job_name: str, stdout: str) -> float | None:
-    """The end time the batch script wrote, if it is this job's (the job id must match)."""
+@dataclass(frozen=True, slots=True)
+class _Marker:
+    """What a batch script wrote to its end marker: when it ended (a finite epoch time) and,
+    if it refused to start the command, why. Written as the job's owner: a claim, checked
+    against Slurm (``SlurmExecutor._end_time``, the exit status of a refusal)."""
+
+    at: float
+    refused: str | None = None
+
+
+def _read_marker(handle: str, job_name: str, stdout: str) -> _Marker | None:
+    """The end marker of job ``handle`` (``<job id> <status> <epoch>``, or ``<job id>
+    refused <epoch> <why>``), if it is this job's and well formed: the job id must match
+    and the time be a finite number."""
     if not job_name.startswith(JOB_NAME_PREFIX) or not stdout:
         return None
     try:
-        fields = _end_file(stdout, job_name).read_text().split()
-    except OSError:
+        fields = _end_file(stdout, job_name).read_text().split(maxsplit=3)
+    except (OSError, UnicodeDecodeError):
         return None
-    if len(fields) != 3 or fields[0] != handle:
+    refusal = len(fields) == 4 and fields[1] == "refused"
+    if len(fields) != (4 if refusal else 3) or fields[0] != handle:
         return None
     try:
-        return float(fields[2])
+        at = float(fields[2])
     except ValueError:
         return None
+    if not math.isfinite(at):
+        return None
+    return _Marker(at, fields[3].strip() if refusal else None)
 
 
 def _scontrol_time(text: str) -> float:

@@ -299,3 +299,5 @@ class UsageInterval(NamedTuple):
     started_at: float
     ended_at: float | None
     host: str = ""  # the first host of its placement: its pool, for the billing weight
+    workload_id: str = ""  # whose attempt (named when a stored time cannot be replayed)
+    attempt: int = 0

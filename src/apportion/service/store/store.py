@@ -797,15 +797,16 @@ class Store:
         with self._tx(write=False) as s:
             q = (
                 select(WM.budget, AttemptModel.gpus_held, WM.min_runtime,
-                       AttemptModel.started_at, AttemptModel.ended_at, AttemptModel.placement)
+                       AttemptModel.started_at, AttemptModel.ended_at, AttemptModel.placement,
+                       AttemptModel.workload_id, AttemptModel.n)
                 .join(WM, WM.id == AttemptModel.workload_id)
                 .where(AttemptModel.ended_at.is_(None) | (AttemptModel.ended_at > since))
                 .order_by(AttemptModel.started_at)
             )
             return [
                 UsageInterval(b, int(g), float(m) > 0, float(st), None if e is None else float(e),
-                              str(pl[0][0]) if pl else "")
-                for b, g, m, st, e, pl in s.execute(q)
+                              str(pl[0][0]) if pl else "", wid, int(n))
+                for b, g, m, st, e, pl, wid, n in s.execute(q)
             ]
 
     # ---- hosts -----------------------------------------------------------------------

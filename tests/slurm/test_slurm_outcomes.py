@@ -1,0 +1,148 @@
+"""How the Slurm executor reads the end of a job, on the session's real cluster: the hard
+kill of a stop, the job's umask, refusals found by the batch script, Slurm's own job states
+(NODE_FAIL, CANCELLED outside apportion). An end marker its owner forged:
+test_slurm_identity.py (it needs a job that is not root's)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executors.identity import Identity
+from apportion.service.executors.slurm import SlurmExecutor
+from harness.slurm_cluster import SlurmCluster
+
+from .helpers import wait_for_state, wait_for_text
+
+pytestmark = pytest.mark.slurm
+
+
+def launch(ex: SlurmExecutor, tmp_path: Path, wid: str, command: list[str], host: str = "gpu1",
+           gpus: int = 1, chdir: str | None = None) -> str:
+    return ex.launch(Launch(
+        workload_id=wid, attempt=1, slots=(HostSlots(host, tuple(range(gpus))),),
+        log_path=str(tmp_path / f"{wid}.log"), command=command, chdir=chdir,
+    ))
+
+
+@pytest.fixture
+def server_umask() -> Iterator[None]:
+    """The umask `apportion serve` runs with (077), for the test's own Slurm calls."""
+    old = os.umask(0o077)
+    yield
+    os.umask(old)
+
+
+def test_the_hard_kill_after_the_grace_is_a_sigkill_to_every_process_of_the_job(
+    executor: SlurmExecutor, tmp_path: Path
+) -> None:
+    """A job whose command and srun step ignore SIGTERM dies at the end of the grace
+    period, not a second SIGTERM and Slurm's KillWait (5 s here) later; its end as observed
+    covers the last moment its processes were alive (Slurm's whole seconds)."""
+    beat = 'trap "" TERM; while :; do date +%s.%N > {}; sleep 0.1; done'
+    command = ["bash", "-c", f"srun -n1 bash -c '{beat.format(tmp_path / 'step')}' & "
+                             f"{beat.format(tmp_path / 'batch')}"]
+    handle = launch(executor, tmp_path, "stubborn", command)
+    for name in ("batch", "step"):
+        wait_for_text(tmp_path / name, ".")
+    grace = 1.0
+    stopped_at = time.time()
+    executor.stop(handle, grace_s=grace)
+    obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    time.sleep(1.0)  # a survivor would write again meanwhile
+    last = max(float((tmp_path / n).read_text()) for n in ("batch", "step"))
+    assert last < stopped_at + grace + 1.5  # KillWait would give stopped_at + grace + 5
+    assert obs.signalled and obs.ended_at is not None
+    assert last - 1.0 <= obs.ended_at <= time.time()
+
+
+def test_a_job_gets_umask_022_whatever_the_server_runs_with(
+    executor: SlurmExecutor, tmp_path: Path, server_umask: None
+) -> None:
+    """The batch script and an srun step inside it run with umask 0022, as the local
+    executor's commands do, though the server (and so sbatch) runs with 077."""
+    handle = launch(executor, tmp_path, "umask", ["bash", "-c", "umask; srun -n1 bash -c umask"])
+    wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (tmp_path / "umask.log").read_text().split() == ["0022", "0022"]
+
+
+@pytest.mark.parametrize(("chdir", "command", "refused"), [
+    ("/nonexistent/dir", ["true"], "chdir /nonexistent/dir: No such file or directory"),
+    (None, ["no-such-program-xsf"], "command not found: no-such-program-xsf"),
+    ("/etc", ["./no-such-file-xsf"], "command not found: ./no-such-file-xsf"),
+    ("/etc", ["./passwd"], "permission denied: ./passwd"),
+])
+def test_a_command_that_cannot_start_is_a_refusal_not_a_run_elsewhere(
+    executor: SlurmExecutor, tmp_path: Path, chdir: str | None, command: list[str],
+    refused: str,
+) -> None:
+    """A directory that cannot be entered (Slurm itself would run the job in /tmp) or a
+    program that is not found or not executable ends the job without running anything,
+    observed as refused with the local executor's reason (exit 127), and said in its log."""
+    handle = launch(executor, tmp_path, "refused", command, chdir=chdir)
+    obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (obs.refused, obs.exit_code) == (refused, 127)
+    # (Slurm's own complaint about the directory may come first)
+    assert (tmp_path / "refused.log").read_text().endswith(
+        f"apportion: not started: {refused}\n")
+
+
+def test_a_command_exiting_127_by_itself_is_no_refusal(
+    executor: SlurmExecutor, tmp_path: Path
+) -> None:
+    """Exit 127 of the command itself (a shell's own 'not found') is an exit, not a
+    refusal: only the script's own refusal, confirmed by Slurm's exit status, is one."""
+    handle = launch(executor, tmp_path, "own127", ["bash", "-c", "exit 127"])
+    obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (obs.refused, obs.exit_code) == (None, 127)
+
+
+def test_a_node_failure_under_a_job_reads_as_a_host_death(
+    executor: SlurmExecutor, tmp_path: Path, slurm_cluster: SlurmCluster
+) -> None:
+    """A node marked DOWN under a running job (Slurm ends it NODE_FAIL, exit 0:0) reads as
+    its host's death, naming the node, not as a failure of the work."""
+    handle = launch(executor, tmp_path, "nodefail", ["bash", "-c", "echo up; sleep 60"],
+                    host="gpu4")
+    wait_for_text(tmp_path / "nodefail.log", "up")
+    slurm_cluster.set_node_state("gpu4", "DOWN", "ecc errors")
+    try:
+        obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    finally:
+        slurm_cluster.set_node_state("gpu4", "RESUME")
+        slurm_cluster.wait_nodes_idle(["gpu4"])
+    assert (obs.host_died, obs.reason, obs.exit_code) == (
+        True, "node gpu4 failed (Slurm NODE_FAIL)", None)
+
+
+def test_a_job_cancelled_in_slurm_says_so(
+    executor: SlurmExecutor, tmp_path: Path, slurm_cluster: SlurmCluster
+) -> None:
+    """A job its owner cancels with scancel, not through apportion, reads as cancelled in
+    Slurm (this cluster has no slurmdbd, so not by whom; see the kinds cluster below)."""
+    handle = launch(executor, tmp_path, "scancelled", ["bash", "-c", "echo up; sleep 60"])
+    wait_for_text(tmp_path / "scancelled.log", "up")
+    slurm_cluster.run(["scancel", handle])
+    obs = wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (obs.reason, obs.signalled) == ("cancelled in Slurm, not through apportion", True)
+
+
+def test_with_slurmdbd_a_job_cancelled_in_slurm_names_who_cancelled_it(
+    kinds_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """With accounting, sacct says who cancelled the job (``CANCELLED by 0``): the reason
+    names the account."""
+    ex = SlurmExecutor(tmp_path / "jobs", partition=kinds_cluster.partition,
+                       env=kinds_cluster.env, identity=Identity(single_user=True))
+    handle = launch(ex, tmp_path, "byroot", ["bash", "-c", "echo up; sleep 60"])
+    wait_for_text(tmp_path / "byroot.log", "up")
+    kinds_cluster.run(["scancel", handle])
+    deadline = time.monotonic() + 30
+    while (obs := ex.observe([handle])[handle]).reason != "cancelled in Slurm by root":
+        assert time.monotonic() < deadline, obs  # slurmdbd hears of the cancel shortly after
+        time.sleep(0.3)
