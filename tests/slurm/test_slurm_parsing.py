@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -236,6 +238,27 @@ def test_end_marker_is_read_only_if_it_is_this_jobs_and_its_time_finite(
     a refusal carries its reason."""
     (tmp_path / "apportion-w-1.end").write_text(text)
     assert _read_marker("7", "apportion-w-1", str(tmp_path / "1.log")) == marker
+
+
+def test_an_end_marker_that_is_no_regular_file_is_not_read(tmp_path: Path) -> None:
+    """The marker lies in a directory its job's owner can write, and the server reads it
+    as root: a symbolic link (to a file only root may read), a fifo (whose read would
+    block the scheduler's pass) or anything but a regular file reads as no marker, at
+    once; a regular file is read only as far as a marker can be long."""
+    secret = tmp_path / "secret"
+    secret.write_text("7 0 1700000000.25\n")
+    os.chmod(secret, 0o600)
+    (tmp_path / "apportion-w-1.end").symlink_to(secret)
+    assert _read_marker("7", "apportion-w-1", str(tmp_path / "1.log")) is None
+    os.mkfifo(tmp_path / "apportion-w-2.end")
+    started = time.monotonic()
+    assert _read_marker("7", "apportion-w-2", str(tmp_path / "2.log")) is None
+    assert time.monotonic() - started < 5.0  # not blocked on the fifo (bounds a hang)
+    (tmp_path / "apportion-w-3.end").write_text("7 0 1700000000.25" + " " * (1 << 20) + "x")
+    assert _read_marker("7", "apportion-w-3", str(tmp_path / "3.log")) is None
+    (tmp_path / "apportion-w-4.end").write_text("7 0 1700000000.25\n")
+    assert _read_marker("7", "apportion-w-4", str(tmp_path / "4.log")) == _Marker(
+        1700000000.25)
 
 
 def test_a_marker_moves_the_end_within_slurms_second_or_after_an_outage_to_the_last_sighting(

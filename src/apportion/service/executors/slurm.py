@@ -25,6 +25,7 @@ import os
 import pwd
 import re
 import shlex
+import stat
 import subprocess
 import threading
 import time
@@ -67,6 +68,9 @@ __all__ = [
 
 JOB_NAME_PREFIX = "apportion-"
 COMMENT_PREFIX = "apportion:"
+# an end marker is one line: a job id, a status, a time, and a refusal's reason (a path
+# at most); anything longer is no marker
+MARKER_MAX_BYTES = 8192
 
 # Slurm job states in which the attempt still holds (or is about to hold) its GPUs. A PENDING
 # job was placed by apportion and waits only for Slurm to start it, so apportion counts it
@@ -879,10 +883,10 @@ def _read_marker(handle: str, job_name: str, stdout: str) -> _Marker | None:
     and the time be a finite number."""
     if not job_name.startswith(JOB_NAME_PREFIX) or not stdout:
         return None
-    try:
-        fields = _end_file(stdout, job_name).read_text().split(maxsplit=3)
-    except (OSError, UnicodeDecodeError):
+    text = _read_small_file(_end_file(stdout, job_name), MARKER_MAX_BYTES)
+    if text is None:
         return None
+    fields = text.split(maxsplit=3)
     refusal = len(fields) == 4 and fields[1] == "refused"
     if len(fields) != (4 if refusal else 3) or fields[0] != handle:
         return None
@@ -893,6 +897,31 @@ def _read_marker(handle: str, job_name: str, stdout: str) -> _Marker | None:
     if not math.isfinite(at):
         return None
     return _Marker(at, fields[3].strip() if refusal else None)
+
+
+def _read_small_file(path: Path, limit: int) -> str | None:
+    """The text of ``path`` if it is a regular file of at most ``limit`` bytes, else None.
+    It lies where the job's owner can write and the server reads it as root: a symbolic
+    link is not followed, a fifo or device not read (opened without blocking, then only
+    a regular file is read), and no more than ``limit`` + 1 bytes are read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        return None
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def _scontrol_time(text: str) -> float:
