@@ -178,6 +178,35 @@ def test_gpu_indexes_are_lowest_free_and_reused(lite: Env) -> None:
     assert set(got).isdisjoint(slots[b]) and len(got) == 5 and min(got) == 0
 
 
+def test_a_restart_replays_host_states_older_than_the_lookback_in_their_order(
+        env: Env) -> None:
+    """A host drained (to repair) and repaired, both longer ago than the lookback: the
+    rebuilt state has it healthy, as the store does, and work starts on it. Its records
+    before the rebuilt history's start are replayed at that start, and sorting them there
+    put every return to healthy before the drains: the host was left in repair (no work
+    ever ran on it), and after a second drain every pass failed on an illegal change."""
+    day = 86400.0
+    env.clock.set(100.0)
+    env.sched.set_host_state("h0", HostState.DRAINING, "ECC", "admin")
+    env.at(100.0)  # empty: to repair
+    assert env.store.get_host("h0").state is HostState.REPAIR
+    env.clock.set(200.0)
+    env.sched.set_host_state("h0", HostState.HEALTHY, "fixed", "admin")
+    env.clock.set(10 * day)  # the lookback is 7 days: both records are before it
+    env.restart()
+    assert [h.state for h in env.sched.queue_view().hosts] == ["healthy"]
+    wid = env.submit(gpus=4)
+    env.at(10 * day)
+    assert status(env, wid) is Status.RUNNING
+    env.clock.set(10 * day + 100)
+    env.sched.set_host_state("h0", HostState.DRAINING, "ECC again", "admin")
+    env.clock.set(20 * day)
+    env.restart()
+    assert env.sched.step() is not None  # a pass runs (it raised on every pass)
+    assert [h.state for h in env.sched.queue_view().hosts] == [
+        env.store.get_host("h0").state.value]
+
+
 def test_restart_observes_exits_that_happened_while_down(env: Env) -> None:
     """After a restart, an attempt that finished while the server was down is ended with
     its observed exit code and its real exit time, and charged exactly once."""

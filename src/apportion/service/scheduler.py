@@ -533,10 +533,17 @@ class Scheduler:
         # at one instant a host came back before work started on it, and work running on a
         # host started before it was drained or marked down; a record from a clock ahead of
         # the scheduler's (a host registered by wall clock, a fake scheduler clock) counts now
-        for i, (at, name, state) in enumerate(history):
+        # several records of a host moved to one instant (all those before t0, all those
+        # after now) would be replayed in the order of the priorities, not their own: only
+        # the last of them is its state from that instant
+        last: dict[tuple[str, float], int] = {}
+        for i, (at, name, _) in enumerate(history):
+            last[name, max(min(at, now), t0)] = i
+        for (name, t), i in last.items():
             if name in st.hosts:
+                state = history[i][2]
                 prio = 1 if state is HostState.HEALTHY else 3
-                events.append((max(min(at, now), t0), prio, i, _replay_host(st, name, state)))
+                events.append((t, prio, i, _replay_host(st, name, state)))
         for i, h in enumerate(hosts, len(history)):
             if h.name not in registered and h.state is not HostState.HEALTHY:
                 events.append((max(h.changed_at, t0), 3, i, _replay_host(st, h.name, h.state)))
