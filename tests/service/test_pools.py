@@ -182,6 +182,22 @@ def test_work_runs_only_in_a_pool_of_a_kind_it_accepts(svc: Svc) -> None:
         b200["id"]: "west/B200", either["id"]: "east/H100", anything["id"]: "east/H100"}
 
 
+def test_the_queue_lists_all_allocated_work_before_unallocated_work_across_pools(
+        svc: Svc) -> None:
+    """Every host full: unallocated work waits for H100 (pool east/H100) and allocated
+    work for B200 (west/B200). The queue gives the allocated workload position 1, as with
+    one pool: the pools' orders, merged pool by pool in name order, put east's
+    unallocated work before west's allocated work."""
+    for kind in ("H100", "H100", "B200"):
+        assert svc.submit(gpu_kind=[kind]).status_code == 201
+    svc.sched.step()
+    free_h100 = svc.submit(gpu_kind=["H100"], min_runtime=0).json()["id"]
+    alloc_b200 = svc.submit(gpu_kind=["B200"]).json()["id"]
+    svc.sched.step()
+    pending = svc.call("GET", "/v1/queue").json()["pending"]
+    assert [(r["id"], r["position"]) for r in pending] == [(alloc_b200, 1), (free_h100, 2)]
+
+
 def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:
     """``cluster: "west"`` never starts in east, even with east idle."""
     first = svc.submit(cluster="west").json()["id"]

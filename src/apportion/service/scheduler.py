@@ -386,6 +386,9 @@ class Scheduler:
                                p.spec.id),
             )
             order += [p.spec.id for p in rest]
+            # with several pools the pass's order is each pool's (allocated, then
+            # unallocated) one after the other: all allocated work first, as one pool's is
+            order.sort(key=lambda w: not st.pending[w].spec.allocated)
             pending = []
             for i, wid in enumerate(order):
                 p = st.pending[wid]
