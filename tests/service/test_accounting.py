@@ -187,3 +187,17 @@ def test_daily_chart_shows_a_single_day_on_a_two_day_axis_with_markers() -> None
     fig = daily_chart(many, {"ai": "tab:blue"})
     assert [line.get_marker() for line in fig.axes[0].get_lines()] == ["None", "None"]
     plt.close(fig)
+
+
+def test_a_host_counts_from_its_registration_and_as_it_was_then(store: Store) -> None:
+    """h1 was added at T0: the day before it, nothing was healthy (not its 8 GPUs x 24 h),
+    and the day around T0 counts its 12 h from T0 (96). Draining h1 now changes neither:
+    a past period comes from the audit, not the host's present state."""
+    def healthy(start: float, end: float) -> float:
+        return float(usage_report(store, start, end, "budget", NOW)["healthy_gpu_hours"])
+
+    before = (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H))
+    assert before == (0.0, 96.0)
+    store.clock = lambda: NOW - H
+    store.set_host_state("h1", HostState.DRAINING, "ECC", "root")
+    assert (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H)) == before

@@ -17,7 +17,8 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
 
 The store keeps no per-second record of host health or of past budget weights, so:
 healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
-entries: a host counts while healthy), and shares are those of the tree as it is now. A
+entries, also those after the period: a host counts from its registration, while
+healthy), and shares are those of the tree as it is now. A
 workload cancelled while pending ends at its ``workload.cancel`` audit entry. These are the
 report's approximations (also in docs/operations.md); everything else is as stored.
 """
@@ -141,9 +142,11 @@ def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> floa
 
 def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start: float,
              end: float) -> list[tuple[float, float]]:
-    """Changes of the healthy GPU count over ``[start, end]``, from the audit log's host
-    entries (oldest first). A host's state before its first entry is the one that entry
-    left (``old``); a host with no entry at all is in its present state throughout."""
+    """Changes of the healthy GPU count over ``[start, end]``, from all the audit log's host
+    entries (oldest first, also those after ``end``): a host exists from its ``host.add``
+    on, in the state its last entry before each moment left. Before its first entry, a
+    host registered before hosts were audited is in the state that entry left (``old``);
+    only a host with no entry at all is in its present state throughout."""
     gpus = {n: g for n, (g, _) in hosts_now.items()}
     state: dict[str, tuple[bool, float]] = {}  # host -> (healthy?, since)
     intervals: list[tuple[str, float, float]] = []  # healthy from, to
