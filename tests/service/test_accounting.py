@@ -201,3 +201,28 @@ def test_a_host_counts_from_its_registration_and_as_it_was_then(store: Store) ->
     store.clock = lambda: NOW - H
     store.set_host_state("h1", HostState.DRAINING, "ECC", "root")
     assert (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H)) == before
+
+
+def test_a_finished_period_is_the_same_after_later_starts_and_cancels(store: Store) -> None:
+    """P (x/a, 4 GPUs) and Q (x/b, 2 GPUs) are submitted at T0+12d and wait through the
+    period [T0+12d, T0+12d+2h): each is owed min(1/4 x 8, asked) = 2 GPUs x 2 h = 4. After
+    the period P starts and completes and Q is cancelled: the period's figures stay those
+    computed while they waited (P's demand once ended at its submission: its only attempt,
+    after the period, was left out)."""
+    t = T0 + 12 * D
+    p = store.add_workload(budget="x/a", gpus=4, min_runtime=H, submit_time=t, command=["x"],
+                           actor="alice").id
+    q = store.add_workload(budget="x/b", gpus=2, min_runtime=H, submit_time=t, command=["x"],
+                           actor="carol").id
+
+    def figures(now: float) -> dict[str, tuple[float, Any]]:
+        r = usage_report(store, t, t + 2 * H, "budget", now)
+        return {b: (v["owed_gpu_hours"], v["attainment"]) for b, v in rows(r).items()}
+
+    waiting = figures(t + 2 * H)
+    assert (waiting["x/a"], waiting["x/b"]) == ((4.0, 0.0), (4.0, 0.0))
+    store.begin_attempt(p, [("h1", 4, [0, 1, 2, 3])], t + 3 * H)
+    store.end_attempt(p, 1, t + 4 * H, 0, "exited 0", Status.COMPLETED)
+    store.clock = lambda: t + 3 * H
+    store.cancel_workload(q, "carol")
+    assert figures(NOW) == waiting
