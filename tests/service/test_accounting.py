@@ -226,3 +226,24 @@ def test_a_finished_period_is_the_same_after_later_starts_and_cancels(store: Sto
     store.clock = lambda: t + 3 * H
     store.cancel_workload(q, "carol")
     assert figures(NOW) == waiting
+
+
+def test_held_work_is_owed_nothing_until_released(store: Store) -> None:
+    """An array of 1-GPU elements throttled to one at a time (%1) in x/a (1/4 of 8 GPUs =
+    2): element k is released and runs in hour k of [T0+12d, T0+12d+3h); element 3 is
+    cancelled while still held. Each hour x/a asked for the 1 GPU it was allowed, got it:
+    owed 3, attainment 100% (counted from submission, the held elements made it owed 2 a
+    GPU-hour it could not use: 5, 60%)."""
+    t = T0 + 12 * D
+    first = store.add_workload(budget="x/a", gpus=1, min_runtime=H, submit_time=t,
+                               command=["x"], actor="alice", array=[0, 1, 2, 3],
+                               array_throttle=1).id
+    elements = store.array_ids(first)
+    for k, wid in enumerate(elements[:3]):
+        store.release_held(wid, t + k * H)
+        store.begin_attempt(wid, [("h1", 1, [0])], t + k * H)
+        store.end_attempt(wid, 1, t + (k + 1) * H, 0, "exited 0", Status.COMPLETED)
+    store.clock = lambda: t + H
+    store.cancel_workload(elements[3], "alice")
+    r = rows(usage_report(store, t, t + 3 * H, "budget", NOW))["x/a"]
+    assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (3.0, 3.0, 1.0)

@@ -8,7 +8,9 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
   **free** GPU-hours the same for unallocated attempts;
 * **owed** in hour h: ``min(share x healthy GPU-seconds in h, GPU-seconds its allocated
   workloads asked for in h)``; asked for: a workload's requested GPUs from its submission
-  until it ended (it is pending or running all that time, requeues included);
+  until it ended (it is pending or running all that time, requeues included); held work
+  (dependencies, an array throttle) from its release (``released_at``), never if it was
+  never released;
 * **attainment**: ``sum_h min(delivered_h, owed_h) / sum_h owed_h`` (None if owed nothing);
 * **charged units**: charged GPU-hours times the billing weight of the GPU kind they ran on
   (``billing`` in the config: the unit the ledger charges budgets in; 1 per GPU-hour of a
@@ -57,7 +59,8 @@ FORMATS = ("table", "csv", "json", "html")
 APPROXIMATIONS = (
     "shares are those of the budget tree as it is now (past weight changes are not replayed)",
     "healthy GPUs over time come from the audit log's host entries (host.add, host.state)",
-    "a workload asks for its GPUs from submission until it ends (pending or running)",
+    "a workload asks for its GPUs from submission until it ends (pending or running); "
+    "held work (dependencies, array throttle) from its release",
 )
 
 
@@ -126,6 +129,15 @@ def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) ->
     if b > a:
         changes.append((a, gpus))
         changes.append((b, -gpus))
+
+
+def _asks_from(w: WorkloadRow) -> float | None:
+    """When it started asking for GPUs: held work (a dependency or an array throttle) when
+    it joined the queue, None if it never did (held work asks for nothing); other work at
+    its submission."""
+    if w.dependencies or w.array_throttle:
+        return w.released_at
+    return w.submit_time
 
 
 def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> float:
@@ -223,10 +235,11 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         chain = [n for n in ancestors(w.budget) if n in series]
         allocated = w.min_runtime > 0
         w_end = min(_workload_end(w, cancels, now), end)
+        asks_from = _asks_from(w)
         user = users.setdefault(w.user, _Series())
         for n in chain:
-            if allocated:
-                _add(series[n].demand, max(w.submit_time, start), w_end, w.gpus)
+            if allocated and asks_from is not None:
+                _add(series[n].demand, max(asks_from, start), w_end, w.gpus)
         for a in w.attempts:
             a_end = min(now if a.ended_at is None else a.ended_at, end)
             a_start = max(a.started_at, start)
