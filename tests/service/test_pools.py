@@ -21,6 +21,7 @@ from sqlalchemy import text
 from store_db import BACKENDS, ServerThread, db_url
 
 from apportion.cli.main import main
+from apportion.core import HostState
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ConfigError, PoolsConfig, ServiceConfig, parse_config
@@ -374,6 +375,35 @@ def test_usage_report_charges_billed_units_with_a_breakdown_by_pool(svc: Svc) ->
     assert east["charged_units"] == pytest.approx(8.0, rel=1e-12)
     assert west["occupancy"] == pytest.approx(1.0, rel=1e-12)
     assert east["occupancy"] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_occupancy_counts_only_work_on_healthy_hosts_on_metrics_and_in_the_report(
+        svc: Svc) -> None:
+    """east/H100 full (e1 and e2, 8 GPUs each) for an hour, e1 drained half way with its
+    work still running: ``/metrics`` says 8 used on 8 healthy (1.0, not 16 / 8), and the
+    report's pool occupancy is 12 of 12 healthy GPU-hours (1.0, not 16 / 12); the GPUs
+    used still count all 16."""
+    t0 = svc.clock.now()
+    ids = [svc.submit(gpu_kind=["H100"]).json()["id"] for _ in range(2)]
+    svc.sched.step()
+    assert sorted(h for w in ids for h in svc.hosts_of(w)) == ["e1", "e2"]
+    svc.clock.set(t0 + 1800)
+    svc.sched.set_host_state("e1", HostState.DRAINING, "ECC", "admin")
+    svc.sched.step()
+    text_ = svc.call("GET", "/metrics").text
+    assert 'apportion_gpus_used{pool="east/H100"} 16.0' in text_
+    assert 'apportion_pool_occupancy{pool="east/H100"} 1.0' in text_
+    svc.clock.set(t0 + 3600)
+    for w in ids:
+        svc.executor.finish(w)
+    svc.sched.step()
+    r = svc.call("GET", f"/v1/reports/usage?from={t0}&to={t0 + 3600}")
+    assert r.status_code == 200, r.text
+    east = next(p for p in r.json()["pools"] if p["pool"] == "east/H100")
+    assert east["healthy_gpu_hours"] == pytest.approx(12.0, rel=1e-12)
+    assert east["charged_gpu_hours"] == pytest.approx(16.0, rel=1e-12)
+    assert east["occupancy"] == pytest.approx(1.0, rel=1e-12)
+    assert r.json()["occupancy"] == pytest.approx(12 / 20, rel=1e-12)  # w1 idle: 8 more
 
 
 def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:

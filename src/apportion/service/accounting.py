@@ -15,7 +15,9 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
 * **charged units**: charged GPU-hours times the billing weight of the GPU kind they ran on
   (``billing`` in the config: the unit the ledger charges budgets in; 1 per GPU-hour of a
   kind not listed), and per **pool** (cluster/kind) the healthy, charged and free GPU-hours,
-  the units and the occupancy.
+  the units and the occupancy;
+* **occupancy**: GPU-hours held on hosts while they were healthy / healthy GPU-hours (work
+  still running on a draining host is in neither: at most 1, as ``/metrics`` has it).
 
 The store keeps no per-second record of host health or of past budget weights, so:
 healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
@@ -152,16 +154,17 @@ def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> floa
     return end
 
 
-def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start: float,
-             end: float) -> list[tuple[float, float]]:
-    """Changes of the healthy GPU count over ``[start, end]``, from all the audit log's host
-    entries (oldest first, also those after ``end``): a host exists from its ``host.add``
-    on, in the state its last entry before each moment left. Before its first entry, a
-    host registered before hosts were audited is in the state that entry left (``old``);
-    only a host with no entry at all is in its present state throughout."""
+def _healthy_spans(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]],
+                   end: float) -> tuple[dict[str, int], list[tuple[str, float, float]]]:
+    """Each host's GPUs, and the spans ``(host, from, to)`` it was healthy up to ``end``,
+    from all the audit log's host entries (oldest first, also those after ``end``): a host
+    exists from its ``host.add`` on, in the state its last entry before each moment left.
+    Before its first entry, a host registered before hosts were audited is in the state
+    that entry left (``old``); only a host with no entry at all is in its present state
+    throughout."""
     gpus = {n: g for n, (g, _) in hosts_now.items()}
     state: dict[str, tuple[bool, float]] = {}  # host -> (healthy?, since)
-    intervals: list[tuple[str, float, float]] = []  # healthy from, to
+    spans: list[tuple[str, float, float]] = []  # healthy from, to
     for a in audit:
         name, old, new = a.target, a.old or {}, a.new or {}
         if a.action == "host.add":
@@ -170,16 +173,16 @@ def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start
         elif a.action == "host.state" and name in gpus:
             was, since = state.get(name, (old.get("state") == "healthy", float("-inf")))
             if was:
-                intervals.append((name, since, a.at))
+                spans.append((name, since, a.at))
             state[name] = (new.get("state") == "healthy", a.at)
     for name, (_, now_state) in hosts_now.items():
         state.setdefault(name, (now_state == "healthy", float("-inf")))
-    intervals += [(name, since, end) for name, (was, since) in state.items() if was]
-    changes: list[tuple[float, float]] = []
-    for name, t0, t1 in intervals:
-        changes += [(min(max(t0, start), end), gpus[name]),
-                    (min(max(t1, start), end), -gpus[name])]
-    return changes
+    spans += [(name, since, end) for name, (was, since) in state.items() if was]
+    return gpus, spans
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
 
 
 def _month(t: float) -> str:
@@ -226,6 +229,13 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     pool_of = {h.name: pool_name(*pools.of(h.cluster, h.kind)) for h in host_rows}
     kind_of = {h.name: pools.of(h.cluster, h.kind)[1] for h in host_rows}
     by_pool: dict[str, _Series] = {p: _Series() for p in sorted(set(pool_of.values()))}
+    gpus_of, spans = _healthy_spans(audit, hosts_now, end)
+    healthy_spans: dict[str, list[tuple[float, float]]] = {}
+    for name, t0, t1 in spans:
+        healthy_spans.setdefault(name, []).append((t0, t1))
+    # occupancy's numerator: GPU-seconds held on hosts while they counted as healthy (work
+    # finishing on a draining host is not in the capacity, so not in the occupancy either)
+    used_healthy: dict[str, float] = {}  # pool ("" for a host no longer known) -> seconds
     first = (start // HOUR) * HOUR  # the hour the period starts in
     edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
     nodes = [ROOT, *tree.nodes()]
@@ -250,7 +260,15 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
                 if allocated:
                     _add(s.units, a_start, a_end,
                          a.gpus_held * billing.weight(kind_of.get(host, pools.kind)))
-    healthy = _steps(_healthy(audit, hosts_now, start, end), edges)
+            for on, g, _ in a.placement:
+                p = pool_of.get(on, "")
+                used_healthy[p] = used_healthy.get(p, 0.0) + g * sum(
+                    _overlap(a_start, a_end, t0, t1) for t0, t1 in healthy_spans.get(on, ()))
+    changes: list[tuple[float, float]] = []
+    for name, t0, t1 in spans:
+        changes += [(min(max(t0, start), end), gpus_of[name]),
+                    (min(max(t1, start), end), -gpus_of[name])]
+    healthy = _steps(changes, edges)
 
     def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
                 ) -> dict[str, Any]:
@@ -301,15 +319,14 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     pool_rows = []
     for p, s in by_pool.items():
         mine = {n for n, q in pool_of.items() if q == p}
-        h = float(_steps(_healthy([a for a in audit if a.target in mine],
-                                  {n: hosts_now[n] for n in mine}, start, end),
-                         edges).sum()) / HOUR
+        h = sum(gpus_of[n] * _overlap(start, end, t0, t1) for n, t0, t1 in spans
+                if n in mine) / HOUR
         f = figures(s, None)
         cluster, kind = p.split("/", 1)
         pool_rows.append({
             "pool": p, "cluster": cluster, "kind": kind, "billing": billing.weight(kind),
             "gpus": sum(hosts_now[n][0] for n in mine), "healthy_gpu_hours": h, **f,
-            "occupancy": (f["charged_gpu_hours"] + f["free_gpu_hours"]) / h if h > 0 else None,
+            "occupancy": used_healthy.get(p, 0.0) / HOUR / h if h > 0 else None,
         })
     root = figures(series[ROOT], 1.0)
     assigned = root["charged_gpu_hours"] + root["free_gpu_hours"]
@@ -318,7 +335,8 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         "to": end,
         "by": by,
         "healthy_gpu_hours": total_healthy,
-        "occupancy": assigned / total_healthy if total_healthy > 0 else None,
+        "occupancy": (sum(used_healthy.values()) / HOUR / total_healthy
+                      if total_healthy > 0 else None),
         "unallocated_fraction": root["free_gpu_hours"] / assigned if assigned > 0 else None,
         "rows": rows,
         "budgets": budget_rows,
