@@ -292,6 +292,24 @@ def test_budgets_usage_gives_gpu_hours_and_billed_units_apart(svc: Svc) -> None:
 
 
 # ---- the store -------------------------------------------------------------------------------
+def test_queue_and_dashboard_name_gpus_and_billed_units_apart(svc: Svc) -> None:
+    """8 B200 GPUs (billed 2.2) running for ai: /v1/queue says 8 GPUs charged now and 17.6
+    units charged now (it said 17.6 as GPUs); after an hour the dashboard state's
+    ``charged_units`` is 17.6 (the billed units it called ``charged_gpu_hours``)."""
+    t0 = svc.clock.now()
+    svc.submit(gpu_kind=["B200"])
+    svc.sched.step()
+    ai = next(b for b in svc.call("GET", "/v1/queue").json()["budgets"] if b["path"] == "ai")
+    assert (ai["gpus_charged_now"], ai["gpus_free_now"]) == (8.0, 0.0)
+    assert ai["units_charged_now"] == pytest.approx(17.6, rel=1e-12)
+    svc.clock.set(t0 + 3600)
+    svc.sched.step()
+    state = svc.call("GET", "/v1/dashboard/state").json()
+    ai = next(b for b in state["budgets"] if b["path"] == "ai")
+    assert ai["charged_units"] == pytest.approx(17.6, rel=1e-9)
+    assert "charged_gpu_hours" not in ai
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_upgrade_from_0006_keeps_hosts_and_workloads_in_the_default_pool(
     tmp_path: Path, backend: str

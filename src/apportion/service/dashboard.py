@@ -209,7 +209,7 @@ def dashboard_state(
             weight=tree.weight(n.path),
             share=n.share,
             usage_ratio=n.usage_ratio,
-            charged_gpu_hours=n.charged_gpu_s / HOUR,
+            charged_units=n.charged_gpu_s / HOUR,
             asked_gpus=n.asked,
             owed_gpus=n.owed,
             delivered_gpus=n.delivered,
