@@ -26,7 +26,7 @@ import pytest
 from store_db import BACKENDS, open_store
 
 from apportion.core import HostState, Status
-from apportion.service.accounting import ReportError, to_csv, usage_report
+from apportion.service.accounting import ReportError, parse_time, to_csv, usage_report
 from apportion.service.store import Store
 
 H, D = 3600.0, 86400.0
@@ -142,7 +142,8 @@ def test_a_period_inside_the_history_counts_only_its_part(store: Store) -> None:
 
 
 def test_csv_has_one_line_per_budget(store: Store) -> None:
-    """The CSV: a header naming the columns, then one line per node with full precision;
+    """The CSV: a header naming the columns, then one line per node with full precision,
+    the cluster's named ``(all)`` as in the table (its budget cell was empty);
     with one pool billed 1 (no billing in the config), charged units are charged
     GPU-hours."""
     report = usage_report(store, T0, T0 + 10 * D, "budget", NOW)
@@ -150,6 +151,7 @@ def test_csv_has_one_line_per_budget(store: Store) -> None:
     assert lines[0] == ("budget,share,charged_gpu_hours,charged_units,free_gpu_hours,"
                         "owed_gpu_hours,delivered_gpu_hours,attainment")
     assert lines[4] == "x/b,0.25,0.0,0.0,0.0,6.0,0.0,0.0"
+    assert lines[1].startswith("(all),1.0,")  # the cluster, named as in the table
     assert [r["charged_units"] for r in report["rows"]] == [
         r["charged_gpu_hours"] for r in report["rows"]]
     assert any(r["charged_units"] > 0 for r in report["rows"])
@@ -247,3 +249,13 @@ def test_held_work_is_owed_nothing_until_released(store: Store) -> None:
     store.cancel_workload(elements[3], "alice")
     r = rows(usage_report(store, t, t + 3 * H, "budget", NOW))["x/a"]
     assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (3.0, 3.0, 1.0)
+
+
+def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> None:
+    """--from 20261206 names the flag and the date to write (it was read as epoch seconds
+    in 1970 and refused as a period of 20,559 days); other numbers stay seconds."""
+    with pytest.raises(ReportError, match=r"^--from: '20261206' reads as seconds since the "
+                                          r"epoch: write the date 2026-12-06$"):
+        parse_time("20261206", "--from", NOW)
+    assert parse_time("1796515200", "--from", NOW) == 1796515200.0
+    assert parse_time("20261399", "--from", NOW) == 20261399.0  # no such date: seconds

@@ -80,6 +80,14 @@ def parse_time(value: str, name: str, now: float) -> float:
     text = value.strip()
     if text == "now":
         return now
+    if len(text) == 8 and text.isdigit():
+        try:  # 20261206: meant as a date, never as seconds in April 1970
+            day = dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
+        except ValueError:
+            pass
+        else:
+            raise ReportError(f"{name}: {value!r} reads as seconds since the epoch: write the "
+                              f"date {day.isoformat()}")
     try:
         t = float(text)
     except ValueError:
@@ -393,14 +401,16 @@ def pool_table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 
 def to_csv(report: dict[str, Any]) -> str:
-    """One row per line, full precision, empty cells where a figure does not apply."""
+    """One row per line, full precision, empty cells where a figure does not apply; the
+    cluster's row is budget ``(all)``, as in the table."""
     keys = _keys(report)
     cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*keys, *cols])
     for r in report["rows"]:
-        writer.writerow(["" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
+        writer.writerow(["(all)" if k == "budget" and r[k] == "" else
+                         "" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
     return buf.getvalue()
 
 
