@@ -26,7 +26,7 @@ import pytest
 from store_db import BACKENDS, open_store
 
 from apportion.core import HostState, Status
-from apportion.service.accounting import ReportError, to_csv, usage_report
+from apportion.service.accounting import ReportError, parse_time, to_csv, usage_report
 from apportion.service.store import Store
 
 H, D = 3600.0, 86400.0
@@ -142,7 +142,8 @@ def test_a_period_inside_the_history_counts_only_its_part(store: Store) -> None:
 
 
 def test_csv_has_one_line_per_budget(store: Store) -> None:
-    """The CSV: a header naming the columns, then one line per node with full precision;
+    """The CSV: a header naming the columns, then one line per node with full precision,
+    the cluster's named ``(all)`` as in the table (its budget cell was empty);
     with one pool billed 1 (no billing in the config), charged units are charged
     GPU-hours."""
     report = usage_report(store, T0, T0 + 10 * D, "budget", NOW)
@@ -150,6 +151,7 @@ def test_csv_has_one_line_per_budget(store: Store) -> None:
     assert lines[0] == ("budget,share,charged_gpu_hours,charged_units,free_gpu_hours,"
                         "owed_gpu_hours,delivered_gpu_hours,attainment")
     assert lines[4] == "x/b,0.25,0.0,0.0,0.0,6.0,0.0,0.0"
+    assert lines[1].startswith("(all),1.0,")  # the cluster, named as in the table
     assert [r["charged_units"] for r in report["rows"]] == [
         r["charged_gpu_hours"] for r in report["rows"]]
     assert any(r["charged_units"] > 0 for r in report["rows"])
@@ -187,3 +189,73 @@ def test_daily_chart_shows_a_single_day_on_a_two_day_axis_with_markers() -> None
     fig = daily_chart(many, {"ai": "tab:blue"})
     assert [line.get_marker() for line in fig.axes[0].get_lines()] == ["None", "None"]
     plt.close(fig)
+
+
+def test_a_host_counts_from_its_registration_and_as_it_was_then(store: Store) -> None:
+    """h1 was added at T0: the day before it, nothing was healthy (not its 8 GPUs x 24 h),
+    and the day around T0 counts its 12 h from T0 (96). Draining h1 now changes neither:
+    a past period comes from the audit, not the host's present state."""
+    def healthy(start: float, end: float) -> float:
+        return float(usage_report(store, start, end, "budget", NOW)["healthy_gpu_hours"])
+
+    before = (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H))
+    assert before == (0.0, 96.0)
+    store.clock = lambda: NOW - H
+    store.set_host_state("h1", HostState.DRAINING, "ECC", "root")
+    assert (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H)) == before
+
+
+def test_a_finished_period_is_the_same_after_later_starts_and_cancels(store: Store) -> None:
+    """P (x/a, 4 GPUs) and Q (x/b, 2 GPUs) are submitted at T0+12d and wait through the
+    period [T0+12d, T0+12d+2h): each is owed min(1/4 x 8, asked) = 2 GPUs x 2 h = 4. After
+    the period P starts and completes and Q is cancelled: the period's figures stay those
+    computed while they waited (P's demand once ended at its submission: its only attempt,
+    after the period, was left out)."""
+    t = T0 + 12 * D
+    p = store.add_workload(budget="x/a", gpus=4, min_runtime=H, submit_time=t, command=["x"],
+                           actor="alice").id
+    q = store.add_workload(budget="x/b", gpus=2, min_runtime=H, submit_time=t, command=["x"],
+                           actor="carol").id
+
+    def figures(now: float) -> dict[str, tuple[float, Any]]:
+        r = usage_report(store, t, t + 2 * H, "budget", now)
+        return {b: (v["owed_gpu_hours"], v["attainment"]) for b, v in rows(r).items()}
+
+    waiting = figures(t + 2 * H)
+    assert (waiting["x/a"], waiting["x/b"]) == ((4.0, 0.0), (4.0, 0.0))
+    store.begin_attempt(p, [("h1", 4, [0, 1, 2, 3])], t + 3 * H)
+    store.end_attempt(p, 1, t + 4 * H, 0, "exited 0", Status.COMPLETED)
+    store.clock = lambda: t + 3 * H
+    store.cancel_workload(q, "carol")
+    assert figures(NOW) == waiting
+
+
+def test_held_work_is_owed_nothing_until_released(store: Store) -> None:
+    """An array of 1-GPU elements throttled to one at a time (%1) in x/a (1/4 of 8 GPUs =
+    2): element k is released and runs in hour k of [T0+12d, T0+12d+3h); element 3 is
+    cancelled while still held. Each hour x/a asked for the 1 GPU it was allowed, got it:
+    owed 3, attainment 100% (counted from submission, the held elements made it owed 2 a
+    GPU-hour it could not use: 5, 60%)."""
+    t = T0 + 12 * D
+    first = store.add_workload(budget="x/a", gpus=1, min_runtime=H, submit_time=t,
+                               command=["x"], actor="alice", array=[0, 1, 2, 3],
+                               array_throttle=1).id
+    elements = store.array_ids(first)
+    for k, wid in enumerate(elements[:3]):
+        store.release_held(wid, t + k * H)
+        store.begin_attempt(wid, [("h1", 1, [0])], t + k * H)
+        store.end_attempt(wid, 1, t + (k + 1) * H, 0, "exited 0", Status.COMPLETED)
+    store.clock = lambda: t + H
+    store.cancel_workload(elements[3], "alice")
+    r = rows(usage_report(store, t, t + 3 * H, "budget", NOW))["x/a"]
+    assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (3.0, 3.0, 1.0)
+
+
+def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> None:
+    """--from 20261206 names the flag and the date to write (it was read as epoch seconds
+    in 1970 and refused as a period of 20,559 days); other numbers stay seconds."""
+    with pytest.raises(ReportError, match=r"^--from: '20261206' reads as seconds since the "
+                                          r"epoch: write the date 2026-12-06$"):
+        parse_time("20261206", "--from", NOW)
+    assert parse_time("1796515200", "--from", NOW) == 1796515200.0
+    assert parse_time("20261399", "--from", NOW) == 20261399.0  # no such date: seconds

@@ -413,6 +413,28 @@ def test_policy_queue_view(svc: Service) -> None:
     assert view["pending"][0]["wait_reason"] == "no_capacity"
 
 
+def test_queue_is_503_before_the_first_pass_not_an_empty_queue(svc: Service) -> None:
+    """Before the scheduler's first pass GET /v1/queue answers 503 with the dashboard's
+    message, and ``apportion queue`` prints it and exits 1 (it said "no active workloads"
+    with work pending); after the pass, the queue."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    wid = submit(svc).json()["id"]
+    r = svc.call("GET", "/v1/queue", "bob")
+    assert (r.status_code, r.json()["detail"]) == (
+        503, "scheduler: not started yet, retry in a moment")
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["bob"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    cli = CliRunner().invoke(main, ["queue"], env=env, catch_exceptions=False)
+    assert cli.exit_code == 1
+    assert "scheduler: not started yet, retry in a moment" in cli.stderr
+    assert "no active workloads" not in cli.output
+    svc.scheduler.step()
+    assert [w["id"] for w in svc.call("GET", "/v1/queue", "bob").json()["running"]] == [wid]
+
+
 def test_drain_and_repair(svc: Service) -> None:
     """Drain goes through the scheduler and is audited; repairing a healthy host, or
     draining a host that is down (it takes no work already), answers it as it is, changes

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from store_db import BACKENDS, ServerThread, db_url
 
 from apportion.cli.main import main
+from apportion.core import HostState
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ConfigError, PoolsConfig, ServiceConfig, parse_config
@@ -307,6 +308,24 @@ def test_budgets_usage_gives_gpu_hours_and_billed_units_apart(svc: Svc) -> None:
 
 
 # ---- the store -------------------------------------------------------------------------------
+def test_queue_and_dashboard_name_gpus_and_billed_units_apart(svc: Svc) -> None:
+    """8 B200 GPUs (billed 2.2) running for ai: /v1/queue says 8 GPUs charged now and 17.6
+    units charged now (it said 17.6 as GPUs); after an hour the dashboard state's
+    ``charged_units`` is 17.6 (the billed units it called ``charged_gpu_hours``)."""
+    t0 = svc.clock.now()
+    svc.submit(gpu_kind=["B200"])
+    svc.sched.step()
+    ai = next(b for b in svc.call("GET", "/v1/queue").json()["budgets"] if b["path"] == "ai")
+    assert (ai["gpus_charged_now"], ai["gpus_free_now"]) == (8.0, 0.0)
+    assert ai["units_charged_now"] == pytest.approx(17.6, rel=1e-12)
+    svc.clock.set(t0 + 3600)
+    svc.sched.step()
+    state = svc.call("GET", "/v1/dashboard/state").json()
+    ai = next(b for b in state["budgets"] if b["path"] == "ai")
+    assert ai["charged_units"] == pytest.approx(17.6, rel=1e-9)
+    assert "charged_gpu_hours" not in ai
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_upgrade_from_0006_keeps_hosts_and_workloads_in_the_default_pool(
     tmp_path: Path, backend: str
@@ -390,6 +409,35 @@ def test_usage_report_charges_billed_units_with_a_breakdown_by_pool(svc: Svc) ->
     assert east["charged_units"] == pytest.approx(8.0, rel=1e-12)
     assert west["occupancy"] == pytest.approx(1.0, rel=1e-12)
     assert east["occupancy"] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_occupancy_counts_only_work_on_healthy_hosts_on_metrics_and_in_the_report(
+        svc: Svc) -> None:
+    """east/H100 full (e1 and e2, 8 GPUs each) for an hour, e1 drained half way with its
+    work still running: ``/metrics`` says 8 used on 8 healthy (1.0, not 16 / 8), and the
+    report's pool occupancy is 12 of 12 healthy GPU-hours (1.0, not 16 / 12); the GPUs
+    used still count all 16."""
+    t0 = svc.clock.now()
+    ids = [svc.submit(gpu_kind=["H100"]).json()["id"] for _ in range(2)]
+    svc.sched.step()
+    assert sorted(h for w in ids for h in svc.hosts_of(w)) == ["e1", "e2"]
+    svc.clock.set(t0 + 1800)
+    svc.sched.set_host_state("e1", HostState.DRAINING, "ECC", "admin")
+    svc.sched.step()
+    text_ = svc.call("GET", "/metrics").text
+    assert 'apportion_gpus_used{pool="east/H100"} 16.0' in text_
+    assert 'apportion_pool_occupancy{pool="east/H100"} 1.0' in text_
+    svc.clock.set(t0 + 3600)
+    for w in ids:
+        svc.executor.finish(w)
+    svc.sched.step()
+    r = svc.call("GET", f"/v1/reports/usage?from={t0}&to={t0 + 3600}")
+    assert r.status_code == 200, r.text
+    east = next(p for p in r.json()["pools"] if p["pool"] == "east/H100")
+    assert east["healthy_gpu_hours"] == pytest.approx(12.0, rel=1e-12)
+    assert east["charged_gpu_hours"] == pytest.approx(16.0, rel=1e-12)
+    assert east["occupancy"] == pytest.approx(1.0, rel=1e-12)
+    assert r.json()["occupancy"] == pytest.approx(12 / 20, rel=1e-12)  # w1 idle: 8 more
 
 
 def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:

@@ -33,7 +33,8 @@ def report() -> None:
 @report.command("usage")
 @click.option("--from", "start", default="30d", show_default=True,
               help="start: 2026-11-01, 2026-11-01T08:00 (UTC unless an offset is given), "
-                   "a duration ago (30d), or epoch seconds")
+                   "a duration ago (30d), or epoch seconds (not 8 digits: 20261206 is refused "
+                   "as a date written without dashes)")
 @click.option("--to", "end", default="now", show_default=True, help="end, written like --from")
 @click.option("--by", type=click.Choice(BY), default="budget", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)

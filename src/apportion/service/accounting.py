@@ -8,16 +8,21 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
   **free** GPU-hours the same for unallocated attempts;
 * **owed** in hour h: ``min(share x healthy GPU-seconds in h, GPU-seconds its allocated
   workloads asked for in h)``; asked for: a workload's requested GPUs from its submission
-  until it ended (it is pending or running all that time, requeues included);
+  until it ended (it is pending or running all that time, requeues included); held work
+  (dependencies, an array throttle) from its release (``released_at``), never if it was
+  never released;
 * **attainment**: ``sum_h min(delivered_h, owed_h) / sum_h owed_h`` (None if owed nothing);
 * **charged units**: charged GPU-hours times the billing weight of the GPU kind they ran on
   (``billing`` in the config: the unit the ledger charges budgets in; 1 per GPU-hour of a
   kind not listed), and per **pool** (cluster/kind) the healthy, charged and free GPU-hours,
-  the units and the occupancy.
+  the units and the occupancy;
+* **occupancy**: GPU-hours held on hosts while they were healthy / healthy GPU-hours (work
+  still running on a draining host is in neither: at most 1, as ``/metrics`` has it).
 
 The store keeps no per-second record of host health or of past budget weights, so:
 healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
-entries: a host counts while healthy), and shares are those of the tree as it is now. A
+entries, also those after the period: a host counts from its registration, while
+healthy), and shares are those of the tree as it is now. A
 workload cancelled while pending ends at its ``workload.cancel`` audit entry. These are the
 report's approximations (also in docs/operations.md); everything else is as stored.
 """
@@ -56,7 +61,8 @@ FORMATS = ("table", "csv", "json", "html")
 APPROXIMATIONS = (
     "shares are those of the budget tree as it is now (past weight changes are not replayed)",
     "healthy GPUs over time come from the audit log's host entries (host.add, host.state)",
-    "a workload asks for its GPUs from submission until it ends (pending or running)",
+    "a workload asks for its GPUs from submission until it ends (pending or running); "
+    "held work (dependencies, array throttle) from its release",
 )
 
 
@@ -74,6 +80,14 @@ def parse_time(value: str, name: str, now: float) -> float:
     text = value.strip()
     if text == "now":
         return now
+    if len(text) == 8 and text.isdigit():
+        try:  # 20261206: meant as a date, never as seconds in April 1970
+            day = dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
+        except ValueError:
+            pass
+        else:
+            raise ReportError(f"{name}: {value!r} reads as seconds since the epoch: write the "
+                              f"date {day.isoformat()}")
     try:
         t = float(text)
     except ValueError:
@@ -127,6 +141,15 @@ def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) ->
         changes.append((b, -gpus))
 
 
+def _asks_from(w: WorkloadRow) -> float | None:
+    """When it started asking for GPUs: held work (a dependency or an array throttle) when
+    it joined the queue, None if it never did (held work asks for nothing); other work at
+    its submission."""
+    if w.dependencies or w.array_throttle:
+        return w.released_at
+    return w.submit_time
+
+
 def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> float:
     """When it stopped asking for GPUs: now if still active, else the end of its last
     attempt, or its cancellation if that came later (cancelled while pending)."""
@@ -139,14 +162,17 @@ def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> floa
     return end
 
 
-def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start: float,
-             end: float) -> list[tuple[float, float]]:
-    """Changes of the healthy GPU count over ``[start, end]``, from the audit log's host
-    entries (oldest first). A host's state before its first entry is the one that entry
-    left (``old``); a host with no entry at all is in its present state throughout."""
+def _healthy_spans(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]],
+                   end: float) -> tuple[dict[str, int], list[tuple[str, float, float]]]:
+    """Each host's GPUs, and the spans ``(host, from, to)`` it was healthy up to ``end``,
+    from all the audit log's host entries (oldest first, also those after ``end``): a host
+    exists from its ``host.add`` on, in the state its last entry before each moment left.
+    Before its first entry, a host registered before hosts were audited is in the state
+    that entry left (``old``); only a host with no entry at all is in its present state
+    throughout."""
     gpus = {n: g for n, (g, _) in hosts_now.items()}
     state: dict[str, tuple[bool, float]] = {}  # host -> (healthy?, since)
-    intervals: list[tuple[str, float, float]] = []  # healthy from, to
+    spans: list[tuple[str, float, float]] = []  # healthy from, to
     for a in audit:
         name, old, new = a.target, a.old or {}, a.new or {}
         if a.action == "host.add":
@@ -155,16 +181,16 @@ def _healthy(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]], start
         elif a.action == "host.state" and name in gpus:
             was, since = state.get(name, (old.get("state") == "healthy", float("-inf")))
             if was:
-                intervals.append((name, since, a.at))
+                spans.append((name, since, a.at))
             state[name] = (new.get("state") == "healthy", a.at)
     for name, (_, now_state) in hosts_now.items():
         state.setdefault(name, (now_state == "healthy", float("-inf")))
-    intervals += [(name, since, end) for name, (was, since) in state.items() if was]
-    changes: list[tuple[float, float]] = []
-    for name, t0, t1 in intervals:
-        changes += [(min(max(t0, start), end), gpus[name]),
-                    (min(max(t1, start), end), -gpus[name])]
-    return changes
+    spans += [(name, since, end) for name, (was, since) in state.items() if was]
+    return gpus, spans
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
 
 
 def _month(t: float) -> str:
@@ -211,6 +237,13 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     pool_of = {h.name: pool_name(*pools.of(h.cluster, h.kind)) for h in host_rows}
     kind_of = {h.name: pools.of(h.cluster, h.kind)[1] for h in host_rows}
     by_pool: dict[str, _Series] = {p: _Series() for p in sorted(set(pool_of.values()))}
+    gpus_of, spans = _healthy_spans(audit, hosts_now, end)
+    healthy_spans: dict[str, list[tuple[float, float]]] = {}
+    for name, t0, t1 in spans:
+        healthy_spans.setdefault(name, []).append((t0, t1))
+    # occupancy's numerator: GPU-seconds held on hosts while they counted as healthy (work
+    # finishing on a draining host is not in the capacity, so not in the occupancy either)
+    used_healthy: dict[str, float] = {}  # pool ("" for a host no longer known) -> seconds
     first = (start // HOUR) * HOUR  # the hour the period starts in
     edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
     nodes = [ROOT, *tree.nodes()]
@@ -220,10 +253,11 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         chain = [n for n in ancestors(w.budget) if n in series]
         allocated = w.min_runtime > 0
         w_end = min(_workload_end(w, cancels, now), end)
+        asks_from = _asks_from(w)
         user = users.setdefault(w.user, _Series())
         for n in chain:
-            if allocated:
-                _add(series[n].demand, max(w.submit_time, start), w_end, w.gpus)
+            if allocated and asks_from is not None:
+                _add(series[n].demand, max(asks_from, start), w_end, w.gpus)
         for a in w.attempts:
             a_end = min(now if a.ended_at is None else a.ended_at, end)
             a_start = max(a.started_at, start)
@@ -234,7 +268,15 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
                 if allocated:
                     _add(s.units, a_start, a_end,
                          a.gpus_held * billing.weight(kind_of.get(host, pools.kind)))
-    healthy = _steps(_healthy(audit, hosts_now, start, end), edges)
+            for on, g, _ in a.placement:
+                p = pool_of.get(on, "")
+                used_healthy[p] = used_healthy.get(p, 0.0) + g * sum(
+                    _overlap(a_start, a_end, t0, t1) for t0, t1 in healthy_spans.get(on, ()))
+    changes: list[tuple[float, float]] = []
+    for name, t0, t1 in spans:
+        changes += [(min(max(t0, start), end), gpus_of[name]),
+                    (min(max(t1, start), end), -gpus_of[name])]
+    healthy = _steps(changes, edges)
 
     def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
                 ) -> dict[str, Any]:
@@ -285,15 +327,14 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     pool_rows = []
     for p, s in by_pool.items():
         mine = {n for n, q in pool_of.items() if q == p}
-        h = float(_steps(_healthy([a for a in audit if a.target in mine],
-                                  {n: hosts_now[n] for n in mine}, start, end),
-                         edges).sum()) / HOUR
+        h = sum(gpus_of[n] * _overlap(start, end, t0, t1) for n, t0, t1 in spans
+                if n in mine) / HOUR
         f = figures(s, None)
         cluster, kind = p.split("/", 1)
         pool_rows.append({
             "pool": p, "cluster": cluster, "kind": kind, "billing": billing.weight(kind),
             "gpus": sum(hosts_now[n][0] for n in mine), "healthy_gpu_hours": h, **f,
-            "occupancy": (f["charged_gpu_hours"] + f["free_gpu_hours"]) / h if h > 0 else None,
+            "occupancy": used_healthy.get(p, 0.0) / HOUR / h if h > 0 else None,
         })
     root = figures(series[ROOT], 1.0)
     assigned = root["charged_gpu_hours"] + root["free_gpu_hours"]
@@ -302,7 +343,8 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         "to": end,
         "by": by,
         "healthy_gpu_hours": total_healthy,
-        "occupancy": assigned / total_healthy if total_healthy > 0 else None,
+        "occupancy": (sum(used_healthy.values()) / HOUR / total_healthy
+                      if total_healthy > 0 else None),
         "unallocated_fraction": root["free_gpu_hours"] / assigned if assigned > 0 else None,
         "rows": rows,
         "budgets": budget_rows,
@@ -359,14 +401,16 @@ def pool_table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 
 def to_csv(report: dict[str, Any]) -> str:
-    """One row per line, full precision, empty cells where a figure does not apply."""
+    """One row per line, full precision, empty cells where a figure does not apply; the
+    cluster's row is budget ``(all)``, as in the table."""
     keys = _keys(report)
     cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*keys, *cols])
     for r in report["rows"]:
-        writer.writerow(["" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
+        writer.writerow(["(all)" if k == "budget" and r[k] == "" else
+                         "" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
     return buf.getvalue()
 
 

@@ -63,7 +63,8 @@ MAX_LISTED = 500  # queue and running rows sent to the page (counts are always c
 HOUR = 3600.0
 
 
-def _not_started(store: Store) -> str:
+def not_started(store: Store) -> str:
+    """The 503 message of a route that reads the scheduler's state before its first pass."""
     if not store.budgets():
         return ("scheduler: waiting for a first budget: create one with `apportion budgets "
                 "create PATH --weight 1 --member USER` as an admin")
@@ -98,7 +99,7 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
     with scheduler.lock:
         st = scheduler.state
         if st is None:
-            raise HTTPException(503, _not_started(store))
+            raise HTTPException(503, not_started(store))
         if workload_id not in st.pending and workload_id not in st.running:
             hold = scheduler.hold_reason(workload_id)
             if hold is not None:
@@ -181,7 +182,7 @@ def dashboard_state(
     with scheduler.lock:
         st = scheduler.state
         if st is None:
-            raise HTTPException(503, _not_started(store))
+            raise HTTPException(503, not_started(store))
         now = max(scheduler.clock.now(), st.time)
         view = scheduler.queue_view()
         nodes = nodes_now(st, now, scheduler.config)
@@ -208,7 +209,7 @@ def dashboard_state(
             weight=tree.weight(n.path),
             share=n.share,
             usage_ratio=n.usage_ratio,
-            charged_gpu_hours=n.charged_gpu_s / HOUR,
+            charged_units=n.charged_gpu_s / HOUR,
             asked_gpus=n.asked,
             owed_gpus=n.owed,
             delivered_gpus=n.delivered,
@@ -345,4 +346,5 @@ def dashboard_router(
 
 
 __all__ = ["clock_time", "dashboard_router", "dashboard_state", "explain_workload",
+           "not_started",
            "usage_series", "weight_controls"]

@@ -306,6 +306,7 @@ class StateCollector(Collector):
             hosts: dict[tuple[str, str], int] = {}
             gpus: dict[tuple[str, str], int] = {}
             used: dict[str, int] = {}
+            used_healthy: dict[str, int] = {}  # held on healthy hosts: occupancy's numerator
             healthy: dict[str, int] = {}
             for pool, ps in st.pools.items():
                 for s in HostState:
@@ -314,6 +315,8 @@ class StateCollector(Collector):
                     hosts[pool, h.state.value] += 1
                     gpus[pool, h.state.value] += h.gpus
                 used[pool] = sum(ps.used.values())
+                used_healthy[pool] = sum(n for h, n in ps.used.items()
+                                         if ps.hosts[h].state is HostState.HEALTHY)
                 healthy[pool] = ps.healthy_gpus()
         yield from (passes, errors, skipped, up)
 
@@ -354,11 +357,12 @@ class StateCollector(Collector):
         yield from (hs, hg)
         gu = GaugeMetricFamily("apportion_gpus_used", "GPUs held by running work, by pool.",
                                labels=["pool"])
-        oc = GaugeMetricFamily("apportion_pool_occupancy", "GPUs held / healthy GPUs of the "
-                               "pool now (0 with no healthy GPU).", labels=["pool"])
+        oc = GaugeMetricFamily("apportion_pool_occupancy", "GPUs held on healthy hosts / "
+                               "healthy GPUs of the pool now (work still on a draining host "
+                               "is in neither; 0 with no healthy GPU).", labels=["pool"])
         for pool, n in used.items():
             gu.add_metric([pool], float(n))
-            oc.add_metric([pool], n / healthy[pool] if healthy[pool] else 0.0)
+            oc.add_metric([pool], used_healthy[pool] / healthy[pool] if healthy[pool] else 0.0)
         yield from (gu, oc)
 
 

@@ -228,8 +228,9 @@ class QueueBudget(Reply):
     share: float
     charged_gpu_s: float  # in the lookback window, in billed units (GPU-s if none billed)
     usage_ratio: float | None  # None: no capacity in the window
-    gpus_charged_now: float
-    gpus_free_now: float
+    gpus_charged_now: float  # GPUs held by its allocated running work
+    gpus_free_now: float  # GPUs held by its unallocated running work
+    units_charged_now: float  # billed units per hour it is charged now (the ledger's rate)
 
 
 class QueueView(Reply):
@@ -262,7 +263,9 @@ class DashboardBudget(Reply):
     weight: float
     share: float
     usage_ratio: float
-    charged_gpu_hours: float
+    # the ledger's charge over the window, in billed units (GPU-hours x billing weight; the
+    # GPU-hours where nothing is billed): /v1/budgets/usage's ``charged_units``
+    charged_units: float
     asked_gpus: int
     owed_gpus: float
     delivered_gpus: float

@@ -43,6 +43,7 @@ from apportion.core import (
     PolicyConfig,
     Start,
     Status,
+    ancestors,
     decision_log,
     dependency_state,
     format_duration,
@@ -428,6 +429,13 @@ class Scheduler:
                 hosts.append(qh)
             lookback = self.config.lookback
             capacity = st.ledger.capacity(now, lookback)
+            # GPUs held per node and allocated or not: in GPUs, whatever the billing weights
+            # (the ledger's rates are in billed units)
+            held: dict[tuple[str, bool], int] = {}
+            for r in st.running.values():
+                for node in ancestors(r.spec.budget):
+                    key = (node, r.spec.allocated)
+                    held[key] = held.get(key, 0) + r.gpus_held
             budgets = []
             for node in st.tree.nodes():
                 charged = st.ledger.charged(node, now, lookback)
@@ -435,8 +443,9 @@ class Scheduler:
                 budgets.append(QueueBudget(
                     path=node, share=share, charged_gpu_s=charged,
                     usage_ratio=usage_ratio(charged, share, capacity) if capacity > 0 else None,
-                    gpus_charged_now=st.ledger.rate(node),
-                    gpus_free_now=st.ledger.rate(node, charged=False),
+                    gpus_charged_now=float(held.get((node, True), 0)),
+                    gpus_free_now=float(held.get((node, False), 0)),
+                    units_charged_now=st.ledger.rate(node),
                 ))
             return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
                              running=running, hosts=hosts, budgets=budgets,

@@ -28,7 +28,7 @@ from apportion.core.units import parse_duration
 from ..auth import Principal, Rights, as_others_see, redact
 from ..bodies import SubmitBody
 from ..config import ServiceConfig
-from ..dashboard import explain_workload
+from ..dashboard import explain_workload, not_started
 from ..executors import identity
 from ..pools import fleet_of, validate
 from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
@@ -287,7 +287,10 @@ def router(api: Api) -> APIRouter:
     @router.get(f"{v1}/queue", tags=["workloads"])
     def policy_queue(_who: Reader) -> QueueView:
         """The queue as the scheduler's last pass saw it: pending work in policy order with
-        its wait reason, running work with its protection, hosts and budget ratios."""
+        its wait reason, running work with its protection, hosts and budget ratios. 503
+        before the first pass (an empty queue would say nothing is pending)."""
+        if scheduler.state is None:
+            raise fail(503, not_started(store))
         return scheduler.queue_view()
 
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])

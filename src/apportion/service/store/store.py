@@ -770,11 +770,14 @@ class Store:
         self, before: float, actions: Sequence[str]
     ) -> tuple[list[WorkloadRow], list[AuditRow]]:
         """For accounts of any period ending by ``before``: every workload submitted before
-        it, with all its attempts, and the audit entries of ``actions`` made before it
-        (oldest first). Read only."""
+        it, with all its attempts, also those started after it (when work pending in the
+        period started, and ended), and every audit entry of ``actions``, also those made
+        after it (oldest first): a host registered later did not exist in the period, and
+        its state then is the one its later entries left, not its present one. Read only."""
         with self._tx(write=False) as s:
             tries: dict[str, list[AttemptRow]] = {}
-            q = (select(AttemptModel).where(AttemptModel.started_at < before)
+            submitted = select(WM.id).where(WM.submit_time < before)
+            q = (select(AttemptModel).where(AttemptModel.workload_id.in_(submitted))
                  .order_by(AttemptModel.workload_id, AttemptModel.n))
             for a in s.scalars(q):
                 tries.setdefault(a.workload_id, []).append(_attempt(a))
@@ -786,7 +789,7 @@ class Store:
                 AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
                 for a in s.scalars(
                     select(AuditModel)
-                    .where(AuditModel.at < before, AuditModel.action.in_(list(actions)))
+                    .where(AuditModel.action.in_(list(actions)))
                     .order_by(AuditModel.id)
                 )
             ]
