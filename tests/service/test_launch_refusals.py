@@ -4,17 +4,22 @@ run files of a restored backup's lost future are never read as the present's."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sched_env import Env, make_env
 
 from apportion.core import FINAL, PolicyConfig, Status
 from apportion.service.clock import WallClock
 from apportion.service.executor import Launch
+from apportion.service.executors import _procfs
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor
 from apportion.service.scheduler import BACKOFF_MAX_S, Scheduler
@@ -120,6 +125,58 @@ def test_restored_backup_does_not_read_the_lost_futures_run_files(
     assert (row.status, row.exit_code, row.end_reason) == (Status.FAILED, 3, "exited 3")
     stale = data / "run" / store.db_id() / "stale"
     assert sorted(p.name.split(".")[2] for p in stale.iterdir()) == ["exit", "run", "spec"]
+
+
+def test_restored_backup_stops_the_lost_futures_running_work(
+    accounts: UnixAccounts, shared: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A backup taken before w-000001 existed is restored with the data directory kept
+    while the lost future's w-000001 (``sleep``) still runs: the start stops it (its
+    wrapper and command are gone before anything is placed), says so in one warning naming
+    the workload, attempt and wrapper pid, and sets its files aside with the exit record
+    its wrapper wrote. The new w-000001 attempt 1, given the same GPU and cgroup name, runs
+    alone and ends with its own exit code (3) in an exit record naming its own wrapper."""
+    db, data = shared / "db.sqlite", shared / "data"
+    store, sched = local_service(db, data, accounts)
+    store.close()
+    shutil.copy(db, shared / "backup.sqlite")
+    store, sched = local_service(db, data, accounts)
+    lost = submit(store, ["sh", "-c", "echo pid $$; exec sleep 1000"])
+    sched.step()
+    run_dir = data / "run" / store.db_id()
+    log = data / "logs" / lost / "1.log"
+    deadline = time.monotonic() + DEADLINE_S
+    while not log.exists() or "pid" not in log.read_text():
+        assert time.monotonic() < deadline, "the lost future's job never started"
+        time.sleep(0.05)
+    job = _procfs.handle_of(int(log.read_text().split()[1]))
+    wrapper = json.loads((run_dir / f"{lost}.1.run").read_text())["handle"]
+    assert job is not None and _procfs.alive(job) and _procfs.alive(wrapper)
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
+    shutil.copy(shared / "backup.sqlite", db)  # the restore
+    with caplog.at_level(logging.WARNING, logger="apportion.executor.local"):
+        store, sched = local_service(db, data, accounts)  # its start stops the lost work
+    alive = [h for h in (wrapper, job) if _procfs.alive(h)]
+    for h in alive:  # never left running by a failing check
+        os.kill(_procfs.parse_handle(h)[0], signal.SIGKILL)
+    assert alive == []
+    stale = run_dir / "stale"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"w-000001 attempt 1 (wrapper pid {wrapper.split(':')[0]}) runs for no attempt the "
+        f"database knows (a backup restored from before it started?): stopped, its files "
+        f"moved to {stale}"]
+    set_aside = {p.name.split(".")[2]: p for p in stale.iterdir()}
+    assert sorted(set_aside) == ["exit", "run", "spec"]
+    assert json.loads(set_aside["exit"].read_text())["handle"] == wrapper
+    new = submit(store, ["sh", "-c", "exit 3"])
+    assert new == lost
+    row = run_until_final(store, sched, [new])[new]
+    assert (row.status, row.exit_code, row.end_reason) == (Status.FAILED, 3, "exited 3")
+    handle = row.attempts[0].handle
+    assert handle != wrapper
+    assert json.loads((run_dir / f"{new}.1.exit").read_text())["handle"] == handle
 
 
 def test_another_database_keeps_its_run_files_apart(accounts: UnixAccounts,

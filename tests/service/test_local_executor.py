@@ -4,6 +4,7 @@ own user; running work as its owner's account is tested in test_isolation.py).""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -160,6 +161,99 @@ def test_stop_from_a_new_executor_reaches_an_old_attempt(tmp_path: Path) -> None
     new.stop(h, grace_s=5.0)
     o = wait_for(new, h)
     assert o.signalled and o.exit_code == -15
+
+
+def running_command(ex: LocalExecutor, handle: str, stem: str) -> None:
+    """Wait until the wrapper ``handle`` has started its command (recorded its group)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        run = _procfs.read_json(ex.run_dir / f"{stem}.run")
+        if run is not None and run.get("handle") == handle and run.get("child_pgid"):
+            return
+        assert time.monotonic() < deadline, f"{stem}: the command never started"
+        time.sleep(0.02)
+
+
+def test_stop_unknown_ends_the_wrappers_no_known_attempt_names(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a restart, ``stop_unknown`` given the handles the database knows stops a
+    wrapper it was not given, whose command ignores SIGTERM (killed after the grace), names
+    it in one warning and moves its files to stale/ once it is dead (with the exit record
+    its wrapper wrote); the known attempt runs on, its files in place."""
+    old = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    ready = tmp_path / "ready"
+    known = launch(old, "exec sleep 1000", wid="w-000001")
+    unknown = launch(old, f"trap '' TERM; touch {ready}; while true; do sleep 0.05; done",
+                     wid="w-000002")
+    running_command(old, known, "w-000001.1")
+    wait_file_exists(ready)
+    old.close()
+    new = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    try:
+        with caplog.at_level(logging.WARNING, logger="apportion.executor.local"):
+            new.stop_unknown({known}, grace_s=0.3)
+        assert not _procfs.alive(unknown) and _procfs.alive(known)
+        stale = tmp_path / "run" / "stale"
+        assert [r.getMessage() for r in caplog.records] == [
+            f"w-000002 attempt 1 (wrapper pid {unknown.split(':')[0]}) runs for no attempt "
+            f"the database knows (a backup restored from before it started?): stopped, its "
+            f"files moved to {stale}"]
+        aside = {p.name.split(".")[2]: p for p in stale.iterdir()}
+        assert sorted(aside) == ["exit", "run", "spec"]
+        assert json.loads(aside["exit"].read_text())["exit_code"] == -signal.SIGKILL
+        assert not list((tmp_path / "run").glob("w-000002.*"))
+        assert (tmp_path / "run" / "w-000001.1.run").exists()
+    finally:
+        new.stop(known, grace_s=0)
+        new.stop(unknown, grace_s=0)
+    assert wait_for(new, known).state is AttemptState.EXITED
+
+
+def test_a_launch_kills_another_timelines_wrapper_still_running_its_name(
+    tmp_path: Path
+) -> None:
+    """A wrapper of another timeline still running w-000001 attempt 1 (its database was
+    restored from a backup and nothing stopped it) is killed when w-000001 attempt 1 is
+    launched again, before the new one starts: the new attempt, in the same GPU and
+    cgroup name, runs alone and records its own exit (5), and the old one's files, with
+    its own exit record, are set aside."""
+    other = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    old = launch(other, "exec sleep 1000")
+    running_command(other, old, "w-000001.1")
+    other.close()
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    try:
+        new = launch(ex, "exit 5")
+        assert not _procfs.alive(old)
+    finally:
+        ex.stop(old, grace_s=0)  # never left running by a failing check
+    o = wait_for(ex, new)
+    assert (o.state, o.exit_code) == (AttemptState.EXITED, 5)
+    exit_record = json.loads((tmp_path / "run" / "w-000001.1.exit").read_text())
+    assert (exit_record["handle"], exit_record["exit_code"]) == (new, 5)
+    aside = {p.name.split(".")[2]: p for p in (tmp_path / "run" / "stale").iterdir()}
+    assert json.loads(aside["exit"].read_text())["handle"] == old
+
+
+def test_a_wrapper_whose_files_were_set_aside_writes_no_exit_record(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """A wrapper whose run file was moved away and the name claimed by another attempt
+    writes no exit record when its command ends: the name's record is the other one's."""
+    h = launch(ex, "exec sleep 1000")
+    running_command(ex, h, "w-000001.1")
+    run = tmp_path / "run" / "w-000001.1.run"
+    os.replace(run, tmp_path / "set-aside.run")
+    assert _procfs.create_json_exclusive(run, {"handle": "1:1"})  # another attempt's claim
+    os.kill(_procfs.parse_handle(h)[0], signal.SIGTERM)  # forwarded: the command ends
+    deadline = time.monotonic() + DEADLINE_S
+    while _procfs.alive(h):
+        assert time.monotonic() < deadline, "the wrapper never ended"
+        time.sleep(0.02)
+    assert not (tmp_path / "run" / "w-000001.1.exit").exists()
+    assert "set aside, no exit record written" in (
+        tmp_path / "logs" / "w-000001" / "1.log").read_text()
 
 
 def test_recycled_pid_is_not_mistaken_for_the_attempt(ex: LocalExecutor) -> None:

@@ -14,6 +14,7 @@ from apportion.service.config import ConfigError, load_config
 from apportion.service.executor import AttemptState, HostSlots, Launch
 from apportion.service.executors.slurm import (
     SlurmExecutor,
+    SlurmUnavailable,
     _Marker,
     _parse_comment,
     _parse_scontrol_line,
@@ -279,3 +280,58 @@ def test_a_marker_moves_the_end_within_slurms_second_or_after_an_outage_to_the_l
     assert ex._end_time("7", _Marker(120.0), 200.0) == 120.0
     assert ex._end_time("7", _Marker(50.0), 200.0) == 100.0
     assert ex._end_time("8", _Marker(120.0), 200.0) == 200.0  # never seen active
+
+
+def test_stop_unknown_stops_only_this_executors_jobs_no_attempt_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``stop_unknown`` (at start, after a restore) stops each running or pending job of
+    this executor's scripts whose id the database does not know, naming it in a warning;
+    it leaves the known one, a finished one, another data directory's and a job that is
+    not apportion's alone."""
+    ex = SlurmExecutor(jobs_dir=tmp_path / "jobs")
+    jobs_dir = (tmp_path / "jobs").absolute()
+
+    def job(state: str, wid: str, attempt: int = 1, scripts: Path = jobs_dir,
+            comment: str | None = None) -> dict[str, object]:
+        return {"job_state": state,
+                "comment": f"apportion:{attempt}:{wid}" if comment is None else comment,
+                "command": str(scripts / f"apportion-{wid}-{attempt}.sh")}
+
+    squeue = {
+        "11": job("RUNNING", "w-000001"),  # the database's
+        "12": job("RUNNING", "w-000002"),  # the lost future's
+        "13": job("PENDING", "w-000003", 2),  # the lost future's, waiting for its nodes
+        "14": job("COMPLETED", "w-000004"),
+        "15": job("RUNNING", "w-000005", scripts=tmp_path / "elsewhere"),
+        "16": job("RUNNING", "w-000006", comment="someone else's"),
+    }
+    cancels: list[list[str]] = []
+    monkeypatch.setattr(ex, "_squeue", lambda: squeue)
+    monkeypatch.setattr(ex, "_scancel", cancels.append)
+    with caplog.at_level("WARNING", logger="apportion.executor.slurm"):
+        ex.stop_unknown({"11"}, grace_s=30.0)
+    assert cancels == [["--state=PENDING", "12"], ["--batch", "--signal=TERM", "12"],
+                       ["--state=PENDING", "13"], ["--batch", "--signal=TERM", "13"]]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{wid} attempt {n} (Slurm job {job_id}) runs for no attempt the database knows (a "
+        "backup restored from before it started?): stopped"
+        for wid, n, job_id in (("w-000002", 1, "12"), ("w-000003", 2, "13"))]
+
+
+def test_stop_unknown_without_an_answer_from_slurm_only_warns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When slurmctld does not answer at start, ``stop_unknown`` logs one warning with the
+    reason instead of failing the start (which then goes on as in any outage)."""
+    ex = SlurmExecutor(jobs_dir=tmp_path / "jobs")
+
+    def down() -> dict[str, dict[str, object]]:
+        raise SlurmUnavailable("squeue: Unable to contact slurm controller")
+
+    monkeypatch.setattr(ex, "_squeue", down)
+    with caplog.at_level("WARNING", logger="apportion.executor.slurm"):
+        ex.stop_unknown(set(), grace_s=30.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Slurm jobs the database does not know were not looked for: squeue: Unable to "
+        "contact slurm controller"]

@@ -29,7 +29,7 @@ it ends the workload the same way as :class:`LaunchRefused`.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -136,6 +136,15 @@ class Executor(Protocol):
         """The handle of attempt ``attempt`` of ``workload_id`` if a launch of it went
         through (its answer may have been lost: a crash, a timeout), else None; after None
         that launch can no longer start. Used to reconcile before a launch is repeated."""
+        ...
+
+    def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
+        """Stop the work of this executor (of this database) that runs for no open attempt
+        the database knows (whose handle is not in ``known``): what a restored backup's lost
+        future started. Called once the start's reconciliation has adopted every attempt
+        of the database, and before anything is placed. Each one is named in a warning.
+        The local executor returns only once none of it lives, since the state counts its
+        GPUs as free."""
         ...
 
     def log_path(self, workload_id: str, attempt: int) -> Path | None:

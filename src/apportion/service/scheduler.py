@@ -171,7 +171,8 @@ class Scheduler:
         """Rebuild the state from the store and reconcile it with the executor: attempts
         that ended while the server was down are ended with their observed exit, vanished
         ones as lost, and ones that never got a handle (a crash between ``begin_attempt``
-        and the launch) are found by the executor or ended with nothing charged."""
+        and the launch) are found by the executor or ended with nothing charged; work the
+        executor runs for no open attempt (a restored backup's lost future) is stopped."""
         with self.lock:
             self._started = False
             if not self.store.budgets():  # nothing can be submitted yet: wait, quietly
@@ -185,6 +186,10 @@ class Scheduler:
             now = self.clock.now()
             self._settle_unlaunched(now)
             self._rebuild(now)
+            # work no open attempt names (a restored backup's lost future) holds GPUs the
+            # state just rebuilt counts as free: stopped before anything is placed on them
+            self.executor.stop_unknown(
+                {a.handle for a in self._open.values() if a.handle is not None}, self.grace_s)
             self._started = True
             self._fold(now)
 

@@ -8,6 +8,8 @@ so the run and exit files it writes cannot be forged by the job, which runs as i
 1. Claims ``<workload>.<attempt>.run`` (created atomically, only if absent) with its own
    ``pid:starttime`` handle *before* the command starts. If the file exists already, the
    scheduler declared this attempt void while reconciling after a crash: nothing runs.
+   The exit record (4.) is written only while this run file still names the wrapper: one
+   set aside as another timeline's (``local.py``) leaves that name to another attempt.
 2. Becomes a child subreaper (orphans of the job are re-parented to it, not to init), then
    forks the command: it joins the attempt's cgroups, starts a session of its own, drops to
    the owner's groups, gid and uid, enters its directory and execs with exactly the
@@ -40,6 +42,7 @@ from apportion.service.executors._procfs import (
     create_json_exclusive,
     descendants,
     handle_of,
+    read_json,
     write_json_atomic,
 )
 
@@ -100,6 +103,11 @@ def main(argv: list[str]) -> int:
         return 0
 
     def finish(code: int, signalled: bool, refused: str | None = None) -> int:
+        if (read_json(run_file) or {}).get("handle") != handle:
+            # set aside: the attempt's name is another one's now, and so is its exit record
+            print(f"apportion: {workload} attempt {attempt}: set aside, no exit record "
+                  "written", file=sys.stderr, flush=True)
+            return 0
         write_json_atomic(
             base.with_name(base.name + ".exit"),
             {"exit_code": code, "signalled": signalled, "ended_at": time.time(),

@@ -14,7 +14,9 @@ ones that ended while the server was down.
 ``run_dir`` holds one directory per database (``run/<db_id>/``), written only by the server
 and its wrappers (mode 0700); a run or exit file is taken for an attempt only if it names
 that attempt's handle, so files left by another database (or a restored backup of this
-one) are never read as this one's.
+one) are never read as this one's. Work that still runs for no attempt the database knows
+(a restored backup's lost future) is stopped at start (:meth:`LocalExecutor.stop_unknown`)
+before its GPUs are handed out again; files are set aside only once their wrapper is dead.
 
 "Hosts" are names for slices of this machine's GPUs, one after the other in the order
 given (two 8-GPU hosts: GPUs 0-7 and 8-15): CUDA_VISIBLE_DEVICES lists the machine's GPUs
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
 import shutil
@@ -39,7 +42,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,11 @@ from apportion.service.executors.identity import (
 )
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
+# how long a wrapper whose job was killed gets to reap it and write its exit record (and
+# then to die of its own SIGKILL), when an attempt the database does not know is ended
+KILL_WAIT_S = 5.0
+
+log = logging.getLogger("apportion.executor.local")
 
 
 class LocalExecutor:
@@ -261,6 +269,31 @@ class LocalExecutor:
             self._timers.clear()
 
     # ---- reconciliation --------------------------------------------------------------
+    def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
+        """Stop every wrapper of this run directory that is alive but runs no attempt in
+        ``known`` (the handles of the database's open attempts): a restored backup's lost
+        future, which the database can neither charge, stop nor see, and whose GPUs and
+        cgroup names it would hand out again. Each is named in a warning and stopped as
+        :meth:`stop` does (SIGTERM, SIGKILL after ``grace_s``); this returns once none
+        lives, their files moved to ``stale/``."""
+        unknown: dict[str, str] = {}
+        for path in sorted(self.run_dir.glob("*.run")):
+            stem = path.name[: -len(".run")]
+            info = _procfs.read_json(path)
+            handle = info.get("handle") if info else None
+            if (not isinstance(handle, str) or handle in known or not _procfs.alive(handle)
+                    or self._exit_info(stem, handle) is not None):  # ended, leaving now
+                continue
+            wid, attempt = stem.rsplit(".", 1)
+            log.warning("%s attempt %s (wrapper pid %d) runs for no attempt the database "
+                        "knows (a backup restored from before it started?): stopped, its "
+                        "files moved to %s", wid, attempt, _procfs.parse_handle(handle)[0],
+                        self.run_dir / "stale")
+            unknown[stem] = handle
+        self._end_wrappers(unknown, grace_s)
+        for stem in unknown:
+            self._move_aside(stem)
+
     def find(self, workload_id: str, attempt: int) -> str | None:
         """The handle of attempt ``attempt`` of ``workload_id`` if its wrapper claimed it.
 
@@ -353,13 +386,57 @@ class LocalExecutor:
 
     def _set_aside(self, stem: str) -> None:
         """A new attempt's files cannot exist yet in this database's history: any found
-        are another timeline's (a restored backup) and are moved out of the way."""
+        are another timeline's (a restored backup) and are moved out of the way. A wrapper
+        they name that still runs (one :meth:`stop_unknown` did not see) is killed first:
+        it holds the GPUs and the cgroup names the new attempt is about to be given."""
+        info = _procfs.read_json(self.run_dir / f"{stem}.run")
+        handle = info.get("handle") if info else None
+        if isinstance(handle, str) and _procfs.alive(handle):
+            wid, attempt = stem.rsplit(".", 1)
+            log.warning("%s attempt %s: the wrapper (pid %d) of another timeline's attempt "
+                        "of that name still runs: killed before the new attempt starts",
+                        wid, attempt, _procfs.parse_handle(handle)[0])
+            self._end_wrappers({stem: handle}, 0)
+        self._move_aside(stem)
+
+    def _move_aside(self, stem: str) -> None:
+        """Move the run, exit and spec files of ``stem`` to ``stale/``, never read again."""
         stale = self.run_dir / "stale"
         for suffix in (".run", ".exit", ".spec"):
             p = self.run_dir / f"{stem}{suffix}"
             if p.exists():
                 stale.mkdir(exist_ok=True)
                 os.replace(p, stale / f"{p.name}.{time.time():.6f}")
+        self._scanned.discard(f"{stem}.run")  # the name is free for a new claim
+
+    def _end_wrappers(self, wrappers: Mapping[str, str], grace_s: float) -> None:
+        """Stop the wrappers ``wrappers`` (stem -> handle) and wait until none lives:
+        SIGTERM (each forwards it to its job), SIGKILL to the jobs still alive after
+        ``grace_s`` (their wrappers then reap them, write their exit records and leave),
+        and to the wrappers themselves after :data:`KILL_WAIT_S` more; their cgroups are
+        removed."""
+        for handle in wrappers.values():
+            _signal(handle, signal.SIGTERM)
+        live = self._wait_ended(wrappers.values(), grace_s)
+        for stem, handle in wrappers.items():
+            if handle in live:
+                self._kill_job(stem)
+        live = self._wait_ended(live, KILL_WAIT_S)
+        for handle in live:  # e.g. one that cannot write its exit record
+            _signal(handle, signal.SIGKILL)
+        self._wait_ended(live, KILL_WAIT_S)
+        for stem in wrappers:
+            _cgroup.remove(_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.run")))
+
+    def _wait_ended(self, handles: Collection[str], timeout_s: float) -> list[str]:
+        """Wait up to ``timeout_s`` until none of ``handles`` lives; those still alive."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._reap()
+            live = [h for h in handles if _procfs.alive(h)]
+            if not live or time.monotonic() >= deadline:
+                return live
+            time.sleep(0.05)
 
     # ---- internals -------------------------------------------------------------------
     def _observe_one(self, handle: str) -> Observation:
@@ -485,6 +562,13 @@ class LocalExecutor:
             done = [h for h, p in self._procs.items() if p.poll() is not None]
             for h in done:
                 del self._procs[h]
+
+
+def _signal(handle: str, sig: int) -> None:
+    """Send ``sig`` to the process of ``handle`` if it is still that process."""
+    if _procfs.alive(handle):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(_procfs.parse_handle(handle)[0], sig)
 
 
 def _cgroups_of(info: dict[str, Any] | None) -> list[str]:

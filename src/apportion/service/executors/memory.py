@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from apportion.core.consequences import preemption_cost
@@ -192,6 +192,10 @@ class MemoryExecutor:
         self._check()
         handle = f"mem:{workload_id}:{attempt}"
         return handle if handle in self.attempts else None
+
+    def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
+        """Nothing to do: its attempts live in this process, which a restored database's
+        lost future never reached."""
 
     def log_path(self, workload_id: str, attempt: int) -> None:
         """Nothing runs, so there is no output."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import pwd
@@ -29,7 +30,7 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -120,6 +121,7 @@ _UNAVAILABLE_MARKERS = (
 )
 _GONE_MARKERS = ("Invalid job id specified",)
 _ALREADY_DONE_MARKERS = ("already completing or completed", "Invalid job id specified")
+log = logging.getLogger("apportion.executor.slurm")
 _ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _GRES_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 
@@ -511,6 +513,36 @@ class SlurmExecutor:
             key=int,
         )
         return ids[0] if ids else None
+
+    def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
+        """Stop every job of this executor's scripts that Slurm still runs or holds for no
+        attempt the database knows (its id not in ``known``): a restored backup's lost
+        future, which the database can neither charge, stop nor see. Each is named in a
+        warning and stopped as :meth:`stop` does, which returns at once: Slurm gives its
+        GPUs to no other job before it has ended. Jobs of another data directory's
+        scripts are left alone. When Slurm does not answer, a warning says so and nothing
+        else happens (the start goes on; they are looked for at the next start)."""
+        try:
+            self._stop_unknown(known, grace_s)
+        except SlurmUnavailable as e:
+            log.warning("Slurm jobs the database does not know were not looked for: %s", e)
+
+    def _stop_unknown(self, known: Collection[str], grace_s: float) -> None:
+        users = os.path.abspath(self.jobs_dir / "users")
+        for job_id, job in sorted(self._squeue().items(), key=lambda j: int(j[0])):
+            parsed = _parse_comment(str(job.get("comment") or ""))
+            if (parsed is None or job_id in known
+                    or _job_state(job.get("job_state")) not in ACTIVE_JOB_STATES):
+                continue
+            attempt, workload_id = parsed
+            name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+            script = os.path.abspath(self.jobs_dir / name)
+            if not _is_script(str(job.get("command") or ""), script, users, name):
+                continue
+            log.warning("%s attempt %d (Slurm job %s) runs for no attempt the database "
+                        "knows (a backup restored from before it started?): stopped",
+                        workload_id, attempt, job_id)
+            self.stop(job_id, grace_s)
 
     # -- beyond the protocol -------------------------------------------------------------
 
