@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,44 @@ def secure_db_file(config: Any) -> None:
             os.chmod(p, 0o600)
 
 
+def handle_signals(server: Any) -> None:
+    """SIGTERM and SIGINT stop the server cleanly, and SIGHUP (habitually sent to reload a
+    config) is answered with a line and ignored. uvicorn shuts down on SIGTERM and SIGINT,
+    then raises the signal again for the handler it found; with the default one, SIGTERM
+    would kill the process before :func:`serve` stops the scheduler, folds the SQLite
+    write-ahead log into the database file and releases the server lock. This one only
+    asks uvicorn to exit (also when the signal comes before it runs)."""
+
+    def stop(signum: int, frame: object) -> None:
+        server.should_exit = True
+
+    def hangup(signum: int, frame: object) -> None:
+        click.echo("apportion: SIGHUP: this server does not reload its config; restart it "
+                   "to apply changes", err=True)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, hangup)
+
+
+def checkpoint_wal(store: Any, url: str) -> None:
+    """At a clean stop, fold SQLite's write-ahead log into ``apportion.db``, so that the
+    file alone is a whole copy of the database (docs/operations.md, "Backups and
+    restore"); if that cannot be done, say so: the log stays beside it, whole."""
+    from sqlalchemy.exc import DBAPIError
+
+    from apportion.service.store import database_error
+
+    try:
+        if store.checkpoint_wal():
+            return
+        why = "another connection was reading it"
+    except DBAPIError as e:
+        why = str(database_error(url, e))
+    click.echo(f"apportion: the write-ahead log was not folded into the database file "
+               f"({why}): a copy of the database needs its -wal file too", err=True)
+
+
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML config file (see docs/service.md)")
@@ -139,6 +178,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     app = create_app(store, scheduler, config)
     server = uvicorn.Server(uvicorn.Config(app, host=host or config.server.host,
                                            port=port or config.server.port, log_level="info"))
+    handle_signals(server)
 
     def schedule() -> None:
         try:
@@ -153,10 +193,14 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     try:
         server.run()
     finally:
+        # a second SIGTERM or SIGINT while the server winds down ends it at once
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         stop.set()
         scheduler.wake()
         loop.join(timeout=30)
         executor.close()
+        checkpoint_wal(store, config.db_url)
         lock.release()
         store.close()
     if lost:

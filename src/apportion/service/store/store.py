@@ -358,6 +358,19 @@ class Store:
     def close(self) -> None:
         self.engine.dispose()
 
+    def checkpoint_wal(self) -> bool:
+        """SQLite: copy every commit from the write-ahead log (``-wal``) into the database
+        file and empty the log (``PRAGMA wal_checkpoint(TRUNCATE)``), so the file alone
+        holds the whole database. False if another connection's reads kept it from
+        finishing. PostgreSQL: nothing to do (True)."""
+        if self.engine.dialect.name != "sqlite":
+            return True
+        with self.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None, "a connection checked out of the pool has its driver's"
+            busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        return bool(busy == 0)
+
     def db_id(self) -> str:
         """This database's random id (made by the migration that created ``meta``): files
         kept beside the database carry it, so another database's are never taken for its."""

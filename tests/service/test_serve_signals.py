@@ -1,0 +1,70 @@
+"""How ``apportion serve`` takes signals: SIGTERM stops it cleanly, leaving the SQLite
+database file whole on its own; SIGHUP (a habitual reload) is answered and ignored."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import httpx
+from server_proc import Server, free_port, write_config
+
+from apportion.service.store import Store
+
+DEADLINE_S = 60.0  # bounds a hang only
+
+
+def test_sigterm_stops_cleanly_and_the_database_file_alone_holds_everything(
+    tmp_path: Path,
+) -> None:
+    """A server that took a submission and is stopped with SIGTERM exits 0 with its
+    write-ahead log folded into ``apportion.db`` (the -wal file empty or gone), so a copy
+    of ``apportion.db`` alone holds the submission."""
+    server = Server(write_config(tmp_path / "apportion.toml", free_port(),
+                                 executor="memory"), tmp_path / "server.log")
+    server.start()
+    try:
+        r = httpx.post(f"{server.url}/v1/workloads",
+                       headers={"Authorization": f"Bearer {server.token('alice')}"},
+                       json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
+                             "command": ["sleep", "600"]})
+        assert r.status_code == 201, r.text
+    finally:
+        server.stop()
+    assert server.proc is not None and server.proc.returncode == 0, (
+        server.log.read_text()[-2000:])
+    data = tmp_path / "data"
+    wal = data / "apportion.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    shutil.copy(data / "apportion.db", tmp_path / "copy.db")
+    copy = Store(f"sqlite:///{tmp_path / 'copy.db'}")
+    try:
+        assert copy.get_workload(r.json()["id"]).command == ("sleep", "600")
+    finally:
+        copy.close()
+
+
+def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP, which many send to reload a config, neither kills the server nor reloads
+    anything: one line says so, and the server keeps answering."""
+    server = Server(write_config(tmp_path / "apportion.toml", free_port(),
+                                 executor="memory"), tmp_path / "server.log")
+    server.start()
+    try:
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGHUP)
+        line = ("apportion: SIGHUP: this server does not reload its config; restart it to "
+                "apply changes")
+        deadline = time.monotonic() + DEADLINE_S
+        while line not in server.log.read_text():
+            assert server.proc.poll() is None, server.log.read_text()[-2000:]
+            assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+            time.sleep(0.05)
+        assert httpx.get(f"{server.url}/v1/health", timeout=5).status_code == 200
+        assert server.log.read_text().count(line) == 1
+    finally:
+        server.stop()
