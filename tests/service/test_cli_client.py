@@ -484,6 +484,27 @@ def test_out_of_range_numbers_are_refused_naming_the_flag(server: Server) -> Non
         assert f"Invalid value for {flag}" in r.output
 
 
+@pytest.mark.parametrize(("args", "argument"), [
+    (("hosts", "drain", ""), "NAME"),
+    (("hosts", "repair", ""), "NAME"),
+    (("users", "set", "", "--admin"), "NAME"),
+    (("tokens", "create", ""), "USER"),
+    (("tokens", "revoke", ""), "TOKEN_ID"),
+    (("budgets", "set", "", "2"), "PATH"),
+    (("budgets", "members", ""), "PATH"),
+    (("budgets", "managers", ""), "PATH"),
+])
+def test_an_empty_name_is_refused_naming_the_argument(
+    server: Server, args: tuple[str, ...], argument: str
+) -> None:
+    """An empty host, user, token id or budget path (``hosts drain ""``) is a usage error
+    naming the argument (exit 2), not the API's bare ``Not Found`` for a URL naming
+    nothing."""
+    r = run(server, "root", *args)
+    assert r.exit_code == 2, r.output
+    assert f"Error: Invalid value for '{argument}': empty" in r.output
+
+
 def test_host_commands(server: Server) -> None:
     """An admin drains and repairs a host; hosts list shows the state."""
     r = run(server, "root", "hosts", "drain", "h2", "--reason", "ECC errors")

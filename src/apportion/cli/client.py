@@ -57,6 +57,23 @@ _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
 WEIGHT = click.FloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
+
+class Name(click.ParamType[str]):
+    """A name that goes into the API's URL path (a host, a user, a budget path, a token
+    id): an empty one is a usage error naming the argument, not a request for a path that
+    names nothing (answered ``Not Found``, without saying what was not found)."""
+
+    name = "NAME"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        if not str(value):
+            self.fail("empty", param, ctx)
+        return str(value)
+
+
+NAME = Name()
+
 # ---- connection ------------------------------------------------------------------------------
 CONFIG_KEYS = ("token", "token_file", "url")
 _TOKEN = re.compile(r"[!-~]+")  # printable ASCII, no spaces: what a bearer header can carry
@@ -435,7 +452,7 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 
 
 @budgets.command("set")
-@click.argument("path")
+@click.argument("path", type=NAME)
 @click.argument("weight", type=WEIGHT, required=False)
 @click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
               help="the weight, as `budgets create` takes it (the same as WEIGHT)")
@@ -454,7 +471,7 @@ def budgets_set(client: Client, path: str, weight: float | None,
 
 
 @budgets.command("members")
-@click.argument("path")
+@click.argument("path", type=NAME)
 @click.argument("names", nargs=-1)
 @connection
 def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
@@ -464,7 +481,7 @@ def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
 
 
 @budgets.command("managers")
-@click.argument("path")
+@click.argument("path", type=NAME)
 @click.argument("names", nargs=-1)
 @connection
 def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
@@ -534,7 +551,7 @@ def hosts_list(client: Client, as_json: bool) -> None:
 
 
 @hosts.command("drain")
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--reason", default="", help="why (kept in the audit log)")
 @connection
 def hosts_drain(client: Client, name: str, reason: str) -> None:
@@ -548,7 +565,7 @@ def hosts_drain(client: Client, name: str, reason: str) -> None:
 
 
 @hosts.command("repair")
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--reason", default="", help="what was done (kept in the audit log)")
 @connection
 def hosts_repair(client: Client, name: str, reason: str) -> None:
@@ -628,7 +645,7 @@ def users_list(client: Client, as_json: bool) -> None:
 
 
 @users.command("set")
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--admin/--no-admin", default=None, help="grant or take away admin rights")
 @click.option("--unix-user", default=None,
               help='Unix account its work runs as ("" for the account named NAME)')
@@ -653,7 +670,7 @@ def tokens() -> None:
 
 
 @tokens.command("create")
-@click.argument("user")
+@click.argument("user", type=NAME)
 @click.option("--kind", type=click.Choice(["user", "scrape"]), default="user",
               help="user: acts as USER; scrape: may only read (Prometheus)")
 @click.option("--label", default="", help="what it is for (shown by tokens list)")
@@ -687,7 +704,7 @@ def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
 
 
 @tokens.command("revoke")
-@click.argument("token_id")
+@click.argument("token_id", type=NAME)
 @connection
 def tokens_revoke(client: Client, token_id: str) -> None:
     """Revoke a token by its id (from tokens list): refused from this moment."""
