@@ -175,3 +175,59 @@ def test_serve_on_a_database_of_a_newer_apportion_says_so_in_one_line(tmp_path: 
     with store.engine.begin() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "9999"
     store.close()
+
+
+def test_first_start_audits_each_seeded_token_as_made_by_the_config(tmp_path: Path) -> None:
+    """The token each configured user gets at the first start has its ``token.create``
+    audit entry by ``config``, as the users, budgets and hosts seeded with it have."""
+    from apportion.service.store import Store
+    from apportion.service.store.seed import seed_store
+
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n'
+                      '[executor]\nkind = "memory"\n[[hosts]]\nname = "h1"\ngpus = 8\n'
+                      '[[users]]\nname = "root"\nadmin = true\n[[users]]\nname = "alice"\n')
+    store = Store(f"sqlite:///{tmp_path / 'apportion.db'}")
+    store.migrate()
+    try:
+        assert sorted(seed_store(store, load_config(config), write_tokens=False)) == [
+            "alice", "root"]
+        created = sorted((a.target, a.actor, a.new) for a in store.audit()
+                         if a.action == "token.create")
+        assert created == [
+            (user, "config", {"token": store.tokens(user)[0].id, "kind": "user", "label": ""})
+            for user in ("alice", "root")]
+    finally:
+        store.close()
+
+
+def test_a_restart_with_edited_users_and_budgets_says_in_one_line_they_are_ignored(
+    tmp_path: Path,
+) -> None:
+    """[[users]] and [[budgets]] seed an empty database only: restarted with a config that
+    adds a user, makes one an admin, changes a weight and a budget's members, the server
+    says in one line what of it is ignored and how to change it; the database keeps its
+    own (the first start says nothing of the kind)."""
+    config = tmp_path / "apportion.toml"
+    base = ('[server]\ndata_dir = "data"\n[executor]\nkind = "memory"\n'
+            '[[hosts]]\nname = "h1"\ngpus = 8\n[[users]]\nname = "root"\nadmin = true\n'
+            '[[users]]\nname = "alice"\n')
+    config.write_text(base + '[[budgets]]\npath = "ai"\nweight = 2\nmembers = ["alice"]\n')
+    with serving(config, free_port()) as (_, log):
+        pass
+    assert "seed an empty database only" not in log.read_text()
+    config.write_text(base.replace('name = "alice"\n', 'name = "alice"\nadmin = true\n')
+                      + '[[users]]\nname = "carol"\n[[budgets]]\npath = "ai"\nweight = 3\n'
+                      'members = ["alice", "carol"]\n')
+    with serving(config, free_port()) as (client, log):
+        token = (tmp_path / "data" / "tokens" / "root").read_text().strip()
+        budget = client.get("/v1/budgets", headers={"Authorization": f"Bearer {token}"})
+        assert [(b["path"], b["weight"]) for b in budget.json()] == [("ai", 2.0)]
+    lines = [ln for ln in log.read_text().splitlines() if "seed an empty database" in ln]
+    assert lines == [
+        "apportion: the config's [[users]] and [[budgets]] seed an empty database only: "
+        "ignored where they differ from this one's (user alice: admin yes, the database's "
+        "no; user carol: not in the database; budget ai: weight 3, the database's 2; budget "
+        "ai: members alice,carol, the database's alice); change users with `apportion users "
+        "add/set` and budgets with `apportion budgets create/set/members/managers` (as an "
+        "admin)"]

@@ -135,7 +135,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         database_error,
         shown_url,
     )
-    from apportion.service.store.seed import seed_store
+    from apportion.service.store.seed import ignored_seed, seed_store
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # the server's files are the server's: the database, tokens, run files and logs it
@@ -167,6 +167,12 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)
+    ignored = ignored_seed(store, config)
+    if ignored:
+        click.echo(f"apportion: the config's [[users]] and [[budgets]] seed an empty database "
+                   f"only: ignored where they differ from this one's ({'; '.join(ignored)}); "
+                   "change users with `apportion users add/set` and budgets with `apportion "
+                   "budgets create/set/members/managers` (as an admin)", err=True)
     scheduler = Scheduler(store, executor, config.policy, clock, grace_s=config.executor.grace_s,
                           pools=config.pools)
     try:

@@ -29,14 +29,17 @@ def write_token(tokens_dir: Path, user: str, token: str) -> Path:
 def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -> dict[str, str]:
     """If the store is empty, create the configured users (one token each, written to
     ``<data_dir>/tokens/<user>`` when ``write_tokens``), budgets and hosts, all audited as
-    done by ``config``. Returns the new tokens by user; ``{}`` if the store was not empty."""
+    done by ``config`` (the tokens too, as ``token.create``). Returns the new tokens by
+    user; ``{}`` if the store was not empty."""
     if not store.is_empty():
         return {}
     tokens: dict[str, str] = {}
     for u in config.users:
         store.add_user(u.name, actor=SEED_ACTOR, admin=u.admin, unix_user=u.unix_user)
         token = new_token()
-        store.add_token(u.name, hash_token(token))
+        row = store.add_token(u.name, hash_token(token))
+        store.append_audit(SEED_ACTOR, "token.create", u.name, None,
+                           {"token": row.id, "kind": row.kind, "label": row.label})
         tokens[u.name] = token
         if write_tokens:
             write_token(config.tokens_dir, u.name, token)
@@ -48,3 +51,43 @@ def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -
     for h in config.hosts:
         store.add_host(h.name, h.gpus, actor=SEED_ACTOR, cluster=h.cluster, kind=h.kind)
     return tokens
+
+
+def ignored_seed(store: Store, config: ServiceConfig) -> list[str]:
+    """Where the config's ``[[users]]`` and ``[[budgets]]`` differ from the database they
+    no longer seed (a user or budget it lacks or has otherwise), one short phrase each: a
+    config edited after the first start is not applied, and the start says so."""
+    users = {u.name: u for u in store.users()}
+    out: list[str] = []
+    for cu in config.users:
+        u = users.get(cu.name)
+        if u is None:
+            out.append(f"user {cu.name}: not in the database")
+            continue
+        if cu.admin != u.admin:
+            out.append(f"user {cu.name}: admin {_yes(cu.admin)}, the database's {_yes(u.admin)}")
+        if (cu.unix_user or cu.name) != u.account:
+            out.append(f"user {cu.name}: unix_user {cu.unix_user or cu.name}, the "
+                       f"database's {u.account}")
+    budgets = {b.path: b for b in store.budgets()}
+    for cb in config.budgets:
+        b = budgets.get(cb.path)
+        if b is None:
+            out.append(f"budget {cb.path}: not in the database")
+            continue
+        if cb.weight != b.weight:
+            out.append(f"budget {cb.path}: weight {cb.weight:g}, the database's {b.weight:g}")
+        for field, want, have in (("managers", cb.managers, b.managers),
+                                  ("members", cb.members, b.members)):
+            if sorted(want) != sorted(have):
+                out.append(f"budget {cb.path}: {field} {_names(want)}, the database's "
+                           f"{_names(have)}")
+    return out
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return ",".join(sorted(names)) or "none"
