@@ -204,7 +204,7 @@ class Scheduler:
                 self._sync_store(t)
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
-                    self._retry(t)
+                    self._retry()
                     self._fold(t)
                 self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
@@ -832,7 +832,7 @@ class Scheduler:
         self._st().set_host_state(name, state, now)
         self._host_reason[name] = reason
 
-    def _retry(self, now: float) -> None:
+    def _retry(self) -> None:
         """Finish what an earlier pass could not: handles not yet stored, stops not sent."""
         for (wid, n), handle in list(self._unsaved.items()):
             self.store.set_attempt_handle(wid, n, handle)
@@ -840,14 +840,14 @@ class Scheduler:
         for wid, a in list(self._open.items()):
             if a.handle is None:
                 try:
-                    self._find_launched(wid, a, now)
+                    self._find_launched(wid, a)
                 except ExecutorUnavailable as e:
                     log.warning("%s: launch still unconfirmed: %s", wid, e)
                     return
             if wid in self._open and a.stop_reason is not None and not a.stop_sent:
                 self._send_stop(wid, a)
 
-    def _find_launched(self, wid: str, a: _Attempt, now: float) -> None:
+    def _find_launched(self, wid: str, a: _Attempt) -> None:
         """An attempt whose launch got no answer: adopt the executor's job if the launch
         went through after all, else end the attempt at its start (nothing charged)."""
         handle = self.executor.find(wid, a.n)
@@ -861,7 +861,7 @@ class Scheduler:
             status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
         else:
             status = Status.PENDING
-        self._end(wid, a.started_at, None, "never launched", status, now)
+        self._end(wid, a.started_at, None, "never launched", status)
 
     def _fold(self, now: float) -> None:
         """Exits and vanished attempts, from the executor into the store, then the state;
@@ -877,6 +877,11 @@ class Scheduler:
         for handle, wid in handles.items():
             o = seen.get(handle)
             if o is not None and o.state is not AttemptState.RUNNING:
+                if o.ended_at is not None and now < o.ended_at <= self.clock.now():
+                    # it ended during this pass, after the pass's instant, which the state
+                    # cannot end it at yet: the next pass, asked for now, ends it on time
+                    self.wake()
+                    continue
                 self._ended(wid, o, now)
             elif o is not None and o.checkpoint_at is not None:
                 self._checkpointed(wid, o.checkpoint_at, now)
@@ -916,39 +921,41 @@ class Scheduler:
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
-        self._end(wid, t, o.exit_code, reason, status, now)
+        self._end(wid, t, o.exit_code, reason, status)
 
     def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:
-        """When an observed attempt ended: the executor's time (the real exit, which may
-        fall after this pass began: wall clock), kept within [its start, the clock now].
-        A time that is not a number, infinite or in the future is an executor's error or
-        a job's forgery: stored, it would be charged, and a time the ledger cannot replay
-        would halt every pass after a restart. Such a time counts as now (when the end was
-        seen), and is logged."""
+        """When an observed attempt ended: the executor's time (the real exit), kept within
+        [its start, the pass's time] (an exit after the pass's time but not after the clock,
+        while the pass ran, is left to the next pass: see :meth:`_fold`). A time that is not
+        a number, infinite or in the future is an executor's error or a job's forgery:
+        stored, it would be charged, and a time the ledger cannot replay would halt every
+        pass after a restart. Such a time counts as now (when the end was seen), and is
+        logged."""
         if o.ended_at is None:
             return now
         latest = max(now, self.clock.now())
         if math.isfinite(o.ended_at) and o.ended_at <= latest:
-            return max(o.ended_at, a.started_at)  # Slurm's whole seconds may round below it
+            # Slurm's whole seconds may round below its start
+            return min(max(o.ended_at, a.started_at), now)
         log.warning("%s attempt %d: the executor reported an end time of %r, not between its "
                     "start (%.3f) and now (%.3f): ended now instead", wid, a.n, o.ended_at,
                     a.started_at, now)
         return now
 
-    def _end(
-        self, wid: str, t: float, code: int | None, reason: str, status: Status,
-        now: float | None = None,
-    ) -> None:
-        """End the open attempt at ``t``: store first (the one place charging happens), then
-        the state, whose time may not go backwards nor past the pass's ``now``."""
+    def _end(self, wid: str, t: float, code: int | None, reason: str, status: Status) -> None:
+        """End the open attempt at ``t`` (no later than the pass's time): store first (the
+        one place charging happens), then the state. The state's time never goes back, so
+        an exit read after it moved on (a later pass, a submission's pass) ends there, but
+        charged up to ``t`` as the store charges it: the live ledger is what a restart
+        rebuilds from the attempts."""
         st = self._st()
         a = self._open[wid]
         self.store.end_attempt(wid, a.n, t, code, reason, status)
-        ts = max(min(t, t if now is None else now), st.time)
+        ts = max(t, st.time)
         if status is Status.PENDING:
-            st.requeue(wid, ts)
+            st.requeue(wid, ts, ended_at=t)
         else:
-            st.finish(wid, ts)
+            st.finish(wid, ts, ended_at=t)
             self._commands.pop(wid, None)
             self._env.pop(wid, None)
             self._array_of.pop(wid, None)
@@ -1018,9 +1025,9 @@ class Scheduler:
         slots = self._assign(s)
         entries = [(sl.host, len(sl.gpu_indexes), list(sl.gpu_indexes)) for sl in slots]
         try:
-            # charged from when it is really launched: on a wall clock, later starts of
-            # a busy pass begin after the pass's ``now`` (the state keeps ``now``)
-            row = self.store.begin_attempt(wid, entries, max(now, self.clock.now()))
+            # started (and charged) from the pass's time, as the state starts it: its GPUs
+            # are its own from then, and a restart rebuilds the state from this time
+            row = self.store.begin_attempt(wid, entries, now)
         except Conflict as e:  # no longer pending (cancelled meanwhile): drop it
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)
