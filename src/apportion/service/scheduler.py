@@ -995,15 +995,18 @@ class Scheduler:
             self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
         for p in d.preemptions:
             # who it was preempted for, and why: what ``apportion why`` tells its owner
-            self.store.append_audit(ACTOR, "workload.preempt", p.workload, None,
-                                    {"reason": p.reason.value, "by": p.by})
-            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
+            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue,
+                       {"reason": p.reason.value, "by": p.by})
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
             st.reserve(r.workload, r.hosts)
         return all(self._launch(s, now) for s in d.starts)
 
-    def _stop(self, wid: str, reason: str, requeue: bool) -> None:
-        self.store.mark_stopping(wid)
+    def _stop(
+        self, wid: str, reason: str, requeue: bool, preempted: dict[str, Any] | None = None
+    ) -> None:
+        """Record the stop (with a preemption's audit entry, in one transaction), then
+        send it."""
+        self.store.mark_stopping(wid, preempted, ACTOR)
         self._st().mark_stopping(wid)
         a = self._open[wid]
         a.stop_reason, a.requeue = reason, requeue

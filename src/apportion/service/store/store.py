@@ -644,8 +644,14 @@ class Store:
                 raise NotFound(f"workload {workload_id}: attempt {n}: not found")
             a.handle = handle
 
-    def mark_stopping(self, workload_id: str) -> None:
-        """running -> stopping (a preemption was issued). :class:`Conflict` otherwise."""
+    def mark_stopping(
+        self, workload_id: str, preempted: Mapping[str, Any] | None = None, actor: str = ""
+    ) -> None:
+        """running -> stopping (a stop was issued). :class:`Conflict` otherwise. For a
+        preemption, ``preempted`` (its reason and whom it is for) is audited by ``actor`` as
+        ``workload.preempt`` in the same transaction: the entry exists if and only if the
+        stop was recorded, so a crash never leaves a preemption in the audit that was never
+        carried out (what ``apportion why`` would tell the owner)."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -654,6 +660,8 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 raise self._status_conflict(s, workload_id, Status.STOPPING)
+            if preempted is not None:
+                self._audit(s, actor, "workload.preempt", workload_id, None, dict(preempted))
 
     def end_attempt(
         self,
