@@ -95,6 +95,7 @@ RESIZING = EXECUTOR_DOWN + "resizing: "  # a host drained until it can take its 
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
+CLOCK_BEHIND_S = 5.0  # a wall clock further behind the times recorded was set back: said
 
 
 @dataclass(slots=True)
@@ -165,6 +166,11 @@ class Scheduler:
         self.executor_down_since: float | None = None
         self.executor_problem: str | None = None
         self.passes_skipped = 0
+        # the latest time recorded (the store's at start, then each pass's), and how far
+        # the wall clock is behind it (0: it is not, or by less than CLOCK_BEHIND_S): a
+        # clock set back, which holds the scheduler's time still
+        self._recorded: float | None = None
+        self.clock_behind_s = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -186,6 +192,9 @@ class Scheduler:
             self._settle_unlaunched(now)
             self._rebuild(now)
             self._started = True
+            self._recorded = max(self.store.latest_time() or now, self._st().time,
+                                 self._recorded or now)
+            self._check_clock(now)
             self._fold(now)
 
     def step(self, now: float | None = None) -> list[str]:
@@ -199,8 +208,13 @@ class Scheduler:
                     if not self._started:  # no budgets yet
                         return lines
                 st = self._st()
-                t = self.clock.now() if now is None else now
-                t = max(t, st.time)
+                clock_now = self.clock.now()
+                # the scheduler's time never goes back, from its state nor from its last
+                # pass (a wall clock set back holds it still until it catches up)
+                last = st.time if self._last_pass_at is None else self._last_pass_at
+                t = max(clock_now if now is None else now, st.time, last)
+                self._recorded = max(self._recorded or t, t)
+                self._check_clock(clock_now)
                 self._sync_store(t)
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
@@ -239,6 +253,27 @@ class Scheduler:
             seconds = time.perf_counter() - wall
             self._notify("passed", t, seconds, st)
             return lines
+
+    def _check_clock(self, wall: float) -> None:
+        """Say once (a warning) when the wall clock ``wall`` is more than ``CLOCK_BEHIND_S``
+        behind the latest time recorded: it was set back, and the scheduler's time, which
+        never goes back, stands still until the clock catches up with it. Kept in
+        :attr:`clock_behind_s` (``/v1/health``, ``/metrics``)."""
+        behind = (wall if self._recorded is None else self._recorded) - wall
+        if behind > CLOCK_BEHIND_S:
+            if not self.clock_behind_s:
+                log.warning(
+                    "the wall clock is %s behind the latest time this server recorded (it "
+                    "was set back): the scheduler's time does not go back, it stands still "
+                    "until the clock catches up (running work is not charged, protections "
+                    "and time limits do not run down); keep the clock from stepping "
+                    "(docs/operations.md, \"The clock\")",
+                    format_duration(behind))
+            self.clock_behind_s = behind
+        elif self.clock_behind_s:
+            log.info("the wall clock is back at the latest time recorded: the scheduler's "
+                     "time moves again")
+            self.clock_behind_s = 0.0
 
     def _decide(self, st: FleetState, t: float) -> Decisions:
         """``decide_fleet``, and if the policy raises: find the pending workloads it fails on
@@ -376,8 +411,9 @@ class Scheduler:
                                  budgets=[])
             # the clock, as why, the dashboard and /metrics count: the state's own time
             # moves only when the cluster changes, and elapsed times, protection left and
-            # charged GPU-seconds would stand still between changes
-            now = max(self.clock.now(), st.time)
+            # charged GPU-seconds would stand still between changes; never before the last
+            # pass (a clock set back holds the scheduler still)
+            now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
@@ -562,6 +598,9 @@ class Scheduler:
         events.sort(key=lambda e: e[:3])
         for t, _, _, apply in events:
             apply(t)
+        if events:  # a clock set back before a restart: its passes start at the latest of
+            # them, which the ledger cannot go back from (each failed with "time went back")
+            st.advance(max(st.time, events[-1][0]))
         self.state = st
         self._host_reason = {h.name: h.reason for h in hosts}
         self._free = {h.name: list(range(h.gpus)) for h in hosts}

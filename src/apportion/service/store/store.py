@@ -820,6 +820,19 @@ class Store:
                 for b, g, m, st, e, pl, wid, n in s.execute(q)
             ]
 
+    def latest_time(self) -> float | None:
+        """The latest scheduling time recorded (a submission, a queueing, an attempt's start
+        or end, a host's change), on the scheduler's clock; None in an empty database. A
+        wall clock behind it was set back (docs/operations.md, "The clock")."""
+        with self._tx(write=False) as s:
+            times = [
+                s.scalar(select(func.max(col)))
+                for col in (WM.submit_time, WM.queued_at, AttemptModel.started_at,
+                            AttemptModel.ended_at, HostModel.changed_at)
+            ]
+        known = [float(t) for t in times if t is not None]
+        return max(known) if known else None
+
     # ---- hosts -----------------------------------------------------------------------
     def hosts(self) -> list[HostRow]:
         with self._tx(write=False) as s:
