@@ -197,3 +197,55 @@ def test_a_window_asked_again_sees_changes_before_its_end() -> None:
     led.change("a", 8, 100.0, charged=True)
     assert led.charged("a", 100.0, 100.0) == 200.0
     assert led.charged("a", 110.0, 100.0) == 4 * 40 + 8 * 10
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 300), st.integers(1, 4), st.integers(0, 600),
+                       st.integers(0, 400)), min_size=1, max_size=30),
+    st.lists(st.tuples(st.floats(0, 40_000), st.floats(1, 40_000)), min_size=1, max_size=20),
+)
+def test_an_end_learnt_late_and_amended_counts_as_if_recorded_on_time(
+    runs: list[tuple[int, int, int, int]], queries: list[tuple[float, float]]
+) -> None:
+    """Overlapping runs; each one's end is recorded up to 400 s late (after other runs
+    started, the ledger having moved on), then amended back to its real time. Every window
+    of every node equals that of a ledger that recorded each end on time."""
+    late, exact = UsageLedger(start=0.0), UsageLedger(start=0.0)
+    on_time: list[tuple[float, int]] = []  # (time, rate change)
+    learnt: list[tuple[float, int, float]] = []  # (when recorded, rate change, real time)
+    t = 0.0
+    for gap, gpus, length, delay in runs:
+        t += gap
+        on_time += [(t, gpus), (t + length, -gpus)]
+        learnt += [(t, gpus, t), (t + length + delay, -gpus, t + length)]
+    for at, delta in sorted(on_time):
+        exact.change("a/x", delta, at, charged=True)
+    for at, delta, real in sorted(learnt):
+        late.change("a/x", delta, at, charged=True)
+        if real < at:
+            late.amend("a/x", delta, real, at, charged=True)
+    for now, window in queries:
+        for node in ("a/x", "a", ROOT):
+            assert late.charged(node, now, window) == pytest.approx(
+                exact.charged(node, now, window), abs=1e-6)
+    assert late.rate("a") == exact.rate("a") == 0
+
+
+def test_amend_refuses_a_time_after_the_last_update() -> None:
+    """The past only: an amendment reaching past the last update is refused."""
+    led = UsageLedger(start=0.0)
+    led.change("a", 2, 10.0, charged=True)
+    with pytest.raises(CoreError, match="ledger: amend: 20.0 is after the last update"):
+        led.amend("a", -2, 15.0, 20.0, charged=True)
+
+
+def test_an_amendment_moves_the_windows_asked_before_it() -> None:
+    """A window asked before an amendment (kept for repeat lookups) counts it when asked
+    again: 4 GPUs from 0, recorded as ending at 100, really ended at 60."""
+    led = UsageLedger(start=0.0)
+    led.change("a/x", 4, 0.0, charged=True)
+    led.change("a/x", -4, 100.0, charged=True)
+    assert led.charged("a", 100.0, 100.0) == 400.0
+    led.amend("a/x", -4, 60.0, 100.0, charged=True)
+    assert led.charged("a", 100.0, 100.0) == 240.0
+    assert led.charged("a/x", 80.0, 30.0) == 4 * 10

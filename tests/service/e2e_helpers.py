@@ -134,8 +134,11 @@ class Live:
     # ---- CLI -------------------------------------------------------------------------
     def cli(self, who: str, *args: str) -> subprocess.CompletedProcess[str]:
         """``apportion ARGS`` as a separate process, with url and token from the env."""
+        # TMPDIR is exported to the work: what it leaves there (a batch script's copy) is
+        # the test's, not /tmp's
         env = {**os.environ, "APPORTION_URL": self.server.url,
-               "APPORTION_TOKEN": self.tokens[who], "APPORTION_CLIENT_CONFIG": "/dev/null"}
+               "APPORTION_TOKEN": self.tokens[who], "APPORTION_CLIENT_CONFIG": "/dev/null",
+               "TMPDIR": str(self.tmp)}
         return subprocess.run(
             [sys.executable, "-m", "apportion.cli.main", *args],
             env=env, capture_output=True, text=True, timeout=DEADLINE_S,

@@ -63,8 +63,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def run(server: Server, who: str | None, *args: str, env: dict[str, str] | None = None,
         ) -> Result:
-    """Run a client command in-process, with url and token from the environment."""
-    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    """Run a client command in-process, with url and token from the environment (and a
+    TMPDIR of the test's, exported to the work: a batch script's copy is left there)."""
+    base = {"APPORTION_URL": server.url, "APPORTION_CLIENT_CONFIG": "/dev/null",
+            "TMPDIR": str(server.data_dir.parent)}
     if who:
         base["APPORTION_TOKEN"] = server.tokens[who]
     return CliRunner().invoke(main, list(args), env={**base, **(env or {})},

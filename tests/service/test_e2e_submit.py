@@ -264,6 +264,39 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
             f"{wid}: its log is empty: it writes its output to {work}/{wid}.out (--output)")
 
 
+def test_a_scripts_interpreter_sees_the_script_as_argv0_then_its_arguments(
+    live_sqlite: LiveFactory, tmp_path: Path
+) -> None:
+    """A Python script, a sh script and one without ``#!`` (run by /bin/sh) submitted with
+    the arguments ``one`` and ``two words``: each sees a path to (a private copy of) itself,
+    in the TMPDIR it was given, first, then exactly those arguments, as under sbatch:
+    Python's ``sys.argv`` is ``['.../argv.py', 'one', 'two words']`` (it was ``['-c',
+    'argv.py', 'one', ...]``), sh's ``$0`` ``.../argv.sh``, ``$1`` ``one``, ``$2`` ``two
+    words``."""
+    s = live_sqlite({"h0": 2})
+    scripts = {
+        "argv.py": "#!/usr/bin/python3\nimport json, os, sys\n"
+                   "print(json.dumps([sys.argv, os.path.isfile(sys.argv[0])]))\n",
+        "argv.sh": '#!/bin/sh\nprintf "%s|%s|%s|%s\\n" "$0" "$#" "$1" "$2"\n',
+        "plain": '#APPORTION --gpus 1\nprintf "%s|%s|%s|%s\\n" "$0" "$#" "$1" "$2"\n',
+    }
+    out = {}
+    for name, text in scripts.items():
+        (tmp_path / name).write_text(text)
+        r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
+                  "--wait", str(tmp_path / name), "one", "two words")
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        out[name] = s.cli("alice", "logs", submitted_id(r.stdout)).stdout.strip()
+    copies = f"{tmp_path}/apportion."  # the test's TMPDIR (e2e_helpers), exported
+    (argv, is_file) = json.loads(out["argv.py"])
+    assert argv[0].startswith(copies) and argv[0].endswith("/argv.py") and is_file, argv
+    assert argv[1:] == ["one", "two words"], out["argv.py"]
+    for name in ("argv.sh", "plain"):
+        zero, count, first, second = out[name].split("|")
+        assert zero.startswith(copies) and zero.endswith(f"/{name}"), out[name]
+        assert (count, first, second) == ("2", "one", "two words"), out[name]
+
+
 def test_short_ids_and_cancelling_many(live_sqlite: LiveFactory) -> None:
     """``show 5`` finds ``w-000005``; ``cancel`` takes several ids at once (short or long)
     and ``--user`` with ``--state`` cancels the rest; a bad id among them is reported and

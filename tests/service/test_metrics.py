@@ -226,3 +226,19 @@ def test_dashboard_usage_series_from_the_ledger(live: Live) -> None:
     assert u["usage"]["ai/llm"] == [8.0]
     assert u["fair"]["ai/llm"] == [round(16 / 3 * 1900 / 3600, 3)]
     assert u["usage"]["ops"] == [0.0]
+
+
+def test_a_clock_set_back_is_in_the_health_check_and_the_metrics(live: Live) -> None:
+    """The wall clock set back 400 s behind the last pass (at t0+1900): after a pass,
+    ``GET /v1/health`` has ``clock_behind_s`` 400 and ``/metrics``
+    ``apportion_clock_behind_seconds`` 400; once the clock is past it again, both are 0."""
+    def both() -> tuple[float, float]:
+        health = live.client.get("/v1/health").json()["clock_behind_s"]
+        return health, live.scrape()[("apportion_clock_behind_seconds", ())]
+
+    assert both() == (0.0, 0.0)
+    live.clock = live.sched.clock = FakeClock(T0 + 1500)
+    live.sched.step()
+    assert both() == (400.0, 400.0)
+    live.at(T0 + 1910)
+    assert both() == (0.0, 0.0)

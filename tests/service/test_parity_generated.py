@@ -10,7 +10,8 @@ service runs with a fake clock, the in-memory executor (its cost model is the si
 (workloads exit at SIGTERM at once, as the simulator assumes) and one or two server restarts:
 the ``Scheduler`` is re-created on the same store and executor, and rebuilds and reconciles.
 It is stepped at exactly the moments the simulator handles (see tests/service/test_parity.py)
-and its decision log (``core.decision_log`` lines) must equal the simulator's.
+and its decision log (``core.decision_log`` lines) must equal the simulator's; at the end, a
+restart must rebuild the usage its live ledger holds.
 """
 
 from __future__ import annotations
@@ -173,8 +174,24 @@ def serve(case: Case, backend: str, tmp_path: Path, config: PolicyConfig) -> tup
             assert row.id == spec.id
             executor.durations[row.id] = duration
         moments.step(sched)
+    # a restart now rebuilds the ledger from the attempts: it must find what the live one
+    # decided from (every attempt charged as stored, whenever its exit was read)
+    assert usage(server(), config) == pytest.approx(usage(sched, config))
     store.close()
     return moments.log, restarted
+
+
+def usage(sched: Scheduler, config: PolicyConfig) -> dict[str, float]:
+    """Every node's charged and free GPU-seconds, and the capacity, in the lookback window
+    ending at the scheduler's clock, as its ledger counts them."""
+    st = sched.state
+    assert st is not None
+    now, window = sched.clock.now(), config.lookback
+    out = {"capacity": st.ledger.capacity(now, window)}
+    for node in st.tree.nodes():
+        out["charged " + node] = st.ledger.charged(node, now, window, memo=False)
+        out["free " + node] = st.ledger.free(node, now, window)
+    return out
 
 
 def test_generated_cases_cover_what_they_claim() -> None:

@@ -79,6 +79,48 @@ def test_allocated_preempts_unallocated_and_resumable_is_requeued(env: Env) -> N
     assert w.status is Status.RUNNING and w.attempt is not None and w.attempt.n == 2
 
 
+def refuse_stopping(store: Store, on: bool) -> None:
+    """Make the database refuse (``on``) or accept again the write of any workload's
+    ``stopping`` status: a failure inside that transaction, as a full disk or a crash
+    would leave it."""
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            conn.exec_driver_sql(
+                "CREATE TRIGGER no_stopping BEFORE UPDATE OF status ON workloads "
+                "WHEN NEW.status = 'stopping' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+                if on else "DROP TRIGGER no_stopping")
+        elif on:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION no_stopping() RETURNS trigger AS $$ BEGIN "
+                "RAISE EXCEPTION 'refused'; END $$ LANGUAGE plpgsql")
+            conn.exec_driver_sql(
+                "CREATE TRIGGER no_stopping BEFORE UPDATE ON workloads FOR EACH ROW "
+                "WHEN (NEW.status = 'stopping') EXECUTE FUNCTION no_stopping()")
+        else:
+            conn.exec_driver_sql("DROP TRIGGER no_stopping ON workloads")
+            conn.exec_driver_sql("DROP FUNCTION no_stopping()")
+
+
+def test_a_preemption_whose_stop_is_not_recorded_leaves_no_audit_entry(env: Env) -> None:
+    """A pass decides a preemption but the database fails to record the stop: the pass
+    fails, the victim runs on untouched, and no ``workload.preempt`` entry tells of a
+    preemption that never happened (it was written in a transaction of its own before).
+    Once the database records stops again, the next pass preempts it, audited once."""
+    free = env.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=True)
+    env.at(0.0)
+    alloc = env.submit(budget="ai/llm", gpus=8)
+    refuse_stopping(env.store, True)
+    with pytest.raises(Exception, match="refused"):
+        env.at(10.0)
+    assert status(env, free) is Status.RUNNING
+    assert env.executor.running() == [free]
+    assert [a.action for a in env.store.audit(target=free)] == []
+    refuse_stopping(env.store, False)
+    assert env.at(11.0)[0] == f"11.000 preempt {free} unallocated requeue=True by={alloc}"
+    assert [(a.action, a.new) for a in env.store.audit(target=free)] == [
+        ("workload.preempt", {"reason": "unallocated", "by": alloc})]
+
+
 def test_non_resumable_preempted_workload_ends_preempted(lite: Env) -> None:
     """A preempted workload that cannot resume ends as preempted."""
     free = lite.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=False)

@@ -231,3 +231,58 @@ def test_a_restart_with_edited_users_and_budgets_says_in_one_line_they_are_ignor
         "ai: members alice,carol, the database's alice); change users with `apportion users "
         "add/set` and budgets with `apportion budgets create/set/members/managers` (as an "
         "admin)"]
+
+
+def serve_exit(config: Path) -> subprocess.CompletedProcess[str]:
+    """``apportion serve --config CONFIG`` that is expected to exit at start."""
+    return subprocess.run(
+        [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config)],
+        capture_output=True, text=True, timeout=DEADLINE_S)
+
+
+@pytest.mark.parametrize("disk", ["read-only", "a file in the way"])
+def test_a_data_directory_the_server_cannot_write_stops_it_with_one_line(
+    tmp_path: Path, disk: str
+) -> None:
+    """The data directory is on a read-only disk (an empty, read-only tmpfs mounted there:
+    needs root, as CI runs the tests), or cannot be made (a file where its parent should
+    be): ``serve`` exits 1 with one line naming the directory, the setting and the reason,
+    no traceback. (``os.chmod`` raised ``OSError: [Errno 30] Read-only file system``
+    through a traceback.)"""
+    data = tmp_path / ("data" if disk == "read-only" else "file/data")
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{data}"\n[executor]\nkind = "memory"\n'
+                      '[[hosts]]\nname = "h1"\ngpus = 8\n')
+    if disk == "read-only":
+        data.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(data)],
+                       check=True)
+    else:
+        (tmp_path / "file").write_text("not a directory\n")
+    try:
+        r = serve_exit(config)
+    finally:
+        if disk == "read-only":
+            subprocess.run(["umount", str(data)], check=True)
+    reason = "Read-only file system" if disk == "read-only" else "Not a directory"
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == (f"Error: data directory {data} ({config}: server.data_dir): "
+                        f"{reason}\n"), r.stderr
+
+
+def test_a_file_the_server_cannot_write_at_start_stops_it_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """The data directory is writable but the tokens directory in it is a file (the server
+    cannot make it, as on a disk that stopped taking writes): ``serve`` exits 1 with one
+    line naming the path and the reason, no traceback."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "tokens").write_text("not a directory\n")
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{data}"\n[executor]\nkind = "memory"\n'
+                      '[[hosts]]\nname = "h1"\ngpus = 8\n[[users]]\nname = "root"\n'
+                      'admin = true\n')
+    r = serve_exit(config)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == f"Error: cannot start: {data / 'tokens'}: File exists\n", r.stderr

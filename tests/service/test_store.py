@@ -196,6 +196,24 @@ def test_mark_stopping_needs_running(store: Store) -> None:
         store.mark_stopping(wid)
 
 
+def test_mark_stopping_writes_a_preemptions_audit_entry_with_the_stop_or_not_at_all(
+    store: Store,
+) -> None:
+    """A preemption's ``workload.preempt`` entry is written by ``mark_stopping`` itself:
+    with the stop when it is recorded, and not at all when it is refused (a workload not
+    running), so the audit never tells of a preemption that was not carried out."""
+    wid = submit(store)
+    why = {"reason": "rebalance", "by": "w-000009"}
+    with pytest.raises(Conflict, match="cannot go from pending to stopping"):
+        store.mark_stopping(wid, why, "scheduler")
+    assert [a.action for a in store.audit(target=wid)] == []
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    store.mark_stopping(wid, why, "scheduler")
+    assert store.get_workload(wid).status is Status.STOPPING
+    assert [(a.actor, a.action, a.new) for a in store.audit(target=wid)] == [
+        ("scheduler", "workload.preempt", why)]
+
+
 def test_cancel_pending(store: Store) -> None:
     """Cancelling a pending workload ends it at once, audited."""
     wid = submit(store)

@@ -124,11 +124,21 @@ def script_name(path: str) -> str:
     return _NOT_IN_A_NAME.sub("_", Path(path).name)[:MAX_NAME]
 
 
+# the shell line a batch script runs through (given its file's name as "$0", then its text,
+# then its arguments): its interpreter runs a private copy of the text as a file, so the
+# script sees a path of its own, then its arguments (sys.argv, "$0 $1 ..."), as under
+# sbatch (``python3 -c TEXT`` would give it '-c' first). The copy is made as the job's
+# account, where it runs (the submitted file may not be readable there), in its TMPDIR.
+_SCRIPT_COPY = ('d=$(mktemp -d "${TMPDIR:-/tmp}/apportion.XXXXXX" 2>/dev/null || '
+                'mktemp -d /tmp/apportion.XXXXXX) && f="$d/$0" && printf %s "$1" >"$f" || '
+                'exit 126; shift;')
+
+
 def read_script(path: str, args: Sequence[str]) -> Script:
     """Read the directives of a batch script. As ``sbatch`` does, they are read from the
     comment block at the top, up to the first command line. The command becomes the
-    script's own text run by its interpreter (``#!`` line, else ``/bin/sh``), so the
-    server keeps the script as it was at submission."""
+    script's own text run by its interpreter (``#!`` line, else ``/bin/sh``) as a file
+    (``_SCRIPT_COPY``), so the server keeps the script as it was at submission."""
     text = Path(path).read_text(encoding="utf-8")
     name = Path(path).name
     out = Script()
@@ -148,7 +158,9 @@ def read_script(path: str, args: Sequence[str]) -> Script:
             else:
                 _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
     shebang = text.splitlines()[0][2:].split() if text.startswith("#!") else []
-    out.command = [*(shebang or ["/bin/sh"]), "-c", text, name, *args]
+    interpreter = shlex.join(shebang or ["/bin/sh"])
+    out.command = ["/bin/sh", "-c", f'{_SCRIPT_COPY} exec {interpreter} "$f" "$@"', name, text,
+                   *args]
     return out
 
 

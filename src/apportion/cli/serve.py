@@ -61,8 +61,13 @@ def secure_data_dir(config: Any) -> None:
     write each log as its owner); the database, tokens and scripts inside stay the
     server's, each with a mode of its own."""
     d: Path = config.server.data_dir
-    d.mkdir(parents=True, exist_ok=True)
-    os.chmod(d, 0o711)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o711)
+    except OSError as e:  # e.g. a read-only or full disk: the server could write nothing
+        raise click.ClickException(
+            f"data directory {d} ({config.source}: server.data_dir): {e.strerror or e}"
+        ) from None
 
 
 def secure_db_file(config: Any) -> None:
@@ -161,6 +166,9 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         tokens = seed_store(store, config)
     except ConfigError as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # a file the server must write (tokens, run files): say which
+        where = f"{e.filename}: " if e.filename else ""
+        raise click.ClickException(f"cannot start: {where}{e.strerror or e}") from None
     click.echo(f"apportion: database {shown_url(config.db_url)}; logs in {config.logs_dir}",
                err=True)
     click.echo(f"apportion: {executor.describe()}", err=True)

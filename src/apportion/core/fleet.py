@@ -315,17 +315,19 @@ class FleetState:
     def mark_stopping(self, workload: str) -> Running:
         return self._pools[self._running_pool(workload)].mark_stopping(workload)
 
-    def finish(self, workload: str, t: float) -> Running:
+    def finish(self, workload: str, t: float, ended_at: float | None = None) -> Running:
+        """Running -> gone; ``ended_at`` as for :meth:`ClusterState.finish`."""
         pool = self._running_pool(workload)
         self._tick(t)
-        r = self._pools[pool].finish(workload, t)
+        r = self._pools[pool].finish(workload, t, ended_at)
         del self._runs_in[workload]
         return r
 
-    def requeue(self, workload: str, t: float) -> Pending:
-        """Running -> pending again, in every pool it accepts (it keeps its place)."""
-        r = self.finish(workload, t)
-        return self.submit(r.spec, t, restarted=True)
+    def requeue(self, workload: str, t: float, ended_at: float | None = None) -> Pending:
+        """Running -> pending again, in every pool it accepts (it keeps its place);
+        ``ended_at`` as for :meth:`ClusterState.requeue`."""
+        r = self.finish(workload, t, ended_at)
+        return self.submit(r.spec, t, queued_at=ended_at, restarted=True)
 
     def checkpoint(self, workload: str, t: float) -> Running:
         """A running workload reported a checkpoint (:meth:`ClusterState.checkpoint`)."""

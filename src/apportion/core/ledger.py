@@ -12,7 +12,7 @@ Charges go to a leaf and to every ancestor, so a subtree's usage is one lookup.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Final
 
 from .tree import ancestors
@@ -75,6 +75,36 @@ class _Series:
             self.rate = 0.0
         self.rates[-1] = self.rate
 
+    def amend(self, delta: float, t0: float, t1: float) -> None:
+        """Add ``delta`` to the rate over ``[t0, t1)`` (``t1`` no later than the ledger's
+        last update); a part before the first kept breakpoint is gone and stays so."""
+        t0 = max(t0, self.times[0])
+        if t1 <= t0:
+            return
+        i0 = self._breakpoint(t0)
+        i1 = self._breakpoint(t1)
+        times, cum, rates = self.times, self.cum, self.rates
+        for j in range(i0, i1):
+            rates[j] += delta
+            if abs(rates[j]) < 1e-9:
+                rates[j] = 0.0
+        for j in range(i0 + 1, len(times)):
+            cum[j] += delta * (min(times[j], t1) - t0)
+        self.rate = rates[-1]
+        self.hint = 0  # breakpoints were inserted: indexes moved
+
+    def _breakpoint(self, t: float) -> int:
+        """The index of a breakpoint at ``t`` (not before the first), made if missing."""
+        times = self.times
+        i = bisect_left(times, t)
+        if i < len(times) and times[i] == t:
+            return i
+        cum = self.cum[i - 1] + self.rates[i - 1] * (t - times[i - 1])
+        times.insert(i, t)
+        self.cum.insert(i, cum)
+        self.rates.insert(i, self.rates[i - 1])
+        return i
+
     def prune(self, horizon: float) -> None:
         i = bisect_right(self.times, horizon) - 1
         if i > 64:  # amortise: slice only when a good chunk is dead
@@ -126,6 +156,22 @@ class UsageLedger:
             horizon = t - self._horizon
             for series in (*self._charged.values(), *self._free.values()):
                 series.prune(horizon)
+
+    def amend(self, budget: str, gpus: float, t0: float, t1: float, charged: bool) -> None:
+        """Correct the past: ``budget`` (a leaf) used ``gpus`` more GPUs (negative: fewer) on
+        ``[t0, t1)`` than was recorded, ``t1`` no later than the last update. For a driver
+        that learns when work really ended only after its clock moved on (the live service
+        reads an exit at the pass after it happened): the windows then count what was used."""
+        if t1 > self._last:
+            raise CoreError(f"ledger: amend: {t1} is after the last update ({self._last})")
+        self._memo_at = (float("nan"), float("nan"))  # kept windows may cover [t0, t1)
+        self._memo = {}
+        table = self._charged if charged else self._free
+        for node in ancestors(budget):
+            s = table.get(node)
+            if s is None:
+                s = table[node] = _Series(self._start)
+            s.amend(gpus, t0, t1)
 
     def change_capacity(self, gpus: float, t: float) -> None:
         """From ``t`` on, the cluster has ``gpus`` more healthy GPUs (negative: fewer)."""

@@ -533,8 +533,11 @@ class ClusterState:
         self._refresh_protection(r)
         return new
 
-    def finish(self, workload: str, t: float) -> Running:
-        """Running -> gone (completed, failed, cancelled, preempted, lost). Stops charging."""
+    def finish(self, workload: str, t: float, ended_at: float | None = None) -> Running:
+        """Running -> gone (completed, failed, cancelled, preempted, lost). Stops charging.
+        ``ended_at`` (no later than ``t``): when it really ended, for a driver that learns
+        of an exit after its clock moved on: it is charged up to then (never before its
+        start), everything else changes at ``t``."""
         self._tick(t)
         r = self._running.pop(workload, None)
         if r is None:
@@ -568,15 +571,18 @@ class ClusterState:
             if not of:
                 del self._running_of[r.spec.budget]
         self._refresh_protection(r)
-        self._ledger.change(
-            r.spec.budget, -r.gpus_held * self._billing, t, charged=r.spec.allocated
-        )
+        units = r.gpus_held * self._billing
+        self._ledger.change(r.spec.budget, -units, t, charged=r.spec.allocated)
+        if ended_at is not None and ended_at < t:
+            self._ledger.amend(r.spec.budget, -units, max(ended_at, r.started_at), t,
+                               charged=r.spec.allocated)
         return r
 
-    def requeue(self, workload: str, t: float) -> Pending:
-        """Running -> pending again (resumable preemption, host failure). Keeps its place."""
-        r = self.finish(workload, t)
-        return self.submit(r.spec, t, restarted=True)
+    def requeue(self, workload: str, t: float, ended_at: float | None = None) -> Pending:
+        """Running -> pending again (resumable preemption, host failure). Keeps its place.
+        ``ended_at`` as for :meth:`finish`; it is queued again from then."""
+        r = self.finish(workload, t, ended_at)
+        return self.submit(r.spec, t, queued_at=ended_at, restarted=True)
 
     def checkpoint(self, workload: str, t: float) -> Running:
         """A running workload reported a checkpoint written at ``t``: what a preemption would

@@ -83,6 +83,12 @@ class SchedulerPort(Protocol):
         ...
 
     @property
+    def clock_behind_s(self) -> float:
+        """How far the wall clock is behind the latest time recorded, when it was set back
+        by more than a few seconds (else 0): the scheduler's time stands still meanwhile."""
+        ...
+
+    @property
     def recent(self) -> Sequence[str]:
         """The latest decision log lines, oldest first."""
         ...

@@ -282,14 +282,19 @@ class StateCollector(Collector):
                                       "executor did not answer (e.g. slurmctld down).")
         up = GaugeMetricFamily("apportion_executor_up", "1 if the executor answered the last "
                                "pass, 0 while it does not (nothing starts, stops or ends).")
+        behind = GaugeMetricFamily(
+            "apportion_clock_behind_seconds",
+            "How far the wall clock is behind the latest time recorded (set back; 0: it is "
+            "not): the scheduler's time stands still meanwhile.")
         with sched.lock:
             passes.add_metric([], float(sched.passes))
             errors.add_metric([], float(sched.errors))
             skipped.add_metric([], float(sched.passes_skipped))
             up.add_metric([], 0.0 if sched.executor_down_since is not None else 1.0)
+            behind.add_metric([], float(sched.clock_behind_s))
             st = sched.state
             if st is None:
-                yield from (passes, errors, skipped, up)
+                yield from (passes, errors, skipped, up, behind)
                 return
             now = max(float(self.now()), st.time)
             nodes = nodes_now(st, now, sched.config)
@@ -318,7 +323,7 @@ class StateCollector(Collector):
                 used_healthy[pool] = sum(n for h, n in ps.used.items()
                                          if ps.hosts[h].state is HostState.HEALTHY)
                 healthy[pool] = ps.healthy_gpus()
-        yield from (passes, errors, skipped, up)
+        yield from (passes, errors, skipped, up, behind)
 
         def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=["budget"])

@@ -759,6 +759,8 @@ class AuditEntry(Reply):
 class Health(Reply):
     status: Literal["ok"]
     executor: str
+    # seconds the wall clock is behind the latest time recorded (set back; 0: it is not)
+    clock_behind_s: float = 0.0
 
 
 DashboardState.model_rebuild()

@@ -95,6 +95,7 @@ RESIZING = EXECUTOR_DOWN + "resizing: "  # a host drained until it can take its 
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
+CLOCK_BEHIND_S = 5.0  # a wall clock further behind the times recorded was set back: said
 
 
 @dataclass(slots=True)
@@ -165,6 +166,11 @@ class Scheduler:
         self.executor_down_since: float | None = None
         self.executor_problem: str | None = None
         self.passes_skipped = 0
+        # the latest time recorded (the store's at start, then each pass's), and how far
+        # the wall clock is behind it (0: it is not, or by less than CLOCK_BEHIND_S): a
+        # clock set back, which holds the scheduler's time still
+        self._recorded: float | None = None
+        self.clock_behind_s = 0.0
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -191,6 +197,9 @@ class Scheduler:
             self.executor.stop_unknown(
                 {a.handle for a in self._open.values() if a.handle is not None}, self.grace_s)
             self._started = True
+            self._recorded = max(self.store.latest_time() or now, self._st().time,
+                                 self._recorded or now)
+            self._check_clock(now)
             self._fold(now)
 
     def step(self, now: float | None = None) -> list[str]:
@@ -204,12 +213,17 @@ class Scheduler:
                     if not self._started:  # no budgets yet
                         return lines
                 st = self._st()
-                t = self.clock.now() if now is None else now
-                t = max(t, st.time)
+                clock_now = self.clock.now()
+                # the scheduler's time never goes back, from its state nor from its last
+                # pass (a wall clock set back holds it still until it catches up)
+                last = st.time if self._last_pass_at is None else self._last_pass_at
+                t = max(clock_now if now is None else now, st.time, last)
+                self._recorded = max(self._recorded or t, t)
+                self._check_clock(clock_now)
                 self._sync_store(t)
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
-                    self._retry(t)
+                    self._retry()
                     self._fold(t)
                 self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
@@ -244,6 +258,27 @@ class Scheduler:
             seconds = time.perf_counter() - wall
             self._notify("passed", t, seconds, st)
             return lines
+
+    def _check_clock(self, wall: float) -> None:
+        """Say once (a warning) when the wall clock ``wall`` is more than ``CLOCK_BEHIND_S``
+        behind the latest time recorded: it was set back, and the scheduler's time, which
+        never goes back, stands still until the clock catches up with it. Kept in
+        :attr:`clock_behind_s` (``/v1/health``, ``/metrics``)."""
+        behind = (wall if self._recorded is None else self._recorded) - wall
+        if behind > CLOCK_BEHIND_S:
+            if not self.clock_behind_s:
+                log.warning(
+                    "the wall clock is %s behind the latest time this server recorded (it "
+                    "was set back): the scheduler's time does not go back, it stands still "
+                    "until the clock catches up (running work is not charged, protections "
+                    "and time limits do not run down); keep the clock from stepping "
+                    "(docs/operations.md, \"The clock\")",
+                    format_duration(behind))
+            self.clock_behind_s = behind
+        elif self.clock_behind_s:
+            log.info("the wall clock is back at the latest time recorded: the scheduler's "
+                     "time moves again")
+            self.clock_behind_s = 0.0
 
     def _decide(self, st: FleetState, t: float) -> Decisions:
         """``decide_fleet``, and if the policy raises: find the pending workloads it fails on
@@ -381,8 +416,9 @@ class Scheduler:
                                  budgets=[])
             # the clock, as why, the dashboard and /metrics count: the state's own time
             # moves only when the cluster changes, and elapsed times, protection left and
-            # charged GPU-seconds would stand still between changes
-            now = max(self.clock.now(), st.time)
+            # charged GPU-seconds would stand still between changes; never before the last
+            # pass (a clock set back holds the scheduler still)
+            now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
             order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
             listed = set(order)
@@ -567,6 +603,9 @@ class Scheduler:
         events.sort(key=lambda e: e[:3])
         for t, _, _, apply in events:
             apply(t)
+        if events:  # a clock set back before a restart: its passes start at the latest of
+            # them, which the ledger cannot go back from (each failed with "time went back")
+            st.advance(max(st.time, events[-1][0]))
         self.state = st
         self._host_reason = {h.name: h.reason for h in hosts}
         self._free = {h.name: list(range(h.gpus)) for h in hosts}
@@ -837,7 +876,7 @@ class Scheduler:
         self._st().set_host_state(name, state, now)
         self._host_reason[name] = reason
 
-    def _retry(self, now: float) -> None:
+    def _retry(self) -> None:
         """Finish what an earlier pass could not: handles not yet stored, stops not sent."""
         for (wid, n), handle in list(self._unsaved.items()):
             self.store.set_attempt_handle(wid, n, handle)
@@ -845,14 +884,14 @@ class Scheduler:
         for wid, a in list(self._open.items()):
             if a.handle is None:
                 try:
-                    self._find_launched(wid, a, now)
+                    self._find_launched(wid, a)
                 except ExecutorUnavailable as e:
                     log.warning("%s: launch still unconfirmed: %s", wid, e)
                     return
             if wid in self._open and a.stop_reason is not None and not a.stop_sent:
                 self._send_stop(wid, a)
 
-    def _find_launched(self, wid: str, a: _Attempt, now: float) -> None:
+    def _find_launched(self, wid: str, a: _Attempt) -> None:
         """An attempt whose launch got no answer: adopt the executor's job if the launch
         went through after all, else end the attempt at its start (nothing charged)."""
         handle = self.executor.find(wid, a.n)
@@ -866,7 +905,7 @@ class Scheduler:
             status = on_stopped(a.requeue, cancelling=a.stop_reason == "cancelled")
         else:
             status = Status.PENDING
-        self._end(wid, a.started_at, None, "never launched", status, now)
+        self._end(wid, a.started_at, None, "never launched", status)
 
     def _fold(self, now: float) -> None:
         """Exits and vanished attempts, from the executor into the store, then the state;
@@ -882,6 +921,11 @@ class Scheduler:
         for handle, wid in handles.items():
             o = seen.get(handle)
             if o is not None and o.state is not AttemptState.RUNNING:
+                if o.ended_at is not None and now < o.ended_at <= self.clock.now():
+                    # it ended during this pass, after the pass's instant, which the state
+                    # cannot end it at yet: the next pass, asked for now, ends it on time
+                    self.wake()
+                    continue
                 self._ended(wid, o, now)
             elif o is not None and o.checkpoint_at is not None:
                 self._checkpointed(wid, o.checkpoint_at, now)
@@ -921,39 +965,41 @@ class Scheduler:
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
-        self._end(wid, t, o.exit_code, reason, status, now)
+        self._end(wid, t, o.exit_code, reason, status)
 
     def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:
-        """When an observed attempt ended: the executor's time (the real exit, which may
-        fall after this pass began: wall clock), kept within [its start, the clock now].
-        A time that is not a number, infinite or in the future is an executor's error or
-        a job's forgery: stored, it would be charged, and a time the ledger cannot replay
-        would halt every pass after a restart. Such a time counts as now (when the end was
-        seen), and is logged."""
+        """When an observed attempt ended: the executor's time (the real exit), kept within
+        [its start, the pass's time] (an exit after the pass's time but not after the clock,
+        while the pass ran, is left to the next pass: see :meth:`_fold`). A time that is not
+        a number, infinite or in the future is an executor's error or a job's forgery:
+        stored, it would be charged, and a time the ledger cannot replay would halt every
+        pass after a restart. Such a time counts as now (when the end was seen), and is
+        logged."""
         if o.ended_at is None:
             return now
         latest = max(now, self.clock.now())
         if math.isfinite(o.ended_at) and o.ended_at <= latest:
-            return max(o.ended_at, a.started_at)  # Slurm's whole seconds may round below it
+            # Slurm's whole seconds may round below its start
+            return min(max(o.ended_at, a.started_at), now)
         log.warning("%s attempt %d: the executor reported an end time of %r, not between its "
                     "start (%.3f) and now (%.3f): ended now instead", wid, a.n, o.ended_at,
                     a.started_at, now)
         return now
 
-    def _end(
-        self, wid: str, t: float, code: int | None, reason: str, status: Status,
-        now: float | None = None,
-    ) -> None:
-        """End the open attempt at ``t``: store first (the one place charging happens), then
-        the state, whose time may not go backwards nor past the pass's ``now``."""
+    def _end(self, wid: str, t: float, code: int | None, reason: str, status: Status) -> None:
+        """End the open attempt at ``t`` (no later than the pass's time): store first (the
+        one place charging happens), then the state. The state's time never goes back, so
+        an exit read after it moved on (a later pass, a submission's pass) ends there, but
+        charged up to ``t`` as the store charges it: the live ledger is what a restart
+        rebuilds from the attempts."""
         st = self._st()
         a = self._open[wid]
         self.store.end_attempt(wid, a.n, t, code, reason, status)
-        ts = max(min(t, t if now is None else now), st.time)
+        ts = max(t, st.time)
         if status is Status.PENDING:
-            st.requeue(wid, ts)
+            st.requeue(wid, ts, ended_at=t)
         else:
-            st.finish(wid, ts)
+            st.finish(wid, ts, ended_at=t)
             self._commands.pop(wid, None)
             self._env.pop(wid, None)
             self._array_of.pop(wid, None)
@@ -993,15 +1039,18 @@ class Scheduler:
             self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
         for p in d.preemptions:
             # who it was preempted for, and why: what ``apportion why`` tells its owner
-            self.store.append_audit(ACTOR, "workload.preempt", p.workload, None,
-                                    {"reason": p.reason.value, "by": p.by})
-            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue)
+            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue,
+                       {"reason": p.reason.value, "by": p.by})
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
             st.reserve(r.workload, r.hosts)
         return all(self._launch(s, now) for s in d.starts)
 
-    def _stop(self, wid: str, reason: str, requeue: bool) -> None:
-        self.store.mark_stopping(wid)
+    def _stop(
+        self, wid: str, reason: str, requeue: bool, preempted: dict[str, Any] | None = None
+    ) -> None:
+        """Record the stop (with a preemption's audit entry, in one transaction), then
+        send it."""
+        self.store.mark_stopping(wid, preempted, ACTOR)
         self._st().mark_stopping(wid)
         a = self._open[wid]
         a.stop_reason, a.requeue = reason, requeue
@@ -1023,9 +1072,9 @@ class Scheduler:
         slots = self._assign(s)
         entries = [(sl.host, len(sl.gpu_indexes), list(sl.gpu_indexes)) for sl in slots]
         try:
-            # charged from when it is really launched: on a wall clock, later starts of
-            # a busy pass begin after the pass's ``now`` (the state keeps ``now``)
-            row = self.store.begin_attempt(wid, entries, max(now, self.clock.now()))
+            # started (and charged) from the pass's time, as the state starts it: its GPUs
+            # are its own from then, and a restart rebuilds the state from this time
+            row = self.store.begin_attempt(wid, entries, now)
         except Conflict as e:  # no longer pending (cancelled meanwhile): drop it
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)

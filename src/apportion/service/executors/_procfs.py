@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -84,12 +85,17 @@ def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) ->
     """Readers see the old file or the whole new one, never a partial write; ``durable``:
     on disk (fsync) before this returns."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        json.dump(data, f)
-        f.flush()
-        if durable:
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(data, f)
+            f.flush()
+            if durable:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a partial file: no use, and a full disk's space
+            os.unlink(tmp)
+        raise
 
 
 def create_json_exclusive(path: Path, data: dict[str, Any]) -> bool:

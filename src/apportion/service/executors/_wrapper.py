@@ -21,7 +21,9 @@ so the run and exit files it writes cannot be forged by the job, which runs as i
    descendants of this subreaper without cgroups), waits until none lives, removes the
    cgroups, and only then writes ``<workload>.<attempt>.exit`` with the exit code (negative:
    killed by that signal), the exit time and its own handle: until then the attempt holds
-   its GPUs.
+   its GPUs. A write that fails (a full or read-only disk) is tried again every few seconds
+   for as long as it takes, the wrapper living on meanwhile, so the server sees the attempt
+   running, then reads its real exit code and exit time, never a vanished attempt.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ from apportion.service.executors._procfs import (
 
 PR_SET_CHILD_SUBREAPER = 36
 CHILD_UMASK = 0o022  # the server itself runs with 077; jobs get the usual default
+EXIT_RETRY_FIRST_S = 0.5  # a failed write of the exit record is tried again after this,
+EXIT_RETRY_MAX_S = 5.0  # doubling up to this
 
 
 def main(argv: list[str]) -> int:
@@ -108,7 +112,7 @@ def main(argv: list[str]) -> int:
             print(f"apportion: {workload} attempt {attempt}: set aside, no exit record "
                   "written", file=sys.stderr, flush=True)
             return 0
-        write_json_atomic(
+        _write_exit(
             base.with_name(base.name + ".exit"),
             {"exit_code": code, "signalled": signalled, "ended_at": time.time(),
              "started_at": started_at, "handle": handle, "db_id": spec.get("db_id"),
@@ -132,7 +136,11 @@ def main(argv: list[str]) -> int:
             os._exit(127)
     os.close(w)
     info["child_pgid"] = pid  # it leads a session (and process group) of its own
-    write_json_atomic(run_file, info)
+    try:
+        write_json_atomic(run_file, info)
+    except OSError as e:  # a full or read-only disk: the job runs on, watched by us (an
+        # executor started later finds its processes below this subreaper all the same)
+        _say(f"apportion: cannot record the job's process group: {e}")
     with os.fdopen(r, "rb") as pipe:
         err = pipe.read()
     if err:
@@ -149,6 +157,36 @@ def main(argv: list[str]) -> int:
     rc = _wait_for(pid)
     _clean_up(cgroups, me)
     return finish(rc, rc < 0 or bool(state["term"]))
+
+
+def _write_exit(path: Path, record: dict[str, Any]) -> None:
+    """Write the exit record, however long it takes (the disk full or read-only): until it
+    exists the wrapper lives on, so the attempt keeps its GPUs and is seen running, and the
+    server then reads the real exit code and time (``record``'s, taken before the first
+    try), not an attempt that vanished."""
+    delay = EXIT_RETRY_FIRST_S
+    failing_since: float | None = None
+    while True:
+        try:
+            write_json_atomic(path, record)
+        except OSError as e:
+            if failing_since is None:
+                failing_since = time.monotonic()
+                _say(f"apportion: cannot write the exit record ({e}); trying again every "
+                     f"{EXIT_RETRY_MAX_S:g} s at most")
+            time.sleep(delay)
+            delay = min(EXIT_RETRY_MAX_S, 2 * delay)
+            continue
+        if failing_since is not None:
+            _say(f"apportion: exit record written, "
+                 f"{time.monotonic() - failing_since:.0f} s after the first try")
+        return
+
+
+def _say(line: str) -> None:
+    """One line to the attempt's log, which may be on the failing disk too."""
+    with contextlib.suppress(OSError):
+        print(line, file=sys.stderr, flush=True)
 
 
 def _become_job(spec: dict[str, Any], cgroups: list[str], errpipe: int) -> None:

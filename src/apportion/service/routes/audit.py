@@ -14,7 +14,7 @@ from .context import V1, Api
 def router(api: Api) -> APIRouter:
     """``/v1/audit`` and ``/v1/health``."""
     router = APIRouter()
-    store, settings = api.store, api.settings
+    store, settings, scheduler = api.store, api.settings, api.scheduler
     Reader = Annotated[Principal, Depends(api.principal)]
     v1 = V1
 
@@ -29,8 +29,10 @@ def router(api: Api) -> APIRouter:
 
     @router.get(f"{v1}/health", tags=["health"])
     def health() -> Health:
-        """Liveness: the database answers. No token needed."""
+        """Liveness: the database answers. No token needed. ``clock_behind_s``: how far
+        the wall clock was set back behind the times recorded (0: it was not)."""
         store.ping()
-        return Health(status="ok", executor=settings.executor.kind)
+        return Health(status="ok", executor=settings.executor.kind,
+                      clock_behind_s=scheduler.clock_behind_s)
 
     return router

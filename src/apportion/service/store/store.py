@@ -657,8 +657,14 @@ class Store:
                 raise NotFound(f"workload {workload_id}: attempt {n}: not found")
             a.handle = handle
 
-    def mark_stopping(self, workload_id: str) -> None:
-        """running -> stopping (a preemption was issued). :class:`Conflict` otherwise."""
+    def mark_stopping(
+        self, workload_id: str, preempted: Mapping[str, Any] | None = None, actor: str = ""
+    ) -> None:
+        """running -> stopping (a stop was issued). :class:`Conflict` otherwise. For a
+        preemption, ``preempted`` (its reason and whom it is for) is audited by ``actor`` as
+        ``workload.preempt`` in the same transaction: the entry exists if and only if the
+        stop was recorded, so a crash never leaves a preemption in the audit that was never
+        carried out (what ``apportion why`` would tell the owner)."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -667,6 +673,8 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 raise self._status_conflict(s, workload_id, Status.STOPPING)
+            if preempted is not None:
+                self._audit(s, actor, "workload.preempt", workload_id, None, dict(preempted))
 
     def end_attempt(
         self,
@@ -824,6 +832,19 @@ class Store:
                               str(pl[0][0]) if pl else "", wid, int(n))
                 for b, g, m, st, e, pl, wid, n in s.execute(q)
             ]
+
+    def latest_time(self) -> float | None:
+        """The latest scheduling time recorded (a submission, a queueing, an attempt's start
+        or end, a host's change), on the scheduler's clock; None in an empty database. A
+        wall clock behind it was set back (docs/operations.md, "The clock")."""
+        with self._tx(write=False) as s:
+            times = [
+                s.scalar(select(func.max(col)))
+                for col in (WM.submit_time, WM.queued_at, AttemptModel.started_at,
+                            AttemptModel.ended_at, HostModel.changed_at)
+            ]
+        known = [float(t) for t in times if t is not None]
+        return max(known) if known else None
 
     # ---- hosts -----------------------------------------------------------------------
     def hosts(self) -> list[HostRow]:
