@@ -223,10 +223,7 @@ class LocalExecutor:
             return
         if stem is not None and self._void(stem, handle):
             return  # stopped before its wrapper claimed it: the command will never start
-        if _procfs.alive(handle):
-            pid, _ = _procfs.parse_handle(handle)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)  # the wrapper forwards it to the whole job
+        _signal(handle, signal.SIGTERM)  # the wrapper forwards it to the whole job
         with self._lock:
             if handle in self._timers:
                 return  # a stop is already under way: keep its deadline
@@ -498,10 +495,7 @@ class LocalExecutor:
             # the command may have started and ended in that moment), it would leave the
             # attempt with no record, seen as gone rather than stopped.
             return
-        if _procfs.alive(handle):  # an attempt this executor knows nothing of: kill it
-            pid, _ = _procfs.parse_handle(handle)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _signal(handle, signal.SIGKILL)  # an attempt this executor knows nothing of
 
     def _kill_job(self, stem: str) -> bool:
         """SIGKILL every process of the attempt; False if none was alive."""
