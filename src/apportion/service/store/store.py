@@ -106,12 +106,12 @@ def _sqlite_begin(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def _outside_transaction(conn: Connection, sql: str) -> None:
-    """Run ``sql`` on the driver's connection itself: SQLAlchemy would begin a transaction
-    first (see :func:`_sqlite_begin`), inside which some pragmas do nothing."""
+def _outside_transaction(conn: Connection, sql: str) -> Any:
+    """Run ``sql`` on the driver's connection itself (its cursor): SQLAlchemy would begin a
+    transaction first (see :func:`_sqlite_begin`), inside which some pragmas do nothing."""
     raw = conn.connection.driver_connection
     assert raw is not None, "a connection checked out of the pool has its driver's"
-    raw.execute(sql)
+    return raw.execute(sql)
 
 
 def make_engine(url: str) -> Engine:
@@ -366,9 +366,7 @@ class Store:
         if self.engine.dialect.name != "sqlite":
             return True
         with self.engine.connect() as conn:
-            raw = conn.connection.driver_connection
-            assert raw is not None, "a connection checked out of the pool has its driver's"
-            busy = raw.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            busy = _outside_transaction(conn, "PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
         return bool(busy == 0)
 
     def db_id(self) -> str:
