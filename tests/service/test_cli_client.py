@@ -387,6 +387,33 @@ def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_cancel_by_filter_of_work_that_ended_after_the_listing_is_no_failure(
+        server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cancel --me`` lists the active work, then cancels each: one that ended in between
+    (the listing is made to show an ended workload as running, as a race would) is said as
+    ``already completed`` and the command succeeds, the others are cancelled; an id given by
+    hand that has ended is still a failure (exit 1), as the user asked for that one."""
+    from apportion.cli import jobs
+
+    done = run(server, "carol", "submit", "--budget", "ai/llm", "--gpus", "1",
+               "--min-runtime", "0", "--", "true").stdout.split()[1]
+    assert wait_status(server, done, {"completed"})["status"] == "completed"
+    live = run(server, "carol", "submit", "--budget", "ai/llm", "--gpus", "1",
+               "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    listed = jobs._workloads
+
+    def with_the_ended_one(client: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"id": done, "status": "running"}, *listed(client, params)]
+
+    monkeypatch.setattr(jobs, "_workloads", with_the_ended_one)
+    r = run(server, "carol", "cancel", "--me")
+    assert r.exit_code == 0, r.output
+    assert f"{done}: already completed" in r.stdout and live in r.stdout
+    assert wait_status(server, live, {"cancelled"})["status"] == "cancelled"
+    by_id = run(server, "carol", "cancel", done)
+    assert by_id.exit_code == 1 and "already completed (HTTP 409)" in by_id.stderr
+
+
 def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
     """Running work on a host an admin drains: its queue row says the drain stops it when
     its protection ends; once the host is repaired, it says nothing more."""

@@ -711,12 +711,17 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
         return
     failed = 0
     for wid in targets:
-        try:
-            w = client.json("POST", f"/workloads/{wid}/cancel")
-        except click.ClickException as e:
+        r = client.call("POST", f"/workloads/{wid}/cancel", accept=(409,))
+        if r.status_code == 409:
+            ended = client.json("GET", f"/workloads/{wid}")["status"]
+            if wid not in ids and ended in FINAL:
+                # listed as active, it ended before its cancel: nothing of it is left
+                click.echo(f"{wid}: already {ended}")
+                continue
             failed += 1
-            click.echo(f"{wid}: {e.message}", err=True)
+            click.echo(f"{wid}: {r.json().get('detail', r.text)} (HTTP 409)", err=True)
             continue
+        w = r.json()
         if w["status"] == "cancelled":
             click.echo(f"cancelled {w['id']}")
         else:
