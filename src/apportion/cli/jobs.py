@@ -711,7 +711,12 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
         return
     failed = 0
     for wid in targets:
-        r = client.call("POST", f"/workloads/{wid}/cancel", accept=(409,))
+        try:
+            r = client.call("POST", f"/workloads/{wid}/cancel", accept=(409,))
+        except click.ClickException as e:  # not found, not allowed: the others go on
+            failed += 1
+            click.echo(f"{wid}: {e.message}", err=True)
+            continue
         if r.status_code == 409:
             ended = client.json("GET", f"/workloads/{wid}")["status"]
             if wid not in ids and ended in FINAL:
