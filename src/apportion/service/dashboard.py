@@ -196,6 +196,8 @@ def dashboard_state(
         healthy = st.healthy_gpus()
         used = sum(st.used.values())
         passes, errors = scheduler.passes, scheduler.errors
+        down_since, problem = scheduler.executor_down_since, scheduler.executor_problem
+        behind = scheduler.clock_behind_s
         recent = list(scheduler.recent)[-20:]
     window = telemetry.window(now)
     budgets = []
@@ -231,6 +233,9 @@ def dashboard_state(
         lookback_s=settings.policy.lookback,
         owed_since=telemetry.since,
         executor=settings.executor.kind,
+        executor_down_since=down_since,
+        executor_problem=problem,
+        clock_behind_s=behind,
         cluster=ClusterCounts(
             hosts=len(hosts),
             gpus=sum(h.gpus for h in hosts),

@@ -322,6 +322,9 @@ class DashboardState(Reply):
     lookback_s: float
     owed_since: float | None
     executor: str
+    executor_down_since: float | None  # the executor has not answered since (else None)
+    executor_problem: str | None  # what it answered last, while it does not answer
+    clock_behind_s: float  # how far the wall clock is behind the latest time recorded
     cluster: ClusterCounts
     budgets: list[DashboardBudget]
     pending: list[DashboardPending]

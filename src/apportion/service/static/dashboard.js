@@ -191,7 +191,25 @@ function setStatus(ok, text) {
   $("#status-text").textContent = text;
 }
 
+// What the figures below cannot show: the scheduler decides but cannot act (the executor
+// does not answer), or its time stands still (the wall clock was set back).
+function renderAlerts(s) {
+  const alerts = [];
+  if (s.executor_down_since !== null) {
+    alerts.push(`The executor (${esc(s.executor)}) has not answered for ` +
+      `${dur(s.now - s.executor_down_since)}: ${esc(s.executor_problem)}. Nothing starts, ` +
+      "stops or ends until it does; waiting work keeps its place.");
+  }
+  if (s.clock_behind_s > 0) {
+    alerts.push(`The server's wall clock is ${dur(s.clock_behind_s)} behind the latest time ` +
+      "it recorded (it was set back): the scheduler's time stands still until the clock " +
+      "catches up.");
+  }
+  $("#alerts").innerHTML = alerts.map((a) => `<p class="alert">${a}</p>`).join("");
+}
+
 function render(s) {
+  renderAlerts(s);
   renderCards(s);
   renderBudgets(s);
   renderQueue(s);
