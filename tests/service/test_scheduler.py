@@ -535,15 +535,32 @@ def test_a_host_the_executor_resizes_is_drained_then_takes_its_new_size(
 def test_work_the_policy_refuses_ends_with_the_refusal_as_its_reason(lite: Env) -> None:
     """A pending workload the policy can never run (here 16 GPUs on an 8-GPU fleet, stored
     behind the API's back) is cancelled with the policy's refusal as its end reason and in
-    its workload.cancel audit entry, not a bare 'cancelled by scheduler'."""
+    its workload.cancel and workload.refuse audit entries (one each, written together), not
+    a bare 'cancelled by scheduler'."""
     wid = lite.submit(gpus=16)
     lite.at(0.0)
     w = lite.store.get_workload(wid)
     assert w.status is Status.CANCELLED
     assert w.end_reason is not None
     assert w.end_reason.startswith("refused by the scheduler: workload w-000001: gpus: ")
-    cancel = next(a for a in lite.store.audit(target=wid) if a.action == "workload.cancel")
-    assert cancel.new == {"reason": w.end_reason}
+    entries = sorted((a.action, a.actor, a.old, a.new) for a in lite.store.audit(target=wid))
+    assert entries == [(action, "scheduler", {"status": "pending"}, {"reason": w.end_reason})
+                       for action in ("workload.cancel", "workload.refuse")]
+
+
+def test_a_refusal_of_work_cancelled_meanwhile_changes_nothing(lite: Env) -> None:
+    """The scheduler read a workload as pending, then its owner cancelled it before the
+    scheduler refused it: the refusal finds it no longer pending and leaves it as the
+    owner's cancel made it (no conflict raised into the pass, no refusal audited)."""
+    lite.at(0.0)
+    wid = lite.submit(gpus=16)
+    row = lite.store.get_workload(wid)  # what the scheduler read, still pending
+    lite.store.cancel_workload(wid, "alice")
+    assert lite.sched.state is not None
+    lite.sched._queue(row, 1.0)
+    w = lite.store.get_workload(wid)
+    assert (w.status, w.end_reason) == (Status.CANCELLED, "cancelled by alice")
+    assert [a.action for a in lite.store.audit(target=wid)] == ["workload.cancel"]
 
 
 @pytest.mark.parametrize("reported", [float("inf"), float("nan"), 1e12])

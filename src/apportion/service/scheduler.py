@@ -652,8 +652,7 @@ class Scheduler:
             # the policy can never run it (e.g. its budget stopped being a leaf): end it
             log.warning("%s: refused: %s", row.id, e)
             reason = f"refused by the scheduler: {e}"  # as its end reason: why and show say it
-            self.store.cancel_workload(row.id, ACTOR, reason=reason)
-            self.store.append_audit(ACTOR, "workload.refuse", row.id, None, {"reason": str(e)})
+            self.store.refuse(row.id, reason, ACTOR)  # False: cancelled meanwhile, as well
             return
         self._commands[row.id] = row.command
         env = {"APPORTION_JOB_NAME": row.name} if row.name else {}

@@ -761,9 +761,17 @@ class Store:
         as its end reason). Audited. False, changing nothing, if it is no longer pending."""
         return self._cancel_pending(workload_id, reason, actor, "workload.set_aside")
 
-    def _cancel_pending(self, workload_id: str, reason: str, actor: str, action: str) -> bool:
-        """pending -> cancelled with ``reason`` as a compare-and-set, audited as ``action``;
-        False, changing nothing, if it is no longer pending."""
+    def refuse(self, workload_id: str, reason: str, actor: str) -> bool:
+        """End a pending workload the policy can never run (``cancelled``, with ``reason`` as
+        its end reason), audited as ``workload.cancel`` (what ``why`` and the usage reports
+        read) and ``workload.refuse``, in one transaction. False, changing nothing, if it is
+        no longer pending (cancelled meanwhile)."""
+        return self._cancel_pending(workload_id, reason, actor, "workload.cancel",
+                                    "workload.refuse")
+
+    def _cancel_pending(self, workload_id: str, reason: str, actor: str, *actions: str) -> bool:
+        """pending -> cancelled with ``reason`` as a compare-and-set, audited as each of
+        ``actions``; False, changing nothing, if it is no longer pending."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -773,8 +781,9 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 return False
-            self._audit(s, actor, action, workload_id,
-                        {"status": Status.PENDING.value}, {"reason": reason})
+            for action in actions:
+                self._audit(s, actor, action, workload_id,
+                            {"status": Status.PENDING.value}, {"reason": reason})
             return True
 
     def _status_conflict(self, s: Session, workload_id: str, to: Status) -> Exception:
