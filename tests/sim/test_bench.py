@@ -147,3 +147,12 @@ def test_bench_replay_runs_each_policy_on_the_first_hour_before_timing(
     assert 0 < first_hour < len(sc.jobs)
     assert made == [("legacy", 1 / 24, first_hour), ("fairshare", 1 / 24, first_hour),
                     ("legacy", 2.0, len(sc.jobs)), ("fairshare", 2.0, len(sc.jobs))]
+
+
+def test_bench_days_is_capped_as_simulate_caps_it() -> None:
+    """bench --days over 3,660 is refused naming the flag, as simulate refuses it (it was
+    let through, and the trace's last workload was blamed for the span)."""
+    code, out = invoke("bench", "--trace", str(ITP), "--format", "itp", "--cluster", "4x8",
+                       "--budgets", "3", "--days", "5000")
+    assert code == 2
+    assert "Invalid value for '--days': 5000.0 is not in the range 0<x<=3660." in out

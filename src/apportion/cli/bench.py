@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from .numbers import days_option
+
 POLICY_CHOICES = ("fairshare", "legacy")
 
 
@@ -41,8 +43,7 @@ def _of_eight(ctx: click.Context, param: click.Parameter, size: int | None) -> i
 @click.option("--tree", "tree_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML/JSON budget tree (path -> weight)")
 @click.option("--cluster", help="HOSTSxGPUS (e.g. 32x8) or a TOML/JSON host list")
-@click.option("--days", type=click.FloatRange(min=0, min_open=True),
-              help="simulated days (default: the scenario's, or the trace's span)")
+@days_option
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
               help="scenario seed")
 @click.option("--size", type=click.IntRange(min=8), callback=_of_eight,

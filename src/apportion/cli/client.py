@@ -45,6 +45,7 @@ from apportion.service.replies import (
 )
 
 from .ids import WORKLOAD_ID
+from .numbers import FiniteFloatRange
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -55,7 +56,7 @@ _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the
 
 
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
-WEIGHT = click.FloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
+WEIGHT = FiniteFloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 
 class Name(click.ParamType[str]):

@@ -36,6 +36,7 @@ from .client import (
     table,
 )
 from .ids import WORKLOAD_ID, workload_id
+from .numbers import FiniteFloatRange
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
 FINAL = frozenset(s.value for s in CORE_FINAL)  # statuses a workload ends in
@@ -588,8 +589,9 @@ QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSE
 @click.option("--budget", default=None, help="only this budget node's subtree")
 @click.option("--state", "states", default=None,
               help="only these states, comma-separated: pending,running,stopping")
-@click.option("--watch", type=float, default=None, metavar="SECONDS",
-              help="refresh every SECONDS until interrupted (Ctrl-C)")
+@click.option("--watch", type=FiniteFloatRange(min=0, min_open=True, max=86400), default=None,
+              metavar="SECONDS",
+              help="refresh every SECONDS (at most a day) until interrupted (Ctrl-C)")
 @json_option
 @connection
 def queue(client: Client, me: bool, user: str | None, budget: str | None,
@@ -603,8 +605,6 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
     if watch is None:
         _print_queue(queue_rows(queue_entries(client, me, user, budget, wanted)[1]))
         return
-    if watch <= 0:
-        raise click.UsageError("--watch: must be > 0 seconds")
     try:
         while True:
             now, entries = queue_entries(client, me, user, budget, wanted)

@@ -29,10 +29,10 @@ from apportion.core import (
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import Pools, Scenario
 
+from .numbers import MAX_DAYS, days_option
 from .paths import output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
-MAX_DAYS = 3660  # ten years: a run keeps a row per simulated hour and budget
 NUMBER: Any = object()  # the "type" of a float setting that is a plain number, not a duration
 
 
@@ -388,8 +388,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      "(with cluster and kind per host: several pools, see docs/simulator.md); "
                      "a trace needs it unless it names its hosts (sacct's NodeList) or --size "
                      "is given"),
-        click.option("--days", type=click.FloatRange(min=0, min_open=True, max=MAX_DAYS),
-                     help="simulated days (default: the scenario's, or the trace's span)"),
+        days_option,
         click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
                      help="scenario seed"),
         click.option("--size", type=click.IntRange(min=8), callback=hosts_of_eight,

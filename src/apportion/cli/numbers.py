@@ -1,0 +1,33 @@
+"""Number flags that take finite numbers only: ``float()`` reads ``nan`` and ``inf``, and
+click's ``FloatRange`` lets ``nan`` through any bounds (every comparison with it is false),
+so such a flag would pass on a value no command can use."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+MAX_DAYS = 3660  # ten years: a run keeps a row per simulated hour and budget
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf``, naming the flag as typed."""
+
+    def convert(self, value: float, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+# ``--days`` of ``simulate``, ``sweep`` and ``bench``: one definition, so that each refuses
+# what the others refuse
+days_option = click.option(
+    "--days", type=FiniteFloatRange(min=0, min_open=True, max=MAX_DAYS),
+    help=f"simulated days, at most {MAX_DAYS:,} (default: the scenario's, or the trace's "
+         "span)")
+
+
+__all__ = ["MAX_DAYS", "FiniteFloatRange", "days_option"]
