@@ -275,3 +275,36 @@ def test_per_pool_budget_figures_add_up_to_the_runs_per_budget_figures(policy: s
                                        if n in f["budgets"])
     assert all(f["preemptions"] > 0 for f in pools.values())
     assert sum(f["preemptions"] for f in pools.values()) == result.summary["preemptions"]["total"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('biling = { B200 = 3 }\n' + HOSTS,
+         "fleet.toml: biling: not a key of a host list (its keys: hosts, billing, overrides)"),
+        ('[overides."west/B200"]\n"x" = 2.0\n' + HOSTS,
+         "fleet.toml: overides: not a key of a host list"),
+        (HOSTS + '[[hosts]]\nname = "b2"\ngpus = 8\ncluster = "west"\nkind = "B200"\n'
+         'gpu = 4\n', "fleet.toml: hosts[5].gpu: not a key of a host (its keys: name, gpus, "
+         "cluster, kind)"),
+        (HOSTS + '[[hosts]]\nname = "b2"\ngpus = 8\ncluster = "west"\nkind = "B200"\n'
+         'knid = "H100"\n', "fleet.toml: hosts[5].knid: not a key of a host"),
+        ('billing = { H100 = 1, B300 = 3 }\n' + HOSTS,
+         "fleet.toml: billing.B300: no host has GPU kind B300 (the hosts' kinds: B200, H100)"),
+        ('billing = { H100 = 1, b200 = 3 }\n' + HOSTS,
+         "fleet.toml: billing.b200: no host has GPU kind b200 (the hosts' kinds: B200, H100)"),
+    ],
+    ids=["misspelt billing", "misspelt overrides", "host key gpu", "host key knid",
+         "billing of a kind no host has", "billing of a kind in another case"],
+)
+def test_a_cluster_file_key_or_billed_kind_that_would_be_ignored_is_refused_naming_it(
+    tmp_path: Path, body: str, message: str
+) -> None:
+    """A --cluster file's key that is none of its keys (biling, overides; a host's gpu or
+    knid) or a billing kind no host has (b200 for B200) is a usage error naming the file
+    and the key; these were ignored, so the run billed every kind 1 or lost a setting."""
+    path = _cluster_file(tmp_path, body)
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for --cluster: {path.parent}/{message}" in result.output

@@ -149,6 +149,19 @@ def load_tree(path: Path) -> BudgetTree:
         raise click.BadParameter(f"{path}: {e}", param_hint="--tree") from None
 
 
+CLUSTER_FILE_KEYS = ("hosts", "billing", "overrides")
+HOST_KEYS = ("name", "gpus", "cluster", "kind")
+
+
+def _known_keys(table: dict[str, Any], known: tuple[str, ...], prefix: str, what: str) -> None:
+    """Refuse, naming it after ``prefix``, a key of a ``--cluster`` file's ``table`` not in
+    ``known``."""
+    for key in table:
+        if key not in known:
+            raise click.BadParameter(f"{prefix}{key}: not a key of {what} (its keys: "
+                                     f"{', '.join(known)})", param_hint="--cluster")
+
+
 def parse_cluster(text: str) -> tuple[Host, ...]:
     """``128x8`` (hosts x GPUs) or a TOML/JSON file listing hosts."""
     if "x" in text and not Path(text).exists():
@@ -166,7 +179,8 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         raise click.BadParameter(f"no such file, and not HOSTSxGPUS: {text!r}",
                                  param_hint="--cluster")
     data = _read_table(path, "--cluster")
-    if isinstance(data, dict):
+    if isinstance(data, dict):  # a mistyped key (biling) would be a setting silently dropped
+        _known_keys(data, CLUSTER_FILE_KEYS, f"{path}: ", "a host list")
         data = data.get("hosts")
     if not isinstance(data, list) or not data:
         raise click.BadParameter(f"{path}: expected a list of hosts (name, gpus)",
@@ -177,6 +191,7 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         if not isinstance(item, dict):
             raise click.BadParameter(f"{where}: expected a table with name and gpus, got "
                                      f"{item!r}", param_hint="--cluster")
+        _known_keys(item, HOST_KEYS, f"{where}.", "a host")
         for key in ("name", "gpus"):
             if key not in item:
                 raise click.BadParameter(f"{where}.{key}: missing", param_hint="--cluster")
@@ -224,6 +239,11 @@ def parse_pools(text: str) -> Pools | None:
                 isinstance(v, dict) for v in overrides.values()):
             raise ValueError(f"{path}: billing: a table kind -> weight; overrides: a table "
                              "pool -> {budget: weight}")
+        kinds = sorted({k for _, k in of_host.values()})
+        for kind in billing:  # a mistyped kind (or its case) would bill that kind 1
+            if kind not in kinds:
+                raise ValueError(f"{path}: billing.{kind}: no host has GPU kind {kind} (the "
+                                 f"hosts' kinds: {', '.join(kinds)})")
         there = sorted({f"{c}/{k}" for c, k in of_host.values()})
         for pool in overrides:  # a mistyped pool would silently fund nothing
             if pool not in there:
