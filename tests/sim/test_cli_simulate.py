@@ -381,3 +381,23 @@ def test_tables_left_by_an_earlier_run_in_the_same_directory_are_named(tmp_path:
     assert "earlier run" in again.stderr  # still there: never deleted
     both = CliRunner().invoke(main, args)
     assert both.stderr == ""
+
+
+@pytest.mark.parametrize("times", [
+    ("2024-01-01T09:00:00", "2024-01-02T09:00:00", "2024-01-03T09:00:00"),
+    ("0", "86400", "172800"),
+])
+def test_the_default_span_of_a_trace_replays_its_last_workload_submitted_on_a_day_boundary(
+        tmp_path: Path, times: tuple[str, ...]) -> None:
+    """Without --days, a trace whose last workload is submitted exactly 2 days after its
+    first (ISO times a day apart, or seconds 0, 86400, 172800) replays 3 whole days and
+    all 3 workloads (the span was 2 days, which left the last one out)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n" + "".join(
+        f"{name},{t},x,1,100\n" for name, t in zip("abc", times, strict=True)))
+    code, out = invoke("simulate", "--trace", str(trace), "--cluster", "1x8", "--policy",
+                       "fairshare", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    assert out.startswith("scenario t: 3 workloads submitted in the 3 d replayed, 1 host\n")
+    (summary,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert (summary["sim_days"], summary["workloads"], summary["completed"]) == (3, 3, 3)

@@ -26,8 +26,8 @@ class FiniteFloatRange(click.FloatRange):
 # what the others refuse
 days_option = click.option(
     "--days", type=FiniteFloatRange(min=0, min_open=True, max=MAX_DAYS),
-    help=f"simulated days, at most {MAX_DAYS:,} (default: the scenario's, or the trace's "
-         "span)")
+    help=f"simulated days, at most {MAX_DAYS:,} (default: the scenario's; a trace's whole "
+         "days up to the day of its last submission, included)")
 
 
 __all__ = ["MAX_DAYS", "FiniteFloatRange", "days_option"]

@@ -325,7 +325,9 @@ def build_scenario(
             raise click.ClickException(f"{trace}: no usable jobs in the trace")
         latest = max(loaded.jobs, key=lambda j: j.spec.submit_time)
         last = latest.spec.submit_time
-        span = days if days is not None else max(1.0, math.ceil(last / 86400.0))
+        # by default every whole day up to the one of the last submission, included: the
+        # replay takes what is submitted before its end, so one at exactly 2 d needs a third
+        span = days if days is not None else math.floor(last / 86400.0) + 1.0
         if span > MAX_DAYS:  # the run would keep a row per hour of it: refused, not tried
             raise click.ClickException(
                 f"{trace}: workload {latest.spec.id!r} is submitted {last / 86400.0:,.0f} days "
