@@ -4,7 +4,8 @@
 A period ``[start, end)`` of the store becomes:
 
 * one ``SimJob`` per workload submitted in the period: its spec as submitted (budget,
-  user, GPUs, minimum runtime, resumable, priority, checkpoint interval) and, as its true
+  user, GPUs, minimum runtime, resumable, priority, checkpoint interval, time limit,
+  checkpoint on SIGTERM; not its hosts or dependencies) and, as its true
   duration, the time it ran, summed over its attempts and cut at ``end`` (work still running
   at the end counts with its run so far). Work that never ran by the end is still demand:
   it is replayed with the mean run of the workloads of its budget that completed in the
@@ -157,6 +158,7 @@ def read_history(store: Store, start: float, end: float,
             WorkloadSpec(wid, r.budget, r.gpus, r.min_runtime, float(r.submit_time) - origin,
                          user=r.user, resumable=r.resumable, priority=r.priority,
                          checkpoint_interval=r.checkpoint_interval,
+                         time_limit=r.time_limit, checkpoint_on_term=r.checkpoint_on_term,
                          gpu_kinds=tuple(r.gpu_kinds or ()) if fleet else (),
                          cluster=r.cluster if fleet else ""),
             duration))

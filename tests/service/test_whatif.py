@@ -944,3 +944,33 @@ def test_an_until_past_the_year_9999_is_refused_naming_until(live: Live) -> None
         assert run.returncode == 2, run.stdout + run.stderr
         assert ("Invalid value for --until: must be a time from 1970 to 9999 (seconds since "
                 "the epoch from 0 to 253402214400), got 1e+18") in " ".join(run.stderr.split())
+
+
+def test_export_carries_checkpoint_on_term_and_time_limit(tmp_path: Path) -> None:
+    """A workload submitted checkpointing on SIGTERM with a 2 h time limit, beside one with
+    neither: export-trace writes both columns, and the trace reads back to the jobs the
+    history holds, field by field (both were dropped, so the replay ran the work without a
+    limit and lost its progress at every preemption)."""
+    from apportion.sim.traces import load_trace
+
+    config = memory_config(tmp_path)
+    start = 1_700_000_000.0
+    store = Store(load_config(config).db_url, clock=FakeClock(start).now)
+    store.migrate()
+    seed_store(store, load_config(config))
+    store.add_workload(budget="ai/llm", gpus=4, min_runtime=600.0, submit_time=start,
+                       command=["train"], actor="alice", resumable=True,
+                       checkpoint_on_term=True, time_limit=2 * HOUR)
+    store.add_workload(budget="ai/vision", gpus=4, min_runtime=600.0, submit_time=start + 60,
+                       command=["eval"], actor="alice")
+    history = read_history(store, start, start + HOUR)
+    store.close()
+    out = tmp_path / "t.csv"
+    run = apportion("export-trace", "--config", str(config), "--since", "1h", "--until",
+                    repr(start + HOUR), "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert out.read_text().splitlines()[0].endswith(",checkpoint_on_term,time_limit")
+    first, second = load_trace(out, tree=history.tree).jobs
+    assert (first.spec.checkpoint_on_term, first.spec.time_limit) == (True, 2 * HOUR)
+    assert (second.spec.checkpoint_on_term, second.spec.time_limit) == (False, 0.0)
+    assert (first, second) == tuple(history.jobs)

@@ -221,6 +221,8 @@ def _job(
         checkpoint_interval=ckpt,
         gpu_kinds=rec.gpu_kinds,
         cluster=rec.cluster,
+        checkpoint_on_term=bool(rec.checkpoint_on_term),
+        time_limit=rec.time_limit or 0.0,
     )
     return SimJob(
         spec=spec,
@@ -231,4 +233,5 @@ def _job(
         ),
         legacy_preemptible=True if rec.preemptible is None else rec.preemptible,
         squat=bool(rec.squat),
+        patience=rec.patience,
     )

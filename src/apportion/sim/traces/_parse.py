@@ -35,6 +35,14 @@ def parse_duration(value: object) -> float:
         raise Bad(str(e)) from None
 
 
+def parse_patience(value: object) -> float:
+    """A patience: a duration > 0 (an owner who waits forever leaves the cell empty)."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise Bad(f"must be a duration > 0 (empty: waits forever), got {value!r}")
+    return seconds
+
+
 def parse_time(value: object) -> tuple[float, bool]:
     """``(seconds, absolute)``: a number of seconds (``absolute`` False), or an ISO 8601
     time converted to seconds since the Unix epoch (``absolute`` True). A time without a

@@ -23,10 +23,15 @@ CANONICAL_COLUMNS: tuple[str, ...] = (
     "checkpoint_interval",
 )
 REQUIRED_COLUMNS: tuple[str, ...] = ("submit_time", "gpus", "duration")
-#: Written only when needed to round-trip jobs built by scenario code or a fleet's history
+#: Written only when needed to round-trip jobs built by scenario code or a service's history
 #: (see docs/traces.md): ``gpu_kinds`` (the kinds a workload accepts, comma-separated; empty:
-#: any) and ``cluster`` (the cluster it must run in; empty: any).
-EXTRA_COLUMNS: tuple[str, ...] = ("legacy_priority", "squat", "gpu_kinds", "cluster")
+#: any), ``cluster`` (the cluster it must run in; empty: any), ``checkpoint_on_term``
+#: (default false), ``time_limit`` (a run's wall-time limit; empty or 0: none) and
+#: ``patience`` (how long its owner waits for a start; empty: forever).
+EXTRA_COLUMNS: tuple[str, ...] = (
+    "legacy_priority", "squat", "gpu_kinds", "cluster", "checkpoint_on_term", "time_limit",
+    "patience",
+)
 
 
 @dataclass(slots=True)
@@ -50,6 +55,9 @@ class Record:
     preemptible: bool | None = None
     checkpoint_interval: float | None = None
     squat: bool | None = None
+    checkpoint_on_term: bool | None = None
+    time_limit: float | None = None
+    patience: float | None = None
     keys: dict[str, str] = field(default_factory=dict)  # other columns, for budget synthesis
     # sacct only: the hosts it ran on (NodeList) and its start (seconds since the epoch),
     # from which the cluster can be derived when none is given

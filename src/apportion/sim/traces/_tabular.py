@@ -13,6 +13,7 @@ from ._parse import (
     parse_duration,
     parse_int,
     parse_kinds,
+    parse_patience,
     parse_time,
     text,
 )
@@ -47,6 +48,8 @@ _KIND: dict[str, str] = {
     "duration": "a duration",
     "min_runtime": "a duration",
     "checkpoint_interval": "a duration",
+    "time_limit": "a duration",
+    "patience": "a duration",
     "id": "a name",
     "budget": "a name",
     "user": "a name",
@@ -54,6 +57,7 @@ _KIND: dict[str, str] = {
     "resumable": "a boolean",
     "preemptible": "a boolean",
     "squat": "a boolean",
+    "checkpoint_on_term": "a boolean",
     "priority": "a priority",
     "legacy_priority": "a priority level",
     "gpu_kinds": "GPU kinds",
@@ -207,4 +211,7 @@ _OPTIONAL: list[tuple[str, Callable[[object], object]]] = [
     ("squat", parse_bool),
     ("gpu_kinds", parse_kinds),
     ("cluster", text),
+    ("checkpoint_on_term", parse_bool),
+    ("time_limit", parse_duration),
+    ("patience", parse_patience),
 ]

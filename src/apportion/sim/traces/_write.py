@@ -44,6 +44,12 @@ def _row(job: SimJob, extra: tuple[str, ...]) -> dict[str, object]:
         row["gpu_kinds"] = ",".join(s.gpu_kinds)
     if "cluster" in extra:
         row["cluster"] = s.cluster
+    if "checkpoint_on_term" in extra:
+        row["checkpoint_on_term"] = s.checkpoint_on_term
+    if "time_limit" in extra:
+        row["time_limit"] = _number(s.time_limit)
+    if "patience" in extra:
+        row["patience"] = None if job.patience is None else _number(job.patience)
     return row
 
 
@@ -51,10 +57,14 @@ def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Pat
     """Write ``jobs`` as a canonical trace; the format follows the extension (``.csv``,
     ``.tsv`` (tab-separated), ``.jsonl``, ``.parquet`` and the others ``_read.KINDS`` names;
     a text one with ``.gz`` added is compressed). Every field is written, so
-    ``load_trace(path)`` gives back the same jobs. Extra columns appear only when needed:
-    ``legacy_priority`` when a job's old-scheduler level is not the one its priority implies,
-    ``squat`` when a job is an idle placeholder, ``gpu_kinds`` and ``cluster`` when a job
-    asks for a GPU kind or a cluster (a fleet's work). Returns the path written."""
+    ``load_trace(path)`` gives back the same jobs, except a workload's ``hosts`` and
+    ``hold`` (placement limits and dependencies: the format has no columns for them). Extra
+    columns appear only when needed: ``legacy_priority`` when a job's old-scheduler level is
+    not the one its priority implies, ``squat`` when a job is an idle placeholder,
+    ``gpu_kinds`` and ``cluster`` when a job asks for a GPU kind or a cluster (a fleet's
+    work), ``checkpoint_on_term``, ``time_limit`` and ``patience`` when a job checkpoints
+    when told to stop, has a time limit or an owner who gives up waiting. Returns the path
+    written."""
     file = Path(path)
     kind = kind_of(file)
     jobs = list(jobs)
@@ -67,6 +77,12 @@ def write_canonical(jobs: Iterable[SimJob], path: str | os.PathLike[str]) -> Pat
         extra += ("gpu_kinds",)
     if any(j.spec.cluster for j in jobs):
         extra += ("cluster",)
+    if any(j.spec.checkpoint_on_term for j in jobs):
+        extra += ("checkpoint_on_term",)
+    if any(j.spec.time_limit for j in jobs):
+        extra += ("time_limit",)
+    if any(j.patience is not None for j in jobs):
+        extra += ("patience",)
     columns = CANONICAL_COLUMNS + extra
     rows = [_row(j, extra) for j in jobs]
     try:
@@ -108,6 +124,7 @@ def _write_parquet(file: Path, columns: tuple[str, ...], rows: list[dict[str, ob
         "gpu_kinds": pa.string(), "cluster": pa.string(),
         "legacy_priority": pa.string(), "gpus": pa.int64(), "priority": pa.int64(),
         "resumable": pa.bool_(), "preemptible": pa.bool_(), "squat": pa.bool_(),
+        "checkpoint_on_term": pa.bool_(),
     }
     schema = pa.schema([(c, types.get(c, pa.float64())) for c in columns])
     data = {c: [r[c] for r in rows] for c in columns}
