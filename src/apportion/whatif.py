@@ -186,7 +186,8 @@ def scenario_of(history: History, max_min_runtime: float) -> Scenario:
                             max_min_runtime=max_min_runtime)
     return Scenario(name="history", tree=loaded.tree, hosts=history.hosts, jobs=loaded.jobs,
                     host_events=tuple(history.host_events), days=days(history),
-                    meta={"source": "live history"}, pools=history.pools)
+                    meta={"source": "live history"}, pools=history.pools,
+                    min_runtime_lowered=loaded.min_runtime_lowered)
 
 
 def per_budget(result: RunResult, tree: BudgetTree) -> dict[str, dict[str, Any]]:

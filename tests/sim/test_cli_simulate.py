@@ -401,3 +401,30 @@ def test_the_default_span_of_a_trace_replays_its_last_workload_submitted_on_a_da
     assert out.startswith("scenario t: 3 workloads submitted in the 3 d replayed, 1 host\n")
     (summary,) = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert (summary["sim_days"], summary["workloads"], summary["completed"]) == (3, 3, 3)
+
+
+def test_clamped_min_runtime_counts_a_min_runtime_the_trace_import_lowered(
+        tmp_path: Path) -> None:
+    """A trace job asking 2 h of minimum runtime, run with max_min_runtime=1h: the import
+    lowers it (and warns), and summary.json's clamped_min_runtime counts it, 1, in simulate
+    and at every point of a sweep with that setting, as in a sweep over the cap where the
+    engine lowers it (simulate said 0, and so did a sweep whose points all had the
+    import's cap)."""
+    trace = tmp_path / "cl.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration,min_runtime\n"
+                     "j1,0,a,1,36000,2h\nj2,0,b,1,36000,30m\n")
+    common = ("--trace", str(trace), "--cluster", "1x8", "--days", "1", "--quiet")
+    result = CliRunner().invoke(main, [
+        "simulate", *common, "--policy", "fairshare", "--set", "max_min_runtime=1h",
+        "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    assert "1 row: min_runtime above max_min_runtime (1 h): lowered to it" in result.stderr
+    (summary,) = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert summary["clamped_min_runtime"] == 1
+    for out, grid in (("w1", ("--set", "max_min_runtime=1h", "--grid", "lookback=1d,2d")),
+                      ("w2", ("--grid", "max_min_runtime=1h,8h"))):
+        code, text = invoke("sweep", *common, *grid, "--out", str(tmp_path / out))
+        assert code == 0, text
+        points = json.loads((tmp_path / out / "sweep.json").read_text())
+        assert [p["summary"]["clamped_min_runtime"] for p in points] == (
+            [1, 1] if out == "w1" else [1, 0])

@@ -480,11 +480,13 @@ def test_no_unallocated_jobs_unless_asked() -> None:
 
 
 def test_given_min_runtime_above_the_cap_is_lowered_and_counted(tmp_path: Path) -> None:
-    """An explicit min_runtime over max_min_runtime becomes the cap, with a warning."""
+    """An explicit min_runtime over max_min_runtime becomes the cap, with a warning, and
+    the job is named in min_runtime_lowered (which the run counts in clamped_min_runtime)."""
     path = write(tmp_path, "t.csv", "submit_time,gpus,duration,min_runtime,budget\n"
                  "0,8,20h,10h,a\n0,8,20h,1h,a\n")
     trace = load_trace(path, max_min_runtime=4 * HOUR)
     assert [j.spec.min_runtime for j in trace.jobs] == [4 * HOUR, HOUR]
+    assert trace.min_runtime_lowered == ("line2",)
     assert trace.warnings == (
         f"{path}: 1 row: min_runtime above max_min_runtime (4 h): lowered to it "
         "(first at line 2)",

@@ -337,7 +337,8 @@ def build_scenario(
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         return _fleet_checked(Scenario(
             name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs, days=span,
-            meta={"source": str(trace), "format": fmt}, pools=pools))
+            meta={"source": str(trace), "format": fmt}, pools=pools,
+            min_runtime_lowered=loaded.min_runtime_lowered))
     if maps or budgets is not None or budget_column is not None:
         raise click.UsageError("--map, --budgets and --budget-column need --trace")
     from apportion.sim.scenarios import get_scenario

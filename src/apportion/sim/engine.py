@@ -223,6 +223,7 @@ class Engine:
         self.protected = 0
         self.rejected = 0
         self.clamped = 0
+        self._lowered_at_import = frozenset(sc.min_runtime_lowered)
         self.abandoned: list[_Job] = []
         # submitted work held out of the queue (core.gating), and released array elements
         self._holds: dict[str, Hold] = {}
@@ -467,9 +468,11 @@ class Engine:
     def _on_submit(self, wid: str, gen: int, now: float) -> bool:
         j = self.jobs[wid]
         cap = float(self.config.max_min_runtime)
-        if self.sim.clamp_min_runtime and j.spec.min_runtime > cap:
+        lowered = self.sim.clamp_min_runtime and j.spec.min_runtime > cap
+        if lowered:
             j.spec = dataclasses.replace(j.spec, min_runtime=cap)
             j.debug = is_debug(j.spec, self.config)
+        if lowered or wid in self._lowered_at_import:
             self.clamped += 1
         try:
             self.validate(j.spec, self.state, self.config)

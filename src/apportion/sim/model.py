@@ -83,3 +83,6 @@ class Scenario:
     meta: dict[str, object] = field(default_factory=dict)
     # several clusters and GPU kinds (None: one pool, a plain ClusterState): see sim/fleet.py
     pools: Pools | None = None
+    # workloads whose min_runtime the trace import lowered to the cap: counted in the
+    # summary's clamped_min_runtime as the engine's own lowering is
+    min_runtime_lowered: tuple[str, ...] = ()

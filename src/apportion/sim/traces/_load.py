@@ -34,7 +34,9 @@ class Trace:
     as one line per reason, with the first line it happened on. ``time_origin`` is what was
     subtracted from the submit times: seconds since the Unix epoch for ISO 8601 traces,
     the first submit time with ``rebase``, else 0. ``hosts`` is the cluster the trace says it
-    ran on (sacct with a ``NodeList`` column, see :func:`hosts_of`), empty otherwise."""
+    ran on (sacct with a ``NodeList`` column, see :func:`hosts_of`), empty otherwise.
+    ``min_runtime_lowered``: the ids of the jobs whose given min_runtime was lowered to
+    ``max_min_runtime``, in submission order."""
 
     jobs: tuple[SimJob, ...]
     tree: BudgetTree
@@ -44,6 +46,7 @@ class Trace:
     warnings: tuple[str, ...]
     time_origin: float
     hosts: tuple[Host, ...] = ()
+    min_runtime_lowered: tuple[str, ...] = ()
 
     @property
     def n_skipped(self) -> int:
@@ -153,6 +156,8 @@ def load_trace(
         except CoreError as e:  # cannot happen for parsed rows; kept so nothing escapes unnamed
             raise TraceError(f"{source}:{rec.line}: {e}") from None
     jobs.sort(key=lambda j: j.spec.submit_time)  # stable: ties keep file order
+    lowered = {r.id for r in records
+               if r.min_runtime is not None and r.min_runtime > max_min_runtime}
     return Trace(
         jobs=tuple(jobs),
         tree=budget_tree,
@@ -162,6 +167,7 @@ def load_trace(
         warnings=notes.warnings(),
         time_origin=origin,
         hosts=hosts_of(records) if format == "sacct" else (),
+        min_runtime_lowered=tuple(j.spec.id for j in jobs if j.spec.id in lowered),
     )
 
 
