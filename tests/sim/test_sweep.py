@@ -136,9 +136,10 @@ def test_debug_wait_panel_has_tick_labels_among_its_values(waits: tuple[float, f
     least two labelled ticks between the smallest and the largest value."""
     import matplotlib.pyplot as plt
 
-    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_min": 0.8,
-             "debug_wait_p90_s": wait, "occupancy": 0.9, "unallocated_fraction": 0.1,
-             "lost_gpu_hours": 10.0} for x, wait in zip((43200.0, 86400.0), waits, strict=True)]
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_teams": 0.9,
+             "attainment_min": 0.8, "debug_wait_p90_s": wait, "occupancy": 0.9,
+             "unallocated_fraction": 0.1, "lost_gpu_hours": 10.0}
+            for x, wait in zip((43200.0, 86400.0), waits, strict=True)]
     fig = sweep_figure(rows, ["lookback"])
     fig.canvas.draw()
     (ax,) = [a for a in fig.axes if a.get_title() == "debug wait p90 (s)"]
@@ -190,6 +191,25 @@ def test_sweep_errors_name_the_flag_and_the_value_as_typed(tmp_path: Path) -> No
     code, _, err = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d", "--seeds",
                           "1,x", "--out", out)
     assert code == 2 and "Invalid value for --seeds: not a whole number: 'x'" in err
+
+
+def test_attainment_panel_plots_the_teams_overall_against_the_worst_team() -> None:
+    """The attainment panel draws attainment_teams (solid) and attainment_min (dashed), two
+    figures over the same teams, not the per-researcher attainment_overall, which can be
+    below the worst team (0.507 against 0.514 on a three-level tree), so that the worst
+    team was drawn above the overall."""
+    import matplotlib.pyplot as plt
+
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.507 + d,
+             "attainment_teams": 0.6 + d, "attainment_min": 0.514 + d,
+             "debug_wait_p90_s": 60.0, "occupancy": 0.9, "unallocated_fraction": 0.1,
+             "lost_gpu_hours": 10.0} for x, d in ((43200.0, 0.0), (86400.0, 0.01))]
+    fig = sweep_figure(rows, ["lookback"])
+    (ax,) = [a for a in fig.axes
+             if a.get_title() == "attainment per team (solid), worst team (dashed)"]
+    lines = {line.get_linestyle(): list(line.get_ydata()) for line in ax.get_lines()}
+    plt.close(fig)
+    assert lines == {"-": [0.6, 0.61], "--": [0.514, 0.524]}
 
 
 def every_field_set() -> Scenario:

@@ -299,9 +299,11 @@ def sweep_figure(rows: list[dict[str, Any]], keys: list[str],
     groups: dict[tuple[Any, ...], dict[Any, list[dict[str, Any]]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in others), {}).setdefault(row[x_key], []).append(row)
+    # the worst team against the teams' overall (not the researchers': a team can be
+    # attained better than its researchers are, and the worst team then read above it)
     panels = (
-        ("attainment (overall solid, worst team dashed)",
-         ("attainment_overall", "attainment_min"), False),
+        ("attainment per team (solid), worst team (dashed)",
+         ("attainment_teams", "attainment_min"), False),
         ("debug wait p90 (s)", ("debug_wait_p90_s",), True),
         ("occupancy (solid), unallocated fraction (dashed)",
          ("occupancy", "unallocated_fraction"), False),
