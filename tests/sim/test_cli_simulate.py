@@ -428,3 +428,57 @@ def test_clamped_min_runtime_counts_a_min_runtime_the_trace_import_lowered(
         points = json.loads((tmp_path / out / "sweep.json").read_text())
         assert [p["summary"]["clamped_min_runtime"] for p in points] == (
             [1, 1] if out == "w1" else [1, 0])
+
+
+def test_an_empty_output_path_is_refused_naming_the_flag(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out '' (simulate, sweep, whatif, export-trace) and report usage -o '' are usage
+    errors naming the flag, and nothing is written: an empty path is the current directory,
+    where simulate wrote its outputs."""
+    monkeypatch.chdir(tmp_path)
+    directory = "directory (. for the current one)"
+    for args, flag, kind in (
+            (("simulate", "--scenario", "small", "--days", "0.05", "--quiet", "--out"),
+             "'--out'", directory),
+            (("sweep", "--scenario", "small", "--grid", "lookback=1d", "--quiet", "--out"),
+             "'--out'", directory),
+            (("whatif", "--since", "1d", "--out"), "'--out'", directory),
+            (("export-trace", "--since", "1d", "--out"), "'--out'", "file"),
+            (("report", "usage", "-o"), "'--output' / '-o'", "file")):
+        code, out = invoke(*args, "")
+        assert code == 2, (args, out)
+        assert f"Invalid value for {flag}: empty; give a {kind}" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_host_name_given_twice_is_refused_naming_the_host(tmp_path: Path) -> None:
+    """A --cluster file naming a host twice is refused naming the host and both places (it
+    said only "duplicate host names")."""
+    hosts = tmp_path / "c2.toml"
+    hosts.write_text("".join(f'[[hosts]]\nname = "{n}"\ngpus = 8\n' for n in "aba"))
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(hosts), "--out",
+                       str(tmp_path / "o"))
+    assert code == 2
+    assert (f"Invalid value for --cluster: {hosts}: hosts[3].name: 'a' is the name of "
+            "hosts[1] too") in out
+
+
+def test_a_toml_error_at_the_end_of_a_file_gives_its_line(tmp_path: Path) -> None:
+    """A --cluster or --tree TOML file that breaks off gives its line and column, as tomllib
+    gives them for any other place, with the file's name (it said only "at end of
+    document")."""
+    cluster = tmp_path / "c.toml"
+    cluster.write_text('hosts = [{name = "h1", gpus = 8}\n')
+    tree = tmp_path / "t.toml"
+    tree.write_text("a = ")
+    for flag, path, problem in (
+            ("--cluster", cluster, "Unclosed array (at line 2, column 1: the end of the file)"),
+            ("--tree", tree, "Invalid value (at line 1, column 5: the end of the file)")):
+        code, out = invoke("simulate", "--scenario", "small", flag, str(path), "--out",
+                           str(tmp_path / "o"))
+        assert code == 2
+        assert f"Invalid value for {flag}: {path}: {problem}" in out
+    tree.write_text("a = \nb = 1\n")
+    code, out = invoke("simulate", "--scenario", "small", "--tree", str(tree), "--out",
+                       str(tmp_path / "o"))
+    assert f"{tree}: Invalid value (at line 1, column 5)\n" in out

@@ -7,8 +7,31 @@ from __future__ import annotations
 import contextlib
 import tempfile
 from pathlib import Path
+from typing import Any, Literal
 
 import click
+
+
+class OutputPath(click.Path):
+    """``click.Path`` to a ``Path`` that refuses an empty one: ``Path("")`` is the current
+    directory, so ``--out ''`` wrote there without a word."""
+
+    def __init__(self, kind: Literal["file", "directory"]) -> None:
+        super().__init__(file_okay=kind == "file", dir_okay=kind == "directory",
+                         path_type=Path)
+        self.kind = kind
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail(f"empty; give a {self.kind}"
+                      + (" (. for the current one)" if self.kind == "directory" else ""),
+                      param, ctx)
+        return super().convert(value, param, ctx)
+
+
+OUTPUT_DIR = OutputPath("directory")
+OUTPUT_FILE = OutputPath("file")
 
 
 def _unwritable(what: Path, e: OSError) -> click.BadParameter:

@@ -20,7 +20,7 @@ from apportion.service.accounting import (
 )
 from apportion.service.replies import UsageReport
 
-from .paths import output_file
+from .paths import OUTPUT_FILE, output_file
 
 FORMATS = ("table", "csv", "json", "html")
 
@@ -38,7 +38,7 @@ def report() -> None:
 @click.option("--to", "end", default="now", show_default=True, help="end, written like --from")
 @click.option("--by", type=click.Choice(BY), default="budget", show_default=True)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--output", "-o", type=OUTPUT_FILE,
               callback=output_file,
               help="write to this file instead of the terminal (the html page, typically)")
 @connection

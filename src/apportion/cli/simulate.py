@@ -30,7 +30,7 @@ from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import Pools, Scenario
 
 from .numbers import MAX_DAYS, days_option
-from .paths import output_dir
+from .paths import OUTPUT_DIR, output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
 NUMBER: Any = object()  # the "type" of a float setting that is a plain number, not a duration
@@ -108,6 +108,9 @@ def build_configs(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
         raise click.BadParameter(str(e), param_hint="--set") from None
 
 
+TOML_AT_END = "(at end of document)"
+
+
 def _read_table(path: Path, option: str) -> Any:
     text = path.read_text()
     try:
@@ -115,7 +118,12 @@ def _read_table(path: Path, option: str) -> Any:
             return tomllib.loads(text)
         return json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise click.BadParameter(f"{path}: {e}", param_hint=option) from None
+        problem = str(e)
+        if problem.endswith(TOML_AT_END):  # tomllib gives the line of any other place
+            line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
+            problem = (f"{problem.removesuffix(TOML_AT_END)}(at line {line}, column {column}: "
+                       "the end of the file)")
+        raise click.BadParameter(f"{path}: {problem}", param_hint=option) from None
 
 
 def load_tree(path: Path) -> BudgetTree:
@@ -207,9 +215,12 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
             out.append(Host(name, gpus))
         except CoreError as e:
             raise click.BadParameter(f"{where}: {e}", param_hint="--cluster") from None
-    names = [h.name for h in out]
-    if len(set(names)) != len(names):
-        raise click.BadParameter(f"{path}: duplicate host names", param_hint="--cluster")
+    first: dict[str, int] = {}
+    for i, host in enumerate(out):
+        if first.setdefault(host.name, i) != i:
+            raise click.BadParameter(f"{path}: hosts[{i + 1}].name: {host.name!r} is the name "
+                                     f"of hosts[{first[host.name] + 1}] too",
+                                     param_hint="--cluster")
     return tuple(out)
 
 
@@ -420,7 +431,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
                      help="PolicyConfig or engine setting; durations accept 7d/8h/15m/30s"),
         click.option("--quiet", is_flag=True, help="no progress bar"),
-        click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+        click.option("--out", required=True, type=OUTPUT_DIR,
                      callback=output_dir, help="output directory"),
     ]
     for opt in reversed(opts):

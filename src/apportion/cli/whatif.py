@@ -16,7 +16,7 @@ import click
 
 from apportion.core import DurationError, format_amount, format_duration, parse_duration, plural
 
-from .paths import output_dir, output_file
+from .paths import OUTPUT_DIR, OUTPUT_FILE, output_dir, output_file
 
 
 def _config(config_path: str | None) -> Any:
@@ -117,7 +117,7 @@ def _summary_line(period: dict[str, Any]) -> str:
               help="length of the period, ending at --until (e.g. 14d)")
 @click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
               "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--out", required=True, type=OUTPUT_FILE,
               callback=output_file,
               help="trace file: .csv, .tsv, .jsonl (also .ndjson, .json), each with or "
               "without .gz, or .parquet (.pq)")
@@ -283,7 +283,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
               help="proposed weight of a budget (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="proposed PolicyConfig or engine setting (repeatable; admins only)")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), callback=output_dir,
+@click.option("--out", type=OUTPUT_DIR, callback=output_dir,
               help="also write whatif.json, whatif.csv (and whatif-pools.csv with several "
               "pools), and with --config both runs' outputs, here")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
