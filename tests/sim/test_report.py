@@ -410,6 +410,39 @@ def test_no_sentence_when_fair_share_is_not_worse(seed_run: Run) -> None:
     assert "headline" not in notes and "preempt" not in notes
 
 
+def test_the_occupancy_sentence_ends_with_one_full_stop(seed_run: Run) -> None:
+    """With fair share keeping fewer GPUs busy (the summaries changed), the occupancy
+    sentence splits the difference into allocated and unallocated work and ends with one
+    full stop (it ended with "GPUs).." before)."""
+    out, summaries, _ = seed_run
+    fs, lg = (json.loads(json.dumps(s)) for s in summaries)
+    fs["occupancy"], lg["occupancy"] = 0.8, 0.9
+    fs["unallocated_fraction"], lg["unallocated_fraction"] = 0.05, 0.2
+    runs: list[RunTables] = [load_tables(out, p) for p in POLICIES]
+    (sentence,) = [w for w in worse_notes([fs, lg], runs)["occupancy"]
+                   if w.startswith("Fair share kept fewer")]
+    assert sentence == ("Fair share kept fewer of the healthy GPUs busy (80.0% vs 90.0%); the "
+                        "difference is in unallocated work (allocated 76.0% vs 72.0% of the "
+                        "healthy GPUs).")
+
+
+def test_a_team_of_one_researcher_is_said_in_the_singular(tmp_path: Path) -> None:
+    """The per-team folds of the budget table count researchers with the plural helper:
+    ai/llm (one leaf) is "1 researcher", ai/vision (two) "2 researchers" (it said
+    "1 researchers")."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     "a,0,ai/llm/alice,1,3600\nb,0,ai/vision/bob,1,3600\n"
+                     "c,0,ai/vision/carol,1,3600\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert re.findall(r"<summary>([^<]*)</summary>", text) == [
+        "ai/llm: 1 researcher", "ai/vision: 2 researchers"]
+
+
 def test_one_policy_has_no_comparison(tmp_path: Path) -> None:
     """A run of fair share alone: one result column, the reference column, every figure,
     and no sentence comparing with legacy."""

@@ -883,7 +883,7 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
             al_l = float(occ_l) - float(occ_l) * float(un_l)
             part = "unallocated" if al_f >= al_l else "allocated"
             text += (f"; the difference is in {part} work (allocated {fmt_pct(al_f)} vs "
-                     f"{fmt_pct(al_l)} of the healthy GPUs).")
+                     f"{fmt_pct(al_l)} of the healthy GPUs)")
         add("occupancy", text + ".")
     mean_f, mean_l = _mean_pending(ft), _mean_pending(lt)
     if _bigger(mean_f, mean_l) and n(mean_f, 1) != n(mean_l, 1):
@@ -958,7 +958,7 @@ def budget_table(summaries: Sequence[Json], runs: Sequence[RunTables]) -> str:
         leaves = [n for n in nodes if n.startswith(team + "/")]
         if leaves:
             leaves_html.append(
-                f"<details><summary>{_esc(team)}: {len(leaves)} researchers</summary>"
+                f"<details><summary>{_esc(team)}: {plural(len(leaves), 'researcher')}</summary>"
                 f"<table class='budgets'><thead><tr><th>budget</th><th>share</th>{head}{whead}"
                 f"</tr></thead><tbody>{''.join(row(n, 'leaf') for n in leaves)}"
                 "</tbody></table></details>")
