@@ -208,6 +208,28 @@ def test_logs_of_an_attempt(svc: Service) -> None:
     assert svc.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
 
 
+def test_logs_are_the_bytes_as_written_so_a_split_character_stays_whole(
+        svc: Service) -> None:
+    """The logs answer the log's bytes unchanged (``application/octet-stream``): "é" written
+    in two halves, read as it grows (from ``X-Log-Offset``), comes back as its two bytes, not
+    two U+FFFD; ``tail=2`` and an ``offset`` inside it give its second byte; bytes that are
+    not UTF-8 come back as written."""
+    wid = submit(svc).json()["id"]
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    url = f"/v1/workloads/{wid}/logs"
+    log.write_bytes(b"caf\xc3")
+    first = svc.call("GET", url, "alice")
+    assert first.headers["content-type"] == "application/octet-stream"
+    with log.open("ab") as f:
+        f.write(b"\xa9\n\xff\xfe")
+    rest = svc.call("GET", f"{url}?offset={first.headers['X-Log-Offset']}", "alice")
+    assert first.content + rest.content == "café\n".encode() + b"\xff\xfe"
+    assert svc.call("GET", f"{url}?tail=4", "alice").content == b"\xa9\n\xff\xfe"
+    assert svc.call("GET", f"{url}?offset=4", "alice").content == b"\xa9\n\xff\xfe"
+
+
 def test_cancel_pending(svc: Service) -> None:
     """Cancelling a pending workload ends it at once; twice is 409."""
     wid = submit(svc).json()["id"]

@@ -747,12 +747,12 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
 @connection
 def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
          follow: bool) -> None:
-    """Print the output of a workload's attempt (one submitted with --output writes it to
-    that file instead: an empty log says where)."""
+    """Print the output of a workload's attempt, byte for byte as written (one submitted
+    with --output writes it to that file instead: an empty log says where)."""
     if not follow:
         r = client.call("GET", f"/workloads/{workload_id}/logs",
                         params={"attempt": attempt, "tail": tail or None})
-        click.echo(r.text, nl=False)
+        click.echo(r.content, nl=False)  # the bytes as written: the job's, not always UTF-8
         if not r.content:
             _say_where_output_goes(client, workload_id)
         return
@@ -800,9 +800,7 @@ def _drain(client: Client, wid: str, n: int, offset: int) -> int:
         if "no log file yet" in e.message:
             return offset
         raise
-    if r.text:
-        click.echo(r.text, nl=False)
-        sys.stdout.flush()
+    click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
     return int(r.headers.get("X-Log-Offset", offset + len(r.content)))
 
 
