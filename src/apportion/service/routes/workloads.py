@@ -44,6 +44,11 @@ from .context import (
     request_digest,
 )
 
+# the most of a log one answer holds (4 MiB; the rest is asked for from X-Log-Offset): the
+# API shares its process with the scheduler, and a log read whole cost a few times its size
+# in memory per request, enough for one user's reads to get the server killed
+LOG_ANSWER_MAX = 4 << 20
+
 
 class LogBytes(Response):
     """A log's bytes as the job wrote them, not text: offsets count bytes, and decoding
@@ -253,10 +258,11 @@ def router(api: Api) -> APIRouter:
         offset: Annotated[int, Query(ge=0, le=1 << 40,
                                      description="from this byte on (following)")] = 0,
     ) -> Response:
-        """The output (stdout and stderr) of one attempt, the bytes as written: for its
-        owner, managers of its budget and admins. ``X-Log-Attempt`` names the attempt,
-        ``X-Log-Offset`` the byte after what was sent: pass it as ``offset`` to read only
-        what was written since (``apportion logs -f``)."""
+        """The output (stdout and stderr) of one attempt, the bytes as written, at most
+        4 MiB of them (``LOG_ANSWER_MAX``): for its owner, managers of its budget and admins.
+        ``X-Log-Attempt`` names the attempt, ``X-Log-Offset`` the byte after what was sent:
+        pass it as ``offset`` for the rest, or for what was written since (``apportion logs
+        -f``); ``X-Log-Size`` is the log's size when read (below it: more to fetch)."""
         w = store.get_workload(workload_id)
         if who.read_only:  # whose ever the work: the token's kind, not its user, refuses
             raise fail(403, f"forbidden: a {who.kind} token of {who.name} cannot read "
@@ -274,12 +280,9 @@ def router(api: Api) -> APIRouter:
             # never through a link: with Slurm the log's directory is its owner's, who could
             # otherwise swap the log for a link to a file only the server may read
             with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-                if tail:
-                    size = f.seek(0, 2)
-                    f.seek(max(0, size - tail))
-                elif offset:
-                    f.seek(offset)
-                data = f.read()
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - tail) if tail else offset)
+                data = f.read(LOG_ANSWER_MAX)
                 end = f.tell()
         except FileNotFoundError:
             if settings.executor.kind == "memory":  # a dry run: nothing ran, nothing wrote
@@ -289,7 +292,8 @@ def router(api: Api) -> APIRouter:
         except OSError as e:  # ELOOP: a link put in the log's place
             raise fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
                              f"{e.strerror}") from None
-        return LogBytes(data, headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+        return LogBytes(data, headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end),
+                                       "X-Log-Size": str(size)})
 
     @router.get(f"{v1}/queue", tags=["workloads"])
     def policy_queue(_who: Reader) -> QueueView:
