@@ -4,6 +4,7 @@ real FastAPI app served by uvicorn on a local port."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ServiceConfig, load_config
 from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.routes.workloads import LOG_ANSWER_MAX
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
@@ -206,6 +208,71 @@ def test_logs_of_an_attempt(svc: Service) -> None:
     assert svc.call("GET", f"/v1/workloads/{wid}/logs?tail=6", "alice").text == "world\n"
     assert svc.call("GET", f"/v1/workloads/{wid}/logs?attempt=2", "alice").status_code == 404
     assert svc.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
+
+
+def test_logs_are_the_bytes_as_written_so_a_split_character_stays_whole(
+        svc: Service) -> None:
+    """The logs answer the log's bytes unchanged (``application/octet-stream``): "é" written
+    in two halves, read as it grows (from ``X-Log-Offset``), comes back as its two bytes, not
+    two U+FFFD; ``tail=2`` and an ``offset`` inside it give its second byte; bytes that are
+    not UTF-8 come back as written."""
+    wid = submit(svc).json()["id"]
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    url = f"/v1/workloads/{wid}/logs"
+    log.write_bytes(b"caf\xc3")
+    first = svc.call("GET", url, "alice")
+    assert first.headers["content-type"] == "application/octet-stream"
+    with log.open("ab") as f:
+        f.write(b"\xa9\n\xff\xfe")
+    rest = svc.call("GET", f"{url}?offset={first.headers['X-Log-Offset']}", "alice")
+    assert first.content + rest.content == "café\n".encode() + b"\xff\xfe"
+    assert svc.call("GET", f"{url}?tail=4", "alice").content == b"\xa9\n\xff\xfe"
+    assert svc.call("GET", f"{url}?offset=4", "alice").content == b"\xa9\n\xff\xfe"
+
+
+def test_a_log_larger_than_one_answer_comes_in_bounded_pieces_and_is_printed_whole(
+        svc: Service) -> None:
+    """A log of twice ``LOG_ANSWER_MAX`` and a bit (random bytes) is answered at most
+    ``LOG_ANSWER_MAX`` bytes at a time, ``X-Log-Offset`` where to go on and ``X-Log-Size``
+    the whole; ``tail`` larger than an answer starts at its place and is bounded too.
+    ``apportion logs``, ``--tail`` and ``-f`` (on the ended workload) print it whole, byte
+    for byte, asking for it piece by piece."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    wid = submit(svc).json()["id"]
+    svc.scheduler.step()
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    data = random.Random(7).randbytes(2 * LOG_ANSWER_MAX + 1000)
+    log.write_bytes(data)
+    url = f"/v1/workloads/{wid}/logs"
+    first = svc.call("GET", url, "alice")
+    assert first.content == data[:LOG_ANSWER_MAX]
+    assert (first.headers["X-Log-Offset"], first.headers["X-Log-Size"]) == (
+        str(LOG_ANSWER_MAX), str(len(data)))
+    last = svc.call("GET", f"{url}?offset={2 * LOG_ANSWER_MAX}", "alice")
+    assert (last.content, last.headers["X-Log-Offset"]) == (data[-1000:], str(len(data)))
+    tail = svc.call("GET", f"{url}?tail={LOG_ANSWER_MAX + 5}", "alice")
+    assert tail.content == data[-LOG_ANSWER_MAX - 5:-5]
+    assert tail.headers["X-Log-Offset"] == str(len(data) - 5)
+
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.finish(wid)
+    svc.scheduler.step()
+    assert svc.call("GET", f"/v1/workloads/{wid}", "alice").json()["status"] == "completed"
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    for args, printed in ((["logs", wid], data), (["logs", "-f", wid], data),
+                          (["logs", "--tail", str(LOG_ANSWER_MAX + 5), wid],
+                           data[-LOG_ANSWER_MAX - 5:])):
+        cli = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+        assert (cli.exit_code, cli.stderr) == (0, ""), args
+        assert cli.stdout_bytes == printed, args
 
 
 def test_cancel_pending(svc: Service) -> None:

@@ -192,6 +192,32 @@ def test_logs_follow_streams_lines_as_they_are_written(live_sqlite: LiveFactory,
     assert s.workload(wid)["status"] == "completed"
 
 
+def test_logs_follow_prints_a_character_written_in_two_halves_whole(
+        live_sqlite: LiveFactory, tmp_path: Path) -> None:
+    """``logs -f`` on a workload that writes "caf" and the first byte of "é", then (once the
+    test has read those four bytes) the second byte and a newline, prints "café\\n" byte for
+    byte (the halves, decoded apart, were printed as two U+FFFD)."""
+    s = live_sqlite({"h0": 2})
+    go = tmp_path / "go"
+    wid = s.submit("alice", "ai/llm", 1, "1s",
+                   f"printf 'caf\\303'; while [ ! -e {q(go)} ]; do sleep 0.1; done; "
+                   "printf '\\251\\n'")
+    s.wait_status(wid, "running")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "logs", "-f", wid.removeprefix("w-")],
+        env=cli_env(s, "alice"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert follow.stdout is not None
+        assert follow.stdout.read(4) == b"caf\xc3"
+        go.touch()
+        assert follow.wait(timeout=DEADLINE_S) == 0
+        assert follow.stdout.read() == b"\xa9\n"
+    finally:
+        go.touch()  # the workload ends even if an assertion failed before
+        follow.kill()
+        follow.wait()
+
+
 def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
                                                   tmp_path: Path) -> None:
     """``-t 90`` on the command line is 90 minutes, as in a script and in Slurm (it was 90

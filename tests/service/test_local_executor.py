@@ -12,11 +12,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
-from apportion.service.executors import _procfs
+from apportion.service.executors import _procfs, _wrapper
+from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.local import LocalExecutor as _LocalExecutor
 
@@ -384,3 +386,72 @@ def test_the_wrapper_never_imports_code_from_the_servers_working_directory(
     assert (o.state, o.exit_code) == (AttemptState.EXITED, 0)
     assert out.read_text() == "ran\n"
     assert not proof.exists()
+
+
+def _existing(dirs: list[str]) -> list[str]:
+    return [d for d in dirs if os.path.exists(d)]
+
+
+def test_an_attempt_voided_before_its_claim_leaves_no_cgroup(tmp_path: Path) -> None:
+    """An attempt stopped (cancelled) between its launch and its start, before its wrapper
+    claimed it, is voided, and the cgroups made for it at launch (on cgroup v1 one in each
+    of pids, freezer and devices) are removed by that stop, and stay so once the wrapper,
+    let go on, has found the void claim and left: they were left behind, empty, for good.
+    The attempts the helper stopped after their claim leave none either."""
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", db_id="voidtest")
+    assert ex.cgroups is not None, "cgroups are not available here"
+    h, stem = _voided_before_its_claim(ex, ex.run_dir)
+    made = [d for spec in ex.run_dir.glob("*.spec")
+            for d in (_procfs.read_json(spec) or {})["cgroups"]]
+    assert any(f"-{stem}" in d for d in made), made
+    assert _existing(made) == []
+    assert wait_for(ex, h).state is AttemptState.EXITED
+    deadline = time.monotonic() + DEADLINE_S
+    while _procfs.alive(h):
+        assert time.monotonic() < deadline, "the voided attempt's wrapper never left"
+        time.sleep(0.02)
+    assert _existing(made) == []
+
+
+def test_a_stop_between_the_wrappers_claim_and_its_fork_leaves_no_cgroup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM that reaches the wrapper after it claimed its attempt but before it forked
+    the command (a stop that found the attempt claimed) ends the attempt, signalled, with
+    nothing started, and the wrapper removes the attempt's cgroups (it returned leaving
+    them). The wrapper runs in this process, the TERM raised as its claim is written."""
+    host = CgroupHost.detect()
+    assert host is not None, "cgroups are not available here"
+    dirs = host.create("claimtest-w-000001.1", {0})
+    spec = tmp_path / "w-000001.1.spec"
+    _procfs.write_json_atomic(spec, {"workload": "w-000001", "attempt": 1, "argv": ["true"],
+                                     "env": {}, "cgroups": dirs}, durable=False)
+
+    def claim_then_term(path: Path, data: dict[str, Any]) -> bool:
+        claimed = _procfs.create_json_exclusive(path, data)
+        signal.raise_signal(signal.SIGTERM)  # its handler runs before this returns
+        return claimed
+
+    monkeypatch.setattr(_wrapper, "create_json_exclusive", claim_then_term)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert _wrapper.main([str(spec)]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+    record = _procfs.read_json(tmp_path / "w-000001.1.exit") or {}
+    assert (record.get("exit_code"), record.get("signalled")) == (-signal.SIGTERM, True)
+    assert _existing(dirs) == []
+
+
+def test_a_wrapper_that_dies_before_its_claim_leaves_no_cgroup(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrapper that exits before it claims its attempt (here its interpreter is
+    ``false``) is observed gone, and the cgroups made at launch, which then only the
+    attempt's spec names, are removed (only those a claim named were)."""
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", db_id="deadtest")
+    assert ex.cgroups is not None, "cgroups are not available here"
+    monkeypatch.setattr(ex, "python", "/bin/false")
+    h = launch(ex, "true")
+    dirs = (_procfs.read_json(ex.run_dir / "w-000001.1.spec") or {})["cgroups"]
+    assert dirs and _existing(dirs) == dirs
+    assert wait_for(ex, h).state is AttemptState.GONE
+    assert _existing(dirs) == []

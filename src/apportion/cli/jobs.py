@@ -747,13 +747,10 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
 @connection
 def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
          follow: bool) -> None:
-    """Print the output of a workload's attempt (one submitted with --output writes it to
-    that file instead: an empty log says where)."""
+    """Print the output of a workload's attempt, byte for byte as written (one submitted
+    with --output writes it to that file instead: an empty log says where)."""
     if not follow:
-        r = client.call("GET", f"/workloads/{workload_id}/logs",
-                        params={"attempt": attempt, "tail": tail or None})
-        click.echo(r.text, nl=False)
-        if not r.content:
+        if _print_log(client, workload_id, attempt, tail=tail) == 0:  # an empty log
             _say_where_output_goes(client, workload_id)
         return
     if not follow_logs(client, workload_id, attempt):
@@ -794,16 +791,29 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
 def _drain(client: Client, wid: str, n: int, offset: int) -> int:
     """Print attempt ``n``'s output from ``offset``; returns the new offset."""
     try:
-        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n,
-                                                                 "offset": offset or None})
+        return _print_log(client, wid, n, offset=offset)
     except click.ClickException as e:
         if "no log file yet" in e.message:
             return offset
         raise
-    if r.text:
-        click.echo(r.text, nl=False)
-        sys.stdout.flush()
-    return int(r.headers.get("X-Log-Offset", offset + len(r.content)))
+
+
+def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
+               tail: int = 0) -> int:
+    """Print an attempt's output (the latest without ``attempt``) from ``offset``, or its last
+    ``tail`` bytes, up to where the log ended when first asked. The server answers a
+    bounded piece at a time, each printed before the next is asked for: a long log is never
+    held whole. Returns the offset after what was printed."""
+    r = client.call("GET", f"/workloads/{wid}/logs",
+                    params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
+    n, end = r.headers["X-Log-Attempt"], int(r.headers["X-Log-Size"])
+    while True:
+        click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
+        offset = int(r.headers["X-Log-Offset"])
+        if offset >= end or not r.content:
+            return offset
+        # the same attempt's rest, even if the workload was requeued meanwhile
+        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset})
 
 
 __all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]

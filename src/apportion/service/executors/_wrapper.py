@@ -7,7 +7,10 @@ so the run and exit files it writes cannot be forged by the job, which runs as i
 
 1. Claims ``<workload>.<attempt>.run`` (created atomically, only if absent) with its own
    ``pid:starttime`` handle *before* the command starts. If the file exists already, the
-   scheduler declared this attempt void while reconciling after a crash: nothing runs.
+   attempt was declared void (stopped before its wrapper claimed it, or found never
+   started after a crash): nothing runs, and whoever voided it removes its cgroups. A
+   SIGTERM after the claim but before the fork ends it as never started, the cgroups
+   removed here.
    The exit record (4.) is written only while this run file still names the wrapper: one
    set aside as another timeline's (``local.py``) leaves that name to another attempt.
 2. Becomes a child subreaper (orphans of the job are re-parented to it, not to init), then
@@ -120,7 +123,8 @@ def main(argv: list[str]) -> int:
         )
         return 0
 
-    if state["term"]:
+    if state["term"]:  # stopped before the command started: its cgroups are ours now
+        _cgroup.remove(cgroups)
         return finish(-signal.SIGTERM, True)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -339,7 +339,11 @@ class LocalExecutor:
         return self._record_void(stem, claim)
 
     def _record_void(self, stem: str, claim: dict[str, Any]) -> dict[str, object]:
-        """The exit record of a voided attempt: it ended when it was voided."""
+        """The exit record of a voided attempt: it ended when it was voided. The cgroups
+        made for it at launch go first: its wrapper, finding the void claim, never runs
+        anything in them, nor removes them (they were left behind, empty, for every attempt
+        cancelled before it started)."""
+        _cgroup.remove(self._cgroups(stem))
         ex: dict[str, object] = {
             "exit_code": -signal.SIGTERM, "signalled": True, "ended_at": claim["at"],
             "voided": True, "handle": claim["voided"], "db_id": self.db_id,
@@ -458,8 +462,7 @@ class LocalExecutor:
             # nothing of the job lives
             if self._kill_job(stem):
                 return Observation(handle, AttemptState.RUNNING)
-            info = _procfs.read_json(self.run_dir / f"{stem}.run")
-            _cgroup.remove(_cgroups_of(info))
+            _cgroup.remove(self._cgroups(stem))
         return Observation(handle, AttemptState.GONE)
 
     def _exited(self, handle: str, ex: dict[str, object]) -> Observation:
@@ -549,6 +552,12 @@ class LocalExecutor:
                 self._scanned.add(path.name)
         with self._lock:
             return self._index.get(handle)
+
+    def _cgroups(self, stem: str) -> list[str]:
+        """The cgroups made for attempt ``stem`` at launch: its wrapper's claim names them;
+        before a claim, or after a void one, only its spec does."""
+        return (_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.run"))
+                or _cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
 
     def _reap(self) -> None:
         """Collect exited wrappers started by this process, so none lingers as a zombie."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import Response
 
 from apportion.core import (
     After,
@@ -43,6 +43,19 @@ from .context import (
     printable,
     request_digest,
 )
+
+# the most of a log one answer holds (4 MiB; the rest is asked for from X-Log-Offset): the
+# API shares its process with the scheduler, and a log read whole cost a few times its size
+# in memory per request, enough for one user's reads to get the server killed
+LOG_ANSWER_MAX = 4 << 20
+
+
+class LogBytes(Response):
+    """A log's bytes as the job wrote them, not text: offsets count bytes, and decoding
+    each answer on its own turned a character split between two answers (or cut by
+    ``tail``) into replacement characters, and bytes that are not UTF-8 into others."""
+
+    media_type = "application/octet-stream"
 
 
 def router(api: Api) -> APIRouter:
@@ -233,7 +246,7 @@ def router(api: Api) -> APIRouter:
     @router.get(
         f"{v1}/workloads/{{workload_id}}/logs",
         tags=["workloads"],
-        response_class=PlainTextResponse,
+        response_class=LogBytes,
         responses=TEXT_ROUTE_ERRORS,
     )
     def logs(
@@ -244,11 +257,12 @@ def router(api: Api) -> APIRouter:
         tail: Annotated[int, Query(ge=0, le=1 << 40, description="last N bytes (0: all)")] = 0,
         offset: Annotated[int, Query(ge=0, le=1 << 40,
                                      description="from this byte on (following)")] = 0,
-    ) -> PlainTextResponse:
-        """The output (stdout and stderr) of one attempt: for its owner, managers of its
-        budget and admins. ``X-Log-Attempt`` names the attempt, ``X-Log-Offset`` the byte
-        after what was sent: pass it as ``offset`` to read only what was written since
-        (``apportion logs -f``)."""
+    ) -> Response:
+        """The output (stdout and stderr) of one attempt, the bytes as written, at most
+        4 MiB of them (``LOG_ANSWER_MAX``): for its owner, managers of its budget and admins.
+        ``X-Log-Attempt`` names the attempt, ``X-Log-Offset`` the byte after what was sent:
+        pass it as ``offset`` for the rest, or for what was written since (``apportion logs
+        -f``); ``X-Log-Size`` is the log's size when read (below it: more to fetch)."""
         w = store.get_workload(workload_id)
         if who.read_only:  # whose ever the work: the token's kind, not its user, refuses
             raise fail(403, f"forbidden: a {who.kind} token of {who.name} cannot read "
@@ -266,12 +280,9 @@ def router(api: Api) -> APIRouter:
             # never through a link: with Slurm the log's directory is its owner's, who could
             # otherwise swap the log for a link to a file only the server may read
             with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-                if tail:
-                    size = f.seek(0, 2)
-                    f.seek(max(0, size - tail))
-                elif offset:
-                    f.seek(offset)
-                data = f.read()
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - tail) if tail else offset)
+                data = f.read(LOG_ANSWER_MAX)
                 end = f.tell()
         except FileNotFoundError:
             if settings.executor.kind == "memory":  # a dry run: nothing ran, nothing wrote
@@ -281,8 +292,8 @@ def router(api: Api) -> APIRouter:
         except OSError as e:  # ELOOP: a link put in the log's place
             raise fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
                              f"{e.strerror}") from None
-        return PlainTextResponse(data.decode("utf-8", errors="replace"),
-                                 headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end)})
+        return LogBytes(data, headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end),
+                                       "X-Log-Size": str(size)})
 
     @router.get(f"{v1}/queue", tags=["workloads"])
     def policy_queue(_who: Reader) -> QueueView:
