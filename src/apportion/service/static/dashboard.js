@@ -9,6 +9,7 @@ const $ = (sel) => document.querySelector(sel);
 const expanded = new Map(); // workload id -> {lines, at}
 let usage = null;
 let last = null;
+let me = null; // the token's user (/v1/dashboard/controls): their own work is always listed
 
 function esc(v) {
   return String(v ?? "").replace(/[&<>"']/g, (c) => (
@@ -104,9 +105,21 @@ function reasonBadge(r) {
   return `<span class="badge ${esc(r)}">${esc(r.replace(/_/g, " "))}</span>`;
 }
 
+// The state lists at most max_listed rows of each table (the cards count them all), then
+// this page's user's own pending work beyond them: say so, and where it is cut.
+function listedNote(id, shown, total) {
+  const note = $(id);
+  note.hidden = shown >= total;
+  note.textContent = note.hidden ? "" : `showing ${shown} of ${total} (apportion queue lists all)`;
+}
+
 function renderQueue(s) {
-  const rows = s.pending.map((p) => {
-    let html = `<tr class="clickable" data-id="${esc(p.id)}">` +
+  const total = s.cluster.pending + s.cluster.held;
+  const unlisted = total - s.pending.length;
+  const rows = s.pending.map((p, i) => {
+    let html = i === s.max_listed && unlisted > 0
+      ? `<tr class="gap"><td colspan="9">${unlisted} more not listed; yours follow</td></tr>` : "";
+    html += `<tr class="clickable" data-id="${esc(p.id)}">` +
       `<td class="num">${p.position ?? "-"}</td><td class="mono">${esc(p.id)}</td>` +
       `<td>${esc(p.budget)}</td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td>` +
       `<td class="num">${p.min_runtime ? dur(p.min_runtime) : "0"}</td>` +
@@ -120,6 +133,7 @@ function renderQueue(s) {
     return html;
   }).join("");
   setRows("queue", rows, 9, "Nothing is waiting.");
+  listedNote("#queue-note", s.pending.length, total);
 }
 
 function protection(r, now) {
@@ -138,6 +152,7 @@ function renderRunning(s) {
       `<td class="num">${dur(s.now - r.started_at)}</td><td class="wrap">${protection(r, s.now)}</td></tr>`;
   }).join("");
   setRows("running", rows, 6, "Nothing is running.");
+  listedNote("#running-note", s.running.length, s.cluster.running);
 }
 
 function renderHosts(s) {
@@ -273,7 +288,7 @@ async function refreshWhy(id) {
 
 async function refresh() {
   try {
-    last = await getJSON("/v1/dashboard/state");
+    last = await getJSON("/v1/dashboard/state" + (me ? `?user=${encodeURIComponent(me)}` : ""));
     const listed = new Set(last.pending.map((p) => p.id));
     for (const id of [...expanded.keys()]) if (!listed.has(id)) expanded.delete(id);
     render(last);
@@ -333,7 +348,9 @@ function weightCell(b) {
 async function loadControls() {
   let paths = [];
   try {
-    paths = (await getJSON("/v1/dashboard/controls")).set_weight;
+    const c = await getJSON("/v1/dashboard/controls");
+    paths = c.set_weight;
+    me = c.user;
   } catch (err) { /* no token, a read-only token, or an older server: no controls */ }
   const before = [...controls].join("\n");
   controls = new Set(paths);
