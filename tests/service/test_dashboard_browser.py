@@ -292,3 +292,30 @@ def test_running_work_past_its_protection_reads_preemptible_not_ended(
         page.wait_for_selector(cell, timeout=WAIT_MS)
         text = page.inner_text(cell)
         assert text.startswith("preemptible: protection ended ") and text.endswith(" ago")
+
+
+def test_a_revoked_token_is_said_so_and_sign_out_forgets_the_token(
+    served: Served, page: Any
+) -> None:
+    """The header names the token's user ("signed in as bob"). Once that token is revoked
+    the pill gives the server's words, "invalid token", and what to do, not "this server
+    needs a token" as if none were given, and the name goes; "sign out" then forgets the
+    token kept in the browser, and the page asks for one."""
+    new = served.call("root", "POST", "/v1/users/bob/tokens", {"label": "dashboard test"})
+    page.goto(served.url + "/#token=" + new["token"])
+    page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+    assert page.is_visible("#sign-out")
+
+    served.call("root", "POST", f"/v1/tokens/{new['id']}/revoke")
+    page.wait_for_selector('#status-text:has-text("invalid token")', timeout=WAIT_MS)
+    assert page.inner_text("#status-text").endswith(
+        "invalid token: it may have been revoked; open /#token=<a new token>")
+    page.evaluate("loadControls()")  # as the page does every minute
+    page.wait_for_selector('#who-name:text-is("")', state="attached", timeout=WAIT_MS)
+    _shot(page, "dashboard-revoked-token.png")
+
+    page.click("#sign-out")
+    page.wait_for_selector('#status-text:has-text("this server needs a token")',
+                           timeout=WAIT_MS)
+    assert page.evaluate("localStorage.getItem('apportion.token')") is None
+    assert not page.is_visible("#who")

@@ -263,18 +263,32 @@ async function api(method, url, body, signal) {
     init.body = JSON.stringify(body);
   }
   const r = await fetch(url, init);
-  if (r.status === 401 && method === "GET") {
+  if (r.status === 401 && !token) {
     throw new ApiError(401, "this server needs a token: open /#token=<your token> once");
   }
   if (!r.ok) {
     let detail = r.statusText;
     try { detail = (await r.json()).detail || detail; } catch (e) { /* not JSON */ }
+    // the stored token is refused ("invalid token"): revoked, or mistyped when given
+    if (r.status === 401) detail += ": it may have been revoked; open /#token=<a new token>";
     throw new ApiError(r.status, detail);
   }
   return r.json();
 }
 
 function getJSON(url) { return api("GET", url); }
+
+// Whom the page acts as (the stored token's user, once the server said so), and a way to
+// forget the token: on a shared screen, or to give another one.
+function renderWho() {
+  $("#who").hidden = !localStorage.getItem(TOKEN_KEY);
+  $("#who-name").textContent = me ? `signed in as ${me}` : "";
+}
+
+$("#sign-out").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  location.reload();
+});
 
 async function refreshWhy(id) {
   try {
@@ -351,7 +365,10 @@ async function loadControls() {
     const c = await getJSON("/v1/dashboard/controls");
     paths = c.set_weight;
     me = c.user;
-  } catch (err) { /* no token, a read-only token, or an older server: no controls */ }
+  } catch (err) { /* no token, or a refused one (the state poll says so): no controls */
+    me = null;
+  }
+  renderWho();
   const before = [...controls].join("\n");
   controls = new Set(paths);
   if (editor && !controls.has(editor.path)) closeEditor();
