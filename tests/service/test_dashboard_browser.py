@@ -319,3 +319,29 @@ def test_a_revoked_token_is_said_so_and_sign_out_forgets_the_token(
                            timeout=WAIT_MS)
     assert page.evaluate("localStorage.getItem('apportion.token')") is None
     assert not page.is_visible("#who")
+
+
+def test_metrics_is_linked_only_where_a_browser_can_open_it(
+    served: Served, tmp_path: Path, page: Any
+) -> None:
+    """A link cannot carry the token the page keeps, and /metrics needs one by default
+    (public_read off): there the header has no Metrics link (it led to "missing bearer
+    token") and the footer says how /metrics is read. With public_read on, the header links
+    it and the link opens the metrics."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#footer:has-text("passes")', timeout=WAIT_MS)
+    assert page.locator("header nav a:visible").all_inner_texts() == ["Simulator runs", "API"]
+    assert page.inner_text("#footer").endswith(
+        " \u00b7 /metrics is read with a token (Prometheus: a scrape token)")
+    assert httpx.get(served.url + "/metrics").status_code == 401
+
+    public = CONFIG.replace("[server]\n", "[server]\npublic_read = true\n", 1)
+    with serving(tmp_path, public) as s:
+        page.goto(s.url + "/")
+        page.wait_for_selector("#metrics-link", timeout=WAIT_MS)
+        assert page.locator("header nav a:visible").all_inner_texts() == [
+            "Simulator runs", "Metrics", "API"]
+        assert "/metrics" not in page.inner_text("#footer")
+        page.click("#metrics-link")
+        page.wait_for_url(s.url + "/metrics", timeout=WAIT_MS)
+        assert "apportion_budget_share" in page.inner_text("body")

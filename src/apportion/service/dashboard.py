@@ -245,6 +245,7 @@ def dashboard_state(
         executor_problem=problem,
         clock_behind_s=behind,
         max_listed=MAX_LISTED,
+        public_read=settings.server.public_read,
         cluster=ClusterCounts(
             hosts=len(hosts),
             gpus=sum(h.gpus for h in hosts),

@@ -328,6 +328,9 @@ class DashboardState(Reply):
     # rows of the queue and of running work listed at most (``cluster`` counts them all);
     # ``pending`` may go on with the asking user's own work beyond them
     max_listed: int
+    # the data and /metrics need no token ([server] public_read): a plain link to /metrics,
+    # which cannot carry the page's token, opens it
+    public_read: bool
     cluster: ClusterCounts
     budgets: list[DashboardBudget]
     pending: list[DashboardPending]

@@ -233,8 +233,11 @@ function render(s) {
   renderAudit(s);
   const ago = s.last_pass_at === null ? "no pass yet" : `last pass ${dur(s.now - s.last_pass_at)} ago`;
   setStatus(true, `live \u00b7 ${ago}`);
+  // a link cannot carry the page's token: /metrics is linked only where it needs none
+  $("#metrics-link").hidden = !s.public_read;
   $("#footer").textContent = `apportion \u00b7 executor ${s.executor} \u00b7 ${s.passes} passes` +
-    (s.errors ? ` \u00b7 ${s.errors} failed` : "");
+    (s.errors ? ` \u00b7 ${s.errors} failed` : "") +
+    (s.public_read ? "" : " \u00b7 /metrics is read with a token (Prometheus: a scrape token)");
 }
 
 // A token given once as /#token=<token> is kept in this browser and sent with every
