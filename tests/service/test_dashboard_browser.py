@@ -345,3 +345,24 @@ def test_metrics_is_linked_only_where_a_browser_can_open_it(
         page.click("#metrics-link")
         page.wait_for_url(s.url + "/metrics", timeout=WAIT_MS)
         assert "apportion_budget_share" in page.inner_text("body")
+
+
+def test_the_header_fits_a_phone_screen(served: Served, page: Any) -> None:
+    """At 360 and 414 px wide the page is no wider than the screen (the header made it 465
+    px wide at 360), every link and button of the header is on the screen, and the status
+    pill keeps its text on one line (it was squeezed into four): the header wraps instead."""
+    for width in (414, 360):
+        page.set_viewport_size({"width": width, "height": 780})
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+        page.wait_for_selector('#status-text:has-text("live")', timeout=WAIT_MS)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        boxes = [page.locator(sel).bounding_box()
+                 for sel in ("header h1", "header .sub", "#status",
+                             "header nav a:visible >> nth=0", "header nav a:visible >> nth=-1",
+                             "#sign-out")]
+        for box in boxes:
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+        pill = boxes[2]
+        assert pill is not None and pill["height"] < 30  # one line of 12 px text
+    _shot(page, "dashboard-phone.png")
