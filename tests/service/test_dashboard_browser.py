@@ -395,3 +395,41 @@ def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     assert [r[1:] for r in headline if r[0] == "Occupancy"] == [[r[1] for r in rows]]
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#occupancy").screenshot(path=str(SHOTS / "sim-occupancy.png"))
+
+
+NO_BUDGET = """
+[server]
+host = "127.0.0.1"
+data_dir = "data"
+[executor]
+kind = "memory"
+[scheduler]
+interval_s = 1
+[[hosts]]
+name = "h1"
+gpus = 8
+[[users]]
+name = "root"
+admin = true
+"""
+
+
+def test_a_server_with_no_budget_yet_is_waiting_not_disconnected(
+    tmp_path: Path, page: Any
+) -> None:
+    """A fresh server with no budget answers the state with 503 and how to create one: the
+    pill gives those words in its neutral colour (it said "disconnected" in red, of a
+    server that answers), the budgets table its empty row; once a budget is created the
+    page goes live and shows it, without reloading."""
+    with serving(tmp_path, NO_BUDGET) as s:
+        page.goto(s.url + "/#token=" + s.tokens["root"])
+        page.wait_for_selector("#status.wait", timeout=WAIT_MS)
+        assert page.inner_text("#status-text") == (
+            "scheduler: waiting for a first budget: create one with `apportion budgets "
+            "create PATH --weight 1 --member USER` as an admin")
+        assert page.inner_text("#budgets tbody") == "No budgets shown yet."
+        _shot(page, "dashboard-no-budget.png")
+
+        s.call("root", "POST", "/v1/budgets", {"path": "ai", "weight": 1, "members": ["root"]})
+        page.wait_for_selector('#budgets tbody tr[data-path="ai"]', timeout=WAIT_MS)
+        assert page.get_attribute("#status", "class") == "pill live"

@@ -201,8 +201,9 @@ function renderAudit(s) {
   setRows("audit", rows, 5, "No changes recorded yet.");
 }
 
-function setStatus(ok, text) {
-  $("#status").className = "pill " + (ok ? "live" : "down");
+// kind: live, wait (the server answers but has nothing to show yet), down
+function setStatus(kind, text) {
+  $("#status").className = "pill " + kind;
   $("#status-text").textContent = text;
 }
 
@@ -232,7 +233,7 @@ function render(s) {
   renderHosts(s);
   renderAudit(s);
   const ago = s.last_pass_at === null ? "no pass yet" : `last pass ${dur(s.now - s.last_pass_at)} ago`;
-  setStatus(true, `live \u00b7 ${ago}`);
+  setStatus("live", `live \u00b7 ${ago}`);
   // a link cannot carry the page's token: /metrics is linked only where it needs none
   $("#metrics-link").hidden = !s.public_read;
   $("#footer").textContent = `apportion \u00b7 executor ${s.executor} \u00b7 ${s.passes} passes` +
@@ -311,7 +312,15 @@ async function refresh() {
     render(last);
     for (const [id, w] of expanded) if (Date.now() - w.at > WHY_MS) refreshWhy(id);
   } catch (err) {
-    setStatus(false, "disconnected: " + err.message);
+    if (!(err instanceof ApiError)) {
+      setStatus("down", "disconnected: " + err.message);
+    } else if (err.status === 503) {
+      // reachable, not ready: no budget yet, the scheduler's first pass to come (its words)
+      setStatus("wait", err.detail);
+      if (!last) setRows("budgets", "", 9, "No budgets shown yet.");
+    } else {
+      setStatus("down", err.message); // refused: a token, a failure; the server's words
+    }
   }
 }
 
