@@ -109,7 +109,7 @@ function reasonBadge(r) {
 // this page's user's own pending work beyond them: say so, and where it is cut.
 function listedNote(id, shown, total) {
   const note = $(id);
-  note.hidden = shown >= total;
+  note.hidden = !(shown < total); // also when a count is missing (an older server)
   note.textContent = note.hidden ? "" : `showing ${shown} of ${total} (apportion queue lists all)`;
 }
 
@@ -211,12 +211,14 @@ function setStatus(kind, text) {
 // does not answer), or its time stands still (the wall clock was set back).
 function renderAlerts(s) {
   const alerts = [];
-  if (s.executor_down_since !== null) {
+  // loose tests: a server that has not restarted since an upgrade serves this page with
+  // a state that lacks these fields (undefined): no alert then, not a false one
+  if (s.executor_down_since != null) {
     alerts.push(`The executor (${esc(s.executor)}) has not answered for ` +
       `${dur(s.now - s.executor_down_since)}: ${esc(s.executor_problem)}. Nothing starts, ` +
       "stops or ends until it does; waiting work keeps its place.");
   }
-  if (s.clock_behind_s > 0) {
+  if (s.clock_behind_s != null && s.clock_behind_s > 0) {
     alerts.push(`The server's wall clock is ${dur(s.clock_behind_s)} behind the latest time ` +
       "it recorded (it was set back): the scheduler's time stands still until the clock " +
       "catches up.");
