@@ -433,3 +433,21 @@ def test_a_server_with_no_budget_yet_is_waiting_not_disconnected(
         s.call("root", "POST", "/v1/budgets", {"path": "ai", "weight": 1, "members": ["root"]})
         page.wait_for_selector('#budgets tbody tr[data-path="ai"]', timeout=WAIT_MS)
         assert page.get_attribute("#status", "class") == "pill live"
+
+
+def test_a_tiny_share_is_shown_with_its_digits_not_as_zero(tmp_path: Path, page: Any) -> None:
+    """ops with weight 0.0004 beside ai's 3 has a share of 0.0133%: the Share column and the
+    weight editor's "now ..., share ..." say 0.013% (two significant digits), not 0.0%;
+    larger shares keep one decimal."""
+    tiny = CONFIG.replace('path = "ops"\nweight = 1\n', 'path = "ops"\nweight = 0.0004\n')
+    assert tiny != CONFIG
+    with serving(tmp_path, tiny) as s:
+        page.goto(s.url + "/#token=" + s.tokens["root"])
+        ops = '#budgets tbody tr[data-path="ops"]'
+        page.wait_for_selector(f"{ops} button[data-edit]", timeout=WAIT_MS)
+        shares = page.eval_on_selector_all(
+            "#budgets tbody tr[data-path]", "trs => trs.map(r => r.cells[2].innerText)")
+        assert shares == ["100.0%", "66.7%", "33.3%", "0.013%"]  # ai, ai/llm, ai/vision, ops
+        page.click(f"{ops} button[data-edit]")
+        page.wait_for_selector('#we-now:has-text("share")', timeout=WAIT_MS)
+        assert page.inner_text("#we-now") == "now 0.0004, share 0.013%"

@@ -32,7 +32,13 @@ function num(v, digits = 1) {
   return Number(v).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
 }
 
-function pct(v) { return v === null || v === undefined ? "-" : (100 * v).toFixed(1) + "%"; }
+// one decimal; a small non-zero figure with two significant digits, not 0.0% (weights run
+// down to 0.000001: a share can be 0.013%)
+function pct(v) {
+  if (v === null || v === undefined) return "-";
+  const p = 100 * v;
+  return (p !== 0 && Math.abs(p) < 0.05 ? String(Number(p.toPrecision(2))) : p.toFixed(1)) + "%";
+}
 
 function ratioCell(r) {
   if (r === null || r === undefined) return '<span class="muted">-</span>';
