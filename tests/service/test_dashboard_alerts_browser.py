@@ -76,3 +76,23 @@ def test_dashboard_says_when_the_wall_clock_was_set_back(
     live.at(T0 + 1910)
     assert live.client.get("/v1/dashboard/state").json()["clock_behind_s"] == 0.0
     page.wait_for_selector(ALERTS, state="detached", timeout=WAIT_MS)
+
+
+def test_a_state_without_the_alert_fields_shows_no_alert(
+    live: Live, page: Any  # noqa: F811 (fixtures)
+) -> None:
+    """A server still running the code of before these fields (upgraded, not yet restarted)
+    serves this page a state without executor_down_since, executor_problem and
+    clock_behind_s: the page shows no alert (it said the executor had "not answered for -")
+    and the rest as usual."""
+    def older(route: Any) -> None:
+        state = route.fetch().json()
+        for name in ("executor_down_since", "executor_problem", "clock_behind_s"):
+            del state[name]
+        route.fulfill(json=state)
+
+    page.route("**/v1/dashboard/state*", older)
+    page.goto(f"{live.client.base_url}/#token={live.tokens['bob']}")
+    page.wait_for_selector(f'#queue tbody tr[data-id="{live.ids["B"]}"]', timeout=WAIT_MS)
+    page.wait_for_selector("#status.live", timeout=WAIT_MS)
+    assert _alerts(page) == []

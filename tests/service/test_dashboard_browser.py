@@ -6,6 +6,7 @@ Screenshots go to test-artifacts/screenshots/ for a person to look at.
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 from collections.abc import Iterator
@@ -292,3 +293,161 @@ def test_running_work_past_its_protection_reads_preemptible_not_ended(
         page.wait_for_selector(cell, timeout=WAIT_MS)
         text = page.inner_text(cell)
         assert text.startswith("preemptible: protection ended ") and text.endswith(" ago")
+
+
+def test_a_revoked_token_is_said_so_and_sign_out_forgets_the_token(
+    served: Served, page: Any
+) -> None:
+    """The header names the token's user ("signed in as bob"). Once that token is revoked
+    the pill gives the server's words, "invalid token", and what to do, not "this server
+    needs a token" as if none were given, and the name goes; "sign out" then forgets the
+    token kept in the browser, and the page asks for one."""
+    new = served.call("root", "POST", "/v1/users/bob/tokens", {"label": "dashboard test"})
+    page.goto(served.url + "/#token=" + new["token"])
+    page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+    assert page.is_visible("#sign-out")
+
+    served.call("root", "POST", f"/v1/tokens/{new['id']}/revoke")
+    page.wait_for_selector('#status-text:has-text("invalid token")', timeout=WAIT_MS)
+    assert page.inner_text("#status-text").endswith(
+        "invalid token: it may have been revoked; open /#token=<a new token>")
+    page.evaluate("loadControls()")  # as the page does every minute
+    page.wait_for_selector('#who-name:text-is("")', state="attached", timeout=WAIT_MS)
+    _shot(page, "dashboard-revoked-token.png")
+
+    page.click("#sign-out")
+    page.wait_for_selector('#status-text:has-text("this server needs a token")',
+                           timeout=WAIT_MS)
+    assert page.evaluate("localStorage.getItem('apportion.token')") is None
+    assert not page.is_visible("#who")
+
+
+def test_metrics_is_linked_only_where_a_browser_can_open_it(
+    served: Served, tmp_path: Path, page: Any
+) -> None:
+    """A link cannot carry the token the page keeps, and /metrics needs one by default
+    (public_read off): there the header has no Metrics link (it led to "missing bearer
+    token") and the footer says how /metrics is read. With public_read on, the header links
+    it and the link opens the metrics."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#footer:has-text("passes")', timeout=WAIT_MS)
+    assert page.locator("header nav a:visible").all_inner_texts() == ["Simulator runs", "API"]
+    assert page.inner_text("#footer").endswith(
+        " \u00b7 /metrics is read with a token (Prometheus: a scrape token)")
+    assert httpx.get(served.url + "/metrics").status_code == 401
+
+    public = CONFIG.replace("[server]\n", "[server]\npublic_read = true\n", 1)
+    with serving(tmp_path, public) as s:
+        page.goto(s.url + "/")
+        page.wait_for_selector("#metrics-link", timeout=WAIT_MS)
+        assert page.locator("header nav a:visible").all_inner_texts() == [
+            "Simulator runs", "Metrics", "API"]
+        assert "/metrics" not in page.inner_text("#footer")
+        page.click("#metrics-link")
+        page.wait_for_url(s.url + "/metrics", timeout=WAIT_MS)
+        assert "apportion_budget_share" in page.inner_text("body")
+
+
+def test_the_header_fits_a_phone_screen(served: Served, page: Any) -> None:
+    """At 360 and 414 px wide the page is no wider than the screen (the header made it 465
+    px wide at 360), every link and button of the header is on the screen, and the status
+    pill keeps its text on one line (it was squeezed into four): the header wraps instead."""
+    for width in (414, 360):
+        page.set_viewport_size({"width": width, "height": 780})
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+        page.wait_for_selector('#status-text:has-text("live")', timeout=WAIT_MS)
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        boxes = [page.locator(sel).bounding_box()
+                 for sel in ("header h1", "header .sub", "#status",
+                             "header nav a:visible >> nth=0", "header nav a:visible >> nth=-1",
+                             "#sign-out")]
+        for box in boxes:
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
+        pill = boxes[2]
+        assert pill is not None and pill["height"] < 30  # one line of 12 px text
+    _shot(page, "dashboard-phone.png")
+
+
+def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
+    served: Served, page: Any, sim_run: Path
+) -> None:
+    """The occupancy table's whole-run figure of each policy is summary.json's occupancy
+    (GPU-hours assigned / healthy GPU-hours, the headline's figure), not the mean of the
+    hourly ratios it showed before, which reads otherwise in this run (legacy: 60.4%
+    against 60.5%): two occupancies for one run."""
+    summaries = json.loads((sim_run / "summary.json").read_text())
+    ratios = {}  # the mean of the hourly ratios, as the table showed it
+    for p in POLICIES:
+        hours = list(csv.DictReader((sim_run / f"cluster_hours-{p}.csv").open()))
+        ratios[p] = sum(float(h["assigned"]) / float(h["healthy_gpus"]) for h in hours
+                        if float(h["healthy_gpus"]) > 0) / len(hours)
+    assert any(_pct(ratios[s["policy"]]) != _pct(s["occupancy"]) for s in summaries)
+    page.goto(served.url + "/sim")
+    page.set_input_files("#files", [str(sim_run / "summary.json"),
+                                    *(str(sim_run / f"cluster_hours-{p}.csv") for p in POLICIES)])
+    page.wait_for_selector("#occupancy:not([hidden]) tbody tr", timeout=WAIT_MS)
+    rows = page.eval_on_selector_all(
+        "#occupancy tbody tr", "trs => trs.map(r => [r.cells[0].innerText, r.cells[2].innerText])")
+    assert rows == [[s["policy"], _pct(s["occupancy"])] for s in summaries]
+    headline = page.eval_on_selector_all(
+        "#headline tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.innerText))")
+    assert [r[1:] for r in headline if r[0] == "Occupancy"] == [[r[1] for r in rows]]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator("#occupancy").screenshot(path=str(SHOTS / "sim-occupancy.png"))
+
+
+NO_BUDGET = """
+[server]
+host = "127.0.0.1"
+data_dir = "data"
+[executor]
+kind = "memory"
+[scheduler]
+interval_s = 1
+[[hosts]]
+name = "h1"
+gpus = 8
+[[users]]
+name = "root"
+admin = true
+"""
+
+
+def test_a_server_with_no_budget_yet_is_waiting_not_disconnected(
+    tmp_path: Path, page: Any
+) -> None:
+    """A fresh server with no budget answers the state with 503 and how to create one: the
+    pill gives those words in its neutral colour (it said "disconnected" in red, of a
+    server that answers), the budgets table its empty row; once a budget is created the
+    page goes live and shows it, without reloading."""
+    with serving(tmp_path, NO_BUDGET) as s:
+        page.goto(s.url + "/#token=" + s.tokens["root"])
+        page.wait_for_selector("#status.wait", timeout=WAIT_MS)
+        assert page.inner_text("#status-text") == (
+            "scheduler: waiting for a first budget: create one with `apportion budgets "
+            "create PATH --weight 1 --member USER` as an admin")
+        assert page.inner_text("#budgets tbody") == "No budgets shown yet."
+        _shot(page, "dashboard-no-budget.png")
+
+        s.call("root", "POST", "/v1/budgets", {"path": "ai", "weight": 1, "members": ["root"]})
+        page.wait_for_selector('#budgets tbody tr[data-path="ai"]', timeout=WAIT_MS)
+        assert page.get_attribute("#status", "class") == "pill live"
+
+
+def test_a_tiny_share_is_shown_with_its_digits_not_as_zero(tmp_path: Path, page: Any) -> None:
+    """ops with weight 0.0004 beside ai's 3 has a share of 0.0133%: the Share column and the
+    weight editor's "now ..., share ..." say 0.013% (two significant digits), not 0.0%;
+    larger shares keep one decimal."""
+    tiny = CONFIG.replace('path = "ops"\nweight = 1\n', 'path = "ops"\nweight = 0.0004\n')
+    assert tiny != CONFIG
+    with serving(tmp_path, tiny) as s:
+        page.goto(s.url + "/#token=" + s.tokens["root"])
+        ops = '#budgets tbody tr[data-path="ops"]'
+        page.wait_for_selector(f"{ops} button[data-edit]", timeout=WAIT_MS)
+        shares = page.eval_on_selector_all(
+            "#budgets tbody tr[data-path]", "trs => trs.map(r => r.cells[2].innerText)")
+        assert shares == ["100.0%", "66.7%", "33.3%", "0.013%"]  # ai, ai/llm, ai/vision, ops
+        page.click(f"{ops} button[data-edit]")
+        page.wait_for_selector('#we-now:has-text("share")', timeout=WAIT_MS)
+        assert page.inner_text("#we-now") == "now 0.0004, share 0.013%"

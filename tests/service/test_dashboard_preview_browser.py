@@ -136,8 +136,12 @@ def _cells(pg: Any, selector: str) -> list[list[str]]:
 
 
 def _pct(v: float | None) -> str:
-    """A fraction as dashboard.js prints it (``(100 * v).toFixed(1) + "%"``)."""
-    return "-" if v is None else f"{100 * v:.1f}%"
+    """A fraction as dashboard.js prints it: ``(100 * v).toFixed(1) + "%"``, or below
+    0.05% (not 0) two significant digits."""
+    if v is None:
+        return "-"
+    p = 100 * v
+    return f"{float(f'{p:.2g}'):g}%" if p != 0 and abs(p) < 0.05 else f"{p:.1f}%"
 
 
 def test_controls_follow_the_rights(live: Live) -> None:

@@ -9,7 +9,9 @@ may set it (``PATCH /v1/budgets/{path}``).
 * ``/v1/dashboard/state``: everything the page shows, polled every 2 s: the budget tree with
   shares, usage ratios, owed and delivered GPUs; the queue in the order the scheduler
   considers it, each with its wait reason; running work with its protection end; hosts
-  with drain progress; the audit log;
+  with drain progress; the audit log. At most ``MAX_LISTED`` rows of the queue and of
+  running work (``max_listed``; ``cluster`` counts them all), and with ``?user=NAME``
+  that user's pending work beyond them, so that its owner finds it;
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
   ended work what happened to it;
@@ -176,9 +178,12 @@ def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[Dashboar
 
 
 def dashboard_state(
-    store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry
+    store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry,
+    user: str | None = None,
 ) -> DashboardState:
-    """What ``/v1/dashboard/state`` returns (see the module docstring)."""
+    """What ``/v1/dashboard/state`` returns (see the module docstring): the first
+    ``MAX_LISTED`` rows of the queue and of running work, then ``user``'s pending work
+    beyond them (each with its place)."""
     with scheduler.lock:
         st = scheduler.state
         if st is None:
@@ -221,8 +226,11 @@ def dashboard_state(
             pending=n.pending,
             running=n.running,
         ))
+    listed = view.pending[:MAX_LISTED]
+    if user is not None:  # every reader may see the whole queue: nothing private in it
+        listed += [p for p in view.pending[MAX_LISTED:] if p.user == user]
     pending = [DashboardPending.model_validate({**dict(p), "class": classes.get(p.id)})
-               for p in view.pending[:MAX_LISTED]]
+               for p in listed]
     running = [DashboardRunning.model_validate({**dict(r), "class": classes.get(r.id)})
                for r in view.running[:MAX_LISTED]]
     return DashboardState(
@@ -236,6 +244,8 @@ def dashboard_state(
         executor_down_since=down_since,
         executor_problem=problem,
         clock_behind_s=behind,
+        max_listed=MAX_LISTED,
+        public_read=settings.server.public_read,
         cluster=ClusterCounts(
             hosts=len(hosts),
             gpus=sum(h.gpus for h in hosts),
@@ -323,9 +333,12 @@ def dashboard_router(
         return page(name)
 
     @router.get("/v1/dashboard/state", tags=["dashboard"], dependencies=deps)
-    def state() -> DashboardState:
+    def state(
+        user: Annotated[str | None, Query(
+            description="also this user's pending work beyond the rows listed")] = None,
+    ) -> DashboardState:
         """Budgets, queue (in the order considered), running work, hosts, audit log."""
-        return dashboard_state(store, scheduler, settings, tel)
+        return dashboard_state(store, scheduler, settings, tel, user)
 
     @router.get("/v1/dashboard/usage", tags=["dashboard"], dependencies=deps)
     def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> UsageSeries:

@@ -325,6 +325,12 @@ class DashboardState(Reply):
     executor_down_since: float | None  # the executor has not answered since (else None)
     executor_problem: str | None  # what it answered last, while it does not answer
     clock_behind_s: float  # how far the wall clock is behind the latest time recorded
+    # rows of the queue and of running work listed at most (``cluster`` counts them all);
+    # ``pending`` may go on with the asking user's own work beyond them
+    max_listed: int
+    # the data and /metrics need no token ([server] public_read): a plain link to /metrics,
+    # which cannot carry the page's token, opens it
+    public_read: bool
     cluster: ClusterCounts
     budgets: list[DashboardBudget]
     pending: list[DashboardPending]

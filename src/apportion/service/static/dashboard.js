@@ -9,6 +9,7 @@ const $ = (sel) => document.querySelector(sel);
 const expanded = new Map(); // workload id -> {lines, at}
 let usage = null;
 let last = null;
+let me = null; // the token's user (/v1/dashboard/controls): their own work is always listed
 
 function esc(v) {
   return String(v ?? "").replace(/[&<>"']/g, (c) => (
@@ -31,7 +32,13 @@ function num(v, digits = 1) {
   return Number(v).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
 }
 
-function pct(v) { return v === null || v === undefined ? "-" : (100 * v).toFixed(1) + "%"; }
+// one decimal; a small non-zero figure with two significant digits, not 0.0% (weights run
+// down to 0.000001: a share can be 0.013%)
+function pct(v) {
+  if (v === null || v === undefined) return "-";
+  const p = 100 * v;
+  return (p !== 0 && Math.abs(p) < 0.05 ? String(Number(p.toPrecision(2))) : p.toFixed(1)) + "%";
+}
 
 function ratioCell(r) {
   if (r === null || r === undefined) return '<span class="muted">-</span>';
@@ -104,9 +111,21 @@ function reasonBadge(r) {
   return `<span class="badge ${esc(r)}">${esc(r.replace(/_/g, " "))}</span>`;
 }
 
+// The state lists at most max_listed rows of each table (the cards count them all), then
+// this page's user's own pending work beyond them: say so, and where it is cut.
+function listedNote(id, shown, total) {
+  const note = $(id);
+  note.hidden = !(shown < total); // also when a count is missing (an older server)
+  note.textContent = note.hidden ? "" : `showing ${shown} of ${total} (apportion queue lists all)`;
+}
+
 function renderQueue(s) {
-  const rows = s.pending.map((p) => {
-    let html = `<tr class="clickable" data-id="${esc(p.id)}">` +
+  const total = s.cluster.pending + s.cluster.held;
+  const unlisted = total - s.pending.length;
+  const rows = s.pending.map((p, i) => {
+    let html = i === s.max_listed && unlisted > 0
+      ? `<tr class="gap"><td colspan="9">${unlisted} more not listed; yours follow</td></tr>` : "";
+    html += `<tr class="clickable" data-id="${esc(p.id)}">` +
       `<td class="num">${p.position ?? "-"}</td><td class="mono">${esc(p.id)}</td>` +
       `<td>${esc(p.budget)}</td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td>` +
       `<td class="num">${p.min_runtime ? dur(p.min_runtime) : "0"}</td>` +
@@ -120,6 +139,7 @@ function renderQueue(s) {
     return html;
   }).join("");
   setRows("queue", rows, 9, "Nothing is waiting.");
+  listedNote("#queue-note", s.pending.length, total);
 }
 
 function protection(r, now) {
@@ -138,6 +158,7 @@ function renderRunning(s) {
       `<td class="num">${dur(s.now - r.started_at)}</td><td class="wrap">${protection(r, s.now)}</td></tr>`;
   }).join("");
   setRows("running", rows, 6, "Nothing is running.");
+  listedNote("#running-note", s.running.length, s.cluster.running);
 }
 
 function renderHosts(s) {
@@ -186,8 +207,9 @@ function renderAudit(s) {
   setRows("audit", rows, 5, "No changes recorded yet.");
 }
 
-function setStatus(ok, text) {
-  $("#status").className = "pill " + (ok ? "live" : "down");
+// kind: live, wait (the server answers but has nothing to show yet), down
+function setStatus(kind, text) {
+  $("#status").className = "pill " + kind;
   $("#status-text").textContent = text;
 }
 
@@ -195,12 +217,14 @@ function setStatus(ok, text) {
 // does not answer), or its time stands still (the wall clock was set back).
 function renderAlerts(s) {
   const alerts = [];
-  if (s.executor_down_since !== null) {
+  // loose tests: a server that has not restarted since an upgrade serves this page with
+  // a state that lacks these fields (undefined): no alert then, not a false one
+  if (s.executor_down_since != null) {
     alerts.push(`The executor (${esc(s.executor)}) has not answered for ` +
       `${dur(s.now - s.executor_down_since)}: ${esc(s.executor_problem)}. Nothing starts, ` +
       "stops or ends until it does; waiting work keeps its place.");
   }
-  if (s.clock_behind_s > 0) {
+  if (s.clock_behind_s != null && s.clock_behind_s > 0) {
     alerts.push(`The server's wall clock is ${dur(s.clock_behind_s)} behind the latest time ` +
       "it recorded (it was set back): the scheduler's time stands still until the clock " +
       "catches up.");
@@ -217,9 +241,12 @@ function render(s) {
   renderHosts(s);
   renderAudit(s);
   const ago = s.last_pass_at === null ? "no pass yet" : `last pass ${dur(s.now - s.last_pass_at)} ago`;
-  setStatus(true, `live \u00b7 ${ago}`);
+  setStatus("live", `live \u00b7 ${ago}`);
+  // a link cannot carry the page's token: /metrics is linked only where it needs none
+  $("#metrics-link").hidden = !s.public_read;
   $("#footer").textContent = `apportion \u00b7 executor ${s.executor} \u00b7 ${s.passes} passes` +
-    (s.errors ? ` \u00b7 ${s.errors} failed` : "");
+    (s.errors ? ` \u00b7 ${s.errors} failed` : "") +
+    (s.public_read ? "" : " \u00b7 /metrics is read with a token (Prometheus: a scrape token)");
 }
 
 // A token given once as /#token=<token> is kept in this browser and sent with every
@@ -248,18 +275,32 @@ async function api(method, url, body, signal) {
     init.body = JSON.stringify(body);
   }
   const r = await fetch(url, init);
-  if (r.status === 401 && method === "GET") {
+  if (r.status === 401 && !token) {
     throw new ApiError(401, "this server needs a token: open /#token=<your token> once");
   }
   if (!r.ok) {
     let detail = r.statusText;
     try { detail = (await r.json()).detail || detail; } catch (e) { /* not JSON */ }
+    // the stored token is refused ("invalid token"): revoked, or mistyped when given
+    if (r.status === 401) detail += ": it may have been revoked; open /#token=<a new token>";
     throw new ApiError(r.status, detail);
   }
   return r.json();
 }
 
 function getJSON(url) { return api("GET", url); }
+
+// Whom the page acts as (the stored token's user, once the server said so), and a way to
+// forget the token: on a shared screen, or to give another one.
+function renderWho() {
+  $("#who").hidden = !localStorage.getItem(TOKEN_KEY);
+  $("#who-name").textContent = me ? `signed in as ${me}` : "";
+}
+
+$("#sign-out").addEventListener("click", () => {
+  localStorage.removeItem(TOKEN_KEY);
+  location.reload();
+});
 
 async function refreshWhy(id) {
   try {
@@ -273,13 +314,21 @@ async function refreshWhy(id) {
 
 async function refresh() {
   try {
-    last = await getJSON("/v1/dashboard/state");
+    last = await getJSON("/v1/dashboard/state" + (me ? `?user=${encodeURIComponent(me)}` : ""));
     const listed = new Set(last.pending.map((p) => p.id));
     for (const id of [...expanded.keys()]) if (!listed.has(id)) expanded.delete(id);
     render(last);
     for (const [id, w] of expanded) if (Date.now() - w.at > WHY_MS) refreshWhy(id);
   } catch (err) {
-    setStatus(false, "disconnected: " + err.message);
+    if (!(err instanceof ApiError)) {
+      setStatus("down", "disconnected: " + err.message);
+    } else if (err.status === 503) {
+      // reachable, not ready: no budget yet, the scheduler's first pass to come (its words)
+      setStatus("wait", err.detail);
+      if (!last) setRows("budgets", "", 9, "No budgets shown yet.");
+    } else {
+      setStatus("down", err.message); // refused: a token, a failure; the server's words
+    }
   }
 }
 
@@ -333,8 +382,13 @@ function weightCell(b) {
 async function loadControls() {
   let paths = [];
   try {
-    paths = (await getJSON("/v1/dashboard/controls")).set_weight;
-  } catch (err) { /* no token, a read-only token, or an older server: no controls */ }
+    const c = await getJSON("/v1/dashboard/controls");
+    paths = c.set_weight;
+    me = c.user;
+  } catch (err) { /* no token, or a refused one (the state poll says so): no controls */
+    me = null;
+  }
+  renderWho();
   const before = [...controls].join("\n");
   controls = new Set(paths);
   if (editor && !controls.has(editor.path)) closeEditor();

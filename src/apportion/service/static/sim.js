@@ -131,8 +131,13 @@ function renderOccupancy(tables) {
   const names = Object.keys(tables).sort();
   if (!names.length) { sec.hidden = true; return; }
   sec.querySelector("tbody").innerHTML = names.map((pol) => {
-    const occ = tables[pol].map((r) => (Number(r.healthy_gpus) > 0 ? Number(r.assigned) / Number(r.healthy_gpus) : 0));
-    const mean = occ.length ? occ.reduce((a, b) => a + b, 0) / occ.length : null;
+    const rows = tables[pol];
+    const occ = rows.map((r) => (Number(r.healthy_gpus) > 0 ? Number(r.assigned) / Number(r.healthy_gpus) : 0));
+    // the run's occupancy, as summary.json's: GPU-hours assigned / healthy GPU-hours (each
+    // hour weighed by its healthy GPUs and its length), not a mean of the hourly ratios
+    const gpuHours = (col) => rows.reduce((a, r) => a + Number(r[col]) * Number(r.span_h), 0);
+    const healthy = gpuHours("healthy_gpus");
+    const mean = healthy > 0 ? gpuHours("assigned") / healthy : null;
     return `<tr><td>${esc(pol)}</td><td>${spark(occ)}</td><td class="num">${pct(mean)}</td></tr>`;
   }).join("");
   sec.hidden = false;
