@@ -27,6 +27,7 @@ from apportion.service.config import PoolsConfig
 from apportion.service.store import NotFound, Store
 from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
+from apportion.times import format_time
 
 MAX_SINCE_S = 366 * 86400.0  # a year of history at most
 MAX_UNTIL = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # the last day a time can name
@@ -60,13 +61,9 @@ def load_history(store: Store, since: float, end: float,
         raise WhatifError("period", "the store has no hosts: nothing to replay on")
     if not history.jobs:
         raise WhatifError("period", f"no workload was submitted in the {format_duration(since)} "
-                                    f"from {iso(end - since)} to {iso(end)}: nothing to replay")
+                                    f"from {format_time(end - since, UTC)} to "
+                                    f"{format_time(end, UTC)}: nothing to replay")
     return history
-
-
-def iso(t: float) -> str:
-    """``t`` (seconds since the epoch) as an ISO 8601 time in UTC, to the second."""
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
 
 
 def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:

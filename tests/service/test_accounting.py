@@ -26,7 +26,13 @@ import pytest
 from store_db import BACKENDS, open_store
 
 from apportion.core import HostState, Status
-from apportion.service.accounting import ReportError, parse_time, to_csv, usage_report
+from apportion.service.accounting import (
+    ReportError,
+    headline,
+    parse_time,
+    to_csv,
+    usage_report,
+)
 from apportion.service.store import Store
 
 H, D = 3600.0, 86400.0
@@ -155,6 +161,18 @@ def test_csv_has_one_line_per_budget(store: Store) -> None:
     assert [r["charged_units"] for r in report["rows"]] == [
         r["charged_gpu_hours"] for r in report["rows"]]
     assert any(r["charged_units"] > 0 for r in report["rows"])
+
+
+def test_the_headline_writes_the_period_in_utc_with_its_offset(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The period of the headline (the table's last line, the HTML page's first) is
+    written as every time is shown, in UTC, the zone of the report's hours, days and
+    months, whatever the reader's zone."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    report = usage_report(store, T0, T0 + 10 * D + 8 * H, "budget", NOW)
+    assert headline(report).startswith(
+        "2026-11-25 00:00:00+00:00 to 2026-12-05 08:00:00+00:00: ")
 
 
 def test_bad_parameters_are_named(store: Store) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from server_proc import Server, free_port
 
 from apportion.sim.run import POLICIES, run_policies
 from apportion.sim.scenarios import seed_scenario
+from apportion.times import format_time, time_zone
 
 pytestmark = pytest.mark.browser
 
@@ -213,6 +215,50 @@ def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) 
     why = page.inner_text(f'#queue tr.why[data-why="{new}"]')
     assert "at the earliest (a lower bound)" in why  # carol's ops work is ahead
     _shot(page, "dashboard-why.png")
+
+
+@contextmanager
+def zoned_page(browser: Any, zone: str) -> Iterator[Any]:
+    """A page in a browser whose time zone is ``zone`` (the server's stays UTC)."""
+    context = browser.new_context(timezone_id=zone)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def test_the_why_panel_writes_its_times_in_the_browsers_zone(
+    served: Served, browser: Any,
+) -> None:
+    """In a browser in Asia/Kolkata, the waiting workload's why panel says when it could
+    start at the earliest in Kolkata time with its offset (+05:30): the page asks the server
+    for its sentences in the browser's zone, as the CLI does for its own."""
+    waiting = served.ids["waiting"]
+    with zoned_page(browser, "Asia/Kolkata") as page:
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        page.click(f'#queue tbody tr[data-id="{waiting}"]', timeout=WAIT_MS)
+        line = f'#queue tr.why[data-why="{waiting}"] li:has-text("at the earliest")'
+        page.wait_for_selector(line, timeout=WAIT_MS)
+        said = page.inner_text(line)
+    earliest = served.call("bob", "GET", f"/v1/dashboard/why/{waiting}")["earliest_start"]
+    kolkata = format_time(earliest, time_zone("Asia/Kolkata"))
+    assert kolkata.endswith("+05:30")
+    assert said.startswith(f"could start at {kolkata} (in "), said
+
+
+@pytest.mark.parametrize("zone", ["Asia/Kolkata", "America/St_Johns", "UTC"])
+def test_the_page_writes_a_time_as_the_cli_does_in_the_browsers_zone(
+    served: Served, browser: Any, zone: str,
+) -> None:
+    """The page's own times (a preview's period) are written by ``clockTime`` as
+    apportion.times writes every time: in the browser's zone, with the offset it has at
+    that moment (St. John's: -03:30 in winter, -02:30 in summer)."""
+    with zoned_page(browser, zone) as page:
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        for t in (1_796_574_005, 1_780_000_000):  # December and May 2026
+            written = page.evaluate(f"() => clockTime({t})")
+            assert written == format_time(t, time_zone(zone))
+            assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d", written)
 
 
 def _pct(v: float) -> str:

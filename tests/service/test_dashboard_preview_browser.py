@@ -278,8 +278,9 @@ def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  #
     page.select_option("#we-days", "1")
     page.click("#we-preview")
     page.wait_for_selector("#we-error:has-text('Preview failed')", timeout=REPLAY_MS)
+    utc = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\+00:00"  # the same for every reader: UTC
     assert re.fullmatch(
-        r"Preview failed: period: no workload was submitted in the 1 d from \S+ to \S+: "
+        rf"Preview failed: period: no workload was submitted in the 1 d from {utc} to {utc}: "
         r"nothing to replay", page.inner_text("#we-error"))
     assert page.locator("#we-result").is_hidden()
     _shot(page, "dashboard-preview-error.png")

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from server_proc import Server, free_port, write_config
 
+from apportion.cli.whatif import _summary_line
 from apportion.core import BudgetTree, HostState, format_amount
 from apportion.history import read_history
 from apportion.service.clock import FakeClock
@@ -182,6 +183,20 @@ def test_whatif_text_names_the_change(live: Live) -> None:
     assert [line.split()[0] for line in lines[3:6]] == ["ai", "ai/llm", "ai/vision"]
     assert "1 -> 4" in lines[5]
     assert lines[6].startswith("overall: attainment per team ")
+
+
+def test_the_period_line_writes_its_times_in_the_clients_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first line of whatif and export-trace writes the period's start and end as the
+    CLI writes every time: in the client's zone, with its offset from UTC."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    period = {"start": 1_796_515_200.0, "end": 1_796_601_600.0, "workloads": 3,
+              "host_events": 0, "running_at_end": 1, "waiting_at_end": 0,
+              "cancelled_unstarted": 0, "in_former_leaves": {}, "hosts": 2, "pools": []}
+    assert _summary_line(period).startswith(
+        "3 workloads submitted from 2026-12-06 05:30:00+05:30 to 2026-12-07 05:30:00+05:30 "
+        "(1 still running at the end")
 
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
@@ -830,7 +845,7 @@ def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> N
     (its 422 says 'period: ...') or the store is read here; export-trace says the same."""
     server = ("--url", live.server.url, "--token", live.server.token("admin"))
     want = ("Error: --since 2d --until 2030-01-01: no workload was submitted in the 2 d from "
-            "2029-12-30T00:00:00+00:00 to 2030-01-01T00:00:00+00:00: nothing to replay\n")
+            "2029-12-30 00:00:00+00:00 to 2030-01-01 00:00:00+00:00: nothing to replay\n")
     for where in (server, ("--config", str(live.config))):
         run = apportion("whatif", *where, "--since", "2d", "--until", "2030-01-01")
         assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr

@@ -10,6 +10,7 @@ test_metrics (2 hosts x 8 GPUs, fake clock at T0 + 1900):
 from __future__ import annotations
 
 import json
+from datetime import UTC
 from typing import Any
 
 import httpx
@@ -19,14 +20,14 @@ from test_metrics import T0, Live, live
 
 from apportion.cli.client import fmt_time
 from apportion.cli.main import main
-from apportion.service.dashboard import clock_time
 from apportion.service.executors.memory import MemoryExecutor
+from apportion.times import format_time
 
 __all__ = ["live"]  # a fixture (test_metrics.py), used by name
 
 
-def why(live: Live, wid: str, who: str = "bob") -> Any:
-    return live.client.get(f"/v1/workloads/{wid}/why",
+def why(live: Live, wid: str, who: str = "bob", **params: str) -> Any:
+    return live.client.get(f"/v1/workloads/{wid}/why", params=params,
                            headers={"Authorization": f"Bearer {live.tokens[who]}"})
 
 
@@ -69,6 +70,33 @@ def test_running_workload_reports_its_protection(live: Live) -> None:
     assert (e["status"], e["started_at"], e["protected_until"]) == ("running", T0 + 100,
                                                                       T0 + 3700)
     assert e["placement"] == [["h1", 8], ["h2", 8]]
+
+
+def test_why_writes_its_times_in_the_zone_tz_names_with_the_offset(live: Live) -> None:
+    """B's earliest start, T0 + 3700 (1970-01-12 14:48:20 UTC), is written with its offset
+    from UTC: in UTC without ``tz``, in the zone ``tz`` names (an IANA name or an offset),
+    the same by ``GET /v1/dashboard/why``; the JSON keeps the epoch seconds."""
+    def earliest(e: Any) -> str:
+        assert e["earliest_start"] == T0 + 3700
+        return next(line for line in e["text"] if line.startswith("could start at "))
+
+    assert earliest(why(live, live.ids["B"]).json()) == (
+        "could start at 1970-01-12 14:48:20+00:00 (in 30 min) at the earliest")
+    kolkata = "could start at 1970-01-12 20:18:20+05:30 (in 30 min) at the earliest"
+    assert earliest(why(live, live.ids["B"], tz="Asia/Kolkata").json()) == kolkata
+    assert earliest(why(live, live.ids["B"], tz="+05:30").json()) == kolkata
+    assert earliest(live.client.get(f"/v1/dashboard/why/{live.ids['B']}",
+                                    params={"tz": "Asia/Kolkata"}).json()) == kolkata
+
+
+@pytest.mark.parametrize("route", ["/v1/workloads/{}/why", "/v1/dashboard/why/{}"])
+def test_why_refuses_a_zone_it_does_not_know_naming_tz(live: Live, route: str) -> None:
+    """An unknown zone is a 422 naming ``tz`` and what would do, not a 500 or UTC."""
+    r = live.client.get(route.format(live.ids["B"]), params={"tz": "Mars/Olympus"},
+                        headers={"Authorization": f"Bearer {live.tokens['bob']}"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == ("tz: unknown time zone 'Mars/Olympus': give an IANA name "
+                                  "(Europe/Berlin) or an offset from UTC (+05:30)")
 
 
 def test_unknown_workload_is_404_naming_it(live: Live) -> None:
@@ -122,7 +150,7 @@ def test_an_unreachable_executor_shows_in_queue_why_and_metrics(live: Live) -> N
     assert view["executor_problem"] == "memory executor: backend unavailable"
     text = why(live, live.ids["B"]).json()["text"]
     assert text[1] == ("nothing starts or ends while the executor does not answer (since "
-                       f"{clock_time(T0 + 2000)}: memory executor: backend unavailable)")
+                       f"{format_time(T0 + 2000, UTC)}: memory executor: backend unavailable)")
     m = live.scrape()
     assert m[("apportion_executor_up", ())] == 0.0
     assert m[("apportion_scheduler_passes_skipped_total", ())] == 2.0

@@ -9,7 +9,6 @@ server's message and exit with status 1.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
@@ -43,6 +42,7 @@ from apportion.service.replies import (
     Why,
     Workload,
 )
+from apportion.times import format_time, local_zone, time_zone
 
 from .ids import WORKLOAD_ID
 from .numbers import FiniteFloatRange
@@ -289,9 +289,9 @@ def _print_json(data: Any) -> None:
 
 # ---- formatting ------------------------------------------------------------------------------
 def fmt_time(t: float | None) -> str:
-    if t is None:
-        return "-"
-    return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+    """A time in this machine's zone, with its offset from UTC (the rule of every time
+    shown: apportion.times); ``-`` for none."""
+    return "-" if t is None else format_time(t, time_zone(local_zone()))
 
 
 def exit_to_show(reason: str, exit_code: int | None) -> int | None:
@@ -415,8 +415,10 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
 @connection
 def why(client: Client, workload_id: str, as_json: bool) -> None:
     """Explain why a workload waits, until when it is protected, what change to the request
-    would start it sooner, or (once it ended) what happened to it. --json: the structure."""
-    data = client.json("GET", f"/workloads/{workload_id}/why")
+    would start it sooner, or (once it ended) what happened to it. --json: the structure.
+    Times are in this machine's zone, with its offset from UTC, as show writes them."""
+    # the server writes the sentences' times in the zone asked for: the one show uses
+    data = client.json("GET", f"/workloads/{workload_id}/why", params={"tz": local_zone()})
     if as_json:
         _print_json(data)
         return

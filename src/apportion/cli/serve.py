@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from apportion.times import format_time, local_zone, time_zone
+
 if TYPE_CHECKING:
     from apportion.service.executor import Executor
 
@@ -53,6 +55,14 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
         return SlurmExecutor(data_dir / "slurm-jobs", **options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
+
+
+class LogFormatter(logging.Formatter):
+    """The server's log lines, stamped in the server's zone with its offset from UTC (the
+    rule of every time shown: apportion.times), so a line pasted elsewhere still says when."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return format_time(record.created, time_zone(local_zone()))
 
 
 def secure_data_dir(config: Any) -> None:
@@ -142,7 +152,9 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     )
     from apportion.service.store.seed import ignored_seed, seed_store
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    log = logging.StreamHandler()
+    log.setFormatter(LogFormatter("%(asctime)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[log])
     # the server's files are the server's: the database, tokens, run files and logs it
     # creates are readable by it alone (a workload gets its own umask back)
     os.umask(0o077)

@@ -93,8 +93,8 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
 
 def _summary_line(period: dict[str, Any]) -> str:
     """The first line of export-trace and whatif: what the period held and how it is
-    replayed (``period`` as in whatif's JSON)."""
-    from apportion.whatif import iso
+    replayed (``period`` as in whatif's JSON), its times in this machine's zone."""
+    from .client import fmt_time
 
     pools = period["pools"]
     in_pools = f" in {plural(len(pools), 'pool')} ({', '.join(pools)})" if pools else ""
@@ -102,8 +102,8 @@ def _summary_line(period: dict[str, Any]) -> str:
     in_former = (f"; {sum(former.values())} submitted to "
                  f"{'a budget that has' if len(former) == 1 else 'budgets that have'} "
                  f"children now ({', '.join(former)}), left out" if former else "")
-    return (f"{plural(period['workloads'], 'workload')} submitted from {iso(period['start'])} "
-            f"to {iso(period['end'])} ({period['running_at_end']} still running at the end, "
+    return (f"{plural(period['workloads'], 'workload')} submitted from {fmt_time(period['start'])} "
+            f"to {fmt_time(period['end'])} ({period['running_at_end']} still running at the end, "
             f"replayed with their run so far; {period['waiting_at_end']} still waiting, "
             f"replayed with their budget's mean run; {period['cancelled_unstarted']} cancelled "
             f"unstarted, left out{in_former}), {plural(period['hosts'], 'host')}{in_pools}, "

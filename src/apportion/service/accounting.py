@@ -35,6 +35,7 @@ import io
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from apportion.core import (
     parse_duration,
 )
 from apportion.core.fleet import pool_name
+from apportion.times import format_time
 
 from .config import PoolsConfig
 from .store import AuditRow, Store, WorkloadRow
@@ -414,14 +416,12 @@ def to_csv(report: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
-def _utc(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t))
-
-
 def headline(report: dict[str, Any]) -> str:
-    """The period and the cluster's figures in one sentence."""
+    """The period and the cluster's figures in one sentence; the period in UTC, the zone
+    of the report's hours, days and months (apportion.times)."""
     occupancy, unalloc = report["occupancy"], report["unallocated_fraction"]
-    return (f"{_utc(report['from'])} to {_utc(report['to'])}: "
+    start, end = (format_time(report[k], UTC) for k in ("from", "to"))
+    return (f"{start} to {end}: "
             f"{format_amount(report['healthy_gpu_hours'])} healthy GPU-hours; occupancy "
             f"{'-' if occupancy is None else f'{100 * occupancy:.1f}%'}; unallocated "
             f"{'-' if unalloc is None else f'{100 * unalloc:.1f}%'} of the GPU-hours used.")

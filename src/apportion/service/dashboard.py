@@ -14,7 +14,8 @@ may set it (``PATCH /v1/budgets/{path}``).
   that user's pending work beyond them, so that its owner finds it;
 * ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
-  ended work what happened to it;
+  ended work what happened to it, its times in the zone ``?tz=`` names (the page sends the
+  browser's);
 * ``/v1/dashboard/controls``: what the token's user may change from the page (the budget
   weights they may set, which they may also preview with ``POST /v1/whatif``): the page
   shows its weight controls only for those;
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import mimetypes
 from collections.abc import Callable
+from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +40,7 @@ from fastapi.responses import FileResponse
 
 from apportion.core import FINAL, CoreError, WorkloadSpec, explain, plural
 from apportion.core.fleet import FleetState, advice, pool_config
+from apportion.times import format_time, time_zone
 
 from .auth import Principal, Rights, as_others_see
 from .config import ServiceConfig
@@ -73,9 +76,20 @@ def not_started(store: Store) -> str:
     return "scheduler: not started yet, retry in a moment"
 
 
+def reader_zone(tz: Annotated[str, Query(
+        description="the zone of the times in `text`: an IANA name (Asia/Kolkata) or an "
+                    "offset from UTC (+05:30)")] = "UTC") -> tzinfo:
+    """The zone ``why`` writes its sentences' times in (``?tz=``); 422 naming ``tz`` for
+    one that is not a zone."""
+    try:
+        return time_zone(tz)
+    except ValueError as e:
+        raise HTTPException(422, f"tz: {e}") from None
+
+
 def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
                      may_see_private: Callable[[WorkloadRow], bool] = lambda _: False,
-                     ) -> WhyExplanation | WhyHeld | WhyHistory:
+                     zone: tzinfo = UTC) -> WhyExplanation | WhyHeld | WhyHistory:
     """The explanation of one workload as JSON (``GET /v1/workloads/{id}/why``): for pending
     or running work ``core.explain`` (``kind: explanation``), its ``text`` ending with its
     earlier runs if it ran before (how each ended: a preemption with why and for whom), for
@@ -86,17 +100,21 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
     the scheduler and 503 before the scheduler has started. End reasons are told as
     :func:`~apportion.service.auth.as_others_see` tells them unless ``may_see_private``
     says the caller may see the workload's private fields (the dashboard's shared view:
-    never)."""
+    never). Times in ``text`` are written in ``zone`` (apportion.times)."""
+
+    def clock(t: float) -> str:
+        return format_time(t, zone)
+
     row = store.get_workload(workload_id)
     if not may_see_private(row):
         row = as_others_see(row)
     if row.status in FINAL:  # what happened to it, from the store
         return WhyHistory(kind="history",
                           **workload_history(row, store.audit(limit=1000, target=workload_id),
-                                             clock_time))
+                                             clock))
     # its earlier runs (read before taking the scheduler's lock): why work that ran once
     # waits or runs again
-    earlier = attempt_lines(row, store.audit(limit=1000, target=workload_id), clock_time,
+    earlier = attempt_lines(row, store.audit(limit=1000, target=workload_id), clock,
                             ended_only=True) if row.attempts else []
     with scheduler.lock:
         st = scheduler.state
@@ -119,10 +137,10 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
                 if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
-        text = e.lines(clock_time)
+        text = e.lines(clock)
         if scheduler.executor_down_since is not None:  # what it says cannot happen now
             text.insert(1, "nothing starts or ends while the executor does not answer "
-                        f"(since {clock_time(scheduler.executor_down_since)}: "
+                        f"(since {clock(scheduler.executor_down_since)}: "
                         f"{scheduler.executor_problem})")
         return WhyExplanation(**{
             "kind": "explanation", **e.as_dict(),
@@ -141,19 +159,6 @@ def _held(row: WorkloadRow, hold: str, earlier: list[str]) -> WhyHeld:
                    user=row.user, gpus=row.gpus, min_runtime=row.min_runtime,
                    allocated=allocated, submit_time=row.submit_time, hold=hold,
                    text=text + earlier)
-
-
-def clock_time(t: float) -> str:
-    """A time as people read it, in the server's local time zone: ``14:05`` today,
-    ``Tue 14:05`` within a week, else ``2026-12-01 14:05``."""
-    import time
-
-    now, then = time.localtime(), time.localtime(t)
-    if then[:3] == now[:3]:
-        return time.strftime("%H:%M", then)
-    if abs(t - time.time()) < 6 * 86400:
-        return time.strftime("%a %H:%M", then)
-    return time.strftime("%Y-%m-%d %H:%M", then)
 
 
 def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[DashboardHost]:
@@ -346,9 +351,10 @@ def dashboard_router(
         return usage_series(scheduler, hours)
 
     @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
-    def why(workload_id: str) -> WhyExplanation | WhyHeld | WhyHistory:
+    def why(workload_id: str, zone: Annotated[tzinfo, Depends(reader_zone)]
+            ) -> WhyExplanation | WhyHeld | WhyHistory:
         """Why a workload waits, or until when it is protected."""
-        return explain_workload(store, scheduler, workload_id)
+        return explain_workload(store, scheduler, workload_id, zone=zone)
 
     if principal is not None:
         # a default, not an Annotated alias: annotations are strings here (__future__), and
@@ -363,6 +369,5 @@ def dashboard_router(
     return router
 
 
-__all__ = ["clock_time", "dashboard_router", "dashboard_state", "explain_workload",
-           "not_started",
-           "usage_series", "weight_controls"]
+__all__ = ["dashboard_router", "dashboard_state", "explain_workload", "not_started",
+           "reader_zone", "usage_series", "weight_controls"]

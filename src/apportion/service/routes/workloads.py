@@ -4,6 +4,7 @@
 # runtime, and they name dependencies made from the Api context.
 import os
 from collections.abc import Sequence
+from datetime import tzinfo
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -28,7 +29,7 @@ from apportion.core.units import parse_duration
 from ..auth import Principal, Rights, as_others_see, redact
 from ..bodies import SubmitBody
 from ..config import ServiceConfig
-from ..dashboard import explain_workload, not_started
+from ..dashboard import explain_workload, not_started, reader_zone
 from ..executors import identity
 from ..pools import fleet_of, validate
 from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
@@ -306,14 +307,16 @@ def router(api: Api) -> APIRouter:
 
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
-        workload_id: str, who: Annotated[Principal | None, Depends(api.public_reader)]
+        workload_id: str, who: Annotated[Principal | None, Depends(api.public_reader)],
+        zone: Annotated[tzinfo, Depends(reader_zone)],
     ) -> WhyExplanation | WhyHeld | WhyHistory:
         """Why it waits (order, ratios, victims, earliest start), what holds it out of the
-        queue, or until when it is safe."""
+        queue, or until when it is safe; the times in its sentences in the zone ``tz``
+        names (default UTC)."""
         def may_see_private(w: WorkloadRow) -> bool:
             return who is not None and who.may_see_private(rights(who.user), w.user,
                                                            w.budget)
-        return explain_workload(store, scheduler, workload_id, may_see_private)
+        return explain_workload(store, scheduler, workload_id, may_see_private, zone)
 
     return router
 

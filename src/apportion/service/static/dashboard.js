@@ -27,6 +27,18 @@ function dur(s) {
   return Math.floor(h / 24) + "d" + String(h % 24).padStart(2, "0") + "h";
 }
 
+// A time as apportion writes every time it shows (apportion/times.py), in the browser's
+// zone: 2026-12-06 21:50:05+05:30, the date and time of day, then the offset from UTC.
+const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone;
+function clockTime(t) {
+  const d = new Date(t * 1000);
+  const two = (n) => String(n).padStart(2, "0");
+  const off = -d.getTimezoneOffset(); // minutes east of UTC
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
+    `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}` +
+    `${off < 0 ? "-" : "+"}${two(Math.floor(Math.abs(off) / 60))}:${two(Math.abs(off) % 60)}`;
+}
+
 function num(v, digits = 1) {
   if (v === null || v === undefined || !isFinite(v)) return "-";
   return Number(v).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
@@ -304,7 +316,8 @@ $("#sign-out").addEventListener("click", () => {
 
 async function refreshWhy(id) {
   try {
-    const e = await getJSON(`/v1/dashboard/why/${encodeURIComponent(id)}`);
+    // its sentences' times in the browser's zone, as clockTime writes the page's own
+    const e = await getJSON(`/v1/dashboard/why/${encodeURIComponent(id)}?tz=${encodeURIComponent(ZONE)}`);
     expanded.set(id, { lines: e.text, at: Date.now() });
   } catch (err) {
     expanded.set(id, { lines: [String(err.message)], at: Date.now() });
@@ -487,10 +500,9 @@ function renderPreviewPool(pool, setWeight) {
 }
 
 function renderPreview(res, path) {
-  const when = (t) => new Date(t * 1000).toLocaleString();
   const p = res.period;
   const change = Object.entries(res.set_weight).map(([k, w]) => `${k} = ${weightNum(w)}`).join(", ");
-  let note = `Proposed: ${change}. Replayed this cluster's history from ${when(p.start)} to ${when(p.end)} ` +
+  let note = `Proposed: ${change}. Replayed this cluster's history from ${clockTime(p.start)} to ${clockTime(p.end)} ` +
     `(${dur(p.days * 86400)} from its first submission): ${p.workloads} workloads, ` +
     "with the current weights and with the proposed one. Attainment is each run's delivered " +
     "GPU-hours over what that run's own weights owe, so a raised weight, which raises what its " +
