@@ -15,7 +15,15 @@ from sqlalchemy import event, text
 from store_db import BACKENDS, db_url, open_store
 
 from apportion.core import HostState, Status
-from apportion.service.store import Conflict, NotALeaf, NotFound, Store
+from apportion.service.store import (
+    ACTIVE,
+    CancelResult,
+    Conflict,
+    NotALeaf,
+    NotFound,
+    Store,
+)
+from apportion.service.store import store as store_module
 from apportion.service.store.models import Base
 
 
@@ -237,6 +245,87 @@ def test_cancel_finished_is_conflict(store: Store) -> None:
     store.cancel_workload(wid, actor="alice")
     with pytest.raises(Conflict, match="already cancelled"):
         store.cancel_workload(wid, actor="alice")
+
+
+def test_cancel_workloads_answers_each_id_once_and_audits_each_change(store: Store) -> None:
+    """``cancel_workloads``: a pending workload is cancelled (``cancelled by <actor>``), a
+    running one gets ``cancel_requested``, an ended one, an unknown id and one the caller
+    may not cancel are answered so and left as they are; each id once, in the order given;
+    one ``workload.cancel`` entry per workload changed, as the cancel of one writes."""
+    pending, running, ended, theirs = submit(store), submit(store), submit(store), submit(
+        store, user="bob")
+    store.begin_attempt(running, [("h1", 2, [0, 1])], 1.0)
+    store.cancel_workload(ended, "alice")
+    last = store.audit(limit=1)[0].id
+    out = store.cancel_workloads([ended, running, "w-999999", pending, theirs, pending],
+                                 "alice", lambda owner, _budget: owner == "alice")
+    assert [(r.id, r.result, r.status, r.owner) for r in out] == [
+        (ended, CancelResult.ENDED, Status.CANCELLED, "alice"),
+        (running, CancelResult.CANCEL_REQUESTED, Status.RUNNING, "alice"),
+        ("w-999999", CancelResult.NOT_FOUND, None, None),
+        (pending, CancelResult.CANCELLED, Status.CANCELLED, "alice"),
+        (theirs, CancelResult.NOT_ALLOWED, Status.PENDING, "bob"),
+    ]
+    w = store.get_workload(pending)
+    assert (w.status, w.end_reason, w.cancel_requested) == (
+        Status.CANCELLED, "cancelled by alice", True)
+    assert store.get_workload(running).cancel_requested
+    assert store.get_workload(theirs).status is Status.PENDING
+    assert [(a.actor, a.action, a.target, a.old, a.new)
+            for a in reversed(store.audit(after_id=last))] == [
+        ("alice", "workload.cancel", pending, {"status": "pending"}, None),
+        ("alice", "workload.cancel", running, {"status": "running"}, None)]
+
+
+def test_cancel_workloads_again_changes_and_audits_nothing(store: Store) -> None:
+    """The same bulk cancel retried: the pending workload it cancelled is answered
+    ``ended`` (cancelled), the running one ``cancel_requested`` again, and nothing is
+    written: no second audit entry, no row changed."""
+    pending, running = submit(store), submit(store)
+    store.begin_attempt(running, [("h1", 2, [0, 1])], 1.0)
+    store.cancel_workloads([pending, running], "alice", lambda _o, _b: True)
+    rows = [store.get_workload(w) for w in (pending, running)]
+    audit = store.audit(limit=1000)
+    again = store.cancel_workloads([pending, running], "alice", lambda _o, _b: True)
+    assert [(r.result, r.status) for r in again] == [
+        (CancelResult.ENDED, Status.CANCELLED),
+        (CancelResult.CANCEL_REQUESTED, Status.RUNNING)]
+    assert [store.get_workload(w) for w in (pending, running)] == rows
+    assert store.audit(limit=1000) == audit
+
+
+def test_cancel_workloads_by_filter_leaves_out_work_no_longer_in_its_states(
+    store: Store,
+) -> None:
+    """With ``only`` (the states a filter listed the ids in), a workload that ended after
+    the listing, before its transaction, is left out of the answer rather than reported as
+    ended; one the filter named that never existed is left out too."""
+    live, done = submit(store), submit(store)
+    listed = store.workload_ids([Status.PENDING], user="alice")
+    assert listed == [live, done]
+    store.cancel_workload(done, "alice")  # ends in between
+    out = store.cancel_workloads([*listed, "w-999999"], "alice", lambda _o, _b: True,
+                                 only=[Status.PENDING])
+    assert [(r.id, r.result) for r in out] == [(live, CancelResult.CANCELLED)]
+
+
+def test_cancel_workloads_takes_the_pending_first_in_batches_of_their_own(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many workloads are cancelled CANCEL_BATCH to a transaction, every pending one before
+    any running one is asked to stop (the audit's order shows it), so GPUs a stop frees are
+    never given to work the same call cancels; ``workload_ids`` lists a filter's matches
+    in that order, pending ones first, each group oldest first."""
+    monkeypatch.setattr(store_module, "CANCEL_BATCH", 2)
+    ids = [submit(store) for _ in range(6)]
+    for wid in ids[::2]:
+        store.begin_attempt(wid, [("h1", 2, [0, 1])], 1.0)
+    pending, running = ids[1::2], ids[::2]
+    assert store.workload_ids(ACTIVE, user="alice") == pending + running
+    out = store.cancel_workloads(ids, "alice", lambda _o, _b: True)
+    assert [r.id for r in out] == ids  # answered in the order given
+    cancels = [a for a in reversed(store.audit(limit=1000)) if a.action == "workload.cancel"]
+    assert [a.target for a in cancels] == pending + running
 
 
 def test_active_workloads(store: Store) -> None:

@@ -21,7 +21,8 @@ import click
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import format_duration_exact
-from apportion.service.replies import Me, QueueView, Workload
+from apportion.service.replies import BulkCancel, CancelOutcome, Me, QueueView, Workload
+from apportion.service.validation import MAX_CANCEL_IDS
 
 from .client import (
     Client,
@@ -686,54 +687,54 @@ def _ancestors(path: str) -> list[str]:
 def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
            budget: str | None, states: str | None, array: str | None) -> None:
     """Cancel workloads: by id (many, short or long), or all matching --me, --user,
-    --budget, --array (and --state). A running one is stopped by the scheduler."""
+    --budget, --array (and --state). A running one is stopped by the scheduler. The server
+    cancels them all in one request (ids: up to 10,000 a request), the pending ones
+    first."""
     # refused before anything is asked: finished work cannot be cancelled
     wanted = active_states(states, "finished work cannot be cancelled")
     if me:
         if user is not None:
             raise click.UsageError("--me and --user: give one of them")
         user = _me(client)
-    targets = list(dict.fromkeys(ids))  # each once, in order: "cancel 40 w-40" is one
-    if user or budget or array:
-        status = ",".join(wanted or ACTIVE)
-        rows = _workloads(client, {"user": user, "budget": budget, "array": array,
-                                   "status": status, "limit": 100_000})
-        # pending work first: stopping the running first would free GPUs that the scheduler
-        # could hand to work this very command is about to cancel
-        rows = sorted(rows, key=lambda w: w["status"] != "pending")
-        targets += [w["id"] for w in rows if w["id"] not in targets]
-    elif states:
+    given = list(dict.fromkeys(ids))  # each once, in order: "cancel 40 w-40" is one
+    filtered = bool(user or budget or array)
+    if states and not filtered:
         raise click.UsageError("--state: only with --me, --user, --budget or --array")
-    if not targets and not (user or budget or array):
+    if not given and not filtered:
         raise click.UsageError("give workload ids, or --me, --user, --budget or --array")
-    if not targets:
+    outcomes = [o for i in range(0, len(given), MAX_CANCEL_IDS)
+                for o in _cancel(client, {"ids": given[i : i + MAX_CANCEL_IDS]})]
+    if filtered:
+        body = {"user": user, "budget": budget, "array": array, "status": wanted or None}
+        matched = _cancel(client, {k: v for k, v in body.items() if v is not None})
+        outcomes += [o for o in matched if o.id not in given]  # each said once
+    if not outcomes:
         click.echo("nothing to cancel")
         return
     failed = 0
-    for wid in targets:
-        try:
-            r = client.call("POST", f"/workloads/{wid}/cancel", accept=(409,))
-        except click.ClickException as e:  # not found, not allowed: the others go on
+    for o in outcomes:
+        if o.result == "cancelled":
+            click.echo(f"cancelled {o.id}")
+        elif o.result == "cancel_requested":
+            click.echo(f"cancel requested for {o.id} ({o.status}); the scheduler stops it")
+        else:  # ended, not found, not allowed: the others were cancelled all the same
             failed += 1
-            click.echo(f"{wid}: {e.message}", err=True)
-            continue
-        if r.status_code == 409:
-            ended = client.json("GET", f"/workloads/{wid}")["status"]
-            if wid not in ids and ended in FINAL:
-                # listed as active, it ended before its cancel: nothing of it is left
-                click.echo(f"{wid}: already {ended}")
-                continue
-            failed += 1
-            click.echo(f"{wid}: {r.json().get('detail', r.text)} (HTTP 409)", err=True)
-            continue
-        w = r.json()
-        if w["status"] == "cancelled":
-            click.echo(f"cancelled {w['id']}")
-        else:
-            click.echo(f"cancel requested for {w['id']} ({w['status']}); the scheduler stops it")
+            click.echo(f"{o.id}: {o.detail}", err=True)
     if failed:
-        raise click.ClickException(f"{failed} of {plural(len(targets), 'workload')} not "
+        raise click.ClickException(f"{failed} of {plural(len(outcomes), 'workload')} not "
                                    "cancelled")
+
+
+def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:
+    """``POST /v1/workloads/cancel``: each workload's outcome. A refused filter names the
+    flag as typed (``--budget: budget reserch: not found; did you mean research?``)."""
+    try:
+        # as long as the server takes: a filter may match tens of thousands
+        r = client.call("POST", "/workloads/cancel", body, timeout=None)
+    except click.ClickException as e:
+        raise as_typed(e, {"budget": "--budget", "user": "--user", "array": "--array",
+                           "status": "--state"}) from None
+    return parse(BulkCancel, r.json(), "POST /v1/workloads/cancel").workloads
 
 
 # ---- logs ------------------------------------------------------------------------------------

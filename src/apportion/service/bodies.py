@@ -28,6 +28,8 @@ UserName = Annotated[
 People = Annotated[list[UserName], Field(max_length=v.MAX_PEOPLE)]
 # a Unix account: useradd's default NAME_REGEX, with capitals and a machine account's "$"
 UnixUser = Annotated[str, Field(max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$")]
+WorkloadId = Annotated[str, Field(max_length=32, description="w-000123"),
+                      AfterValidator(v.check_workload_id)]
 HostName = Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)]
 HostNames = Annotated[list[HostName], Field(max_length=v.MAX_PEOPLE)]
 Weight = Annotated[float, Field(ge=v.MIN_WEIGHT, le=v.MAX_WEIGHT, allow_inf_nan=False,
@@ -95,6 +97,25 @@ class SubmitBody(_Body):
         """The accepted kinds as a list, whichever way they were sent."""
         given = self.gpu_kind.split(",") if isinstance(self.gpu_kind, str) else self.gpu_kind
         return tuple(dict.fromkeys(k.strip() for k in given or () if k.strip()))
+
+
+class CancelBody(_Body):
+    """Workloads to cancel: ``ids``, or every active one a filter matches (``user``,
+    ``budget``, ``array``, narrowed by ``status``); the route refuses both, or neither."""
+
+    ids: Annotated[list[WorkloadId],
+                   Field(min_length=1, max_length=v.MAX_CANCEL_IDS)] | None = Field(
+        None, description=f"these workloads (at most {v.MAX_CANCEL_IDS:,})")
+    # any text: one that names no user is refused with the closest names, as the queue's
+    user: Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)] | None = Field(
+        None, description="every active workload of this user")
+    budget: BudgetPath | None = Field(
+        None, description="every active workload in this node's subtree")
+    array: WorkloadId | None = Field(
+        None, description="every active element of this array (its first element's id)")
+    status: Annotated[list[Literal["pending", "running", "stopping"]],
+                      Field(min_length=1, max_length=3)] | None = Field(
+        None, description="with a filter: only work in these states (default: all three)")
 
 
 class WeightBody(_Body):

@@ -99,6 +99,25 @@ class Workload(Reply):
     pool: str | None = None  # "cluster/kind" of the hosts it runs on (while running)
 
 
+class CancelOutcome(Reply):
+    """What a bulk cancel did to one workload: ``cancelled`` (it was pending),
+    ``cancel_requested`` (it runs: the scheduler stops it), or it was left as it is:
+    ``ended`` (already), ``not_found``, ``not_allowed`` (not the caller's to cancel), with
+    ``detail`` saying so. ``status``: its status after the call (None: no such workload)."""
+
+    id: str
+    result: Literal["cancelled", "cancel_requested", "ended", "not_found", "not_allowed"]
+    status: str | None
+    detail: str | None = None
+
+
+class BulkCancel(Reply):
+    """``POST /v1/workloads/cancel``: each workload's outcome, once, in the order of the
+    ids given, or for a filter the pending ones first, each group oldest first."""
+
+    workloads: list[CancelOutcome]
+
+
 # ---- budgets -----------------------------------------------------------------------------
 class Budget(Reply):
     """A node of the tree (``GET /v1/budgets``)."""
@@ -777,7 +796,8 @@ DashboardState.model_rebuild()
 
 __all__ = [
     "Attempt", "AuditEntry", "Budget", "BudgetCreated", "BudgetManagers", "BudgetMembers",
-    "BudgetUsage", "BudgetUsageRow", "BudgetWeight", "ClusterCounts", "DailyUsage",
+    "BudgetUsage", "BudgetUsageRow", "BudgetWeight", "BulkCancel", "CancelOutcome",
+    "ClusterCounts", "DailyUsage",
     "DashboardBudget", "DashboardHost", "DashboardPending", "DashboardRunning",
     "DashboardState", "Health", "Host", "HostInUse", "Me", "MonthUsageRow", "NewToken",
     "NodeUsage", "PoolUsageRow", "QueueBudget", "QueueHost", "QueueView", "QueuedPending",

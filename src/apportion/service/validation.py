@@ -34,6 +34,8 @@ PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MAX_ARG_STRLEN = 32 * PAGE_SIZE  # the kernel's limit on one argument, its NUL included
 MAX_ARGS = 10_000  # arguments in one command, variables in one environment
 MAX_PATH_BYTES = 4096  # PATH_MAX: a working directory
+WORKLOAD_ID = re.compile(r"w-[0-9]{6,18}")  # "w-000123": the store's, from its sequence
+MAX_CANCEL_IDS = 10_000  # workload ids in one bulk cancel: one array's elements at most
 
 # ---- free text ----------------------------------------------------------------------------
 MAX_TEXT = 1024  # a host change's reason, a token's label
@@ -41,10 +43,10 @@ MAX_QUERY = 255  # one query parameter's value
 MAX_DURATION_TEXT = 64  # "1h30m" and the like
 
 __all__ = [
-    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
-    "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
-    "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_duration", "check_text",
-    "check_user_name",
+    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE",
+    "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX",
+    "PRIORITY_MIN", "MAX_PATH_BYTES", "WORKLOAD_ID", "check_budget_path", "check_command",
+    "check_duration", "check_text", "check_user_name", "check_workload_id",
 ]
 
 _JSON_KINDS = {bool: "a boolean", type(None): "null", list: "a list", dict: "an object"}
@@ -109,6 +111,14 @@ def check_user_name(name: str) -> str:
             "lower-case letters, digits, '_' or '-'"
         )
     return name
+
+
+def check_workload_id(wid: str) -> str:
+    """A workload id as the store makes them: ``w-`` and 6 to 18 digits."""
+    if not WORKLOAD_ID.fullmatch(wid):
+        shown = wid if len(wid) <= 40 else wid[:40] + "..."
+        raise ValueError(f"{shown!r} is not a workload id (w-000005)")
+    return wid
 
 
 def check_command(argv: Sequence[str]) -> list[str]:

@@ -27,13 +27,31 @@ from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
 from ..auth import Principal, Rights, as_others_see, redact
-from ..bodies import SubmitBody
+from ..bodies import CancelBody, SubmitBody
 from ..config import ServiceConfig
 from ..dashboard import explain_workload, not_started, reader_zone
 from ..executors import identity
 from ..pools import fleet_of, validate
-from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
-from ..store import AlreadySubmitted, NotALeaf, NotFound, Store, UserRow, WorkloadRow
+from ..replies import (
+    BulkCancel,
+    CancelOutcome,
+    QueueView,
+    WhyExplanation,
+    WhyHeld,
+    WhyHistory,
+    Workload,
+)
+from ..store import (
+    ACTIVE,
+    AlreadySubmitted,
+    CancelResult,
+    CancelRow,
+    NotALeaf,
+    NotFound,
+    Store,
+    UserRow,
+    WorkloadRow,
+)
 from .context import (
     IDEMPOTENCY_KEY,
     TEXT_ROUTE_ERRORS,
@@ -194,6 +212,17 @@ def router(api: Api) -> APIRouter:
             out.array_ids = store.array_ids(row.id)
         return out
 
+    def must_exist(budget: str | None, user: str | None) -> None:
+        """A filter naming nothing that exists is a typo, not an empty queue: 422 naming
+        the field, with the closest names (the store's refusal names them)."""
+        for field_name, value, lookup in (("budget", budget, store.get_budget),
+                                          ("user", user, store.get_user)):
+            if value:
+                try:
+                    lookup(value)
+                except NotFound as e:
+                    raise fail(422, f"{field_name}: {e}") from None
+
     @router.get(f"{v1}/workloads", tags=["workloads"])
     def queue(
         who: Reader,
@@ -214,15 +243,7 @@ def router(api: Api) -> APIRouter:
             except ValueError:
                 valid = ", ".join(s.value for s in Status)
                 raise fail(422, f"status: must be 'all' or some of: {valid}") from None
-        # a filter naming nothing that exists is a typo, not an empty queue (the store's
-        # refusal names the closest names)
-        for field_name, value, lookup in (("budget", budget, store.get_budget),
-                                          ("user", user, store.get_user)):
-            if value:
-                try:
-                    lookup(value)
-                except NotFound as e:
-                    raise fail(422, f"{field_name}: {e}") from None
+        must_exist(budget, user)
         rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
                                     array=array)
         return shown(who, rows)
@@ -243,6 +264,31 @@ def router(api: Api) -> APIRouter:
         row = store.cancel_workload(workload_id, actor=user.name)
         scheduler.wake()
         return _workload(row)
+
+    @router.post(f"{v1}/workloads/cancel", tags=["workloads"])
+    def cancel_many(body: CancelBody, user: User) -> BulkCancel:
+        """Cancel many workloads in one request: ``ids``, or every active workload a filter
+        matches (``user``, ``budget``, ``array``, narrowed by ``status``). Each as the
+        cancel of one: pending ones end at once, running ones are stopped by the
+        scheduler; one the caller may not cancel, that has ended or that does not exist is
+        answered so and left as it is. A retry cancels and audits nothing twice."""
+        filtered = bool(body.user or body.budget or body.array)
+        if body.ids is not None and (filtered or body.status):
+            raise fail(422, "ids: give ids or a filter (user, budget, array, status), "
+                            "not both")
+        if body.status and not filtered:
+            raise fail(422, "status: only with a filter: user, budget or array")
+        if body.ids is None and not filtered:
+            raise fail(422, "body: give ids, or a filter: user, budget or array")
+        ids, only = body.ids, None
+        if ids is None:
+            must_exist(body.budget, body.user)
+            only = [Status(s) for s in body.status] if body.status else list(ACTIVE)
+            ids = store.workload_ids(only, budget=body.budget, user=body.user,
+                                     array=body.array)
+        done = store.cancel_workloads(ids, user.name, rights(user).can_cancel, only)
+        scheduler.wake()
+        return BulkCancel(workloads=[_cancel_outcome(r, user.name) for r in done])
 
     @router.get(
         f"{v1}/workloads/{{workload_id}}/logs",
@@ -364,6 +410,19 @@ def _workload(row: WorkloadRow, with_attempts: bool = False, private: bool = Fal
     if row.attempt is not None and row.attempt.placement and pools:
         out.pool = pools.get(row.attempt.placement[0][0])
     return out
+
+
+def _cancel_outcome(row: CancelRow, caller: str) -> CancelOutcome:
+    """One workload's answer to a bulk cancel; why it was left as it is in the words the
+    cancel of that one alone answers with."""
+    status = None if row.status is None else row.status.value
+    detail = {
+        CancelResult.ENDED: f"workload {row.id}: status: already {status}",
+        CancelResult.NOT_FOUND: f"workload {row.id}: not found",
+        CancelResult.NOT_ALLOWED: f"forbidden: {caller} may not cancel workload {row.id} "
+                                  f"(owned by {row.owner})",
+    }.get(row.result)
+    return CancelOutcome(id=row.id, result=row.result.value, status=status, detail=detail)
 
 
 def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from apportion.core import (
@@ -266,6 +267,27 @@ class TokenRow:
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "user": self.user, "kind": self.kind, "label": self.label,
                 "created_at": self.created_at, "revoked_at": self.revoked_at}
+
+
+class CancelResult(StrEnum):
+    """What a bulk cancel did to one workload."""
+
+    CANCELLED = "cancelled"  # it was pending: it ended at once
+    CANCEL_REQUESTED = "cancel_requested"  # it runs: the scheduler stops it
+    ENDED = "ended"  # it had ended already: nothing to do
+    NOT_FOUND = "not_found"
+    NOT_ALLOWED = "not_allowed"  # the caller may not cancel it: left as it is
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRow:
+    """One workload's outcome of :meth:`Store.cancel_workloads`: ``status`` after it and
+    ``owner`` (both None for a workload that does not exist)."""
+
+    id: str
+    result: CancelResult
+    status: Status | None = None
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

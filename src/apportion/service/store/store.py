@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     Engine,
+    Select,
     case,
     create_engine,
     event,
     func,
+    insert,
     inspect,
     make_url,
     select,
@@ -63,6 +65,8 @@ from .rows import (
     AttemptRow,
     AuditRow,
     BudgetRow,
+    CancelResult,
+    CancelRow,
     Conflict,
     HostRow,
     NotALeaf,
@@ -75,6 +79,9 @@ from .rows import (
 )
 
 ACTIVE = (Status.PENDING, Status.RUNNING, Status.STOPPING)
+# workloads per transaction of a bulk cancel: each holds the write lock briefly (the
+# scheduler and submissions wait for it), and its IN list stays small
+CANCEL_BATCH = 500
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _WRITE = "apportion_write"
@@ -567,21 +574,24 @@ class Store:
         """Workloads oldest first, with their open attempt. ``budget`` matches the node and
         its whole subtree; ``array`` keeps the elements of that array."""
         with self._tx(write=False) as s:
-            q = select(WM)
-            if array:
-                q = q.where(WM.array_id == array)
-            if statuses is not None:
-                q = q.where(WM.status.in_([st.value for st in statuses]))
-            if budget:
-                # the subtree by an exact prefix: LIKE (startswith) reads '_' as any character
-                # and, on SQLite, ignores case, so lab_a would take in labxa and LAB_A
-                prefix = budget + "/"
-                q = q.where((WM.budget == budget)
-                            | (func.substr(WM.budget, 1, len(prefix)) == prefix))
-            if user:
-                q = q.where(WM.user == user)
+            q = _matching(select(WM), statuses, budget, user, array)
             rows = list(s.scalars(q.order_by(WM.seq).limit(limit)))
             return self._with_open_attempts(s, rows)
+
+    def workload_ids(
+        self,
+        statuses: Iterable[Status],
+        budget: str | None = None,
+        user: str | None = None,
+        array: str | None = None,
+    ) -> list[str]:
+        """The ids of the workloads :meth:`list_workloads` lists, all of them: the narrow
+        read a cancel by filter starts from, in the order it takes them, the pending ones
+        first, each group oldest first."""
+        with self._tx(write=False) as s:
+            q = _matching(select(WM.id), statuses, budget, user, array)
+            pending_first = case((WM.status == Status.PENDING.value, 0), else_=1)
+            return [str(i) for i in s.scalars(q.order_by(pending_first, WM.seq))]
 
     def active_workloads(self) -> list[WorkloadRow]:
         """Pending, running and stopping workloads, oldest first, with their open attempt."""
@@ -755,6 +765,94 @@ class Store:
             s.flush()
             s.expire(w)
             return _workload(s.scalars(select(WM).where(WM.id == workload_id)).one())
+
+    def cancel_workloads(
+        self,
+        ids: Sequence[str],
+        actor: str,
+        may_cancel: Callable[[str, str], bool],
+        only: Collection[Status] | None = None,
+    ) -> list[CancelRow]:
+        """Cancel many workloads as :meth:`cancel_workload` cancels one (``cancelled by
+        <actor>``, each audited as ``workload.cancel``), CANCEL_BATCH to a transaction and
+        the pending ones first: GPUs freed by stopping the running ones are then never
+        given to work this same call is about to cancel. ``may_cancel(owner, budget)``
+        says whether ``actor`` may cancel a workload; one it may not is left as it is.
+        Each id is answered once, in the order given. With ``only`` (the states a filter
+        listed them in), a workload no longer in one of them is left out of the answer.
+        Idempotent: work cancelled already is answered ``ended``, work already asked to
+        stop ``cancel_requested`` again, and nothing is written or audited twice."""
+        wanted = list(dict.fromkeys(ids))
+        first: list[str] = []  # pending when asked: taken before any running one
+        if only is None or Status.PENDING in only:
+            was = self.statuses(wanted)
+            first = [w for w in wanted if was.get(w) is Status.PENDING]
+        done: dict[str, CancelRow] = {}
+        for todo, states in ((first, (Status.PENDING,)), (wanted, only)):
+            left = [w for w in todo if w not in done]
+            for i in range(0, len(left), CANCEL_BATCH):
+                with self._tx() as s:
+                    q = select(WM.id, WM.status, WM.user, WM.budget, WM.cancel_requested
+                               ).where(WM.id.in_(left[i : i + CANCEL_BATCH]))
+                    if states is not None:
+                        q = q.where(WM.status.in_([st.value for st in states]))
+                    # locked in one order (PostgreSQL): two bulk cancels never deadlock
+                    locked = s.execute(q.order_by(WM.seq).with_for_update())
+                    rows = [(str(w), st, owner, budget, bool(requested))
+                            for w, st, owner, budget, requested in locked]
+                    done.update((r.id, r) for r in self._cancel_rows(s, rows, actor,
+                                                                      may_cancel))
+        if only is None:
+            for w in wanted:
+                done.setdefault(w, CancelRow(w, CancelResult.NOT_FOUND))
+        return [done[w] for w in wanted if w in done]
+
+    def _cancel_rows(
+        self, s: Session, rows: Iterable[tuple[str, str, str, str, bool]], actor: str,
+        may_cancel: Callable[[str, str], bool],
+    ) -> list[CancelRow]:
+        """Cancel ``rows`` (``id, status, user, budget, cancel_requested``, locked by the
+        transaction ``s``): what :meth:`cancel_workloads` does to one batch."""
+        out: list[CancelRow] = []
+        changed: dict[str, Status] = {}  # id -> its status before
+        for wid, status, owner, budget, requested in rows:
+            old = Status(status)
+            if not may_cancel(owner, budget):
+                out.append(CancelRow(wid, CancelResult.NOT_ALLOWED, old, owner))
+            elif old in FINAL:
+                out.append(CancelRow(wid, CancelResult.ENDED, old, owner))
+            elif old is Status.PENDING:
+                changed[wid] = old
+                out.append(CancelRow(wid, CancelResult.CANCELLED, Status.CANCELLED, owner))
+            else:
+                if not requested:
+                    changed[wid] = old
+                out.append(CancelRow(wid, CancelResult.CANCEL_REQUESTED, old, owner))
+        pending = [w for w, old in changed.items() if old is Status.PENDING]
+        running = [w for w, old in changed.items() if old is not Status.PENDING]
+        for ids, was, values in (
+            (pending, [Status.PENDING], {"status": Status.CANCELLED.value,
+                                         "end_reason": f"cancelled by {actor}",
+                                         "cancel_requested": True}),
+            (running, [Status.RUNNING, Status.STOPPING], {"cancel_requested": True}),
+        ):
+            if not ids:
+                continue
+            res = s.execute(
+                update(WM)
+                .where(WM.id.in_(ids), WM.status.in_([st.value for st in was]))
+                .values(**values)
+                .execution_options(synchronize_session=False)
+            )
+            if res.rowcount != len(ids):  # type: ignore[attr-defined]
+                raise Conflict(f"workloads {ids[0]}..{ids[-1]}: status: changed concurrently")
+        if changed:  # one entry each, as the cancel of one writes (what history reads)
+            at = self.clock()
+            s.execute(insert(AuditModel), [
+                {"at": at, "actor": actor, "action": "workload.cancel", "target": wid,
+                 "old": {"status": old.value}, "new": None}
+                for wid, old in changed.items()])
+        return out
 
     def set_aside(self, workload_id: str, reason: str, actor: str) -> bool:
         """End a pending workload the policy cannot handle (``cancelled``, with ``reason``
@@ -1227,6 +1325,27 @@ class Store:
                 s.scalars(select(m).limit(1)).first() is None
                 for m in (BudgetModel, UserModel, HostModel)
             )
+
+
+def _matching(
+    q: Select[Any], statuses: Iterable[Status] | None, budget: str | None, user: str | None,
+    array: str | None,
+) -> Select[Any]:
+    """``q`` narrowed to workloads in ``statuses``, in ``budget``'s subtree, of ``user`` and
+    of ``array`` (each None: any)."""
+    if array:
+        q = q.where(WM.array_id == array)
+    if statuses is not None:
+        q = q.where(WM.status.in_([st.value for st in statuses]))
+    if budget:
+        # the subtree by an exact prefix: LIKE (startswith) reads '_' as any character
+        # and, on SQLite, ignores case, so lab_a would take in labxa and LAB_A
+        prefix = budget + "/"
+        q = q.where((WM.budget == budget)
+                    | (func.substr(WM.budget, 1, len(prefix)) == prefix))
+    if user:
+        q = q.where(WM.user == user)
+    return q
 
 
 def _no_budget(s: Session, path: str) -> NotFound:
