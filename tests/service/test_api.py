@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -468,6 +469,55 @@ def test_drain_and_repair(svc: Service) -> None:
         404, "host h1x: not found; did you mean h1?")
     hosts = svc.call("GET", "/v1/hosts", "bob").json()
     assert [h["name"] for h in hosts] == ["h1", "h2"]
+
+
+def test_drain_again_while_a_pass_empties_the_host_to_repair_is_not_refused(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain with a new reason of a draining host whose work has just ended, with a pass
+    trying to run between the route's read of the host and its change (the pass that takes
+    the emptied host to repair): the pass waits for the change, the drain is answered 200
+    with its new reason recorded (never 409 'cannot go from repair to draining'), and the
+    pass then takes the host to repair keeping that reason."""
+    wid = submit(svc).json()["id"]
+    svc.scheduler.step()
+    attempt = svc.store.get_workload(wid).attempt
+    assert attempt is not None
+    host = attempt.placement[0][0]
+    assert svc.call("POST", f"/v1/hosts/{host}/drain", "root",
+                    {"reason": "ECC"}).status_code == 200
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.finish(wid)  # the host is empty: the next pass takes it to repair
+    read, ran_between = svc.store.get_host, []
+
+    def pass_after_the_read(name: str) -> Any:
+        row = read(name)
+        if not ran_between:  # once: the route's read of the host
+
+            def try_a_pass() -> None:  # a pass of the scheduler's thread, if it may run now
+                if svc.scheduler.lock.acquire(blocking=False):
+                    try:
+                        svc.scheduler.step()
+                    finally:
+                        svc.scheduler.lock.release()
+                    ran_between.append(True)
+                else:
+                    ran_between.append(False)
+
+            passer = threading.Thread(target=try_a_pass)
+            passer.start()
+            passer.join()
+        return row
+
+    monkeypatch.setattr(svc.store, "get_host", pass_after_the_read)
+    r = svc.call("POST", f"/v1/hosts/{host}/drain", "root", {"reason": "ECC, fan"})
+    monkeypatch.undo()
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["reason"]) == ("draining", "ECC, fan")
+    assert ran_between == [False]  # the pass had to wait for the change
+    svc.scheduler.step()
+    h = svc.store.get_host(host)
+    assert (h.state, h.reason) == (HostState.REPAIR, "ECC, fan (drained: empty)")
 
 
 def test_admin_creates_user_and_token(svc: Service) -> None:
