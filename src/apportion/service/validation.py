@@ -38,10 +38,11 @@ MAX_PATH_BYTES = 4096  # PATH_MAX: a working directory
 # ---- free text ----------------------------------------------------------------------------
 MAX_TEXT = 1024  # a host change's reason, a token's label
 MAX_QUERY = 255  # one query parameter's value
+MAX_ID = 2**31 - 1  # a number id (the audit's): its 32-bit column's largest on PostgreSQL
 MAX_DURATION_TEXT = 64  # "1h30m" and the like
 
 __all__ = [
-    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
+    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_GPUS", "MAX_ID", "MAX_PATH", "MAX_PEOPLE", "MAX_QUERY",
     "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN",
     "MAX_PATH_BYTES", "check_budget_path", "check_command", "check_duration", "check_text",
     "check_user_name",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from apportion.core import (
@@ -35,11 +35,13 @@ from ..replies import QueueView, WhyExplanation, WhyHeld, WhyHistory, Workload
 from ..store import AlreadySubmitted, NotALeaf, NotFound, Store, UserRow, WorkloadRow
 from .context import (
     IDEMPOTENCY_KEY,
+    NEXT_PAGE,
     TEXT_ROUTE_ERRORS,
     V1,
     Api,
     core_message,
     fail,
+    next_page,
     printable,
     request_digest,
 )
@@ -180,9 +182,11 @@ def router(api: Api) -> APIRouter:
             out.array_ids = store.array_ids(row.id)
         return out
 
-    @router.get(f"{v1}/workloads", tags=["workloads"])
+    @router.get(f"{v1}/workloads", tags=["workloads"], responses=NEXT_PAGE)
     def queue(
         who: Reader,
+        request: Request,
+        response: Response,
         status: Annotated[
             str, Query(description="comma-separated statuses, or 'all'")
         ] = "pending,running,stopping",
@@ -190,9 +194,13 @@ def router(api: Api) -> APIRouter:
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
         array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
+        after: Annotated[str | None, Query(
+            description="a workload's id: only those after it (the next page's cursor)",
+        )] = None,
     ) -> list[Workload]:
-        """Workloads, oldest first (default: the active ones). Another user's command,
-        environment and directory are shown only to managers of its budget and admins."""
+        """Workloads, oldest first (default: the active ones); with more than ``limit``, a
+        ``Link`` header names the next page. Another user's command, environment and
+        directory are shown only to managers of its budget and admins."""
         statuses: list[Status] | None = None
         if status != "all":
             try:
@@ -203,14 +211,18 @@ def router(api: Api) -> APIRouter:
         # a filter naming nothing that exists is a typo, not an empty queue (the store's
         # refusal names the closest names)
         for field_name, value, lookup in (("budget", budget, store.get_budget),
-                                          ("user", user, store.get_user)):
+                                          ("user", user, store.get_user),
+                                          ("after", after, store.get_workload)):
             if value:
                 try:
                     lookup(value)
                 except NotFound as e:
                     raise fail(422, f"{field_name}: {e}") from None
-        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
-                                    array=array)
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit + 1,
+                                    array=array, after=after or None)
+        if len(rows) > limit:  # one more than asked for: there are more
+            rows = rows[:limit]
+            next_page(request, response, "after", rows[-1].id)
         return shown(who, rows)
 
     @router.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])
