@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +191,112 @@ def test_queue_and_show(svc: Service) -> None:
     assert shown["attempts"][0]["placement"] == [["h1", 2, [0, 1]]]
     assert svc.call("GET", "/v1/workloads?status=bogus", "bob").status_code == 422
     assert svc.call("GET", "/v1/workloads/w-999999", "bob").status_code == 404
+
+
+def walk(svc: Service, url: str, who: str = "bob",
+         between: Any = None) -> tuple[list[Any], list[Any]]:
+    """Every page of a list, following its ``Link: <...>; rel="next"`` header; ``between()``
+    runs after each page that has a next one. Returns the rows and each page's answer."""
+    rows: list[Any] = []
+    pages = []
+    while True:
+        r = svc.call("GET", url, who)
+        assert r.status_code == 200, r.text
+        rows += r.json()
+        pages.append(r)
+        if "next" not in r.links:
+            return rows, pages
+        url = r.links["next"]["url"]
+        if between is not None:
+            between()
+
+
+def test_workload_pages_give_every_row_once_while_work_is_submitted_between_them(
+        svc: Service) -> None:
+    """GET /v1/workloads?status=all&limit=3 over 5 workloads, 2 more submitted after each
+    of the first two pages: following the Link headers (each page's request with
+    ``after`` set to its last id, the other parameters kept) lists all 9 oldest first,
+    each exactly once; the last page, and an answer that holds every row (limit 9), has no
+    Link header."""
+    for _ in range(5):
+        submit(svc)
+    submitted = 0
+
+    def submit_two() -> None:
+        nonlocal submitted
+        if submitted < 4:
+            submit(svc)
+            submit(svc)
+            submitted += 2
+
+    rows, pages = walk(svc, "/v1/workloads?status=all&limit=3", between=submit_two)
+    ids = [w.id for w in svc.store.list_workloads(statuses=list(Status))]
+    assert len(ids) == 9
+    assert [w["id"] for w in rows] == ids
+    assert pages[0].headers["Link"] == (
+        f'</v1/workloads?status=all&limit=3&after={ids[2]}>; rel="next"')
+    assert [len(p.json()) for p in pages] == [3, 3, 3]
+    assert "Link" not in pages[-1].headers
+    whole = svc.call("GET", "/v1/workloads?status=all&limit=9", "bob")
+    assert len(whole.json()) == 9 and "Link" not in whole.headers
+
+
+def test_a_workload_pages_cursor_naming_no_workload_is_refused_naming_after(
+        svc: Service) -> None:
+    """``after`` must name a workload: an unknown id is a 422 naming the parameter, not an
+    empty page."""
+    r = svc.call("GET", "/v1/workloads?after=w-999999", "bob")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "after: workload w-999999: not found")
+
+
+def cli(svc: Service, who: str, *args: str) -> Any:
+    """A client command, in-process, against ``svc``."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens[who],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_queue_and_cancel_read_every_page_of_the_workload_list(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the workload list read 2 rows a page, `apportion queue --json` still shows all 5
+    active workloads and `cancel --budget` cancels all 5: the client follows the Link
+    headers to the last page."""
+    import apportion.cli.jobs
+
+    monkeypatch.setattr(apportion.cli.jobs, "WORKLOADS_PAGE", 2)
+    ids = [submit(svc).json()["id"] for _ in range(5)]
+    svc.scheduler.step()
+    shown = cli(svc, "alice", "queue", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert sorted(e["id"] for e in json.loads(shown.stdout)) == ids
+    cancelled = cli(svc, "alice", "cancel", "--budget", "ai/llm")
+    assert cancelled.exit_code == 0, cancelled.output
+    assert sorted(re.findall(r"w-\d+", cancelled.stdout)) == ids  # one line each
+
+
+def test_audit_command_reads_limit_entries_across_pages_and_says_older_ones_are_left_out(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With GET /v1/audit read 2 entries a page, `apportion audit --limit 3 --json` prints
+    the 3 newest and says on stderr that older ones are left out; with a --limit over them
+    all it prints every entry and says nothing."""
+    import apportion.cli.client
+
+    monkeypatch.setattr(apportion.cli.client, "AUDIT_PAGE", 2)
+    for weight in (3, 4, 5):
+        svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": weight})
+    every = [a.id for a in svc.store.audit(limit=100_000)]
+    newest = cli(svc, "bob", "audit", "--limit", "3", "--json")
+    assert newest.exit_code == 0, newest.output
+    assert [a["id"] for a in json.loads(newest.stdout)] == every[:3]
+    assert newest.stderr == "the 3 newest entries; older ones left out (raise --limit)\n"
+    whole = cli(svc, "bob", "audit", "--limit", str(len(every) + 1), "--json")
+    assert [a["id"] for a in json.loads(whole.stdout)] == every
+    assert whole.stderr == ""
 
 
 def test_logs_of_an_attempt(svc: Service) -> None:
@@ -502,6 +610,38 @@ def test_queue_is_503_before_the_first_pass_not_an_empty_queue(svc: Service) -> 
     assert [w["id"] for w in svc.call("GET", "/v1/queue", "bob").json()["running"]] == [wid]
 
 
+def test_audit_pages_give_every_entry_once_while_entries_are_added_between_them(
+        svc: Service) -> None:
+    """GET /v1/audit?limit=2, newest first, with a weight change audited after each page:
+    following the Link headers (``before`` set to each page's last id) lists every entry
+    there was at the first page exactly once, newest first, none of the later ones (they
+    are newer than the first page); the last page has no Link header."""
+    weight = 2
+
+    def change() -> None:
+        nonlocal weight
+        weight += 1
+        assert svc.call("PATCH", "/v1/budgets/ai/llm", "carol",
+                        {"weight": weight}).status_code == 200
+
+    for _ in range(3):
+        change()
+    there = [a.id for a in svc.store.audit(limit=100_000)]
+    rows, pages = walk(svc, "/v1/audit?limit=2", between=change)
+    assert [a["id"] for a in rows] == there
+    assert pages[0].headers["Link"] == f'</v1/audit?limit=2&before={there[1]}>; rel="next"'
+    assert "Link" not in pages[-1].headers
+    assert len(svc.store.audit(limit=100_000)) == len(there) + len(pages) - 1
+
+
+def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> None:
+    """``before`` over the largest id the audit's 32-bit column holds is a 422 naming it
+    (PostgreSQL could not compare it with the column: a 500)."""
+    r = svc.call("GET", f"/v1/audit?before={2**31}", "bob")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "query.before: Input should be less than or equal to 2147483647")
+
+
 def test_drain_and_repair(svc: Service) -> None:
     """Drain goes through the scheduler and is audited; repairing a healthy host, or
     draining a host that is down (it takes no work already), answers it as it is, changes
@@ -535,6 +675,55 @@ def test_drain_and_repair(svc: Service) -> None:
         404, "host h1x: not found; did you mean h1?")
     hosts = svc.call("GET", "/v1/hosts", "bob").json()
     assert [h["name"] for h in hosts] == ["h1", "h2"]
+
+
+def test_drain_again_while_a_pass_empties_the_host_to_repair_is_not_refused(
+        svc: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drain with a new reason of a draining host whose work has just ended, with a pass
+    trying to run between the route's read of the host and its change (the pass that takes
+    the emptied host to repair): the pass waits for the change, the drain is answered 200
+    with its new reason recorded (never 409 'cannot go from repair to draining'), and the
+    pass then takes the host to repair keeping that reason."""
+    wid = submit(svc).json()["id"]
+    svc.scheduler.step()
+    attempt = svc.store.get_workload(wid).attempt
+    assert attempt is not None
+    host = attempt.placement[0][0]
+    assert svc.call("POST", f"/v1/hosts/{host}/drain", "root",
+                    {"reason": "ECC"}).status_code == 200
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.finish(wid)  # the host is empty: the next pass takes it to repair
+    read, ran_between = svc.store.get_host, []
+
+    def pass_after_the_read(name: str) -> Any:
+        row = read(name)
+        if not ran_between:  # once: the route's read of the host
+
+            def try_a_pass() -> None:  # a pass of the scheduler's thread, if it may run now
+                if svc.scheduler.lock.acquire(blocking=False):
+                    try:
+                        svc.scheduler.step()
+                    finally:
+                        svc.scheduler.lock.release()
+                    ran_between.append(True)
+                else:
+                    ran_between.append(False)
+
+            passer = threading.Thread(target=try_a_pass)
+            passer.start()
+            passer.join()
+        return row
+
+    monkeypatch.setattr(svc.store, "get_host", pass_after_the_read)
+    r = svc.call("POST", f"/v1/hosts/{host}/drain", "root", {"reason": "ECC, fan"})
+    monkeypatch.undo()
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["reason"]) == ("draining", "ECC, fan")
+    assert ran_between == [False]  # the pass had to wait for the change
+    svc.scheduler.step()
+    h = svc.store.get_host(host)
+    assert (h.state, h.reason) == (HostState.REPAIR, "ECC, fan (drained: empty)")
 
 
 def test_admin_creates_user_and_token(svc: Service) -> None:

@@ -162,6 +162,7 @@ def test_defaults(tmp_path: Path) -> None:
          "budgets[0].managers[0]: unknown user 'carol' (not in [[users]])"),
         ("[server]\npublic_read = 'yes'", "server.public_read: must be true or false"),
         ("[server]\nmax_body_bytes = 10", "server.max_body_bytes: must be an integer >= 1024"),
+        ("[server]\nmax_whatif_replays = 0", "server.max_whatif_replays: must be an integer >= 1"),
         ("[[users]]\nname = 'x'\nadmin = 'yes'", "users[0].admin: must be true or false"),
         ("[[users]]\nname = 'x'\nrole = 'admin'", "users[0].role: unknown key"),
         ("hosts = 3", "hosts: must be an array of tables"),

@@ -358,6 +358,29 @@ def test_list_workloads_filters(store: Store) -> None:
     assert [w.id for w in store.list_workloads(statuses=[Status.RUNNING])] == [b]
 
 
+def test_list_workloads_after_a_workload_gives_the_ones_submitted_after_it(
+        store: Store) -> None:
+    """``after`` (the next page's cursor) keeps the workloads submitted after that one, in
+    order and with the other filters, on both databases; after the last, none."""
+    ids = [submit(store, user="bob" if i % 2 else "alice") for i in range(5)]
+    assert [w.id for w in store.list_workloads(after=ids[1], limit=2)] == ids[2:4]
+    assert [w.id for w in store.list_workloads(after=ids[0], user="alice")] == ids[2::2]
+    assert store.list_workloads(after=ids[-1]) == []
+
+
+def test_audit_before_an_entry_gives_the_older_ones(store: Store) -> None:
+    """``before_id`` (the next page's cursor) keeps the entries older than that one, newest
+    first, with the other filters, on both databases; before the oldest, none."""
+    store.add_budget("ai", 1, actor="admin")
+    for weight in (2, 3, 4):
+        store.set_budget_weight("ai", weight, actor="root")
+    every = [e.id for e in store.audit(limit=100)]
+    assert [e.id for e in store.audit(limit=2, before_id=every[1])] == every[2:4]
+    ai = [e.id for e in store.audit(limit=100, target="ai")]
+    assert [e.id for e in store.audit(target="ai", before_id=ai[0])] == ai[1:]
+    assert store.audit(before_id=every[-1]) == []
+
+
 def test_the_budget_filter_is_an_exact_subtree(store: Store) -> None:
     """budget=lab_a is lab_a and below, nothing else, on both databases: not labxa/p ('_'
     is any character to LIKE) nor LAB_A/p (SQLite's LIKE ignores case), which the filter

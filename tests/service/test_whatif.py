@@ -400,6 +400,127 @@ def test_the_server_answers_other_requests_while_a_whatif_replays(
         env.close()
 
 
+class HeldReplays:
+    """POST /v1/whatif's replays held running: each one's history load says it started
+    (:meth:`wait_started`) and waits until :meth:`release`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import queue
+        import threading
+
+        import apportion.whatif
+
+        self.started: queue.Queue[None] = queue.Queue()
+        self.released = threading.Event()
+        real_load = apportion.whatif.load_history
+
+        def held_load(*args: Any, **kwargs: Any) -> Any:
+            self.started.put(None)
+            self.released.wait(timeout=60)
+            return real_load(*args, **kwargs)
+
+        monkeypatch.setattr(apportion.whatif, "load_history", held_load)
+
+    def wait_started(self) -> None:
+        self.started.get(timeout=60)
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def post_whatif(url: str, token: str, timeout: float = 120,
+                set_weight: dict[str, float] | None = None) -> httpx.Response:
+    """A what-if on its own connection (an httpx.Client is not shared by threads)."""
+    weights = {"ai/vision": 4} if set_weight is None else set_weight
+    return httpx.post(url + "/v1/whatif", timeout=timeout,
+                      headers={"Authorization": f"Bearer {token}"},
+                      json={"since": "1d", "set_weight": weights})
+
+
+def test_a_users_second_whatif_is_refused_at_once_while_theirs_replays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a replay of carol's (a manager) is held running: 45 more POST /v1/whatif of
+    hers in parallel are each refused at once, 429 with a Retry-After and a detail saying
+    hers is already running, none replayed; `apportion whatif` prints that detail and exits
+    1; /v1/health and a submission answer meanwhile. Once hers ends (here a 422: the store
+    has no history), she may replay again."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from api_env import start_env
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    held = HeldReplays(monkeypatch)
+    env = start_env(tmp_path, "sqlite")
+    url, token = env.server.url, env.tokens["carol"]
+    try:
+        with ThreadPoolExecutor(46) as pool:
+            first = pool.submit(post_whatif, url, token)
+            held.wait_started()
+            more = list(pool.map(lambda _: post_whatif(url, token, timeout=10), range(45)))
+            assert {(r.status_code, r.headers.get("Retry-After")) for r in more} == {
+                (429, "10")}
+            assert more[0].json()["detail"].startswith(
+                "a what-if replay of yours is already running (for ")
+            assert more[0].json()["detail"].endswith(
+                "one runs at a time per user; try again when it ends")
+            assert held.started.empty()  # none of them was replayed
+            cli = CliRunner().invoke(main, ["whatif", "--since", "1d"], env={
+                "APPORTION_URL": url, "APPORTION_TOKEN": token,
+                "APPORTION_CLIENT_CONFIG": "/dev/null"}, catch_exceptions=False)
+            assert cli.exit_code == 1
+            assert "Error: a what-if replay of yours is already running" in cli.stderr
+            assert "(HTTP 429)" in cli.stderr
+            health = httpx.get(url + "/v1/health", timeout=5)
+            assert health.status_code == 200, health.text
+            job = {"budget": "ai/llm", "gpus": 1, "min_runtime": 0, "command": ["true"]}
+            submitted = httpx.post(url + "/v1/workloads", json=job, timeout=5,
+                                   headers={"Authorization": f"Bearer {env.tokens['alice']}"})
+            assert submitted.status_code == 201, submitted.text
+            assert not first.done()  # hers is still held
+            held.release()
+            assert first.result().status_code == 422, first.result().text  # nothing to replay
+        again = post_whatif(url, token)
+        assert again.status_code == 422, again.text  # replayed, not refused
+    finally:
+        held.release()
+        env.close()
+
+
+def test_whatif_replays_over_the_servers_limit_are_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `[server] max_whatif_replays` (2 by default) replays held running, root's and
+    carol's, dave's (manager of ai/llm, proposing nothing) is refused at once: 429 with a
+    Retry-After, the detail naming the limit and its key."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from api_env import start_env
+
+    held = HeldReplays(monkeypatch)
+    env = start_env(tmp_path, "sqlite")
+    assert env.config.server.max_whatif_replays == 2
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            running = [pool.submit(post_whatif, env.server.url, env.tokens[who])
+                       for who in ("root", "carol")]
+            held.wait_started()
+            held.wait_started()
+            refused = post_whatif(env.server.url, env.tokens["dave"], timeout=10,
+                                  set_weight={})
+            assert (refused.status_code, refused.headers.get("Retry-After")) == (429, "10")
+            assert refused.json()["detail"] == (
+                "2 what-if replays are already running, the server's limit ([server] "
+                "max_whatif_replays): try again in a while")
+            held.release()
+            assert [r.result().status_code for r in running] == [422, 422]
+    finally:
+        held.release()
+        env.close()
+
+
 def test_one_pool_export_is_written_as_before_pools(live: Live, tmp_path: Path) -> None:
     """One pool (no cluster, kind, billing or per-pool weight in the config): the hosts file
     is a plain host list and the trace has only the canonical columns, so it replays as one

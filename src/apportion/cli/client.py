@@ -52,6 +52,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
+AUDIT_PAGE = 10_000  # GET /v1/audit's largest limit
 _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the words only
 
 
@@ -199,6 +200,26 @@ class Client:
                 detail = r.text
             raise click.ClickException(f"{detail} (HTTP {r.status_code})")
         return r
+
+    def pages(self, path: str, params: dict[str, Any], cursor: str, page: int,
+              most: int | None = None) -> tuple[list[Any], bool]:
+        """The rows of a list the server answers in pages of at most ``page`` (docs/api.md,
+        "Pages"): ``GET /v1<path>`` again with ``cursor`` as each answer's ``Link: <...>;
+        rel="next"`` sets it, until an answer has none, or ``most`` rows are read. Returns
+        the rows, and whether the server has more."""
+        rows: list[Any] = []
+        while True:
+            limit = page if most is None else min(page, most - len(rows))
+            r = self.call("GET", path, params={**params, "limit": limit})
+            rows += r.json()
+            link = r.links.get("next")
+            if link is None or (most is not None and len(rows) >= most):
+                return rows, link is not None
+            after = httpx.URL(link["url"]).params.get(cursor)
+            if after is None:
+                raise click.ClickException(f"GET /v1{path}: unexpected reply from the server: "
+                                           f"its Link header has no {cursor}: {link['url']}")
+            params = {**params, cursor: after}
 
     def json(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
@@ -578,13 +599,18 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 
 
 @click.command()
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="how many of the newest entries to print (older ones left out are said "
+                   "on stderr)")
 @click.option("--target", default=None, help="only entries about this budget/host/workload")
 @json_option
 @connection
 def audit(client: Client, limit: int, target: str | None, as_json: bool) -> None:
-    """Who changed what, when (newest first)."""
-    data = client.json("GET", "/audit", params={"limit": limit, "target": target})
+    """Who changed what, when (newest first): the --limit newest entries."""
+    data, more = client.pages("/audit", {"target": target}, "before", AUDIT_PAGE, most=limit)
+    if more:
+        click.echo(f"the {limit} newest entries; older ones left out (raise --limit)",
+                   err=True)
     if as_json:
         _print_json(data)
         return

@@ -478,6 +478,7 @@ def _state_line(w: dict[str, Any]) -> str:
 
 # ---- queue -----------------------------------------------------------------------------------
 ACTIVE = ("pending", "running", "stopping")  # the states queue shows and cancel can end
+WORKLOADS_PAGE = 100_000  # GET /v1/workloads's largest limit
 
 
 def active_states(text: str | None, finished: str) -> list[str]:
@@ -496,10 +497,11 @@ def _me(client: Client) -> str:
 
 
 def _workloads(client: Client, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """``GET /v1/workloads`` with filters; a filter naming no budget or user is refused
-    naming the flag (``--budget: no budget 'reserch'; did you mean 'research'?``)."""
+    """Every workload ``GET /v1/workloads`` lists with these filters, page by page; a
+    filter naming no budget or user is refused naming the flag (``--budget: no budget
+    'reserch'; did you mean 'research'?``)."""
     try:
-        rows: list[dict[str, Any]] = client.json("GET", "/workloads", params=params)
+        rows, _ = client.pages("/workloads", params, "after", WORKLOADS_PAGE)
     except click.ClickException as e:
         raise as_typed(e, {"budget": "--budget", "user": "--user"}) from None
     return rows
@@ -512,8 +514,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
     ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
     view = client.reply(QueueView, "GET", "/queue")
-    rows = {w["id"]: w for w in _workloads(
-        client, {"budget": budget, "user": user, "limit": 100_000})}
+    rows = {w["id"]: w for w in _workloads(client, {"budget": budget, "user": user})}
     who = _me(client) if me else None
     now = view.now
     out: list[dict[str, Any]] = []

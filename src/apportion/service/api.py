@@ -9,7 +9,8 @@ updates its state and the store together. Errors are JSON ``{"detail": "<field>:
 400 a body that is not JSON text, 401 without a valid token, 403 outside one's rights
 (nothing changed), 404 unknown item, 409 when the item's state does not allow the change,
 413 a body over ``[server] max_body_bytes``, 422 on invalid input (every field strictly
-typed and bounded: :mod:`apportion.service.validation`). Every refusal changes nothing.
+typed and bounded: :mod:`apportion.service.validation`), 429 a what-if while the replays it
+may run already run (:mod:`apportion.service.whatif_api`). Every refusal changes nothing.
 Routes are listed in docs/api.md, rights in docs/security.md; OpenAPI at /docs.
 """
 

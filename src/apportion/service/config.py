@@ -49,6 +49,8 @@ class ServerConfig:
     public_read: bool = False
     # larger request bodies are refused with 413 before they are read whole
     max_body_bytes: int = 1 << 20
+    # what-if replays (POST /v1/whatif) running at once, one per user; one more gets 429
+    max_whatif_replays: int = 2
     # as root, work runs as each owner's Unix account; single_user runs everyone's work as
     # the server's own user instead (see docs/security.md)
     single_user: bool = False
@@ -288,6 +290,7 @@ def parse_config(
         logs_dir=base / logs_dir if logs_dir else None,
         public_read=r.boolean("public_read", False),
         max_body_bytes=r.integer("max_body_bytes", 1 << 20, minimum=1024),
+        max_whatif_replays=r.integer("max_whatif_replays", 2, minimum=1),
         single_user=r.boolean("single_user", False),
         allow_root_for=r.names("allow_root_for"),
     )

@@ -40,13 +40,14 @@ MAX_CANCEL_IDS = 10_000  # workload ids in one bulk cancel: one array's elements
 # ---- free text ----------------------------------------------------------------------------
 MAX_TEXT = 1024  # a host change's reason, a token's label
 MAX_QUERY = 255  # one query parameter's value
+MAX_ID = 2**31 - 1  # a number id (the audit's): its 32-bit column's largest on PostgreSQL
 MAX_DURATION_TEXT = 64  # "1h30m" and the like
 
 __all__ = [
-    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_GPUS", "MAX_PATH", "MAX_PEOPLE",
-    "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX",
-    "PRIORITY_MIN", "MAX_PATH_BYTES", "WORKLOAD_ID", "check_budget_path", "check_command",
-    "check_duration", "check_text", "check_user_name", "check_workload_id",
+    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_GPUS", "MAX_ID", "MAX_PATH",
+    "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT",
+    "PRIORITY_MAX", "PRIORITY_MIN", "MAX_PATH_BYTES", "WORKLOAD_ID", "check_budget_path",
+    "check_command", "check_duration", "check_text", "check_user_name", "check_workload_id",
 ]
 
 _JSON_KINDS = {bool: "a boolean", type(None): "null", list: "a list", dict: "an object"}

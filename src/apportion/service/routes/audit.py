@@ -4,11 +4,12 @@
 # runtime, and they name dependencies made from the Api context.
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request, Response
 
+from .. import validation as v
 from ..auth import Principal
 from ..replies import AuditEntry, Health
-from .context import V1, Api
+from .context import NEXT_PAGE, V1, Api, next_page
 
 
 def router(api: Api) -> APIRouter:
@@ -18,14 +19,25 @@ def router(api: Api) -> APIRouter:
     Reader = Annotated[Principal, Depends(api.principal)]
     v1 = V1
 
-    @router.get(f"{v1}/audit", tags=["audit"])
+    @router.get(f"{v1}/audit", tags=["audit"], responses=NEXT_PAGE)
     def audit(
         _who: Reader,
+        request: Request,
+        response: Response,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         target: str | None = None,
+        before: Annotated[int | None, Query(
+            ge=1, le=v.MAX_ID,
+            description="an entry's id: only older entries (the next page's cursor)",
+        )] = None,
     ) -> list[AuditEntry]:
-        """Audit entries, newest first: who changed what, when, old -> new."""
-        return [AuditEntry.of(a) for a in store.audit(limit=limit, target=target)]
+        """Audit entries, newest first: who changed what, when, old -> new. With more than
+        ``limit``, a ``Link`` header names the next page."""
+        rows = store.audit(limit=limit + 1, target=target, before_id=before)
+        if len(rows) > limit:  # one more than asked for: there are older ones
+            rows = rows[:limit]
+            next_page(request, response, "before", rows[-1].id)
+        return [AuditEntry.of(a) for a in rows]
 
     @router.get(f"{v1}/health", tags=["health"])
     def health() -> Health:

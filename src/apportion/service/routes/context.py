@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException
+from fastapi import Depends, HTTPException, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
@@ -51,6 +51,11 @@ TEXT_ROUTE_ERRORS: dict[int | str, dict[str, Any]] = {
     for code, r in ERRORS.items()
 }
 IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, no spaces
+# a list answered in pages: the header that says where the rows left out continue
+NEXT_PAGE: dict[int | str, dict[str, Any]] = {200: {"headers": {"Link": {
+    "description": "only when rows were left out (over `limit`): `<URL>; rel=\"next\"`, the "
+                   "next page: this request with its cursor set",
+    "schema": {"type": "string"}}}}}
 
 
 
@@ -144,6 +149,15 @@ def request_digest(body: BaseModel) -> str:
     """What makes two submissions the same request (for the Idempotency-Key)."""
     text = json.dumps(body.model_dump(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def next_page(request: Request, response: Response, cursor: str, value: str | int) -> None:
+    """Say where the rows left out of this answer continue: ``Link: <URL>; rel="next"``,
+    URL this request's path and query with ``cursor`` set to ``value``. Relative to the
+    server (resolved against the request's URL, RFC 8288), so it holds behind a proxy
+    that answers for another scheme or host."""
+    url = request.url.include_query_params(**{cursor: value})
+    response.headers["Link"] = f'<{url.path}?{url.query}>; rel="next"'
 
 
 def fail(status: int, message: str) -> HTTPException:

@@ -49,20 +49,23 @@ def router(api: Api) -> APIRouter:
     def _host_change(name: str, to: HostState, body: HostBody, user: UserRow) -> Host:
         if not rights(user).can_change_hosts():
             raise forbid(user, f"change host {name} (admins only)")
-        h = store.get_host(name)
-        if to is HostState.DRAINING and h.state in (HostState.REPAIR, HostState.DOWN):
-            # it takes no work already: answered as it is (its reason kept), not refused
-            # as a transition the table does not have
-            return shown(h, several(store.hosts()))
-        if h.state is to and (to is HostState.HEALTHY or body.reason in ("", h.reason)):
-            # already so: nothing to record (its state's time and reason kept, no audit
-            # entry); a drain again with a new reason does record the new reason
-            return shown(h, several(store.hosts()))
-        try:
-            scheduler.set_host_state(name, to, body.reason, user.name)
-        except CoreError as e:
-            raise fail(409, str(e)) from None
-        return shown(store.get_host(name), several(store.hosts()))
+        # read, decide and change under the scheduler's lock: a pass in between (a draining
+        # host emptied to repair) would make the change one the table does not have
+        with scheduler.lock:
+            h = store.get_host(name)
+            if to is HostState.DRAINING and h.state in (HostState.REPAIR, HostState.DOWN):
+                # it takes no work already: answered as it is (its reason kept), not
+                # refused as a transition the table does not have
+                return shown(h, several(store.hosts()))
+            if h.state is to and (to is HostState.HEALTHY or body.reason in ("", h.reason)):
+                # already so: nothing to record (its state's time and reason kept, no audit
+                # entry); a drain again with a new reason does record the new reason
+                return shown(h, several(store.hosts()))
+            try:
+                scheduler.set_host_state(name, to, body.reason, user.name)
+            except CoreError as e:
+                raise fail(409, str(e)) from None
+            return shown(store.get_host(name), several(store.hosts()))
 
     @router.post(f"{v1}/hosts/{{name}}/drain", tags=["hosts"])
     def drain(name: str, user: User, body: HostBody | None = None) -> Host:

@@ -8,8 +8,7 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query
-from fastapi.responses import Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 
 from apportion.core import (
     After,
@@ -54,11 +53,13 @@ from ..store import (
 )
 from .context import (
     IDEMPOTENCY_KEY,
+    NEXT_PAGE,
     TEXT_ROUTE_ERRORS,
     V1,
     Api,
     core_message,
     fail,
+    next_page,
     printable,
     request_digest,
 )
@@ -223,9 +224,11 @@ def router(api: Api) -> APIRouter:
                 except NotFound as e:
                     raise fail(422, f"{field_name}: {e}") from None
 
-    @router.get(f"{v1}/workloads", tags=["workloads"])
+    @router.get(f"{v1}/workloads", tags=["workloads"], responses=NEXT_PAGE)
     def queue(
         who: Reader,
+        request: Request,
+        response: Response,
         status: Annotated[
             str, Query(description="comma-separated statuses, or 'all'")
         ] = "pending,running,stopping",
@@ -233,9 +236,13 @@ def router(api: Api) -> APIRouter:
         user: str | None = None,
         limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
         array: Annotated[str | None, Query(description="an array's id: its elements")] = None,
+        after: Annotated[str | None, Query(
+            description="a workload's id: only those after it (the next page's cursor)",
+        )] = None,
     ) -> list[Workload]:
-        """Workloads, oldest first (default: the active ones). Another user's command,
-        environment and directory are shown only to managers of its budget and admins."""
+        """Workloads, oldest first (default: the active ones); with more than ``limit``, a
+        ``Link`` header names the next page. Another user's command, environment and
+        directory are shown only to managers of its budget and admins."""
         statuses: list[Status] | None = None
         if status != "all":
             try:
@@ -244,8 +251,16 @@ def router(api: Api) -> APIRouter:
                 valid = ", ".join(s.value for s in Status)
                 raise fail(422, f"status: must be 'all' or some of: {valid}") from None
         must_exist(budget, user)
-        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit,
-                                    array=array)
+        if after:
+            try:
+                store.get_workload(after)
+            except NotFound as e:
+                raise fail(422, f"after: {e}") from None
+        rows = store.list_workloads(statuses, budget=budget, user=user, limit=limit + 1,
+                                    array=array, after=after or None)
+        if len(rows) > limit:  # one more than asked for: there are more
+            rows = rows[:limit]
+            next_page(request, response, "after", rows[-1].id)
         return shown(who, rows)
 
     @router.get(f"{v1}/workloads/{{workload_id}}", tags=["workloads"])

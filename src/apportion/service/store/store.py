@@ -570,11 +570,15 @@ class Store:
         user: str | None = None,
         limit: int = 1000,
         array: str | None = None,
+        after: str | None = None,
     ) -> list[WorkloadRow]:
         """Workloads oldest first, with their open attempt. ``budget`` matches the node and
-        its whole subtree; ``array`` keeps the elements of that array."""
+        its whole subtree; ``array`` keeps the elements of that array; ``after`` (a
+        workload's id) only those submitted after it: the next page of a list."""
         with self._tx(write=False) as s:
             q = _matching(select(WM), statuses, budget, user, array)
+            if after is not None:
+                q = q.where(WM.seq > select(WM.seq).where(WM.id == after).scalar_subquery())
             rows = list(s.scalars(q.order_by(WM.seq).limit(limit)))
             return self._with_open_attempts(s, rows)
 
@@ -1306,11 +1310,15 @@ class Store:
             self._audit(s, actor, action, target, old, new)
 
     def audit(
-        self, limit: int = 100, target: str | None = None, after_id: int = 0
+        self, limit: int = 100, target: str | None = None, after_id: int = 0,
+        before_id: int | None = None,
     ) -> list[AuditRow]:
-        """Audit entries, newest first (``after_id``: only entries with a larger id)."""
+        """Audit entries, newest first (``after_id``: only entries with a larger id;
+        ``before_id``: only those with a smaller one, the next page of a list)."""
         with self._tx(write=False) as s:
             q = select(AuditModel).where(AuditModel.id > after_id)
+            if before_id is not None:
+                q = q.where(AuditModel.id < before_id)
             if target:
                 q = q.where(AuditModel.target == target)
             return [
