@@ -13,7 +13,8 @@ import pytest
 from sched_env import Env, make_env
 from store_db import BACKENDS
 
-from apportion.core import HostState, Status
+from apportion.core import HostState, PolicyConfig, Status
+from apportion.service.dashboard import clock_time, explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
 from apportion.service.store import Store, WorkloadRow
 
@@ -411,6 +412,42 @@ def test_queue_view_counts_from_the_clock_not_from_the_last_change(lite: Env) ->
     assert (view.now, view.last_pass_at) == (130.0, 100.0)
     assert running[wid].protected_until - view.now == 470.0
     assert charged["ai/llm"] == 1040.0  # 8 GPUs x 130 s
+
+
+def test_queue_and_why_count_the_restart_protection_of_a_resumed_run(tmp_path: Path) -> None:
+    """On one 4-GPU host with ``restart_protection`` 60 s: resumable R (ai/llm, 2 GPUs,
+    minimum runtime 10 s) is preempted for ai/vision's V1 at 14 s and resumes at 30 s, when
+    V1 ends; at 45 s ai/vision's V2 asks for 2 GPUs. R is no rebalance victim until 90 s:
+    the queue's ``protected_until`` and ``why R`` say so (with why), ``why V2`` calls R
+    protected for another 45 s and projects V2's start within 45 s, and the pass at 90 s,
+    not before, preempts R for V2."""
+    config = PolicyConfig(max_min_runtime=300, restart_protection=60, checkpoint_wait=0,
+                          debug_lane=False)
+    env = make_env("sqlite", tmp_path, hosts=(("h0", 4),), config=config)
+    r = env.submit(gpus=2, min_runtime=10.0, resumable=True)
+    env.submit(gpus=2, min_runtime=300.0)
+    env.at(0.0)
+    env.clock.set(14.0)
+    v1 = env.submit(budget="ai/vision", gpus=2, min_runtime=10.0, duration=16.0)
+    assert env.at(14.0)[0] == f"14.000 preempt {r} rebalance requeue=True by={v1}"
+    assert env.at(30.0) == [f"30.000 start {r} on h0:2"]
+    env.clock.set(45.0)
+    v2 = env.submit(budget="ai/vision", gpus=2, min_runtime=10.0)
+    assert env.at(45.0) == []
+    running = {q.id: q for q in env.sched.queue_view().running}
+    assert running[r].protected_until == 90.0
+    why_r = explain_workload(env.store, env.sched, r)
+    assert (why_r.protected_until, why_r.min_runtime_ends, why_r.restarted) == (
+        90.0, 40.0, True)
+    assert why_r.text[2] == ("protected for another 45 s, until " + clock_time(90.0)
+                             + " (restart protection: a run resumed after a requeue is no "
+                             "rebalance victim for its first 1 min)")
+    why_v2 = explain_workload(env.store, env.sched, v2)
+    assert f"would displace {r} (ai/llm, 2 GPUs): protected for another 45 s" in why_v2.text
+    assert why_v2.projected_start == 90.0
+    assert env.at(89.0) == []
+    assert env.at(90.0)[0] == f"90.000 preempt {r} rebalance requeue=True by={v2}"
+    env.store.close()
 
 
 def submit_after(env: Env, dependency: str, t: float) -> WorkloadRow:

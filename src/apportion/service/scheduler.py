@@ -52,6 +52,7 @@ from apportion.core import (
 )
 from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.fleet import FleetState, decide_fleet
+from apportion.core.preemption import rebalance_protected_until
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.config import PoolsConfig
@@ -406,7 +407,9 @@ class Scheduler:
           did not reach it); then the work held out of the queue (``wait_reason`` ``held``,
           no ``position``, ``hold`` says what it waits for: a dependency, its array's
           throttle);
-        * ``running``: with placement, ``protected_until`` and ``stopping``;
+        * ``running``: with placement, ``protected_until`` (no rebalance victim before:
+          its minimum runtime and, for a resumed run, its restart protection) and
+          ``stopping``;
         * ``hosts``: state, GPUs used and free; ``budgets``: share and usage ratio.
         """
         with self.lock:
@@ -453,7 +456,8 @@ class Scheduler:
                     placement=[(s.host, len(s.gpu_indexes), list(s.gpu_indexes))
                                for s in (a.slots if a else ())],
                     started_at=r.started_at,
-                    protected_until=r.protected_until(),
+                    # as a rebalance victim, restart protection included: what why says
+                    protected_until=rebalance_protected_until(r, self.config),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
                     pool=st.runs_in(wid) if several else None,
