@@ -226,7 +226,7 @@ def test_running_work_is_told_what_a_preemption_now_would_cost_it() -> None:
 
 def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate() -> None:
     """h1 is being drained: b1 (protected until 4600, not resumable) is told it is stopped
-    when its protection ends and ends preempted; resumable b3 on h1 as well, that it is
+    when its minimum runtime ends and ends preempted; resumable b3 on h1 as well, that it is
     requeued; past its protection, "on the next pass", as the drain phase of the next
     decide preempts it. b4 on the healthy h2 is told nothing of a drain."""
     st = cluster(hosts=2)
@@ -237,7 +237,7 @@ def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate
     b1 = explain(st, 2000.0, CFG, "b1")
     assert (b1.draining, b1.resumable) == (("h1",), False)
     assert b1.lines()[-1] == ("h1 is being drained: it is stopped in 43 min 20 s, when its "
-                              "protection ends, and not requeued (not resumable): it ends "
+                              "minimum runtime ends, and not requeued (not resumable): it ends "
                               "preempted")
     b3 = explain(st, 2000.0, CFG, "b3")
     assert b3.lines()[-1] == ("h1 is being drained: it is stopped on the next pass, and "
@@ -245,6 +245,78 @@ def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate
     assert [p.workload for p in decide(st, 2000.0, CFG).preemptions] == ["b3"]
     b4 = explain(st, 2000.0, CFG, "b4")
     assert b4.draining == () and not any("drained" in line for line in b4.lines())
+
+
+# R (a, 2 of h1's 4 GPUs, resumable) runs from 0, is preempted at 14 s and resumed at 30 s
+# (or never preempted); L (a, 2 GPUs, 5 min) holds the rest; b asks for 2 GPUs at 45 s.
+# restart_protection 60 s: R is no rebalance victim before the later of its minimum
+# runtime's end and 30 + 60 = 90 (docs/policy.md, "Restart protection").
+RESTART_CFG = PolicyConfig(max_min_runtime=300, restart_protection=60, checkpoint_wait=0,
+                           debug_lane=False)
+
+
+def resumed_cluster(min_runtime: float, resumed: bool) -> ClusterState:
+    st = ClusterState(BudgetTree.build([("a", 1), ("b", 1)]), [Host("h1", 4)])
+    st.submit(WorkloadSpec("R", "a", 2, min_runtime, 0.0, resumable=True), 0.0)
+    st.start("R", (Slice("h1", 2),), 0.0)
+    st.submit(WorkloadSpec("L", "a", 2, 300, 0.0), 0.0)
+    st.start("L", (Slice("h1", 2),), 0.0)
+    if resumed:
+        st.mark_stopping("R")
+        st.requeue("R", 14.0)
+        st.start("R", (Slice("h1", 2),), 30.0)
+    st.submit(WorkloadSpec("B", "b", 2, 10, 45.0), 45.0)
+    return st
+
+
+@pytest.mark.parametrize(("min_runtime", "resumed", "protected_until", "preempted_at"), [
+    (10, True, 90.0, 90.0),  # the restart protection ends last
+    (100, True, 130.0, 130.0),  # the minimum runtime of the resumed run ends last
+    (10, False, 10.0, 45.0),  # never requeued: past its minimum runtime, preempted at once
+])
+def test_explain_projects_the_start_decide_gives_past_the_restart_protection(
+    min_runtime: float, resumed: bool, protected_until: float, preempted_at: float
+) -> None:
+    """At 45 s, explain's protection end of R (R's own ``protected_until``, and as B's
+    victim) is when the rules let a rebalance take it, and the first moment decide preempts
+    R for B is B's projected start (or R is preempted for B now): explain counts a resumed
+    run's restart protection as the rules apply it."""
+    st = resumed_cluster(min_runtime, resumed)
+    first = next(t for t in range(45, 301)
+                 if any((p.workload, p.by) == ("R", "B")
+                        for p in decide(st, t, RESTART_CFG).preemptions))
+    assert first == preempted_at
+    assert explain(st, 45.0, RESTART_CFG, "R").protected_until == protected_until
+    b = explain(st, 45.0, RESTART_CFG, "B")
+    if preempted_at == 45.0:
+        assert (b.preempting, b.earliest_start) == (("R",), 45.0)
+        return
+    assert [(v.id, v.protected, v.protected_until, v.rules_allow) for v in b.victims] == [
+        ("R", True, protected_until, True)]
+    assert (b.earliest_start, b.projected_start) == (preempted_at, preempted_at)
+
+
+def test_a_resumed_run_is_told_its_restart_protection_and_a_drain_its_minimum_runtime(
+) -> None:
+    """R, resumed at 30 s (minimum runtime 10 s, restart_protection 60 s), at 45 s: protected
+    for another 45 s by its restart protection (said so); on a draining host it is told it
+    is stopped on the next pass, since a drain waits for the minimum runtime only (and the
+    drain phase of decide does preempt it)."""
+    st = resumed_cluster(10, resumed=True)
+    r = explain(st, 45.0, RESTART_CFG, "R")
+    assert (r.restarted, r.min_runtime_ends, r.protected_until) == (True, 40.0, 90.0)
+    assert r.lines()[2] == ("protected for another 45 s (restart protection: a run resumed "
+                            "after a requeue is no rebalance victim for its first 1 min)")
+    st.set_host_state("h1", HostState.DRAINING, 45.0)
+    assert explain(st, 45.0, RESTART_CFG, "R").lines()[-1] == (
+        "h1 is being drained: it is stopped on the next pass, and requeued (resumable: it "
+        "keeps its place in its budget's queue)")
+    assert [p.workload for p in decide(st, 45.0, RESTART_CFG).preemptions] == ["R"]
+    assert explain(st, 95.0, RESTART_CFG, "L").lines()[2] == "protected for another 3 min 25 s"
+    st.set_host_state("h1", HostState.HEALTHY, 95.0)
+    assert explain(st, 95.0, RESTART_CFG, "R").lines()[2] == (
+        "not protected: it may be preempted (past its minimum runtime and its restart "
+        "protection)")
 
 
 def test_unknown_workload_is_an_error_naming_it() -> None:

@@ -48,8 +48,9 @@ class Env:
         return self.sched.step()
 
     def restart(self, grace_s: float = 0.0) -> Scheduler:
-        """A new scheduler over the same store and executor (a server restart)."""
-        self.sched = Scheduler(self.store, self.executor, PolicyConfig(), self.clock,
+        """A new scheduler over the same store and executor (a server restart), with the
+        same policy."""
+        self.sched = Scheduler(self.store, self.executor, self.sched.config, self.clock,
                                grace_s=grace_s)
         self.sched.start()
         return self.sched

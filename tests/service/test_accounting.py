@@ -56,7 +56,7 @@ def build(store: Store) -> dict[str, str]:
     def run(wid: str, n: int, gpus: int, a: float, b: float, status: Status) -> None:
         store.begin_attempt(wid, [("h1", gpus, list(range(gpus)))], a)
         if status is not Status.COMPLETED:  # preempted: it was stopping first
-            store.mark_stopping(wid)
+            store.mark_stopping(wid, "preempted: rebalance", b)
         store.end_attempt(wid, n, b, 0, "exited 0", status)
 
     w4 = submit("W4", "y", "bob", 8, 2 * H, T0 - 2 * H)

@@ -246,7 +246,7 @@ def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Servic
     svc.clock.advance(again.grace_s + 1)
     again.step()
     w = svc.store.get_workload(wid)
-    assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit")
+    assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit of 1 h")
 
 
 def test_why_of_held_work_says_what_holds_it(svc: Service) -> None:

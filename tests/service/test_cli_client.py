@@ -463,7 +463,7 @@ def test_queue_says_when_a_drain_will_stop_running_work(server: Server) -> None:
 
     assert "draining" not in row()
     assert run(server, "root", "hosts", "drain", host, "--reason", "fan").exit_code == 0
-    assert row().endswith(f"{host}:1 (host draining: stopped when its protection ends)")
+    assert row().endswith(f"{host}:1 (host draining: stopped when its minimum runtime ends)")
     assert run(server, "root", "hosts", "repair", host).exit_code == 0
     assert row().endswith(f"{host}:1")
     assert run(server, "bob", "cancel", wid).exit_code == 0

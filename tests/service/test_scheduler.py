@@ -13,7 +13,8 @@ import pytest
 from sched_env import Env, make_env
 from store_db import BACKENDS
 
-from apportion.core import HostState, Status
+from apportion.core import HostState, PolicyConfig, Status
+from apportion.service.dashboard import clock_time, explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
 from apportion.service.store import Store, WorkloadRow
 
@@ -278,6 +279,85 @@ def test_restart_keeps_running_work_and_gpu_indexes(env: Env) -> None:
     assert got == (6, 7)
 
 
+def preempted_while_ignoring_sigterm(backend: str, tmp_path: Path) -> tuple[Env, str, str]:
+    """On one 4-GPU host with an 8 s grace period (and no debug lane, which would hand R,
+    short, the free GPUs first): resumable R (ai/llm, 4 GPUs, minimum runtime 10 s, time
+    limit 45 s, ignores SIGTERM) starts at 0 and is preempted for a rebalance at 30 s, for
+    ai/vision's V (2 GPUs). Returns the env, R and V."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 4),), grace_s=8.0,
+                   config=PolicyConfig(debug_lane=False))
+    r = env.store.add_workload(budget="ai/llm", gpus=4, min_runtime=10.0, submit_time=0.0,
+                               command=["train"], actor="alice", resumable=True,
+                               time_limit=45.0).id
+    env.executor.term_delays[r] = 1000.0
+    env.at(0.0)
+    env.clock.set(30.0)
+    v = env.submit(budget="ai/vision", gpus=2, min_runtime=10.0)
+    assert env.at(30.0) == [f"30.000 preempt {r} rebalance requeue=True by={v}"]
+    assert status(env, r) is Status.STOPPING
+    return env, r, v
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_restart_requeues_work_stopping_for_a_preemption_even_past_its_time_limit(
+    backend: str, tmp_path: Path
+) -> None:
+    """R, stopping for a rebalance since 30 s, is killed at 38 s (30 s + its 8 s grace) while
+    the server is down; the server restarted at 45 s, past R's 45 s time limit, ends the
+    attempt as its stop says: R is requeued (resumable), the attempt's reason the
+    preemption's in full, not a final ``timeout``; then V starts."""
+    env, r, v = preempted_while_ignoring_sigterm(backend, tmp_path)
+    env.clock.set(45.0)
+    env.restart(grace_s=8.0)
+    w = env.store.get_workload(r)
+    assert (w.status, w.attempts[0].ended_at, w.attempts[0].end_reason) == (
+        Status.PENDING, 38.0, "preempted: rebalance")
+    assert env.sched.step() == [f"45.000 start {v} on h0:2"]
+    env.store.close()
+
+
+def test_a_restart_sends_a_stop_again_with_the_grace_it_has_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R was told to stop at 30 s with an 8 s grace period. A server restarted at 33 s, and
+    again at 36 s, sends the stop again with what is left of that grace (5 s, then 2 s), so
+    that an executor that lost the first stop kills R at 38 s as planned, not a whole grace
+    period after the restart; at 38 s R is requeued."""
+    env, r, _ = preempted_while_ignoring_sigterm("sqlite", tmp_path)
+    graces: list[float] = []
+    stop = env.executor.stop
+
+    def recorded_stop(handle: str, grace_s: float) -> None:
+        graces.append(grace_s)
+        stop(handle, grace_s)
+
+    monkeypatch.setattr(env.executor, "stop", recorded_stop)
+    for t in (33.0, 36.0):
+        env.clock.set(t)
+        env.restart(grace_s=8.0)
+        env.sched.step()
+    assert graces == [5.0, 2.0]
+    env.at(38.0)
+    w = env.store.get_workload(r)
+    assert (w.status, w.attempts[0].ended_at) == (Status.PENDING, 38.0)
+    env.store.close()
+
+
+def test_a_stop_stored_without_its_reason_is_ended_as_before(tmp_path: Path) -> None:
+    """A stop recorded before the store kept its reason and time (no ``stop_reason``, no
+    ``stop_issued_at``: a server of an earlier version) is taken after a restart as a
+    preemption, or past the time limit as a timeout, and sent again with a whole grace."""
+    env, r, _ = preempted_while_ignoring_sigterm("sqlite", tmp_path)
+    with env.store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE attempts SET stop_reason = NULL, stop_issued_at = NULL")
+    env.clock.set(45.0)
+    env.restart(grace_s=8.0)
+    w = env.store.get_workload(r)
+    assert (w.status, w.attempts[0].end_reason) == (
+        Status.TIMEOUT, "timeout: reached its time limit")
+    env.store.close()
+
+
 def test_attempt_begun_but_never_launched_is_requeued_uncharged(env: Env) -> None:
     """A crash between begin_attempt and the launch leaves an attempt without a handle:
     on start it is ended at its start time (0 GPU-seconds) and the workload runs again."""
@@ -411,6 +491,42 @@ def test_queue_view_counts_from_the_clock_not_from_the_last_change(lite: Env) ->
     assert (view.now, view.last_pass_at) == (130.0, 100.0)
     assert running[wid].protected_until - view.now == 470.0
     assert charged["ai/llm"] == 1040.0  # 8 GPUs x 130 s
+
+
+def test_queue_and_why_count_the_restart_protection_of_a_resumed_run(tmp_path: Path) -> None:
+    """On one 4-GPU host with ``restart_protection`` 60 s: resumable R (ai/llm, 2 GPUs,
+    minimum runtime 10 s) is preempted for ai/vision's V1 at 14 s and resumes at 30 s, when
+    V1 ends; at 45 s ai/vision's V2 asks for 2 GPUs. R is no rebalance victim until 90 s:
+    the queue's ``protected_until`` and ``why R`` say so (with why), ``why V2`` calls R
+    protected for another 45 s and projects V2's start within 45 s, and the pass at 90 s,
+    not before, preempts R for V2."""
+    config = PolicyConfig(max_min_runtime=300, restart_protection=60, checkpoint_wait=0,
+                          debug_lane=False)
+    env = make_env("sqlite", tmp_path, hosts=(("h0", 4),), config=config)
+    r = env.submit(gpus=2, min_runtime=10.0, resumable=True)
+    env.submit(gpus=2, min_runtime=300.0)
+    env.at(0.0)
+    env.clock.set(14.0)
+    v1 = env.submit(budget="ai/vision", gpus=2, min_runtime=10.0, duration=16.0)
+    assert env.at(14.0)[0] == f"14.000 preempt {r} rebalance requeue=True by={v1}"
+    assert env.at(30.0) == [f"30.000 start {r} on h0:2"]
+    env.clock.set(45.0)
+    v2 = env.submit(budget="ai/vision", gpus=2, min_runtime=10.0)
+    assert env.at(45.0) == []
+    running = {q.id: q for q in env.sched.queue_view().running}
+    assert running[r].protected_until == 90.0
+    why_r = explain_workload(env.store, env.sched, r)
+    assert (why_r.protected_until, why_r.min_runtime_ends, why_r.restarted) == (
+        90.0, 40.0, True)
+    assert why_r.text[2] == ("protected for another 45 s, until " + clock_time(90.0)
+                             + " (restart protection: a run resumed after a requeue is no "
+                             "rebalance victim for its first 1 min)")
+    why_v2 = explain_workload(env.store, env.sched, v2)
+    assert f"would displace {r} (ai/llm, 2 GPUs): protected for another 45 s" in why_v2.text
+    assert why_v2.projected_start == 90.0
+    assert env.at(89.0) == []
+    assert env.at(90.0)[0] == f"90.000 preempt {r} rebalance requeue=True by={v2}"
+    env.store.close()
 
 
 def submit_after(env: Env, dependency: str, t: float) -> WorkloadRow:

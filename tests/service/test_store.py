@@ -159,7 +159,7 @@ def test_end_attempt_requeue(store: Store) -> None:
     """Requeue: the workload is pending again, queued at the end time, keeps submit time."""
     wid = submit(store, t=5.0, resumable=True)
     store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
-    store.mark_stopping(wid)
+    store.mark_stopping(wid, "preempted: rebalance", 40.0)
     assert store.end_attempt(wid, 1, 50.0, None, "preempted: rebalance", Status.PENDING)
     w = store.get_workload(wid)
     assert (w.status, w.queued_at, w.submit_time) == (Status.PENDING, 50.0, 5.0)
@@ -180,7 +180,7 @@ def test_release_held_sets_the_queue_time_once_and_keeps_a_requeue_time(store: S
     ran = submit(store, t=5.0, resumable=True)
     store.begin_attempt(ran, [("h1", 2, [0, 1])], 10.0)
     assert store.release_held(ran, 20.0) is None  # running, not pending
-    store.mark_stopping(ran)
+    store.mark_stopping(ran, "preempted: rebalance", 40.0)
     store.end_attempt(ran, 1, 50.0, None, "preempted: rebalance", Status.PENDING)
     assert store.release_held(ran, 70.0) == 50.0  # its requeue time
     w = store.get_workload(ran)
@@ -201,7 +201,23 @@ def test_mark_stopping_needs_running(store: Store) -> None:
     """mark_stopping on a pending workload is refused."""
     wid = submit(store)
     with pytest.raises(Conflict, match="cannot go from pending to stopping"):
-        store.mark_stopping(wid)
+        store.mark_stopping(wid, "cancelled", 10.0)
+
+
+def test_mark_stopping_keeps_why_and_when_with_the_open_attempt(store: Store) -> None:
+    """The stop's reason and time are kept with the attempt it stops (what a restarted
+    scheduler carries on), not with an earlier attempt of the same workload."""
+    wid = submit(store, resumable=True)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    assert store.get_workload(wid).attempts[0].stop_reason is None
+    store.mark_stopping(wid, "preempted: rebalance", 40.0)
+    store.end_attempt(wid, 1, 45.0, None, "preempted: rebalance", Status.PENDING)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 60.0)
+    store.mark_stopping(wid, "timeout: reached its time limit of 1 min", 70.0)
+    w = store.get_workload(wid)
+    assert [(a.stop_reason, a.stop_issued_at) for a in w.attempts] == [
+        ("preempted: rebalance", 40.0), ("timeout: reached its time limit of 1 min", 70.0)]
+    assert w.attempt is not None and w.attempt.stop_issued_at == 70.0
 
 
 def test_mark_stopping_writes_a_preemptions_audit_entry_with_the_stop_or_not_at_all(
@@ -213,10 +229,10 @@ def test_mark_stopping_writes_a_preemptions_audit_entry_with_the_stop_or_not_at_
     wid = submit(store)
     why = {"reason": "rebalance", "by": "w-000009"}
     with pytest.raises(Conflict, match="cannot go from pending to stopping"):
-        store.mark_stopping(wid, why, "scheduler")
+        store.mark_stopping(wid, "preempted: rebalance", 5.0, why, "scheduler")
     assert [a.action for a in store.audit(target=wid)] == []
     store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
-    store.mark_stopping(wid, why, "scheduler")
+    store.mark_stopping(wid, "preempted: rebalance", 20.0, why, "scheduler")
     assert store.get_workload(wid).status is Status.STOPPING
     assert [(a.actor, a.action, a.new) for a in store.audit(target=wid)] == [
         ("scheduler", "workload.preempt", why)]

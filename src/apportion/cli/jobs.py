@@ -545,7 +545,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
             left = max(0.0, r.protected_until - now)
         why = r.stop_reason
         if not r.stopping and any(h in draining for h, _, _ in r.placement):
-            why = "host draining: stopped when its protection ends"
+            why = "host draining: stopped when its minimum runtime ends"
         out.append({**w, "position": None, "state": state, "reason": why,
                     "elapsed_s": None if now is None else now - r.started_at,
                     "waited_s": None, "protected_s": left,
@@ -599,7 +599,8 @@ QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSE
 def queue(client: Client, me: bool, user: str | None, budget: str | None,
           states: str | None, watch: float | None, as_json: bool) -> None:
     """The queue as the policy orders it, like squeue: POS is the place in the policy's
-    order (held work has none), PROTECTED how long it may not be preempted yet."""
+    order (held work has none), PROTECTED how long no rebalance may preempt it yet (its
+    minimum runtime, and for a run resumed after a requeue its restart protection)."""
     wanted = active_states(states, "finished work: apportion show ID")
     if as_json:
         _print_json(queue_entries(client, me, user, budget, wanted)[1])

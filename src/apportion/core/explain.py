@@ -28,7 +28,10 @@ the answer is the policy's own reasoning, not a re-implementation of it:
   (no work ends on its own, nothing new arrives). The changed requests are swapped into the
   state and out again, so the state is left exactly as it was (see :func:`_advise`).
 
-Running work is explained by its protection: until when nothing but a host failure ends it.
+Running work is explained by its protection: until when no rebalance preempts it (its
+minimum runtime, and for a run resumed after a requeue its restart protection:
+:func:`~apportion.core.preemption.rebalance_protected_until`, what the victim search and the
+rules apply); a drain of its hosts waits for its minimum runtime only.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import Any
 from .config import PolicyConfig, is_debug
 from .placement import HostView, find_victims
 from .policy import Pass, decide
-from .preemption import UNALLOCATED, size_bound_lifts
+from .preemption import UNALLOCATED, Candidate, rebalance_protected_until, size_bound_lifts
 from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
 from .units import format_duration, plural
@@ -75,9 +78,11 @@ class Victim:
     gpus: int
     allocated: bool
     resumable: bool
-    protected_until: float
-    protected: bool  # still inside its minimum runtime at ``now``
-    rules_allow: bool  # unallocated, or the rebalance rules let this workload take it now
+    protected_until: float  # no rebalance victim before (rebalance_protected_until)
+    protected: bool  # still inside its minimum runtime or restart protection at ``now``
+    # unallocated, or the rebalance rules let this workload take it now, its protection
+    # apart (that is ``protected``)
+    rules_allow: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,9 @@ class Explanation:
     advice: tuple[Advice, ...] = ()
     # ---- running ----
     started_at: float | None = None
-    protected_until: float | None = None
+    protected_until: float | None = None  # no rebalance victim before (see module doc)
+    min_runtime_ends: float | None = None  # a drain stops it from then (its start: unallocated)
+    restarted: bool = False  # this run resumes after a requeue (restart protection, if allocated)
     placement: Placement = ()
     draining: tuple[str, ...] = ()  # hosts of its placement being drained: it is stopped
     resumable: bool = False  # requeued when preempted (pending or running)
@@ -176,6 +183,8 @@ class Explanation:
             "caveats": list(self.caveats),
             "started_at": self.started_at,
             "protected_until": self.protected_until,
+            "min_runtime_ends": self.min_runtime_ends,
+            "restarted": self.restarted,
             "placement": [[s.host, s.gpus] for s in self.placement],
             "resumable": self.resumable,
             "draining": list(self.draining),
@@ -214,7 +223,9 @@ def explain(
             now=now,
             ratio=rules.ratio(spec.budget),
             started_at=r.started_at,
-            protected_until=r.protected_until(),
+            protected_until=rebalance_protected_until(r, config),
+            min_runtime_ends=r.protected_until(),
+            restarted=r.restarted,
             placement=r.placement,
             resumable=spec.resumable,
             draining=tuple(s.host for s in r.placement if s.host in state.draining),
@@ -309,7 +320,7 @@ def explain(
                      "which depends on how long running work takes (nobody declares that)",),
         )
     plan_hosts, victims = _hypothetical_plan(state, now, config, spec, d, pas)
-    earliest = _earliest_start(state, now, spec, d)
+    earliest = _earliest_start(state, now, config, spec, d)
     caveats: list[str] = []
     if still_waiting_ahead:
         caveats.append(
@@ -393,15 +404,16 @@ def _swap_out(state: ClusterState, saved: _Saved) -> None:
     state.put_back(spec.id, saved.order, saved.reservation, saved.keys)
 
 
-def _moments(state: ClusterState, now: float, lifts: float) -> list[float]:
+def _moments(state: ClusterState, now: float, config: PolicyConfig, lifts: float
+             ) -> list[float]:
     """``now`` and the moments after it where protection of running work ends (at most
     :data:`MAX_MOMENTS` in all, evenly picked), and ``lifts``, if later: when the victim
     size bound that holds the explained workload back lifts. The only moments at which, if
     nothing else changes, what the policy may do for it changes (ratios move slowly in
     between)."""
     ends = sorted({
-        r.protected_until() for wid, r in state.running.items()
-        if wid not in state.stopping and r.protected_until() > now
+        until for wid, r in state.running.items()
+        if wid not in state.stopping and (until := rebalance_protected_until(r, config)) > now
     })
     k = MAX_MOMENTS - 1
     if len(ends) > k:
@@ -493,7 +505,7 @@ def _advise(
     is assumed to fare no better than a larger one; whatever is reported was decided by a
     pass, never inferred). ``lifts``: when the victim size bound that holds it back lifts
     (``now`` if it does not)."""
-    moments = _moments(state, now, lifts)
+    moments = _moments(state, now, config, lifts)
     passes = _Passes(MAX_PASSES)
     # at ``now`` it does not start (the caller asked decide): look from the next moment
     base = _first_start(state, config, spec, moments[1:], passes)
@@ -596,30 +608,45 @@ def _hypothetical_plan(
     out: list[Victim] = []
     for c in plan.victims:
         allowed = c.klass == UNALLOCATED or (
-            config.rebalance and pas.rules.may_preempt(spec, c, taken, sides)
+            config.rebalance and pas.rules.may_preempt(spec, _unprotected(c), taken, sides)
         )
         taken[c.budget] = taken.get(c.budget, 0) + c.gpus
+        until = rebalance_protected_until(state.running[c.id], config)
         out.append(Victim(
             id=c.id, budget=c.budget, gpus=c.gpus, allocated=c.klass != UNALLOCATED,
-            resumable=c.resumable, protected_until=c.protected_until,
-            protected=now < c.protected_until, rules_allow=allowed,
+            resumable=c.resumable, protected_until=until, protected=now < until,
+            rules_allow=allowed,
         ))
     return tuple(h for h, _ in plan.hosts), tuple(out)
 
 
-def _earliest_start(state: ClusterState, now: float, spec: WorkloadSpec, d: Decisions) -> float:
-    """Min over usable hosts of the latest protection end among the work it would need
-    there (work that frees earliest taken first); stopping work counts as free now."""
+def _unprotected(c: Candidate) -> Candidate:
+    """Victim ``c`` as the rebalance rules judge it once its restart protection is over:
+    the victim's ``protected`` tells the protection, ``rules_allow`` the rest of the rules
+    (as for protection by the minimum runtime, which the rules leave to placement)."""
+    return Candidate(c.id, c.budget, c.gpus, c.klass, c.lost, c.protected_until, c.resumable,
+                     c.hosts)
+
+
+def _earliest_start(
+    state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec, d: Decisions
+) -> float:
+    """Min over usable hosts of the latest protection end (as a rebalance victim) among the
+    work it would need there (work that frees earliest taken first); stopping work counts
+    as free now."""
     holders: dict[str, list[tuple[float, int]]] = {}  # host -> (protected until, gpus)
     for wid, r in state.running.items():
         if wid in state.stopping:
             continue
+        until = max(now, rebalance_protected_until(r, config))
         for s in r.placement:
-            holders.setdefault(s.host, []).append((max(now, r.protected_until()), s.gpus))
+            holders.setdefault(s.host, []).append((until, s.gpus))
     for start in d.starts:  # started by this pass: protected from now on
-        started = state.pending[start.workload].spec
+        p = state.pending[start.workload]
+        until = rebalance_protected_until(
+            Running(p.spec, start.placement, now, restarted=p.restarted), config)
         for s in start.placement:
-            holders.setdefault(s.host, []).append((now + started.min_runtime, s.gpus))
+            holders.setdefault(s.host, []).append((until, s.gpus))
     usable = {n: h.gpus for n, h in state.hosts.items() if h.schedulable}
     max_size = max((h.gpus for h in state.hosts.values()), default=0)
     free_at: dict[str, float] = {}  # host -> when enough of it is unprotected
@@ -673,11 +700,20 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
            f"usage ratio {e.ratio:.3f}"]
     if e.status != "pending":
         assert e.protected_until is not None and e.started_at is not None
+        assert e.min_runtime_ends is not None
         where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
         out.append(f"running on {where} for {format_duration(e.now - e.started_at)}")
+        restart = e.restarted and e.allocated  # its restart protection applies
         if e.protected_until > e.now:
+            why = ""
+            if restart and e.protected_until > e.min_runtime_ends:
+                why = (" (restart protection: a run resumed after a requeue is no rebalance "
+                       f"victim for its first {format_duration(e.protected_until - e.started_at)})")
             out.append(f"protected for another {format_duration(e.protected_until - e.now)}"
-                       + ("" if clock is None else f", until {clock(e.protected_until)}"))
+                       + ("" if clock is None else f", until {clock(e.protected_until)}") + why)
+        elif restart:
+            out.append("not protected: it may be preempted (past its minimum runtime and its "
+                       "restart protection)")
         else:
             out.append("not protected: it may be preempted (unallocated, or past its "
                        "minimum runtime)")
@@ -686,8 +722,9 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         if e.draining and e.status == "running":  # the drain phase stops it then, for sure
             hosts = ", ".join(e.draining)
             verb = "is" if len(e.draining) == 1 else "are"
-            when = (at(e.protected_until) + ", when its protection ends"
-                    if e.protected_until > e.now else "on the next pass")
+            # a drain waits for the minimum runtime only, not for a restart protection
+            when = (at(e.min_runtime_ends) + ", when its minimum runtime ends"
+                    if e.min_runtime_ends > e.now else "on the next pass")
             fate = ("and requeued (resumable: it keeps its place in its budget's queue)"
                     if e.resumable else "and not requeued (not resumable): it ends preempted")
             out.append(f"{hosts} {verb} being drained: it is stopped {when}, {fate}")

@@ -99,6 +99,24 @@ class Candidate:
         )
 
 
+def rebalance_protected_until(r: Running, config: PolicyConfig) -> float:
+    """Until when running ``r`` is no rebalance victim, as the policy applies it: allocated
+    work until the end of its minimum runtime (placement offers no victim inside it,
+    :meth:`Running.protected_until`) or, for a run that resumes after a requeue, until
+    ``restart_protection`` after that restart (:meth:`RebalanceRules.may_preempt` refuses
+    it), whichever is later; unallocated work not at all (its start: any allocated work
+    may displace it at once, restarted or not). A reservation's hosts are ready for it no
+    sooner either (:func:`~apportion.core.reservations.plan`).
+
+    A drain waits for the minimum runtime alone (:meth:`Running.protected_until`), and a
+    host failure for nothing. What ``explain`` and the service's queue show as running
+    work's protection, so that they agree with what :func:`~apportion.core.decide` does."""
+    until = r.protected_until()
+    if r.restarted and r.spec.allocated:
+        until = max(until, r.started_at + config.restart_protection)
+    return until
+
+
 def next_checkpoint(r: Running, at: float, config: PolicyConfig) -> float:
     """The first moment from ``at`` when preempting ``r`` loses nothing it has not saved:
     at once if it checkpoints on SIGTERM, else at its next checkpoint (the one it reported

@@ -434,7 +434,9 @@ class WhyExplanation(Reply):
     lower_bound: bool
     caveats: list[str]
     started_at: float | None
-    protected_until: float | None
+    protected_until: float | None  # running work: no rebalance victim before
+    min_runtime_ends: float | None  # running work: a drain of its hosts stops it from then
+    restarted: bool  # running work: it resumes after a requeue (restart protection)
     placement: list[tuple[str, int]]  # [host, GPUs]
     resumable: bool  # requeued when preempted
     draining: list[str]  # running work: hosts of its placement being drained

@@ -52,6 +52,7 @@ from apportion.core import (
 )
 from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.fleet import FleetState, decide_fleet
+from apportion.core.preemption import rebalance_protected_until
 from apportion.core.types import WorkloadSpec
 from apportion.service.clock import Clock
 from apportion.service.config import PoolsConfig
@@ -109,6 +110,7 @@ class _Attempt:
     stop_reason: str | None = None  # set once a stop was decided: "preempted: ...", "cancelled"
     requeue: bool = False  # when it has stopped: back to the queue (else a final status)
     stop_sent: bool = False  # the executor accepted the stop
+    stop_issued_at: float | None = None  # when the stop was decided: SIGKILL at this + grace
 
 
 class Scheduler:
@@ -223,7 +225,7 @@ class Scheduler:
                 self._sync_store(t)
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
-                    self._retry()
+                    self._retry(t)
                     self._fold(t)
                 self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
@@ -406,7 +408,9 @@ class Scheduler:
           did not reach it); then the work held out of the queue (``wait_reason`` ``held``,
           no ``position``, ``hold`` says what it waits for: a dependency, its array's
           throttle);
-        * ``running``: with placement, ``protected_until`` and ``stopping``;
+        * ``running``: with placement, ``protected_until`` (no rebalance victim before:
+          its minimum runtime and, for a resumed run, its restart protection) and
+          ``stopping``;
         * ``hosts``: state, GPUs used and free; ``budgets``: share and usage ratio.
         """
         with self.lock:
@@ -453,7 +457,8 @@ class Scheduler:
                     placement=[(s.host, len(s.gpu_indexes), list(s.gpu_indexes))
                                for s in (a.slots if a else ())],
                     started_at=r.started_at,
-                    protected_until=r.protected_until(),
+                    # as a rebalance victim, restart protection included: what why says
+                    protected_until=rebalance_protected_until(r, self.config),
                     stopping=r.stopping,
                     stop_reason=a.stop_reason if a else None,
                     pool=st.runs_in(wid) if several else None,
@@ -617,15 +622,17 @@ class Scheduler:
             assert a is not None
             slots = tuple(HostSlots(h, tuple(ix)) for h, _, ix in a.placement)
             self._take(slots)
-            stop_reason = None
-            if row.status is Status.STOPPING or row.cancel_requested:
-                stop_reason = "cancelled" if row.cancel_requested else "preempted"
-                if not row.cancel_requested and row.time_limit and (
-                    a.started_at + row.time_limit <= now
-                ):
+            stop_reason = a.stop_reason  # the stop as it was issued, if it was
+            if row.cancel_requested:
+                stop_reason = "cancelled"
+            elif row.status is Status.STOPPING and stop_reason is None:
+                # stopped by a server whose store kept no reason (before migration 0009)
+                stop_reason = "preempted"
+                if row.time_limit and a.started_at + row.time_limit <= now:
                     stop_reason = f"{TIMEOUT}: reached its time limit"
             self._open[row.id] = _Attempt(
-                a.n, slots, a.started_at, a.handle, stop_reason, row.resumable, False
+                a.n, slots, a.started_at, a.handle, stop_reason, row.resumable, False,
+                a.stop_issued_at,
             )
             self._commands[row.id] = row.command
             if row.array_id is not None:
@@ -737,7 +744,7 @@ class Scheduler:
             if cancel and status != pending and wid in self._open:
                 a = self._open[wid]
                 if a.stop_reason is None:
-                    self._stop(wid, "cancelled", False)
+                    self._stop(wid, "cancelled", False, now)
                 elif a.stop_reason != "cancelled":
                     a.stop_reason, a.requeue = "cancelled", False  # already stopping: end it
         for wid in [w for w in queued if index.get(w, ("", False))[0] != pending]:
@@ -875,7 +882,7 @@ class Scheduler:
         self._st().set_host_state(name, state, now)
         self._host_reason[name] = reason
 
-    def _retry(self) -> None:
+    def _retry(self, now: float) -> None:
         """Finish what an earlier pass could not: handles not yet stored, stops not sent."""
         for (wid, n), handle in list(self._unsaved.items()):
             self.store.set_attempt_handle(wid, n, handle)
@@ -888,7 +895,7 @@ class Scheduler:
                     log.warning("%s: launch still unconfirmed: %s", wid, e)
                     return
             if wid in self._open and a.stop_reason is not None and not a.stop_sent:
-                self._send_stop(wid, a)
+                self._send_stop(wid, a, now)
 
     def _find_launched(self, wid: str, a: _Attempt) -> None:
         """An attempt whose launch got no answer: adopt the executor's job if the launch
@@ -1035,31 +1042,38 @@ class Scheduler:
             self._mirror_drain(c.host, c.to, reason)
         for w in d.timeouts:
             limit = format_duration(self._st().running[w].spec.time_limit)
-            self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False)
+            self._stop(w, f"{TIMEOUT}: reached its time limit of {limit}", False, now)
         for p in d.preemptions:
             # who it was preempted for, and why: what ``apportion why`` tells its owner
-            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue,
+            self._stop(p.workload, f"preempted: {p.reason.value}", p.requeue, now,
                        {"reason": p.reason.value, "by": p.by})
         for r in d.reservations:  # in memory only: after a restart the next pass re-plans
             st.reserve(r.workload, r.hosts)
         return all(self._launch(s, now) for s in d.starts)
 
     def _stop(
-        self, wid: str, reason: str, requeue: bool, preempted: dict[str, Any] | None = None
+        self, wid: str, reason: str, requeue: bool, now: float,
+        preempted: dict[str, Any] | None = None,
     ) -> None:
-        """Record the stop (with a preemption's audit entry, in one transaction), then
-        send it."""
-        self.store.mark_stopping(wid, preempted, ACTOR)
+        """Record the stop, why and when (with a preemption's audit entry, in one
+        transaction), then send it."""
+        self.store.mark_stopping(wid, reason, now, preempted, ACTOR)
         self._st().mark_stopping(wid)
         a = self._open[wid]
-        a.stop_reason, a.requeue = reason, requeue
-        self._send_stop(wid, a)
+        a.stop_reason, a.requeue, a.stop_issued_at = reason, requeue, now
+        self._send_stop(wid, a, now)
 
-    def _send_stop(self, wid: str, a: _Attempt) -> None:
+    def _send_stop(self, wid: str, a: _Attempt, now: float) -> None:
+        """Send the stop, with what is left of its grace period: one sent again (after a
+        failure, or by a restarted server, whose executor may have forgotten the first)
+        is killed when the first would have been, not a whole grace period later."""
         if a.handle is None:
             return
+        grace = self.grace_s
+        if a.stop_issued_at is not None:  # None: issued before the store kept its time
+            grace = max(0.0, a.stop_issued_at + self.grace_s - now)
         try:
-            self.executor.stop(a.handle, self.grace_s)
+            self.executor.stop(a.handle, grace)
             a.stop_sent = True
         except Exception as e:
             log.warning("%s: stop failed (retried next pass): %s", wid, e)

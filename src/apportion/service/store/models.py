@@ -145,6 +145,10 @@ class AttemptModel(Base):
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     gpu_seconds: Mapped[float | None] = mapped_column(Double, nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # the stop the scheduler issued (NULL: none): its reason ("preempted: rebalance",
+    # "timeout: ...", "cancelled") and its time, on the scheduler's clock (0009)
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stop_issued_at: Mapped[float | None] = mapped_column(Double, nullable=True)
 
     __table_args__ = (Index("ix_attempts_ended_at", "ended_at"),)
 

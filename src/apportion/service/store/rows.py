@@ -55,7 +55,9 @@ class AlreadySubmitted(Conflict):
 @dataclass(frozen=True, slots=True)
 class AttemptRow:
     """One run of a workload. ``ended_at`` is None while it runs; ``handle`` is None until
-    the executor launched it; ``gpu_seconds`` is set once, when it ends."""
+    the executor launched it; ``gpu_seconds`` is set once, when it ends; ``stop_reason``
+    and ``stop_issued_at`` say why and when the scheduler told it to stop (None: never, or
+    before the store kept it)."""
 
     workload_id: str
     n: int
@@ -68,6 +70,8 @@ class AttemptRow:
     end_reason: str | None = None
     gpu_seconds: float | None = None
     log_path: str | None = None
+    stop_reason: str | None = None
+    stop_issued_at: float | None = None
 
     def core_placement(self) -> Placement:
         """The placement as the policy core knows it (host and GPU count per slice)."""

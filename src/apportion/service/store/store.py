@@ -670,13 +670,16 @@ class Store:
             a.handle = handle
 
     def mark_stopping(
-        self, workload_id: str, preempted: Mapping[str, Any] | None = None, actor: str = ""
+        self, workload_id: str, reason: str, at: float,
+        preempted: Mapping[str, Any] | None = None, actor: str = "",
     ) -> None:
-        """running -> stopping (a stop was issued). :class:`Conflict` otherwise. For a
-        preemption, ``preempted`` (its reason and whom it is for) is audited by ``actor`` as
-        ``workload.preempt`` in the same transaction: the entry exists if and only if the
-        stop was recorded, so a crash never leaves a preemption in the audit that was never
-        carried out (what ``apportion why`` would tell the owner)."""
+        """running -> stopping (a stop was issued at ``at`` for ``reason``, both kept with
+        the open attempt: a restarted scheduler carries the stop on as it was).
+        :class:`Conflict` otherwise. For a preemption, ``preempted`` (its reason and whom it
+        is for) is audited by ``actor`` as ``workload.preempt`` in the same transaction: the
+        entry exists if and only if the stop was recorded, so a crash never leaves a
+        preemption in the audit that was never carried out (what ``apportion why`` would
+        tell the owner)."""
         with self._tx() as s:
             res = s.execute(
                 update(WM)
@@ -685,6 +688,12 @@ class Store:
             )
             if res.rowcount != 1:  # type: ignore[attr-defined]
                 raise self._status_conflict(s, workload_id, Status.STOPPING)
+            s.execute(
+                update(AttemptModel)
+                .where(AttemptModel.workload_id == workload_id, AttemptModel.ended_at.is_(None))
+                .values(stop_reason=reason, stop_issued_at=at)
+                .execution_options(synchronize_session=False)
+            )
             if preempted is not None:
                 self._audit(s, actor, "workload.preempt", workload_id, None, dict(preempted))
 
@@ -1385,6 +1394,8 @@ def _attempt(a: AttemptModel) -> AttemptRow:
         end_reason=a.end_reason,
         gpu_seconds=a.gpu_seconds,
         log_path=a.log_path,
+        stop_reason=a.stop_reason,
+        stop_issued_at=a.stop_issued_at,
     )
 
 
