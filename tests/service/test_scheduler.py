@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,10 @@ from sched_env import Env, make_env
 from store_db import BACKENDS
 
 from apportion.core import HostState, PolicyConfig, Status
-from apportion.service.dashboard import clock_time, explain_workload
+from apportion.service.dashboard import explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
 from apportion.service.store import Store, WorkloadRow
+from apportion.times import format_time
 
 
 @pytest.fixture(params=BACKENDS)
@@ -518,7 +520,7 @@ def test_queue_and_why_count_the_restart_protection_of_a_resumed_run(tmp_path: P
     why_r = explain_workload(env.store, env.sched, r)
     assert (why_r.protected_until, why_r.min_runtime_ends, why_r.restarted) == (
         90.0, 40.0, True)
-    assert why_r.text[2] == ("protected for another 45 s, until " + clock_time(90.0)
+    assert why_r.text[2] == ("protected for another 45 s, until " + format_time(90.0, UTC)
                              + " (restart protection: a run resumed after a requeue is no "
                              "rebalance victim for its first 1 min)")
     why_v2 = explain_workload(env.store, env.sched, v2)
