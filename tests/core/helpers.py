@@ -209,6 +209,9 @@ class Driver:
     on_pass: Callable[[ClusterState, float, Decisions], None] | None = None
     policy: Policy = decide
     check_indexes: bool = True  # the index oracle after every event
+    # how long after the moment a pass asked for (Decisions.recheck_at) the next one comes:
+    # 0 as in the simulator; more as in the service, whose passes follow the wall clock
+    recheck_late: float = 0.0
 
     def __post_init__(self) -> None:
         self.durations: dict[str, float] = {}
@@ -284,7 +287,9 @@ class Driver:
             if self.on_pass is not None:
                 self.on_pass(self.state, now, d)
             if d.recheck_at is not None:  # a pass is due then, as in the simulator
-                self.rechecks.append(d.recheck_at)
+                self.rechecks.append(d.recheck_at + self.recheck_late)
+            for w in d.checkpoint_waits:  # recorded as the simulator does, even alone
+                self.state.await_checkpoints(w.workload, w.until, w.victims)
             if d.empty():
                 self.rounds_at[now] = i
                 return i

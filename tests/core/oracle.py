@@ -34,6 +34,9 @@ COVERED: dict[str, str] = {
     "_running": "primary",
     "_pending": "primary",
     "_reservations": "primary: only pending work, only known hosts",
+    "_awaited": "primary: recorded decisions; a wait of work queued again or gone is "
+                "ignored (checkpoints_awaited matches its queued_at) and dropped as the "
+                "table grows; started work has none",
     "_time": "primary: no running work started later",
     "_ledger": "primary history; its current rates are rebuilt",
     "_queues": "rebuilt",
@@ -401,6 +404,9 @@ def _primary_errors(state: ClusterState) -> list[str]:
             errors.append(f"reservations: {wid} holds one but is not pending")
         errors += [f"reservations: {wid}: unknown host {h!r}" for h in hosts
                    if h not in state.hosts]
+    waited = set(state.awaited) & set(state.running)
+    if waited:
+        errors.append(f"awaited: running work still has a checkpoint wait: {sorted(waited)}")
     both = set(state.running) & set(state.pending)
     if both:
         errors.append(f"running and pending at once: {sorted(both)}")

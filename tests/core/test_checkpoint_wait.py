@@ -69,6 +69,48 @@ def test_rebalance_waits_for_a_checkpoint_due_within_the_bound_then_preempts() -
     assert due.checkpoint_waits == ()
 
 
+@pytest.mark.parametrize("late", [0.5, 5.0, 4 * MIN])
+def test_a_pass_after_the_awaited_checkpoint_preempts_without_waiting_again(
+    late: float,
+) -> None:
+    """``b1`` checkpoints every 5 min. The service's passes follow the wall clock: the one
+    after ``a1``'s wait comes ``late`` seconds after ``b1``'s checkpoint at 55 min, when
+    ``b1`` has ``late`` seconds at risk again and its next checkpoint (60 min) is within
+    ``checkpoint_wait``. With the wait recorded (as drivers do), that pass preempts ``b1``
+    for ``a1``; without it, it waited for the next checkpoint, and again at each, until
+    the share guarantee's bound."""
+    st = _case(52 * MIN, interval=5 * MIN)
+    d = decide(st, 52 * MIN)
+    [wait] = d.checkpoint_waits
+    assert (wait.until, wait.victims) == (55 * MIN, ("b1",))
+    unrecorded = decide(st, 55 * MIN + late)
+    assert unrecorded.preemptions == () and [
+        w.until for w in unrecorded.checkpoint_waits] == [60 * MIN]
+    st.await_checkpoints(wait.workload, wait.until, wait.victims)
+    assert st.checkpoints_awaited("a1", 55 * MIN - 1) == frozenset()
+    assert st.checkpoints_awaited("a1", 55 * MIN) == {"b1"}
+    due = decide(st, 55 * MIN + late)
+    assert [(p.workload, p.by) for p in due.preemptions] == [("b1", "a1")]
+    assert due.checkpoint_waits == ()
+
+
+def test_a_recorded_wait_is_forgotten_when_its_workload_is_queued_again() -> None:
+    """``a1`` waited for ``b1`` (checkpointing every 5 min) until 55 min, then left the
+    queue and came back (queued from 56 min): its new time in the queue is a new request,
+    which waits for ``b1``'s next checkpoint (60 min) rather than taking it with progress
+    at risk; once it starts, the record is gone."""
+    st = _case(52 * MIN, interval=5 * MIN)
+    st.await_checkpoints("a1", 55 * MIN, ("b1",))
+    p = st.unqueue("a1")
+    st.submit(p.spec, 56 * MIN, queued_at=56 * MIN)
+    assert st.checkpoints_awaited("a1", 56 * MIN) == frozenset()
+    assert [w.until for w in decide(st, 56 * MIN).checkpoint_waits] == [60 * MIN]
+    st.await_checkpoints("a1", 60 * MIN, ("b1",))
+    st.finish("b1", 57 * MIN)
+    st.start("a1", (Slice("h0", 4),), 57 * MIN)
+    assert st.fingerprint()["awaited"] == ()
+
+
 def test_rebalance_preempts_at_once_when_the_checkpoint_is_beyond_the_bound() -> None:
     """At 45 min the checkpoint is 15 min away, more than ``checkpoint_wait``: ``b1`` is
     preempted at once, as without the wait; with ``checkpoint_wait`` 20 min ``a1`` waits."""
@@ -204,14 +246,16 @@ def _check_waits(state: ClusterState, now: float, d: Decisions) -> None:
 
 
 @st.composite
-def checkpointing_scenarios(draw: st.DrawFn) -> Scenario:
-    """Contended scenarios whose submissions and checkpoint intervals do not line up with
-    the minimum runtimes (so rebalances find victims between checkpoints), with more
-    resumable work that checkpoints on its interval only."""
+def checkpointing_scenarios(
+    draw: st.DrawFn, intervals: tuple[float, ...] = (0.0, 700.0, 900.0, 1300.0)
+) -> Scenario:
+    """Contended scenarios whose submissions and checkpoint intervals (of ``intervals``)
+    do not line up with the minimum runtimes (so rebalances find victims between
+    checkpoints), with more resumable work that checkpoints on its interval only."""
     sc = draw(contended_scenarios())
     jobs = [
         Job(replace(j.spec, submit_time=j.spec.submit_time + draw(st.integers(0, 599)),
-                    checkpoint_interval=draw(st.sampled_from([0.0, 700.0, 900.0, 1300.0])),
+                    checkpoint_interval=draw(st.sampled_from(intervals)),
                     resumable=j.spec.resumable or draw(st.booleans()),
                     checkpoint_on_term=draw(st.integers(0, 3)) == 0),
             j.duration)
@@ -231,3 +275,29 @@ def test_checkpoint_waits_end_at_checkpoints_and_keep_every_invariant(sc: Scenar
     drv = Driver(make_state(sc.tree, sc.hosts), config=CFG, on_pass=_check_waits)
     drv.add_jobs(sc.jobs)
     drv.run(until=14 * 3600.0, start=0.0)
+
+
+@DRIVEN_SETTINGS
+@given(checkpointing_scenarios(intervals=(0.0, 240.0, 300.0, 500.0)))
+def test_late_passes_never_wait_twice_for_the_same_victim(sc: Scenario) -> None:
+    """Replays like the above, with checkpoint intervals within ``checkpoint_wait`` and
+    every asked-for pass coming 7 s late (as the service's, on the wall clock): every
+    invariant still holds, and once a request's wait for a victim is over, no later pass
+    of the same time in the queue makes it wait for that victim again (it takes it, or
+    does without it)."""
+    waits: list[tuple[float, str, float, frozenset[str]]] = []  # until, request, queued_at
+
+    def check(state: ClusterState, now: float, d: Decisions) -> None:
+        for w in d.checkpoint_waits:
+            queued_at = state.pending[w.workload].queued_at
+            again = {v for until, wid, at, victims in waits
+                     if (wid, at) == (w.workload, queued_at) and until <= now
+                     for v in victims & set(w.victims)}
+            assert not again, f"{w.workload} waits again at {now} for {sorted(again)}"
+        waits.extend((w.until, w.workload, state.pending[w.workload].queued_at,
+                      frozenset(w.victims)) for w in d.checkpoint_waits)
+
+    drv = Driver(make_state(sc.tree, sc.hosts), config=CFG, on_pass=check, recheck_late=7.0)
+    drv.add_jobs(sc.jobs)
+    drv.run(until=14 * 3600.0, start=0.0)
+    assert drv.passes, "the replay decided nothing"

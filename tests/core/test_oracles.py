@@ -389,8 +389,8 @@ def test_the_fingerprint_covers_every_attribute_but_the_derived_cache() -> None:
 def replayed() -> ClusterState:
     """A state after a short history: budgets a/x, a/y, b on hosts of 8, 8 and 4 GPUs, work
     running (allocated and unallocated, one stopping, one with a time limit), pending in
-    both queues, one
-    reservation, one host draining, asked about its released work and every kept answer."""
+    both queues, one reservation, one checkpoint wait, one host draining, asked about its
+    released work and every kept answer."""
     st = make_state(make_tree("a/x", "a/y", "b"), make_hosts(8, 8, 4))
     run_on(st, make_spec("r3", "a/y", 16, HOUR), 0.0, ("h0", 8), ("h1", 8))
     st.finish("r3", 5.0)
@@ -406,6 +406,7 @@ def replayed() -> ClusterState:
                                               ("b", 8, HOUR), ("a/y", 2, 0.0)]):
         st.submit(make_spec(f"p{i}", budget, gpus, mrt, 70.0 + i), 70.0 + i)
     st.reserve("p0", ("h1",))
+    st.await_checkpoints("p1", 100.0, ("r5",))
     st.set_host_state("h2", HostState.DRAINING, 80.0)
     st.released(1000.0)
     st.smallest_shapes("a/x")
@@ -448,6 +449,7 @@ CORRUPT: dict[str, Callable[[ClusterState], Any]] = {
     "free_hosts": lambda s: s._free_hosts[5].add("h0"),
     "open_hosts": lambda s: s._open_hosts[8].discard("h1"),
     "reservations": lambda s: s._reservations.__setitem__("r5", ("h0",)),
+    "awaited": lambda s: s._awaited.__setitem__("r1", (0.0, 60.0, frozenset({"r5"}))),
     "smallest_shapes": lambda s: s.derived.smallest["a/x"].append((8, HOUR)),
     "gpus_queues": lambda s: s.derived.by_gpus["a/x"].pop(1),
     "smallest_unallocated": lambda s: setattr(s.derived, "smallest_unallocated", (1, 1 << 30)),

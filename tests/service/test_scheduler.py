@@ -731,3 +731,26 @@ def test_a_stored_end_the_ledger_cannot_replay_names_the_attempt_and_does_not_ha
     other = lite.submit(gpus=8)
     lite.at(20.0)
     assert status(lite, other) is Status.RUNNING
+
+
+@pytest.mark.parametrize("late", [0.4, 3.0])
+def test_a_pass_after_the_awaited_checkpoint_preempts_even_when_it_comes_late(
+    lite: Env, late: float
+) -> None:
+    """The service's passes follow the wall clock, so the one after a checkpoint wait
+    comes a little after the checkpoint. ai/vision holds the 8-GPU host with two 4-GPU
+    runs (A resumable, checkpointing every 300 s); at 1900 s ai/llm asks for its share:
+    the pass waits for A's checkpoint at 2100 s. The pass ``late`` seconds after it
+    preempts A (it has ``late`` seconds at risk, and its next checkpoint would be within
+    ``checkpoint_wait`` again): it used to wait for that one, and the next, until the
+    share guarantee's bound."""
+    a = lite.submit("ai/vision", 4, 1800.0, resumable=True, checkpoint_interval=300.0)
+    lite.submit("ai/vision", 4, 1800.0)
+    lite.at(0.0)
+    lite.clock.set(1900.0)
+    b = lite.submit("ai/llm", 4, 600.0)
+    lite.at(1900.0)
+    assert lite.sched.recheck_at == 2100.0
+    assert lite.store.get_workload(a).status is Status.RUNNING
+    lines = lite.at(2100.0 + late)
+    assert f"{2100.0 + late:.3f} preempt {a} rebalance requeue=True by={b}" in lines

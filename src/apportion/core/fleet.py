@@ -312,6 +312,15 @@ class FleetState:
             raise CoreError(f"workload {workload}: reservation: spans pools")
         self._pools[pools.pop()].reserve(workload, hosts)
 
+    def await_checkpoints(self, workload: str, until: float, victims: Iterable[str]) -> None:
+        """:meth:`ClusterState.await_checkpoints` in every pool ``workload`` waits in."""
+        pools = self._waits_in.get(workload)
+        if pools is None:
+            raise CoreError(f"workload {workload}: not pending, cannot wait for checkpoints")
+        kept = tuple(victims)
+        for p in pools:
+            self._pools[p].await_checkpoints(workload, until, kept)
+
     def mark_stopping(self, workload: str) -> Running:
         return self._pools[self._running_pool(workload)].mark_stopping(workload)
 

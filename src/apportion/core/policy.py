@@ -907,9 +907,10 @@ class Pass:
     def checkpoint_due(self, spec: WorkloadSpec, plan: VictimPlan) -> float | None:
         """Until when this rebalance may wait for its victims' checkpoints
         (:func:`preemption.checkpoint_due`); None: it does not wait."""
-        queued_at = self.state.pending[spec.id].queued_at
-        return checkpoint_due(plan.victims, self.state.running, self.now,
-                              queued_at + self.cfg.max_min_runtime, self.cfg)
+        st = self.state
+        return checkpoint_due(plan.victims, st.running, self.now,
+                              st.pending[spec.id].queued_at + self.cfg.max_min_runtime,
+                              self.cfg, st.checkpoints_awaited(spec.id, self.now))
 
     def await_checkpoints(self, spec: WorkloadSpec, plan: VictimPlan, due: float) -> None:
         """Put the rebalance off until ``due``, its victims' checkpoints: the plan's GPUs and

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 from .config import HOUR, PolicyConfig, is_debug
@@ -133,12 +134,14 @@ def next_checkpoint(r: Running, at: float, config: PolicyConfig) -> float:
 
 def checkpoint_due(
     victims: Iterable[Candidate], running: Mapping[str, Running], now: float,
-    latest: float, config: PolicyConfig,
+    latest: float, config: PolicyConfig, waited: AbstractSet[str] = frozenset(),
 ) -> float | None:
     """Until when a plan's preemptions may wait so that no victim loses progress: the last
     of their next checkpoints, if every victim with progress at risk is resumable and
     checkpoints within ``checkpoint_wait``, and no later than ``latest`` (the preemptor's
     ``queued_at + max_min_runtime``: the share guarantee's bound); None: preempt now.
+    A victim in ``waited`` (the preemptor waited for its checkpoint already, and that wait
+    is over: :meth:`ClusterState.checkpoints_awaited`) is not waited for again.
 
     A restarted run that reported no checkpoint is not waited for: its checkpoints fall
     after its set-up time, which the policy does not know, so the estimate would miss them.
@@ -148,7 +151,7 @@ def checkpoint_due(
         return None
     due = now
     for c in victims:
-        if c.lost <= 0.0:
+        if c.lost <= 0.0 or c.id in waited:
             continue
         r = running[c.id]
         if not r.spec.resumable or (r.restarted and r.checkpointed_at is None):

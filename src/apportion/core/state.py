@@ -170,6 +170,9 @@ class ClusterState:
         self._pending_allocated: dict[str, int] = {}
         self._stopping: set[str] = set()  # running ids whose preemption was issued
         self._reservations: dict[str, tuple[str, ...]] = {}  # pending id -> hosts freed for it
+        # pending id -> (its queued_at, until, victims) of the last checkpoint wait decided
+        # for it (see checkpoints_awaited)
+        self._awaited: dict[str, tuple[float, float, frozenset[str]]] = {}
         self._used: dict[str, int] = {}  # host -> GPUs held
         self._free: dict[str, int] = {}  # host -> GPUs not held (whatever the host's state)
         self._stopping_gpus: dict[str, int] = {}  # host -> GPUs held by stopping work
@@ -447,6 +450,7 @@ class ClusterState:
             if not host.schedulable:
                 raise CoreError(f"host {s.host}: is {host.state.value}, takes no new work")
         self.unqueue(workload)
+        self._awaited.pop(workload, None)
         r = Running(p.spec, placement, t, restarted=p.restarted)
         self._running[workload] = r
         for s in placement:
@@ -506,6 +510,36 @@ class ClusterState:
         for h in hosts:
             self._host(h)
         self._reservations[workload] = tuple(hosts)
+
+    def await_checkpoints(self, workload: str, until: float, victims: Iterable[str]) -> None:
+        """Record that pending ``workload``'s rebalance waits until ``until`` for the
+        checkpoints of ``victims`` (a :class:`~apportion.core.types.CheckpointWait`
+        decision): see :meth:`checkpoints_awaited`. Kept while it stays queued from the same
+        time (a what-if swap that takes it out and puts it back keeps it); a requeue makes
+        a new wait."""
+        p = self._pending.get(workload)
+        if p is None:
+            raise CoreError(f"workload {workload}: not pending, cannot wait for checkpoints")
+        self._awaited[workload] = (p.queued_at, until, frozenset(victims))
+        if len(self._awaited) > 2 * len(self._pending) + 16:  # drop the cancelled ones' waits
+            self._awaited = {w: a for w, a in self._awaited.items() if w in self._pending}
+
+    def checkpoints_awaited(self, workload: str, now: float) -> AbstractSet[str]:
+        """The victims pending ``workload`` has already waited for, once that wait is over
+        at ``now``: their checkpoint came (or should have) while it waited, so a pass then
+        takes them without waiting for their next one. A driver's pass comes a little
+        after the moment it was asked for (the service's wall clock, every ``interval_s``),
+        when such a victim has a few seconds of progress at risk again; waiting for its
+        next checkpoint would only put the rebalance off by a whole interval, again and
+        again, until the share guarantee's bound."""
+        kept = self._awaited.get(workload)
+        if kept is None:
+            return frozenset()
+        queued_at, until, victims = kept
+        p = self._pending.get(workload)
+        if p is None or p.queued_at != queued_at or now < until:
+            return frozenset()
+        return victims
 
     def mark_stopping(self, workload: str) -> Running:
         r = self._running_one(workload)
@@ -793,6 +827,7 @@ class ClusterState:
             "pending_allocated": _plain(self._pending_allocated),
             "stopping": _plain(self._stopping),
             "reservations": _plain(self._reservations),
+            "awaited": _plain(self._awaited),
             "used": _plain(self._used),
             "free": _plain(self._free),
             "stopping_gpus": _plain(self._stopping_gpus),
@@ -885,6 +920,12 @@ class ClusterState:
     def stopping(self) -> AbstractSet[str]:
         """Running work whose preemption was issued."""
         return self._stopping
+
+    @property
+    def awaited(self) -> Mapping[str, tuple[float, float, frozenset[str]]]:
+        """Workload -> (its queued_at, until, victims) of the last checkpoint wait recorded
+        for it (:meth:`await_checkpoints`); read it through :meth:`checkpoints_awaited`."""
+        return self._awaited
 
     @property
     def reservations(self) -> Mapping[str, tuple[str, ...]]:

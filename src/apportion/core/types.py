@@ -214,7 +214,9 @@ class Reservation:
 class CheckpointWait:
     """Room for ``workload`` is found, but its victims are not preempted yet: each checkpoints
     by ``until`` (within ``PolicyConfig.checkpoint_wait``), so a pass then preempts them
-    losing almost nothing. Drivers pass again at ``until`` (:attr:`Decisions.recheck_at`)."""
+    losing almost nothing. Drivers record it (:meth:`ClusterState.await_checkpoints`) and
+    pass again at ``until`` (:attr:`Decisions.recheck_at`): that pass, or a later one if it
+    comes late, preempts them without waiting for their next checkpoint."""
 
     workload: str
     until: float

@@ -234,6 +234,10 @@ class Scheduler:
                     self._last = d
                     if d.recheck_at is not None:  # a rebalance waits for a checkpoint
                         self.recheck_at = min(self.recheck_at or d.recheck_at, d.recheck_at)
+                    # kept in memory only, as reservations: after a restart the first pass
+                    # past a wait may wait once more for the same checkpoints
+                    for wait in d.checkpoint_waits:
+                        st.await_checkpoints(wait.workload, wait.until, wait.victims)
                     if d.empty():
                         break
                     self._notify("decided", t, d, st)

@@ -329,6 +329,8 @@ class Engine:
             recheck = d.recheck_at
             if recheck is not None and recheck < self.end:
                 self.schedule(recheck, RECHECK, None)
+            for wait in d.checkpoint_waits:  # before the return: a pass may decide only this
+                self.state.await_checkpoints(wait.workload, wait.until, wait.victims)
             if d.empty():
                 return
             if self.log is not None:
