@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import tomllib
 import types
 import typing
@@ -338,7 +337,7 @@ def build_scenario(
         last = latest.spec.submit_time
         # by default every whole day up to the one of the last submission, included: the
         # replay takes what is submitted before its end, so one at exactly 2 d needs a third
-        span = days if days is not None else math.floor(last / 86400.0) + 1.0
+        span = days if days is not None else last // 86400.0 + 1.0
         if span > MAX_DAYS:  # the run would keep a row per hour of it: refused, not tried
             raise click.ClickException(
                 f"{trace}: workload {latest.spec.id!r} is submitted {last / 86400.0:,.0f} days "
