@@ -18,6 +18,7 @@ import pytest
 from store_db import BACKENDS, ServerThread, SwappableApp, db_url, write_config
 
 from apportion.core import HostState, Status
+from apportion.service import bodies
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ServiceConfig, load_config
@@ -773,7 +774,8 @@ def test_submit_and_cancel_on_each_database(tmp_path: Path, backend: str) -> Non
     ({"since": "1d", "set_weight": {"ai/llm": "2"}}, "set_weight.ai/llm: "),
     ({"since": "1d", "set_weight": {"ai/llm": -1}}, "set_weight.ai/llm: Input should be "
                                                     "greater than or equal to"),
-    ({"since": "1d", "set_weight": {"ai/../x": 1}}, "set_weight.ai/../x"),
+    ({"since": "1d", "set_weight": {"ai/../x": 1}},
+     "set_weight: key 'ai/../x': segment 2 ('..'): must not be '.' or '..'"),
     ({"since": "1d", "set": {"lookback": [3]}}, "set.lookback"),
 ])
 def test_whatif_body_is_strict(svc: Service, body: dict[str, Any], where: str) -> None:
@@ -802,6 +804,95 @@ def test_a_bad_duration_is_one_message_naming_its_field(
     since.constrained-str: ...')."""
     r = svc.call("POST", route, "root", body)
     assert (r.status_code, r.json()["detail"]) == (422, detail)
+
+
+# every request body, with the route that takes it and a body it accepts (the what-if
+# accepts it, and then finds no history to replay: 422 "period: ...")
+BODY_ROUTES: dict[type[Any], tuple[str, str, dict[str, Any]]] = {
+    bodies.SubmitBody: ("POST", "/v1/workloads", JOB),
+    bodies.CancelBody: ("POST", "/v1/workloads/cancel", {"user": "alice", "budget": "ai/llm"}),
+    bodies.WeightBody: ("PATCH", "/v1/budgets/ai/llm", {"weight": 1}),
+    bodies.CreateBudgetBody: ("POST", "/v1/budgets", {"path": "ops/new"}),
+    bodies.MembersBody: ("PUT", "/v1/budgets/ai/llm/members", {"members": ["alice"]}),
+    bodies.ManagersBody: ("PUT", "/v1/budgets/ai/llm/managers", {"managers": ["dave"]}),
+    bodies.HostBody: ("POST", "/v1/hosts/h1/drain", {}),
+    bodies.UserBody: ("POST", "/v1/users", {"name": "zed"}),
+    bodies.UserChangeBody: ("PATCH", "/v1/users/alice", {}),
+    bodies.TokenBody: ("POST", "/v1/users/alice/tokens", {}),
+    bodies.WhatifBody: ("POST", "/v1/whatif", {"since": "1d"}),
+}
+# one value of each JSON type, and the strings and lists most fields refuse
+WRONG_VALUES: list[Any] = [True, 5, -1.5, 1e308, "", "a b", "a\x00", None, [], [5], [""],
+                           {}, {"k": [5]}]
+PYDANTIC_INTERNALS = ("function-after", "function-before", "constrained-", "literal[",
+                      "list[", "0x", "functools", "[key]")
+
+
+def test_every_body_of_the_api_is_in_the_table() -> None:
+    """BODY_ROUTES covers every request body of bodies.py, so that the test below checks
+    every field of every body."""
+    assert set(BODY_ROUTES) == set(bodies._Body.__subclasses__())
+
+
+@pytest.mark.parametrize("model", BODY_ROUTES, ids=lambda m: m.__name__)
+def test_a_wrong_value_in_any_field_is_refused_naming_the_field(
+        svc: Service, model: type[Any]) -> None:
+    """Every field of the body, set to a value of each JSON type (and to an empty, a
+    spaced, a NUL-holding string, lists and objects): a value refused with 422 gets a detail
+    that starts with the field as sent (``gpu_kind: ``, ``nodelist.0: ``, ``set: key ...``)
+    and names it once, and none holds pydantic's internal names of a union's forms or of
+    its validators (``function-after[...]``, ``constrained-str``, ``literal['']``, memory
+    addresses); no value gets a 5xx. Each field refuses at least one of the values."""
+    method, url, good = BODY_ROUTES[model]
+    for field_ in model.model_fields:
+        refused = 0
+        for value in WRONG_VALUES:
+            r = svc.call(method, url, "root", {**good, field_: value})
+            assert r.status_code < 500, (field_, value, r.text)
+            if r.status_code != 422 or r.json()["detail"].startswith("period: "):
+                continue
+            refused += 1
+            detail = r.json()["detail"]
+            assert detail.startswith((f"{field_}:", f"{field_}.")), (field_, value, detail)
+            assert not re.search(rf"; {field_}[.:]", detail), (field_, value, detail)
+            assert not any(x in detail for x in PYDANTIC_INTERNALS), (field_, value, detail)
+        assert refused, field_
+
+
+@pytest.mark.parametrize(("route", "body", "detail"), [
+    ("/v1/workloads", {**JOB, "gpu_kind": 5},
+     'gpu_kind: must be a list of GPU kinds or a text such as "H100,B200", got a number'),
+    ("/v1/workloads", {**JOB, "gpu_kind": "a\x00"}, "gpu_kind: must not contain NUL characters"),
+    ("/v1/workloads", {**JOB, "gpu_kind": ["H100", ""]},
+     "gpu_kind.1: String should have at least 1 character"),
+    ("/v1/workloads", {**JOB, "nodelist": [""]},
+     "nodelist.0: String should have at least 1 character"),
+    ("/v1/workloads", {**JOB, "cluster": "c" * 256},
+     "cluster: String should have at most 255 characters"),
+    ("/v1/users/alice/tokens", {"label": "l" * 256},
+     "label: String should have at most 255 characters"),
+    ("/v1/whatif", {"since": "1d", "set": {"lookback": [1]}},
+     "set.lookback: must be a number, a boolean, a text or null, got a list"),
+])
+def test_a_field_of_several_forms_is_refused_in_one_message(
+        svc: Service, route: str, body: dict[str, Any], detail: str) -> None:
+    """A field that takes several forms (a list or a text; a number, a boolean, a text or
+    null) is checked as the form of the value's JSON type: one message, naming the forms
+    when no form has that type, else that form's own problem (the NUL, the empty item),
+    never first 'Input should be a valid list'. A bounded text is refused in a string's
+    words ('at least 1 character'), not a sequence's ('at least 1 item')."""
+    r = svc.call("POST", route, "root", body)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
+
+
+def test_a_unix_user_change_is_refused_in_one_message(svc: Service) -> None:
+    """``PATCH /v1/users/{name}`` with a ``unix_user`` that is neither an account name nor
+    "": one message with the rule, not one per form ('unix_user.literal['']: ...')."""
+    r = svc.call("PATCH", "/v1/users/alice", "root", {"unix_user": "a b"})
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "unix_user: String should match pattern '^(?:[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?)?$'")
+    assert svc.call("PATCH", "/v1/users/alice", "root",
+                    {"unix_user": ""}).json()["unix_user"] is None
 
 
 def test_a_database_that_does_not_answer_is_a_503_naming_it(

@@ -45,6 +45,8 @@ def _field_errors(exc: RequestValidationError) -> str:
     for err in exc.errors():
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         where = ".".join(loc) if loc else "body"
+        if loc[-1:] == ["[key]"]:  # pydantic's mark of a refused key: set_weight.<key>.[key]
+            where = f"{'.'.join(loc[:-2])}: key {loc[-2]!r}"
         if err.get("type") == "json_invalid":
             where = "body"
             msg = f"malformed JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"

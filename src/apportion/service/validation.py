@@ -50,7 +50,26 @@ __all__ = [
     "check_command", "check_duration", "check_text", "check_user_name", "check_workload_id",
 ]
 
-_JSON_KINDS = {bool: "a boolean", type(None): "null", list: "a list", dict: "an object"}
+# a value's JSON type (as a JSON schema names it), and as a refusal words it
+_JSON_TYPES = [(bool, "boolean", "a boolean"), (int, "integer", "a number"),
+               (float, "number", "a number"), (str, "string", "a text"),
+               (list, "array", "a list"), (dict, "object", "an object"),
+               (type(None), "null", "null")]
+
+
+def json_types(value: object) -> tuple[str, ...]:
+    """The JSON schema types ``value`` (parsed JSON) is of: ``("integer", "number")`` for
+    1, ``("boolean",)`` for true (not a number)."""
+    for kind, name, _ in _JSON_TYPES:
+        if isinstance(value, kind):
+            return (name, "number") if name == "integer" else (name,)
+    return ()
+
+
+def json_kind(value: object) -> str:
+    """What ``value`` (parsed JSON) is, as a refusal says it: "a number", "a list"."""
+    return next((word for kind, _, word in _JSON_TYPES if isinstance(value, kind)),
+                type(value).__name__)
 
 
 def check_duration(value: object) -> object:
@@ -63,8 +82,8 @@ def check_duration(value: object) -> object:
                              f"{len(value)}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = _JSON_KINDS.get(type(value), type(value).__name__)
-        raise ValueError(f'must be a number of seconds or a duration such as "30m", got {kind}')
+        raise ValueError('must be a number of seconds or a duration such as "30m", got '
+                         f"{json_kind(value)}")
     if not (math.isfinite(value) and value >= 0):
         raise ValueError(f"must be a number of seconds >= 0, got {value}")
     return value
