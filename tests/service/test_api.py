@@ -806,6 +806,38 @@ def test_a_bad_duration_is_one_message_naming_its_field(
     assert (r.status_code, r.json()["detail"]) == (422, detail)
 
 
+@pytest.mark.parametrize(("route", "body", "detail"), [
+    ("/v1/workloads", {**JOB, "time_limit": 1e308},
+     "time_limit: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "checkpoint_interval": 1e308},
+     "checkpoint_interval: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "min_runtime": 1e308},
+     "min_runtime: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "time_limit": "99999999999d"},
+     "time_limit: '99999999999d' is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "time_limit": 3650 * 86400 + 1},
+     "time_limit: 315360001 s is over the cap of 3650 d on any duration"),
+    ("/v1/whatif", {"since": 1e308}, "since: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/whatif", {"since": "1d", "set": {"lookback": "1e308"}},
+     "set: lookback: '1e308' is over the cap of 3650 d on any duration"),
+])
+def test_a_duration_over_ten_years_is_refused_quoting_it_as_sent(
+        svc: Service, route: str, body: dict[str, Any], detail: str) -> None:
+    """Every duration of a body (and a what-if setting's) is at most 3650 d: a longer one
+    is a 422 that quotes the value as sent (``1e+308 s``, ``'99999999999d'``), not written
+    out in days with 300 digits, and nothing is stored (a time limit of 1e308 s was stored
+    when no policy.max_time_limit was set)."""
+    r = svc.call("POST", route, "root", body)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
+    assert svc.store.list_workloads() == []
+
+
+def test_a_duration_of_ten_years_is_taken(svc: Service) -> None:
+    """The cap is inclusive: a time limit of exactly 3650 d is stored as sent."""
+    r = svc.call("POST", "/v1/workloads", "alice", {**JOB, "time_limit": "3650d"})
+    assert r.status_code == 201 and r.json()["time_limit"] == 3650 * 86400
+
+
 # every request body, with the route that takes it and a body it accepts (the what-if
 # accepts it, and then finds no history to replay: 422 "period: ...")
 BODY_ROUTES: dict[type[Any], tuple[str, str, dict[str, Any]]] = {

@@ -123,19 +123,11 @@ def router(api: Api) -> APIRouter:
             found = store.by_idempotency_key(user.name, idempotency_key)
             if found is not None:
                 return replay(*found)
-        try:
-            min_runtime = parse_duration(body.min_runtime)
-        except ValueError as e:
-            raise fail(422, f"min_runtime: {e}") from None
-        try:
-            checkpoint = parse_duration(body.checkpoint_interval)
-        except ValueError as e:
-            raise fail(422, f"checkpoint_interval: {e}") from None
-        try:
-            time_limit = (settings.policy.default_time_limit if body.time_limit is None
-                          else parse_duration(body.time_limit))
-        except ValueError as e:
-            raise fail(422, f"time_limit: {e}") from None
+        # the durations as checked in the body (validation.check_duration)
+        min_runtime = parse_duration(body.min_runtime)
+        checkpoint = parse_duration(body.checkpoint_interval)
+        time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                      else parse_duration(body.time_limit))
         indexes: tuple[int, ...] = ()
         throttle = 0
         after: tuple[tuple[After, str], ...] = ()
