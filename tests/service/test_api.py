@@ -526,6 +526,22 @@ def test_every_budget_change_is_audited(svc: Service) -> None:
     assert all(a["at"] > 0 for a in got)
 
 
+@pytest.mark.parametrize(("who", "method", "url", "body"), [
+    ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 5}),
+    ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob", "alice"]}),
+    ("carol", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["carol"]}),
+])
+def test_a_budget_change_answers_the_node_as_listed(
+        svc: Service, who: str, method: str, url: str, body: dict[str, Any]) -> None:
+    """A new weight, members or managers are answered with the node as ``GET /v1/budgets``
+    lists it after the change (parent, share, leaf, managers, members), as docs/api.md
+    says, not only the path and the field changed."""
+    r = svc.call(method, url, who, body)
+    assert r.status_code == 200, r.text
+    listed = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
+    assert r.json() == listed["ai/llm"]
+
+
 def test_budget_tree_with_shares(svc: Service) -> None:
     """GET /budgets gives every node with its share of the cluster."""
     tree = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}

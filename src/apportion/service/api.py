@@ -79,8 +79,9 @@ class BodyLimit:
     whole, whether it says its Content-Length or comes chunked. At most ``limit`` bytes
     are held; the app then reads them as if from the client. (Starlette's own limit
     answers in plain text; this one answers like every other refusal.) A body that is not
-    UTF-8 gets 400 saying so: JSON is UTF-8, and the parser would otherwise take some such
-    bodies for UTF-16 and answer 'malformed JSON: Expecting value', others with no field."""
+    UTF-8 (or holds a NUL byte, as UTF-16 and UTF-32 do) gets 400 saying so: JSON is UTF-8,
+    and the parser would otherwise read some such bodies as UTF-16 (and take them), answer
+    others 'malformed JSON: Expecting value', others with no field."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -114,6 +115,13 @@ class BodyLimit:
         except UnicodeDecodeError as e:
             await self._answer(send, 400, f"body: not UTF-8 text (byte 0x{body[e.start]:02x} "
                                           f"at offset {e.start}); send JSON as UTF-8")
+            return
+        # JSON text in UTF-8 holds no NUL byte (inside a string it is written \u0000), while
+        # UTF-16 and UTF-32 put one beside every ASCII character: valid UTF-8 all the same,
+        # and the parser would take the body for UTF-16 and read it
+        if (nul := body.find(b"\x00")) >= 0:
+            await self._answer(send, 400, f"body: not UTF-8 text (byte 0x00 at offset {nul}: "
+                                          "UTF-16 or UTF-32?); send JSON as UTF-8")
             return
 
         async def replay() -> Message:
