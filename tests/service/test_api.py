@@ -172,12 +172,53 @@ def test_a_leaf_turned_inner_after_the_check_refuses_the_submission_422(
     assert svc.store.list_workloads(statuses=list(Status)) == []
 
 
+@pytest.mark.parametrize("content_type", [
+    "application/x-www-form-urlencoded", "text/plain", None])
+def test_a_json_body_sent_as_another_content_type_is_told_to_say_json(
+        svc: Service, content_type: str | None) -> None:
+    """A valid JSON submission sent as curl -d sends it (form-urlencoded), as text/plain or
+    with no Content-Type: 422 saying to send it as JSON with Content-Type:
+    application/json and what it came as, not 'body: Input should be a valid dictionary
+    or object to extract fields from'; nothing is stored."""
+    headers = {"Authorization": f"Bearer {svc.tokens['alice']}"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    r = svc.client.post("/v1/workloads", headers=headers, content=json.dumps(JOB))
+    came = f"it came as {content_type}" if content_type else "it came without one"
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"body: send the body as JSON with Content-Type: application/json ({came})")
+    assert svc.store.list_workloads() == []
+
+
 def test_malformed_json_is_rejected(svc: Service) -> None:
     """A body that is not JSON gets 422 'body: malformed JSON'; nothing is stored."""
     r = svc.call("POST", "/v1/workloads", "alice", raw='{"budget": "ai/llm", "gpus": ')
     assert r.status_code == 422
     assert r.json()["detail"].startswith("body: malformed JSON")
     assert svc.store.list_workloads() == []
+
+
+def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
+    """GET /v1/workloads with an empty status, or an array id that is no workload's or no
+    array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
+    parameter, as for an unknown budget or user, not an empty list; an array's own id
+    lists its elements."""
+    array = submit(svc, array="0-1").json()
+    single = submit(svc).json()["id"]
+    for url, detail in [
+        ("/v1/workloads?status=", "status: empty; give 'all' or some of: pending, "),
+        ("/v1/workloads?array=garbage", "array: workload garbage: not found"),
+        ("/v1/workloads?array=w-999999", "array: workload w-999999: not found"),
+        (f"/v1/workloads?array={single}", f"array: workload {single}: not an array"),
+        ("/v1/tokens?user=nobody", "user: user nobody: not found"),
+        ("/v1/tokens?user=alic", "user: user alic: not found; did you mean alice?"),
+    ]:
+        r = svc.call("GET", url, "root")
+        assert r.status_code == 422 and r.json()["detail"].startswith(detail), (url, r.text)
+    listed = svc.call("GET", f"/v1/workloads?array={array['id']}", "root").json()
+    assert [w["id"] for w in listed] == array["array_ids"]
+    assert [t["user"] for t in svc.call("GET", "/v1/tokens?user=alice", "root").json()] == [
+        "alice"]
 
 
 def test_queue_and_show(svc: Service) -> None:

@@ -40,7 +40,10 @@ __all__ = ["API_VERSION", "BodyLimit", "create_app"]
 
 
 # ---- errors -----------------------------------------------------------------------------
-def _field_errors(exc: RequestValidationError) -> str:
+def _field_errors(exc: RequestValidationError, content_type: str | None = None) -> str:
+    if isinstance(exc.body, bytes):  # FastAPI reads a body as JSON only when it says so
+        sent = f"it came as {content_type}" if content_type else "it came without one"
+        return f"body: send the body as JSON with Content-Type: application/json ({sent})"
     parts = []
     for err in exc.errors():
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
@@ -156,8 +159,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     app.add_middleware(BodyLimit, limit=settings.server.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
-    def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": _field_errors(exc)})
+    def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = _field_errors(exc, req.headers.get("content-type"))
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(NotFound)
     def _not_found(_req: Request, exc: NotFound) -> JSONResponse:
