@@ -583,6 +583,27 @@ def test_a_budget_change_answers_the_node_as_listed(
     assert r.json() == listed["ai/llm"]
 
 
+def test_a_change_to_what_it_is_answers_the_node_and_appends_no_audit_entry(
+        svc: Service) -> None:
+    """A weight, members or managers set to what the node has, and a second cancel of
+    running work, answer 200 (the node, the workload) and append no audit entry."""
+    wid = submit(svc).json()["id"]
+    svc.scheduler.step()
+    assert svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice").status_code == 200
+    before = svc.call("GET", "/v1/audit", "root").json()
+    listed = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
+    for who, method, url, body in [
+        ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 2}),
+        ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["alice"]}),
+        ("carol", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["dave"]}),
+    ]:
+        r = svc.call(method, url, who, body)
+        assert (r.status_code, r.json()) == (200, listed["ai/llm"]), url
+    r = svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice")
+    assert r.status_code == 200 and r.json()["cancel_requested"] is True
+    assert svc.call("GET", "/v1/audit", "root").json() == before
+
+
 def test_budget_tree_with_shares(svc: Service) -> None:
     """GET /budgets gives every node with its share of the cluster."""
     tree = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
