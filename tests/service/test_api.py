@@ -18,6 +18,7 @@ import pytest
 from store_db import BACKENDS, ServerThread, SwappableApp, db_url, write_config
 
 from apportion.core import HostState, Status
+from apportion.service import bodies
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
 from apportion.service.config import ServiceConfig, load_config
@@ -171,12 +172,53 @@ def test_a_leaf_turned_inner_after_the_check_refuses_the_submission_422(
     assert svc.store.list_workloads(statuses=list(Status)) == []
 
 
+@pytest.mark.parametrize("content_type", [
+    "application/x-www-form-urlencoded", "text/plain", None])
+def test_a_json_body_sent_as_another_content_type_is_told_to_say_json(
+        svc: Service, content_type: str | None) -> None:
+    """A valid JSON submission sent as curl -d sends it (form-urlencoded), as text/plain or
+    with no Content-Type: 422 saying to send it as JSON with Content-Type:
+    application/json and what it came as, not 'body: Input should be a valid dictionary
+    or object to extract fields from'; nothing is stored."""
+    headers = {"Authorization": f"Bearer {svc.tokens['alice']}"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    r = svc.client.post("/v1/workloads", headers=headers, content=json.dumps(JOB))
+    came = f"it came as {content_type}" if content_type else "it came without one"
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"body: send the body as JSON with Content-Type: application/json ({came})")
+    assert svc.store.list_workloads() == []
+
+
 def test_malformed_json_is_rejected(svc: Service) -> None:
     """A body that is not JSON gets 422 'body: malformed JSON'; nothing is stored."""
     r = svc.call("POST", "/v1/workloads", "alice", raw='{"budget": "ai/llm", "gpus": ')
     assert r.status_code == 422
     assert r.json()["detail"].startswith("body: malformed JSON")
     assert svc.store.list_workloads() == []
+
+
+def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
+    """GET /v1/workloads with an empty status, or an array id that is no workload's or no
+    array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
+    parameter, as for an unknown budget or user, not an empty list; an array's own id
+    lists its elements."""
+    array = submit(svc, array="0-1").json()
+    single = submit(svc).json()["id"]
+    for url, detail in [
+        ("/v1/workloads?status=", "status: empty; give 'all' or some of: pending, "),
+        ("/v1/workloads?array=garbage", "array: workload garbage: not found"),
+        ("/v1/workloads?array=w-999999", "array: workload w-999999: not found"),
+        (f"/v1/workloads?array={single}", f"array: workload {single}: not an array"),
+        ("/v1/tokens?user=nobody", "user: user nobody: not found"),
+        ("/v1/tokens?user=alic", "user: user alic: not found; did you mean alice?"),
+    ]:
+        r = svc.call("GET", url, "root")
+        assert r.status_code == 422 and r.json()["detail"].startswith(detail), (url, r.text)
+    listed = svc.call("GET", f"/v1/workloads?array={array['id']}", "root").json()
+    assert [w["id"] for w in listed] == array["array_ids"]
+    assert [t["user"] for t in svc.call("GET", "/v1/tokens?user=alice", "root").json()] == [
+        "alice"]
 
 
 def test_queue_and_show(svc: Service) -> None:
@@ -525,6 +567,43 @@ def test_every_budget_change_is_audited(svc: Service) -> None:
     assert all(a["at"] > 0 for a in got)
 
 
+@pytest.mark.parametrize(("who", "method", "url", "body"), [
+    ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 5}),
+    ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob", "alice"]}),
+    ("carol", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["carol"]}),
+])
+def test_a_budget_change_answers_the_node_as_listed(
+        svc: Service, who: str, method: str, url: str, body: dict[str, Any]) -> None:
+    """A new weight, members or managers are answered with the node as ``GET /v1/budgets``
+    lists it after the change (parent, share, leaf, managers, members), as docs/api.md
+    says, not only the path and the field changed."""
+    r = svc.call(method, url, who, body)
+    assert r.status_code == 200, r.text
+    listed = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
+    assert r.json() == listed["ai/llm"]
+
+
+def test_a_change_to_what_it_is_answers_the_node_and_appends_no_audit_entry(
+        svc: Service) -> None:
+    """A weight, members or managers set to what the node has, and a second cancel of
+    running work, answer 200 (the node, the workload) and append no audit entry."""
+    wid = submit(svc).json()["id"]
+    svc.scheduler.step()
+    assert svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice").status_code == 200
+    before = svc.call("GET", "/v1/audit", "root").json()
+    listed = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
+    for who, method, url, body in [
+        ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 2}),
+        ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["alice"]}),
+        ("carol", "PUT", "/v1/budgets/ai/llm/managers", {"managers": ["dave"]}),
+    ]:
+        r = svc.call(method, url, who, body)
+        assert (r.status_code, r.json()) == (200, listed["ai/llm"]), url
+    r = svc.call("POST", f"/v1/workloads/{wid}/cancel", "alice")
+    assert r.status_code == 200 and r.json()["cancel_requested"] is True
+    assert svc.call("GET", "/v1/audit", "root").json() == before
+
+
 def test_budget_tree_with_shares(svc: Service) -> None:
     """GET /budgets gives every node with its share of the cluster."""
     tree = {b["path"]: b for b in svc.call("GET", "/v1/budgets", "bob").json()}
@@ -773,7 +852,8 @@ def test_submit_and_cancel_on_each_database(tmp_path: Path, backend: str) -> Non
     ({"since": "1d", "set_weight": {"ai/llm": "2"}}, "set_weight.ai/llm: "),
     ({"since": "1d", "set_weight": {"ai/llm": -1}}, "set_weight.ai/llm: Input should be "
                                                     "greater than or equal to"),
-    ({"since": "1d", "set_weight": {"ai/../x": 1}}, "set_weight.ai/../x"),
+    ({"since": "1d", "set_weight": {"ai/../x": 1}},
+     "set_weight: key 'ai/../x': segment 2 ('..'): must not be '.' or '..'"),
     ({"since": "1d", "set": {"lookback": [3]}}, "set.lookback"),
 ])
 def test_whatif_body_is_strict(svc: Service, body: dict[str, Any], where: str) -> None:
@@ -802,6 +882,127 @@ def test_a_bad_duration_is_one_message_naming_its_field(
     since.constrained-str: ...')."""
     r = svc.call("POST", route, "root", body)
     assert (r.status_code, r.json()["detail"]) == (422, detail)
+
+
+@pytest.mark.parametrize(("route", "body", "detail"), [
+    ("/v1/workloads", {**JOB, "time_limit": 1e308},
+     "time_limit: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "checkpoint_interval": 1e308},
+     "checkpoint_interval: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "min_runtime": 1e308},
+     "min_runtime: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "time_limit": "99999999999d"},
+     "time_limit: '99999999999d' is over the cap of 3650 d on any duration"),
+    ("/v1/workloads", {**JOB, "time_limit": 3650 * 86400 + 1},
+     "time_limit: 315360001 s is over the cap of 3650 d on any duration"),
+    ("/v1/whatif", {"since": 1e308}, "since: 1e+308 s is over the cap of 3650 d on any duration"),
+    ("/v1/whatif", {"since": "1d", "set": {"lookback": "1e308"}},
+     "set: lookback: '1e308' is over the cap of 3650 d on any duration"),
+])
+def test_a_duration_over_ten_years_is_refused_quoting_it_as_sent(
+        svc: Service, route: str, body: dict[str, Any], detail: str) -> None:
+    """Every duration of a body (and a what-if setting's) is at most 3650 d: a longer one
+    is a 422 that quotes the value as sent (``1e+308 s``, ``'99999999999d'``), not written
+    out in days with 300 digits, and nothing is stored (a time limit of 1e308 s was stored
+    when no policy.max_time_limit was set)."""
+    r = svc.call("POST", route, "root", body)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
+    assert svc.store.list_workloads() == []
+
+
+def test_a_duration_of_ten_years_is_taken(svc: Service) -> None:
+    """The cap is inclusive: a time limit of exactly 3650 d is stored as sent."""
+    r = svc.call("POST", "/v1/workloads", "alice", {**JOB, "time_limit": "3650d"})
+    assert r.status_code == 201 and r.json()["time_limit"] == 3650 * 86400
+
+
+# every request body, with the route that takes it and a body it accepts (the what-if
+# accepts it, and then finds no history to replay: 422 "period: ...")
+BODY_ROUTES: dict[type[Any], tuple[str, str, dict[str, Any]]] = {
+    bodies.SubmitBody: ("POST", "/v1/workloads", JOB),
+    bodies.CancelBody: ("POST", "/v1/workloads/cancel", {"user": "alice", "budget": "ai/llm"}),
+    bodies.WeightBody: ("PATCH", "/v1/budgets/ai/llm", {"weight": 1}),
+    bodies.CreateBudgetBody: ("POST", "/v1/budgets", {"path": "ops/new"}),
+    bodies.MembersBody: ("PUT", "/v1/budgets/ai/llm/members", {"members": ["alice"]}),
+    bodies.ManagersBody: ("PUT", "/v1/budgets/ai/llm/managers", {"managers": ["dave"]}),
+    bodies.HostBody: ("POST", "/v1/hosts/h1/drain", {}),
+    bodies.UserBody: ("POST", "/v1/users", {"name": "zed"}),
+    bodies.UserChangeBody: ("PATCH", "/v1/users/alice", {}),
+    bodies.TokenBody: ("POST", "/v1/users/alice/tokens", {}),
+    bodies.WhatifBody: ("POST", "/v1/whatif", {"since": "1d"}),
+}
+# one value of each JSON type, and the strings and lists most fields refuse
+WRONG_VALUES: list[Any] = [True, 5, -1.5, 1e308, "", "a b", "a\x00", None, [], [5], [""],
+                           {}, {"k": [5]}]
+PYDANTIC_INTERNALS = ("function-after", "function-before", "constrained-", "literal[",
+                      "list[", "0x", "functools", "[key]")
+
+
+def test_every_body_of_the_api_is_in_the_table() -> None:
+    """BODY_ROUTES covers every request body of bodies.py, so that the test below checks
+    every field of every body."""
+    assert set(BODY_ROUTES) == set(bodies._Body.__subclasses__())
+
+
+@pytest.mark.parametrize("model", BODY_ROUTES, ids=lambda m: m.__name__)
+def test_a_wrong_value_in_any_field_is_refused_naming_the_field(
+        svc: Service, model: type[Any]) -> None:
+    """Every field of the body, set to a value of each JSON type (and to an empty, a
+    spaced, a NUL-holding string, lists and objects): a value refused with 422 gets a detail
+    that starts with the field as sent (``gpu_kind: ``, ``nodelist.0: ``, ``set: key ...``)
+    and names it once, and none holds pydantic's internal names of a union's forms or of
+    its validators (``function-after[...]``, ``constrained-str``, ``literal['']``, memory
+    addresses); no value gets a 5xx. Each field refuses at least one of the values."""
+    method, url, good = BODY_ROUTES[model]
+    for field_ in model.model_fields:
+        refused = 0
+        for value in WRONG_VALUES:
+            r = svc.call(method, url, "root", {**good, field_: value})
+            assert r.status_code < 500, (field_, value, r.text)
+            if r.status_code != 422 or r.json()["detail"].startswith("period: "):
+                continue
+            refused += 1
+            detail = r.json()["detail"]
+            assert detail.startswith((f"{field_}:", f"{field_}.")), (field_, value, detail)
+            assert not re.search(rf"; {field_}[.:]", detail), (field_, value, detail)
+            assert not any(x in detail for x in PYDANTIC_INTERNALS), (field_, value, detail)
+        assert refused, field_
+
+
+@pytest.mark.parametrize(("route", "body", "detail"), [
+    ("/v1/workloads", {**JOB, "gpu_kind": 5},
+     'gpu_kind: must be a list of GPU kinds or a text such as "H100,B200", got a number'),
+    ("/v1/workloads", {**JOB, "gpu_kind": "a\x00"}, "gpu_kind: must not contain NUL characters"),
+    ("/v1/workloads", {**JOB, "gpu_kind": ["H100", ""]},
+     "gpu_kind.1: String should have at least 1 character"),
+    ("/v1/workloads", {**JOB, "nodelist": [""]},
+     "nodelist.0: String should have at least 1 character"),
+    ("/v1/workloads", {**JOB, "cluster": "c" * 256},
+     "cluster: String should have at most 255 characters"),
+    ("/v1/users/alice/tokens", {"label": "l" * 256},
+     "label: String should have at most 255 characters"),
+    ("/v1/whatif", {"since": "1d", "set": {"lookback": [1]}},
+     "set.lookback: must be a number, a boolean, a text or null, got a list"),
+])
+def test_a_field_of_several_forms_is_refused_in_one_message(
+        svc: Service, route: str, body: dict[str, Any], detail: str) -> None:
+    """A field that takes several forms (a list or a text; a number, a boolean, a text or
+    null) is checked as the form of the value's JSON type: one message, naming the forms
+    when no form has that type, else that form's own problem (the NUL, the empty item),
+    never first 'Input should be a valid list'. A bounded text is refused in a string's
+    words ('at least 1 character'), not a sequence's ('at least 1 item')."""
+    r = svc.call("POST", route, "root", body)
+    assert (r.status_code, r.json()["detail"]) == (422, detail)
+
+
+def test_a_unix_user_change_is_refused_in_one_message(svc: Service) -> None:
+    """``PATCH /v1/users/{name}`` with a ``unix_user`` that is neither an account name nor
+    "": one message with the rule, not one per form ('unix_user.literal['']: ...')."""
+    r = svc.call("PATCH", "/v1/users/alice", "root", {"unix_user": "a b"})
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "unix_user: String should match pattern '^(?:[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?)?$'")
+    assert svc.call("PATCH", "/v1/users/alice", "root",
+                    {"unix_user": ""}).json()["unix_user"] is None
 
 
 def test_a_database_that_does_not_answer_is_a_503_naming_it(

@@ -291,6 +291,19 @@ def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(
     assert api.json()["detail"].startswith("user: user bobb: not found")
 
 
+def test_an_array_or_token_user_that_does_not_exist_is_an_error_naming_the_flag(
+    server: Server,
+) -> None:
+    """cancel --array with an id no workload has, and tokens list --user with a typo (as an
+    admin): exit 1 naming the flag (before: "nothing to cancel", and an empty list)."""
+    c = run(server, "bob", "cancel", "--array", "999999")
+    assert c.exit_code == 1
+    assert c.stderr.startswith("Error: --array: workload w-999999: not found")
+    t = run(server, "root", "tokens", "list", "--user", "bobb")
+    assert t.exit_code == 1
+    assert t.stderr.startswith("Error: --user: user bobb: not found; did you mean bob")
+
+
 def test_a_malformed_workload_id_is_a_usage_error_and_w_5_is_w_000005(server: Server) -> None:
     """``show abc``: exit 2 saying it is not a workload id (it was a lookup answered 404);
     ``w-5`` and ``5`` both name ``w-000005``."""

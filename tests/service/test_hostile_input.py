@@ -165,6 +165,10 @@ CASES: list[Case] = [
      "body: not UTF-8 text (byte 0xff at offset 12)"),
     ("not UTF-8, read as UTF-16", "POST", W, "alice", None, b'\xff\xfe{}', (400,),
      "body: not UTF-8 text (byte 0xff at offset 0)"),
+    *[(f"{codec} without a byte-order mark", "POST", W, "alice", None,
+       json.dumps(JOB).encode(codec), (400,), f"body: not UTF-8 text (byte 0x00 at offset {at}")
+      for codec, at in [("utf-16-le", 1), ("utf-16-be", 0), ("utf-32-le", 1),
+                        ("utf-32-be", 0)]],
     ("nested 100000 deep", "POST", W, "alice", None, "[" * 100_000 + "]" * 100_000, (400, 422),
      ""),
     # ---- query and path parameters

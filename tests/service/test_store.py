@@ -255,6 +255,18 @@ def test_cancel_running_requests_stop(store: Store) -> None:
     assert w.status is Status.RUNNING and w.cancel_requested
 
 
+def test_a_repeated_cancel_of_running_work_is_audited_once(store: Store) -> None:
+    """Cancelling a running workload that was asked to stop already answers it as it is
+    and appends no second workload.cancel entry."""
+    wid = submit(store)
+    store.begin_attempt(wid, [("h1", 2, [0, 1])], 10.0)
+    store.cancel_workload(wid, actor="alice")
+    again = store.cancel_workload(wid, actor="carol")
+    assert again.status is Status.RUNNING and again.cancel_requested
+    cancels = [e for e in store.audit(limit=100) if e.action == "workload.cancel"]
+    assert [(e.actor, e.target) for e in cancels] == [("alice", wid)]
+
+
 def test_cancel_finished_is_conflict(store: Store) -> None:
     """A finished workload cannot be cancelled."""
     wid = submit(store)
@@ -472,6 +484,21 @@ def test_budget_changes_are_audited(store: Store) -> None:
         ("budget.members", {"members": []}, {"members": ["alice", "bob"]}),
         ("budget.managers", {"managers": []}, {"managers": ["carol"]}),
     ]
+
+
+def test_a_budget_change_to_what_it_has_is_not_audited(store: Store) -> None:
+    """Setting a node's weight, members or managers to what it has (members in another
+    order, or given twice) appends no audit entry (it added one with old equal to new); a
+    real change after them still does."""
+    store.add_budget("ai", 2.5, actor="admin", members=["alice", "bob"], managers=["carol"])
+    before = [e.id for e in store.audit(limit=100)]
+    store.set_budget_weight("ai", 2.5, actor="root")
+    store.set_budget_members("ai", ["bob", "alice", "bob"], actor="root")
+    store.set_budget_managers("ai", ["carol"], actor="root")
+    assert [e.id for e in store.audit(limit=100)] == before
+    store.set_budget_weight("ai", 3, actor="root")
+    assert (store.audit(limit=1)[0].action, store.get_budget("ai").weight) == (
+        "budget.weight", 3.0)
 
 
 def test_bad_weight_refused(store: Store) -> None:

@@ -1110,3 +1110,18 @@ def test_export_carries_checkpoint_on_term_and_time_limit(tmp_path: Path) -> Non
     assert (first.spec.checkpoint_on_term, first.spec.time_limit) == (True, 2 * HOUR)
     assert (second.spec.checkpoint_on_term, second.spec.time_limit) == (False, 0.0)
     assert (first, second) == tuple(history.jobs)
+
+
+def test_a_since_over_ten_years_is_refused_as_typed(live: Live) -> None:
+    """--since 1e308: a usage error naming --since and quoting what was typed, with the
+    server replaying and with --config (before: 'may be at most 366 d, got' and the period
+    written out in days, 300 digits); export-trace says the same."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    want = "Invalid value for --since: '1e308' is over the cap of 3650 d on any duration"
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "1e308")
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert want in " ".join(run.stderr.split())
+    run = apportion("export-trace", "--config", str(live.config), "--since", "1e308",
+                    "--out", str(live.config.parent / "never.csv"))
+    assert run.returncode == 2 and want in " ".join(run.stderr.split())

@@ -723,7 +723,10 @@ def tokens_create(client: Client, user: str, kind: str, label: str, as_json: boo
 @connection
 def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
     """List tokens (never the secrets): admins all, others their own."""
-    data = client.json("GET", "/tokens", params={"user": user})
+    try:
+        data = client.json("GET", "/tokens", params={"user": user})
+    except click.ClickException as e:
+        raise as_typed(e, {"user": "--user"}) from None
     if as_json:
         _print_json(data)
         return

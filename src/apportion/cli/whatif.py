@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from apportion.core import DurationError, format_amount, format_duration, parse_duration, plural
+from apportion.core import format_amount, format_duration, plural
 
 from .paths import OUTPUT_DIR, OUTPUT_FILE, output_dir, output_file
 
@@ -50,9 +50,11 @@ def _until(text: str | None) -> float | None:
 
 
 def _since(text: str) -> float:
+    from apportion.service.validation import duration_seconds
+
     try:
-        value = parse_duration(text)
-    except DurationError as e:
+        value = duration_seconds(text)  # the server's bound: '1e308' is refused as typed
+    except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--since") from None
     if value <= 0:
         raise click.BadParameter(f"must be longer than 0, got {text!r}", param_hint="--since")

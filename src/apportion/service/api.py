@@ -40,11 +40,16 @@ __all__ = ["API_VERSION", "BodyLimit", "create_app"]
 
 
 # ---- errors -----------------------------------------------------------------------------
-def _field_errors(exc: RequestValidationError) -> str:
+def _field_errors(exc: RequestValidationError, content_type: str | None = None) -> str:
+    if isinstance(exc.body, bytes):  # FastAPI reads a body as JSON only when it says so
+        sent = f"it came as {content_type}" if content_type else "it came without one"
+        return f"body: send the body as JSON with Content-Type: application/json ({sent})"
     parts = []
     for err in exc.errors():
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         where = ".".join(loc) if loc else "body"
+        if loc[-1:] == ["[key]"]:  # pydantic's mark of a refused key: set_weight.<key>.[key]
+            where = f"{'.'.join(loc[:-2])}: key {loc[-2]!r}"
         if err.get("type") == "json_invalid":
             where = "body"
             msg = f"malformed JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"
@@ -77,8 +82,9 @@ class BodyLimit:
     whole, whether it says its Content-Length or comes chunked. At most ``limit`` bytes
     are held; the app then reads them as if from the client. (Starlette's own limit
     answers in plain text; this one answers like every other refusal.) A body that is not
-    UTF-8 gets 400 saying so: JSON is UTF-8, and the parser would otherwise take some such
-    bodies for UTF-16 and answer 'malformed JSON: Expecting value', others with no field."""
+    UTF-8 (or holds a NUL byte, as UTF-16 and UTF-32 do) gets 400 saying so: JSON is UTF-8,
+    and the parser would otherwise read some such bodies as UTF-16 (and take them), answer
+    others 'malformed JSON: Expecting value', others with no field."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
@@ -113,6 +119,13 @@ class BodyLimit:
             await self._answer(send, 400, f"body: not UTF-8 text (byte 0x{body[e.start]:02x} "
                                           f"at offset {e.start}); send JSON as UTF-8")
             return
+        # JSON text in UTF-8 holds no NUL byte (inside a string it is written \u0000), while
+        # UTF-16 and UTF-32 put one beside every ASCII character: valid UTF-8 all the same,
+        # and the parser would take the body for UTF-16 and read it
+        if (nul := body.find(b"\x00")) >= 0:
+            await self._answer(send, 400, f"body: not UTF-8 text (byte 0x00 at offset {nul}: "
+                                          "UTF-16 or UTF-32?); send JSON as UTF-8")
+            return
 
         async def replay() -> Message:
             return held.pop(0) if held else await receive()
@@ -146,8 +159,9 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     app.add_middleware(BodyLimit, limit=settings.server.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
-    def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": _field_errors(exc)})
+    def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = _field_errors(exc, req.headers.get("content-type"))
+        return JSONResponse(status_code=422, content={"detail": detail})
 
     @app.exception_handler(NotFound)
     def _not_found(_req: Request, exc: NotFound) -> JSONResponse:

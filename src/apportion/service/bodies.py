@@ -1,21 +1,61 @@
 """The API's request bodies: strict pydantic models, every field typed and bounded
 (:mod:`apportion.service.validation` holds the limits and the checks). A string is not a
 number, 1 or "yes" is not a boolean, true is not an integer, and an unknown field is an
-error (422 naming it)."""
+error (422 naming it).
+
+A field that takes several forms (a list or a text; a number, a boolean, a text or null)
+takes them through :func:`either`, and a duration (a number or a text) through
+:func:`~apportion.service.validation.check_duration` first, never through a union left to
+pydantic: that tries every member and reports each failure under its internal name for the
+member ("gpu_kind.list[function-after[...]]: ...")."""
 
 # No "from __future__ import annotations": pydantic and FastAPI read these at runtime.
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+)
 
 from . import validation as v
 
+_STRICT = ConfigDict(strict=True)
+
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = _STRICT | ConfigDict(extra="forbid")
 
 
-Text = Annotated[str, AfterValidator(v.check_text)]
+def either(accepted: str, *forms: Any) -> PlainValidator:
+    """A value in one of ``forms``, told apart by their JSON types (an array or a string; a
+    number, a boolean, a string or null) and checked as the one form of its type, so that a
+    refusal is that form's ("gpu_kind: must not contain NUL characters", "gpu_kind.1: ...")
+    or, for a type no form has, one message naming the forms: "gpu_kind: must be
+    ``accepted``, got a number"."""
+    by_type = {TypeAdapter(form).json_schema()["type"]: TypeAdapter(form, config=_STRICT)
+               for form in forms}
+
+    def check(value: object) -> object:
+        for json_type in v.json_types(value):
+            if json_type in by_type:
+                return by_type[json_type].validate_python(value)
+        raise ValueError(f"must be {accepted}, got {v.json_kind(value)}")
+
+    # the schema of every form, as a union would have it (a tuple of forms has no "|" form)
+    return PlainValidator(check, json_schema_input_type=Union[forms])  # noqa: UP007
+
+
+# a bounded text: the bounds come before the check, as bounds after a validator are checked
+# on its result and worded for any sequence ("Value should have at least 1 item")
+HostName = Annotated[str, Field(min_length=1, max_length=v.MAX_QUERY),
+                     AfterValidator(v.check_text)]
+GpuKind = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(v.check_text)]
+QueryText = Annotated[str, Field(max_length=v.MAX_QUERY), AfterValidator(v.check_text)]
 BudgetPath = Annotated[
     str, Field(max_length=v.MAX_PATH, description="segments of [A-Za-z0-9_.-] joined by /"),
     AfterValidator(v.check_budget_path),
@@ -27,19 +67,33 @@ UserName = Annotated[
 ]
 People = Annotated[list[UserName], Field(max_length=v.MAX_PEOPLE)]
 # a Unix account: useradd's default NAME_REGEX, with capitals and a machine account's "$"
-UnixUser = Annotated[str, Field(max_length=32, pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?$")]
+UNIX_USER = r"[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?"
+UnixUser = Annotated[str, Field(max_length=32, pattern=f"^{UNIX_USER}$")]
+# the same, or "" for the account of the user's own name: one pattern, not a union with
+# Literal[""] (which refused a bad name once per form)
+UnixUserOrOwn = Annotated[str, Field(max_length=32, pattern=f"^(?:{UNIX_USER})?$")]
 WorkloadId = Annotated[str, Field(max_length=32, description="w-000123"),
                       AfterValidator(v.check_workload_id)]
-HostName = Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)]
 HostNames = Annotated[list[HostName], Field(max_length=v.MAX_PEOPLE)]
 Weight = Annotated[float, Field(ge=v.MIN_WEIGHT, le=v.MAX_WEIGHT, allow_inf_nan=False,
                                 description="relative to its siblings")]
-GpuKinds = Annotated[list[Annotated[Text, Field(min_length=1, max_length=64)]],
-                     Field(max_length=v.MAX_PEOPLE)]
+GpuKinds = Annotated[
+    list[GpuKind] | str,
+    either('a list of GPU kinds or a text such as "H100,B200"',
+           Annotated[list[GpuKind], Field(max_length=v.MAX_PEOPLE)], QueryText),
+]
 Duration = Annotated[
     Annotated[float, Field(ge=0, allow_inf_nan=False)]
     | Annotated[str, Field(min_length=1, max_length=v.MAX_DURATION_TEXT)],
     BeforeValidator(v.check_duration),
+]
+
+
+# a value of WhatifBody.set: its key says which type it must be (whatif_api._setting)
+Setting = Annotated[
+    float | bool | str | None,
+    either("a number, a boolean, a text or null", Annotated[float, Field(allow_inf_nan=False)],
+           bool, Annotated[str, Field(max_length=v.MAX_DURATION_TEXT)], None),
 ]
 
 
@@ -85,11 +139,11 @@ class SubmitBody(_Body):
     )
     nodelist: HostNames = Field([], description="run only on these hosts")
     exclude: HostNames = Field([], description="never run on these hosts")
-    gpu_kind: GpuKinds | Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
+    gpu_kind: GpuKinds | None = Field(
         None, description='GPU kinds it accepts, in order of preference (["H100", "B200"] '
                           'or "H100,B200"); absent: any'
     )
-    cluster: Annotated[Text, Field(max_length=v.MAX_QUERY)] | None = Field(
+    cluster: QueryText | None = Field(
         None, description="the cluster it must run in; absent: any"
     )
 
@@ -107,7 +161,8 @@ class CancelBody(_Body):
                    Field(min_length=1, max_length=v.MAX_CANCEL_IDS)] | None = Field(
         None, description=f"these workloads (at most {v.MAX_CANCEL_IDS:,})")
     # any text: one that names no user is refused with the closest names, as the queue's
-    user: Annotated[Text, Field(min_length=1, max_length=v.MAX_QUERY)] | None = Field(
+    user: Annotated[str, Field(min_length=1, max_length=v.MAX_QUERY),
+                    AfterValidator(v.check_text)] | None = Field(
         None, description="every active workload of this user")
     budget: BudgetPath | None = Field(
         None, description="every active workload in this node's subtree")
@@ -138,7 +193,7 @@ class ManagersBody(_Body):
 
 
 class HostBody(_Body):
-    reason: Annotated[Text, Field(max_length=v.MAX_TEXT)] = ""
+    reason: Annotated[str, Field(max_length=v.MAX_TEXT), AfterValidator(v.check_text)] = ""
 
 
 class UserBody(_Body):
@@ -150,14 +205,14 @@ class UserBody(_Body):
 
 class UserChangeBody(_Body):
     admin: bool | None = None
-    unix_user: UnixUser | Literal[""] | None = Field(
+    unix_user: UnixUserOrOwn | None = Field(
         None, description='the Unix account; "" for the account of the same name')
 
 
 class TokenBody(_Body):
     kind: Literal["user", "scrape"] = Field(
         default="user", description="user: acts as the user; scrape: may only read")
-    label: Annotated[Text, Field(max_length=255)] = ""
+    label: Annotated[str, Field(max_length=255), AfterValidator(v.check_text)] = ""
 
 
 class WhatifBody(_Body):
@@ -167,9 +222,7 @@ class WhatifBody(_Body):
     set_weight: Annotated[dict[BudgetPath, Weight], Field(max_length=v.MAX_PEOPLE)] = Field(
         default_factory=dict, description="proposed weight per budget path")
     set: Annotated[
-        dict[Annotated[str, Field(max_length=v.MAX_QUERY)],
-             Annotated[float, Field(allow_inf_nan=False)] | bool
-             | Annotated[str, Field(max_length=v.MAX_DURATION_TEXT)] | None],
+        dict[Annotated[str, Field(max_length=v.MAX_QUERY)], Setting],
         Field(max_length=v.MAX_PEOPLE),
     ] = Field(default_factory=dict,
               description='proposed PolicyConfig or engine settings; durations as seconds '

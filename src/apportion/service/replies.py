@@ -143,6 +143,8 @@ class BudgetCreated(Reply):
                    members=list(b.members))
 
 
+# What the CLI reads of the node a change answers (a Budget): the fields it prints, which
+# are also all an older server answered
 class BudgetWeight(Reply):
     path: str
     weight: float

@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+from apportion.core.units import format_duration, parse_duration
 
 # ---- budgets ------------------------------------------------------------------------------
 SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
@@ -42,32 +43,68 @@ MAX_TEXT = 1024  # a host change's reason, a token's label
 MAX_QUERY = 255  # one query parameter's value
 MAX_ID = 2**31 - 1  # a number id (the audit's): its 32-bit column's largest on PostgreSQL
 MAX_DURATION_TEXT = 64  # "1h30m" and the like
+# ten years: longer than any run, protection, checkpoint interval or history the service
+# keeps; a longer one is a mistake (and 1e308 s would be written with 300 digits)
+MAX_DURATION_S = 3650 * 86400.0
 
 __all__ = [
-    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_GPUS", "MAX_ID", "MAX_PATH",
-    "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT", "MAX_WEIGHT", "MIN_WEIGHT",
-    "PRIORITY_MAX", "PRIORITY_MIN", "MAX_PATH_BYTES", "WORKLOAD_ID", "check_budget_path",
+    "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_DURATION_S", "MAX_GPUS", "MAX_ID",
+    "MAX_PATH", "MAX_PATH_BYTES", "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT",
+    "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "check_budget_path",
     "check_command", "check_duration", "check_text", "check_user_name", "check_workload_id",
+    "duration_seconds", "json_kind", "json_types",
 ]
 
-_JSON_KINDS = {bool: "a boolean", type(None): "null", list: "a list", dict: "an object"}
+# a value's JSON type (as a JSON schema names it), and as a refusal words it
+_JSON_TYPES = [(bool, "boolean", "a boolean"), (int, "integer", "a number"),
+               (float, "number", "a number"), (str, "string", "a text"),
+               (list, "array", "a list"), (dict, "object", "an object"),
+               (type(None), "null", "null")]
+
+
+def json_types(value: object) -> tuple[str, ...]:
+    """The JSON schema types ``value`` (parsed JSON) is of: ``("integer", "number")`` for
+    1, ``("boolean",)`` for true (not a number)."""
+    for kind, name, _ in _JSON_TYPES:
+        if isinstance(value, kind):
+            return (name, "number") if name == "integer" else (name,)
+    return ()
+
+
+def json_kind(value: object) -> str:
+    """What ``value`` (parsed JSON) is, as a refusal says it: "a number", "a list"."""
+    return next((word for kind, _, word in _JSON_TYPES if isinstance(value, kind)),
+                type(value).__name__)
 
 
 def check_duration(value: object) -> object:
-    """A duration as sent: seconds (a finite number >= 0) or a text such as "30m", which the
-    route parses. Checked whole, before pydantic tries each form: a refusal of both would
-    name pydantic's forms ("since.constrained-float: ...; since.constrained-str: ...")."""
+    """A duration as sent: seconds (a finite number >= 0) or a text such as "30m", that
+    :func:`duration_seconds` takes; returned as sent, the route reads its seconds. Checked
+    whole, before pydantic tries each form: a refusal of both would name pydantic's forms
+    ("since.constrained-float: ...; since.constrained-str: ...")."""
     if isinstance(value, str):
         if not 1 <= len(value) <= MAX_DURATION_TEXT:
             raise ValueError(f"a duration must be 1 to {MAX_DURATION_TEXT} characters, got "
                              f"{len(value)}")
-        return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = _JSON_KINDS.get(type(value), type(value).__name__)
-        raise ValueError(f'must be a number of seconds or a duration such as "30m", got {kind}')
-    if not (math.isfinite(value) and value >= 0):
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError('must be a number of seconds or a duration such as "30m", got '
+                         f"{json_kind(value)}")
+    elif not (math.isfinite(value) and value >= 0):
         raise ValueError(f"must be a number of seconds >= 0, got {value}")
+    duration_seconds(value)
     return value
+
+
+def duration_seconds(value: object) -> float:
+    """The seconds of a duration as sent (:func:`~apportion.core.parse_duration`), at most
+    :data:`MAX_DURATION_S`. A longer one is refused quoting the value as sent (``1e+308
+    s``, ``'99999999d'``), not written out in days."""
+    seconds = parse_duration(value)
+    if seconds > MAX_DURATION_S:
+        sent = repr(value) if isinstance(value, str) else f"{value!r} s"
+        raise ValueError(f"{sent} is over the cap of {format_duration(MAX_DURATION_S)} on any "
+                         "duration")
+    return seconds
 
 
 def check_text(value: str, limit: int = MAX_TEXT) -> str:

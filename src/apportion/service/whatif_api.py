@@ -36,6 +36,7 @@ from .config import ServiceConfig
 from .replies import Whatif
 from .routes.context import ErrorBody
 from .store import Store, UserRow
+from .validation import duration_seconds
 
 T = TypeVar("T")
 # a replay takes seconds to minutes: the refused client is told to come back in a while
@@ -121,8 +122,8 @@ def _setting(key: str, value: Any) -> Any:
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{key}: must be a number of seconds or a duration, got {value!r}")
     try:
-        return parse_duration(value)
-    except DurationError as e:
+        return duration_seconds(value)
+    except ValueError as e:
         raise ValueError(f"{key}: {e}") from None
 
 
@@ -148,10 +149,7 @@ def whatif_router(store: Store, settings: ServiceConfig,
                 if not rights.can_set_weight(path):
                     raise HTTPException(403, f"forbidden: {user.name} may not set the "
                                              f"weight of {path}")
-        try:
-            since = parse_duration(body.since)
-        except DurationError as e:
-            raise HTTPException(422, f"since: {e}") from None
+        since = parse_duration(body.since)  # checked in the body (validation.check_duration)
         try:
             proposed = {k: _setting(k, v) for k, v in body.set.items()}
         except ValueError as e:

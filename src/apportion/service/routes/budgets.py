@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from apportion.core import CoreError, HostState, ancestors, usage_ratio
+from apportion.core import BudgetTree, CoreError, HostState, ancestors, usage_ratio
 
 from ..auth import Principal
 from ..bodies import CreateBudgetBody, ManagersBody, MembersBody, WeightBody
@@ -14,15 +14,12 @@ from ..config import ServiceConfig
 from ..replies import (
     Budget,
     BudgetCreated,
-    BudgetManagers,
-    BudgetMembers,
     BudgetUsage,
-    BudgetWeight,
     NodeUsage,
     QueueBudget,
     QueueView,
 )
-from ..store import Conflict, Store, UserRow
+from ..store import BudgetRow, Conflict, Store, UserRow
 from .context import V1, Api, fail
 
 
@@ -42,12 +39,7 @@ def router(api: Api) -> APIRouter:
         if not rows:
             return []
         tree = store.load_tree()
-        return [
-            Budget(path=b.path, parent=b.parent, weight=b.weight, share=tree.share(b.path),
-                   leaf=tree.is_leaf(b.path), managers=list(b.managers),
-                   members=list(b.members))
-            for b in rows
-        ]
+        return [_node(b, tree) for b in rows]
 
     @router.get(f"{v1}/budgets/usage", tags=["budgets"])
     def usage(_who: Reader) -> BudgetUsage:
@@ -73,7 +65,7 @@ def router(api: Api) -> APIRouter:
         return BudgetCreated.of(b)
 
     @router.patch(f"{v1}/budgets/{{path:path}}", tags=["budgets"])
-    def set_weight(path: str, body: WeightBody, user: User) -> BudgetWeight:
+    def set_weight(path: str, body: WeightBody, user: User) -> Budget:
         """Change a node's weight (its parent's manager, or an admin)."""
         store.get_budget(path)
         if not rights(user).can_set_weight(path):
@@ -84,29 +76,35 @@ def router(api: Api) -> APIRouter:
             raise fail(422, f"weight: {e}") from None
         b = store.set_budget_weight(path, body.weight, actor=user.name)
         scheduler.wake()
-        return BudgetWeight(path=b.path, weight=b.weight)
+        return _node(b, store.load_tree())
 
     @router.put(f"{v1}/budgets/{{path:path}}/members", tags=["budgets"])
-    def set_members(path: str, body: MembersBody, user: User) -> BudgetMembers:
+    def set_members(path: str, body: MembersBody, user: User) -> Budget:
         """Replace a node's members (existing users)."""
         store.get_budget(path)
         if not rights(user).can_set_people(path):
             raise forbid(user, f"change the members of budget {path}")
         people("members", body.members)
         b = store.set_budget_members(path, body.members, actor=user.name)
-        return BudgetMembers(path=b.path, members=list(b.members))
+        return _node(b, store.load_tree())
 
     @router.put(f"{v1}/budgets/{{path:path}}/managers", tags=["budgets"])
-    def set_managers(path: str, body: ManagersBody, user: User) -> BudgetManagers:
+    def set_managers(path: str, body: ManagersBody, user: User) -> Budget:
         """Replace a node's managers (existing users)."""
         store.get_budget(path)
         if not rights(user).can_set_people(path):
             raise forbid(user, f"change the managers of budget {path}")
         people("managers", body.managers)
         b = store.set_budget_managers(path, body.managers, actor=user.name)
-        return BudgetManagers(path=b.path, managers=list(b.managers))
+        return _node(b, store.load_tree())
 
     return router
+
+
+def _node(b: BudgetRow, tree: BudgetTree) -> Budget:
+    """A node as ``GET /v1/budgets`` lists it, and as a change of it answers."""
+    return Budget(path=b.path, parent=b.parent, weight=b.weight, share=tree.share(b.path),
+                  leaf=tree.is_leaf(b.path), managers=list(b.managers), members=list(b.members))
 
 
 def _usage(

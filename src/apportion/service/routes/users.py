@@ -11,7 +11,7 @@ from ..bodies import TokenBody, UserBody, UserChangeBody
 from ..replies import Me, NewToken, Token
 from ..replies import User as UserReply
 from ..store import NotFound, UserRow
-from .context import V1, Api
+from .context import V1, Api, fail
 
 
 def router(api: Api) -> APIRouter:
@@ -87,7 +87,12 @@ def router(api: Api) -> APIRouter:
             if user is not None and user != who.name:
                 raise forbid(who, f"list the tokens of {user}")
             user = who.name
-        return [Token.of(t) for t in store.tokens(user)]
+        elif user:  # a user who does not exist is a typo, not one without tokens
+            try:
+                store.get_user(user)
+            except NotFound as e:
+                raise fail(422, f"user: {e}") from None
+        return [Token.of(t) for t in store.tokens(user or None)]  # "": as if not given
 
     @router.post(f"{v1}/tokens/{{token_id}}/revoke", tags=["tokens"])
     def revoke_token(token_id: str, user: User) -> Token:

@@ -123,19 +123,11 @@ def router(api: Api) -> APIRouter:
             found = store.by_idempotency_key(user.name, idempotency_key)
             if found is not None:
                 return replay(*found)
-        try:
-            min_runtime = parse_duration(body.min_runtime)
-        except ValueError as e:
-            raise fail(422, f"min_runtime: {e}") from None
-        try:
-            checkpoint = parse_duration(body.checkpoint_interval)
-        except ValueError as e:
-            raise fail(422, f"checkpoint_interval: {e}") from None
-        try:
-            time_limit = (settings.policy.default_time_limit if body.time_limit is None
-                          else parse_duration(body.time_limit))
-        except ValueError as e:
-            raise fail(422, f"time_limit: {e}") from None
+        # the durations as checked in the body (validation.check_duration)
+        min_runtime = parse_duration(body.min_runtime)
+        checkpoint = parse_duration(body.checkpoint_interval)
+        time_limit = (settings.policy.default_time_limit if body.time_limit is None
+                      else parse_duration(body.time_limit))
         indexes: tuple[int, ...] = ()
         throttle = 0
         after: tuple[tuple[After, str], ...] = ()
@@ -213,11 +205,13 @@ def router(api: Api) -> APIRouter:
             out.array_ids = store.array_ids(row.id)
         return out
 
-    def must_exist(budget: str | None, user: str | None) -> None:
-        """A filter naming nothing that exists is a typo, not an empty queue: 422 naming
-        the field, with the closest names (the store's refusal names them)."""
+    def must_exist(budget: str | None, user: str | None, array: str | None) -> None:
+        """A filter naming nothing that exists (or an array id that is no array's) is a
+        typo, not an empty queue: 422 naming the field, with the closest names (the store's
+        refusal names them)."""
         for field_name, value, lookup in (("budget", budget, store.get_budget),
-                                          ("user", user, store.get_user)):
+                                          ("user", user, store.get_user),
+                                          ("array", array, lambda a: _array_ids(store, a))):
             if value:
                 try:
                     lookup(value)
@@ -245,12 +239,14 @@ def router(api: Api) -> APIRouter:
         directory are shown only to managers of its budget and admins."""
         statuses: list[Status] | None = None
         if status != "all":
+            valid = ", ".join(s.value for s in Status)
             try:
                 statuses = [Status(s.strip()) for s in status.split(",") if s.strip()]
             except ValueError:
-                valid = ", ".join(s.value for s in Status)
                 raise fail(422, f"status: must be 'all' or some of: {valid}") from None
-        must_exist(budget, user)
+            if not statuses:  # it would match nothing: a mistake, not an empty queue
+                raise fail(422, f"status: empty; give 'all' or some of: {valid}")
+        must_exist(budget, user, array)
         if after:
             try:
                 store.get_workload(after)
@@ -297,7 +293,7 @@ def router(api: Api) -> APIRouter:
             raise fail(422, "body: give ids, or a filter: user, budget or array")
         ids, only = body.ids, None
         if ids is None:
-            must_exist(body.budget, body.user)
+            must_exist(body.budget, body.user, body.array)
             only = [Status(s) for s in body.status] if body.status else list(ACTIVE)
             ids = store.workload_ids(only, budget=body.budget, user=body.user,
                                      array=body.array)
@@ -438,6 +434,16 @@ def _cancel_outcome(row: CancelRow, caller: str) -> CancelOutcome:
                                   f"(owned by {row.owner})",
     }.get(row.result)
     return CancelOutcome(id=row.id, result=row.result.value, status=status, detail=detail)
+
+
+def _array_ids(store: Store, array_id: str) -> list[str]:
+    """The elements of the array ``array_id`` names; :class:`NotFound` when it names no
+    workload, or one that is no array's."""
+    ids = store.array_ids(array_id)
+    if not ids:
+        store.get_workload(array_id)  # NotFound: no such workload
+        raise NotFound(f"workload {array_id}: not an array")
+    return ids
 
 
 def _pools(store: Any, settings: ServiceConfig) -> dict[str, str]:

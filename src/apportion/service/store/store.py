@@ -752,7 +752,8 @@ class Store:
         """Cancel: a pending workload becomes ``cancelled`` at once, with ``reason`` (default
         ``cancelled by <actor>``) as its end reason; a running or stopping one gets
         ``cancel_requested`` and the scheduler stops it. Audited (with the reason, if
-        given). :class:`Conflict` if it already ended."""
+        given), once: cancelling one asked to stop already changes nothing. :class:`Conflict`
+        if it already ended."""
         with self._tx() as s:
             w = s.scalars(select(WM).where(WM.id == workload_id)).one_or_none()
             if w is None:
@@ -760,6 +761,7 @@ class Store:
             old = Status(w.status)
             if old in FINAL:
                 raise Conflict(f"workload {workload_id}: status: already {old.value}")
+            asked_before = old is not Status.PENDING and w.cancel_requested
             if old is Status.PENDING:
                 res = s.execute(
                     update(WM)
@@ -773,8 +775,9 @@ class Store:
                     raise Conflict(f"workload {workload_id}: status: changed concurrently")
             else:
                 w.cancel_requested = True
-            self._audit(s, actor, "workload.cancel", workload_id, {"status": old.value},
-                        None if reason is None else {"reason": reason})
+            if not asked_before:  # a repeated cancel changes nothing: no second entry
+                self._audit(s, actor, "workload.cancel", workload_id, {"status": old.value},
+                            None if reason is None else {"reason": reason})
             s.flush()
             s.expire(w)
             return _workload(s.scalars(select(WM).where(WM.id == workload_id)).one())
@@ -1141,22 +1144,24 @@ class Store:
             return _budget(b)
 
     def set_budget_weight(self, path: str, weight: float, actor: str) -> BudgetRow:
-        """Change one node's weight. Audited (old -> new)."""
+        """Change one node's weight. Audited (old -> new), unless it had that weight."""
         if not (weight > 0) or weight == float("inf"):
             raise Conflict(f"budget {path}: weight: must be > 0, got {weight}")
         with self._tx() as s:
             b = self._budget_model(s, path)
             old = b.weight
-            b.weight = float(weight)
-            self._audit(s, actor, "budget.weight", path, {"weight": old}, {"weight": b.weight})
+            if old != float(weight):
+                b.weight = float(weight)
+                self._audit(s, actor, "budget.weight", path, {"weight": old},
+                            {"weight": b.weight})
             return _budget(b)
 
     def set_budget_members(self, path: str, members: Sequence[str], actor: str) -> BudgetRow:
-        """Replace a node's member list. Audited (old -> new)."""
+        """Replace a node's member list. Audited (old -> new), unless it had those."""
         return self._set_list(path, "members", members, actor)
 
     def set_budget_managers(self, path: str, managers: Sequence[str], actor: str) -> BudgetRow:
-        """Replace a node's manager list. Audited (old -> new)."""
+        """Replace a node's manager list. Audited (old -> new), unless it had those."""
         return self._set_list(path, "managers", managers, actor)
 
     def _set_list(self, path: str, column: str, names: Sequence[str], actor: str) -> BudgetRow:
@@ -1164,8 +1169,9 @@ class Store:
         with self._tx() as s:
             b = self._budget_model(s, path)
             old = list(getattr(b, column))
-            setattr(b, column, clean)
-            self._audit(s, actor, f"budget.{column}", path, {column: old}, {column: clean})
+            if sorted(set(old)) != clean:  # the same names in another order: no change
+                setattr(b, column, clean)
+                self._audit(s, actor, f"budget.{column}", path, {column: old}, {column: clean})
             return _budget(b)
 
     def _lock_budget(self, s: Session, path: str) -> None:
