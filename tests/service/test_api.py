@@ -3,7 +3,9 @@ real FastAPI app served by uvicorn on a local port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import re
 import shutil
@@ -316,6 +318,33 @@ def test_logs_of_an_attempt(svc: Service) -> None:
     assert svc.call("GET", f"/v1/workloads/{wid}/logs?tail=6", "alice").text == "world\n"
     assert svc.call("GET", f"/v1/workloads/{wid}/logs?attempt=2", "alice").status_code == 404
     assert svc.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
+
+
+def test_a_fifo_or_a_link_in_place_of_a_log_is_refused_at_once(svc: Service) -> None:
+    """A fifo put in place of a log (as the owner of the log's directory could with the
+    Slurm executor) is answered at once, 404 "log file is not a regular file", instead of
+    holding a server thread until someone writes to it; a symbolic link there is still
+    refused (404 "log file unreadable"), nothing of its target served."""
+    wid = submit(svc).json()["id"]
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    os.mkfifo(log)
+    url, auth = f"/v1/workloads/{wid}/logs", {"Authorization": f"Bearer {svc.tokens['alice']}"}
+    try:
+        r = svc.client.get(url, headers=auth, timeout=5)
+    finally:  # a server thread blocked opening the fifo (the defect) is let go
+        with contextlib.suppress(OSError):  # ENXIO: no reader waits, nothing to let go
+            os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK))
+    assert (r.status_code, r.json()["detail"]) == (
+        404, f"workload {wid}: attempt 1: log file is not a regular file")
+    log.unlink()
+    secret = svc.config.logs_dir / "secret"
+    secret.write_text("only the server may read this\n")
+    log.symlink_to(secret)
+    r = svc.call("GET", url, "alice")
+    assert r.status_code == 404 and "log file unreadable" in r.json()["detail"]
+    assert "only the server" not in r.text
 
 
 def test_logs_are_the_bytes_as_written_so_a_split_character_stays_whole(
