@@ -412,6 +412,37 @@ def test_a_log_larger_than_one_answer_comes_in_bounded_pieces_and_is_printed_who
         assert cli.stdout_bytes == printed, args
 
 
+@pytest.mark.parametrize(("headers", "exit_code", "stdout", "stderr"), [
+    ({"X-Log-Attempt": "1", "X-Log-Offset": "9"}, 0, b"whole log", ""),
+    ({}, 1, b"", "Error: GET /v1/workloads/w-000005/logs: unexpected reply from the server: "
+                 "no X-Log-Attempt header (an older server? upgrade and restart it)\n"),
+    ({"X-Log-Attempt": "1", "X-Log-Size": "x"}, 1, b"",
+     "Error: GET /v1/workloads/w-000005/logs: unexpected reply from the server: "
+     "X-Log-Size: 'x' (an older server? upgrade and restart it)\n"),
+])
+def test_logs_from_a_server_without_x_log_size_is_printed_whole_or_refused_clearly(
+        headers: dict[str, str], exit_code: int, stdout: bytes, stderr: str) -> None:
+    """``apportion logs`` against a server that sends no ``X-Log-Size`` (one not restarted
+    since it was added, which answers the whole log at once) prints that answer; an answer
+    without ``X-Log-Attempt``, or with a size that is no number, is an error naming the
+    header and "an older server?", not a KeyError traceback."""
+    from click.testing import CliRunner
+    from fastapi import FastAPI, Response
+
+    from apportion.cli.main import main
+
+    stub = FastAPI()
+    stub.get("/v1/workloads/{wid}/logs")(lambda wid: Response(b"whole log", headers=headers))
+    server = ServerThread(stub)
+    try:
+        cli = CliRunner().invoke(main, ["logs", "5"], catch_exceptions=False, env={
+            "APPORTION_URL": server.url, "APPORTION_TOKEN": "t",
+            "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    finally:
+        server.stop()
+    assert (cli.exit_code, cli.stdout_bytes, cli.stderr) == (exit_code, stdout, stderr)
+
+
 def test_cancel_pending(svc: Service) -> None:
     """Cancelling a pending workload ends it at once; twice is 409."""
     wid = submit(svc).json()["id"]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
@@ -809,14 +810,27 @@ def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
     held whole. Returns the offset after what was printed."""
     r = client.call("GET", f"/workloads/{wid}/logs",
                     params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
-    n, end = r.headers["X-Log-Attempt"], int(r.headers["X-Log-Size"])
+    n = _log_position(r, "X-Log-Attempt")
+    # a server older than X-Log-Size answers the whole log at once: it ends where that does
+    end = _log_position(r, "X-Log-Size" if "X-Log-Size" in r.headers else "X-Log-Offset")
     while True:
         click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
-        offset = int(r.headers["X-Log-Offset"])
+        offset = _log_position(r, "X-Log-Offset")
         if offset >= end or not r.content:
             return offset
         # the same attempt's rest, even if the workload was requeued meanwhile
         r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset})
+
+
+def _log_position(r: httpx.Response, header: str) -> int:
+    """The number a logs answer gives in ``header``; an answer without it is an error that
+    says so, not a traceback."""
+    value = r.headers.get(header)
+    if value is not None and value.isascii() and value.isdigit():
+        return int(value)
+    what = f"no {header} header" if value is None else f"{header}: {value!r}"
+    raise click.ClickException(f"GET {r.url.path}: unexpected reply from the server: {what} "
+                               "(an older server? upgrade and restart it)")
 
 
 __all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]
