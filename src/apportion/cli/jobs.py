@@ -807,12 +807,17 @@ def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
     """Print an attempt's output (the latest without ``attempt``) from ``offset``, or its last
     ``tail`` bytes, up to where the log ended when first asked. The server answers a
     bounded piece at a time, each printed before the next is asked for: a long log is never
-    held whole. Returns the offset after what was printed."""
+    held whole. A log now shorter than ``offset`` was truncated (``truncate -s 0`` by the
+    job): that is said on stderr and it is printed from its start, as ``tail -f`` does.
+    Returns the offset after what was printed."""
     r = client.call("GET", f"/workloads/{wid}/logs",
                     params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
     n = _log_position(r, "X-Log-Attempt")
     # a server older than X-Log-Size answers the whole log at once: it ends where that does
     end = _log_position(r, "X-Log-Size" if "X-Log-Size" in r.headers else "X-Log-Offset")
+    if end < offset:
+        click.echo("log truncated: following from its start", err=True)
+        return _print_log(client, wid, n)
     while True:
         click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
         offset = _log_position(r, "X-Log-Offset")
