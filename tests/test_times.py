@@ -90,6 +90,19 @@ def test_without_tz_the_local_zone_is_the_one_etc_localtime_links_to(
     assert local_zone() == "Asia/Kolkata"
 
 
+@pytest.mark.parametrize("value", ["localtime", ":localtime"])
+def test_tz_localtime_is_the_zone_etc_localtime_links_to(
+    tz: Callable[[str | None], None], monkeypatch: pytest.MonkeyPatch, value: str,
+) -> None:
+    """``TZ=localtime`` (the zone database's link to ``/etc/localtime``) is the zone
+    ``/etc/localtime`` links to, not the name ``localtime``, which a server would read as
+    its own zone."""
+    tz(value)
+    links = {"/etc/localtime": "/usr/share/zoneinfo/Asia/Kolkata"}
+    monkeypatch.setattr(os.path, "realpath", lambda p: links.get(p, p))
+    assert local_zone() == "Asia/Kolkata"
+
+
 def test_a_tz_that_names_no_zone_gives_the_offset_now(
     tz: Callable[[str | None], None],
 ) -> None:

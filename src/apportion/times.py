@@ -23,7 +23,7 @@ import re
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo
 
-__all__ = ["format_time", "local_zone", "time_zone"]
+__all__ = ["format_time", "local_offset", "local_zone", "time_zone"]
 
 _OFFSET = re.compile(r"([+-])(\d\d):(\d\d)")
 
@@ -51,16 +51,22 @@ def time_zone(name: str) -> tzinfo:
 
 def local_zone() -> str:
     """The name of this machine's zone, as the C library finds it: ``TZ`` (empty: UTC),
-    else the zone ``/etc/localtime`` links to. Where neither is a zone's name (a POSIX rule
-    in ``TZ``, a copied ``/etc/localtime``), its offset from UTC now (``+05:30``): right
-    for every time but across a daylight-saving change."""
-    tz = os.environ.get("TZ")
-    if tz is not None:
-        name = tz.removeprefix(":") or "UTC"
+    else the zone ``/etc/localtime`` links to. ``TZ=localtime`` is read as no ``TZ``: the
+    zone database's ``localtime`` is a link to that file, and the name sent to a server
+    would name the server's own zone. Where neither is a zone's
+    name (a POSIX rule in ``TZ``, a copied ``/etc/localtime``), its offset from UTC now
+    (:func:`local_offset`): right for every time but across a daylight-saving change."""
+    tz = os.environ.get("TZ", "localtime").removeprefix(":")
+    if tz != "localtime":
+        name = tz or "UTC"
     else:
         name = os.path.realpath("/etc/localtime").partition("/zoneinfo/")[2]
-    if _named_zone(name) is not None:
-        return name
+    return name if _named_zone(name) is not None else local_offset()
+
+
+def local_offset() -> str:
+    """This machine's offset from UTC now, as a zone (``+05:30``): for a reader that does
+    not know its zone's name."""
     offset = datetime.now().astimezone().strftime("%z")  # +0530
     return f"{offset[:3]}:{offset[3:5]}"
 

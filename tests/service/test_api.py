@@ -3,7 +3,9 @@ real FastAPI app served by uvicorn on a local port."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
 import re
 import shutil
@@ -360,6 +362,33 @@ def test_logs_of_an_attempt(svc: Service) -> None:
     assert svc.call("GET", f"/v1/workloads/{wid}/logs", "bob").status_code == 403
 
 
+def test_a_fifo_or_a_link_in_place_of_a_log_is_refused_at_once(svc: Service) -> None:
+    """A fifo put in place of a log (as the owner of the log's directory could with the
+    Slurm executor) is answered at once, 404 "log file is not a regular file", instead of
+    holding a server thread until someone writes to it; a symbolic link there is still
+    refused (404 "log file unreadable"), nothing of its target served."""
+    wid = submit(svc).json()["id"]
+    svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
+    log = svc.config.logs_dir / wid / "1.log"
+    log.parent.mkdir(parents=True)
+    os.mkfifo(log)
+    url, auth = f"/v1/workloads/{wid}/logs", {"Authorization": f"Bearer {svc.tokens['alice']}"}
+    try:
+        r = svc.client.get(url, headers=auth, timeout=5)
+    finally:  # a server thread blocked opening the fifo (the defect) is let go
+        with contextlib.suppress(OSError):  # ENXIO: no reader waits, nothing to let go
+            os.close(os.open(log, os.O_WRONLY | os.O_NONBLOCK))
+    assert (r.status_code, r.json()["detail"]) == (
+        404, f"workload {wid}: attempt 1: log file is not a regular file")
+    log.unlink()
+    secret = svc.config.logs_dir / "secret"
+    secret.write_text("only the server may read this\n")
+    log.symlink_to(secret)
+    r = svc.call("GET", url, "alice")
+    assert r.status_code == 404 and "log file unreadable" in r.json()["detail"]
+    assert "only the server" not in r.text
+
+
 def test_logs_are_the_bytes_as_written_so_a_split_character_stays_whole(
         svc: Service) -> None:
     """The logs answer the log's bytes unchanged (``application/octet-stream``): "é" written
@@ -423,6 +452,37 @@ def test_a_log_larger_than_one_answer_comes_in_bounded_pieces_and_is_printed_who
         cli = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
         assert (cli.exit_code, cli.stderr) == (0, ""), args
         assert cli.stdout_bytes == printed, args
+
+
+@pytest.mark.parametrize(("headers", "exit_code", "stdout", "stderr"), [
+    ({"X-Log-Attempt": "1", "X-Log-Offset": "9"}, 0, b"whole log", ""),
+    ({}, 1, b"", "Error: GET /v1/workloads/w-000005/logs: unexpected reply from the server: "
+                 "no X-Log-Attempt header (an older server? upgrade and restart it)\n"),
+    ({"X-Log-Attempt": "1", "X-Log-Size": "x"}, 1, b"",
+     "Error: GET /v1/workloads/w-000005/logs: unexpected reply from the server: "
+     "X-Log-Size: 'x' (an older server? upgrade and restart it)\n"),
+])
+def test_logs_from_a_server_without_x_log_size_is_printed_whole_or_refused_clearly(
+        headers: dict[str, str], exit_code: int, stdout: bytes, stderr: str) -> None:
+    """``apportion logs`` against a server that sends no ``X-Log-Size`` (one not restarted
+    since it was added, which answers the whole log at once) prints that answer; an answer
+    without ``X-Log-Attempt``, or with a size that is no number, is an error naming the
+    header and "an older server?", not a KeyError traceback."""
+    from click.testing import CliRunner
+    from fastapi import FastAPI, Response
+
+    from apportion.cli.main import main
+
+    stub = FastAPI()
+    stub.get("/v1/workloads/{wid}/logs")(lambda wid: Response(b"whole log", headers=headers))
+    server = ServerThread(stub)
+    try:
+        cli = CliRunner().invoke(main, ["logs", "5"], catch_exceptions=False, env={
+            "APPORTION_URL": server.url, "APPORTION_TOKEN": "t",
+            "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    finally:
+        server.stop()
+    assert (cli.exit_code, cli.stdout_bytes, cli.stderr) == (exit_code, stdout, stderr)
 
 
 def test_cancel_pending(svc: Service) -> None:

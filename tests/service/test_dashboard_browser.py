@@ -246,6 +246,36 @@ def test_the_why_panel_writes_its_times_in_the_browsers_zone(
     assert said.startswith(f"could start at {kolkata} (in "), said
 
 
+def test_the_why_panel_in_a_zone_the_server_does_not_know_is_written_at_its_offset(
+    served: Served, browser: Any,
+) -> None:
+    """In a browser in Asia/Kolkata whose zone name the server refuses (422 on ``tz``, as
+    one whose zone database lacks it answers), the why panel asks again with the offset now
+    (``tz=+05:30``) and shows the sentences at +05:30, not the refusal."""
+    waiting = served.ids["waiting"]
+    asked: list[str] = []
+
+    def lacking_the_name(route: Any) -> None:
+        tz = httpx.URL(route.request.url).params["tz"]
+        asked.append(tz)
+        if tz == "+05:30":
+            route.continue_()
+        else:
+            route.fulfill(status=422, json={"detail": f"tz: unknown time zone {tz!r}"})
+
+    with zoned_page(browser, "Asia/Kolkata") as page:
+        page.route(re.compile(r".*/v1/dashboard/why/.*"), lacking_the_name)
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        page.click(f'#queue tbody tr[data-id="{waiting}"]', timeout=WAIT_MS)
+        line = f'#queue tr.why[data-why="{waiting}"] li:has-text("at the earliest")'
+        page.wait_for_selector(line, timeout=WAIT_MS)
+        said = page.inner_text(line)
+    # the zone's name first (Chromium's: Asia/Calcutta), then its offset
+    assert asked[0].startswith("Asia/") and asked[1] == "+05:30", asked
+    earliest = served.call("bob", "GET", f"/v1/dashboard/why/{waiting}")["earliest_start"]
+    assert said.startswith(f"could start at {format_time(earliest, time_zone('+05:30'))} (in ")
+
+
 @pytest.mark.parametrize("zone", ["Asia/Kolkata", "America/St_Johns", "UTC"])
 def test_the_page_writes_a_time_as_the_cli_does_in_the_browsers_zone(
     served: Served, browser: Any, zone: str,

@@ -218,6 +218,36 @@ def test_logs_follow_prints_a_character_written_in_two_halves_whole(
         follow.wait()
 
 
+def test_logs_follow_goes_on_from_the_start_of_a_log_the_job_truncated(
+        live_sqlite: LiveFactory, tmp_path: Path) -> None:
+    """``logs -f`` on a workload that writes a line, then (once the test has read it)
+    truncates its log to nothing (``truncate -s 0``) and writes "after": "after" is printed
+    too, and stderr says ``log truncated: following from its start`` (the output written
+    after the truncation was lost, the command exiting 0)."""
+    s = live_sqlite({"h0": 2})
+    go = tmp_path / "go"
+    wid = s.submit("alice", "ai/llm", 1, "1s",
+                   f"echo a line written before the truncation; "
+                   f"while [ ! -e {q(go)} ]; do sleep 0.1; done; "
+                   "truncate -s 0 /proc/self/fd/1; echo after")
+    s.wait_status(wid, "running")
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "logs", "-f", wid.removeprefix("w-")],
+        env=cli_env(s, "alice"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout is not None and follow.stderr is not None
+        assert follow.stdout.readline() == "a line written before the truncation\n"
+        go.touch()
+        assert follow.wait(timeout=DEADLINE_S) == 0
+        assert (follow.stdout.read(), follow.stderr.read()) == (
+            "after\n", "log truncated: following from its start\n")
+    finally:
+        go.touch()  # the workload ends even if an assertion failed before
+        follow.kill()
+        follow.wait()
+    assert s.workload(wid)["status"] == "completed"
+
+
 def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
                                                   tmp_path: Path) -> None:
     """``-t 90`` on the command line is 90 minutes, as in a script and in Slurm (it was 90

@@ -7,6 +7,8 @@ with its offset (apportion.times)."""
 from __future__ import annotations
 
 import re
+import shutil
+import zoneinfo
 from collections.abc import Iterator
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -85,3 +87,31 @@ def test_show_why_hosts_audit_and_tokens_write_an_instant_alike_in_the_clients_z
     assert story[0].endswith(f"): submitted by alice at {submitted}")
     assert story[1].startswith(f"attempt 1: ran on {host} (1 GPU) from {started} for ")
     assert f"submitted:           {submitted}\n" in cli(live, "alice", "show", wid)
+
+
+def test_why_in_a_zone_the_server_does_not_know_is_written_at_the_zones_offset(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The client's zone is Kolkata's under a name only the client's zone database has
+    (``TZ=Mars/Olympus``, its file in ``TZDIR`` and ``PYTHONTZPATH``): ``why`` is not
+    refused (the server's 422 named a ``tz`` the user never typed) but asks again with the
+    zone's offset now, so its protection end is the start ``show`` writes + 1 h, at
+    +05:30."""
+    kolkata = next(Path(d, "Asia", "Kolkata") for d in zoneinfo.TZPATH
+                   if Path(d, "Asia", "Kolkata").is_file())
+    zones = tmp_path / "zones"
+    (zones / "Mars").mkdir(parents=True)
+    shutil.copy(kolkata, zones / "Mars" / "Olympus")
+    for variable in ("TZDIR", "PYTHONTZPATH"):  # the C library's and Python's
+        monkeypatch.setenv(variable, str(zones))
+    monkeypatch.setenv("TZ", "Mars/Olympus")
+    ready = tmp_path / "ready"
+    wid = live.submit("alice", "ai/llm", 1, "1h", until_sigterm(ready, tmp_path / "m", 600))
+    live.wait_file(ready)
+    (attempt,) = live.wait_status(wid, "running")["attempts"]
+    assert f"{shown(attempt['started_at'])} " in cli(live, "alice", "show", wid)
+    why = cli(live, "alice", "why", wid).splitlines()
+    assert any(line.startswith("protected for another ")
+               and line.endswith(f", until {shown(attempt['started_at'] + 3600)}")
+               for line in why), why
+    live.ok("POST", f"/v1/workloads/{wid}/cancel", "alice")

@@ -42,7 +42,7 @@ from apportion.service.replies import (
     Why,
     Workload,
 )
-from apportion.times import format_time, local_zone, time_zone
+from apportion.times import format_time, local_offset, local_zone, time_zone
 
 from .ids import WORKLOAD_ID
 from .numbers import FiniteFloatRange
@@ -438,8 +438,13 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
     """Explain why a workload waits, until when it is protected, what change to the request
     would start it sooner, or (once it ended) what happened to it. --json: the structure.
     Times are in this machine's zone, with its offset from UTC, as show writes them."""
-    # the server writes the sentences' times in the zone asked for: the one show uses
-    data = client.json("GET", f"/workloads/{workload_id}/why", params={"tz": local_zone()})
+    # the server writes the sentences' times in the zone asked for: the one show uses, or
+    # where the server's zone database lacks its name (422 on tz), its offset now
+    path = f"/workloads/{workload_id}/why"
+    r = client.call("GET", path, params={"tz": local_zone()}, accept=(422,))
+    if r.status_code == 422:
+        r = client.call("GET", path, params={"tz": local_offset()})
+    data = r.json()
     if as_json:
         _print_json(data)
         return

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
+
+# ASCII digits only: str.isdigit and int() take others too ("²" is a digit, "٥" is 5)
+_NUMBER = re.compile(r"[0-9]+")
 
 
 def full_id(text: str) -> str:
     """``5``, ``000005`` or ``w-5`` -> ``w-000005``; anything else is kept as given."""
     t = text.strip()
     digits = t.removeprefix("w-")
-    return f"w-{int(digits):06d}" if digits.isdigit() else t
+    return f"w-{int(digits):06d}" if _NUMBER.fullmatch(digits) else t
 
 
 def workload_id(text: str) -> str | None:
     """``text`` as a long workload id (``5`` -> ``w-000005``), or None if it is none."""
     wid = full_id(text)
-    return wid if wid.startswith("w-") and wid[2:].isdigit() else None
+    return wid if wid.startswith("w-") and _NUMBER.fullmatch(wid[2:]) else None
 
 
 class WorkloadId(click.ParamType[str]):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
@@ -806,17 +807,35 @@ def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
     """Print an attempt's output (the latest without ``attempt``) from ``offset``, or its last
     ``tail`` bytes, up to where the log ended when first asked. The server answers a
     bounded piece at a time, each printed before the next is asked for: a long log is never
-    held whole. Returns the offset after what was printed."""
+    held whole. A log now shorter than ``offset`` was truncated (``truncate -s 0`` by the
+    job): that is said on stderr and it is printed from its start, as ``tail -f`` does.
+    Returns the offset after what was printed."""
     r = client.call("GET", f"/workloads/{wid}/logs",
                     params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
-    n, end = r.headers["X-Log-Attempt"], int(r.headers["X-Log-Size"])
+    n = _log_position(r, "X-Log-Attempt")
+    # a server older than X-Log-Size answers the whole log at once: it ends where that does
+    end = _log_position(r, "X-Log-Size" if "X-Log-Size" in r.headers else "X-Log-Offset")
+    if end < offset:
+        click.echo("log truncated: following from its start", err=True)
+        return _print_log(client, wid, n)
     while True:
         click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
-        offset = int(r.headers["X-Log-Offset"])
+        offset = _log_position(r, "X-Log-Offset")
         if offset >= end or not r.content:
             return offset
         # the same attempt's rest, even if the workload was requeued meanwhile
         r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset})
+
+
+def _log_position(r: httpx.Response, header: str) -> int:
+    """The number a logs answer gives in ``header``; an answer without it is an error that
+    says so, not a traceback."""
+    value = r.headers.get(header)
+    if value is not None and value.isascii() and value.isdigit():
+        return int(value)
+    what = f"no {header} header" if value is None else f"{header}: {value!r}"
+    raise click.ClickException(f"GET {r.url.path}: unexpected reply from the server: {what} "
+                               "(an older server? upgrade and restart it)")
 
 
 __all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]

@@ -3,6 +3,7 @@
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies made from the Api context.
 import os
+import stat
 from collections.abc import Sequence
 from datetime import tzinfo
 from pathlib import Path
@@ -335,10 +336,16 @@ def router(api: Api) -> APIRouter:
             raise fail(404, f"workload {workload_id}: attempt {n}: not found")
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
-            # never through a link: with Slurm the log's directory is its owner's, who could
-            # otherwise swap the log for a link to a file only the server may read
-            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            # never through a link, never a fifo or device: with Slurm the log's directory is
+            # its owner's, who could otherwise swap the log for a link to a file only the
+            # server may read, or for a fifo whose open (without O_NONBLOCK) or read would
+            # hold a server thread forever; O_NONBLOCK does not change reading a regular file
+            with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as f:
+                st = os.fstat(f.fileno())
+                if not stat.S_ISREG(st.st_mode):
+                    raise fail(404, f"workload {workload_id}: attempt {n}: log file is not "
+                                    "a regular file")
+                size = st.st_size
                 f.seek(max(0, size - tail) if tail else offset)
                 data = f.read(LOG_ANSWER_MAX)
                 end = f.tell()

@@ -30,13 +30,17 @@ function dur(s) {
 // A time as apportion writes every time it shows (apportion/times.py), in the browser's
 // zone: 2026-12-06 21:50:05+05:30, the date and time of day, then the offset from UTC.
 const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone;
+const two = (n) => String(n).padStart(2, "0");
 function clockTime(t) {
   const d = new Date(t * 1000);
-  const two = (n) => String(n).padStart(2, "0");
-  const off = -d.getTimezoneOffset(); // minutes east of UTC
   return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
-    `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}` +
-    `${off < 0 ? "-" : "+"}${two(Math.floor(Math.abs(off) / 60))}:${two(Math.abs(off) % 60)}`;
+    `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}${utcOffset(d)}`;
+}
+
+// The browser's offset from UTC at d (+05:30), which names a zone to the server as well.
+function utcOffset(d) {
+  const off = -d.getTimezoneOffset(); // minutes east of UTC
+  return `${off < 0 ? "-" : "+"}${two(Math.floor(Math.abs(off) / 60))}:${two(Math.abs(off) % 60)}`;
 }
 
 function num(v, digits = 1) {
@@ -316,8 +320,13 @@ $("#sign-out").addEventListener("click", () => {
 
 async function refreshWhy(id) {
   try {
-    // its sentences' times in the browser's zone, as clockTime writes the page's own
-    const e = await getJSON(`/v1/dashboard/why/${encodeURIComponent(id)}?tz=${encodeURIComponent(ZONE)}`);
+    // its sentences' times in the browser's zone, as clockTime writes the page's own; where
+    // the server's zone database lacks the zone's name (422 on tz), at its offset now
+    const why = (tz) => getJSON(`/v1/dashboard/why/${encodeURIComponent(id)}?tz=${encodeURIComponent(tz)}`);
+    const e = await why(ZONE).catch((err) => {
+      if (err instanceof ApiError && err.status === 422) return why(utcOffset(new Date()));
+      throw err;
+    });
     expanded.set(id, { lines: e.text, at: Date.now() });
   } catch (err) {
     expanded.set(id, { lines: [String(err.message)], at: Date.now() });
