@@ -29,7 +29,7 @@ from apportion.core import (
     WorkloadSpec,
     decision_log,
 )
-from apportion.core.fleet import FleetConfig, FleetState, advice, decide_fleet
+from apportion.core.fleet import FleetConfig, FleetState, advice, decide_fleet, pool_name
 
 from .helpers import HOUR, Driver, HostEvent, Job, check_pass, make_tree
 from .oracle import check_fleet_indexes
@@ -484,6 +484,35 @@ def test_advice_names_the_kind_that_would_start_the_work_now() -> None:
     ]
     assert fleet.fingerprint() == before
 
+
+
+def test_advice_names_only_pools_the_host_list_leaves_hosts_in() -> None:
+    """With the one B200 host full, work asking for B200 on a host list is advised only the
+    pools its list leaves hosts in (it was advised H100 in east and in west with every H100
+    host excluded, and west with a nodelist of eb1 and eh1), and the request changed as
+    each line says is accepted with its host list; without a list both are named."""
+    fleet = FleetState(make_tree("x", "y"))
+    for name, cluster, kind, gpus in (("eh1", "east", "H100", 8), ("eh2", "east", "H100", 8),
+                                      ("eb1", "east", "B200", 8), ("wh1", "west", "H100", 4)):
+        fleet.add_host(Host(name, gpus), cluster, kind, 0.0)
+    run_on(fleet, WorkloadSpec("x-b", "x", 8, 4 * HOUR, 0.0, gpu_kinds=("B200",)), 0.0,
+           "eb1", 8)
+    east = "waiting for B200 GPUs; H100 in east would start it now (--gpu-kind H100)"
+    west = "waiting for B200 GPUs; H100 in west would start it now (--gpu-kind H100)"
+    for hosts, expected in (
+        (("eb1",), []),  # --exclude eh1,eh2,wh1
+        (("eb1", "eh1"), [east]),  # --nodelist eb1,eh1
+        ((), [east, west]),
+    ):
+        spec = WorkloadSpec("y-1", "y", 4, HOUR, 60.0, gpu_kinds=("B200",), hosts=hosts)
+        fleet.submit(spec, 60.0)
+        assert advice(fleet, 60.0, CFG, "y-1") == expected, hosts
+        fleet.unqueue("y-1")
+        for line in expected:
+            cluster = line.split(" in ")[1].split()[0]
+            followed = replace(spec, gpu_kinds=("H100",))
+            fleet.validate(followed, CFG)
+            assert fleet.accepts(followed, pool_name(cluster, "H100"))
 
 @pytest.mark.parametrize(
     ("spec", "message"),

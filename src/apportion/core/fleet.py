@@ -123,6 +123,8 @@ class FleetState:
         self._where: dict[str, tuple[str, str]] = {}  # pool -> (cluster, kind)
         self._pool_of: dict[str, str] = {}  # host -> pool
         self._waits_in: dict[str, tuple[str, ...]] = {}  # pending id -> pools, by name
+        # pending id -> its spec as submitted: each pool's copy keeps only its own hosts
+        self._submitted: dict[str, WorkloadSpec] = {}
         self._runs_in: dict[str, str] = {}  # running id -> pool
         self._time = start
         for pool in self._cfg.overrides:
@@ -268,6 +270,7 @@ class FleetState:
             state = self._pools[p]
             out = state.submit(self._local(spec, p), t, queued_at, restarted)
         self._waits_in[spec.id] = pools
+        self._submitted[spec.id] = spec
         assert out is not None
         return out
 
@@ -281,6 +284,7 @@ class FleetState:
         pools = self._waits_in.pop(workload, None)
         if pools is None:
             raise CoreError(f"workload {workload}: not pending")
+        del self._submitted[workload]
         out = [self._pools[p].unqueue(workload) for p in pools]
         return out[0]
 
@@ -303,6 +307,7 @@ class FleetState:
                 self._pools[p].unqueue(workload)
         r = self._pools[pool].start(workload, placement, t)
         del self._waits_in[workload]
+        del self._submitted[workload]
         self._runs_in[workload] = pool
         return r
 
@@ -396,6 +401,14 @@ class FleetState:
         """The pools pending ``workload`` waits in (empty if it is not pending)."""
         return self._waits_in.get(workload, ())
 
+    def submitted(self, workload: str) -> WorkloadSpec:
+        """Pending ``workload``'s spec as submitted, its host list whole (the pools' pending
+        specs hold only their own hosts)."""
+        try:
+            return self._submitted[workload]
+        except KeyError:
+            raise CoreError(f"workload {workload}: not pending") from None
+
     def runs_in(self, workload: str) -> str | None:
         return self._runs_in.get(workload)
 
@@ -473,6 +486,7 @@ class FleetState:
             "where": tuple(sorted(self._where.items())),
             "pool_of": tuple(sorted(self._pool_of.items())),
             "waits_in": tuple(sorted(self._waits_in.items())),
+            "submitted": tuple(sorted(self._submitted.items())),
             "runs_in": tuple(sorted(self._runs_in.items())),
             "ledger": self._ledger.fingerprint(),
             "time": self._time,
@@ -602,11 +616,11 @@ def _merge(fleet: FleetState, parts: Iterable[Decisions]) -> Decisions:
 def advice(fleet: FleetState, now: float, config: PolicyConfig, workload: str) -> list[str]:
     """For pending ``workload``: the pools of kinds it does not ask for where the same
     request would start at this pass, as lines like ``waiting for a B200 host; H100 (in
-    east) would start it now: --gpu-kind H100``. Pure (each try is undone)."""
+    east) would start it now: --gpu-kind H100``. A pool its host list (``--nodelist``,
+    ``--exclude``) leaves no host in is never named: the request changed as a line says
+    is one :meth:`FleetState.validate` accepts. Pure (each try is undone)."""
     waits = fleet.waits_in(workload)
-    if not waits:
-        raise CoreError(f"workload {workload}: not pending")
-    spec = fleet.pools[waits[0]].pending[workload].spec
+    spec = fleet.submitted(workload)
     queued_at = fleet.pools[waits[0]].pending[workload].queued_at
     asked = "/".join(spec.gpu_kinds) or "any"
     lines: list[str] = []
@@ -614,11 +628,11 @@ def advice(fleet: FleetState, now: float, config: PolicyConfig, workload: str) -
         cluster, kind = fleet.where(p)
         if p in waits or (spec.gpu_kinds and kind in spec.gpu_kinds and not spec.cluster):
             continue
-        variant = replace(spec, gpu_kinds=(kind,), cluster=cluster if spec.cluster else "",
-                          hosts=())
-        if not fleet.accepts(variant, p):
+        variant = replace(spec, gpu_kinds=(kind,), cluster=cluster if spec.cluster else "")
+        if not fleet.accepts(variant, p):  # also: its host list leaves it hosts there
             continue
-        if _would_start(state, variant, queued_at, now, pool_config(fleet, p, config)):
+        local = fleet._local(variant, p)
+        if _would_start(state, local, queued_at, now, pool_config(fleet, p, config)):
             flag = f"--gpu-kind {kind}" + (f" --cluster {cluster}" if spec.cluster else "")
             where = f" in {spec.cluster}" if spec.cluster else ""
             lines.append(
