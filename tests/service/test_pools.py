@@ -261,6 +261,30 @@ def test_why_advises_a_kind_that_would_start_it_now(svc: Svc) -> None:
     assert why["pool"] == "west/B200"
 
 
+def test_work_for_a_kind_with_no_healthy_host_is_said_so_naming_the_pool(svc: Svc) -> None:
+    """w1, the only B200 host, drained (empty: in repair): 4 GPUs of B200 wait as too
+    large, and the queue says more GPUs than the healthy hosts it may use hold with each
+    pool's healthy GPUs (it said "too large for the cluster" with 16 H100 GPUs free);
+    ``why`` names the pool whose healthy hosts it counts (it said "0 of 8 GPUs are
+    healthy" of no pool)."""
+    svc.sched.set_host_state("w1", HostState.DRAINING, "ECC", "admin")
+    wid = svc.submit(gpu_kind=["B200"], gpus=4).json()["id"]
+    svc.sched.step()
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue"], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert ("(more GPUs than the healthy hosts it may use hold (west/B200: 0 healthy); "
+            "waited ") in r.output
+    why = svc.call("GET", f"/v1/workloads/{wid}/why").json()
+    assert why["wait_reason"] == "too_large"
+    assert "waiting: too large (more GPUs than all healthy hosts of pool west/B200 " \
+           "together)" in why["text"]
+    assert why["caveats"] == [
+        "asks for more GPUs than all healthy hosts of pool west/B200 together (0 of 8 GPUs "
+        "are healthy; not healthy: w1 repair): it starts only once enough hosts are "
+        "healthy again"]
+
 def test_usage_is_charged_in_billed_units_and_survives_a_restart(svc: Svc) -> None:
     """One hour of 8 B200 GPUs charges 8 x 3600 x 2.2 units to its budget; a scheduler
     rebuilt from the store charges the same."""

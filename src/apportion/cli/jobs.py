@@ -22,7 +22,15 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import format_duration_exact
-from apportion.service.replies import BulkCancel, CancelOutcome, Me, QueueView, Workload
+from apportion.service.replies import (
+    BulkCancel,
+    CancelOutcome,
+    Me,
+    QueuedPending,
+    QueueHost,
+    QueueView,
+    Workload,
+)
 from apportion.service.validation import MAX_CANCEL_IDS
 
 from .client import (
@@ -531,6 +539,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         reason = p.hold or (
             f"executor unreachable since {fmt_time(view.executor_down_since)}"
             if view.executor_down_since is not None  # nothing starts: the reason that holds
+            else _too_large(p, view.hosts) if p.wait_reason == "too_large"
             else REASONS.get(p.wait_reason or "", "not reached yet"))
         out.append({**rows[p.id], "position": p.position, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
@@ -552,6 +561,21 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
                     "waited_s": None, "protected_s": left,
                     "hosts": [f"{h}:{g}" for h, g, _ in r.placement]})
     return now, out
+
+
+def _too_large(p: QueuedPending, hosts: Sequence[QueueHost]) -> str:
+    """``too_large`` said of the pools it may use when there are several (a kind with no
+    healthy host is not "too large for the cluster" while other kinds have room): each
+    one's healthy GPUs, ``(east/B200: 0 healthy, west/B200: 8 healthy)``."""
+    if not any(h.pool for h in hosts):  # one pool
+        return REASONS["too_large"]
+    healthy: dict[str, int] = {}
+    for h in hosts:
+        if h.pool and (not p.gpu_kinds or h.kind in p.gpu_kinds) and (
+                not p.cluster or h.cluster == p.cluster):
+            healthy[h.pool] = healthy.get(h.pool, 0) + (h.gpus if h.state == "healthy" else 0)
+    counts = ", ".join(f"{pool}: {n} healthy" for pool, n in sorted(healthy.items()))
+    return f"more GPUs than the healthy hosts it may use hold ({counts})"
 
 
 def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:

@@ -138,6 +138,7 @@ class Explanation:
     placement: Placement = ()
     draining: tuple[str, ...] = ()  # hosts of its placement being drained: it is stopped
     resumable: bool = False  # requeued when preempted (pending or running)
+    pool: str = ""  # the pool explained, named when the fleet has several (pending)
     at_risk: float | None = None  # progress a preemption now would throw away (seconds)
     checkpointed_at: float | None = None  # its last checkpoint reported in this run
     checkpoint_on_term: bool = False  # it checkpoints when told to stop
@@ -205,10 +206,12 @@ class Explanation:
 
 
 def explain(
-    state: ClusterState, now: float, config: PolicyConfig, workload_id: str
+    state: ClusterState, now: float, config: PolicyConfig, workload_id: str, pool: str = ""
 ) -> Explanation:
     """Explain ``workload_id`` (pending or running) at ``now``. Raises :class:`CoreError`
-    if the state holds no such workload (finished, cancelled or unknown). Pure."""
+    if the state holds no such workload (finished, cancelled or unknown). ``pool``: the
+    name of the pool ``state`` is, given when the fleet has several: what is said of "all
+    healthy hosts" is then said of that pool's, not of the fleet's. Pure."""
     pas = Pass(state, now, config)  # only for its ratios and rules: never run
     rules = pas.rules
     r = state.running.get(workload_id)
@@ -270,6 +273,7 @@ def explain(
         allocated=spec.allocated,
         now=now,
         ratio=rules.ratio(spec.budget),
+        pool=pool,
         position=position,
         considered=len(order),
         same_budget_ahead=same_budget,
@@ -308,7 +312,8 @@ def explain(
         shown = ", ".join(out[:5]) + (f" and {len(out) - 5} more" if len(out) > 5 else "")
         return _replace(
             base, wait_reason=reason,
-            caveats=(f"asks for more GPUs than all healthy hosts together ({healthy} of "
+            caveats=(f"asks for more GPUs than all healthy hosts{_of_pool(pool)} together "
+                     f"({healthy} of "
                      f"{sum(h.gpus for h in hosts)} GPUs are healthy"
                      + (f"; not healthy: {shown}" if out else "") + "): it starts only once "
                      "enough hosts are healthy again",),
@@ -746,7 +751,10 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
         out.append(f"starts on the next pass on {where}")
         return out
-    if e.wait_reason is not None:
+    if e.wait_reason is WaitReason.TOO_LARGE and e.pool:
+        out.append(f"waiting: too large (more GPUs than all healthy hosts{_of_pool(e.pool)} "
+                   "together)")
+    elif e.wait_reason is not None:
         out.append(f"waiting: {_REASONS[e.wait_reason]}")
     if e.preempting:
         out.append("preempting " + ", ".join(e.preempting))
@@ -797,6 +805,10 @@ _REASONS = {
     WaitReason.WAITING_FOR_CHECKPOINT: "waiting for the work it displaces to checkpoint",
     WaitReason.TOO_LARGE: "too large (more GPUs than all healthy hosts together)",
 }
+
+
+def _of_pool(pool: str) -> str:
+    return f" of pool {pool}" if pool else ""
 
 
 def _advice_line(e: Explanation, a: Advice, at: Callable[[float], str]) -> str:
