@@ -522,15 +522,18 @@ def test_advice_names_only_pools_the_host_list_leaves_hosts_in() -> None:
         (WorkloadSpec("w", "x", 1, HOUR, 0.0, cluster="c9"),
          r"workload w: cluster: unknown cluster 'c9' \(the fleet has c1, c2\)"),
         (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("B200",), cluster="c1"),
-         r"workload w: gpu_kinds: no pool of B200 in cluster c1 funds budget x"),
+         r"workload w: cluster: cluster c1 has no B200 GPUs \(the fleet has them in c2\)"),
         (WorkloadSpec("w", "x", 24, HOUR, 0.0, gpu_kinds=("B200",)),
-         r"workload w: gpus: 24 is more than the cluster's 8"),
+         r"workload w: gpus: 24 is more than any pool it may use holds \(c2/B200: 8\)"),
     ],
     ids=["unknown kind", "unknown cluster", "kind not in that cluster", "too large"],
 )
 def test_work_no_pool_can_run_is_refused_naming_the_field(spec: WorkloadSpec,
                                                           message: str) -> None:
-    """validate refuses, with the field and the choices, work no pool of the fleet can run."""
+    """validate refuses, with the field and the choices, work no pool of the fleet can run:
+    a kind the cluster asked for lacks is said so of the cluster (it said no pool of B200 in
+    c1 funds the budget), and too many GPUs for the one pool of its kind names that pool
+    (it said "the cluster's 8")."""
     with pytest.raises(CoreError, match=message):
         two_pools(make_tree("x", "y")).validate(spec, CFG)
 
@@ -539,7 +542,7 @@ def test_too_many_gpus_for_every_pool_names_what_each_holds() -> None:
     """Work larger than each of several pools is refused naming each pool's GPUs (it named
     the first pool's by name alone, 8, though 16 fit in another), and ``any pool it may
     use`` when its kinds leave some out; one that fits the larger pool is accepted; work
-    that may use one pool keeps that pool's wording."""
+    that may use one pool names that pool (it said "the cluster's 8")."""
     fleet = two_pools(make_tree("x", "y"), h100=1, b200=2)
     fleet.add_host(Host("b300-0", 4), "c3", "B300", 0.0)
     fleet.validate(WorkloadSpec("fits", "x", 16, HOUR, 0.0), CFG)
@@ -551,7 +554,7 @@ def test_too_many_gpus_for_every_pool_names_what_each_holds() -> None:
          "workload w: gpus: 17 is more than any pool it may use holds (c1/H100: 8, "
          "c3/B300: 4)"),
         (WorkloadSpec("w", "x", 17, HOUR, 0.0, gpu_kinds=("H100",)),
-         "workload w: gpus: 17 is more than the cluster's 8"),
+         "workload w: gpus: 17 is more than any pool it may use holds (c1/H100: 8)"),
     ):
         with pytest.raises(CoreError) as refused:
             fleet.validate(spec, CFG)
@@ -578,11 +581,41 @@ def test_a_host_list_that_rules_out_every_pool_is_named_as_the_cause() -> None:
         (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), hosts=("h100-0",)),
          "workload w: hosts: the pools of the hosts it may use (c1/H100) do not fund "
          "budget x"),
-        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), cluster="c1"),
-         "workload w: gpu_kinds: no pool of H100 in cluster c1 funds budget x"),
+        (WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100",), cluster="c3",
+                      hosts=("h100-0",)),
+         "workload w: hosts: the hosts it may use (h100-0) have no H100 GPUs in cluster c3"),
     ):
         with pytest.raises(CoreError) as refused:
             fleet.validate(spec, CFG)
+        assert str(refused.value) == message
+
+
+def test_a_cluster_that_rules_out_every_pool_is_named_as_the_cause() -> None:
+    """x is not funded in c1 (weight 0): asking for cluster c1 is refused naming the
+    cluster, with or without a kind, as a kind funded only elsewhere (it named gpu_kinds,
+    which were not sent); a kind the cluster lacks is said so of the cluster (it said no
+    pool of it there funds the budget); kinds funding the budget nowhere name gpu_kinds,
+    and a budget funded in no pool at all names the budget."""
+    cfg = FleetConfig(overrides={"c1/H100": {"x": 0.0}, "c1/B300": {"x": 0.0}})
+    fleet = two_pools(make_tree("x", "y"), config=cfg)
+    fleet.add_host(Host("b300-0", 4), "c1", "B300", 0.0)
+    nowhere = two_pools(make_tree("x", "y"),
+                        config=FleetConfig(overrides={"c1/H100": {"x": 0.0},
+                                                      "c2/B200": {"x": 0.0}}))
+    for f, spec, message in (
+        (fleet, WorkloadSpec("w", "x", 1, HOUR, 0.0, cluster="c1"),
+         "workload w: cluster: no pool of any kind in cluster c1 funds budget x"),
+        (fleet, WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100", "B200"), cluster="c1"),
+         "workload w: cluster: no pool of H100,B200 in cluster c1 funds budget x"),
+        (fleet, WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("B200",), cluster="c1"),
+         "workload w: cluster: cluster c1 has no B200 GPUs (the fleet has them in c2)"),
+        (fleet, WorkloadSpec("w", "x", 1, HOUR, 0.0, gpu_kinds=("H100", "B300")),
+         "workload w: gpu_kinds: no pool of H100,B300 funds budget x"),
+        (nowhere, WorkloadSpec("w", "x", 1, HOUR, 0.0),
+         "workload w: budget: no pool of any kind funds budget x"),
+    ):
+        with pytest.raises(CoreError) as refused:
+            f.validate(spec, CFG)
         assert str(refused.value) == message
 
 

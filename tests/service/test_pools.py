@@ -217,8 +217,9 @@ def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:
          "gpu_kind: unknown GPU kind 'A100' (the fleet has B200, H100)"),
         ({"cluster": "north"}, "cluster: unknown cluster 'north' (the fleet has east, west)"),
         ({"cluster": "east", "gpu_kind": ["B200"]},
-         "gpu_kind: no pool of B200 in cluster east funds budget ai"),
-        ({"gpus": 9, "gpu_kind": ["B200"]}, "gpus: 9 is more than the cluster's 8"),
+         "cluster: cluster east has no B200 GPUs (the fleet has them in west)"),
+        ({"gpus": 9, "gpu_kind": ["B200"]},
+         "gpus: 9 is more than any pool it may use holds (west/B200: 8)"),
         ({"gpus": 17}, "gpus: 17 is more than any pool holds (east/H100: 16, west/B200: 8)"),
         ({"nodelist": ["w1"], "gpu_kind": ["H100"]},
          "nodelist: the hosts it may use (w1) have no H100 GPUs"),
@@ -230,7 +231,9 @@ def test_an_unknown_kind_or_cluster_is_refused_naming_the_field(
     svc: Svc, body: dict[str, Any], detail: str
 ) -> None:
     """422 with the field first and what exists; nothing stored. Too many GPUs for each of
-    the pools names what each holds (it named the first pool's, east/H100's, alone); a
+    the pools names what each holds (it named the first pool's, east/H100's, alone), and
+    so does too many for the one pool of its kind (it said "the cluster's 8"); a kind the
+    cluster lacks is said of the cluster (it said no pool of B200 there funds ai); a
     host list holding none of the kind asked for names the host field sent (it said no
     pool of H100 funds the budget)."""
     r = svc.submit(**body)
@@ -483,7 +486,8 @@ def test_metrics_and_dashboard_show_hosts_by_pool(svc: Svc) -> None:
 def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> None:
     """``apportion submit --gpu-kind H100,B200 --cluster west`` stores both (kinds in the
     order given); an unknown kind fails naming the flag as typed and what exists, and
-    --nodelist holding none of the kind asked for names --nodelist; a batch
+    --nodelist holding none of the kind asked for names --nodelist, and a cluster without
+    the kind asked for names --cluster (it named --gpu-kind); a batch
     script's ``#SBATCH --gres=gpu:b200:8`` asks for 8 B200 GPUs (Slurm's type, upper case)."""
     from click.testing import CliRunner
 
@@ -506,6 +510,10 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     r = run(*common, "-w", "w1", "--gpu-kind", "H100", "--", "train")
     assert r.exit_code == 1
     assert "Error: --nodelist: the hosts it may use (w1) have no H100 GPUs" in r.output
+    r = run(*common, "--gpu-kind", "B200", "--cluster", "east", "--", "train")
+    assert r.exit_code == 1
+    assert ("Error: --cluster: cluster east has no B200 GPUs (the fleet has them in west)"
+            in r.output)
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:b200:8\n#APPORTION --budget ai\n"
                       "#APPORTION --min-runtime 1h\ntrain\n")
@@ -578,7 +586,8 @@ def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``overrides."west/B200" = {ops = 0}``: ops is not funded on the B200 host, so its
-    B200 work is refused naming the pool rule, while ai's runs there. A weight of a budget
+    B200 work is refused naming the pool rule, and so is its work for cluster west, naming
+    the cluster (it named gpu_kind, not sent), while ai's runs there. A weight of a budget
     the database lacks (the budgets came from the database, not the config) is logged by
     the scheduler and left out."""
     cfg = parse_config({**BASE, "overrides": {"west/B200": {"ops": 0}}}, base_dir=tmp_path)
@@ -587,6 +596,10 @@ def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
         r = s.submit(budget="ops", gpu_kind=["B200"])
         assert r.status_code == 422, r.text
         assert r.json()["detail"] == "gpu_kind: no pool of B200 funds budget ops"
+        r = s.submit(budget="ops", cluster="west")
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"] == "cluster: no pool of any kind in cluster west funds " \
+            "budget ops"
         ok = s.submit(gpu_kind=["B200"]).json()["id"]
         s.sched.step()
         assert s.hosts_of(ok) == ["w1"]

@@ -195,7 +195,8 @@ class FleetState:
         """Refuse work no pool could run, naming the field: an unknown kind, cluster or
         host, no pool of what it asks for funding its budget (or none holding the hosts it
         may use), then the single-pool rules (caps, shape) of the first such pool if it fits
-        none; more GPUs than each of several pools holds is said with what each holds."""
+        none; with several pools in the fleet, more GPUs than each pool it may use holds is
+        said with what each holds."""
         self._tree.require_leaf(spec.budget)
         kinds = {k for _, k in self._where.values()}
         clusters = {c for c, _ in self._where.values()}
@@ -223,8 +224,9 @@ class FleetState:
                 return
             except CoreError as e:
                 errors.append(e)
-        if len(errors) > 1 and all(isinstance(e, TooLarge) for e in errors):
-            # the first pool's "more than the cluster's 4" hid that another holds 8
+        if len(self._pools) > 1 and all(isinstance(e, TooLarge) for e in errors):
+            # "the cluster's 4" said of a pool hid that another holds 8, or the one it may
+            # use was which
             which = "any pool" if len(asked) == len(self._pools) else "any pool it may use"
             holds = ", ".join(f"{p}: {self._pools[p].total_gpus}" for p in asked)
             raise TooLarge(f"workload {spec.id}: gpus: {spec.gpus} is more than {which} "
@@ -232,14 +234,30 @@ class FleetState:
         raise errors[0]
 
     def _no_pool(self, spec: WorkloadSpec) -> str:
-        """Why no pool takes ``spec`` (``field: why``): the hosts it may use, when a pool
-        would take it without them; else no pool of its kinds and cluster funds its
-        budget."""
+        """Why no pool takes ``spec`` (``field: why``), naming what rules the pools out:
+        the hosts it may use, when a pool would take it without them; the cluster, when it
+        has none of the kinds asked for or when a pool of them elsewhere funds the budget;
+        else the kinds asked for (the budget, if it asked for any kind) fund it nowhere."""
         what = ",".join(spec.gpu_kinds) or "any kind"
         where = f" in cluster {spec.cluster}" if spec.cluster else ""
         anywhere = replace(spec, hosts=())
-        if not (spec.hosts and any(self._asks_for(anywhere, p) for p in self._pools)):
-            return f"gpu_kinds: no pool of {what}{where} funds budget {spec.budget}"
+        if spec.hosts and any(self._asks_for(anywhere, p) for p in self._pools):
+            return self._no_pool_on_hosts(spec, where)
+        kinds = " or ".join(spec.gpu_kinds)
+        if spec.cluster and not any(self._of_kind(spec, p) for p in self._pools):
+            theirs = sorted({c for c, k in self._where.values() if k in spec.gpu_kinds})
+            return (f"cluster: cluster {spec.cluster} has no {kinds} GPUs (the fleet has "
+                    f"them in {', '.join(theirs)})")
+        elsewhere = replace(anywhere, cluster="")
+        if spec.cluster and any(self._asks_for(elsewhere, p) for p in self._pools):
+            field = "cluster"
+        else:
+            field = "gpu_kinds" if spec.gpu_kinds else "budget"
+        return f"{field}: no pool of {what}{where} funds budget {spec.budget}"
+
+    def _no_pool_on_hosts(self, spec: WorkloadSpec, where: str) -> str:
+        """Why the hosts ``spec`` may use leave it no pool, though some pool would take it
+        without them."""
         hosts = ", ".join(spec.hosts)
         theirs = sorted(p for p in {self._pool_of[h] for h in spec.hosts}
                         if self._of_kind(spec, p))
