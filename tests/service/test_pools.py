@@ -523,6 +523,28 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     assert (last.gpus, last.gpu_kinds) == (8, ("B200",))
 
 
+def test_cli_show_prints_the_kinds_cluster_and_pool(svc: Svc) -> None:
+    """``apportion show`` prints the GPU kinds (in the order given) and the cluster asked
+    for, and the pool of running work (it printed none of them); work asking for any kind
+    anywhere, still pending, prints none of the three."""
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    running = svc.submit(gpu_kind=["B200", "H100"], cluster="west").json()["id"]
+    svc.sched.step()
+    pending = svc.submit(gpus=16).json()["id"]
+
+    def show(wid: str) -> list[str]:
+        r = CliRunner().invoke(main, ["show", wid], env=env, catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return r.output.splitlines()
+
+    lines = show(running)
+    assert "gpu kinds:           B200,H100" in lines
+    assert "cluster:             west" in lines
+    assert "pool:                west/B200" in lines
+    assert not [line for line in show(pending)
+                if line.startswith(("gpu kinds:", "cluster:", "pool:"))]
+
 def test_executors_report_the_configured_hosts_pools(tmp_path: Path) -> None:
     """The local and memory executors built from a config report each host's cluster and
     kind as configured ("" where the config names none: the [pools] defaults)."""

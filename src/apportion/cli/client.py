@@ -381,7 +381,8 @@ def _exportable(name: str, value: str) -> bool:
 @json_option
 @connection
 def show(client: Client, workload_id: str, as_json: bool) -> None:
-    """Show one workload and its attempts."""
+    """Show one workload and its attempts; the GPU kinds and cluster it asked for, if any,
+    and with several pools the one it runs in."""
     data = client.json("GET", f"/workloads/{workload_id}")
     if as_json:
         _print_json(data)
@@ -409,6 +410,12 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.nodelist or w.exclude:
         click.echo(f"{'hosts:':<21}only {','.join(w.nodelist) or 'any'}; not "
                    f"{','.join(w.exclude) or '-'}")
+    if w.gpu_kinds:  # preferred first, as given
+        click.echo(f"{'gpu kinds:':<21}{','.join(w.gpu_kinds)}")
+    if w.cluster:
+        click.echo(f"{'cluster:':<21}{w.cluster}")
+    if w.pool:  # set while it runs, with several pools
+        click.echo(f"{'pool:':<21}{w.pool}")
     # quoted as a shell would need it: copied into a terminal, it runs the same command
     command = "(private)" if w.private or w.command is None else shlex.join(w.command)
     click.echo(f"{'command:':<21}{command}")
