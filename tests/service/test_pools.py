@@ -638,6 +638,31 @@ def test_per_pool_weights_apply_and_an_unknown_budget_is_logged_and_left_out(
         s.close()
 
 
+def test_a_billing_weight_changed_in_the_config_is_audited_and_logged_at_start(
+    svc: Svc, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first start audits each kind's billing weight (``pool.billing`` by ``config``,
+    old none); a restart with the same weights audits nothing more; a restart with B200 at
+    3.0 instead of 2.2 writes one entry, 2.2 -> 3.0, and warns in the log that past work is
+    recharged at it (a change repriced all past usage with no record of it)."""
+    def billing() -> list[tuple[str, str, Any, Any]]:
+        return [(a.actor, a.target, a.old, a.new)
+                for a in svc.store.audit_of("pool.billing")]
+
+    svc.sched.start()
+    first = [("config", "B200", None, {"billing": 2.2}), ("config", "H100", None, {"billing": 1.0})]
+    assert billing() == first
+    Scheduler(svc.store, svc.executor, svc.config.policy, svc.clock,
+              pools=svc.config.pools).start()
+    assert billing() == first
+    dearer = PoolsConfig(billing={"H100": 1.0, "B200": 3.0})
+    with caplog.at_level("WARNING", logger="apportion.scheduler"):
+        Scheduler(svc.store, svc.executor, svc.config.policy, svc.clock, pools=dearer).start()
+    assert billing() == [*first, ("config", "B200", {"billing": 2.2}, {"billing": 3.0})]
+    assert ("billing of B200 changed from 2.2 to 3 units per GPU-second: the charges of all "
+            "its work in the lookback window, and of reports of past periods, are now "
+            "counted at 3") in caplog.text
+
 def test_an_override_pool_no_host_is_in_is_logged_by_the_scheduler(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

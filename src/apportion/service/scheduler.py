@@ -84,6 +84,7 @@ from apportion.service.store import (
     UsageInterval,
     WorkloadRow,
 )
+from apportion.service.store.seed import SEED_ACTOR
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -194,6 +195,7 @@ class Scheduler:
             now = self.clock.now()
             self._settle_unlaunched(now)
             self._rebuild(now)
+            self._record_billing()
             # work no open attempt names (a restored backup's lost future) holds GPUs the
             # state just rebuilt counts as free: stopped before anything is placed on them
             self.executor.stop_unknown(
@@ -542,6 +544,27 @@ class Scheduler:
             log.warning("%s attempt %d: never launched; requeued, nothing charged", row.id, a.n)
             self.store.end_attempt(row.id, a.n, a.started_at, None, "never launched",
                                    Status.PENDING)
+
+    def _record_billing(self) -> None:
+        """Audit (``pool.billing``, by ``config``) the billing weight of each GPU kind of
+        the fleet the first time it is seen and whenever the config changed it since, and
+        warn of a change: the ledger was just rebuilt from the attempts at the weights in
+        force now, so a change reprices all work in the lookback window, and reports of
+        past periods charge at the new weight too."""
+        st = self._st()
+        recorded = {a.target: a.new["billing"] for a in self.store.audit_of("pool.billing")}
+        for kind in sorted({st.where(p)[1] for p in st.pools}):
+            weight, old = st.config.weight(kind), recorded.get(kind)
+            if weight == old:
+                continue
+            self.store.append_audit(SEED_ACTOR, "pool.billing", kind,
+                                    None if old is None else {"billing": old},
+                                    {"billing": weight})
+            if old is not None:
+                log.warning("billing of %s changed from %g to %g units per GPU-second: the "
+                            "charges of all its work in the lookback window, and of reports "
+                            "of past periods, are now counted at %g", kind, old, weight,
+                            weight)
 
     def _rebuild(self, now: float) -> None:
         """The state from the store: hosts, tree, usage over the lookback, running attempts

@@ -1324,6 +1324,13 @@ class Store:
         with self._tx() as s:
             self._audit(s, actor, action, target, old, new)
 
+    def audit_of(self, action: str) -> list[AuditRow]:
+        """Every audit entry of ``action``, oldest first."""
+        with self._tx(write=False) as s:
+            q = select(AuditModel).where(AuditModel.action == action).order_by(AuditModel.id)
+            return [AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
+                    for a in s.scalars(q)]
+
     def audit(
         self, limit: int = 100, target: str | None = None, after_id: int = 0,
         before_id: int | None = None,
