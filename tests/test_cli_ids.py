@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from apportion.cli.ids import workload_id
+from apportion.cli.jobs import _gres_gpus
 from apportion.cli.main import main
 
 
@@ -30,3 +31,13 @@ def test_cancel_of_an_id_in_other_digits_is_a_usage_error_naming_it(typed: str) 
         "APPORTION_CLIENT_CONFIG": "/dev/null"})
     assert r.exit_code == 2, r.output
     assert f"{typed!r} is not a workload id (5 or w-000005)" in r.stderr
+
+
+@pytest.mark.parametrize(("gres", "gpus"), [
+    ("gpu:4", "4"), ("gpu:a100:4", "4"), ("gpu:٥", None), ("gpu:a100:²", None),
+    ("gpu", None), ("tpu:4", None),
+])
+def test_a_gres_gpu_count_is_read_in_ascii_digits_only(gres: str, gpus: str | None) -> None:
+    """``#SBATCH --gres=gpu:N`` gives N GPUs only for ASCII digits: ``gpu:٥`` was read as
+    5 GPUs (``int()`` takes Arabic-Indic digits), ``gpu:²`` crashed it."""
+    assert _gres_gpus(gres) == gpus

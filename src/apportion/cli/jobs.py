@@ -225,9 +225,10 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
 def _gres_gpus(value: str) -> str | None:
     """``gpu:4`` or ``gpu:a100:4`` -> ``"4"``; anything else None."""
     parts = value.split(":")
-    if parts[0] != "gpu" or len(parts) not in (2, 3) or not parts[-1].isdigit():
+    count = parts[-1]  # ASCII digits only: int() reads "٥" as 5
+    if parts[0] != "gpu" or len(parts) not in (2, 3) or not (count.isascii() and count.isdigit()):
         return None
-    return parts[-1]
+    return count
 
 
 # the shell line --output wraps a command in: it fills in the file's name and sends the
