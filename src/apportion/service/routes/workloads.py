@@ -2,6 +2,7 @@
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies made from the Api context.
+import errno
 import os
 import stat
 from collections.abc import Sequence
@@ -354,7 +355,10 @@ def router(api: Api) -> APIRouter:
                 raise fail(404, f"workload {workload_id}: attempt {n}: no log: the memory "
                                 "executor runs nothing") from None
             raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
-        except OSError as e:  # ELOOP: a link put in the log's place
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link put in the log's place
+                raise fail(404, f"workload {workload_id}: attempt {n}: log file is a "
+                                "symbolic link, which is not served") from None
             raise fail(404, f"workload {workload_id}: attempt {n}: log file unreadable: "
                              f"{e.strerror}") from None
         return LogBytes(data, headers={"X-Log-Attempt": str(n), "X-Log-Offset": str(end),
