@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -45,6 +46,15 @@ def test_parse_duration_refuses_what_is_not_a_finite_nonnegative_duration(bad: o
         parse_duration(bad)
 
 
+@pytest.mark.parametrize("bad", ["٥m", "５", "²", "1_000", "1_0m", "٥:٠٠"])
+def test_parse_duration_refuses_digits_other_than_ascii_and_digit_groups(bad: str) -> None:
+    """Digits of other scripts (Arabic-Indic, full width, superscript) and underscores,
+    which float() and a regex's digit class would read as a number, are refused, naming
+    the value."""
+    with pytest.raises(DurationError, match=re.escape(repr(bad))):
+        parse_duration(bad)
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0 s"), (0.4, "0 s"), (45, "45 s"), (125, "2 min 5 s"), (1800, "30 min"),
@@ -67,6 +77,14 @@ def test_parse_number_refuses_durations_negatives_and_non_numbers(bad: object) -
     """A duration such as 2h is not a plain number; nor are booleans, negatives, NaN or
     infinity: refused with a message that quotes the value."""
     with pytest.raises(DurationError, match=r"must be a number >= 0, got"):
+        parse_number(bad)
+
+
+@pytest.mark.parametrize("bad", ["٥", "１.５", "1_000"])
+def test_parse_number_refuses_digits_other_than_ascii_and_digit_groups(bad: str) -> None:
+    """Digits of other scripts and underscores, which float() reads, are refused as not a
+    number in ASCII digits, quoting the value."""
+    with pytest.raises(DurationError, match=f"in ASCII digits, got {re.escape(repr(bad))}"):
         parse_number(bad)
 
 

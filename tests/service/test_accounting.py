@@ -18,6 +18,7 @@ worked out in each test's docstring.
 from __future__ import annotations
 
 import calendar
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -275,5 +276,14 @@ def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> 
     with pytest.raises(ReportError, match=r"^--from: '20261206' reads as seconds since the "
                                           r"epoch: write the date 2026-12-06$"):
         parse_time("20261206", "--from", NOW)
+
+
+@pytest.mark.parametrize("typed", ["٥", "２０２６１２０６", "２０２６-１１-０１"])
+def test_parse_time_refuses_digits_other_than_ascii(typed: str) -> None:
+    """Digits of other scripts are refused naming the flag and the value (float() read
+    '٥' as 5 seconds after the epoch and full-width 20261206 as epoch seconds)."""
+    with pytest.raises(ReportError, match=f"^--from: must be written in ASCII digits, got "
+                                          f"{re.escape(repr(typed))}$"):
+        parse_time(typed, "--from", NOW)
     assert parse_time("1796515200", "--from", NOW) == 1796515200.0
     assert parse_time("20261399", "--from", NOW) == 20261399.0  # no such date: seconds

@@ -251,7 +251,8 @@ def test_logs_follow_goes_on_from_the_start_of_a_log_the_job_truncated(
 def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
                                                   tmp_path: Path) -> None:
     """``-t 90`` on the command line is 90 minutes, as in a script and in Slurm (it was 90
-    seconds); Slurm's days-hours forms are read (``2-12``, ``1-2:30``); a bad value from a
+    seconds); Slurm's days-hours forms are read (``2-12``, ``1-2:30``); ``-t ²`` is refused
+    as typed (it was sent as ``²m``, a duration the user never wrote); a bad value from a
     script is refused naming the script line, not a flag that was never typed."""
     s = live_sqlite({"h0": 2})
 
@@ -264,6 +265,9 @@ def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
     assert limit("-t", "90") == 5400.0
     assert limit("--time", "2-12") == 216000.0
     assert limit("--time", "1-2:30") == 95400.0
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1m",
+              "-t", "²", "--", "true")  # a superscript two is no number of minutes
+    assert r.returncode == 1 and "got '²'" in r.stderr, r.stderr
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --time=soon\n#SBATCH --gres=gpu:h100:1\n"
                       "#APPORTION --budget ai/llm --min-runtime 1m\ntrue\n")

@@ -355,7 +355,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    "effect without --resumable (work that is not resumable is not requeued "
                    "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
-    if limit.isdigit():  # a bare number is minutes, as Slurm reads --time
+    if limit.isascii() and limit.isdigit():  # a bare number is minutes, as Slurm reads --time
         opts["time_limit"] = limit + "m"
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))

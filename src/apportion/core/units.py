@@ -39,6 +39,8 @@ def parse_number(value: object) -> float:
     for anything else, booleans and durations such as ``"2h"`` included."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise DurationError(f"must be a number >= 0, got {value!r}")
+    if isinstance(value, str) and (not value.isascii() or "_" in value):
+        raise DurationError(f"must be a number >= 0 in ASCII digits, got {value!r}")
     try:
         number = float(value)
     except ValueError:
@@ -61,6 +63,10 @@ def parse_duration(value: object) -> float:
 
 def _parse_text(value: str) -> float:
     text = value.strip()
+    if not text.isascii() or "_" in text:
+        # float() and \d read other scripts' digits ('٥' is 5) and digit groups ('1_000'):
+        # a duration is written in ASCII digits, as every reader of it writes them
+        raise DurationError(f"must be {_HINT} (in ASCII digits), got {value!r}")
     try:
         return float(text)
     except ValueError:

@@ -82,6 +82,8 @@ def parse_time(value: str, name: str, now: float) -> float:
     text = value.strip()
     if text == "now":
         return now
+    if not text.isascii():  # float() reads other scripts' digits: '٥' would be 5 s after 1970
+        raise ReportError(f"{name}: must be written in ASCII digits, got {value!r}")
     if len(text) == 8 and text.isdigit():
         try:  # 20261206: meant as a date, never as seconds in April 1970
             day = dt.date(int(text[:4]), int(text[4:6]), int(text[6:]))
