@@ -148,3 +148,22 @@ def test_a_lock_lost_while_the_database_is_down_is_taken_again_once_it_is_back(
         assert _lock_holders(url) == [again]
     finally:
         lock.release()
+
+
+def test_a_server_whose_port_is_taken_refuses_before_writing_anything(tmp_path: Path) -> None:
+    """``serve`` on a port another process listens on exits 1 naming the address and what
+    to do, and has written neither the database nor the first start's tokens (it said so
+    only after seeding both, with uvicorn's exit 3)."""
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path / "apportion.toml", port, executor="memory")
+        r = subprocess.run(
+            [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config)],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"Error: cannot listen on 127.0.0.1:{port}: Address already in use (another " \
+           "server listens there: stop it, or give --port)" in r.stderr, r.stderr
+    assert not list(tmp_path.rglob("*.db")) and not list(tmp_path.rglob("tokens")), \
+        sorted(p.name for p in tmp_path.rglob("*"))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +92,20 @@ def secure_db_file(config: Any) -> None:
             os.chmod(p, 0o600)
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound now (not inherited by the work it launches);
+    a :class:`click.ClickException` naming the address when it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family)
+    except OSError as e:
+        hint = (" (another server listens there: stop it, or give --port)"
+                if e.errno == errno.EADDRINUSE else "")
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {os.strerror(e.errno) if e.errno else e}{hint}"
+        ) from None
+
+
 def handle_signals(server: Any) -> None:
     """SIGTERM and SIGINT stop the server cleanly, and SIGHUP (habitually sent to reload a
     config) is answered with a line and ignored. uvicorn shuts down on SIGTERM and SIGINT,
@@ -160,6 +176,9 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
+        # listen before anything is written: a port in use is said before a first start
+        # seeds the database and writes its tokens (uvicorn said it after, exit 3)
+        listener = listen(host or config.server.host, port or config.server.port)
         secure_data_dir(config)
         try:  # one server per database: a second would take the first one's work as its own
             lock = ServerLock.acquire(config.db_url)
@@ -217,7 +236,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     loop = threading.Thread(target=schedule, name="apportion-scheduler", daemon=True)
     loop.start()
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         # a second SIGTERM or SIGINT while the server winds down ends it at once
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
