@@ -654,3 +654,18 @@ def test_the_last_admin_with_a_token_keeps_flag_and_token(store: Store) -> None:
     store.revoke_token(root_token, actor="root")
     store.set_user("root", actor="bob", admin=False)
     assert [u.name for u in store.users() if u.admin] == ["bob"]
+
+
+def test_set_user_audits_only_a_change_and_names_close_users(store: Store) -> None:
+    """Setting a user to what it is already writes no ``user.set`` entry (it wrote one with
+    old = new); an unknown name is not found with the closest user names, as a token for
+    one is."""
+    store.add_user("alice", actor="admin")
+    store.set_user("alice", actor="admin", admin=False)
+    store.set_user("alice", actor="admin", clear_unix_user=True)
+    assert store.audit_of("user.set") == []
+    store.set_user("alice", actor="admin", admin=True)
+    assert [(a.old, a.new) for a in store.audit_of("user.set")] == [
+        ({"admin": False, "unix_user": None}, {"admin": True, "unix_user": None})]
+    with pytest.raises(NotFound, match="alicia.*did you mean alice"):
+        store.set_user("alicia", actor="admin", admin=True)

@@ -1224,7 +1224,7 @@ class Store:
         with self._tx() as s:
             u = s.get(UserModel, name)
             if u is None:
-                raise NotFound(f"user {name}: not found")
+                raise _no_user(s, name)
             if admin is False and u.admin and not self._keep_an_admin(s, user=name):
                 raise Conflict(
                     f"user {name}: admin: {name} is the last admin with a valid token; "
@@ -1239,7 +1239,8 @@ class Store:
             elif unix_user is not None:
                 u.unix_user = unix_user
             new = {"admin": bool(u.admin), "unix_user": u.unix_user}
-            self._audit(s, actor, "user.set", name, old, new)
+            if new != old:  # a change that changes nothing is no event of the audit
+                self._audit(s, actor, "user.set", name, old, new)
             return _user(u)
 
     def add_token(
