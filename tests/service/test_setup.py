@@ -336,3 +336,42 @@ def test_a_directory_another_user_holds_stops_serve_with_one_line(
     st = target.stat()
     assert (st.st_uid, stat.S_IMODE(st.st_mode), list(target.iterdir())) == (
         0 if "link" in whose else nobody.pw_uid, 0o755, [])
+
+
+def test_init_writes_the_config_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Under umask 022, ``init`` writes apportion.toml 0600 (it was 0644, and
+    database.url may come to hold a password), and so does ``init --force`` over a 0644
+    one."""
+    old = os.umask(0o022)
+    try:
+        assert CliRunner().invoke(main, ["init", str(tmp_path)]).exit_code == 0
+        config = tmp_path / "apportion.toml"
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+        os.chmod(config, 0o644)
+        assert CliRunner().invoke(main, ["init", str(tmp_path), "--force"]).exit_code == 0
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o600], ids=lambda m: f"{m:04o}")
+def test_serve_warns_once_of_a_database_password_others_can_read(
+    tmp_path: Path, mode: int
+) -> None:
+    """A config whose database.url holds a password: ``serve`` says once, at start, naming
+    the file and its mode, that others can read it and what to do, when group or others
+    may read the file; with 0600 it says nothing of it. (Nothing warned; a job can find the
+    file from the server's command line.) The database is not reachable: serve then stops,
+    after the warning."""
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n[database]\n'
+                      f'url = "postgresql+psycopg://ops:s3cret@127.0.0.1:{free_port()}/ap"\n'
+                      '[executor]\nkind = "memory"\n[[hosts]]\nname = "h1"\ngpus = 8\n')
+    os.chmod(config, mode)
+    r = serve_exit(config)
+    assert r.returncode == 1, r.stdout + r.stderr
+    warning = (f"apportion: warning: {config} (mode {mode:04o}) holds the database's password "
+               f"(database.url) and others can read it: chmod 600 {config}, or put the "
+               "password in the server's ~/.pgpass or PGPASSWORD instead")
+    assert r.stderr.splitlines().count(warning) == (0 if mode == 0o600 else 1), r.stderr
+    assert "s3cret" not in r.stderr

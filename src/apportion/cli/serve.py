@@ -143,6 +143,23 @@ def account_name(uid: int) -> str:
         return f"uid {uid}"
 
 
+def warn_readable_password(config_path: str, url: str) -> None:
+    """Say once, at start, that the config file holds the database's password and others
+    can read it (jobs among them: the server's command line names the file)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+    except Exception:  # not a URL: load_config has refused it already
+        return
+    mode = stat.S_IMODE(os.stat(config_path).st_mode)
+    if (u.password or u.query.get("password")) and mode & 0o044:
+        click.echo(f"apportion: warning: {config_path} (mode {mode:04o}) holds the database's "
+                   f"password (database.url) and others can read it: chmod 600 "
+                   f"{config_path}, or put the password in the server's ~/.pgpass or "
+                   "PGPASSWORD instead", err=True)
+
+
 def secure_db_file(config: Any) -> None:
     """A SQLite database (and its WAL files) readable by the server only."""
     if config.database.url:
@@ -223,6 +240,8 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
+        if config_path:
+            warn_readable_password(config_path, config.database.url)
         secure_data_dir(config)
         try:  # one server per database: a second would take the first one's work as its own
             lock = ServerLock.acquire(config.db_url)
