@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -455,3 +456,40 @@ def test_a_wrapper_that_dies_before_its_claim_leaves_no_cgroup(
     assert dirs and _existing(dirs) == dirs
     assert wait_for(ex, h).state is AttemptState.GONE
     assert _existing(dirs) == []
+
+
+def test_a_link_at_the_workloads_log_directory_is_not_followed(
+        ex: LocalExecutor, tmp_path: Path) -> None:
+    """A symbolic link at ``logs/<workload>`` (to a directory holding a ``1.log``) is refused
+    at launch, naming it: the directory it points to keeps its mode, owner and files (it
+    was made 0711, the log truncated and given to the job's account, and a checkpoint
+    directory made in it)."""
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o755)
+    os.chmod(target, 0o755)
+    (target / "1.log").write_text("precious\n")
+    (tmp_path / "logs" / "w-000001").symlink_to(target)
+    before = [(p.name, p.stat().st_mode, p.stat().st_uid) for p in [target, *target.iterdir()]]
+    link = tmp_path / "logs" / "w-000001"
+    with pytest.raises(OSError, match=re.escape(
+            f"not a directory of the server's (a link or a file): not followed: '{link}'")):
+        launch(ex, "echo written")
+    after = [(p.name, p.stat().st_mode, p.stat().st_uid) for p in [target, *target.iterdir()]]
+    assert after == before
+    assert (target / "1.log").read_text() == "precious\n"
+
+
+def test_a_log_already_at_the_attempts_path_is_replaced_not_written_through(
+        ex: LocalExecutor, tmp_path: Path) -> None:
+    """A file already at the attempt's log path (another timeline's; here a hard link to a
+    file elsewhere) is removed and the log made anew: the other file keeps its bytes (it
+    was truncated and written through)."""
+    other = tmp_path / "other"
+    other.write_text("precious\n")
+    log = ex.log_path("w-000001", 1)
+    log.parent.mkdir()
+    os.link(other, log)
+    h = launch(ex, "echo written")
+    assert wait_for(ex, h).exit_code == 0
+    assert other.read_text() == "precious\n"
+    assert log.read_text() == "written\n" and not log.samefile(other)

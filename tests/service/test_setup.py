@@ -4,6 +4,9 @@ migration-tool lines."""
 
 from __future__ import annotations
 
+import os
+import pwd
+import stat
 import subprocess
 import sys
 import time
@@ -255,8 +258,9 @@ def test_a_data_directory_the_server_cannot_write_stops_it_with_one_line(
                       '[[hosts]]\nname = "h1"\ngpus = 8\n')
     if disk == "read-only":
         data.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(data)],
-                       check=True)
+        # mode 0700: a tmpfs is 1777 by default, which serve refuses as writable by others
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m,mode=0700", "tmpfs",
+                        str(data)], check=True)
     else:
         (tmp_path / "file").write_text("not a directory\n")
     try:
@@ -286,3 +290,88 @@ def test_a_file_the_server_cannot_write_at_start_stops_it_with_one_line(
     r = serve_exit(config)
     assert r.returncode == 1, r.stdout + r.stderr
     assert r.stderr == f"Error: cannot start: {data / 'tokens'}: File exists\n", r.stderr
+
+
+@pytest.mark.parametrize("whose", ["data_dir of another user", "logs_dir of another user",
+                                   "logs_dir a link of another user"])
+def test_a_directory_another_user_holds_stops_serve_with_one_line(
+    tmp_path: Path, whose: str
+) -> None:
+    """A data or logs directory owned by another account (``nobody``), or a link of theirs
+    in a sticky shared directory in the place of the logs directory: ``serve`` exits 1
+    with one line naming the directory, the setting, the owner and what to do, and leaves
+    the directory (and where the link points) as it was. (The server took it, made it
+    0711 and, as root, followed that user's links to truncate and chown files and make
+    directories wherever they pointed.)"""
+    nobody = pwd.getpwnam("nobody")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o1777)  # a shared /scratch
+    theirs = scratch / "aplogs"
+    if whose == "logs_dir a link of another user":
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        os.chmod(target, 0o755)
+        theirs.symlink_to(target)
+        os.lchown(theirs, nobody.pw_uid, nobody.pw_gid)
+    else:
+        theirs.mkdir()
+        os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+        os.chmod(theirs, 0o755)
+        target = theirs
+    key = "data_dir" if whose.startswith("data_dir") else "logs_dir"
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\n{key} = "{theirs}"\n[executor]\nkind = "memory"\n'
+                      '[[hosts]]\nname = "h1"\ngpus = 8\n')
+    r = serve_exit(config)
+    what = "data directory" if key == "data_dir" else "logs directory"
+    problem = ("is a link of nobody, who could replace it: name the directory without it"
+               if "link" in whose else
+               f"owned by nobody, not by root, whom this server runs as; it would follow links "
+               f"nobody puts there: make it root's (chown root {theirs}), or name a directory "
+               "that does not exist yet (the server creates it)")
+    assert r.returncode == 1, r.stdout + r.stderr
+    where = f"{theirs} " if "link" in whose else ""
+    assert r.stderr == f"Error: {what} {theirs} ({config}: server.{key}): {where}{problem}\n"
+    st = target.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode), list(target.iterdir())) == (
+        0 if "link" in whose else nobody.pw_uid, 0o755, [])
+
+
+def test_init_writes_the_config_readable_by_its_owner_only(tmp_path: Path) -> None:
+    """Under umask 022, ``init`` writes apportion.toml 0600 (it was 0644, and
+    database.url may come to hold a password), and so does ``init --force`` over a 0644
+    one."""
+    old = os.umask(0o022)
+    try:
+        assert CliRunner().invoke(main, ["init", str(tmp_path)]).exit_code == 0
+        config = tmp_path / "apportion.toml"
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+        os.chmod(config, 0o644)
+        assert CliRunner().invoke(main, ["init", str(tmp_path), "--force"]).exit_code == 0
+        assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o600], ids=lambda m: f"{m:04o}")
+def test_serve_warns_once_of_a_database_password_others_can_read(
+    tmp_path: Path, mode: int
+) -> None:
+    """A config whose database.url holds a password: ``serve`` says once, at start, naming
+    the file and its mode, that others can read it and what to do, when group or others
+    may read the file; with 0600 it says nothing of it. (Nothing warned; a job can find the
+    file from the server's command line.) The database is not reachable: serve then stops,
+    after the warning."""
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n[database]\n'
+                      f'url = "postgresql+psycopg://ops:s3cret@127.0.0.1:{free_port()}/ap"\n'
+                      '[executor]\nkind = "memory"\n[[hosts]]\nname = "h1"\ngpus = 8\n')
+    os.chmod(config, mode)
+    r = serve_exit(config)
+    assert r.returncode == 1, r.stdout + r.stderr
+    warning = (f"apportion: warning: {config} (mode {mode:04o}) holds the database's password "
+               f"(database.url) and others can read it: chmod 600 {config}, or put the "
+               "password in the server's ~/.pgpass or PGPASSWORD instead")
+    assert r.stderr.splitlines().count(warning) == (0 if mode == 0o600 else 1), r.stderr
+    assert "s3cret" not in r.stderr

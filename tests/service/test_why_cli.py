@@ -5,6 +5,7 @@ and for ended work what happened to it, from the store."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +102,27 @@ def test_why_on_work_waiting_again_tells_its_earlier_run(live: Live, tmp_path: P
         "requeued (it kept its place in its budget's queue)")
     live.ok("POST", f"/v1/workloads/{winner}/cancel", "alice")
     live.ok("POST", f"/v1/workloads/{victim}/cancel", "bob")
+
+
+def test_control_characters_of_a_command_reach_show_and_why_escaped(live: Live) -> None:
+    """A program name holding ESC, BEL and a newline (to clear an admin's screen, set the
+    window's title and forge a line) is refused at launch: the end reason the server stores
+    quotes it escaped (``\\x1b``, ``\\x07``, ``\\n``), and ``show`` (its command and end
+    reason) and ``why`` print those characters escaped, never as they are."""
+    program = "\x1b[2J\x1b]0;owned\x07nope\nw-000099 completed  FAKE"
+    escaped = "\\x1b[2J\\x1b]0;owned\\x07nope\\nw-000099 completed  FAKE"
+    body = {"budget": "ai/llm", "gpus": 1, "min_runtime": 0, "command": [program]}
+    wid = live.ok("POST", "/v1/workloads", "alice", body)["id"]
+    w = live.wait_status(wid, "failed")
+    assert w["end_reason"] == f"launch refused: command not found: {escaped}"
+    show = live.cli("root", "show", wid)
+    why = live.cli("root", "why", wid)
+    for r in (show, why):
+        assert r.returncode == 0, r.stderr
+        assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", r.stdout), r.stdout
+        assert not any(line.startswith("w-000099") for line in r.stdout.splitlines())
+    lines = show.stdout.splitlines()
+    assert f"command:             '{escaped}'" in lines
+    assert f"ended:               launch refused: command not found: {escaped} (exit 127)" \
+        in lines
+    assert f"command not found: {escaped}" in why.stdout

@@ -335,3 +335,14 @@ def test_stop_unknown_without_an_answer_from_slurm_only_warns(
     assert [r.getMessage() for r in caplog.records] == [
         "Slurm jobs the database does not know were not looked for: squeue: Unable to "
         "contact slurm controller"]
+
+
+def test_a_refusal_quoting_control_characters_is_read_with_them_escaped(
+        tmp_path: Path) -> None:
+    """A refusal in the end marker quotes the owner's command as typed; its ESC and BEL
+    (to clear an admin's screen and set the window's title, in ``show`` and ``why``) are
+    read escaped (``\\x1b``, ``\\x07``)."""
+    (tmp_path / "apportion-w-1.end").write_text(
+        "7 refused 1700000000.5 command not found: \x1b[2J\x1b]0;owned\x07nope\n")
+    assert _read_marker("7", "apportion-w-1", str(tmp_path / "1.log")) == _Marker(
+        1700000000.5, "command not found: \\x1b[2J\\x1b]0;owned\\x07nope")

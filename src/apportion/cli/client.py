@@ -42,6 +42,7 @@ from apportion.service.replies import (
     Why,
     Workload,
 )
+from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
 from .ids import WORKLOAD_ID
@@ -323,8 +324,8 @@ def exit_to_show(reason: str, exit_code: int | None) -> int | None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print an aligned text table."""
-    cells = [[str(c) for c in row] for row in rows]
+    """Print an aligned text table (control characters in its cells escaped)."""
+    cells = [[escape_controls(str(c)) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     line = "  ".join(f"{{:<{w}}}" for w in widths)
     click.echo(line.format(*headers).rstrip())
@@ -388,43 +389,48 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
         _print_json(data)
         return
     w = parse(Workload, data, f"GET /v1/workloads/{workload_id}")
+
+    def say(key: str, value: object) -> None:
+        click.echo(f"{key + ':':<21}{escape_controls(str(value))}")
+
     for key in ("id", "status", "budget", "user", "gpus"):
-        click.echo(f"{key + ':':<21}{getattr(w, key)}")
+        say(key, getattr(w, key))
     # what was stored, exactly: two units would drop the rest ("1 d 2 h" for 1-2:30)
-    click.echo(f"{'min_runtime:':<21}{format_duration_exact(w.min_runtime)}")
-    click.echo(f"{'resumable:':<21}{w.resumable}")
-    click.echo(f"{'priority:':<21}{w.priority}")
+    say("min_runtime", format_duration_exact(w.min_runtime))
+    say("resumable", w.resumable)
+    say("priority", w.priority)
     # 0: none declared (the policy assumes [policy] default_checkpoint_interval)
     interval = (format_duration_exact(w.checkpoint_interval) if w.checkpoint_interval
                 else "none")
-    click.echo(f"{'checkpoint_interval:':<21}{interval}")
-    click.echo(f"{'checkpoint_on_term:':<21}{w.checkpoint_on_term}")
+    say("checkpoint_interval", interval)
+    say("checkpoint_on_term", w.checkpoint_on_term)
     if w.name:
-        click.echo(f"{'name:':<21}{w.name}")
+        say("name", w.name)
     if w.array_id:
-        click.echo(f"{'array:':<21}{w.array_id} index {w.array_index}")
+        say("array", f"{w.array_id} index {w.array_index}")
     if w.time_limit:
-        click.echo(f"{'time limit:':<21}{format_duration_exact(w.time_limit)}")
+        say("time limit", format_duration_exact(w.time_limit))
     if w.dependencies:
-        click.echo(f"{'dependency:':<21}{','.join(f'{k}:{d}' for k, d in w.dependencies)}")
+        say("dependency", ",".join(f"{k}:{d}" for k, d in w.dependencies))
     if w.nodelist or w.exclude:
-        click.echo(f"{'hosts:':<21}only {','.join(w.nodelist) or 'any'}; not "
-                   f"{','.join(w.exclude) or '-'}")
+        say("hosts", f"only {','.join(w.nodelist) or 'any'}; not "
+                     f"{','.join(w.exclude) or '-'}")
     if w.gpu_kinds:  # preferred first, as given
-        click.echo(f"{'gpu kinds:':<21}{','.join(w.gpu_kinds)}")
+        say("gpu kinds", ",".join(w.gpu_kinds))
     if w.cluster:
-        click.echo(f"{'cluster:':<21}{w.cluster}")
+        say("cluster", w.cluster)
     if w.pool:  # set while it runs, with several pools
-        click.echo(f"{'pool:':<21}{w.pool}")
+        say("pool", w.pool)
     # quoted as a shell would need it: copied into a terminal, it runs the same command
+    # (unless it holds control characters, which say() shows escaped)
     command = "(private)" if w.private or w.command is None else shlex.join(w.command)
-    click.echo(f"{'command:':<21}{command}")
-    click.echo(f"{'submitted:':<21}{fmt_time(w.submit_time)}")
+    say("command", command)
+    say("submitted", fmt_time(w.submit_time))
     if w.cancel_requested:
-        click.echo(f"{'cancel requested:':<21}yes")
+        say("cancel requested", "yes")
     if w.end_reason:
         code = exit_to_show(w.end_reason, w.exit_code)
-        click.echo(f"{'ended:':<21}{w.end_reason}" + ("" if code is None else f" (exit {code})"))
+        say("ended", w.end_reason + ("" if code is None else f" (exit {code})"))
     if w.attempts:
         click.echo("attempts:")
         table(
@@ -460,8 +466,8 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
     except ValidationError as e:
         raise click.ClickException(f"GET /v1/workloads/{workload_id}/why: unexpected reply "
                                    f"from the server: {e}") from None
-    for line in reply.text:
-        click.echo(line)
+    for line in reply.text:  # they quote the workload's end reason, which may quote its command
+        click.echo(escape_controls(line))
 
 
 # ---- budgets ---------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 import pwd
 from pathlib import Path
 
@@ -29,6 +30,8 @@ allow_root_for = {allow_root}
 
 [database]
 url = ""                    # empty: SQLite in data_dir; or postgresql+psycopg://user@host/db
+# A password here is read by whoever can read this file: keep it 0600 (as written), or put
+# the password in the server's ~/.pgpass or PGPASSWORD instead.
 
 [executor]
 kind = "local"              # local (processes on this machine), slurm, or memory (a dry run)
@@ -85,7 +88,8 @@ admin = true                # may create users and budgets anywhere, drain hosts
 @click.option("--force", is_flag=True, help="overwrite an existing apportion.toml")
 def init(directory: Path, admin: str | None, force: bool) -> None:
     """Write a commented example config (two hosts, a small budget tree, one admin) to
-    DIRECTORY/apportion.toml, and print the next three commands."""
+    DIRECTORY/apportion.toml (mode 0600: it may come to hold the database's password), and
+    print the next three commands."""
     name = admin or getpass.getuser()
     path = directory / CONFIG_NAME
     if path.exists() and not force:
@@ -94,8 +98,11 @@ def init(directory: Path, admin: str | None, force: bool) -> None:
     # an admin whose account is root (trying it out as root) may run work as root, so the
     # commands printed below work as they are
     allow_root = f'["{name}"]' if _is_root_account(name) else "[]"
-    path.write_text(EXAMPLE.replace("{admin}", name).replace("{allow_root}", allow_root),
-                    encoding="utf-8")
+    # the server's alone from the start: database.url may come to hold a password
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # one overwritten (--force) keeps no wider mode
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(EXAMPLE.replace("{admin}", name).replace("{allow_root}", allow_root))
     data = directory / "apportion-data"
     click.echo(f"wrote {path}: edit hosts, budgets and users, then:\n")
     click.echo(f"  apportion serve --config {path}")

@@ -32,6 +32,7 @@ from apportion.service.replies import (
     Workload,
 )
 from apportion.service.validation import MAX_CANCEL_IDS
+from apportion.text import escape_controls
 
 from .client import (
     Client,
@@ -790,8 +791,8 @@ def _say_where_output_goes(client: Client, wid: str) -> None:
     """Tell, on stderr, where the output of a workload submitted with --output went."""
     path = output_file(client.json("GET", f"/workloads/{wid}"))
     if path is not None:
-        click.echo(f"{wid}: its log is empty: it writes its output to {path} (--output)",
-                   err=True)
+        click.echo(f"{wid}: its log is empty: it writes its output to "
+                   f"{escape_controls(path)} (--output)", err=True)
 
 
 def follow_logs(client: Client, wid: str, attempt: int | None,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import pwd
 import signal
 import socket
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,18 +70,96 @@ class LogFormatter(logging.Formatter):
 
 
 def secure_data_dir(config: Any) -> None:
-    """Create the data directory listable by the server only: traversable (0711), because
-    each job reaches its own checkpoint file below ``logs/`` (and with Slurm, compute nodes
-    write each log as its owner); the database, tokens and scripts inside stay the
-    server's, each with a mode of its own."""
-    d: Path = config.server.data_dir
+    """Create the data directory and the logs directory listable by the server only:
+    traversable (0711), because each job reaches its own checkpoint file below ``logs/``
+    (and with Slurm, compute nodes write each log as its owner); the database, tokens and
+    scripts inside stay the server's, each with a mode of its own. A directory someone else
+    could change, or put a link in the place of, is refused (:func:`unsafe_dir`,
+    :func:`unsafe_way`): the server, often root, would follow their links."""
+    for d, key, what in ((config.server.data_dir, "server.data_dir", "data directory"),
+                         (config.logs_dir, "server.logs_dir", "logs directory")):
+        where = f"{what} {d} ({config.source}: {key})"
+        try:
+            problem = unsafe_way(d)  # before anything is made there
+            if problem is None:
+                d.mkdir(parents=True, exist_ok=True)
+                problem = unsafe_dir(d) or unsafe_way(d)  # what another made meanwhile
+            if problem is not None:
+                raise click.ClickException(f"{where}: {problem}")
+            os.chmod(d, 0o711)
+        except OSError as e:  # e.g. a read-only or full disk: the server could write nothing
+            raise click.ClickException(f"{where}: {e.strerror or e}") from None
+
+
+def unsafe_dir(d: Path) -> str | None:
+    """Why the directory ``d`` (links resolved) is not the server's alone, and what to do;
+    None if it is: owned by the server's user and writable by nobody else."""
+    real = Path(os.path.realpath(d))
+    st = os.stat(real)
+    me = account_name(os.geteuid())
+    if st.st_uid != os.geteuid():
+        owner = account_name(st.st_uid)
+        return (f"owned by {owner}, not by {me}, whom this server runs as; it would follow "
+                f"links {owner} puts there: make it {me}'s (chown {me} {real}), or name a "
+                f"directory that does not exist yet (the server creates it)")
+    if st.st_mode & 0o022:
+        return (f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}); the server would "
+                f"follow links they put there: make it 0711 (chmod 0711 {real})")
+    return None
+
+
+def unsafe_way(d: Path) -> str | None:
+    """Why someone but root or the server could put a link in the place of ``d`` or of a
+    directory on its way, and what to do; None if nobody can. Each directory on the way (as
+    written, and once links are resolved) must be root's or the server's, and writable by
+    them alone unless sticky (as /tmp); each link on it root's or the server's (in a sticky
+    directory a link stays its owner's to replace). Names not made yet are skipped."""
+    mine = (0, os.geteuid())
+    owners = " or ".join(dict.fromkeys(account_name(uid) for uid in mine))
+    written = d.absolute()
+    real = Path(os.path.realpath(d))
+    for p in dict.fromkeys([written, *written.parents, *real.parents]):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in mine:
+                way = "" if p == written else ", on its way,"
+                return (f"{p}{way} is a link of {account_name(st.st_uid)}, who could replace "
+                        f"it: name the directory without it")
+        elif p != written and (st.st_uid not in mine
+                               or st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+            who = (account_name(st.st_uid) if st.st_uid not in mine else
+                   f"others (mode {stat.S_IMODE(st.st_mode):04o}, not sticky)")
+            return (f"{p}, on its way, can be changed by {who}, who could put a link in its "
+                    f"place: name a directory whose parents only {owners} can change")
+    return None
+
+
+def account_name(uid: int) -> str:
+    """The name of ``uid``'s account, or ``uid N`` when it has none here."""
     try:
-        d.mkdir(parents=True, exist_ok=True)
-        os.chmod(d, 0o711)
-    except OSError as e:  # e.g. a read-only or full disk: the server could write nothing
-        raise click.ClickException(
-            f"data directory {d} ({config.source}: server.data_dir): {e.strerror or e}"
-        ) from None
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def warn_readable_password(config_path: str, url: str) -> None:
+    """Say once, at start, that the config file holds the database's password and others
+    can read it (jobs among them: the server's command line names the file)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        u = make_url(url)
+    except Exception:  # not a URL: load_config has refused it already
+        return
+    mode = stat.S_IMODE(os.stat(config_path).st_mode)
+    if (u.password or u.query.get("password")) and mode & 0o044:
+        click.echo(f"apportion: warning: {config_path} (mode {mode:04o}) holds the database's "
+                   f"password (database.url) and others can read it: chmod 600 "
+                   f"{config_path}, or put the password in the server's ~/.pgpass or "
+                   "PGPASSWORD instead", err=True)
 
 
 def secure_db_file(config: Any) -> None:
@@ -176,6 +256,8 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
+        if config_path:
+            warn_readable_password(config_path, config.database.url)
         # listen before anything is written: a port in use is said before a first start
         # seeds the database and writes its tokens (uvicorn said it after, exit 3)
         listener = listen(host or config.server.host, port or config.server.port)

@@ -50,6 +50,7 @@ from apportion.service.executors._procfs import (
     read_json,
     write_json_atomic,
 )
+from apportion.text import escape_controls
 
 PR_SET_CHILD_SUBREAPER = 36
 CHILD_UMASK = 0o022  # the server itself runs with 077; jobs get the usual default
@@ -225,9 +226,10 @@ def _reason(stage: str, e: OSError, spec: dict[str, Any]) -> str:
     import errno
 
     what = e.strerror or str(e)
-    cmd = spec["argv"][0]
+    # the owner's text, shown to admins in `show` and `why`: no terminal escapes
+    cmd = escape_controls(spec["argv"][0])
     if stage == "chdir":
-        return f"chdir {spec.get('chdir') or '/'}: {what}"
+        return f"chdir {escape_controls(spec.get('chdir') or '/')}: {what}"
     if stage == "exec":
         if e.errno == errno.ENOENT:
             return f"command not found: {cmd}"

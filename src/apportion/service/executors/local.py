@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -166,7 +167,6 @@ class LocalExecutor:
             raise LaunchRefused(f"argument list too long: {too_big}")
         stem = f"{wid}.{launch.attempt}"
         self._set_aside(stem)
-        self._checkpoint_dir(ckpt.parent, acct)
         cgroups: list[str] = []
         if self.cgroups is not None:
             gpus = {i for d in devices for i in d}
@@ -184,9 +184,7 @@ class LocalExecutor:
             # not fsynced: read at once by the wrapper; lost in a crash, the attempt never
             # started (and find() then removes the cgroups its spec names, if it is there)
             _procfs.write_json_atomic(spec_path, spec, durable=False)
-            log_path = (Path(launch.log_path) if launch.log_path
-                        else self.log_path(wid, launch.attempt))
-            log_fd = self._open_log(log_path, acct)
+            log_fd = self._attempt_files(wid, launch.attempt, acct)
             try:
                 # -P and cwd "/": with -m, Python would put the current directory first
                 # on sys.path, and the server's may be one its users can write to; the
@@ -358,31 +356,79 @@ class LocalExecutor:
         """The attempt's ``APPORTION_CHECKPOINT_FILE`` (the job creates it by touching it)."""
         return self.logs_dir / workload_id / f"{attempt}.checkpoint" / "checkpoint"
 
-    def _checkpoint_dir(self, d: Path, acct: Any) -> None:
-        """A fresh, empty directory for the attempt's checkpoint file, the job's account's
-        only, in a directory of the server's (so the job cannot replace it)."""
-        d.parent.mkdir(parents=True, exist_ok=True)
-        os.chmod(d.parent, 0o711)
-        if d.is_symlink() or d.is_file():  # another timeline's (a restored backup)
-            d.unlink()
-        elif d.exists():
-            shutil.rmtree(d)  # fd-based on Linux: never follows the job's links
-        os.mkdir(d, 0o700)
-        if acct is not None:
-            os.chown(d, acct.uid, acct.gid)
-        os.chmod(d, 0o700)
+    def _workload_dir(self, workload_id: str) -> int:
+        """An fd of ``logs/<workload>``, made if need be: the server's, 0711 (jobs cross it
+        to their own files, nobody lists it). Whatever else is at that name (a link, which
+        only the server or root could have put in logs_dir) is refused, never followed."""
+        logs = os.open(self.logs_dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(workload_id, 0o711, dir_fd=logs)
+            try:
+                fd = os.open(workload_id, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                             dir_fd=logs)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise OSError(e.errno, "not a directory of the server's (a link or a file): "
+                              "not followed", str(self.logs_dir / workload_id)) from None
+        finally:
+            os.close(logs)
+        try:
+            os.fchown(fd, os.geteuid(), os.getegid())
+            os.fchmod(fd, 0o711)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-    def _open_log(self, path: Path, acct: Any) -> int:
-        """A fresh log file for the attempt, owned by its account and readable by it only,
-        in a directory of the server's (so the job cannot swap the file for a link)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.parent.parent == self.logs_dir:
-            os.chmod(path.parent, 0o711)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_APPEND,
-                     0o600)
-        if acct is not None:
-            os.fchown(fd, acct.uid, acct.gid)
-        os.fchmod(fd, 0o600)
+    def _attempt_files(self, workload_id: str, attempt: int, acct: Any) -> int:
+        """Make the attempt's checkpoint directory and log (at :meth:`checkpoint_path` and
+        :meth:`log_path`, which the scheduler passes as ``Launch.log_path``) through the fd
+        of their directory, never by a path a link could redirect; the log's fd."""
+        workload_dir = self._workload_dir(workload_id)
+        try:
+            self._checkpoint_dir(workload_dir, f"{attempt}.checkpoint", acct)
+            return self._open_log(workload_dir, f"{attempt}.log", acct)
+        finally:
+            os.close(workload_dir)
+
+    def _checkpoint_dir(self, workload_dir: int, name: str, acct: Any) -> None:
+        """A fresh, empty directory ``name`` for the attempt's checkpoint file, the job's
+        account's only, in the server's ``workload_dir`` (so the job cannot replace it)."""
+        try:
+            old = os.stat(name, dir_fd=workload_dir, follow_symlinks=False)
+        except FileNotFoundError:
+            pass
+        else:  # another timeline's (a restored backup)
+            if stat.S_ISDIR(old.st_mode):
+                shutil.rmtree(name, dir_fd=workload_dir)  # fd-based: never follows links
+            else:
+                os.unlink(name, dir_fd=workload_dir)
+        os.mkdir(name, 0o700, dir_fd=workload_dir)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=workload_dir)
+        try:
+            if acct is not None:
+                os.fchown(fd, acct.uid, acct.gid)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+
+    def _open_log(self, workload_dir: int, name: str, acct: Any) -> int:
+        """A fresh log file ``name`` for the attempt, owned by its account and readable by
+        it only, in the server's ``workload_dir`` (so the job cannot swap the file for a
+        link). One already there (another timeline's) is removed, never written through."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=workload_dir)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_APPEND,
+                     0o600, dir_fd=workload_dir)
+        try:
+            if acct is not None:
+                os.fchown(fd, acct.uid, acct.gid)
+            os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
         return fd
 
     def _set_aside(self, stem: str) -> None:

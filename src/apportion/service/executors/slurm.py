@@ -53,6 +53,7 @@ from apportion.service.executors.identity import (
     exec_problem,
     server_account,
 )
+from apportion.text import escape_controls
 
 __all__ = [
     "SlurmError",
@@ -928,7 +929,8 @@ def _read_marker(handle: str, job_name: str, stdout: str) -> _Marker | None:
         return None
     if not math.isfinite(at):
         return None
-    return _Marker(at, fields[3].strip() if refusal else None)
+    # the reason quotes the owner's command or directory, shown to admins: no escapes
+    return _Marker(at, escape_controls(fields[3].strip()) if refusal else None)
 
 
 def _read_small_file(path: Path, limit: int) -> str | None:
