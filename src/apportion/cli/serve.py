@@ -35,10 +35,13 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     if kind in ("local", "memory") and not hosts:
         raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
     if kind == "local":
-        from apportion.service.executors.local import LocalExecutor
+        from apportion.service.executors.local import GpusInUse, LocalExecutor
 
-        return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
-                             identity=config.identity)
+        try:
+            return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
+                                 identity=config.identity)
+        except GpusInUse as e:
+            raise ConfigError(f"{config.source}: hosts: {e}") from None
     if kind == "memory":
         from apportion.service.executors.memory import MemoryExecutor
 
