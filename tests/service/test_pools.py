@@ -183,20 +183,38 @@ def test_work_runs_only_in_a_pool_of_a_kind_it_accepts(svc: Svc) -> None:
         b200["id"]: "west/B200", either["id"]: "east/H100", anything["id"]: "east/H100"}
 
 
-def test_the_queue_lists_all_allocated_work_before_unallocated_work_across_pools(
-        svc: Svc) -> None:
-    """Every host full: unallocated work waits for H100 (pool east/H100) and allocated
-    work for B200 (west/B200). The queue gives the allocated workload position 1, as with
-    one pool: the pools' orders, merged pool by pool in name order, put east's
-    unallocated work before west's allocated work."""
+def test_the_queue_numbers_pending_work_in_its_pools_order_as_why_does(svc: Svc) -> None:
+    """Every host full; waiting: allocated work of any kind (in both pools), unallocated
+    work for H100 (east/H100) and allocated work for B200 (west/B200). Each pool's pass
+    has its own order, so the queue lists pending work pool by pool, each entry with its
+    pool and its position in that pool's order (``apportion queue``: a POOL column), and
+    why tells the same position in the same pool: the any-kind work under east/H100, the
+    first pool it waits in, holding first place in west/B200 too, where the B200 work is
+    second."""
     for kind in ("H100", "H100", "B200"):
         assert svc.submit(gpu_kind=[kind]).status_code == 201
     svc.sched.step()
+    any_kind = svc.submit().json()["id"]
     free_h100 = svc.submit(gpu_kind=["H100"], min_runtime=0).json()["id"]
     alloc_b200 = svc.submit(gpu_kind=["B200"]).json()["id"]
     svc.sched.step()
     pending = svc.call("GET", "/v1/queue").json()["pending"]
-    assert [(r["id"], r["position"]) for r in pending] == [(alloc_b200, 1), (free_h100, 2)]
+    assert [(r["id"], r["pool"], r["position"]) for r in pending] == [
+        (any_kind, "east/H100", 1), (free_h100, "east/H100", 2), (alloc_b200, "west/B200", 2)]
+    for wid, said in [(any_kind, "position 1 of 2 in pool east/H100's order"),
+                      (free_h100, "position 2 of 2 in pool east/H100's order"),
+                      (alloc_b200, "position 2 of 2 in pool west/B200's order")]:
+        assert svc.call("GET", f"/v1/workloads/{wid}/why").json()["text"][1] == said
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue", "--state", "pending"], env=env,
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert [line.split()[:6] for line in r.output.splitlines()] == [
+        ["POS", "ID", "NAME", "USER", "BUDGET", "POOL"],
+        ["1", any_kind, "-", "alice", "ai", "east/H100"],
+        ["2", free_h100, "-", "alice", "ai", "east/H100"],
+        ["2", alloc_b200, "-", "alice", "ai", "west/B200"]]
 
 
 def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:

@@ -735,8 +735,10 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
             out.append(f"{hosts} {verb} being drained: it is stopped {when}, {fate}")
         return out
     if e.position is None:
-        out.append(f"not reached by the pass ({plural(e.considered, 'workload')} considered "
-                   "before it stopped)")
+        out.append(f"not reached by the pass{_in_pool(e.pool)} ({plural(e.considered, 'workload')} "
+                   "considered before it stopped)")
+    elif e.pool:  # each pool's pass has an order of its own
+        out.append(f"position {e.position} of {e.considered} in pool {e.pool}'s order")
     else:
         out.append(f"position {e.position} of {e.considered} in the order considered")
     if e.same_budget_ahead:
@@ -809,6 +811,10 @@ _REASONS = {
 
 def _of_pool(pool: str) -> str:
     return f" of pool {pool}" if pool else ""
+
+
+def _in_pool(pool: str) -> str:
+    return f" in pool {pool}" if pool else ""
 
 
 def _advice_line(e: Explanation, a: Advice, at: Callable[[float], str]) -> str:

@@ -403,6 +403,24 @@ class Scheduler:
             _validate(self._st(), spec, self.config)
 
     # ---- read views ------------------------------------------------------------------
+    def _pool_orders(self, st: FleetState) -> list[tuple[str, list[str | None]]]:
+        """Each pool (in name order) with its pending work in the order the queue lists it
+        and numbers it: the last pass's order of that pool, the work it did not consider
+        (submitted since) after the pass's of its kind (allocated work first, as in a pass).
+        Work that waits in several pools is listed under the first (the one ``why``
+        explains) and is None in the others' lists: it holds a place there too."""
+        orders = self._last.pool_orders or {p: self._last.order for p in st.pools}
+        out = []
+        for pool, state in st.pools.items():
+            waiting = state.pending
+            order = [w for w in dict.fromkeys(orders.get(pool, ())) if w in waiting]
+            listed = set(order)
+            order += sorted((w for w in waiting if w not in listed), key=lambda w: (
+                -waiting[w].spec.priority, waiting[w].spec.submit_time, w))
+            order.sort(key=lambda w: not waiting[w].spec.allocated)
+            out.append((pool, [w if st.waits_in(w)[0] == pool else None for w in order]))
+        return out
+
     def queue_view(self) -> QueueView:
         """The queue as the policy sees it, for the API and the dashboard, as of the
         scheduler's clock (``now``; ``last_pass_at``: when the order and the wait reasons
@@ -430,25 +448,19 @@ class Scheduler:
             # pass (a clock set back holds the scheduler still)
             now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
-            order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
-            listed = set(order)
-            rest = sorted(
-                (p for w, p in st.pending.items() if w not in listed),
-                key=lambda p: (not p.spec.allocated, -p.spec.priority, p.spec.submit_time,
-                               p.spec.id),
-            )
-            order += [p.spec.id for p in rest]
-            # with several pools the pass's order is each pool's (allocated, then
-            # unallocated) one after the other: all allocated work first, as one pool's is
-            order.sort(key=lambda w: not st.pending[w].spec.allocated)
             pending = []
-            for i, wid in enumerate(order):
-                p = st.pending[wid]
-                reason = self._last.waiting.get(wid)
-                pending.append(QueuedPending(
-                    **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
-                    wait_reason=reason.value if reason else None,
-                ))
+            queued = st.pending  # with several pools, made at each reading
+            for pool, order in self._pool_orders(st):
+                for i, wid in enumerate(order):
+                    if wid is None:  # listed under another pool it waits in
+                        continue
+                    p = queued[wid]
+                    reason = self._last.waiting.get(wid)
+                    pending.append(QueuedPending(
+                        **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
+                        wait_reason=reason.value if reason else None,
+                        pool=pool if several else None,
+                    ))
             for wid, row in self._held.items():  # after all queued work, in id order
                 pending.append(QueuedPending(
                     **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
