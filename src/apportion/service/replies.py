@@ -426,6 +426,7 @@ class WhyExplanation(Reply):
     ratio: float
     position: int | None
     considered: int
+    allocated_ahead: int
     same_budget_ahead: int
     rivals: list[WhyRival]
     wait_reason: str | None
