@@ -29,7 +29,7 @@ from apportion.service.executor import InventoryHost
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
-from apportion.service.store.seed import seed_store
+from apportion.service.store.seed import check_overrides, seed_store
 from apportion.service.store.store import MIGRATIONS
 
 BASE: dict[str, Any] = {
@@ -83,8 +83,6 @@ def test_a_config_without_pools_is_one_default_pool() -> None:
          'apportion.toml: overrides.B200: must be a pool named "cluster/kind"'),
         ({"overrides": {"west/B200": {"ai": -1}}},
          "apportion.toml: overrides.west/B200.ai: must be a number >= 0, got -1"),
-        ({"overrides": {"west/B200": {"nope": 1}}},
-         "apportion.toml: overrides.west/B200.nope: unknown budget (the config's: ai, ops)"),
         ({"pools": {"kinds": "H100"}},
          "apportion.toml: pools.kinds: unknown key (valid keys: cluster, kind)"),
         ({"overrides": {"west/B300": {"ai": 2}}},
@@ -101,6 +99,34 @@ def test_bad_pools_config_names_the_file_and_field(change: dict[str, Any],
     with pytest.raises(ConfigError) as e:
         parse_config({**BASE, **change}, source="apportion.toml")
     assert str(e.value).startswith(message), str(e.value)
+
+
+def test_override_budgets_are_checked_against_the_databases_budgets(tmp_path: Path) -> None:
+    """Once the database exists its budgets are the ones there are: a per-pool weight of
+    cs/nlp, created with ``apportion budgets create`` and absent from ``[[budgets]]``, is
+    accepted (it was refused as unknown, naming the config's budgets), and one the
+    database lacks is refused naming the database; on a first start (an empty database)
+    the budgets the config seeds are the ones checked."""
+    cfg = parse_config({**BASE, "overrides": {"west/B200": {"cs/nlp": 3.0}}},
+                       source="apportion.toml")
+    store = Store(db_url("sqlite", tmp_path))
+    store.migrate()
+    try:
+        with pytest.raises(ConfigError) as first:
+            check_overrides(store, cfg)
+        assert str(first.value) == ("apportion.toml: overrides.west/B200.cs/nlp: unknown "
+                                    "budget (the config's: ai, ops)")
+        seed_store(store, cfg, write_tokens=False)
+        store.add_budget("cs/nlp", 1.0, actor="alice", create_parents=True)
+        check_overrides(store, cfg)
+        typo = parse_config({**BASE, "overrides": {"west/B200": {"cs/nlq": 3.0}}},
+                            source="apportion.toml")
+        with pytest.raises(ConfigError) as e:
+            check_overrides(store, typo)
+        assert str(e.value) == ("apportion.toml: overrides.west/B200.cs/nlq: unknown budget "
+                                "(not in the database; did you mean cs/nlp?)")
+    finally:
+        store.close()
 
 
 def test_override_pools_are_checked_against_the_hosts_of_the_config() -> None:

@@ -153,7 +153,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         database_error,
         shown_url,
     )
-    from apportion.service.store.seed import ignored_seed, seed_store
+    from apportion.service.store.seed import check_overrides, ignored_seed, seed_store
 
     log = logging.StreamHandler()
     log.setFormatter(LogFormatter("%(asctime)s %(name)s %(message)s"))
@@ -177,6 +177,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         except StoreUnavailable as e:  # a schema of a newer apportion, a broken upgrade
             raise click.ClickException(str(e)) from None
         secure_db_file(config)
+        check_overrides(store, config)
         executor = build_executor(config, clock, db_id=store.db_id())
         tokens = seed_store(store, config)
     except ConfigError as e:
