@@ -150,6 +150,7 @@ class Scheduler:
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
         self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
         self._seen_drained: set[str] = set()  # hosts the executor last reported draining
+        self._reported: set[str] | None = None  # hosts the executor last reported (None: yet)
         # workload -> (not before, last delay): set aside after a transient launch failure
         self._backoff: dict[str, tuple[float, float]] = {}
         self._last = Decisions()
@@ -379,7 +380,9 @@ class Scheduler:
     # ---- commands from the API -------------------------------------------------------
     def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
         """Drain, repair, undrain or mark down a host (audited in the store). A host marked
-        down ends its workloads at once; a drain is mirrored to the executor."""
+        down ends its workloads at once; a drain is mirrored to the executor. A host the
+        executor did not report last pass cannot be made healthy (CoreError): the next
+        pass would drain it again, and work placed there could not launch."""
         with self.lock:
             if not self._started:
                 self.start()
@@ -387,6 +390,11 @@ class Scheduler:
             now = max(self.clock.now(), st.time)
             if name not in st.hosts:
                 raise NotFound(f"host {name}: not found")
+            if (state is HostState.HEALTHY and self._reported is not None
+                    and name not in self._reported):
+                raise CoreError(f"host {name}: not among the executor's hosts (removed from "
+                                "the config, or from Slurm's partition?): it cannot be "
+                                "repaired until the executor reports it again")
             if state is HostState.DOWN:
                 self._end_host_work(name, now)
             self.store.set_host_state(name, state, reason, actor, at=now)
@@ -839,7 +847,7 @@ class Scheduler:
                 self._mirror(ih.name, *self._unmirrored[ih.name])
                 continue
             self._follow_host(ih, now)
-        reported = {ih.name for ih in inventory}
+        reported = self._reported = {ih.name for ih in inventory}
         for name in sorted(set(known) - reported):
             # gone from the executor (from the config's hosts, or Slurm's partition): work
             # placed there could never launch, so it is drained (its running work, which may
