@@ -126,6 +126,24 @@ def test_same_budget_work_ahead_is_counted() -> None:
     assert (e.position, e.same_budget_ahead, e.rivals) == (2, 1, ())
 
 
+def test_unallocated_work_behind_allocated_work_of_a_higher_ratio_is_told_it_comes_first(
+) -> None:
+    """b's ratio (0.75) is above a's (0): a's unallocated a1 still waits behind b's
+    allocated b3 and b4, because all allocated work is considered before unallocated work;
+    the explanation counts them as allocated work ahead and names no rival budget (it said
+    "2 workloads of q (ratio 0.750) come first: compared with p (ratio 0.000)")."""
+    st = busy_b()
+    queue(st, "b3", "q/b", 4, 600, 1800)
+    queue(st, "b4", "q/b", 4, 600, 1850)
+    queue(st, "a1", "p/a", 4, 0, 1900)
+    e = explain(st, 2000.0, CFG, "a1")
+    assert (e.position, e.allocated_ahead, e.same_budget_ahead, e.rivals) == (3, 2, 0, ())
+    assert e.lines()[1:3] == [
+        "position 3 of 3 in the order considered",
+        "2 allocated workloads come first (all allocated work is considered before "
+        "unallocated work)"]
+
+
 def test_position_is_the_order_of_decide() -> None:
     """The position is the one in ``decide(...).order`` at the same instant."""
     st = busy_b()

@@ -876,6 +876,20 @@ def test_admin_creates_user_and_token(svc: Service) -> None:
     assert svc.store.user_for_token(token) is None  # looked up by digest only
 
 
+def test_a_user_name_that_breaks_the_rule_is_refused_in_words(svc: Service) -> None:
+    """``POST /v1/users`` with ``Alice.Smith`` (and a budget's members with it) is refused
+    with the config loader's words for the rule, not pydantic's regex ("String should
+    match pattern '^[a-z_][a-z0-9_-]{0,31}$'"); so is a name too long."""
+    rule = ("is not a user name: a lower-case letter or '_', then up to 31 lower-case "
+            "letters, digits, '_' or '-'")
+    r = svc.call("POST", "/v1/users", "root", {"name": "Alice.Smith"})
+    assert (r.status_code, r.json()["detail"]) == (422, f"name: 'Alice.Smith' {rule}")
+    r = svc.call("POST", "/v1/users", "root", {"name": "a" * 33})
+    assert (r.status_code, r.json()["detail"]) == (422, f"name: {'a' * 33!r} {rule}")
+    r = svc.call("POST", "/v1/budgets", "root", {"path": "x", "members": ["Alice.Smith"]})
+    assert (r.status_code, r.json()["detail"]) == (422, f"members.0: 'Alice.Smith' {rule}")
+
+
 def test_tokens_written_0600(tmp_path: Path) -> None:
     """Seeding writes one token file per user, readable by the owner only."""
     s = make_service(tmp_path)

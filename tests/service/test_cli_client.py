@@ -530,6 +530,26 @@ def test_budget_commands(server: Server) -> None:
     assert all(a["actor"] == "carol" for a in audit)
 
 
+def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
+        server: Server) -> None:
+    """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they
+    showed none: the target was taken as typed); a budget named as the short id has
+    entries of its own, so that name is read as the budget's."""
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "0", "--", "sleep", "100")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert run(server, "alice", "cancel", wid).exit_code == 0
+    short = str(int(wid.removeprefix("w-")))
+    entries = run_json(server, "alice", "audit", "--target", wid)
+    assert "workload.cancel" in [a["action"] for a in entries]
+    for typed in (short, f"w-{short}"):
+        assert run_json(server, "alice", "audit", "--target", typed) == entries, typed
+    assert run(server, "root", "budgets", "create", short).exit_code == 0
+    named = run_json(server, "alice", "audit", "--target", short)
+    assert [(a["action"], a["target"]) for a in named] == [("budget.create", short)]
+
+
 def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: Server) -> None:
     """``budgets set PATH W`` and ``budgets set PATH --weight W`` (the flag ``budgets create``
     takes) both set the weight; giving two different weights, or none, is a usage error

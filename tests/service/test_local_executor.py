@@ -493,3 +493,76 @@ def test_a_log_already_at_the_attempts_path_is_replaced_not_written_through(
     assert wait_for(ex, h).exit_code == 0
     assert other.read_text() == "precious\n"
     assert log.read_text() == "written\n" and not log.samefile(other)
+
+
+def three_hosts_config(tmp_path: Path, names: tuple[str, ...]) -> Any:
+    """A local-executor config of the 2-GPU hosts ``names``, over ``tmp_path/data``."""
+    from apportion.service.config import parse_config
+
+    return parse_config({"server": {"data_dir": str(tmp_path / "data"), "single_user": True},
+                         "executor": {"kind": "local"},
+                         "hosts": [{"name": n, "gpus": 2} for n in names]},
+                        source="apportion.toml", base_dir=tmp_path)
+
+
+def run_on(tmp_path: Path, host: str, hosts: tuple[str, ...] = ("n1", "n2", "n3")) -> str:
+    """Start ``exec sleep 1000`` on both GPUs of ``host`` with a server built from the
+    config of ``hosts``, and return its handle once the command runs."""
+    from apportion.cli.serve import build_executor
+
+    ex = build_executor(three_hosts_config(tmp_path, hosts), None)
+    handle = ex.launch(Launch("w-000001", 1, ["sh", "-c", "exec sleep 1000"],
+                              (HostSlots(host, (0, 1)),)))
+    assert isinstance(ex, _LocalExecutor)
+    running_command(ex, handle, "w-000001.1")
+    ex.close()
+    return handle
+
+
+def test_a_start_whose_hosts_move_a_running_attempts_gpus_is_refused(tmp_path: Path) -> None:
+    """Hosts n1, n2, n3 of 2 GPUs each, an attempt running on n2 (the machine's GPUs 2,3):
+    a restart whose config no longer has n1 would make n2's GPUs 0,1 and hand 2,3 to n3,
+    so it is refused with a ConfigError naming the attempt, its host, the GPUs it holds,
+    what the config now makes of them and what to do; the attempt runs on."""
+    from apportion.cli.serve import build_executor
+    from apportion.service.config import ConfigError
+
+    handle = run_on(tmp_path, "n2")
+    try:
+        with pytest.raises(ConfigError) as e:
+            build_executor(three_hosts_config(tmp_path, ("n2", "n3")), None)
+        assert str(e.value) == (
+            "apportion.toml: hosts: w-000001 attempt 1 still runs on host n2 with this "
+            "machine's GPUs 2,3, but the [[hosts]] now give n2 the machine's GPUs 0-1 and "
+            "GPUs 2,3 to n3 (a host's GPUs follow those of the hosts before it): keep each "
+            "host's [[hosts]] block as it was until its work has ended (drain it first), or "
+            "remove or shrink only the last hosts")
+        with pytest.raises(ConfigError, match="still runs on host n2 .* but the "
+                           r"\[\[hosts\]\] now have no host n2 and GPUs 2,3 to n3 "):
+            build_executor(three_hosts_config(tmp_path, ("n1", "n3")), None)
+        assert _procfs.alive(handle)
+    finally:
+        _signal_wrapper(handle)
+
+
+def test_removing_only_the_last_hosts_still_starts(tmp_path: Path) -> None:
+    """With an attempt running on n2 of n1, n2, n3, a config without n3 (nothing on it)
+    still starts, and so does one without n2 and n3 (n2's GPUs, 2,3, are then nobody's);
+    once the attempt has ended, a config without n1 starts too."""
+    from apportion.cli.serve import build_executor
+
+    handle = run_on(tmp_path, "n2")
+    try:
+        for hosts in (("n1", "n2"), ("n1",)):
+            build_executor(three_hosts_config(tmp_path, hosts), None).close()
+    finally:
+        _signal_wrapper(handle)
+    ex = build_executor(three_hosts_config(tmp_path, ("n1", "n2", "n3")), None)
+    assert isinstance(ex, _LocalExecutor)
+    wait_for(ex, handle)
+    build_executor(three_hosts_config(tmp_path, ("n2", "n3")), None).close()
+
+
+def _signal_wrapper(handle: str) -> None:
+    """Stop the attempt of ``handle`` (its wrapper forwards SIGTERM to the command)."""
+    os.kill(_procfs.parse_handle(handle)[0], signal.SIGTERM)

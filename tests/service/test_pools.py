@@ -29,7 +29,7 @@ from apportion.service.executor import InventoryHost
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
-from apportion.service.store.seed import seed_store
+from apportion.service.store.seed import check_overrides, seed_store
 from apportion.service.store.store import MIGRATIONS
 
 BASE: dict[str, Any] = {
@@ -83,8 +83,6 @@ def test_a_config_without_pools_is_one_default_pool() -> None:
          'apportion.toml: overrides.B200: must be a pool named "cluster/kind"'),
         ({"overrides": {"west/B200": {"ai": -1}}},
          "apportion.toml: overrides.west/B200.ai: must be a number >= 0, got -1"),
-        ({"overrides": {"west/B200": {"nope": 1}}},
-         "apportion.toml: overrides.west/B200.nope: unknown budget (the config's: ai, ops)"),
         ({"pools": {"kinds": "H100"}},
          "apportion.toml: pools.kinds: unknown key (valid keys: cluster, kind)"),
         ({"overrides": {"west/B300": {"ai": 2}}},
@@ -101,6 +99,34 @@ def test_bad_pools_config_names_the_file_and_field(change: dict[str, Any],
     with pytest.raises(ConfigError) as e:
         parse_config({**BASE, **change}, source="apportion.toml")
     assert str(e.value).startswith(message), str(e.value)
+
+
+def test_override_budgets_are_checked_against_the_databases_budgets(tmp_path: Path) -> None:
+    """Once the database exists its budgets are the ones there are: a per-pool weight of
+    cs/nlp, created with ``apportion budgets create`` and absent from ``[[budgets]]``, is
+    accepted (it was refused as unknown, naming the config's budgets), and one the
+    database lacks is refused naming the database; on a first start (an empty database)
+    the budgets the config seeds are the ones checked."""
+    cfg = parse_config({**BASE, "overrides": {"west/B200": {"cs/nlp": 3.0}}},
+                       source="apportion.toml")
+    store = Store(db_url("sqlite", tmp_path))
+    store.migrate()
+    try:
+        with pytest.raises(ConfigError) as first:
+            check_overrides(store, cfg)
+        assert str(first.value) == ("apportion.toml: overrides.west/B200.cs/nlp: unknown "
+                                    "budget (the config's: ai, ops)")
+        seed_store(store, cfg, write_tokens=False)
+        store.add_budget("cs/nlp", 1.0, actor="alice", create_parents=True)
+        check_overrides(store, cfg)
+        typo = parse_config({**BASE, "overrides": {"west/B200": {"cs/nlq": 3.0}}},
+                            source="apportion.toml")
+        with pytest.raises(ConfigError) as e:
+            check_overrides(store, typo)
+        assert str(e.value) == ("apportion.toml: overrides.west/B200.cs/nlq: unknown budget "
+                                "(not in the database; did you mean cs/nlp?)")
+    finally:
+        store.close()
 
 
 def test_override_pools_are_checked_against_the_hosts_of_the_config() -> None:
@@ -183,20 +209,38 @@ def test_work_runs_only_in_a_pool_of_a_kind_it_accepts(svc: Svc) -> None:
         b200["id"]: "west/B200", either["id"]: "east/H100", anything["id"]: "east/H100"}
 
 
-def test_the_queue_lists_all_allocated_work_before_unallocated_work_across_pools(
-        svc: Svc) -> None:
-    """Every host full: unallocated work waits for H100 (pool east/H100) and allocated
-    work for B200 (west/B200). The queue gives the allocated workload position 1, as with
-    one pool: the pools' orders, merged pool by pool in name order, put east's
-    unallocated work before west's allocated work."""
+def test_the_queue_numbers_pending_work_in_its_pools_order_as_why_does(svc: Svc) -> None:
+    """Every host full; waiting: allocated work of any kind (in both pools), unallocated
+    work for H100 (east/H100) and allocated work for B200 (west/B200). Each pool's pass
+    has its own order, so the queue lists pending work pool by pool, each entry with its
+    pool and its position in that pool's order (``apportion queue``: a POOL column), and
+    why tells the same position in the same pool: the any-kind work under east/H100, the
+    first pool it waits in, holding first place in west/B200 too, where the B200 work is
+    second."""
     for kind in ("H100", "H100", "B200"):
         assert svc.submit(gpu_kind=[kind]).status_code == 201
     svc.sched.step()
+    any_kind = svc.submit().json()["id"]
     free_h100 = svc.submit(gpu_kind=["H100"], min_runtime=0).json()["id"]
     alloc_b200 = svc.submit(gpu_kind=["B200"]).json()["id"]
     svc.sched.step()
     pending = svc.call("GET", "/v1/queue").json()["pending"]
-    assert [(r["id"], r["position"]) for r in pending] == [(alloc_b200, 1), (free_h100, 2)]
+    assert [(r["id"], r["pool"], r["position"]) for r in pending] == [
+        (any_kind, "east/H100", 1), (free_h100, "east/H100", 2), (alloc_b200, "west/B200", 2)]
+    for wid, said in [(any_kind, "position 1 of 2 in pool east/H100's order"),
+                      (free_h100, "position 2 of 2 in pool east/H100's order"),
+                      (alloc_b200, "position 2 of 2 in pool west/B200's order")]:
+        assert svc.call("GET", f"/v1/workloads/{wid}/why").json()["text"][1] == said
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue", "--state", "pending"], env=env,
+                           catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert [line.split()[:6] for line in r.output.splitlines()] == [
+        ["POS", "ID", "NAME", "USER", "BUDGET", "POOL"],
+        ["1", any_kind, "-", "alice", "ai", "east/H100"],
+        ["2", free_h100, "-", "alice", "ai", "east/H100"],
+        ["2", alloc_b200, "-", "alice", "ai", "west/B200"]]
 
 
 def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:

@@ -14,7 +14,7 @@ import pytest
 from sched_env import Env, make_env
 from store_db import BACKENDS
 
-from apportion.core import HostState, PolicyConfig, Status
+from apportion.core import CoreError, HostState, PolicyConfig, Status
 from apportion.service.dashboard import explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
 from apportion.service.store import Store, WorkloadRow
@@ -611,6 +611,32 @@ def test_a_host_gone_from_the_executor_is_drained_and_gets_no_work(backend: str,
         env.at(50.0)
         assert (env.store.get_host("h0").state, env.store.get_host("h0").reason) == (
             HostState.DRAINING, "ECC")
+    finally:
+        env.store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_gone_from_the_executor_cannot_be_repaired(backend: str, tmp_path: Path) -> None:
+    """h1, no longer among the executor's hosts, is drained by the next pass (empty: in
+    repair); repairing it is refused with the reason (it was made healthy, and the pass
+    after drained it again), and it stays in repair, nothing audited; once the executor
+    reports it again it is healthy again, as before."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        env.at(5.0)
+        gone = env.executor._hosts.pop("h1")  # the executor's own table: as if unconfigured
+        env.at(10.0)
+        audited = len(env.store.audit(limit=1000))
+        with pytest.raises(CoreError) as e:
+            env.sched.set_host_state("h1", HostState.HEALTHY, "", "admin")
+        assert str(e.value) == (
+            "host h1: not among the executor's hosts (removed from the config, or from "
+            "Slurm's partition?): it cannot be repaired until the executor reports it again")
+        assert env.store.get_host("h1").state is HostState.REPAIR
+        assert len(env.store.audit(limit=1000)) == audited
+        env.executor._hosts["h1"] = gone
+        env.at(20.0)
+        assert env.store.get_host("h1").state is HostState.HEALTHY
     finally:
         env.store.close()
 

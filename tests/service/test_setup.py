@@ -98,6 +98,25 @@ def test_init_says_when_the_admin_has_no_unix_account(tmp_path: Path) -> None:
     assert (me.exit_code, me.stderr) == (0, "")
 
 
+def test_init_refuses_an_admin_name_the_config_would_refuse(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--admin Bad.Name`` is a usage error naming the flag, in the config loader's words
+    (it wrote a config serve refused: "users[0].name: 'Bad.Name' is not a user name"); a
+    login name that is no user name (AD-style John.Doe), the default, is said to be one
+    and --admin asked for. Nothing is written."""
+    r = CliRunner().invoke(main, ["init", str(tmp_path / "a"), "--admin", "Bad.Name"])
+    assert r.exit_code == 2
+    assert ("Invalid value for '--admin': 'Bad.Name' is not a user name: a lower-case "
+            "letter or '_', then up to 31 lower-case letters, digits, '_' or '-'") in r.stderr
+    monkeypatch.setattr("getpass.getuser", lambda: "John.Doe")
+    r = CliRunner().invoke(main, ["init", str(tmp_path / "b")])
+    assert r.exit_code == 2
+    assert ("Error: the admin would be named after your login name, and 'John.Doe' is not "
+            "a user name: a lower-case letter or '_', then up to 31 lower-case letters, "
+            "digits, '_' or '-': name the admin with --admin NAME") in r.stderr
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 def test_init_config_serves_and_runs_a_workload(tmp_path: Path) -> None:
     """The example config, with the in-memory executor, serves: the admin's token works
     and a submitted workload runs; the log has no migration-tool lines and no traceback."""

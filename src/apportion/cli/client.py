@@ -45,7 +45,7 @@ from apportion.service.replies import (
 from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
-from .ids import WORKLOAD_ID
+from .ids import WORKLOAD_ID, workload_id
 from .numbers import FiniteFloatRange
 
 DEFAULT_URL = "http://127.0.0.1:8642"
@@ -620,12 +620,20 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="how many of the newest entries to print (older ones left out are said "
                    "on stderr)")
-@click.option("--target", default=None, help="only entries about this budget/host/workload")
+@click.option("--target", default=None,
+              help="only entries about this budget/host/user/workload (5 or w-5: w-000005, "
+                   "unless something of that very name has entries)")
 @json_option
 @connection
 def audit(client: Client, limit: int, target: str | None, as_json: bool) -> None:
     """Who changed what, when (newest first): the --limit newest entries."""
     data, more = client.pages("/audit", {"target": target}, "before", AUDIT_PAGE, most=limit)
+    wid = workload_id(target) if target else None
+    if not data and wid is not None and wid != target:
+        # a short workload id: budgets, hosts and users may be named "5" or "w-5" too, so
+        # it is read as a workload's only when nothing of that very name has entries
+        data, more = client.pages("/audit", {"target": wid}, "before", AUDIT_PAGE,
+                                  most=limit)
     if more:
         click.echo(f"the {limit} newest entries; older ones left out (raise --limit)",
                    err=True)

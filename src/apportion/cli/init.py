@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from apportion.service.executors.identity import Identity
+from apportion.service.validation import check_user_name
 
 CONFIG_NAME = "apportion.toml"
 
@@ -84,13 +85,22 @@ admin = true                # may create users and budgets anywhere, drain hosts
 
 @click.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
-@click.option("--admin", default=None, help="the admin user's name (default: you)")
+@click.option("--admin", default=None,
+              help="the admin user's name (default: your login name), like a Unix account's: "
+                   "lower-case letters, digits, '_' and '-'")
 @click.option("--force", is_flag=True, help="overwrite an existing apportion.toml")
 def init(directory: Path, admin: str | None, force: bool) -> None:
     """Write a commented example config (two hosts, a small budget tree, one admin) to
     DIRECTORY/apportion.toml (mode 0600: it may come to hold the database's password), and
     print the next three commands."""
     name = admin or getpass.getuser()
+    try:  # the config loader's rule: serve would refuse the config
+        check_user_name(name)
+    except ValueError as e:
+        if admin is not None:
+            raise click.BadParameter(str(e), param_hint="'--admin'") from None
+        raise click.UsageError(f"the admin would be named after your login name, and {e}: "
+                               "name the admin with --admin NAME") from None
     path = directory / CONFIG_NAME
     if path.exists() and not force:
         raise click.ClickException(f"{path}: already exists (--force to overwrite)")

@@ -522,7 +522,8 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
                   states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
     """The queue as ``squeue`` shows it: pending work in the policy's order, then running
     work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
-    (None: held or not yet ranked), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
+    (None: held or not yet ranked; with several pools, in its ``pool``'s order), ``pool``
+    (None with one pool), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
     ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
     view = client.reply(QueueView, "GET", "/queue")
     rows = {w["id"]: w for w in _workloads(client, {"budget": budget, "user": user})}
@@ -543,7 +544,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
             if view.executor_down_since is not None  # nothing starts: the reason that holds
             else _too_large(p, view.hosts) if p.wait_reason == "too_large"
             else REASONS.get(p.wait_reason or "", "not reached yet"))
-        out.append({**rows[p.id], "position": p.position, "state": "pending",
+        out.append({**rows[p.id], "position": p.position, "pool": p.pool, "state": "pending",
                     "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
                     "waited_s": None if now is None else now - p.queued_at})
     draining = {h.name for h in view.hosts if h.state == "draining"}
@@ -558,7 +559,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         why = r.stop_reason
         if not r.stopping and any(h in draining for h, _, _ in r.placement):
             why = "host draining: stopped when its minimum runtime ends"
-        out.append({**w, "position": None, "state": state, "reason": why,
+        out.append({**w, "position": None, "pool": r.pool, "state": state, "reason": why,
                     "elapsed_s": None if now is None else now - r.started_at,
                     "waited_s": None, "protected_s": left,
                     "hosts": [f"{h}:{g}" for h, g, _ in r.placement]})
@@ -581,7 +582,9 @@ def _too_large(p: QueuedPending, hosts: Sequence[QueueHost]) -> str:
 
 
 def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """The table's cells of :func:`queue_entries`."""
+    """The table's cells of :func:`queue_entries` (a POOL after BUDGET with several pools,
+    as :func:`queue_headers`)."""
+    several = _several_pools(entries)
     def dur(seconds: float | None) -> str:
         return "-" if seconds is None else format_duration(seconds)
 
@@ -597,9 +600,21 @@ def queue_rows(entries: Sequence[dict[str, Any]]) -> list[list[str]]:
             protected = ("none" if not e["min_runtime"] else
                          dur(e["protected_s"]) if e["protected_s"] else "-")
         out.append([str(e["position"] or "-"), e["id"], e["name"] or "-", e["user"],
-                    e["budget"], e["state"], str(e["gpus"]), dur(e["elapsed_s"]), protected,
-                    _limit(e), where])
+                    e["budget"], *([e["pool"] or "-"] if several else []), e["state"],
+                    str(e["gpus"]), dur(e["elapsed_s"]), protected, _limit(e), where])
     return out
+
+
+def queue_headers(entries: Sequence[dict[str, Any]]) -> list[str]:
+    """The queue's column names: POOL only with several pools, where POS counts in it."""
+    if not _several_pools(entries):
+        return QUEUE_HEADERS
+    at = QUEUE_HEADERS.index("BUDGET") + 1
+    return [*QUEUE_HEADERS[:at], "POOL", *QUEUE_HEADERS[at:]]
+
+
+def _several_pools(entries: Sequence[dict[str, Any]]) -> bool:
+    return any(e["pool"] for e in entries)
 
 
 def _limit(w: dict[str, Any]) -> str:
@@ -626,31 +641,32 @@ QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSE
 def queue(client: Client, me: bool, user: str | None, budget: str | None,
           states: str | None, watch: float | None, as_json: bool) -> None:
     """The queue as the policy orders it, like squeue: POS is the place in the policy's
-    order (held work has none), PROTECTED how long no rebalance may preempt it yet (its
+    order (held work has none; with several pools, in the order of its POOL, the first it
+    waits in), PROTECTED how long no rebalance may preempt it yet (its
     minimum runtime, and for a run resumed after a requeue its restart protection)."""
     wanted = active_states(states, "finished work: apportion show ID")
     if as_json:
         _print_json(queue_entries(client, me, user, budget, wanted)[1])
         return
     if watch is None:
-        _print_queue(queue_rows(queue_entries(client, me, user, budget, wanted)[1]))
+        _print_queue(queue_entries(client, me, user, budget, wanted)[1])
         return
     try:
         while True:
             now, entries = queue_entries(client, me, user, budget, wanted)
             click.clear()
             click.echo(f"every {watch:g} s: apportion queue    {fmt_time(now)}")
-            _print_queue(queue_rows(entries))
+            _print_queue(entries)
             time.sleep(watch)
     except KeyboardInterrupt:
         pass
 
 
-def _print_queue(rows: list[list[str]]) -> None:
-    if not rows:
+def _print_queue(entries: Sequence[dict[str, Any]]) -> None:
+    if not entries:
         click.echo("no active workloads")
         return
-    table(QUEUE_HEADERS, rows)
+    table(queue_headers(entries), queue_rows(entries))
 
 
 # ---- order -----------------------------------------------------------------------------------

@@ -39,10 +39,13 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     if kind in ("local", "memory") and not hosts:
         raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
     if kind == "local":
-        from apportion.service.executors.local import LocalExecutor
+        from apportion.service.executors.local import GpusInUse, LocalExecutor
 
-        return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
-                             identity=config.identity)
+        try:
+            return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
+                                 identity=config.identity)
+        except GpusInUse as e:
+            raise ConfigError(f"{config.source}: hosts: {e}") from None
     if kind == "memory":
         from apportion.service.executors.memory import MemoryExecutor
 
@@ -246,7 +249,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         database_error,
         shown_url,
     )
-    from apportion.service.store.seed import ignored_seed, seed_store
+    from apportion.service.store.seed import check_overrides, ignored_seed, seed_store
 
     log = logging.StreamHandler()
     log.setFormatter(LogFormatter("%(asctime)s %(name)s %(message)s"))
@@ -275,6 +278,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         except StoreUnavailable as e:  # a schema of a newer apportion, a broken upgrade
             raise click.ClickException(str(e)) from None
         secure_db_file(config)
+        check_overrides(store, config)
         executor = build_executor(config, clock, db_id=store.db_id())
         tokens = seed_store(store, config)
     except ConfigError as e:

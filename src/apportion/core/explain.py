@@ -8,7 +8,8 @@ the answer is the policy's own reasoning, not a re-implementation of it:
   work the pass considers before it, both sides' ratios at the level where the two paths
   diverge (Fair Tree compares siblings only). Ratios are those at the start of the pass;
   admission charges during the pass raise the ratio of every budget that admits work, which
-  is how a side that starts with a higher ratio can still get ahead;
+  is how a side that starts with a higher ratio can still get ahead. Allocated work ahead
+  of unallocated work is counted apart: it comes first whatever the ratios;
 * **victims**: the cheapest room the victim search finds for it now *if the rules and
   protection allowed anything* (stopping work counts as free), each victim marked with its
   protection end and whether the rebalance rules would let it go today;
@@ -115,6 +116,7 @@ class Explanation:
     # ---- pending ----
     position: int | None = None  # 1-based, in the first pass's order; None: not reached
     considered: int = 0  # how many workloads that pass considered
+    allocated_ahead: int = 0  # of unallocated work: the allocated work considered before it
     same_budget_ahead: int = 0
     rivals: tuple[Rival, ...] = ()
     wait_reason: WaitReason | None = None
@@ -162,6 +164,7 @@ class Explanation:
             "ratio": self.ratio,
             "position": self.position,
             "considered": self.considered,
+            "allocated_ahead": self.allocated_ahead,
             "same_budget_ahead": self.same_budget_ahead,
             "rivals": [
                 {"path": r.path, "ratio": r.ratio, "mine": r.mine, "mine_ratio": r.mine_ratio,
@@ -249,10 +252,14 @@ def explain(
     started = {s.workload: s.placement for s in d.starts}
 
     same_budget = 0
+    allocated_ahead = 0
     rival_count: dict[str, int] = {}
     rival_mine: dict[str, str] = {}
     for wid in ahead:
         other = _spec_of(state, wid)
+        if other.allocated and not spec.allocated:  # first whatever the ratios say
+            allocated_ahead += 1
+            continue
         div = state.tree.divergence(spec.budget, other.budget)
         if div is None:
             same_budget += 1
@@ -276,6 +283,7 @@ def explain(
         pool=pool,
         position=position,
         considered=len(order),
+        allocated_ahead=allocated_ahead,
         same_budget_ahead=same_budget,
         rivals=rivals,
         min_runtime=spec.min_runtime,
@@ -735,10 +743,16 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
             out.append(f"{hosts} {verb} being drained: it is stopped {when}, {fate}")
         return out
     if e.position is None:
-        out.append(f"not reached by the pass ({plural(e.considered, 'workload')} considered "
-                   "before it stopped)")
+        out.append(f"not reached by the pass{_in_pool(e.pool)} ({plural(e.considered, 'workload')} "
+                   "considered before it stopped)")
+    elif e.pool:  # each pool's pass has an order of its own
+        out.append(f"position {e.position} of {e.considered} in pool {e.pool}'s order")
     else:
         out.append(f"position {e.position} of {e.considered} in the order considered")
+    if e.allocated_ahead:
+        verb = "comes" if e.allocated_ahead == 1 else "come"
+        out.append(f"{plural(e.allocated_ahead, 'allocated workload')} {verb} first "
+                   "(all allocated work is considered before unallocated work)")
     if e.same_budget_ahead:
         verb = "comes" if e.same_budget_ahead == 1 else "come"
         out.append(f"{plural(e.same_budget_ahead, 'workload')} of the same budget {verb} first "
@@ -809,6 +823,10 @@ _REASONS = {
 
 def _of_pool(pool: str) -> str:
     return f" of pool {pool}" if pool else ""
+
+
+def _in_pool(pool: str) -> str:
+    return f" in pool {pool}" if pool else ""
 
 
 def _advice_line(e: Explanation, a: Advice, at: Callable[[float], str]) -> str:

@@ -549,7 +549,7 @@ def decide_fleet(
                 del chosen[w]  # lost it to work the rerun ranked first: it waits
         for w in got:
             chosen.setdefault(w, p)
-    return _merge(fleet, [result[p] for p in pools])
+    return _merge(fleet, result)
 
 
 def _pass(
@@ -600,10 +600,11 @@ def _offers(
     return out
 
 
-def _merge(fleet: FleetState, parts: Iterable[Decisions]) -> Decisions:
-    """The pools' decisions as one, pool by pool in name order; a workload's wait reason is
-    that of the first pool it waits in, and none once some pool admits it."""
-    parts = list(parts)
+def _merge(fleet: FleetState, result: Mapping[str, Decisions]) -> Decisions:
+    """The pools' decisions (pool -> its pass's, in name order) as one, pool by pool; a
+    workload's wait reason is that of the first pool it waits in, and none once some pool
+    admits it."""
+    parts = list(result.values())
     admitted: set[str] = set()
     for d in parts:
         admitted |= _admitted(d)
@@ -628,6 +629,7 @@ def _merge(fleet: FleetState, parts: Iterable[Decisions]) -> Decisions:
         timeouts=tuple(t for d in parts for t in d.timeouts),
         checkpoint_waits=tuple(w for d in parts for w in d.checkpoint_waits),
         recheck_at=min((d.recheck_at for d in parts if d.recheck_at is not None), default=None),
+        pool_orders={p: d.order for p, d in result.items()},
     )
 
 

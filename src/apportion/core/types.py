@@ -249,6 +249,9 @@ class Decisions:
     recheck_at: float | None = None
     """The earliest moment a pass is due for what this pass put off (None: nothing): the
     first checkpoint waited for. Drivers pass then even if nothing else happens."""
+    pool_orders: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """With several pools, each pool's ``order`` (``order`` is theirs one after the other,
+    each workload once); empty with one pool. Read to tell a workload's place in its pool."""
 
     def empty(self) -> bool:
         return not (self.starts or self.preemptions or self.host_changes or self.timeouts)

@@ -60,9 +60,11 @@ BudgetPath = Annotated[
     str, Field(max_length=v.MAX_PATH, description="segments of [A-Za-z0-9_.-] joined by /"),
     AfterValidator(v.check_budget_path),
 ]
+# the pattern is the schema's only: checked by check_user_name, whose refusal says the
+# rule in words (pydantic's says "String should match pattern '^[a-z_]...'")
 UserName = Annotated[
-    str, Field(max_length=32, pattern=r"^[a-z_][a-z0-9_-]{0,31}$",
-               description="like a Unix account name"),
+    str, Field(description="like a Unix account name",
+               json_schema_extra={"maxLength": 32, "pattern": r"^[a-z_][a-z0-9_-]{0,31}$"}),
     AfterValidator(v.check_user_name),
 ]
 People = Annotated[list[UserName], Field(max_length=v.MAX_PEOPLE)]

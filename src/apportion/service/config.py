@@ -339,7 +339,6 @@ def parse_config(
     ))
     _unique(source, "users", [u.name for u in users])
     _check_seed(source, budgets, users)
-    _check_overrides(source, pools, budgets)
     if executor.kind in ("local", "memory"):  # their hosts are the config's; Slurm has its own
         _check_override_pools(source, pools, hosts)
     top.done(("billing", "budgets", "database", "executor", "hosts", "overrides", "policy",
@@ -384,20 +383,6 @@ def _pools(src: str, top: _Reader) -> PoolsConfig:
     except CoreError as e:
         raise ConfigError(f"{src}: {e}") from None
     return out
-
-
-def _check_overrides(src: str, pools: PoolsConfig, budgets: tuple[BudgetConfig, ...]) -> None:
-    """Per-pool weights name budgets the config seeds (when it seeds any: else the budgets
-    live in the database: the scheduler logs an unknown one and leaves it out)."""
-    if not budgets:
-        return
-    known = {"/".join(b.path.split("/")[:n]) for b in budgets
-             for n in range(1, b.path.count("/") + 2)}
-    for pool, weights in pools.overrides.items():
-        for path in weights:
-            if path not in known:
-                raise ConfigError(f"{src}: overrides.{pool}.{path}: unknown budget (the "
-                                  f"config's: {', '.join(sorted(known))})")
 
 
 def _check_override_pools(src: str, pools: PoolsConfig, hosts: tuple[HostConfig, ...]) -> None:

@@ -205,16 +205,18 @@ class QueuedSpec(Reply):
 
 class QueuedPending(QueuedSpec):
     """Pending work: ``position`` in the order of the last pass (None: held out of the
-    queue, ``hold`` says what for), ``wait_reason`` (``no_capacity``,
+    queue, ``hold`` says what for), with several pools in the order of ``pool``'s pass (the
+    first pool it waits in, the one ``why`` explains), ``wait_reason`` (``no_capacity``,
     ``waiting_for_preemption``, ``waiting_for_checkpoint``, ``too_large``, ``held``; None:
     not reached)."""
 
-    omit_if_none = frozenset({"hold", "gpu_kinds", "cluster"})
+    omit_if_none = frozenset({"hold", "gpu_kinds", "cluster", "pool"})
 
     position: int | None
     queued_at: float
     wait_reason: str | None
     hold: str | None = None
+    pool: str | None = None  # "cluster/kind" whose order ``position`` counts, with several
 
 
 class QueuedRunning(QueuedSpec):
@@ -424,6 +426,7 @@ class WhyExplanation(Reply):
     ratio: float
     position: int | None
     considered: int
+    allocated_ahead: int
     same_budget_ahead: int
     rivals: list[WhyRival]
     wait_reason: str | None

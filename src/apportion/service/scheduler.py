@@ -150,6 +150,7 @@ class Scheduler:
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
         self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
         self._seen_drained: set[str] = set()  # hosts the executor last reported draining
+        self._reported: set[str] | None = None  # hosts the executor last reported (None: yet)
         # workload -> (not before, last delay): set aside after a transient launch failure
         self._backoff: dict[str, tuple[float, float]] = {}
         self._last = Decisions()
@@ -379,7 +380,9 @@ class Scheduler:
     # ---- commands from the API -------------------------------------------------------
     def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
         """Drain, repair, undrain or mark down a host (audited in the store). A host marked
-        down ends its workloads at once; a drain is mirrored to the executor."""
+        down ends its workloads at once; a drain is mirrored to the executor. A host the
+        executor did not report last pass cannot be made healthy (CoreError): the next
+        pass would drain it again, and work placed there could not launch."""
         with self.lock:
             if not self._started:
                 self.start()
@@ -387,6 +390,11 @@ class Scheduler:
             now = max(self.clock.now(), st.time)
             if name not in st.hosts:
                 raise NotFound(f"host {name}: not found")
+            if (state is HostState.HEALTHY and self._reported is not None
+                    and name not in self._reported):
+                raise CoreError(f"host {name}: not among the executor's hosts (removed from "
+                                "the config, or from Slurm's partition?): it cannot be "
+                                "repaired until the executor reports it again")
             if state is HostState.DOWN:
                 self._end_host_work(name, now)
             self.store.set_host_state(name, state, reason, actor, at=now)
@@ -403,6 +411,24 @@ class Scheduler:
             _validate(self._st(), spec, self.config)
 
     # ---- read views ------------------------------------------------------------------
+    def _pool_orders(self, st: FleetState) -> list[tuple[str, list[str | None]]]:
+        """Each pool (in name order) with its pending work in the order the queue lists it
+        and numbers it: the last pass's order of that pool, the work it did not consider
+        (submitted since) after the pass's of its kind (allocated work first, as in a pass).
+        Work that waits in several pools is listed under the first (the one ``why``
+        explains) and is None in the others' lists: it holds a place there too."""
+        orders = self._last.pool_orders or {p: self._last.order for p in st.pools}
+        out = []
+        for pool, state in st.pools.items():
+            waiting = state.pending
+            order = [w for w in dict.fromkeys(orders.get(pool, ())) if w in waiting]
+            listed = set(order)
+            order += sorted((w for w in waiting if w not in listed), key=lambda w: (
+                -waiting[w].spec.priority, waiting[w].spec.submit_time, w))
+            order.sort(key=lambda w: not waiting[w].spec.allocated)
+            out.append((pool, [w if st.waits_in(w)[0] == pool else None for w in order]))
+        return out
+
     def queue_view(self) -> QueueView:
         """The queue as the policy sees it, for the API and the dashboard, as of the
         scheduler's clock (``now``; ``last_pass_at``: when the order and the wait reasons
@@ -430,25 +456,19 @@ class Scheduler:
             # pass (a clock set back holds the scheduler still)
             now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
-            order = [w for w in dict.fromkeys(self._last.order) if w in st.pending]
-            listed = set(order)
-            rest = sorted(
-                (p for w, p in st.pending.items() if w not in listed),
-                key=lambda p: (not p.spec.allocated, -p.spec.priority, p.spec.submit_time,
-                               p.spec.id),
-            )
-            order += [p.spec.id for p in rest]
-            # with several pools the pass's order is each pool's (allocated, then
-            # unallocated) one after the other: all allocated work first, as one pool's is
-            order.sort(key=lambda w: not st.pending[w].spec.allocated)
             pending = []
-            for i, wid in enumerate(order):
-                p = st.pending[wid]
-                reason = self._last.waiting.get(wid)
-                pending.append(QueuedPending(
-                    **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
-                    wait_reason=reason.value if reason else None,
-                ))
+            queued = st.pending  # with several pools, made at each reading
+            for pool, order in self._pool_orders(st):
+                for i, wid in enumerate(order):
+                    if wid is None:  # listed under another pool it waits in
+                        continue
+                    p = queued[wid]
+                    reason = self._last.waiting.get(wid)
+                    pending.append(QueuedPending(
+                        **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
+                        wait_reason=reason.value if reason else None,
+                        pool=pool if several else None,
+                    ))
             for wid, row in self._held.items():  # after all queued work, in id order
                 pending.append(QueuedPending(
                     **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
@@ -827,7 +847,7 @@ class Scheduler:
                 self._mirror(ih.name, *self._unmirrored[ih.name])
                 continue
             self._follow_host(ih, now)
-        reported = {ih.name for ih in inventory}
+        reported = self._reported = {ih.name for ih in inventory}
         for name in sorted(set(known) - reported):
             # gone from the executor (from the config's hosts, or Slurm's partition): work
             # placed there could never launch, so it is drained (its running work, which may

@@ -22,6 +22,9 @@ before its GPUs are handed out again; files are set aside only once their wrappe
 given (two 8-GPU hosts: GPUs 0-7 and 8-15): CUDA_VISIBLE_DEVICES lists the machine's GPUs
 of the indexes the scheduler assigned on the first host, and with the cgroup v1 devices
 controller the job may open only those ``/dev/nvidia<N>`` (of every host it was given).
+Removing or resizing a host moves the GPUs of the hosts after it, so an executor whose
+hosts would hand GPUs a running attempt holds (its spec records them) to other work is
+refused at start.
 
 Each attempt's ``APPORTION_CHECKPOINT_FILE`` is ``logs/<workload>/<attempt>.checkpoint/
 checkpoint``: the directory is made at launch, owned by the job's account (0700) inside the
@@ -68,6 +71,10 @@ _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 KILL_WAIT_S = 5.0
 
 log = logging.getLogger("apportion.executor.local")
+
+
+class GpusInUse(ValueError):
+    """The hosts given would hand GPUs an attempt still runs on to other work."""
 
 
 class LocalExecutor:
@@ -125,6 +132,7 @@ class LocalExecutor:
         self._timers: dict[str, threading.Timer] = {}
         self._scanned: set[str] = set()  # run files already indexed
         self.drained: dict[str, str] = {}
+        self._check_running_devices()
 
     # ---- the Executor protocol -------------------------------------------------------
     def inventory(self) -> list[InventoryHost]:
@@ -178,6 +186,9 @@ class LocalExecutor:
             "account": ({"uid": acct.uid, "gid": acct.gid, "groups": list(acct.groups)}
                         if acct is not None else None),
             "cgroups": cgroups,
+            # the machine's GPUs it holds, checked at each start (_check_running_devices)
+            "slots": [{"host": s.host, "gpus": list(s.gpu_indexes), "devices": d}
+                      for s, d in zip(launch.slots, devices, strict=True)],
         }
         spec_path = self.run_dir / f"{stem}.spec"
         try:
@@ -264,6 +275,46 @@ class LocalExecutor:
             self._timers.clear()
 
     # ---- reconciliation --------------------------------------------------------------
+    def _check_running_devices(self) -> None:
+        """Refuse hosts that would hand a running attempt's GPUs to other work (GpusInUse,
+        naming the attempt, its host, the GPUs it holds and what the hosts now make of
+        them). Host k's GPUs follow those of the hosts before it, so a host removed or
+        resized moves the GPUs of every host after it, and the scheduler, which knows
+        hosts and indexes only, would place new work on GPUs still in use. Each GPU a
+        running attempt holds must be its host's same GPU still, or nobody's (a host
+        removed or shrunk at the end)."""
+        given = {self._first_gpu[h.name] + i: (h.name, i)
+                 for h in self._hosts.values() for i in range(h.gpus)}
+        for path in sorted(self.run_dir.glob("*.run")):
+            stem = path.name[: -len(".run")]
+            info = _procfs.read_json(path)
+            handle = info.get("handle") if info else None
+            if (not isinstance(handle, str) or not _procfs.alive(handle)
+                    or self._exit_info(stem, handle) is not None):
+                continue
+            spec = _procfs.read_json(self.run_dir / f"{stem}.spec")
+            for host, gpus, held in _held_devices(spec):
+                if all(given.get(d) == (host, i) or (d not in given and not self._has_gpu(host, i))
+                       for i, d in zip(gpus, held, strict=True)):
+                    continue
+                h = self._hosts.get(host)
+                now = (f"give {host} the machine's GPUs {_span(self._first_gpu[host], h.gpus)}"
+                       if h is not None else f"have no host {host}")
+                others = {d: given[d][0] for d in held if d in given and given[d][0] != host}
+                if others:
+                    now += f" and GPUs {_ids(others)} to {', '.join(sorted({*others.values()}))}"
+                wid, attempt = stem.rsplit(".", 1)
+                raise GpusInUse(
+                    f"{wid} attempt {attempt} still runs on host {host} with this machine's "
+                    f"GPUs {_ids(held)}, but the [[hosts]] now {now} (a host's GPUs follow "
+                    f"those of the hosts before it): keep each host's [[hosts]] block as it "
+                    f"was until its work has ended (drain it first), or remove or shrink "
+                    f"only the last hosts")
+
+    def _has_gpu(self, host: str, index: int) -> bool:
+        h = self._hosts.get(host)
+        return h is not None and index < h.gpus
+
     def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
         """Stop every wrapper of this run directory that is alive but runs no attempt in
         ``known`` (the handles of the database's open attempts): a restored backup's lost
@@ -618,6 +669,30 @@ def _signal(handle: str, sig: int) -> None:
     if _procfs.alive(handle):
         with contextlib.suppress(ProcessLookupError):
             os.kill(_procfs.parse_handle(handle)[0], sig)
+
+
+def _held_devices(spec: dict[str, Any] | None) -> list[tuple[str, list[int], list[int]]]:
+    """(host, its GPU indexes, the machine's GPUs) of each host an attempt's spec was
+    given; for a spec written before specs recorded them, the first host's, read from the
+    environment the attempt was started with."""
+    if spec is None:
+        return []
+    if "slots" in spec:
+        return [(str(s["host"]), list(s["gpus"]), list(s["devices"])) for s in spec["slots"]]
+    env = spec.get("env") or {}
+    first, _, gpus = str(env.get("APPORTION_HOSTS", "")).partition(";")[0].partition(":")
+    cuda = str(env.get("CUDA_VISIBLE_DEVICES", ""))
+    if not first or not gpus or not cuda:
+        return []
+    return [(first, [int(i) for i in gpus.split(",")], [int(i) for i in cuda.split(",")])]
+
+
+def _ids(gpus: Iterable[int]) -> str:
+    return ",".join(str(i) for i in sorted(gpus))
+
+
+def _span(first: int, count: int) -> str:
+    return str(first) if count == 1 else f"{first}-{first + count - 1}"
 
 
 def _cgroups_of(info: dict[str, Any] | None) -> list[str]:

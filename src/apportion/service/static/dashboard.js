@@ -138,9 +138,15 @@ function listedNote(id, shown, total) {
 function renderQueue(s) {
   const total = s.cluster.pending + s.cluster.held;
   const unlisted = total - s.pending.length;
+  // several pools: each pool's pass has its own order, numbered under a heading row
+  let pool = null;
   const rows = s.pending.map((p, i) => {
     let html = i === s.max_listed && unlisted > 0
       ? `<tr class="gap"><td colspan="9">${unlisted} more not listed; yours follow</td></tr>` : "";
+    if (p.pool && p.pool !== pool) {
+      pool = p.pool;
+      html += `<tr class="pool" data-pool="${esc(pool)}"><th colspan="9">${esc(pool)}</th></tr>`;
+    }
     html += `<tr class="clickable" data-id="${esc(p.id)}">` +
       `<td class="num">${p.position ?? "-"}</td><td class="mono">${esc(p.id)}</td>` +
       `<td>${esc(p.budget)}</td><td>${esc(p.user)}</td><td class="num">${p.gpus}</td>` +

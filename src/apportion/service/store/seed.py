@@ -6,9 +6,10 @@ import os
 from pathlib import Path
 
 from apportion.core import parent_of
+from apportion.core.names import did_you_mean
 
 from ..auth import hash_token, new_token
-from ..config import ServiceConfig
+from ..config import ConfigError, ServiceConfig
 from .store import Store
 
 SEED_ACTOR = "config"
@@ -51,6 +52,24 @@ def seed_store(store: Store, config: ServiceConfig, write_tokens: bool = True) -
     for h in config.hosts:
         store.add_host(h.name, h.gpus, actor=SEED_ACTOR, cluster=h.cluster, kind=h.kind)
     return tokens
+
+
+def check_overrides(store: Store, config: ServiceConfig) -> None:
+    """Per-pool weights (``overrides``) name budgets that exist: the database's, or before
+    the first start (an empty database) those the config's ``[[budgets]]`` seed; a
+    mistyped path would silently fund nothing. No budget at all: not checked (the
+    scheduler logs an unknown one, leaving it out). Raises ConfigError naming the key."""
+    first = store.is_empty()
+    known = {"/".join(b.path.split("/")[:n]) for b in config.budgets
+             for n in range(1, b.path.count("/") + 2)} if first else {
+        b.path for b in store.budgets()}
+    for pool, weights in config.pools.overrides.items():
+        for path in weights:
+            if known and path not in known:
+                where = (f"the config's: {', '.join(sorted(known))}" if first
+                         else "not in the database" + did_you_mean(path, known))
+                raise ConfigError(f"{config.source}: overrides.{pool}.{path}: unknown budget "
+                                  f"({where})")
 
 
 def ignored_seed(store: Store, config: ServiceConfig) -> list[str]:
