@@ -4,6 +4,7 @@ subprocess on a free port."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -780,3 +781,25 @@ def test_checkpoint_on_term_without_resumable_is_warned_about(
     assert r.stderr.startswith("warning: job.sh:3: #APPORTION --checkpoint-on-term: no effect "
                                "without --resumable")
     wait_status(server, wid, {"completed"})
+
+
+@pytest.mark.parametrize("shell_value", [None, "6"])
+def test_submit_exports_openblas_num_threads_only_as_the_users_shell_set_it(
+    server: Server, shell_value: str | None,
+) -> None:
+    """``apportion submit`` started as a program (where it sets OPENBLAS_NUM_THREADS=1 for its
+    own NumPy) exports OPENBLAS_NUM_THREADS only if the user's shell set it, with the user's
+    value: every job got OPENBLAS_NUM_THREADS=1 that nobody had set."""
+    shell = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if shell_value is not None:
+        shell["OPENBLAS_NUM_THREADS"] = shell_value
+    r = subprocess.run(
+        [sys.executable, "-m", "apportion.cli.main", "submit", "--budget", "ai/llm", "--gpus",
+         "1", "--min-runtime", "0", "--json", "--", "true"],
+        env={**shell, "APPORTION_URL": server.url, "APPORTION_TOKEN": server.tokens["alice"],
+             "APPORTION_CLIENT_CONFIG": "/dev/null"},
+        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    env = json.loads(r.stdout)["env"]
+    assert env.get("OPENBLAS_NUM_THREADS") == shell_value
+    assert env.get("HOME") == shell.get("HOME")  # the rest of the shell's environment is there

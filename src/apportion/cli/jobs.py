@@ -5,7 +5,6 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import sys
@@ -45,6 +44,7 @@ from .client import (
     parse,
     table,
 )
+from .environ import user_environ
 from .ids import WORKLOAD_ID, workload_id
 from .numbers import FiniteFloatRange
 
@@ -374,7 +374,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         "checkpoint_on_term": bool(opts.get("checkpoint_on_term")),
     }
     body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
-    body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)
+    body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
