@@ -20,7 +20,7 @@ import httpx
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
-from apportion.core.units import format_duration_exact
+from apportion.core.units import DurationError, format_duration_exact, parse_duration
 from apportion.service.replies import (
     BulkCancel,
     CancelOutcome,
@@ -276,8 +276,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "period (with --resumable; without, it has no effect)")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
-              help="wall-time limit (2h, 1-00:00:00; a bare number is minutes, as in Slurm); "
-                   "at the limit it is stopped: timeout")
+              help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
+                   "Slurm); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
@@ -355,8 +355,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    "effect without --resumable (work that is not resumable is not requeued "
                    "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
-    if limit.isascii() and limit.isdigit():  # a bare number is minutes, as Slurm reads --time
-        opts["time_limit"] = limit + "m"
+    if limit:
+        opts["time_limit"] = _time_limit(limit, named("time_limit", f"--time {limit}"))
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
@@ -416,6 +416,34 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "hosts": "--nodelist/--exclude", "nodelist/exclude": "--nodelist/--exclude",
           "nodelist": "--nodelist", "exclude": "--exclude",
           "priority": "--priority", "env": "--export"}
+
+
+def _time_limit(text: str, where: str) -> str:
+    """``--time`` as sent to the server, where a bare number is minutes, as Slurm reads it
+    (``90`` -> ``90m``). Slurm takes only whole minutes: a number written otherwise
+    (``90.0``, ``+90``, ``1e3``), which the server would read as seconds, and anything that
+    is no duration are usage errors naming ``where`` (the flag and value, or the script
+    line), in the CLI's terms: minutes, not the API's seconds."""
+    if text.isascii() and text.isdigit():
+        return text + "m"
+    if text.isascii() and _is_number(text):
+        raise click.UsageError(f"{where}: a bare number is whole minutes, as in Slurm (90); "
+                               "or write 90s, 1h30m, HH:MM:SS")
+    try:
+        parse_duration(text)
+    except DurationError:
+        raise click.UsageError(f"{where}: must be a duration like 2h, 1h30m, 1-00:00:00 or "
+                               "HH:MM:SS, or a whole number of minutes as in Slurm (90)"
+                               ) from None
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
