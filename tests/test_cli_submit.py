@@ -24,13 +24,9 @@ def _no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("apportion.cli.client.RETRY_WAITS", ())
 
 
-def submit(*args: str, cwd: Path | None = None) -> Result:
-    """``apportion submit ARGS`` in-process (in ``cwd`` if given)."""
-    runner = CliRunner()
-    if cwd is None:
-        return runner.invoke(main, ["submit", *args], env=NO_SERVER, catch_exceptions=False)
-    with runner.isolated_filesystem(temp_dir=cwd):
-        return runner.invoke(main, ["submit", *args], env=NO_SERVER, catch_exceptions=False)
+def submit(*args: str) -> Result:
+    """``apportion submit ARGS``, in-process."""
+    return CliRunner().invoke(main, ["submit", *args], env=NO_SERVER, catch_exceptions=False)
 
 
 @pytest.mark.parametrize("typed", ["90.0", "+90", "1e3", "1.5"])
@@ -69,3 +65,49 @@ def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
     assert ("Error: --time soon: must be a duration like 2h, 1h30m, 1-00:00:00 or HH:MM:SS, "
             "or a whole number of minutes as in Slurm (90)") in r.stderr
     assert "seconds" not in r.stderr
+
+
+def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script in Latin-1 (``# café`` on line 2) is a usage error naming the file as
+    typed and the first line that is not UTF-8 (it was a UnicodeDecodeError traceback)."""
+    (tmp_path / "s5.sh").write_bytes(b"#!/bin/bash\n# caf\xe9\n#SBATCH --gres=gpu:1\n"
+                                     b"#APPORTION --budget ai/llm --min-runtime 0\necho hi\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("s5.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: s5.sh:2: not UTF-8 text: a batch script is sent as text "
+                             "(save it as UTF-8)\n")
+
+
+def test_an_argument_that_is_not_utf8_is_refused_naming_its_place_in_the_command() -> None:
+    """``submit ... -- echo $'\\xff'`` (Python has the byte as a lone surrogate) is a usage
+    error naming ``command[1]`` and showing the byte (it was a UnicodeEncodeError traceback
+    from sending it)."""
+    r = submit(*FLAGS, "--", "echo", "\udcff")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: command[1]: \\xff: not UTF-8 text, which the server "
+                             "takes\n")
+
+
+def test_a_script_whose_file_name_is_not_utf8_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script named ``caf\\xe9.sh`` (Latin-1) is a usage error naming the file as
+    typed (its name was sent and failed with a UnicodeEncodeError traceback)."""
+    (tmp_path / "caf\udce9.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                           "--min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("caf\udce9.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: command[0]: caf\\xe9.sh: not UTF-8 text, which the "
+                             "server takes\n")
+
+
+def test_an_option_value_that_is_not_utf8_is_refused_naming_the_flag() -> None:
+    """``--name $'caf\\xe9'`` is a usage error naming the flag, not a traceback."""
+    r = submit(*FLAGS, "--name", "caf\udce9", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --name: caf\\xe9: not UTF-8 text, which the server "
+                             "takes\n")

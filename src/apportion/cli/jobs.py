@@ -5,6 +5,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -150,7 +151,13 @@ def read_script(path: str, args: Sequence[str]) -> Script:
     comment block at the top, up to the first command line. The command becomes the
     script's own text run by its interpreter (``#!`` line, else ``/bin/sh``) as a file
     (``_SCRIPT_COPY``), so the server keeps the script as it was at submission."""
-    text = Path(path).read_text(encoding="utf-8")
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        first_bad = data.count(b"\n", 0, e.start) + 1
+        raise click.UsageError(f"{path}:{first_bad}: not UTF-8 text: a batch script is sent as "
+                               "text (save it as UTF-8)") from None
     name = Path(path).name
     out = Script()
     commands = False  # past the first command: directives are no longer read
@@ -329,6 +336,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         """How to name an option in an error: the script line that gave it, else the flag."""
         return from_script.get(key, typed)
 
+    _refuse_what_is_not_utf8(ctx, cmd, given)
     problem = unopenable_path(cmd[0], given.get("chdir"))
     if problem is not None:
         raise click.UsageError(problem)
@@ -374,6 +382,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         "checkpoint_on_term": bool(opts.get("checkpoint_on_term")),
     }
     body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
+    if not _is_utf8(body["chdir"]):
+        raise click.UsageError(f"the working directory {_escaped(body['chdir'])}: not "
+                               "UTF-8 text, which the server takes (--chdir DIR for another)")
     body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
@@ -407,6 +418,38 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
         sys.exit(wait_for(client, ids, click.echo))
+
+
+def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
+                             given: dict[str, Any]) -> None:
+    """A usage error for a word of the command (``command[1]``, 0 being the program or the
+    script) or an option's value that is not UTF-8 text (a file name or an argument in
+    Latin-1, say): the server takes text, and sending it failed with a traceback."""
+    for i, word in enumerate(command):
+        if not _is_utf8(word):
+            raise click.UsageError(f"command[{i}]: {_escaped(word)}: not UTF-8 text, "
+                                   "which the server takes")
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for key, value in given.items():
+        if isinstance(value, str) and not _is_utf8(value):
+            raise click.UsageError(f"{flags[key]}: {_escaped(value)}: not UTF-8 text, "
+                                   "which the server takes")
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text: bytes that are not (in an argument, a file name)
+    reach Python as lone surrogates, which cannot be encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    """``text`` with its bytes that are not UTF-8 written as ``\\xe9``, to show in an
+    error."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
 
 
 _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
