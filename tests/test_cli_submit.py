@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from apportion.cli.jobs import read_script
 from apportion.cli.main import main
 
 # no server listens there: a submission that got as far as sending would fail otherwise
@@ -111,3 +112,24 @@ def test_an_option_value_that_is_not_utf8_is_refused_naming_the_flag() -> None:
     assert r.exit_code == 2
     assert r.stderr.endswith("Error: --name: caf\\xe9: not UTF-8 text, which the server "
                              "takes\n")
+
+
+def test_sbatch_short_options_with_the_value_attached_are_read_as_the_spaced_forms(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH -t30``, ``-G2``, ``-Jpyjob``, ``-oout-%j.out`` (as sbatch's getopt reads
+    them) give the same options as ``-t 30``, ``-G 2``, ``-J pyjob``, ``-o out-%j.out``,
+    each from its line, and nothing is ignored (they were ignored as "not an option
+    apportion reads")."""
+    attached = tmp_path / "attached.sh"
+    attached.write_text("#!/bin/sh\n#SBATCH -t30\n#SBATCH -G2\n#SBATCH -Jpyjob\n"
+                        "#SBATCH -oout-%j.out\ntrue\n")
+    spaced = tmp_path / "spaced.sh"
+    spaced.write_text("#!/bin/sh\n#SBATCH -t 30\n#SBATCH -G 2\n#SBATCH -J pyjob\n"
+                      "#SBATCH -o out-%j.out\ntrue\n")
+    got, want = read_script(str(attached), []), read_script(str(spaced), [])
+    assert got.ignored == []
+    assert got.options == want.options == {"time_limit": "30", "gpus": "2", "name": "pyjob",
+                                           "output": "out-%j.out"}
+    assert got.origins["time_limit"] == "attached.sh:2: #SBATCH -t30"
+    assert got.origins["output"] == "attached.sh:5: #SBATCH -oout-%j.out"

@@ -192,26 +192,29 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
     while i < len(words):
         word = words[i]
         opt, eq, value = word.partition("=")
+        attached = bool(eq)  # the value is in the word: --time=30, or -t30 (below)
+        if not word.startswith("--") and word[:2] in opts and len(word) > 2:
+            opt, value, attached = word[:2], word[2:], True  # as sbatch (getopt) reads -t30
         if prefix == "#APPORTION" and opt in _APPORTION_FLAGS:
             out.options[_APPORTION_FLAGS[opt]] = True
             out.origins[_APPORTION_FLAGS[opt]] = f"{where}: {prefix} {opt}"
             i += 1
             continue
         if opt not in opts:
-            takes = not eq and i + 1 < len(words) and not words[i + 1].startswith("-")
+            takes = not attached and i + 1 < len(words) and not words[i + 1].startswith("-")
             shown = f"{word} {words[i + 1]}" if takes else word
             out.ignored.append(f"{where}: {prefix} {shown}: ignored (not an option apportion "
                                "reads)")
             i += 2 if takes else 1
             continue
-        if not eq:
+        if not attached:
             if i + 1 >= len(words):
                 raise click.UsageError(f"{where}: {prefix} {opt}: needs a value")
             value = words[i + 1]
             i += 1
         i += 1
         key = opts[opt]
-        origin = f"{where}: {prefix} {word if eq else f'{opt} {value}'}"
+        origin = f"{where}: {prefix} {word if attached else f'{opt} {value}'}"
         if key == "gres":
             gpus = _gres_gpus(value)
             if gpus is None:
