@@ -164,6 +164,34 @@ def test_a_program_is_not_taken_for_a_script_path(server: Server, tmp_path: Path
         assert run(server, "alice", "logs", wid).stdout == out
 
 
+def test_a_relative_batch_script_in_chdir_is_read_from_there(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``submit -D proj job.sh`` run where there is no job.sh, with job.sh in proj: the
+    script is read from proj as a batch script (its #APPORTION line gives the budget) and
+    runs (it was not read: "--budget: missing"; with the flags given it failed at launch,
+    "command not found: job.sh"). A job.sh here is the one read, as sbatch reads it."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "job.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                 "--min-runtime 0\necho from-proj\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = run(server, "alice", "submit", "-D", str(proj), "job.sh")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "from-proj\n"
+    (elsewhere / "job.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                      "--min-runtime 0\necho from-here\n")
+    r = run(server, "alice", "submit", "-D", str(proj), "job.sh")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "from-here\n"
+
+
 def test_a_batch_script_is_named_after_its_file_unless_given_a_name(
     server: Server, tmp_path: Path,
 ) -> None:

@@ -110,19 +110,34 @@ def looks_like_script(path: str) -> bool:
     return head.startswith("#!") or _DIRECTIVE.search(head) is not None
 
 
+def _is_path(word: str) -> bool:
+    """Whether submit's first argument is a path (``./run``, ``job.sh``), not a program
+    looked up on the PATH (``python``)."""
+    return "/" in word or word.endswith(_SCRIPT_SUFFIXES)
+
+
+def found_path(word: str, chdir: str | None) -> str:
+    """The file submit's first argument names: ``word`` itself, unless it is a relative
+    path not here but in ``chdir`` (the directory the work runs in, from --chdir): then
+    that one. Here first, as ``sbatch`` reads a script from the directory it was run in."""
+    path = Path(word)
+    if chdir and _is_path(word) and not path.is_absolute() and not path.exists():
+        in_chdir = Path(chdir).expanduser() / path
+        if in_chdir.is_file():
+            return str(in_chdir)
+    return word
+
+
 def unopenable_path(word: str, chdir: str | None) -> str | None:
     """Why ``word``, submit's first argument, names a file that cannot be opened, or None.
     A word with a ``/`` or a script's suffix (``job.sh``) is a path: it must be there when
     submitting (as ``sbatch`` refuses a script it cannot open), here or, when relative, in
-    ``chdir`` (the directory the work runs in). Any other word (``python``) is a program,
-    looked up on the PATH where the work runs."""
-    if "/" not in word and not word.endswith(_SCRIPT_SUFFIXES):
+    ``chdir`` (:func:`found_path`). Any other word (``python``) is a program, looked up on
+    the PATH where the work runs."""
+    if not _is_path(word):
         return None
-    path = Path(word)
-    if chdir and not path.is_absolute() and (Path(chdir).expanduser() / path).is_file():
-        return None  # run from the directory it runs in
     try:
-        with path.open("rb"):
+        with Path(found_path(word, chdir)).open("rb"):
             return None
     except OSError as e:
         return (f"{word}: cannot open: {e.strerror or e} (a script, or a program given by "
@@ -325,8 +340,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     --output, --array, --dependency, --nodelist, --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers.
     A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
-    opened when submitting (a relative one here or in --chdir); any other word is a program
-    on the PATH where the work runs.
+    opened when submitting (a relative one here, else in --chdir, and a batch script is read
+    from there); any other word is a program on the PATH where the work runs.
 
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
@@ -343,8 +358,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     problem = unopenable_path(cmd[0], given.get("chdir"))
     if problem is not None:
         raise click.UsageError(problem)
-    if looks_like_script(cmd[0]):
-        script = read_script(cmd[0], cmd[1:])
+    first = found_path(cmd[0], given.get("chdir"))
+    if looks_like_script(first):
+        script = read_script(first, cmd[1:])
         for line in script.ignored:
             click.echo(f"warning: {line}", err=True)
         for key, value in script.options.items():
