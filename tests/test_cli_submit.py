@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from apportion.cli.jobs import read_script
+from apportion.cli.jobs import _OUTPUT_FILLS, output_file, read_script
 from apportion.cli.main import main
 
 # no server listens there: a submission that got as far as sending would fail otherwise
@@ -133,3 +133,12 @@ def test_sbatch_short_options_with_the_value_attached_are_read_as_the_spaced_for
                                            "output": "out-%j.out"}
     assert got.origins["time_limit"] == "attached.sh:2: #SBATCH -t30"
     assert got.origins["output"] == "attached.sh:5: #SBATCH -oout-%j.out"
+
+
+def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its_file() -> None:
+    """Work submitted with --output before a requeued attempt appended to the file (its
+    stored command holds the earlier shell line) is still found writing to that file, so
+    ``logs`` says where its output went."""
+    for fill in _OUTPUT_FILLS:
+        w = {"id": "w-000007", "command": ["/bin/sh", "-c", fill, "sh", "/x/%j.out", "true"]}
+        assert output_file(w) == "/x/w-000007.out"

@@ -257,11 +257,16 @@ def _gres_gpus(value: str) -> str | None:
 
 
 # the shell line --output wraps a command in: it fills in the file's name and sends the
-# command's output there
-_OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
-                '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
-                '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
-                'exec >"$out" 2>&1; exec "$@"')
+# command's output there, the first attempt's from the start of the file, a requeued
+# attempt's after what is there (as Slurm appends a requeued batch job's output)
+_FILL_NAME = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+              '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+              '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; ')
+_OUTPUT_FILL = (_FILL_NAME + 'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
+                'else exec >"$out" 2>&1; fi; exec "$@"')
+# what earlier versions wrapped a command in (every attempt truncating the file): their
+# stored work is still known as writing to its --output file
+_OUTPUT_FILLS = (_OUTPUT_FILL, _FILL_NAME + 'exec >"$out" 2>&1; exec "$@"')
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -269,8 +274,9 @@ _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPU
 
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
-    directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
-    array and index, ``%%`` a percent sign: filled in when it starts."""
+    directory and account: truncated by its first attempt, appended to by the next.
+    ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its array and index,
+    ``%%`` a percent sign: filled in when it starts."""
     return ["/bin/sh", "-c", _OUTPUT_FILL, "sh", output, *command]
 
 
@@ -279,7 +285,8 @@ def output_file(w: dict[str, Any]) -> str | None:
     if it was submitted with ``--output``, with its ``%`` fields filled in as
     :func:`_with_output` fills them; else None (its output is in its log)."""
     command = w.get("command") or []
-    if command[:4] != ["/bin/sh", "-c", _OUTPUT_FILL, "sh"] or len(command) < 5:
+    if (len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[2] not in _OUTPUT_FILLS
+            or command[3] != "sh"):
         return None
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
               "A": w.get("array_id") or "",
