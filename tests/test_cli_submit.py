@@ -11,6 +11,7 @@ from click.testing import CliRunner, Result
 
 from apportion.cli.jobs import _OUTPUT_FILLS, output_file, read_script
 from apportion.cli.main import main
+from apportion.service.executors.identity import max_arg_strlen
 
 # no server listens there: a submission that got as far as sending would fail otherwise
 NO_SERVER = {"APPORTION_URL": "http://127.0.0.1:9", "APPORTION_TOKEN": "t",
@@ -142,3 +143,23 @@ def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its
     for fill in _OUTPUT_FILLS:
         w = {"id": "w-000007", "command": ["/bin/sh", "-c", fill, "sh", "/x/%j.out", "true"]}
         assert output_file(w) == "/x/w-000007.out"
+
+
+def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script of MAX_ARG_STRLEN bytes (its text is one argument of the command, which
+    also holds its NUL) is refused naming the file and its size; one byte less is read (the
+    server refused it as ``command[4]: ... bytes``, an argument the user never typed)."""
+    per = max_arg_strlen()
+    head = b"#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+    (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 1) + b"\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("big.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(
+        f"Error: big.sh: {per} bytes: a batch script may have at most {per - 1} bytes (its "
+        "text is passed to its shell as one argument, and the kernel's limit on one is "
+        f"{per} bytes with its NUL)\n")
+    (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 2) + b"\n")
+    assert len(read_script("big.sh", []).command[4].encode()) == per - 1

@@ -22,6 +22,7 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import DurationError, format_duration_exact, parse_duration
+from apportion.service.executors.identity import max_arg_strlen
 from apportion.service.replies import (
     BulkCancel,
     CancelOutcome,
@@ -173,6 +174,12 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         first_bad = data.count(b"\n", 0, e.start) + 1
         raise click.UsageError(f"{path}:{first_bad}: not UTF-8 text: a batch script is sent as "
                                "text (save it as UTF-8)") from None
+    per_argument = max_arg_strlen()  # the text is one argument of the command, NUL included
+    if len(data) >= per_argument:
+        raise click.UsageError(f"{path}: {len(data)} bytes: a batch script may have at most "
+                               f"{per_argument - 1} bytes (its text is passed to its shell as "
+                               f"one argument, and the kernel's limit on one is {per_argument} "
+                               "bytes with its NUL)")
     name = Path(path).name
     out = Script()
     commands = False  # past the first command: directives are no longer read
