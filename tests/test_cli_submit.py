@@ -163,3 +163,23 @@ def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming
         f"{per} bytes with its NUL)\n")
     (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 2) + b"\n")
     assert len(read_script("big.sh", []).command[4].encode()) == per - 1
+
+
+def test_a_bad_export_is_refused_naming_the_script_line_or_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH --export=NONE,NOSUCH`` naming a variable the shell has not set is refused
+    naming the script's file and line, as the other directives' errors do (it said
+    "Invalid value for --export", a flag that was never typed); on the command line it
+    names ``--export``."""
+    monkeypatch.delenv("NOSUCH", raising=False)
+    (tmp_path / "ex.sh").write_text("#!/bin/sh\n#SBATCH --export=NONE,NOSUCH\n#APPORTION "
+                                    "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("ex.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: ex.sh:2: #SBATCH --export=NONE,NOSUCH: NOSUCH: not set "
+                             "in your environment\n")
+    r = submit(*FLAGS, "--export", "NONE,NOSUCH", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --export: NOSUCH: not set in your environment\n")

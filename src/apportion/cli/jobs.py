@@ -418,7 +418,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     if not _is_utf8(body["chdir"]):
         raise click.UsageError(f"the working directory {_escaped(body['chdir'])}: not "
                                "UTF-8 text, which the server takes (--chdir DIR for another)")
-    body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
+    try:
+        body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
+    except click.BadParameter as e:  # named as the other options are: flag or script line
+        raise click.UsageError(f"{named('export', '--export')}: {e.message}") from None
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
