@@ -4,12 +4,13 @@ traceback nor a request the server would read otherwise than the user meant."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
-from apportion.cli.jobs import _OUTPUT_FILLS, output_file, read_script
+from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
 from apportion.cli.main import main
 from apportion.service.executors.identity import max_arg_strlen
 
@@ -183,3 +184,32 @@ def test_a_bad_export_is_refused_naming_the_script_line_or_the_flag(
     r = submit(*FLAGS, "--export", "NONE,NOSUCH", "--", "true")
     assert r.exit_code == 2
     assert r.stderr.endswith("Error: --export: NOSUCH: not set in your environment\n")
+
+
+def test_output_percent_a_outside_an_array_is_refused_naming_the_flag() -> None:
+    """``-o 'na-%A_%a.out'`` on work that is not an array is a usage error naming the flag:
+    %a is an index it does not have (the file was ``na-_.out``)."""
+    r = submit(*FLAGS, "-o", "na-%A_%a.out", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --output: %a is the index in an array, and it is not "
+                             "one: give --array, or %j for its id\n")
+
+
+@pytest.mark.parametrize(("array_env", "written"), [
+    ({}, "na-w-000005.out"),
+    ({"APPORTION_ARRAY_ID": "w-000003", "APPORTION_ARRAY_INDEX": "2"}, "na-w-000003.out"),
+])
+def test_output_percent_capital_a_is_the_arrays_id_else_the_workloads_own(
+    tmp_path: Path, array_env: dict[str, str], written: str,
+) -> None:
+    """%A in --output's file name is the array's id, or for work that is not an array its
+    own id, as Slurm's %A is the job id outside an array (it was empty: ``na-.out``);
+    ``output_file`` (what ``logs`` names) agrees with what the shell line writes."""
+    command = _with_output(["echo", "hi"], str(tmp_path / "na-%A.out"))
+    env = {"PATH": "/usr/bin:/bin", "APPORTION_WORKLOAD_ID": "w-000005",
+           "APPORTION_ATTEMPT": "1", **array_env}
+    subprocess.run(command, env=env, check=True, timeout=30)
+    assert [p.name for p in tmp_path.iterdir()] == [written]
+    assert (tmp_path / written).read_text() == "hi\n"
+    w = {"id": "w-000005", "command": command, "array_id": array_env.get("APPORTION_ARRAY_ID")}
+    assert output_file(w) == str(tmp_path / written)

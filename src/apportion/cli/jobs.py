@@ -265,15 +265,22 @@ def _gres_gpus(value: str) -> str | None:
 
 # the shell line --output wraps a command in: it fills in the file's name and sends the
 # command's output there, the first attempt's from the start of the file, a requeued
-# attempt's after what is there (as Slurm appends a requeued batch job's output)
-_FILL_NAME = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
-              '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
-              '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; ')
-_OUTPUT_FILL = (_FILL_NAME + 'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
+# attempt's after what is there (as Slurm appends a requeued batch job's output). %A is
+# the array's id, or outside an array the workload's own (as Slurm's %A is the job id)
+_OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+                '-e "s/%x/$APPORTION_JOB_NAME/g" '
+                '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
+                '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+                'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
                 'else exec >"$out" 2>&1; fi; exec "$@"')
-# what earlier versions wrapped a command in (every attempt truncating the file): their
-# stored work is still known as writing to its --output file
-_OUTPUT_FILLS = (_OUTPUT_FILL, _FILL_NAME + 'exec >"$out" 2>&1; exec "$@"')
+# the line earlier versions wrapped a command in (every attempt truncating the file, %A
+# empty outside an array): their stored work is still known as writing to its file
+_EARLIER_OUTPUT_FILL = (
+    'out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+    '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+    '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+    'exec >"$out" 2>&1; exec "$@"')
+_OUTPUT_FILLS = (_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -282,8 +289,8 @@ _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPU
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
     directory and account: truncated by its first attempt, appended to by the next.
-    ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its array and index,
-    ``%%`` a percent sign: filled in when it starts."""
+    ``%j`` is the workload id, ``%x`` its name, ``%A`` its array's id (else its own) and
+    ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
     return ["/bin/sh", "-c", _OUTPUT_FILL, "sh", output, *command]
 
 
@@ -295,8 +302,9 @@ def output_file(w: dict[str, Any]) -> str | None:
     if (len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[2] not in _OUTPUT_FILLS
             or command[3] != "sh"):
         return None
+    own_id = w["id"] if command[2] == _OUTPUT_FILL else ""  # %A outside an array
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
-              "A": w.get("array_id") or "",
+              "A": w.get("array_id") or own_id,
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
     return _FIELD.sub(lambda m: fields[m.group(1)], str(command[4]))
 
@@ -333,8 +341,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "default: any)")
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
-              help="write its output to this file (%j id, %x name, %A array, %a index, "
-                   "%% a percent sign)")
+              help="write its output to this file (%j id, %x name, %A array (else its id), "
+                   "%a index in the array, %% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -404,6 +412,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
             raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
                                    "name, and it has none: give --name")
+        if not opts.get("array") and "a" in _FIELD.findall(str(opts["output"])):
+            raise click.UsageError(f"{named('output', '--output')}: %a is the index in an "
+                                   "array, and it is not one: give --array, or %j for its id")
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
