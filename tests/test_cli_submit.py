@@ -213,3 +213,27 @@ def test_output_percent_capital_a_is_the_arrays_id_else_the_workloads_own(
     assert (tmp_path / written).read_text() == "hi\n"
     w = {"id": "w-000005", "command": command, "array_id": array_env.get("APPORTION_ARRAY_ID")}
     assert output_file(w) == str(tmp_path / written)
+
+
+@pytest.mark.parametrize("typed", ["résumé", "my job", "x" * 129])
+def test_a_name_the_api_does_not_take_is_refused_in_words_naming_the_flag(typed: str) -> None:
+    """``-J résumé``, a name with a space, or one over 128 characters is a usage error
+    saying in words what a name may hold (it was the server's raw pattern, "String should
+    match pattern '^[A-Za-z0-9._+-]+$'")."""
+    r = submit(*FLAGS, "-J", typed, "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: --name: only letters A-Z a-z, digits and . _ + -, at "
+                             f"most 128 of them (got {typed!r})\n")
+
+
+def test_a_name_from_a_script_line_the_api_does_not_take_is_refused_naming_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH -J 'my job'``: the refusal names the script's file and line."""
+    (tmp_path / "n.sh").write_text("#!/bin/sh\n#SBATCH -J 'my job'\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("n.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: n.sh:2: #SBATCH -J my job: only letters A-Z a-z, digits "
+                             "and . _ + -, at most 128 of them (got 'my job')\n")

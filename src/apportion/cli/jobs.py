@@ -406,6 +406,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     limit = str(opts.get("time_limit") or "").strip()
     if limit:
         opts["time_limit"] = _time_limit(limit, named("time_limit", f"--time {limit}"))
+    name = str(opts.get("name") or "")
+    if _NOT_IN_A_NAME.search(name) or len(name) > MAX_NAME:  # the API's rule, said in words
+        raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
+                               f". _ + -, at most {MAX_NAME} of them (got {name!r})")
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
@@ -450,6 +454,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         w = client.json("POST", "/workloads", body,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag (or script line) as typed
+        if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
+            raise click.ClickException(f"{named('budget', '--budget')}: {e.message}") from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
