@@ -4,6 +4,7 @@ subprocess on a free port."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -161,6 +162,34 @@ def test_a_program_is_not_taken_for_a_script_path(server: Server, tmp_path: Path
         wid = r.stdout.split()[1]
         assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
         assert run(server, "alice", "logs", wid).stdout == out
+
+
+def test_a_relative_batch_script_in_chdir_is_read_from_there(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``submit -D proj job.sh`` run where there is no job.sh, with job.sh in proj: the
+    script is read from proj as a batch script (its #APPORTION line gives the budget) and
+    runs (it was not read: "--budget: missing"; with the flags given it failed at launch,
+    "command not found: job.sh"). A job.sh here is the one read, as sbatch reads it."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "job.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                 "--min-runtime 0\necho from-proj\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = run(server, "alice", "submit", "-D", str(proj), "job.sh")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "from-proj\n"
+    (elsewhere / "job.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                      "--min-runtime 0\necho from-here\n")
+    r = run(server, "alice", "submit", "-D", str(proj), "job.sh")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert wait_status(server, wid, {"completed", "failed"})["status"] == "completed"
+    assert run(server, "alice", "logs", wid).stdout == "from-here\n"
 
 
 def test_a_batch_script_is_named_after_its_file_unless_given_a_name(
@@ -800,3 +829,25 @@ def test_checkpoint_on_term_without_resumable_is_warned_about(
     assert r.stderr.startswith("warning: job.sh:3: #APPORTION --checkpoint-on-term: no effect "
                                "without --resumable")
     wait_status(server, wid, {"completed"})
+
+
+@pytest.mark.parametrize("shell_value", [None, "6"])
+def test_submit_exports_openblas_num_threads_only_as_the_users_shell_set_it(
+    server: Server, shell_value: str | None,
+) -> None:
+    """``apportion submit`` started as a program (where it sets OPENBLAS_NUM_THREADS=1 for its
+    own NumPy) exports OPENBLAS_NUM_THREADS only if the user's shell set it, with the user's
+    value: every job got OPENBLAS_NUM_THREADS=1 that nobody had set."""
+    shell = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if shell_value is not None:
+        shell["OPENBLAS_NUM_THREADS"] = shell_value
+    r = subprocess.run(
+        [sys.executable, "-m", "apportion.cli.main", "submit", "--budget", "ai/llm", "--gpus",
+         "1", "--min-runtime", "0", "--json", "--", "true"],
+        env={**shell, "APPORTION_URL": server.url, "APPORTION_TOKEN": server.tokens["alice"],
+             "APPORTION_CLIENT_CONFIG": "/dev/null"},
+        capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    env = json.loads(r.stdout)["env"]
+    assert env.get("OPENBLAS_NUM_THREADS") == shell_value
+    assert env.get("HOME") == shell.get("HOME")  # the rest of the shell's environment is there

@@ -20,7 +20,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from e2e_helpers import DEADLINE_S, Live, live_server, q, until_sigterm
+from e2e_helpers import DEADLINE_S, Live, checkpointing, live_server, q, until_sigterm
 from store_db import BACKENDS
 
 LiveFactory = Callable[..., Live]
@@ -267,14 +267,13 @@ def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
     assert limit("--time", "1-2:30") == 95400.0
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1m",
               "-t", "²", "--", "true")  # a superscript two is no number of minutes
-    assert r.returncode == 1 and "got '²'" in r.stderr, r.stderr
+    assert r.returncode == 2 and "Error: --time ²: must be a duration" in r.stderr, r.stderr
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH --time=soon\n#SBATCH --gres=gpu:h100:1\n"
                       "#APPORTION --budget ai/llm --min-runtime 1m\ntrue\n")
     r = s.cli("alice", "submit", str(script))
-    assert r.returncode == 1
-    assert r.stderr.startswith("Error: job.sh:2: #SBATCH --time=soon: must be a duration"), \
-        r.stderr
+    assert r.returncode == 2
+    assert "\nError: job.sh:2: #SBATCH --time=soon: must be a duration" in r.stderr, r.stderr
     r = s.cli("alice", "submit", "--time", "1h", str(script))
     assert r.returncode == 1  # --time given: then the kind from --gres is what is refused
     assert r.stderr.startswith("Error: job.sh:3: #SBATCH --gres=gpu:h100:1: unknown GPU kind "
@@ -322,6 +321,29 @@ def test_batch_script_runs_with_its_directives(live_sqlite: LiveFactory,
         assert (logs.returncode, logs.stdout) == (0, "")
         assert logs.stderr.strip() == (
             f"{wid}: its log is empty: it writes its output to {work}/{wid}.out (--output)")
+
+
+def test_output_file_keeps_every_attempts_output_of_requeued_work(live_sqlite: LiveFactory,
+                                                                   tmp_path: Path) -> None:
+    """``--output`` of resumable work preempted and run again: the file holds the first
+    attempt's output then the second's (the second attempt truncated it, losing the
+    first's, where Slurm appends a requeued job's output); the first attempt starts the
+    file afresh, as sbatch truncates a new job's."""
+    s = live_sqlite({"h0": 2})
+    ready, checkpoint, out = tmp_path / "ready", tmp_path / "checkpoint", tmp_path / "o.out"
+    out.write_text("left from an earlier job\n")
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "2", "--min-runtime", "0",
+              "--resumable", "--output", str(out), "--", "bash", "-c",
+              checkpointing(ready, checkpoint))
+    assert r.returncode == 0, r.stderr
+    wid = submitted_id(r.stdout)
+    s.wait_file(ready)
+    s.submit("bob", "ai/vision", 2, "1m", "true")  # preempts it: it is requeued
+    w = s.wait_status(wid, "completed", "failed", "preempted")
+    assert (w["status"], w["attempts_count"]) == ("completed", 2), w
+    step = checkpoint.read_text().strip()
+    assert out.read_text() == (f"attempt=1\ncheckpoint at step {step}\n"
+                               f"attempt=2\nresumed from step {step}\n")
 
 
 def test_a_scripts_interpreter_sees_the_script_as_argv0_then_its_arguments(

@@ -93,6 +93,13 @@ def test_export_reads_all_none_and_names_as_sbatch_does() -> None:
             exported_env(spec, shell)
 
 
+def test_export_of_a_variable_whose_value_is_not_utf8_is_refused_naming_it() -> None:
+    """``--export NONE,BAD`` where BAD's value holds a byte that is not UTF-8 is refused
+    naming the variable (it was a UnicodeEncodeError traceback when sent)."""
+    with pytest.raises(click.BadParameter, match="BAD: its value is not UTF-8 text"):
+        exported_env("NONE,BAD", {"BAD": "caf\udce9"})
+
+
 def test_exec_limits_are_counted_as_the_kernel_counts() -> None:
     """One string may have MAX_ARG_STRLEN bytes with its NUL, not one more; the total is
     strings with NULs plus a pointer each, against ARG_MAX."""

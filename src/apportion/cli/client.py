@@ -363,6 +363,9 @@ def exported_env(spec: str, environ: Mapping[str, str]) -> dict[str, str]:
                 raise click.BadParameter(f"{name}: not set in your environment",
                                          param_hint="--export")
             value = environ[name]
+            if not _exportable(name, value):
+                raise click.BadParameter(f"{name}: its value is not UTF-8 text",
+                                         param_hint="--export")
         env[name] = value
     return {k: v for k, v in env.items() if not k.startswith("APPORTION_")}
 

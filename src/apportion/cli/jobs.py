@@ -21,7 +21,8 @@ import httpx
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
-from apportion.core.units import format_duration_exact
+from apportion.core.units import DurationError, format_duration_exact, parse_duration
+from apportion.service.executors.identity import max_arg_strlen
 from apportion.service.replies import (
     BulkCancel,
     CancelOutcome,
@@ -46,6 +47,7 @@ from .client import (
     parse,
     table,
 )
+from .environ import user_environ
 from .ids import WORKLOAD_ID, workload_id
 from .numbers import FiniteFloatRange
 
@@ -110,19 +112,34 @@ def looks_like_script(path: str) -> bool:
     return head.startswith("#!") or _DIRECTIVE.search(head) is not None
 
 
+def _is_path(word: str) -> bool:
+    """Whether submit's first argument is a path (``./run``, ``job.sh``), not a program
+    looked up on the PATH (``python``)."""
+    return "/" in word or word.endswith(_SCRIPT_SUFFIXES)
+
+
+def found_path(word: str, chdir: str | None) -> str:
+    """The file submit's first argument names: ``word`` itself, unless it is a relative
+    path not here but in ``chdir`` (the directory the work runs in, from --chdir): then
+    that one. Here first, as ``sbatch`` reads a script from the directory it was run in."""
+    path = Path(word)
+    if chdir and _is_path(word) and not path.is_absolute() and not path.exists():
+        in_chdir = Path(chdir).expanduser() / path
+        if in_chdir.is_file():
+            return str(in_chdir)
+    return word
+
+
 def unopenable_path(word: str, chdir: str | None) -> str | None:
     """Why ``word``, submit's first argument, names a file that cannot be opened, or None.
     A word with a ``/`` or a script's suffix (``job.sh``) is a path: it must be there when
     submitting (as ``sbatch`` refuses a script it cannot open), here or, when relative, in
-    ``chdir`` (the directory the work runs in). Any other word (``python``) is a program,
-    looked up on the PATH where the work runs."""
-    if "/" not in word and not word.endswith(_SCRIPT_SUFFIXES):
+    ``chdir`` (:func:`found_path`). Any other word (``python``) is a program, looked up on
+    the PATH where the work runs."""
+    if not _is_path(word):
         return None
-    path = Path(word)
-    if chdir and not path.is_absolute() and (Path(chdir).expanduser() / path).is_file():
-        return None  # run from the directory it runs in
     try:
-        with path.open("rb"):
+        with Path(found_path(word, chdir)).open("rb"):
             return None
     except OSError as e:
         return (f"{word}: cannot open: {e.strerror or e} (a script, or a program given by "
@@ -151,7 +168,19 @@ def read_script(path: str, args: Sequence[str]) -> Script:
     comment block at the top, up to the first command line. The command becomes the
     script's own text run by its interpreter (``#!`` line, else ``/bin/sh``) as a file
     (``_SCRIPT_COPY``), so the server keeps the script as it was at submission."""
-    text = Path(path).read_text(encoding="utf-8")
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        first_bad = data.count(b"\n", 0, e.start) + 1
+        raise click.UsageError(f"{path}:{first_bad}: not UTF-8 text: a batch script is sent as "
+                               "text (save it as UTF-8)") from None
+    per_argument = max_arg_strlen()  # the text is one argument of the command, NUL included
+    if len(data) >= per_argument:
+        raise click.UsageError(f"{path}: {len(data)} bytes: a batch script may have at most "
+                               f"{per_argument - 1} bytes (its text is passed to its shell as "
+                               f"one argument, and the kernel's limit on one is {per_argument} "
+                               "bytes with its NUL)")
     name = Path(path).name
     out = Script()
     commands = False  # past the first command: directives are no longer read
@@ -186,26 +215,29 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
     while i < len(words):
         word = words[i]
         opt, eq, value = word.partition("=")
+        attached = bool(eq)  # the value is in the word: --time=30, or -t30 (below)
+        if not word.startswith("--") and word[:2] in opts and len(word) > 2:
+            opt, value, attached = word[:2], word[2:], True  # as sbatch (getopt) reads -t30
         if prefix == "#APPORTION" and opt in _APPORTION_FLAGS:
             out.options[_APPORTION_FLAGS[opt]] = True
             out.origins[_APPORTION_FLAGS[opt]] = f"{where}: {prefix} {opt}"
             i += 1
             continue
         if opt not in opts:
-            takes = not eq and i + 1 < len(words) and not words[i + 1].startswith("-")
+            takes = not attached and i + 1 < len(words) and not words[i + 1].startswith("-")
             shown = f"{word} {words[i + 1]}" if takes else word
             out.ignored.append(f"{where}: {prefix} {shown}: ignored (not an option apportion "
                                "reads)")
             i += 2 if takes else 1
             continue
-        if not eq:
+        if not attached:
             if i + 1 >= len(words):
                 raise click.UsageError(f"{where}: {prefix} {opt}: needs a value")
             value = words[i + 1]
             i += 1
         i += 1
         key = opts[opt]
-        origin = f"{where}: {prefix} {word if eq else f'{opt} {value}'}"
+        origin = f"{where}: {prefix} {word if attached else f'{opt} {value}'}"
         if key == "gres":
             gpus = _gres_gpus(value)
             if gpus is None:
@@ -233,11 +265,23 @@ def _gres_gpus(value: str) -> str | None:
 
 
 # the shell line --output wraps a command in: it fills in the file's name and sends the
-# command's output there
+# command's output there, the first attempt's from the start of the file, a requeued
+# attempt's after what is there (as Slurm appends a requeued batch job's output). %A is
+# the array's id, or outside an array the workload's own (as Slurm's %A is the job id)
 _OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
-                '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+                '-e "s/%x/$APPORTION_JOB_NAME/g" '
+                '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
                 '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
-                'exec >"$out" 2>&1; exec "$@"')
+                'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
+                'else exec >"$out" 2>&1; fi; exec "$@"')
+# the line earlier versions wrapped a command in (every attempt truncating the file, %A
+# empty outside an array): their stored work is still known as writing to its file
+_EARLIER_OUTPUT_FILL = (
+    'out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+    '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
+    '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+    'exec >"$out" 2>&1; exec "$@"')
+_OUTPUT_FILLS = (_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -245,8 +289,9 @@ _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPU
 
 def _with_output(command: list[str], output: str) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
-    directory and account. ``%j`` is the workload id, ``%x`` its name, ``%A`` and ``%a`` its
-    array and index, ``%%`` a percent sign: filled in when it starts."""
+    directory and account: truncated by its first attempt, appended to by the next.
+    ``%j`` is the workload id, ``%x`` its name, ``%A`` its array's id (else its own) and
+    ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
     return ["/bin/sh", "-c", _OUTPUT_FILL, "sh", output, *command]
 
 
@@ -255,10 +300,12 @@ def output_file(w: dict[str, Any]) -> str | None:
     if it was submitted with ``--output``, with its ``%`` fields filled in as
     :func:`_with_output` fills them; else None (its output is in its log)."""
     command = w.get("command") or []
-    if command[:4] != ["/bin/sh", "-c", _OUTPUT_FILL, "sh"] or len(command) < 5:
+    if (len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[2] not in _OUTPUT_FILLS
+            or command[3] != "sh"):
         return None
+    own_id = w["id"] if command[2] == _OUTPUT_FILL else ""  # %A outside an array
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
-              "A": w.get("array_id") or "",
+              "A": w.get("array_id") or own_id,
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
     return _FIELD.sub(lambda m: fields[m.group(1)], str(command[4]))
 
@@ -277,8 +324,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "period (with --resumable; without, it has no effect)")
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
-              help="wall-time limit (2h, 1-00:00:00; a bare number is minutes, as in Slurm); "
-                   "at the limit it is stopped: timeout")
+              help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
+                   "Slurm); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
@@ -295,8 +342,8 @@ def output_file(w: dict[str, Any]) -> str | None:
                    "default: any)")
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
-              help="write its output to this file (%j id, %x name, %A array, %a index, "
-                   "%% a percent sign)")
+              help="write its output to this file (%j id, %x name, %A array (else its id), "
+                   "%a index in the array, %% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -316,8 +363,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     --output, --array, --dependency, --nodelist, --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers.
     A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
-    opened when submitting (a relative one here or in --chdir); any other word is a program
-    on the PATH where the work runs.
+    opened when submitting (a relative one here, else in --chdir, and a batch script is read
+    from there); any other word is a program on the PATH where the work runs.
 
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
@@ -330,11 +377,13 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         """How to name an option in an error: the script line that gave it, else the flag."""
         return from_script.get(key, typed)
 
+    _refuse_what_is_not_utf8(ctx, cmd, given)
     problem = unopenable_path(cmd[0], given.get("chdir"))
     if problem is not None:
         raise click.UsageError(problem)
-    if looks_like_script(cmd[0]):
-        script = read_script(cmd[0], cmd[1:])
+    first = found_path(cmd[0], given.get("chdir"))
+    if looks_like_script(first):
+        script = read_script(first, cmd[1:])
         for line in script.ignored:
             click.echo(f"warning: {line}", err=True)
         for key, value in script.options.items():
@@ -356,14 +405,21 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    "effect without --resumable (work that is not resumable is not requeued "
                    "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
-    if limit.isascii() and limit.isdigit():  # a bare number is minutes, as Slurm reads --time
-        opts["time_limit"] = limit + "m"
+    if limit:
+        opts["time_limit"] = _time_limit(limit, named("time_limit", f"--time {limit}"))
+    name = str(opts.get("name") or "")
+    if _NOT_IN_A_NAME.search(name) or len(name) > MAX_NAME:  # the API's rule, said in words
+        raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
+                               f". _ + -, at most {MAX_NAME} of them (got {name!r})")
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
         if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
             raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
                                    "name, and it has none: give --name")
+        if not opts.get("array") and "a" in _FIELD.findall(str(opts["output"])):
+            raise click.UsageError(f"{named('output', '--output')}: %a is the index in an "
+                                   "array, and it is not one: give --array, or %j for its id")
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
@@ -375,7 +431,13 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         "checkpoint_on_term": bool(opts.get("checkpoint_on_term")),
     }
     body["chdir"] = str(Path(str(opts.get("chdir") or ".")).expanduser().absolute())
-    body["env"] = exported_env(str(opts.get("export") or "ALL"), os.environ)
+    if not _is_utf8(body["chdir"]):
+        raise click.UsageError(f"the working directory {_escaped(body['chdir'])}: not "
+                               "UTF-8 text, which the server takes (--chdir DIR for another)")
+    try:
+        body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
+    except click.BadParameter as e:  # named as the other options are: flag or script line
+        raise click.UsageError(f"{named('export', '--export')}: {e.message}") from None
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
@@ -393,6 +455,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         w = client.json("POST", "/workloads", body,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag (or script line) as typed
+        if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
+            raise click.ClickException(f"{named('budget', '--budget')}: {e.message}") from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
@@ -410,6 +474,38 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         sys.exit(wait_for(client, ids, click.echo))
 
 
+def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
+                             given: dict[str, Any]) -> None:
+    """A usage error for a word of the command (``command[1]``, 0 being the program or the
+    script) or an option's value that is not UTF-8 text (a file name or an argument in
+    Latin-1, say): the server takes text, and sending it failed with a traceback."""
+    for i, word in enumerate(command):
+        if not _is_utf8(word):
+            raise click.UsageError(f"command[{i}]: {_escaped(word)}: not UTF-8 text, "
+                                   "which the server takes")
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for key, value in given.items():
+        if isinstance(value, str) and not _is_utf8(value):
+            raise click.UsageError(f"{flags[key]}: {_escaped(value)}: not UTF-8 text, "
+                                   "which the server takes")
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text: bytes that are not (in an argument, a file name)
+    reach Python as lone surrogates, which cannot be encoded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(text: str) -> str:
+    """``text`` with its bytes that are not UTF-8 written as ``\\xe9``, to show in an
+    error."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
 _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--array",
           "dependency": "--dependency", "checkpoint_interval": "--checkpoint-interval",
           "gpus": "--gpus", "budget": "--budget", "name": "--name", "chdir": "--chdir",
@@ -417,6 +513,34 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "hosts": "--nodelist/--exclude", "nodelist/exclude": "--nodelist/--exclude",
           "nodelist": "--nodelist", "exclude": "--exclude",
           "priority": "--priority", "env": "--export"}
+
+
+def _time_limit(text: str, where: str) -> str:
+    """``--time`` as sent to the server, where a bare number is minutes, as Slurm reads it
+    (``90`` -> ``90m``). Slurm takes only whole minutes: a number written otherwise
+    (``90.0``, ``+90``, ``1e3``), which the server would read as seconds, and anything that
+    is no duration are usage errors naming ``where`` (the flag and value, or the script
+    line), in the CLI's terms: minutes, not the API's seconds."""
+    if text.isascii() and text.isdigit():
+        return text + "m"
+    if text.isascii() and _is_number(text):
+        raise click.UsageError(f"{where}: a bare number is whole minutes, as in Slurm (90); "
+                               "or write 90s, 1h30m, HH:MM:SS")
+    try:
+        parse_duration(text)
+    except DurationError:
+        raise click.UsageError(f"{where}: must be a duration like 2h, 1h30m, 1-00:00:00 or "
+                               "HH:MM:SS, or a whole number of minutes as in Slurm (90)"
+                               ) from None
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _whole(opts: dict[str, Any], key: str, flag: str) -> int:

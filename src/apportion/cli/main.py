@@ -4,15 +4,12 @@ lazily so ``apportion --help`` and the client commands start fast."""
 from __future__ import annotations
 
 import importlib
-import os
 
 import click
 
-# NumPy's OpenBLAS starts a thread per core that spins for a while after each call: on the
-# small arrays of the simulator and the reports they buy nothing, and their spinning is
-# counted in the process's CPU time (a short `apportion bench` read twice its real cost).
-# Set before any subcommand imports NumPy; a value the user set is kept.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+from apportion.cli.environ import limit_openblas_threads
+
+limit_openblas_threads()  # before any subcommand imports NumPy
 
 # subcommand name -> "module:attribute" of a click.Command
 _COMMANDS: dict[str, str] = {

@@ -1,0 +1,239 @@
+"""``apportion submit`` refusing what it is given before anything is sent: each refusal a
+usage error naming the flag as typed, the argument, or the script's file and line, never a
+traceback nor a request the server would read otherwise than the user meant."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
+from apportion.cli.main import main
+from apportion.service.executors.identity import max_arg_strlen
+
+# no server listens there: a submission that got as far as sending would fail otherwise
+NO_SERVER = {"APPORTION_URL": "http://127.0.0.1:9", "APPORTION_TOKEN": "t",
+             "APPORTION_CLIENT_CONFIG": "/dev/null"}
+FLAGS = ("--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+
+
+@pytest.fixture(autouse=True)
+def _no_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A submission that gets as far as sending fails at once, not after a minute of
+    retries."""
+    monkeypatch.setattr("apportion.cli.client.RETRY_WAITS", ())
+
+
+def submit(*args: str) -> Result:
+    """``apportion submit ARGS``, in-process."""
+    return CliRunner().invoke(main, ["submit", *args], env=NO_SERVER, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("typed", ["90.0", "+90", "1e3", "1.5"])
+def test_a_bare_number_for_time_that_is_not_whole_minutes_is_refused_naming_it(
+    typed: str,
+) -> None:
+    """``--time 90.0`` (``+90``, ``1e3``, ``1.5``): a bare number is whole minutes, as in
+    Slurm; one written otherwise is a usage error naming the flag and value (it was sent
+    as is, and read by the server as that many seconds)."""
+    r = submit(*FLAGS, "--time", typed, "--", "true")
+    assert r.exit_code == 2
+    assert (f"Error: --time {typed}: a bare number is whole minutes, as in Slurm (90); or "
+            "write 90s, 1h30m, HH:MM:SS") in r.stderr
+
+
+def test_a_bare_number_for_time_from_a_script_line_is_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH --time=90.0`` or ``#SBATCH -t 1.5`` in a batch script: the refusal names the
+    script's file and line, as for any other directive."""
+    for n, line in enumerate(("#SBATCH --time=90.0", "#SBATCH -t 1.5")):
+        script = tmp_path / f"job{n}.sh"
+        script.write_text(f"#!/bin/sh\n{line}\n#APPORTION --budget ai/llm --gpus 1 "
+                          "--min-runtime 0\ntrue\n")
+        r = submit(str(script))
+        assert r.exit_code == 2
+        assert (f"Error: job{n}.sh:2: {line}: a bare number is whole minutes, as in Slurm "
+                "(90); or write 90s, 1h30m, HH:MM:SS") in r.stderr
+
+
+def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
+    """``--time soon``: the refusal says a bare number is minutes (the server's own words,
+    "or a number of seconds", are the API's and contradicted the CLI)."""
+    r = submit(*FLAGS, "--time", "soon", "--", "true")
+    assert r.exit_code == 2
+    assert ("Error: --time soon: must be a duration like 2h, 1h30m, 1-00:00:00 or HH:MM:SS, "
+            "or a whole number of minutes as in Slurm (90)") in r.stderr
+    assert "seconds" not in r.stderr
+
+
+def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script in Latin-1 (``# café`` on line 2) is a usage error naming the file as
+    typed and the first line that is not UTF-8 (it was a UnicodeDecodeError traceback)."""
+    (tmp_path / "s5.sh").write_bytes(b"#!/bin/bash\n# caf\xe9\n#SBATCH --gres=gpu:1\n"
+                                     b"#APPORTION --budget ai/llm --min-runtime 0\necho hi\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("s5.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: s5.sh:2: not UTF-8 text: a batch script is sent as text "
+                             "(save it as UTF-8)\n")
+
+
+def test_an_argument_that_is_not_utf8_is_refused_naming_its_place_in_the_command() -> None:
+    """``submit ... -- echo $'\\xff'`` (Python has the byte as a lone surrogate) is a usage
+    error naming ``command[1]`` and showing the byte (it was a UnicodeEncodeError traceback
+    from sending it)."""
+    r = submit(*FLAGS, "--", "echo", "\udcff")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: command[1]: \\xff: not UTF-8 text, which the server "
+                             "takes\n")
+
+
+def test_a_script_whose_file_name_is_not_utf8_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script named ``caf\\xe9.sh`` (Latin-1) is a usage error naming the file as
+    typed (its name was sent and failed with a UnicodeEncodeError traceback)."""
+    (tmp_path / "caf\udce9.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                           "--min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("caf\udce9.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: command[0]: caf\\xe9.sh: not UTF-8 text, which the "
+                             "server takes\n")
+
+
+def test_an_option_value_that_is_not_utf8_is_refused_naming_the_flag() -> None:
+    """``--name $'caf\\xe9'`` is a usage error naming the flag, not a traceback."""
+    r = submit(*FLAGS, "--name", "caf\udce9", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --name: caf\\xe9: not UTF-8 text, which the server "
+                             "takes\n")
+
+
+def test_sbatch_short_options_with_the_value_attached_are_read_as_the_spaced_forms(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH -t30``, ``-G2``, ``-Jpyjob``, ``-oout-%j.out`` (as sbatch's getopt reads
+    them) give the same options as ``-t 30``, ``-G 2``, ``-J pyjob``, ``-o out-%j.out``,
+    each from its line, and nothing is ignored (they were ignored as "not an option
+    apportion reads")."""
+    attached = tmp_path / "attached.sh"
+    attached.write_text("#!/bin/sh\n#SBATCH -t30\n#SBATCH -G2\n#SBATCH -Jpyjob\n"
+                        "#SBATCH -oout-%j.out\ntrue\n")
+    spaced = tmp_path / "spaced.sh"
+    spaced.write_text("#!/bin/sh\n#SBATCH -t 30\n#SBATCH -G 2\n#SBATCH -J pyjob\n"
+                      "#SBATCH -o out-%j.out\ntrue\n")
+    got, want = read_script(str(attached), []), read_script(str(spaced), [])
+    assert got.ignored == []
+    assert got.options == want.options == {"time_limit": "30", "gpus": "2", "name": "pyjob",
+                                           "output": "out-%j.out"}
+    assert got.origins["time_limit"] == "attached.sh:2: #SBATCH -t30"
+    assert got.origins["output"] == "attached.sh:5: #SBATCH -oout-%j.out"
+
+
+def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its_file() -> None:
+    """Work submitted with --output before a requeued attempt appended to the file (its
+    stored command holds the earlier shell line) is still found writing to that file, so
+    ``logs`` says where its output went."""
+    for fill in _OUTPUT_FILLS:
+        w = {"id": "w-000007", "command": ["/bin/sh", "-c", fill, "sh", "/x/%j.out", "true"]}
+        assert output_file(w) == "/x/w-000007.out"
+
+
+def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch script of MAX_ARG_STRLEN bytes (its text is one argument of the command, which
+    also holds its NUL) is refused naming the file and its size; one byte less is read (the
+    server refused it as ``command[4]: ... bytes``, an argument the user never typed)."""
+    per = max_arg_strlen()
+    head = b"#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+    (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 1) + b"\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("big.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(
+        f"Error: big.sh: {per} bytes: a batch script may have at most {per - 1} bytes (its "
+        "text is passed to its shell as one argument, and the kernel's limit on one is "
+        f"{per} bytes with its NUL)\n")
+    (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 2) + b"\n")
+    assert len(read_script("big.sh", []).command[4].encode()) == per - 1
+
+
+def test_a_bad_export_is_refused_naming_the_script_line_or_the_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH --export=NONE,NOSUCH`` naming a variable the shell has not set is refused
+    naming the script's file and line, as the other directives' errors do (it said
+    "Invalid value for --export", a flag that was never typed); on the command line it
+    names ``--export``."""
+    monkeypatch.delenv("NOSUCH", raising=False)
+    (tmp_path / "ex.sh").write_text("#!/bin/sh\n#SBATCH --export=NONE,NOSUCH\n#APPORTION "
+                                    "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("ex.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: ex.sh:2: #SBATCH --export=NONE,NOSUCH: NOSUCH: not set "
+                             "in your environment\n")
+    r = submit(*FLAGS, "--export", "NONE,NOSUCH", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --export: NOSUCH: not set in your environment\n")
+
+
+def test_output_percent_a_outside_an_array_is_refused_naming_the_flag() -> None:
+    """``-o 'na-%A_%a.out'`` on work that is not an array is a usage error naming the flag:
+    %a is an index it does not have (the file was ``na-_.out``)."""
+    r = submit(*FLAGS, "-o", "na-%A_%a.out", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --output: %a is the index in an array, and it is not "
+                             "one: give --array, or %j for its id\n")
+
+
+@pytest.mark.parametrize(("array_env", "written"), [
+    ({}, "na-w-000005.out"),
+    ({"APPORTION_ARRAY_ID": "w-000003", "APPORTION_ARRAY_INDEX": "2"}, "na-w-000003.out"),
+])
+def test_output_percent_capital_a_is_the_arrays_id_else_the_workloads_own(
+    tmp_path: Path, array_env: dict[str, str], written: str,
+) -> None:
+    """%A in --output's file name is the array's id, or for work that is not an array its
+    own id, as Slurm's %A is the job id outside an array (it was empty: ``na-.out``);
+    ``output_file`` (what ``logs`` names) agrees with what the shell line writes."""
+    command = _with_output(["echo", "hi"], str(tmp_path / "na-%A.out"))
+    env = {"PATH": "/usr/bin:/bin", "APPORTION_WORKLOAD_ID": "w-000005",
+           "APPORTION_ATTEMPT": "1", **array_env}
+    subprocess.run(command, env=env, check=True, timeout=30)
+    assert [p.name for p in tmp_path.iterdir()] == [written]
+    assert (tmp_path / written).read_text() == "hi\n"
+    w = {"id": "w-000005", "command": command, "array_id": array_env.get("APPORTION_ARRAY_ID")}
+    assert output_file(w) == str(tmp_path / written)
+
+
+@pytest.mark.parametrize("typed", ["résumé", "my job", "x" * 129])
+def test_a_name_the_api_does_not_take_is_refused_in_words_naming_the_flag(typed: str) -> None:
+    """``-J résumé``, a name with a space, or one over 128 characters is a usage error
+    saying in words what a name may hold (it was the server's raw pattern, "String should
+    match pattern '^[A-Za-z0-9._+-]+$'")."""
+    r = submit(*FLAGS, "-J", typed, "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: --name: only letters A-Z a-z, digits and . _ + -, at "
+                             f"most 128 of them (got {typed!r})\n")
+
+
+def test_a_name_from_a_script_line_the_api_does_not_take_is_refused_naming_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH -J 'my job'``: the refusal names the script's file and line."""
+    (tmp_path / "n.sh").write_text("#!/bin/sh\n#SBATCH -J 'my job'\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("n.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: n.sh:2: #SBATCH -J my job: only letters A-Z a-z, digits "
+                             "and . _ + -, at most 128 of them (got 'my job')\n")
