@@ -35,6 +35,7 @@ from apportion.service.validation import MAX_CANCEL_IDS
 
 from .client import (
     Client,
+    UnexpectedReply,
     _print_json,
     as_typed,
     connection,
@@ -859,8 +860,7 @@ def _log_position(r: httpx.Response, header: str) -> int:
     if value is not None and value.isascii() and value.isdigit():
         return int(value)
     what = f"no {header} header" if value is None else f"{header}: {value!r}"
-    raise click.ClickException(f"GET {r.url.path}: unexpected reply from the server: {what} "
-                               "(an older server? upgrade and restart it)")
+    raise UnexpectedReply(f"GET {r.url.path}", what)
 
 
 __all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]
