@@ -350,13 +350,16 @@ class Store:
 
     # ---- lifecycle -------------------------------------------------------------------
     def migrate(self) -> None:
-        """Bring the schema to the newest migration (``alembic upgrade head``)."""
+        """Bring the schema to the newest migration (``alembic upgrade head``). An upgrade
+        of an existing schema is logged at INFO (``store schema 0006 -> 0010: migrated``):
+        it changes the database for good, and an operator wants to see when it happened."""
         # Alembic logs every step at INFO (some on import); to an operator they are debug
         # detail, shown only when apportion's own logging is at DEBUG
         if not log.isEnabledFor(logging.DEBUG):
             logging.getLogger("alembic").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
+        from alembic.migration import MigrationContext
         from alembic.util import CommandError
 
         cfg = Config()
@@ -372,6 +375,7 @@ class Store:
                 _outside_transaction(conn, "PRAGMA foreign_keys=OFF")
             try:
                 with conn.execution_options(**{_WRITE: True}).begin():
+                    before = MigrationContext.configure(conn).get_current_revision()
                     cfg.attributes["connection"] = conn
                     try:
                         command.upgrade(cfg, "head")
@@ -389,7 +393,13 @@ class Store:
             finally:
                 if sqlite:
                     _outside_transaction(conn, "PRAGMA foreign_keys=ON")
-        log.debug("store schema migrated to the newest revision")
+        after = newest_revision()
+        if before is None:
+            log.debug("store schema created (revision %s)", after)
+        elif before != after:
+            log.info("store schema %s -> %s: migrated", before, after)
+        else:
+            log.debug("store schema %s: up to date", after)
 
     def revision(self) -> str | None:
         """The schema revision the database is at (Alembic's ``alembic_version``); None
