@@ -25,6 +25,7 @@ from apportion.core import (
     explain,
 )
 from apportion.core import decide as decide_pass
+from apportion.core.config import policy_from
 from apportion.core.types import CheckpointWait, Decisions
 
 from .helpers import HOUR, Driver, Job, make_hosts, make_spec, make_state, make_tree
@@ -301,3 +302,16 @@ def test_late_passes_never_wait_twice_for_the_same_victim(sc: Scenario) -> None:
     drv.add_jobs(sc.jobs)
     drv.run(until=14 * 3600.0, start=0.0)
     assert drv.passes, "the replay decided nothing"
+
+
+def test_settings_without_checkpoint_wait_default_it_to_a_shorter_max_min_runtime() -> None:
+    """``policy_from``: settings that give a ``max_min_runtime`` under 10 min and no
+    ``checkpoint_wait`` get that as its default (the 10 min was refused as over it); with
+    a longer one, or none, it is the 10 min of PolicyConfig; one given is kept (and refused
+    if over)."""
+    short = {"max_min_runtime": 120.0, "restart_protection": 60.0}
+    assert policy_from(short).checkpoint_wait == 120.0
+    assert policy_from({"max_min_runtime": HOUR}).checkpoint_wait == PolicyConfig().checkpoint_wait
+    assert policy_from({}) == PolicyConfig()
+    with pytest.raises(CoreError, match="checkpoint_wait: 900 s is over max_min_runtime"):
+        policy_from({**short, "checkpoint_wait": 900.0})

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from store_db import BACKENDS, ServerThread, SwappableApp, db_url, write_config
 
+from apportion import __version__
 from apportion.core import HostState, Status
 from apportion.service import bodies
 from apportion.service.api import create_app
@@ -29,6 +30,7 @@ from apportion.service.routes.workloads import LOG_ANSWER_MAX
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
+from apportion.service.store.store import newest_revision
 
 
 @dataclass
@@ -485,6 +487,67 @@ def test_logs_from_a_server_without_x_log_size_is_printed_whole_or_refused_clear
     finally:
         server.stop()
     assert (cli.exit_code, cli.stdout_bytes, cli.stderr) == (exit_code, stdout, stderr)
+
+
+OLD_QUEUE = {"now": 1.0, "last_pass_at": 1.0, "pending": [], "running": [], "hosts": [],
+             "budgets": [{"path": "ops", "share": 1.0, "charged_gpu_s": 0.0,
+                          "usage_ratio": 0.0, "gpus_charged_now": 0.0, "gpus_free_now": 0.0}]}
+THIS_CLIENT = f"this client is apportion {__version__} with store schema {newest_revision()}"
+
+
+@pytest.mark.parametrize(("health", "args", "stderr"), [
+    ({"status": "ok", "executor": "local"}, ["queue"],
+     "Error: GET /v1/queue: unexpected reply from the server: budgets.0.units_charged_now: "
+     "Field required (an older server? upgrade and restart it: it does not say its "
+     f"version, {THIS_CLIENT})\n"),
+    ({"status": "ok", "executor": "local", "version": "0.0.9", "schema_revision": "0009"},
+     ["cancel", "5"],
+     "Error: POST /v1/workloads/cancel: unexpected reply from the server: the server has no "
+     "such request (HTTP 405) (an older server? upgrade and restart it: it is apportion "
+     f"0.0.9 with store schema 0009, {THIS_CLIENT})\n"),
+])
+def test_a_client_against_an_older_server_says_so_and_names_both_releases(
+        health: dict[str, str], args: list[str], stderr: str) -> None:
+    """A server of an older release, not restarted since the upgrade: its queue lacks a
+    field this client reads, and it has no bulk cancel (a 405). Either is one line naming
+    the request, the missing field or the 405, "an older server?", and what the server
+    says it is (``GET /v1/health``) beside this client's release (before: pydantic's
+    multi-line dump with links, or a bare ``Method Not Allowed (HTTP 405)``)."""
+    from click.testing import CliRunner
+    from fastapi import FastAPI
+
+    from apportion.cli.main import main
+
+    stub = FastAPI()
+    stub.get("/v1/health")(lambda: health)
+    stub.get("/v1/queue")(lambda: OLD_QUEUE)
+    stub.get("/v1/workloads/{wid}")(lambda wid: {})
+    server = ServerThread(stub)
+    try:
+        cli = CliRunner().invoke(main, args, catch_exceptions=False, env={
+            "APPORTION_URL": server.url, "APPORTION_TOKEN": "t",
+            "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    finally:
+        server.stop()
+    assert (cli.exit_code, cli.stdout, cli.stderr) == (1, "", stderr)
+
+
+def test_health_says_the_release_and_the_store_schema(svc: Service) -> None:
+    """``GET /v1/health`` says the server's release and its store's schema revision, which
+    a client of another release names when it cannot read an answer."""
+    health = svc.call("GET", "/v1/health").json()
+    assert (health["version"], health["schema_revision"]) == (__version__, newest_revision())
+
+
+def test_version_says_the_release_and_the_store_schema_it_wants() -> None:
+    """``apportion --version``: the release and the store schema revision it migrates to."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    cli = CliRunner().invoke(main, ["--version"], catch_exceptions=False)
+    assert (cli.exit_code, cli.stdout) == (
+        0, f"apportion {__version__} (store schema {newest_revision()})\n")
 
 
 def test_cancel_pending(svc: Service) -> None:

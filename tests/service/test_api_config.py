@@ -135,7 +135,7 @@ def test_defaults(tmp_path: Path) -> None:
     [
         ("[policy]\nlookbak = '7d'", "policy.lookbak: unknown key (valid keys: lookback, "),
         ("[policy]\nlookback = 'a week'", "policy.lookback: must be a duration"),
-        ("[policy]\nlookback = 0", "policy: lookback: must be > 0"),
+        ("[policy]\nlookback = 0", "policy.lookback: must be > 0"),
         ("[policy]\nrebalance = 1", "policy.rebalance: must be true or false"),
         ("[policy]\nvictim_max_factor = '2h'", "policy.victim_max_factor: must be a number >= 0"),
         ("[policy]\nadmission_charge = -1", "policy.admission_charge: must be a number >= 0"),
@@ -176,6 +176,35 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> No
         load_config_text(tmp_path, text)
     assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}: "), str(e.value)
     assert message in str(e.value)
+
+
+def test_a_short_max_min_runtime_alone_shortens_the_default_checkpoint_wait(
+        tmp_path: Path) -> None:
+    """``max_min_runtime = "2m"`` without ``checkpoint_wait``: its default is then 2 min
+    (the shorter of 10 min and max_min_runtime, which it may not exceed), not a refusal of
+    the 10 min nobody set; with max_min_runtime of 10 min or more it stays 10 min."""
+    cfg = load_config_text(tmp_path, '[policy]\nmax_min_runtime = "2m"\n'
+                                     'restart_protection = "1m"\n')
+    assert (cfg.policy.max_min_runtime, cfg.policy.checkpoint_wait) == (120.0, 120.0)
+    cfg = load_config_text(tmp_path, '[policy]\nmax_min_runtime = "10m"\n'
+                                     'restart_protection = "1m"\n')
+    assert cfg.policy.checkpoint_wait == 600.0
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('max_min_runtime = "2m"\nrestart_protection = "1m"\ncheckpoint_wait = "15m"',
+     "policy.checkpoint_wait: 900 s is over max_min_runtime (120 s)"),
+    ('max_min_runtime = "2m"',
+     "policy.restart_protection: 3600 s is over max_min_runtime (120 s) (the default: "
+     "restart_protection is not set)"),
+])
+def test_a_policy_value_over_max_min_runtime_is_named_as_a_key_and_as_a_default(
+        tmp_path: Path, text: str, problem: str) -> None:
+    """A knob over max_min_runtime is refused as ``file: policy.<knob>: problem`` (it was
+    ``policy: <knob>``), saying when the value refused is the knob's default."""
+    with pytest.raises(ConfigError) as e:
+        load_config_text(tmp_path, f"[policy]\n{text}\n")
+    assert str(e.value) == f"{tmp_path / 'svc.toml'}: {problem}"
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from store_db import BACKENDS
 from apportion.core import CoreError, HostState, PolicyConfig, Status
 from apportion.service.dashboard import explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
-from apportion.service.store import Store, WorkloadRow
+from apportion.service.store import Store, StoreUnavailable, WorkloadRow
 from apportion.times import format_time
 
 
@@ -449,6 +449,44 @@ def test_loop_survives_store_outage(lite: Env) -> None:
         lite.sched.wake()
         thread.join(timeout=5.0)
     assert not thread.is_alive(), "the loop did not stop within 5 s of being asked"
+
+
+def test_a_failed_server_lock_check_counts_as_a_failed_pass_logged_once_in_full(
+        lite: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """The guard run before each pass (the server lock's check on PostgreSQL) fails 3 times
+    in a row, as while the database is down: each counts in ``errors`` (before, it stayed
+    0: the check ran outside the pass), the first is logged with its traceback and the
+    others in one line each ('failed again (n in a row)'); the next pass succeeds and ends
+    the run of failures."""
+    failures = iter(range(3))
+
+    def guard() -> None:
+        if next(failures, None) is not None:
+            raise StoreUnavailable("database postgresql://db/apportion: connection failed")
+
+    errors, passes = lite.sched.errors, lite.sched.passes
+    stop = threading.Event()
+    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop, guard),
+                              daemon=True)
+    with caplog.at_level("WARNING", logger="apportion.scheduler"):
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10.0
+            while lite.sched.passes == passes:
+                assert time.monotonic() < deadline, "no pass after the guard's failures"
+                stop.wait(0.01)
+        finally:
+            stop.set()
+            lite.sched.wake()
+            thread.join(timeout=5.0)
+    assert (lite.sched.errors - errors, lite.sched.failing) == (3, 0)
+    logged = [(r.levelname, r.getMessage(), r.exc_info is not None) for r in caplog.records]
+    reason = "database postgresql://db/apportion: connection failed"
+    assert logged == [
+        ("ERROR", "scheduling pass failed; retrying on every pass", True),
+        ("WARNING", f"scheduling pass failed again (2 in a row): {reason}", False),
+        ("WARNING", f"scheduling pass failed again (3 in a row): {reason}", False),
+    ]
 
 
 def test_queue_view_explains_waits_and_protection(lite: Env) -> None:

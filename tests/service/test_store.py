@@ -8,8 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import alembic.command
 import pytest
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import event, text
 from store_db import BACKENDS, db_url, open_store
@@ -54,6 +56,36 @@ def test_migrate_twice_is_harmless(store: Store) -> None:
     wid = submit(store)
     store.migrate()
     assert store.get_workload(wid).status is Status.PENDING
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migrate_logs_each_schema_change_at_info(tmp_path: Path, backend: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """migrate() says at INFO that it upgraded a schema, from which revision to which (an
+    upgrade is for good; it was logged at DEBUG only): a database made by a release at
+    0006 -> the newest, 'migrated'; then, up to date, nothing; nor when it creates the
+    schema of a new database."""
+    newest = store_module.newest_revision()
+    store = Store(db_url(backend, tmp_path))
+    cfg = Config()
+    cfg.set_main_option("script_location", str(store_module.MIGRATIONS))
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        alembic.command.upgrade(cfg, "0006")
+    try:
+        with caplog.at_level("INFO", logger="apportion.store"):
+            store.migrate()
+            store.migrate()
+        assert [(r.levelname, r.getMessage()) for r in caplog.records
+                if r.name == "apportion.store"] == [
+            ("INFO", f"store schema 0006 -> {newest}: migrated")]
+    finally:
+        store.close()
+    caplog.clear()
+    (tmp_path / "new").mkdir()
+    with caplog.at_level("INFO", logger="apportion.store"):
+        open_store(backend, tmp_path / "new").close()
+    assert [r for r in caplog.records if r.name == "apportion.store"] == []
 
 
 def test_workload_ids_are_sequential_and_durable(tmp_path: Path) -> None:

@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import alembic.command
 import httpx
 import pytest
+from alembic.config import Config
 from server_proc import Server, free_port, write_config
+from sqlalchemy import text
 
 from apportion.cli.whatif import _summary_line
 from apportion.core import BudgetTree, HostState, format_amount
@@ -29,6 +32,7 @@ from apportion.service.replies import Whatif
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
+from apportion.service.store.store import MIGRATIONS, newest_revision
 from apportion.sim.model import HostEvent, HostEventKind
 from apportion.whatif import WhatifError, check_weights
 
@@ -826,6 +830,37 @@ def test_whatif_refuses_a_database_the_service_never_started_on(tmp_path: Path) 
     assert run.stderr == (f"Error: database sqlite:///{tmp_path / 'data' / 'apportion.db'}: "
                           "not an apportion database (no schema: the service has never "
                           "started on it)\n")
+
+
+def test_a_database_of_an_older_release_is_refused_in_one_line_before_it_is_read(
+        tmp_path: Path) -> None:
+    """whatif --config and export-trace --config on a database an older release made
+    (schema revision 0006, not yet migrated by a newer server; a budget and a host in
+    it): exit 1 with one line
+    naming the database, its revision and the one this release wants, and saying how to
+    migrate it (before, SQLAlchemy's traceback: no such column: hosts.cluster)."""
+    config = write_config(tmp_path / "apportion.toml", 18792)
+    (tmp_path / "data").mkdir()
+    db = tmp_path / "data" / "apportion.db"
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    store = Store(f"sqlite:///{db}")
+    with store.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        alembic.command.upgrade(cfg, "0006")
+        conn.execute(text("INSERT INTO budgets (path, parent, weight, managers, members) "
+                          "VALUES ('ops', NULL, 1.0, '[]', '[]')"))
+        conn.execute(text("INSERT INTO hosts (name, gpus, state, reason, changed_at) "
+                          "VALUES ('h1', 8, 'healthy', '', 0.0)"))
+    store.close()
+    for args in (["whatif", "--since", "1d"],
+                 ["export-trace", "--since", "1d", "--out", str(tmp_path / "t.csv")]):
+        run = apportion(*args, "--config", str(config))
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert run.stderr == (
+            f"Error: database sqlite:///{db}: its schema is older than this apportion's "
+            f"(revision 0006, this release wants {newest_revision()}): start the new server "
+            "once to migrate it\n")
 
 
 def test_unreachable_postgresql_is_one_line_naming_it_without_its_password(

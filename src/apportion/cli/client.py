@@ -147,6 +147,31 @@ def token_problem(token: str) -> str | None:
     return None
 
 
+OLDER_SERVER = "an older server? upgrade and restart it"
+SHOWN_PROBLEMS = 5  # of a reply's wrong or missing fields, the first ones named
+
+
+class UnexpectedReply(click.ClickException):
+    """A reply this client cannot read (a field missing or of another kind, a request the
+    server does not have): most likely a server of an older release, not restarted since
+    the upgrade. ``what`` is the request, ``problem`` what was wrong with its answer,
+    ``server`` what the server says it is (see :meth:`Client.versions`)."""
+
+    def __init__(self, what: str, problem: str, server: str = "") -> None:
+        self.what, self.problem = what, problem
+        hint = f"{OLDER_SERVER}: {server}" if server else OLDER_SERVER
+        super().__init__(f"{what}: unexpected reply from the server: {problem} ({hint})")
+
+
+def validation_problem(e: ValidationError) -> str:
+    """Pydantic's errors as one short line, each field with its path in the reply
+    (``pending.0.hold: Field required``), without pydantic's input dump and links."""
+    problems = [f"{'.'.join(str(part) for part in err['loc']) or 'the reply'}: {err['msg']}"
+                for err in e.errors(include_url=False)]
+    more = len(problems) - SHOWN_PROBLEMS
+    return "; ".join(problems[:SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+
+
 class Client:
     """A thin HTTP client; every error becomes a ClickException with the server's message."""
 
@@ -194,6 +219,9 @@ class Client:
                 wait(f"answered HTTP {r.status_code}")
                 continue
             break
+        if r.status_code == 405:  # a route this client knows and the server does not
+            raise UnexpectedReply(f"{method} /v1{path}",
+                                  "the server has no such request (HTTP 405)")
         if r.status_code >= 400 and r.status_code not in accept:
             try:
                 detail = r.json().get("detail", r.text)
@@ -218,8 +246,8 @@ class Client:
                 return rows, link is not None
             after = httpx.URL(link["url"]).params.get(cursor)
             if after is None:
-                raise click.ClickException(f"GET /v1{path}: unexpected reply from the server: "
-                                           f"its Link header has no {cursor}: {link['url']}")
+                raise UnexpectedReply(f"GET /v1{path}",
+                                      f"its Link header has no {cursor}: {link['url']}")
             params = {**params, cursor: after}
 
     def json(self, method: str, path: str, body: Any = None,
@@ -230,6 +258,25 @@ class Client:
     def reply(self, model: type[R], method: str, path: str, body: Any = None) -> R:
         """One request whose answer is one ``model`` (service/replies.py)."""
         return parse(model, self.json(method, path, body), f"{method} /v1{path}")
+
+    def versions(self) -> str:
+        """The server's release and store schema (``GET /v1/health``) beside this client's,
+        to say with a reply this client cannot read; "" if the server cannot be asked."""
+        from apportion import __version__
+        from apportion.service.store.store import newest_revision
+
+        mine = f"this client is apportion {__version__} with store schema {newest_revision()}"
+        try:
+            r = self.http.get("/v1/health", timeout=10)
+            health = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return ""
+        if not isinstance(health, dict):
+            return ""
+        if "version" not in health:
+            return f"it does not say its version, {mine}"
+        return (f"it is apportion {health['version']} with store schema "
+                f"{health.get('schema_revision')}, {mine}")
 
 
 def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickException:
@@ -247,7 +294,7 @@ def parse(model: type[R], data: Any, what: str) -> R:
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise click.ClickException(f"{what}: unexpected reply from the server: {e}") from None
+        raise UnexpectedReply(what, validation_problem(e)) from None
 
 
 def parse_list(model: type[R], data: Any, what: str) -> list[R]:
@@ -255,7 +302,7 @@ def parse_list(model: type[R], data: Any, what: str) -> list[R]:
     try:
         return TypeAdapter(list[model]).validate_python(data)  # type: ignore[valid-type]
     except ValidationError as e:
-        raise click.ClickException(f"{what}: unexpected reply from the server: {e}") from None
+        raise UnexpectedReply(what, validation_problem(e)) from None
 
 
 def make_client(url: str | None, token: str | None) -> Client:
@@ -297,7 +344,11 @@ def connection(f: F) -> F:
     @click.option("--token", envvar="APPORTION_TOKEN", help="bearer token (env APPORTION_TOKEN)")
     @functools.wraps(f)
     def wrapper(*args: Any, url: str | None, token: str | None, **kwargs: Any) -> Any:
-        return f(*args, client=make_client(url, token), **kwargs)
+        client = make_client(url, token)
+        try:
+            return f(*args, client=client, **kwargs)
+        except UnexpectedReply as e:  # asked only now: each command costs one request
+            raise UnexpectedReply(e.what, e.problem, client.versions()) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -467,8 +518,8 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
     try:
         reply = TypeAdapter(Why).validate_python(data)
     except ValidationError as e:
-        raise click.ClickException(f"GET /v1/workloads/{workload_id}/why: unexpected reply "
-                                   f"from the server: {e}") from None
+        raise UnexpectedReply(f"GET /v1/workloads/{workload_id}/why",
+                              validation_problem(e)) from None
     for line in reply.text:  # they quote the workload's end reason, which may quote its command
         click.echo(escape_controls(line))
 

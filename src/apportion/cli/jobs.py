@@ -37,6 +37,7 @@ from apportion.text import escape_controls
 
 from .client import (
     Client,
+    UnexpectedReply,
     _print_json,
     as_typed,
     connection,
@@ -1000,8 +1001,7 @@ def _log_position(r: httpx.Response, header: str) -> int:
     if value is not None and value.isascii() and value.isdigit():
         return int(value)
     what = f"no {header} header" if value is None else f"{header}: {value!r}"
-    raise click.ClickException(f"GET {r.url.path}: unexpected reply from the server: {what} "
-                               "(an older server? upgrade and restart it)")
+    raise UnexpectedReply(f"GET {r.url.path}", what)
 
 
 __all__ = ["cancel", "logs", "order", "queue", "read_script", "submit", "wait_for"]

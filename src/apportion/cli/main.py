@@ -50,8 +50,21 @@ class _LazyGroup(click.Group):
         return cmd
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version``: the release, and the store schema its server migrates a database to
+    (what ``GET /v1/health`` says of a running server)."""
+    if not value or ctx.resilient_parsing:
+        return
+    from apportion import __version__
+    from apportion.service.store.store import newest_revision  # not on every start: slow
+
+    click.echo(f"apportion {__version__} (store schema {newest_revision()})")
+    ctx.exit()
+
+
 @click.group(cls=_LazyGroup)
-@click.version_option(package_name="apportion")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and the store schema it wants, and exit.")
 def main() -> None:
     """apportion: GPU-time budgets, hierarchical fair share and a minimum-runtime contract."""
 

@@ -25,6 +25,7 @@ from apportion.core import (
     parse_number,
     plural,
 )
+from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import Pools, Scenario
 
@@ -102,7 +103,7 @@ def build_configs(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
     policy = {k: v for k, v in settings.items() if fields[k][0] == "policy"}
     sim = {k: v for k, v in settings.items() if fields[k][0] == "sim"}
     try:
-        return PolicyConfig(**policy), SimConfig(**sim)
+        return policy_from(policy), SimConfig(**sim)
     except (CoreError, ValueError) as e:
         raise click.BadParameter(str(e), param_hint="--set") from None
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Final
+from typing import Any, Final
 
 from .types import CoreError, WorkloadSpec
 from .units import format_duration
@@ -11,6 +12,7 @@ from .units import format_duration
 MINUTE = 60.0
 HOUR = 3600.0
 DAY = 86400.0
+CHECKPOINT_WAIT = 10 * MINUTE  # checkpoint_wait's default (see policy_from)
 
 
 NUMBER_KNOBS: Final = frozenset({"rebalance_margin", "admission_charge", "victim_max_factor"})
@@ -54,10 +56,12 @@ class PolicyConfig:
     restart_protection: float = 1 * HOUR
     """A restarted (requeued, resumable) allocated workload is no rebalance victim for this
     long after its restart: no workload is moved twice in quick succession (no churn)."""
-    checkpoint_wait: float = 10 * MINUTE
+    checkpoint_wait: float = CHECKPOINT_WAIT
     """A rebalance whose victims all checkpoint within this long waits for those checkpoints
     instead of destroying their progress (0: never waits). Never past the preemptor's
-    ``queued_at + max_min_runtime``, so the share guarantee's bound holds."""
+    ``queued_at + max_min_runtime``, so the share guarantee's bound holds. At most
+    ``max_min_runtime``; settings that do not give it take the shorter of the two
+    (:func:`policy_from`)."""
     victim_max_factor: float = 2.0
     """A rebalance takes no victim holding more than this many times the preemptor's GPUs
     (for debug work, no more than ``debug_max_gpus`` either way), until the preemptor has
@@ -104,6 +108,20 @@ class PolicyConfig:
                 f"policy: restart_protection: {self.restart_protection:g} s is over "
                 f"max_min_runtime ({self.max_min_runtime:g} s)"
             )
+
+
+def policy_from(settings: Mapping[str, Any]) -> PolicyConfig:
+    """The :class:`PolicyConfig` of the knobs ``settings`` gives (a config file's
+    ``[policy]``, a simulation's ``--set``), every other at its default; but
+    ``checkpoint_wait``, which may not be longer than ``max_min_runtime``, defaults to the
+    shorter of its 10 min and ``max_min_runtime``: a short ``max_min_runtime`` alone is a
+    valid setting (it was refused for a default nobody set). A configuration default, not a
+    rule: with ``max_min_runtime`` of 10 min or more it is the same 10 min."""
+    values = dict(settings)
+    short = values.get("max_min_runtime")
+    if "checkpoint_wait" not in values and isinstance(short, int | float):
+        values["checkpoint_wait"] = min(CHECKPOINT_WAIT, short)
+    return PolicyConfig(**values)
 
 
 def is_debug(spec: WorkloadSpec, config: PolicyConfig) -> bool:

@@ -20,6 +20,7 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
 from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, parse_duration
+from apportion.core.config import policy_from
 from apportion.core.fleet import FleetConfig
 from apportion.core.names import did_you_mean
 
@@ -475,6 +476,12 @@ def _policy(r: _Reader) -> PolicyConfig:
         else:  # every other float field is a duration
             values[name] = r.duration(name, default)
     try:
-        return PolicyConfig(**values)
+        return policy_from(values)
     except CoreError as e:
-        raise ConfigError(f"{r.src}: {e}") from None
+        # "policy: <knob>: problem", as file: key: problem, saying when the file did not
+        # set the knob refused (its default is what is wrong then, with what the file set)
+        knob, sep, problem = str(e).removeprefix("policy: ").partition(": ")
+        if not sep or knob not in valid:
+            raise ConfigError(f"{r.src}: {e}") from None
+        default = "" if knob in r.table else f" (the default: {knob} is not set)"
+        raise r.error(knob, problem + default) from None

@@ -796,6 +796,10 @@ class Health(Reply):
     executor: str
     # seconds the wall clock is behind the latest time recorded (set back; 0: it is not)
     clock_behind_s: float = 0.0
+    # the server's release and its store's schema revision (None: a server before they
+    # were said), so that a client of another release can say which it talks to
+    version: str | None = None
+    schema_revision: str | None = None
 
 
 DashboardState.model_rebuild()

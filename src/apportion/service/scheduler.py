@@ -257,9 +257,7 @@ class Scheduler:
                     if reachable:
                         log.warning("pass at %.3f: still deciding after %d rounds", t, MAX_ROUNDS)
             except Exception:
-                self.errors += 1
-                self.failing += 1
-                self._started = False  # rebuild from the store before the next pass
+                self._count_failure()
                 raise
             self.failing = 0
             self.passes += 1
@@ -267,6 +265,13 @@ class Scheduler:
             seconds = time.perf_counter() - wall
             self._notify("passed", t, seconds, st)
             return lines
+
+    def _count_failure(self) -> None:
+        """A pass failed: counted (``/metrics``, the dashboard), and the state is rebuilt
+        from the store before the next one."""
+        self.errors += 1
+        self.failing += 1
+        self._started = False
 
     def _check_clock(self, wall: float) -> None:
         """Say once (a warning) when the wall clock ``wall`` is more than ``CLOCK_BEHIND_S``
@@ -358,13 +363,21 @@ class Scheduler:
         """Pass on every :meth:`wake` and at least every ``interval_s`` until
         ``stop_event`` is set (set it, then :meth:`wake`, to stop promptly). ``guard`` runs
         before each pass (the server lock's check: no pass without the lock). A failed pass
-        is logged and retried; it never ends the loop, but :class:`LockLost` does (raised:
-        another server schedules with the database now)."""
+        is logged and retried, and so is a failed ``guard`` (the database is down: counted
+        as a failed pass, in ``errors``); neither ends the loop, but :class:`LockLost` does
+        (raised: another server schedules with the database now)."""
         while not stop_event.is_set():
             self._wake.clear()
             try:
                 if guard is not None:
-                    guard()
+                    try:
+                        guard()
+                    except LockLost:
+                        raise
+                    except Exception:
+                        with self.lock:
+                            self._count_failure()
+                        raise
                 self.step()
             except LockLost:
                 raise

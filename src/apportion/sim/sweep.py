@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from apportion.core import PolicyConfig, format_duration
+from apportion.core.config import policy_from
 
 from .engine import Engine, SimConfig
 from .model import Scenario
@@ -72,7 +73,7 @@ def split_settings(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
     """The policy and engine configs of one point's settings (raises on a bad value)."""
     policy_keys = set(PolicyConfig.__dataclass_fields__)
     return (
-        PolicyConfig(**{k: v for k, v in settings.items() if k in policy_keys}),
+        policy_from({k: v for k, v in settings.items() if k in policy_keys}),
         SimConfig(**{k: v for k, v in settings.items() if k not in policy_keys}),
     )
 

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from apportion import __version__
+
 from .. import validation as v
 from ..auth import Principal
 from ..replies import AuditEntry, Health
@@ -42,9 +44,12 @@ def router(api: Api) -> APIRouter:
     @router.get(f"{v1}/health", tags=["health"])
     def health() -> Health:
         """Liveness: the database answers. No token needed. ``clock_behind_s``: how far
-        the wall clock was set back behind the times recorded (0: it was not)."""
-        store.ping()
+        the wall clock was set back behind the times recorded (0: it was not);
+        ``version`` and ``schema_revision``: this server's release and its store's schema
+        (what a client of another release names when it cannot read an answer)."""
+        revision = store.revision()  # a query: the database answers
         return Health(status="ok", executor=settings.executor.kind,
-                      clock_behind_s=scheduler.clock_behind_s)
+                      clock_behind_s=scheduler.clock_behind_s, version=__version__,
+                      schema_revision=revision)
 
     return router

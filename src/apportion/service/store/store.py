@@ -25,7 +25,6 @@ from sqlalchemy import (
     event,
     func,
     insert,
-    inspect,
     make_url,
     select,
     update,
@@ -281,26 +280,56 @@ class ServerLock:
         return cls(release)
 
 
+def newest_revision() -> str:
+    """The schema revision this apportion's migrations end at (``alembic heads``), which
+    ``Store.migrate()`` brings a database to."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    assert head is not None, "the migrations form one line"
+    return head
+
+
+def _known_revision(revision: str) -> bool:
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        return ScriptDirectory(str(MIGRATIONS)).get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
 def open_for_reading(url: str) -> Store:
     """The store of a service that has run, opened to read it (``apportion whatif`` and
-    ``export-trace``). A SQLite file that is not there is refused, not created empty, and a
-    database the service never started on (no schema) is refused, not read as an empty
-    history."""
+    ``export-trace``). A SQLite file that is not there is refused, not created empty; so is
+    a database the service never started on (no schema), not read as an empty history, and
+    one whose schema is not this release's (its tables lack columns this one reads)."""
     db = make_url(url)
     file = db.database if db.get_backend_name() == "sqlite" else None
     if file not in (None, "", ":memory:") and not Path(str(file)).is_file():
         raise StoreUnavailable(f"{db.database}: no database there")
     store = Store(url)
     try:
-        has_schema = inspect(store.engine).has_table(MetaModel.__tablename__)
+        revision = store.revision()
     except DBAPIError as e:
         store.close()
         raise database_error(url, e) from None
-    if not has_schema:
-        store.close()
+    wanted = newest_revision()
+    if revision == wanted:
+        return store
+    store.close()
+    if revision is None:
         raise StoreUnavailable(f"database {shown_url(url)}: not an apportion database (no "
                                "schema: the service has never started on it)")
-    return store
+    if not _known_revision(revision):
+        raise StoreUnavailable(
+            f"database {shown_url(url)}: its schema is newer than this apportion's "
+            f"(revision {revision}, this release knows up to {wanted}): it was made by a "
+            "newer apportion; read it with that one")
+    raise StoreUnavailable(
+        f"database {shown_url(url)}: its schema is older than this apportion's (revision "
+        f"{revision}, this release wants {wanted}): start the new server once to migrate it")
 
 
 class Store:
@@ -321,13 +350,16 @@ class Store:
 
     # ---- lifecycle -------------------------------------------------------------------
     def migrate(self) -> None:
-        """Bring the schema to the newest migration (``alembic upgrade head``)."""
+        """Bring the schema to the newest migration (``alembic upgrade head``). An upgrade
+        of an existing schema is logged at INFO (``store schema 0006 -> 0010: migrated``):
+        it changes the database for good, and an operator wants to see when it happened."""
         # Alembic logs every step at INFO (some on import); to an operator they are debug
         # detail, shown only when apportion's own logging is at DEBUG
         if not log.isEnabledFor(logging.DEBUG):
             logging.getLogger("alembic").setLevel(logging.WARNING)
         from alembic import command
         from alembic.config import Config
+        from alembic.migration import MigrationContext
         from alembic.util import CommandError
 
         cfg = Config()
@@ -343,6 +375,7 @@ class Store:
                 _outside_transaction(conn, "PRAGMA foreign_keys=OFF")
             try:
                 with conn.execution_options(**{_WRITE: True}).begin():
+                    before = MigrationContext.configure(conn).get_current_revision()
                     cfg.attributes["connection"] = conn
                     try:
                         command.upgrade(cfg, "head")
@@ -360,7 +393,21 @@ class Store:
             finally:
                 if sqlite:
                     _outside_transaction(conn, "PRAGMA foreign_keys=ON")
-        log.debug("store schema migrated to the newest revision")
+        after = newest_revision()
+        if before is None:
+            log.debug("store schema created (revision %s)", after)
+        elif before != after:
+            log.info("store schema %s -> %s: migrated", before, after)
+        else:
+            log.debug("store schema %s: up to date", after)
+
+    def revision(self) -> str | None:
+        """The schema revision the database is at (Alembic's ``alembic_version``); None
+        if it has none."""
+        from alembic.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
 
     def close(self) -> None:
         self.engine.dispose()
