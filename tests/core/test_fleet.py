@@ -26,6 +26,7 @@ from apportion.core import (
     HostState,
     PolicyConfig,
     Slice,
+    WaitReason,
     WorkloadSpec,
     decision_log,
 )
@@ -433,6 +434,33 @@ def test_work_accepting_two_kinds_starts_where_it_fits_rather_than_preempt() -> 
     fleet.submit(WorkloadSpec("y-1", "y", 4, HOUR, now, gpu_kinds=("H100", "B200")), now)
     h100_only = decide_fleet(fleet, now, CFG)
     assert started(h100_only) == {"y-1": "b200-0"} and not h100_only.preemptions
+
+
+@pytest.mark.parametrize(("asks_at", "reason"), [
+    (52 * 60.0, WaitReason.WAITING_FOR_CHECKPOINT),  # y-old's checkpoint 8 min away
+    (40 * 60.0, WaitReason.WAITING_FOR_PREEMPTION),  # 20 min away: preempted now
+])
+def test_work_given_room_by_a_preemption_has_its_wait_reason_with_two_pools(
+        asks_at: float, reason: WaitReason) -> None:
+    """y holds the one B200 host with resumable work past its minimum runtime, checkpointing
+    every 30 min; x asks for 4 B200 GPUs (its share), which rebalancing gives it. With an
+    H100 pool beside, x waits for y's checkpoint, or for y to stop, as the pass over the
+    B200 pool alone says (merging the pools' decisions dropped the reason of work given
+    room without starting: the queue said the pass had not reached it)."""
+    def decided(fleet: FleetState) -> Decisions:
+        run_on(fleet, WorkloadSpec("y-old", "y", 8, 30 * 60.0, 0.0, gpu_kinds=("B200",),
+                                   resumable=True, checkpoint_interval=30 * 60.0),
+               0.0, "b200-0", 8)
+        fleet.advance(asks_at)
+        fleet.submit(WorkloadSpec("x-new", "x", 4, HOUR, asks_at, gpu_kinds=("B200",)),
+                     asks_at)
+        return decide_fleet(fleet, asks_at, CFG)
+
+    alone = decided(two_pools(make_tree("x", "y"), h100=0))
+    both = decided(two_pools(make_tree("x", "y")))
+    assert alone.waiting == {"x-new": reason}
+    assert both.waiting == {"x-new": reason}
+    assert decision_log(asks_at, both) == decision_log(asks_at, alone)
 
 
 def test_a_per_pool_weight_override_sets_the_share_guaranteed_in_that_pool() -> None:

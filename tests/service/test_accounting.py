@@ -224,6 +224,23 @@ def test_a_host_counts_from_its_registration_and_as_it_was_then(store: Store) ->
     assert (healthy(T0 - D, T0), healthy(T0 - 12 * H, T0 + 12 * H)) == before
 
 
+def test_a_resized_host_counts_the_gpus_it_had_in_each_period(store: Store) -> None:
+    """The executor reports h1 with 4 GPUs from T0+12d on (audited host.gpus 8 -> 4): a day
+    after it counts 4 x 24 = 96 healthy GPU-hours, the day before still 8 x 24 = 192, and
+    the two hours around it 8 + 4 = 12, in the cluster's figure and its pool's (the 8 GPUs
+    h1 was registered with were counted for every period, after the resize too)."""
+    def healthy(start: float, end: float) -> tuple[float, float]:
+        r = usage_report(store, start, end, "budget", NOW)
+        return float(r["healthy_gpu_hours"]), float(r["pools"][0]["healthy_gpu_hours"])
+
+    t = T0 + 12 * D
+    store.clock = lambda: t
+    store.set_host_gpus("h1", 4, "apportion")
+    assert healthy(t, t + D) == (96.0, 96.0)
+    assert healthy(t - D, t) == (192.0, 192.0)
+    assert healthy(t - H, t + H) == (12.0, 12.0)
+
+
 def test_a_finished_period_is_the_same_after_later_starts_and_cancels(store: Store) -> None:
     """P (x/a, 4 GPUs) and Q (x/b, 2 GPUs) are submitted at T0+12d and wait through the
     period [T0+12d, T0+12d+2h): each is owed min(1/4 x 8, asked) = 2 GPUs x 2 h = 4. After

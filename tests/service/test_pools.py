@@ -243,6 +243,29 @@ def test_the_queue_numbers_pending_work_in_its_pools_order_as_why_does(svc: Svc)
         ["2", alloc_b200, "-", "alice", "ai", "west/B200"]]
 
 
+def test_work_waiting_for_a_victims_checkpoint_is_said_so_with_two_pools(svc: Svc) -> None:
+    """ops's resumable B200 work (all of w1, checkpointing every 5 min) is 70 s in when ai
+    asks for 4 B200 GPUs: ai's work waits for that checkpoint, and ``/v1/queue`` and
+    ``apportion queue`` say so, as ``why`` does (they said the pass had not reached it:
+    merging the pools' decisions dropped the reason)."""
+    victim = svc.submit(budget="ops", gpu_kind=["B200"], min_runtime="1m", resumable=True,
+                        checkpoint_interval="5m").json()["id"]
+    svc.sched.step()
+    assert svc.hosts_of(victim) == ["w1"]
+    svc.clock.set(svc.clock.now() + 70)
+    wid = svc.submit(gpu_kind=["B200"], gpus=4, min_runtime="1m").json()["id"]
+    svc.sched.step()
+    pending = svc.call("GET", "/v1/queue").json()["pending"]
+    assert [(r["id"], r["wait_reason"]) for r in pending] == [(wid, "waiting_for_checkpoint")]
+    assert svc.call("GET", f"/v1/workloads/{wid}/why").json()["wait_reason"] == (
+        "waiting_for_checkpoint")
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["alice"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    r = CliRunner().invoke(main, ["queue"], env=env, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "(waiting for a victim's checkpoint; waited " in r.output, r.output
+
+
 def test_work_for_a_cluster_waits_for_that_cluster(svc: Svc) -> None:
     """``cluster: "west"`` never starts in east, even with east idle."""
     first = svc.submit(cluster="west").json()["id"]

@@ -714,6 +714,37 @@ def test_a_host_the_executor_resizes_is_drained_then_takes_its_new_size(
         env.store.close()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_capacity_counts_a_resized_hosts_gpus_as_they_were_before_the_resize(
+        backend: str, tmp_path: Path) -> None:
+    """h0 has 4 GPUs from 0, is drained from 20 to 40, and from 60 the executor reports 8
+    (audited host.gpus 4 -> 8): at 120 the ledger's healthy GPU-seconds are 4 x 40 + 8 x
+    60 = 640, in the state rebuilt after the resize and after a restart (the rebuild
+    counted today's 8 GPUs from the start: 8 x 100 = 800)."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 4),))
+    try:
+        env.at(0.0)
+        env.clock.set(20.0)
+        env.sched.set_host_state("h0", HostState.DRAINING, "ECC", "admin")
+        env.clock.set(40.0)
+        env.sched.set_host_state("h0", HostState.HEALTHY, "fixed", "admin")
+        env.executor._hosts["h0"] = InventoryHost("h0", 8, "healthy")
+        env.at(60.0)
+        assert env.store.get_host("h0").gpus == 8
+        env.at(120.0)
+
+        def capacity() -> float:
+            st = env.sched.state
+            assert st is not None and st.hosts["h0"].gpus == 8
+            return st.ledger.capacity(120.0, env.sched.config.lookback)
+
+        assert capacity() == 640.0
+        env.restart()
+        assert capacity() == 640.0
+    finally:
+        env.store.close()
+
+
 def test_work_the_policy_refuses_ends_with_the_refusal_as_its_reason(lite: Env) -> None:
     """A pending workload the policy can never run (here 16 GPUs on an 8-GPU fleet, stored
     behind the API's back) is cancelled with the policy's refusal as its end reason and in

@@ -601,14 +601,20 @@ def _offers(
 
 
 def _merge(fleet: FleetState, result: Mapping[str, Decisions]) -> Decisions:
-    """The pools' decisions (pool -> its pass's, in name order) as one, pool by pool; a
-    workload's wait reason is that of the first pool it waits in, and none once some pool
-    admits it."""
+    """The pools' decisions (pool -> its pass's, in name order) as one, pool by pool. A
+    workload some pool admits without starting it (it waits for victims to stop or
+    checkpoint) has that pool's wait reason; one some pool starts has none; any other that
+    of the first pool it waits in."""
     parts = list(result.values())
+    started = {s.workload for d in parts for s in d.starts}
     admitted: set[str] = set()
-    for d in parts:
-        admitted |= _admitted(d)
     waiting: dict[str, WaitReason] = {}
+    for d in parts:
+        mine = _admitted(d)
+        admitted |= mine
+        for w, why in d.waiting.items():
+            if w in mine and w not in started:
+                waiting.setdefault(w, why)
     order: list[str] = []
     seen: set[str] = set()
     for d in parts:

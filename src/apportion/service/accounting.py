@@ -20,9 +20,9 @@ For a period ``[start, end)`` (``end`` no later than now) and every budget node 
   still running on a draining host is in neither: at most 1, as ``/metrics`` has it).
 
 The store keeps no per-second record of host health or of past budget weights, so:
-healthy GPUs over time are rebuilt from the audit log (``host.add`` and ``host.state``
-entries, also those after the period: a host counts from its registration, while
-healthy), and shares are those of the tree as it is now. A
+healthy GPUs over time are rebuilt from the audit log (``host.add``, ``host.state`` and
+``host.gpus`` entries, also those after the period: a host counts from its registration,
+while healthy, with the GPUs it had then), and shares are those of the tree as it is now. A
 workload cancelled while pending ends at its ``workload.cancel`` audit entry. These are the
 report's approximations (also in docs/operations.md); everything else is as stored.
 """
@@ -62,7 +62,8 @@ BY = ("budget", "user", "month")
 FORMATS = ("table", "csv", "json", "html")
 APPROXIMATIONS = (
     "shares are those of the budget tree as it is now (past weight changes are not replayed)",
-    "healthy GPUs over time come from the audit log's host entries (host.add, host.state)",
+    "healthy GPUs over time come from the audit log's host entries (host.add, host.state, "
+    "host.gpus)",
     "a workload asks for its GPUs from submission until it ends (pending or running); "
     "held work (dependencies, array throttle) from its release",
 )
@@ -167,30 +168,42 @@ def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> floa
 
 
 def _healthy_spans(audit: list[AuditRow], hosts_now: dict[str, tuple[int, str]],
-                   end: float) -> tuple[dict[str, int], list[tuple[str, float, float]]]:
-    """Each host's GPUs, and the spans ``(host, from, to)`` it was healthy up to ``end``,
-    from all the audit log's host entries (oldest first, also those after ``end``): a host
-    exists from its ``host.add`` on, in the state its last entry before each moment left.
-    Before its first entry, a host registered before hosts were audited is in the state
-    that entry left (``old``); only a host with no entry at all is in its present state
-    throughout."""
+                   end: float) -> list[tuple[str, float, float, int]]:
+    """The spans ``(host, from, to, gpus)`` each host was healthy with ``gpus`` GPUs up to
+    ``end``, from all the audit log's host entries (oldest first, also those after ``end``):
+    a host exists from its ``host.add`` on, in the state and of the size its last entry
+    before each moment left (a ``host.gpus`` entry ends a span and starts the next). Before
+    its first entry, a host registered before hosts were audited is in the state and of
+    the size its first ``host.state`` and ``host.gpus`` entries changed from (``old``);
+    only a host with no such entry is as it is now throughout."""
+    added = {a.target for a in audit if a.action == "host.add"}
     gpus = {n: g for n, (g, _) in hosts_now.items()}
-    state: dict[str, tuple[bool, float]] = {}  # host -> (healthy?, since)
-    spans: list[tuple[str, float, float]] = []  # healthy from, to
+    healthy = {n: s == "healthy" for n, (_, s) in hosts_now.items()}
+    for a in reversed(audit):  # walked back from now: each host before its first entry
+        old = a.old or {}
+        if a.action == "host.state" and a.target in healthy:
+            healthy[a.target] = old.get("state") == "healthy"
+        elif a.action == "host.gpus" and a.target in gpus:
+            gpus[a.target] = int(old.get("gpus", gpus[a.target]))
+    # host -> (healthy?, since); a host registered in the log exists only from then
+    state = {n: (h, float("-inf")) for n, h in healthy.items() if n not in added}
+    spans: list[tuple[str, float, float, int]] = []
     for a in audit:
-        name, old, new = a.target, a.old or {}, a.new or {}
+        name, new = a.target, a.new or {}
         if a.action == "host.add":
             gpus[name] = int(new.get("gpus", gpus.get(name, 0)))
             state[name] = (new.get("state", "healthy") == "healthy", a.at)
-        elif a.action == "host.state" and name in gpus:
-            was, since = state.get(name, (old.get("state") == "healthy", float("-inf")))
+        elif a.action in ("host.state", "host.gpus") and name in state:
+            was, since = state[name]
             if was:
-                spans.append((name, since, a.at))
-            state[name] = (new.get("state") == "healthy", a.at)
-    for name, (_, now_state) in hosts_now.items():
-        state.setdefault(name, (now_state == "healthy", float("-inf")))
-    spans += [(name, since, end) for name, (was, since) in state.items() if was]
-    return gpus, spans
+                spans.append((name, since, a.at, gpus[name]))
+            if a.action == "host.state":
+                state[name] = (new.get("state") == "healthy", a.at)
+            else:
+                state[name] = (was, a.at)
+                gpus[name] = int(new.get("gpus", gpus[name]))
+    spans += [(name, since, end, gpus[name]) for name, (was, since) in state.items() if was]
+    return spans
 
 
 def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
@@ -234,16 +247,17 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         raise ReportError(f"from: the period may be at most {MAX_PERIOD_S // DAY:,.0f} days, "
                           f"got {(end - start) / DAY:,.0f}")
     tree = store.load_tree() if store.budgets() else BudgetTree.build([])
-    workloads, audit = store.history(end, ("host.add", "host.state", "workload.cancel"))
+    workloads, audit = store.history(
+        end, ("host.add", "host.state", "host.gpus", "workload.cancel"))
     cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
     host_rows = store.hosts()
     hosts_now = {h.name: (h.gpus, h.state.value) for h in host_rows}
     pool_of = {h.name: pool_name(*pools.of(h.cluster, h.kind)) for h in host_rows}
     kind_of = {h.name: pools.of(h.cluster, h.kind)[1] for h in host_rows}
     by_pool: dict[str, _Series] = {p: _Series() for p in sorted(set(pool_of.values()))}
-    gpus_of, spans = _healthy_spans(audit, hosts_now, end)
+    spans = _healthy_spans(audit, hosts_now, end)
     healthy_spans: dict[str, list[tuple[float, float]]] = {}
-    for name, t0, t1 in spans:
+    for name, t0, t1, _ in spans:
         healthy_spans.setdefault(name, []).append((t0, t1))
     # occupancy's numerator: GPU-seconds held on hosts while they counted as healthy (work
     # finishing on a draining host is not in the capacity, so not in the occupancy either)
@@ -277,9 +291,8 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
                 used_healthy[p] = used_healthy.get(p, 0.0) + g * sum(
                     _overlap(a_start, a_end, t0, t1) for t0, t1 in healthy_spans.get(on, ()))
     changes: list[tuple[float, float]] = []
-    for name, t0, t1 in spans:
-        changes += [(min(max(t0, start), end), gpus_of[name]),
-                    (min(max(t1, start), end), -gpus_of[name])]
+    for _, t0, t1, gpus in spans:
+        changes += [(min(max(t0, start), end), gpus), (min(max(t1, start), end), -gpus)]
     healthy = _steps(changes, edges)
 
     def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
@@ -331,7 +344,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     pool_rows = []
     for p, s in by_pool.items():
         mine = {n for n, q in pool_of.items() if q == p}
-        h = sum(gpus_of[n] * _overlap(start, end, t0, t1) for n, t0, t1 in spans
+        h = sum(g * _overlap(start, end, t0, t1) for n, t0, t1, g in spans
                 if n in mine) / HOUR
         f = figures(s, None)
         cluster, kind = p.split("/", 1)

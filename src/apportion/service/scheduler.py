@@ -633,6 +633,16 @@ class Scheduler:
         if absent and st.pools:
             log.warning("per-pool weights of pools no host is in, without effect: %s (the "
                         "hosts' pools: %s)", ", ".join(absent), ", ".join(sorted(st.pools)))
+        # the hosts have today's GPU counts: one resized since counts, while healthy, the
+        # difference to the count it had then on top (from t0: the count before its first
+        # resize), so the capacity follows the count in force at each moment
+        resizes = self.store.host_resizes()
+        size_off: dict[str, int] = {}
+        for _, name, old, _ in reversed(resizes):
+            if name in st.hosts:
+                size_off[name] = old - st.hosts[name].gpus
+        for name, off in size_off.items():
+            _count_gpus(st, name, off, t0)  # every host joined healthy at t0
         events: list[tuple[float, int, int, Callable[[float], None]]] = []
         running_ids = {r.id for r in running}
         for i, iv in enumerate(self.store.usage_intervals(t0)):
@@ -661,10 +671,15 @@ class Scheduler:
             if name in st.hosts:
                 state = history[i][2]
                 prio = 1 if state is HostState.HEALTHY else 3
-                events.append((t, prio, i, _replay_host(st, name, state)))
+                events.append((t, prio, i, _replay_host(st, name, state, size_off)))
         for i, h in enumerate(hosts, len(history)):
             if h.name not in registered and h.state is not HostState.HEALTHY:
-                events.append((max(h.changed_at, t0), 3, i, _replay_host(st, h.name, h.state)))
+                events.append((max(h.changed_at, t0), 3, i,
+                               _replay_host(st, h.name, h.state, size_off)))
+        for i, (at, name, _, new) in enumerate(resizes):
+            if name in st.hosts:  # last at its instant (in any order it counts the same)
+                events.append((max(min(at, now), t0), 4, i,
+                               _replay_resize(st, name, new, size_off)))
         events.sort(key=lambda e: e[:3])
         for t, _, _, apply in events:
             apply(t)
@@ -1331,11 +1346,37 @@ def _replay_start(st: FleetState, row: WorkloadRow) -> Callable[[float], None]:
     return apply
 
 
-def _replay_host(st: FleetState, name: str, state: HostState) -> Callable[[float], None]:
+def _count_gpus(st: FleetState, host: str, gpus: int, t: float) -> None:
+    """From ``t`` on, the capacity counts ``gpus`` more GPUs of ``host`` (negative: fewer),
+    in its pool's billed units."""
+    if gpus:
+        st.ledger.change_capacity(gpus * st.pools[st.pool_of(host)].billing, t)
+
+
+def _replay_host(st: FleetState, name: str, state: HostState,
+                 size_off: dict[str, int]) -> Callable[[float], None]:
+    """Replay a host's state change; ``size_off``: GPUs it had then minus its GPUs now,
+    counted while it is healthy (the state counts its GPUs now)."""
     def apply(t: float) -> None:
-        if state is HostState.REPAIR and st.hosts[name].state is HostState.HEALTHY:
+        was = st.hosts[name].state is HostState.HEALTHY
+        if state is HostState.REPAIR and was:
             st.set_host_state(name, HostState.DRAINING, t)
         st.set_host_state(name, state, t)
+        if was != (state is HostState.HEALTHY):
+            off = size_off.get(name, 0)
+            _count_gpus(st, name, -off if was else off, t)
+
+    return apply
+
+
+def _replay_resize(st: FleetState, name: str, gpus: int,
+                   size_off: dict[str, int]) -> Callable[[float], None]:
+    """Replay a host's resize to ``gpus`` GPUs: counted from then while it is healthy."""
+    def apply(t: float) -> None:
+        off = gpus - st.hosts[name].gpus
+        if st.hosts[name].state is HostState.HEALTHY:
+            _count_gpus(st, name, off - size_off.get(name, 0), t)
+        size_off[name] = off
 
     return apply
 

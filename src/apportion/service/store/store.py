@@ -1029,6 +1029,17 @@ class Store:
                  .order_by(AuditModel.id))
             return [(float(at), name, HostState(new["state"])) for at, name, new in s.execute(q)]
 
+    def host_resizes(self) -> list[tuple[float, str, int, int]]:
+        """Every host's GPU count changes from the audit (``host.gpus``), oldest first, as
+        ``(at, host, old gpus, new gpus)``; ``at`` is the store's clock when it was
+        recorded."""
+        with self._tx(write=False) as s:
+            q = (select(AuditModel.at, AuditModel.target, AuditModel.old, AuditModel.new)
+                 .where(AuditModel.action == "host.gpus")
+                 .order_by(AuditModel.id))
+            return [(float(at), name, int(old["gpus"]), int(new["gpus"]))
+                    for at, name, old, new in s.execute(q)]
+
     def get_host(self, name: str) -> HostRow:
         with self._tx(write=False) as s:
             h = s.get(HostModel, name)
