@@ -179,6 +179,9 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"gpu_kind": "h100"}, "gpu_kind: unknown GPU kind 'h100' (the fleet has gpu)"),
         ({"name": "x" * 129}, "name: "),
         ({"name": "a/b"}, "name: String should match pattern"),
+        ({"umask": 512}, "umask: Input should be less than or equal to 511"),
+        ({"umask": -1}, "umask: Input should be greater than or equal to 0"),
+        ({"umask": "077"}, "umask: Input should be a valid integer"),
     ],
 )
 def test_bad_submission_vocabulary_is_refused_naming_the_field(
@@ -189,6 +192,19 @@ def test_bad_submission_vocabulary_is_refused_naming_the_field(
     assert r.status_code == 422, r.text
     assert r.json()["detail"].startswith(detail), r.json()
     assert svc.store.list_workloads() == []
+
+
+def test_the_submitters_umask_is_stored_and_given_to_the_launch(svc: Service) -> None:
+    """``umask: 63`` (077) is stored, answered, and is the launch's umask; a submission
+    without one is stored without (the executors' 022)."""
+    given = submit(svc, gpus=1, umask=0o077).json()
+    plain = submit(svc, gpus=1).json()
+    assert (given["umask"], plain["umask"]) == (0o077, None)
+    svc.scheduler.step()
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    launched = {la.workload_id: la.umask for la in executor.launches}
+    assert launched == {given["id"]: 0o077, plain["id"]: None}
 
 
 def test_logs_offset_and_me(svc: Service) -> None:

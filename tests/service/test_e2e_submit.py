@@ -568,3 +568,24 @@ def test_cancel_a_whole_array_or_one_element(live_sqlite: LiveFactory) -> None:
         f"cancel requested for {ids[0]} (running); the scheduler stops it"]
     for wid in ids:
         assert s.wait_status(wid, "cancelled", "completed", "failed")["status"] == "cancelled"
+
+
+def test_work_runs_with_the_umask_it_was_submitted_under(live_sqlite: LiveFactory,
+                                                         tmp_path: Path) -> None:
+    """``apportion submit`` from a shell with umask 077 runs the work with 077 (as sbatch
+    carries it), so the file it writes is its owner's alone; from a shell with 022, 022.
+    The server itself runs with 077 either way."""
+    s = live_sqlite({"h0": 2})
+    modes = {}
+    for mask in (0o077, 0o022):
+        out = tmp_path / f"out-{mask:03o}"
+        old = os.umask(mask)  # the submitting shell's, inherited by the CLI process
+        try:
+            r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1",
+                      "--min-runtime", "1s", "--", "bash", "-c", f"umask > {q(out)}")
+        finally:
+            os.umask(old)
+        assert r.returncode == 0, r.stderr
+        s.wait_status(submitted_id(r.stdout), "completed")
+        modes[mask] = (out.read_text().strip(), out.stat().st_mode & 0o777)
+    assert modes == {0o077: ("0077", 0o600), 0o022: ("0022", 0o644)}

@@ -77,6 +77,21 @@ def test_environment_and_log_file(ex: LocalExecutor, tmp_path: Path) -> None:
     assert "2,5 w-000007 3" in log and "oops" in log
 
 
+@pytest.mark.parametrize(("submitted", "shown"), [(None, "0022"), (0o077, "0077"), (0, "0000")])
+def test_the_command_runs_with_its_submitters_umask_or_022(
+        ex: LocalExecutor, tmp_path: Path, submitted: int | None, shown: str) -> None:
+    """The command's umask is the one its submitter sent (``Launch.umask``), 022 when none
+    was; never the server's own (077 under ``apportion serve``)."""
+    old = os.umask(0o077)  # as the server runs
+    try:
+        h = ex.launch(Launch("w-000001", 1, ["sh", "-c", "umask"], (HostSlots("h0", (0,)),),
+                             umask=submitted))
+    finally:
+        os.umask(old)
+    assert wait_for(ex, h).exit_code == 0
+    assert (tmp_path / "logs" / "w-000001" / "1.log").read_text().split() == [shown]
+
+
 def test_exit_codes_are_reported(ex: LocalExecutor) -> None:
     """A command's exit code is observed as is; a missing program is 127."""
     h1 = launch(ex, "exit 3", wid="w-000001")

@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slurm
 
 
 def launch(ex: SlurmExecutor, tmp_path: Path, wid: str, command: list[str], host: str = "gpu1",
-           gpus: int = 1, chdir: str | None = None) -> str:
+           gpus: int = 1, chdir: str | None = None, umask: int | None = None) -> str:
     return ex.launch(Launch(
         workload_id=wid, attempt=1, slots=(HostSlots(host, tuple(range(gpus))),),
-        log_path=str(tmp_path / f"{wid}.log"), command=command, chdir=chdir,
+        log_path=str(tmp_path / f"{wid}.log"), command=command, chdir=chdir, umask=umask,
     ))
 
 
@@ -61,14 +61,18 @@ def test_the_hard_kill_after_the_grace_is_a_sigkill_to_every_process_of_the_job(
     assert last - 1.0 <= obs.ended_at <= time.time()
 
 
-def test_a_job_gets_umask_022_whatever_the_server_runs_with(
-    executor: SlurmExecutor, tmp_path: Path, server_umask: None
+@pytest.mark.parametrize(("submitted", "shown"), [(None, "0022"), (0o027, "0027")])
+def test_a_job_gets_its_submitters_umask_or_022_whatever_the_server_runs_with(
+    executor: SlurmExecutor, tmp_path: Path, server_umask: None, submitted: int | None,
+    shown: str,
 ) -> None:
-    """The batch script and an srun step inside it run with umask 0022, as the local
-    executor's commands do, though the server (and so sbatch) runs with 077."""
-    handle = launch(executor, tmp_path, "umask", ["bash", "-c", "umask; srun -n1 bash -c umask"])
+    """The batch script and an srun step inside it run with the submitter's umask (0027
+    here), or 0022 when none was sent, as the local executor's commands do, though the
+    server (and so sbatch) runs with 077."""
+    handle = launch(executor, tmp_path, "umask", ["bash", "-c", "umask; srun -n1 bash -c umask"],
+                    umask=submitted)
     wait_for_state(executor, handle, AttemptState.EXITED)
-    assert (tmp_path / "umask.log").read_text().split() == ["0022", "0022"]
+    assert (tmp_path / "umask.log").read_text().split() == [shown, shown]
 
 
 @pytest.mark.parametrize(("chdir", "command", "refused"), [

@@ -62,6 +62,13 @@ REASONS = {
 }
 
 
+def _current_umask() -> int:
+    """This process's file mode creation mask (setting it is the only way to read it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 # ---- batch scripts ---------------------------------------------------------------------------
 # #APPORTION lines take submit's own options; #SBATCH lines this subset (long, short, =value)
 _APPORTION_OPTS = {
@@ -435,6 +442,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     if not _is_utf8(body["chdir"]):
         raise click.UsageError(f"the working directory {_escaped(body['chdir'])}: not "
                                "UTF-8 text, which the server takes (--chdir DIR for another)")
+    body["umask"] = _current_umask()  # the work creates files as this shell would (as sbatch)
     try:
         body["env"] = exported_env(str(opts.get("export") or "ALL"), user_environ())
     except click.BadParameter as e:  # named as the other options are: flag or script line

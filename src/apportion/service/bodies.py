@@ -139,6 +139,11 @@ class SubmitBody(_Body):
     env: Annotated[dict[str, str], Field(max_length=v.MAX_ARGS)] | None = Field(
         None, description="the exported environment (default: none, the account's basics)"
     )
+    umask: Annotated[int, Field(ge=0, le=0o777)] | None = Field(
+        None, description="the file mode creation mask it runs with, as a number (63 for "
+                          "0o077; the CLI sends the submitter's, as sbatch does); "
+                          "default 18 (0o022)"
+    )
     nodelist: HostNames = Field([], description="run only on these hosts")
     exclude: HostNames = Field([], description="never run on these hosts")
     gpu_kind: GpuKinds | None = Field(

@@ -71,6 +71,7 @@ class Launch:
     user: str = ""  # the apportion user who owns it
     account: str = ""  # the Unix account it runs as ("" : the server's own)
     chdir: str | None = None  # absolute working directory (None: the account's home)
+    umask: int | None = None  # the submitter's file mode creation mask (None: 022)
     # the pool of the slots (a gang never spans pools): e.g. Slurm's partition and gres type
     cluster: str = ""
     kind: str = ""

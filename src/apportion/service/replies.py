@@ -74,6 +74,7 @@ class Workload(Reply):
     command: list[str] | None
     chdir: str | None
     env: dict[str, str] | None
+    umask: int | None = None  # the submitter's file mode creation mask; None: 022
     name: str | None
     time_limit: float | None
     array_id: str | None

@@ -1217,7 +1217,8 @@ class Scheduler:
             account = w.user
         own = self._env.get(wid)  # the scheduler's variables (name, array) over the exported
         env = w.env if not own else {**(w.env or {}), **own}
-        return {"user": w.user, "account": account, "chdir": w.chdir, "env": env}
+        return {"user": w.user, "account": account, "chdir": w.chdir, "env": env,
+                "umask": w.umask}
 
     def _backing_off(self, wid: str, now: float) -> bool:
         held = self._backoff.get(wid)

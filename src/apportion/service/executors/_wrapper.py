@@ -211,7 +211,7 @@ def _become_job(spec: dict[str, Any], cgroups: list[str], errpipe: int) -> None:
             os.setgroups(list(acct["groups"]))
             os.setresgid(acct["gid"], acct["gid"], acct["gid"])
             os.setresuid(acct["uid"], acct["uid"], acct["uid"])
-        os.umask(CHILD_UMASK)
+        os.umask(spec.get("umask", CHILD_UMASK))  # the submitter's (a spec before it: 022)
         stage = "chdir"
         os.chdir(spec.get("chdir") or "/")
         stage = "exec"

@@ -58,6 +58,7 @@ from apportion.service.executor import (
     Observation,
 )
 from apportion.service.executors import _cgroup, _checkpoint, _procfs
+from apportion.service.executors._wrapper import CHILD_UMASK
 from apportion.service.executors.identity import (
     Identity,
     child_env,
@@ -183,6 +184,7 @@ class LocalExecutor:
         spec: dict[str, Any] = {
             "db_id": self.db_id, "workload": wid, "attempt": launch.attempt,
             "argv": argv, "env": env, "chdir": launch.chdir or run_as.home or "/",
+            "umask": CHILD_UMASK if launch.umask is None else launch.umask,
             "account": ({"uid": acct.uid, "gid": acct.gid, "groups": list(acct.groups)}
                         if acct is not None else None),
             "cgroups": cgroups,

@@ -107,9 +107,9 @@ REFUSED_EXIT = 127
 # until the job's node reports (10-20 s here): for this long after a Slurm call went
 # unanswered, a listing does not show that a job was still running
 OUTAGE_SETTLE_S = 60.0
-# every job's umask, as the local executor gives its commands (_wrapper.CHILD_UMASK): sbatch
-# would pass on the server's 077, and every file a job wrote would be its owner's alone
-JOB_UMASK = "022"
+# a job's umask when its submitter sent none, as the local executor's (_wrapper.CHILD_UMASK):
+# sbatch would pass on the server's 077, and every file a job wrote would be its owner's alone
+JOB_UMASK = 0o022
 
 # stderr fragments of Slurm's client library when slurmctld cannot be reached
 _UNAVAILABLE_MARKERS = (
@@ -660,7 +660,8 @@ def batch_script(
 ) -> str:
     """The bash batch script of one attempt.
 
-    It sets the umask the local executor gives its commands (022), enters ``chdir`` itself,
+    It sets the submitter's umask (022 when none was sent, as the local executor), enters
+    ``chdir`` itself,
     as the job's owner (Slurm's ``--chdir`` falls back to /tmp when it cannot), and checks
     that the command's program exists and may be run: if not, it says why in the log and
     in ``end_file`` (``<job id> refused <epoch> <why>``) and exits 127, never starting it
@@ -687,7 +688,7 @@ def batch_script(
     lines = [
         "#!/bin/bash",
         f"# apportion workload {_one_line(launch.workload_id)} attempt {launch.attempt}",
-        f"umask {JOB_UMASK}",
+        f"umask {JOB_UMASK if launch.umask is None else launch.umask:03o}",
         *(f"export {k}={shlex.quote(v)}" for k, v in env.items()),
         # sbatch --export=NONE leaves SLURM_EXPORT_ENV=NONE, which srun would inherit: its
         # steps would start without even PATH. Steps get the job's (exact) environment.

@@ -190,7 +190,7 @@ def router(api: Api) -> APIRouter:
                 budget=body.budget, gpus=body.gpus, min_runtime=min_runtime, submit_time=t,
                 command=body.command, actor=user.name, resumable=body.resumable,
                 priority=body.priority, checkpoint_interval=checkpoint, name=body.name,
-                chdir=body.chdir, env=body.env,
+                chdir=body.chdir, env=body.env, umask=body.umask,
                 time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
                 array=indexes, array_throttle=throttle, nodelist=body.nodelist,
                 exclude=body.exclude, checkpoint_on_term=body.checkpoint_on_term,

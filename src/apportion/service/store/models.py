@@ -94,6 +94,8 @@ class WorkloadModel(Base):
     command: Mapped[list[str]] = mapped_column(JSON, nullable=False)
     chdir: Mapped[str | None] = mapped_column(Text, nullable=True)  # working directory
     env: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)  # exported vars
+    # the submitter's file mode creation mask (0011); None: none sent, the executors' 022
+    umask: Mapped[int | None] = mapped_column(Integer, nullable=True)
     submit_time: Mapped[float] = mapped_column(Double, nullable=False)
     queued_at: Mapped[float] = mapped_column(Double, nullable=False)
     # held work (dependencies, array throttle): when it joined the queue (0008)

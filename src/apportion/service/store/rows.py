@@ -116,6 +116,7 @@ class WorkloadRow:
     created_at: float
     chdir: str | None = None
     env: dict[str, str] | None = None
+    umask: int | None = None  # the submitter's; None: the executors' default (022)
     name: str | None = None
     time_limit: float = 0.0
     array_id: str | None = None
@@ -185,6 +186,7 @@ class WorkloadRow:
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,
+            "umask": self.umask,
             "name": self.name,
             "time_limit": self.time_limit,
             "array_id": self.array_id,

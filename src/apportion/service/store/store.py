@@ -465,6 +465,7 @@ class Store:
         user: str | None = None,
         chdir: str | None = None,
         env: Mapping[str, str] | None = None,
+        umask: int | None = None,
         idempotency_key: str | None = None,
         request_digest: str | None = None,
         name: str | None = None,
@@ -479,8 +480,9 @@ class Store:
         cluster: str = "",
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
-        defaults to ``actor``; ``chdir`` and ``env`` are the directory and the exported
-        environment it runs with; ``dependencies`` ``(type, workload id)`` pairs;
+        defaults to ``actor``; ``chdir``, ``env`` and ``umask`` are the directory, the
+        exported environment and the file mode creation mask it runs with;
+        ``dependencies`` ``(type, workload id)`` pairs;
         ``nodelist``/``exclude`` the hosts it may (only) and may not use; ``gpu_kinds``
         the GPU kinds it accepts (empty: any) and ``cluster`` its cluster ("": any). With
         ``array`` (indexes), one workload per index, all in this one transaction, the
@@ -517,6 +519,7 @@ class Store:
                         checkpoint_on_term=checkpoint_on_term,
                         command=list(command),
                         chdir=chdir, env=dict(env) if env is not None else None,
+                        umask=umask,
                         submit_time=submit_time, queued_at=submit_time,
                         status=Status.PENDING.value, cancel_requested=False,
                         attempts_count=0, created_at=self.clock(),
@@ -1496,6 +1499,7 @@ def _workload(
         created_at=m.created_at,
         chdir=m.chdir,
         env=dict(m.env) if m.env is not None else None,
+        umask=m.umask,
         name=m.name,
         time_limit=m.time_limit,
         array_id=m.array_id,
