@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.sim.engine import WORKLOAD_COLUMNS
 from apportion.sim.metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
+from apportion.sim.scenarios import seed_scenario
 
 SUMMARY_KEYS = {
     "policy", "sim_days", "workloads", "occupancy", "unallocated_fraction", "availability",
@@ -344,6 +345,50 @@ def test_trace_warnings_and_rejected_workloads_are_shown(tmp_path: Path) -> None
         "--grid", "lookback=1h,2h", "--seeds", "0,1", "--quiet", "--out", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     assert result.stderr.count("skipped 1 row: no GPUs") == 1
+
+
+def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_host_events(
+        tmp_path: Path) -> None:
+    """--cluster 10x8 on the seed scenario: stderr says its workload is sized for 1,024
+    GPUs and which --size fits the 80 GPUs, and how many host events (those of its hosts
+    h010 and up) were dropped, which summary.json counts in ignored_host_events. With
+    --size 80 the scenario is built on hosts h000-h009 itself: nothing to say."""
+    events = seed_scenario(days=1, size=1024).host_events
+    dropped = sum(1 for e in events if int(e.host[1:]) >= 10)
+    assert dropped  # the check below means something
+    args = ["simulate", "--scenario", "seed", "--cluster", "10x8", "--days", "1",
+            "--policy", "fairshare", "--quiet", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    dropped_line = (f"warning: --cluster: {dropped} host events of hosts not in --cluster "
+                    "were dropped (counted in ignored_host_events)\n")
+    assert result.stderr == (
+        "warning: --cluster: the seed scenario's workload is sized for 1,024 GPUs; with 80 "
+        "GPUs here give --size 80 to scale it\n" + dropped_line)
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert s["ignored_host_events"] == dropped
+    scaled = CliRunner().invoke(main, [*args, "--size", "80"])
+    assert scaled.exit_code == 0, scaled.output
+    assert scaled.stderr == ""
+
+
+def test_the_fleet_toml_example_of_the_docs_runs_as_written(tmp_path: Path) -> None:
+    """The fleet.toml of docs/simulator.md "Fleets", with the command its first line gives
+    (for 2 days): it runs without a warning (its override names a budget of the seed tree,
+    its hosts the seed scenario's own at the --size given) on its two pools."""
+    docs = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    example = docs.split("```toml\n# fleet.toml:", 1)[1].split("```", 1)[0]
+    command = example.split("\n", 1)[0].split()
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text("# fleet.toml:" + example)
+    assert command[:2] == ["apportion", "simulate"] and command[-2:] == ["--out", "DIR"]
+    args = [str(fleet) if a == "fleet.toml" else a for a in command[1:-2]]
+    result = CliRunner().invoke(main, [*args, "--days", "2", "--quiet", "--out",
+                                       str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert list(summaries[0]["pools"]) == ["east/H100", "west/B200", "fleet"]
 
 
 def test_a_trace_where_no_workload_starts_is_reported_to_the_end(tmp_path: Path) -> None:
