@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from apportion.bench.replay import peak_rss_mb
 from apportion.cli.main import main
+from apportion.sim.scenarios import SCENARIOS
 from apportion.sim.traces import load_trace
 
 DATA = Path(__file__).parent / "data"
@@ -156,3 +157,15 @@ def test_bench_days_is_capped_as_simulate_caps_it() -> None:
                        "--budgets", "3", "--days", "5000")
     assert code == 2
     assert "Invalid value for '--days': 5000.0 is not in the range 0<x<=3660." in out
+
+
+@pytest.mark.parametrize("command", ["bench", "simulate", "sweep"])
+def test_the_scenario_help_names_every_built_in_scenario(command: str) -> None:
+    """`apportion COMMAND --help` names, under --scenario, every built-in scenario each of
+    these commands accepts: seed, small and fleet (bench's said "seed, small" alone)."""
+    code, out = invoke(command, "--help")
+    assert code == 0, out
+    options = out.split("Options:", 1)[1]
+    scenario_help = " ".join(options.split("--scenario", 1)[1].split("--", 1)[0].split())
+    for name in SCENARIOS:
+        assert name in scenario_help, (name, scenario_help)

@@ -6,6 +6,7 @@ import csv
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.sim.engine import WORKLOAD_COLUMNS
 from apportion.sim.metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
+from apportion.sim.scenarios import seed_scenario
 
 SUMMARY_KEYS = {
     "policy", "sim_days", "workloads", "occupancy", "unallocated_fraction", "availability",
@@ -343,6 +345,115 @@ def test_trace_warnings_and_rejected_workloads_are_shown(tmp_path: Path) -> None
         "--grid", "lookback=1h,2h", "--seeds", "0,1", "--quiet", "--out", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     assert result.stderr.count("skipped 1 row: no GPUs") == 1
+
+
+def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_host_events(
+        tmp_path: Path) -> None:
+    """--cluster 10x8 on the seed scenario: stderr says its workload is sized for 1,024
+    GPUs and which --size fits the 80 GPUs, and how many host events (those of its hosts
+    h010 and up) were dropped, which summary.json counts in ignored_host_events. With
+    --size 80 the scenario is built on hosts h000-h009 itself: nothing to say."""
+    events = seed_scenario(days=1, size=1024).host_events
+    dropped = sum(1 for e in events if int(e.host[1:]) >= 10)
+    assert dropped  # the check below means something
+    args = ["simulate", "--scenario", "seed", "--cluster", "10x8", "--days", "1",
+            "--policy", "fairshare", "--quiet", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    dropped_line = (f"warning: --cluster: {dropped} host events of hosts not in --cluster "
+                    "were dropped (counted in ignored_host_events)\n")
+    assert result.stderr == (
+        "warning: --cluster: the seed scenario's workload is sized for 1,024 GPUs; with 80 "
+        "GPUs here give --size 80 to scale it\n" + dropped_line)
+    (s,) = json.loads((tmp_path / "summary.json").read_text())
+    assert s["ignored_host_events"] == dropped
+    scaled = CliRunner().invoke(main, [*args, "--size", "80"])
+    assert scaled.exit_code == 0, scaled.output
+    assert scaled.stderr == ""
+
+
+def test_the_fleet_toml_example_of_the_docs_runs_as_written(tmp_path: Path) -> None:
+    """The fleet.toml of docs/simulator.md "Fleets", with the command its first line gives
+    (for 2 days): it runs without a warning (its override names a budget of the seed tree,
+    its hosts the seed scenario's own at the --size given) on its two pools."""
+    docs = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    example = docs.split("```toml\n# fleet.toml:", 1)[1].split("```", 1)[0]
+    command = example.split("\n", 1)[0].split()
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text("# fleet.toml:" + example)
+    assert command[:2] == ["apportion", "simulate"] and command[-2:] == ["--out", "DIR"]
+    args = [str(fleet) if a == "fleet.toml" else a for a in command[1:-2]]
+    result = CliRunner().invoke(main, [*args, "--days", "2", "--quiet", "--out",
+                                       str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert list(summaries[0]["pools"]) == ["east/H100", "west/B200", "fleet"]
+
+
+def test_a_trace_where_no_workload_starts_is_reported_to_the_end(tmp_path: Path) -> None:
+    """A trace whose only workload asks for more GPUs than the cluster has (32 on 2x8), so
+    that nothing ever starts and every number column of the workloads table is empty where
+    a start would be: the run ends normally, prints its table with the workload rejected
+    under both policies, and writes summary.json and report.html saying so."""
+    trace = tmp_path / "big.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,32,1h\n")
+    out = tmp_path / "o"
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--budgets", "1", "--cluster", "2x8", "--days",
+        "1", "--quiet", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    rejected = next(line for line in result.stdout.splitlines() if "rejected" in line)
+    assert rejected.split()[-2:] == ["1", "1"]
+    summaries = json.loads((out / "summary.json").read_text())
+    assert [(s["policy"], s["rejected"]) for s in summaries] == [("fairshare", 1),
+                                                                 ("legacy", 1)]
+    assert "rejected (cannot run on this cluster)</th><td>1</td><td>1<" in (
+        out / "report.html").read_text()
+
+
+def test_a_run_whose_report_fails_leaves_its_own_summary_and_no_earlier_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 0.1-day run into the --out of a 0.2-day run, whose report writer fails: summary.json
+    is this run's (written before the report), and the earlier run's report.html is gone
+    rather than left beside this run's tables."""
+    args = ["simulate", "--scenario", "small", "--quiet", "--out", str(tmp_path), "--days"]
+    assert CliRunner().invoke(main, [*args, "0.2"]).exit_code == 0
+
+    def failing_report(*_args: object, **_kw: object) -> None:
+        raise RuntimeError("the report failed")
+
+    monkeypatch.setattr("apportion.sim.report.write_report", failing_report)
+    with pytest.raises(RuntimeError, match="the report failed"):
+        CliRunner().invoke(main, [*args, "0.1"], catch_exceptions=False)
+    summaries = json.loads((tmp_path / "summary.json").read_text())
+    assert [s["sim_days"] for s in summaries] == [0.1, 0.1]
+    assert not (tmp_path / "report.html").exists()
+
+
+def test_a_run_that_stops_before_its_outputs_leaves_no_earlier_summary_or_report(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run into the --out of an earlier run that stops after fair share's run (its
+    tables written), before legacy's: neither the earlier summary.json nor its report.html
+    is left beside the new tables."""
+    args = ["simulate", "--scenario", "small", "--days", "0.1", "--quiet", "--out",
+            str(tmp_path)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    from apportion.sim import run
+
+    real_make_policy = run.make_policy
+
+    def legacy_fails(name: str, *rest: Any) -> Any:
+        if name == "legacy":
+            raise RuntimeError("legacy failed")
+        return real_make_policy(name, *rest)
+
+    monkeypatch.setattr(run, "make_policy", legacy_fails)
+    with pytest.raises(RuntimeError, match="legacy failed"):
+        CliRunner().invoke(main, args, catch_exceptions=False)
+    assert (tmp_path / "workloads-fairshare.csv").exists()
+    assert not (tmp_path / "summary.json").exists()
+    assert not (tmp_path / "report.html").exists()
 
 
 def test_cluster_files_and_size_are_read_as_typed(tmp_path: Path) -> None:

@@ -32,7 +32,8 @@ def _of_eight(ctx: click.Context, param: click.Parameter, size: int | None) -> i
               help="the pass over one pool, or the same hosts as three pools of GPU kinds")
 @click.option("--trace", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="time a whole replay of this trace under fair share and legacy instead")
-@click.option("--scenario", help="time a whole replay of this built-in scenario (seed, small)")
+@click.option("--scenario",
+              help="time a whole replay of this built-in scenario (seed, small or fleet)")
 @click.option("--format", "fmt", default="canonical", show_default=True,
               type=click.Choice(["canonical", "itp", "sacct", "csv"]), help="trace format")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",

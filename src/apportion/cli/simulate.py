@@ -371,10 +371,28 @@ def build_scenario(
         sc = dataclasses.replace(sc, tree=tree)
     if hosts is not None:
         names = {h.name for h in hosts}
-        sc = dataclasses.replace(
-            sc, hosts=hosts, host_events=tuple(e for e in sc.host_events if e.host in names),
-            pools=pools)
+        kept = tuple(e for e in sc.host_events if e.host in names)
+        dropped = len(sc.host_events) - len(kept)
+        if warn:
+            _warn_replaced_cluster(sc, hosts, dropped)
+        sc = dataclasses.replace(sc, hosts=hosts, host_events=kept, pools=pools,
+                                 dropped_host_events=dropped)
     return _fleet_checked(sc)
+
+
+def _warn_replaced_cluster(sc: Scenario, hosts: tuple[Host, ...], dropped: int) -> None:
+    """Say on stderr what a built-in scenario loses when ``--cluster`` replaces its hosts:
+    the seed scenario's workload stays sized for its own GPUs (--size scales it), and the
+    host events of hosts not in the new cluster are dropped."""
+    sized, gpus = sum(h.gpus for h in sc.hosts), sum(h.gpus for h in hosts)
+    if sc.name == "seed" and gpus != sized:
+        fits = max(8, round(gpus / 8) * 8)  # --size takes hosts of 8
+        click.echo(f"warning: --cluster: the seed scenario's workload is sized for "
+                   f"{sized:,} GPUs; with {gpus:,} GPUs here give --size {fits} to scale it",
+                   err=True)
+    if dropped:
+        click.echo(f"warning: --cluster: {plural(dropped, 'host event')} of hosts not in "
+                   "--cluster were dropped (counted in ignored_host_events)", err=True)
 
 
 def _fleet_checked(sc: Scenario) -> Scenario:

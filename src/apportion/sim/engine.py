@@ -229,7 +229,7 @@ class Engine:
         self._holds: dict[str, Hold] = {}
         self._array_of: dict[str, str] = {}
         self.host_failures = 0
-        self.ignored_host_events = 0
+        self.ignored_host_events = sc.dropped_host_events
         self.events = 0
         self.moments = 0
         self.calls = 0

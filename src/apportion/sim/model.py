@@ -86,3 +86,6 @@ class Scenario:
     # workloads whose min_runtime the trace import lowered to the cap: counted in the
     # summary's clamped_min_runtime as the engine's own lowering is
     min_runtime_lowered: tuple[str, ...] = ()
+    # host events left out with their hosts when the cluster was replaced (simulate
+    # --cluster): counted in the summary's ignored_host_events
+    dropped_host_events: int = 0

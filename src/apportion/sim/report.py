@@ -33,6 +33,7 @@ matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller, search
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 import pyarrow.csv as pacsv  # noqa: E402
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -40,6 +41,8 @@ from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
 from apportion.core import format_duration, plural  # noqa: E402
 
+from .engine import WORKLOAD_COLUMNS  # noqa: E402
+from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS  # noqa: E402
 from .metrics import PREEMPT_REASONS as REASONS  # noqa: E402
 
 MAX_POINTS = 1500  # per time series; longer runs are averaged into wider bins
@@ -95,9 +98,20 @@ class RunTables:
     missing: list[str] = field(default_factory=list)
 
 
+# The text columns of the tables run.py writes; all their other columns are numbers. Given
+# to the reader, so that a column with no value at all (no workload ever started: every
+# first_wait_s empty) is still read as numbers, NaN, and a text one as text.
+TEXT_COLUMNS = frozenset({"id", "budget", "team", "user", "legacy_priority", "status"})
+COLUMN_TYPES = {
+    name: pa.string() if name in TEXT_COLUMNS else pa.float64()
+    for name in (*WORKLOAD_COLUMNS, *BUDGET_HOUR_COLUMNS, *CLUSTER_HOUR_COLUMNS)
+}
+
+
 def read_table(path: Path) -> Columns:
     """A CSV as numpy columns (numbers as float with NaN for empty cells, text as str)."""
-    table = pacsv.read_csv(path)
+    table = pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(
+        column_types=COLUMN_TYPES))
     out: Columns = {}
     for name, col in zip(table.column_names, table.columns, strict=True):
         arr = col.to_numpy(zero_copy_only=False)

@@ -23,6 +23,7 @@ from .metrics import BUDGET_HOUR_COLUMNS, CLUSTER_HOUR_COLUMNS
 from .model import Scenario
 
 POLICIES = ("fairshare", "legacy")
+RUN_FILES = ("summary.json", "report.html")  # one per run, unlike the per-policy tables
 
 
 def make_policy(name: str, scenario: Scenario, sim: SimConfig) -> Policy:
@@ -68,6 +69,7 @@ def run_policies(
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
+        remove_run_files(out)
     for name in policies:
         engine = Engine(
             scenario, make_policy(name, scenario, sim), config, name=name, sim=sim, seed=seed,
@@ -120,20 +122,21 @@ def write_tables(out: Path, r: RunResult) -> None:
 
 def write_outputs(out: Path, results: Sequence[RunResult],
                   scenario: Scenario | None = None, tables: bool = True) -> None:
-    """The per-policy tables (unless ``tables`` is False: already written), report.html,
-    then summary.json, whose ``peak_memory_mb`` becomes the process's peak so far: every
-    run and every output, summary.json's own few kilobytes aside. A report writer that
-    cannot be imported is an error (``click.ClickException``), never a silent skip; the
-    tables and summary.json are written first."""
+    """The per-policy tables (unless ``tables`` is False: already written), summary.json,
+    report.html, then summary.json again, its ``peak_memory_mb`` now the process's peak
+    over every run and every output, summary.json's own few kilobytes aside. summary.json
+    comes first so that a report that fails leaves it beside the tables; a report writer
+    that cannot be imported is an error (``click.ClickException``), never a silent skip."""
     out.mkdir(parents=True, exist_ok=True)
     summaries = [r.summary for r in results]
     if tables:
+        remove_run_files(out)
         for r in results:
             write_tables(out, r)
+    write_summary(out, summaries)
     try:  # imported here: matplotlib is slow to load and only the report needs it
         report = importlib.import_module("apportion.sim.report")
     except ImportError as e:
-        write_summary(out, summaries)
         raise click.ClickException(
             f"{out / 'report.html'}: cannot write the report: {e} (the tables and "
             "summary.json are written; reinstall apportion with its dependencies)"
@@ -142,6 +145,13 @@ def write_outputs(out: Path, results: Sequence[RunResult],
         out, summaries, scenario_meta=scenario.meta if scenario is not None else None,
         reference=scenario is not None and shows_published_reference(scenario))
     write_summary(out, summaries)
+
+
+def remove_run_files(out: Path) -> None:
+    """Remove an earlier run's summary.json and report.html from ``out``: they would describe
+    that run beside this run's tables if this one stopped before writing its own."""
+    for name in RUN_FILES:
+        (out / name).unlink(missing_ok=True)
 
 
 def write_summary(out: Path, summaries: Sequence[dict[str, Any]]) -> None:
