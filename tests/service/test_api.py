@@ -692,6 +692,45 @@ def test_every_budget_change_is_audited(svc: Service) -> None:
     assert all(a["at"] > 0 for a in got)
 
 
+def test_audit_filters_by_actor_action_family_and_period(svc: Service) -> None:
+    """``actor``, ``action`` (one action, or a family: ``budget`` is every ``budget.*``) and
+    ``from``/``to`` (at or after / before, as report times are written) narrow the audit,
+    over the API and in ``apportion audit``; a name nobody has and no entry has is a 422
+    with the closest, a bad time names the parameter."""
+    svc.store.clock = svc.clock.now  # entries dated on the test's clock, as in a server
+    svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": 5})
+    svc.clock.advance(3600)
+    middle = svc.clock.now()
+    svc.call("PUT", "/v1/budgets/ai/llm/members", "dave", {"members": ["alice", "bob"]})
+    svc.clock.advance(3600)
+    svc.call("POST", "/v1/budgets", "carol", {"path": "ai/robotics", "weight": 2})
+
+    def got(query: str) -> list[tuple[str, str]]:
+        r = svc.call("GET", f"/v1/audit?{query}", "bob")
+        assert r.status_code == 200, r.text
+        return [(a["actor"], a["action"]) for a in r.json()][::-1]
+
+    assert got("actor=carol") == [("carol", "budget.weight"), ("carol", "budget.create")]
+    assert got("action=budget.members") == [("dave", "budget.members")]
+    assert got("action=budget&actor=dave") == [("dave", "budget.members")]
+    assert got(f"from={middle}&to={middle + 3600}") == [("dave", "budget.members")]
+    assert got("actor=alice") == []  # a user with no entries: none
+    for query, detail in [
+        ("actor=carl", "actor: no user and no entry by 'carl'; did you mean 'carol'?"),
+        ("action=budget.wieght", "action: no entry of 'budget.wieght'; did you mean "
+                                 "'budget.weight' or 'budget.create'?"),
+        ("action=budg", "action: no entry of 'budg'; did you mean 'budget'?"),
+        ("from=soon", "from: must be a date (2026-11-01), a date and time "
+                      "(2026-11-01T08:00), 'now' or a duration ago (30d), got 'soon'"),
+    ]:
+        r = svc.call("GET", f"/v1/audit?{query}", "bob")
+        assert (r.status_code, r.json()["detail"]) == (422, detail)
+    listed = cli(svc, "bob", "audit", "--actor", "carol", "--action", "budget",
+                 "--from", str(middle), "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [a["action"] for a in json.loads(listed.stdout)] == ["budget.create"]
+
+
 @pytest.mark.parametrize(("who", "method", "url", "body"), [
     ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 5}),
     ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob", "alice"]}),

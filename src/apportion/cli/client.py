@@ -677,16 +677,26 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 @click.option("--target", default=None,
               help="only entries about this budget/host/user/workload (5 or w-5: w-000005, "
                    "unless something of that very name has entries)")
+@click.option("--actor", default=None, help="only entries by this user (or scheduler)")
+@click.option("--action", default=None,
+              help="only this action (budget.set) or family (budget: every budget.*)")
+@click.option("--from", "start", default=None, metavar="WHEN",
+              help="only entries at or after: 2026-11-01, 2026-11-01T08:00, 30d (ago)")
+@click.option("--to", "end", default=None, metavar="WHEN", help="only entries before; as --from")
 @json_option
 @connection
-def audit(client: Client, limit: int, target: str | None, as_json: bool) -> None:
-    """Who changed what, when (newest first): the --limit newest entries."""
-    data, more = client.pages("/audit", {"target": target}, "before", AUDIT_PAGE, most=limit)
+def audit(client: Client, limit: int, target: str | None, actor: str | None,
+          action: str | None, start: str | None, end: str | None, as_json: bool) -> None:
+    """Who changed what, when (newest first): the --limit newest entries, of a target, by
+    an actor, of an action, in a period."""
+    query = {"actor": actor, "action": action, "from": start, "to": end}
+    data, more = client.pages("/audit", {"target": target, **query}, "before", AUDIT_PAGE,
+                              most=limit)
     wid = workload_id(target) if target else None
     if not data and wid is not None and wid != target:
         # a short workload id: budgets, hosts and users may be named "5" or "w-5" too, so
         # it is read as a workload's only when nothing of that very name has entries
-        data, more = client.pages("/audit", {"target": wid}, "before", AUDIT_PAGE,
+        data, more = client.pages("/audit", {"target": wid, **query}, "before", AUDIT_PAGE,
                                   most=limit)
     if more:
         click.echo(f"the {limit} newest entries; older ones left out (raise --limit)",

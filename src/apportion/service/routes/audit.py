@@ -7,11 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from apportion import __version__
+from apportion.core.names import did_you_mean
 
 from .. import validation as v
+from ..accounting import ReportError, parse_time
 from ..auth import Principal
 from ..replies import AuditEntry, Health
-from .context import NEXT_PAGE, V1, Api, next_page
+from .context import NEXT_PAGE, V1, Api, fail, next_page
 
 
 def router(api: Api) -> APIRouter:
@@ -28,14 +30,40 @@ def router(api: Api) -> APIRouter:
         response: Response,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
         target: str | None = None,
+        actor: Annotated[str | None, Query(description="only entries by this user (or "
+                                                       "scheduler, config)")] = None,
+        action: Annotated[str | None, Query(description="only this action (budget.set) or "
+                                                        "family (budget: every budget.*)")
+                          ] = None,
+        from_: Annotated[str | None, Query(alias="from", description="only entries at or "
+                                           "after: 2026-11-01, 30d (ago), epoch s")] = None,
+        to: Annotated[str | None, Query(description="only entries before; like from")
+                      ] = None,
         before: Annotated[int | None, Query(
             ge=1, le=v.MAX_ID,
             description="an entry's id: only older entries (the next page's cursor)",
         )] = None,
     ) -> list[AuditEntry]:
-        """Audit entries, newest first: who changed what, when, old -> new. With more than
-        ``limit``, a ``Link`` header names the next page."""
-        rows = store.audit(limit=limit + 1, target=target, before_id=before)
+        """Audit entries, newest first: who changed what, when, old -> new; of a target, by
+        an actor, of an action or family, in a period. With more than ``limit``, a ``Link``
+        header names the next page."""
+        actors, actions = store.audit_names()
+        known = actors | {u.name for u in store.users()}
+        if actor and actor not in known:
+            raise fail(422, f"actor: no user and no entry by {actor!r}"
+                            + did_you_mean(actor, known, quote=True))
+        families = actions | {a.partition(".")[0] for a in actions}
+        if action and action not in families:
+            raise fail(422, f"action: no entry of {action!r}"
+                            + did_you_mean(action, families, quote=True))
+        now = api.now()
+        try:
+            since = None if from_ is None else parse_time(from_, "from", now)
+            until = None if to is None else parse_time(to, "to", now)
+        except ReportError as e:
+            raise fail(422, str(e)) from None
+        rows = store.audit(limit=limit + 1, target=target, before_id=before, actor=actor,
+                           action=action, since=since, until=until)
         if len(rows) > limit:  # one more than asked for: there are older ones
             rows = rows[:limit]
             next_page(request, response, "before", rows[-1].id)

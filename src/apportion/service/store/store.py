@@ -1386,6 +1386,13 @@ class Store:
         with self._tx() as s:
             self._audit(s, actor, action, target, old, new)
 
+    def audit_names(self) -> tuple[set[str], set[str]]:
+        """Every actor and every action the audit has an entry of."""
+        with self._tx(write=False) as s:
+            actors = set(s.scalars(select(AuditModel.actor).distinct()))
+            actions = set(s.scalars(select(AuditModel.action).distinct()))
+            return actors, actions
+
     def audit_of(self, action: str) -> list[AuditRow]:
         """Every audit entry of ``action``, oldest first."""
         with self._tx(write=False) as s:
@@ -1395,16 +1402,28 @@ class Store:
 
     def audit(
         self, limit: int = 100, target: str | None = None, after_id: int = 0,
-        before_id: int | None = None,
+        before_id: int | None = None, actor: str | None = None, action: str | None = None,
+        since: float | None = None, until: float | None = None,
     ) -> list[AuditRow]:
         """Audit entries, newest first (``after_id``: only entries with a larger id;
-        ``before_id``: only those with a smaller one, the next page of a list)."""
+        ``before_id``: only those with a smaller one, the next page of a list), of
+        ``target``, by ``actor``, of ``action`` (``budget.set``, or a family: ``budget``
+        is every ``budget.*``), at or after ``since`` and before ``until``."""
         with self._tx(write=False) as s:
             q = select(AuditModel).where(AuditModel.id > after_id)
             if before_id is not None:
                 q = q.where(AuditModel.id < before_id)
             if target:
                 q = q.where(AuditModel.target == target)
+            if actor:
+                q = q.where(AuditModel.actor == actor)
+            if action:
+                q = q.where((AuditModel.action == action)
+                            | AuditModel.action.startswith(action + ".", autoescape=True))
+            if since is not None:
+                q = q.where(AuditModel.at >= since)
+            if until is not None:
+                q = q.where(AuditModel.at < until)
             return [
                 AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
                 for a in s.scalars(q.order_by(AuditModel.id.desc()).limit(limit))
