@@ -352,7 +352,8 @@ def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_hos
     """--cluster 10x8 on the seed scenario: stderr says its workload is sized for 1,024
     GPUs and which --size fits the 80 GPUs, and how many host events (those of its hosts
     h010 and up) were dropped, which summary.json counts in ignored_host_events. With
-    --size 80 the scenario is built on hosts h000-h009 itself: nothing to say."""
+    --size 80 the scenario is built on hosts h000-h009 itself: nothing to say. The report's
+    Scenario table counts the 10 hosts and the host events replayed, not the 128 hosts'."""
     events = seed_scenario(days=1, size=1024).host_events
     dropped = sum(1 for e in events if int(e.host[1:]) >= 10)
     assert dropped  # the check below means something
@@ -367,6 +368,11 @@ def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_hos
         "GPUs here give --size 80 to scale it\n" + dropped_line)
     (s,) = json.loads((tmp_path / "summary.json").read_text())
     assert s["ignored_host_events"] == dropped
+    kept = [e for e in events if int(e.host[1:]) < 10]  # the report's Scenario table: these
+    scenario = (tmp_path / "report.html").read_text().split("<h2>Scenario</h2>", 1)[1]
+    for key, value in (("hosts", 10), ("host_failures", sum(e.kind.name == "FAIL" for e in kept)),
+                       ("host_drains", sum(e.kind.name == "UNHEALTHY" for e in kept))):
+        assert f"<tr><th>{key}</th><td>{value}</td></tr>" in scenario, key
     scaled = CliRunner().invoke(main, [*args, "--size", "80"])
     assert scaled.exit_code == 0, scaled.output
     assert scaled.stderr == ""

@@ -27,7 +27,7 @@ from apportion.core import (
 )
 from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
-from apportion.sim.model import Pools, Scenario
+from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario
 
 from .numbers import MAX_DAYS, days_option
 from .paths import OUTPUT_DIR, output_dir
@@ -375,9 +375,18 @@ def build_scenario(
         dropped = len(sc.host_events) - len(kept)
         if warn:
             _warn_replaced_cluster(sc, hosts, dropped)
+        # the report's Scenario table counts the hosts and host events that are replayed
+        counted = {k: v for k, v in (("hosts", len(hosts)),
+                                     ("host_failures", _count(kept, HostEventKind.FAIL)),
+                                     ("host_drains", _count(kept, HostEventKind.UNHEALTHY)))
+                   if k in sc.meta}
         sc = dataclasses.replace(sc, hosts=hosts, host_events=kept, pools=pools,
-                                 dropped_host_events=dropped)
+                                 dropped_host_events=dropped, meta={**sc.meta, **counted})
     return _fleet_checked(sc)
+
+
+def _count(events: tuple[HostEvent, ...], kind: HostEventKind) -> int:
+    return sum(e.kind is kind for e in events)
 
 
 def _warn_replaced_cluster(sc: Scenario, hosts: tuple[Host, ...], dropped: int) -> None:
