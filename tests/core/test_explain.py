@@ -189,6 +189,29 @@ def test_unallocated_victim_is_preempted_at_once() -> None:
     assert e.earliest_start == 2000.0
 
 
+def test_work_still_stopping_from_an_earlier_pass_is_named_with_its_grace_end() -> None:
+    """Once the pass that preempted u1 for a1 is applied (u1 stopping, h1 reserved for a1),
+    a later pass still has a1 waiting for u1 to exit: ``freeing`` names u1 and ``freed_by``
+    its grace end (given by the driver), the text says so, and it does not claim a1 waits
+    for the rebalance rules to let it displace anything."""
+    st = cluster()
+    run(st, "u1", "q/b", 8, 0, 1000)
+    queue(st, "a1", "p/a", 4, 600, 1900)
+    d = decide(st, 2000.0, CFG)
+    assert [(p.workload, p.by) for p in d.preemptions] == [("u1", "a1")]
+    st.mark_stopping("u1")
+    for r in d.reservations:
+        st.reserve(r.workload, r.hosts)
+    e = explain(st, 2030.0, CFG, "a1", grace_ends={"u1": 2120.0})
+    assert e.wait_reason is WaitReason.WAITING_FOR_PREEMPTION
+    assert (e.preempting, e.freeing, e.freed_by) == ((), ("u1",), 2120.0)
+    text = e.lines()
+    assert "u1 is stopping on the hosts being freed for it (its grace ends in 1 min 30 s)" in text
+    assert not [line for line in text if "rebalance rules" in line]
+    assert "u1 is stopping on the hosts being freed for it" in explain(st, 2030.0, CFG,
+                                                                       "a1").lines()
+
+
 def test_too_large_has_no_estimate() -> None:
     """With one of two hosts draining, 16 GPUs cannot fit: no start estimate, and the
     caveat counts the healthy GPUs and names the host that is not healthy, in its state."""

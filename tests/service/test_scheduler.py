@@ -17,6 +17,7 @@ from store_db import BACKENDS
 from apportion.core import CoreError, HostState, PolicyConfig, Status
 from apportion.service.dashboard import explain_workload
 from apportion.service.executor import AttemptState, InventoryHost, Observation
+from apportion.service.replies import WhyExplanation
 from apportion.service.store import Store, StoreUnavailable, WorkloadRow
 from apportion.times import format_time
 
@@ -147,6 +148,29 @@ def test_preemptor_waits_for_victims_to_exit(tmp_path: Path) -> None:
     assert env.sched.queue_view().pending[0].wait_reason == "waiting_for_preemption"
     assert env.at(30.0) == [f"30.000 start {alloc} on h0:8"]
     assert env.store.get_workload(free).attempts[0].gpu_seconds == 8 * 30.0
+    env.store.close()
+
+
+def test_why_names_the_victim_still_in_its_grace_and_when_it_is_killed(
+    tmp_path: Path,
+) -> None:
+    """A pass after the one that preempted a victim ignoring SIGTERM (grace 120 s): ``why``
+    of its preemptor names the victim as ``freeing`` with its kill time (the stop's time plus
+    the grace) and says so, and never that it waits for the rebalance rules."""
+    env = make_env("sqlite", tmp_path, grace_s=120.0, term_delays={})
+    free = env.submit(budget="ai/vision", gpus=8, min_runtime=0.0, resumable=True)
+    env.executor.term_delays[free] = 1000.0  # ignores SIGTERM
+    env.at(0.0)
+    alloc = env.submit(budget="ai/llm", gpus=8)
+    assert env.at(10.0) == [f"10.000 preempt {free} unallocated requeue=True by={alloc}"]
+    env.at(40.0)
+    why = explain_workload(env.store, env.sched, alloc)
+    assert isinstance(why, WhyExplanation)
+    assert (why.wait_reason, why.preempting, why.freeing, why.freed_by) == (
+        "waiting_for_preemption", [], [free], 130.0)
+    assert (f"{free} is stopping on the hosts being freed for it (its grace ends at "
+            f"{format_time(130.0, UTC)} (in 1 min 30 s))") in why.text
+    assert not [line for line in why.text if "rebalance rules" in line]
     env.store.close()
 
 

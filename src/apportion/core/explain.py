@@ -37,7 +37,7 @@ rules apply); a drain of its hosts waits for its minimum runtime only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -122,6 +122,9 @@ class Explanation:
     wait_reason: WaitReason | None = None
     starts_now: bool = False  # the next pass starts it (placement below)
     preempting: tuple[str, ...] = ()  # victims the pass stops for it right now
+    # stopped by an earlier pass: the stopping work on the hosts being freed for it
+    freeing: tuple[str, ...] = ()
+    freed_by: float | None = None  # the last of ``freeing``'s grace ends, if the driver knows
     awaiting: tuple[str, ...] = ()  # victims it waits to checkpoint before preempting them
     plan_hosts: tuple[str, ...] = ()
     victims: tuple[Victim, ...] = ()
@@ -174,6 +177,8 @@ class Explanation:
             "wait_reason": self.wait_reason.value if self.wait_reason else None,
             "starts_now": self.starts_now,
             "preempting": list(self.preempting),
+            "freeing": list(self.freeing),
+            "freed_by": self.freed_by,
             "awaiting": list(self.awaiting),
             "plan_hosts": list(self.plan_hosts),
             "victims": [
@@ -209,12 +214,15 @@ class Explanation:
 
 
 def explain(
-    state: ClusterState, now: float, config: PolicyConfig, workload_id: str, pool: str = ""
+    state: ClusterState, now: float, config: PolicyConfig, workload_id: str, pool: str = "",
+    grace_ends: Mapping[str, float] | None = None,
 ) -> Explanation:
     """Explain ``workload_id`` (pending or running) at ``now``. Raises :class:`CoreError`
     if the state holds no such workload (finished, cancelled or unknown). ``pool``: the
     name of the pool ``state`` is, given when the fleet has several: what is said of "all
-    healthy hosts" is then said of that pool's, not of the fleet's. Pure."""
+    healthy hosts" is then said of that pool's, not of the fleet's. ``grace_ends``: when
+    the driver kills each stopping workload that has not exited (the core has no grace
+    period), if it knows. Pure."""
     pas = Pass(state, now, config)  # only for its ratios and rules: never run
     rules = pas.rules
     r = state.running.get(workload_id)
@@ -295,8 +303,13 @@ def explain(
     reason = d.waiting.get(workload_id, WaitReason.NO_CAPACITY)
     preempting = tuple(pr.workload for pr in d.preemptions if pr.by == workload_id)
     if reason is WaitReason.WAITING_FOR_PREEMPTION:
+        freeing = () if preempting else _freeing(state, d, workload_id)
+        known = grace_ends or {}
+        freed_by = (max(known[w] for w in freeing)
+                    if freeing and all(w in known for w in freeing) else None)
         return _replace(
-            base, wait_reason=reason, preempting=preempting, earliest_start=now,
+            base, wait_reason=reason, preempting=preempting, freeing=freeing,
+            freed_by=freed_by, earliest_start=now,
             caveats=("starts once the preempted work has exited (its grace period)",),
         )
     # what only the victim size bound holds back: the moment it lifts is one to look at
@@ -558,6 +571,13 @@ def _implicitly_ahead(state: ClusterState, spec: WorkloadSpec) -> list[str]:
     return ahead
 
 
+def _freeing(state: ClusterState, d: Decisions, workload_id: str) -> tuple[str, ...]:
+    """The stopping work on the hosts an earlier pass's preemptions are freeing for
+    ``workload_id`` (its reservation, as this pass keeps it): what it waits to exit."""
+    hosts = next((r.hosts for r in d.reservations if r.workload == workload_id), ())
+    return tuple(sorted({w for h in hosts for w in state.on_host[h] if w in state.stopping}))
+
+
 class _AnyVictimView(HostView):
     """A host view whose victim candidates include protected work: to show what a
     workload would need to displace if protection and the rules allowed it."""
@@ -772,13 +792,23 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         out.append(f"waiting: {_REASONS[e.wait_reason]}")
     if e.preempting:
         out.append("preempting " + ", ".join(e.preempting))
+    if e.freeing:
+        one = len(e.freeing) == 1
+        line = (f"{', '.join(e.freeing)} {'is' if one else 'are'} stopping on the hosts being "
+                "freed for it")
+        if e.freed_by is not None and e.freed_by > e.now:
+            line += f" ({'its grace' if one else 'the last grace'} ends {at(e.freed_by)})"
+        elif e.freed_by is not None:
+            line += f" ({'its' if one else 'their'} grace is over: killed now)"
+        out.append(line)
     for v in e.victims:
         state = (f"protected for another {format_duration(v.protected_until - e.now)}"
                  if v.protected else "not protected")
         rule = "" if v.rules_allow else ", rules do not allow it now"
         out.append(f"would displace {v.id} ({v.budget}, {plural(v.gpus, 'GPU')}): "
                    f"{state}{rule}")
-    if e.earliest_start is not None and not e.preempting:
+    # waiting for preempted work: the stopping work is named above, whatever pass stopped it
+    if e.earliest_start is not None and e.wait_reason is not WaitReason.WAITING_FOR_PREEMPTION:
         if e.earliest_start > e.now:
             label = " (a lower bound)" if e.lower_bound else ""
             out.append(f"could start {at(e.earliest_start)} at the earliest{label}")

@@ -131,7 +131,8 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
         pool = st.runs_in(workload_id) or st.waits_in(workload_id)[0]
         try:
             e = explain(st.pools[pool], now, pool_config(st, pool, scheduler.config),
-                        workload_id, pool if len(st.pools) > 1 else "")
+                        workload_id, pool if len(st.pools) > 1 else "",
+                        scheduler.grace_ends())
             # another kind (or cluster) that would start it now, for work that waits
             hints = advice(st, now, scheduler.config, workload_id) \
                 if workload_id in st.pending else []

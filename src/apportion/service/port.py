@@ -117,5 +117,10 @@ class SchedulerPort(Protocol):
         it (None: it is not held)."""
         ...
 
+    def grace_ends(self) -> dict[str, float]:
+        """Stopping work -> when it is killed if it has not exited: its stop's time plus
+        the grace period."""
+        ...
+
 
 __all__ = ["PassListener", "SchedulerPort"]

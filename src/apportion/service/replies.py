@@ -433,6 +433,8 @@ class WhyExplanation(Reply):
     wait_reason: str | None
     starts_now: bool
     preempting: list[str]
+    freeing: list[str]  # stopped by an earlier pass, on the hosts being freed for it
+    freed_by: float | None  # when the last of them is killed if it has not exited
     awaiting: list[str]  # victims it waits for to checkpoint before they are preempted
     plan_hosts: list[str]
     victims: list[WhyVictim]

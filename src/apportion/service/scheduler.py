@@ -545,6 +545,13 @@ class Scheduler:
                 return None
             return self._hold_reason.get(workload_id, "held")
 
+    def grace_ends(self) -> dict[str, float]:
+        """Stopping work -> when it is killed if it has not exited (SIGKILL at its stop's
+        time plus the grace period, as :meth:`_send_stop` sends it)."""
+        with self.lock:
+            return {w: a.stop_issued_at + self.grace_s for w, a in self._open.items()
+                    if a.stop_issued_at is not None}
+
     def why(self, workload_id: str) -> dict[str, Any] | None:
         """Why a workload waits, or until when it is protected; None if not active."""
         view = self.queue_view()
