@@ -640,6 +640,29 @@ def test_host_commands(server: Server) -> None:
     assert "h2" in run(server, "root", "hosts", "list").stdout
 
 
+def test_a_drain_reason_with_control_and_bidi_characters_is_listed_escaped(
+    server: Server,
+) -> None:
+    """A drain reason holding ESC, BEL, a newline, a right-to-left override (U+202E) and a
+    right-to-left mark (U+200F) is printed by ``hosts list`` with each of them escaped
+    (``\\x1b``, ``\\u202e``), and by ``audit`` in its JSON escapes (``\\u001b``), never
+    as they are: it cannot colour the admin's terminal, forge a line or show reversed."""
+    reason = "bad\x1b[31mRED\x07 line2\nline3 \u202eevil\u200f"
+    try:
+        assert run(server, "root", "hosts", "drain", "h2", "--reason", reason).exit_code == 0
+        for args, escaped in (
+            (("hosts", "list"), "bad\\x1b[31mRED\\x07 line2\\nline3 \\u202eevil\\u200f"),
+            (("audit", "--target", "h2", "--limit", "1"),
+             "bad\\u001b[31mRED\\u0007 line2\\nline3 \\u202eevil\\u200f"),
+        ):
+            out = run(server, "root", *args)
+            assert out.exit_code == 0, out.output
+            assert escaped in out.stdout, (args, out.stdout)
+            assert not set(out.stdout) & set("\x1b\x07\u202e\u200f"), args
+    finally:
+        run(server, "root", "hosts", "repair", "h2")
+
+
 def test_draining_a_host_already_in_repair_says_so_and_changes_nothing(
     server: Server,
 ) -> None:

@@ -445,6 +445,25 @@ def test_the_header_fits_a_phone_screen(served: Served, page: Any) -> None:
     _shot(page, "dashboard-phone.png")
 
 
+def test_user_text_shows_its_control_and_bidi_characters_escaped(
+    served: Served, page: Any,
+) -> None:
+    """The page's ``esc``, through which it writes every text a user chose (reasons, names,
+    commands), shows ESC, BEL, a newline, a right-to-left override (U+202E), a
+    right-to-left mark (U+200F) and an isolate (U+2066) as the CLI writes them
+    (``\\x1b``, ``\\u202e``), not as boxes nor as text turned around; other letters as they
+    are."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+    shown = page.evaluate("""(text) => {
+        const el = document.createElement("span");
+        el.innerHTML = esc(text);
+        document.body.append(el);
+        return el.innerText;
+    }""", "bad\x1b[31mRED\x07 line2\nline3 \u202eevil\u200f \u2066é<b>")
+    assert shown == "bad\\x1b[31mRED\\x07 line2\\nline3 \\u202eevil\\u200f \\u2066é<b>"
+
+
 def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     served: Served, page: Any, sim_run: Path
 ) -> None:

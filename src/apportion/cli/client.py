@@ -654,7 +654,8 @@ def hosts_drain(client: Client, name: str, reason: str) -> None:
     """Drain a host: no new work; it empties as protections end, then goes to repair."""
     h = client.reply(Host, "POST", f"/hosts/{name}/drain", {"reason": reason})
     if h.state in ("repair", "down"):
-        click.echo(f"{h.name}: {h.state} already ({h.reason or 'no reason given'}): it takes "
+        click.echo(f"{h.name}: {h.state} already "
+                   f"({escape_controls(h.reason) or 'no reason given'}): it takes "
                    f"no work; apportion hosts repair {h.name} puts it back in service")
         return
     click.echo(f"{h.name}: {h.state}")

@@ -11,8 +11,22 @@ let usage = null;
 let last = null;
 let me = null; // the token's user (/v1/dashboard/controls): their own work is always listed
 
+// Control and format characters (ESC, BEL, newlines; the bidirectional overrides and
+// isolates, zero-width marks) shown as the CLI writes them (apportion/text.py): a user's
+// text cannot hide in boxes, break a line or read reversed.
+const PY_ESCAPES = { "\n": "\\n", "\t": "\\t", "\r": "\\r" };
+
+function escapeControls(s) {
+  return s.replace(/[\p{Cc}\p{Cf}]/gu, (c) => {
+    if (PY_ESCAPES[c]) return PY_ESCAPES[c];
+    const n = c.codePointAt(0);
+    const [p, w] = n < 0x100 ? ["x", 2] : n < 0x10000 ? ["u", 4] : ["U", 8];
+    return "\\" + p + n.toString(16).padStart(w, "0");
+  });
+}
+
 function esc(v) {
-  return String(v ?? "").replace(/[&<>"']/g, (c) => (
+  return escapeControls(String(v ?? "")).replace(/[&<>"']/g, (c) => (
     { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
