@@ -464,6 +464,30 @@ def test_user_text_shows_its_control_and_bidi_characters_escaped(
     assert shown == "bad\\x1b[31mRED\\x07 line2\\nline3 \\u202eevil\\u200f \\u2066é<b>"
 
 
+def test_the_why_panel_wraps_to_a_phone_screen(served: Served, page: Any) -> None:
+    """At 375 px wide, the waiting workload's why sentences wrap to the screen's width (each
+    within it), although the queue table they open in is wider and scrolls sideways (they
+    wrapped at the table's width and ran off the screen)."""
+    width = 375
+    waiting = served.ids["waiting"]
+    page.set_viewport_size({"width": width, "height": 780})
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.click(f'#queue tbody tr[data-id="{waiting}"]', timeout=WAIT_MS)
+    page.wait_for_selector(f'#queue tr.why[data-why="{waiting}"] li:has-text("at the earliest")',
+                           timeout=WAIT_MS)
+    table = page.locator("#queue table").bounding_box()
+    assert table is not None and table["width"] > width  # the table itself scrolls
+    page.locator(f'#queue tr.why[data-why="{waiting}"]').scroll_into_view_if_needed()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "dashboard-why-phone.png"))
+    lines = page.locator(f'#queue tr.why[data-why="{waiting}"] li')
+    assert lines.count() > 3
+    for i in range(lines.count()):
+        box = lines.nth(i).bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, (
+            lines.nth(i).inner_text(), box)
+
+
 def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     served: Served, page: Any, sim_run: Path
 ) -> None:

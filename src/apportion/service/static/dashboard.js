@@ -170,7 +170,7 @@ function renderQueue(s) {
     const why = expanded.get(p.id);
     if (why) {
       const body = why.lines ? why.lines.map((l) => `<li>${esc(l)}</li>`).join("") : "<li>loading...</li>";
-      html += `<tr class="why" data-why="${esc(p.id)}"><td></td><td colspan="8"><ul class="why-lines">${body}</ul></td></tr>`;
+      html += `<tr class="why" data-why="${esc(p.id)}"><td colspan="9"><ul class="why-lines">${body}</ul></td></tr>`;
     }
     return html;
   }).join("");
