@@ -268,6 +268,48 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     assert audit[0][1:4] == ["carol", "budget.weight", "ai/vision"]
 
 
+def _outside(pg: Any, cells: str, right: float) -> list[str]:
+    """The texts of the ``cells`` whose box ends right of ``right`` (or starts left of 0)."""
+    out: list[str] = pg.eval_on_selector_all(cells, """(cs, right) => cs.filter((c) => {
+        const b = c.getBoundingClientRect();
+        return b.left < 0 || b.right > right + 0.5;
+    }).map((c) => c.innerText.trim())""", right)
+    return out
+
+
+def test_the_preview_table_fits_a_desktop_and_shows_its_first_figures_on_a_phone(
+    live: Live, page: Any,  # noqa: F811 (page)
+) -> None:
+    """At 1440 px every column of the preview's table is inside its panel (the preemptions
+    were cut off at the right: the first column took the width of the overall row's long
+    label, which now wraps), and so is its heading's "Change a weight:"; at 375 px the
+    budget, its weight and the first current/proposed pair (attainment) are on the screen
+    (only the budget column was)."""
+    _open(page, live, "carol")
+    page.click('#budgets button[data-edit="ai/llm"]', timeout=WAIT_MS)
+    page.fill("#we-weight", "3")
+    with page.expect_response(lambda r: r.url.endswith("/v1/whatif"), timeout=REPLAY_MS):
+        page.click("#we-preview")
+    page.wait_for_selector("#we-result:not([hidden])", timeout=WAIT_MS)
+    panel = page.locator("#weight-editor").bounding_box()
+    assert panel is not None
+    assert _outside(page, "#we-table th, #we-table td", panel["x"] + panel["width"]) == []
+    page.locator("#weight-editor").screenshot(path=str(SHOTS / "dashboard-preview-desktop.png"))
+
+    page.set_viewport_size({"width": 375, "height": 780})
+    first = ("#we-table :is(tbody, tfoot) tr > :nth-child(-n+4):not([colspan]), "
+             "#we-table thead tr:first-child > :nth-child(-n+3), "
+             "#we-table thead tr:last-child > :nth-child(-n+2)")
+    assert _outside(page, first, 375) == []
+    heading = page.locator("#weight-editor > h2").bounding_box()
+    assert heading is not None and heading["x"] + heading["width"] <= 375
+    assert page.evaluate("""() => { const r = document.createRange();
+        r.selectNodeContents(document.querySelector("#weight-editor > h2").firstChild);
+        return r.getClientRects().length; }""") == 1  # "Change a weight:" on one line
+    page.locator("#we-table").scroll_into_view_if_needed()
+    page.screenshot(path=str(SHOTS / "dashboard-preview-phone.png"))
+
+
 def test_preview_errors_are_shown_on_the_page(live: Live, page: Any) -> None:  # noqa: F811 (page)
     """Nothing to replay (the last day has no submission: the history ended a day ago), a
     weight of 0, and an empty weight each give a message on the page in the server's (or the
