@@ -488,6 +488,33 @@ def test_the_why_panel_wraps_to_a_phone_screen(served: Served, page: Any) -> Non
             lines.nth(i).inner_text(), box)
 
 
+def test_a_draining_host_past_its_protections_says_it_ended_not_that_it_ends_in_0s(
+    served: Served, page: Any,
+) -> None:
+    """A draining host's progress, as the page writes it from ``/v1/dashboard/state``: with
+    protection left, when the last ends; once none is left (its ``last_protection_end`` is
+    the state's ``now``), that protection ended, how many are stopping (their grace) and how
+    many the next pass stops; never "last protection ends in 0s"."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#who-name:has-text("signed in as bob")', timeout=WAIT_MS)
+
+    def progress(workloads: int, stopping: int, last_protection_end: float) -> str:
+        host = {"name": "h9", "gpus": 8, "used": 8, "state": "draining", "reason": "fan",
+                "workloads": [f"w-{i}" for i in range(workloads)], "stopping": stopping,
+                "last_protection_end": last_protection_end}
+        said: str = page.evaluate("""(h) => {  // drawn and read before the next poll redraws
+            renderHosts({now: 1000, hosts: [h]});
+            return document.querySelector('#hosts tr[data-host="h9"] td:nth-child(4)').innerText;
+        }""", host)
+        return said
+
+    assert progress(2, 1, 1600.0) == "2 workloads left, 1 stopping; last protection ends in 10m"
+    assert progress(2, 2, 1000.0) == "2 workloads left; protection ended; 2 stopping (grace)"
+    assert progress(2, 1, 1000.0) == ("2 workloads left; protection ended; 1 stopping (grace); "
+                                      "1 stopped on the next pass")
+    assert progress(0, 0, 1000.0) == "empty: going to repair"
+
+
 def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     served: Served, page: Any, sim_run: Path
 ) -> None:

@@ -197,6 +197,21 @@ function renderRunning(s) {
   listedNote("#running-note", s.running.length, s.cluster.running);
 }
 
+// A draining host's progress. Its last protection end is now once none is left (the
+// server's max(now, ...)): then what is left is stopping, or is stopped on the next pass.
+function drainProgress(h, now) {
+  const n = h.workloads.length;
+  if (n === 0) return "empty: going to repair";
+  const left = `${n} workload${n > 1 ? "s" : ""} left`;
+  if (h.last_protection_end > now) {
+    return left + (h.stopping ? `, ${h.stopping} stopping` : "") +
+      `; last protection ends in ${dur(h.last_protection_end - now)}`;
+  }
+  const next = n - h.stopping;
+  return left + "; protection ended" + (h.stopping ? `; ${h.stopping} stopping (grace)` : "") +
+    (next ? `; ${next} stopped on the next pass` : "");
+}
+
 function renderHosts(s) {
   // several pools: a heading row per pool (the hosts come grouped by pool)
   const pools = new Set(s.hosts.map((h) => h.pool));
@@ -212,13 +227,7 @@ function renderHosts(s) {
         `<span class="muted">${mine.length} host${mine.length > 1 ? "s" : ""}, ${used} / ${gpus} GPUs used</span></th></tr>`;
     }
     const w = h.gpus ? (100 * h.used) / h.gpus : 0;
-    let drain = '<span class="muted">-</span>';
-    if (h.state === "draining") {
-      const n = h.workloads.length;
-      drain = n === 0 ? "empty: going to repair" :
-        `${n} workload${n > 1 ? "s" : ""} left` + (h.stopping ? `, ${h.stopping} stopping` : "") +
-        (h.last_protection_end !== null ? `; last protection ends in ${dur(h.last_protection_end - s.now)}` : "");
-    }
+    const drain = h.state === "draining" ? drainProgress(h, s.now) : '<span class="muted">-</span>';
     return head + `<tr data-host="${esc(h.name)}" data-pool="${esc(h.pool)}"><td class="mono">${esc(h.name)}</td>` +
       `<td><span class="badge ${esc(h.state)}">${esc(h.state)}</span></td>` +
       `<td><span class="gpubar"><span style="width:${w}%"></span></span>${h.used} / ${h.gpus}</td>` +
