@@ -127,6 +127,7 @@ def period(history: History) -> dict[str, Any]:
     """What the replayed period held (whatif's ``period``; the first line of export-trace
     and whatif)."""
     return {"start": history.start, "end": history.end, "days": days(history),
+            "first_submission": history.origin,
             "workloads": len(history.jobs), "host_events": len(history.host_events),
             "running_at_end": history.running_at_end, "waiting_at_end": history.waiting_at_end,
             "cancelled_unstarted": history.cancelled_unstarted,

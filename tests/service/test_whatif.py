@@ -22,7 +22,7 @@ from alembic.config import Config
 from server_proc import Server, free_port, write_config
 from sqlalchemy import text
 
-from apportion.cli.whatif import _summary_line
+from apportion.cli.whatif import _summary_line, format_pools
 from apportion.core import BudgetTree, HostState, format_amount
 from apportion.history import read_history
 from apportion.service.clock import FakeClock
@@ -201,6 +201,24 @@ def test_the_period_line_writes_its_times_in_the_clients_zone(
     assert _summary_line(period).startswith(
         "3 workloads submitted from 2026-12-06 05:30:00+05:30 to 2026-12-07 05:30:00+05:30 "
         "(1 still running at the end")
+
+
+def test_pool_occupancy_is_labelled_the_replays_with_why_it_can_exceed_100_percent() -> None:
+    """A pool's occupancy in whatif's text is labelled the replay's, and when the period had
+    host events (a drain) a note under the pools says why it can exceed 100% (work still
+    running on a draining host counts as assigned while the host is not healthy) and that
+    report usage leaves that work out; without host events there is no note."""
+    side = {"occupancy": 1.088, "delivered_gpu_hours": 10.0, "attainment": 0.9,
+            "wait_p50_s": 60.0, "preemptions": 1}
+    pool = {"pool": "east/H100", "gpus": 32, "current": side, "proposed": side, "budgets": []}
+    drained = format_pools({"period": {"host_events": 1}, "pools": [pool]})
+    assert drained[0].startswith("pool east/H100 (32 GPUs): replay occupancy 108.8% -> 108.8%")
+    assert drained[-1] == (
+        "replay occupancy: assigned GPUs over healthy GPUs, as the simulator counts them; work "
+        "still running on draining hosts counts as assigned while the host is not healthy: "
+        "this can exceed 100%; apportion report usage leaves it out of both")
+    assert format_pools({"period": {"host_events": 0}, "pools": [pool]}) == drained[:1]
+    assert format_pools({"period": {"host_events": 1}}) == []
 
 
 def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
@@ -728,7 +746,7 @@ def test_pooled_whatif_shows_where_a_weight_change_moves_the_work(pooled: Live,
     at = next(i for i, line in enumerate(lines) if line.startswith("overall: "))
     blocks = [line for line in lines[at + 1:] if line.startswith("pool ")]
     assert [b.split()[1] for b in blocks] == ["east/H100", "west/B200"]
-    assert blocks[0].startswith("pool east/H100 (16 GPUs): occupancy ")
+    assert blocks[0].startswith("pool east/H100 (16 GPUs): replay occupancy ")
     head = lines.index(blocks[0]) + 1
     assert lines[head].split() == ["budget", "attainment", "delivered", "GPU-h", "wait",
                                    "p50", "preemptions"]

@@ -93,6 +93,14 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
         store.close()
 
 
+OCCUPANCY_NOTE = (
+    "replay occupancy: assigned GPUs over healthy GPUs, as the simulator counts them; work "
+    "still running on draining hosts counts as assigned while the host is not healthy: this "
+    "can exceed 100%; apportion report usage leaves it out of both")
+"""Said under a replay's pool occupancies when its period had host events (a drain among
+them): the replay's occupancy is not the live report's (docs/simulator.md)."""
+
+
 def _summary_line(period: dict[str, Any]) -> str:
     """The first line of export-trace and whatif: what the period held and how it is
     replayed (``period`` as in whatif's JSON), its times in this machine's zone."""
@@ -195,7 +203,8 @@ def format_pool(pool: dict[str, Any]) -> str:
     """One pool of a several-pool what-if: a line of the pool's figures, then its budget
     nodes' (current -> proposed)."""
     c, p = pool["current"], pool["proposed"]
-    head = (f"pool {pool['pool']} ({pool['gpus']:,} GPUs): occupancy {_pct(c['occupancy'])} "
+    head = (f"pool {pool['pool']} ({pool['gpus']:,} GPUs): replay occupancy "
+            f"{_pct(c['occupancy'])} "
             f"-> {_pct(p['occupancy'])}, delivered {_delivered(c, p)} GPU-h, attainment "
             f"{_pct(c['attainment'])} -> "
             f"{_pct(p['attainment'])}, wait p50 {_dur(c['wait_p50_s'])} -> "
@@ -213,6 +222,14 @@ def format_pool(pool: dict[str, Any]) -> str:
             f"{c['preemptions']} -> {p['preemptions']}",
         ])
     return head + "\n" + _table(lines)
+
+
+def format_pools(result: dict[str, Any]) -> list[str]:
+    """With several pools, where the change moves the work: a block per pool, then, when
+    the period had host events, what the replay's occupancy counts (it can exceed 100%)."""
+    pools = result.get("pools", [])
+    note = [OCCUPANCY_NOTE] if pools and result["period"]["host_events"] else []
+    return [format_pool(pool) for pool in pools] + note
 
 
 def _weights(items: tuple[str, ...]) -> dict[str, float]:
@@ -352,7 +369,7 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     click.echo(f"current settings -> proposed ({', '.join(changes) or 'no change'}):")
     click.echo(format_whatif(rows))
     click.echo(format_overall(overall))
-    for pool in result.get("pools", ()):  # several pools: where the change moves the work
-        click.echo(format_pool(pool))
+    for block in format_pools(result):
+        click.echo(block)
     if out is not None:
         click.echo(f"wrote {out}")

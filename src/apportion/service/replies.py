@@ -602,6 +602,8 @@ class WhatifPeriod(Reply):
     start: float
     end: float
     days: float
+    first_submission: float
+    """The replay's start: the period's first submission."""
     workloads: int
     host_events: int
     running_at_end: int

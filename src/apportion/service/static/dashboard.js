@@ -530,18 +530,23 @@ function renderPreviewPool(pool, setWeight) {
   const group = (name) => `<th colspan="2" class="grp">${name}</th>`;
   const sides = '<th class="num">current</th><th class="num">proposed</th>'.repeat(4);
   return `<h3 class="we-pool">Pool ${esc(pool.pool)} <span class="hint">${pool.gpus.toLocaleString()} GPUs; ` +
-    `occupancy ${pct(c.occupancy)} \u2192 ${pct(q.occupancy)}; attainment is a team's, in this pool</span></h3>` +
+    `replay occupancy ${pct(c.occupancy)} \u2192 ${pct(q.occupancy)}; attainment is a team's, in this pool</span></h3>` +
     `<div class="scroll"><table class="we-pool-table" data-pool="${esc(pool.pool)}"><thead>` +
     `<tr><th rowspan="2">Budget</th>${group("Attainment")}${group("Delivered GPU-h")}${group("Wait p50")}` +
     `${group("Preemptions")}</tr><tr>${sides}</tr></thead><tbody>${rows}</tbody>` +
     `<tfoot><tr class="overall"><td>whole pool</td>${figures(c, q)}</tr></tfoot></table></div>`;
 }
 
+// as apportion whatif says it (cli/whatif.py's OCCUPANCY_NOTE)
+const OCCUPANCY_NOTE = "Replay occupancy: assigned GPUs over healthy GPUs, as the simulator counts them; " +
+  "work still running on draining hosts counts as assigned while the host is not healthy: this can " +
+  "exceed 100%; apportion report usage leaves it out of both.";
+
 function renderPreview(res, path) {
   const p = res.period;
   const change = Object.entries(res.set_weight).map(([k, w]) => `${k} = ${weightNum(w)}`).join(", ");
-  let note = `Proposed: ${change}. Replayed this cluster's history from ${clockTime(p.start)} to ${clockTime(p.end)} ` +
-    `(${dur(p.days * 86400)} from its first submission): ${p.workloads} workloads, ` +
+  let note = `Proposed: ${change}. Replayed ${dur(p.end - p.first_submission)} of this cluster's history, ` +
+    `from its first submission at ${clockTime(p.first_submission)} to now: ${p.workloads} workloads, ` +
     "with the current weights and with the proposed one. Attainment is each run's delivered " +
     "GPU-hours over what that run's own weights owe, so a raised weight, which raises what its " +
     "budget is owed, can lower it while the budget gets more: it is not marked better or " +
@@ -581,7 +586,10 @@ function renderPreview(res, path) {
     pair(oc.preemptions, op.preemptions, String, false) + "</tr>" +
     `<tr class="overall"><td>attainment per researcher</td><td></td>` +
     pair(oc.attainment, op.attainment, pct, null) + '<td></td>'.repeat(8) + "</tr>";
-  $("#we-pools").innerHTML = (res.pools || []).map((pool) => renderPreviewPool(pool, res.set_weight)).join("");
+  const pools = res.pools || [];
+  // the replay's occupancy is the simulator's, not the live report's (docs/simulator.md)
+  const occupancyNote = pools.length && p.host_events ? `<p class="we-period">${esc(OCCUPANCY_NOTE)}</p>` : "";
+  $("#we-pools").innerHTML = pools.map((pool) => renderPreviewPool(pool, res.set_weight)).join("") + occupancyNote;
   $("#we-result").hidden = false;
   $("#we-result").dataset.previewed = `${path}=${Object.values(res.set_weight)[0]}`;
 }
