@@ -75,6 +75,22 @@ def test_a_job_gets_its_submitters_umask_or_022_whatever_the_server_runs_with(
     assert (tmp_path / "umask.log").read_text().split() == [shown, shown]
 
 
+def test_a_jobs_slurm_submit_dir_is_its_working_directory_not_the_servers(
+    executor: SlurmExecutor, tmp_path: Path
+) -> None:
+    """$SLURM_SUBMIT_DIR in the batch script and in an srun step inside it is the
+    workload's working directory, not the directory the server (and so sbatch) runs in."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    assert Path.cwd() != workdir
+    handle = launch(executor, tmp_path, "submitdir",
+                    ["bash", "-c", 'echo "$SLURM_SUBMIT_DIR"; srun -n1 bash -c '
+                                   "'echo \"$SLURM_SUBMIT_DIR\"'"],
+                    chdir=str(workdir))
+    wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (tmp_path / "submitdir.log").read_text().split() == [str(workdir), str(workdir)]
+
+
 @pytest.mark.parametrize(("chdir", "command", "refused"), [
     ("/nonexistent/dir", ["true"], "chdir /nonexistent/dir: No such file or directory"),
     (None, ["no-such-program-xsf"], "command not found: no-such-program-xsf"),

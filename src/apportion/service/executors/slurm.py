@@ -674,7 +674,7 @@ def batch_script(
     ``<job id> <status> <epoch seconds>`` there: Slurm dates a job's end when the controller
     hears of it, which after a controller outage can be long after the real end.
     ``checkpoint_file``: exported as ``APPORTION_CHECKPOINT_FILE`` (the job touches it
-    after each checkpoint).
+    after each checkpoint). ``chdir`` is exported as ``SLURM_SUBMIT_DIR`` too.
     """
     env = {
         **dict((launch.env or {}) if env is None else env),
@@ -683,6 +683,8 @@ def batch_script(
         "APPORTION_ATTEMPT": str(launch.attempt),
         "APPORTION_HOSTS": ",".join(hosts),
         **({CHECKPOINT_ENV: checkpoint_file} if checkpoint_file else {}),
+        # sbatch would give the directory it ran in: the server's
+        **({"SLURM_SUBMIT_DIR": chdir} if chdir else {}),
     }
     marker = f" > {shlex.quote(end_file)} 2>/dev/null" if end_file else " >/dev/null"
     lines = [
