@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any, NoReturn
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
+from apportion.cli.client import Client
 from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
 from apportion.cli.main import main
 from apportion.service.executors.identity import max_arg_strlen
@@ -237,3 +240,53 @@ def test_a_name_from_a_script_line_the_api_does_not_take_is_refused_naming_the_l
     assert r.exit_code == 2
     assert r.stderr.endswith("Error: n.sh:2: #SBATCH -J my job: only letters A-Z a-z, digits "
                              "and . _ + -, at most 128 of them (got 'my job')\n")
+
+
+def sent_body(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, Any]:
+    """The body ``apportion submit ARGS`` sends (the request is caught, never made)."""
+    sent: list[dict[str, Any]] = []
+
+    def caught(self: Client, method: str, path: str, body: Any = None,
+               **kw: Any) -> NoReturn:
+        sent.append(body)
+        raise click.ClickException("caught")
+
+    monkeypatch.setattr(Client, "json", caught)
+    r = submit(*args)
+    assert (r.exit_code, r.stderr) == (1, "Error: caught\n")
+    return sent[0]
+
+
+def test_slurm_host_lists_in_nodelist_and_exclude_are_sent_as_host_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-w gpu[2,4]`` and ``#SBATCH -x gpu[1-3],cpu7`` (Slurm host lists, as sbatch takes
+    them) are sent as the host names they stand for; a comma inside brackets does not split
+    (it sent ``gpu[2`` and ``4]``, refused as unknown hosts), and ``h1, h2`` still means h1
+    and h2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.sh").write_text("#!/bin/sh\n#SBATCH -x gpu[1-3],cpu7\n#APPORTION "
+                                   "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    body = sent_body(monkeypatch, "-wgpu[2,4]", "x.sh")
+    assert (body["nodelist"], body["exclude"]) == (["gpu2", "gpu4"],
+                                                   ["gpu1", "gpu2", "gpu3", "cpu7"])
+    body = sent_body(monkeypatch, *FLAGS, "--nodelist", "h1, h2", "--", "true")
+    assert body["nodelist"] == ["h1", "h2"]
+
+
+def test_a_host_list_that_is_not_one_is_refused_naming_the_flag_or_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-x 'gpu[3-1]'`` or ``#SBATCH -w gpu[1-`` is a usage error naming the flag or the
+    script's line and why, before anything is sent."""
+    r = submit(*FLAGS, "-x", "gpu[3-1]", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --exclude: not a Slurm host list: 'gpu[3-1]' "
+                             "(start > stop)\n")
+    (tmp_path / "w.sh").write_text("#!/bin/sh\n#SBATCH -w gpu[1-\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("w.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: w.sh:2: #SBATCH -w gpu[1-: not a Slurm host list: "
+                             "'gpu[1-' (unbalanced brackets)\n")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import hostlist
 import httpx
 
 from apportion.core import FINAL as CORE_FINAL
@@ -343,8 +344,10 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--export", "export", default="ALL", metavar="ALL|NONE|NAME[=value],...",
               help="environment it runs with: ALL of yours (default), NONE, or the named "
                    "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
-@click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
-@click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
+@click.option("--nodelist", "-w", default=None,
+              help="run only on these hosts (h1,h2 or a Slurm host list: gpu[1-4,7])")
+@click.option("--exclude", "-x", default=None,
+              help="never run on these hosts (h3,h4 or a Slurm host list: gpu[5-8])")
 @click.option("--gpu-kind", default=None, metavar="KIND[,KIND...]",
               help="GPU kinds it may run on, preferred first (B200 or H100,B200; "
                    "default: any)")
@@ -454,7 +457,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         body["gpu_kind"] = [k.strip() for k in str(opts["gpu_kind"]).split(",") if k.strip()]
     for key in ("nodelist", "exclude"):
         if opts.get(key):
-            body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
+            body[key] = _host_names(str(opts[key]), named(key, _FLAGS[key]))
     if opts.get("dependency"):
         body["dependency"] = _full_dependency(str(opts["dependency"]),
                                               named("dependency", "--dependency"))
@@ -558,6 +561,17 @@ def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
         return int(opts.get(key) or 0)
     except ValueError:
         raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
+
+
+def _host_names(text: str, flag: str) -> list[str]:
+    """The hosts of a Slurm host list, as sbatch's -w/-x take it (``gpu[1-3,7],cpu1``): the
+    server is sent plain names. Not one is a usage error naming ``flag`` (the flag or the
+    script line)."""
+    try:
+        hosts = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as e:
+        raise click.UsageError(f"{flag}: not a Slurm host list: {text!r} ({e})") from None
+    return [h.strip() for h in hosts if h.strip()]
 
 
 def _full_dependency(text: str, flag: str) -> str:
