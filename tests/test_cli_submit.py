@@ -4,6 +4,8 @@ traceback nor a request the server would read otherwise than the user meant."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import subprocess
 from pathlib import Path
 from typing import Any, NoReturn
@@ -290,3 +292,40 @@ def test_a_host_list_that_is_not_one_is_refused_naming_the_flag_or_the_line(
     assert r.exit_code == 2
     assert r.stderr.endswith("Error: w.sh:2: #SBATCH -w gpu[1-: not a Slurm host list: "
                              "'gpu[1-' (unbalanced brackets)\n")
+
+
+def test_output_percent_u_is_the_submitters_name_and_a_padding_width_on_an_id_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-o slurm-%u-%5j-%3A-%%u.out``: %u is sent as the submitter's user name (as sbatch
+    fills it), the zero-padding width of %5j and %3A is dropped (apportion's ids are no
+    numbers: w-000056, padded already), and %%u stays a literal %u (they were left in the
+    file name as typed)."""
+    monkeypatch.chdir(tmp_path)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    body = sent_body(monkeypatch, *FLAGS, "-o", "slurm-%u-%5j-%3A-%%u.out", "--", "true")
+    assert body["command"][4] == f"{tmp_path}/slurm-{me}-%j-%A-%%u.out"
+
+
+@pytest.mark.parametrize(("typed", "error"), [
+    ("slurm-%N.out", "%N (the node's name) is not known when the work is submitted; the "
+                     "fields apportion fills are %j %x %A %a %u and %%"),
+    ("o-%2t.out", "%2t (the task's number) is not known when the work is submitted; the "
+                  "fields apportion fills are %j %x %A %a %u and %%"),
+    ("o-%3a.out", "%3a: a zero-padded array index is not supported; give %a"),
+])
+def test_output_fields_apportion_cannot_fill_are_refused_naming_the_flag_or_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str, error: str,
+) -> None:
+    """An --output field of sbatch's that apportion cannot fill when the work is submitted
+    (%N, %2t) or a zero-padded array index (%3a) is a usage error naming the field, and the
+    flag or the script's line (they were left in the file name as typed)."""
+    r = submit(*FLAGS, "--array", "0-1", "-o", typed, "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: --output: {error}\n")
+    (tmp_path / "o.sh").write_text(f"#!/bin/sh\n#SBATCH -o {typed}\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0 --array 0-1\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("o.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH -o {typed}: {error}\n")

@@ -6,6 +6,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import sys
@@ -294,6 +295,36 @@ _OUTPUT_FILLS = (_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
+# a field of a file name as sbatch reads it: an optional zero-padding width, then a letter
+_SLURM_FIELD = re.compile(r"%(\d*)([A-Za-z%])")
+# sbatch's fields that stand for what apportion does not know when the work is submitted
+_UNFILLED = {"N": "the node's name", "n": "the node's number in the job",
+             "t": "the task's number", "s": "the step's number",
+             "b": "the array index modulo 10", "J": "the job's step"}
+
+
+def _output_name(text: str, flag: str) -> str:
+    """--output's file name as :data:`_OUTPUT_FILL` takes it: ``%u`` filled in with the
+    submitter's user name (sbatch's), and the zero-padding width of ``%5j``, ``%5x`` or
+    ``%5A`` dropped (as sbatch ignores it for a field that is not a number: apportion's ids
+    are ``w-000056``, padded already). A field of sbatch's that apportion cannot fill
+    before the work runs (``%N``), or a padded ``%3a``, is a usage error naming ``flag``
+    (the flag or the script line); a ``%`` that starts no field stays, as in sbatch."""
+    def fill(m: re.Match[str]) -> str:
+        width, field = m.groups()
+        if field == "u":
+            return pwd.getpwuid(os.getuid()).pw_name.replace("%", "%%")
+        if field in "jxA" or (field == "a" and not width):
+            return f"%{field}"
+        if field == "a":
+            raise click.UsageError(f"{flag}: %{width}a: a zero-padded array index is not "
+                                   "supported; give %a")
+        if field in _UNFILLED:
+            raise click.UsageError(
+                f"{flag}: %{width}{field} ({_UNFILLED[field]}) is not known when the work is "
+                "submitted; the fields apportion fills are %j %x %A %a %u and %%")
+        return m.group(0)
+    return _SLURM_FIELD.sub(fill, text)
 
 
 def _with_output(command: list[str], output: str) -> list[str]:
@@ -354,7 +385,7 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array (else its id), "
-                   "%a index in the array, %% a percent sign)")
+                   "%a index in the array, %u your user name, %% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -425,6 +456,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
+        opts["output"] = _output_name(str(opts["output"]), named("output", "--output"))
         if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
             raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
                                    "name, and it has none: give --name")
