@@ -206,6 +206,7 @@ class SlurmExecutor:
         # from the last inventory: node -> its partitions; kind -> gres type seen
         self._partitions: dict[str, tuple[str, ...]] = {}
         self._seen_types: dict[str, str] = {}
+        self._partition_warned = False  # the partition's emptiness was warned about
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
@@ -260,7 +261,20 @@ class SlurmExecutor:
             )
         with self._lock:
             self._partitions, self._seen_types = partitions, seen
+        self._warn_empty_partition(data["nodes"], bool(hosts))
         return [hosts[n] for n in sorted(hosts, key=_natural_key)]
+
+    def _warn_empty_partition(self, nodes: Sequence[Mapping[str, Any]], found: bool) -> None:
+        """Say once that the configured partition holds none of Slurm's nodes (a wrong
+        name, most likely): apportion then sees no host, and without this would only
+        refuse every submission as larger than the cluster."""
+        empty = bool(self.partition and nodes and not found)
+        if empty and not self._partition_warned:
+            names = sorted({str(p) for n in nodes for p in n.get("partitions") or []})
+            log.warning("executor.slurm.partition = %r: none of Slurm's nodes is in that "
+                        "partition (their partitions: %s), so apportion has no host to run "
+                        "work on", self.partition, ", ".join(names) or "none")
+        self._partition_warned = empty
 
     def launch(self, launch: Launch) -> str:
         """Write the batch script and ``sbatch`` it pinned to the slots' hosts; return the id."""
