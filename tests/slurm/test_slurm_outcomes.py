@@ -5,6 +5,7 @@ test_slurm_identity.py (it needs a job that is not root's)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executors import slurm as slurm_module
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from harness.slurm_cluster import SlurmCluster
@@ -166,3 +168,35 @@ def test_with_slurmdbd_a_job_cancelled_in_slurm_names_who_cancelled_it(
     while (obs := ex.observe([handle])[handle]).reason != "cancelled in Slurm by root":
         assert time.monotonic() < deadline, obs  # slurmdbd hears of the cancel shortly after
         time.sleep(0.3)
+
+
+def test_a_job_slurm_keeps_pending_behind_a_foreign_job_is_warned_about_once(
+    executor: SlurmExecutor, tmp_path: Path, slurm_cluster: SlurmCluster,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job submitted to Slurm directly holds gpu3's 8 GPUs, so apportion's job there waits
+    PENDING (Resources): it still reads as running (apportion placed it), and once past
+    PENDING_WARN_S a warning says, once however often it is observed, that Slurm keeps it
+    PENDING, why, and that it is charged meanwhile (it was charged with nothing said)."""
+    monkeypatch.setattr(slurm_module, "PENDING_WARN_S", 0.0)
+    foreign = slurm_cluster.run(["sbatch", "--parsable", "-w", "gpu3", "--gres=gpu:8", "-o",
+                                 "/dev/null", "--wrap", "sleep 300"]).stdout.strip()
+    try:
+        handle = launch(executor, tmp_path, "behind", ["true"], host="gpu3")
+        deadline = time.monotonic() + 30
+        # Slurm's reason is Priority until its scheduler has looked at the job
+        while slurm_cluster.run(["squeue", "-h", "-j", handle, "-o", "%T %r"]
+                                ).stdout.strip() != "PENDING Resources":
+            assert time.monotonic() < deadline, f"job {handle} not PENDING (Resources)"
+            time.sleep(0.2)
+        with caplog.at_level(logging.WARNING, logger="apportion.executor.slurm"):
+            for _ in range(3):
+                assert executor.observe([handle])[handle].state is AttemptState.RUNNING
+    finally:
+        slurm_cluster.run(["scancel", foreign], check=False)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"Slurm job {handle} (apportion-behind-1) is still PENDING in "
+                              "Slurm ")
+    assert message.endswith(" s after its launch (Resources): apportion counts it as running "
+                            "and charges its GPUs meanwhile; a job not submitted through "
+                            "apportion may hold its nodes")

@@ -107,6 +107,9 @@ REFUSED_EXIT = 127
 # until the job's node reports (10-20 s here): for this long after a Slurm call went
 # unanswered, a listing does not show that a job was still running
 OUTAGE_SETTLE_S = 60.0
+# a launched job Slurm keeps PENDING for longer than this (behind a job submitted to Slurm
+# directly, say) is warned about: apportion counts it as running, and charges it, meanwhile
+PENDING_WARN_S = 10.0
 # a job's umask when its submitter sent none, as the local executor's (_wrapper.CHILD_UMASK):
 # sbatch would pass on the server's 077, and every file a job wrote would be its owner's alone
 JOB_UMASK = 0o022
@@ -223,6 +226,7 @@ class SlurmExecutor:
         # what an end marker's time is checked against
         self._active_at: dict[str, float] = {}
         self._unreachable_at: float | None = None
+        self._pending_warned: set[str] = set()  # handles warned about as long PENDING
 
     # -- Executor protocol ---------------------------------------------------------------
 
@@ -412,6 +416,8 @@ class SlurmExecutor:
                 name, stdout = str(job.get("name") or ""), str(job.get("standard_output") or "")
                 slurm_end = float(job.get("end_time") or 0)
                 nodes = str(job.get("nodes") or "")
+                if state == "PENDING":
+                    self._warn_pending(handle, name, job, asked_at)
             elif handle.isdigit():
                 found = self._scontrol_job(handle)
                 if found is None:
@@ -451,7 +457,23 @@ class SlurmExecutor:
                 result[handle] = replace(result[handle], checkpoint_at=at)
         with self._lock:  # only the handles still asked about need their last sighting
             self._active_at = {h: t for h, t in self._active_at.items() if h in result}
+            self._pending_warned &= result.keys()
         return result
+
+    def _warn_pending(self, handle: str, name: str, job: Mapping[str, Any], now: float) -> None:
+        """Say once per job that Slurm keeps it PENDING past PENDING_WARN_S after its
+        launch, and why (Slurm's reason): apportion counts a launched job as running, so
+        the wait is charged as GPU time (docs/slurm.md, Limits)."""
+        submitted = float(job.get("submit_time") or 0)
+        with self._lock:
+            if not submitted or now - submitted < PENDING_WARN_S or handle in self._pending_warned:
+                return
+            self._pending_warned.add(handle)
+        reason = str(job.get("state_reason") or "") or "no reason given"
+        log.warning("Slurm job %s (%s) is still PENDING in Slurm %.0f s after its launch "
+                    "(%s): apportion counts it as running and charges its GPUs meanwhile; "
+                    "a job not submitted through apportion may hold its nodes",
+                    handle, name, now - submitted, reason)
 
     def _end_time(self, handle: str, marker: _Marker | None, slurm_end: float) -> float | None:
         """When a finished job ended: Slurm's EndTime (whole seconds, None if it has none),
