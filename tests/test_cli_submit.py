@@ -4,12 +4,17 @@ traceback nor a request the server would read otherwise than the user meant."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import subprocess
 from pathlib import Path
+from typing import Any, NoReturn
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 
+from apportion.cli.client import Client
 from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
 from apportion.cli.main import main
 from apportion.service.executors.identity import max_arg_strlen
@@ -237,3 +242,90 @@ def test_a_name_from_a_script_line_the_api_does_not_take_is_refused_naming_the_l
     assert r.exit_code == 2
     assert r.stderr.endswith("Error: n.sh:2: #SBATCH -J my job: only letters A-Z a-z, digits "
                              "and . _ + -, at most 128 of them (got 'my job')\n")
+
+
+def sent_body(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, Any]:
+    """The body ``apportion submit ARGS`` sends (the request is caught, never made)."""
+    sent: list[dict[str, Any]] = []
+
+    def caught(self: Client, method: str, path: str, body: Any = None,
+               **kw: Any) -> NoReturn:
+        sent.append(body)
+        raise click.ClickException("caught")
+
+    monkeypatch.setattr(Client, "json", caught)
+    r = submit(*args)
+    assert (r.exit_code, r.stderr) == (1, "Error: caught\n")
+    return sent[0]
+
+
+def test_slurm_host_lists_in_nodelist_and_exclude_are_sent_as_host_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-w gpu[2,4]`` and ``#SBATCH -x gpu[1-3],cpu7`` (Slurm host lists, as sbatch takes
+    them) are sent as the host names they stand for; a comma inside brackets does not split
+    (it sent ``gpu[2`` and ``4]``, refused as unknown hosts), and ``h1, h2`` still means h1
+    and h2."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.sh").write_text("#!/bin/sh\n#SBATCH -x gpu[1-3],cpu7\n#APPORTION "
+                                   "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    body = sent_body(monkeypatch, "-wgpu[2,4]", "x.sh")
+    assert (body["nodelist"], body["exclude"]) == (["gpu2", "gpu4"],
+                                                   ["gpu1", "gpu2", "gpu3", "cpu7"])
+    body = sent_body(monkeypatch, *FLAGS, "--nodelist", "h1, h2", "--", "true")
+    assert body["nodelist"] == ["h1", "h2"]
+
+
+def test_a_host_list_that_is_not_one_is_refused_naming_the_flag_or_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-x 'gpu[3-1]'`` or ``#SBATCH -w gpu[1-`` is a usage error naming the flag or the
+    script's line and why, before anything is sent."""
+    r = submit(*FLAGS, "-x", "gpu[3-1]", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --exclude: not a Slurm host list: 'gpu[3-1]' "
+                             "(start > stop)\n")
+    (tmp_path / "w.sh").write_text("#!/bin/sh\n#SBATCH -w gpu[1-\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("w.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: w.sh:2: #SBATCH -w gpu[1-: not a Slurm host list: "
+                             "'gpu[1-' (unbalanced brackets)\n")
+
+
+def test_output_percent_u_is_the_submitters_name_and_a_padding_width_on_an_id_is_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-o slurm-%u-%5j-%3A-%%u.out``: %u is sent as the submitter's user name (as sbatch
+    fills it), the zero-padding width of %5j and %3A is dropped (apportion's ids are no
+    numbers: w-000056, padded already), and %%u stays a literal %u (they were left in the
+    file name as typed)."""
+    monkeypatch.chdir(tmp_path)
+    me = pwd.getpwuid(os.getuid()).pw_name
+    body = sent_body(monkeypatch, *FLAGS, "-o", "slurm-%u-%5j-%3A-%%u.out", "--", "true")
+    assert body["command"][4] == f"{tmp_path}/slurm-{me}-%j-%A-%%u.out"
+
+
+@pytest.mark.parametrize(("typed", "error"), [
+    ("slurm-%N.out", "%N (the node's name) is not known when the work is submitted; the "
+                     "fields apportion fills are %j %x %A %a %u and %%"),
+    ("o-%2t.out", "%2t (the task's number) is not known when the work is submitted; the "
+                  "fields apportion fills are %j %x %A %a %u and %%"),
+    ("o-%3a.out", "%3a: a zero-padded array index is not supported; give %a"),
+])
+def test_output_fields_apportion_cannot_fill_are_refused_naming_the_flag_or_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str, error: str,
+) -> None:
+    """An --output field of sbatch's that apportion cannot fill when the work is submitted
+    (%N, %2t) or a zero-padded array index (%3a) is a usage error naming the field, and the
+    flag or the script's line (they were left in the file name as typed)."""
+    r = submit(*FLAGS, "--array", "0-1", "-o", typed, "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: --output: {error}\n")
+    (tmp_path / "o.sh").write_text(f"#!/bin/sh\n#SBATCH -o {typed}\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0 --array 0-1\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("o.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH -o {typed}: {error}\n")

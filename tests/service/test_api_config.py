@@ -178,6 +178,32 @@ def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> No
     assert message in str(e.value)
 
 
+def test_an_unknown_key_in_executor_slurm_is_refused_naming_it_and_the_valid_keys(
+        tmp_path: Path) -> None:
+    """``bogus = 1`` in [executor.slurm] is refused when the config is read, as an unknown
+    key is elsewhere, naming the file, ``executor.slurm.bogus`` and the keys it may hold
+    (it reached the Slurm executor and was reported as a Python TypeError, ``__init__() got
+    an unexpected keyword argument 'bogus'``); the keys it may hold are read."""
+    with pytest.raises(ConfigError) as e:
+        load_config_text(tmp_path, "[executor]\nkind = 'slurm'\n[executor.slurm]\nbogus = 1")
+    assert str(e.value) == (f"{tmp_path / 'svc.toml'}: executor.slurm.bogus: unknown key "
+                            "(valid keys: cluster, env, kinds, logs_dir, partition, timeout_s)")
+    cfg = load_config_text(tmp_path, """
+[executor]
+kind = "slurm"
+[executor.slurm]
+cluster = "east"
+env = { SLURM_CONF = "/x" }
+kinds = { H100 = "h100" }
+logs_dir = "/l"
+partition = "gpu"
+timeout_s = 3
+""")
+    assert dict(cfg.executor.slurm) == {
+        "cluster": "east", "env": {"SLURM_CONF": "/x"}, "kinds": {"H100": "h100"},
+        "logs_dir": "/l", "partition": "gpu", "timeout_s": 3}
+
+
 def test_a_short_max_min_runtime_alone_shortens_the_default_checkpoint_wait(
         tmp_path: Path) -> None:
     """``max_min_runtime = "2m"`` without ``checkpoint_wait``: its default is then 2 min

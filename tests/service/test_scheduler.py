@@ -639,6 +639,27 @@ def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: En
     assert (w.status, w.queued_at, w.released_at) == (Status.PENDING, 500.0, 500.0)
 
 
+def test_array_elements_get_slurms_array_variables_as_well_as_apportions(lite: Env) -> None:
+    """Each element of an array (indexes 3, 5) is launched with SLURM_ARRAY_TASK_ID (its
+    index) and SLURM_ARRAY_JOB_ID (the array's id), beside APPORTION_ARRAY_INDEX and
+    APPORTION_ARRAY_ID, so a Slurm array script runs unchanged; work outside an array gets
+    none of them."""
+    first = lite.store.add_workload(
+        budget="ai/llm", gpus=1, min_runtime=600.0, submit_time=0.0, command=["train"],
+        actor="alice", array=(3, 5),
+    )
+    single = lite.submit(gpus=1)
+    lite.at(0.0)
+    envs = {la.workload_id: dict(la.env or {}) for la in lite.executor.launches}
+    elements = lite.store.array_ids(first.id)
+    assert {wid: {k: v for k, v in e.items() if "ARRAY" in k} for wid, e in envs.items()} == {
+        **{wid: {"SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": first.id,
+                 "APPORTION_ARRAY_INDEX": str(index), "APPORTION_ARRAY_ID": first.id}
+           for wid, index in zip(elements, (3, 5), strict=True)},
+        single: {},
+    }
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_host_gone_from_the_executor_is_drained_and_gets_no_work(backend: str,
                                                                   tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -255,3 +256,19 @@ def test_stop_of_a_finished_job_is_harmless(executor: SlurmExecutor, tmp_path: P
     executor.stop(handle, grace_s=0)
     obs = wait_for_state(executor, handle, AttemptState.EXITED)
     assert obs.exit_code == 0
+
+
+def test_a_partition_that_has_none_of_slurms_nodes_is_warned_about_once(
+    slurm_cluster: SlurmCluster, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``partition = "nosuch"`` the inventory is empty while Slurm has nodes: a warning
+    names executor.slurm.partition and the partitions Slurm's nodes are in (it said
+    nothing, and every submission was refused as larger than the cluster); the next
+    inventory does not repeat it."""
+    ex = SlurmExecutor(jobs_dir=tmp_path / "jobs", partition="nosuch", env=slurm_cluster.env)
+    with caplog.at_level(logging.WARNING, logger="apportion.executor.slurm"):
+        assert ex.inventory() == []
+        assert ex.inventory() == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "executor.slurm.partition = 'nosuch': none of Slurm's nodes is in that partition "
+        "(their partitions: gpu), so apportion has no host to run work on"]

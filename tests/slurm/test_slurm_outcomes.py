@@ -5,6 +5,7 @@ test_slurm_identity.py (it needs a job that is not root's)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executors import slurm as slurm_module
 from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from harness.slurm_cluster import SlurmCluster
@@ -73,6 +75,22 @@ def test_a_job_gets_its_submitters_umask_or_022_whatever_the_server_runs_with(
                     umask=submitted)
     wait_for_state(executor, handle, AttemptState.EXITED)
     assert (tmp_path / "umask.log").read_text().split() == [shown, shown]
+
+
+def test_a_jobs_slurm_submit_dir_is_its_working_directory_not_the_servers(
+    executor: SlurmExecutor, tmp_path: Path
+) -> None:
+    """$SLURM_SUBMIT_DIR in the batch script and in an srun step inside it is the
+    workload's working directory, not the directory the server (and so sbatch) runs in."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    assert Path.cwd() != workdir
+    handle = launch(executor, tmp_path, "submitdir",
+                    ["bash", "-c", 'echo "$SLURM_SUBMIT_DIR"; srun -n1 bash -c '
+                                   "'echo \"$SLURM_SUBMIT_DIR\"'"],
+                    chdir=str(workdir))
+    wait_for_state(executor, handle, AttemptState.EXITED)
+    assert (tmp_path / "submitdir.log").read_text().split() == [str(workdir), str(workdir)]
 
 
 @pytest.mark.parametrize(("chdir", "command", "refused"), [
@@ -150,3 +168,35 @@ def test_with_slurmdbd_a_job_cancelled_in_slurm_names_who_cancelled_it(
     while (obs := ex.observe([handle])[handle]).reason != "cancelled in Slurm by root":
         assert time.monotonic() < deadline, obs  # slurmdbd hears of the cancel shortly after
         time.sleep(0.3)
+
+
+def test_a_job_slurm_keeps_pending_behind_a_foreign_job_is_warned_about_once(
+    executor: SlurmExecutor, tmp_path: Path, slurm_cluster: SlurmCluster,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A job submitted to Slurm directly holds gpu3's 8 GPUs, so apportion's job there waits
+    PENDING (Resources): it still reads as running (apportion placed it), and once past
+    PENDING_WARN_S a warning says, once however often it is observed, that Slurm keeps it
+    PENDING, why, and that it is charged meanwhile (it was charged with nothing said)."""
+    monkeypatch.setattr(slurm_module, "PENDING_WARN_S", 0.0)
+    foreign = slurm_cluster.run(["sbatch", "--parsable", "-w", "gpu3", "--gres=gpu:8", "-o",
+                                 "/dev/null", "--wrap", "sleep 300"]).stdout.strip()
+    try:
+        handle = launch(executor, tmp_path, "behind", ["true"], host="gpu3")
+        deadline = time.monotonic() + 30
+        # Slurm's reason is Priority until its scheduler has looked at the job
+        while slurm_cluster.run(["squeue", "-h", "-j", handle, "-o", "%T %r"]
+                                ).stdout.strip() != "PENDING Resources":
+            assert time.monotonic() < deadline, f"job {handle} not PENDING (Resources)"
+            time.sleep(0.2)
+        with caplog.at_level(logging.WARNING, logger="apportion.executor.slurm"):
+            for _ in range(3):
+                assert executor.observe([handle])[handle].state is AttemptState.RUNNING
+    finally:
+        slurm_cluster.run(["scancel", foreign], check=False)
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"Slurm job {handle} (apportion-behind-1) is still PENDING in "
+                              "Slurm ")
+    assert message.endswith(" s after its launch (Resources): apportion counts it as running "
+                            "and charges its GPUs meanwhile; a job not submitted through "
+                            "apportion may hold its nodes")

@@ -6,6 +6,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shlex
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import hostlist
 import httpx
 
 from apportion.core import FINAL as CORE_FINAL
@@ -293,6 +295,36 @@ _OUTPUT_FILLS = (_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
+# a field of a file name as sbatch reads it: an optional zero-padding width, then a letter
+_SLURM_FIELD = re.compile(r"%(\d*)([A-Za-z%])")
+# sbatch's fields that stand for what apportion does not know when the work is submitted
+_UNFILLED = {"N": "the node's name", "n": "the node's number in the job",
+             "t": "the task's number", "s": "the step's number",
+             "b": "the array index modulo 10", "J": "the job's step"}
+
+
+def _output_name(text: str, flag: str) -> str:
+    """--output's file name as :data:`_OUTPUT_FILL` takes it: ``%u`` filled in with the
+    submitter's user name (sbatch's), and the zero-padding width of ``%5j``, ``%5x`` or
+    ``%5A`` dropped (as sbatch ignores it for a field that is not a number: apportion's ids
+    are ``w-000056``, padded already). A field of sbatch's that apportion cannot fill
+    before the work runs (``%N``), or a padded ``%3a``, is a usage error naming ``flag``
+    (the flag or the script line); a ``%`` that starts no field stays, as in sbatch."""
+    def fill(m: re.Match[str]) -> str:
+        width, field = m.groups()
+        if field == "u":
+            return pwd.getpwuid(os.getuid()).pw_name.replace("%", "%%")
+        if field in "jxA" or (field == "a" and not width):
+            return f"%{field}"
+        if field == "a":
+            raise click.UsageError(f"{flag}: %{width}a: a zero-padded array index is not "
+                                   "supported; give %a")
+        if field in _UNFILLED:
+            raise click.UsageError(
+                f"{flag}: %{width}{field} ({_UNFILLED[field]}) is not known when the work is "
+                "submitted; the fields apportion fills are %j %x %A %a %u and %%")
+        return m.group(0)
+    return _SLURM_FIELD.sub(fill, text)
 
 
 def _with_output(command: list[str], output: str) -> list[str]:
@@ -343,15 +375,17 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--export", "export", default="ALL", metavar="ALL|NONE|NAME[=value],...",
               help="environment it runs with: ALL of yours (default), NONE, or the named "
                    "variables (NAME takes yours, NAME=value sets it; ALL,NAME=value both)")
-@click.option("--nodelist", "-w", default=None, help="run only on these hosts (h1,h2)")
-@click.option("--exclude", "-x", default=None, help="never run on these hosts (h3,h4)")
+@click.option("--nodelist", "-w", default=None,
+              help="run only on these hosts (h1,h2 or a Slurm host list: gpu[1-4,7])")
+@click.option("--exclude", "-x", default=None,
+              help="never run on these hosts (h3,h4 or a Slurm host list: gpu[5-8])")
 @click.option("--gpu-kind", default=None, metavar="KIND[,KIND...]",
               help="GPU kinds it may run on, preferred first (B200 or H100,B200; "
                    "default: any)")
 @click.option("--cluster", default=None, help="the cluster it must run in (default: any)")
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array (else its id), "
-                   "%a index in the array, %% a percent sign)")
+                   "%a index in the array, %u your user name, %% a percent sign)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -422,6 +456,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
     if opts.get("output"):
+        opts["output"] = _output_name(str(opts["output"]), named("output", "--output"))
         if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
             raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
                                    "name, and it has none: give --name")
@@ -454,7 +489,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         body["gpu_kind"] = [k.strip() for k in str(opts["gpu_kind"]).split(",") if k.strip()]
     for key in ("nodelist", "exclude"):
         if opts.get(key):
-            body[key] = [h.strip() for h in str(opts[key]).split(",") if h.strip()]
+            body[key] = _host_names(str(opts[key]), named(key, _FLAGS[key]))
     if opts.get("dependency"):
         body["dependency"] = _full_dependency(str(opts["dependency"]),
                                               named("dependency", "--dependency"))
@@ -558,6 +593,17 @@ def _whole(opts: dict[str, Any], key: str, flag: str) -> int:
         return int(opts.get(key) or 0)
     except ValueError:
         raise click.UsageError(f"{flag}: {opts[key]!r} is not a whole number") from None
+
+
+def _host_names(text: str, flag: str) -> list[str]:
+    """The hosts of a Slurm host list, as sbatch's -w/-x take it (``gpu[1-3,7],cpu1``): the
+    server is sent plain names. Not one is a usage error naming ``flag`` (the flag or the
+    script line)."""
+    try:
+        hosts = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as e:
+        raise click.UsageError(f"{flag}: not a Slurm host list: {text!r} ({e})") from None
+    return [h.strip() for h in hosts if h.strip()]
 
 
 def _full_dependency(text: str, flag: str) -> str:

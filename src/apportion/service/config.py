@@ -29,6 +29,9 @@ from .store import default_sqlite_url
 
 T = TypeVar("T")
 EXECUTOR_KINDS = ("local", "slurm", "memory")
+# the keyword arguments of the Slurm executor [executor.slurm] may give (serve gives the
+# others: its jobs directory, in data_dir, and whom work runs as, from [server])
+SLURM_KEYS = ("cluster", "env", "kinds", "logs_dir", "partition", "timeout_s")
 # a cluster or GPU kind: what a pool name "cluster/kind" and Slurm's gres types can carry
 _POOL_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}\Z")
 _UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?\Z", re.IGNORECASE)
@@ -311,6 +314,10 @@ def parse_config(
     slurm = r.get("slurm", {})
     if not isinstance(slurm, dict):
         raise r.error("slurm", "must be a table")
+    unknown = sorted(set(slurm) - set(SLURM_KEYS))
+    if unknown:
+        raise r.error(f"slurm.{unknown[0]}",
+                      f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
     executor = ExecutorConfig(kind=kind, grace_s=grace, slurm=dict(slurm))
     r.done()
 

@@ -749,6 +749,10 @@ class Scheduler:
             self._array_of[row.id] = row.array_id
             env["APPORTION_ARRAY_ID"] = row.array_id
             env["APPORTION_ARRAY_INDEX"] = str(row.array_index)
+            # what a Slurm array script indexes its work by; each element runs as a job of
+            # its own, so Slurm itself never sets them
+            env["SLURM_ARRAY_JOB_ID"] = row.array_id
+            env["SLURM_ARRAY_TASK_ID"] = str(row.array_index)
         if env:
             self._env[row.id] = env
 

@@ -107,6 +107,9 @@ REFUSED_EXIT = 127
 # until the job's node reports (10-20 s here): for this long after a Slurm call went
 # unanswered, a listing does not show that a job was still running
 OUTAGE_SETTLE_S = 60.0
+# a launched job Slurm keeps PENDING for longer than this (behind a job submitted to Slurm
+# directly, say) is warned about: apportion counts it as running, and charges it, meanwhile
+PENDING_WARN_S = 10.0
 # a job's umask when its submitter sent none, as the local executor's (_wrapper.CHILD_UMASK):
 # sbatch would pass on the server's 077, and every file a job wrote would be its owner's alone
 JOB_UMASK = 0o022
@@ -206,6 +209,7 @@ class SlurmExecutor:
         # from the last inventory: node -> its partitions; kind -> gres type seen
         self._partitions: dict[str, tuple[str, ...]] = {}
         self._seen_types: dict[str, str] = {}
+        self._partition_warned = False  # the partition's emptiness was warned about
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
@@ -222,6 +226,7 @@ class SlurmExecutor:
         # what an end marker's time is checked against
         self._active_at: dict[str, float] = {}
         self._unreachable_at: float | None = None
+        self._pending_warned: set[str] = set()  # handles warned about as long PENDING
 
     # -- Executor protocol ---------------------------------------------------------------
 
@@ -260,7 +265,20 @@ class SlurmExecutor:
             )
         with self._lock:
             self._partitions, self._seen_types = partitions, seen
+        self._warn_empty_partition(data["nodes"], bool(hosts))
         return [hosts[n] for n in sorted(hosts, key=_natural_key)]
+
+    def _warn_empty_partition(self, nodes: Sequence[Mapping[str, Any]], found: bool) -> None:
+        """Say once that the configured partition holds none of Slurm's nodes (a wrong
+        name, most likely): apportion then sees no host, and without this would only
+        refuse every submission as larger than the cluster."""
+        empty = bool(self.partition and nodes and not found)
+        if empty and not self._partition_warned:
+            names = sorted({str(p) for n in nodes for p in n.get("partitions") or []})
+            log.warning("executor.slurm.partition = %r: none of Slurm's nodes is in that "
+                        "partition (their partitions: %s), so apportion has no host to run "
+                        "work on", self.partition, ", ".join(names) or "none")
+        self._partition_warned = empty
 
     def launch(self, launch: Launch) -> str:
         """Write the batch script and ``sbatch`` it pinned to the slots' hosts; return the id."""
@@ -398,6 +416,8 @@ class SlurmExecutor:
                 name, stdout = str(job.get("name") or ""), str(job.get("standard_output") or "")
                 slurm_end = float(job.get("end_time") or 0)
                 nodes = str(job.get("nodes") or "")
+                if state == "PENDING":
+                    self._warn_pending(handle, name, job, asked_at)
             elif handle.isdigit():
                 found = self._scontrol_job(handle)
                 if found is None:
@@ -437,7 +457,23 @@ class SlurmExecutor:
                 result[handle] = replace(result[handle], checkpoint_at=at)
         with self._lock:  # only the handles still asked about need their last sighting
             self._active_at = {h: t for h, t in self._active_at.items() if h in result}
+            self._pending_warned &= result.keys()
         return result
+
+    def _warn_pending(self, handle: str, name: str, job: Mapping[str, Any], now: float) -> None:
+        """Say once per job that Slurm keeps it PENDING past PENDING_WARN_S after its
+        launch, and why (Slurm's reason): apportion counts a launched job as running, so
+        the wait is charged as GPU time (docs/slurm.md, Limits)."""
+        submitted = float(job.get("submit_time") or 0)
+        with self._lock:
+            if not submitted or now - submitted < PENDING_WARN_S or handle in self._pending_warned:
+                return
+            self._pending_warned.add(handle)
+        reason = str(job.get("state_reason") or "") or "no reason given"
+        log.warning("Slurm job %s (%s) is still PENDING in Slurm %.0f s after its launch "
+                    "(%s): apportion counts it as running and charges its GPUs meanwhile; "
+                    "a job not submitted through apportion may hold its nodes",
+                    handle, name, now - submitted, reason)
 
     def _end_time(self, handle: str, marker: _Marker | None, slurm_end: float) -> float | None:
         """When a finished job ended: Slurm's EndTime (whole seconds, None if it has none),
@@ -674,7 +710,7 @@ def batch_script(
     ``<job id> <status> <epoch seconds>`` there: Slurm dates a job's end when the controller
     hears of it, which after a controller outage can be long after the real end.
     ``checkpoint_file``: exported as ``APPORTION_CHECKPOINT_FILE`` (the job touches it
-    after each checkpoint).
+    after each checkpoint). ``chdir`` is exported as ``SLURM_SUBMIT_DIR`` too.
     """
     env = {
         **dict((launch.env or {}) if env is None else env),
@@ -683,6 +719,8 @@ def batch_script(
         "APPORTION_ATTEMPT": str(launch.attempt),
         "APPORTION_HOSTS": ",".join(hosts),
         **({CHECKPOINT_ENV: checkpoint_file} if checkpoint_file else {}),
+        # sbatch would give the directory it ran in: the server's
+        **({"SLURM_SUBMIT_DIR": chdir} if chdir else {}),
     }
     marker = f" > {shlex.quote(end_file)} 2>/dev/null" if end_file else " >/dev/null"
     lines = [
