@@ -3,6 +3,7 @@ typed, the lookback warning and errors that name the flag."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -337,6 +338,39 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def start_long_sweep(out: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """A process sweep of a minute or more in its own session, once its two worker
+    processes are in their first points; the sweep and its workers' pids."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
+         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
+         "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+        time.sleep(0.1)
+    time.sleep(1)  # the workers are in their first points
+    return sweep, workers
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids of ``pids`` still running after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return running
+
+
 def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while two
     worker processes run points of a sweep of a minute or more: the command ends within a
@@ -344,17 +378,8 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
     done and that nothing was written, its workers are gone, and --out holds no file.
     (The sweep used to run every queued point first, then write nothing.)"""
     out = tmp_path / "out"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
-         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
-         "--quiet", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    sweep, workers = start_long_sweep(out)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
-            assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
-            time.sleep(0.1)
-        time.sleep(1)  # the workers are in their first points
         os.killpg(sweep.pid, signal.SIGINT)
         start = time.monotonic()
         stdout, stderr = sweep.communicate(timeout=30)
@@ -370,6 +395,45 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
     assert "Aborted!" in stderr and "wrote" not in stdout
     assert not [p for p in workers if Path(f"/proc/{p}").exists()]
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_sigterm_to_a_process_sweep_stops_it_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM to the sweep's own process only (``kill PID``, not its group) while its two
+    workers run points: as Ctrl-C, the command ends within a few seconds with exit 1, the
+    "interrupted after N of 16 points; nothing written" line and "Aborted!", its workers
+    are gone and --out holds no file. (SIGTERM used to kill the command alone and leave
+    its workers running their points on, orphaned.)"""
+    out = tmp_path / "out"
+    sweep, workers = start_long_sweep(out)
+    try:
+        sweep.terminate()
+        sweep.wait(timeout=30)
+        assert gone_within(workers, 5) == []
+        stdout, stderr = sweep.communicate()  # once no worker holds the pipes open
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the sweep's session: nothing left
+            os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    assert sweep.returncode == 1, stdout + stderr
+    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
+                     re.MULTILINE), stderr
+    assert "Aborted!" in stderr and "wrote" not in stdout
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_the_workers_of_a_process_sweep_die_with_it_when_it_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the sweep's own process (as the OOM killer sends it; it cannot be
+    handled) while its two workers run points: the workers are gone within a few seconds.
+    (They used to run on, orphaned, each holding its memory.)"""
+    sweep, workers = start_long_sweep(tmp_path / "out")
+    try:
+        sweep.kill()
+        sweep.wait(timeout=30)
+        assert gone_within(workers, 5) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the sweep's session: nothing left
+            os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.communicate()
 
 
 def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path) -> None:

@@ -8,13 +8,17 @@ row keeps the grid values and the error, its figures are empty); the others go o
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import json
 import math
 import multiprocessing
+import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,14 +98,23 @@ def describe(error: BaseException) -> str:
 
 # ---- the process engine: forked workers on this host -----------------------------------
 _SCENARIOS: Mapping[int, Scenario] = {}  # set once per worker process
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
-def _init(scenarios: Mapping[int, Scenario]) -> None:
+def _init(scenarios: Mapping[int, Scenario], parent: int) -> None:
     global _SCENARIOS
     _SCENARIOS = scenarios
+    # a worker dies with the sweep, however it ends (SIGKILL by the OOM killer included):
+    # it would otherwise run its points on, orphaned, and hold its memory
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the sweep ended before the line above took effect
+        os._exit(1)
     # Ctrl-C reaches the whole process group: the parent handles it (it kills the workers);
     # a worker taking it would report its point as failed and go on to the next one
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the parent's SIGTERM handler (see :func:`_terminate_as_interrupt`) is not a worker's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run_in_worker(settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
@@ -125,7 +138,8 @@ def run_processes(
         return
     # fork: workers inherit the scenarios instead of unpickling them (the compiled core's
     # classes cannot be pickled, and a 30-day scenario is large)
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenarios,),
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init,
+                               initargs=(scenarios, os.getpid()),
                                mp_context=multiprocessing.get_context("fork"))
     try:
         futures = {pool.submit(_run_in_worker, p.settings, p.seed, runner): p.index
@@ -156,6 +170,26 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 # ---- the sweep ----------------------------------------------------------------------------
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a batch system's time limit) stops the sweep as Ctrl-C does: its
+    workers killed and nothing written, not the command killed with its workers running on.
+    Only the main thread can take a signal; elsewhere SIGTERM is left as it is. (``ray.init``
+    puts Ray's own handler in its place: the Ray engine's SIGTERM is Ray's.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the axes' values, first axis slowest."""
     keys = list(axes)
@@ -210,13 +244,14 @@ def run_sweep(
             bar.update(1)
 
     try:
-        if engine == "ray":
-            from .sweep_ray import run_ray
+        with _terminate_as_interrupt():
+            if engine == "ray":
+                from .sweep_ray import run_ray
 
-            run_ray(scenarios, points, runner, address, jobs, done)
-        else:
-            run_processes(scenarios, points, runner, jobs, done)
-    except KeyboardInterrupt:
+                run_ray(scenarios, points, runner, address, jobs, done)
+            else:
+                run_processes(scenarios, points, runner, jobs, done)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         if bar is not None:
             bar.close()
         finished = sum(1 for r in results if r is not None)
