@@ -35,6 +35,7 @@ from apportion.sim.scenarios import get_scenario
 from apportion.sim.sweep import format_sweep, run_point, run_sweep, sweep_figure
 from apportion.sim.sweep_ray import pack, unpack
 
+DATA = Path(__file__).parent / "data"
 COST = ("wall_s", "cpu_s", "events_per_s", "peak_memory_mb")  # measured, not computed
 
 
@@ -303,8 +304,8 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
     each point's figures equal those of ``simulate --set max_min_runtime=`` that value (the
     12 h point keeps the job's 10 h, the 8 h point lowers it to 8 h), so the two differ.
     (The sweep used to load the trace once with the base 8 h cap, so its 12 h point ran
-    the job with 8 h.) clamped_min_runtime included: 1 at 8 h, lowered by the engine in
-    the sweep and by the trace import in simulate (which counted 0)."""
+    the job with 8 h.) clamped_min_runtime included: 1 at 8 h, lowered by the trace import
+    in both."""
     trace = tmp_path / "t.csv"
     trace.write_text("id,submit_time,gpus,duration,min_runtime,budget\n"
                      "a,0,8,86400,10h,x/a\nb,3600,4,36000,1h,x/b\n")
@@ -323,6 +324,27 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
         assert {k for k in swept if swept[k] != alone.get(k)} == set()
         assert swept["clamped_min_runtime"] == (1 if cap == "8h" else 0)
     assert points[0]["summary"]["attainment"] != points[1]["summary"]["attainment"]
+
+
+def test_a_one_point_sweep_over_the_cap_of_an_itp_trace_is_simulate_with_that_cap(
+        tmp_path: Path) -> None:
+    """An ITP trace (no minimum runtimes: the import derives them, up to the cap) swept
+    over max_min_runtime=2h alone: the point's whole summary, clamped_min_runtime
+    included, equals that of ``simulate --set max_min_runtime=2h`` (0 lowered: the
+    derived minimum runtimes are at most 2 h). (The sweep imported the trace at the 8 h
+    default and let the engine lower the derived values to 2 h, counting 122 of them.)"""
+    common = ("--trace", str(DATA / "itp" / "cluster10.csv"), "--format", "itp",
+              "--budgets", "3", "--cluster", "2x8", "--quiet")
+    code, out, err = invoke("sweep", *common, "--grid", "max_min_runtime=2h",
+                            "--out", str(tmp_path / "sweep"))
+    assert code == 0, out + err
+    swept = figures(json.loads((tmp_path / "sweep" / "sweep.json").read_text()))[0]["summary"]
+    code, out, err = invoke("simulate", *common, "--policy", "fairshare", "--set",
+                            "max_min_runtime=2h", "--out", str(tmp_path / "simulate"))
+    assert code == 0, out + err
+    alone = json.loads((tmp_path / "simulate" / "summary.json").read_text())[0]
+    assert swept == figures([{"summary": alone}])[0]["summary"]
+    assert swept["clamped_min_runtime"] == 0
 
 
 def children(pid: int) -> list[int]:

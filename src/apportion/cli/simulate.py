@@ -563,20 +563,23 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
                 raise click.BadParameter(f"{key}={typed}: {e}", param_hint="--grid") from None
             axes[key].append(value)
             labels[key][value] = typed
-    config, sim = build_configs(base)
+    config, _ = build_configs(base)
     seed_list = _seed_list(seeds, kw)
-    # a trace is loaded once for every point, its minimum runtimes lowered to a cap: the
-    # largest cap of the grid, so that the engine lowers them to each point's own cap as
-    # a run with that setting would (the default rule's min(duration, cap, ...) commutes)
     caps = [float(v) for v in axes.get("max_min_runtime", [])]
-    if caps and max(caps) > config.max_min_runtime:
-        if not sim.clamp_min_runtime or False in axes.get("clamp_min_runtime", []):
-            raise click.UsageError("--grid max_min_runtime above the base setting needs "
-                                   "clamp_min_runtime (each point lowers to its own cap)")
-        config = dataclasses.replace(config, max_min_runtime=max(caps))
-    scenarios = {s: _scenario_from({**kw, "seed": s}, config, warn=s == seed_list[0])
-                 for s in seed_list}
-    _warn_lookback(next(iter(scenarios.values())).days, kw["days"], base, axes, labels)
+    scenarios: dict[int, Scenario | dict[float, Scenario]] = {}
+    for s in seed_list:
+        if kw["trace"] is None or not caps:
+            scenarios[s] = _scenario_from({**kw, "seed": s}, config, warn=s == seed_list[0])
+            continue
+        # a trace swept over the cap: imported at each cap, as simulate with that setting
+        # imports it (the import derives and lowers minimum runtimes to the cap, and the
+        # summary counts what was lowered); its warnings once, those of the largest cap
+        scenarios[s] = {cap: _scenario_from(
+            {**kw, "seed": s}, dataclasses.replace(config, max_min_runtime=cap),
+            warn=s == seed_list[0] and cap == max(caps)) for cap in caps}
+    first = scenarios[seed_list[0]]
+    days = (first if isinstance(first, Scenario) else next(iter(first.values()))).days
+    _warn_lookback(days, kw["days"], base, axes, labels)
     out: Path = kw["out"]
     try:
         rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],

@@ -63,14 +63,20 @@ ENGINES = ("process", "ray")
 #: summary -> the point's figures; ``run_point`` unless a caller brings its own
 Runner = Callable[[Scenario, dict[str, Any], int], dict[str, Any]]
 
+#: which scenario a point runs on: its seed, and the max_min_runtime its trace was imported
+#: with (None: the seed's one scenario, whatever the cap)
+ScenarioKey = tuple[int, float | None]
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One run of the sweep: the settings (base and grid values) and the scenario's seed."""
+    """One run of the sweep: the settings (base and grid values), the scenario's seed and
+    the key of the scenario it runs on."""
 
     index: int
     settings: dict[str, Any]
     seed: int
+    scenario: ScenarioKey
 
 
 def split_settings(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
@@ -97,11 +103,11 @@ def describe(error: BaseException) -> str:
 
 
 # ---- the process engine: forked workers on this host -----------------------------------
-_SCENARIOS: Mapping[int, Scenario] = {}  # set once per worker process
+_SCENARIOS: Mapping[ScenarioKey, Scenario] = {}  # set once per worker process
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
-def _init(scenarios: Mapping[int, Scenario], parent: int) -> None:
+def _init(scenarios: Mapping[ScenarioKey, Scenario], parent: int) -> None:
     global _SCENARIOS
     _SCENARIOS = scenarios
     # a worker dies with the sweep, however it ends (SIGKILL by the OOM killer included):
@@ -117,12 +123,13 @@ def _init(scenarios: Mapping[int, Scenario], parent: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_in_worker(settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
-    return runner(_SCENARIOS[seed], settings, seed)
+def _run_in_worker(point: Point, runner: Runner) -> dict[str, Any]:
+    return runner(_SCENARIOS[point.scenario], point.settings, point.seed)
 
 
 def run_processes(
-    scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner, jobs: int,
+    scenarios: Mapping[ScenarioKey, Scenario], points: Sequence[Point], runner: Runner,
+    jobs: int,
     done: Callable[[int, dict[str, Any] | None, str | None], None],
 ) -> None:
     """Run every point on ``jobs`` processes of this host; ``done(index, summary, error)``
@@ -130,7 +137,7 @@ def run_processes(
     if jobs == 1:
         for p in points:
             try:
-                summary = runner(scenarios[p.seed], p.settings, p.seed)
+                summary = runner(scenarios[p.scenario], p.settings, p.seed)
             except Exception as e:  # a failed point is reported; the others go on
                 done(p.index, None, describe(e))
             else:
@@ -142,8 +149,7 @@ def run_processes(
                                initargs=(scenarios, os.getpid()),
                                mp_context=multiprocessing.get_context("fork"))
     try:
-        futures = {pool.submit(_run_in_worker, p.settings, p.seed, runner): p.index
-                   for p in points}
+        futures = {pool.submit(_run_in_worker, p, runner): p.index for p in points}
         for fut in as_completed(futures):
             try:
                 summary = fut.result()
@@ -198,7 +204,7 @@ def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 
 def run_sweep(
-    scenarios: Scenario | Mapping[int, Scenario],
+    scenarios: Scenario | Mapping[int, Scenario | Mapping[float, Scenario]],
     base: dict[str, Any],
     axes: Mapping[str, Sequence[Any]],
     out: Path,
@@ -212,18 +218,35 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run every (combination, seed) point, write the outputs, return the rows (grid values
     first axis slowest, then seeds). ``scenarios`` maps each seed to its scenario (a single
-    scenario is run with ``seed``). ``engine`` is ``process`` (``jobs`` forked processes) or
-    ``ray`` (a task per point on the cluster at ``address``, or RAY_ADDRESS, or a local one
-    started for the sweep with ``jobs`` CPUs). ``labels`` give the grid values as the user
-    typed them (``3d``), for the table and the plot."""
+    scenario is run with ``seed``), or, for a trace swept over max_min_runtime, to its
+    imports by cap: a point runs on the import at its own cap, the scenario ``simulate``
+    with that setting runs (what an import makes of a minimum runtime depends on the cap,
+    and so does what the summary counts as lowered). ``engine`` is ``process`` (``jobs``
+    forked processes) or ``ray`` (a task per point on the cluster at ``address``, or
+    RAY_ADDRESS, or a local one started for the sweep with ``jobs`` CPUs). ``labels`` give
+    the grid values as the user typed them (``3d``), for the table and the plot."""
     if isinstance(scenarios, Scenario):
         scenarios = {seed: scenarios}
     if engine not in ENGINES:
         raise ValueError(f"engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     combos = combinations(axes)
     seeds = list(scenarios)
-    points = [Point(i, {**base, **combo}, s)
-              for i, (combo, s) in enumerate(itertools.product(combos, seeds))]
+    by_key: dict[ScenarioKey, Scenario] = {}
+    for s, of_seed in scenarios.items():
+        if isinstance(of_seed, Scenario):
+            by_key[s, None] = of_seed
+        else:
+            by_key.update(((s, float(cap)), sc) for cap, sc in of_seed.items())
+    points = []
+    for i, (combo, s) in enumerate(itertools.product(combos, seeds)):
+        settings = {**base, **combo}
+        key: ScenarioKey = (s, None)
+        if key not in by_key:
+            key = (s, float(settings.get("max_min_runtime", math.nan)))
+            if key not in by_key:
+                raise ValueError(f"scenarios: seed {s} has no import at the max_min_runtime "
+                                 f"of point {i + 1} ({key[1]:g} s)")
+        points.append(Point(i, settings, s, key))
     results: list[tuple[dict[str, Any] | None, str | None] | None] = [None] * len(points)
     bar = None
     if progress and sys.stderr.isatty():
@@ -248,9 +271,9 @@ def run_sweep(
             if engine == "ray":
                 from .sweep_ray import run_ray
 
-                run_ray(scenarios, points, runner, address, jobs, done)
+                run_ray(by_key, points, runner, address, jobs, done)
             else:
-                run_processes(scenarios, points, runner, jobs, done)
+                run_processes(by_key, points, runner, jobs, done)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         if bar is not None:
             bar.close()
