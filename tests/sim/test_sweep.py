@@ -214,6 +214,24 @@ def test_attainment_panel_plots_the_teams_overall_against_the_worst_team() -> No
     assert lines == {"-": [0.6, 0.61], "--": [0.514, 0.524]}
 
 
+def test_the_plot_joins_the_points_in_the_order_of_the_x_axis() -> None:
+    """Grid values typed out of order (lookback=12h,1h,6h): every panel's lines have
+    increasing x data (1h, 6h, 12h), so each line runs along the axis; it joined them as
+    typed, 12h -> 1h -> 6h, doubling back. The ticks stay labelled as typed."""
+    import matplotlib.pyplot as plt
+
+    typed = {43200.0: "12h", 3600.0: "1h", 21600.0: "6h"}
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_teams": 0.9,
+             "attainment_min": 0.8, "debug_wait_p90_s": 60.0, "occupancy": 0.9,
+             "unallocated_fraction": 0.1, "lost_gpu_hours": 10.0} for x in typed]
+    fig = sweep_figure(rows, ["lookback"], {"lookback": typed})
+    xdata = [list(line.get_xdata()) for ax in fig.axes for line in ax.get_lines()]
+    ticks = {t.get_text() for t in fig.axes[0].get_xticklabels()}
+    plt.close(fig)
+    assert xdata and all(x == [3600.0, 21600.0, 43200.0] for x in xdata)
+    assert ticks == {"12h", "1h", "6h"}
+
+
 def every_field_set() -> Scenario:
     """A scenario in which every field of every class it is made of holds a value other
     than its default (``test_every_field_is_set`` keeps it so when a field is added)."""

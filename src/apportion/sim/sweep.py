@@ -373,7 +373,8 @@ def sweep_figure(rows: list[dict[str, Any]], keys: list[str],
     for ax, (title, metrics, log) in zip(axs.flat, panels, strict=True):
         drawn: list[float] = []
         for n, (group, at_x) in enumerate(groups.items()):
-            order = sorted(at_x, key=xs.index)
+            # along the axis: by value when the values are its positions, else as typed
+            order = sorted(at_x) if numeric else sorted(at_x, key=xs.index)
             px = [x if numeric else xs.index(x) for x in order]
             name = ", ".join(f"{k}={label(k, v, labels)}"
                              for k, v in zip(others, group, strict=True)) or "fairshare"
