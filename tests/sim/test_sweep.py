@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.core import After, BudgetTree, Hold, Host, HostState, WorkloadSpec
 from apportion.core.fleet import FleetConfig
+from apportion.sim.engine import Engine, RunResult
 from apportion.sim.model import (
     HostEvent,
     HostEventKind,
@@ -476,19 +477,55 @@ def test_the_workers_of_a_process_sweep_die_with_it_when_it_is_killed(tmp_path: 
         sweep.communicate()
 
 
-def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path) -> None:
-    """Two points of eight fail (checkpoint_wait 3h over max_min_runtime 2h, on both seeds)
-    with stderr not a terminal (no progress bar): stderr has one line per failed point with
-    its error (in the order they fail), then the summary line; before, only the summary
-    line."""
+class FailingAtThreeHours(Engine):
+    """The engine, except that a run with checkpoint_wait 3h raises."""
+
+    def run(self) -> RunResult:
+        if self.config.checkpoint_wait == 3 * 3600.0:
+            raise ValueError("injected failure at checkpoint_wait=3h")
+        return super().run()
+
+
+def test_failed_points_are_reported_on_stderr_without_a_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two points of eight fail (checkpoint_wait=3h, on both seeds; the forked workers
+    inherit the failing engine) with stderr not a terminal (no progress bar): stderr has
+    one line per failed point with its error (in the order they fail), then the summary
+    line; before, only the summary line."""
+    monkeypatch.setattr("apportion.sim.sweep.Engine", FailingAtThreeHours)
     code, out, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
-                            "max_min_runtime=2h,8h", "--grid", "checkpoint_wait=10m,3h",
+                            "max_min_runtime=4h,8h", "--grid", "checkpoint_wait=10m,3h",
                             "--seeds", "0,1", "--out", str(tmp_path))
     assert code == 1, out + err
-    error = "CoreError: policy: checkpoint_wait: 10800 s is over max_min_runtime (7200 s)"
+    error = "ValueError: injected failure at checkpoint_wait=3h"
     assert sorted(line for line in err.splitlines() if line.startswith("sweep: ")) == [
-        f"sweep: point 3 failed: {error}", f"sweep: point 4 failed: {error}"]
-    assert err.endswith("Error: 2 of 8 points failed (errors above)\n")
+        f"sweep: point {n} failed: {error}" for n in (3, 4, 7, 8)]
+    assert err.endswith("Error: 4 of 8 points failed (errors above)\n")
+
+
+def test_grid_values_that_break_a_rule_together_are_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    """--grid checkpoint_wait=2h,3h --grid max_min_runtime=1h,90m: every combination has
+    checkpoint_wait over max_min_runtime, though each value alone is valid. A usage error
+    (exit 2) before any point runs, naming the first such pair of values as typed, and
+    the durations not in seconds; nothing written. (All four points ran and failed with
+    'CoreError: policy: checkpoint_wait: 7200 s is over max_min_runtime (3600 s)'.) With
+    a third axis (lookback), the refusal names only the two values that break the rule."""
+    out = tmp_path / "out"
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                          "checkpoint_wait=2h,3h", "--grid", "max_min_runtime=1h,90m",
+                          "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: checkpoint_wait=2h with max_min_runtime=1h: policy: "
+            "checkpoint_wait: 2 h is over max_min_runtime (1 h)") in err
+    assert "sweep: point" not in err and not out.exists()
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                          "lookback=1d", "--grid", "max_min_runtime=8h,90m", "--grid",
+                          "restart_protection=30m,2h", "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: max_min_runtime=90m with restart_protection=2h: "
+            "policy: restart_protection: 2 h is over max_min_runtime (1 h 30 min)") in err
+    assert not out.exists()
 
 
 def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
