@@ -125,6 +125,22 @@ def test_attainment_per_team_and_per_researcher_by_hand() -> None:
     assert att["overall_teams"] == pytest.approx(1.0)
 
 
+def test_attainment_per_team_is_the_lower_when_only_some_researchers_ask() -> None:
+    """One 8-GPU host. b/y/v (share 4 GPUs) runs 8 GPUs for the hour; u of team a/x (4
+    GPUs of share, 2 of them u's) waits for 4 behind it and w asks nothing. Per researcher:
+    u is owed 2 and gets 0, v is owed 4 and gets 8, overall 4 / 6. Per team: a/x is owed
+    min(4, 4) = 4, its whole share though only u asks, and gets 0; b/y is owed 4 and gets
+    them: overall 4 / 8, below the per-researcher figure (docs/simulator.md: neither is
+    always the lower)."""
+    tree = BudgetTree.build([("a/x/u", 1.0), ("a/x/w", 1.0), ("b/y/v", 1.0)])
+    jobs = (SimJob(WorkloadSpec("big", "b/y/v", 8, 60.0, 0.0), 2 * HOUR),
+            SimJob(WorkloadSpec("waits", "a/x/u", 4, 60.0, 0.0), 600.0))
+    sc = Scenario("team", tree, (Host("h0", 8),), jobs, (), days=1 / 24.0)
+    att = run(sc, fifo).summary["attainment"]
+    assert att["overall"] == pytest.approx(4 / 6)
+    assert att["overall_teams"] == pytest.approx(4 / 8)
+
+
 def test_hour_bins_split_exactly() -> None:
     """A 4-GPU job running 1800-5400 s puts exactly 2 GPU-hours in hour 0 and 2 in hour 1
     (the accounting boundary at 3600 s splits the integral): 2 GPUs on average in each."""

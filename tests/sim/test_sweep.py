@@ -3,6 +3,7 @@ typed, the lookback warning and errors that name the flag."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.core import After, BudgetTree, Hold, Host, HostState, WorkloadSpec
 from apportion.core.fleet import FleetConfig
+from apportion.sim.engine import Engine, RunResult
 from apportion.sim.model import (
     HostEvent,
     HostEventKind,
@@ -34,6 +36,7 @@ from apportion.sim.scenarios import get_scenario
 from apportion.sim.sweep import format_sweep, run_point, run_sweep, sweep_figure
 from apportion.sim.sweep_ray import pack, unpack
 
+DATA = Path(__file__).parent / "data"
 COST = ("wall_s", "cpu_s", "events_per_s", "peak_memory_mb")  # measured, not computed
 
 
@@ -212,6 +215,24 @@ def test_attainment_panel_plots_the_teams_overall_against_the_worst_team() -> No
     assert lines == {"-": [0.6, 0.61], "--": [0.514, 0.524]}
 
 
+def test_the_plot_joins_the_points_in_the_order_of_the_x_axis() -> None:
+    """Grid values typed out of order (lookback=12h,1h,6h): every panel's lines have
+    increasing x data (1h, 6h, 12h), so each line runs along the axis; it joined them as
+    typed, 12h -> 1h -> 6h, doubling back. The ticks stay labelled as typed."""
+    import matplotlib.pyplot as plt
+
+    typed = {43200.0: "12h", 3600.0: "1h", 21600.0: "6h"}
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_teams": 0.9,
+             "attainment_min": 0.8, "debug_wait_p90_s": 60.0, "occupancy": 0.9,
+             "unallocated_fraction": 0.1, "lost_gpu_hours": 10.0} for x in typed]
+    fig = sweep_figure(rows, ["lookback"], {"lookback": typed})
+    xdata = [list(line.get_xdata()) for ax in fig.axes for line in ax.get_lines()]
+    ticks = {t.get_text() for t in fig.axes[0].get_xticklabels()}
+    plt.close(fig)
+    assert xdata and all(x == [3600.0, 21600.0, 43200.0] for x in xdata)
+    assert ticks == {"12h", "1h", "6h"}
+
+
 def every_field_set() -> Scenario:
     """A scenario in which every field of every class it is made of holds a value other
     than its default (``test_every_field_is_set`` keeps it so when a field is added)."""
@@ -302,8 +323,8 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
     each point's figures equal those of ``simulate --set max_min_runtime=`` that value (the
     12 h point keeps the job's 10 h, the 8 h point lowers it to 8 h), so the two differ.
     (The sweep used to load the trace once with the base 8 h cap, so its 12 h point ran
-    the job with 8 h.) clamped_min_runtime included: 1 at 8 h, lowered by the engine in
-    the sweep and by the trace import in simulate (which counted 0)."""
+    the job with 8 h.) clamped_min_runtime included: 1 at 8 h, lowered by the trace import
+    in both."""
     trace = tmp_path / "t.csv"
     trace.write_text("id,submit_time,gpus,duration,min_runtime,budget\n"
                      "a,0,8,86400,10h,x/a\nb,3600,4,36000,1h,x/b\n")
@@ -324,6 +345,27 @@ def test_a_sweep_over_the_cap_on_a_trace_equals_simulate_with_that_cap(tmp_path:
     assert points[0]["summary"]["attainment"] != points[1]["summary"]["attainment"]
 
 
+def test_a_one_point_sweep_over_the_cap_of_an_itp_trace_is_simulate_with_that_cap(
+        tmp_path: Path) -> None:
+    """An ITP trace (no minimum runtimes: the import derives them, up to the cap) swept
+    over max_min_runtime=2h alone: the point's whole summary, clamped_min_runtime
+    included, equals that of ``simulate --set max_min_runtime=2h`` (0 lowered: the
+    derived minimum runtimes are at most 2 h). (The sweep imported the trace at the 8 h
+    default and let the engine lower the derived values to 2 h, counting 122 of them.)"""
+    common = ("--trace", str(DATA / "itp" / "cluster10.csv"), "--format", "itp",
+              "--budgets", "3", "--cluster", "2x8", "--quiet")
+    code, out, err = invoke("sweep", *common, "--grid", "max_min_runtime=2h",
+                            "--out", str(tmp_path / "sweep"))
+    assert code == 0, out + err
+    swept = figures(json.loads((tmp_path / "sweep" / "sweep.json").read_text()))[0]["summary"]
+    code, out, err = invoke("simulate", *common, "--policy", "fairshare", "--set",
+                            "max_min_runtime=2h", "--out", str(tmp_path / "simulate"))
+    assert code == 0, out + err
+    alone = json.loads((tmp_path / "simulate" / "summary.json").read_text())[0]
+    assert swept == figures([{"summary": alone}])[0]["summary"]
+    assert swept["clamped_min_runtime"] == 0
+
+
 def children(pid: int) -> list[int]:
     """The pids of ``pid``'s child processes."""
     found = []
@@ -337,6 +379,39 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def start_long_sweep(out: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """A process sweep of a minute or more in its own session, once its two worker
+    processes are in their first points; the sweep and its workers' pids."""
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
+         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
+         "--quiet", "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
+        time.sleep(0.1)
+    time.sleep(1)  # the workers are in their first points
+    return sweep, workers
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def gone_within(pids: list[int], seconds: float) -> list[int]:
+    """The pids of ``pids`` still running after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    while (running := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return running
+
+
 def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while two
     worker processes run points of a sweep of a minute or more: the command ends within a
@@ -344,17 +419,8 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
     done and that nothing was written, its workers are gone, and --out holds no file.
     (The sweep used to run every queued point first, then write nothing.)"""
     out = tmp_path / "out"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "seed", "--days",
-         "30", "--grid", "lookback=1d,2d,3d,4d,5d,6d,7d,8d", "--seeds", "0,1", "--jobs", "2",
-         "--quiet", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    sweep, workers = start_long_sweep(out)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := children(sweep.pid)) < 2:  # the scenarios are built first
-            assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()
-            time.sleep(0.1)
-        time.sleep(1)  # the workers are in their first points
         os.killpg(sweep.pid, signal.SIGINT)
         start = time.monotonic()
         stdout, stderr = sweep.communicate(timeout=30)
@@ -372,19 +438,94 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
     assert not out.exists() or not list(out.iterdir())
 
 
-def test_failed_points_are_reported_on_stderr_without_a_terminal(tmp_path: Path) -> None:
-    """Two points of eight fail (checkpoint_wait 3h over max_min_runtime 2h, on both seeds)
-    with stderr not a terminal (no progress bar): stderr has one line per failed point with
-    its error (in the order they fail), then the summary line; before, only the summary
-    line."""
+def test_sigterm_to_a_process_sweep_stops_it_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM to the sweep's own process only (``kill PID``, not its group) while its two
+    workers run points: as Ctrl-C, the command ends within a few seconds with exit 1, the
+    "interrupted after N of 16 points; nothing written" line and "Aborted!", its workers
+    are gone and --out holds no file. (SIGTERM used to kill the command alone and leave
+    its workers running their points on, orphaned.)"""
+    out = tmp_path / "out"
+    sweep, workers = start_long_sweep(out)
+    try:
+        sweep.terminate()
+        sweep.wait(timeout=30)
+        assert gone_within(workers, 5) == []
+        stdout, stderr = sweep.communicate()  # once no worker holds the pipes open
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the sweep's session: nothing left
+            os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.wait()
+    assert sweep.returncode == 1, stdout + stderr
+    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
+                     re.MULTILINE), stderr
+    assert "Aborted!" in stderr and "wrote" not in stdout
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_the_workers_of_a_process_sweep_die_with_it_when_it_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the sweep's own process (as the OOM killer sends it; it cannot be
+    handled) while its two workers run points: the workers are gone within a few seconds.
+    (They used to run on, orphaned, each holding its memory.)"""
+    sweep, workers = start_long_sweep(tmp_path / "out")
+    try:
+        sweep.kill()
+        sweep.wait(timeout=30)
+        assert gone_within(workers, 5) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the sweep's session: nothing left
+            os.killpg(sweep.pid, signal.SIGKILL)
+        sweep.communicate()
+
+
+class FailingAtThreeHours(Engine):
+    """The engine, except that a run with checkpoint_wait 3h raises."""
+
+    def run(self) -> RunResult:
+        if self.config.checkpoint_wait == 3 * 3600.0:
+            raise ValueError("injected failure at checkpoint_wait=3h")
+        return super().run()
+
+
+def test_failed_points_are_reported_on_stderr_without_a_terminal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two points of eight fail (checkpoint_wait=3h, on both seeds; the forked workers
+    inherit the failing engine) with stderr not a terminal (no progress bar): stderr has
+    one line per failed point with its error (in the order they fail), then the summary
+    line; before, only the summary line."""
+    monkeypatch.setattr("apportion.sim.sweep.Engine", FailingAtThreeHours)
     code, out, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
-                            "max_min_runtime=2h,8h", "--grid", "checkpoint_wait=10m,3h",
+                            "max_min_runtime=4h,8h", "--grid", "checkpoint_wait=10m,3h",
                             "--seeds", "0,1", "--out", str(tmp_path))
     assert code == 1, out + err
-    error = "CoreError: policy: checkpoint_wait: 10800 s is over max_min_runtime (7200 s)"
+    error = "ValueError: injected failure at checkpoint_wait=3h"
     assert sorted(line for line in err.splitlines() if line.startswith("sweep: ")) == [
-        f"sweep: point 3 failed: {error}", f"sweep: point 4 failed: {error}"]
-    assert err.endswith("Error: 2 of 8 points failed (errors above)\n")
+        f"sweep: point {n} failed: {error}" for n in (3, 4, 7, 8)]
+    assert err.endswith("Error: 4 of 8 points failed (errors above)\n")
+
+
+def test_grid_values_that_break_a_rule_together_are_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    """--grid checkpoint_wait=2h,3h --grid max_min_runtime=1h,90m: every combination has
+    checkpoint_wait over max_min_runtime, though each value alone is valid. A usage error
+    (exit 2) before any point runs, naming the first such pair of values as typed, and
+    the durations not in seconds; nothing written. (All four points ran and failed with
+    'CoreError: policy: checkpoint_wait: 7200 s is over max_min_runtime (3600 s)'.) With
+    a third axis (lookback), the refusal names only the two values that break the rule."""
+    out = tmp_path / "out"
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                          "checkpoint_wait=2h,3h", "--grid", "max_min_runtime=1h,90m",
+                          "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: checkpoint_wait=2h with max_min_runtime=1h: policy: "
+            "checkpoint_wait: 2 h is over max_min_runtime (1 h)") in err
+    assert "sweep: point" not in err and not out.exists()
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                          "lookback=1d", "--grid", "max_min_runtime=8h,90m", "--grid",
+                          "restart_protection=30m,2h", "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: max_min_runtime=90m with restart_protection=2h: "
+            "policy: restart_protection: 2 h is over max_min_runtime (1 h 30 min)") in err
+    assert not out.exists()
 
 
 def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ policies and write comparable tables (docs/simulator.md)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import re
 import tomllib
 import types
 import typing
@@ -560,23 +562,28 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
             try:  # every value must make a valid config
                 split_settings({**base, key: value})
             except (CoreError, ValueError) as e:
-                raise click.BadParameter(f"{key}={typed}: {e}", param_hint="--grid") from None
+                raise click.BadParameter(f"{key}={typed}: {_in_durations(e)}",
+                                         param_hint="--grid") from None
             axes[key].append(value)
             labels[key][value] = typed
-    config, sim = build_configs(base)
+    _check_combinations(base, axes, labels)
+    config, _ = build_configs(base)
     seed_list = _seed_list(seeds, kw)
-    # a trace is loaded once for every point, its minimum runtimes lowered to a cap: the
-    # largest cap of the grid, so that the engine lowers them to each point's own cap as
-    # a run with that setting would (the default rule's min(duration, cap, ...) commutes)
     caps = [float(v) for v in axes.get("max_min_runtime", [])]
-    if caps and max(caps) > config.max_min_runtime:
-        if not sim.clamp_min_runtime or False in axes.get("clamp_min_runtime", []):
-            raise click.UsageError("--grid max_min_runtime above the base setting needs "
-                                   "clamp_min_runtime (each point lowers to its own cap)")
-        config = dataclasses.replace(config, max_min_runtime=max(caps))
-    scenarios = {s: _scenario_from({**kw, "seed": s}, config, warn=s == seed_list[0])
-                 for s in seed_list}
-    _warn_lookback(next(iter(scenarios.values())).days, kw["days"], base, axes, labels)
+    scenarios: dict[int, Scenario | dict[float, Scenario]] = {}
+    for s in seed_list:
+        if kw["trace"] is None or not caps:
+            scenarios[s] = _scenario_from({**kw, "seed": s}, config, warn=s == seed_list[0])
+            continue
+        # a trace swept over the cap: imported at each cap, as simulate with that setting
+        # imports it (the import derives and lowers minimum runtimes to the cap, and the
+        # summary counts what was lowered); its warnings once, those of the largest cap
+        scenarios[s] = {cap: _scenario_from(
+            {**kw, "seed": s}, dataclasses.replace(config, max_min_runtime=cap),
+            warn=s == seed_list[0] and cap == max(caps)) for cap in caps}
+    first = scenarios[seed_list[0]]
+    days = (first if isinstance(first, Scenario) else next(iter(first.values()))).days
+    _warn_lookback(days, kw["days"], base, axes, labels)
     out: Path = kw["out"]
     try:
         rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],
@@ -588,6 +595,34 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
     failed = sum(1 for r in rows if r["error"] is not None)
     if failed:
         raise click.ClickException(f"{failed} of {len(rows)} points failed (errors above)")
+
+
+SECONDS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?(?:e[+-]?\d+)?) s\b")
+
+
+def _in_durations(error: Exception) -> str:
+    """A config error with its times in seconds (``7200 s``, as the policy says them) said
+    as durations (``2 h``), as the grid's values are typed."""
+    return SECONDS.sub(lambda m: format_duration(float(m[1])), str(error))
+
+
+def _check_combinations(base: dict[str, Any], axes: dict[str, list[Any]],
+                        labels: dict[str, dict[Any, str]]) -> None:
+    """Refuse, before anything runs, grid values that break a rule between two settings
+    (checkpoint_wait over max_min_runtime) when combined: each value alone was checked.
+    The refusal names the fewest values that break it, as typed (pairs are tried first)."""
+    from apportion.sim.sweep import split_settings
+
+    for size in range(2, len(axes) + 1):
+        for keys in itertools.combinations(axes, size):
+            for values in itertools.product(*(axes[k] for k in keys)):
+                try:
+                    split_settings({**base, **dict(zip(keys, values, strict=True))})
+                except (CoreError, ValueError) as e:
+                    typed = " with ".join(f"{k}={labels[k][v]}"
+                                          for k, v in zip(keys, values, strict=True))
+                    raise click.BadParameter(f"{typed}: {_in_durations(e)}",
+                                             param_hint="--grid") from None
 
 
 def _seed_list(seeds: str | None, kw: dict[str, Any]) -> list[int]:

@@ -8,13 +8,17 @@ row keeps the grid values and the error, its figures are empty); the others go o
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import json
 import math
 import multiprocessing
+import os
 import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,14 +63,20 @@ ENGINES = ("process", "ray")
 #: summary -> the point's figures; ``run_point`` unless a caller brings its own
 Runner = Callable[[Scenario, dict[str, Any], int], dict[str, Any]]
 
+#: which scenario a point runs on: its seed, and the max_min_runtime its trace was imported
+#: with (None: the seed's one scenario, whatever the cap)
+ScenarioKey = tuple[int, float | None]
+
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One run of the sweep: the settings (base and grid values) and the scenario's seed."""
+    """One run of the sweep: the settings (base and grid values), the scenario's seed and
+    the key of the scenario it runs on."""
 
     index: int
     settings: dict[str, Any]
     seed: int
+    scenario: ScenarioKey
 
 
 def split_settings(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
@@ -93,23 +103,33 @@ def describe(error: BaseException) -> str:
 
 
 # ---- the process engine: forked workers on this host -----------------------------------
-_SCENARIOS: Mapping[int, Scenario] = {}  # set once per worker process
+_SCENARIOS: Mapping[ScenarioKey, Scenario] = {}  # set once per worker process
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent ends
 
 
-def _init(scenarios: Mapping[int, Scenario]) -> None:
+def _init(scenarios: Mapping[ScenarioKey, Scenario], parent: int) -> None:
     global _SCENARIOS
     _SCENARIOS = scenarios
+    # a worker dies with the sweep, however it ends (SIGKILL by the OOM killer included):
+    # it would otherwise run its points on, orphaned, and hold its memory
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the sweep ended before the line above took effect
+        os._exit(1)
     # Ctrl-C reaches the whole process group: the parent handles it (it kills the workers);
     # a worker taking it would report its point as failed and go on to the next one
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the parent's SIGTERM handler (see :func:`_terminate_as_interrupt`) is not a worker's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run_in_worker(settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
-    return runner(_SCENARIOS[seed], settings, seed)
+def _run_in_worker(point: Point, runner: Runner) -> dict[str, Any]:
+    return runner(_SCENARIOS[point.scenario], point.settings, point.seed)
 
 
 def run_processes(
-    scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner, jobs: int,
+    scenarios: Mapping[ScenarioKey, Scenario], points: Sequence[Point], runner: Runner,
+    jobs: int,
     done: Callable[[int, dict[str, Any] | None, str | None], None],
 ) -> None:
     """Run every point on ``jobs`` processes of this host; ``done(index, summary, error)``
@@ -117,7 +137,7 @@ def run_processes(
     if jobs == 1:
         for p in points:
             try:
-                summary = runner(scenarios[p.seed], p.settings, p.seed)
+                summary = runner(scenarios[p.scenario], p.settings, p.seed)
             except Exception as e:  # a failed point is reported; the others go on
                 done(p.index, None, describe(e))
             else:
@@ -125,11 +145,11 @@ def run_processes(
         return
     # fork: workers inherit the scenarios instead of unpickling them (the compiled core's
     # classes cannot be pickled, and a 30-day scenario is large)
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(scenarios,),
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init,
+                               initargs=(scenarios, os.getpid()),
                                mp_context=multiprocessing.get_context("fork"))
     try:
-        futures = {pool.submit(_run_in_worker, p.settings, p.seed, runner): p.index
-                   for p in points}
+        futures = {pool.submit(_run_in_worker, p, runner): p.index for p in points}
         for fut in as_completed(futures):
             try:
                 summary = fut.result()
@@ -156,6 +176,26 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 
 # ---- the sweep ----------------------------------------------------------------------------
+def _raise_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a batch system's time limit) stops the sweep as Ctrl-C does: its
+    workers killed and nothing written, not the command killed with its workers running on.
+    Only the main thread can take a signal; elsewhere SIGTERM is left as it is. (``ray.init``
+    puts Ray's own handler in its place: the Ray engine's SIGTERM is Ray's.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
     """Every combination of the axes' values, first axis slowest."""
     keys = list(axes)
@@ -164,7 +204,7 @@ def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 
 def run_sweep(
-    scenarios: Scenario | Mapping[int, Scenario],
+    scenarios: Scenario | Mapping[int, Scenario | Mapping[float, Scenario]],
     base: dict[str, Any],
     axes: Mapping[str, Sequence[Any]],
     out: Path,
@@ -178,18 +218,35 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run every (combination, seed) point, write the outputs, return the rows (grid values
     first axis slowest, then seeds). ``scenarios`` maps each seed to its scenario (a single
-    scenario is run with ``seed``). ``engine`` is ``process`` (``jobs`` forked processes) or
-    ``ray`` (a task per point on the cluster at ``address``, or RAY_ADDRESS, or a local one
-    started for the sweep with ``jobs`` CPUs). ``labels`` give the grid values as the user
-    typed them (``3d``), for the table and the plot."""
+    scenario is run with ``seed``), or, for a trace swept over max_min_runtime, to its
+    imports by cap: a point runs on the import at its own cap, the scenario ``simulate``
+    with that setting runs (what an import makes of a minimum runtime depends on the cap,
+    and so does what the summary counts as lowered). ``engine`` is ``process`` (``jobs``
+    forked processes) or ``ray`` (a task per point on the cluster at ``address``, or
+    RAY_ADDRESS, or a local one started for the sweep with ``jobs`` CPUs). ``labels`` give
+    the grid values as the user typed them (``3d``), for the table and the plot."""
     if isinstance(scenarios, Scenario):
         scenarios = {seed: scenarios}
     if engine not in ENGINES:
         raise ValueError(f"engine: unknown engine {engine!r} (choose from {', '.join(ENGINES)})")
     combos = combinations(axes)
     seeds = list(scenarios)
-    points = [Point(i, {**base, **combo}, s)
-              for i, (combo, s) in enumerate(itertools.product(combos, seeds))]
+    by_key: dict[ScenarioKey, Scenario] = {}
+    for s, of_seed in scenarios.items():
+        if isinstance(of_seed, Scenario):
+            by_key[s, None] = of_seed
+        else:
+            by_key.update(((s, float(cap)), sc) for cap, sc in of_seed.items())
+    points = []
+    for i, (combo, s) in enumerate(itertools.product(combos, seeds)):
+        settings = {**base, **combo}
+        key: ScenarioKey = (s, None)
+        if key not in by_key:
+            key = (s, float(settings.get("max_min_runtime", math.nan)))
+            if key not in by_key:
+                raise ValueError(f"scenarios: seed {s} has no import at the max_min_runtime "
+                                 f"of point {i + 1} ({key[1]:g} s)")
+        points.append(Point(i, settings, s, key))
     results: list[tuple[dict[str, Any] | None, str | None] | None] = [None] * len(points)
     bar = None
     if progress and sys.stderr.isatty():
@@ -210,13 +267,14 @@ def run_sweep(
             bar.update(1)
 
     try:
-        if engine == "ray":
-            from .sweep_ray import run_ray
+        with _terminate_as_interrupt():
+            if engine == "ray":
+                from .sweep_ray import run_ray
 
-            run_ray(scenarios, points, runner, address, jobs, done)
-        else:
-            run_processes(scenarios, points, runner, jobs, done)
-    except KeyboardInterrupt:
+                run_ray(by_key, points, runner, address, jobs, done)
+            else:
+                run_processes(by_key, points, runner, jobs, done)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         if bar is not None:
             bar.close()
         finished = sum(1 for r in results if r is not None)
@@ -315,7 +373,8 @@ def sweep_figure(rows: list[dict[str, Any]], keys: list[str],
     for ax, (title, metrics, log) in zip(axs.flat, panels, strict=True):
         drawn: list[float] = []
         for n, (group, at_x) in enumerate(groups.items()):
-            order = sorted(at_x, key=xs.index)
+            # along the axis: by value when the values are its positions, else as typed
+            order = sorted(at_x) if numeric else sorted(at_x, key=xs.index)
             px = [x if numeric else xs.index(x) for x in order]
             name = ", ".join(f"{k}={label(k, v, labels)}"
                              for k, v in zip(others, group, strict=True)) or "fairshare"

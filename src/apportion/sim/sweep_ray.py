@@ -9,9 +9,9 @@ the user, other clusters included).
 
 The scenarios are shipped once: each is packed, every field of every class in it, into
 plain data (strings, numbers, tuples; the compiled core's classes cannot be pickled) and put
-into the object store, and every task gets a reference to it. The points are submitted seed
-by seed and a worker keeps the last two scenarios it unpacked, so it unpacks each about
-once."""
+into the object store, and every task gets a reference to it. The points are submitted
+scenario by scenario (seed by seed, and for a trace swept over max_min_runtime cap by cap)
+and a worker keeps the last two scenarios it unpacked, so it unpacks each about once."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from apportion.core.fleet import FleetConfig
 from .model import HostEvent, HostEventKind, LegacyPriority, Pools, Scenario, SimJob
 
 if TYPE_CHECKING:
-    from .sweep import Point, Runner
+    from .sweep import Point, Runner, ScenarioKey
 
 Packed = tuple[Any, ...]
 
@@ -102,7 +102,7 @@ def unpack(data: Packed) -> Scenario:
 
 
 _UNPACKED: dict[str, Scenario] = {}  # per worker process: object id -> scenario
-_KEEP = 2  # scenarios a worker keeps (points are submitted seed by seed)
+_KEEP = 2  # scenarios a worker keeps (points are submitted scenario by scenario)
 
 
 def _task(box: list[Any], settings: dict[str, Any], seed: int, runner: Runner) -> dict[str, Any]:
@@ -115,7 +115,7 @@ def _task(box: list[Any], settings: dict[str, Any], seed: int, runner: Runner) -
     key = ref.hex()
     scenario = _UNPACKED.get(key)
     if scenario is None:
-        while len(_UNPACKED) >= _KEEP:  # the oldest goes: a worker moves on seed by seed
+        while len(_UNPACKED) >= _KEEP:  # the oldest goes: a worker moves on scenario by scenario
             del _UNPACKED[next(iter(_UNPACKED))]
         scenario = _UNPACKED[key] = unpack(ray.get(ref))
     return runner(scenario, settings, seed)
@@ -146,7 +146,7 @@ def _probe(address: str, source: str) -> None:
 
 
 def run_ray(
-    scenarios: Mapping[int, Scenario], points: Sequence[Point], runner: Runner,
+    scenarios: Mapping[ScenarioKey, Scenario], points: Sequence[Point], runner: Runner,
     address: str | None, jobs: int,
     done: Callable[[int, dict[str, Any] | None, str | None], None],
 ) -> None:
@@ -184,11 +184,11 @@ def run_ray(
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise RuntimeError(f"{source} {address}: cannot connect to Ray: {e}") from None
     try:
-        refs = {seed: ray.put(pack(sc)) for seed, sc in scenarios.items()}
+        refs = {key: ray.put(pack(sc)) for key, sc in scenarios.items()}
         task = ray.remote(num_cpus=1)(_task)
-        # seed by seed, so that a worker mostly runs points of the scenario it unpacked
-        order = sorted(points, key=lambda p: (list(refs).index(p.seed), p.index))
-        pending = {task.remote([refs[p.seed]], p.settings, p.seed, runner): p.index
+        # scenario by scenario, so that a worker mostly runs points of the scenario it unpacked
+        order = sorted(points, key=lambda p: (list(refs).index(p.scenario), p.index))
+        pending = {task.remote([refs[p.scenario]], p.settings, p.seed, runner): p.index
                    for p in order}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
