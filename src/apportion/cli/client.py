@@ -678,7 +678,7 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 @click.option("--target", default=None,
               help="only entries about this budget/host/user/workload (5 or w-5: w-000005, "
                    "unless something of that very name has entries)")
-@click.option("--actor", default=None, help="only entries by this user (or scheduler)")
+@click.option("--actor", default=None, help="only entries by this user (or scheduler, config)")
 @click.option("--action", default=None,
               help="only this action (budget.set) or family (budget: every budget.*)")
 @click.option("--from", "start", default=None, metavar="WHEN",
