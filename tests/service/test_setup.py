@@ -357,6 +357,35 @@ def test_a_directory_another_user_holds_stops_serve_with_one_line(
         0 if "link" in whose else nobody.pw_uid, 0o755, [])
 
 
+def test_a_link_of_another_user_reached_through_a_link_of_roots_stops_serve(
+    tmp_path: Path,
+) -> None:
+    """``data_dir`` names root's link, which points at a link ``nobody`` owns in a sticky
+    shared directory: ``serve`` exits 1 naming that link as on the data directory's way
+    (it started: only the path as written and its final target's parents were looked at,
+    so the other user could later point the server's files at a directory of theirs)."""
+    nobody = pwd.getpwnam("nobody")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(scratch, 0o1777)
+    target = tmp_path / "real"
+    target.mkdir()
+    theirs = scratch / "link"
+    theirs.symlink_to(target)
+    os.lchown(theirs, nobody.pw_uid, nobody.pw_gid)
+    roots = tmp_path / "rootlnk"
+    roots.symlink_to(theirs)
+    config = tmp_path / "apportion.toml"
+    config.write_text(f'[server]\ndata_dir = "{roots}/data"\n[executor]\nkind = "memory"\n'
+                      '[[hosts]]\nname = "h1"\ngpus = 8\n')
+    r = serve_exit(config)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stderr == (f"Error: data directory {roots}/data ({config}: server.data_dir): "
+                        f"{theirs}, on its way, is a link of nobody, who could replace it: "
+                        "name the directory without it\n"), r.stderr
+    assert list(target.iterdir()) == []
+
+
 def test_init_writes_the_config_readable_by_its_owner_only(tmp_path: Path) -> None:
     """Under umask 022, ``init`` writes apportion.toml 0600 (it was 0644, and
     database.url may come to hold a password), and so does ``init --force`` over a 0644
