@@ -874,3 +874,38 @@ def test_submit_exports_openblas_num_threads_only_as_the_users_shell_set_it(
     env = json.loads(r.stdout)["env"]
     assert env.get("OPENBLAS_NUM_THREADS") == shell_value
     assert env.get("HOME") == shell.get("HOME")  # the rest of the shell's environment is there
+
+
+def test_names_in_a_request_path_are_sent_as_typed_and_name_nothing_else(
+    server: Server,
+) -> None:
+    """A user, host, budget or token named with ``/..``, ``#``, ``?`` or a control character
+    is sent percent-quoted: ``users set 'nosuch/../bob'`` and ``'bob#x'`` no longer make bob
+    admin (a ``/`` or a ``..`` name is a usage error; ``#x`` is a user of that name, not
+    found), ``budgets set 'ai/llm#zz'`` no longer sets ai/llm, and a control character is a
+    refusal naming it, not an httpx traceback."""
+    def admin_of(name: str) -> bool:
+        users = run_json(server, "root", "users", "list")
+        return next(u["admin"] for u in users if u["name"] == name)
+
+    before = admin_of("bob")
+    for name in ("nosuch/../bob", "..", "."):
+        r = run(server, "root", "users", "set", name, "--admin")
+        assert r.exit_code == 2 and "is not a name" in r.stderr, r.output
+    r = run(server, "root", "users", "set", "bob#x", "--admin")
+    assert r.exit_code == 1 and "user bob#x: not found" in r.stderr, r.output
+    assert admin_of("bob") == before
+    weight = next(b["weight"] for b in run_json(server, "root", "budgets", "tree")
+                  if b["path"] == "ai/llm")
+    r = run(server, "root", "budgets", "set", "ai/llm#zz", "5")
+    assert r.exit_code == 1 and "ai/llm#zz" in r.stderr, r.output
+    for path in ("ai/../ops", "ai//llm"):
+        r = run(server, "root", "budgets", "set", path, "5")
+        assert r.exit_code == 2 and "is not a budget path" in r.stderr, r.output
+    assert next(b["weight"] for b in run_json(server, "root", "budgets", "tree")
+                if b["path"] == "ai/llm") == weight
+    for args in (["hosts", "repair", "gpu\x07"], ["tokens", "create", "bob\x1b[31m"],
+                 ["tokens", "revoke", "t-?x"]):
+        r = run(server, "root", *args)
+        assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "\x07" not in r.stderr \
+            and "Traceback" not in r.output, r.output

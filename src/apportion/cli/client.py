@@ -18,6 +18,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import click
 import httpx
@@ -62,20 +63,37 @@ WEIGHT = FiniteFloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 
 class Name(click.ParamType[str]):
-    """A name that goes into the API's URL path (a host, a user, a budget path, a token
-    id): an empty one is a usage error naming the argument, not a request for a path that
-    names nothing (answered ``Not Found``, without saying what was not found)."""
+    """A name that goes into the API's URL path (a host, a user, a token id; with
+    ``path``, a budget path, its names separated by ``/``), sent as one path segment each:
+    percent-quoted, so that ``#``, ``?``, ``%`` or a control character in it names nothing
+    else (``users set 'x/../bob'`` changed bob). An empty name, a ``/`` in a name, or a
+    name ``.`` or ``..`` (which a URL resolves away) is a usage error naming the argument,
+    not a request for a path that names nothing or something else."""
 
     name = "NAME"
 
+    def __init__(self, path: bool = False) -> None:
+        self.path = path
+
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
-        if not str(value):
+        text = str(value)
+        if not text:
             self.fail("empty", param, ctx)
-        return str(value)
+        for part in text.split("/") if self.path else [text]:
+            if part in ("", ".", "..") or "/" in part:
+                what = "a budget path: names separated by '/'" if self.path else "a name"
+                self.fail(f"{escape_controls(text)!r} is not {what}", param, ctx)
+        return text
 
 
 NAME = Name()
+BUDGET_PATH = Name(path=True)
+
+
+def url_part(name: str) -> str:
+    """``name`` (a :class:`Name`) as the segments of a URL path: each percent-quoted."""
+    return "/".join(quote(part, safe="") for part in name.split("/"))
 
 # ---- connection ------------------------------------------------------------------------------
 CONFIG_KEYS = ("token", "token_file", "url")
@@ -227,7 +245,8 @@ class Client:
                 detail = r.json().get("detail", r.text)
             except ValueError:
                 detail = r.text
-            raise click.ClickException(f"{detail} (HTTP {r.status_code})")
+            # the server's words quote what was sent (a name, a value): shown escaped
+            raise click.ClickException(f"{escape_controls(str(detail))} (HTTP {r.status_code})")
         return r
 
     def pages(self, path: str, params: dict[str, Any], cursor: str, page: int,
@@ -548,7 +567,7 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 
 
 @budgets.command("set")
-@click.argument("path", type=NAME)
+@click.argument("path", type=BUDGET_PATH)
 @click.argument("weight", type=WEIGHT, required=False)
 @click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
               help="the weight, as `budgets create` takes it (the same as WEIGHT)")
@@ -562,27 +581,28 @@ def budgets_set(client: Client, path: str, weight: float | None,
     weight = weight if weight is not None else weight_flag
     if weight is None:
         raise click.UsageError("missing the weight: apportion budgets set PATH WEIGHT")
-    b = client.reply(BudgetWeight, "PATCH", f"/budgets/{path}", {"weight": weight})
+    b = client.reply(BudgetWeight, "PATCH", f"/budgets/{url_part(path)}", {"weight": weight})
     click.echo(f"{b.path}: weight {b.weight:g}")
 
 
 @budgets.command("members")
-@click.argument("path", type=NAME)
+@click.argument("path", type=BUDGET_PATH)
 @click.argument("names", nargs=-1)
 @connection
 def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
     """Replace a node's members (none: remove all)."""
-    b = client.reply(BudgetMembers, "PUT", f"/budgets/{path}/members", {"members": list(names)})
+    b = client.reply(BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
+                     {"members": list(names)})
     click.echo(f"{b.path}: members {', '.join(b.members) or '(none)'}")
 
 
 @budgets.command("managers")
-@click.argument("path", type=NAME)
+@click.argument("path", type=BUDGET_PATH)
 @click.argument("names", nargs=-1)
 @connection
 def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
     """Replace a node's managers (none: remove all)."""
-    b = client.reply(BudgetManagers, "PUT", f"/budgets/{path}/managers",
+    b = client.reply(BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
                      {"managers": list(names)})
     click.echo(f"{b.path}: managers {', '.join(b.managers) or '(none)'}")
 
@@ -652,7 +672,7 @@ def hosts_list(client: Client, as_json: bool) -> None:
 @connection
 def hosts_drain(client: Client, name: str, reason: str) -> None:
     """Drain a host: no new work; it empties as protections end, then goes to repair."""
-    h = client.reply(Host, "POST", f"/hosts/{name}/drain", {"reason": reason})
+    h = client.reply(Host, "POST", f"/hosts/{url_part(name)}/drain", {"reason": reason})
     if h.state in ("repair", "down"):
         click.echo(f"{h.name}: {h.state} already "
                    f"({escape_controls(h.reason) or 'no reason given'}): it takes "
@@ -667,7 +687,7 @@ def hosts_drain(client: Client, name: str, reason: str) -> None:
 @connection
 def hosts_repair(client: Client, name: str, reason: str) -> None:
     """Mark a host repaired: healthy again (also calls off a drain)."""
-    h = client.reply(Host, "POST", f"/hosts/{name}/repair", {"reason": reason})
+    h = client.reply(Host, "POST", f"/hosts/{url_part(name)}/repair", {"reason": reason})
     click.echo(f"{h.name}: {h.state}")
 
 
@@ -779,7 +799,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
         body["unix_user"] = unix_user
     if not body:
         raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
-    u = client.reply(User, "PATCH", f"/users/{name}", body)
+    u = client.reply(User, "PATCH", f"/users/{url_part(name)}", body)
     click.echo(_user_line(u))
     _warn_cannot_run(u)
 
@@ -798,7 +818,7 @@ def tokens() -> None:
 @connection
 def tokens_create(client: Client, user: str, kind: str, label: str, as_json: bool) -> None:
     """Create a token for USER and print it (shown once: only its hash is kept)."""
-    data = client.json("POST", f"/users/{user}/tokens", {"kind": kind, "label": label})
+    data = client.json("POST", f"/users/{url_part(user)}/tokens", {"kind": kind, "label": label})
     if as_json:
         _print_json(data)
         return
@@ -831,5 +851,5 @@ def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
 @connection
 def tokens_revoke(client: Client, token_id: str) -> None:
     """Revoke a token by its id (from tokens list): refused from this moment."""
-    t = client.reply(Token, "POST", f"/tokens/{token_id}/revoke")
+    t = client.reply(Token, "POST", f"/tokens/{url_part(token_id)}/revoke")
     click.echo(f"revoked {t.id} ({t.kind} token of {t.user})")
