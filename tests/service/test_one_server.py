@@ -167,3 +167,25 @@ def test_a_server_whose_port_is_taken_refuses_before_writing_anything(tmp_path: 
            "server listens there: stop it, or give --port)" in r.stderr, r.stderr
     assert not list(tmp_path.rglob("*.db")) and not list(tmp_path.rglob("tokens")), \
         sorted(p.name for p in tmp_path.rglob("*"))
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--port", "70000"], "Error: Invalid value for '--port': 70000 is not in the range "
+                          "0<=x<=65535."),
+    (["--host", "nosuch.invalid"], "Error: cannot listen on nosuch.invalid:"),
+])
+def test_a_port_out_of_range_or_a_host_that_does_not_resolve_is_one_line(
+    tmp_path: Path, args: list[str], said: str,
+) -> None:
+    """``serve --port 70000`` is a usage error naming the flag (it was an OverflowError
+    traceback) and ``--host nosuch.invalid`` says the host does not resolve (it said
+    'Unknown error -2'); neither writes anything."""
+    config = write_config(tmp_path / "apportion.toml", free_port(), executor="memory")
+    r = subprocess.run(
+        [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config), *args],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(said), r.stderr
+    if "--host" in args:
+        assert "the host does not resolve here" in r.stderr, r.stderr
+    assert not list(tmp_path.rglob("*.db")), sorted(p.name for p in tmp_path.rglob("*"))

@@ -202,6 +202,11 @@ def listen(host: str, port: int) -> socket.socket:
     """The server's listening socket, bound now (not inherited by the work it launches);
     a :class:`click.ClickException` naming the address when it cannot be had."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:  # create_server would say a name it cannot resolve as "Unknown error -2"
+        socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        raise click.ClickException(f"cannot listen on {host}:{port}: the host does not "
+                                   f"resolve here ({e.strerror})") from None
     try:
         return socket.create_server((host, port), family=family)
     except OSError as e:
@@ -254,7 +259,8 @@ def checkpoint_wal(store: Any, url: str) -> None:
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="TOML config file (see docs/service.md)")
 @click.option("--host", default=None, help="listen address (default: [server] host)")
-@click.option("--port", type=int, default=None, help="listen port (default: [server] port)")
+@click.option("--port", type=click.IntRange(0, 65535), default=None,
+              help="listen port (default: [server] port)")
 def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     """Run the scheduler service: HTTP API, scheduling loop and executor."""
     import uvicorn
