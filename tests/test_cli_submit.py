@@ -329,3 +329,23 @@ def test_output_fields_apportion_cannot_fill_are_refused_naming_the_flag_or_the_
     r = submit("o.sh")
     assert r.exit_code == 2
     assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH -o {typed}: {error}\n")
+
+
+def test_what_submit_quotes_of_its_flags_and_script_lines_has_control_characters_escaped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--time $'1\\x1b[31mRED'``, an ignored ``#SBATCH --foo=\\x1b[31mRED\\u202e`` and a
+    refused ``#SBATCH -J ab\\u202ecd`` are quoted in the warning and the errors with their
+    control and format characters escaped (they were printed raw: a script could colour,
+    clear or reverse what its submitter's terminal shows)."""
+    r = submit(*FLAGS, "-t", "1\x1b[31mRED", "--", "true")
+    assert r.exit_code == 2 and "Error: --time 1\\x1b[31mRED: must be a duration" in r.stderr
+    (tmp_path / "w.sh").write_text("#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 "
+                                   "--min-runtime 0\n#SBATCH --foo=\x1b[31mRED\u202e\n"
+                                   "#SBATCH -J ab\u202ecd\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("w.sh")
+    assert r.exit_code == 2, r.output
+    assert "warning: w.sh:3: #SBATCH --foo=\\x1b[31mRED\\u202e: ignored" in r.stderr
+    assert "Error: w.sh:4: #SBATCH -J ab\\u202ecd: " in r.stderr
+    assert "\x1b" not in r.stderr and "\u202e" not in r.stderr, r.stderr

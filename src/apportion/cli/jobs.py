@@ -183,11 +183,13 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         first_bad = data.count(b"\n", 0, e.start) + 1
-        raise click.UsageError(f"{path}:{first_bad}: not UTF-8 text: a batch script is sent as "
+        raise click.UsageError(f"{escape_controls(path)}:{first_bad}: not UTF-8 text: a batch "
+                               "script is sent as "
                                "text (save it as UTF-8)") from None
     per_argument = max_arg_strlen()  # the text is one argument of the command, NUL included
     if len(data) >= per_argument:
-        raise click.UsageError(f"{path}: {len(data)} bytes: a batch script may have at most "
+        raise click.UsageError(f"{escape_controls(path)}: {len(data)} bytes: a batch script "
+                               "may have at most "
                                f"{per_argument - 1} bytes (its text is passed to its shell as "
                                f"one argument, and the kernel's limit on one is {per_argument} "
                                "bytes with its NUL)")
@@ -230,7 +232,7 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             opt, value, attached = word[:2], word[2:], True  # as sbatch (getopt) reads -t30
         if prefix == "#APPORTION" and opt in _APPORTION_FLAGS:
             out.options[_APPORTION_FLAGS[opt]] = True
-            out.origins[_APPORTION_FLAGS[opt]] = f"{where}: {prefix} {opt}"
+            out.origins[_APPORTION_FLAGS[opt]] = escape_controls(f"{where}: {prefix} {opt}")
             i += 1
             continue
         if opt not in opts:
@@ -242,12 +244,14 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             continue
         if not attached:
             if i + 1 >= len(words):
-                raise click.UsageError(f"{where}: {prefix} {opt}: needs a value")
+                raise click.UsageError(escape_controls(f"{where}: {prefix} {opt}: needs a value"))
             value = words[i + 1]
             i += 1
         i += 1
         key = opts[opt]
-        origin = f"{where}: {prefix} {word if attached else f'{opt} {value}'}"
+        # how errors name the line: as the reader's terminal may show it (control and
+        # format characters escaped)
+        origin = escape_controls(f"{where}: {prefix} {word if attached else f'{opt} {value}'}")
         if key == "gres":
             gpus = _gres_gpus(value)
             if gpus is None:
@@ -427,7 +431,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     if looks_like_script(first):
         script = read_script(first, cmd[1:])
         for line in script.ignored:
-            click.echo(f"warning: {line}", err=True)
+            click.echo(f"warning: {escape_controls(line)}", err=True)
         for key, value in script.options.items():
             source = ctx.get_parameter_source(key)
             if source is not click.core.ParameterSource.COMMANDLINE:
@@ -448,7 +452,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    "when preempted: it loses its whole run)", err=True)
     limit = str(opts.get("time_limit") or "").strip()
     if limit:
-        opts["time_limit"] = _time_limit(limit, named("time_limit", f"--time {limit}"))
+        opts["time_limit"] = _time_limit(
+            limit, named("time_limit", f"--time {escape_controls(limit)}"))
     name = str(opts.get("name") or "")
     if _NOT_IN_A_NAME.search(name) or len(name) > MAX_NAME:  # the API's rule, said in words
         raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
