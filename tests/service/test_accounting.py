@@ -295,6 +295,15 @@ def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> 
         parse_time("20261206", "--from", NOW)
 
 
+@pytest.mark.parametrize("typed", ["20:00", "09:30", "1:30:00", "1-00:00:00"])
+def test_parse_time_refuses_a_clock_time_without_a_date(typed: str) -> None:
+    """``--from 20:00`` is refused naming the flag (it was read as a duration, 20 min ago,
+    and a report of the wrong period was printed without a word)."""
+    with pytest.raises(ReportError, match=f"^--from: {re.escape(repr(typed))} reads as a "
+                                          "clock time, which is not taken: write the date"):
+        parse_time(typed, "--from", NOW)
+
+
 @pytest.mark.parametrize("typed", ["٥", "２０２６１２０６", "２０２６-１１-０１"])
 def test_parse_time_refuses_digits_other_than_ascii(typed: str) -> None:
     """Digits of other scripts are refused naming the flag and the value (float() read

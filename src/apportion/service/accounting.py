@@ -104,6 +104,10 @@ def parse_time(value: str, name: str, now: float) -> float:
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
+        if ":" in text:  # 20:00 is no time of day here: as a duration it was 20 min ago
+            raise ReportError(
+                f"{name}: {value!r} reads as a clock time, which is not taken: write the date "
+                "and time (2026-11-01T08:00) or a duration ago (30d, 12h, 1h30m)") from None
         try:
             return now - parse_duration(text)
         except ValueError:
