@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,13 @@ from typing import Any
 
 import pytest
 
-from apportion.service.executor import AttemptState, HostSlots, Launch, Observation
+from apportion.service.executor import (
+    AttemptState,
+    HostSlots,
+    Launch,
+    LaunchRefused,
+    Observation,
+)
 from apportion.service.executors import _procfs, _wrapper
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity
@@ -581,3 +588,27 @@ def test_removing_only_the_last_hosts_still_starts(tmp_path: Path) -> None:
 def _signal_wrapper(handle: str) -> None:
     """Stop the attempt of ``handle`` (its wrapper forwards SIGTERM to the command)."""
     os.kill(_procfs.parse_handle(handle)[0], signal.SIGTERM)
+
+
+def test_a_run_directory_gone_is_the_servers_trouble_not_a_missing_interpreter(
+        tmp_path: Path) -> None:
+    """With the executor's run directory gone, a launch raises the OSError naming the file
+    it could not write (the scheduler tries again later), not a refusal saying the wrapper's
+    interpreter is missing (which ended the workload failed and sent the admin to debug
+    Python); an interpreter that is missing is still a refusal naming it."""
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
+    try:
+        shutil.rmtree(tmp_path / "run")
+        with pytest.raises(OSError) as raised:
+            launch(ex, "true")
+        assert not isinstance(raised.value, LaunchRefused)
+        assert str(tmp_path / "run") in str(raised.value.filename), raised.value
+    finally:
+        ex.close()
+    gone = LocalExecutor([("h0", 8)], tmp_path / "logs2", tmp_path / "run2",
+                         python="/nonexistent/python3")
+    try:
+        with pytest.raises(LaunchRefused, match="^wrapper /nonexistent/python3: No such file"):
+            launch(gone, "true")
+    finally:
+        gone.close()

@@ -215,7 +215,12 @@ class LocalExecutor:
                 os.close(log_fd)
         except BaseException as e:
             _cgroup.remove(cgroups)  # no wrapper will run in them: none left behind
-            if isinstance(e, OSError) and e.errno in (errno.ENOENT, errno.EACCES, errno.E2BIG):
+            # the interpreter cannot be run, or the command's argv and environment are over
+            # the kernel's limits: so for every try. A file of the server's own that cannot
+            # be written (its run directory gone) is the server's trouble: raised as it is,
+            # naming the file, and the launch tried again later
+            if isinstance(e, OSError) and (e.errno == errno.E2BIG or e.errno in (
+                    errno.ENOENT, errno.EACCES) and e.filename == self.python):
                 raise LaunchRefused(f"wrapper {self.python}: {e.strerror}") from None
             raise
         # the child is ours and not yet reaped, so /proc/<pid> exists even if it already died
