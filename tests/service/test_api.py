@@ -1175,10 +1175,14 @@ def test_a_field_of_several_forms_is_refused_in_one_message(
 
 def test_a_unix_user_change_is_refused_in_one_message(svc: Service) -> None:
     """``PATCH /v1/users/{name}`` with a ``unix_user`` that is neither an account name nor
-    "": one message with the rule, not one per form ('unix_user.literal['']: ...')."""
+    "": one message with the rule in words (not one per form, 'unix_user.literal['']: ...',
+    nor pydantic's 'String should match pattern ...'); ``POST /v1/users`` says the same."""
+    rule = ("is not a Unix account name: a letter or '_', then up to 30 letters, digits, '_' "
+            "or '-', and a '$' at the end at most")
     r = svc.call("PATCH", "/v1/users/alice", "root", {"unix_user": "a b"})
-    assert (r.status_code, r.json()["detail"]) == (
-        422, "unix_user: String should match pattern '^(?:[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?)?$'")
+    assert (r.status_code, r.json()["detail"]) == (422, f"unix_user: 'a b' {rule}")
+    r = svc.call("POST", "/v1/users", "root", {"name": "zed", "unix_user": "z\u202e"})
+    assert (r.status_code, r.json()["detail"]) == (422, f"unix_user: 'z\\u202e' {rule}")
     assert svc.call("PATCH", "/v1/users/alice", "root",
                     {"unix_user": ""}).json()["unix_user"] is None
 

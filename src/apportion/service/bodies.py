@@ -70,10 +70,14 @@ UserName = Annotated[
 People = Annotated[list[UserName], Field(max_length=v.MAX_PEOPLE)]
 # a Unix account: useradd's default NAME_REGEX, with capitals and a machine account's "$"
 UNIX_USER = r"[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?"
-UnixUser = Annotated[str, Field(max_length=32, pattern=f"^{UNIX_USER}$")]
+# the patterns are the schema's only: checked by check_unix_user, whose refusal says the
+# rule in words (pydantic's says "String should match pattern '^(?:[A-Za-z_]...'")
+UnixUser = Annotated[str, Field(min_length=1, json_schema_extra={
+    "maxLength": 32, "pattern": f"^{UNIX_USER}$"}), AfterValidator(v.check_unix_user)]
 # the same, or "" for the account of the user's own name: one pattern, not a union with
 # Literal[""] (which refused a bad name once per form)
-UnixUserOrOwn = Annotated[str, Field(max_length=32, pattern=f"^(?:{UNIX_USER})?$")]
+UnixUserOrOwn = Annotated[str, Field(json_schema_extra={
+    "maxLength": 32, "pattern": f"^(?:{UNIX_USER})?$"}), AfterValidator(v.check_unix_user)]
 WorkloadId = Annotated[str, Field(max_length=32, description="w-000123"),
                       AfterValidator(v.check_workload_id)]
 HostNames = Annotated[list[HostName], Field(max_length=v.MAX_PEOPLE)]

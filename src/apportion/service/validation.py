@@ -151,6 +151,22 @@ def check_user_name(name: str) -> str:
     return name
 
 
+UNIX_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,30}[$]?")  # useradd's, capitals and "$"
+
+
+def check_unix_user(name: str) -> str:
+    """A Unix account name as useradd takes it by default (capitals and a machine account's
+    ``$`` too), or ``""`` (the user's own name, where a change allows it: the caller's
+    type says)."""
+    if name and not UNIX_USER.fullmatch(name):
+        shown = name if len(name) <= 40 else name[:40] + "..."
+        raise ValueError(
+            f"{shown!r} is not a Unix account name: a letter or '_', then up to 30 letters, "
+            "digits, '_' or '-', and a '$' at the end at most"
+        )
+    return name
+
+
 def check_workload_id(wid: str) -> str:
     """A workload id as the store makes them: ``w-`` and 6 to 18 digits."""
     if not WORKLOAD_ID.fullmatch(wid):
