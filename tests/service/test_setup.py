@@ -103,7 +103,8 @@ def test_init_refuses_an_admin_name_the_config_would_refuse(
     """``--admin Bad.Name`` is a usage error naming the flag, in the config loader's words
     (it wrote a config serve refused: "users[0].name: 'Bad.Name' is not a user name"); a
     login name that is no user name (AD-style John.Doe), the default, is said to be one
-    and --admin asked for. Nothing is written."""
+    and --admin asked for; ``--admin ""`` is refused too (it was taken as the login name,
+    root's config giving root's work root). Nothing is written."""
     r = CliRunner().invoke(main, ["init", str(tmp_path / "a"), "--admin", "Bad.Name"])
     assert r.exit_code == 2
     assert ("Invalid value for '--admin': 'Bad.Name' is not a user name: a lower-case "
@@ -114,7 +115,10 @@ def test_init_refuses_an_admin_name_the_config_would_refuse(
     assert ("Error: the admin would be named after your login name, and 'John.Doe' is not "
             "a user name: a lower-case letter or '_', then up to 31 lower-case letters, "
             "digits, '_' or '-': name the admin with --admin NAME") in r.stderr
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    r = CliRunner().invoke(main, ["init", str(tmp_path / "c"), "--admin", ""])
+    assert r.exit_code == 2  # an empty --admin is refused, not taken as the login name
+    assert "Invalid value for '--admin': '' is not a user name" in r.stderr
+    assert not any((tmp_path / d).exists() for d in "abc")
 
 
 def test_init_config_serves_and_runs_a_workload(tmp_path: Path) -> None:

@@ -93,7 +93,7 @@ def init(directory: Path, admin: str | None, force: bool) -> None:
     """Write a commented example config (two hosts, a small budget tree, one admin) to
     DIRECTORY/apportion.toml (mode 0600: it may come to hold the database's password), and
     print the next three commands."""
-    name = admin or getpass.getuser()
+    name = getpass.getuser() if admin is None else admin  # --admin "" is refused below
     try:  # the config loader's rule: serve would refuse the config
         check_user_name(name)
     except ValueError as e:
