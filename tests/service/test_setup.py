@@ -260,9 +260,11 @@ def test_a_restart_with_edited_users_and_budgets_says_in_one_line_they_are_ignor
 
 
 def serve_exit(config: Path) -> subprocess.CompletedProcess[str]:
-    """``apportion serve --config CONFIG`` that is expected to exit at start."""
+    """``apportion serve --config CONFIG`` that is expected to exit at start (on a free
+    port: the default one may be another server's, which would be said first)."""
     return subprocess.run(
-        [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config)],
+        [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config),
+         "--port", str(free_port())],
         capture_output=True, text=True, timeout=DEADLINE_S)
 
 

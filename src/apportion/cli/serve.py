@@ -290,10 +290,10 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         config = load_config(config_path) if config_path else ServiceConfig()
         if config_path:
             warn_readable_password(config_path, config.database.url)
-        # listen before anything is written: a port in use is said before a first start
+        secure_data_dir(config)  # a directory that is not the server's: said first
+        # listen before the database is opened: a port in use is said before a first start
         # seeds the database and writes its tokens (uvicorn said it after, exit 3)
         listener = listen(host or config.server.host, port or config.server.port)
-        secure_data_dir(config)
         try:  # one server per database: a second would take the first one's work as its own
             lock = ServerLock.acquire(config.db_url)
         except StoreUnavailable as e:
