@@ -47,6 +47,26 @@ def router(api: Api) -> APIRouter:
         """Audit entries, newest first: who changed what, when, old -> new; of a target, by
         an actor, of an action or family, in a period. With more than ``limit``, a ``Link``
         header names the next page."""
+        now = api.now()
+        try:
+            since = None if from_ is None else parse_time(from_, "from", now)
+            until = None if to is None else parse_time(to, "to", now)
+        except ReportError as e:
+            raise fail(422, str(e)) from None
+        rows = store.audit(limit=limit + 1, target=target, before_id=before, actor=actor,
+                           action=action, since=since, until=until)
+        if not rows and (actor or action):  # nothing: is it a name nothing has?
+            unknown_names(actor, action)
+        if len(rows) > limit:  # one more than asked for: there are older ones
+            rows = rows[:limit]
+            next_page(request, response, "before", rows[-1].id)
+        return [AuditEntry.of(a) for a in rows]
+
+    def unknown_names(actor: str | None, action: str | None) -> None:
+        """422 for an ``actor`` that is no user and has no entry, or an ``action`` (or
+        family) no entry has, with the closest names: a filter that names nothing is a
+        typo, not an empty audit. Asked only when a filtered page came back empty: the
+        names are read from the whole audit."""
         actors, actions = store.audit_names()
         known = actors | {u.name for u in store.users()}
         if actor and actor not in known:
@@ -56,18 +76,6 @@ def router(api: Api) -> APIRouter:
         if action and action not in families:
             raise fail(422, f"action: no entry of {action!r}"
                             + did_you_mean(action, families, quote=True))
-        now = api.now()
-        try:
-            since = None if from_ is None else parse_time(from_, "from", now)
-            until = None if to is None else parse_time(to, "to", now)
-        except ReportError as e:
-            raise fail(422, str(e)) from None
-        rows = store.audit(limit=limit + 1, target=target, before_id=before, actor=actor,
-                           action=action, since=since, until=until)
-        if len(rows) > limit:  # one more than asked for: there are older ones
-            rows = rows[:limit]
-            next_page(request, response, "before", rows[-1].id)
-        return [AuditEntry.of(a) for a in rows]
 
     @router.get(f"{v1}/health", tags=["health"])
     def health() -> Health:
