@@ -641,9 +641,9 @@ def test_released_work_still_waiting_keeps_its_queue_time_over_a_restart(env: En
 
 def test_array_elements_get_slurms_array_variables_as_well_as_apportions(lite: Env) -> None:
     """Each element of an array (indexes 3, 5) is launched with SLURM_ARRAY_TASK_ID (its
-    index) and SLURM_ARRAY_JOB_ID (the array's id), beside APPORTION_ARRAY_INDEX and
-    APPORTION_ARRAY_ID, so a Slurm array script runs unchanged; work outside an array gets
-    none of them."""
+    index), SLURM_ARRAY_JOB_ID (the array's id) and SLURM_ARRAY_TASK_COUNT/_MIN/_MAX (2, 3,
+    5), beside APPORTION_ARRAY_INDEX and APPORTION_ARRAY_ID, so a Slurm array script runs
+    unchanged; work outside an array gets none of them."""
     first = lite.store.add_workload(
         budget="ai/llm", gpus=1, min_runtime=600.0, submit_time=0.0, command=["train"],
         actor="alice", array=(3, 5),
@@ -654,6 +654,8 @@ def test_array_elements_get_slurms_array_variables_as_well_as_apportions(lite: E
     elements = lite.store.array_ids(first.id)
     assert {wid: {k: v for k, v in e.items() if "ARRAY" in k} for wid, e in envs.items()} == {
         **{wid: {"SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_JOB_ID": first.id,
+                 "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_ARRAY_TASK_MIN": "3",
+                 "SLURM_ARRAY_TASK_MAX": "5",
                  "APPORTION_ARRAY_INDEX": str(index), "APPORTION_ARRAY_ID": first.id}
            for wid, index in zip(elements, (3, 5), strict=True)},
         single: {},

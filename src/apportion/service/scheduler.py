@@ -145,6 +145,7 @@ class Scheduler:
         self._hold_reason: dict[str, str] = {}  # held id -> what it waits for, for views
         self._array_of: dict[str, str] = {}  # released array element -> its array id
         self._env: dict[str, dict[str, str]] = {}  # id -> variables the scheduler sets
+        self._array_span: dict[str, tuple[int, int, int]] = {}  # array id -> count, min, max
         self._free: dict[str, list[int]] = {}  # host -> free GPU indexes, ascending
         self._host_reason: dict[str, str] = {}
         self._unsaved: dict[tuple[str, int], str] = {}  # launched, handle not yet in the store
@@ -699,6 +700,7 @@ class Scheduler:
         self._open = {}
         self._commands = {}
         self._held, self._hold_reason, self._array_of, self._env = {}, {}, {}, {}
+        self._array_span = {}
         for row in running:
             a = row.attempt
             assert a is not None
@@ -753,6 +755,13 @@ class Scheduler:
             # its own, so Slurm itself never sets them
             env["SLURM_ARRAY_JOB_ID"] = row.array_id
             env["SLURM_ARRAY_TASK_ID"] = str(row.array_index)
+            span = self._array_span.get(row.array_id)
+            if span is None:  # every element is stored with the submission: fixed from then
+                span = self._array_span[row.array_id] = self.store.array_span(row.array_id)
+            count, low, high = span
+            env["SLURM_ARRAY_TASK_COUNT"] = str(count)
+            env["SLURM_ARRAY_TASK_MIN"] = str(low)
+            env["SLURM_ARRAY_TASK_MAX"] = str(high)
         if env:
             self._env[row.id] = env
 

@@ -596,6 +596,14 @@ class Store:
             q = select(WM.id).where(WM.array_id == array_id).order_by(WM.array_index)
             return [str(i) for i in s.scalars(q)]
 
+    def array_span(self, array_id: str) -> tuple[int, int, int]:
+        """An array's element count and its smallest and largest index (Slurm's
+        ``SLURM_ARRAY_TASK_COUNT``, ``_MIN`` and ``_MAX``)."""
+        with self._tx(write=False) as s:
+            q = select(func.count(), func.min(WM.array_index), func.max(WM.array_index))
+            count, low, high = s.execute(q.where(WM.array_id == array_id)).one()
+            return int(count), int(low), int(high)
+
     def get_workload(self, workload_id: str) -> WorkloadRow:
         """One workload with all its attempts; :class:`NotFound` if there is none."""
         with self._tx(write=False) as s:
