@@ -602,6 +602,8 @@ class Store:
         with self._tx(write=False) as s:
             q = select(func.count(), func.min(WM.array_index), func.max(WM.array_index))
             count, low, high = s.execute(q.where(WM.array_id == array_id)).one()
+            if low is None or high is None:
+                raise NotFound(f"array {array_id}: not found")
             return int(count), int(low), int(high)
 
     def get_workload(self, workload_id: str) -> WorkloadRow:
