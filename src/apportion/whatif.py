@@ -42,9 +42,12 @@ class WhatifError(ValueError):
 
 
 def load_history(store: Store, since: float, end: float,
-                 pools: PoolsConfig | None = None) -> History:
+                 pools: PoolsConfig | None = None, *, now: float) -> History:
     """The period ``[end - since, end)``, on the hosts' pools as ``pools`` (the service's
-    config) makes them; :class:`WhatifError` when there is nothing to replay."""
+    config) makes them; :class:`WhatifError` when there is nothing to replay. The store has
+    no history after ``now``: an ``end`` after it is cut to ``now`` (the history's ``end``
+    says so), so that work still running counts its run so far, never a run up to a time
+    yet to come; a period that starts after ``now`` has nothing to replay."""
     if not since > 0:
         raise WhatifError("since", f"must be longer than 0, got {since}")
     if since > MAX_SINCE_S:  # the replay meters hour by hour: its memory grows with the period
@@ -53,15 +56,23 @@ def load_history(store: Store, since: float, end: float,
     if not (math.isfinite(end) and 0 <= end <= MAX_UNTIL):
         raise WhatifError("until", f"must be a time from 1970 to 9999 (seconds since the epoch "
                                    f"from 0 to {MAX_UNTIL:.0f}), got {end:g}")
+    start = end - since
+    if start >= now:
+        raise WhatifError("period", f"the {format_duration(since)} from "
+                                    f"{format_time(start, UTC)} to {format_time(end, UTC)} "
+                                    f"are after now ({format_time(now, UTC)}): no history yet, "
+                                    "nothing to replay")
+    end = min(end, now)
     try:
-        history = read_history(store, end - since, end, pools)
+        history = read_history(store, start, end, pools)
     except NotFound as e:
         raise WhatifError("period", f"the store has no history to replay: {e}") from None
     if not history.hosts:
         raise WhatifError("period", "the store has no hosts: nothing to replay on")
     if not history.jobs:
-        raise WhatifError("period", f"no workload was submitted in the {format_duration(since)} "
-                                    f"from {format_time(end - since, UTC)} to "
+        raise WhatifError("period", f"no workload was submitted in the "
+                                    f"{format_duration(end - start)} from "
+                                    f"{format_time(start, UTC)} to "
                                     f"{format_time(end, UTC)}: nothing to replay")
     return history
 

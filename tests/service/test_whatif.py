@@ -659,7 +659,7 @@ def pooled_history(pooled: Live) -> Any:
     config = load_config(pooled.config)
     store = Store(config.db_url)
     try:
-        return load_history(store, 2 * DAY, pooled.until, config.pools)
+        return load_history(store, 2 * DAY, pooled.until, config.pools, now=time.time())
     finally:
         store.close()
 
@@ -1014,18 +1014,51 @@ def test_until_now_is_the_default(live: Live) -> None:
 
 
 def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> None:
-    """--until in the future (2030), where nothing was submitted: exit 1 with the flags
-    and the period they make, not 'Invalid value for --since', whether the server replays
-    (its 422 says 'period: ...') or the store is read here; export-trace says the same."""
+    """--until 2020-01-01, before anything was submitted: exit 1 with the flags and the
+    period they make, not 'Invalid value for --since', whether the server replays (its 422
+    says 'period: ...') or the store is read here; export-trace says the same."""
     server = ("--url", live.server.url, "--token", live.server.token("admin"))
-    want = ("Error: --since 2d --until 2030-01-01: no workload was submitted in the 2 d from "
-            "2029-12-30 00:00:00+00:00 to 2030-01-01 00:00:00+00:00: nothing to replay\n")
+    want = ("Error: --since 2d --until 2020-01-01: no workload was submitted in the 2 d from "
+            "2019-12-30 00:00:00+00:00 to 2020-01-01 00:00:00+00:00: nothing to replay\n")
     for where in (server, ("--config", str(live.config))):
-        run = apportion("whatif", *where, "--since", "2d", "--until", "2030-01-01")
+        run = apportion("whatif", *where, "--since", "2d", "--until", "2020-01-01")
         assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
     run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
-                    "2030-01-01", "--out", str(live.config.parent / "never.csv"))
+                    "2020-01-01", "--out", str(live.config.parent / "never.csv"))
     assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+
+
+def test_an_until_after_now_is_cut_to_now_and_running_work_counts_its_run_so_far(
+        live: Live, tmp_path: Path) -> None:
+    """--until a day after now: the period ends now, said on a note naming --until as
+    typed, and the work still running counts its run up to now, in the exported trace
+    (every run ends by now) and in the replay, whether the server replays or the store is
+    read here (before, running work was counted as run up to the future --until: a day
+    more of GPU-hours per workload). A period wholly after now is refused, naming it."""
+    from datetime import UTC, datetime
+
+    from apportion.sim.traces import load_trace
+
+    later = datetime.fromtimestamp(time.time() + DAY, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    out = tmp_path / "t.csv"
+    before = time.time()
+    run = apportion("export-trace", "--config", str(live.config), "--since", "4d",
+                    "--until", later, "--out", str(out))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"note: --until {later} is after now: the period ends now" in run.stdout
+    first = live.until - 2 * DAY  # the history's first submission
+    jobs = load_trace(out, tree=BudgetTree.build([("ai/llm", 2), ("ai/vision", 1)])).jobs
+    assert live.running_at_end > 0
+    assert max(first + j.spec.submit_time + j.duration for j in jobs) <= time.time()
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "4d", "--until", later, "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert before <= json.loads(run.stdout)["period"]["end"] <= time.time()
+        assert f"note: --until {later} is after now" in run.stderr
+        run = apportion("whatif", *where, "--since", "1h", "--until", later)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert "are after now" in run.stderr and "no history yet" in run.stderr
 
 
 def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:

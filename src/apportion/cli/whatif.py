@@ -82,9 +82,10 @@ def _history(config_path: str | None, since: str, until: str | None) -> Any:
                                        "--config FILE)")
         raise click.ClickException(f"{e}{hint}") from None
     end = _until(until)
+    now = time.time()
     try:
-        return load_history(store, _since(since), time.time() if end is None else end,
-                            config.pools)
+        return load_history(store, _since(since), now if end is None else end, config.pools,
+                            now=now)
     except WhatifError as e:
         if e.field == "period":
             raise _nothing_to_replay(str(e), since, until) from None
@@ -99,6 +100,18 @@ OCCUPANCY_NOTE = (
     "can exceed 100%; apportion report usage leaves it out of both")
 """Said under a replay's pool occupancies when its period had host events (a drain among
 them): the replay's occupancy is not the live report's (docs/simulator.md)."""
+
+
+def _cut_note(until: str | None, period: dict[str, Any]) -> str | None:
+    """What to say when ``--until`` was after now: the period was cut to end now (the
+    store has no history after it; running work counts its run so far)."""
+    end = _until(until)
+    if end is None or end <= period["end"]:
+        return None
+    from .client import fmt_time
+
+    return (f"note: --until {until} is after now: the period ends now, at "
+            f"{fmt_time(period['end'])} (work still running counts its run up to then)")
 
 
 def _summary_line(period: dict[str, Any]) -> str:
@@ -143,6 +156,9 @@ def export_trace(config_path: str | None, since: str, until: str | None, out: Pa
     except (TraceError, OSError) as e:  # the trace's errors start with the path: said once
         raise click.ClickException(f"--out {out}: {str(e).removeprefix(f'{out}: ')}") from None
     click.echo(_summary_line(period(history)))
+    note = _cut_note(until, period(history))
+    if note:
+        click.echo(note)
     for kind, path in files.items():
         click.echo(f"wrote {path} ({kind.replace('_', ' ')})")
     click.echo(f"replay: apportion simulate --trace {files['trace']} --tree {files['tree']} "
@@ -361,10 +377,15 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
                       ([pool["pool"], r["budget"],
                         *(r[k][m] for k in ("current", "proposed") for m in pool_metrics)]
                        for pool in result["pools"] for r in pool["budgets"]))
+    note = _cut_note(until, result["period"])
     if as_json:
+        if note:
+            click.echo(note, err=True)
         click.echo(json.dumps(result))
         return
     click.echo(_summary_line(result["period"]))
+    if note:
+        click.echo(note)
     changes = [f"{p}={w:g}" for p, w in weights.items()] + list(settings)
     click.echo(f"current settings -> proposed ({', '.join(changes) or 'no change'}):")
     click.echo(format_whatif(rows))

@@ -157,9 +157,9 @@ def whatif_router(store: Store, settings: ServiceConfig,
 
         def replay() -> Whatif:
             try:
-                history = load_history(store, since,
-                                       now() if body.until is None else body.until,
-                                       settings.pools)
+                at = now()
+                history = load_history(store, since, at if body.until is None else body.until,
+                                       settings.pools, now=at)
                 result = compare(history, settings.policy, body.set_weight, proposed).result
             except WhatifError as e:
                 raise HTTPException(422, f"{e.field}: {e}") from None
