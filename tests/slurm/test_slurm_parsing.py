@@ -19,6 +19,7 @@ from apportion.service.executors.slurm import (
     _parse_comment,
     _parse_scontrol_line,
     _read_marker,
+    _scontrol_time,
     _wait_status,
     batch_script,
     map_job_state,
@@ -280,6 +281,48 @@ def test_a_marker_moves_the_end_within_slurms_second_or_after_an_outage_to_the_l
     assert ex._end_time("7", _Marker(120.0), 200.0) == 120.0
     assert ex._end_time("7", _Marker(50.0), 200.0) == 100.0
     assert ex._end_time("8", _Marker(120.0), 200.0) == 200.0  # never seen active
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/Los_Angeles", "Asia/Kolkata"])
+def test_scontrol_times_are_read_as_utc_whatever_the_servers_zone(
+    zone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scontrol``'s zone-less EndTime is read as UTC (the zone the executor runs Slurm's
+    commands in), the same instant under any TZ of the server, also in the hour a US
+    fall-back repeats (01:50 on 2026-11-01, which in Los Angeles names two instants); an
+    absent one is 0. It was read in the server's TZ: 8 h late in Los Angeles."""
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        assert _scontrol_time("2026-12-06T22:00:00") == 1796594400.0  # 2026-12-06 22:00Z
+        assert _scontrol_time("2026-11-01T01:50:00") == 1793497800.0  # 2026-11-01 01:50Z
+        assert _scontrol_time("Unknown") == 0.0
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_every_slurm_command_runs_with_tz_utc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each Slurm command gets ``TZ=UTC`` in its environment, over the server's TZ and with
+    an ``env`` of its own (which replaces the server's environment and had no TZ, so
+    scontrol printed in the system's zone), keeping ``env``'s other variables."""
+    seen: list[dict[str, str]] = []
+
+    def run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+        seen.append(dict(kw["env"]))  # type: ignore[call-overload]
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    monkeypatch.setattr(subprocess, "run", run)
+    for env in (None, {"SLURM_CONF": "/etc/slurm-b/slurm.conf"},
+                {"SLURM_CONF": "/x", "TZ": "Asia/Kolkata"}):
+        ex = SlurmExecutor(tmp_path / "jobs", env=env)
+        ex._run(["scontrol", "-o", "show", "job", "7"], check=False)
+        assert seen[-1]["TZ"] == "UTC"
+        if env is not None:
+            assert seen[-1]["SLURM_CONF"] == env["SLURM_CONF"]
 
 
 def test_stop_unknown_stops_only_this_executors_jobs_no_attempt_names(

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -156,9 +156,10 @@ class SlurmExecutor:
     cluster it must be readable on the submit host only, but a log path must be writable from
     the compute nodes. ``partition``: passed to ``sbatch -p`` and filters the inventory (None:
     the cluster's default partition, all nodes). ``env``: environment for every Slurm command
-    (e.g. with ``SLURM_CONF``); None means this process's. ``timeout_s``: limit of one command;
-    past it :class:`SlurmUnavailable` is raised. ``logs_dir``: where :meth:`log_path` puts each
-    attempt's log (``<logs_dir>/<workload>/<attempt>.log``; default: beside the scripts).
+    (e.g. with ``SLURM_CONF``); None means this process's; ``TZ`` is always ``UTC``.
+    ``timeout_s``: limit of one command; past it :class:`SlurmUnavailable` is raised.
+    ``logs_dir``: where :meth:`log_path` puts each attempt's log
+    (``<logs_dir>/<workload>/<attempt>.log``; default: beside the scripts).
     ``identity``: whom work runs as. From a server running as root, each job is submitted as
     its owner (``sbatch --uid/--gid`` where this Slurm has them, else ``runuser -u``), so
     Slurm's accounting and permissions see the real user; the log's directory then belongs
@@ -213,7 +214,10 @@ class SlurmExecutor:
         self.jobs_dir = Path(jobs_dir)
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
         self.partition = partition
-        self.env = dict(os.environ if env is None else env)
+        # TZ=UTC: scontrol prints times without a zone, in its own zone; read as UTC, they
+        # name one instant whatever the server's TZ, the system's or a DST change (the jobs
+        # never see it: they are submitted with --export=NONE)
+        self.env = {**(os.environ if env is None else env), "TZ": "UTC"}
         self.timeout_s = timeout_s
         self.logs_dir = Path(logs_dir) if logs_dir is not None else None
         self.identity = identity if identity is not None else Identity()
@@ -998,9 +1002,11 @@ def _read_small_file(path: Path, limit: int) -> str | None:
 
 
 def _scontrol_time(text: str) -> float:
-    """``scontrol``'s local ``2024-05-01T10:00:00`` as epoch seconds (0 if absent)."""
+    """``scontrol``'s ``2024-05-01T10:00:00`` as epoch seconds (0 if absent), read as UTC:
+    the executor runs every Slurm command with ``TZ=UTC`` (``SlurmExecutor.env``), so this
+    is the zone it prints in."""
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
     except ValueError:
         return 0.0
 
