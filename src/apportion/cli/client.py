@@ -702,7 +702,8 @@ def hosts_repair(client: Client, name: str, reason: str) -> None:
 @click.option("--action", default=None,
               help="only this action (budget.set) or family (budget: every budget.*)")
 @click.option("--from", "start", default=None, metavar="WHEN",
-              help="only entries at or after: 2026-11-01, 2026-11-01T08:00, 30d (ago)")
+              help="only entries at or after: 2026-11-01, 2026-11-01T08:00 (UTC unless an "
+                   "offset is given: 2026-11-01T08:00+05:30), 30d (ago)")
 @click.option("--to", "end", default=None, metavar="WHEN", help="only entries before; as --from")
 @json_option
 @connection
@@ -710,7 +711,17 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
           action: str | None, start: str | None, end: str | None, as_json: bool) -> None:
     """Who changed what, when (newest first): the --limit newest entries, of a target, by
     an actor, of an action, in a period."""
-    query = {"actor": actor, "action": action, "from": start, "to": end}
+    from apportion.service.accounting import ReportError, parse_time
+
+    now = time.time()
+    try:  # here, as report usage reads them: so that an empty page can say what was searched
+        since = None if start is None else parse_time(start, "--from", now)
+        until = None if end is None else parse_time(end, "--to", now)
+    except ReportError as e:
+        raise click.ClickException(str(e)) from None
+    query = {"actor": actor, "action": action,
+             "from": None if since is None else repr(since),
+             "to": None if until is None else repr(until)}
     data, more = client.pages("/audit", {"target": target, **query}, "before", AUDIT_PAGE,
                               most=limit)
     wid = workload_id(target) if target else None
@@ -722,6 +733,8 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     if more:
         click.echo(f"the {limit} newest entries; older ones left out (raise --limit)",
                    err=True)
+    if not data and (since is not None or until is not None):
+        click.echo(f"no entries {_searched(start, since, end, until)}", err=True)
     if as_json:
         _print_json(data)
         return
@@ -732,6 +745,19 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     table(["WHEN", "ACTOR", "ACTION", "TARGET", "OLD", "NEW"],
           [[fmt_time(a.at), a.actor, a.action, a.target, brief(a.old), brief(a.new)]
            for a in parse_list(AuditEntry, data, "GET /v1/audit")])
+
+
+def _searched(start: str | None, since: float | None, end: str | None,
+              until: float | None) -> str:
+    """The period an audit searched, each end in this machine's zone with the flag as
+    typed: ``at or after 2026-12-07 05:30:00+05:30 (--from 2026-12-07)``; a date or time
+    without an offset is UTC, which the period's offset makes plain."""
+    parts = []
+    if since is not None:
+        parts.append(f"at or after {fmt_time(since)} (--from {start})")
+    if until is not None:
+        parts.append(f"before {fmt_time(until)} (--to {end})")
+    return (" and ".join(parts) + "; a date or time without an offset is read as UTC")
 
 
 # ---- users and tokens (admins) --------------------------------------------------------------
