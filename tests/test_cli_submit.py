@@ -121,6 +121,35 @@ def test_an_option_value_that_is_not_utf8_is_refused_naming_the_flag() -> None:
                              "takes\n")
 
 
+@pytest.mark.parametrize(("line", "asks"), [
+    ("#SBATCH --begin=2026-12-08T10:00:00", "to start at a later time"),
+    ("#SBATCH --begin 2026-12-08T10:00:00", "to start at a later time"),
+    ("#SBATCH -b now+1hour", "to start at a later time"),
+    ("#SBATCH -bnow+1hour", "to start at a later time"),
+    ("#SBATCH --deadline=now+1hour", "to be removed unless it can end by a deadline"),
+    ("#SBATCH --hold", "to be held until released"),
+    ("#SBATCH -H", "to be held until released"),
+    ("#SBATCH --immediate", "to run only if it can start at once"),
+    ("#SBATCH --reservation=maint", "to run only in a Slurm reservation's time and nodes"),
+    ("#SBATCH --test-only", "not to run at all (sbatch only checks it)"),
+])
+def test_an_sbatch_line_saying_when_or_whether_the_job_runs_refuses_the_submission(
+    tmp_path: Path, line: str, asks: str,
+) -> None:
+    """``#SBATCH --begin``, ``--deadline``, ``--hold``, ``--immediate``, ``--reservation``
+    or ``--test-only`` (long, short, spaced or attached): a usage error naming the file, the
+    line as written and what it asks, saying apportion has no start time, before anything
+    is sent (they were ignored with a warning and the work ran at once)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{line}\n#APPORTION --budget ai/llm --gpus 1 "
+                      "--min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2, r.output
+    assert (f"Error: job.sh:2: {line}: refused: it asks {asks}, and apportion has no start "
+            "time, hold or reservation: it starts work as soon as the policy admits it"
+            ) in " ".join(r.stderr.split())
+
+
 def test_sbatch_short_options_with_the_value_attached_are_read_as_the_spaced_forms(
     tmp_path: Path,
 ) -> None:

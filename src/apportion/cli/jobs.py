@@ -91,6 +91,20 @@ _SBATCH_OPTS = {
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
 }
 
+# #SBATCH options that say when or whether the job runs, not how: apportion has no start
+# time, hold or reservation (work starts when the policy admits it), so going ahead without
+# them would run the work at once; the submission is refused instead. What each asks for:
+_SBATCH_WHEN = {
+    "--begin": "to start at a later time", "-b": "to start at a later time",
+    "--deadline": "to be removed unless it can end by a deadline",
+    "--hold": "to be held until released", "-H": "to be held until released",
+    "--immediate": "to run only if it can start at once",
+    "-I": "to run only if it can start at once",
+    "--reservation": "to run only in a Slurm reservation's time and nodes",
+    "--test-only": "not to run at all (sbatch only checks it)",
+}
+_SBATCH_WHEN_FLAGS = {"--hold", "-H", "--immediate", "-I", "--test-only"}  # no value follows
+
 
 @dataclass
 class Script:
@@ -235,6 +249,15 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             out.origins[_APPORTION_FLAGS[opt]] = escape_controls(f"{where}: {prefix} {opt}")
             i += 1
             continue
+        when = word[:2] if not word.startswith("--") and word[:2] in _SBATCH_WHEN else opt
+        if prefix == "#SBATCH" and when in _SBATCH_WHEN:
+            takes = (not attached and when not in _SBATCH_WHEN_FLAGS and i + 1 < len(words)
+                     and not words[i + 1].startswith("-"))
+            shown = f"{word} {words[i + 1]}" if takes else word
+            raise click.UsageError(escape_controls(
+                f"{where}: {prefix} {shown}: refused: it asks {_SBATCH_WHEN[when]}, and "
+                "apportion has no start time, hold or reservation: it starts work as soon as "
+                "the policy admits it, now perhaps; remove the line to submit it so"))
         if opt not in opts:
             takes = not attached and i + 1 < len(words) and not words[i + 1].startswith("-")
             shown = f"{word} {words[i + 1]}" if takes else word
@@ -407,7 +430,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
     --output, --array, --dependency, --nodelist, --exclude, --export); options on the
-    command line win. Lines it does not use are listed on stderr with their line numbers.
+    command line win. Lines it does not use are listed on stderr with their line numbers;
+    an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
+    --immediate, --reservation, --test-only) refuses the submission: apportion has no
+    start time.
     A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
     opened when submitting (a relative one here, else in --chdir, and a batch script is read
     from there); any other word is a program on the PATH where the work runs.
