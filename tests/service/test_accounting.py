@@ -18,6 +18,8 @@ worked out in each test's docstring.
 from __future__ import annotations
 
 import calendar
+import csv
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,12 +158,34 @@ def test_csv_has_one_line_per_budget(store: Store) -> None:
     report = usage_report(store, T0, T0 + 10 * D, "budget", NOW)
     lines = to_csv(report).splitlines()
     assert lines[0] == ("budget,share,charged_gpu_hours,charged_units,free_gpu_hours,"
-                        "owed_gpu_hours,delivered_gpu_hours,attainment")
-    assert lines[4] == "x/b,0.25,0.0,0.0,0.0,6.0,0.0,0.0"
+                        "owed_gpu_hours,delivered_gpu_hours,attainment,period_from,period_to")
+    assert lines[4] == ("x/b,0.25,0.0,0.0,0.0,6.0,0.0,0.0,2026-11-25 00:00:00+00:00,"
+                        "2026-12-05 00:00:00+00:00")
     assert lines[1].startswith("(all),1.0,")  # the cluster, named as in the table
     assert [r["charged_units"] for r in report["rows"]] == [
         r["charged_gpu_hours"] for r in report["rows"]]
     assert any(r["charged_units"] > 0 for r in report["rows"])
+
+
+def test_csv_says_in_utc_the_period_each_row_covers_by_month_the_months_part(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CSV's last columns, ``period_from`` and ``period_to``, say in UTC what each
+    row's figures cover, whatever the reader's zone: per budget or user the report's period;
+    per month the UTC month's part of it (2026-11 from the period's start to 2026-12-01
+    00:00 UTC, 2026-12 from then to the period's end). Without them a forwarded file named
+    neither its period nor the zone of its months."""
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    start, end = T0 + 8 * H, T0 + 10 * D
+    for by in ("budget", "user"):
+        for row in csv.DictReader(io.StringIO(to_csv(usage_report(store, start, end, by,
+                                                                  NOW)))):
+            assert (row["period_from"], row["period_to"]) == (
+                "2026-11-25 08:00:00+00:00", "2026-12-05 00:00:00+00:00")
+    got = {(r["month"], r["period_from"], r["period_to"]) for r in csv.DictReader(
+        io.StringIO(to_csv(usage_report(store, start, end, "month", NOW))))}
+    assert got == {("2026-11", "2026-11-25 08:00:00+00:00", "2026-12-01 00:00:00+00:00"),
+                   ("2026-12", "2026-12-01 00:00:00+00:00", "2026-12-05 00:00:00+00:00")}
 
 
 def test_the_headline_writes_the_period_in_utc_with_its_offset(

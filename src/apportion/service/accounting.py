@@ -423,16 +423,31 @@ def pool_table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 def to_csv(report: dict[str, Any]) -> str:
     """One row per line, full precision, empty cells where a figure does not apply; the
-    cluster's row is budget ``(all)``, as in the table."""
+    cluster's row is budget ``(all)``, as in the table. The last two columns,
+    ``period_from`` and ``period_to``, say in UTC (``2026-11-01 00:00:00+00:00``) what the
+    row's figures cover, so that a file read elsewhere still tells: the report's period,
+    and by month the UTC month's part of it (a month is a UTC month)."""
     keys = _keys(report)
     cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([*keys, *cols])
+    writer.writerow([*keys, *cols, "period_from", "period_to"])
     for r in report["rows"]:
         writer.writerow(["(all)" if k == "budget" and r[k] == "" else
-                         "" if r.get(k) is None else r.get(k) for k in [*keys, *cols]])
+                         "" if r.get(k) is None else r.get(k) for k in [*keys, *cols]]
+                        + [format_time(t, UTC) for t in _covers(report, r.get("month"))])
     return buf.getvalue()
+
+
+def _covers(report: dict[str, Any], month: str | None) -> tuple[float, float]:
+    """The part of the report's period a row covers: all of it, or a UTC month's part."""
+    start, end = float(report["from"]), float(report["to"])
+    if month is None:
+        return start, end
+    y, m = (int(x) for x in month.split("-"))
+    first = float(calendar.timegm((y, m, 1, 0, 0, 0)))
+    after = float(calendar.timegm((y + m // 12, m % 12 + 1, 1, 0, 0, 0)))
+    return max(start, first), min(end, after)
 
 
 def headline(report: dict[str, Any]) -> str:
