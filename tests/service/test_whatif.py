@@ -994,11 +994,12 @@ def test_a_weight_or_until_that_is_not_a_finite_number_is_refused_naming_the_fla
             assert run.returncode == 2, run.stdout + run.stderr
             assert (f"Invalid value for --set-weight: ai/vision={weight}: weight must be a "
                     "finite number > 0") in run.stderr
-        for until in ("nan", "inf", "-5"):
+        for until, want in (("nan", "must be a finite number of seconds, got 'nan'"),
+                            ("inf", "must be a finite number of seconds, got 'inf'"),
+                            ("-5", "seconds since the epoch must be >= 0, got '-5'")):
             run = apportion("whatif", *where, "--since", "2d", "--until", until)
             assert run.returncode == 2, run.stdout + run.stderr
-            assert (f"Invalid value for --until: seconds since the epoch must be a finite "
-                    f"number >= 0, got '{until}'") in " ".join(run.stderr.split())
+            assert f"Invalid value for --until: {want}" in " ".join(run.stderr.split())
             assert "Traceback" not in run.stderr
 
 
@@ -1011,6 +1012,26 @@ def test_until_now_is_the_default(live: Live) -> None:
         run = apportion("whatif", *where, "--since", "2d", "--until", "now", "--json")
         assert run.returncode == 0, run.stdout + run.stderr
         assert abs(json.loads(run.stdout)["period"]["end"] - time.time()) < 300
+
+
+def test_until_is_read_as_report_usage_reads_to(live: Live, tmp_path: Path) -> None:
+    """whatif and export-trace read --until with report usage's parser
+    (accounting.parse_time): 20261207 is refused with the date to write, as report usage
+    --to refuses it (it was read as seconds in August 1970, then 'nothing to replay'), and
+    1d is a day ago (it was refused as 'not seconds since the epoch or an ISO 8601 time'),
+    whether the server replays or the store is read here."""
+    server = ("--url", live.server.url, "--token", live.server.token("admin"))
+    want = ("Invalid value for --until: '20261207' reads as seconds since the epoch: write "
+            "the date 2026-12-07")
+    for where in (server, ("--config", str(live.config))):
+        run = apportion("whatif", *where, "--since", "1d", "--until", "20261207")
+        assert run.returncode == 2 and want in " ".join(run.stderr.split()), run.stderr
+        run = apportion("whatif", *where, "--since", "2d", "--until", "1d", "--json")
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert abs(json.loads(run.stdout)["period"]["end"] - (time.time() - DAY)) < 300
+    run = apportion("export-trace", "--config", str(live.config), "--since", "1d", "--until",
+                    "20261207", "--out", str(tmp_path / "t.csv"))
+    assert run.returncode == 2 and want in " ".join(run.stderr.split()), run.stderr
 
 
 def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> None:

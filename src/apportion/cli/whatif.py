@@ -8,7 +8,6 @@ import json
 import math
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +28,22 @@ def _config(config_path: str | None) -> Any:
 
 
 def _until(text: str | None) -> float | None:
-    """``--until`` in seconds since the epoch; None for now (no --until, or ``now``)."""
+    """``--until`` in seconds since the epoch, read as ``report usage`` reads ``--to``
+    (``accounting.parse_time``: a date, a date and time, epoch seconds, a duration ago);
+    None for now (no --until, or ``now``), so that the server replays up to its own now."""
+    from apportion.service.accounting import ReportError, parse_time
+
     if text is None or text.strip().lower() == "now":
         return None
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:  # float() also reads nan, inf and negative numbers: no end of a period
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise click.BadParameter(f"seconds since the epoch must be a finite number >= 0, "
-                                     f"got {text!r}", param_hint="--until")
-        return seconds
-    try:
-        dt = datetime.fromisoformat(text)
-    except ValueError:
-        raise click.BadParameter(f"not seconds since the epoch or an ISO 8601 time: {text!r}",
+        seconds = parse_time(text, "--until", time.time())
+    except ReportError as e:
+        raise click.BadParameter(str(e).removeprefix("--until: "),
                                  param_hint="--until") from None
-    return (dt if dt.tzinfo else dt.replace(tzinfo=UTC)).timestamp()
+    if seconds < 0:  # no end of a period
+        raise click.BadParameter(f"seconds since the epoch must be >= 0, got {text!r}",
+                                 param_hint="--until")
+    return seconds
 
 
 def _since(text: str) -> float:
@@ -138,8 +135,10 @@ def _summary_line(period: dict[str, Any]) -> str:
               help="the service's TOML config (the store it names is read)")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
-              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
+@click.option("--until", metavar="TIME", help="end of the period, written as report usage's "
+              "--to: 2026-11-01, 2026-11-01T08:00 (UTC unless an offset is given), a "
+              "duration ago (1d), epoch seconds (not 8 digits: 20261206 is refused as a date "
+              "written without dashes) or now (the default)")
 @click.option("--out", required=True, type=OUTPUT_FILE,
               callback=output_file,
               help="trace file: .csv, .tsv, .jsonl (also .ndjson, .json), each with or "
@@ -312,8 +311,10 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
               "server's host) instead of asking the server")
 @click.option("--since", required=True, metavar="DURATION",
               help="length of the period to replay, ending at --until (e.g. 14d)")
-@click.option("--until", metavar="TIME", help="end of the period: seconds since the epoch, "
-              "an ISO 8601 time (UTC unless it says its zone) or now (the default)")
+@click.option("--until", metavar="TIME", help="end of the period, written as report usage's "
+              "--to: 2026-11-01, 2026-11-01T08:00 (UTC unless an offset is given), a "
+              "duration ago (1d), epoch seconds (not 8 digits: 20261206 is refused as a date "
+              "written without dashes) or now (the default)")
 @click.option("--set-weight", "set_weights", multiple=True, metavar="PATH=WEIGHT",
               help="proposed weight of a budget (repeatable)")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
