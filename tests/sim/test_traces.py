@@ -282,6 +282,50 @@ def test_sacct_running_job_counts_with_elapsed_time_and_a_warning() -> None:
     assert f"{SACCT}: skipped 2 rows: never started (PENDING) (first at line 8)" in trace.warnings
 
 
+def test_sacct_start_and_end_without_a_zone_name_the_dst_problem_and_elapsed(
+    tmp_path: Path,
+) -> None:
+    """Without Elapsed, a job that ended in the hour a US fall-back repeats (01:45 PDT to
+    01:15 PST, 2026-11-01) is refused naming its line and End, saying that Start and End
+    have no zone and that Elapsed gives exact durations (it said only 'before Start'); one
+    across the change (00:30 to 03:30, 4 h run, read as 3 h) loads with a warning saying
+    the same; one that crosses none loads without it; with Elapsed both load, no warning."""
+    head = "JobID|User|Account|Submit|Start|End|AllocTRES|NodeList|State\n"
+    across = ("101|alice|llm|2026-11-01T00:20:00|2026-11-01T00:30:00|2026-11-01T03:30:00|"
+              "gres/gpu=8|gpu1|COMPLETED\n")
+    repeated = ("102|bob|vis|2026-11-01T01:40:00|2026-11-01T01:45:00|2026-11-01T01:15:00|"
+                "gres/gpu=2|gpu2|COMPLETED\n")
+    plain = ("103|bob|vis|2026-11-10T01:40:00|2026-11-10T01:45:00|2026-11-10T02:15:00|"
+             "gres/gpu=2|gpu2|COMPLETED\n")
+    path = tmp_path / "jobs.txt"
+    path.write_text(head + across + repeated)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, format="sacct")
+    assert str(e.value) == (
+        f"{path}:3: End: before Start (2026-11-01T01:15:00 < 2026-11-01T01:45:00): Start and "
+        "End have no zone (sacct prints the cluster's local time), so End - Start is wrong "
+        "across a daylight-saving change, and a job that ended in the hour a fall-back "
+        "repeats reads as ending before it started; export Elapsed too (sacct --format "
+        "...,Elapsed), which gives exact durations")
+    path.write_text(head + plain + across)
+    trace = load_trace(path, format="sacct")
+    assert trace.warnings == (
+        f"{path}: 1 row: duration is End - Start of times without a zone, across a "
+        "daylight-saving change (US, European or Australian dates): an hour off if the "
+        "cluster's zone changed then; an Elapsed column gives exact durations (first at "
+        "line 3)",)
+    with_elapsed = tmp_path / "elapsed.txt"
+    with_elapsed.write_text(
+        "JobID|Account|Submit|Start|End|Elapsed|AllocTRES|State\n"
+        "101|llm|2026-11-01T00:20:00|2026-11-01T00:30:00|2026-11-01T03:30:00|04:00:00|"
+        "gres/gpu=8|COMPLETED\n"
+        "102|vis|2026-11-01T01:40:00|2026-11-01T01:45:00|2026-11-01T01:15:00|00:30:00|"
+        "gres/gpu=2|COMPLETED\n")
+    trace = load_trace(with_elapsed, format="sacct")
+    assert [j.duration for j in trace.jobs] == [4 * HOUR, 0.5 * HOUR]
+    assert trace.warnings == ()
+
+
 def test_sacct_budgets_are_accounts_falling_back_to_users() -> None:
     """Account gives the budget; a job without one draws on its user's budget."""
     trace = load_trace(SACCT, format="sacct")

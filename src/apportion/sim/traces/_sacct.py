@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import hostlist
 
@@ -150,6 +152,10 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
                     kinds = tres_kinds(cells[idx])
                     break
             duration = _duration(cells, header, i_elapsed, i_start, i_end)
+            if (duration and i_start is not None and i_end is not None
+                    and (i_elapsed is None or not cells[i_elapsed].strip())
+                    and _across_dst(cells[i_start], cells[i_end])):
+                notes.adjust(ACROSS_DST, line)
             nodes: tuple[str, ...] = ()
             if i_nodes is not None and started:
                 name = header[i_nodes]
@@ -256,8 +262,41 @@ def _duration(
     t0 = _iso(start, header[i_start])
     t1 = _iso(end, header[i_end])
     if t1 < t0:
-        raise Bad(f"before Start ({end} < {start})", header[i_end])
+        zoneless = _naive(start) is not None and _naive(end) is not None
+        raise Bad(f"before Start ({end} < {start})" + (ZONELESS if zoneless else ""),
+                  header[i_end])
     return t1 - t0
+
+
+ZONELESS = (": Start and End have no zone (sacct prints the cluster's local time), so End "
+            "- Start is wrong across a daylight-saving change, and a job that ended in the "
+            "hour a fall-back repeats reads as ending before it started; export Elapsed too "
+            "(sacct --format ...,Elapsed), which gives exact durations")
+ACROSS_DST = ("duration is End - Start of times without a zone, across a daylight-saving "
+              "change (US, European or Australian dates): an hour off if the cluster's zone "
+              "changed then; an Elapsed column gives exact durations")
+# zones whose daylight-saving rules stand for most sites': the US, Europe, Australia
+_DST_ZONES = tuple(ZoneInfo(z) for z in ("America/New_York", "Europe/Berlin",
+                                          "Australia/Sydney"))
+
+
+def _naive(value: str) -> datetime | None:
+    """``value`` as a time without a zone; None when it has one, or is no ISO time."""
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return dt if dt.tzinfo is None else None
+
+
+def _across_dst(start: str, end: str) -> bool:
+    """Whether ``start`` to ``end``, both without a zone, spans a daylight-saving change of
+    one of ``_DST_ZONES``: read as wall-clock times of that zone, their offsets differ."""
+    t0, t1 = _naive(start), _naive(end)
+    if t0 is None or t1 is None:
+        return False
+    return any(t0.replace(tzinfo=z).utcoffset() != t1.replace(tzinfo=z).utcoffset()
+               for z in _DST_ZONES)
 
 
 def _iso(value: str, column: str) -> float:
