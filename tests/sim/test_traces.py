@@ -748,3 +748,28 @@ def test_sacct_bad_nodelist_names_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "s.txt", SACCT_NODES.read_text().replace("|gpu03|", "|gpu[03|", 1))
     with pytest.raises(TraceError, match=rf"^{path}:4: NodeList: not a Slurm host list: 'gpu\[03'"):
         load_trace(path, format="sacct")
+
+
+# ---- sacct --duplicates: the runs of a requeued job ---------------------------------------
+SACCT_DUP = """\
+JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|NodeList|State
+13|alice|llm|2026-12-06T22:06:30|2026-12-06T22:06:38|2026-12-06T22:06:45|00:00:07|gres/gpu=8|gpu2|REQUEUED
+13.batch|||2026-12-06T22:06:38|2026-12-06T22:06:38|2026-12-06T22:06:45|00:00:07|gres/gpu=8|gpu2|CANCELLED
+13|alice|llm|2026-12-06T22:06:45|2026-12-06T22:06:46|2026-12-06T22:07:06|00:00:20|gres/gpu=8|gpu2|COMPLETED
+14|bob|vision|2026-12-06T22:07:00|2026-12-06T22:07:10|2026-12-06T22:07:13|00:00:03|gres/gpu=4|gpu1|NODE_FAIL
+14|bob|vision|2026-12-06T22:07:13|2026-12-06T22:07:14|Unknown|00:00:17|gres/gpu=4|gpu1|RUNNING
+"""
+
+
+def test_sacct_requeued_job_keeps_its_last_run_and_first_submit(tmp_path: Path) -> None:
+    """With ``sacct --duplicates`` a requeued job's runs come oldest first: the job keeps the
+    duration of its last run (20 s and 17 s, not the cut-off 7 s and 3 s) and the Submit of
+    its first, and the warning names the line of the first earlier run dropped (line 2)."""
+    path = write(tmp_path, "dup.txt", SACCT_DUP)
+    trace = load_trace(path, format="sacct")
+    jobs = by_id(trace.jobs)
+    assert (jobs["13"].duration, jobs["14"].duration) == (20.0, 17.0)
+    assert (jobs["13"].spec.submit_time, jobs["14"].spec.submit_time) == (0.0, 30.0)
+    assert trace.skipped["earlier run of a requeued job (the job's last run is kept)"] == 2
+    assert (f"{path}: skipped 2 rows: earlier run of a requeued job (the job's last run is "
+            "kept) (first at line 2)") in trace.warnings

@@ -10,8 +10,9 @@ it ran on: :func:`hosts_of` derives the cluster from it (see docs/traces.md).
 
 Rules: job steps (``123.batch``, ``123.0``, ``123.extern``) are not jobs; jobs that never
 started (PENDING, or cancelled before a start time) and jobs without GPUs are skipped and
-counted; a RUNNING job counts with the time elapsed so far; repeated JobIDs
-(``sacct --duplicates``: earlier runs of requeued jobs) keep the first record.
+counted; a RUNNING job counts with the time elapsed so far; a repeated JobID
+(``sacct --duplicates`` lists a requeued job's runs oldest first) keeps its last run, submitted
+when its first run was.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     assert i_id is not None and i_submit is not None and i_state is not None
 
     out: list[Record] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # JobID -> its record's index in out
     width = len(header) + (1 if trailing else 0)
     for line, raw in enumerate(lines[1:], start=2):
         if not raw.strip():
@@ -171,10 +172,13 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
         if duration == 0:
             notes.skip("duration is 0", line)
             continue
-        if job in seen:
-            notes.skip("repeated JobID (earlier run of a requeued job)", line)
-            continue
-        seen.add(job)
+        earlier = out[seen[job]] if job in seen else None
+        if earlier is not None:
+            # the runs of a requeued job, oldest first: the earlier ones were cut short
+            # (REQUEUED, NODE_FAIL, PREEMPTED), the last is what the job needed to finish
+            notes.skip("earlier run of a requeued job (the job's last run is kept)",
+                       earlier.line)
+            submit = min(submit, earlier.submit)  # when its owner asked for it
         if state == "RUNNING":
             notes.adjust("still running: duration is the time elapsed so far", line)
         user = cells[i_user].strip() if i_user is not None else ""
@@ -190,7 +194,11 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
                      cluster=partition.split(",")[0].strip())
         for key, idx in keep.items():
             rec.keys[key] = cells[idx].strip()
-        out.append(rec)
+        if earlier is not None:
+            out[seen[job]] = rec
+        else:
+            seen[job] = len(out)
+            out.append(rec)
     return out
 
 
