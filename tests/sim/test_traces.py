@@ -282,13 +282,28 @@ def test_sacct_running_job_counts_with_elapsed_time_and_a_warning() -> None:
     assert f"{SACCT}: skipped 2 rows: never started (PENDING) (first at line 8)" in trace.warnings
 
 
-def test_sacct_budgets_are_accounts_falling_back_to_users() -> None:
-    """Account gives the budget; a job without one draws on its user's budget."""
+def test_sacct_job_without_an_account_draws_on_account_none_beside_the_accounts() -> None:
+    """Account gives the budget; frank's job, with an empty Account, draws on account/_none,
+    a third of the cluster like each of the two accounts, not a top-level user/frank owed
+    as much as llm and vision together."""
     trace = load_trace(SACCT, format="sacct")
     jobs = by_id(trace.jobs)
     assert jobs["1001"].spec.budget == "account/llm" and jobs["1001"].spec.user == "alice"
-    assert jobs["1008"].spec.budget == "user/frank"
-    assert trace.tree.leaves == ("account/llm", "account/vision", "user/frank")
+    assert jobs["1008"].spec.budget == "account/_none" and jobs["1008"].spec.user == "frank"
+    assert trace.tree.leaves == ("account/_none", "account/llm", "account/vision")
+    assert trace.tree.share("account/_none") == pytest.approx(1 / 3)
+
+
+def test_sacct_without_any_account_has_a_budget_per_user(tmp_path: Path) -> None:
+    """A dump in which no job names an account (every Account empty) gives one budget per
+    user, user/<User>."""
+    lines = SACCT.read_text().splitlines()
+    no_account = ["|".join("" if i == 2 and n else c for i, c in enumerate(line.split("|")))
+                  for n, line in enumerate(lines)]
+    trace = load_trace(write(tmp_path, "s.txt", "\n".join(no_account)), format="sacct")
+    assert by_id(trace.jobs)["1001"].spec.budget == "user/alice"
+    assert trace.tree.leaves == ("user/alice", "user/bob", "user/carol", "user/dave",
+                                 "user/frank")
 
 
 def test_sacct_nested_budgets_from_account_and_user() -> None:

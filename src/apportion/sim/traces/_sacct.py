@@ -183,11 +183,8 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
             notes.adjust("still running: duration is the time elapsed so far", line)
         user = cells[i_user].strip() if i_user is not None else ""
         account = cells[i_account].strip() if i_account is not None else ""
-        budget = (
-            f"account/{clean_name(account)}" if account
-            else f"user/{clean_name(user)}" if user
-            else None
-        )
+        # an empty account is settled below, once the whole file is read
+        budget = f"account/{clean_name(account)}" if account else None
         partition = cells[i_partition].strip() if i_partition is not None else ""
         rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user,
                      nodes=nodes, start=start, gpu_kinds=kinds,
@@ -199,7 +196,19 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
         else:
             seen[job] = len(out)
             out.append(rec)
+    _without_account(out)
     return out
+
+
+def _without_account(records: list[Record]) -> None:
+    """The budget of jobs with an empty Account (users without an association, root). When
+    other jobs name accounts: ``account/_none``, one budget beside the accounts, as
+    ``budget_column="account"`` gives; a top-level ``user/<User>`` would make all such users
+    together as large as all the accounts together. When no job names one: ``user/<User>``."""
+    accounts = any(rec.budget is not None for rec in records)
+    for rec in records:
+        if rec.budget is None and (accounts or rec.user):
+            rec.budget = "account/_none" if accounts else f"user/{clean_name(rec.user)}"
 
 
 def parse_nodes(value: str) -> tuple[str, ...]:
