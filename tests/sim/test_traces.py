@@ -788,3 +788,25 @@ def test_sacct_requeued_job_keeps_its_last_run_and_first_submit(tmp_path: Path) 
     assert trace.skipped["earlier run of a requeued job (the job's last run is kept)"] == 2
     assert (f"{path}: skipped 2 rows: earlier run of a requeued job (the job's last run is "
             "kept) (first at line 2)") in trace.warnings
+
+
+def test_sacct_heterogeneous_job_is_one_gang_with_its_gpus_summed(tmp_path: Path) -> None:
+    """The components 9+0 (1 GPU, 600 s) and 9+1 (2 GPUs, 599 s) of a heterogeneous job are
+    one workload 9 of 3 GPUs for 600 s, on both components' hosts; the second component is
+    counted as a skipped row with a warning at its line (4); the step 9+0.batch stays a
+    step."""
+    path = write(tmp_path, "het.txt", """\
+JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|NodeList|State
+9+0|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|gres/gpu=1|gpu1|COMPLETED
+9+0.batch|||2026-12-06T22:06:01|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|gres/gpu=1|gpu1|COMPLETED
+9+1|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:00|00:09:59|gres/gpu=2|gpu2|COMPLETED
+10|bob|vision|2026-12-06T22:07:00|2026-12-06T22:07:01|2026-12-06T22:17:01|00:10:00|gres/gpu=4|gpu1|COMPLETED
+""")
+    trace = load_trace(path, format="sacct")
+    assert [(j.spec.id, j.spec.gpus, j.duration) for j in trace.jobs] == [
+        ("9", 3, 600.0), ("10", 4, 600.0)]
+    assert [h.name for h in trace.hosts] == ["gpu1", "gpu2"]
+    assert trace.skipped == {"job step": 1, "component of a heterogeneous job (joined to its "
+                             "first: one gang, GPUs summed)": 1}
+    assert (f"{path}: skipped 1 row: component of a heterogeneous job (joined to its first: "
+            "one gang, GPUs summed) (first at line 4)") in trace.warnings

@@ -10,13 +10,15 @@ it ran on: :func:`hosts_of` derives the cluster from it (see docs/traces.md).
 
 Rules: job steps (``123.batch``, ``123.0``, ``123.extern``) are not jobs; jobs that never
 started (PENDING, or cancelled before a start time) and jobs without GPUs are skipped and
-counted; a RUNNING job counts with the time elapsed so far; a repeated JobID
+counted; the components of a heterogeneous job (``9+0``, ``9+1``) are one gang; a RUNNING
+job counts with the time elapsed so far; a repeated JobID
 (``sacct --duplicates`` lists a requeued job's runs oldest first) keeps its last run, submitted
 when its first run was.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -197,6 +199,39 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
             seen[job] = len(out)
             out.append(rec)
     _without_account(out)
+    return _gangs(out, notes)
+
+
+def _gangs(records: list[Record], notes: Notes) -> list[Record]:
+    """The components of a heterogeneous job (``9+0``, ``9+1``), which Slurm starts and
+    ends together, as one gang ``9``: its GPUs summed, its hosts and GPU kinds (any kind if
+    a component takes any) joined, the earliest Submit and Start and the longest duration;
+    the rest (budget, user, partition) is its first component's. Each component joined to
+    an earlier one is counted as a skipped row."""
+    out: list[Record] = []
+    gangs: dict[str, Record] = {}
+    for rec in records:
+        base, plus, _ = (rec.id or "").partition("+")
+        if not plus:
+            out.append(rec)
+            continue
+        gang = gangs.get(base)
+        if gang is None:
+            gangs[base] = gang = dataclasses.replace(rec, id=base, keys=dict(rec.keys))
+            out.append(gang)
+            continue
+        notes.skip("component of a heterogeneous job (joined to its first: one gang, GPUs "
+                   "summed)", rec.line)
+        gang.gpus += rec.gpus
+        gang.duration = max(gang.duration, rec.duration)
+        gang.submit = min(gang.submit, rec.submit)
+        if rec.start is not None:
+            gang.start = rec.start if gang.start is None else min(gang.start, rec.start)
+        gang.nodes = tuple(dict.fromkeys(gang.nodes + rec.nodes))
+        if gang.gpu_kinds and rec.gpu_kinds:
+            gang.gpu_kinds = tuple(dict.fromkeys(gang.gpu_kinds + rec.gpu_kinds))
+        else:
+            gang.gpu_kinds = ()  # a component takes any kind
     return out
 
 
