@@ -810,3 +810,18 @@ JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|NodeList|State
                              "first: one gang, GPUs summed)": 1}
     assert (f"{path}: skipped 1 row: component of a heterogeneous job (joined to its first: "
             "one gang, GPUs summed) (first at line 4)") in trace.warnings
+
+
+def test_sacct_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
+    """A U+2028, a NEL and a form feed in the JobName of line 2 (a job, its row ending in
+    CR LF) and a form feed in that of line 3 (its step) are cell text, not line breaks:
+    the job is imported and the step counted as a step."""
+    path = tmp_path / "u2028.txt"
+    path.write_text(
+        "JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|JobName|State\n"
+        "1|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|"
+        "gres/gpu=1|a\u2028b\x0cc\x85d|COMPLETED\r\n"
+        "1.batch|||2026-12-06T22:06:01|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|"
+        "gres/gpu=1|x\x0cy|COMPLETED\n", newline="")
+    trace = load_trace(path, format="sacct")
+    assert [j.spec.id for j in trace.jobs] == ["1"] and trace.skipped == {"job step": 1}

@@ -76,9 +76,13 @@ def tres_kinds(value: str) -> tuple[str, ...]:
 def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     with open_text(path) as f:
         try:
-            lines = f.read().splitlines()
+            # lines end at \n (or \r\n) only: a form feed, NEL or U+2028 that a user typed
+            # in a JobName is part of its cell (str.splitlines would break the row there)
+            lines = [line.removesuffix("\r") for line in f.read().split("\n")]
         except UnicodeDecodeError as e:
             raise not_utf8(path, e, header=True) from None
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     if not lines:
         raise TraceError(f"{path}: header: the file is empty")
     header = [h.strip() for h in lines[0].split("|")]
