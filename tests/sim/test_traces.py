@@ -825,3 +825,21 @@ def test_sacct_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
         "gres/gpu=1|x\x0cy|COMPLETED\n", newline="")
     trace = load_trace(path, format="sacct")
     assert [j.spec.id for j in trace.jobs] == ["1"] and trace.skipped == {"job step": 1}
+
+
+@pytest.mark.parametrize("text", [
+    '[{"id": "a", "submit_time": 0, "gpus": 8, "duration": 60},\n {"id": "b"}]\n',
+    '\n[\n  {"id": "a", "submit_time": 0, "gpus": 8, "duration": 60}\n]\n',
+    '[{"id": "a", "submit_time": 0, "gpus": 8, "duration": 60}]\n',
+])
+def test_a_json_array_file_is_refused_as_not_json_lines(tmp_path: Path, text: str) -> None:
+    """A .json file that is one JSON array (Philly's cluster_job_log), on one line or
+    pretty-printed, after a blank line or not, is refused at the array's first line saying
+    that JSON Lines is expected and the file is a JSON array."""
+    path = write(tmp_path, "philly.json", text)
+    line = 2 if text.startswith("\n") else 1
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value) == (f"{path}:{line}: row: expects JSON Lines (one object per line); "
+                            "this file is a JSON array (convert it: jq -c '.[]' FILE > "
+                            "FILE.jsonl)")
