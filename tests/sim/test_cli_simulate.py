@@ -654,3 +654,17 @@ def test_rejected_workloads_say_why_on_stderr_and_in_the_summary(tmp_path: Path)
     for s in json.loads((tmp_path / "o" / "summary.json").read_text()):
         assert s["rejected"] == 3
         assert s["rejected_reasons"] == [{"reason": why, "count": 3, "first": "1"}]
+
+
+@pytest.mark.parametrize(("cluster", "problem"), [
+    ("1000000x8", "1000000x8: 1,000,000 hosts is more than any fleet has (at most 100,000)"),
+    ("4x2048", "4x2048: 2,048 GPUs per host is more than any fleet has (at most 1,024)"),
+])
+def test_cluster_hosts_x_gpus_beyond_any_fleet_is_refused_naming_the_flag(
+        tmp_path: Path, cluster: str, problem: str) -> None:
+    """--cluster HOSTSxGPUS with more than 100,000 hosts or more than 1,024 GPUs per host (a
+    typo with extra zeros) is a usage error naming --cluster and the bound, before any run."""
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", cluster, "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and f"Invalid value for --cluster: {problem}" in out, out
+    assert not (tmp_path / "o" / "summary.json").exists()

@@ -159,6 +159,10 @@ def load_tree(path: Path) -> BudgetTree:
         raise click.BadParameter(f"{path}: {e}", param_hint="--tree") from None
 
 
+# bounds of --cluster HOSTSxGPUS that no real fleet reaches (the largest have some 10,000
+# hosts of 4 or 8 GPUs; an NVL72 rack is 72 GPUs)
+MAX_HOSTS = 100_000
+MAX_HOST_GPUS = 1_024
 CLUSTER_FILE_KEYS = ("hosts", "billing", "overrides")
 HOST_KEYS = ("name", "gpus", "cluster", "kind")
 
@@ -183,6 +187,12 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
                                      param_hint="--cluster") from None
         if hosts <= 0 or gpus <= 0:
             raise click.BadParameter("hosts and GPUs must be > 0", param_hint="--cluster")
+        # a typo with extra zeros would cost minutes and gigabytes before the run showed it
+        bounds = ((hosts, MAX_HOSTS, "hosts"), (gpus, MAX_HOST_GPUS, "GPUs per host"))
+        for count, most, what in bounds:
+            if count > most:
+                raise click.BadParameter(f"{text}: {count:,} {what} is more than any fleet has "
+                                         f"(at most {most:,})", param_hint="--cluster")
         return tuple(Host(f"h{i:03d}", gpus) for i in range(hosts))
     path = Path(text)
     if not path.exists():
