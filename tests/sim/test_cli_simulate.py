@@ -351,7 +351,8 @@ def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_hos
         tmp_path: Path) -> None:
     """--cluster 10x8 on the seed scenario: stderr says its workload is sized for 1,024
     GPUs and which --size fits the 80 GPUs, and how many host events (those of its hosts
-    h010 and up) were dropped, which summary.json counts in ignored_host_events. With
+    h010 and up) were dropped, which summary.json counts in ignored_host_events, and why
+    its 128-GPU workloads were rejected (more than the 80 GPUs). With
     --size 80 the scenario is built on hosts h000-h009 itself: nothing to say. The report's
     Scenario table counts the 10 hosts and the host events replayed, not the 128 hosts'."""
     events = seed_scenario(days=1, size=1024).host_events
@@ -365,7 +366,9 @@ def test_cluster_on_the_seed_scenario_warns_of_the_workload_size_and_dropped_hos
                     "were dropped (counted in ignored_host_events)\n")
     assert result.stderr == (
         "warning: --cluster: the seed scenario's workload is sized for 1,024 GPUs; with 80 "
-        "GPUs here give --size 80 to scale it\n" + dropped_line)
+        "GPUs here give --size 80 to scale it\n" + dropped_line
+        + "warning: 5 workloads rejected: gpus: 128 is more than the cluster's 80 (first: "
+        "workload train-00020)\n")
     (s,) = json.loads((tmp_path / "summary.json").read_text())
     assert s["ignored_host_events"] == dropped
     kept = [e for e in events if int(e.host[1:]) < 10]  # the report's Scenario table: these
@@ -599,3 +602,69 @@ def test_a_toml_error_at_the_end_of_a_file_gives_its_line(tmp_path: Path) -> Non
     code, out = invoke("simulate", "--scenario", "small", "--tree", str(tree), "--out",
                        str(tmp_path / "o"))
     assert f"{tree}: Invalid value (at line 1, column 5)\n" in out
+
+
+SACCT_KINDS = """\
+JobID|User|Account|Partition|Submit|Start|End|Elapsed|AllocTRES|State
+1|alice|llm|main|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T23:06:01|01:00:00|gres/gpu=8,gres/gpu:a100=8|COMPLETED
+2|bob|vision|main|2026-12-06T22:06:30|2026-12-06T22:06:38|2026-12-06T23:06:38|01:00:00|gres/gpu=4,gres/gpu:h100=4|COMPLETED
+3|bob|vision|main|2026-12-06T22:07:30|2026-12-06T22:07:38|2026-12-06T23:07:38|01:00:00|gres/gpu=4,gres/gpu:h100=4|COMPLETED
+"""
+
+
+def fleet_file(tmp_path: Path, cluster: str) -> Path:
+    """Two hosts of 8 GPUs in ``cluster``, kinds named as in Slurm's gres.conf (a100, h100)."""
+    path = tmp_path / f"fleet-{cluster}.toml"
+    path.write_text(f'hosts = [\n  {{ name = "gpu1", gpus = 8, cluster = "{cluster}", '
+                    'kind = "a100" },\n'
+                    f'  {{ name = "gpu3", gpus = 8, cluster = "{cluster}", kind = "h100" }},\n]\n')
+    return path
+
+
+def test_a_fleet_names_kinds_in_lower_case_and_sacct_work_asking_in_upper_case_runs(
+        tmp_path: Path) -> None:
+    """The sacct importer upper-cases GPU kinds (A100, H100); a --cluster file naming them
+    a100 and h100, as gres.conf does, takes that work: none of the 3 workloads is rejected,
+    and the run says nothing on stderr about rejections."""
+    trace = tmp_path / "s.txt"
+    trace.write_text(SACCT_KINDS)
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--format", "sacct", "--cluster",
+        str(fleet_file(tmp_path, "main")), "--policy", "fairshare", "--quiet", "--out",
+        str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    (s,) = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert (s["workloads"], s["rejected"], s["rejected_reasons"]) == (3, 0, [])
+    assert "rejected" not in result.stderr
+
+
+def test_rejected_workloads_say_why_on_stderr_and_in_the_summary(tmp_path: Path) -> None:
+    """Work asking for a cluster the fleet does not have (partition main; the fleet's hosts
+    are in east) is rejected, and the run says why: one stderr line per reason with the
+    count and the first workload, printed once for two policies, and the same reason, count
+    and first workload in summary.json's rejected_reasons under each policy."""
+    trace = tmp_path / "s.txt"
+    trace.write_text(SACCT_KINDS)
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--format", "sacct", "--cluster",
+        str(fleet_file(tmp_path, "east")), "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    why = "cluster: unknown cluster 'main' (the fleet has east)"
+    assert result.stderr == f"warning: 3 workloads rejected: {why} (first: workload 1)\n"
+    for s in json.loads((tmp_path / "o" / "summary.json").read_text()):
+        assert s["rejected"] == 3
+        assert s["rejected_reasons"] == [{"reason": why, "count": 3, "first": "1"}]
+
+
+@pytest.mark.parametrize(("cluster", "problem"), [
+    ("1000000x8", "1000000x8: 1,000,000 hosts is more than any fleet has (at most 100,000)"),
+    ("4x2048", "4x2048: 2,048 GPUs per host is more than any fleet has (at most 1,024)"),
+])
+def test_cluster_hosts_x_gpus_beyond_any_fleet_is_refused_naming_the_flag(
+        tmp_path: Path, cluster: str, problem: str) -> None:
+    """--cluster HOSTSxGPUS with more than 100,000 hosts or more than 1,024 GPUs per host (a
+    typo with extra zeros) is a usage error naming --cluster and the bound, before any run."""
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", cluster, "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and f"Invalid value for --cluster: {problem}" in out, out
+    assert not (tmp_path / "o" / "summary.json").exists()

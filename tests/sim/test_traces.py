@@ -326,13 +326,28 @@ def test_sacct_start_and_end_without_a_zone_name_the_dst_problem_and_elapsed(
     assert trace.warnings == ()
 
 
-def test_sacct_budgets_are_accounts_falling_back_to_users() -> None:
-    """Account gives the budget; a job without one draws on its user's budget."""
+def test_sacct_job_without_an_account_draws_on_account_none_beside_the_accounts() -> None:
+    """Account gives the budget; frank's job, with an empty Account, draws on account/_none,
+    a third of the cluster like each of the two accounts, not a top-level user/frank owed
+    as much as llm and vision together."""
     trace = load_trace(SACCT, format="sacct")
     jobs = by_id(trace.jobs)
     assert jobs["1001"].spec.budget == "account/llm" and jobs["1001"].spec.user == "alice"
-    assert jobs["1008"].spec.budget == "user/frank"
-    assert trace.tree.leaves == ("account/llm", "account/vision", "user/frank")
+    assert jobs["1008"].spec.budget == "account/_none" and jobs["1008"].spec.user == "frank"
+    assert trace.tree.leaves == ("account/_none", "account/llm", "account/vision")
+    assert trace.tree.share("account/_none") == pytest.approx(1 / 3)
+
+
+def test_sacct_without_any_account_has_a_budget_per_user(tmp_path: Path) -> None:
+    """A dump in which no job names an account (every Account empty) gives one budget per
+    user, user/<User>."""
+    lines = SACCT.read_text().splitlines()
+    no_account = ["|".join("" if i == 2 and n else c for i, c in enumerate(line.split("|")))
+                  for n, line in enumerate(lines)]
+    trace = load_trace(write(tmp_path, "s.txt", "\n".join(no_account)), format="sacct")
+    assert by_id(trace.jobs)["1001"].spec.budget == "user/alice"
+    assert trace.tree.leaves == ("user/alice", "user/bob", "user/carol", "user/dave",
+                                 "user/frank")
 
 
 def test_sacct_nested_budgets_from_account_and_user() -> None:
@@ -792,3 +807,83 @@ def test_sacct_bad_nodelist_names_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "s.txt", SACCT_NODES.read_text().replace("|gpu03|", "|gpu[03|", 1))
     with pytest.raises(TraceError, match=rf"^{path}:4: NodeList: not a Slurm host list: 'gpu\[03'"):
         load_trace(path, format="sacct")
+
+
+# ---- sacct --duplicates: the runs of a requeued job ---------------------------------------
+SACCT_DUP = """\
+JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|NodeList|State
+13|alice|llm|2026-12-06T22:06:30|2026-12-06T22:06:38|2026-12-06T22:06:45|00:00:07|gres/gpu=8|gpu2|REQUEUED
+13.batch|||2026-12-06T22:06:38|2026-12-06T22:06:38|2026-12-06T22:06:45|00:00:07|gres/gpu=8|gpu2|CANCELLED
+13|alice|llm|2026-12-06T22:06:45|2026-12-06T22:06:46|2026-12-06T22:07:06|00:00:20|gres/gpu=8|gpu2|COMPLETED
+14|bob|vision|2026-12-06T22:07:00|2026-12-06T22:07:10|2026-12-06T22:07:13|00:00:03|gres/gpu=4|gpu1|NODE_FAIL
+14|bob|vision|2026-12-06T22:07:13|2026-12-06T22:07:14|Unknown|00:00:17|gres/gpu=4|gpu1|RUNNING
+"""
+
+
+def test_sacct_requeued_job_keeps_its_last_run_and_first_submit(tmp_path: Path) -> None:
+    """With ``sacct --duplicates`` a requeued job's runs come oldest first: the job keeps the
+    duration of its last run (20 s and 17 s, not the cut-off 7 s and 3 s) and the Submit of
+    its first, and the warning names the line of the first earlier run dropped (line 2)."""
+    path = write(tmp_path, "dup.txt", SACCT_DUP)
+    trace = load_trace(path, format="sacct")
+    jobs = by_id(trace.jobs)
+    assert (jobs["13"].duration, jobs["14"].duration) == (20.0, 17.0)
+    assert (jobs["13"].spec.submit_time, jobs["14"].spec.submit_time) == (0.0, 30.0)
+    assert trace.skipped["earlier run of a requeued job (the job's last run is kept)"] == 2
+    assert (f"{path}: skipped 2 rows: earlier run of a requeued job (the job's last run is "
+            "kept) (first at line 2)") in trace.warnings
+
+
+def test_sacct_heterogeneous_job_is_one_gang_with_its_gpus_summed(tmp_path: Path) -> None:
+    """The components 9+0 (1 GPU, 600 s) and 9+1 (2 GPUs, 599 s) of a heterogeneous job are
+    one workload 9 of 3 GPUs for 600 s, on both components' hosts; the second component is
+    counted as a skipped row with a warning at its line (4); the step 9+0.batch stays a
+    step."""
+    path = write(tmp_path, "het.txt", """\
+JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|NodeList|State
+9+0|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|gres/gpu=1|gpu1|COMPLETED
+9+0.batch|||2026-12-06T22:06:01|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|gres/gpu=1|gpu1|COMPLETED
+9+1|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:00|00:09:59|gres/gpu=2|gpu2|COMPLETED
+10|bob|vision|2026-12-06T22:07:00|2026-12-06T22:07:01|2026-12-06T22:17:01|00:10:00|gres/gpu=4|gpu1|COMPLETED
+""")
+    trace = load_trace(path, format="sacct")
+    assert [(j.spec.id, j.spec.gpus, j.duration) for j in trace.jobs] == [
+        ("9", 3, 600.0), ("10", 4, 600.0)]
+    assert [h.name for h in trace.hosts] == ["gpu1", "gpu2"]
+    assert trace.skipped == {"job step": 1, "component of a heterogeneous job (joined to its "
+                             "first: one gang, GPUs summed)": 1}
+    assert (f"{path}: skipped 1 row: component of a heterogeneous job (joined to its first: "
+            "one gang, GPUs summed) (first at line 4)") in trace.warnings
+
+
+def test_sacct_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
+    """A U+2028, a NEL and a form feed in the JobName of line 2 (a job, its row ending in
+    CR LF) and a form feed in that of line 3 (its step) are cell text, not line breaks:
+    the job is imported and the step counted as a step."""
+    path = tmp_path / "u2028.txt"
+    path.write_text(
+        "JobID|User|Account|Submit|Start|End|Elapsed|AllocTRES|JobName|State\n"
+        "1|alice|llm|2026-12-06T22:06:00|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|"
+        "gres/gpu=1|a\u2028b\x0cc\x85d|COMPLETED\r\n"
+        "1.batch|||2026-12-06T22:06:01|2026-12-06T22:06:01|2026-12-06T22:16:01|00:10:00|"
+        "gres/gpu=1|x\x0cy|COMPLETED\n", newline="")
+    trace = load_trace(path, format="sacct")
+    assert [j.spec.id for j in trace.jobs] == ["1"] and trace.skipped == {"job step": 1}
+
+
+@pytest.mark.parametrize("text", [
+    '[{"id": "a", "submit_time": 0, "gpus": 8, "duration": 60},\n {"id": "b"}]\n',
+    '\n[\n  {"id": "a", "submit_time": 0, "gpus": 8, "duration": 60}\n]\n',
+    '[{"id": "a", "submit_time": 0, "gpus": 8, "duration": 60}]\n',
+])
+def test_a_json_array_file_is_refused_as_not_json_lines(tmp_path: Path, text: str) -> None:
+    """A .json file that is one JSON array (Philly's cluster_job_log), on one line or
+    pretty-printed, after a blank line or not, is refused at the array's first line saying
+    that JSON Lines is expected and the file is a JSON array."""
+    path = write(tmp_path, "philly.json", text)
+    line = 2 if text.startswith("\n") else 1
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value) == (f"{path}:{line}: row: expects JSON Lines (one object per line); "
+                            "this file is a JSON array (convert it: jq -c '.[]' FILE > "
+                            "FILE.jsonl)")

@@ -29,7 +29,7 @@ from apportion.core import (
 )
 from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
-from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario
+from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
 
 from .numbers import MAX_DAYS, days_option
 from .paths import OUTPUT_DIR, output_dir
@@ -159,6 +159,10 @@ def load_tree(path: Path) -> BudgetTree:
         raise click.BadParameter(f"{path}: {e}", param_hint="--tree") from None
 
 
+# bounds of --cluster HOSTSxGPUS that no real fleet reaches (the largest have some 10,000
+# hosts of 4 or 8 GPUs; an NVL72 rack is 72 GPUs)
+MAX_HOSTS = 100_000
+MAX_HOST_GPUS = 1_024
 CLUSTER_FILE_KEYS = ("hosts", "billing", "overrides")
 HOST_KEYS = ("name", "gpus", "cluster", "kind")
 
@@ -183,6 +187,12 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
                                      param_hint="--cluster") from None
         if hosts <= 0 or gpus <= 0:
             raise click.BadParameter("hosts and GPUs must be > 0", param_hint="--cluster")
+        # a typo with extra zeros would cost minutes and gigabytes before the run showed it
+        bounds = ((hosts, MAX_HOSTS, "hosts"), (gpus, MAX_HOST_GPUS, "GPUs per host"))
+        for count, most, what in bounds:
+            if count > most:
+                raise click.BadParameter(f"{text}: {count:,} {what} is more than any fleet has "
+                                         f"(at most {most:,})", param_hint="--cluster")
         return tuple(Host(f"h{i:03d}", gpus) for i in range(hosts))
     path = Path(text)
     if not path.exists():
@@ -348,8 +358,9 @@ def build_scenario(
                 "milliseconds, or a mistyped year?). Give --days to replay the first days only")
         if hosts is None:
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
+        jobs = loaded.jobs if pools is None else _kinds_as_in_fleet(loaded.jobs, pools)
         return _fleet_checked(Scenario(
-            name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=loaded.jobs, days=span,
+            name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
             min_runtime_lowered=loaded.min_runtime_lowered))
     if maps or budgets is not None or budget_column is not None:
@@ -385,6 +396,42 @@ def build_scenario(
         sc = dataclasses.replace(sc, hosts=hosts, host_events=kept, pools=pools,
                                  dropped_host_events=dropped, meta={**sc.meta, **counted})
     return _fleet_checked(sc)
+
+
+def _kinds_as_in_fleet(jobs: tuple[SimJob, ...], pools: Pools) -> tuple[SimJob, ...]:
+    """``jobs``, each GPU kind a workload asks for spelt as the ``--cluster`` file spells it
+    when the two differ only in case: the sacct importer upper-cases kinds (``A100``) and
+    Slurm's gres.conf often names them in lower case (``a100``), the name a fleet file then
+    copies. A kind the fleet spells two ways (``a100`` and ``A100``) is left as written."""
+    spellings: dict[str, set[str]] = {}
+    for _, kind in pools.of_host.values():
+        spellings.setdefault(kind.lower(), set()).add(kind)
+    fleet = {low: next(iter(s)) for low, s in spellings.items() if len(s) == 1}
+    out = []
+    for job in jobs:
+        asked = job.spec.gpu_kinds
+        kinds = tuple(dict.fromkeys(fleet.get(k.lower(), k) for k in asked))
+        if kinds != asked:
+            job = dataclasses.replace(job, spec=dataclasses.replace(job.spec, gpu_kinds=kinds))
+        out.append(job)
+    return tuple(out)
+
+
+def warn_rejected(summaries: Sequence[dict[str, Any]], most: int = 10) -> None:
+    """Say on stderr why workloads were rejected (refused at submission, so never run): one
+    line per reason the policy core gave, with a count and the first workload refused for
+    it, at most ``most`` reasons (all are in summary.json's ``rejected_reasons``). The
+    reasons do not depend on the policy: each is said once."""
+    reasons: dict[str, dict[str, Any]] = {}
+    for s in summaries:
+        for r in s.get("rejected_reasons", ()):
+            reasons.setdefault(r["reason"], r)
+    for r in list(reasons.values())[:most]:
+        click.echo(f"warning: {plural(r['count'], 'workload')} rejected: {r['reason']} "
+                   f"(first: workload {r['first']})", err=True)
+    if len(reasons) > most:
+        click.echo(f"warning: {plural(len(reasons) - most, 'more reason')} for rejected "
+                   "workloads in summary.json (rejected_reasons)", err=True)
 
 
 def _count(events: tuple[HostEvent, ...], kind: HostEventKind) -> int:
@@ -508,6 +555,7 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
         click.echo()
         click.echo(pools_table([r.summary for r in results]))
     click.echo(f"wrote {out}")
+    warn_rejected([r.summary for r in results])
     ran = {r.policy for r in results}
     stale = sorted(p.name for p in out.glob("*_hours-*.csv") if p.stem.split("-", 1)[1] not in ran)
     stale += sorted(p.name for p in out.glob("workloads-*.csv") if p.stem[10:] not in ran)

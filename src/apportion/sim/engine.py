@@ -222,6 +222,8 @@ class Engine:
         self.lost_by_reason = {r.value: 0.0 for r in PreemptReason}  # GPU-seconds
         self.protected = 0
         self.rejected = 0
+        # why submissions were refused: core's reason -> (count, first workload refused)
+        self.rejected_why: dict[str, tuple[int, str]] = {}
         self.clamped = 0
         self._lowered_at_import = frozenset(sc.min_runtime_lowered)
         self.abandoned: list[_Job] = []
@@ -478,8 +480,11 @@ class Engine:
             self.clamped += 1
         try:
             self.validate(j.spec, self.state, self.config)
-        except CoreError:
+        except CoreError as e:
             self.rejected += 1
+            reason = str(e).removeprefix(f"workload {wid}: ")
+            count, first = self.rejected_why.get(reason, (0, wid))
+            self.rejected_why[reason] = (count + 1, first)
             j.label = REJECTED
             return False
         hold = j.job.hold
@@ -689,6 +694,10 @@ class Engine:
             "gpus": self.total_gpus,
             "workloads": len(submitted),
             "rejected": self.rejected,
+            "rejected_reasons": [
+                {"reason": reason, "count": count, "first": first}
+                for reason, (count, first) in self.rejected_why.items()
+            ],
             "clamped_min_runtime": self.clamped,
             "completed": sum(1 for j in submitted if j.status is Status.COMPLETED),
             "unfinished": {

@@ -7,7 +7,8 @@ Three sources, in order of precedence:
 2. ``budgets``: ``N`` budgets ``trace/b00`` .. (or the given leaf paths); each job goes to
    ``stable_bucket(key)``, the key being a column (``budget_key``; default the user when the
    trace names users, else the job id).
-3. The trace's own ``budget`` column (sacct: the account, else the user).
+3. The trace's own ``budget`` column (sacct: the account, ``account/_none`` for a job
+   without one, or the user when no job names an account).
 
 Failing all three, a given ``tree`` has its leaves filled by (2); without a tree, a trace that
 names users gets one budget per user, and any other trace is an error.

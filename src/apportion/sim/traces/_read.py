@@ -166,6 +166,12 @@ def _read_jsonl(path: Path) -> Table:
             for line, raw in enumerate(f, start=1):
                 if not raw.strip():
                     continue
+                if not records and raw.lstrip().startswith("["):
+                    # one JSON array (as Philly publishes cluster_job_log), not JSON Lines
+                    raise TraceError(
+                        f"{path}:{line}: row: expects JSON Lines (one object per line); this "
+                        "file is a JSON array (convert it: jq -c '.[]' FILE > FILE.jsonl)"
+                    )
                 try:
                     record = json.loads(raw)
                 except json.JSONDecodeError as e:

@@ -10,12 +10,15 @@ it ran on: :func:`hosts_of` derives the cluster from it (see docs/traces.md).
 
 Rules: job steps (``123.batch``, ``123.0``, ``123.extern``) are not jobs; jobs that never
 started (PENDING, or cancelled before a start time) and jobs without GPUs are skipped and
-counted; a RUNNING job counts with the time elapsed so far; repeated JobIDs
-(``sacct --duplicates``: earlier runs of requeued jobs) keep the first record.
+counted; the components of a heterogeneous job (``9+0``, ``9+1``) are one gang; a RUNNING
+job counts with the time elapsed so far; a repeated JobID
+(``sacct --duplicates`` lists a requeued job's runs oldest first) keeps its last run, submitted
+when its first run was.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -75,9 +78,13 @@ def tres_kinds(value: str) -> tuple[str, ...]:
 def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     with open_text(path) as f:
         try:
-            lines = f.read().splitlines()
+            # lines end at \n (or \r\n) only: a form feed, NEL or U+2028 that a user typed
+            # in a JobName is part of its cell (str.splitlines would break the row there)
+            lines = [line.removesuffix("\r") for line in f.read().split("\n")]
         except UnicodeDecodeError as e:
             raise not_utf8(path, e, header=True) from None
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
     if not lines:
         raise TraceError(f"{path}: header: the file is empty")
     header = [h.strip() for h in lines[0].split("|")]
@@ -123,7 +130,7 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     assert i_id is not None and i_submit is not None and i_state is not None
 
     out: list[Record] = []
-    seen: set[str] = set()
+    seen: dict[str, int] = {}  # JobID -> its record's index in out
     width = len(header) + (1 if trailing else 0)
     for line, raw in enumerate(lines[1:], start=2):
         if not raw.strip():
@@ -177,27 +184,76 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
         if duration == 0:
             notes.skip("duration is 0", line)
             continue
-        if job in seen:
-            notes.skip("repeated JobID (earlier run of a requeued job)", line)
-            continue
-        seen.add(job)
+        earlier = out[seen[job]] if job in seen else None
+        if earlier is not None:
+            # the runs of a requeued job, oldest first: the earlier ones were cut short
+            # (REQUEUED, NODE_FAIL, PREEMPTED), the last is what the job needed to finish
+            notes.skip("earlier run of a requeued job (the job's last run is kept)",
+                       earlier.line)
+            submit = min(submit, earlier.submit)  # when its owner asked for it
         if state == "RUNNING":
             notes.adjust("still running: duration is the time elapsed so far", line)
         user = cells[i_user].strip() if i_user is not None else ""
         account = cells[i_account].strip() if i_account is not None else ""
-        budget = (
-            f"account/{clean_name(account)}" if account
-            else f"user/{clean_name(user)}" if user
-            else None
-        )
+        # an empty account is settled below, once the whole file is read
+        budget = f"account/{clean_name(account)}" if account else None
         partition = cells[i_partition].strip() if i_partition is not None else ""
         rec = Record(line, submit, True, gpus, duration, id=job, budget=budget, user=user,
                      nodes=nodes, start=start, gpu_kinds=kinds,
                      cluster=partition.split(",")[0].strip())
         for key, idx in keep.items():
             rec.keys[key] = cells[idx].strip()
-        out.append(rec)
+        if earlier is not None:
+            out[seen[job]] = rec
+        else:
+            seen[job] = len(out)
+            out.append(rec)
+    _without_account(out)
+    return _gangs(out, notes)
+
+
+def _gangs(records: list[Record], notes: Notes) -> list[Record]:
+    """The components of a heterogeneous job (``9+0``, ``9+1``), which Slurm starts and
+    ends together, as one gang ``9``: its GPUs summed, its hosts and GPU kinds (any kind if
+    a component takes any) joined, the earliest Submit and Start and the longest duration;
+    the rest (budget, user, partition) is its first component's. Each component joined to
+    an earlier one is counted as a skipped row."""
+    out: list[Record] = []
+    gangs: dict[str, Record] = {}
+    for rec in records:
+        base, plus, _ = (rec.id or "").partition("+")
+        if not plus:
+            out.append(rec)
+            continue
+        gang = gangs.get(base)
+        if gang is None:
+            gangs[base] = gang = dataclasses.replace(rec, id=base, keys=dict(rec.keys))
+            out.append(gang)
+            continue
+        notes.skip("component of a heterogeneous job (joined to its first: one gang, GPUs "
+                   "summed)", rec.line)
+        gang.gpus += rec.gpus
+        gang.duration = max(gang.duration, rec.duration)
+        gang.submit = min(gang.submit, rec.submit)
+        if rec.start is not None:
+            gang.start = rec.start if gang.start is None else min(gang.start, rec.start)
+        gang.nodes = tuple(dict.fromkeys(gang.nodes + rec.nodes))
+        if gang.gpu_kinds and rec.gpu_kinds:
+            gang.gpu_kinds = tuple(dict.fromkeys(gang.gpu_kinds + rec.gpu_kinds))
+        else:
+            gang.gpu_kinds = ()  # a component takes any kind
     return out
+
+
+def _without_account(records: list[Record]) -> None:
+    """The budget of jobs with an empty Account (users without an association, root). When
+    other jobs name accounts: ``account/_none``, one budget beside the accounts, as
+    ``budget_column="account"`` gives; a top-level ``user/<User>`` would make all such users
+    together as large as all the accounts together. When no job names one: ``user/<User>``."""
+    accounts = any(rec.budget is not None for rec in records)
+    for rec in records:
+        if rec.budget is None and (accounts or rec.user):
+            rec.budget = "account/_none" if accounts else f"user/{clean_name(rec.user)}"
 
 
 def parse_nodes(value: str) -> tuple[str, ...]:
