@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_proc import Server, free_port, write_config
 
 from apportion.service.store import Store
@@ -39,6 +41,48 @@ def test_sigterm_stops_cleanly_and_the_database_file_alone_holds_everything(
     wal = data / "apportion.db-wal"
     assert not wal.exists() or wal.stat().st_size == 0
     shutil.copy(data / "apportion.db", tmp_path / "copy.db")
+    copy = Store(f"sqlite:///{tmp_path / 'copy.db'}")
+    try:
+        assert copy.get_workload(r.json()["id"]).command == ("sleep", "600")
+    finally:
+        copy.close()
+
+
+def test_sigterm_with_a_database_file_it_cannot_write_exits_0_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """A server stopped with SIGTERM while ``apportion.db`` cannot be written (immutable,
+    as a full or read-only disk) cannot fold its write-ahead log in: it still exits 0,
+    with one line saying the log was not folded and why, and no traceback; the -wal file
+    stays, and a copy of the database with it holds the submission."""
+    server = Server(write_config(tmp_path / "apportion.toml", free_port(),
+                                 executor="memory"), tmp_path / "server.log")
+    data = tmp_path / "data"
+    db = data / "apportion.db"
+    server.start()
+    try:
+        r = httpx.post(f"{server.url}/v1/workloads",
+                       headers={"Authorization": f"Bearer {server.token('alice')}"},
+                       json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
+                             "command": ["sleep", "600"]})
+        assert r.status_code == 201, r.text
+        immutable = subprocess.run(["chattr", "+i", str(db)], capture_output=True,
+                                   text=True)
+        if immutable.returncode != 0:
+            pytest.skip(f"chattr +i: {immutable.stderr.strip()} (needs root on ext4 etc.)")
+        server.stop()
+    finally:
+        server.stop()
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True)
+    log = server.log.read_text()
+    assert server.proc is not None and server.proc.returncode == 0, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    line = (f"apportion: the write-ahead log was not folded into the database file "
+            f"(database sqlite:///{db}: disk I/O error): a copy of the database needs "
+            f"its -wal file too")
+    assert log.count(line) == 1, log[-2000:]
+    shutil.copy(db, tmp_path / "copy.db")
+    shutil.copy(data / "apportion.db-wal", tmp_path / "copy.db-wal")
     copy = Store(f"sqlite:///{tmp_path / 'copy.db'}")
     try:
         assert copy.get_workload(r.json()["id"]).command == ("sleep", "600")

@@ -237,20 +237,18 @@ def handle_signals(server: Any) -> None:
     signal.signal(signal.SIGHUP, hangup)
 
 
-def checkpoint_wal(store: Any, url: str) -> None:
+def checkpoint_wal(store: Any) -> None:
     """At a clean stop, fold SQLite's write-ahead log into ``apportion.db``, so that the
     file alone is a whole copy of the database (docs/operations.md, "Backups and
     restore"); if that cannot be done, say so: the log stays beside it, whole."""
-    from sqlalchemy.exc import DBAPIError
-
-    from apportion.service.store import database_error
+    from apportion.service.store import StoreUnavailable
 
     try:
         if store.checkpoint_wal():
             return
         why = "another connection was reading it"
-    except DBAPIError as e:
-        why = str(database_error(url, e))
+    except StoreUnavailable as e:  # the file cannot be written: the -wal keeps every commit
+        why = str(e)
     click.echo(f"apportion: the write-ahead log was not folded into the database file "
                f"({why}): a copy of the database needs its -wal file too", err=True)
 
@@ -360,7 +358,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         scheduler.wake()
         loop.join(timeout=30)
         executor.close()
-        checkpoint_wal(store, config.db_url)
+        checkpoint_wal(store)
         lock.release()
         store.close()
     if lost:
