@@ -43,7 +43,8 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
 
         try:
             return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
-                                 identity=config.identity)
+                                 identity=config.identity,
+                                 pids_max=config.executor.pids_max)
         except GpusInUse as e:
             raise ConfigError(f"{config.source}: hosts: {e}") from None
     if kind == "memory":

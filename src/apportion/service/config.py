@@ -70,6 +70,8 @@ class DatabaseConfig:
 class ExecutorConfig:
     kind: str = "local"
     grace_s: float = 10.0
+    # [executor.local] pids_max: processes and threads per attempt (0: no limit)
+    pids_max: int = 8192
     # [executor.slurm] is handed to the Slurm executor as keyword arguments
     slurm: Mapping[str, Any] = field(default_factory=dict)
 
@@ -318,7 +320,10 @@ def parse_config(
     if unknown:
         raise r.error(f"slurm.{unknown[0]}",
                       f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
-    executor = ExecutorConfig(kind=kind, grace_s=grace, slurm=dict(slurm))
+    local = _Reader(source, "executor.local", r.get("local", {}))
+    pids_max = local.integer("pids_max", ExecutorConfig().pids_max, minimum=0)
+    local.done()
+    executor = ExecutorConfig(kind=kind, grace_s=grace, pids_max=pids_max, slurm=dict(slurm))
     r.done()
 
     policy = _policy(_Reader(source, "policy", top.get("policy", {})))
