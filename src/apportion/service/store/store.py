@@ -730,13 +730,17 @@ class Store:
             s.flush()
             return _attempt(a)
 
-    def set_attempt_handle(self, workload_id: str, n: int, handle: str) -> None:
-        """Record the executor's handle of a launched attempt."""
+    def set_attempt_handle(self, workload_id: str, n: int, handle: str,
+                           log_path: str | None = None) -> None:
+        """Record the executor's handle of a launched attempt, and where its log went
+        (``log_path``, when given: read from there even after ``logs_dir`` moves)."""
         with self._tx() as s:
             a = s.get(AttemptModel, (workload_id, n))
             if a is None:
                 raise NotFound(f"workload {workload_id}: attempt {n}: not found")
             a.handle = handle
+            if log_path:
+                a.log_path = log_path
 
     def mark_stopping(
         self, workload_id: str, reason: str, at: float,
