@@ -112,3 +112,27 @@ def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
         assert server.log.read_text().count(line) == 1
     finally:
         server.stop()
+
+
+def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) -> None:
+    """With ``[server] access_log = false`` requests add no line to the server's log (a
+    polling client wrote one per request), while its own lines (the start) are still
+    written; with the default, each request is a line."""
+    for access_log in (False, True):
+        config = write_config(tmp_path / "apportion.toml", free_port(), executor="memory")
+        if not access_log:
+            config.write_text(config.read_text().replace(
+                "[server]\n", "[server]\naccess_log = false\n", 1))
+        log = tmp_path / f"server-{access_log}.log"
+        server = Server(config, log)
+        server.start()
+        try:
+            for _ in range(5):
+                assert httpx.get(f"{server.url}/v1/health", timeout=5).status_code == 200
+        finally:
+            server.stop()
+        text = log.read_text()
+        assert "apportion: memory executor: nothing runs" in text, text
+        assert "Application startup complete." in text, text
+        requests = text.count('"GET /v1/health HTTP/1.1" 200')  # and the start's polls
+        assert requests >= 5 if access_log else requests == 0, text

@@ -336,7 +336,8 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     lost: list[str] = []
     app = create_app(store, scheduler, config)
     server = uvicorn.Server(uvicorn.Config(app, host=host or config.server.host,
-                                           port=port or config.server.port, log_level="info"))
+                                           port=port or config.server.port, log_level="info",
+                                           access_log=config.server.access_log))
     handle_signals(server)
 
     def schedule() -> None:

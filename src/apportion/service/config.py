@@ -59,6 +59,9 @@ class ServerConfig:
     # the server's own user instead (see docs/security.md)
     single_user: bool = False
     allow_root_for: tuple[str, ...] = ()  # users whose work may run as root (uid 0)
+    # false: no line per HTTP request on stderr (clients that poll, as logs -f and
+    # queue --watch do, add one every half second); the server's own lines stay
+    access_log: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +302,7 @@ def parse_config(
         max_whatif_replays=r.integer("max_whatif_replays", 2, minimum=1),
         single_user=r.boolean("single_user", False),
         allow_root_for=r.names("allow_root_for"),
+        access_log=r.boolean("access_log", True),
     )
     if server.port > 65535:
         raise r.error("port", f"must be <= 65535, got {server.port}")
