@@ -227,3 +227,60 @@ def test_every_budget_change_is_audited(live: LiveFactory) -> None:
         assert before <= a["at"] <= after, a
     tree = {b["path"]: b for b in s.ok("GET", "/v1/budgets", "bob")}
     assert tree["ai/llm"]["weight"] == 5.0 and tree["ai/llm"]["managers"] == ["carol", "dave"]
+
+
+def test_logs_of_past_attempts_stay_reachable_after_logs_dir_moves(tmp_path: Path) -> None:
+    """An attempt's log is read from where it was written at launch: after a restart with
+    another ``[server] logs_dir`` the log of an attempt that ran before is still served
+    whole; and once that file is deleted, the 404 names the missing file (not "no log file
+    yet"). An ended attempt that stored no log path (run before paths were stored) whose
+    log is not under the current logs_dir gets a 404 saying "(logs_dir changed?)"."""
+    import httpx
+    from server_proc import Server, free_port, write_config
+
+    from apportion.service.store import Store
+
+    config = write_config(tmp_path / "apportion.toml", free_port(), hosts=1)
+    server = Server(config, tmp_path / "server.log")
+    server.start()
+    try:
+        auth = {"Authorization": f"Bearer {server.token('alice')}"}
+        ids = []
+        for text in ("first", "second"):
+            r = httpx.post(f"{server.url}/v1/workloads", headers=auth,
+                           json={"budget": "ai/llm", "gpus": 1, "min_runtime": "30s",
+                                 "command": ["echo", text]})
+            assert r.status_code == 201, r.text
+            ids.append(r.json()["id"])
+        deadline = time.monotonic() + 30
+        while any(httpx.get(f"{server.url}/v1/workloads/{w}", headers=auth).json()["status"]
+                  != "completed" for w in ids):
+            assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+            time.sleep(0.1)
+    finally:
+        server.stop()
+    old = tmp_path / "data" / "logs"
+    store = Store(f"sqlite:///{tmp_path / 'data' / 'apportion.db'}")
+    try:  # as an attempt launched before log paths were stored
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE attempts SET log_path = NULL WHERE workload_id = ?",
+                                 (ids[1],))
+    finally:
+        store.close()
+    text = config.read_text().replace('data_dir = "data"\n',
+                                      'data_dir = "data"\nlogs_dir = "moved"\n')
+    config.write_text(text)
+    server.start()
+    try:
+        r = httpx.get(f"{server.url}/v1/workloads/{ids[0]}/logs", headers=auth)
+        assert (r.status_code, r.text) == (200, "first\n")
+        (old / ids[0] / "1.log").unlink()
+        r = httpx.get(f"{server.url}/v1/workloads/{ids[0]}/logs", headers=auth)
+        assert (r.status_code, r.json()["detail"]) == (
+            404, f"workload {ids[0]}: attempt 1: log file {old / ids[0] / '1.log'} is gone")
+        r = httpx.get(f"{server.url}/v1/workloads/{ids[1]}/logs", headers=auth)
+        assert (r.status_code, r.json()["detail"]) == (
+            404, f"workload {ids[1]}: attempt 1: log file not found under "
+                 f"{tmp_path / 'moved'} (logs_dir changed?)")
+    finally:
+        server.stop()

@@ -612,3 +612,42 @@ def test_a_run_directory_gone_is_the_servers_trouble_not_a_missing_interpreter(
             launch(gone, "true")
     finally:
         gone.close()
+
+
+@pytest.mark.skipif(CgroupHost.detect() is None, reason="needs root and cgroups")
+def test_pids_max_stops_a_job_forking_past_it_and_only_it(tmp_path: Path) -> None:
+    """With ``pids_max = 16`` a job that starts processes until one fails gets EAGAIN
+    after fewer than 16 (its processes and the wrapper's child count), its pids cgroup's
+    ``pids.max`` reads 16, and it still exits on its own with every process ended; the
+    server (this process) can still fork."""
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", db_id="yfpids",
+                       pids_max=16)
+    try:
+        script = (
+            "import errno, subprocess, sys\n"
+            "cg = [l.split(':')[2] for l in open('/proc/self/cgroup').read().splitlines()\n"
+            "      if l.split(':')[1] in ('pids', '')][0]\n"
+            "root = '/sys/fs/cgroup/pids' if ':pids:' in open('/proc/self/cgroup').read() "
+            "else '/sys/fs/cgroup/unified'\n"
+            "print('max', open(root + cg + '/pids.max').read().strip())\n"
+            "ps = []\n"
+            "try:\n"
+            "    for _ in range(100):\n"
+            "        ps.append(subprocess.Popen(['sleep', '60']))\n"
+            "except OSError as e:\n"
+            "    print('refused after', len(ps), errno.errorcode[e.errno])\n"
+            "sys.stdout.flush()\n"
+        )
+        h = ex.launch(Launch("w-000001", 1, [sys.executable, "-c", script],
+                             (HostSlots("h0", (0,)),)))
+        o = wait_for(ex, h)
+        out = ex.log_path("w-000001", 1).read_text()
+        assert (o.state, o.exit_code) == (AttemptState.EXITED, 0), out
+        lines = out.splitlines()
+        assert lines[0] == "max 16", out
+        refused = lines[1].split()
+        assert refused[:2] == ["refused", "after"] and int(refused[2]) < 16, out
+        assert refused[3] == "EAGAIN", out
+        assert subprocess.run(["true"]).returncode == 0
+    finally:
+        ex.close()

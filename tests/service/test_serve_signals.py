@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
+import pytest
 from server_proc import Server, free_port, write_config
 
 from apportion.service.store import Store
@@ -46,6 +48,48 @@ def test_sigterm_stops_cleanly_and_the_database_file_alone_holds_everything(
         copy.close()
 
 
+def test_sigterm_with_a_database_file_it_cannot_write_exits_0_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """A server stopped with SIGTERM while ``apportion.db`` cannot be written (immutable,
+    as a full or read-only disk) cannot fold its write-ahead log in: it still exits 0,
+    with one line saying the log was not folded and why, and no traceback; the -wal file
+    stays, and a copy of the database with it holds the submission."""
+    server = Server(write_config(tmp_path / "apportion.toml", free_port(),
+                                 executor="memory"), tmp_path / "server.log")
+    data = tmp_path / "data"
+    db = data / "apportion.db"
+    server.start()
+    try:
+        r = httpx.post(f"{server.url}/v1/workloads",
+                       headers={"Authorization": f"Bearer {server.token('alice')}"},
+                       json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
+                             "command": ["sleep", "600"]})
+        assert r.status_code == 201, r.text
+        immutable = subprocess.run(["chattr", "+i", str(db)], capture_output=True,
+                                   text=True)
+        if immutable.returncode != 0:
+            pytest.skip(f"chattr +i: {immutable.stderr.strip()} (needs root on ext4 etc.)")
+        server.stop()
+    finally:
+        server.stop()
+        subprocess.run(["chattr", "-i", str(db)], capture_output=True)
+    log = server.log.read_text()
+    assert server.proc is not None and server.proc.returncode == 0, log[-2000:]
+    assert "Traceback" not in log, log[-2000:]
+    line = (f"apportion: the write-ahead log was not folded into the database file "
+            f"(database sqlite:///{db}: disk I/O error): a copy of the database needs "
+            f"its -wal file too")
+    assert log.count(line) == 1, log[-2000:]
+    shutil.copy(db, tmp_path / "copy.db")
+    shutil.copy(data / "apportion.db-wal", tmp_path / "copy.db-wal")
+    copy = Store(f"sqlite:///{tmp_path / 'copy.db'}")
+    try:
+        assert copy.get_workload(r.json()["id"]).command == ("sleep", "600")
+    finally:
+        copy.close()
+
+
 def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
     tmp_path: Path,
 ) -> None:
@@ -68,3 +112,27 @@ def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
         assert server.log.read_text().count(line) == 1
     finally:
         server.stop()
+
+
+def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) -> None:
+    """With ``[server] access_log = false`` requests add no line to the server's log (a
+    polling client wrote one per request), while its own lines (the start) are still
+    written; with the default, each request is a line."""
+    for access_log in (False, True):
+        config = write_config(tmp_path / "apportion.toml", free_port(), executor="memory")
+        if not access_log:
+            config.write_text(config.read_text().replace(
+                "[server]\n", "[server]\naccess_log = false\n", 1))
+        log = tmp_path / f"server-{access_log}.log"
+        server = Server(config, log)
+        server.start()
+        try:
+            for _ in range(5):
+                assert httpx.get(f"{server.url}/v1/health", timeout=5).status_code == 200
+        finally:
+            server.stop()
+        text = log.read_text()
+        assert "apportion: memory executor: nothing runs" in text, text
+        assert "Application startup complete." in text, text
+        requests = text.count('"GET /v1/health HTTP/1.1" 200')  # and the start's polls
+        assert requests >= 5 if access_log else requests == 0, text

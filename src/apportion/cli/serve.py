@@ -43,7 +43,8 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
 
         try:
             return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
-                                 identity=config.identity)
+                                 identity=config.identity,
+                                 pids_max=config.executor.pids_max)
         except GpusInUse as e:
             raise ConfigError(f"{config.source}: hosts: {e}") from None
     if kind == "memory":
@@ -237,20 +238,18 @@ def handle_signals(server: Any) -> None:
     signal.signal(signal.SIGHUP, hangup)
 
 
-def checkpoint_wal(store: Any, url: str) -> None:
+def checkpoint_wal(store: Any) -> None:
     """At a clean stop, fold SQLite's write-ahead log into ``apportion.db``, so that the
     file alone is a whole copy of the database (docs/operations.md, "Backups and
     restore"); if that cannot be done, say so: the log stays beside it, whole."""
-    from sqlalchemy.exc import DBAPIError
-
-    from apportion.service.store import database_error
+    from apportion.service.store import StoreUnavailable
 
     try:
         if store.checkpoint_wal():
             return
         why = "another connection was reading it"
-    except DBAPIError as e:
-        why = str(database_error(url, e))
+    except StoreUnavailable as e:  # the file cannot be written: the -wal keeps every commit
+        why = str(e)
     click.echo(f"apportion: the write-ahead log was not folded into the database file "
                f"({why}): a copy of the database needs its -wal file too", err=True)
 
@@ -337,7 +336,8 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     lost: list[str] = []
     app = create_app(store, scheduler, config)
     server = uvicorn.Server(uvicorn.Config(app, host=host or config.server.host,
-                                           port=port or config.server.port, log_level="info"))
+                                           port=port or config.server.port, log_level="info",
+                                           access_log=config.server.access_log))
     handle_signals(server)
 
     def schedule() -> None:
@@ -360,7 +360,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
         scheduler.wake()
         loop.join(timeout=30)
         executor.close()
-        checkpoint_wal(store, config.db_url)
+        checkpoint_wal(store)
         lock.release()
         store.close()
     if lost:

@@ -59,6 +59,9 @@ class ServerConfig:
     # the server's own user instead (see docs/security.md)
     single_user: bool = False
     allow_root_for: tuple[str, ...] = ()  # users whose work may run as root (uid 0)
+    # false: no line per HTTP request on stderr (clients that poll, as logs -f and
+    # queue --watch do, add one every half second); the server's own lines stay
+    access_log: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +73,8 @@ class DatabaseConfig:
 class ExecutorConfig:
     kind: str = "local"
     grace_s: float = 10.0
+    # [executor.local] pids_max: processes and threads per attempt (0: no limit)
+    pids_max: int = 8192
     # [executor.slurm] is handed to the Slurm executor as keyword arguments
     slurm: Mapping[str, Any] = field(default_factory=dict)
 
@@ -297,6 +302,7 @@ def parse_config(
         max_whatif_replays=r.integer("max_whatif_replays", 2, minimum=1),
         single_user=r.boolean("single_user", False),
         allow_root_for=r.names("allow_root_for"),
+        access_log=r.boolean("access_log", True),
     )
     if server.port > 65535:
         raise r.error("port", f"must be <= 65535, got {server.port}")
@@ -318,7 +324,10 @@ def parse_config(
     if unknown:
         raise r.error(f"slurm.{unknown[0]}",
                       f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
-    executor = ExecutorConfig(kind=kind, grace_s=grace, slurm=dict(slurm))
+    local = _Reader(source, "executor.local", r.get("local", {}))
+    pids_max = local.integer("pids_max", ExecutorConfig().pids_max, minimum=0)
+    local.done()
+    executor = ExecutorConfig(kind=kind, grace_s=grace, pids_max=pids_max, slurm=dict(slurm))
     r.done()
 
     policy = _policy(_Reader(source, "policy", top.get("policy", {})))

@@ -1221,7 +1221,7 @@ class Scheduler:
             return True
         self._backoff.pop(wid, None)
         try:
-            self.store.set_attempt_handle(wid, row.n, a.handle)
+            self.store.set_attempt_handle(wid, row.n, a.handle, launch.log_path)
         except Exception as e:
             log.warning("%s: handle not stored yet (retried): %s", wid, e)
             self._unsaved[(wid, row.n)] = a.handle

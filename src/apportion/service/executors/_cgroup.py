@@ -62,14 +62,28 @@ class CgroupHost:
         fence = "GPU device nodes fenced" if self.devices else "no devices controller"
         return f"cgroup v1 at {self.root} ({', '.join(self.controllers)}; {fence})"
 
-    def create(self, name: str, gpus: Iterable[int] | None) -> list[str]:
-        """Make the attempt's cgroups; ``gpus``: GPU indexes it may open (None: no fence)."""
+    def create(self, name: str, gpus: Iterable[int] | None,
+               pids_max: int | None = None) -> list[str]:
+        """Make the attempt's cgroups; ``gpus``: GPU indexes it may open (None: no fence);
+        ``pids_max``: how many processes and threads it may have at once (None or 0: no
+        limit), where the pids controller is there (v1 mounted; v2 enabled at the root)."""
         if self.version == 2:
             dirs = [self.root / PREFIX / name]
         else:
             dirs = [self.root / c / PREFIX / name for c in self.controllers]
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
+        if pids_max:
+            if self.version == 2:  # the parent is ours: hand the controller down to each attempt
+                with contextlib.suppress(OSError), open(
+                    self.root / PREFIX / "cgroup.subtree_control", "w"
+                ) as f:
+                    f.write("+pids")
+                d = self.root / PREFIX / name
+            else:
+                d = self.root / "pids" / PREFIX / name
+            if (d / "pids.max").exists():
+                (d / "pids.max").write_text(str(pids_max))
         if self.devices and gpus is not None:
             given = set(gpus)
             d = self.root / "devices" / PREFIX / name

@@ -70,6 +70,11 @@ _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # how long a wrapper whose job was killed gets to reap it and write its exit record (and
 # then to die of its own SIGKILL), when an attempt the database does not know is ended
 KILL_WAIT_S = 5.0
+# processes and threads (the pids controller counts both) one attempt may have at once: far
+# above what a training job runs (8 ranks with 16 loader workers each, and their threads,
+# stay in the low thousands), far below the 32768 pids a kernel may have in all (its
+# default pid_max), so a fork bomb gets EAGAIN instead of taking every pid of the host
+PIDS_MAX = 8192
 
 log = logging.getLogger("apportion.executor.local")
 
@@ -83,7 +88,8 @@ class LocalExecutor:
     per-attempt records under ``run_dir/<db_id>`` (``db_id`` "": ``run_dir`` itself).
     ``identity``: whom work runs as (default: the owner's account when root).
     ``cgroups``: "auto" (the host's, when root), None (process groups only) or a
-    :class:`~apportion.service.executors._cgroup.CgroupHost`."""
+    :class:`~apportion.service.executors._cgroup.CgroupHost`. ``pids_max``: the processes
+    and threads an attempt may have at once, through its pids cgroup (0: no limit)."""
 
     name = "local"
 
@@ -96,6 +102,7 @@ class LocalExecutor:
         db_id: str = "",
         identity: Identity | None = None,
         cgroups: _cgroup.CgroupHost | str | None = "auto",
+        pids_max: int = PIDS_MAX,
     ) -> None:
         self._hosts: dict[str, InventoryHost] = {}
         # each host is its own slice of this machine's GPUs, in the order given: host k's
@@ -126,6 +133,7 @@ class LocalExecutor:
         # jobs reach their own log through the fd they are given, never through the tree
         os.chmod(self.logs_dir, 0o711)
         self.python = python
+        self.pids_max = pids_max
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # launched here: reaped on poll
         self._index: dict[str, str] = {}  # handle -> "<workload>.<attempt>"
@@ -144,6 +152,9 @@ class LocalExecutor:
         how = (self.cgroups.describe() if self.cgroups is not None else
                "no cgroups (not root, or none mounted): process groups only; a process "
                "that leaves its group and outlives its parent escapes")
+        if self.cgroups is not None:
+            how += (f"; pids.max {self.pids_max} per attempt" if self.pids_max else
+                    "; no process limit per attempt")
         return f"local executor: {self.identity.describe()}; {how}"
 
     def launch(self, launch: Launch) -> str:
@@ -180,7 +191,7 @@ class LocalExecutor:
         if self.cgroups is not None:
             gpus = {i for d in devices for i in d}
             name = f"{self.db_id[:12] or 'local'}-{stem}"
-            cgroups = self.cgroups.create(name, gpus)
+            cgroups = self.cgroups.create(name, gpus, self.pids_max)
         spec: dict[str, Any] = {
             "db_id": self.db_id, "workload": wid, "attempt": launch.attempt,
             "argv": argv, "env": env, "chdir": launch.chdir or run_as.home or "/",

@@ -335,6 +335,7 @@ def router(api: Api) -> APIRouter:
         a = next((x for x in w.attempts if x.n == n), None)
         if a is None:
             raise fail(404, f"workload {workload_id}: attempt {n}: not found")
+        # where it went at launch (older attempts stored none: where logs_dir puts it now)
         path = Path(a.log_path) if a.log_path else settings.logs_dir / workload_id / f"{n}.log"
         try:
             # never through a link, never a fifo or device: with Slurm the log's directory is
@@ -354,7 +355,12 @@ def router(api: Api) -> APIRouter:
             if settings.executor.kind == "memory":  # a dry run: nothing ran, nothing wrote
                 raise fail(404, f"workload {workload_id}: attempt {n}: no log: the memory "
                                 "executor runs nothing") from None
-            raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
+            if a.ended_at is None:
+                raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet"
+                           ) from None
+            where = (f"{path} is gone" if a.log_path else
+                     f"not found under {settings.logs_dir} (logs_dir changed?)")
+            raise fail(404, f"workload {workload_id}: attempt {n}: log file {where}") from None
         except OSError as e:
             if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link put in the log's place
                 raise fail(404, f"workload {workload_id}: attempt {n}: log file is a "

@@ -11,6 +11,7 @@ the write lock is taken up front, so a reader upgrading to a writer never hits
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -416,11 +417,19 @@ class Store:
         """SQLite: copy every commit from the write-ahead log (``-wal``) into the database
         file and empty the log (``PRAGMA wal_checkpoint(TRUNCATE)``), so the file alone
         holds the whole database. False if another connection's reads kept it from
-        finishing. PostgreSQL: nothing to do (True)."""
+        finishing. PostgreSQL: nothing to do (True). :class:`StoreUnavailable` if the
+        database file cannot be written (a full disk, a read-only or immutable file)."""
         if self.engine.dialect.name != "sqlite":
             return True
-        with self.engine.connect() as conn:
-            busy = _outside_transaction(conn, "PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        try:
+            with self.engine.connect() as conn:
+                busy = _outside_transaction(
+                    conn, "PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except DBAPIError as e:  # connecting, through SQLAlchemy
+            raise database_error(self.url, e) from None
+        except sqlite3.Error as e:  # the pragma, on the driver's connection: not wrapped
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise StoreUnavailable(f"database {shown_url(self.url)}: {reason}") from None
         return bool(busy == 0)
 
     def db_id(self) -> str:
@@ -721,13 +730,17 @@ class Store:
             s.flush()
             return _attempt(a)
 
-    def set_attempt_handle(self, workload_id: str, n: int, handle: str) -> None:
-        """Record the executor's handle of a launched attempt."""
+    def set_attempt_handle(self, workload_id: str, n: int, handle: str,
+                           log_path: str | None = None) -> None:
+        """Record the executor's handle of a launched attempt, and where its log went
+        (``log_path``, when given: read from there even after ``logs_dir`` moves)."""
         with self._tx() as s:
             a = s.get(AttemptModel, (workload_id, n))
             if a is None:
                 raise NotFound(f"workload {workload_id}: attempt {n}: not found")
             a.handle = handle
+            if log_path:
+                a.log_path = log_path
 
     def mark_stopping(
         self, workload_id: str, reason: str, at: float,
