@@ -831,6 +831,27 @@ def test_policy_queue_view(svc: Service) -> None:
     assert view["pending"][0]["wait_reason"] == "no_capacity"
 
 
+def test_queue_json_names_the_wait_reason_as_the_api_does(svc: Service) -> None:
+    """``apportion queue --json``: each row is the workload with the /v1/queue row's fields
+    under the API's names and values (``wait_reason: "no_capacity"``, ``hold``,
+    ``stop_reason``), not the table's text (``reason: "no capacity"``), and one status
+    (``status``, no ``state`` beside it)."""
+    for _ in range(3):
+        submit(svc, gpus=8)
+    svc.scheduler.step()
+    view = svc.call("GET", "/v1/queue", "bob").json()
+    shown = cli(svc, "alice", "queue", "--json")
+    assert shown.exit_code == 0, shown.output
+    rows = {e["id"]: e for e in json.loads(shown.stdout)}
+    [waiting] = view["pending"]
+    assert rows[waiting["id"]]["wait_reason"] == waiting["wait_reason"] == "no_capacity"
+    for r in view["running"]:
+        assert rows[r["id"]]["stop_reason"] == r["stop_reason"]
+        assert (rows[r["id"]]["status"], rows[r["id"]]["wait_reason"]) == ("running", None)
+    for e in rows.values():
+        assert "reason" not in e and "state" not in e and "hold" in e
+
+
 def test_queue_is_503_before_the_first_pass_not_an_empty_queue(svc: Service) -> None:
     """Before the scheduler's first pass GET /v1/queue answers 503 with the dashboard's
     message, and ``apportion queue`` prints it and exits 1 (it said "no active workloads"
