@@ -505,7 +505,7 @@ history."""
 
 # ---- the usage report (GET /v1/reports/usage, service/accounting.py) ---------------------
 class BudgetUsageRow(Reply):
-    """A budget node's figures for the period (``""``: the whole cluster); ``attainment``
+    """A budget node's figures for the period (``(all)``: the whole cluster); ``attainment``
     None: owed nothing."""
 
     budget: str
