@@ -786,6 +786,18 @@ def test_budget_bad_input(svc: Service) -> None:
     assert _fingerprint(svc) == before
 
 
+def test_budgets_usage_names_each_node_budget_as_the_usage_report_does(svc: Service) -> None:
+    """GET /v1/budgets/usage (what ``budgets usage --json`` prints) names each node
+    ``budget``, as /v1/reports/usage's rows do, and still ``path`` (the same value) for
+    clients that read that name."""
+    submit(svc)
+    svc.scheduler.step()
+    nodes = svc.call("GET", "/v1/budgets/usage", "bob").json()["budgets"]
+    report = svc.call("GET", "/v1/reports/usage?from=1d", "root").json()
+    assert [b["budget"] for b in nodes] == [b["path"] for b in nodes]
+    assert {b["budget"] for b in nodes} <= {r["budget"] for r in report["rows"]}
+
+
 def test_usage_from_attempts(svc: Service) -> None:
     """Usage charges allocated attempts to the leaf and its ancestors."""
     submit(svc)

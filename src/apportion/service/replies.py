@@ -162,6 +162,10 @@ class BudgetManagers(Reply):
 
 
 class NodeUsage(Reply):
+    """A node's usage. ``budget`` names it, as the usage report's rows do; ``path`` is the
+    same value, kept for clients that read it by that name (docs/api.md)."""
+
+    budget: str
     path: str
     share: float
     charged_gpu_hours: float  # GPU-hours of its allocated work in the window
