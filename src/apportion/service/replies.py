@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -44,6 +45,14 @@ class Reply(BaseModel):
 
 
 # ---- workloads ---------------------------------------------------------------------------
+DEFAULT_UMASK = 0o022  # store/rows.py's: the umask of work whose submitter sent none
+
+
+def _runs_with_umask(value: object) -> object:
+    """A reply's ``umask``: null (a server that answered the stored NULL) is 022."""
+    return DEFAULT_UMASK if value is None else value
+
+
 class Attempt(Reply):
     n: int
     placement: list[tuple[str, int, list[int]]]  # [host, GPUs, GPU indexes]
@@ -74,7 +83,8 @@ class Workload(Reply):
     command: list[str] | None
     chdir: str | None
     env: dict[str, str] | None
-    umask: int | None = None  # the submitter's file mode creation mask; None: 022
+    # the mask it runs with: the submitter's, or the executors' 022 when it sent none
+    umask: Annotated[int, BeforeValidator(_runs_with_umask)] = DEFAULT_UMASK
     name: str | None
     time_limit: float | None
     array_id: str | None
