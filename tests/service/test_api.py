@@ -910,6 +910,19 @@ def test_audit_pages_give_every_entry_once_while_entries_are_added_between_them(
     assert len(svc.store.audit(limit=100_000)) == len(there) + len(pages) - 1
 
 
+@pytest.mark.parametrize("query", ["from=2026-12-06&to=2026-12-05",
+                                   "from=2026-12-06&to=2026-12-06"])
+def test_an_audit_period_that_ends_before_it_starts_is_refused_naming_from(
+        svc: Service, query: str) -> None:
+    """GET /v1/audit with ``from`` not before ``to`` is a 422 saying so, as
+    /v1/reports/usage answers the same period (it answered 200 and an empty list)."""
+    r = svc.call("GET", f"/v1/audit?{query}", "bob")
+    start, end = (q.split("=")[1] for q in query.split("&"))
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"from: must be before to ({start} is not before {end})")
+    assert svc.call("GET", f"/v1/reports/usage?{query}", "root").status_code == 422
+
+
 def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> None:
     """``before`` over the largest id the audit's 32-bit column holds is a 422 naming it
     (PostgreSQL could not compare it with the column: a 500)."""
