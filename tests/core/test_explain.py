@@ -235,6 +235,16 @@ def test_running_workload_reports_its_protection_end() -> None:
     assert "protected for another 43 min 20 s" in e.lines()
 
 
+def test_running_work_answers_the_minimum_runtime_it_asked_for() -> None:
+    """A running workload's explanation carries the minimum runtime it was submitted with
+    (b1: 3600 s), in the dataclass and in as_dict, not the field's default of 0."""
+    st = busy_b()
+    e = explain(st, 2000.0, CFG, "b1")
+    assert e.status == "running"
+    assert e.min_runtime == 3600.0
+    assert e.as_dict()["min_runtime"] == 3600.0
+
+
 def test_running_work_is_told_what_a_preemption_now_would_cost_it() -> None:
     """The progress a preemption now would throw away, as victim choice counts it
     (Running.at_risk): the whole run of work that is not resumable; for resumable work

@@ -33,6 +33,7 @@ from apportion.service.accounting import (
     ReportError,
     headline,
     parse_time,
+    table_rows,
     to_csv,
     usage_report,
 )
@@ -109,7 +110,7 @@ def test_per_budget_figures_over_ten_days(store: Store) -> None:
     got = {k: (v["charged_gpu_hours"], v["free_gpu_hours"], v["owed_gpu_hours"],
                v["attainment"]) for k, v in rows(r).items()}
     assert got == {
-        "": (44.0, 80.0, 54.0, pytest.approx(44 / 54, rel=1e-12)),
+        "(all)": (44.0, 80.0, 54.0, pytest.approx(44 / 54, rel=1e-12)),
         "x": (28.0, 0.0, 42.0, pytest.approx(24 / 42, rel=1e-12)),
         "x/a": (28.0, 0.0, 18.0, pytest.approx(12 / 18, rel=1e-12)),
         "x/b": (0.0, 0.0, 6.0, 0.0),
@@ -148,6 +149,20 @@ def test_a_period_inside_the_history_counts_only_its_part(store: Store) -> None:
     owed 2 x 4 h = 8, got 2 x 3 h = 6."""
     r = rows(usage_report(store, T0 + 3 * H, T0 + 7 * H, "budget", NOW))["x/a"]
     assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (12.0, 8.0, 0.75)
+
+
+@pytest.mark.parametrize("by", ["budget", "month"])
+def test_the_cluster_row_is_named_all_in_json_csv_and_table(store: Store, by: str) -> None:
+    """The cluster's row is budget ``(all)`` in the JSON (``rows`` and ``budgets``), in
+    the CSV and in the table alike (the JSON named it ``""``, the others ``(all)``)."""
+    report = usage_report(store, T0, T0 + 10 * D, by, NOW)
+    names = [r["budget"] for r in report["rows"]]
+    assert "(all)" in names and "" not in names
+    assert [r["budget"] for r in report["budgets"]][0] == "(all)"
+    col = 0 if by == "budget" else 1
+    csv_names = [line.split(",")[col] for line in to_csv(report).splitlines()[1:]]
+    assert csv_names == names
+    assert [cells[col] for cells in table_rows(report)[1]] == names
 
 
 def test_csv_has_one_line_per_budget(store: Store) -> None:

@@ -786,6 +786,18 @@ def test_budget_bad_input(svc: Service) -> None:
     assert _fingerprint(svc) == before
 
 
+def test_budgets_usage_names_each_node_budget_as_the_usage_report_does(svc: Service) -> None:
+    """GET /v1/budgets/usage (what ``budgets usage --json`` prints) names each node
+    ``budget``, as /v1/reports/usage's rows do, and still ``path`` (the same value) for
+    clients that read that name."""
+    submit(svc)
+    svc.scheduler.step()
+    nodes = svc.call("GET", "/v1/budgets/usage", "bob").json()["budgets"]
+    report = svc.call("GET", "/v1/reports/usage?from=1d", "root").json()
+    assert [b["budget"] for b in nodes] == [b["path"] for b in nodes]
+    assert {b["budget"] for b in nodes} <= {r["budget"] for r in report["rows"]}
+
+
 def test_usage_from_attempts(svc: Service) -> None:
     """Usage charges allocated attempts to the leaf and its ancestors."""
     submit(svc)
@@ -829,6 +841,27 @@ def test_policy_queue_view(svc: Service) -> None:
     view = svc.call("GET", "/v1/queue", "bob").json()
     assert len(view["running"]) == 2
     assert view["pending"][0]["wait_reason"] == "no_capacity"
+
+
+def test_queue_json_names_the_wait_reason_as_the_api_does(svc: Service) -> None:
+    """``apportion queue --json``: each row is the workload with the /v1/queue row's fields
+    under the API's names and values (``wait_reason: "no_capacity"``, ``hold``,
+    ``stop_reason``), not the table's text (``reason: "no capacity"``), and one status
+    (``status``, no ``state`` beside it)."""
+    for _ in range(3):
+        submit(svc, gpus=8)
+    svc.scheduler.step()
+    view = svc.call("GET", "/v1/queue", "bob").json()
+    shown = cli(svc, "alice", "queue", "--json")
+    assert shown.exit_code == 0, shown.output
+    rows = {e["id"]: e for e in json.loads(shown.stdout)}
+    [waiting] = view["pending"]
+    assert rows[waiting["id"]]["wait_reason"] == waiting["wait_reason"] == "no_capacity"
+    for r in view["running"]:
+        assert rows[r["id"]]["stop_reason"] == r["stop_reason"]
+        assert (rows[r["id"]]["status"], rows[r["id"]]["wait_reason"]) == ("running", None)
+    for e in rows.values():
+        assert "reason" not in e and "state" not in e and "hold" in e
 
 
 def test_queue_is_503_before_the_first_pass_not_an_empty_queue(svc: Service) -> None:
@@ -875,6 +908,19 @@ def test_audit_pages_give_every_entry_once_while_entries_are_added_between_them(
     assert pages[0].headers["Link"] == f'</v1/audit?limit=2&before={there[1]}>; rel="next"'
     assert "Link" not in pages[-1].headers
     assert len(svc.store.audit(limit=100_000)) == len(there) + len(pages) - 1
+
+
+@pytest.mark.parametrize("query", ["from=2026-12-06&to=2026-12-05",
+                                   "from=2026-12-06&to=2026-12-06"])
+def test_an_audit_period_that_ends_before_it_starts_is_refused_naming_from(
+        svc: Service, query: str) -> None:
+    """GET /v1/audit with ``from`` not before ``to`` is a 422 saying so, as
+    /v1/reports/usage answers the same period (it answered 200 and an empty list)."""
+    r = svc.call("GET", f"/v1/audit?{query}", "bob")
+    start, end = (q.split("=")[1] for q in query.split("&"))
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"from: must be before to ({start} is not before {end})")
+    assert svc.call("GET", f"/v1/reports/usage?{query}", "root").status_code == 422
 
 
 def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> None:

@@ -15,6 +15,7 @@ from test_api import JOB, Service, shared_server, submit, svc, template
 from apportion.core import Status
 from apportion.service.api import create_app
 from apportion.service.config import parse_config
+from apportion.service.executors._wrapper import CHILD_UMASK
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 
@@ -196,10 +197,12 @@ def test_bad_submission_vocabulary_is_refused_naming_the_field(
 
 def test_the_submitters_umask_is_stored_and_given_to_the_launch(svc: Service) -> None:
     """``umask: 63`` (077) is stored, answered, and is the launch's umask; a submission
-    without one is stored without (the executors' 022)."""
+    without one is stored without (the executors' 022) and answered with the umask it
+    runs with, 18 (022), as api.md says, not null."""
     given = submit(svc, gpus=1, umask=0o077).json()
     plain = submit(svc, gpus=1).json()
-    assert (given["umask"], plain["umask"]) == (0o077, None)
+    assert (given["umask"], plain["umask"], CHILD_UMASK) == (0o077, 18, 18)
+    assert svc.call("GET", f"/v1/workloads/{plain['id']}", "alice").json()["umask"] == 18
     svc.scheduler.step()
     executor = svc.scheduler.executor
     assert isinstance(executor, MemoryExecutor)

@@ -535,8 +535,8 @@ def test_order_and_queue_filters(live_sqlite: LiveFactory) -> None:
     theirs = s.submit("bob", "ai/vision", 1, "1m", "sleep 60")
     r = s.cli("bob", "queue", "--me", "--json")
     [entry] = json.loads(r.stdout)
-    assert (entry["id"], entry["state"], entry["position"], entry["reason"]) == (
-        theirs, "pending", 1, "no capacity")
+    assert (entry["id"], entry["status"], entry["position"], entry["wait_reason"]) == (
+        theirs, "pending", 1, "no_capacity")
     r = s.cli("bob", "queue", "--state", "running", "--json")
     [entry] = json.loads(r.stdout)
     assert (entry["id"], entry["hosts"], entry["elapsed_s"] >= 0) == (mine, ["h0:2"], True)

@@ -274,6 +274,20 @@ def test_retry_with_the_same_key_answers_the_first_submission(env: Env) -> None:
     assert len(env.store.list_workloads(list(Status))) == 2
 
 
+@pytest.mark.parametrize("key, shown", [
+    ("a b", "'a b'"), ("", "''"), ("k" * 10_000, "'" + "k" * 40 + "...' (10000 characters)")])
+def test_a_bad_idempotency_key_is_refused_with_the_rule_in_words(
+        env: Env, key: str, shown: str) -> None:
+    """An Idempotency-Key that is empty, holds a space or is longer than 255 characters is
+    refused (422) with the header's name as sent, the key (cut at 40 characters) and the
+    rule of security.md in words, not pydantic's pattern; nothing is stored."""
+    r = env.call("POST", "/v1/workloads", "alice", JOB, headers={"Idempotency-Key": key})
+    assert (r.status_code, r.json()["detail"]) == (422, (
+        f"Idempotency-Key: {shown} is not a key: 1 to 255 printable ASCII characters, "
+        "no spaces"))
+    assert env.store.list_workloads(list(Status)) == []
+
+
 def test_a_retried_array_submission_answers_the_first_array(env: Env) -> None:
     """An array sent twice with one Idempotency-Key is stored once (its 3 elements) and
     the retry gets the first answer, element ids included."""
@@ -390,3 +404,14 @@ def test_cli_retry_is_bounded_when_the_server_stays_away(monkeypatch: pytest.Mon
     with pytest.raises(click.ClickException):
         client.call("GET", "/workloads")  # reads are not retried
     assert len(tries) == 1
+
+
+def test_the_schema_still_gives_the_idempotency_keys_pattern(env: Env) -> None:
+    """/openapi.json describes the Idempotency-Key header of POST /v1/workloads with its
+    pattern (the check in words replaced pydantic's, not the schema's)."""
+    op = env.client.get("/openapi.json").json()["paths"]["/v1/workloads"]["post"]
+    [header] = [p for p in op["parameters"] if p["name"].lower() == "idempotency-key"]
+    assert header["in"] == "header"
+    schema = header["schema"]
+    patterns = [s.get("pattern") for s in (schema, *schema.get("anyOf", []))]
+    assert r"^[\x21-\x7e]{1,255}$" in patterns

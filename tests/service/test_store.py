@@ -688,6 +688,26 @@ def test_the_last_admin_with_a_token_keeps_flag_and_token(store: Store) -> None:
     assert [u.name for u in store.users() if u.admin] == ["bob"]
 
 
+def test_set_user_to_the_same_effective_account_stores_and_audits_nothing(
+        store: Store) -> None:
+    """``unix_user`` NULL means the account of the user's own name: setting it to that
+    name, then clearing it back ("" in the API), leaves the effective account as it was,
+    so the stored value stays NULL and no ``user.set`` entry is written; a real change to
+    another account, and back to NULL, is stored and audited."""
+    store.add_user("alice", actor="admin")
+    assert store.set_user("alice", actor="admin", unix_user="alice").unix_user is None
+    store.set_user("alice", actor="admin", clear_unix_user=True)
+    assert store.audit_of("user.set") == []
+    store.set_user("alice", actor="admin", unix_user="svc")
+    store.set_user("alice", actor="admin", unix_user="svc")
+    store.set_user("alice", actor="admin", clear_unix_user=True)
+    assert [(a.old["unix_user"], a.new["unix_user"]) for a in store.audit_of("user.set")] == [
+        (None, "svc"), ("svc", None)]
+    store.add_user("bob", actor="admin", unix_user="bob")
+    store.set_user("bob", actor="admin", clear_unix_user=True)
+    assert store.audit_of("user.set")[2:] == []
+
+
 def test_set_user_audits_only_a_change_and_names_close_users(store: Store) -> None:
     """Setting a user to what it is already writes no ``user.set`` entry (it wrote one with
     old = new); an unknown name is not found with the closest user names, as a token for

@@ -203,6 +203,22 @@ def test_the_period_line_writes_its_times_in_the_clients_zone(
         "(1 still running at the end")
 
 
+def test_the_period_line_writes_every_count_with_thousands_separators() -> None:
+    """Every count of whatif's and export-trace's first line is written as the workload
+    count is, with thousands separators (5001 cancelled unstarted was written bare beside
+    1,548 workloads)."""
+    period = {"start": 1_796_515_200.0, "end": 1_796_601_600.0, "workloads": 1548,
+              "host_events": 1200, "running_at_end": 1001, "waiting_at_end": 2002,
+              "cancelled_unstarted": 5001, "in_former_leaves": {"ai": 3000, "ops": 1},
+              "hosts": 1024, "pools": []}
+    line = _summary_line(period)
+    assert line.startswith("1,548 workloads submitted from ")
+    for said in ("(1,001 still running at the end", "; 2,002 still waiting",
+                 "; 5,001 cancelled unstarted", "; 3,001 submitted to budgets",
+                 "1,024 hosts", "1,200 host events"):
+        assert said in line, said
+
+
 def test_pool_occupancy_is_labelled_the_replays_with_why_it_can_exceed_100_percent() -> None:
     """A pool's occupancy in whatif's text is labelled the replay's, and when the period had
     host events (a drain) a note under the pools says why it can exceed 100% (work still

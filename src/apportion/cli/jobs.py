@@ -728,13 +728,20 @@ def _workloads(client: Client, params: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+TABLE_ONLY = frozenset({"state", "reason"})
+"""Keys of a queue entry that ``queue --json`` leaves out: ``state`` is the workload's
+``status``, ``reason`` the table's words for ``wait_reason``/``hold``/``stop_reason``."""
+
+
 def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
                   states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
     """The queue as ``squeue`` shows it: pending work in the policy's order, then running
     work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
     (None: held or not yet ranked; with several pools, in its ``pool``'s order), ``pool``
-    (None with one pool), ``state``, ``reason``, ``elapsed_s``, ``waited_s``,
-    ``protected_s`` (protection left; None: unallocated) and ``hosts``."""
+    (None with one pool), ``wait_reason``, ``hold`` and ``stop_reason`` (as ``GET
+    /v1/queue`` names them), ``elapsed_s``, ``waited_s``, ``protected_s`` (protection
+    left; None: unallocated) and ``hosts``; and for the table only (:data:`TABLE_ONLY`)
+    ``state`` and ``reason``, the REASON column's text."""
     view = client.reply(QueueView, "GET", "/queue")
     rows = {w["id"]: w for w in _workloads(client, {"budget": budget, "user": user})}
     who = _me(client) if me else None
@@ -754,8 +761,10 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
             if view.executor_down_since is not None  # nothing starts: the reason that holds
             else _too_large(p, view.hosts) if p.wait_reason == "too_large"
             else REASONS.get(p.wait_reason or "", "not reached yet"))
-        out.append({**rows[p.id], "position": p.position, "pool": p.pool, "state": "pending",
-                    "reason": reason, "elapsed_s": None, "protected_s": None, "hosts": [],
+        out.append({**rows[p.id], "position": p.position, "pool": p.pool,
+                    "wait_reason": p.wait_reason, "hold": p.hold, "stop_reason": None,
+                    "state": "pending", "reason": reason, "elapsed_s": None,
+                    "protected_s": None, "hosts": [],
                     "waited_s": None if now is None else now - p.queued_at})
     draining = {h.name for h in view.hosts if h.state == "draining"}
     for r in view.running:
@@ -769,7 +778,8 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
         why = r.stop_reason
         if not r.stopping and any(h in draining for h, _, _ in r.placement):
             why = "host draining: stopped when its minimum runtime ends"
-        out.append({**w, "position": None, "pool": r.pool, "state": state, "reason": why,
+        out.append({**w, "position": None, "pool": r.pool, "wait_reason": None, "hold": None,
+                    "stop_reason": r.stop_reason, "state": state, "reason": why,
                     "elapsed_s": None if now is None else now - r.started_at,
                     "waited_s": None, "protected_s": left,
                     "hosts": [f"{h}:{g}" for h, g, _ in r.placement]})
@@ -855,8 +865,9 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
     waits in), PROTECTED how long no rebalance may preempt it yet (its
     minimum runtime, and for a run resumed after a requeue its restart protection)."""
     wanted = active_states(states, "finished work: apportion show ID")
-    if as_json:
-        _print_json(queue_entries(client, me, user, budget, wanted)[1])
+    if as_json:  # the API's names only: its status, and its codes for the reasons
+        _print_json([{k: v for k, v in e.items() if k not in TABLE_ONLY}
+                     for e in queue_entries(client, me, user, budget, wanted)[1]])
         return
     if watch is None:
         _print_queue(queue_entries(client, me, user, budget, wanted)[1])

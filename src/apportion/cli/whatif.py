@@ -119,13 +119,13 @@ def _summary_line(period: dict[str, Any]) -> str:
     pools = period["pools"]
     in_pools = f" in {plural(len(pools), 'pool')} ({', '.join(pools)})" if pools else ""
     former = period["in_former_leaves"]
-    in_former = (f"; {sum(former.values())} submitted to "
+    in_former = (f"; {sum(former.values()):,} submitted to "
                  f"{'a budget that has' if len(former) == 1 else 'budgets that have'} "
                  f"children now ({', '.join(former)}), left out" if former else "")
     return (f"{plural(period['workloads'], 'workload')} submitted from {fmt_time(period['start'])} "
-            f"to {fmt_time(period['end'])} ({period['running_at_end']} still running at the end, "
-            f"replayed with their run so far; {period['waiting_at_end']} still waiting, "
-            f"replayed with their budget's mean run; {period['cancelled_unstarted']} cancelled "
+            f"to {fmt_time(period['end'])} ({period['running_at_end']:,} still running at the end, "
+            f"replayed with their run so far; {period['waiting_at_end']:,} still waiting, "
+            f"replayed with their budget's mean run; {period['cancelled_unstarted']:,} cancelled "
             f"unstarted, left out{in_former}), {plural(period['hosts'], 'host')}{in_pools}, "
             f"{plural(period['host_events'], 'host event')}")
 

@@ -131,7 +131,7 @@ class Explanation:
     earliest_start: float | None = None
     lower_bound: bool = False
     caveats: tuple[str, ...] = ()
-    min_runtime: float = 0.0  # as requested
+    min_runtime: float = 0.0  # as requested (pending and running)
     projected_start: float | None = None  # by the policy if nothing else changes; None: not
     projection_end: float | None = None  # ... within the moments looked at, up to this time
     advice: tuple[Advice, ...] = ()
@@ -236,6 +236,7 @@ def explain(
             allocated=spec.allocated,
             now=now,
             ratio=rules.ratio(spec.budget),
+            min_runtime=spec.min_runtime,
             started_at=r.started_at,
             protected_until=rebalance_protected_until(r, config),
             min_runtime_ends=r.protected_until(),

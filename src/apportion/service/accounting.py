@@ -1,7 +1,8 @@
 """Usage accounts for any period, from the store: ``apportion report usage``.
 
-For a period ``[start, end)`` (``end`` no later than now) and every budget node (the root
-``""`` is the whole cluster), hour by hour on whole UTC hours:
+For a period ``[start, end)`` (``end`` no later than now) and every budget node (the root,
+the whole cluster, is named :data:`CLUSTER`, ``(all)``, in every rendering, the JSON
+included), hour by hour on whole UTC hours:
 
 * **charged** GPU-hours: GPUs held by its allocated attempts, for the time they ran in the
   period (allocated work is charged for its whole run, so this is also its **delivered**);
@@ -59,6 +60,8 @@ HOUR = 3600.0
 DAY = 86400.0
 MAX_PERIOD_S = 3660 * DAY  # ten years: a report is built hour by hour (87,840 hours)
 BY = ("budget", "user", "month")
+CLUSTER = "(all)"
+"""The cluster's row's ``budget``: no budget path can be written so (security.md)."""
 FORMATS = ("table", "csv", "json", "html")
 APPROXIMATIONS = (
     "shares are those of the budget tree as it is now (past weight changes are not replayed)",
@@ -318,7 +321,10 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     def share(n: str) -> float:
         return 1.0 if n == ROOT else tree.share(n)
 
-    budget_rows = [{"budget": n, "share": share(n), **figures(series[n], share(n))}
+    def row_name(n: str) -> str:
+        return CLUSTER if n == ROOT else n
+
+    budget_rows = [{"budget": row_name(n), "share": share(n), **figures(series[n], share(n))}
                    for n in nodes]
     rows: list[dict[str, Any]] = []
     if by == "budget":
@@ -329,7 +335,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         bounds = _month_edges(start, end)
         for m_start, m_end in zip(bounds, bounds[1:], strict=False):
             lo, hi = int(np.searchsorted(edges, m_start)), int(np.searchsorted(edges, m_end))
-            rows += [{"month": _month(m_start), "budget": n, "share": share(n),
+            rows += [{"month": _month(m_start), "budget": row_name(n), "share": share(n),
                       **figures(series[n], share(n), lo, hi)} for n in nodes]
     # per top-level budget and UTC day: owed and delivered, for the plots
     day_edges = np.concatenate([[start], np.arange((start // 86400) * 86400 + 86400,
@@ -391,8 +397,6 @@ def _keys(report: dict[str, Any]) -> list[str]:
 def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-"
-    if key == "budget":
-        return value or "(all)"
     if key in ("share", "attainment", "occupancy"):
         return f"{100 * value:.1f}%"
     if isinstance(value, float):
@@ -423,7 +427,7 @@ def pool_table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]
 
 def to_csv(report: dict[str, Any]) -> str:
     """One row per line, full precision, empty cells where a figure does not apply; the
-    cluster's row is budget ``(all)``, as in the table. The last two columns,
+    cluster's row is budget ``(all)``, as in the JSON and the table. The last two columns,
     ``period_from`` and ``period_to``, say in UTC (``2026-11-01 00:00:00+00:00``) what the
     row's figures cover, so that a file read elsewhere still tells: the report's period,
     and by month the UTC month's part of it (a month is a UTC month)."""
@@ -433,8 +437,7 @@ def to_csv(report: dict[str, Any]) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow([*keys, *cols, "period_from", "period_to"])
     for r in report["rows"]:
-        writer.writerow(["(all)" if k == "budget" and r[k] == "" else
-                         "" if r.get(k) is None else r.get(k) for k in [*keys, *cols]]
+        writer.writerow(["" if r.get(k) is None else r.get(k) for k in [*keys, *cols]]
                         + [format_time(t, UTC) for t in _covers(report, r.get("month"))])
     return buf.getvalue()
 
@@ -507,7 +510,7 @@ def to_html(report: dict[str, Any]) -> str:
     from matplotlib import pyplot as plt
     from matplotlib.ticker import PercentFormatter
 
-    budgets = [r for r in report["budgets"] if r["budget"]]
+    budgets = [r for r in report["budgets"] if r["budget"] != CLUSTER]
     colours = plt.get_cmap("tab10")
     tops = list(report["daily"])
     colour = {b: colours(i % 10) for i, b in enumerate(tops)}

@@ -48,6 +48,8 @@ def _field_errors(exc: RequestValidationError, content_type: str | None = None) 
     for err in exc.errors():
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         where = ".".join(loc) if loc else "body"
+        if loc[:1] == ["header"] and len(loc) == 2:  # the header as people write it
+            where = "-".join(w.capitalize() for w in loc[1].split("-"))
         if loc[-1:] == ["[key]"]:  # pydantic's mark of a refused key: set_weight.<key>.[key]
             where = f"{'.'.join(loc[:-2])}: key {loc[-2]!r}"
         if err.get("type") == "json_invalid":

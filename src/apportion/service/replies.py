@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -44,6 +45,14 @@ class Reply(BaseModel):
 
 
 # ---- workloads ---------------------------------------------------------------------------
+DEFAULT_UMASK = 0o022  # store/rows.py's: the umask of work whose submitter sent none
+
+
+def _runs_with_umask(value: object) -> object:
+    """A reply's ``umask``: null (a server that answered the stored NULL) is 022."""
+    return DEFAULT_UMASK if value is None else value
+
+
 class Attempt(Reply):
     n: int
     placement: list[tuple[str, int, list[int]]]  # [host, GPUs, GPU indexes]
@@ -74,7 +83,8 @@ class Workload(Reply):
     command: list[str] | None
     chdir: str | None
     env: dict[str, str] | None
-    umask: int | None = None  # the submitter's file mode creation mask; None: 022
+    # the mask it runs with: the submitter's, or the executors' 022 when it sent none
+    umask: Annotated[int, BeforeValidator(_runs_with_umask)] = DEFAULT_UMASK
     name: str | None
     time_limit: float | None
     array_id: str | None
@@ -162,6 +172,10 @@ class BudgetManagers(Reply):
 
 
 class NodeUsage(Reply):
+    """A node's usage. ``budget`` names it, as the usage report's rows do; ``path`` is the
+    same value, kept for clients that read it by that name (docs/api.md)."""
+
+    budget: str
     path: str
     share: float
     charged_gpu_hours: float  # GPU-hours of its allocated work in the window
@@ -505,7 +519,7 @@ history."""
 
 # ---- the usage report (GET /v1/reports/usage, service/accounting.py) ---------------------
 class BudgetUsageRow(Reply):
-    """A budget node's figures for the period (``""``: the whole cluster); ``attainment``
+    """A budget node's figures for the period (``(all)``: the whole cluster); ``attainment``
     None: owed nothing."""
 
     budget: str

@@ -51,8 +51,8 @@ __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_DURATION_S", "MAX_GPUS", "MAX_ID",
     "MAX_PATH", "MAX_PATH_BYTES", "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT",
     "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "check_budget_path",
-    "check_command", "check_duration", "check_text", "check_user_name", "check_workload_id",
-    "duration_seconds", "json_kind", "json_types",
+    "check_command", "check_duration", "check_idempotency_key", "check_text", "check_user_name",
+    "check_workload_id", "duration_seconds", "json_kind", "json_types",
 ]
 
 # a value's JSON type (as a JSON schema names it), and as a refusal words it
@@ -165,6 +165,18 @@ def check_unix_user(name: str) -> str:
             "digits, '_' or '-', and a '$' at the end at most"
         )
     return name
+
+
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")  # the workloads.idempotency_key column
+
+
+def check_idempotency_key(key: str) -> str:
+    """An ``Idempotency-Key`` header: 1 to 255 printable ASCII characters, no spaces."""
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        shown = repr(key) if len(key) <= 40 else f"{key[:40] + '...'!r} ({len(key)} characters)"
+        raise ValueError(
+            f"{shown} is not a key: 1 to 255 printable ASCII characters, no spaces")
+    return key
 
 
 def check_workload_id(wid: str) -> str:

@@ -53,6 +53,9 @@ def router(api: Api) -> APIRouter:
             until = None if to is None else parse_time(to, "to", now)
         except ReportError as e:
             raise fail(422, str(e)) from None
+        if since is not None and until is not None and since >= until:
+            # an empty period is a mistake, as the usage report says of it
+            raise fail(422, f"from: must be before to ({from_} is not before {to})")
         rows = store.audit(limit=limit + 1, target=target, before_id=before, actor=actor,
                            action=action, since=since, until=until)
         if not rows and (actor or action):  # nothing: is it a name nothing has?

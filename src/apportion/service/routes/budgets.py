@@ -148,7 +148,7 @@ def _usage(
             if not billed:  # a unit is a GPU-second: one reading of the ledger for both
                 c = units
         out.append(NodeUsage(
-            path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
+            budget=path, path=path, share=tree.share(path), charged_gpu_hours=c / 3600.0,
             charged_units=None if units is None else units / 3600.0,
             free_gpu_hours=free.get(path, 0.0) / 3600.0, usage_ratio=ratio))
     return BudgetUsage(lookback_s=window, capacity_gpu_hours=capacity / 3600.0,

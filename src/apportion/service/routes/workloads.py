@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from pydantic import AfterValidator
 
 from apportion.core import (
     After,
@@ -27,6 +28,7 @@ from apportion.core.fleet import pool_name
 from apportion.core.names import did_you_mean
 from apportion.core.units import parse_duration
 
+from .. import validation as v
 from ..auth import Principal, Rights, as_others_see, redact
 from ..bodies import CancelBody, SubmitBody
 from ..config import ServiceConfig
@@ -104,10 +106,12 @@ def router(api: Api) -> APIRouter:
     def submit(
         body: SubmitBody,
         user: User,
+        # the pattern is the schema's only: check_idempotency_key's refusal says the rule
+        # in words (pydantic's says "String should match pattern '^[\\x21-\\x7e]...'")
         idempotency_key: Annotated[str | None, Header(
-            pattern=IDEMPOTENCY_KEY,
+            json_schema_extra={"pattern": IDEMPOTENCY_KEY},
             description="a retried submission with the same key answers the first one",
-        )] = None,
+        ), AfterValidator(v.check_idempotency_key)] = None,
     ) -> Workload:
         """Submit a workload to a leaf budget. Durable when the answer arrives."""
         digest = request_digest(body) if idempotency_key is not None else None

@@ -24,6 +24,10 @@ from apportion.core import (
 PlacementEntry = tuple[str, int, tuple[int, ...]]
 
 
+DEFAULT_UMASK = 0o022
+"""The umask of work whose submitter sent none (the executors': _wrapper.CHILD_UMASK, the
+Slurm backend's JOB_UMASK): stored as NULL, answered as what the work runs with."""
+
 class StoreError(Exception):
     """Base of the store's errors; the message names the row and the problem."""
 
@@ -116,7 +120,7 @@ class WorkloadRow:
     created_at: float
     chdir: str | None = None
     env: dict[str, str] | None = None
-    umask: int | None = None  # the submitter's; None: the executors' default (022)
+    umask: int | None = None  # the submitter's; None: the executors' default (DEFAULT_UMASK)
     name: str | None = None
     time_limit: float = 0.0
     array_id: str | None = None
@@ -186,7 +190,7 @@ class WorkloadRow:
             "command": list(self.command),
             "chdir": self.chdir,
             "env": dict(self.env) if self.env is not None else None,
-            "umask": self.umask,
+            "umask": DEFAULT_UMASK if self.umask is None else self.umask,  # what it runs with
             "name": self.name,
             "time_limit": self.time_limit,
             "array_id": self.array_id,

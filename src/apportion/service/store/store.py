@@ -1303,7 +1303,9 @@ class Store:
         unix_user: str | None = None, clear_unix_user: bool = False,
     ) -> UserRow:
         """Change a user's admin flag and/or Unix account (``clear_unix_user``: back to the
-        account of the same name). Audited (old -> new). :class:`Conflict` if taking the
+        account of the same name). Audited (old -> new), unless the effective account and the
+        flag stay as they were (NULL and the user's own name are the same account: the
+        stored form is then kept). :class:`Conflict` if taking the
         admin flag would leave no admin with a valid token (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             u = s.get(UserModel, name)
@@ -1318,10 +1320,12 @@ class Store:
             old = {"admin": bool(u.admin), "unix_user": u.unix_user}
             if admin is not None:
                 u.admin = admin
-            if clear_unix_user:
-                u.unix_user = None
-            elif unix_user is not None:
-                u.unix_user = unix_user
+            # NULL is the account of the same name: a form that names the account the
+            # user already runs as changes nothing, so it is neither stored nor audited
+            want = None if clear_unix_user else unix_user
+            if (clear_unix_user or unix_user is not None) and \
+                    (want or name) != (u.unix_user or name):
+                u.unix_user = want
             new = {"admin": bool(u.admin), "unix_user": u.unix_user}
             if new != old:  # a change that changes nothing is no event of the audit
                 self._audit(s, actor, "user.set", name, old, new)
