@@ -12,6 +12,7 @@ import pytest
 from sched_env import Env, make_env
 
 from apportion.core import Status
+from apportion.service.dashboard import explain_workload
 from apportion.service.executor import (
     ExecutorUnavailable,
     HostSlots,
@@ -168,3 +169,25 @@ def test_slurm_launch_it_cannot_express_is_refused(
     ex = SlurmExecutor(tmp_path / "jobs")
     with pytest.raises(LaunchRefused, match=message):
         ex.launch(Launch("w-000001", 1, ["true"], slots))
+
+
+def test_work_set_aside_after_a_failed_launch_stays_in_the_queue_and_why(lite: Env) -> None:
+    """A workload set aside after a failed launch (backing off, out of the policy's state)
+    is still listed by the queue view as pending, with ``wait_reason`` ``launch_failing``,
+    ``hold`` ``launch failing: <error>`` and ``retry_at`` its next try, and ``why``
+    explains it (``kind: held``, the error and the next try) instead of a 409; once it
+    starts it is listed as running only."""
+    _scripted(lite).fail_launch = OSError(2, "No such file or directory", "/srv/aplogs")
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    assert wid not in lite.sched._st().pending  # the policy does not see it meanwhile
+    [p] = [p for p in lite.sched.queue_view().pending if p.id == wid]
+    assert (p.wait_reason, p.position, p.retry_at) == ("launch_failing", None, BACKOFF_FIRST_S)
+    assert p.hold == "launch failing: [Errno 2] No such file or directory: '/srv/aplogs'"
+    why = explain_workload(lite.store, lite.sched, wid)
+    assert why.kind == "held"
+    assert why.text[1].startswith(
+        "launch failing: [Errno 2] No such file or directory: '/srv/aplogs', next try at ")
+    lite.at(BACKOFF_FIRST_S)
+    view = lite.sched.queue_view()
+    assert [r.id for r in view.running] == [wid] and not view.pending

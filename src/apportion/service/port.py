@@ -117,6 +117,11 @@ class SchedulerPort(Protocol):
         it (None: it is not held)."""
         ...
 
+    def launch_failing(self, workload_id: str) -> tuple[str, float] | None:
+        """The error of the failed launch a workload is set aside after, and when it is
+        tried again (None: it is not set aside)."""
+        ...
+
     def grace_ends(self) -> dict[str, float]:
         """Stopping work -> when it is killed if it has not exited: its stop's time plus
         the grace period."""
