@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from sched_env import Env, make_env
+from store_db import BACKENDS
 
 from apportion.core import Status
 from apportion.service.dashboard import explain_workload
@@ -18,6 +19,7 @@ from apportion.service.executor import (
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
 )
 from apportion.service.executors.memory import MemoryExecutor
@@ -191,3 +193,35 @@ def test_work_set_aside_after_a_failed_launch_stays_in_the_queue_and_why(lite: E
     lite.at(BACKOFF_FIRST_S)
     view = lite.sched.queue_view()
     assert [r.id for r in view.running] == [wid] and not view.pending
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_launch_deferred_takes_the_attempt_back_and_the_pass_launches_no_more(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LaunchDeferred`` (the server's own files: here its logs directory full) leaves no
+    attempt behind: the workload is pending with no attempt and its count as before, set
+    aside with the backoff and listed ``launch failing: <error>``; the pass launches nothing
+    more (the other workload waits for the next pass, not set aside); it is counted in
+    ``launches_deferred``. Once launches go through, the workload runs as attempt 1."""
+    monkeypatch.setattr("sched_env.MemoryExecutor", _Scripted)
+    env = make_env(backend, tmp_path)
+    try:
+        ex = _scripted(env)
+        ex.fail_launch = LaunchDeferred("logs directory /srv/aplogs: No space left on device")
+        first = env.submit(gpus=2, priority=9)
+        second = env.submit(gpus=2)
+        env.at(0.0)
+        w = env.store.get_workload(first)
+        assert (w.status, w.attempts, w.attempts_count) == (Status.PENDING, (), 0)
+        assert env.store.get_workload(second).status is Status.PENDING
+        assert env.sched.launches_deferred == 1
+        [p] = [p for p in env.sched.queue_view().pending if p.id == first]
+        assert p.hold == "launch failing: logs directory /srv/aplogs: No space left on device"
+        env.at(0.5)
+        assert env.store.get_workload(second).status is Status.RUNNING
+        env.at(BACKOFF_FIRST_S)
+        w = env.store.get_workload(first)
+        assert w.status is Status.RUNNING and [a.n for a in w.attempts] == [1]
+    finally:
+        env.store.close()

@@ -6,6 +6,7 @@ without root it fails."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
@@ -182,4 +183,46 @@ def test_a_wrapper_that_cannot_record_its_jobs_process_group_still_watches_it(
     ended_at = w.attempts[0].ended_at
     assert (w.status, w.exit_code) == (Status.COMPLETED, 0)
     assert ended_at is not None and float(ended.read_text()) <= ended_at
+    store.close()
+
+
+def test_a_read_only_run_directory_defers_launches_without_attempts_and_is_said_once(
+    tmp_path: Path, run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run directory's disk is read-only when a workload is launched: every try (1 s,
+    2 s, 4 s ... apart) fails, and none adds an attempt (the workload stays pending with no
+    attempt, and the queue lists it ``launch failing: run directory ...: Read-only file
+    system``); the server says it once, as an error naming the directory with no
+    traceback, and counts the others (``launches_deferred``). Once the disk takes writes
+    the workload starts as attempt 1. (Each try added a ``launch failed`` attempt and a
+    traceback, "an unexpected error".)"""
+    store, sched = service(tmp_path, run_dir)
+    mount("-o", "remount,ro", str(run_dir))
+    try:
+        go, ended = tmp_path / "go", tmp_path / "ended"
+        wid = submit_gated(store, go, ended)
+        with caplog.at_level(logging.INFO, logger="apportion.scheduler"):
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:
+                sched.step()
+                time.sleep(0.1)
+            assert sched.launches_deferred >= 3
+            w = store.get_workload(wid)
+            assert (w.status, w.attempts, w.attempts_count) == (Status.PENDING, (), 0)
+            [p] = sched.queue_view().pending
+            assert p.hold == (f"launch failing: run directory {run_dir / store.db_id()}: "
+                              "Read-only file system")
+            said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert [r.getMessage().split(" (")[0] for r in said] == [
+                f"launches wait: run directory {run_dir / store.db_id()}: Read-only file "
+                "system"]
+            assert not any(r.exc_info for r in caplog.records)
+        mount("-o", "remount,rw", str(run_dir))
+        go.touch()
+        wait_until(lambda: store.get_workload(wid).status in FINAL,
+                   "never started once the disk took writes", sched)
+        w = store.get_workload(wid)
+        assert [(a.n, a.end_reason) for a in w.attempts] == [(1, "exited 0")]
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(run_dir)], check=False)
     store.close()

@@ -73,6 +73,11 @@ class SchedulerPort(Protocol):
         ...
 
     @property
+    def launches_deferred(self) -> int:
+        """Launches the server's own trouble deferred (``LaunchDeferred``), ever."""
+        ...
+
+    @property
     def executor_down_since(self) -> float | None:
         """When the executor stopped answering (None: the last pass reached it)."""
         ...

@@ -63,6 +63,7 @@ from apportion.service.executor import (
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
     Observation,
 )
@@ -184,6 +185,10 @@ class Scheduler:
         self.executor_down_since: float | None = None
         self.executor_problem: str | None = None
         self.passes_skipped = 0
+        # launches the server's own trouble deferred (LaunchDeferred), ever (/metrics), and
+        # the one under way: (its message, since when, how many more after the first)
+        self.launches_deferred = 0
+        self._deferred: tuple[str, float, int] | None = None
         # the latest time recorded (the store's at start, then each pass's), and how far
         # the wall clock is behind it (0: it is not, or by less than CLOCK_BEHIND_S): a
         # clock set back, which holds the scheduler's time still
@@ -1249,11 +1254,18 @@ class Scheduler:
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
+        except LaunchDeferred as e:  # the server's own files: not the workload's doing
+            self._defer(wid, now, e)
+            return False  # the next launches would meet the same trouble: next pass
         except Exception as e:  # not an answer (docs of service.executor): an executor bug
             log.exception("%s: launch raised an unexpected error", wid)
             self._back_off(wid, now, e)
             return True
         self._backoff.pop(wid, None)
+        if self._deferred is not None:
+            log.info("launches go again, after %s (%d more deferred after the first)",
+                     format_duration(now - self._deferred[1]), self._deferred[2])
+            self._deferred = None
         try:
             self.store.set_attempt_handle(wid, row.n, a.handle)
         except Exception as e:
@@ -1286,7 +1298,40 @@ class Scheduler:
             else BACKOFF_FIRST_S
         log.warning("%s: launch failed, retried in %.0f s: %s", wid, delay, e)
         self._end(wid, now, None, "launch failed", Status.PENDING)
-        # out of the policy's state meanwhile; kept here for the views (queue, why)
+        self._set_aside(wid, now, delay, e)
+
+    def _defer(self, wid: str, now: float, e: LaunchDeferred) -> None:
+        """A launch the server's own trouble prevented (LaunchDeferred: its directory
+        missing, refused, read-only or full): the attempt is taken back from the store, not
+        ended (it was never the workload's: its history shows none of these tries), and the
+        workload is set aside with the same backoff as after a failed launch, listed with
+        the error. Said once, with its detail (and again if the trouble changes); the
+        others are counted, and the count said when launches go again."""
+        a = self._open[wid]
+        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid].delay) if wid in self._backoff \
+            else BACKOFF_FIRST_S
+        problem = str(e)
+        if self._deferred is None or self._deferred[0] != problem:
+            log.error("launches wait: %s (retried with a backoff; said again when it changes, "
+                      "and when launches go again)", problem)
+            self._deferred = (problem, now, 0)
+        else:
+            self._deferred = (problem, self._deferred[1], self._deferred[2] + 1)
+        self.launches_deferred += 1
+        try:
+            self.store.undo_attempt(wid, a.n)
+        except Conflict:  # e.g. cancelled meanwhile: ended as any failed launch
+            self._end(wid, now, None, "launch failed", Status.PENDING)
+        else:
+            st = self._st()
+            st.requeue(wid, max(now, st.time), ended_at=a.started_at)
+            del self._open[wid]
+            self._release(a.slots)
+        self._set_aside(wid, now, delay, e)
+
+    def _set_aside(self, wid: str, now: float, delay: float, e: Exception) -> None:
+        """Back to pending after a failed launch and out of the policy's state for
+        ``delay``; kept for the views (queue, why) with the error ``e``."""
         p = self._st().unqueue(wid)
         self._commands.pop(wid, None)
         self._backoff[wid] = _Backoff(now + delay, delay, str(e) or type(e).__name__, p.spec,

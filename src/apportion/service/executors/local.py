@@ -54,6 +54,7 @@ from apportion.service.executor import (
     AttemptState,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
     Observation,
 )
@@ -193,11 +194,15 @@ class LocalExecutor:
                       for s, d in zip(launch.slots, devices, strict=True)],
         }
         spec_path = self.run_dir / f"{stem}.spec"
+        writing: str | None = None  # the server's directory being written, while it is
         try:
             # not fsynced: read at once by the wrapper; lost in a crash, the attempt never
             # started (and find() then removes the cgroups its spec names, if it is there)
+            writing = f"run directory {self.run_dir}"
             _procfs.write_json_atomic(spec_path, spec, durable=False)
+            writing = f"logs directory {self.logs_dir}"
             log_fd = self._attempt_files(wid, launch.attempt, acct)
+            writing = None
             try:
                 # -P and cwd "/": with -m, Python would put the current directory first
                 # on sys.path, and the server's may be one its users can write to; the
@@ -222,6 +227,8 @@ class LocalExecutor:
             if isinstance(e, OSError) and (e.errno == errno.E2BIG or e.errno in (
                     errno.ENOENT, errno.EACCES) and e.filename == self.python):
                 raise LaunchRefused(f"wrapper {self.python}: {e.strerror}") from None
+            if isinstance(e, OSError) and writing is not None:  # full, read-only, refused
+                raise LaunchDeferred(f"{writing}: {e.strerror or e}") from None
             raise
         # the child is ours and not yet reaped, so /proc/<pid> exists even if it already died
         handle = _procfs.handle_of(proc.pid)
@@ -428,8 +435,9 @@ class LocalExecutor:
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                raise OSError(e.errno, "not a directory of the server's (a link or a file): "
-                              "not followed", str(self.logs_dir / workload_id)) from None
+                raise LaunchDeferred(f"logs directory {self.logs_dir}: {workload_id}: not a "
+                                     "directory of the server's (a link or a file): not "
+                                     "followed") from None
         finally:
             os.close(logs)
         try:
