@@ -66,6 +66,7 @@ from apportion.service.executors.identity import (
     exec_problem,
     server_account,
 )
+from apportion.service.owndirs import unsafe_dir, unsafe_way
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # how long a wrapper whose job was killed gets to reap it and write its exit record (and
@@ -126,6 +127,8 @@ class LocalExecutor:
         os.chmod(self.run_dir, 0o700)
         # jobs reach their own log through the fd they are given, never through the tree
         os.chmod(self.logs_dir, 0o711)
+        # the logs directory as made (or checked) at start: (device, inode), see _logs_dir
+        self._logs_dir_id = _dir_id(self.logs_dir)
         self.python = python
         self._lock = threading.Lock()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}  # launched here: reaped on poll
@@ -176,6 +179,7 @@ class LocalExecutor:
         if too_big is not None:
             raise LaunchRefused(f"argument list too long: {too_big}")
         stem = f"{wid}.{launch.attempt}"
+        self._check_own_dirs()
         self._set_aside(stem)
         cgroups: list[str] = []
         if self.cgroups is not None:
@@ -238,6 +242,43 @@ class LocalExecutor:
             self._procs[handle] = proc
             self._index[handle] = stem
         return handle
+
+    def _check_own_dirs(self) -> None:
+        """Before a launch: the run directory is there, and the logs directory is the one
+        checked at start or passes the same checks (docs/security.md, "The server's files
+        are the server's"). One removed while the server runs is made again as at start
+        (the server's, 0711), if its parent is there; one that is no longer the server's
+        alone is refused; either way :class:`LaunchDeferred` says in one line what is wrong,
+        and the launch is tried again later."""
+        if not self.run_dir.is_dir():  # with the data directory (and the database?)
+            raise LaunchDeferred(f"run directory {self.run_dir}: missing (was the data "
+                                 "directory removed?); restore it, or restart the server")
+        d = self.logs_dir
+        ident = _dir_id(d)
+        if ident is not None and ident == self._logs_dir_id:
+            st = os.stat(d)
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o711:
+                return  # the very directory checked before, as it was left
+        problem = None
+        try:
+            problem = unsafe_way(d)  # before anything is made there, as at start
+            if problem is None and ident is None:
+                if not d.parent.is_dir():
+                    raise LaunchDeferred(f"logs directory {d}: missing, and so is "
+                                         f"{d.parent}: make it, or restart the server")
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o711)
+                log.warning("logs directory %s was missing: made again (0711, the "
+                            "server's)", d)
+            if problem is None:
+                problem = unsafe_dir(d) or unsafe_way(d)  # what another made meanwhile
+            if problem is None:
+                os.chmod(d, 0o711)
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is not None:
+            raise LaunchDeferred(f"logs directory {d}: {problem}")
+        self._logs_dir_id = _dir_id(d)
 
     def stop(self, handle: str, grace_s: float) -> None:
         self._reap()
@@ -700,6 +741,15 @@ def _held_devices(spec: dict[str, Any] | None) -> list[tuple[str, list[int], lis
     if not first or not gpus or not cuda:
         return []
     return [(first, [int(i) for i in gpus.split(",")], [int(i) for i in cuda.split(",")])]
+
+
+def _dir_id(d: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``d`` (links followed); None if there is none."""
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def _ids(gpus: Iterable[int]) -> str:
