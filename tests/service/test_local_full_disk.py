@@ -226,3 +226,66 @@ def test_a_read_only_run_directory_defers_launches_without_attempts_and_is_said_
     finally:
         subprocess.run(["mount", "-o", "remount,rw", str(run_dir)], check=False)
     store.close()
+
+
+def test_a_job_ending_with_its_logs_file_system_full_says_its_log_may_be_cut_short(
+    tmp_path: Path
+) -> None:
+    """The logs directory is on a file system of its own, which a job fills (its output
+    cut short by ENOSPC) before it exits 0: the attempt's end reason (what ``show`` and
+    ``why`` give) says the log may be cut short, as the wrapper recorded it; the workload
+    still ends completed. (It said only ``exited 0``, with a log cut short or empty.)"""
+    if os.geteuid() != 0:
+        pytest.fail("mounting a tmpfs for the logs needs root (CI runs this as root)")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    mount("-t", "tmpfs", "-o", "mode=0711,size=256k", "tmpfs", str(logs))
+    try:
+        store, sched = service(tmp_path, tmp_path / "run")
+        wid = store.add_workload(
+            budget="ai/llm", gpus=1, min_runtime=60.0, submit_time=time.time(),
+            actor="alice", command=["sh", "-c", "head -c 1000000 /dev/zero; exit 0"]).id
+        wait_until(lambda: store.get_workload(wid).status in FINAL, "never ended", sched)
+        w = store.get_workload(wid)
+        assert w.status is Status.COMPLETED
+        assert w.attempts[0].end_reason == (
+            "exited 0; log cut short? its file system was full (ENOSPC) when the job ended")
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], check=False)
+
+
+def test_a_job_whose_exit_record_cannot_be_written_is_said_in_the_servers_log(
+    tmp_path: Path, run_dir: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run directory turns read-only and the job exits: while its wrapper cannot
+    write the exit record (the attempt still shown running), the server logs once, after
+    ``EXIT_RECORD_LATE_S``, a warning naming the attempt and the run directory ("exit
+    record pending"); once the record is written it says so. (Nothing was said anywhere:
+    the job looked running with no reason, for minutes.)"""
+    monkeypatch.setattr("apportion.service.executors.local.EXIT_RECORD_LATE_S", 0.3,
+                        raising=False)
+    store, sched = service(tmp_path, run_dir)
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    wid = submit_gated(store, go, ended)
+    sched.step()
+    run_file = run_dir / store.db_id() / f"{wid}.1.run"
+    wait_until(lambda: (_procfs.read_json(run_file) or {}).get("child_pgid") is not None,
+               "the wrapper never recorded its job")
+    with caplog.at_level(logging.INFO, logger="apportion.executor.local"):
+        mount("-o", "remount,ro", str(run_dir))
+        try:
+            go.touch()
+            wait_until(lambda: job_ended(ended), "the job never ended")
+            running_for(store, sched, wid, 1.5)
+        finally:
+            mount("-o", "remount,rw", str(run_dir))
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(said) == 1 and said[0].startswith(f"{wid} attempt 1: exit record pending")
+        assert str(run_dir / store.db_id()) in said[0]
+        wait_until(lambda: store.get_workload(wid).status in FINAL,
+                   "the exit record was never written", sched)
+    assert any(r.getMessage() == f"{wid}.1: exit record written at last"
+               for r in caplog.records)
+    store.close()

@@ -122,6 +122,9 @@ class Observation:
     # when the running attempt last reported a checkpoint (the modification time of its
     # APPORTION_CHECKPOINT_FILE), as the executor's clock has it; None: never, or unknown
     checkpoint_at: float | None = None
+    # what the end reason should add about its log (e.g. its file system was full when it
+    # ended: the output may be cut short), or None
+    log_note: str | None = None
 
 
 class Executor(Protocol):

@@ -1105,6 +1105,8 @@ class Scheduler:
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
+        if o.log_note is not None:  # e.g. its output may be cut short: shown by show, why
+            reason = f"{reason}; {o.log_note}"
         self._end(wid, t, o.exit_code, reason, status)
 
     def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:

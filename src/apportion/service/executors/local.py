@@ -72,6 +72,12 @@ _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # how long a wrapper whose job was killed gets to reap it and write its exit record (and
 # then to die of its own SIGKILL), when an attempt the database does not know is ended
 KILL_WAIT_S = 5.0
+# a wrapper whose job has ended this long ago without its exit record (its run directory's
+# disk full or read-only) is said in the server's log: it is shown running until then
+EXIT_RECORD_LATE_S = 10.0
+
+# the end reason's note when the log's file system was full at the attempt's end
+LOG_FULL = "log cut short? its file system was full (ENOSPC) when the job ended"
 
 log = logging.getLogger("apportion.executor.local")
 
@@ -137,6 +143,9 @@ class LocalExecutor:
         self._timers: dict[str, threading.Timer] = {}
         self._scanned: set[str] = set()  # run files already indexed
         self.drained: dict[str, str] = {}
+        self._jobs: dict[str, dict[str, Any]] = {}  # handle -> its run file, job recorded
+        self._job_gone_since: dict[str, float] = {}  # handle -> no job seen since (monotonic)
+        self._said_late: set[str] = set()  # handles whose late exit record was said
         self._check_running_devices()
 
     # ---- the Executor protocol -------------------------------------------------------
@@ -604,6 +613,7 @@ class LocalExecutor:
             if stem is not None:
                 wid, attempt = stem.rsplit(".", 1)
                 ckpt = _checkpoint.checkpoint_time(self.checkpoint_path(wid, int(attempt)))
+                self._check_exit_late(handle, stem)
             return Observation(handle, AttemptState.RUNNING, checkpoint_at=ckpt)
         if stem is None:
             stem = self._stem(handle)
@@ -618,7 +628,49 @@ class LocalExecutor:
             _cgroup.remove(self._cgroups(stem))
         return Observation(handle, AttemptState.GONE)
 
+    def _check_exit_late(self, handle: str, stem: str) -> None:
+        """Say once (a warning) that the job of a live wrapper ended more than
+        :data:`EXIT_RECORD_LATE_S` ago with no exit record yet: the wrapper cannot write it
+        (the run directory's disk full or read-only) and retries, and the attempt is shown
+        running meanwhile, which nothing else would explain. Cheap: the run file is read
+        until it records the job, then only its cgroups or process group are looked at."""
+        info = self._jobs.get(handle)
+        if info is None:
+            info = _procfs.read_json(self.run_dir / f"{stem}.run") or {}
+            if _cgroups_of(info) or isinstance(info.get("child_pgid"), int):
+                self._jobs[handle] = info
+        cgroups, pgid = _cgroups_of(info), info.get("child_pgid")
+        if cgroups:
+            gone = not _cgroup.procs(cgroups)
+        elif isinstance(pgid, int):
+            try:
+                os.killpg(pgid, 0)
+                gone = False
+            except ProcessLookupError:
+                gone = True
+            except PermissionError:
+                gone = False
+        else:
+            return  # not known yet where its job runs
+        if not gone:
+            self._job_gone_since.pop(handle, None)
+            return
+        since = self._job_gone_since.setdefault(handle, time.monotonic())
+        late = time.monotonic() - since
+        if late >= EXIT_RECORD_LATE_S and handle not in self._said_late:
+            self._said_late.add(handle)
+            wid, attempt = stem.rsplit(".", 1)
+            log.warning("%s attempt %s: exit record pending: its job ended %.0f s ago but "
+                        "its wrapper cannot write the record in %s (disk full or read-only?; "
+                        "it tries again): shown running, holding its GPUs, until it can",
+                        wid, attempt, late, self.run_dir)
+
     def _exited(self, handle: str, ex: dict[str, object]) -> Observation:
+        self._jobs.pop(handle, None)
+        self._job_gone_since.pop(handle, None)
+        if handle in self._said_late:
+            self._said_late.discard(handle)
+            log.info("%s: exit record written at last", self._stem(handle) or handle)
         with self._lock:
             t = self._timers.pop(handle, None)
             self._kill_at.pop(handle, None)
@@ -633,6 +685,7 @@ class LocalExecutor:
             bool(ex.get("signalled")),
             ended_at=float(ended) if isinstance(ended, int | float) else None,
             refused=str(ex["refused"]) if ex.get("refused") else None,
+            log_note=LOG_FULL if ex.get("log_full") else None,
         )
 
     def _kill(self, handle: str) -> None:
