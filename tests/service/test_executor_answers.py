@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 from sched_env import Env, make_env
+from store_db import BACKENDS
 
 from apportion.core import Status
+from apportion.service.dashboard import explain_workload
 from apportion.service.executor import (
     ExecutorUnavailable,
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
 )
 from apportion.service.executors.memory import MemoryExecutor
@@ -168,3 +171,57 @@ def test_slurm_launch_it_cannot_express_is_refused(
     ex = SlurmExecutor(tmp_path / "jobs")
     with pytest.raises(LaunchRefused, match=message):
         ex.launch(Launch("w-000001", 1, ["true"], slots))
+
+
+def test_work_set_aside_after_a_failed_launch_stays_in_the_queue_and_why(lite: Env) -> None:
+    """A workload set aside after a failed launch (backing off, out of the policy's state)
+    is still listed by the queue view as pending, with ``wait_reason`` ``launch_failing``,
+    ``hold`` ``launch failing: <error>`` and ``retry_at`` its next try, and ``why``
+    explains it (``kind: held``, the error and the next try) instead of a 409; once it
+    starts it is listed as running only."""
+    _scripted(lite).fail_launch = OSError(2, "No such file or directory", "/srv/aplogs")
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)
+    assert wid not in lite.sched._st().pending  # the policy does not see it meanwhile
+    [p] = [p for p in lite.sched.queue_view().pending if p.id == wid]
+    assert (p.wait_reason, p.position, p.retry_at) == ("launch_failing", None, BACKOFF_FIRST_S)
+    assert p.hold == "launch failing: [Errno 2] No such file or directory: '/srv/aplogs'"
+    why = explain_workload(lite.store, lite.sched, wid)
+    assert why.kind == "held"
+    assert why.text[1].startswith(
+        "launch failing: [Errno 2] No such file or directory: '/srv/aplogs', next try at ")
+    lite.at(BACKOFF_FIRST_S)
+    view = lite.sched.queue_view()
+    assert [r.id for r in view.running] == [wid] and not view.pending
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_launch_deferred_takes_the_attempt_back_and_the_pass_launches_no_more(
+    backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LaunchDeferred`` (the server's own files: here its logs directory full) leaves no
+    attempt behind: the workload is pending with no attempt and its count as before, set
+    aside with the backoff and listed ``launch failing: <error>``; the pass launches nothing
+    more (the other workload waits for the next pass, not set aside); it is counted in
+    ``launches_deferred``. Once launches go through, the workload runs as attempt 1."""
+    monkeypatch.setattr("sched_env.MemoryExecutor", _Scripted)
+    env = make_env(backend, tmp_path)
+    try:
+        ex = _scripted(env)
+        ex.fail_launch = LaunchDeferred("logs directory /srv/aplogs: No space left on device")
+        first = env.submit(gpus=2, priority=9)
+        second = env.submit(gpus=2)
+        env.at(0.0)
+        w = env.store.get_workload(first)
+        assert (w.status, w.attempts, w.attempts_count) == (Status.PENDING, (), 0)
+        assert env.store.get_workload(second).status is Status.PENDING
+        assert env.sched.launches_deferred == 1
+        [p] = [p for p in env.sched.queue_view().pending if p.id == first]
+        assert p.hold == "launch failing: logs directory /srv/aplogs: No space left on device"
+        env.at(0.5)
+        assert env.store.get_workload(second).status is Status.RUNNING
+        env.at(BACKOFF_FIRST_S)
+        w = env.store.get_workload(first)
+        assert w.status is Status.RUNNING and [a.n for a in w.attempts] == [1]
+    finally:
+        env.store.close()

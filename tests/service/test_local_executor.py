@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from apportion.service.executor import (
     AttemptState,
     HostSlots,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
     Observation,
 )
@@ -82,6 +84,54 @@ def test_environment_and_log_file(ex: LocalExecutor, tmp_path: Path) -> None:
     assert (o.state, o.exit_code) == (AttemptState.EXITED, 0)
     log = (tmp_path / "logs" / "w-000007" / "3.log").read_text()
     assert "2,5 w-000007 3" in log and "oops" in log
+
+
+def test_a_logs_directory_removed_while_running_is_made_again_as_at_start(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """The logs directory removed under a running executor is made again at the next
+    launch, the server's and 0711 as at start, and the attempt runs and logs there; one
+    put back by hand with another mode (root's, 0755: accepted at start) is made 0711
+    again before it is used. (The launch raised FileNotFoundError, and a directory made
+    back by hand was used as it was, listable.)"""
+    logs = tmp_path / "logs"
+    shutil.rmtree(logs)
+    o = wait_for(ex, launch(ex, "echo hello", wid="w-000002"))
+    st = os.stat(logs)
+    assert (o.exit_code, stat.S_IMODE(st.st_mode), st.st_uid) == (0, 0o711, os.geteuid())
+    assert (logs / "w-000002" / "1.log").read_text() == "hello\n"
+    shutil.rmtree(logs)
+    logs.mkdir(mode=0o755)
+    os.chmod(logs, 0o755)
+    assert wait_for(ex, launch(ex, "true", wid="w-000003")).exit_code == 0
+    assert stat.S_IMODE(os.stat(logs).st_mode) == 0o711
+
+
+def test_a_logs_directory_it_would_refuse_at_start_is_refused_in_one_line(
+    ex: LocalExecutor, tmp_path: Path
+) -> None:
+    """A logs directory put back by someone else (owned by another uid), or one whose
+    parent is gone too, is not used: the launch raises ``LaunchDeferred`` saying in one
+    line which directory and what is wrong, as ``apportion serve`` says it at start, and
+    nothing is made or started there."""
+    if os.geteuid() != 0:
+        pytest.fail("giving the directory to another uid needs root (CI runs this as root)")
+    logs = tmp_path / "logs"
+    shutil.rmtree(logs)
+    logs.mkdir(mode=0o755)
+    os.chown(logs, 54321, 54321)
+    with pytest.raises(LaunchDeferred, match=rf"^logs directory {re.escape(str(logs))}: "
+                                             "owned by uid 54321, not by "):
+        launch(ex, "true", wid="w-000004")
+    assert list(logs.iterdir()) == []
+    shutil.rmtree(logs)
+    moved = tmp_path / "gone" / "logs"
+    ex.logs_dir = moved
+    with pytest.raises(LaunchDeferred) as e:
+        launch(ex, "true", wid="w-000005")
+    assert str(e.value) == (f"logs directory {moved}: missing, and so is {moved.parent}: "
+                            "make it, or restart the server")
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize(("submitted", "shown"), [(None, "0022"), (0o077, "0077"), (0, "0000")])
@@ -493,8 +543,9 @@ def test_a_link_at_the_workloads_log_directory_is_not_followed(
     (tmp_path / "logs" / "w-000001").symlink_to(target)
     before = [(p.name, p.stat().st_mode, p.stat().st_uid) for p in [target, *target.iterdir()]]
     link = tmp_path / "logs" / "w-000001"
-    with pytest.raises(OSError, match=re.escape(
-            f"not a directory of the server's (a link or a file): not followed: '{link}'")):
+    with pytest.raises(LaunchDeferred, match=re.escape(
+            f"logs directory {link.parent}: w-000001: not a directory of the server's (a "
+            "link or a file): not followed")):
         launch(ex, "echo written")
     after = [(p.name, p.stat().st_mode, p.stat().st_uid) for p in [target, *target.iterdir()]]
     assert after == before
@@ -592,17 +643,16 @@ def _signal_wrapper(handle: str) -> None:
 
 def test_a_run_directory_gone_is_the_servers_trouble_not_a_missing_interpreter(
         tmp_path: Path) -> None:
-    """With the executor's run directory gone, a launch raises the OSError naming the file
-    it could not write (the scheduler tries again later), not a refusal saying the wrapper's
-    interpreter is missing (which ended the workload failed and sent the admin to debug
-    Python); an interpreter that is missing is still a refusal naming it."""
+    """With the executor's run directory gone, a launch raises ``LaunchDeferred`` naming
+    it (the scheduler tries again later), not a refusal saying the wrapper's interpreter
+    is missing (which ended the workload failed and sent the admin to debug Python); an
+    interpreter that is missing is still a refusal naming it."""
     ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
     try:
         shutil.rmtree(tmp_path / "run")
-        with pytest.raises(OSError) as raised:
+        with pytest.raises(LaunchDeferred, match=re.escape(
+                f"run directory {tmp_path / 'run'}: missing")):
             launch(ex, "true")
-        assert not isinstance(raised.value, LaunchRefused)
-        assert str(tmp_path / "run") in str(raised.value.filename), raised.value
     finally:
         ex.close()
     gone = LocalExecutor([("h0", 8)], tmp_path / "logs2", tmp_path / "run2",

@@ -6,6 +6,7 @@ without root it fails."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import time
@@ -182,4 +183,109 @@ def test_a_wrapper_that_cannot_record_its_jobs_process_group_still_watches_it(
     ended_at = w.attempts[0].ended_at
     assert (w.status, w.exit_code) == (Status.COMPLETED, 0)
     assert ended_at is not None and float(ended.read_text()) <= ended_at
+    store.close()
+
+
+def test_a_read_only_run_directory_defers_launches_without_attempts_and_is_said_once(
+    tmp_path: Path, run_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The run directory's disk is read-only when a workload is launched: every try (1 s,
+    2 s, 4 s ... apart) fails, and none adds an attempt (the workload stays pending with no
+    attempt, and the queue lists it ``launch failing: run directory ...: Read-only file
+    system``); the server says it once, as an error naming the directory with no
+    traceback, and counts the others (``launches_deferred``). Once the disk takes writes
+    the workload starts as attempt 1. (Each try added a ``launch failed`` attempt and a
+    traceback, "an unexpected error".)"""
+    store, sched = service(tmp_path, run_dir)
+    mount("-o", "remount,ro", str(run_dir))
+    try:
+        go, ended = tmp_path / "go", tmp_path / "ended"
+        wid = submit_gated(store, go, ended)
+        with caplog.at_level(logging.INFO, logger="apportion.scheduler"):
+            deadline = time.monotonic() + 4.0
+            while time.monotonic() < deadline:
+                sched.step()
+                time.sleep(0.1)
+            assert sched.launches_deferred >= 3
+            w = store.get_workload(wid)
+            assert (w.status, w.attempts, w.attempts_count) == (Status.PENDING, (), 0)
+            [p] = sched.queue_view().pending
+            assert p.hold == (f"launch failing: run directory {run_dir / store.db_id()}: "
+                              "Read-only file system")
+            said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+            assert [r.getMessage().split(" (")[0] for r in said] == [
+                f"launches wait: run directory {run_dir / store.db_id()}: Read-only file "
+                "system"]
+            assert not any(r.exc_info for r in caplog.records)
+        mount("-o", "remount,rw", str(run_dir))
+        go.touch()
+        wait_until(lambda: store.get_workload(wid).status in FINAL,
+                   "never started once the disk took writes", sched)
+        w = store.get_workload(wid)
+        assert [(a.n, a.end_reason) for a in w.attempts] == [(1, "exited 0")]
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(run_dir)], check=False)
+    store.close()
+
+
+def test_a_job_ending_with_its_logs_file_system_full_says_its_log_may_be_cut_short(
+    tmp_path: Path
+) -> None:
+    """The logs directory is on a file system of its own, which a job fills (its output
+    cut short by ENOSPC) before it exits 0: the attempt's end reason (what ``show`` and
+    ``why`` give) says the log may be cut short, as the wrapper recorded it; the workload
+    still ends completed. (It said only ``exited 0``, with a log cut short or empty.)"""
+    if os.geteuid() != 0:
+        pytest.fail("mounting a tmpfs for the logs needs root (CI runs this as root)")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    mount("-t", "tmpfs", "-o", "mode=0711,size=256k", "tmpfs", str(logs))
+    try:
+        store, sched = service(tmp_path, tmp_path / "run")
+        wid = store.add_workload(
+            budget="ai/llm", gpus=1, min_runtime=60.0, submit_time=time.time(),
+            actor="alice", command=["sh", "-c", "head -c 1000000 /dev/zero; exit 0"]).id
+        wait_until(lambda: store.get_workload(wid).status in FINAL, "never ended", sched)
+        w = store.get_workload(wid)
+        assert w.status is Status.COMPLETED
+        assert w.attempts[0].end_reason == (
+            "exited 0; log cut short? its file system was full (ENOSPC) when the job ended")
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], check=False)
+
+
+def test_a_job_whose_exit_record_cannot_be_written_is_said_in_the_servers_log(
+    tmp_path: Path, run_dir: Path, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run directory turns read-only and the job exits: while its wrapper cannot
+    write the exit record (the attempt still shown running), the server logs once, after
+    ``EXIT_RECORD_LATE_S``, a warning naming the attempt and the run directory ("exit
+    record pending"); once the record is written it says so. (Nothing was said anywhere:
+    the job looked running with no reason, for minutes.)"""
+    monkeypatch.setattr("apportion.service.executors.local.EXIT_RECORD_LATE_S", 0.3,
+                        raising=False)
+    store, sched = service(tmp_path, run_dir)
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    wid = submit_gated(store, go, ended)
+    sched.step()
+    run_file = run_dir / store.db_id() / f"{wid}.1.run"
+    wait_until(lambda: (_procfs.read_json(run_file) or {}).get("child_pgid") is not None,
+               "the wrapper never recorded its job")
+    with caplog.at_level(logging.INFO, logger="apportion.executor.local"):
+        mount("-o", "remount,ro", str(run_dir))
+        try:
+            go.touch()
+            wait_until(lambda: job_ended(ended), "the job never ended")
+            running_for(store, sched, wid, 1.5)
+        finally:
+            mount("-o", "remount,rw", str(run_dir))
+        said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(said) == 1 and said[0].startswith(f"{wid} attempt 1: exit record pending")
+        assert str(run_dir / store.db_id()) in said[0]
+        wait_until(lambda: store.get_workload(wid).status in FINAL,
+                   "the exit record was never written", sched)
+    assert any(r.getMessage() == f"{wid}.1: exit record written at last"
+               for r in caplog.records)
     store.close()

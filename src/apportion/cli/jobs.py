@@ -761,6 +761,8 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
             if view.executor_down_since is not None  # nothing starts: the reason that holds
             else _too_large(p, view.hosts) if p.wait_reason == "too_large"
             else REASONS.get(p.wait_reason or "", "not reached yet"))
+        if p.retry_at is not None:  # set aside after a failed launch
+            reason += f", next try at {fmt_time(p.retry_at)}"
         out.append({**rows[p.id], "position": p.position, "pool": p.pool,
                     "wait_reason": p.wait_reason, "hold": p.hold, "stop_reason": None,
                     "state": "pending", "reason": reason, "elapsed_s": None,

@@ -94,7 +94,8 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
     or running work ``core.explain`` (``kind: explanation``), its ``text`` ending with its
     earlier runs if it ran before (how each ended: a preemption with why and for whom), for
     work held out of the queue what holds it (``kind: held``: a dependency, its array's
-    throttle), for ended work what happened to it (``kind: history``,
+    throttle; also work set aside after a failed launch: ``launch failing: <error>, next
+    try at <time>``), for ended work what happened to it (``kind: history``,
     :mod:`apportion.service.history`).
     Raises the store's NotFound for an unknown id (404), HTTP 409 for work not yet seen by
     the scheduler and 503 before the scheduler has started. End reasons are told as
@@ -124,6 +125,12 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
             hold = scheduler.hold_reason(workload_id)
             if hold is not None:
                 return _held(row, hold, earlier)
+            failing = scheduler.launch_failing(workload_id)
+            if failing is not None:  # its last launch failed: set aside until it is retried
+                error, retry_at = failing
+                hold = f"launch failing: {error}, next try at {clock(retry_at)}"
+                return _held(row, hold, earlier, "set aside after a failed launch, not "
+                             "considered by the policy until its next try", hold)
             raise HTTPException(
                 409, f"workload {workload_id}: {row.status.value}, not yet seen by the "
                 "scheduler: retry in a moment")
@@ -150,12 +157,15 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
             "user": row.user, "submit_time": row.submit_time})
 
 
-def _held(row: WorkloadRow, hold: str, earlier: list[str]) -> WhyHeld:
-    """Held work: what holds it (the queue's words), before the policy considers it."""
+def _held(row: WorkloadRow, hold: str, earlier: list[str],
+          state: str = "held out of the queue, not yet considered by the policy",
+          line: str | None = None) -> WhyHeld:
+    """Held work: what holds it (the queue's words), before the policy considers it (or,
+    with ``state`` and ``line``, work set aside after a failed launch)."""
     allocated = row.min_runtime > 0
     text = [f"{row.id} ({row.status.value}, {plural(row.gpus, 'GPU')}, budget {row.budget}, "
-            f"{'allocated' if allocated else 'unallocated'}): held out of the queue, not yet "
-            "considered by the policy", f"held by {hold}"]
+            f"{'allocated' if allocated else 'unallocated'}): {state}",
+            line or f"held by {hold}"]
     return WhyHeld(kind="held", workload=row.id, status=row.status.value, budget=row.budget,
                    user=row.user, gpus=row.gpus, min_runtime=row.min_runtime,
                    allocated=allocated, submit_time=row.submit_time, hold=hold,

@@ -5,7 +5,7 @@ on a real Slurm cluster) and ``memory`` (in-process, for the parity test and fas
 tests). The scheduler never asks an executor to decide anything: it only launches, stops,
 and reports what it observes; the reconciler folds those observations into state.
 
-An executor says no in one of two ways, and only these (both are part of the protocol)::
+An executor says no in one of three ways, and only these (all are part of the protocol)::
 
     LaunchRefused          permanent, from ``launch`` only: this launch can never succeed as
                            asked (argument list too long, command not found or not
@@ -16,6 +16,10 @@ An executor says no in one of two ways, and only these (both are part of the pro
                            ``inventory`` the pass decides nothing; from ``launch`` the
                            attempt is looked for (``find``) on the next pass before it is
                            tried again; from ``stop``/``set_host_drain`` they are retried.
+    LaunchDeferred         transient, from ``launch`` only: the server's own files could not
+                           be written (its logs or run directory missing, refused, read-only
+                           or full). Nothing was started; the scheduler takes the attempt
+                           back (no attempt is kept), says so once, and tries again later.
 
 Any other exception is an executor's bug, not an answer. The scheduler logs it with its
 traceback and treats it as the backend's silence: an ``inventory`` that raises it makes the
@@ -38,6 +42,12 @@ from typing import Protocol
 class LaunchRefused(Exception):
     """This launch can never succeed as asked; the message says why, e.g.
     ``command not found: foo``. Nothing was started."""
+
+
+class LaunchDeferred(Exception):
+    """This launch could not be made for a trouble of the server's own, not the workload's:
+    a directory of the server's missing, refused, read-only or full; the message says which
+    and what, in one line. Nothing was started; it may succeed once that is mended."""
 
 
 class ExecutorUnavailable(Exception):
@@ -112,6 +122,9 @@ class Observation:
     # when the running attempt last reported a checkpoint (the modification time of its
     # APPORTION_CHECKPOINT_FILE), as the executor's clock has it; None: never, or unknown
     checkpoint_at: float | None = None
+    # what the end reason should add about its log (e.g. its file system was full when it
+    # ended: the output may be cut short), or None
+    log_note: str | None = None
 
 
 class Executor(Protocol):

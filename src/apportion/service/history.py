@@ -39,8 +39,9 @@ def _reason(reason: str | None, preempt: AuditRow | None, cancel: AuditRow | Non
     if reason.startswith("timeout"):
         return "stopped at its time limit (timeout)"
     if reason.startswith("exited "):
-        code = reason.removeprefix("exited ")
-        return "exited with code 0 (success)" if code == "0" else f"exited with code {code}"
+        code, _, note = reason.removeprefix("exited ").partition("; ")  # note: of its log
+        text = "exited with code 0 (success)" if code == "0" else f"exited with code {code}"
+        return f"{text}; {note}" if note else text
     return reason
 
 

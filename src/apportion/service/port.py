@@ -73,6 +73,11 @@ class SchedulerPort(Protocol):
         ...
 
     @property
+    def launches_deferred(self) -> int:
+        """Launches the server's own trouble deferred (``LaunchDeferred``), ever."""
+        ...
+
+    @property
     def executor_down_since(self) -> float | None:
         """When the executor stopped answering (None: the last pass reached it)."""
         ...
@@ -115,6 +120,11 @@ class SchedulerPort(Protocol):
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue, as the queue view's ``hold`` says
         it (None: it is not held)."""
+        ...
+
+    def launch_failing(self, workload_id: str) -> tuple[str, float] | None:
+        """The error of the failed launch a workload is set aside after, and when it is
+        tried again (None: it is not set aside)."""
         ...
 
     def grace_ends(self) -> dict[str, float]:

@@ -280,6 +280,9 @@ class StateCollector(Collector):
         skipped = CounterMetricFamily("apportion_scheduler_passes_skipped",
                                       "Scheduling passes that decided nothing because the "
                                       "executor did not answer (e.g. slurmctld down).")
+        deferred = CounterMetricFamily(
+            "apportion_launches_deferred", "Launches not made for a trouble of the "
+            "server's own files (its run or logs directory missing, read-only or full).")
         up = GaugeMetricFamily("apportion_executor_up", "1 if the executor answered the last "
                                "pass, 0 while it does not (nothing starts, stops or ends).")
         behind = GaugeMetricFamily(
@@ -290,11 +293,12 @@ class StateCollector(Collector):
             passes.add_metric([], float(sched.passes))
             errors.add_metric([], float(sched.errors))
             skipped.add_metric([], float(sched.passes_skipped))
+            deferred.add_metric([], float(sched.launches_deferred))
             up.add_metric([], 0.0 if sched.executor_down_since is not None else 1.0)
             behind.add_metric([], float(sched.clock_behind_s))
             st = sched.state
             if st is None:
-                yield from (passes, errors, skipped, up, behind)
+                yield from (passes, errors, skipped, deferred, up, behind)
                 return
             now = max(float(self.now()), st.time)
             nodes = nodes_now(st, now, sched.config)
@@ -323,7 +327,7 @@ class StateCollector(Collector):
                 used_healthy[pool] = sum(n for h, n in ps.used.items()
                                          if ps.hosts[h].state is HostState.HEALTHY)
                 healthy[pool] = ps.healthy_gpus()
-        yield from (passes, errors, skipped, up, behind)
+        yield from (passes, errors, skipped, deferred, up, behind)
 
         def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=["budget"])

@@ -222,15 +222,17 @@ class QueuedPending(QueuedSpec):
     """Pending work: ``position`` in the order of the last pass (None: held out of the
     queue, ``hold`` says what for), with several pools in the order of ``pool``'s pass (the
     first pool it waits in, the one ``why`` explains), ``wait_reason`` (``no_capacity``,
-    ``waiting_for_preemption``, ``waiting_for_checkpoint``, ``too_large``, ``held``; None:
-    not reached)."""
+    ``waiting_for_preemption``, ``waiting_for_checkpoint``, ``too_large``, ``held``,
+    ``launch_failing``: set aside after a failed launch until ``retry_at``, ``hold`` says
+    why; None: not reached)."""
 
-    omit_if_none = frozenset({"hold", "gpu_kinds", "cluster", "pool"})
+    omit_if_none = frozenset({"hold", "retry_at", "gpu_kinds", "cluster", "pool"})
 
     position: int | None
     queued_at: float
     wait_reason: str | None
     hold: str | None = None
+    retry_at: float | None = None  # launch_failing: when its launch is tried again
     pool: str | None = None  # "cluster/kind" whose order ``position`` counts, with several
 
 

@@ -63,6 +63,7 @@ from apportion.service.executor import (
     HostSlots,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
     Observation,
 )
@@ -114,6 +115,19 @@ class _Attempt:
     stop_issued_at: float | None = None  # when the stop was decided: SIGKILL at this + grace
 
 
+@dataclass(slots=True)
+class _Backoff:
+    """A workload set aside after a failed launch: out of the policy's state until
+    ``until`` (then queued again), ``delay`` the last wait (doubled on the next failure);
+    ``error``, ``spec`` and ``queued_at`` for the views, which list it meanwhile."""
+
+    until: float
+    delay: float
+    error: str
+    spec: WorkloadSpec
+    queued_at: float
+
+
 class Scheduler:
     """The scheduling loop of one service. Thread-safe: API handlers may call
     :meth:`wake`, :meth:`set_host_state`, :meth:`validate` and the read views while a
@@ -152,8 +166,8 @@ class Scheduler:
         self._unmirrored: dict[str, tuple[bool, str]] = {}  # host -> drain not yet in executor
         self._seen_drained: set[str] = set()  # hosts the executor last reported draining
         self._reported: set[str] | None = None  # hosts the executor last reported (None: yet)
-        # workload -> (not before, last delay): set aside after a transient launch failure
-        self._backoff: dict[str, tuple[float, float]] = {}
+        # workload -> when it is tried again, and why: set aside after a failed launch
+        self._backoff: dict[str, _Backoff] = {}
         self._last = Decisions()
         # when the last pass asked for the next (a rebalance waiting for its victims'
         # checkpoints, Decisions.recheck_at); run_forever passes every interval_s anyway
@@ -171,6 +185,10 @@ class Scheduler:
         self.executor_down_since: float | None = None
         self.executor_problem: str | None = None
         self.passes_skipped = 0
+        # launches the server's own trouble deferred (LaunchDeferred), ever (/metrics), and
+        # the one under way: (its message, since when, how many more after the first)
+        self.launches_deferred = 0
+        self._deferred: tuple[str, float, int] | None = None
         # the latest time recorded (the store's at start, then each pass's), and how far
         # the wall clock is behind it (0: it is not, or by less than CLOCK_BEHIND_S): a
         # clock set back, which holds the scheduler's time still
@@ -453,7 +471,9 @@ class Scheduler:
           ``too_large``, or None if the pass
           did not reach it); then the work held out of the queue (``wait_reason`` ``held``,
           no ``position``, ``hold`` says what it waits for: a dependency, its array's
-          throttle);
+          throttle); then the work set aside after a failed launch (``wait_reason``
+          ``launch_failing``, no ``position``, ``hold`` ``launch failing: <error>``,
+          ``retry_at`` when it is tried again);
         * ``running``: with placement, ``protected_until`` (no rebalance victim before:
           its minimum runtime and, for a resumed run, its restart protection) and
           ``stopping``;
@@ -487,6 +507,14 @@ class Scheduler:
                 pending.append(QueuedPending(
                     **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
                     wait_reason="held", hold=self._hold_reason.get(wid, "held"),
+                ))
+            for wid, b in sorted(self._backoff.items()):  # set aside after a failed launch
+                if wid in queued or wid in st.running:  # tried again already
+                    continue
+                pending.append(QueuedPending(
+                    **_spec_fields(b.spec), position=None, queued_at=b.queued_at,
+                    wait_reason="launch_failing", hold=f"launch failing: {b.error}",
+                    retry_at=b.until,
                 ))
             running = []
             for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
@@ -545,6 +573,17 @@ class Scheduler:
             if workload_id not in self._held:
                 return None
             return self._hold_reason.get(workload_id, "held")
+
+    def launch_failing(self, workload_id: str) -> tuple[str, float] | None:
+        """Why the last launch of a workload set aside after it failed failed, and when it
+        is tried again (None: it is not set aside)."""
+        with self.lock:
+            b = self._backoff.get(workload_id)
+            st = self.state
+            if b is None or st is None or workload_id in st.pending \
+                    or workload_id in st.running:
+                return None
+            return b.error, b.until
 
     def grace_ends(self) -> dict[str, float]:
         """Stopping work -> when it is killed if it has not exited (SIGKILL at its stop's
@@ -1066,6 +1105,8 @@ class Scheduler:
         else:
             status = Status.COMPLETED if o.exit_code == 0 else Status.FAILED
             reason = _exit_reason(o)
+        if o.log_note is not None:  # e.g. its output may be cut short: shown by show, why
+            reason = f"{reason}; {o.log_note}"
         self._end(wid, t, o.exit_code, reason, status)
 
     def _end_time(self, wid: str, a: _Attempt, o: Observation, now: float) -> float:
@@ -1215,11 +1256,18 @@ class Scheduler:
             # no answer: the job may exist all the same; looked for (find) before a relaunch
             log.warning("%s: launch unconfirmed, looked for on the next pass: %s", wid, e)
             return False
+        except LaunchDeferred as e:  # the server's own files: not the workload's doing
+            self._defer(wid, now, e)
+            return False  # the next launches would meet the same trouble: next pass
         except Exception as e:  # not an answer (docs of service.executor): an executor bug
             log.exception("%s: launch raised an unexpected error", wid)
             self._back_off(wid, now, e)
             return True
         self._backoff.pop(wid, None)
+        if self._deferred is not None:
+            log.info("launches go again, after %s (%d more deferred after the first)",
+                     format_duration(now - self._deferred[1]), self._deferred[2])
+            self._deferred = None
         try:
             self.store.set_attempt_handle(wid, row.n, a.handle, launch.log_path)
         except Exception as e:
@@ -1242,19 +1290,54 @@ class Scheduler:
 
     def _backing_off(self, wid: str, now: float) -> bool:
         held = self._backoff.get(wid)
-        return held is not None and held[0] > now
+        return held is not None and held.until > now
 
     def _back_off(self, wid: str, now: float, e: Exception) -> None:
         """A launch that raised an unexpected error (an executor's bug, not an answer): back
         to pending, set aside (exponential backoff, capped) so that it neither spins nor
         blocks the work behind it."""
-        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid][1]) if wid in self._backoff \
+        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid].delay) if wid in self._backoff \
             else BACKOFF_FIRST_S
         log.warning("%s: launch failed, retried in %.0f s: %s", wid, delay, e)
         self._end(wid, now, None, "launch failed", Status.PENDING)
-        self._st().unqueue(wid)
+        self._set_aside(wid, now, delay, e)
+
+    def _defer(self, wid: str, now: float, e: LaunchDeferred) -> None:
+        """A launch the server's own trouble prevented (LaunchDeferred: its directory
+        missing, refused, read-only or full): the attempt is taken back from the store, not
+        ended (it was never the workload's: its history shows none of these tries), and the
+        workload is set aside with the same backoff as after a failed launch, listed with
+        the error. Said once, with its detail (and again if the trouble changes); the
+        others are counted, and the count said when launches go again."""
+        a = self._open[wid]
+        delay = min(BACKOFF_MAX_S, 2 * self._backoff[wid].delay) if wid in self._backoff \
+            else BACKOFF_FIRST_S
+        problem = str(e)
+        if self._deferred is None or self._deferred[0] != problem:
+            log.error("launches wait: %s (retried with a backoff; said again when it changes, "
+                      "and when launches go again)", problem)
+            self._deferred = (problem, now, 0)
+        else:
+            self._deferred = (problem, self._deferred[1], self._deferred[2] + 1)
+        self.launches_deferred += 1
+        try:
+            self.store.undo_attempt(wid, a.n)
+        except Conflict:  # e.g. cancelled meanwhile: ended as any failed launch
+            self._end(wid, now, None, "launch failed", Status.PENDING)
+        else:
+            st = self._st()
+            st.requeue(wid, max(now, st.time), ended_at=a.started_at)
+            del self._open[wid]
+            self._release(a.slots)
+        self._set_aside(wid, now, delay, e)
+
+    def _set_aside(self, wid: str, now: float, delay: float, e: Exception) -> None:
+        """Back to pending after a failed launch and out of the policy's state for
+        ``delay``; kept for the views (queue, why) with the error ``e``."""
+        p = self._st().unqueue(wid)
         self._commands.pop(wid, None)
-        self._backoff[wid] = (now + delay, delay)
+        self._backoff[wid] = _Backoff(now + delay, delay, str(e) or type(e).__name__, p.spec,
+                                      p.queued_at)
 
     def _mirror_drain(self, host: str, state: HostState, reason: str) -> None:
         if state not in (HostState.DRAINING, HostState.HEALTHY):

@@ -120,7 +120,7 @@ def main(argv: list[str]) -> int:
             base.with_name(base.name + ".exit"),
             {"exit_code": code, "signalled": signalled, "ended_at": time.time(),
              "started_at": started_at, "handle": handle, "db_id": spec.get("db_id"),
-             "refused": refused},
+             "refused": refused, "log_full": _log_full()},
         )
         return 0
 
@@ -186,6 +186,15 @@ def _write_exit(path: Path, record: dict[str, Any]) -> None:
             _say(f"apportion: exit record written, "
                  f"{time.monotonic() - failing_since:.0f} s after the first try")
         return
+
+
+def _log_full() -> bool:
+    """True if the file system of the attempt's log (our stdout) has no room left: the
+    job's output may have been cut short (ENOSPC), and no line of ours can say so there."""
+    try:
+        return os.fstatvfs(1).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _say(line: str) -> None:

@@ -54,6 +54,7 @@ from apportion.service.executor import (
     AttemptState,
     InventoryHost,
     Launch,
+    LaunchDeferred,
     LaunchRefused,
     Observation,
 )
@@ -65,6 +66,7 @@ from apportion.service.executors.identity import (
     exec_problem,
     server_account,
 )
+from apportion.service.owndirs import unsafe_dir, unsafe_way
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # how long a wrapper whose job was killed gets to reap it and write its exit record (and
@@ -75,6 +77,12 @@ KILL_WAIT_S = 5.0
 # stay in the low thousands), far below the 32768 pids a kernel may have in all (its
 # default pid_max), so a fork bomb gets EAGAIN instead of taking every pid of the host
 PIDS_MAX = 8192
+# a wrapper whose job has ended this long ago without its exit record (its run directory's
+# disk full or read-only) is said in the server's log: it is shown running until then
+EXIT_RECORD_LATE_S = 10.0
+
+# the end reason's note when the log's file system was full at the attempt's end
+LOG_FULL = "log cut short? its file system was full (ENOSPC) when the job ended"
 
 log = logging.getLogger("apportion.executor.local")
 
@@ -132,6 +140,8 @@ class LocalExecutor:
         os.chmod(self.run_dir, 0o700)
         # jobs reach their own log through the fd they are given, never through the tree
         os.chmod(self.logs_dir, 0o711)
+        # the logs directory as made (or checked) at start: (device, inode), see _logs_dir
+        self._logs_dir_id = _dir_id(self.logs_dir)
         self.python = python
         self.pids_max = pids_max
         self._lock = threading.Lock()
@@ -141,6 +151,9 @@ class LocalExecutor:
         self._timers: dict[str, threading.Timer] = {}
         self._scanned: set[str] = set()  # run files already indexed
         self.drained: dict[str, str] = {}
+        self._jobs: dict[str, dict[str, Any]] = {}  # handle -> its run file, job recorded
+        self._job_gone_since: dict[str, float] = {}  # handle -> no job seen since (monotonic)
+        self._said_late: set[str] = set()  # handles whose late exit record was said
         self._check_running_devices()
 
     # ---- the Executor protocol -------------------------------------------------------
@@ -186,6 +199,7 @@ class LocalExecutor:
         if too_big is not None:
             raise LaunchRefused(f"argument list too long: {too_big}")
         stem = f"{wid}.{launch.attempt}"
+        self._check_own_dirs()
         self._set_aside(stem)
         cgroups: list[str] = []
         if self.cgroups is not None:
@@ -204,11 +218,15 @@ class LocalExecutor:
                       for s, d in zip(launch.slots, devices, strict=True)],
         }
         spec_path = self.run_dir / f"{stem}.spec"
+        writing: str | None = None  # the server's directory being written, while it is
         try:
             # not fsynced: read at once by the wrapper; lost in a crash, the attempt never
             # started (and find() then removes the cgroups its spec names, if it is there)
+            writing = f"run directory {self.run_dir}"
             _procfs.write_json_atomic(spec_path, spec, durable=False)
+            writing = f"logs directory {self.logs_dir}"
             log_fd = self._attempt_files(wid, launch.attempt, acct)
+            writing = None
             try:
                 # -P and cwd "/": with -m, Python would put the current directory first
                 # on sys.path, and the server's may be one its users can write to; the
@@ -233,6 +251,8 @@ class LocalExecutor:
             if isinstance(e, OSError) and (e.errno == errno.E2BIG or e.errno in (
                     errno.ENOENT, errno.EACCES) and e.filename == self.python):
                 raise LaunchRefused(f"wrapper {self.python}: {e.strerror}") from None
+            if isinstance(e, OSError) and writing is not None:  # full, read-only, refused
+                raise LaunchDeferred(f"{writing}: {e.strerror or e}") from None
             raise
         # the child is ours and not yet reaped, so /proc/<pid> exists even if it already died
         handle = _procfs.handle_of(proc.pid)
@@ -242,6 +262,43 @@ class LocalExecutor:
             self._procs[handle] = proc
             self._index[handle] = stem
         return handle
+
+    def _check_own_dirs(self) -> None:
+        """Before a launch: the run directory is there, and the logs directory is the one
+        checked at start or passes the same checks (docs/security.md, "The server's files
+        are the server's"). One removed while the server runs is made again as at start
+        (the server's, 0711), if its parent is there; one that is no longer the server's
+        alone is refused; either way :class:`LaunchDeferred` says in one line what is wrong,
+        and the launch is tried again later."""
+        if not self.run_dir.is_dir():  # with the data directory (and the database?)
+            raise LaunchDeferred(f"run directory {self.run_dir}: missing (was the data "
+                                 "directory removed?); restore it, or restart the server")
+        d = self.logs_dir
+        ident = _dir_id(d)
+        if ident is not None and ident == self._logs_dir_id:
+            st = os.stat(d)
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o711:
+                return  # the very directory checked before, as it was left
+        problem = None
+        try:
+            problem = unsafe_way(d)  # before anything is made there, as at start
+            if problem is None and ident is None:
+                if not d.parent.is_dir():
+                    raise LaunchDeferred(f"logs directory {d}: missing, and so is "
+                                         f"{d.parent}: make it, or restart the server")
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o711)
+                log.warning("logs directory %s was missing: made again (0711, the "
+                            "server's)", d)
+            if problem is None:
+                problem = unsafe_dir(d) or unsafe_way(d)  # what another made meanwhile
+            if problem is None:
+                os.chmod(d, 0o711)
+        except OSError as e:
+            problem = e.strerror or str(e)
+        if problem is not None:
+            raise LaunchDeferred(f"logs directory {d}: {problem}")
+        self._logs_dir_id = _dir_id(d)
 
     def stop(self, handle: str, grace_s: float) -> None:
         self._reap()
@@ -439,8 +496,9 @@ class LocalExecutor:
             except OSError as e:
                 if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise
-                raise OSError(e.errno, "not a directory of the server's (a link or a file): "
-                              "not followed", str(self.logs_dir / workload_id)) from None
+                raise LaunchDeferred(f"logs directory {self.logs_dir}: {workload_id}: not a "
+                                     "directory of the server's (a link or a file): not "
+                                     "followed") from None
         finally:
             os.close(logs)
         try:
@@ -566,6 +624,7 @@ class LocalExecutor:
             if stem is not None:
                 wid, attempt = stem.rsplit(".", 1)
                 ckpt = _checkpoint.checkpoint_time(self.checkpoint_path(wid, int(attempt)))
+                self._check_exit_late(handle, stem)
             return Observation(handle, AttemptState.RUNNING, checkpoint_at=ckpt)
         if stem is None:
             stem = self._stem(handle)
@@ -580,7 +639,49 @@ class LocalExecutor:
             _cgroup.remove(self._cgroups(stem))
         return Observation(handle, AttemptState.GONE)
 
+    def _check_exit_late(self, handle: str, stem: str) -> None:
+        """Say once (a warning) that the job of a live wrapper ended more than
+        :data:`EXIT_RECORD_LATE_S` ago with no exit record yet: the wrapper cannot write it
+        (the run directory's disk full or read-only) and retries, and the attempt is shown
+        running meanwhile, which nothing else would explain. Cheap: the run file is read
+        until it records the job, then only its cgroups or process group are looked at."""
+        info = self._jobs.get(handle)
+        if info is None:
+            info = _procfs.read_json(self.run_dir / f"{stem}.run") or {}
+            if _cgroups_of(info) or isinstance(info.get("child_pgid"), int):
+                self._jobs[handle] = info
+        cgroups, pgid = _cgroups_of(info), info.get("child_pgid")
+        if cgroups:
+            gone = not _cgroup.procs(cgroups)
+        elif isinstance(pgid, int):
+            try:
+                os.killpg(pgid, 0)
+                gone = False
+            except ProcessLookupError:
+                gone = True
+            except PermissionError:
+                gone = False
+        else:
+            return  # not known yet where its job runs
+        if not gone:
+            self._job_gone_since.pop(handle, None)
+            return
+        since = self._job_gone_since.setdefault(handle, time.monotonic())
+        late = time.monotonic() - since
+        if late >= EXIT_RECORD_LATE_S and handle not in self._said_late:
+            self._said_late.add(handle)
+            wid, attempt = stem.rsplit(".", 1)
+            log.warning("%s attempt %s: exit record pending: its job ended %.0f s ago but "
+                        "its wrapper cannot write the record in %s (disk full or read-only?; "
+                        "it tries again): shown running, holding its GPUs, until it can",
+                        wid, attempt, late, self.run_dir)
+
     def _exited(self, handle: str, ex: dict[str, object]) -> Observation:
+        self._jobs.pop(handle, None)
+        self._job_gone_since.pop(handle, None)
+        if handle in self._said_late:
+            self._said_late.discard(handle)
+            log.info("%s: exit record written at last", self._stem(handle) or handle)
         with self._lock:
             t = self._timers.pop(handle, None)
             self._kill_at.pop(handle, None)
@@ -595,6 +696,7 @@ class LocalExecutor:
             bool(ex.get("signalled")),
             ended_at=float(ended) if isinstance(ended, int | float) else None,
             refused=str(ex["refused"]) if ex.get("refused") else None,
+            log_note=LOG_FULL if ex.get("log_full") else None,
         )
 
     def _kill(self, handle: str) -> None:
@@ -703,6 +805,15 @@ def _held_devices(spec: dict[str, Any] | None) -> list[tuple[str, list[int], lis
     if not first or not gpus or not cuda:
         return []
     return [(first, [int(i) for i in gpus.split(",")], [int(i) for i in cuda.split(",")])]
+
+
+def _dir_id(d: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory ``d`` (links followed); None if there is none."""
+    try:
+        st = os.stat(d)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 def _ids(gpus: Iterable[int]) -> str:

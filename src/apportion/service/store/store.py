@@ -23,6 +23,7 @@ from sqlalchemy import (
     Select,
     case,
     create_engine,
+    delete,
     event,
     func,
     insert,
@@ -729,6 +730,29 @@ class Store:
             s.add(a)
             s.flush()
             return _attempt(a)
+
+    def undo_attempt(self, workload_id: str, n: int) -> None:
+        """Take back attempt ``n``, begun but never launched for a trouble of the server's
+        own (``LaunchDeferred``): its row is deleted and the workload is pending again with
+        its attempt count as before, in one transaction, as if it had never begun.
+        :class:`Conflict` unless ``n`` is its latest attempt, open, with no handle, and the
+        workload running."""
+        with self._tx() as s:
+            res = s.execute(
+                update(WM)
+                .where(WM.id == workload_id, WM.status == Status.RUNNING.value,
+                       WM.attempts_count == n)
+                .values(status=Status.PENDING.value, attempts_count=n - 1)
+            )
+            if res.rowcount != 1:  # type: ignore[attr-defined]
+                raise self._status_conflict(s, workload_id, Status.PENDING)
+            gone = s.execute(
+                delete(AttemptModel)
+                .where(AttemptModel.workload_id == workload_id, AttemptModel.n == n,
+                       AttemptModel.handle.is_(None), AttemptModel.ended_at.is_(None))
+            )
+            if gone.rowcount != 1:  # type: ignore[attr-defined]
+                raise Conflict(f"workload {workload_id}: attempt {n}: not open, or launched")
 
     def set_attempt_handle(self, workload_id: str, n: int, handle: str,
                            log_path: str | None = None) -> None:
