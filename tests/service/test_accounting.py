@@ -23,7 +23,7 @@ import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from store_db import BACKENDS, open_store
@@ -37,7 +37,7 @@ from apportion.service.accounting import (
     to_csv,
     usage_report,
 )
-from apportion.service.store import Store
+from apportion.service.store import Store, UsedAttempt, UsedWorkload
 
 H, D = 3600.0, 86400.0
 T0 = float(calendar.timegm((2026, 11, 25, 0, 0, 0)))
@@ -324,6 +324,75 @@ def test_held_work_is_owed_nothing_until_released(store: Store) -> None:
     store.cancel_workload(elements[3], "alice")
     r = rows(usage_report(store, t, t + 3 * H, "budget", NOW))["x/a"]
     assert (r["charged_gpu_hours"], r["owed_gpu_hours"], r["attainment"]) == (3.0, 3.0, 1.0)
+
+
+class WholeHistory:
+    """The store as a report read it before: every workload submitted before the period's
+    end, with all its attempts, and every cancellation ever audited (the oracle)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def usage_history(self, start: float, end: float, actions: tuple[str, ...]
+                      ) -> tuple[list[UsedWorkload], list[str], list[Any]]:
+        cancels = {a.target: a.at for a in self.store.audit_of("workload.cancel")}
+        every = [self.store.get_workload(w.id) for w in
+                 self.store.list_workloads(statuses=list(Status), limit=10**6)
+                 if w.submit_time < end]
+        rows = [UsedWorkload(w.id, w.budget, w.user, w.gpus, w.min_runtime, w.status,
+                             w.submit_time, w.released_at,
+                             bool(w.dependencies) or bool(w.array_throttle), cancels.get(w.id),
+                             tuple(UsedAttempt(a.placement, a.gpus_held, a.started_at,
+                                               a.ended_at) for a in w.attempts))
+                for w in every]
+        audit = sorted((a for action in actions for a in self.store.audit_of(action)),
+                       key=lambda a: a.id)
+        return rows, sorted({w.user for w in rows}), audit
+
+
+def test_a_report_reads_only_the_work_in_its_period_with_the_figures_of_the_whole_history(
+    store: Store,
+) -> None:
+    """Beyond the fixture's history (work ended before, across and after each period, one
+    preempted and requeued, one cancelled while pending): R runs from 11d and never ends,
+    P waits from 10d+12h and is never started, C waits from 10d and is cancelled at 11d,
+    a throttled array is held, released and run at 12d. For periods before, across and
+    after each of them, by budget, user and month, the report equals the one computed from
+    the whole history (WholeHistory), and ``Store.usage_history`` read only the workloads
+    that can count in the period: not those that ended before it began."""
+    t = T0 + 10 * D
+    r_ = store.add_workload(budget="y", gpus=2, min_runtime=H, submit_time=t + D,
+                            command=["x"], actor="bob").id
+    store.begin_attempt(r_, [("h1", 2, [6, 7])], t + D)
+    store.add_workload(budget="x/b", gpus=1, min_runtime=0.0, submit_time=t + 12 * H,
+                       command=["x"], actor="dave")
+    c = store.add_workload(budget="x/a", gpus=2, min_runtime=H, submit_time=t,
+                           command=["x"], actor="carol").id
+    store.clock = lambda: t + D
+    store.cancel_workload(c, "carol")
+    first = store.add_workload(budget="x/b", gpus=1, min_runtime=H, submit_time=t + D,
+                               command=["x"], actor="alice", array=[0, 1],
+                               array_throttle=1).id
+    for k, wid in enumerate(store.array_ids(first)):
+        store.release_held(wid, t + (2 + k) * D)
+        store.begin_attempt(wid, [("h1", 1, [k])], t + (2 + k) * D)
+        store.end_attempt(wid, 1, t + (2 + k) * D + 5 * H, 0, "exited 0", Status.COMPLETED)
+    whole = cast(Store, WholeHistory(store))
+    periods = [(T0 - 3 * H, T0 + 3 * H), (T0 + 3 * H, T0 + 7 * H), (T0 + 5 * D, T0 + 9 * D),
+               (T0 + 9 * D + 2 * H, t + 2 * H), (t + 2 * H, t + D), (t + D, t + 3 * D + H),
+               (t + 5 * D, t + 6 * D), (T0 - D, NOW)]
+    for start, end in periods:
+        for by in ("budget", "user", "month"):
+            assert usage_report(store, start, end, by, NOW) == usage_report(
+                whole, start, end, by, NOW), (start - T0, end - T0, by)
+    read = {w.id: w for w in store.usage_history(t + 5 * D, t + 6 * D, ())[0]}
+    assert set(read) == {r_, store.list_workloads(user="dave")[0].id}  # open work only
+    read = {w.id: w for w in store.usage_history(t + 2 * H, t + D, ())[0]}
+    assert sorted(read) == sorted([c, store.list_workloads(user="dave")[0].id])
+    assert read[c].cancelled_at == t + D
 
 
 def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> None:

@@ -3,22 +3,27 @@ subprocess on a free port."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import click
 import httpx
 import pytest
 from click.testing import CliRunner, Result
 from server_proc import free_port
 from store_db import write_config
 
+from apportion.cli.client import Client
 from apportion.cli.main import main
 
 
@@ -800,6 +805,69 @@ def test_unreachable_server() -> None:
         "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
         "APPORTION_CLIENT_CONFIG": "/dev/null"})
     assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+
+
+@contextlib.contextmanager
+def slow_server(delay: float, body: bytes) -> Iterator[str]:
+    """An HTTP server on a free port that answers every request ``body`` (200) after
+    ``delay`` seconds; yields its URL."""
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(delay)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the client left
+                pass
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_read_timeout_says_the_server_did_not_answer_in_time_not_that_it_is_unreachable(
+) -> None:
+    """A server that takes the request but answers after the read timeout: the error says
+    it did not answer within that many seconds and may still be working on it; it said
+    ``cannot reach the server``, as if the request had never arrived."""
+    with slow_server(3.0, b"[]") as url, pytest.raises(click.ClickException) as e:
+        Client(url, "x").call("GET", "/queue", timeout=0.5)
+    assert e.value.message == (f"the server at {url} did not answer within 0.5 s (it may "
+                               "still be working on the request)")
+
+
+def test_report_usage_waits_for_the_server_past_the_default_read_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``report usage`` waits for the report as long as the server takes, as ``whatif``
+    does: with every other request's read timeout cut to 1 s, a report answered after 2 s
+    is printed (it failed at the 60 s default with ``cannot reach the server``)."""
+    call = Client.call
+
+    def quick(self: Client, *args: Any, timeout: Any = 60, **kw: Any) -> httpx.Response:
+        return call(self, *args, timeout=None if timeout is None else 1.0, **kw)
+
+    monkeypatch.setattr(Client, "call", quick)
+    with slow_server(2.0, b"budget,share\n(all),1.0\n") as url:
+        r = CliRunner().invoke(main, ["report", "usage", "--format", "csv"], env={
+            "APPORTION_URL": url, "APPORTION_TOKEN": "x", "APPORTION_CLIENT_CONFIG": "/dev/null"})
+        assert r.exit_code == 0, r.output
+        assert r.stdout == "budget,share\n(all),1.0\n"
+        r = CliRunner().invoke(main, ["queue"], env={
+            "APPORTION_URL": url, "APPORTION_TOKEN": "x", "APPORTION_CLIENT_CONFIG": "/dev/null"})
+        assert r.exit_code == 1 and "did not answer within 1 s" in r.stderr
 
 
 def test_a_submission_retried_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:

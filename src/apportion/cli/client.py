@@ -228,6 +228,11 @@ class Client:
                 if waits:
                     wait(f"does not answer ({_ERRNO.sub('', str(e))})")
                     continue
+                if isinstance(e, httpx.ReadTimeout):  # it was reached and got the request
+                    raise click.ClickException(
+                        f"the server at {self.url} did not answer within "
+                        f"{httpx.Timeout(limit).read:g} s (it may still be working on the "
+                        "request)") from None
                 raise click.ClickException(
                     f"cannot reach the server at {self.url}: {e}") from None
             except httpx.HTTPError as e:

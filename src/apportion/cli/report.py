@@ -56,10 +56,12 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
     params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
     try:
+        # a report of a long period takes the server a while: no read timeout (as whatif)
+        r = client.call("GET", "/reports/usage", params=params, timeout=None)
         if fmt in ("csv", "html"):
-            text = client.call("GET", "/reports/usage", params=params).text
+            text = r.text
         else:
-            data = client.json("GET", "/reports/usage", params=params)
+            data = r.json()
     except click.ClickException as e:  # the server's refusals, named as typed
         raise as_typed(e, {"from": "--from", "to": "--to", "by": "--by"}) from None
     if fmt in ("csv", "html"):

@@ -54,7 +54,7 @@ from apportion.core.fleet import pool_name
 from apportion.times import format_time
 
 from .config import PoolsConfig
-from .store import AuditRow, Store, WorkloadRow
+from .store import AuditRow, Store, UsedWorkload
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -153,24 +153,24 @@ def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) ->
         changes.append((b, -gpus))
 
 
-def _asks_from(w: WorkloadRow) -> float | None:
+def _asks_from(w: UsedWorkload) -> float | None:
     """When it started asking for GPUs: held work (a dependency or an array throttle) when
     it joined the queue, None if it never did (held work asks for nothing); other work at
     its submission."""
-    if w.dependencies or w.array_throttle:
+    if w.held:
         return w.released_at
     return w.submit_time
 
 
-def _workload_end(w: WorkloadRow, cancels: dict[str, float], now: float) -> float:
+def _workload_end(w: UsedWorkload, now: float) -> float:
     """When it stopped asking for GPUs: now if still active, else the end of its last
     attempt, or its cancellation if that came later (cancelled while pending)."""
     if w.status not in FINAL:
         return now
     end = max((now if a.ended_at is None else a.ended_at for a in w.attempts),
               default=w.submit_time)
-    if w.status is Status.CANCELLED and w.id in cancels:
-        end = max(end, cancels[w.id])
+    if w.status is Status.CANCELLED and w.cancelled_at is not None:
+        end = max(end, w.cancelled_at)
     return end
 
 
@@ -254,9 +254,10 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         raise ReportError(f"from: the period may be at most {MAX_PERIOD_S // DAY:,.0f} days, "
                           f"got {(end - start) / DAY:,.0f}")
     tree = store.load_tree() if store.budgets() else BudgetTree.build([])
-    workloads, audit = store.history(
-        end, ("host.add", "host.state", "host.gpus", "workload.cancel"))
-    cancels = {a.target: a.at for a in audit if a.action == "workload.cancel"}
+    # only the work that can count in the period (and who submitted any before its end,
+    # for the rows by user)
+    workloads, submitters, audit = store.usage_history(
+        start, end, ("host.add", "host.state", "host.gpus"))
     host_rows = store.hosts()
     hosts_now = {h.name: (h.gpus, h.state.value) for h in host_rows}
     pool_of = {h.name: pool_name(*pools.of(h.cluster, h.kind)) for h in host_rows}
@@ -273,13 +274,13 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     edges = np.concatenate([[start], np.arange(first + HOUR, end, HOUR), [end]])
     nodes = [ROOT, *tree.nodes()]
     series = {n: _Series() for n in nodes}
-    users: dict[str, _Series] = {}
+    users = {u: _Series() for u in submitters}
     for w in workloads:
         chain = [n for n in ancestors(w.budget) if n in series]
         allocated = w.min_runtime > 0
-        w_end = min(_workload_end(w, cancels, now), end)
+        w_end = min(_workload_end(w, now), end)
         asks_from = _asks_from(w)
-        user = users.setdefault(w.user, _Series())
+        user = users[w.user]
         for n in chain:
             if allocated and asks_from is not None:
                 _add(series[n].demand, max(asks_from, start), w_end, w.gpus)

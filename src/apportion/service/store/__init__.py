@@ -16,6 +16,8 @@ from .rows import (
     StoreError,
     TokenRow,
     UsageInterval,
+    UsedAttempt,
+    UsedWorkload,
     UserRow,
     WorkloadRow,
 )
@@ -53,6 +55,8 @@ __all__ = [
     "StoreUnavailable",
     "TokenRow",
     "UsageInterval",
+    "UsedAttempt",
+    "UsedWorkload",
     "UserRow",
     "WorkloadRow",
     "database_error",

@@ -178,3 +178,6 @@ class AuditModel(Base):
     target: Mapped[str] = mapped_column(String(255), nullable=False)
     old: Mapped[Any] = mapped_column(JSON, nullable=True)
     new: Mapped[Any] = mapped_column(JSON, nullable=True)
+
+    # a usage report's cancellations in its period, and every host entry (0012)
+    __table_args__ = (Index("ix_audit_action_at", "action", "at"),)

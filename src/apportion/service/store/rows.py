@@ -333,3 +333,34 @@ class UsageInterval(NamedTuple):
     host: str = ""  # the first host of its placement: its pool, for the billing weight
     workload_id: str = ""  # whose attempt (named when a stored time cannot be replayed)
     attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UsedAttempt:
+    """What a usage report reads of an attempt: the GPUs it held, where and when (``ended_at``
+    None: still running)."""
+
+    placement: tuple[PlacementEntry, ...]
+    gpus_held: int
+    started_at: float
+    ended_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsedWorkload:
+    """What a usage report reads of a workload (:meth:`Store.usage_history`): ``held`` if it
+    had dependencies or was in a throttled array (it asks for GPUs from ``released_at``);
+    ``cancelled_at`` its ``workload.cancel`` audit entry (None: none in the period read);
+    ``attempts`` all of them, oldest first."""
+
+    id: str
+    budget: str
+    user: str
+    gpus: int
+    min_runtime: float
+    status: Status
+    submit_time: float
+    released_at: float | None
+    held: bool
+    cancelled_at: float | None
+    attempts: tuple[UsedAttempt, ...]

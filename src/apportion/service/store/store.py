@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    CompoundSelect,
     Engine,
     Select,
     case,
@@ -29,6 +30,7 @@ from sqlalchemy import (
     insert,
     make_url,
     select,
+    union,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -75,6 +77,8 @@ from .rows import (
     PlacementEntry,
     TokenRow,
     UsageInterval,
+    UsedAttempt,
+    UsedWorkload,
     UserRow,
     WorkloadRow,
 )
@@ -1005,25 +1009,58 @@ class Store:
             f"workload {workload_id}: state: cannot go from {cur} to {to.value}"
         )
 
-    def history(
-        self, before: float, actions: Sequence[str]
-    ) -> tuple[list[WorkloadRow], list[AuditRow]]:
-        """For accounts of any period ending by ``before``: every workload submitted before
-        it, with all its attempts, also those started after it (when work pending in the
-        period started, and ended), and every audit entry of ``actions``, also those made
-        after it (oldest first): a host registered later did not exist in the period, and
-        its state then is the one its later entries left, not its present one. Read only."""
+    def usage_history(
+        self, start: float, end: float, actions: Sequence[str]
+    ) -> tuple[list[UsedWorkload], list[str], list[AuditRow]]:
+        """For the accounts of ``[start, end)``, read only what can count in them, through
+        indexes: the workloads submitted before ``end`` that may have asked for or held GPUs
+        at or after ``start`` (not ended yet, an attempt open or ended at or after
+        ``start``, or a ``workload.cancel`` entry at or after it: work cancelled while
+        pending), in submission order, with all their attempts and that cancellation; the
+        users who submitted anything before ``end`` (sorted); and every audit entry of
+        ``actions``, also those made after ``end`` (oldest first): a host registered later
+        did not exist in the period, and its state then is the one its later entries left,
+        not its present one. Work that ended before ``start`` is never read, so the cost
+        follows the work in the period, not the store's age."""
+        open_ = [s.value for s in Status if s not in FINAL]
         with self._tx(write=False) as s:
-            tries: dict[str, list[AttemptRow]] = {}
-            submitted = select(WM.id).where(WM.submit_time < before)
-            q = (select(AttemptModel).where(AttemptModel.workload_id.in_(submitted))
-                 .order_by(AttemptModel.workload_id, AttemptModel.n))
-            for a in s.scalars(q):
-                tries.setdefault(a.workload_id, []).append(_attempt(a))
+            cancels: dict[str, float] = {str(t): float(at) for t, at in s.execute(
+                select(AuditModel.target, AuditModel.at)
+                .where(AuditModel.action == "workload.cancel", AuditModel.at >= start)
+                .order_by(AuditModel.id))}
+            ids: CompoundSelect[tuple[str | None]] = union(
+                select(WM.id).where(WM.status.in_(open_)),
+                select(AttemptModel.workload_id).where(
+                    AttemptModel.ended_at.is_(None) | (AttemptModel.ended_at >= start)),
+                select(AuditModel.target).where(AuditModel.action == "workload.cancel",
+                                                AuditModel.at >= start),
+            )
+            found = s.execute(
+                select(WM.id, WM.budget, WM.user, WM.gpus, WM.min_runtime, WM.status,
+                       WM.submit_time, WM.released_at, WM.dependencies, WM.array_throttle)
+                .where(WM.id.in_(ids.scalar_subquery()), WM.submit_time < end)
+                .order_by(WM.seq)).all()
+            tries: dict[str, list[UsedAttempt]] = {}
+            wanted = [str(r[0]) for r in found]
+            for i in range(0, len(wanted), 500):  # keep IN lists small
+                q = (select(AttemptModel.workload_id, AttemptModel.placement,
+                            AttemptModel.gpus_held, AttemptModel.started_at,
+                            AttemptModel.ended_at)
+                     .where(AttemptModel.workload_id.in_(wanted[i : i + 500]))
+                     .order_by(AttemptModel.workload_id, AttemptModel.n))
+                for wid, pl, g, st, en in s.execute(q):
+                    tries.setdefault(wid, []).append(UsedAttempt(
+                        tuple((str(h), int(n), tuple(int(x) for x in ix)) for h, n, ix in pl),
+                        int(g), float(st), None if en is None else float(en)))
             rows = [
-                _workload(m, None, tuple(tries.get(m.id or "", ())))
-                for m in s.scalars(select(WM).where(WM.submit_time < before).order_by(WM.seq))
+                UsedWorkload(str(wid), budget, user, int(gpus), float(mr), Status(status),
+                             float(sub), None if rel is None else float(rel),
+                             bool(deps) or bool(throttle), cancels.get(str(wid)),
+                             tuple(tries.get(str(wid), ())))
+                for wid, budget, user, gpus, mr, status, sub, rel, deps, throttle in found
             ]
+            users = [str(u) for u in s.scalars(
+                select(WM.user).where(WM.submit_time < end).distinct().order_by(WM.user))]
             audit = [
                 AuditRow(a.id, a.at, a.actor, a.action, a.target, a.old, a.new)
                 for a in s.scalars(
@@ -1032,7 +1069,7 @@ class Store:
                     .order_by(AuditModel.id)
                 )
             ]
-            return rows, audit
+            return rows, users, audit
 
     def usage_intervals(self, since: float) -> list[UsageInterval]:
         """Attempts overlapping ``[since, now)``: what the ledger is rebuilt from."""
