@@ -492,7 +492,7 @@ def test_a_users_second_whatif_is_refused_at_once_while_theirs_replays(
             cli = CliRunner().invoke(main, ["whatif", "--since", "1d"], env={
                 "APPORTION_URL": url, "APPORTION_TOKEN": token,
                 "APPORTION_CLIENT_CONFIG": "/dev/null"}, catch_exceptions=False)
-            assert cli.exit_code == 1
+            assert cli.exit_code == 40  # 429: another refusal
             assert "Error: a what-if replay of yours is already running" in cli.stderr
             assert "(HTTP 429)" in cli.stderr
             health = httpx.get(url + "/v1/health", timeout=5)
@@ -966,7 +966,7 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
     assert text.returncode == 0, text.stdout + text.stderr
     assert text.stdout == whatif_run(live, "--set-weight", "ai/vision=4").stdout
     refused = ask("alice", *proposal)
-    assert refused.returncode == 1
+    assert refused.returncode == 43
     assert refused.stderr == "Error: forbidden: alice manages no budget (HTTP 403)\n"
     typo = ask("admin", "--since", "2d", "--set-weight", "ai/visoin=4")
     assert typo.returncode == 2
@@ -1022,10 +1022,10 @@ def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> N
             "2029-12-30 00:00:00+00:00 to 2030-01-01 00:00:00+00:00: nothing to replay\n")
     for where in (server, ("--config", str(live.config))):
         run = apportion("whatif", *where, "--since", "2d", "--until", "2030-01-01")
-        assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+        assert (run.returncode, run.stderr) == (2, want), run.stdout + run.stderr
     run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
                     "2030-01-01", "--out", str(live.config.parent / "never.csv"))
-    assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+    assert (run.returncode, run.stderr) == (2, want), run.stdout + run.stderr
 
 
 def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:

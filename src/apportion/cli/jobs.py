@@ -38,16 +38,20 @@ from apportion.service.validation import MAX_CANCEL_IDS
 from apportion.text import escape_controls
 
 from .client import (
+    EXIT_FAILED,
     Client,
+    Failure,
     UnexpectedReply,
     _print_json,
     as_typed,
     connection,
+    exit_code_for,
     exit_to_show,
     exported_env,
     fmt_time,
     json_option,
     parse,
+    reworded,
     table,
 )
 from .environ import user_environ
@@ -505,7 +509,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag (or script line) as typed
         if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
-            raise click.ClickException(f"{named('budget', '--budget')}: {e.message}") from None
+            raise reworded(e, f"{named('budget', '--budget')}: {e.message}") from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
@@ -940,18 +944,24 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
     if not outcomes:
         click.echo("nothing to cancel")
         return
-    failed = 0
+    failed: list[CancelOutcome] = []
     for o in outcomes:
         if o.result == "cancelled":
             click.echo(f"cancelled {o.id}")
         elif o.result == "cancel_requested":
             click.echo(f"cancel requested for {o.id} ({o.status}); the scheduler stops it")
         else:  # ended, not found, not allowed: the others were cancelled all the same
-            failed += 1
+            failed.append(o)
             click.echo(f"{o.id}: {o.detail}", err=True)
     if failed:
-        raise click.ClickException(f"{failed} of {plural(len(outcomes), 'workload')} not "
-                                   "cancelled")
+        # the exit code of the single cancel's refusal, if all failed alike; else 1
+        codes = {exit_code_for(_CANCEL_REFUSED.get(o.result, 409)) for o in failed}
+        raise Failure(f"{len(failed)} of {plural(len(outcomes), 'workload')} not cancelled",
+                      codes.pop() if len(codes) == 1 else EXIT_FAILED)
+
+
+# a bulk cancel's result that leaves a workload as it is: the single cancel's refusal
+_CANCEL_REFUSED = {"ended": 409, "not_found": 404, "not_allowed": 403}
 
 
 def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:

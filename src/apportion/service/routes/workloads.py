@@ -329,8 +329,8 @@ def router(api: Api) -> APIRouter:
                             f"private data (the logs of workload {w.id})")
         if not who.may_see_private(rights(who.user), w.user, w.budget):
             raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
-        if not w.attempts:
-            raise fail(404, f"workload {workload_id}: has not started yet, no logs")
+        if not w.attempts:  # it exists: 409 (not yet), not the 404 of a workload that does not
+            raise fail(409, f"workload {workload_id}: has not started yet, no logs")
         n = attempt if attempt is not None else w.attempts[-1].n
         a = next((x for x in w.attempts if x.n == n), None)
         if a is None:
@@ -354,7 +354,7 @@ def router(api: Api) -> APIRouter:
             if settings.executor.kind == "memory":  # a dry run: nothing ran, nothing wrote
                 raise fail(404, f"workload {workload_id}: attempt {n}: no log: the memory "
                                 "executor runs nothing") from None
-            raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet") from None
+            raise fail(409, f"workload {workload_id}: attempt {n}: no log file yet") from None
         except OSError as e:
             if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link put in the log's place
                 raise fail(404, f"workload {workload_id}: attempt {n}: log file is a "
