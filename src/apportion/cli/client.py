@@ -54,6 +54,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
+# how long --wait and logs -f keep asking a server that does not answer (refused, lost, timed
+# out, 5xx): the work is known to exist and goes on meanwhile (a server restart, an upgrade)
+OUTAGE_S = 600.0
 AUDIT_PAGE = 10_000  # GET /v1/audit's largest limit
 _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the words only
 
@@ -257,11 +260,16 @@ class Client:
     def call(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
              retry: bool = False, timeout: float | None | httpx.Timeout = 60,
-             accept: tuple[int, ...] = ()) -> httpx.Response:
+             accept: tuple[int, ...] = (), patient: bool = False) -> httpx.Response:
         """One request. ``retry`` (only for requests that are safe to repeat, e.g. a
         submission with an Idempotency-Key): a lost connection, a refused one or a 5xx is
-        retried with backoff (``RETRY_WAITS``). ``timeout`` None: wait as long as the server
-        takes to answer. An error status in ``accept`` is returned for the caller to read."""
+        retried with backoff (``RETRY_WAITS``). ``patient`` (a read of what is known to
+        exist, by --wait and logs -f): the same, for up to ``OUTAGE_S`` of outage. ``timeout``
+        None: wait as long as the server takes to answer. An error status in ``accept`` is
+        returned for the caller to read."""
+        if patient:
+            return self._patiently(lambda: self.call(method, path, body, params, headers,
+                                                     timeout=timeout, accept=accept))
         waits = list(RETRY_WAITS) if retry else []
         retries = len(waits)
         limit = httpx.Timeout(timeout, connect=60) if timeout is None else timeout
@@ -306,6 +314,27 @@ class Client:
                                 r.status_code)
         return r
 
+    def _patiently(self, request: Callable[[], httpx.Response]) -> httpx.Response:
+        """``request()``, asked again while the server cannot be reached or answers 5xx,
+        until it has not answered for ``OUTAGE_S``; said on stderr once an outage."""
+        down_since: float | None = None
+        wait = RETRY_WAITS[0]
+        while True:
+            try:
+                return request()
+            except ServerRefused as e:
+                if e.exit_code != EXIT_UNREACHABLE:
+                    raise
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    click.echo(f"apportion: server unreachable, retrying for up to "
+                               f"{format_duration(OUTAGE_S)} ({e.message})", err=True)
+                elif now - down_since >= OUTAGE_S:
+                    raise
+                time.sleep(wait)
+                wait = min(2 * wait, RETRY_WAITS[-1])
+
     def pages(self, path: str, params: dict[str, Any], cursor: str, page: int,
               most: int | None = None) -> tuple[list[Any], bool]:
         """The rows of a list the server answers in pages of at most ``page`` (docs/api.md,
@@ -328,8 +357,8 @@ class Client:
 
     def json(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
-             retry: bool = False) -> Any:
-        return self.call(method, path, body, params, headers, retry).json()
+             retry: bool = False, patient: bool = False) -> Any:
+        return self.call(method, path, body, params, headers, retry, patient=patient).json()
 
     def reply(self, model: type[R], method: str, path: str, body: Any = None) -> R:
         """One request whose answer is one ``model`` (service/replies.py)."""

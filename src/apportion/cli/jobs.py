@@ -644,7 +644,7 @@ def wait_for(client: Client, ids: Sequence[str], say: Callable[[str], None],
         for wid in ids:
             if wid in codes:
                 continue
-            w = client.json("GET", f"/workloads/{wid}")
+            w = client.json("GET", f"/workloads/{wid}", patient=True)  # through an outage
             line = _state_line(w)
             if seen.get(wid) != line:
                 seen[wid] = line
@@ -1012,7 +1012,7 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
     its output was printed; returns whether any was."""
     offset, current, printed = 0, attempt, False
     while True:
-        w = client.json("GET", f"/workloads/{wid}")
+        w = client.json("GET", f"/workloads/{wid}", patient=True)  # through an outage
         done = w["status"] in FINAL
         latest = w["attempts"][-1]["n"] if w["attempts"] else None
         if attempt is None and latest is not None and latest != current:
@@ -1031,7 +1031,7 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
 def _drain(client: Client, wid: str, n: int, offset: int) -> int:
     """Print attempt ``n``'s output from ``offset``; returns the new offset."""
     try:
-        return _print_log(client, wid, n, offset=offset)
+        return _print_log(client, wid, n, offset=offset, patient=True)  # -f: through an outage
     except click.ClickException as e:
         if "no log file yet" in e.message:
             return offset
@@ -1039,28 +1039,29 @@ def _drain(client: Client, wid: str, n: int, offset: int) -> int:
 
 
 def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
-               tail: int = 0) -> int:
+               tail: int = 0, patient: bool = False) -> int:
     """Print an attempt's output (the latest without ``attempt``) from ``offset``, or its last
     ``tail`` bytes, up to where the log ended when first asked. The server answers a
     bounded piece at a time, each printed before the next is asked for: a long log is never
     held whole. A log now shorter than ``offset`` was truncated (``truncate -s 0`` by the
     job): that is said on stderr and it is printed from its start, as ``tail -f`` does.
     Returns the offset after what was printed."""
-    r = client.call("GET", f"/workloads/{wid}/logs",
+    r = client.call("GET", f"/workloads/{wid}/logs", patient=patient,
                     params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
     n = _log_position(r, "X-Log-Attempt")
     # a server older than X-Log-Size answers the whole log at once: it ends where that does
     end = _log_position(r, "X-Log-Size" if "X-Log-Size" in r.headers else "X-Log-Offset")
     if end < offset:
         click.echo("log truncated: following from its start", err=True)
-        return _print_log(client, wid, n)
+        return _print_log(client, wid, n, patient=patient)
     while True:
         click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
         offset = _log_position(r, "X-Log-Offset")
         if offset >= end or not r.content:
             return offset
         # the same attempt's rest, even if the workload was requeued meanwhile
-        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset})
+        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset},
+                        patient=patient)
 
 
 def _log_position(r: httpx.Response, header: str) -> int:
