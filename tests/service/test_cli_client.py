@@ -935,3 +935,15 @@ def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -
         49, f"Error: workload {held}: has not started yet, no logs (HTTP 409)\n")
     assert run(server, "alice", "logs", "999999").exit_code == 44
     assert run(server, "alice", "cancel", first, held).exit_code == 0
+
+
+def test_submit_wait_json_prints_only_the_final_workload_on_stdout(server: Server) -> None:
+    """``submit --wait --json``: stdout is exactly one JSON document, the workload once it
+    ended (status, exit_code, attempts), and the changes of state are on stderr (stdout
+    held the pending workload followed by the progress lines, which no parser reads)."""
+    r = run(server, "alice", "submit", "--wait", "--json", "--budget", "ai/llm", "--gpus", "1",
+            "--min-runtime", "0", "--", "sh", "-c", "exit 3")
+    assert r.exit_code == 3, r.output
+    w = json.loads(r.stdout)
+    assert (w["status"], w["exit_code"], len(w["attempts"])) == ("failed", 3, 1)
+    assert f"{w['id']}: failed" in r.stderr

@@ -513,9 +513,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
-    if as_json:
+    if as_json and not wait:
         _print_json(w)
-    else:
+    elif not as_json:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
         # what was stored, exactly: "1 d 2 h" for 1-2:30 would hide the half hour
@@ -524,7 +524,14 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
-        sys.exit(wait_for(client, ids, click.echo))
+        if not as_json:
+            sys.exit(wait_for(client, ids, click.echo))
+        # stdout: one JSON document, the final workload (an array: its elements, a list),
+        # with its exit_code and attempts; the changes of state go to stderr
+        code = wait_for(client, ids, lambda line: click.echo(line, err=True))
+        final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        _print_json(final if row.array_ids else final[0])
+        sys.exit(code)
 
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
