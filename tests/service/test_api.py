@@ -346,9 +346,12 @@ def test_audit_command_reads_limit_entries_across_pages_and_says_older_ones_are_
 
 
 def test_logs_of_an_attempt(svc: Service) -> None:
-    """Logs are read from <data_dir>/logs/<workload>/<attempt>.log."""
+    """Logs are read from <data_dir>/logs/<workload>/<attempt>.log. Work that has not
+    started yet is a 409 (it exists: not the 404 of a workload that does not)."""
     wid = submit(svc).json()["id"]
-    assert svc.call("GET", f"/v1/workloads/{wid}/logs", "alice").status_code == 404
+    pending = svc.call("GET", f"/v1/workloads/{wid}/logs", "alice")
+    assert (pending.status_code, pending.json()["detail"]) == (
+        409, f"workload {wid}: has not started yet, no logs")
     svc.store.begin_attempt(wid, [("h1", 2, [0, 1])], 1_000_001.0)
     # this service's executor is the memory one: an attempt without a log is told why
     none = svc.call("GET", f"/v1/workloads/{wid}/logs", "alice")
@@ -879,7 +882,7 @@ def test_queue_is_503_before_the_first_pass_not_an_empty_queue(svc: Service) -> 
     env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["bob"],
            "APPORTION_CLIENT_CONFIG": "/dev/null"}
     cli = CliRunner().invoke(main, ["queue"], env=env, catch_exceptions=False)
-    assert cli.exit_code == 1
+    assert cli.exit_code == 50  # 503: the server cannot serve it yet
     assert "scheduler: not started yet, retry in a moment" in cli.stderr
     assert "no active workloads" not in cli.output
     svc.scheduler.step()

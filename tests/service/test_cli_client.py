@@ -309,15 +309,15 @@ def test_queue_and_cancel(server: Server) -> None:
 def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(
     server: Server,
 ) -> None:
-    """queue --budget with a typo, cancel --user with one: exit 1 naming the flag and the
+    """queue --budget with a typo, cancel --user with one: exit 2 naming the flag and the
     closest names (before: "no active workloads" / "nothing to cancel", as if the queue
     were empty); GET /v1/workloads answers 422 naming its parameter."""
     q = run(server, "bob", "queue", "--budget", "ai/visoin")
-    assert q.exit_code == 1
+    assert q.exit_code == 2  # a filter the server refuses (422): bad input
     assert q.stderr.startswith("Error: --budget: budget ai/visoin: not found; did you mean "
                                "ai/vision")
     c = run(server, "bob", "cancel", "--user", "bobb")
-    assert c.exit_code == 1
+    assert c.exit_code == 2
     assert c.stderr.startswith("Error: --user: user bobb: not found; did you mean bob")
     api = httpx.get(f"{server.url}/v1/workloads?user=bobb",
                     headers={"Authorization": f"Bearer {server.tokens['bob']}"})
@@ -329,12 +329,12 @@ def test_an_array_or_token_user_that_does_not_exist_is_an_error_naming_the_flag(
     server: Server,
 ) -> None:
     """cancel --array with an id no workload has, and tokens list --user with a typo (as an
-    admin): exit 1 naming the flag (before: "nothing to cancel", and an empty list)."""
+    admin): exit 2 naming the flag (before: "nothing to cancel", and an empty list)."""
     c = run(server, "bob", "cancel", "--array", "999999")
-    assert c.exit_code == 1
+    assert c.exit_code == 2
     assert c.stderr.startswith("Error: --array: workload w-999999: not found")
     t = run(server, "root", "tokens", "list", "--user", "bobb")
-    assert t.exit_code == 1
+    assert t.exit_code == 2
     assert t.stderr.startswith("Error: --user: user bobb: not found; did you mean bob")
 
 
@@ -439,7 +439,7 @@ def test_cancel_by_filter_leaves_out_ended_work_and_an_ended_id_is_a_failure(
     """``cancel --me`` is one request, and the server picks the active work in the very
     transactions that cancel it: a workload that has ended is not among it (neither
     cancelled nor reported) and the command succeeds; an id given by hand that has ended is
-    a failure (exit 1), said in the single cancel's words, as the user asked for that one."""
+    a failure (exit 49), said in the single cancel's words, as the user asked for that one."""
     done = run(server, "carol", "submit", "--budget", "ai/llm", "--gpus", "1",
                "--min-runtime", "0", "--", "true").stdout.split()[1]
     assert wait_status(server, done, {"completed"})["status"] == "completed"
@@ -450,7 +450,7 @@ def test_cancel_by_filter_leaves_out_ended_work_and_an_ended_id_is_a_failure(
     assert done not in r.output and live in r.stdout
     assert wait_status(server, live, {"cancelled"})["status"] == "cancelled"
     by_id = run(server, "carol", "cancel", done)
-    assert by_id.exit_code == 1
+    assert by_id.exit_code == 49  # conflict: ended already
     assert by_id.stderr == (f"{done}: workload {done}: status: already completed\n"
                             "Error: 1 of 1 workload not cancelled\n")
 
@@ -488,7 +488,7 @@ def test_cancel_by_filter_or_many_ids_is_one_request_per_10000_workloads(
     monkeypatch.setattr(jobs, "MAX_CANCEL_IDS", 2)
     r = run(server, "dave", "cancel", pending[0], pending[1], pending[2], "--array", array)
     assert sent == [("POST", "/workloads/cancel")] * 3
-    assert r.exit_code == 1, r.output  # the three given by hand had ended
+    assert r.exit_code == 49, r.output  # the three given by hand had ended
     assert [line.split(":")[0] for line in r.stderr.splitlines()[:3]] == pending[:3]
     assert r.stdout == (f"cancel requested for {elements[0]} (running); the scheduler "
                         "stops it\n")
@@ -521,25 +521,25 @@ def test_validation_error_is_printed(server: Server) -> None:
     """The server's message is printed and the exit status is non-zero."""
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "99", "--min-runtime",
             "30m", "--", "true")
-    assert r.exit_code == 1
+    assert r.exit_code == 2  # 422: bad input
     assert "gpus: 99 is more than the cluster's 16" in r.stderr and "HTTP 422" in r.stderr
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
             "9h", "--", "true")
-    assert r.exit_code == 1 and "--min-runtime: 9 h is over the cap of 8 h" in r.stderr
+    assert r.exit_code == 2 and "--min-runtime: 9 h is over the cap of 8 h" in r.stderr
     r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
             "30m", "--priority", "5000", "--", "true")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.stderr.startswith("Error: --priority: Input should be less than or equal to 1000")
 
 
 def test_forbidden_and_unauthenticated(server: Server) -> None:
     """403 and 401 messages from the server reach the user."""
     r = run(server, "alice", "hosts", "drain", "h1")
-    assert r.exit_code == 1 and "forbidden: alice may not change host h1" in r.stderr
+    assert r.exit_code == 43 and "forbidden: alice may not change host h1" in r.stderr
     r = run(server, None, "queue")
-    assert r.exit_code == 1 and "missing bearer token (HTTP 401)" in r.stderr
+    assert r.exit_code == 43 and "missing bearer token (HTTP 401)" in r.stderr
     r = run(server, "alice", "queue", "--token", "wrong")
-    assert r.exit_code == 1 and "invalid token" in r.stderr
+    assert r.exit_code == 43 and "invalid token" in r.stderr
 
 
 def test_budget_commands(server: Server) -> None:
@@ -729,12 +729,12 @@ def client_config(tmp_path: Path, text: str, *args: str,
 def test_a_bad_client_config_is_refused_as_file_key_problem(
     tmp_path: Path, text: str, problem: str,
 ) -> None:
-    """Each problem of the client config file is one line ``file: key: problem`` (exit 1),
+    """Each problem of the client config file is one line ``file: key: problem`` (exit 2),
     as the server's config reports its own: a value of the wrong type was a traceback, a
     misspelled key was ignored, a URL without a scheme or a blank token failed every
     request as if the server could not be reached."""
     r = client_config(tmp_path, text)
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output
     assert r.stderr.startswith(f"Error: {tmp_path / 'client.toml'}: {problem}"), r.stderr
     assert "Traceback" not in r.output and "cannot reach" not in r.output
 
@@ -743,7 +743,7 @@ def test_a_token_file_that_is_blank_is_named(tmp_path: Path) -> None:
     """A token file holding nothing but a newline is named with the key that names it."""
     (tmp_path / "tok").write_text("\n")
     r = client_config(tmp_path, f'token_file = "{tmp_path / "tok"}"\n')
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.stderr == (f"Error: {tmp_path / 'client.toml'}: token_file: {tmp_path / 'tok'}: "
                         "the token is empty\n")
 
@@ -754,7 +754,7 @@ def test_a_client_config_named_but_missing_is_an_error(tmp_path: Path) -> None:
     missing = tmp_path / "none.toml"
     r = CliRunner().invoke(main, ["queue"], env={
         "APPORTION_URL": None, "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": str(missing)})
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.stderr == (f"Error: {missing}: cannot read: No such file or directory (named by "
                         "APPORTION_CLIENT_CONFIG)\n")
 
@@ -765,7 +765,7 @@ def test_the_default_client_config_may_be_missing(tmp_path: Path) -> None:
     port = free_port()
     r = CliRunner().invoke(main, ["queue", "--url", f"http://127.0.0.1:{port}"], env={
         "APPORTION_TOKEN": None, "APPORTION_CLIENT_CONFIG": None, "HOME": str(tmp_path)})
-    assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+    assert r.exit_code == 50 and "cannot reach the server" in r.stderr
 
 
 @pytest.mark.parametrize(("args", "env", "problem"), [
@@ -804,7 +804,7 @@ def test_unreachable_server() -> None:
     r = CliRunner().invoke(main, ["queue"], env={
         "APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": "x",
         "APPORTION_CLIENT_CONFIG": "/dev/null"})
-    assert r.exit_code == 1 and "cannot reach the server" in r.stderr
+    assert r.exit_code == 50 and "cannot reach the server" in r.stderr
 
 
 @contextlib.contextmanager
@@ -879,7 +879,7 @@ def test_a_submission_retried_says_so_once(monkeypatch: pytest.MonkeyPatch) -> N
     r = CliRunner().invoke(main, ["submit", "--budget", "ai/llm", "--gpus", "1",
                                   "--min-runtime", "0", "--", "true"], env={
         "APPORTION_URL": url, "APPORTION_TOKEN": "x", "APPORTION_CLIENT_CONFIG": "/dev/null"})
-    assert r.exit_code == 1
+    assert r.exit_code == 50
     lines = r.stderr.splitlines()
     assert lines[0] == (f"apportion: the server at {url} does not answer (Connection "
                         "refused); retrying for about a minute ...")
@@ -961,12 +961,12 @@ def test_names_in_a_request_path_are_sent_as_typed_and_name_nothing_else(
         r = run(server, "root", "users", "set", name, "--admin")
         assert r.exit_code == 2 and "is not a name" in r.stderr, r.output
     r = run(server, "root", "users", "set", "bob#x", "--admin")
-    assert r.exit_code == 1 and "user bob#x: not found" in r.stderr, r.output
+    assert r.exit_code == 44 and "user bob#x: not found" in r.stderr, r.output
     assert admin_of("bob") == before
     weight = next(b["weight"] for b in run_json(server, "root", "budgets", "tree")
                   if b["path"] == "ai/llm")
     r = run(server, "root", "budgets", "set", "ai/llm#zz", "5")
-    assert r.exit_code == 1 and "ai/llm#zz" in r.stderr, r.output
+    assert r.exit_code == 44 and "ai/llm#zz" in r.stderr, r.output
     for path in ("ai/../ops", "ai//llm"):
         r = run(server, "root", "budgets", "set", path, "5")
         assert r.exit_code == 2 and "is not a budget path" in r.stderr, r.output
@@ -975,5 +975,43 @@ def test_names_in_a_request_path_are_sent_as_typed_and_name_nothing_else(
     for args in (["hosts", "repair", "gpu\x07"], ["tokens", "create", "bob\x1b[31m"],
                  ["tokens", "revoke", "t-?x"]):
         r = run(server, "root", *args)
-        assert r.exit_code == 1 and r.stderr.startswith("Error: ") and "\x07" not in r.stderr \
+        assert r.exit_code == 44 and r.stderr.startswith("Error: ") and "\x07" not in r.stderr \
             and "Traceback" not in r.output, r.output
+
+
+def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -> None:
+    """One exit code per kind of failure (docs/cli.md, "Exit codes"), whatever the command:
+    404 -> 44, 403 and 401 -> 43, 409 -> 49 (also the logs of work not started yet, which
+    is no missing workload), the server's 422 and the CLI's own checks -> 2, a server that
+    cannot be reached -> 50 (they all exited 1)."""
+    assert run(server, "root", "show", "999999").exit_code == 44
+    assert run(server, "alice", "hosts", "drain", "h1").exit_code == 43
+    assert run(server, "alice", "queue", "--token", "bogus").exit_code == 43
+    assert run(server, "root", "users", "add", "alice").exit_code == 49
+    assert run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "99",
+               "--min-runtime", "0", "--", "true").exit_code == 2
+    assert run(server, "root", "report", "usage", "--from", "2026-12-06",
+               "--to", "2026-12-06").exit_code == 2
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    assert run(server, "alice", "queue", "--url", unreachable).exit_code == 50
+    first = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1",
+                "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    held = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+               "0", "--dependency", f"afterok:{first}", "--", "true").stdout.split()[1]
+    logs = run(server, "alice", "logs", held)
+    assert (logs.exit_code, logs.stderr) == (
+        49, f"Error: workload {held}: has not started yet, no logs (HTTP 409)\n")
+    assert run(server, "alice", "logs", "999999").exit_code == 44
+    assert run(server, "alice", "cancel", first, held).exit_code == 0
+
+
+def test_submit_wait_json_prints_only_the_final_workload_on_stdout(server: Server) -> None:
+    """``submit --wait --json``: stdout is exactly one JSON document, the workload once it
+    ended (status, exit_code, attempts), and the changes of state are on stderr (stdout
+    held the pending workload followed by the progress lines, which no parser reads)."""
+    r = run(server, "alice", "submit", "--wait", "--json", "--budget", "ai/llm", "--gpus", "1",
+            "--min-runtime", "0", "--", "sh", "-c", "exit 3")
+    assert r.exit_code == 3, r.output
+    w = json.loads(r.stdout)
+    assert (w["status"], w["exit_code"], len(w["attempts"])) == ("failed", 3, 1)
+    assert f"{w['id']}: failed" in r.stderr

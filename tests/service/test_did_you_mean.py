@@ -57,20 +57,20 @@ def test_unknown_user_suggests_the_close_one(svc: Service) -> None:
 def test_cli_prints_the_suggestion_naming_the_flag_or_the_script_line(
     svc: Service, tmp_path: Path,
 ) -> None:
-    """``apportion submit --budget ai/lm``: exit status 1, the message with the suggestion,
+    """``apportion submit --budget ai/lm``: exit status 2, the message with the suggestion,
     after the flag as typed, or the script line that gave the budget (it named neither)."""
     url = str(svc.client.base_url).rstrip("/")
     r = CliRunner().invoke(main, ["submit", "--budget", "ai/lm", "--gpus", "1",
                                   "--min-runtime", "10m", "--url", url,
                                   "--token", svc.tokens["alice"], "--", "true"])
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.stderr == ("Error: --budget: budget 'ai/lm': unknown budget; did you mean "
                         "'ai/llm'? (HTTP 422)\n")
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/sh\n#APPORTION --budget ai/lm --gpus 1 --min-runtime 10m\ntrue\n")
     r = CliRunner().invoke(main, ["submit", "--url", url, "--token", svc.tokens["alice"],
                                   str(script)])
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert r.stderr == ("Error: job.sh:2: #APPORTION --budget ai/lm: budget 'ai/lm': unknown "
                         "budget; did you mean 'ai/llm'? (HTTP 422)\n")
 

@@ -187,9 +187,9 @@ def test_writes_without_rights_are_refused(live: LiveFactory, tmp_path: Path) ->
         assert r.status_code == 403, (what, r.text)
         assert r.json()["detail"].startswith(f"forbidden: {refused} may not"), (what, r.text)
         assert fingerprint() == before, f"{what}: a refused write changed something"
-    # the same refusal through the client: the server's message and exit status 1
+    # the same refusal through the client: the server's message and exit status 43
     out = s.cli("carol", "hosts", "drain", "h0")
-    assert out.returncode == 1 and "forbidden: carol may not change host h0" in out.stderr
+    assert out.returncode == 43 and "forbidden: carol may not change host h0" in out.stderr
     assert fingerprint() == before
     assert s.ok("POST", f"/v1/workloads/{wid}/cancel", "alice")["cancel_requested"]
     assert s.wait_status(wid, "cancelled", "preempted", "failed")["status"] == "cancelled"

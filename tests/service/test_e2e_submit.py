@@ -144,7 +144,7 @@ def test_time_limit_over_the_cap_is_refused_in_human_units(live_sqlite: LiveFact
     s = live_sqlite({"h0": 2})
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1h",
               "--time", "30m", "--", "true")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "--time: 30 min is shorter than its minimum runtime of 1 h" in r.stderr, r.stderr
 
 
@@ -275,7 +275,7 @@ def test_time_limits_are_read_as_slurm_reads_them(live_sqlite: LiveFactory,
     assert r.returncode == 2
     assert "\nError: job.sh:2: #SBATCH --time=soon: must be a duration" in r.stderr, r.stderr
     r = s.cli("alice", "submit", "--time", "1h", str(script))
-    assert r.returncode == 1  # --time given: then the kind from --gres is what is refused
+    assert r.returncode == 2  # --time given: then the kind from --gres is what is refused
     assert r.stderr.startswith("Error: job.sh:3: #SBATCH --gres=gpu:h100:1: unknown GPU kind "
                                "'H100'"), r.stderr
 
@@ -390,7 +390,7 @@ def test_short_ids_and_cancelling_many(live_sqlite: LiveFactory) -> None:
     shown = s.cli("alice", "show", waiting[0].removeprefix("w-000"))
     assert shown.returncode == 0 and f"id:                  {waiting[0]}" in shown.stdout
     r = s.cli("alice", "cancel", waiting[0].removeprefix("w-"), waiting[1], "w-999999")
-    assert r.returncode == 1
+    assert r.returncode == 44
     assert r.stdout.splitlines() == [f"cancelled {waiting[0]}", f"cancelled {waiting[1]}"]
     assert "w-999999: workload w-999999: not found" in r.stderr
     r = s.cli("alice", "cancel", "--user", "alice", "--state", "pending")
@@ -503,14 +503,14 @@ def test_host_constraints_and_gpu_kind(live_sqlite: LiveFactory) -> None:
     assert placed == {"--exclude": "h1", "--nodelist": "h0"}
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--nodelist", "h9", "--", "true")
-    assert r.returncode == 1 and "--nodelist: unknown host 'h9'" in r.stderr
+    assert r.returncode == 2 and "--nodelist: unknown host 'h9'" in r.stderr
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--nodelist", "h0", "--exclude", "h0", "--", "true")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "--nodelist/--exclude: leave no host to run on" in r.stderr
     r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
               "--gpu-kind", "h100", "--", "true")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "--gpu-kind: unknown GPU kind 'h100' (the fleet has gpu)" in r.stderr
 
 

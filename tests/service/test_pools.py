@@ -572,13 +572,13 @@ def test_cli_submit_takes_gpu_kinds_and_a_cluster(svc: Svc, tmp_path: Path) -> N
     w = svc.store.list_workloads()[0]
     assert (w.gpu_kinds, w.cluster) == (("H100", "B200"), "west")
     r = run(*common, "--gpu-kind", "A100", "--", "train")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert "--gpu-kind: unknown GPU kind 'A100' (the fleet has B200, H100)" in r.output
     r = run(*common, "-w", "w1", "--gpu-kind", "H100", "--", "train")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert "Error: --nodelist: the hosts it may use (w1) have no H100 GPUs" in r.output
     r = run(*common, "--gpu-kind", "B200", "--cluster", "east", "--", "train")
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert ("Error: --cluster: cluster east has no B200 GPUs (the fleet has them in west)"
             in r.output)
     script = tmp_path / "job.sh"

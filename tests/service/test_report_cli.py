@@ -72,9 +72,9 @@ def test_report_usage_output_that_cannot_be_written_names_the_flag(
 
 
 def test_report_usage_refuses_a_bad_date_naming_the_flag(live: Live) -> None:
-    """--from "last tuesday": exit 1 naming the flag as typed; the API names its parameter."""
+    """--from "last tuesday": exit 2 naming the flag as typed; the API names its parameter."""
     r = live.cli("root", "report", "usage", "--from", "last tuesday")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "Error: --from: must be a date (2026-11-01), a date and time" in r.stderr
     api = live.call("GET", "/v1/reports/usage?from=last%20tuesday", "root")
     assert (api.status_code, api.json()["detail"].split(",")[0]) == (
@@ -88,9 +88,9 @@ def test_report_usage_names_the_flags_of_a_period_it_refuses(live: Live) -> None
     r = live.cli("root", "report", "usage", "--from", "2026-12-06T10:00", "--to",
                  "2026-12-06T09:00")
     assert (r.returncode, r.stderr.strip()) == (
-        1, "Error: --from: 2026-12-06T10:00 is not before --to (2026-12-06T09:00)")
+        2, "Error: --from: 2026-12-06T10:00 is not before --to (2026-12-06T09:00)")
     for fmt in ("table", "csv"):
         r = live.cli("root", "report", "usage", "--from", "4000d", "--format", fmt)
-        assert r.returncode == 1
+        assert r.returncode == 2
         assert r.stderr.startswith(
             "Error: --from: the period may be at most 3,660 days, got 4,000"), r.stderr

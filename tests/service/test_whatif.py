@@ -508,7 +508,7 @@ def test_a_users_second_whatif_is_refused_at_once_while_theirs_replays(
             cli = CliRunner().invoke(main, ["whatif", "--since", "1d"], env={
                 "APPORTION_URL": url, "APPORTION_TOKEN": token,
                 "APPORTION_CLIENT_CONFIG": "/dev/null"}, catch_exceptions=False)
-            assert cli.exit_code == 1
+            assert cli.exit_code == 40  # 429: another refusal
             assert "Error: a what-if replay of yours is already running" in cli.stderr
             assert "(HTTP 429)" in cli.stderr
             health = httpx.get(url + "/v1/health", timeout=5)
@@ -982,7 +982,7 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
     assert text.returncode == 0, text.stdout + text.stderr
     assert text.stdout == whatif_run(live, "--set-weight", "ai/vision=4").stdout
     refused = ask("alice", *proposal)
-    assert refused.returncode == 1
+    assert refused.returncode == 43
     assert refused.stderr == "Error: forbidden: alice manages no budget (HTTP 403)\n"
     typo = ask("admin", "--since", "2d", "--set-weight", "ai/visoin=4")
     assert typo.returncode == 2
@@ -1051,7 +1051,7 @@ def test_until_is_read_as_report_usage_reads_to(live: Live, tmp_path: Path) -> N
 
 
 def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> None:
-    """--until 2020-01-01, before anything was submitted: exit 1 with the flags and the
+    """--until 2020-01-01, before anything was submitted: exit 2 with the flags and the
     period they make, not 'Invalid value for --since', whether the server replays (its 422
     says 'period: ...') or the store is read here; export-trace says the same."""
     server = ("--url", live.server.url, "--token", live.server.token("admin"))
@@ -1059,10 +1059,10 @@ def test_a_period_with_no_workload_is_refused_naming_the_period(live: Live) -> N
             "2019-12-30 00:00:00+00:00 to 2020-01-01 00:00:00+00:00: nothing to replay\n")
     for where in (server, ("--config", str(live.config))):
         run = apportion("whatif", *where, "--since", "2d", "--until", "2020-01-01")
-        assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+        assert (run.returncode, run.stderr) == (2, want), run.stdout + run.stderr
     run = apportion("export-trace", "--config", str(live.config), "--since", "2d", "--until",
                     "2020-01-01", "--out", str(live.config.parent / "never.csv"))
-    assert (run.returncode, run.stderr) == (1, want), run.stdout + run.stderr
+    assert (run.returncode, run.stderr) == (2, want), run.stdout + run.stderr
 
 
 def test_an_until_after_now_is_cut_to_now_and_running_work_counts_its_run_so_far(

@@ -4,7 +4,7 @@ Server and token come from ``--url``/``--token``, else ``APPORTION_URL``/``APPOR
 else the client config file (``~/.config/apportion/client.toml``, or the path in
 ``APPORTION_CLIENT_CONFIG``, which must then exist) with keys ``url`` and ``token`` (or
 ``token_file``). Read commands take ``--json`` for machine-readable output; errors print the
-server's message and exit with status 1.
+server's message on stderr and exit with the status of its kind (``EXIT_CODES``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R", bound=BaseModel)
 # a retried call waits 0.5, 1, 2, 4, 5, 5, ... s: about a minute in all, then gives up
 RETRY_WAITS = (0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0)
+# how long --wait and logs -f keep asking a server that does not answer (refused, lost, timed
+# out, 5xx): the work is known to exist and goes on meanwhile (a server restart, an upgrade)
+OUTAGE_S = 600.0
 AUDIT_PAGE = 10_000  # GET /v1/audit's largest limit
 _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the words only
 
@@ -95,6 +98,62 @@ def url_part(name: str) -> str:
     """``name`` (a :class:`Name`) as the segments of a URL path: each percent-quoted."""
     return "/".join(quote(part, safe="") for part in name.split("/"))
 
+
+# ---- exit codes ------------------------------------------------------------------------------
+# One table for every client command (docs/cli.md, "Exit codes"): a script can tell "already
+# exists" from "server down" without reading the words. 40-50 echo the HTTP status (4xx, 5xx):
+# codes a job rarely exits with, since `submit --wait` passes a job's own code through.
+EXIT_FAILED = 1  # none of the below; `submit --wait`: the work ended without a code of its own
+EXIT_USAGE = 2  # usage or bad input: click's own, the CLI's checks, the server's 400/413/422
+EXIT_OTHER_4XX = 40  # another refusal of the server (429: try again later, ...)
+EXIT_REFUSED = 43  # 401 (no valid token) or 403 (not allowed)
+EXIT_NOT_FOUND = 44  # 404
+EXIT_CONFLICT = 49  # 409: the item's state does not allow it (already exists, ...)
+EXIT_UNREACHABLE = 50  # no answer (refused, lost, timed out) or a 5xx, after any retries
+EXIT_CODES = {400: EXIT_USAGE, 401: EXIT_REFUSED, 403: EXIT_REFUSED, 404: EXIT_NOT_FOUND,
+              409: EXIT_CONFLICT, 413: EXIT_USAGE, 422: EXIT_USAGE}
+
+
+def exit_code_for(status: int) -> int:
+    """The exit code of a command the server answered with HTTP ``status`` (an error)."""
+    if status >= 500:
+        return EXIT_UNREACHABLE
+    return EXIT_CODES.get(status, EXIT_OTHER_4XX)
+
+
+class BadInput(click.ClickException):
+    """Input the CLI refuses itself that is not a flag's syntax (a client config file, a
+    period ``--from`` after ``--to``): ``Error: <what>`` without click's usage lines, and
+    the usage code, as the server's 422 for the same input."""
+
+    exit_code = EXIT_USAGE
+
+
+class Failure(click.ClickException):
+    """An error of a client command (``Error: <message>``) that exits with ``exit_code``
+    (one of ``EXIT_*``)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        # click declares exit_code a class variable, yet reads it from the instance
+        self.exit_code = exit_code  # type: ignore[misc]
+
+
+class ServerRefused(Failure):
+    """An error answer of the server (``status``), or none (``status`` None: it could not
+    be reached, or did not answer in time): its exit code says which (``exit_code_for``)."""
+
+    def __init__(self, message: str, status: int | None) -> None:
+        super().__init__(message,
+                         EXIT_UNREACHABLE if status is None else exit_code_for(status))
+        self.status = status
+
+
+def reworded(e: click.ClickException, message: str) -> click.ClickException:
+    """``e`` said in other words (a field named as typed), with its exit code kept."""
+    return Failure(message, e.exit_code)
+
+
 # ---- connection ------------------------------------------------------------------------------
 CONFIG_KEYS = ("token", "token_file", "url")
 _TOKEN = re.compile(r"[!-~]+")  # printable ASCII, no spaces: what a bearer header can carry
@@ -113,17 +172,17 @@ def _config_file() -> dict[str, tuple[str, str]]:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         by = " (named by APPORTION_CLIENT_CONFIG)" if named else ""
-        raise click.ClickException(f"{path}: cannot read: {e.strerror or e}{by}") from None
+        raise BadInput(f"{path}: cannot read: {e.strerror or e}{by}") from None
     except tomllib.TOMLDecodeError as e:
-        raise click.ClickException(f"{path}: {e}") from None
+        raise BadInput(f"{path}: {e}") from None
     for key, value in data.items():
         if key not in CONFIG_KEYS:
-            raise click.ClickException(
+            raise BadInput(
                 f"{path}: {key}: unknown key (valid keys: {', '.join(CONFIG_KEYS)})")
         if not isinstance(value, str):
-            raise click.ClickException(f"{path}: {key}: must be a string, got {value!r}")
+            raise BadInput(f"{path}: {key}: must be a string, got {value!r}")
     if "token" in data and "token_file" in data:
-        raise click.ClickException(f"{path}: token, token_file: give one of them")
+        raise BadInput(f"{path}: token, token_file: give one of them")
     out: dict[str, tuple[str, str]] = {
         key: (data[key], f"{path}: {key}") for key in ("url", "token") if key in data}
     if "token_file" in data:
@@ -131,7 +190,7 @@ def _config_file() -> dict[str, tuple[str, str]]:
         try:
             token = token_path.read_text(encoding="utf-8").strip()
         except OSError as e:
-            raise click.ClickException(
+            raise BadInput(
                 f"{path}: token_file: cannot read {token_path}: {e.strerror or e}") from None
         out["token"] = (token, f"{path}: token_file: {token_path}")
     return out
@@ -201,11 +260,16 @@ class Client:
     def call(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
              retry: bool = False, timeout: float | None | httpx.Timeout = 60,
-             accept: tuple[int, ...] = ()) -> httpx.Response:
+             accept: tuple[int, ...] = (), patient: bool = False) -> httpx.Response:
         """One request. ``retry`` (only for requests that are safe to repeat, e.g. a
         submission with an Idempotency-Key): a lost connection, a refused one or a 5xx is
-        retried with backoff (``RETRY_WAITS``). ``timeout`` None: wait as long as the server
-        takes to answer. An error status in ``accept`` is returned for the caller to read."""
+        retried with backoff (``RETRY_WAITS``). ``patient`` (a read of what is known to
+        exist, by --wait and logs -f): the same, for up to ``OUTAGE_S`` of outage. ``timeout``
+        None: wait as long as the server takes to answer. An error status in ``accept`` is
+        returned for the caller to read."""
+        if patient:
+            return self._patiently(lambda: self.call(method, path, body, params, headers,
+                                                     timeout=timeout, accept=accept))
         waits = list(RETRY_WAITS) if retry else []
         retries = len(waits)
         limit = httpx.Timeout(timeout, connect=60) if timeout is None else timeout
@@ -229,15 +293,15 @@ class Client:
                     wait(f"does not answer ({_ERRNO.sub('', str(e))})")
                     continue
                 if isinstance(e, httpx.ReadTimeout):  # it was reached and got the request
-                    raise click.ClickException(
+                    raise ServerRefused(
                         f"the server at {self.url} did not answer within "
                         f"{httpx.Timeout(limit).read:g} s (it may still be working on the "
-                        "request)") from None
-                raise click.ClickException(
-                    f"cannot reach the server at {self.url}: {e}") from None
+                        "request)", None) from None
+                raise ServerRefused(
+                    f"cannot reach the server at {self.url}: {e}", None) from None
             except httpx.HTTPError as e:
-                raise click.ClickException(
-                    f"cannot reach the server at {self.url}: {e}") from None
+                raise ServerRefused(
+                    f"cannot reach the server at {self.url}: {e}", None) from None
             if r.status_code >= 500 and waits:
                 wait(f"answered HTTP {r.status_code}")
                 continue
@@ -251,8 +315,30 @@ class Client:
             except ValueError:
                 detail = r.text
             # the server's words quote what was sent (a name, a value): shown escaped
-            raise click.ClickException(f"{escape_controls(str(detail))} (HTTP {r.status_code})")
+            raise ServerRefused(f"{escape_controls(str(detail))} (HTTP {r.status_code})",
+                                r.status_code)
         return r
+
+    def _patiently(self, request: Callable[[], httpx.Response]) -> httpx.Response:
+        """``request()``, asked again while the server cannot be reached or answers 5xx,
+        until it has not answered for ``OUTAGE_S``; said on stderr once an outage."""
+        down_since: float | None = None
+        wait = RETRY_WAITS[0]
+        while True:
+            try:
+                return request()
+            except ServerRefused as e:
+                if e.exit_code != EXIT_UNREACHABLE:
+                    raise
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    click.echo(f"apportion: server unreachable, retrying for up to "
+                               f"{format_duration(OUTAGE_S)} ({e.message})", err=True)
+                elif now - down_since >= OUTAGE_S:
+                    raise
+                time.sleep(wait)
+                wait = min(2 * wait, RETRY_WAITS[-1])
 
     def pages(self, path: str, params: dict[str, Any], cursor: str, page: int,
               most: int | None = None) -> tuple[list[Any], bool]:
@@ -276,8 +362,8 @@ class Client:
 
     def json(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
-             retry: bool = False) -> Any:
-        return self.call(method, path, body, params, headers, retry).json()
+             retry: bool = False, patient: bool = False) -> Any:
+        return self.call(method, path, body, params, headers, retry, patient=patient).json()
 
     def reply(self, model: type[R], method: str, path: str, body: Any = None) -> R:
         """One request whose answer is one ``model`` (service/replies.py)."""
@@ -308,7 +394,7 @@ def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickEx
     (``names``: API field -> a flag, or a script line); other errors as they are."""
     for field_name, typed in names.items():
         if e.message.startswith(field_name + ":"):
-            return click.ClickException(typed + e.message[len(field_name):])
+            return reworded(e, typed + e.message[len(field_name):])
     return e
 
 
@@ -347,7 +433,7 @@ def make_client(url: str | None, token: str | None) -> Client:
         problem = None if value is None else check(value)
         if problem is not None:
             usage = where in ("--url", "APPORTION_URL", "--token", "APPORTION_TOKEN")
-            raise (click.UsageError if usage else click.ClickException)(f"{where}: {problem}")
+            raise (click.UsageError if usage else BadInput)(f"{where}: {problem}")
     url, token = given["url"][0], given["token"][0]
     base = DEFAULT_URL if url is None else url.rstrip("/").removesuffix("/v1")
     return Client(base, token)

@@ -38,16 +38,20 @@ from apportion.service.validation import MAX_CANCEL_IDS
 from apportion.text import escape_controls
 
 from .client import (
+    EXIT_FAILED,
     Client,
+    Failure,
     UnexpectedReply,
     _print_json,
     as_typed,
     connection,
+    exit_code_for,
     exit_to_show,
     exported_env,
     fmt_time,
     json_option,
     parse,
+    reworded,
     table,
 )
 from .environ import user_environ
@@ -531,13 +535,13 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                         headers={"Idempotency-Key": str(uuid.uuid4())}, retry=True)
     except click.ClickException as e:  # name the flag (or script line) as typed
         if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
-            raise click.ClickException(f"{named('budget', '--budget')}: {e.message}") from None
+            raise reworded(e, f"{named('budget', '--budget')}: {e.message}") from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
-    if as_json:
+    if as_json and not wait:
         _print_json(w)
-    else:
+    elif not as_json:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
         # what was stored, exactly: "1 d 2 h" for 1-2:30 would hide the half hour
@@ -546,7 +550,14 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
-        sys.exit(wait_for(client, ids, click.echo))
+        if not as_json:
+            sys.exit(wait_for(client, ids, click.echo))
+        # stdout: one JSON document, the final workload (an array: its elements, a list),
+        # with its exit_code and attempts; the changes of state go to stderr
+        code = wait_for(client, ids, lambda line: click.echo(line, err=True))
+        final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        _print_json(final if row.array_ids else final[0])
+        sys.exit(code)
 
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
@@ -666,7 +677,7 @@ def wait_for(client: Client, ids: Sequence[str], say: Callable[[str], None],
         for wid in ids:
             if wid in codes:
                 continue
-            w = client.json("GET", f"/workloads/{wid}")
+            w = client.json("GET", f"/workloads/{wid}", patient=True)  # through an outage
             line = _state_line(w)
             if seen.get(wid) != line:
                 seen[wid] = line
@@ -979,18 +990,24 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
     if not outcomes:
         click.echo("nothing to cancel")
         return
-    failed = 0
+    failed: list[CancelOutcome] = []
     for o in outcomes:
         if o.result == "cancelled":
             click.echo(f"cancelled {o.id}")
         elif o.result == "cancel_requested":
             click.echo(f"cancel requested for {o.id} ({o.status}); the scheduler stops it")
         else:  # ended, not found, not allowed: the others were cancelled all the same
-            failed += 1
+            failed.append(o)
             click.echo(f"{o.id}: {o.detail}", err=True)
     if failed:
-        raise click.ClickException(f"{failed} of {plural(len(outcomes), 'workload')} not "
-                                   "cancelled")
+        # the exit code of the single cancel's refusal, if all failed alike; else 1
+        codes = {exit_code_for(_CANCEL_REFUSED.get(o.result, 409)) for o in failed}
+        raise Failure(f"{len(failed)} of {plural(len(outcomes), 'workload')} not cancelled",
+                      codes.pop() if len(codes) == 1 else EXIT_FAILED)
+
+
+# a bulk cancel's result that leaves a workload as it is: the single cancel's refusal
+_CANCEL_REFUSED = {"ended": 409, "not_found": 404, "not_allowed": 403}
 
 
 def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:
@@ -1041,7 +1058,7 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
     its output was printed; returns whether any was."""
     offset, current, printed = 0, attempt, False
     while True:
-        w = client.json("GET", f"/workloads/{wid}")
+        w = client.json("GET", f"/workloads/{wid}", patient=True)  # through an outage
         done = w["status"] in FINAL
         latest = w["attempts"][-1]["n"] if w["attempts"] else None
         if attempt is None and latest is not None and latest != current:
@@ -1060,7 +1077,7 @@ def follow_logs(client: Client, wid: str, attempt: int | None,
 def _drain(client: Client, wid: str, n: int, offset: int) -> int:
     """Print attempt ``n``'s output from ``offset``; returns the new offset."""
     try:
-        return _print_log(client, wid, n, offset=offset)
+        return _print_log(client, wid, n, offset=offset, patient=True)  # -f: through an outage
     except click.ClickException as e:
         if "no log file yet" in e.message:
             return offset
@@ -1068,28 +1085,29 @@ def _drain(client: Client, wid: str, n: int, offset: int) -> int:
 
 
 def _print_log(client: Client, wid: str, attempt: int | None, offset: int = 0,
-               tail: int = 0) -> int:
+               tail: int = 0, patient: bool = False) -> int:
     """Print an attempt's output (the latest without ``attempt``) from ``offset``, or its last
     ``tail`` bytes, up to where the log ended when first asked. The server answers a
     bounded piece at a time, each printed before the next is asked for: a long log is never
     held whole. A log now shorter than ``offset`` was truncated (``truncate -s 0`` by the
     job): that is said on stderr and it is printed from its start, as ``tail -f`` does.
     Returns the offset after what was printed."""
-    r = client.call("GET", f"/workloads/{wid}/logs",
+    r = client.call("GET", f"/workloads/{wid}/logs", patient=patient,
                     params={"attempt": attempt, "tail": tail or None, "offset": offset or None})
     n = _log_position(r, "X-Log-Attempt")
     # a server older than X-Log-Size answers the whole log at once: it ends where that does
     end = _log_position(r, "X-Log-Size" if "X-Log-Size" in r.headers else "X-Log-Offset")
     if end < offset:
         click.echo("log truncated: following from its start", err=True)
-        return _print_log(client, wid, n)
+        return _print_log(client, wid, n, patient=patient)
     while True:
         click.echo(r.content, nl=False)  # bytes: a character split between answers stays whole
         offset = _log_position(r, "X-Log-Offset")
         if offset >= end or not r.content:
             return offset
         # the same attempt's rest, even if the workload was requeued meanwhile
-        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset})
+        r = client.call("GET", f"/workloads/{wid}/logs", params={"attempt": n, "offset": offset},
+                        patient=patient)
 
 
 def _log_position(r: httpx.Response, header: str) -> int:

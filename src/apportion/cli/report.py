@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from apportion.cli.client import Client, _print_json, as_typed, connection, parse, table
+from apportion.cli.client import (
+    BadInput,
+    Client,
+    _print_json,
+    as_typed,
+    connection,
+    parse,
+    table,
+)
 from apportion.service.accounting import (
     BY,
     ReportError,
@@ -50,9 +58,9 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
     try:  # here, so that an error names the flag as typed
         period = [parse_time(start, "--from", now), parse_time(end, "--to", now)]
     except ReportError as e:
-        raise click.ClickException(str(e)) from None
+        raise BadInput(str(e)) from None
     if period[0] >= period[1]:
-        raise click.ClickException(f"--from: {start} is not before --to ({end})")
+        raise BadInput(f"--from: {start} is not before --to ({end})")
     params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
     try:

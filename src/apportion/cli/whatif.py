@@ -62,8 +62,10 @@ _FLAGS = {"since": "--since", "until": "--until", "set_weight": "--set-weight", 
 
 
 def _nothing_to_replay(message: str, since: str, until: str | None) -> click.ClickException:
-    """A period with nothing in it, said with the flags that made it."""
-    return click.ClickException(f"--since {since} --until {until or 'now'}: {message}")
+    """A period with nothing in it, said with the flags that made it (bad input)."""
+    from .client import BadInput
+
+    return BadInput(f"--since {since} --until {until or 'now'}: {message}")
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
@@ -278,7 +280,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
     """``POST /v1/whatif``: the server replays its own history with its own settings. Its
     refusal of a proposal (422 ``set_weight: ...``) is a usage error naming the flag, as the
     same refusal is when the store is read here."""
-    from .client import make_client, parse
+    from .client import BadInput, make_client, parse
 
     client = make_client(url, token)
     body: dict[str, Any] = {"since": _since(since), "until": _until(until),
@@ -297,7 +299,7 @@ def _ask_server(url: str | None, token: str | None, since: str, until: str | Non
         if head == "period":
             raise _nothing_to_replay(message, since, until)
     if r.status_code == 422:
-        raise click.ClickException(f"{detail} (HTTP 422)")
+        raise BadInput(f"{detail} (HTTP 422)")
     from apportion.service.replies import Whatif
 
     result: dict[str, Any] = r.json()

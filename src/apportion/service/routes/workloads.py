@@ -333,8 +333,8 @@ def router(api: Api) -> APIRouter:
                             f"private data (the logs of workload {w.id})")
         if not who.may_see_private(rights(who.user), w.user, w.budget):
             raise forbid(who, f"read the logs of workload {w.id} (owned by {w.user})")
-        if not w.attempts:
-            raise fail(404, f"workload {workload_id}: has not started yet, no logs")
+        if not w.attempts:  # it exists: 409 (not yet), not the 404 of a workload that does not
+            raise fail(409, f"workload {workload_id}: has not started yet, no logs")
         n = attempt if attempt is not None else w.attempts[-1].n
         a = next((x for x in w.attempts if x.n == n), None)
         if a is None:
@@ -360,7 +360,7 @@ def router(api: Api) -> APIRouter:
                 raise fail(404, f"workload {workload_id}: attempt {n}: no log: the memory "
                                 "executor runs nothing") from None
             if a.ended_at is None:
-                raise fail(404, f"workload {workload_id}: attempt {n}: no log file yet"
+                raise fail(409, f"workload {workload_id}: attempt {n}: no log file yet"
                            ) from None
             where = (f"{path} is gone" if a.log_path else
                      f"not found under {settings.logs_dir} (logs_dir changed?)")
