@@ -1094,7 +1094,7 @@ def test_an_until_after_now_is_cut_to_now_and_running_work_counts_its_run_so_far
         assert before <= json.loads(run.stdout)["period"]["end"] <= time.time()
         assert f"note: --until {later} is after now" in run.stderr
         run = apportion("whatif", *where, "--since", "1h", "--until", later)
-        assert run.returncode == 1, run.stdout + run.stderr
+        assert run.returncode == 2, run.stdout + run.stderr
         assert "are after now" in run.stderr and "no history yet" in run.stderr
 
 
