@@ -996,18 +996,22 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
             click.echo(f"cancelled {o.id}")
         elif o.result == "cancel_requested":
             click.echo(f"cancel requested for {o.id} ({o.status}); the scheduler stops it")
-        else:  # ended, not found, not allowed: the others were cancelled all the same
+        elif o.result == "ended":
+            # nothing left to cancel: not a failure, as a filter leaves ended work out and
+            # the API calls the retry safe (a cancel sent again after a timeout lands here)
+            click.echo(f"{o.id}: already {o.status}")
+        else:  # not found, not allowed: the others were cancelled all the same
             failed.append(o)
             click.echo(f"{o.id}: {o.detail}", err=True)
     if failed:
         # the exit code of the single cancel's refusal, if all failed alike; else 1
-        codes = {exit_code_for(_CANCEL_REFUSED.get(o.result, 409)) for o in failed}
+        codes = {exit_code_for(_CANCEL_REFUSED[o.result]) for o in failed}
         raise Failure(f"{len(failed)} of {plural(len(outcomes), 'workload')} not cancelled",
                       codes.pop() if len(codes) == 1 else EXIT_FAILED)
 
 
-# a bulk cancel's result that leaves a workload as it is: the single cancel's refusal
-_CANCEL_REFUSED = {"ended": 409, "not_found": 404, "not_allowed": 403}
+# a bulk cancel's result that refuses a workload: the single cancel's refusal
+_CANCEL_REFUSED = {"not_found": 404, "not_allowed": 403}
 
 
 def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:

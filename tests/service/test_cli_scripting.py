@@ -1,0 +1,48 @@
+"""``apportion cancel`` and the write commands a nightly sync runs, against a seeded
+service (memory executor, fake clock) under uvicorn: what a script reads from them, their
+``--json`` and their exit codes (docs/cli.md, "cancel" and "Exit codes")."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner, Result
+from test_api import Service, shared_server, submit, svc, template
+
+from apportion.cli.main import main
+from apportion.service.executors.memory import MemoryExecutor
+
+__all__ = ["shared_server", "svc", "template"]  # fixtures, used by name
+
+
+def cli(svc: Service, who: str, *args: str) -> Result:
+    """Run a client command in-process against ``svc`` as ``who``."""
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens[who],
+           "APPORTION_CLIENT_CONFIG": "/dev/null"}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_cancel_again_by_id_succeeds_saying_it_ended_and_an_unknown_id_still_fails(
+        svc: Service) -> None:
+    """``cancel ID`` run again on work it cancelled (a retry after a timeout), or on work
+    that completed, exits 0 with ``ID: already cancelled`` on stdout, as ``cancel --me``
+    leaves ended work out without failing (it exited 49, ``1 of 1 workload not
+    cancelled``); an id that does not exist still fails with 44 beside them."""
+    done = submit(svc).json()["id"]
+    svc.scheduler.step()
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.finish(done)
+    svc.scheduler.step()
+    completed = cli(svc, "alice", "cancel", done)
+    assert (completed.exit_code, completed.stdout, completed.stderr) == (
+        0, f"{done}: already completed\n", "")
+    wid = submit(svc).json()["id"]
+    first = cli(svc, "alice", "cancel", wid)
+    assert (first.exit_code, first.stdout) == (0, f"cancelled {wid}\n")
+    again = cli(svc, "alice", "cancel", wid)
+    assert (again.exit_code, again.stdout, again.stderr) == (
+        0, f"{wid}: already cancelled\n", "")
+    both = cli(svc, "alice", "cancel", wid, "999999")
+    assert both.exit_code == 44, both.output
+    assert both.stdout == f"{wid}: already cancelled\n"
+    assert both.stderr == ("w-999999: workload w-999999: not found\n"
+                           "Error: 1 of 2 workloads not cancelled\n")
