@@ -4,6 +4,8 @@ service (memory executor, fake clock) under uvicorn: what a script reads from th
 
 from __future__ import annotations
 
+import json
+
 from click.testing import CliRunner, Result
 from test_api import Service, shared_server, submit, svc, template
 
@@ -46,3 +48,31 @@ def test_cancel_again_by_id_succeeds_saying_it_ended_and_an_unknown_id_still_fai
     assert both.stdout == f"{wid}: already cancelled\n"
     assert both.stderr == ("w-999999: workload w-999999: not found\n"
                            "Error: 1 of 2 workloads not cancelled\n")
+
+
+def test_cancel_json_prints_the_servers_rows_as_one_document_and_keeps_the_exit_code(
+        svc: Service) -> None:
+    """``cancel --json`` prints on stdout one JSON document, ``{"workloads": [...]}`` with
+    the rows ``POST /v1/workloads/cancel`` answers (id, result, status, detail), in the
+    order given, and nothing else; a refused id is still said on stderr with the exit code
+    of its refusal (44); with nothing matched it prints ``{"workloads": []}``."""
+    running = submit(svc, gpus=8).json()["id"]
+    svc.scheduler.step()
+    pending = submit(svc).json()["id"]
+    r = cli(svc, "alice", "cancel", "--json", pending, running, "999999")
+    assert r.exit_code == 44, r.output
+    assert json.loads(r.stdout) == {"workloads": [
+        {"id": pending, "result": "cancelled", "status": "cancelled", "detail": None},
+        {"id": running, "result": "cancel_requested", "status": "running", "detail": None},
+        {"id": "w-999999", "result": "not_found", "status": None,
+         "detail": "workload w-999999: not found"},
+    ]}
+    assert r.stderr == ("w-999999: workload w-999999: not found\n"
+                        "Error: 1 of 3 workloads not cancelled\n")
+    again = cli(svc, "alice", "cancel", "--json", pending)
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == {"workloads": [
+        {"id": pending, "result": "ended", "status": "cancelled",
+         "detail": f"workload {pending}: status: already cancelled"}]}
+    nothing = cli(svc, "bob", "cancel", "--json", "--me")
+    assert (nothing.exit_code, json.loads(nothing.stdout)) == (0, {"workloads": []})

@@ -962,9 +962,13 @@ def _ancestors(path: str) -> list[str]:
                    "pending,running,stopping")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
+@click.option("--json", "as_json", is_flag=True,
+              help='print the server\'s answer as one JSON document: {"workloads": [{id, '
+                   'result, status, detail}, ...]}')
 @connection
 def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
-           budget: str | None, states: str | None, array: str | None) -> None:
+           budget: str | None, states: str | None, array: str | None,
+           as_json: bool) -> None:
     """Cancel workloads: by id (many, short or long), or all matching --me, --user,
     --budget, --array (and --state). A running one is stopped by the scheduler. The server
     cancels them all in one request (ids: up to 10,000 a request), the pending ones
@@ -987,22 +991,17 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
         body = {"user": user, "budget": budget, "array": array, "status": wanted or None}
         matched = _cancel(client, {k: v for k, v in body.items() if v is not None})
         outcomes += [o for o in matched if o.id not in given]  # each said once
-    if not outcomes:
+    if as_json:  # the answers of every request as one: stdout holds one JSON document
+        _print_json({"workloads": [o.model_dump(mode="json") for o in outcomes]})
+    elif not outcomes:
         click.echo("nothing to cancel")
-        return
     failed: list[CancelOutcome] = []
     for o in outcomes:
-        if o.result == "cancelled":
-            click.echo(f"cancelled {o.id}")
-        elif o.result == "cancel_requested":
-            click.echo(f"cancel requested for {o.id} ({o.status}); the scheduler stops it")
-        elif o.result == "ended":
-            # nothing left to cancel: not a failure, as a filter leaves ended work out and
-            # the API calls the retry safe (a cancel sent again after a timeout lands here)
-            click.echo(f"{o.id}: already {o.status}")
-        else:  # not found, not allowed: the others were cancelled all the same
+        if o.result in _CANCEL_REFUSED:  # the others were cancelled all the same
             failed.append(o)
             click.echo(f"{o.id}: {o.detail}", err=True)
+        elif not as_json:
+            click.echo(_cancel_line(o))
     if failed:
         # the exit code of the single cancel's refusal, if all failed alike; else 1
         codes = {exit_code_for(_CANCEL_REFUSED[o.result]) for o in failed}
@@ -1012,6 +1011,17 @@ def cancel(client: Client, ids: tuple[str, ...], me: bool, user: str | None,
 
 # a bulk cancel's result that refuses a workload: the single cancel's refusal
 _CANCEL_REFUSED = {"not_found": 404, "not_allowed": 403}
+
+
+def _cancel_line(o: CancelOutcome) -> str:
+    """What ``cancel`` says on stdout of a workload it did not fail on."""
+    if o.result == "cancelled":
+        return f"cancelled {o.id}"
+    if o.result == "cancel_requested":
+        return f"cancel requested for {o.id} ({o.status}); the scheduler stops it"
+    # ended: nothing left to cancel, not a failure, as a filter leaves ended work out and
+    # the API calls the retry safe (a cancel sent again after a timeout lands here)
+    return f"{o.id}: already {o.status}"
 
 
 def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:
