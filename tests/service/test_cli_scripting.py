@@ -76,3 +76,44 @@ def test_cancel_json_prints_the_servers_rows_as_one_document_and_keeps_the_exit_
          "detail": f"workload {pending}: status: already cancelled"}]}
     nothing = cli(svc, "bob", "cancel", "--json", "--me")
     assert (nothing.exit_code, json.loads(nothing.stdout)) == (0, {"workloads": []})
+
+
+def test_write_commands_json_prints_the_servers_answer_as_one_document(
+        svc: Service) -> None:
+    """``--json`` on the write commands a nightly sync runs (``users add/set``, ``budgets
+    create/set/members/managers``, ``hosts drain/repair``, ``tokens revoke``) prints on
+    stdout one JSON document, the server's answer as ``GET`` reads the same item back (they
+    had no ``--json``: only a sentence); a refusal prints nothing on stdout and exits with
+    its code (49: the user exists already)."""
+    token = svc.call("POST", "/v1/users/bob/tokens", "root", {"kind": "user"}).json()["id"]
+    runs: list[tuple[list[str], str, dict[str, object]]] = [
+        (["users", "add", "erin"], "/v1/users", {"name": "erin", "admin": False}),
+        (["users", "set", "erin", "--admin"], "/v1/users", {"name": "erin", "admin": True}),
+        (["budgets", "create", "ai/robotics", "--weight", "2", "--member", "bob"],
+         "/v1/budgets", {"path": "ai/robotics", "weight": 2.0, "members": ["bob"]}),
+        (["budgets", "set", "ai/robotics", "3"], "/v1/budgets",
+         {"path": "ai/robotics", "weight": 3.0}),
+        (["budgets", "members", "ai/robotics", "alice", "bob"], "/v1/budgets",
+         {"path": "ai/robotics", "members": ["alice", "bob"]}),
+        (["budgets", "managers", "ai/robotics", "dave"], "/v1/budgets",
+         {"path": "ai/robotics", "managers": ["dave"]}),
+        (["hosts", "drain", "h2", "--reason", "fan"], "/v1/hosts",
+         {"name": "h2", "state": "draining", "reason": "fan"}),
+        (["hosts", "repair", "h2"], "/v1/hosts", {"name": "h2", "state": "healthy"}),
+        (["tokens", "revoke", token], "/v1/tokens", {"id": token, "user": "bob"}),
+    ]
+    for args, listed, expected in runs:
+        r = cli(svc, "root", *args, "--json")
+        assert r.exit_code == 0, (args, r.output)
+        answer = json.loads(r.stdout)
+        assert {k: answer[k] for k in expected} == expected, args
+        key = "id" if "id" in expected else "name" if "name" in expected else "path"
+        [item] = [x for x in svc.call("GET", listed, "root").json()
+                  if x[key] == answer[key]]
+        assert {k: item[k] for k in answer if k in item} == {
+            k: answer[k] for k in answer if k in item}, args
+    again = cli(svc, "root", "users", "add", "erin", "--json")
+    assert (again.exit_code, again.stdout) == (49, "")
+    assert again.stderr.startswith("Error: ")
+    text = cli(svc, "root", "budgets", "set", "ai/robotics", "4")
+    assert (text.exit_code, text.stdout) == (0, "ai/robotics: weight 4\n")

@@ -3,7 +3,8 @@
 Server and token come from ``--url``/``--token``, else ``APPORTION_URL``/``APPORTION_TOKEN``,
 else the client config file (``~/.config/apportion/client.toml``, or the path in
 ``APPORTION_CLIENT_CONFIG``, which must then exist) with keys ``url`` and ``token`` (or
-``token_file``). Read commands take ``--json`` for machine-readable output; errors print the
+``token_file``). Read commands, and the write commands a script runs, take ``--json`` for
+machine-readable output (``write``: the server's answer as is); errors print the
 server's message on stderr and exit with the status of its kind (``EXIT_CODES``).
 """
 
@@ -464,10 +465,28 @@ def connection(f: F) -> F:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="print JSON")
+# a write command's: what the server answered, instead of the sentence saying it
+answer_json_option = click.option("--json", "as_json", is_flag=True,
+                                  help="print the server's answer as one JSON document")
 
 
 def _print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def write(client: Client, model: type[R], method: str, path: str, body: Any, as_json: bool,
+          text: Callable[[R], str]) -> R:
+    """A write command's request, whose answer is one ``model``, and its stdout: with
+    ``--json`` (``as_json``) the answer as the server gave it, one JSON document; else
+    ``text(answer)``. Returns the answer (read either way: a reply of another shape is an
+    error, not printed), for what the command says on stderr."""
+    data = client.json(method, path, body)
+    answer = parse(model, data, f"{method} /v1{path}")
+    if as_json:
+        _print_json(data)
+    else:
+        click.echo(text(answer))
+    return answer
 
 
 # ---- formatting ------------------------------------------------------------------------------
@@ -662,9 +681,10 @@ def budgets_tree(client: Client, as_json: bool) -> None:
 @click.argument("weight", type=WEIGHT, required=False)
 @click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
               help="the weight, as `budgets create` takes it (the same as WEIGHT)")
+@answer_json_option
 @connection
 def budgets_set(client: Client, path: str, weight: float | None,
-                weight_flag: float | None) -> None:
+                weight_flag: float | None, as_json: bool) -> None:
     """Set a node's weight: apportion budgets set PATH WEIGHT (or --weight W)."""
     if weight is not None and weight_flag is not None and weight != weight_flag:
         raise click.UsageError(f"the weight is given twice: {weight:g} and --weight "
@@ -672,30 +692,33 @@ def budgets_set(client: Client, path: str, weight: float | None,
     weight = weight if weight is not None else weight_flag
     if weight is None:
         raise click.UsageError("missing the weight: apportion budgets set PATH WEIGHT")
-    b = client.reply(BudgetWeight, "PATCH", f"/budgets/{url_part(path)}", {"weight": weight})
-    click.echo(f"{b.path}: weight {b.weight:g}")
+    write(client, BudgetWeight, "PATCH", f"/budgets/{url_part(path)}", {"weight": weight},
+          as_json, lambda b: f"{b.path}: weight {b.weight:g}")
 
 
 @budgets.command("members")
 @click.argument("path", type=BUDGET_PATH)
 @click.argument("names", nargs=-1)
+@answer_json_option
 @connection
-def budgets_members(client: Client, path: str, names: tuple[str, ...]) -> None:
+def budgets_members(client: Client, path: str, names: tuple[str, ...], as_json: bool) -> None:
     """Replace a node's members (none: remove all)."""
-    b = client.reply(BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
-                     {"members": list(names)})
-    click.echo(f"{b.path}: members {', '.join(b.members) or '(none)'}")
+    write(client, BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
+          {"members": list(names)}, as_json,
+          lambda b: f"{b.path}: members {', '.join(b.members) or '(none)'}")
 
 
 @budgets.command("managers")
 @click.argument("path", type=BUDGET_PATH)
 @click.argument("names", nargs=-1)
+@answer_json_option
 @connection
-def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
+def budgets_managers(client: Client, path: str, names: tuple[str, ...],
+                     as_json: bool) -> None:
     """Replace a node's managers (none: remove all)."""
-    b = client.reply(BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
-                     {"managers": list(names)})
-    click.echo(f"{b.path}: managers {', '.join(b.managers) or '(none)'}")
+    write(client, BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
+          {"managers": list(names)}, as_json,
+          lambda b: f"{b.path}: managers {', '.join(b.managers) or '(none)'}")
 
 
 @budgets.command("create")
@@ -703,13 +726,14 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...]) -> None:
 @click.option("--weight", type=WEIGHT, default=1.0, show_default=True)
 @click.option("--manager", "managers", multiple=True, help="repeatable")
 @click.option("--member", "members", multiple=True, help="repeatable")
+@answer_json_option
 @connection
 def budgets_create(client: Client, path: str, weight: float, managers: tuple[str, ...],
-                   members: tuple[str, ...]) -> None:
+                   members: tuple[str, ...], as_json: bool) -> None:
     """Create a budget node below an existing one."""
-    b = client.reply(BudgetCreated, "POST", "/budgets", {
-        "path": path, "weight": weight, "managers": list(managers), "members": list(members)})
-    click.echo(f"created {b.path} (weight {b.weight:g})")
+    write(client, BudgetCreated, "POST", "/budgets", {
+        "path": path, "weight": weight, "managers": list(managers), "members": list(members)},
+        as_json, lambda b: f"created {b.path} (weight {b.weight:g})")
 
 
 @budgets.command("usage")
@@ -760,26 +784,32 @@ def hosts_list(client: Client, as_json: bool) -> None:
 @hosts.command("drain")
 @click.argument("name", type=NAME)
 @click.option("--reason", default="", help="why (kept in the audit log)")
+@answer_json_option
 @connection
-def hosts_drain(client: Client, name: str, reason: str) -> None:
+def hosts_drain(client: Client, name: str, reason: str, as_json: bool) -> None:
     """Drain a host: no new work; it empties as protections end, then goes to repair."""
-    h = client.reply(Host, "POST", f"/hosts/{url_part(name)}/drain", {"reason": reason})
+    write(client, Host, "POST", f"/hosts/{url_part(name)}/drain", {"reason": reason}, as_json,
+          _drained)
+
+
+def _drained(h: Host) -> str:
+    """What ``hosts drain`` says of the host it was answered."""
     if h.state in ("repair", "down"):
-        click.echo(f"{h.name}: {h.state} already "
-                   f"({escape_controls(h.reason) or 'no reason given'}): it takes "
-                   f"no work; apportion hosts repair {h.name} puts it back in service")
-        return
-    click.echo(f"{h.name}: {h.state}")
+        return (f"{h.name}: {h.state} already "
+                f"({escape_controls(h.reason) or 'no reason given'}): it takes "
+                f"no work; apportion hosts repair {h.name} puts it back in service")
+    return f"{h.name}: {h.state}"
 
 
 @hosts.command("repair")
 @click.argument("name", type=NAME)
 @click.option("--reason", default="", help="what was done (kept in the audit log)")
+@answer_json_option
 @connection
-def hosts_repair(client: Client, name: str, reason: str) -> None:
+def hosts_repair(client: Client, name: str, reason: str, as_json: bool) -> None:
     """Mark a host repaired: healthy again (also calls off a drain)."""
-    h = client.reply(Host, "POST", f"/hosts/{url_part(name)}/repair", {"reason": reason})
-    click.echo(f"{h.name}: {h.state}")
+    write(client, Host, "POST", f"/hosts/{url_part(name)}/repair", {"reason": reason},
+          as_json, lambda h: f"{h.name}: {h.state}")
 
 
 @click.command()
@@ -877,12 +907,14 @@ def users() -> None:
 @click.argument("name")
 @click.option("--admin", is_flag=True, help="may do everything")
 @click.option("--unix-user", default=None, help="Unix account its work runs as (default: NAME)")
+@answer_json_option
 @connection
-def users_add(client: Client, name: str, admin: bool, unix_user: str | None) -> None:
+def users_add(client: Client, name: str, admin: bool, unix_user: str | None,
+              as_json: bool) -> None:
     """Add a user (then give it a token: apportion tokens create NAME)."""
-    u = client.reply(User, "POST", "/users",
-                     {"name": name, "admin": admin, "unix_user": unix_user})
-    click.echo(f"added {_user_line(u)}")
+    u = write(client, User, "POST", "/users",
+              {"name": name, "admin": admin, "unix_user": unix_user}, as_json,
+              lambda u: f"added {_user_line(u)}")
     _warn_cannot_run(u)
 
 
@@ -906,8 +938,10 @@ def users_list(client: Client, as_json: bool) -> None:
 @click.option("--admin/--no-admin", default=None, help="grant or take away admin rights")
 @click.option("--unix-user", default=None,
               help='Unix account its work runs as ("" for the account named NAME)')
+@answer_json_option
 @connection
-def users_set(client: Client, name: str, admin: bool | None, unix_user: str | None) -> None:
+def users_set(client: Client, name: str, admin: bool | None, unix_user: str | None,
+              as_json: bool) -> None:
     """Change a user's admin flag or Unix account (takes effect at once)."""
     body: dict[str, Any] = {}
     if admin is not None:
@@ -916,8 +950,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
         body["unix_user"] = unix_user
     if not body:
         raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
-    u = client.reply(User, "PATCH", f"/users/{url_part(name)}", body)
-    click.echo(_user_line(u))
+    u = write(client, User, "PATCH", f"/users/{url_part(name)}", body, as_json, _user_line)
     _warn_cannot_run(u)
 
 
@@ -965,8 +998,9 @@ def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
 
 @tokens.command("revoke")
 @click.argument("token_id", type=NAME)
+@answer_json_option
 @connection
-def tokens_revoke(client: Client, token_id: str) -> None:
+def tokens_revoke(client: Client, token_id: str, as_json: bool) -> None:
     """Revoke a token by its id (from tokens list): refused from this moment."""
-    t = client.reply(Token, "POST", f"/tokens/{url_part(token_id)}/revoke")
-    click.echo(f"revoked {t.id} ({t.kind} token of {t.user})")
+    write(client, Token, "POST", f"/tokens/{url_part(token_id)}/revoke", None, as_json,
+          lambda t: f"revoked {t.id} ({t.kind} token of {t.user})")
