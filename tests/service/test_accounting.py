@@ -395,6 +395,40 @@ def test_a_report_reads_only_the_work_in_its_period_with_the_figures_of_the_whol
     assert read[c].cancelled_at == t + D
 
 
+def test_a_report_by_month_computes_each_hourly_series_once_as_by_budget_does(
+    store: Store, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A report by month over a year (13 UTC months) integrates the hour-by-hour series
+    (``accounting._steps``) exactly as many times as the report by budget of the same
+    period, and its months' charged GPU-hours add up to the period's: each hour's figures
+    are computed once and sliced per month (they were recomputed for every month and
+    budget, about 350 times on a year, 25 s on a store of 50,000 workloads)."""
+    from apportion.service import accounting
+
+    calls = {"n": 0}
+    steps = accounting._steps
+
+    def counted(changes: list[tuple[float, float]], edges: Any) -> Any:
+        calls["n"] += 1
+        return steps(changes, edges)
+
+    monkeypatch.setattr(accounting, "_steps", counted)
+    start = NOW - 365 * D
+    reports = {}
+    count = {}
+    for by in ("budget", "month"):
+        calls["n"] = 0
+        reports[by] = usage_report(store, start, NOW, by, NOW)
+        count[by] = calls["n"]
+    assert len({r["month"] for r in reports["month"]["rows"]}) == 13
+    assert count["month"] == count["budget"]
+    by_month: dict[str, float] = {}
+    for r in reports["month"]["rows"]:
+        by_month[r["budget"]] = by_month.get(r["budget"], 0.0) + r["charged_gpu_hours"]
+    assert by_month == {r["budget"]: pytest.approx(r["charged_gpu_hours"], abs=1e-9)
+                        for r in reports["budget"]["rows"]}
+
+
 def test_an_eight_digit_date_without_dashes_is_refused_not_read_as_seconds() -> None:
     """--from 20261206 names the flag and the date to write (it was read as epoch seconds
     in 1970 and refused as a period of 20,559 days); other numbers stay seconds."""

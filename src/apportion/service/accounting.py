@@ -147,6 +147,22 @@ class _Series:
     units: list[tuple[float, float]] = field(default_factory=list)  # charged x billing
 
 
+@dataclass(frozen=True)
+class _Hourly:
+    """A series' GPU-seconds in each bucket of the whole period, computed once: a month's
+    figures are a slice of these (the buckets end at every month boundary), so a report by
+    month costs what a report by budget does (it recomputed them per month and budget)."""
+
+    demand: np.ndarray
+    charged: np.ndarray
+    free: np.ndarray
+    units: np.ndarray
+
+    @classmethod
+    def of(cls, s: _Series, edges: np.ndarray) -> _Hourly:
+        return cls(*(_steps(c, edges) for c in (s.demand, s.charged, s.free, s.units)))
+
+
 def _add(changes: list[tuple[float, float]], a: float, b: float, gpus: float) -> None:
     if b > a:
         changes.append((a, gpus))
@@ -302,18 +318,18 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     for _, t0, t1, gpus in spans:
         changes += [(min(max(t0, start), end), gpus), (min(max(t1, start), end), -gpus)]
     healthy = _steps(changes, edges)
+    hourly = {n: _Hourly.of(series[n], edges) for n in nodes}
 
-    def figures(s: _Series, share: float | None, lo: int = 0, hi: int | None = None
+    def figures(h: _Hourly, share: float | None, lo: int = 0, hi: int | None = None
                 ) -> dict[str, Any]:
-        charged = _steps(s.charged, edges)[lo:hi]
-        free = _steps(s.free, edges)[lo:hi]
+        charged = h.charged[lo:hi]
+        free = h.free[lo:hi]
         out: dict[str, Any] = {"charged_gpu_hours": float(charged.sum()) / HOUR,
-                               "charged_units": float(_steps(s.units, edges)[lo:hi].sum())
-                               / HOUR,
+                               "charged_units": float(h.units[lo:hi].sum()) / HOUR,
                                "free_gpu_hours": float(free.sum()) / HOUR}
         if share is None:
             return out
-        owed = np.minimum(share * healthy[lo:hi], _steps(s.demand, edges)[lo:hi])
+        owed = np.minimum(share * healthy[lo:hi], h.demand[lo:hi])
         got = float(np.minimum(charged, owed).sum())
         total = float(owed.sum())
         return {**out, "owed_gpu_hours": total / HOUR, "delivered_gpu_hours":
@@ -325,27 +341,28 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     def row_name(n: str) -> str:
         return CLUSTER if n == ROOT else n
 
-    budget_rows = [{"budget": row_name(n), "share": share(n), **figures(series[n], share(n))}
+    budget_rows = [{"budget": row_name(n), "share": share(n), **figures(hourly[n], share(n))}
                    for n in nodes]
     rows: list[dict[str, Any]] = []
     if by == "budget":
         rows = budget_rows
     elif by == "user":
-        rows = [{"user": u, **figures(users[u], None)} for u in sorted(users)]
+        rows = [{"user": u, **figures(_Hourly.of(users[u], edges), None)}
+                for u in sorted(users)]
     else:
         bounds = _month_edges(start, end)
         for m_start, m_end in zip(bounds, bounds[1:], strict=False):
             lo, hi = int(np.searchsorted(edges, m_start)), int(np.searchsorted(edges, m_end))
             rows += [{"month": _month(m_start), "budget": row_name(n), "share": share(n),
-                      **figures(series[n], share(n), lo, hi)} for n in nodes]
+                      **figures(hourly[n], share(n), lo, hi)} for n in nodes]
     # per top-level budget and UTC day: owed and delivered, for the plots
     day_edges = np.concatenate([[start], np.arange((start // 86400) * 86400 + 86400,
                                                    end, 86400), [end]])
     hour_day = np.searchsorted(day_edges, edges[:-1], side="right") - 1
     daily: dict[str, dict[str, list[float]]] = {}
     for n in tree.children(ROOT):
-        owed = np.minimum(share(n) * healthy, _steps(series[n].demand, edges))
-        charged = _steps(series[n].charged, edges)
+        owed = np.minimum(share(n) * healthy, hourly[n].demand)
+        charged = hourly[n].charged
         daily[n] = {
             "owed": [float(x) / HOUR for x in np.bincount(hour_day, owed, len(day_edges) - 1)],
             "delivered": [float(x) / HOUR
@@ -357,14 +374,14 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         mine = {n for n, q in pool_of.items() if q == p}
         h = sum(g * _overlap(start, end, t0, t1) for n, t0, t1, g in spans
                 if n in mine) / HOUR
-        f = figures(s, None)
+        f = figures(_Hourly.of(s, edges), None)
         cluster, kind = p.split("/", 1)
         pool_rows.append({
             "pool": p, "cluster": cluster, "kind": kind, "billing": billing.weight(kind),
             "gpus": sum(hosts_now[n][0] for n in mine), "healthy_gpu_hours": h, **f,
             "occupancy": used_healthy.get(p, 0.0) / HOUR / h if h > 0 else None,
         })
-    root = figures(series[ROOT], 1.0)
+    root = figures(hourly[ROOT], 1.0)
     assigned = root["charged_gpu_hours"] + root["free_gpu_hours"]
     return {
         "from": start,
