@@ -871,6 +871,36 @@ def test_sacct_lines_end_at_line_feeds_only(tmp_path: Path) -> None:
     assert [j.spec.id for j in trace.jobs] == ["1"] and trace.skipped == {"job step": 1}
 
 
+@pytest.mark.parametrize("name", ["big.txt", "big.txt.gz"])
+def test_sacct_is_read_line_by_line_not_held_whole(tmp_path: Path, name: str) -> None:
+    """An 8 MB sacct dump (plain and gzipped) of one job and 50,000 step rows, which are
+    counted and dropped, is imported with a peak of traced memory under 1 MB: the reader
+    holds one line at a time, not the file's text nor a list of its lines (each alone
+    more than 8 MB)."""
+    import tracemalloc
+
+    step = ("1.{}|batch|||2026-01-01T00:00:05|2026-01-01T00:00:05|2026-01-01T01:00:05|"
+            "01:00:00|billing=8,cpu=64,gres/gpu=8,mem=512G,node=1|" + "x" * 40 + "|gpu001|"
+            "COMPLETED\n")
+    text = ("JobID|JobName|User|Account|Submit|Start|End|Elapsed|AllocTRES|ReqTRES|NodeList|"
+            "State\n1|train|alice|llm|2026-01-01T00:00:00|2026-01-01T00:00:05|"
+            "2026-01-01T01:00:05|01:00:00|gres/gpu=8||gpu001|COMPLETED\n"
+            + "".join(step.format(i) for i in range(50_000)))
+    assert len(text) > 8_000_000
+    path = tmp_path / name
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if name.endswith(".gz") else data)
+    del text, data
+    tracemalloc.start()
+    try:
+        trace = load_trace(path, format="sacct")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [j.spec.id for j in trace.jobs] == ["1"] and trace.skipped == {"job step": 50_000}
+    assert peak < 1_000_000
+
+
 @pytest.mark.parametrize("text", [
     '[{"id": "a", "submit_time": 0, "gpus": 8, "duration": 60},\n {"id": "b"}]\n',
     '\n[\n  {"id": "a", "submit_time": 0, "gpus": 8, "duration": 60}\n]\n',

@@ -54,12 +54,14 @@ def delimiter_of(path: Path, default: str = ",") -> str:
     return "\t" if _ending(path)[0] == ".tsv" else default
 
 
-def open_text(path: Path) -> IO[str]:
-    """Open a text trace, gzip-compressed or not; a UTF-8 byte-order mark is skipped."""
+def open_text(path: Path, newline: str = "") -> IO[str]:
+    """Open a text trace, gzip-compressed or not; a UTF-8 byte-order mark is skipped.
+    ``newline`` as for :func:`open`: ``""`` for the ``csv`` module, ``"\n"`` to end lines
+    at line feeds only."""
     try:
         if path.suffix.lower() == ".gz":
-            return gzip.open(path, "rt", encoding="utf-8-sig", newline="")
-        return open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115 - caller closes
+            return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+        return open(path, encoding="utf-8-sig", newline=newline)  # noqa: SIM115 - caller closes
     except OSError as e:
         raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
 

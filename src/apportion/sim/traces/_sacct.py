@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -76,18 +77,34 @@ def tres_kinds(value: str) -> tuple[str, ...]:
 
 
 def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
-    with open_text(path) as f:
+    """The jobs of a sacct dump, read line by line; ``extras``: the columns kept in
+    ``Record.keys``; skipped and adjusted rows are counted in ``notes``."""
+    with closing(_lines(path)) as lines:
+        return _records(path, lines, extras, notes)
+
+
+def _lines(path: Path) -> Generator[str, None, None]:
+    """The lines of a sacct dump (or its .gz), one at a time, without their line ends: a
+    dump of a year of a large cluster is millions of lines, and only its jobs are kept.
+
+    Lines end at \\n (or \\r\\n) only: a form feed, NEL or U+2028 that a user typed in a
+    JobName is part of its cell (str.splitlines would break the row there)."""
+    with open_text(path, newline="\n") as f:
         try:
-            # lines end at \n (or \r\n) only: a form feed, NEL or U+2028 that a user typed
-            # in a JobName is part of its cell (str.splitlines would break the row there)
-            lines = [line.removesuffix("\r") for line in f.read().split("\n")]
+            for raw in f:
+                yield raw.removesuffix("\n").removesuffix("\r")
         except UnicodeDecodeError as e:
             raise not_utf8(path, e, header=True) from None
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    if not lines:
+
+
+def _records(
+    path: Path, lines: Iterator[str], extras: Iterable[str], notes: Notes
+) -> list[Record]:
+    """The records of a dump's lines, the header first (line 1)."""
+    first = next(lines, None)
+    if first is None:
         raise TraceError(f"{path}: header: the file is empty")
-    header = [h.strip() for h in lines[0].split("|")]
+    header = [h.strip() for h in first.split("|")]
     trailing = header[-1] == ""  # plain --parsable ends every line with '|'
     if trailing:
         header.pop()
@@ -132,7 +149,7 @@ def read_sacct(path: Path, extras: Iterable[str], notes: Notes) -> list[Record]:
     out: list[Record] = []
     seen: dict[str, int] = {}  # JobID -> its record's index in out
     width = len(header) + (1 if trailing else 0)
-    for line, raw in enumerate(lines[1:], start=2):
+    for line, raw in enumerate(lines, start=2):
         if not raw.strip():
             continue
         cells = raw.split("|")
