@@ -175,6 +175,8 @@ def _fresh(template: Template, shared: tuple[ServerThread, SwappableApp], tmp: P
     executor = MemoryExecutor([(h.name, h.gpus) for h in config.hosts], clock)
     sched = Scheduler(store, executor, config.policy, clock, grace_s=0.0)
     sched.step()  # starts both workloads
+    # a minute on: what-if replays history up to now, and the seeded work came at 1_000_000
+    clock.advance(60.0)
     for wid in (template.ids["alice"], template.ids["bob"]):
         log = config.logs_dir / wid / "1.log"
         log.parent.mkdir(parents=True, exist_ok=True)
