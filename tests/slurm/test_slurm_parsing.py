@@ -133,6 +133,8 @@ def test_node_state_mapping(state: str, flags: list[str], host: str) -> None:
                         "reached its Slurm deadline (DEADLINE)")),
     ("NODE_FAIL", 0, 0, (AttemptState.EXITED, None, False, True,
                          "node gpu1 failed (Slurm NODE_FAIL)")),
+    ("NODE_FAIL", 255, 0, (AttemptState.EXITED, None, False, True,  # the batch step killed
+                           "node gpu1 failed (Slurm NODE_FAIL)")),
     ("BOOT_FAIL", 0, 0, (AttemptState.EXITED, None, False, True,
                          "node gpu1 failed to boot (Slurm BOOT_FAIL)")),
     ("PREEMPTED", 0, 15, (AttemptState.EXITED, 143, True, True,
@@ -152,7 +154,9 @@ def test_job_state_mapping(
     """Slurm job states map to observations; a failure never reads as exit 0, nor does a
     job cancelled before it ran (it has no exit code); what Slurm says beyond the code is
     the reason; the states in which Slurm, not the work, ended the job (a node failure,
-    Slurm's own preemption, a federation) end it as a host death."""
+    Slurm's own preemption, a federation) end it as a host death, and a node's failure with
+    no exit code of the work's (not even the 255 its killed batch step may be recorded
+    with)."""
     obs = map_job_state("1", state, code, sig, nodes="gpu1")
     assert (obs.state, obs.exit_code, obs.signalled, obs.host_died, obs.reason) == seen
 

@@ -100,6 +100,8 @@ HOST_DEATH_JOB_STATES = {
                  "must be off for apportion's jobs)",
     "REVOKED": "revoked by Slurm (REVOKED: another cluster of its federation ran it)",
 }
+# of those, the node's own failure: no exit code of the work's is read from them
+NODE_DEATH_JOB_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # the batch script's exit status when it refuses to start the command (its directory cannot
 # be entered, its program is not found), as the local executor's wrapper and a shell report it
 REFUSED_EXIT = 127
@@ -806,6 +808,11 @@ def map_job_state(
                            reason=None if stopped else f"cancelled in Slurm{by}")
     if state in HOST_DEATH_JOB_STATES:
         why = HOST_DEATH_JOB_STATES[state].format(nodes=nodes or "(unknown)")
+        # a node's failure is no exit of the work: whatever status the batch step was
+        # recorded with as its node went (0:0, or 255 when slurmd killed it first, by chance
+        # of timing) is not the work's (a preemption's signal is kept: it was stopped)
+        if state in NODE_DEATH_JOB_STATES:
+            code = 0
         return Observation(handle, AttemptState.EXITED, code or None, stopped or bool(signal),
                            ended_at, reason=why, host_died=True)
     if state in FAILED_JOB_STATES:
