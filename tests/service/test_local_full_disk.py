@@ -70,6 +70,18 @@ def submit_gated(store: Store, go: Path, ended: Path) -> str:
                              f"date +%s.%N > {ended}"]).id
 
 
+def started_gated(store: Store, sched: Scheduler, run_dir: Path, go: Path, ended: Path
+                  ) -> str:
+    """A gated job (``submit_gated``) started by a pass, once its wrapper has recorded it
+    in its run file: its workload id."""
+    wid = submit_gated(store, go, ended)
+    sched.step()
+    run_file = run_dir / store.db_id() / f"{wid}.1.run"
+    wait_until(lambda: (_procfs.read_json(run_file) or {}).get("child_pgid") is not None,
+               "the wrapper never recorded its job")
+    return wid
+
+
 def wait_until(done: Callable[[], bool], what: str, sched: Scheduler | None = None) -> None:
     """Wait (passing, with ``sched``) until ``done()``; fail saying ``what`` after a while."""
     deadline = time.monotonic() + DEADLINE_S
@@ -118,11 +130,7 @@ def test_an_exit_record_the_full_or_read_only_disk_refuses_is_written_once_it_ca
     ``lost``, charged up to the pass that noticed.)"""
     store, sched = service(tmp_path, run_dir)
     go, ended = tmp_path / "go", tmp_path / "ended"
-    wid = submit_gated(store, go, ended)
-    sched.step()
-    run_file = run_dir / store.db_id() / f"{wid}.1.run"
-    wait_until(lambda: (_procfs.read_json(run_file) or {}).get("child_pgid") is not None,
-               "the wrapper never recorded its job")
+    wid = started_gated(store, sched, run_dir, go, ended)
     if failure == "read-only":
         mount("-o", "remount,ro", str(run_dir))
     else:
@@ -268,11 +276,7 @@ def test_a_job_whose_exit_record_cannot_be_written_is_said_in_the_servers_log(
                         raising=False)
     store, sched = service(tmp_path, run_dir)
     go, ended = tmp_path / "go", tmp_path / "ended"
-    wid = submit_gated(store, go, ended)
-    sched.step()
-    run_file = run_dir / store.db_id() / f"{wid}.1.run"
-    wait_until(lambda: (_procfs.read_json(run_file) or {}).get("child_pgid") is not None,
-               "the wrapper never recorded its job")
+    wid = started_gated(store, sched, run_dir, go, ended)
     with caplog.at_level(logging.INFO, logger="apportion.executor.local"):
         mount("-o", "remount,ro", str(run_dir))
         try:

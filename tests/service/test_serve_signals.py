@@ -18,6 +18,15 @@ from apportion.service.store import Store
 DEADLINE_S = 60.0  # bounds a hang only
 
 
+def submit_sleep(server: Server) -> httpx.Response:
+    """alice's ``sleep 600`` submitted to ``server``: its 201 answer."""
+    r = httpx.post(f"{server.url}/v1/workloads",
+                   headers={"Authorization": f"Bearer {server.token('alice')}"},
+                   json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
+                         "command": ["sleep", "600"]})
+    assert r.status_code == 201, r.text
+    return r
+
 def test_sigterm_stops_cleanly_and_the_database_file_alone_holds_everything(
     tmp_path: Path,
 ) -> None:
@@ -28,11 +37,7 @@ def test_sigterm_stops_cleanly_and_the_database_file_alone_holds_everything(
                                  executor="memory"), tmp_path / "server.log")
     server.start()
     try:
-        r = httpx.post(f"{server.url}/v1/workloads",
-                       headers={"Authorization": f"Bearer {server.token('alice')}"},
-                       json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
-                             "command": ["sleep", "600"]})
-        assert r.status_code == 201, r.text
+        r = submit_sleep(server)
     finally:
         server.stop()
     assert server.proc is not None and server.proc.returncode == 0, (
@@ -61,11 +66,7 @@ def test_sigterm_with_a_database_file_it_cannot_write_exits_0_with_one_line(
     db = data / "apportion.db"
     server.start()
     try:
-        r = httpx.post(f"{server.url}/v1/workloads",
-                       headers={"Authorization": f"Bearer {server.token('alice')}"},
-                       json={"budget": "ai/llm", "gpus": 1, "min_runtime": "1h",
-                             "command": ["sleep", "600"]})
-        assert r.status_code == 201, r.text
+        r = submit_sleep(server)
         immutable = subprocess.run(["chattr", "+i", str(db)], capture_output=True,
                                    text=True)
         if immutable.returncode != 0:
