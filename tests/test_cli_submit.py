@@ -378,3 +378,37 @@ def test_what_submit_quotes_of_its_flags_and_script_lines_has_control_characters
     assert "warning: w.sh:3: #SBATCH --foo=\\x1b[31mRED\\u202e: ignored" in r.stderr
     assert "Error: w.sh:4: #SBATCH -J ab\\u202ecd: " in r.stderr
     assert "\x1b" not in r.stderr and "\u202e" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("lines", "gpus", "kind"), [
+    ("#SBATCH --gpus-per-node=4", "4", None),
+    ("#SBATCH --gpus-per-node a100:4", "4", "A100"),
+    ("#SBATCH --nodes=2\n#SBATCH --gres=gpu:8", "16", None),
+    ("#SBATCH --gpus-per-node=8\n#SBATCH -N 2", "16", None),
+    ("#SBATCH -N1\n#SBATCH --gres=gpu:h100:4", "4", "H100"),
+    ("#SBATCH --nodes=2\n#SBATCH --gpus=8", "8", None),
+])
+def test_per_node_gpu_counts_are_read_and_multiplied_by_the_nodes_as_slurm_counts_them(
+    tmp_path: Path, lines: str, gpus: str, kind: str | None,
+) -> None:
+    """``#SBATCH --gpus-per-node=N`` (or ``TYPE:N``) gives N GPUs (it was ignored, and the
+    submission refused as giving no ``--gpus``), and ``--nodes``/``-N`` multiplies a
+    per-node count (``--gres``, ``--gpus-per-node``) as Slurm does: ``--nodes=2
+    --gres=gpu:8`` asks for 16 GPUs (it asked for 8, ``--nodes`` ignored); ``--gpus`` is
+    the job's whole count, whatever ``--nodes`` says."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.ignored == []
+    assert got.options.get("gpus") == gpus
+    assert got.options.get("gpu_kind") == kind
+
+
+def test_a_per_node_gpu_count_multiplied_by_the_nodes_names_both_lines(tmp_path: Path) -> None:
+    """What a GPU count that ``--nodes`` multiplied is named by, in an error (too many for
+    the cluster, say): both script lines."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.origins["gpus"] == ("job.sh:3: #SBATCH --gpus-per-node=8 on job.sh:2: "
+                                   "#SBATCH --nodes=2")
