@@ -412,3 +412,23 @@ def test_a_per_node_gpu_count_multiplied_by_the_nodes_names_both_lines(tmp_path:
     got = read_script(str(script), [])
     assert got.origins["gpus"] == ("job.sh:3: #SBATCH --gpus-per-node=8 on job.sh:2: "
                                    "#SBATCH --nodes=2")
+
+
+def test_sbatch_gpus_with_a_type_gives_the_count_and_the_gpu_kind(tmp_path: Path) -> None:
+    """``#SBATCH --gpus=a100:2`` or ``-G h100:8`` (sbatch's ``[type:]number``) gives that
+    many GPUs of that kind, as ``--gres=gpu:a100:2`` does, and ``--nodes`` does not
+    multiply it (it was refused: ``'a100:2' is not a whole number``); one that is no
+    count is refused naming the line."""
+    for line, gpus, kind in (("--gpus=a100:2", "2", "A100"), ("-G h100:8", "8", "H100")):
+        script = tmp_path / "job.sh"
+        script.write_text(f"#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH {line}\ntrue\n")
+        got = read_script(str(script), [])
+        assert got.ignored == []
+        assert (got.options["gpus"], got.options["gpu_kind"]) == (gpus, kind)
+        assert got.origins["gpus"] == f"job.sh:3: #SBATCH {line}"
+    script.write_text("#!/bin/sh\n#SBATCH --gpus=a100:two\n#APPORTION --budget ai/llm "
+                      "--min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert ("Error: job.sh:2: #SBATCH --gpus=a100:two: 'a100:two' is not a number of GPUs "
+            "(N or TYPE:N)") in r.stderr

@@ -296,9 +296,13 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             out.nodes = int(value)
             out.origins["nodes"] = origin
             continue
-        if key in ("gres", "gpus_per_node"):
+        sbatch_gpus = key == "gpus" and prefix == "#SBATCH"  # sbatch's -G takes TYPE:N too
+        if key in ("gres", "gpus_per_node") or (sbatch_gpus and ":" in value):
             typed = _gres_typed(value) if key == "gres" else _typed_count(value)
             if typed is None:
+                if key == "gpus":  # as an untyped count that is no number is
+                    raise click.UsageError(f"{origin}: {value!r} is not a number of GPUs "
+                                           "(N or TYPE:N)")
                 shown = f"--gres={value}" if key == "gres" else f"{opt}={value}"
                 out.ignored.append(f"{where}: {prefix} {shown}: ignored (only "
                                    f"{'gpu:N' if key == 'gres' else 'N or TYPE:N'} is read)")
@@ -309,8 +313,9 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             if kind is not None and "gpu_kind" not in out.options:
                 out.options["gpu_kind"] = kind.upper()
                 out.origins["gpu_kind"] = origin
+            # one node's count, which --nodes multiplies; --gpus=a100:8 the job's
+            out.gpus_per_node = key != "gpus"
             key, value = "gpus", gpus
-            out.gpus_per_node = True  # one node's count: --nodes multiplies it
         elif key == "gpus":
             out.gpus_per_node = False  # the job's count, whatever --nodes says
         out.options[key] = value
