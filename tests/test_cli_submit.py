@@ -432,3 +432,22 @@ def test_sbatch_gpus_with_a_type_gives_the_count_and_the_gpu_kind(tmp_path: Path
     assert r.exit_code == 2
     assert ("Error: job.sh:2: #SBATCH --gpus=a100:two: 'a100:two' is not a number of GPUs "
             "(N or TYPE:N)") in r.stderr
+
+
+@pytest.mark.parametrize("shebang", ["", "#!/bin/bash -l\r\n", "#!/usr/bin/env bash\r\n"])
+def test_a_shell_script_with_dos_line_breaks_is_refused_naming_its_first_such_line(
+    tmp_path: Path, shebang: str,
+) -> None:
+    """A batch script run by a shell, with ``\\r\\n`` line breaks (saved on Windows), is a
+    usage error naming the file and its first such line, as sbatch refuses it: it was run,
+    and its shell read every command with a ``\\r`` at its end (``cd dir\\r``). A Python
+    script's are no trouble to Python: it is read as before."""
+    script = tmp_path / "job.sh"
+    script.write_bytes(f"{shebang}#SBATCH --gpus=1\r\n#APPORTION --budget ai/llm "
+                       "--min-runtime 0\r\ncd out\r\n".encode())
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert (f"Error: {script}:1: DOS line breaks (\\r\\n): a batch script must have Unix "
+            "line breaks (\\n), as sbatch requires") in " ".join(r.stderr.split())
+    script.write_bytes(b"#!/usr/bin/env python3\r\n#SBATCH --gpus=1\r\nprint(1)\r\n")
+    assert read_script(str(script), []).options == {"gpus": "1"}

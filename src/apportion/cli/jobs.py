@@ -208,6 +208,13 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         raise click.UsageError(f"{escape_controls(path)}:{first_bad}: not UTF-8 text: a batch "
                                "script is sent as "
                                "text (save it as UTF-8)") from None
+    if b"\r\n" in data and _run_by_a_shell(text):
+        # as sbatch refuses it: the shell would read each command with a \r at its end
+        # (cd "dir\r", python "train.py\r"), failing in ways that do not say why
+        first_crlf = data.count(b"\n", 0, data.index(b"\r\n")) + 1
+        raise click.UsageError(f"{escape_controls(path)}:{first_crlf}: DOS line breaks (\\r\\n): a "
+                               "batch script must have Unix line breaks (\\n), as sbatch "
+                               "requires (convert it: dos2unix, or sed -i 's/\\r$//')")
     per_argument = max_arg_strlen()  # the text is one argument of the command, NUL included
     if len(data) >= per_argument:
         raise click.UsageError(f"{escape_controls(path)}: {len(data)} bytes: a batch script "
@@ -242,6 +249,21 @@ def read_script(path: str, args: Sequence[str]) -> Script:
     out.command = ["/bin/sh", "-c", f'{_SCRIPT_COPY} exec {interpreter} "$f" "$@"', name, text,
                    *args]
     return out
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "ksh", "mksh", "zsh", "csh", "tcsh"})
+
+
+def _run_by_a_shell(text: str) -> bool:
+    """Whether a batch script's interpreter is a shell: its ``#!`` line's (``/bin/bash
+    -l``, ``/usr/bin/env bash``), else ``/bin/sh``. A shell takes a ``\r`` before a line
+    break as part of the command; Python, say, does not."""
+    if not text.startswith("#!"):
+        return True
+    words = [Path(w).name for w in text.split("\n", 1)[0][2:].split()]
+    if words[:1] == ["env"]:
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return bool(words) and words[0] in _SHELLS
 
 
 def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, str]) -> None:
