@@ -378,3 +378,76 @@ def test_what_submit_quotes_of_its_flags_and_script_lines_has_control_characters
     assert "warning: w.sh:3: #SBATCH --foo=\\x1b[31mRED\\u202e: ignored" in r.stderr
     assert "Error: w.sh:4: #SBATCH -J ab\\u202ecd: " in r.stderr
     assert "\x1b" not in r.stderr and "\u202e" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("lines", "gpus", "kind"), [
+    ("#SBATCH --gpus-per-node=4", "4", None),
+    ("#SBATCH --gpus-per-node a100:4", "4", "A100"),
+    ("#SBATCH --nodes=2\n#SBATCH --gres=gpu:8", "16", None),
+    ("#SBATCH --gpus-per-node=8\n#SBATCH -N 2", "16", None),
+    ("#SBATCH -N1\n#SBATCH --gres=gpu:h100:4", "4", "H100"),
+    ("#SBATCH --nodes=2\n#SBATCH --gpus=8", "8", None),
+])
+def test_per_node_gpu_counts_are_read_and_multiplied_by_the_nodes_as_slurm_counts_them(
+    tmp_path: Path, lines: str, gpus: str, kind: str | None,
+) -> None:
+    """``#SBATCH --gpus-per-node=N`` (or ``TYPE:N``) gives N GPUs (it was ignored, and the
+    submission refused as giving no ``--gpus``), and ``--nodes``/``-N`` multiplies a
+    per-node count (``--gres``, ``--gpus-per-node``) as Slurm does: ``--nodes=2
+    --gres=gpu:8`` asks for 16 GPUs (it asked for 8, ``--nodes`` ignored); ``--gpus`` is
+    the job's whole count, whatever ``--nodes`` says."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.ignored == []
+    assert got.options.get("gpus") == gpus
+    assert got.options.get("gpu_kind") == kind
+
+
+def test_a_per_node_gpu_count_multiplied_by_the_nodes_names_both_lines(tmp_path: Path) -> None:
+    """What a GPU count that ``--nodes`` multiplied is named by, in an error (too many for
+    the cluster, say): both script lines."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.origins["gpus"] == ("job.sh:3: #SBATCH --gpus-per-node=8 on job.sh:2: "
+                                   "#SBATCH --nodes=2")
+
+
+def test_sbatch_gpus_with_a_type_gives_the_count_and_the_gpu_kind(tmp_path: Path) -> None:
+    """``#SBATCH --gpus=a100:2`` or ``-G h100:8`` (sbatch's ``[type:]number``) gives that
+    many GPUs of that kind, as ``--gres=gpu:a100:2`` does, and ``--nodes`` does not
+    multiply it (it was refused: ``'a100:2' is not a whole number``); one that is no
+    count is refused naming the line."""
+    for line, gpus, kind in (("--gpus=a100:2", "2", "A100"), ("-G h100:8", "8", "H100")):
+        script = tmp_path / "job.sh"
+        script.write_text(f"#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH {line}\ntrue\n")
+        got = read_script(str(script), [])
+        assert got.ignored == []
+        assert (got.options["gpus"], got.options["gpu_kind"]) == (gpus, kind)
+        assert got.origins["gpus"] == f"job.sh:3: #SBATCH {line}"
+    script.write_text("#!/bin/sh\n#SBATCH --gpus=a100:two\n#APPORTION --budget ai/llm "
+                      "--min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert ("Error: job.sh:2: #SBATCH --gpus=a100:two: 'a100:two' is not a number of GPUs "
+            "(N or TYPE:N)") in r.stderr
+
+
+@pytest.mark.parametrize("shebang", ["", "#!/bin/bash -l\r\n", "#!/usr/bin/env bash\r\n"])
+def test_a_shell_script_with_dos_line_breaks_is_refused_naming_its_first_such_line(
+    tmp_path: Path, shebang: str,
+) -> None:
+    """A batch script run by a shell, with ``\\r\\n`` line breaks (saved on Windows), is a
+    usage error naming the file and its first such line, as sbatch refuses it: it was run,
+    and its shell read every command with a ``\\r`` at its end (``cd dir\\r``). A Python
+    script's are no trouble to Python: it is read as before."""
+    script = tmp_path / "job.sh"
+    script.write_bytes(f"{shebang}#SBATCH --gpus=1\r\n#APPORTION --budget ai/llm "
+                       "--min-runtime 0\r\ncd out\r\n".encode())
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert (f"Error: {script}:1: DOS line breaks (\\r\\n): a batch script must have Unix "
+            "line breaks (\\n), as sbatch requires") in " ".join(r.stderr.split())
+    script.write_bytes(b"#!/usr/bin/env python3\r\n#SBATCH --gpus=1\r\nprint(1)\r\n")
+    assert read_script(str(script), []).options == {"gpus": "1"}

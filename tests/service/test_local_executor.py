@@ -29,8 +29,9 @@ from apportion.service.executor import (
 )
 from apportion.service.executors import _procfs, _wrapper
 from apportion.service.executors._cgroup import CgroupHost
-from apportion.service.executors.identity import Identity
+from apportion.service.executors.identity import Identity, child_env, server_account
 from apportion.service.executors.local import LocalExecutor as _LocalExecutor
+from apportion.service.executors.local import own_env
 
 DEADLINE_S = 30.0  # generous: only bounds a hang, never asserts speed
 
@@ -701,3 +702,27 @@ def test_pids_max_stops_a_job_forking_past_it_and_only_it(tmp_path: Path) -> Non
         assert subprocess.run(["true"]).returncode == 0
     finally:
         ex.close()
+
+
+def test_a_job_sees_the_slurm_variables_a_batch_script_reads_to_know_its_job() -> None:
+    """A local attempt's own variables include what a Slurm batch step gives and batch
+    scripts read (``mkdir ckpt/$SLURM_JOB_ID``, ``cd $SLURM_SUBMIT_DIR``): ``SLURM_JOB_ID``
+    and ``SLURM_JOBID`` (the workload id, as ``%j`` fills it), ``SLURM_JOB_NAME`` (its
+    name), ``SLURM_SUBMIT_DIR`` (its working directory) and ``SLURM_GPUS_ON_NODE``; they
+    win over the submitting shell's (exported from inside a Slurm job), and a workload
+    without a name or working directory gets no empty ones."""
+    exported = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "interactive",
+                "APPORTION_JOB_NAME": "ddp-llama", "FOO": "bar"}
+    slots = (HostSlots("h0", (1, 2, 3, 4)), HostSlots("h1", (0, 1)))
+    first = Launch("w-000013", 2, ["true"], slots, env=exported, chdir="/home/alice/proj")
+    own = own_env(first, [[1, 2, 3, 4], [8, 9]], "/logs/ckpt")
+    assert {k: own[k] for k in own if k.startswith("SLURM_")} == {
+        "SLURM_JOB_ID": "w-000013", "SLURM_JOBID": "w-000013", "SLURM_JOB_NAME": "ddp-llama",
+        "SLURM_SUBMIT_DIR": "/home/alice/proj", "SLURM_GPUS_ON_NODE": "4"}
+    assert own["CUDA_VISIBLE_DEVICES"] == "1,2,3,4"
+    assert own["APPORTION_GPUS"] == "6"
+    env = child_env(server_account(), exported, own)
+    assert env["SLURM_JOB_ID"] == "w-000013" and env["FOO"] == "bar"
+    bare = own_env(Launch("w-000014", 1, ["true"], (HostSlots("h0", (0,)),)), [[0]], "")
+    assert "SLURM_JOB_NAME" not in bare and "SLURM_SUBMIT_DIR" not in bare
+    assert bare["SLURM_JOB_ID"] == "w-000014" and bare["SLURM_GPUS_ON_NODE"] == "1"

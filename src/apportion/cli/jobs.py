@@ -92,6 +92,7 @@ _SBATCH_OPTS = {
     "--output": "output", "-o": "output", "--array": "array", "-a": "array",
     "--export": "export",
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
+    "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
 }
 
@@ -119,6 +120,9 @@ class Script:
     ignored: list[str] = field(default_factory=list)  # "job.sh:5: #SBATCH --mem=4G: why"
     # where each option was given, to name it in an error: "job.sh:3: #SBATCH --gres=gpu:2"
     origins: dict[str, str] = field(default_factory=dict)
+    # the GPU count is one node's (--gres=gpu:8, --gpus-per-node=8), not the job's (--gpus)
+    gpus_per_node: bool = False
+    nodes: int | None = None  # #SBATCH --nodes, a whole number
 
 
 # a line read_script takes for a directive, the first line included
@@ -204,6 +208,13 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         raise click.UsageError(f"{escape_controls(path)}:{first_bad}: not UTF-8 text: a batch "
                                "script is sent as "
                                "text (save it as UTF-8)") from None
+    if b"\r\n" in data and _run_by_a_shell(text):
+        # as sbatch refuses it: the shell would read each command with a \r at its end
+        # (cd "dir\r", python "train.py\r"), failing in ways that do not say why
+        first_crlf = data.count(b"\n", 0, data.index(b"\r\n")) + 1
+        raise click.UsageError(f"{escape_controls(path)}:{first_crlf}: DOS line breaks (\\r\\n): a "
+                               "batch script must have Unix line breaks (\\n), as sbatch "
+                               "requires (convert it: dos2unix, or sed -i 's/\\r$//')")
     per_argument = max_arg_strlen()  # the text is one argument of the command, NUL included
     if len(data) >= per_argument:
         raise click.UsageError(f"{escape_controls(path)}: {len(data)} bytes: a batch script "
@@ -228,11 +239,31 @@ def read_script(path: str, args: Sequence[str]) -> Script:
                                    "command; directives go at the top)")
             else:
                 _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
+    if out.gpus_per_node and out.nodes is not None and out.nodes > 1:
+        # as Slurm counts them: --gres=gpu:8 on --nodes=2 is 16 GPUs (apportion places
+        # GPUs, not nodes: it gangs them over as many hosts as they need)
+        out.options["gpus"] = str(int(out.options["gpus"]) * out.nodes)
+        out.origins["gpus"] = f"{out.origins['gpus']} on {out.origins['nodes']}"
     shebang = text.splitlines()[0][2:].split() if text.startswith("#!") else []
     interpreter = shlex.join(shebang or ["/bin/sh"])
     out.command = ["/bin/sh", "-c", f'{_SCRIPT_COPY} exec {interpreter} "$f" "$@"', name, text,
                    *args]
     return out
+
+
+_SHELLS = frozenset({"sh", "bash", "dash", "ksh", "mksh", "zsh", "csh", "tcsh"})
+
+
+def _run_by_a_shell(text: str) -> bool:
+    """Whether a batch script's interpreter is a shell: its ``#!`` line's (``/bin/bash
+    -l``, ``/usr/bin/env bash``), else ``/bin/sh``. A shell takes a ``\r`` before a line
+    break as part of the command; Python, say, does not."""
+    if not text.startswith("#!"):
+        return True
+    words = [Path(w).name for w in text.split("\n", 1)[0][2:].split()]
+    if words[:1] == ["env"]:
+        words = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+    return bool(words) and words[0] in _SHELLS
 
 
 def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, str]) -> None:
@@ -279,30 +310,61 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
         # how errors name the line: as the reader's terminal may show it (control and
         # format characters escaped)
         origin = escape_controls(f"{where}: {prefix} {word if attached else f'{opt} {value}'}")
-        if key == "gres":
-            gpus = _gres_gpus(value)
-            if gpus is None:
-                out.ignored.append(f"{where}: {prefix} --gres={value}: ignored (only gpu:N "
-                                   "is read)")
+        if key == "nodes":
+            if not (value.isascii() and value.isdigit() and int(value) > 0):
+                out.ignored.append(f"{where}: {prefix} {word if attached else f'{opt} {value}'}"
+                                   ": ignored (only a whole number of nodes is read)")
                 continue
-            kind = value.split(":")[1] if len(value.split(":")) > 2 else None
+            out.nodes = int(value)
+            out.origins["nodes"] = origin
+            continue
+        sbatch_gpus = key == "gpus" and prefix == "#SBATCH"  # sbatch's -G takes TYPE:N too
+        if key in ("gres", "gpus_per_node") or (sbatch_gpus and ":" in value):
+            typed = _gres_typed(value) if key == "gres" else _typed_count(value)
+            if typed is None:
+                if key == "gpus":  # as an untyped count that is no number is
+                    raise click.UsageError(f"{origin}: {value!r} is not a number of GPUs "
+                                           "(N or TYPE:N)")
+                shown = f"--gres={value}" if key == "gres" else f"{opt}={value}"
+                out.ignored.append(f"{where}: {prefix} {shown}: ignored (only "
+                                   f"{'gpu:N' if key == 'gres' else 'N or TYPE:N'} is read)")
+                continue
+            gpus, kind = typed
             # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case, as
             # the Slurm executor and the sacct importer name kinds by default
             if kind is not None and "gpu_kind" not in out.options:
                 out.options["gpu_kind"] = kind.upper()
                 out.origins["gpu_kind"] = origin
+            # one node's count, which --nodes multiplies; --gpus=a100:8 the job's
+            out.gpus_per_node = key != "gpus"
             key, value = "gpus", gpus
+        elif key == "gpus":
+            out.gpus_per_node = False  # the job's count, whatever --nodes says
         out.options[key] = value
         out.origins[key] = origin
 
 
 def _gres_gpus(value: str) -> str | None:
     """``gpu:4`` or ``gpu:a100:4`` -> ``"4"``; anything else None."""
+    typed = _gres_typed(value)
+    return None if typed is None else typed[0]
+
+
+def _gres_typed(value: str) -> tuple[str, str | None] | None:
+    """``gpu:4`` -> ``("4", None)``, ``gpu:a100:4`` -> ``("4", "a100")``; anything else
+    None."""
+    name, colon, typed = value.partition(":")
+    return _typed_count(typed) if name == "gpu" and colon else None
+
+
+def _typed_count(value: str) -> tuple[str, str | None] | None:
+    """A GPU count as ``--gpus-per-node`` takes it: ``4`` -> ``("4", None)``, ``a100:4``
+    -> ``("4", "a100")``; anything else None."""
     parts = value.split(":")
     count = parts[-1]  # ASCII digits only: int() reads "٥" as 5
-    if parts[0] != "gpu" or len(parts) not in (2, 3) or not (count.isascii() and count.isdigit()):
+    if len(parts) > 2 or not (count.isascii() and count.isdigit()) or not all(parts):
         return None
-    return count
+    return count, (parts[0] if len(parts) == 2 else None)
 
 
 # the shell line --output wraps a command in: it fills in the file's name and sends the
@@ -432,8 +494,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
       apportion submit job.sh [ARGS...]
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
-    #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus, --chdir,
-    --output, --array, --dependency, --nodelist, --exclude, --export); options on the
+    #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
+    --gpus, --nodes, --chdir, --output, --array, --dependency, --nodelist, --exclude,
+    --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers;
     an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no

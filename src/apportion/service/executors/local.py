@@ -183,17 +183,7 @@ class LocalExecutor:
         run_as = acct if acct is not None else server_account()
         devices = [[self._first_gpu[s.host] + i for i in s.gpu_indexes] for s in launch.slots]
         ckpt = self.checkpoint_path(wid, launch.attempt)
-        own = {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in (devices[0] if devices else ())),
-            "APPORTION_WORKLOAD_ID": wid,
-            "APPORTION_ATTEMPT": str(launch.attempt),
-            "APPORTION_GPUS": str(sum(len(s.gpu_indexes) for s in launch.slots)),
-            "APPORTION_HOSTS": ";".join(
-                f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
-            ),
-            _checkpoint.ENV: str(ckpt),
-        }
-        env = child_env(run_as, launch.env, own)
+        env = child_env(run_as, launch.env, own_env(launch, devices, str(ckpt)))
         argv = list(launch.command)
         too_big = exec_problem(argv, env, reserve=0)
         if too_big is not None:
@@ -782,6 +772,40 @@ class LocalExecutor:
             done = [h for h, p in self._procs.items() if p.poll() is not None]
             for h in done:
                 del self._procs[h]
+
+
+def own_env(launch: Launch, devices: Sequence[Sequence[int]], checkpoint_file: str
+            ) -> dict[str, str]:
+    """apportion's own variables of an attempt, set over what its owner exported:
+    ``CUDA_VISIBLE_DEVICES`` (``devices``: the machine's GPUs of each slot, the first
+    host's), the ``APPORTION_*`` ones, and those of Slurm's that a batch script reads to
+    know its job, as a Slurm job's batch step has them (on the Slurm executor, Slurm sets
+    them): ``SLURM_JOB_ID`` and ``SLURM_JOBID`` (the workload's id, ``w-000013``, as
+    ``%j`` names its output file and as ``SLURM_ARRAY_JOB_ID`` is an array's),
+    ``SLURM_JOB_NAME`` (its name, if it has one), ``SLURM_SUBMIT_DIR`` (its working
+    directory, as the Slurm executor sets it) and ``SLURM_GPUS_ON_NODE`` (its GPUs on the
+    first host). Without them a script's ``ckpt/$SLURM_JOB_ID`` was ``ckpt/`` for every
+    job, and the submitting shell's own (exported from inside a Slurm job) was read."""
+    wid = launch.workload_id
+    own = {
+        "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in (devices[0] if devices else ())),
+        "APPORTION_WORKLOAD_ID": wid,
+        "APPORTION_ATTEMPT": str(launch.attempt),
+        "APPORTION_GPUS": str(sum(len(s.gpu_indexes) for s in launch.slots)),
+        "APPORTION_HOSTS": ";".join(
+            f"{s.host}:{','.join(str(i) for i in s.gpu_indexes)}" for s in launch.slots
+        ),
+        _checkpoint.ENV: checkpoint_file,
+        "SLURM_JOB_ID": wid,
+        "SLURM_JOBID": wid,
+        "SLURM_GPUS_ON_NODE": str(len(launch.slots[0].gpu_indexes) if launch.slots else 0),
+    }
+    name = (launch.env or {}).get("APPORTION_JOB_NAME")
+    if name:
+        own["SLURM_JOB_NAME"] = name
+    if launch.chdir:
+        own["SLURM_SUBMIT_DIR"] = launch.chdir
+    return own
 
 
 def _signal(handle: str, sig: int) -> None:
