@@ -30,13 +30,14 @@ OPEN = "/usr/bin/python3"  # opens files for the job and prints the errno's name
 SERVER_VARS_ALLOWED = {"HOME", "USER", "LOGNAME", "SHELL", "PATH", "PWD", "CUDA_VISIBLE_DEVICES",
                        "APPORTION_CHECKPOINT_FILE",
                        "APPORTION_WORKLOAD_ID", "APPORTION_ATTEMPT", "APPORTION_GPUS",
-                       "APPORTION_HOSTS"}
+                       "APPORTION_HOSTS", "TMPDIR", "SLURM_JOB_ID", "SLURM_JOBID",
+                       "SLURM_GPUS_ON_NODE", "SLURM_SUBMIT_DIR"}
 
 
 def make_executor(shared: Path, cgroups: CgroupHost | str | None = "auto") -> LocalExecutor:
     data = shared / "data"
     data.mkdir(exist_ok=True)
-    os.chmod(data, 0o700)
+    os.chmod(data, 0o711)  # as serve makes it: jobs cross it to their logs and TMPDIR
     return LocalExecutor([("h0", 8)], data / "logs", data / "run", db_id="t",
                          identity=Identity(), cgroups=cgroups)
 
@@ -295,7 +296,7 @@ def test_two_hosts_on_one_machine_fence_different_gpus(
     nodes = [str(dev / "nvidia0"), str(dev / "nvidia2")]
     data = shared / "data"
     data.mkdir()
-    os.chmod(data, 0o700)
+    os.chmod(data, 0o711)
     ex = LocalExecutor([("h0", 2), ("h1", 2)], data / "logs", data / "run", db_id="t",
                        identity=Identity())
     h = ex.launch(Launch("w-000001", 1, [OPEN, "-c", probe, *nodes], (HostSlots("h1", (0,)),),

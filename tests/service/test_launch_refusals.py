@@ -39,7 +39,7 @@ def local_service(db: Path, data: Path, accounts: UnixAccounts) -> tuple[Store, 
         store.add_budget("ai/llm", 1.0, "admin", members=["alice"], create_parents=True)
         store.add_host("h0", 8, "admin", at=time.time())
     data.mkdir(exist_ok=True)
-    os.chmod(data, 0o700)
+    os.chmod(data, 0o711)  # as serve makes it: jobs cross it to their logs and TMPDIR
     ex = LocalExecutor([("h0", 8)], data / "logs", data / "run", db_id=store.db_id(),
                        identity=Identity())
     sched = Scheduler(store, ex, PolicyConfig(), WallClock(), grace_s=1.0)

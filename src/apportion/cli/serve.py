@@ -39,14 +39,18 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     if kind in ("local", "memory") and not hosts:
         raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
     if kind == "local":
-        from apportion.service.executors.local import GpusInUse, LocalExecutor
+        from apportion.service.executors.local import GpusInUse, LocalExecutor, UnsafeTmpDir
 
         try:
             return LocalExecutor(hosts, config.logs_dir, data_dir / "run", db_id=db_id,
                                  identity=config.identity,
-                                 pids_max=config.executor.pids_max)
+                                 pids_max=config.executor.pids_max,
+                                 tmp_dir=config.executor.tmp_dir or data_dir / "tmp")
         except GpusInUse as e:
             raise ConfigError(f"{config.source}: hosts: {e}") from None
+        except UnsafeTmpDir as e:
+            raise ConfigError(f"{config.source}: executor.local.tmp_dir: private TMPDIRs "
+                              f"{e}") from None
     if kind == "memory":
         from apportion.service.executors.memory import MemoryExecutor
 

@@ -75,6 +75,8 @@ class ExecutorConfig:
     grace_s: float = 10.0
     # [executor.local] pids_max: processes and threads per attempt (0: no limit)
     pids_max: int = 8192
+    # [executor.local] tmp_dir: where jobs' private TMPDIRs go (None: <data_dir>/tmp)
+    tmp_dir: Path | None = None
     # [executor.slurm] is handed to the Slurm executor as keyword arguments
     slurm: Mapping[str, Any] = field(default_factory=dict)
 
@@ -326,8 +328,10 @@ def parse_config(
                       f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
     local = _Reader(source, "executor.local", r.get("local", {}))
     pids_max = local.integer("pids_max", ExecutorConfig().pids_max, minimum=0)
+    tmp_dir = local.string("tmp_dir", "")
     local.done()
-    executor = ExecutorConfig(kind=kind, grace_s=grace, pids_max=pids_max, slurm=dict(slurm))
+    executor = ExecutorConfig(kind=kind, grace_s=grace, pids_max=pids_max,
+                              tmp_dir=base / tmp_dir if tmp_dir else None, slurm=dict(slurm))
     r.done()
 
     policy = _policy(_Reader(source, "policy", top.get("policy", {})))

@@ -22,11 +22,13 @@ so the run and exit files it writes cannot be forged by the job, which runs as i
 3. Forwards SIGTERM to every process of the job (the scheduler's stop goes through here).
 4. When the command exits, kills every process it left (through its cgroup, or as the
    descendants of this subreaper without cgroups), waits until none lives, removes the
-   cgroups, and only then writes ``<workload>.<attempt>.exit`` with the exit code (negative:
-   killed by that signal), the exit time and its own handle: until then the attempt holds
-   its GPUs. A write that fails (a full or read-only disk) is tried again every few seconds
-   for as long as it takes, the wrapper living on meanwhile, so the server sees the attempt
-   running, then reads its real exit code and exit time, never a vanished attempt.
+   cgroups and the attempt's private TMPDIR (``_tmpdir.py``: what cannot be removed is said
+   in the log and the record's ``tmp_left``), and only then writes
+   ``<workload>.<attempt>.exit`` with the exit code (negative: killed by that signal), the
+   exit time and its own handle: until then the attempt holds its GPUs. A write that fails
+   (a full or read-only disk) is tried again every few seconds for as long as it takes,
+   the wrapper living on meanwhile, so the server sees the attempt running, then reads its
+   real exit code and exit time, never a vanished attempt.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from apportion.service.executors import _cgroup
+from apportion.service.executors import _cgroup, _tmpdir
 from apportion.service.executors._procfs import (
     create_json_exclusive,
     descendants,
@@ -116,11 +118,16 @@ def main(argv: list[str]) -> int:
             print(f"apportion: {workload} attempt {attempt}: set aside, no exit record "
                   "written", file=sys.stderr, flush=True)
             return 0
+        # nothing of the job lives now: its TMPDIR can go, links in it never followed
+        tmp = spec.get("tmp")
+        tmp_left = _tmpdir.remove(Path(tmp[0]), str(tmp[1])) if tmp else None
+        if tmp_left is not None:
+            _say(f"apportion: the private TMPDIR was not removed whole: {tmp_left}")
         _write_exit(
             base.with_name(base.name + ".exit"),
             {"exit_code": code, "signalled": signalled, "ended_at": time.time(),
              "started_at": started_at, "handle": handle, "db_id": spec.get("db_id"),
-             "refused": refused, "log_full": _log_full()},
+             "refused": refused, "log_full": _log_full(), "tmp_left": tmp_left},
         )
         return 0
 

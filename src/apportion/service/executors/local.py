@@ -30,6 +30,12 @@ Each attempt's ``APPORTION_CHECKPOINT_FILE`` is ``logs/<workload>/<attempt>.chec
 checkpoint``: the directory is made at launch, owned by the job's account (0700) inside the
 server's ``logs/<workload>`` (0711), and the file's modification time is reported with each
 observation of the running attempt (``_checkpoint.py`` says what is believed).
+
+Work run as its owner's account gets a private ``TMPDIR``, ``<tmp_dir>/<db_id>/<workload>.
+<attempt>`` (``_tmpdir.py``): made at launch, the job's account's (0700) in the server's
+``tmp_dir/<db_id>`` (0711), and removed with all in it when the attempt ends: by its
+wrapper once nothing of the job lives, else by the executor (the wrapper died, the attempt
+was voided or never launched, or it ended while the server was down: swept at start).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from apportion.service.executor import (
     LaunchRefused,
     Observation,
 )
-from apportion.service.executors import _cgroup, _checkpoint, _procfs
+from apportion.service.executors import _cgroup, _checkpoint, _procfs, _tmpdir
 from apportion.service.executors._wrapper import CHILD_UMASK
 from apportion.service.executors.identity import (
     Identity,
@@ -91,13 +97,19 @@ class GpusInUse(ValueError):
     """The hosts given would hand GPUs an attempt still runs on to other work."""
 
 
+class UnsafeTmpDir(ValueError):
+    """The directory for the jobs' private TMPDIRs is not the server's alone."""
+
+
 class LocalExecutor:
     """The ``local`` executor: ``hosts`` as configured, logs under ``logs_dir``, durable
     per-attempt records under ``run_dir/<db_id>`` (``db_id`` "": ``run_dir`` itself).
     ``identity``: whom work runs as (default: the owner's account when root).
     ``cgroups``: "auto" (the host's, when root), None (process groups only) or a
     :class:`~apportion.service.executors._cgroup.CgroupHost`. ``pids_max``: the processes
-    and threads an attempt may have at once, through its pids cgroup (0: no limit)."""
+    and threads an attempt may have at once, through its pids cgroup (0: no limit).
+    ``tmp_dir``: where each attempt run as its owner's account gets its private TMPDIR
+    (default: ``tmp`` beside ``run_dir``), the server's alone (:class:`UnsafeTmpDir`)."""
 
     name = "local"
 
@@ -111,6 +123,7 @@ class LocalExecutor:
         identity: Identity | None = None,
         cgroups: _cgroup.CgroupHost | str | None = "auto",
         pids_max: int = PIDS_MAX,
+        tmp_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self._hosts: dict[str, InventoryHost] = {}
         # each host is its own slice of this machine's GPUs, in the order given: host k's
@@ -154,7 +167,15 @@ class LocalExecutor:
         self._jobs: dict[str, dict[str, Any]] = {}  # handle -> its run file, job recorded
         self._job_gone_since: dict[str, float] = {}  # handle -> no job seen since (monotonic)
         self._said_late: set[str] = set()  # handles whose late exit record was said
+        # jobs' private TMPDIRs: only for work run as its owner's account (as root)
+        tmp_root = Path(tmp_dir).absolute() if tmp_dir is not None else run_dir.parent / "tmp"
+        self.tmp_dir: Path | None = None
+        if self.identity.as_owner:
+            self.tmp_dir = tmp_root / db_id if db_id else tmp_root
+            self._tmp_dir_id = self._make_tmp_dir(tmp_root)
+        self._said_tmp_left: set[str] = set()
         self._check_running_devices()
+        self._sweep_tmp()
 
     # ---- the Executor protocol -------------------------------------------------------
     def inventory(self) -> list[InventoryHost]:
@@ -183,14 +204,24 @@ class LocalExecutor:
         run_as = acct if acct is not None else server_account()
         devices = [[self._first_gpu[s.host] + i for i in s.gpu_indexes] for s in launch.slots]
         ckpt = self.checkpoint_path(wid, launch.attempt)
-        env = child_env(run_as, launch.env, own_env(launch, devices, str(ckpt)))
+        stem = f"{wid}.{launch.attempt}"
+        tmp = self.tmp_path(wid, launch.attempt) if acct is not None else None
+        own = own_env(launch, devices, str(ckpt))
+        if tmp is not None:  # apportion's, as Slurm's job_container/tmpfs gives a private /tmp
+            own["TMPDIR"] = str(tmp)
+        env = child_env(run_as, launch.env, own)
         argv = list(launch.command)
         too_big = exec_problem(argv, env, reserve=0)
         if too_big is not None:
             raise LaunchRefused(f"argument list too long: {too_big}")
-        stem = f"{wid}.{launch.attempt}"
         self._check_own_dirs()
         self._set_aside(stem)
+        if tmp is not None and acct is not None:
+            try:
+                self._check_tmp_dir()
+                _tmpdir.make(tmp.parent, tmp.name, acct.uid, acct.gid)
+            except OSError as e:  # full, read-only, a leftover that cannot be removed
+                raise LaunchDeferred(f"private TMPDIR {tmp}: {e.strerror or e}") from None
         cgroups: list[str] = []
         if self.cgroups is not None:
             gpus = {i for d in devices for i in d}
@@ -203,6 +234,8 @@ class LocalExecutor:
             "account": ({"uid": acct.uid, "gid": acct.gid, "groups": list(acct.groups)}
                         if acct is not None else None),
             "cgroups": cgroups,
+            # the private TMPDIR its wrapper removes at the end: [parent, name]
+            "tmp": [str(tmp.parent), tmp.name] if tmp is not None else None,
             # the machine's GPUs it holds, checked at each start (_check_running_devices)
             "slots": [{"host": s.host, "gpus": list(s.gpu_indexes), "devices": d}
                       for s, d in zip(launch.slots, devices, strict=True)],
@@ -234,6 +267,7 @@ class LocalExecutor:
                 os.close(log_fd)
         except BaseException as e:
             _cgroup.remove(cgroups)  # no wrapper will run in them: none left behind
+            self._remove_tmp(stem)
             # the interpreter cannot be run, or the command's argv and environment are over
             # the kernel's limits: so for every try. A file of the server's own that cannot
             # be written (its run directory gone) is the server's trouble: raised as it is,
@@ -289,6 +323,92 @@ class LocalExecutor:
         if problem is not None:
             raise LaunchDeferred(f"logs directory {d}: {problem}")
         self._logs_dir_id = _dir_id(d)
+
+    # ---- private TMPDIRs -------------------------------------------------------------
+    def tmp_path(self, workload_id: str, attempt: int) -> Path:
+        """The private ``TMPDIR`` of an attempt run as its owner's account."""
+        assert self.tmp_dir is not None
+        return self.tmp_dir / f"{workload_id}.{attempt}"
+
+    def _make_tmp_dir(self, root: Path) -> tuple[int, int] | None:
+        """Make (or check) ``root`` and this database's directory in it, each the server's
+        and 0711: jobs cross them to their own TMPDIR, nobody else can make, list, rename
+        or link anything there. A directory that another account owns or can write, on a
+        way someone else could change (:func:`unsafe_way`), or one the jobs' accounts
+        cannot cross, is refused (:class:`UnsafeTmpDir`); its (device, inode)."""
+        assert self.tmp_dir is not None
+        for d in dict.fromkeys((root, self.tmp_dir)):
+            try:
+                problem = unsafe_way(d)  # before anything is made there
+                if problem is None:
+                    d.mkdir(parents=True, exist_ok=True)
+                    problem = unsafe_dir(d) or unsafe_way(d)  # what another made meanwhile
+                if problem is None:
+                    os.chmod(d, 0o711)
+                    problem = _uncrossable(d)
+            except OSError as e:
+                problem = e.strerror or str(e)
+            if problem is not None:
+                raise UnsafeTmpDir(f"{d}: {problem}")
+        return _dir_id(self.tmp_dir)
+
+    def _check_tmp_dir(self) -> None:
+        """Before a launch: the TMPDIRs' directory is still the one made at start, as it
+        was left, or passes the same checks again (made anew if it was removed); else
+        :class:`OSError` saying what is wrong (the launch is deferred)."""
+        assert self.tmp_dir is not None
+        ident = _dir_id(self.tmp_dir)
+        if ident is not None and ident == self._tmp_dir_id:
+            st = os.lstat(self.tmp_dir)
+            if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o711:
+                return
+        root = self.tmp_dir.parent if self.db_id else self.tmp_dir
+        try:
+            self._tmp_dir_id = self._make_tmp_dir(root)
+        except UnsafeTmpDir as e:
+            raise OSError(str(e)) from None
+
+    def _remove_tmp(self, stem: str) -> None:
+        """Remove the private TMPDIR of the attempt ``stem`` (if it has one); say in the
+        server's log, once, what cannot be removed."""
+        if self.tmp_dir is None:
+            return
+        left = _tmpdir.remove(self.tmp_dir, stem)
+        if left is not None:
+            self._say_tmp_left(stem, left)
+
+    def _say_tmp_left(self, stem: str, left: str) -> None:
+        if stem in self._said_tmp_left:
+            return
+        self._said_tmp_left.add(stem)
+        wid, attempt = stem.rsplit(".", 1)
+        log.warning("%s attempt %s: its private TMPDIR %s was not removed whole: %s (remove "
+                    "it by hand; the attempt has ended)", wid, attempt,
+                    (self.tmp_dir or Path()) / stem, left)
+
+    def _sweep_tmp(self) -> None:
+        """At start: remove the private TMPDIRs of attempts that have ended (while the
+        server was down, their wrapper killed before it could) and of names no attempt of
+        this run directory holds. Kept: an attempt whose wrapper or any process of whose
+        job still lives, and one launched but not yet claimed (:meth:`find` settles it)."""
+        if self.tmp_dir is None:
+            return
+        try:
+            names = sorted(os.listdir(self.tmp_dir))
+        except OSError as e:
+            log.warning("private TMPDIRs %s: cannot be listed: %s", self.tmp_dir,
+                        e.strerror or e)
+            return
+        for stem in names:
+            info = _procfs.read_json(self.run_dir / f"{stem}.run")
+            if info is None:
+                if (self.run_dir / f"{stem}.spec").exists():
+                    continue  # its wrapper may be starting: find() voids it, or adopts it
+            elif not info.get("void"):
+                handle = info.get("handle")
+                if isinstance(handle, str) and _procfs.alive(handle) or _job_alive(info):
+                    continue  # still running, or its processes not yet killed (observe)
+            self._remove_tmp(stem)
 
     def stop(self, handle: str, grace_s: float) -> None:
         self._reap()
@@ -403,6 +523,7 @@ class LocalExecutor:
             unknown[stem] = handle
         self._end_wrappers(unknown, grace_s)
         for stem in unknown:
+            self._remove_tmp(stem)  # its wrapper's, unless it was killed before it could
             self._move_aside(stem)
 
     def find(self, workload_id: str, attempt: int) -> str | None:
@@ -426,8 +547,9 @@ class LocalExecutor:
             if _procfs.create_json_exclusive(run_file, {"void": True, "at": time.time()}):
                 break
         # never started: the cgroups made for it at launch hold nothing, and nobody else
-        # knows them (only its spec names them)
+        # knows them (only its spec names them); nor does its private TMPDIR
         _cgroup.remove(_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
+        self._remove_tmp(stem)
         return None
 
     def _void(self, stem: str, handle: str) -> bool:
@@ -458,6 +580,7 @@ class LocalExecutor:
         anything in them, nor removes them (they were left behind, empty, for every attempt
         cancelled before it started)."""
         _cgroup.remove(self._cgroups(stem))
+        self._remove_tmp(stem)
         ex: dict[str, object] = {
             "exit_code": -signal.SIGTERM, "signalled": True, "ended_at": claim["at"],
             "voided": True, "handle": claim["voided"], "db_id": self.db_id,
@@ -627,6 +750,7 @@ class LocalExecutor:
             if self._kill_job(stem):
                 return Observation(handle, AttemptState.RUNNING)
             _cgroup.remove(self._cgroups(stem))
+            self._remove_tmp(stem)
         return Observation(handle, AttemptState.GONE)
 
     def _check_exit_late(self, handle: str, stem: str) -> None:
@@ -677,6 +801,9 @@ class LocalExecutor:
             self._kill_at.pop(handle, None)
         if t is not None:
             t.cancel()
+        stem = self._stem(handle)
+        if ex.get("tmp_left") and stem is not None:  # said in the attempt's log too
+            self._say_tmp_left(stem, str(ex["tmp_left"]))
         code = ex.get("exit_code")
         ended = ex.get("ended_at")
         return Observation(
@@ -846,6 +973,26 @@ def _ids(gpus: Iterable[int]) -> str:
 
 def _span(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
+def _job_alive(info: dict[str, Any]) -> bool:
+    """Whether a process of the job a run file records still lives (nothing is killed)."""
+    cgroups = _cgroups_of(info)
+    if cgroups:
+        return bool(_cgroup.procs(cgroups))
+    pgid = info.get("child_pgid")
+    return isinstance(pgid, int) and _procfs.group_alive(pgid)
+
+
+def _uncrossable(d: Path) -> str | None:
+    """Why the jobs' accounts could not reach a directory in ``d``, or None: each
+    directory on its way must let others cross it (the x bit for others)."""
+    for p in [d, *d.parents]:
+        if not os.stat(p).st_mode & stat.S_IXOTH:
+            return (f"{p} cannot be crossed by the jobs' accounts (mode "
+                    f"{stat.S_IMODE(os.stat(p).st_mode):04o}): their TMPDIR would be out of "
+                    f"their reach; make it 0711 (chmod 0711 {p}), or name another directory")
+    return None
 
 
 def _cgroups_of(info: dict[str, Any] | None) -> list[str]:
