@@ -336,6 +336,34 @@ def test_output_percent_u_is_the_submitters_name_and_a_padding_width_on_an_id_is
     assert body["command"][4] == f"{tmp_path}/slurm-{me}-%j-%A-%%u.out"
 
 
+@pytest.mark.parametrize(("env", "name"), [
+    ({"LOGNAME": "ldapuser", "USER": "other"}, "ldapuser"),
+    ({"LOGNAME": "", "USER": "ldapuser"}, "ldapuser"),
+    ({"LOGNAME": "", "USER": ""}, str(os.getuid())),
+])
+def test_output_percent_u_without_a_password_entry_is_the_login_name_else_the_uid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], name: str,
+) -> None:
+    """``-o o-%u.out`` by a user the password database has no entry for (an LDAP or SSSD
+    account whose lookup fails, a uid with no entry: ``pwd.getpwuid`` raises KeyError) is
+    sent with %u as the login name of the environment (LOGNAME, else USER), else the uid as
+    a number, for the command line's flag and a script's line alike (it was a KeyError
+    traceback)."""
+    def no_entry(uid: int) -> NoReturn:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.chdir(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "o-%u.out", "--", "true")
+    assert body["command"][4] == f"{tmp_path}/o-{name}.out"
+    (tmp_path / "u.sh").write_text("#!/bin/sh\n#SBATCH --output=s-%u.out\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    body = sent_body(monkeypatch, "u.sh")
+    assert body["command"][4] == f"{tmp_path}/s-{name}.out"
+
+
 @pytest.mark.parametrize(("typed", "error"), [
     ("slurm-%N.out", "%N (the node's name) is not known when the work is submitted; the "
                      "fields apportion fills are %j %x %A %a %u and %%"),

@@ -406,7 +406,7 @@ def _output_name(text: str, flag: str) -> str:
     def fill(m: re.Match[str]) -> str:
         width, field = m.groups()
         if field == "u":
-            return pwd.getpwuid(os.getuid()).pw_name.replace("%", "%%")
+            return _user_name().replace("%", "%%")
         if field in "jxA" or (field == "a" and not width):
             return f"%{field}"
         if field == "a":
@@ -418,6 +418,18 @@ def _output_name(text: str, flag: str) -> str:
                 "submitted; the fields apportion fills are %j %x %A %a %u and %%")
         return m.group(0)
     return _SLURM_FIELD.sub(fill, text)
+
+
+def _user_name() -> str:
+    """The submitter's user name, as sbatch fills ``%u``: the password database's name for
+    this process's uid; where the lookup finds none (an LDAP or SSSD account whose lookup
+    fails, a uid with no entry), the login name of the environment (``LOGNAME``, else
+    ``USER``), else the uid as a number, as ``ls -l`` shows a file of that uid."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return os.environ.get("LOGNAME") or os.environ.get("USER") or str(uid)
 
 
 def _with_output(command: list[str], output: str) -> list[str]:
