@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from apportion.cli.client import Client
 from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
 from apportion.cli.main import main
+from apportion.core.units import parse_duration
 from apportion.service.executors.identity import max_arg_strlen
 
 # no server listens there: a submission that got as far as sending would fail otherwise
@@ -73,6 +74,25 @@ def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
     assert ("Error: --time soon: must be a duration like 2h, 1h30m, 1-00:00:00 or HH:MM:SS, "
             "or a whole number of minutes as in Slurm (90)") in r.stderr
     assert "seconds" not in r.stderr
+
+
+def test_time_unlimited_or_infinite_as_slurm_takes_them_is_sent_as_no_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--time UNLIMITED``, ``-t infinite``, ``#SBATCH --time=UNLIMITED``, ``#SBATCH -t
+    INFINITE`` and ``#SBATCH --time=-1`` (Slurm's words for no time limit, any case) are
+    sent as ``0``, the API's none, as ``--time 0`` is (they were refused as no
+    duration)."""
+    monkeypatch.chdir(tmp_path)
+    for typed in ("UNLIMITED", "infinite", "0"):
+        for flag in ("--time", "-t"):
+            sent = sent_body(monkeypatch, *FLAGS, flag, typed, "--", "true")["time_limit"]
+            assert parse_duration(sent) == 0  # "0m" for 0, a bare number's minutes
+    for n, line in enumerate(("#SBATCH --time=UNLIMITED", "#SBATCH -t INFINITE",
+                              "#SBATCH --time=-1", "#SBATCH -t Unlimited")):
+        (tmp_path / f"t{n}.sh").write_text(f"#!/bin/sh\n{line}\n#APPORTION --budget ai/llm "
+                                           "--gpus 1 --min-runtime 0\ntrue\n")
+        assert parse_duration(sent_body(monkeypatch, f"t{n}.sh")["time_limit"]) == 0
 
 
 def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(

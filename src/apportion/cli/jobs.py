@@ -470,7 +470,7 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
               help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
-                   "Slurm); at the limit it is stopped: timeout")
+                   "Slurm; 0 or UNLIMITED: none); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
@@ -676,12 +676,20 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "priority": "--priority", "env": "--export"}
 
 
+# what Slurm's --time takes for no time limit (any case): the API's 0, none
+_NO_TIME_LIMIT = frozenset({"unlimited", "infinite", "-1"})
+
+
 def _time_limit(text: str, where: str) -> str:
     """``--time`` as sent to the server, where a bare number is minutes, as Slurm reads it
-    (``90`` -> ``90m``). Slurm takes only whole minutes: a number written otherwise
-    (``90.0``, ``+90``, ``1e3``), which the server would read as seconds, and anything that
-    is no duration are usage errors naming ``where`` (the flag and value, or the script
-    line), in the CLI's terms: minutes, not the API's seconds."""
+    (``90`` -> ``90m``), and ``UNLIMITED``, ``INFINITE`` (any case) or ``-1`` is no limit,
+    as Slurm reads them (``0``, the API's none; a cap, ``[policy] max_time_limit``, refuses
+    it). Slurm takes only whole minutes: a number written otherwise (``90.0``, ``+90``,
+    ``1e3``), which the server would read as seconds, and anything that is no duration are
+    usage errors naming ``where`` (the flag and value, or the script line), in the CLI's
+    terms: minutes, not the API's seconds."""
+    if text.lower() in _NO_TIME_LIMIT:
+        return "0"
     if text.isascii() and text.isdigit():
         return text + "m"
     if text.isascii() and _is_number(text):
