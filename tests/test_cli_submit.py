@@ -269,6 +269,73 @@ def test_output_percent_capital_a_is_the_arrays_id_else_the_workloads_own(
     assert output_file(w) == str(tmp_path / written)
 
 
+def _run_attempt(command: list[str], wid: str, attempt: int) -> None:
+    """Run ``command`` as attempt ``attempt`` of workload ``wid`` runs it (the variables
+    the executors set that the --output line reads)."""
+    env = {"PATH": "/usr/bin:/bin", "APPORTION_WORKLOAD_ID": wid,
+           "APPORTION_ATTEMPT": str(attempt)}
+    subprocess.run(command, env=env, check=True, timeout=30)
+
+
+@pytest.mark.parametrize(("open_mode", "kept"), [
+    # append: every attempt of every workload appends
+    (["--open-mode", "append"], "one 1\none 2\ntwo 1\ntwo 2\n"),
+    (["--open-mode=A"], "one 1\none 2\ntwo 1\ntwo 2\n"),  # sbatch reads the first letter
+    # truncate (the default): each workload's first attempt starts the file afresh, a
+    # requeued attempt appends to it
+    (["--open-mode", "truncate"], "two 1\ntwo 2\n"),
+    ([], "two 1\ntwo 2\n"),
+])
+def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_mode: list[str], kept: str,
+) -> None:
+    """Two workloads (a --dependency chain) with one ``--output`` file, each run twice (a
+    requeue): with ``--open-mode append`` (on the command line, or as a script's ``#SBATCH
+    --open-mode=append``) the file keeps every attempt's output of both (the second
+    workload's first attempt truncated it); with ``truncate`` or without the option, the
+    second workload's first attempt starts it afresh and its requeued attempt appends.
+    ``output_file`` (what ``logs`` names) knows each line."""
+    monkeypatch.chdir(tmp_path)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "chain.log", *open_mode, "--", "sh", "-c",
+                     'echo "$0 $APPORTION_ATTEMPT"')
+    script = tmp_path / "s.sh"
+    lines = "".join(f"#SBATCH {' '.join(open_mode)}\n" for _ in open_mode[:1])
+    script.write_text(f"#!/bin/sh\n#SBATCH -o chain.log\n{lines}#APPORTION --budget ai/llm "
+                      '--gpus 1 --min-runtime 0\necho "$1 $APPORTION_ATTEMPT"\n')
+    from_script = sent_body(monkeypatch, "s.sh")
+    for command in (body["command"], from_script["command"]):
+        (tmp_path / "chain.log").write_text("")
+        for wid, word in (("w-000001", "one"), ("w-000002", "two")):
+            for attempt in (1, 2):
+                _run_attempt([*command, word], wid, attempt)
+        assert (tmp_path / "chain.log").read_text() == kept
+        assert output_file({"id": "w-000002", "command": command}) == str(tmp_path / "chain.log")
+
+
+@pytest.mark.parametrize("typed", ["", "x=1", "overwrite"])
+def test_an_open_mode_that_is_neither_append_nor_truncate_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str,
+) -> None:
+    """``--open-mode overwrite`` (or a script's ``#SBATCH --open-mode=overwrite``) is a
+    usage error naming the flag or the line, as sbatch refuses it; ``--open-mode`` without
+    ``--output`` is said on stderr to have no effect, and the submission goes ahead."""
+    monkeypatch.chdir(tmp_path)
+    if typed:
+        r = submit(*FLAGS, "-o", "x.log", "--open-mode", typed, "--", "true")
+        assert r.exit_code == 2
+        assert r.stderr.endswith(f"Error: --open-mode {typed}: must be append or truncate\n")
+    (tmp_path / "o.sh").write_text(f"#!/bin/sh\n#SBATCH --open-mode={typed}\n#SBATCH -o x.log"
+                                   "\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+                                   "true\n")
+    r = submit("o.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: must be append or "
+                             "truncate\n")
+    r = submit(*FLAGS, "--open-mode", "append", "--", "true")
+    assert ("warning: --open-mode: no effect without --output (the output goes to the "
+            "attempt's own log)\n") in r.stderr
+
+
 @pytest.mark.parametrize("typed", ["résumé", "my job", "x" * 129])
 def test_a_name_the_api_does_not_take_is_refused_in_words_naming_the_flag(typed: str) -> None:
     """``-J résumé``, a name with a space, or one over 128 characters is a usage error
