@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 from apportion.cli.client import Client
 from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
 from apportion.cli.main import main
+from apportion.core.units import parse_duration
 from apportion.service.executors.identity import max_arg_strlen
 
 # no server listens there: a submission that got as far as sending would fail otherwise
@@ -73,6 +74,25 @@ def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
     assert ("Error: --time soon: must be a duration like 2h, 1h30m, 1-00:00:00 or HH:MM:SS, "
             "or a whole number of minutes as in Slurm (90)") in r.stderr
     assert "seconds" not in r.stderr
+
+
+def test_time_unlimited_or_infinite_as_slurm_takes_them_is_sent_as_no_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--time UNLIMITED``, ``-t infinite``, ``#SBATCH --time=UNLIMITED``, ``#SBATCH -t
+    INFINITE`` and ``#SBATCH --time=-1`` (Slurm's words for no time limit, any case) are
+    sent as ``0``, the API's none, as ``--time 0`` is (they were refused as no
+    duration)."""
+    monkeypatch.chdir(tmp_path)
+    for typed in ("UNLIMITED", "infinite", "0"):
+        for flag in ("--time", "-t"):
+            sent = sent_body(monkeypatch, *FLAGS, flag, typed, "--", "true")["time_limit"]
+            assert parse_duration(sent) == 0  # "0m" for 0, a bare number's minutes
+    for n, line in enumerate(("#SBATCH --time=UNLIMITED", "#SBATCH -t INFINITE",
+                              "#SBATCH --time=-1", "#SBATCH -t Unlimited")):
+        (tmp_path / f"t{n}.sh").write_text(f"#!/bin/sh\n{line}\n#APPORTION --budget ai/llm "
+                                           "--gpus 1 --min-runtime 0\ntrue\n")
+        assert parse_duration(sent_body(monkeypatch, f"t{n}.sh")["time_limit"]) == 0
 
 
 def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(
@@ -249,6 +269,73 @@ def test_output_percent_capital_a_is_the_arrays_id_else_the_workloads_own(
     assert output_file(w) == str(tmp_path / written)
 
 
+def _run_attempt(command: list[str], wid: str, attempt: int) -> None:
+    """Run ``command`` as attempt ``attempt`` of workload ``wid`` runs it (the variables
+    the executors set that the --output line reads)."""
+    env = {"PATH": "/usr/bin:/bin", "APPORTION_WORKLOAD_ID": wid,
+           "APPORTION_ATTEMPT": str(attempt)}
+    subprocess.run(command, env=env, check=True, timeout=30)
+
+
+@pytest.mark.parametrize(("open_mode", "kept"), [
+    # append: every attempt of every workload appends
+    (["--open-mode", "append"], "one 1\none 2\ntwo 1\ntwo 2\n"),
+    (["--open-mode=A"], "one 1\none 2\ntwo 1\ntwo 2\n"),  # sbatch reads the first letter
+    # truncate (the default): each workload's first attempt starts the file afresh, a
+    # requeued attempt appends to it
+    (["--open-mode", "truncate"], "two 1\ntwo 2\n"),
+    ([], "two 1\ntwo 2\n"),
+])
+def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_mode: list[str], kept: str,
+) -> None:
+    """Two workloads (a --dependency chain) with one ``--output`` file, each run twice (a
+    requeue): with ``--open-mode append`` (on the command line, or as a script's ``#SBATCH
+    --open-mode=append``) the file keeps every attempt's output of both (the second
+    workload's first attempt truncated it); with ``truncate`` or without the option, the
+    second workload's first attempt starts it afresh and its requeued attempt appends.
+    ``output_file`` (what ``logs`` names) knows each line."""
+    monkeypatch.chdir(tmp_path)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "chain.log", *open_mode, "--", "sh", "-c",
+                     'echo "$0 $APPORTION_ATTEMPT"')
+    script = tmp_path / "s.sh"
+    lines = "".join(f"#SBATCH {' '.join(open_mode)}\n" for _ in open_mode[:1])
+    script.write_text(f"#!/bin/sh\n#SBATCH -o chain.log\n{lines}#APPORTION --budget ai/llm "
+                      '--gpus 1 --min-runtime 0\necho "$1 $APPORTION_ATTEMPT"\n')
+    from_script = sent_body(monkeypatch, "s.sh")
+    for command in (body["command"], from_script["command"]):
+        (tmp_path / "chain.log").write_text("")
+        for wid, word in (("w-000001", "one"), ("w-000002", "two")):
+            for attempt in (1, 2):
+                _run_attempt([*command, word], wid, attempt)
+        assert (tmp_path / "chain.log").read_text() == kept
+        assert output_file({"id": "w-000002", "command": command}) == str(tmp_path / "chain.log")
+
+
+@pytest.mark.parametrize("typed", ["", "x=1", "overwrite"])
+def test_an_open_mode_that_is_neither_append_nor_truncate_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str,
+) -> None:
+    """``--open-mode overwrite`` (or a script's ``#SBATCH --open-mode=overwrite``) is a
+    usage error naming the flag or the line, as sbatch refuses it; ``--open-mode`` without
+    ``--output`` is said on stderr to have no effect, and the submission goes ahead."""
+    monkeypatch.chdir(tmp_path)
+    if typed:
+        r = submit(*FLAGS, "-o", "x.log", "--open-mode", typed, "--", "true")
+        assert r.exit_code == 2
+        assert r.stderr.endswith(f"Error: --open-mode {typed}: must be append or truncate\n")
+    (tmp_path / "o.sh").write_text(f"#!/bin/sh\n#SBATCH --open-mode={typed}\n#SBATCH -o x.log"
+                                   "\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+                                   "true\n")
+    r = submit("o.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: must be append or "
+                             "truncate\n")
+    r = submit(*FLAGS, "--open-mode", "append", "--", "true")
+    assert ("warning: --open-mode: no effect without --output (the output goes to the "
+            "attempt's own log)\n") in r.stderr
+
+
 @pytest.mark.parametrize("typed", ["résumé", "my job", "x" * 129])
 def test_a_name_the_api_does_not_take_is_refused_in_words_naming_the_flag(typed: str) -> None:
     """``-J résumé``, a name with a space, or one over 128 characters is a usage error
@@ -334,6 +421,34 @@ def test_output_percent_u_is_the_submitters_name_and_a_padding_width_on_an_id_is
     me = pwd.getpwuid(os.getuid()).pw_name
     body = sent_body(monkeypatch, *FLAGS, "-o", "slurm-%u-%5j-%3A-%%u.out", "--", "true")
     assert body["command"][4] == f"{tmp_path}/slurm-{me}-%j-%A-%%u.out"
+
+
+@pytest.mark.parametrize(("env", "name"), [
+    ({"LOGNAME": "ldapuser", "USER": "other"}, "ldapuser"),
+    ({"LOGNAME": "", "USER": "ldapuser"}, "ldapuser"),
+    ({"LOGNAME": "", "USER": ""}, str(os.getuid())),
+])
+def test_output_percent_u_without_a_password_entry_is_the_login_name_else_the_uid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], name: str,
+) -> None:
+    """``-o o-%u.out`` by a user the password database has no entry for (an LDAP or SSSD
+    account whose lookup fails, a uid with no entry: ``pwd.getpwuid`` raises KeyError) is
+    sent with %u as the login name of the environment (LOGNAME, else USER), else the uid as
+    a number, for the command line's flag and a script's line alike (it was a KeyError
+    traceback)."""
+    def no_entry(uid: int) -> NoReturn:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    monkeypatch.chdir(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "o-%u.out", "--", "true")
+    assert body["command"][4] == f"{tmp_path}/o-{name}.out"
+    (tmp_path / "u.sh").write_text("#!/bin/sh\n#SBATCH --output=s-%u.out\n#APPORTION --budget "
+                                   "ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    body = sent_body(monkeypatch, "u.sh")
+    assert body["command"][4] == f"{tmp_path}/s-{name}.out"
 
 
 @pytest.mark.parametrize(("typed", "error"), [

@@ -298,6 +298,33 @@ def test_running_work_on_a_draining_host_is_told_when_it_is_stopped_and_its_fate
     assert b4.draining == () and not any("drained" in line for line in b4.lines())
 
 
+def test_running_work_with_a_time_limit_is_told_when_the_limit_stops_it() -> None:
+    """b1 (time limit 2 h, started at 1000) is told at 2000 that its limit stops it in
+    1 h 43 min, at 8200, the deadline the policy's time-limit phase stops it at (the
+    clock's time too when given), ending as timeout; past the deadline, on the next pass,
+    as decide then times it out. ``time_limit`` and ``time_limit_at`` are in as_dict. b2,
+    without a limit, is told nothing of one."""
+    st = cluster()
+    st.submit(WorkloadSpec("b1", "q/b", 4, 600, 1000, time_limit=7200), 1000)
+    st.start("b1", (Slice("h1", 4),), 1000)
+    run(st, "b2", "q/b", 4, 600, 1000)
+    e = explain(st, 2000.0, CFG, "b1")
+    assert (e.time_limit, e.time_limit_at) == (7200.0, 8200.0)
+    assert e.as_dict()["time_limit"] == 7200.0 and e.as_dict()["time_limit_at"] == 8200.0
+    assert e.lines()[-1] == ("its time limit of 2 h stops it in 1 h 43 min: it ends as "
+                             "timeout, not requeued")
+    assert e.lines(lambda t: f"t={t:g}")[-1] == (
+        "its time limit of 2 h stops it at t=8200 (in 1 h 43 min): it ends as timeout, not "
+        "requeued")
+    late = explain(st, 8300.0, CFG, "b1")
+    assert late.lines()[-1] == ("its time limit of 2 h stops it on the next pass (reached): "
+                                "it ends as timeout, not requeued")
+    assert decide(st, 8300.0, CFG).timeouts == ("b1",)
+    b2 = explain(st, 2000.0, CFG, "b2")
+    assert (b2.time_limit, b2.time_limit_at) == (0.0, None)
+    assert not any("time limit" in line for line in b2.lines())
+
+
 # R (a, 2 of h1's 4 GPUs, resumable) runs from 0, is preempted at 14 s and resumed at 30 s
 # (or never preempted); L (a, 2 GPUs, 5 min) holds the rest; b asks for 2 GPUs at 45 s.
 # restart_protection 60 s: R is no rebalance victim before the later of its minimum

@@ -83,7 +83,7 @@ _APPORTION_OPTS = {
     "--name": "name", "--time": "time_limit", "--array": "array",
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
-    "--gpu-kind": "gpu_kind", "--cluster": "cluster",
+    "--gpu-kind": "gpu_kind", "--cluster": "cluster", "--open-mode": "open_mode",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
@@ -94,6 +94,7 @@ _SBATCH_OPTS = {
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
+    "--open-mode": "open_mode",
 }
 
 # #SBATCH options that say when or whether the job runs, not how: apportion has no start
@@ -384,7 +385,12 @@ _EARLIER_OUTPUT_FILL = (
     '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
     '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
     'exec >"$out" 2>&1; exec "$@"')
-_OUTPUT_FILLS = (_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
+# --open-mode=append: every attempt appends, the first too, so work writing to one file
+# after other work (a chain of --dependency jobs with one --output) keeps what they wrote
+_APPEND_OUTPUT_FILL = _OUTPUT_FILL.replace(
+    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
+    'else exec >"$out" 2>&1; fi;', 'exec >>"$out" 2>&1;')
+_OUTPUT_FILLS = (_OUTPUT_FILL, _APPEND_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -406,7 +412,7 @@ def _output_name(text: str, flag: str) -> str:
     def fill(m: re.Match[str]) -> str:
         width, field = m.groups()
         if field == "u":
-            return pwd.getpwuid(os.getuid()).pw_name.replace("%", "%%")
+            return _user_name().replace("%", "%%")
         if field in "jxA" or (field == "a" and not width):
             return f"%{field}"
         if field == "a":
@@ -420,12 +426,35 @@ def _output_name(text: str, flag: str) -> str:
     return _SLURM_FIELD.sub(fill, text)
 
 
-def _with_output(command: list[str], output: str) -> list[str]:
+def _user_name() -> str:
+    """The submitter's user name, as sbatch fills ``%u``: the password database's name for
+    this process's uid; where the lookup finds none (an LDAP or SSSD account whose lookup
+    fails, a uid with no entry), the login name of the environment (``LOGNAME``, else
+    ``USER``), else the uid as a number, as ``ls -l`` shows a file of that uid."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return os.environ.get("LOGNAME") or os.environ.get("USER") or str(uid)
+
+
+def _with_output(command: list[str], output: str, append: bool = False) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
-    directory and account: truncated by its first attempt, appended to by the next.
+    directory and account: truncated by its first attempt, appended to by the next; with
+    ``append`` (``--open-mode=append``) appended to by every attempt, the first too.
     ``%j`` is the workload id, ``%x`` its name, ``%A`` its array's id (else its own) and
     ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
-    return ["/bin/sh", "-c", _OUTPUT_FILL, "sh", output, *command]
+    fill = _APPEND_OUTPUT_FILL if append else _OUTPUT_FILL
+    return ["/bin/sh", "-c", fill, "sh", output, *command]
+
+
+def _appends(text: str, flag: str) -> bool:
+    """``--open-mode`` as sbatch reads it, by its first letter (any case): ``append``
+    (True) or ``truncate`` (False, the default); anything else is a usage error naming
+    ``flag`` (the flag or the script line)."""
+    if text[:1] in ("a", "A", "t", "T"):
+        return text[:1] in ("a", "A")
+    raise click.UsageError(f"{flag}: must be append or truncate")
 
 
 def output_file(w: dict[str, Any]) -> str | None:
@@ -436,7 +465,7 @@ def output_file(w: dict[str, Any]) -> str | None:
     if (len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[2] not in _OUTPUT_FILLS
             or command[3] != "sh"):
         return None
-    own_id = w["id"] if command[2] == _OUTPUT_FILL else ""  # %A outside an array
+    own_id = "" if command[2] == _EARLIER_OUTPUT_FILL else w["id"]  # %A outside an array
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
               "A": w.get("array_id") or own_id,
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
@@ -458,7 +487,7 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--name", "-J", default=None, help="a name to know it by")
 @click.option("--time", "time_limit", "-t", default=None,
               help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
-                   "Slurm); at the limit it is stopped: timeout")
+                   "Slurm; 0 or UNLIMITED: none); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
               help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
 @click.option("--dependency", "-d", default=None,
@@ -479,6 +508,9 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array (else its id), "
                    "%a index in the array, %u your user name, %% a percent sign)")
+@click.option("--open-mode", default=None, metavar="append|truncate",
+              help="with --output: append to the file (append), or start it afresh "
+                   "(truncate, the default; a requeued attempt appends either way)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -495,8 +527,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
-    --gpus, --nodes, --chdir, --output, --array, --dependency, --nodelist, --exclude,
-    --export); options on the
+    --gpus, --nodes, --chdir, --output, --open-mode, --array, --dependency, --nodelist,
+    --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers;
     an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
@@ -553,6 +585,9 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                                f". _ + -, at most {MAX_NAME} of them (got {name!r})")
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
     priority = _whole(opts, "priority", named("priority", "--priority"))
+    open_mode = opts.get("open_mode")
+    append = open_mode is not None and _appends(
+        str(open_mode), named("open_mode", escape_controls(f"--open-mode {open_mode}")))
     if opts.get("output"):
         opts["output"] = _output_name(str(opts["output"]), named("output", "--output"))
         if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
@@ -564,7 +599,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
-        cmd = _with_output(cmd, str(base / str(opts["output"])))
+        cmd = _with_output(cmd, str(base / str(opts["output"])), append)
+    elif open_mode is not None:
+        # as sbatch's, it says how the output file is opened; apportion has none to open
+        click.echo(f"warning: {named('open_mode', '--open-mode')}: no effect without "
+                   "--output (the output goes to the attempt's own log)", err=True)
     body: dict[str, Any] = {
         "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
         "resumable": bool(opts.get("resumable")), "priority": priority,
@@ -664,12 +703,20 @@ _FLAGS = {"time_limit": "--time", "min_runtime": "--min-runtime", "array": "--ar
           "priority": "--priority", "env": "--export"}
 
 
+# what Slurm's --time takes for no time limit (any case): the API's 0, none
+_NO_TIME_LIMIT = frozenset({"unlimited", "infinite", "-1"})
+
+
 def _time_limit(text: str, where: str) -> str:
     """``--time`` as sent to the server, where a bare number is minutes, as Slurm reads it
-    (``90`` -> ``90m``). Slurm takes only whole minutes: a number written otherwise
-    (``90.0``, ``+90``, ``1e3``), which the server would read as seconds, and anything that
-    is no duration are usage errors naming ``where`` (the flag and value, or the script
-    line), in the CLI's terms: minutes, not the API's seconds."""
+    (``90`` -> ``90m``), and ``UNLIMITED``, ``INFINITE`` (any case) or ``-1`` is no limit,
+    as Slurm reads them (``0``, the API's none; a cap, ``[policy] max_time_limit``, refuses
+    it). Slurm takes only whole minutes: a number written otherwise (``90.0``, ``+90``,
+    ``1e3``), which the server would read as seconds, and anything that is no duration are
+    usage errors naming ``where`` (the flag and value, or the script line), in the CLI's
+    terms: minutes, not the API's seconds."""
+    if text.lower() in _NO_TIME_LIMIT:
+        return "0"
     if text.isascii() and text.isdigit():
         return text + "m"
     if text.isascii() and _is_number(text):

@@ -47,7 +47,7 @@ from .policy import Pass, decide
 from .preemption import UNALLOCATED, Candidate, rebalance_protected_until, size_bound_lifts
 from .state import ClusterState
 from .types import CoreError, Decisions, Placement, Running, WaitReason, WorkloadSpec
-from .units import format_duration, plural
+from .units import format_duration, format_duration_exact, plural
 
 MAX_MOMENTS = 6
 """Moments a projection looks at: ``now`` and protection ends after it (evenly picked when
@@ -148,6 +148,8 @@ class Explanation:
     checkpointed_at: float | None = None  # its last checkpoint reported in this run
     checkpoint_on_term: bool = False  # it checkpoints when told to stop
     checkpoint_interval: float = 0.0  # as declared, else the policy's default
+    time_limit: float = 0.0  # of one run, as given or the policy's default (0: none)
+    time_limit_at: float | None = None  # the pass from then stops it: timeout (None: no limit)
 
     def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
         """The explanation as short sentences for people. Times are relative to ``now``
@@ -201,6 +203,8 @@ class Explanation:
             "checkpointed_at": self.checkpointed_at,
             "checkpoint_on_term": self.checkpoint_on_term,
             "checkpoint_interval": self.checkpoint_interval,
+            "time_limit": self.time_limit,
+            "time_limit_at": self.time_limit_at,
             "min_runtime": self.min_runtime,
             "projected_start": self.projected_start,
             "projection_end": self.projection_end,
@@ -249,6 +253,9 @@ def explain(
             checkpointed_at=r.checkpointed_at,
             checkpoint_on_term=spec.checkpoint_on_term,
             checkpoint_interval=spec.checkpoint_interval or config.default_checkpoint_interval,
+            time_limit=spec.time_limit,
+            # the very deadline Pass.time_limits stops it at
+            time_limit_at=state.deadlines.get(workload_id),
         )
     p = state.pending.get(workload_id)
     if p is None:
@@ -762,6 +769,11 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
             fate = ("and requeued (resumable: it keeps its place in its budget's queue)"
                     if e.resumable else "and not requeued (not resumable): it ends preempted")
             out.append(f"{hosts} {verb} being drained: it is stopped {when}, {fate}")
+        if e.time_limit_at is not None and e.status == "running":
+            when = (at(e.time_limit_at) if e.time_limit_at > e.now
+                    else "on the next pass (reached)")
+            out.append(f"its time limit of {format_duration_exact(e.time_limit)} stops it "
+                       f"{when}: it ends as timeout, not requeued")
         return out
     if e.position is None:
         out.append(f"not reached by the pass{_in_pool(e.pool)} ({plural(e.considered, 'workload')} "

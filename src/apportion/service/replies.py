@@ -468,6 +468,10 @@ class WhyExplanation(Reply):
     checkpointed_at: float | None  # running work: its last checkpoint reported in this run
     checkpoint_on_term: bool  # running work: it checkpoints when told to stop
     checkpoint_interval: float  # running work: as declared, else the policy's default
+    # running work: its time limit (0: none) and when it is stopped at it (servers before
+    # these fields: none said)
+    time_limit: float = 0.0
+    time_limit_at: float | None = None
     min_runtime: float
     projected_start: float | None
     projection_end: float | None
