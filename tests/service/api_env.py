@@ -14,7 +14,7 @@ from store_db import ServerThread, db_url, write_config
 from apportion.core import Status
 from apportion.service.api import create_app
 from apportion.service.clock import FakeClock
-from apportion.service.config import ServiceConfig, load_config
+from apportion.service.config import AuthConfig, ServiceConfig, load_config
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
@@ -55,9 +55,11 @@ class Env:
         self.store.close()
 
 
-def start_env(tmp_path: Path, backend: str, public_read: bool = False) -> Env:
+def start_env(tmp_path: Path, backend: str, public_read: bool = False,
+              auth: AuthConfig | None = None) -> Env:
     config = load_config(write_config(tmp_path))
-    config = replace(config, server=replace(config.server, public_read=public_read))
+    config = replace(config, server=replace(config.server, public_read=public_read),
+                     auth=auth or config.auth)
     store = Store(db_url(backend, tmp_path))
     store.migrate()
     tokens = seed_store(store, config)

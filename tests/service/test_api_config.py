@@ -128,6 +128,13 @@ def test_defaults(tmp_path: Path) -> None:
     assert (cfg.server.port, cfg.executor.kind, cfg.scheduler.interval_s) == (8642, "local", 5.0)
     assert cfg.db_url == f"sqlite:///{tmp_path / 'apportion-data' / 'apportion.db'}"
     assert cfg.policy.lookback == 7 * 86400
+    assert cfg.auth.max_token_lifetime is None  # tokens never expire unless asked to
+
+
+def test_max_token_lifetime_is_read_as_a_duration(tmp_path: Path) -> None:
+    """``[auth] max_token_lifetime`` takes a duration as every other setting does."""
+    cfg = load_config_text(tmp_path, "[auth]\nmax_token_lifetime = '90d'")
+    assert cfg.auth.max_token_lifetime == 90 * 86400
 
 
 @pytest.mark.parametrize(
@@ -166,7 +173,11 @@ def test_defaults(tmp_path: Path) -> None:
         ("[[users]]\nname = 'x'\nadmin = 'yes'", "users[0].admin: must be true or false"),
         ("[[users]]\nname = 'x'\nrole = 'admin'", "users[0].role: unknown key"),
         ("hosts = 3", "hosts: must be an array of tables"),
-        ("sever = 1", "sever: unknown key (valid keys: billing, budgets, database"),
+        ("sever = 1", "sever: unknown key (valid keys: auth, billing, budgets, database"),
+        ("[auth]\nmax_token_lifetime = 0", "auth.max_token_lifetime: must be a duration > 0"),
+        ("[auth]\nmax_token_lifetime = 'a year'", "auth.max_token_lifetime: must be a duration"),
+        ("[auth]\nmax_token_life = '90d'", "auth.max_token_life: unknown key (valid keys: "
+         "max_token_lifetime)"),
         ("[server\n", "Expected ']'"),
     ],
 )

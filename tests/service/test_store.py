@@ -688,6 +688,24 @@ def test_the_last_admin_with_a_token_keeps_flag_and_token(store: Store) -> None:
     assert [u.name for u in store.users() if u.admin] == ["bob"]
 
 
+def test_an_expired_token_keeps_no_admin_and_is_not_a_users(store: Store) -> None:
+    """A token past its ``expires_at`` at the time of a change does not count as the
+    admins' valid token: with root's other token expired, revoking its never-expiring one
+    and taking its flag are refused at a time after that expiry; before it, the expiring
+    one still counts. ``user_for_token`` answers no user for an expired token."""
+    store.add_user("root", actor="admin", admin=True)
+    forever = store.add_token("root", "ab" * 32).id
+    store.add_token("root", "cd" * 32, expires_at=100.0)
+    assert store.tokens("root")[1].expires_at == 100.0
+    with pytest.raises(Conflict, match="the last valid token of an admin \\(root\\)"):
+        store.revoke_token(forever, actor="root", at=100.0)
+    with pytest.raises(Conflict, match="root is the last admin with a valid token"):
+        store.set_user("root", actor="root", admin=False, now=100.0)
+    assert (store.user_for_token("cd" * 32, now=99.0) is not None,
+            store.user_for_token("cd" * 32, now=100.0)) == (True, None)
+    store.revoke_token(forever, actor="root", at=99.0)
+
+
 def test_set_user_to_the_same_effective_account_stores_and_audits_nothing(
         store: Store) -> None:
     """``unix_user`` NULL means the account of the user's own name: setting it to that

@@ -959,22 +959,67 @@ def tokens() -> None:
     """Tokens: create (admins), list, revoke."""
 
 
+def expiry(text: str, now: float) -> dict[str, Any]:
+    """``--expires`` as the API takes it: a lifetime (``90d``, ``12h``, a number of seconds)
+    as ``expires_in``, sent as typed for the server to count from its own clock; a date or
+    a date and time (``accounting.parse_time``: UTC unless it says otherwise) as
+    ``expires_at``. :class:`BadInput` for anything else."""
+    from apportion.core import parse_duration
+    from apportion.service.accounting import ReportError, parse_time
+
+    given = text.strip()
+    a_day = len(given) == 8 and given.isdigit()  # 20261231: a date, not 234 days
+    if ":" not in given and not a_day:  # 20:00 is no lifetime: a time of day, not taken
+        try:
+            parse_duration(given)
+            return {"expires_in": given}
+        except ValueError:
+            pass
+    try:
+        return {"expires_at": parse_time(given, "--expires", now)}
+    except ReportError as e:
+        if a_day:
+            raise BadInput(str(e)) from None
+        raise BadInput(f"--expires: must be a lifetime (90d, 12h, 1h30m) or a date (2026-12-31) "
+                       "or a date and time (2026-12-31T18:00, UTC unless it says otherwise), "
+                       f"got {text!r}") from None
+
+
+def _expires(t: Token) -> str:
+    """A token's EXPIRES cell: never, when, or that it has (on the server's clock)."""
+    if t.expires_at is None:
+        return "never"
+    return f"expired {fmt_time(t.expires_at)}" if t.expired else fmt_time(t.expires_at)
+
+
 @tokens.command("create")
 @click.argument("user", type=NAME)
 @click.option("--kind", type=click.Choice(["user", "scrape"]), default="user",
               help="user: acts as USER; scrape: may only read (Prometheus)")
 @click.option("--label", default="", help="what it is for (shown by tokens list)")
+@click.option("--expires", default=None, metavar="WHEN",
+              help="a lifetime (90d, 12h) or a date (2026-12-31, 2026-12-31T18:00; UTC unless "
+                   "an offset is given); default: the server's [auth] max_token_lifetime, "
+                   "else never")
 @json_option
 @connection
-def tokens_create(client: Client, user: str, kind: str, label: str, as_json: bool) -> None:
+def tokens_create(client: Client, user: str, kind: str, label: str, expires: str | None,
+                  as_json: bool) -> None:
     """Create a token for USER and print it (shown once: only its hash is kept)."""
-    data = client.json("POST", f"/users/{url_part(user)}/tokens", {"kind": kind, "label": label})
+    body: dict[str, Any] = {"kind": kind, "label": label}
+    if expires is not None:
+        body.update(expiry(expires, time.time()))
+    try:
+        data = client.json("POST", f"/users/{url_part(user)}/tokens", body)
+    except click.ClickException as e:
+        raise as_typed(e, {"expires_in": "--expires", "expires_at": "--expires"}) from None
     if as_json:
         _print_json(data)
         return
     t = parse(NewToken, data, f"POST /v1/users/{user}/tokens")
     click.echo(t.token)
-    click.echo(f"{t.id}: a {t.kind} token of {t.user}; keep it secret, it is not "
+    until = "" if t.expires_at is None else f", valid until {fmt_time(t.expires_at)}"
+    click.echo(f"{t.id}: a {t.kind} token of {t.user}{until}; keep it secret, it is not "
                "shown again", err=True)
 
 
@@ -991,8 +1036,8 @@ def tokens_list(client: Client, user: str | None, as_json: bool) -> None:
     if as_json:
         _print_json(data)
         return
-    table(["ID", "USER", "KIND", "CREATED", "REVOKED", "LABEL"],
-          [[t.id, t.user, t.kind, fmt_time(t.created_at), fmt_time(t.revoked_at),
+    table(["ID", "USER", "KIND", "CREATED", "EXPIRES", "REVOKED", "LABEL"],
+          [[t.id, t.user, t.kind, fmt_time(t.created_at), _expires(t), fmt_time(t.revoked_at),
             t.label or "-"] for t in parse_list(Token, data, "GET /v1/tokens")])
 
 

@@ -224,6 +224,11 @@ class TokenBody(_Body):
     kind: Literal["user", "scrape"] = Field(
         default="user", description="user: acts as the user; scrape: may only read")
     label: Annotated[str, Field(max_length=255), AfterValidator(v.check_text)] = ""
+    # one of the two, or neither: [auth] max_token_lifetime, else never
+    expires_in: Duration | None = Field(
+        default=None, description='its lifetime from now (the server\'s clock): seconds or "90d"')
+    expires_at: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="when it expires, seconds since the epoch")
 
 
 class WhatifBody(_Body):

@@ -65,6 +65,13 @@ class ServerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthConfig:
+    # seconds: the lifetime of a token created without one, and the longest one may have;
+    # None: tokens never expire unless their creator says when
+    max_token_lifetime: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DatabaseConfig:
     url: str = ""  # empty: sqlite:///<data_dir>/apportion.db
 
@@ -149,6 +156,7 @@ class ServiceConfig:
     users: tuple[UserConfig, ...] = ()
     source: str = "<defaults>"
     pools: PoolsConfig = field(default_factory=PoolsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
 
     @property
     def db_url(self) -> str:
@@ -310,6 +318,15 @@ def parse_config(
         raise r.error("port", f"must be <= 65535, got {server.port}")
     r.done()
 
+    r = _Reader(source, "auth", top.get("auth", {}))
+    lifetime = r.duration("max_token_lifetime", 0.0) if "max_token_lifetime" in r.table \
+        else None
+    if lifetime is not None and lifetime <= 0:
+        raise r.error("max_token_lifetime", "must be a duration > 0 (leave it out for tokens "
+                                            "that never expire)")
+    auth = AuthConfig(max_token_lifetime=lifetime)
+    r.done(("max_token_lifetime",))
+
     r = _Reader(source, "database", top.get("database", {}))
     database = DatabaseConfig(url=_database_url(r))
     r.done()
@@ -362,10 +379,10 @@ def parse_config(
     _check_seed(source, budgets, users)
     if executor.kind in ("local", "memory"):  # their hosts are the config's; Slurm has its own
         _check_override_pools(source, pools, hosts)
-    top.done(("billing", "budgets", "database", "executor", "hosts", "overrides", "policy",
+    top.done(("auth", "billing", "budgets", "database", "executor", "hosts", "overrides", "policy",
               "pools", "scheduler", "server", "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
-                         source, pools)
+                         source, pools, auth)
 
 
 def _pool_part(r: _Reader, name: str, default: str) -> str:

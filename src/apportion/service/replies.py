@@ -788,11 +788,16 @@ class Token(Reply):
     label: str
     created_at: float
     revoked_at: float | None
+    # when it stops being accepted (None: never), and whether that is past on the server's
+    # clock; defaults: a server older than token lifetimes answers neither
+    expires_at: float | None = None
+    expired: bool = False
 
     @classmethod
-    def of(cls, t: "TokenRow") -> "Token":
+    def of(cls, t: "TokenRow", now: float) -> "Token":
+        """``t`` as answered at ``now``, the server's clock."""
         return cls(id=t.id, user=t.user, kind=t.kind, label=t.label, created_at=t.created_at,
-                   revoked_at=t.revoked_at)
+                   revoked_at=t.revoked_at, expires_at=t.expires_at, expired=t.expired(now))
 
 
 class NewToken(Token):

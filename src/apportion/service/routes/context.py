@@ -8,6 +8,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request, Response
@@ -15,11 +16,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from apportion.core import CoreError
+from apportion.times import format_time
 
 from ..auth import Principal, Rights, hash_token
 from ..config import ServiceConfig
 from ..port import SchedulerPort
-from ..store import Store, UserRow
+from ..store import Store, TokenRow, UserRow
 
 API_VERSION = "v1"
 V1 = f"/{API_VERSION}"
@@ -68,9 +70,10 @@ class Api:
     def __init__(self, store: Store, scheduler: SchedulerPort, settings: ServiceConfig) -> None:
         self.store, self.scheduler, self.settings = store, scheduler, settings
         self.now: Callable[[], float] = scheduler.clock.now
-        # digest -> (principal, valid until): saves a query per request. Cleared whenever a
-        # token is revoked or a user changed, so a revoked token is refused at once.
-        self.token_cache: dict[str, tuple[Principal, float]] = {}
+        # digest -> (token, principal, cached until): saves a query per request. Cleared
+        # whenever a token is revoked or a user changed, so a revoked token is refused at
+        # once; a hit is checked against the token's expiry, on the service's clock.
+        self.token_cache: dict[str, tuple[TokenRow, Principal, float]] = {}
 
     def principal(
         self, cred: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)],
@@ -80,15 +83,21 @@ class Api:
         digest = hash_token(cred.credentials)
         cache = self.token_cache
         hit = cache.get(digest)
-        if hit is not None and hit[1] > time.monotonic():
-            return hit[0]
-        found = self.store.principal_for_token(digest)
-        if found is None:
-            raise HTTPException(401, "invalid token", {"WWW-Authenticate": "Bearer"})
-        who = Principal(found[0], found[1])
-        if len(cache) > 10_000:
-            cache.clear()
-        cache[digest] = (who, time.monotonic() + TOKEN_CACHE_S)
+        if hit is not None and hit[2] > time.monotonic():
+            token, who = hit[0], hit[1]
+        else:
+            found = self.store.principal_for_token(digest)
+            if found is None:
+                raise HTTPException(401, "invalid token", {"WWW-Authenticate": "Bearer"})
+            token, who = found[1], Principal(found[0], found[1].kind)
+            if len(cache) > 10_000:
+                cache.clear()
+            cache[digest] = (token, who, time.monotonic() + TOKEN_CACHE_S)
+        if token.expires_at is not None and token.expired(self.now()):
+            raise HTTPException(
+                401, f"token {token.id} expired at {format_time(token.expires_at, UTC)}; ask "
+                     f"an admin for a new one (apportion tokens create {token.user})",
+                {"WWW-Authenticate": "Bearer"})
         return who
 
     def writer(

@@ -2,16 +2,56 @@
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at
 # runtime, and they name dependencies made from the Api context.
+from datetime import UTC
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
+
+from apportion.core.units import format_duration_exact
+from apportion.times import format_time
 
 from ..auth import Principal, hash_token, new_token
 from ..bodies import TokenBody, UserBody, UserChangeBody
 from ..replies import Me, NewToken, Token
 from ..replies import User as UserReply
 from ..store import NotFound, UserRow
+from ..validation import MAX_DURATION_S, duration_seconds
 from .context import V1, Api, fail
+
+
+def token_expiry(body: TokenBody, now: float, most: float | None) -> float | None:
+    """When a token asked for with ``body`` at ``now`` (the server's clock) expires: its
+    ``expires_in`` from now, or its ``expires_at``; neither: ``most`` from now
+    (``[auth] max_token_lifetime``), or never (None) without that limit. 422 naming the
+    field for both given, a lifetime <= 0, a time not after ``now``, or a lifetime over
+    ``most``."""
+    if body.expires_in is not None and body.expires_at is not None:
+        raise fail(422, "expires_in, expires_at: give one of them, not both")
+    limit = "" if most is None else \
+        f"the server's limit ([auth] max_token_lifetime: {format_duration_exact(most)})"
+    if body.expires_in is not None:
+        lifetime = duration_seconds(body.expires_in)
+        sent = repr(body.expires_in) if isinstance(body.expires_in, str) \
+            else f"{body.expires_in:g} s"
+        if lifetime <= 0:
+            raise fail(422, f"expires_in: must be a lifetime > 0, got {sent}")
+        if most is not None and lifetime > most:
+            raise fail(422, f"expires_in: {sent} is over {limit}")
+        return now + lifetime
+    if body.expires_at is not None:
+        if body.expires_at - now > MAX_DURATION_S:  # also a time no calendar can write
+            raise fail(422, f"expires_at: {body.expires_at!r} s since the epoch is more than "
+                            f"{format_duration_exact(MAX_DURATION_S)} after the server's time "
+                            f"{format_time(now, UTC)} (the cap on any duration)")
+        at = format_time(body.expires_at, UTC)
+        if body.expires_at <= now:
+            raise fail(422, f"expires_at: {at} is not in the future (the server's time is "
+                            f"{format_time(now, UTC)})")
+        if most is not None and body.expires_at - now > most:
+            raise fail(422, f"expires_at: {at} is past {limit}, which ends at "
+                            f"{format_time(now + most, UTC)}")
+        return body.expires_at
+    return None if most is None else now + most
 
 
 def router(api: Api) -> APIRouter:
@@ -62,7 +102,7 @@ def router(api: Api) -> APIRouter:
         _admin(user, "change users")
         u = store.set_user(name, actor=user.name, admin=body.admin,
                            unix_user=body.unix_user or None,
-                           clear_unix_user=body.unix_user == "")
+                           clear_unix_user=body.unix_user == "", now=api.now())
         token_cache.clear()
         return _user(u)
 
@@ -71,11 +111,15 @@ def router(api: Api) -> APIRouter:
         """A new token for a user (admins only). Shown once; only its hash is kept."""
         _admin(user, "create tokens")
         body = body or TokenBody()
+        now = api.now()
+        expires_at = token_expiry(body, now, api.settings.auth.max_token_lifetime)
         token = new_token()
-        row = store.add_token(name, hash_token(token), kind=body.kind, label=body.label)
+        row = store.add_token(name, hash_token(token), kind=body.kind, label=body.label,
+                              expires_at=expires_at)
         store.append_audit(user.name, "token.create", name, None,
-                           {"token": row.id, "kind": row.kind, "label": row.label})
-        return NewToken(**Token.of(row).model_dump(), token=token)
+                           {"token": row.id, "kind": row.kind, "label": row.label,
+                            "expires_at": row.expires_at})
+        return NewToken(**Token.of(row, now).model_dump(), token=token)
 
     @router.get(f"{v1}/tokens", tags=["tokens"])
     def list_tokens(
@@ -92,7 +136,8 @@ def router(api: Api) -> APIRouter:
                 store.get_user(user)
             except NotFound as e:
                 raise fail(422, f"user: {e}") from None
-        return [Token.of(t) for t in store.tokens(user or None)]  # "": as if not given
+        now = api.now()
+        return [Token.of(t, now) for t in store.tokens(user or None)]  # "": as if not given
 
     @router.post(f"{v1}/tokens/{{token_id}}/revoke", tags=["tokens"])
     def revoke_token(token_id: str, user: User) -> Token:
@@ -102,8 +147,9 @@ def router(api: Api) -> APIRouter:
             if any(t.id == token_id for t in store.tokens()):
                 raise forbid(user, f"revoke token {token_id} (not theirs)")
             raise NotFound(f"token {token_id}: not found")
-        row = store.revoke_token(token_id, actor=user.name)
+        now = api.now()
+        row = store.revoke_token(token_id, actor=user.name, at=now)
         token_cache.clear()
-        return Token.of(row)
+        return Token.of(row, now)
 
     return router

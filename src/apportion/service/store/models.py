@@ -70,6 +70,8 @@ class TokenModel(Base):
     label: Mapped[str] = mapped_column(String(255), nullable=False, server_default="")
     kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default="user")
     revoked_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # refused from this moment on, on the service's clock; NULL: never expires (0013)
+    expires_at: Mapped[float | None] = mapped_column(Double, nullable=True)
 
     __table_args__ = (Index("ix_tokens_id", "id", unique=True),)
 

@@ -273,10 +273,16 @@ class TokenRow:
     label: str
     created_at: float
     revoked_at: float | None = None
+    expires_at: float | None = None  # None: never expires
+
+    def expired(self, now: float) -> bool:
+        """Past its lifetime at ``now`` (the service's clock): refused from then on."""
+        return self.expires_at is not None and now >= self.expires_at
 
     def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "user": self.user, "kind": self.kind, "label": self.label,
-                "created_at": self.created_at, "revoked_at": self.revoked_at}
+                "created_at": self.created_at, "revoked_at": self.revoked_at,
+                "expires_at": self.expires_at}
 
 
 class CancelResult(StrEnum):

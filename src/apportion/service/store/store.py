@@ -29,6 +29,7 @@ from sqlalchemy import (
     func,
     insert,
     make_url,
+    or_,
     select,
     union,
     update,
@@ -1362,17 +1363,20 @@ class Store:
     def set_user(
         self, name: str, actor: str, admin: bool | None = None,
         unix_user: str | None = None, clear_unix_user: bool = False,
+        now: float | None = None,
     ) -> UserRow:
         """Change a user's admin flag and/or Unix account (``clear_unix_user``: back to the
         account of the same name). Audited (old -> new), unless the effective account and the
         flag stay as they were (NULL and the user's own name are the same account: the
         stored form is then kept). :class:`Conflict` if taking the
-        admin flag would leave no admin with a valid token (:meth:`_keep_an_admin`)."""
+        admin flag would leave no admin with a valid token at ``now`` (the service's clock;
+        default the store's) (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             u = s.get(UserModel, name)
             if u is None:
                 raise _no_user(s, name)
-            if admin is False and u.admin and not self._keep_an_admin(s, user=name):
+            if admin is False and u.admin and not self._keep_an_admin(
+                    s, self.clock() if now is None else now, user=name):
                 raise Conflict(
                     f"user {name}: admin: {name} is the last admin with a valid token; "
                     "without the flag nobody could administer this server: make another "
@@ -1393,17 +1397,20 @@ class Store:
             return _user(u)
 
     def add_token(
-        self, user: str, token_hash: str, kind: str = "user", label: str = ""
+        self, user: str, token_hash: str, kind: str = "user", label: str = "",
+        expires_at: float | None = None,
     ) -> TokenRow:
         """Store a token's sha256 hex digest for ``user`` (never the token itself).
-        ``kind``: ``user`` (acts as the user) or ``scrape`` (reads only)."""
+        ``kind``: ``user`` (acts as the user) or ``scrape`` (reads only); ``expires_at``:
+        when it stops being accepted (None: never)."""
         if kind not in TOKEN_KINDS:
             raise Conflict(f"token: kind: must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
         with self._tx() as s:
             if s.get(UserModel, user) is None:
                 raise _no_user(s, user)
             t = TokenModel(hash=token_hash, user=user, created_at=self.clock(),
-                           id=f"t-{token_hash[:12]}", label=label, kind=kind)
+                           id=f"t-{token_hash[:12]}", label=label, kind=kind,
+                           expires_at=expires_at)
             s.add(t)
             s.flush()
             return _token(t)
@@ -1418,55 +1425,63 @@ class Store:
                                                             TokenModel.id))]
 
     def revoke_token(self, token_id: str, actor: str, at: float | None = None) -> TokenRow:
-        """Revoke a token: from now on it is refused. Audited. :class:`Conflict` if it was
-        revoked already, or if it is the last valid token of any admin
-        (:meth:`_keep_an_admin`)."""
+        """Revoke a token at ``at`` (the service's clock; default the store's): from then on
+        it is refused. Audited. :class:`Conflict` if it was revoked already, or if it is the
+        last valid token of any admin at ``at`` (:meth:`_keep_an_admin`)."""
         with self._tx() as s:
             t = s.scalars(select(TokenModel).where(TokenModel.id == token_id)).one_or_none()
             if t is None:
                 raise NotFound(f"token {token_id}: not found")
             if t.revoked_at is not None:
                 raise Conflict(f"token {token_id}: already revoked")
-            if not self._keep_an_admin(s, token=token_id):
+            at = self.clock() if at is None else at
+            if not self._keep_an_admin(s, at, token=token_id):
                 raise Conflict(
                     f"token {token_id}: the last valid token of an admin ({t.user}); revoked, "
                     "nobody could administer this server: create another first (apportion "
                     f"tokens create {t.user}), then revoke this one")
-            t.revoked_at = self.clock() if at is None else at
+            t.revoked_at = at
             self._audit(s, actor, "token.revoke", t.user, None, {"token": token_id})
             return _token(t)
 
-    def _keep_an_admin(self, s: Session, user: str | None = None,
+    def _keep_an_admin(self, s: Session, now: float, user: str | None = None,
                        token: str | None = None) -> bool:
         """False if taking ``user``'s admin flag, or revoking ``token``, would leave no admin
-        with a valid user token where there was one: nobody could then administer the
-        server (users are seeded from the config into an empty database only). The rows
-        read are locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer), so two such
+        with a valid user token at ``now`` where there was one: nobody could then
+        administer the server (users are seeded from the config into an empty database
+        only). A token expired by ``now`` is not valid, so it keeps no admin. The rows read
+        are locked (PostgreSQL: ``FOR UPDATE``; SQLite has one writer), so two such
         changes, each harmless alone, are checked one after the other."""
         held = s.execute(
             select(TokenModel.id, TokenModel.user)
             .join(UserModel, TokenModel.user == UserModel.name)
             .where(UserModel.admin.is_(True), TokenModel.revoked_at.is_(None),
-                   TokenModel.kind == "user")
+                   TokenModel.kind == "user",
+                   or_(TokenModel.expires_at.is_(None), TokenModel.expires_at > now))
             .with_for_update()
         ).all()
         left = [i for i, u in held if u != user and i != token]
         return bool(left) or not held
 
-    def user_for_token(self, token_hash: str) -> UserRow | None:
-        """The user a token digest belongs to, or None (unknown or revoked)."""
+    def user_for_token(self, token_hash: str, now: float | None = None) -> UserRow | None:
+        """The user a token digest belongs to, or None (unknown, revoked, or expired at
+        ``now``, default the store's clock)."""
         found = self.principal_for_token(token_hash)
-        return None if found is None else found[0]
+        if found is None or found[1].expired(self.clock() if now is None else now):
+            return None
+        return found[0]
 
-    def principal_for_token(self, token_hash: str) -> tuple[UserRow, str] | None:
-        """``(user, token kind)`` of a valid token digest, or None (unknown or revoked)."""
+    def principal_for_token(self, token_hash: str) -> tuple[UserRow, TokenRow] | None:
+        """``(user, token)`` of a token digest that is not revoked, or None (unknown or
+        revoked). Whether it has expired is the caller's to tell, on its own clock, so that
+        it can say so (:meth:`TokenRow.expired`)."""
         with self._tx(write=False) as s:
             row = s.execute(
-                select(UserModel, TokenModel.kind)
+                select(UserModel, TokenModel)
                 .join(TokenModel, TokenModel.user == UserModel.name)
                 .where(TokenModel.hash == token_hash, TokenModel.revoked_at.is_(None))
             ).one_or_none()
-            return None if row is None else (_user(row[0]), str(row[1]))
+            return None if row is None else (_user(row[0]), _token(row[1]))
 
     # ---- audit -----------------------------------------------------------------------
     def append_audit(self, actor: str, action: str, target: str, old: Any, new: Any) -> None:
@@ -1629,7 +1644,7 @@ def _user(u: UserModel) -> UserRow:
 
 def _token(t: TokenModel) -> TokenRow:
     return TokenRow(t.id or f"t-{t.hash[:12]}", t.user, t.kind, t.label, t.created_at,
-                    t.revoked_at)
+                    t.revoked_at, t.expires_at)
 
 
 def _host(h: HostModel) -> HostRow:
