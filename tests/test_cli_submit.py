@@ -15,7 +15,14 @@ import pytest
 from click.testing import CliRunner, Result
 
 from apportion.cli.client import Client
-from apportion.cli.jobs import _OUTPUT_FILLS, _with_output, output_file, read_script
+from apportion.cli.jobs import (
+    _OUTPUT_FILL,
+    _OUTPUT_FILLS,
+    _with_output,
+    error_file,
+    output_file,
+    read_script,
+)
 from apportion.cli.main import main
 from apportion.core.units import parse_duration
 from apportion.service.executors.identity import max_arg_strlen
@@ -332,8 +339,8 @@ def test_an_open_mode_that_is_neither_append_nor_truncate_is_refused_naming_it(
     assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: must be append or "
                              "truncate\n")
     r = submit(*FLAGS, "--open-mode", "append", "--", "true")
-    assert ("warning: --open-mode: no effect without --output (the output goes to the "
-            "attempt's own log)\n") in r.stderr
+    assert ("warning: --open-mode: no effect without --output or --error (the output goes "
+            "to the attempt's own log)\n") in r.stderr
 
 
 @pytest.mark.parametrize("typed", ["résumé", "my job", "x" * 129])
@@ -566,3 +573,173 @@ def test_a_shell_script_with_dos_line_breaks_is_refused_naming_its_first_such_li
             "line breaks (\\n), as sbatch requires") in " ".join(r.stderr.split())
     script.write_bytes(b"#!/usr/bin/env python3\r\n#SBATCH --gpus=1\r\nprint(1)\r\n")
     assert read_script(str(script), []).options == {"gpus": "1"}
+
+
+def _attempt_output(command: list[str], wid: str, attempt: int = 1,
+                    **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` as attempt ``attempt`` of workload ``wid`` (with ``env`` besides the
+    executors' variables the output line reads); what it left on stdout and stderr is what
+    the attempt's log would hold."""
+    return subprocess.run(command, env={"PATH": "/usr/bin:/bin", "APPORTION_WORKLOAD_ID": wid,
+                                        "APPORTION_ATTEMPT": str(attempt), **env},
+                          capture_output=True, text=True, timeout=30)
+
+
+ECHO_BOTH = ("sh", "-c", "echo out; echo err >&2")  # one line to stdout, one to stderr
+
+
+@pytest.mark.parametrize("how", ["flags", "short flags", "sbatch", "sbatch short", "apportion"])
+def test_error_sends_stderr_to_its_own_file_and_output_stdout_to_its_with_fields_filled_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str,
+) -> None:
+    """``--output=logs/%x-%j.out --error=logs/%x-%j.err`` (on the command line, ``-o``/``-e``,
+    ``#SBATCH`` lines long or short, or ``#APPORTION`` lines): the work's stdout is in the
+    .out file and its stderr in the .err file, their %x and %j filled in as --output's are,
+    relative to the working directory, and nothing of it in the attempt's log;
+    ``output_file`` and ``error_file`` (what ``logs`` names) agree (``--error`` was refused
+    on the command line and ignored in a script, stderr going into the .out file)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "logs").mkdir()
+    out, err = "logs/%x-%j.out", "logs/%x-%j.err"
+    head = "#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+    body_of_script = "echo out; echo err >&2\n"
+    if how in ("flags", "short flags"):
+        o, e = ("--output", "--error") if how == "flags" else ("-o", "-e")
+        body = sent_body(monkeypatch, *FLAGS, "-J", "job.sh", o, out, e, err, "--", *ECHO_BOTH)
+    else:
+        lines = {"sbatch": f"#SBATCH --output={out}\n#SBATCH --error={err}\n",
+                 "sbatch short": f"#SBATCH -o{out}\n#SBATCH -e {err}\n",
+                 "apportion": f"#APPORTION --output {out} --error {err}\n"}[how]
+        (tmp_path / "job.sh").write_text(head + lines + body_of_script)
+        assert read_script("job.sh", []).ignored == []
+        body = sent_body(monkeypatch, "job.sh")
+    ran = _attempt_output(body["command"], "w-000005", APPORTION_JOB_NAME="job.sh")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [
+        "job.sh-w-000005.err", "job.sh-w-000005.out"]
+    assert (tmp_path / "logs/job.sh-w-000005.out").read_text() == "out\n"
+    assert (tmp_path / "logs/job.sh-w-000005.err").read_text() == "err\n"
+    w = {"id": "w-000005", "name": "job.sh", "command": body["command"]}
+    assert output_file(w) == f"{tmp_path}/logs/job.sh-w-000005.out"
+    assert error_file(w) == f"{tmp_path}/logs/job.sh-w-000005.err"
+
+
+def test_error_without_output_leaves_stdout_in_the_attempts_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--array 0-1 -e e-%A_%a.err`` without ``--output``: stderr goes to the file (%A the
+    array's id, %a the index), stdout stays in the attempt's log as without either option
+    (where sbatch writes slurm-%j.out); ``output_file`` is None, ``error_file`` the file."""
+    monkeypatch.chdir(tmp_path)
+    body = sent_body(monkeypatch, *FLAGS, "--array", "0-1", "-e", "e-%A_%a.err", "--",
+                     *ECHO_BOTH)
+    ran = _attempt_output(body["command"], "w-000004", APPORTION_ARRAY_ID="w-000003",
+                          APPORTION_ARRAY_INDEX="1")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "out\n", "")
+    assert [p.name for p in tmp_path.iterdir()] == ["e-w-000003_1.err"]
+    assert (tmp_path / "e-w-000003_1.err").read_text() == "err\n"
+    w = {"id": "w-000004", "command": body["command"], "array_id": "w-000003",
+         "array_index": 1}
+    assert (output_file(w), error_file(w)) == (None, f"{tmp_path}/e-w-000003_1.err")
+
+
+def test_error_naming_the_same_file_as_output_is_one_file_holding_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``-o both.log -e both.log`` (the same name) is the one file of ``-o both.log`` alone,
+    the very same shell line, holding stdout and stderr in the order written; ``-o %A.log
+    -e %j.log`` outside an array (names that come out the same when filled in) is one file
+    too, opened once, as Slurm opens it: neither truncates what the other wrote."""
+    monkeypatch.chdir(tmp_path)
+    same = sent_body(monkeypatch, *FLAGS, "-o", "both.log", "-e", "both.log", "--", *ECHO_BOTH)
+    alone = sent_body(monkeypatch, *FLAGS, "-o", "both.log", "--", *ECHO_BOTH)
+    assert same["command"] == alone["command"] and same["command"][2] == _OUTPUT_FILL
+    filled = sent_body(monkeypatch, *FLAGS, "-o", "%A.log", "-e", "%j.log", "--", *ECHO_BOTH)
+    for command, name in ((same["command"], "both.log"), (filled["command"], "w-000005.log")):
+        ran = _attempt_output([*command[:-1], "echo out; echo err >&2; echo out2"], "w-000005")
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+        assert (tmp_path / name).read_text() == "out\nerr\nout2\n"
+        w = {"id": "w-000005", "command": command}
+        assert (output_file(w), error_file(w)) == (f"{tmp_path}/{name}", None)
+
+
+@pytest.mark.parametrize(("open_mode", "kept_out", "kept_err"), [
+    (["--open-mode", "append"], "one1\none2\ntwo1\ntwo2\n", "!one1\n!one2\n!two1\n!two2\n"),
+    ([], "two1\ntwo2\n", "!two1\n!two2\n"),
+])
+@pytest.mark.parametrize("with_output", [True, False])
+def test_open_mode_applies_to_the_error_file_as_to_the_output_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_mode: list[str], kept_out: str,
+    kept_err: str, with_output: bool,
+) -> None:
+    """Two workloads with one ``--error`` file (and one ``--output`` file, or none), each
+    run twice (a requeue): with ``--open-mode append`` both files keep every attempt's
+    lines of both workloads; without it (truncate) each workload's first attempt starts
+    each file afresh and its requeued attempt appends, as for ``--output`` alone."""
+    monkeypatch.chdir(tmp_path)
+    output = ["-o", "chain.out"] if with_output else []
+    body = sent_body(monkeypatch, *FLAGS, *output, "-e", "chain.err", *open_mode, "--", "sh",
+                     "-c", 'echo "$0$APPORTION_ATTEMPT"; echo "!$0$APPORTION_ATTEMPT" >&2')
+    logged = ""
+    for wid, word in (("w-000001", "one"), ("w-000002", "two")):
+        for attempt in (1, 2):
+            ran = _attempt_output([*body["command"], word], wid, attempt)
+            assert (ran.returncode, ran.stderr) == (0, "")
+            logged += ran.stdout
+    assert (tmp_path / "chain.err").read_text() == kept_err
+    if with_output:
+        assert (tmp_path / "chain.out").read_text() == kept_out
+    else:  # stdout in each attempt's log
+        assert logged == "one1\none2\ntwo1\ntwo2\n"
+
+
+@pytest.mark.parametrize(("typed", "extra", "error"), [
+    ("e-%N.err", [], "%N (the node's name) is not known when the work is submitted; the "
+                     "fields apportion fills are %j %x %A %a %u and %%"),
+    ("e-%3a.err", ["--array", "0-1"], "%3a: a zero-padded array index is not supported; "
+                                      "give %a"),
+    ("e-%a.err", [], "%a is the index in an array, and it is not one: give --array, or %j "
+                     "for its id"),
+])
+def test_error_fields_are_refused_as_outputs_are_naming_the_flag_or_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, typed: str, extra: list[str],
+    error: str,
+) -> None:
+    """A field of ``--error``'s name that --output's would refuse (%N, a padded %3a, %a
+    outside an array) is the same usage error, naming ``--error`` or the script's line;
+    %x for work without a name too."""
+    r = submit(*FLAGS, *extra, "-e", typed, "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: --error: {error}\n")
+    r = submit(*FLAGS, "-e", "%x.err", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr.endswith("Error: --error: %x is the workload's name, and it has none: "
+                             "give --name\n")
+    (tmp_path / "e.sh").write_text(f"#!/bin/sh\n#SBATCH -e {typed}\n#APPORTION --budget "
+                                   f"ai/llm --gpus 1 --min-runtime 0 {' '.join(extra)}\ntrue\n")
+    monkeypatch.chdir(tmp_path)
+    r = submit("e.sh")
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: e.sh:2: #SBATCH -e {typed}: {error}\n")
+
+
+@pytest.mark.parametrize("where", ["missing/x.log", "a-file/x.log"])
+def test_an_error_file_that_cannot_be_opened_fails_the_attempt_as_an_output_file_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    """An ``--error`` file in a directory that is not there (or a path through a regular
+    file): the shell says so in the attempt's log, naming the file, and exits 2 without
+    running the command, as for such an ``--output`` file; with a good ``--output`` the
+    failure is still in the log (stdout is opened first), not in the output file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    ran_bad = tmp_path / "ran"
+    cmd = ("sh", "-c", f"touch {ran_bad}")
+    for flags in (["-o", where], ["-e", where], ["-o", "good.out", "-e", where]):
+        body = sent_body(monkeypatch, *FLAGS, *flags, "--", *cmd)
+        ran = _attempt_output(body["command"], "w-000005")
+        assert ran.returncode == 2, flags
+        assert ran.stdout == ""
+        assert f"cannot create {tmp_path}/{where}" in ran.stderr, (flags, ran.stderr)
+        assert not ran_bad.exists()
+    assert (tmp_path / "good.out").read_text() == ""

@@ -346,6 +346,53 @@ def test_output_file_keeps_every_attempts_output_of_requeued_work(live_sqlite: L
                                f"attempt=2\nresumed from step {step}\n")
 
 
+def test_error_file_holds_stderr_and_logs_says_where_it_went(live_sqlite: LiveFactory,
+                                                             tmp_path: Path) -> None:
+    """A batch script with ``#SBATCH --output=logs/%x-%j.out`` and ``--error=logs/%x-%j.err``
+    run by the local executor: stdout in the .out file, stderr in the .err file, and
+    ``logs`` (with and without ``-f``) finds the log empty and says where both went; with
+    ``--error`` alone stdout is in the log, which ``logs`` prints, saying on stderr where
+    stderr went; an ``--error`` file whose directory is missing fails the work as such an
+    ``--output`` file does (exit 2, the shell's reason in the log, the command not run)."""
+    s = live_sqlite({"h0": 2})
+    (tmp_path / "logs").mkdir()
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --output=logs/%x-%j.out\n"
+                      "#SBATCH --error=logs/%x-%j.err\n"
+                      "#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
+                      "echo out; echo err >&2\n")
+    r = s.cli("alice", "submit", "--chdir", str(tmp_path), "--wait", str(script))
+    assert r.returncode == 0 and "ignored" not in r.stderr, (r.stdout, r.stderr)
+    wid = submitted_id(r.stdout)
+    out, err = tmp_path / f"logs/job.sh-{wid}.out", tmp_path / f"logs/job.sh-{wid}.err"
+    assert (out.read_text(), err.read_text()) == ("out\n", "err\n")
+    for follow in ((), ("-f",)):
+        logs = s.cli("alice", "logs", *follow, wid)
+        assert (logs.returncode, logs.stdout) == (0, "")
+        assert logs.stderr.strip() == (f"{wid}: its log is empty: it writes its output to "
+                                       f"{out} (--output), its stderr to {err} (--error)")
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0",
+              "--chdir", str(tmp_path), "-e", "%j.err", "--wait", "--", "sh", "-c",
+              "echo out; echo err >&2")
+    assert r.returncode == 0, r.stderr
+    wid = submitted_id(r.stdout)
+    assert (tmp_path / f"{wid}.err").read_text() == "err\n"
+    for follow in ((), ("-f",)):
+        logs = s.cli("alice", "logs", *follow, wid)
+        assert (logs.returncode, logs.stdout) == (0, "out\n")
+        assert logs.stderr.strip() == f"{wid}: it writes its stderr to {tmp_path}/{wid}.err " \
+                                      "(--error)"
+    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0",
+              "--chdir", str(tmp_path), "-e", "missing/%j.err", "--wait", "--", "touch",
+              str(tmp_path / "ran"))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    wid = submitted_id(r.stdout)
+    w = s.workload(wid)
+    assert (w["status"], w["exit_code"]) == ("failed", 2), w
+    assert f"cannot create {tmp_path}/missing/{wid}.err" in s.log(wid, 1)
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_scripts_interpreter_sees_the_script_as_argv0_then_its_arguments(
     live_sqlite: LiveFactory, tmp_path: Path
 ) -> None:

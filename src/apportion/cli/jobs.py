@@ -84,6 +84,7 @@ _APPORTION_OPTS = {
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
     "--gpu-kind": "gpu_kind", "--cluster": "cluster", "--open-mode": "open_mode",
+    "--error": "error",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
@@ -94,7 +95,7 @@ _SBATCH_OPTS = {
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
-    "--open-mode": "open_mode",
+    "--open-mode": "open_mode", "--error": "error", "-e": "error",
 }
 
 # #SBATCH options that say when or whether the job runs, not how: apportion has no start
@@ -368,14 +369,17 @@ def _typed_count(value: str) -> tuple[str, str | None] | None:
     return count, (parts[0] if len(parts) == 2 else None)
 
 
+# how the shell line fills in the fields of a file name given as its "$1": %A is the
+# array's id, or outside an array the workload's own (as Slurm's %A is the job id)
+_NAME_FILL = ('printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
+              '-e "s/%x/$APPORTION_JOB_NAME/g" '
+              '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
+              '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"')
 # the shell line --output wraps a command in: it fills in the file's name and sends the
-# command's output there, the first attempt's from the start of the file, a requeued
-# attempt's after what is there (as Slurm appends a requeued batch job's output). %A is
-# the array's id, or outside an array the workload's own (as Slurm's %A is the job id)
-_OUTPUT_FILL = ('out=$(printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLOAD_ID/g" '
-                '-e "s/%x/$APPORTION_JOB_NAME/g" '
-                '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
-                '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
+# command's output (stdout and stderr) there, the first attempt's from the start of the
+# file, a requeued attempt's after what is there (as Slurm appends a requeued batch job's
+# output)
+_OUTPUT_FILL = (f'out=$({_NAME_FILL}); shift; '
                 'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
                 'else exec >"$out" 2>&1; fi; exec "$@"')
 # the line earlier versions wrapped a command in (every attempt truncating the file, %A
@@ -391,6 +395,22 @@ _APPEND_OUTPUT_FILL = _OUTPUT_FILL.replace(
     'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
     'else exec >"$out" 2>&1; fi;', 'exec >>"$out" 2>&1;')
 _OUTPUT_FILLS = (_OUTPUT_FILL, _APPEND_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
+# the line --error (a file other than --output's) wraps a command in: "$1" is --output's
+# file (empty without one: stdout stays the attempt's log), "$2" --error's, each filled in
+# as above and opened as --output's is (the stdout file first, so a failure to open either
+# is said in the log); names that come out the same when filled in are one file, as Slurm
+# opens them once
+_ERROR_FILL = (f'fill() {{ {_NAME_FILL}; }}; out=$(fill "$1"); err=$(fill "$2"); shift 2; '
+               'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
+               '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
+               'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi; '
+               '[ "$err" != "$out" ] || exec 2>&1; exec "$@"')
+_APPEND_ERROR_FILL = _ERROR_FILL.replace(
+    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
+    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
+    'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi;',
+    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err";')
+_ERROR_FILLS = (_ERROR_FILL, _APPEND_ERROR_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -438,14 +458,21 @@ def _user_name() -> str:
         return os.environ.get("LOGNAME") or os.environ.get("USER") or str(uid)
 
 
-def _with_output(command: list[str], output: str, append: bool = False) -> list[str]:
-    """Send the command's output to ``output`` (``sbatch --output``), in the workload's own
-    directory and account: truncated by its first attempt, appended to by the next; with
-    ``append`` (``--open-mode=append``) appended to by every attempt, the first too.
-    ``%j`` is the workload id, ``%x`` its name, ``%A`` its array's id (else its own) and
-    ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
-    fill = _APPEND_OUTPUT_FILL if append else _OUTPUT_FILL
-    return ["/bin/sh", "-c", fill, "sh", output, *command]
+def _with_output(command: list[str], output: str | None, append: bool = False,
+                 error: str | None = None) -> list[str]:
+    """Send the command's output to ``output`` (``sbatch --output``) and its stderr to
+    ``error`` (``sbatch --error``; without it, or the same name, to ``output`` too), in the
+    workload's own directory and account: truncated by its first attempt, appended to by
+    the next; with ``append`` (``--open-mode=append``) appended to by every attempt, the
+    first too. Without ``output`` its stdout stays in the attempt's log. ``%j`` is the
+    workload id, ``%x`` its name, ``%A`` its array's id (else its own) and ``%a`` its
+    index, ``%%`` a percent sign: filled in when it starts."""
+    if error is None or error == output:  # one file, as before --error was read
+        assert output is not None
+        fill = _APPEND_OUTPUT_FILL if append else _OUTPUT_FILL
+        return ["/bin/sh", "-c", fill, "sh", output, *command]
+    fill = _APPEND_ERROR_FILL if append else _ERROR_FILL
+    return ["/bin/sh", "-c", fill, "sh", output or "", error, *command]
 
 
 def _appends(text: str, flag: str) -> bool:
@@ -461,15 +488,34 @@ def output_file(w: dict[str, Any]) -> str | None:
     """The file a workload (as ``GET /v1/workloads/{id}`` gives it) sends its output to,
     if it was submitted with ``--output``, with its ``%`` fields filled in as
     :func:`_with_output` fills them; else None (its output is in its log)."""
+    return _output_files(w)[0]
+
+
+def error_file(w: dict[str, Any]) -> str | None:
+    """The file a workload (as ``GET /v1/workloads/{id}`` gives it) sends its stderr to,
+    if it was submitted with ``--error`` naming another file than ``--output``'s, filled
+    in as :func:`output_file` is; else None (its stderr goes with its output)."""
+    return _output_files(w)[1]
+
+
+def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
+    """:func:`output_file` and :func:`error_file` of ``w``."""
     command = w.get("command") or []
-    if (len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[2] not in _OUTPUT_FILLS
-            or command[3] != "sh"):
-        return None
+    if len(command) < 5 or command[:2] != ["/bin/sh", "-c"] or command[3] != "sh":
+        return None, None
+    if command[2] in _OUTPUT_FILLS:
+        names = [str(command[4])]
+    elif command[2] in _ERROR_FILLS and len(command) >= 6:
+        names = [str(command[4]), str(command[5])]
+    else:
+        return None, None
     own_id = "" if command[2] == _EARLIER_OUTPUT_FILL else w["id"]  # %A outside an array
     fields = {"%": "%", "j": w["id"], "x": w.get("name") or "",
               "A": w.get("array_id") or own_id,
               "a": "" if w.get("array_index") is None else str(w["array_index"])}
-    return _FIELD.sub(lambda m: fields[m.group(1)], str(command[4]))
+    out, *err = [_FIELD.sub(lambda m: fields[m.group(1)], name) if name else None
+                 for name in names]
+    return out, (err[0] if err and err[0] != out else None)  # the same name: one file
 
 
 # ---- submit ----------------------------------------------------------------------------------
@@ -508,9 +554,12 @@ def output_file(w: dict[str, Any]) -> str | None:
 @click.option("--output", "-o", default=None,
               help="write its output to this file (%j id, %x name, %A array (else its id), "
                    "%a index in the array, %u your user name, %% a percent sign)")
+@click.option("--error", "-e", default=None,
+              help="write its stderr to this file (the same fields as --output; default: "
+                   "with its output)")
 @click.option("--open-mode", default=None, metavar="append|truncate",
-              help="with --output: append to the file (append), or start it afresh "
-                   "(truncate, the default; a requeued attempt appends either way)")
+              help="with --output or --error: append to the file (append), or start it "
+                   "afresh (truncate, the default; a requeued attempt appends either way)")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -527,8 +576,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
-    --gpus, --nodes, --chdir, --output, --open-mode, --array, --dependency, --nodelist,
-    --exclude, --export); options on the
+    --gpus, --nodes, --chdir, --output, --error, --open-mode, --array, --dependency,
+    --nodelist, --exclude, --export); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers;
     an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
@@ -588,22 +637,28 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     open_mode = opts.get("open_mode")
     append = open_mode is not None and _appends(
         str(open_mode), named("open_mode", escape_controls(f"--open-mode {open_mode}")))
-    if opts.get("output"):
-        opts["output"] = _output_name(str(opts["output"]), named("output", "--output"))
-        if not opts.get("name") and "x" in _FIELD.findall(str(opts["output"])):
-            raise click.UsageError(f"{named('output', '--output')}: %x is the workload's "
-                                   "name, and it has none: give --name")
-        if not opts.get("array") and "a" in _FIELD.findall(str(opts["output"])):
-            raise click.UsageError(f"{named('output', '--output')}: %a is the index in an "
-                                   "array, and it is not one: give --array, or %j for its id")
+    files: dict[str, str] = {}  # --output's and --error's file, as the shell line takes them
+    for key, flag in (("output", "--output"), ("error", "--error")):
+        if not opts.get(key):
+            continue
+        where = named(key, flag)
+        text = _output_name(str(opts[key]), where)
+        if not opts.get("name") and "x" in _FIELD.findall(text):
+            raise click.UsageError(f"{where}: %x is the workload's name, and it has none: "
+                                   "give --name")
+        if not opts.get("array") and "a" in _FIELD.findall(text):
+            raise click.UsageError(f"{where}: %a is the index in an array, and it is not "
+                                   "one: give --array, or %j for its id")
         # relative to the working directory, which is the submit directory unless --chdir
         # says otherwise (as sbatch): made absolute here, where both are known
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
-        cmd = _with_output(cmd, str(base / str(opts["output"])), append)
+        files[key] = str(base / text)
+    if files:
+        cmd = _with_output(cmd, files.get("output"), append, files.get("error"))
     elif open_mode is not None:
-        # as sbatch's, it says how the output file is opened; apportion has none to open
+        # as sbatch's, it says how the output files are opened; apportion has none to open
         click.echo(f"warning: {named('open_mode', '--open-mode')}: no effect without "
-                   "--output (the output goes to the attempt's own log)", err=True)
+                   "--output or --error (the output goes to the attempt's own log)", err=True)
     body: dict[str, Any] = {
         "budget": opts["budget"], "gpus": gpus, "min_runtime": opts["min_runtime"],
         "resumable": bool(opts.get("resumable")), "priority": priority,
@@ -1158,21 +1213,27 @@ def _cancel(client: Client, body: dict[str, Any]) -> list[CancelOutcome]:
 def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
          follow: bool) -> None:
     """Print the output of a workload's attempt, byte for byte as written (one submitted
-    with --output writes it to that file instead: an empty log says where)."""
+    with --output writes it to that file instead: an empty log says where; one submitted
+    with --error its stderr to that file: stderr says where)."""
     if not follow:
-        if _print_log(client, workload_id, attempt, tail=tail) == 0:  # an empty log
-            _say_where_output_goes(client, workload_id)
-        return
-    if not follow_logs(client, workload_id, attempt):
-        _say_where_output_goes(client, workload_id)
+        printed = _print_log(client, workload_id, attempt, tail=tail) > 0
+    else:
+        printed = follow_logs(client, workload_id, attempt)
+    _say_where_output_goes(client, workload_id, printed)
 
 
-def _say_where_output_goes(client: Client, wid: str) -> None:
-    """Tell, on stderr, where the output of a workload submitted with --output went."""
-    path = output_file(client.json("GET", f"/workloads/{wid}"))
-    if path is not None:
+def _say_where_output_goes(client: Client, wid: str, printed: bool) -> None:
+    """Tell, on stderr, where the output of a workload submitted with --output went (when
+    its log printed nothing), and where its stderr went if --error sent it elsewhere."""
+    w = client.json("GET", f"/workloads/{wid}")
+    out, err = _output_files(w)
+    to_err = "" if err is None else f"its stderr to {escape_controls(err)} (--error)"
+    if out is not None and not printed:
         click.echo(f"{wid}: its log is empty: it writes its output to "
-                   f"{escape_controls(path)} (--output)", err=True)
+                   f"{escape_controls(out)} (--output)" + (f", {to_err}" if to_err else ""),
+                   err=True)
+    elif to_err:
+        click.echo(f"{wid}: it writes {to_err}", err=True)
 
 
 def follow_logs(client: Client, wid: str, attempt: int | None,
