@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import mimetypes
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Annotated
@@ -38,7 +39,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query
 from fastapi.responses import FileResponse
 
-from apportion.core import FINAL, CoreError, WorkloadSpec, explain, plural
+from apportion.core import (
+    FINAL,
+    BudgetTree,
+    CoreError,
+    PolicyConfig,
+    WorkloadSpec,
+    explain,
+    plural,
+)
 from apportion.core.fleet import FleetState, advice, pool_config
 from apportion.times import format_time, time_zone
 
@@ -46,7 +55,7 @@ from .auth import Principal, Rights, as_others_see
 from .config import ServiceConfig
 from .history import attempt_lines, workload_history
 from .port import SchedulerPort
-from .prom import Telemetry, metrics_router, nodes_now, workload_class
+from .prom import NodeNow, Telemetry, metrics_router, nodes_now, workload_class
 from .replies import (
     AuditEntry,
     ClusterCounts,
@@ -55,6 +64,7 @@ from .replies import (
     DashboardPending,
     DashboardRunning,
     DashboardState,
+    QueueView,
     UsageSeries,
     WeightControls,
     WhyExplanation,
@@ -193,33 +203,53 @@ def _hosts(st: FleetState, now: float, reasons: dict[str, str]) -> list[Dashboar
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What the dashboard shows of the state at one publication (:func:`reading_of`)."""
+
+    now: float
+    nodes: list[NodeNow]
+    tree: BudgetTree
+    hosts: list[DashboardHost]
+    classes: dict[str, str]  # workload id (pending, held, running) -> its class
+    healthy: int
+    used: int
+
+
+def reading_of(config: PolicyConfig) -> Callable[[FleetState, QueueView], Reading]:
+    """What the scheduler publishes for the dashboard at the end of each pass (under its
+    lock, at the view's ``now``)."""
+    def make(st: FleetState, view: QueueView) -> Reading:
+        now = st.time if view.now is None else max(view.now, st.time)
+        # from the rows themselves: held work, out of the state's queue, has its class too
+        classes = {row.id: workload_class(WorkloadSpec(row.id, row.budget, row.gpus,
+                                                       row.min_runtime, row.submit_time),
+                                          config)
+                   for row in (*view.pending, *view.running)}
+        return Reading(now, nodes_now(st, now, config), st.tree,
+                       _hosts(st, now, {h.name: h.reason for h in view.hosts}), classes,
+                       st.healthy_gpus(), sum(st.used.values()))
+
+    return make
+
+
 def dashboard_state(
     store: Store, scheduler: SchedulerPort, settings: ServiceConfig, telemetry: Telemetry,
     user: str | None = None,
 ) -> DashboardState:
     """What ``/v1/dashboard/state`` returns (see the module docstring): the first
     ``MAX_LISTED`` rows of the queue and of running work, then ``user``'s pending work
-    beyond them (each with its place)."""
-    with scheduler.lock:
-        st = scheduler.state
-        if st is None:
-            raise HTTPException(503, not_started(store))
-        now = max(scheduler.clock.now(), st.time)
-        view = scheduler.queue_view()
-        nodes = nodes_now(st, now, scheduler.config)
-        tree = st.tree
-        hosts = _hosts(st, now, {h.name: h.reason for h in view.hosts})
-        # from the rows themselves: held work, out of the state's queue, has its class too
-        classes = {row.id: workload_class(WorkloadSpec(row.id, row.budget, row.gpus,
-                                                       row.min_runtime, row.submit_time),
-                                          scheduler.config)
-                   for row in (*view.pending, *view.running)}
-        healthy = st.healthy_gpus()
-        used = sum(st.used.values())
-        passes, errors = scheduler.passes, scheduler.errors
-        down_since, problem = scheduler.executor_down_since, scheduler.executor_problem
-        behind = scheduler.clock_behind_s
-        recent = list(scheduler.recent)[-20:]
+    beyond them (each with its place). The state as published at the end of the last pass
+    (never waiting for one in progress)."""
+    published = scheduler.published()
+    r = published.extras.get("dashboard") if published is not None else None
+    if published is None or not isinstance(r, Reading):
+        raise HTTPException(503, not_started(store))
+    view, now, tree, nodes, hosts = published.view, r.now, r.tree, r.nodes, r.hosts
+    classes, healthy, used, recent = r.classes, r.healthy, r.used, list(published.recent)
+    passes, errors = scheduler.passes, scheduler.errors
+    down_since, problem = scheduler.executor_down_since, scheduler.executor_problem
+    behind = scheduler.clock_behind_s
     window = telemetry.window(now)
     budgets = []
     for n in nodes:
@@ -324,6 +354,7 @@ def dashboard_router(
     without it: none for a read-only (scrape) token, which may change nothing, answered
     rather than refused so that a wall display's page logs no error."""
     tel = telemetry or Telemetry(settings.policy).attach(scheduler)
+    scheduler.add_publisher("dashboard", reading_of(settings.policy))
     router = APIRouter()
     deps = [Depends(reader)] if reader is not None else []
     router.include_router(metrics_router(scheduler, tel), dependencies=deps)

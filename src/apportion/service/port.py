@@ -4,13 +4,16 @@ The API, the dashboard, the metrics and ``why`` are typed against this protocol,
 against :class:`~apportion.service.scheduler.Scheduler` itself, and use nothing else of it
 (tests/service/test_port.py checks both: that a ``Scheduler`` has every name, and that the
 readers name no other attribute). Everything here is safe to call from an API handler
-while the scheduler's thread runs passes: the state is read only under :attr:`lock`.
+while the scheduler's thread runs passes: the state is read only under :attr:`lock`, and
+what is read often (the queue, the dashboard's state, the metrics' gauges) from
+:meth:`SchedulerPort.published`, made at the end of each pass and read without the lock.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from apportion.core import Decisions, HostState, PolicyConfig
@@ -18,6 +21,21 @@ from apportion.core.fleet import FleetState
 
 from .clock import Clock
 from .replies import QueueView
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What readers use without the scheduler's lock: made under it at the end of each pass
+    (and after a start or a host change), never changed after. ``covers``: every write
+    whose ``wake`` came before the pass began (its generation) is in it; ``view``: the
+    queue view then (treat it as read-only); ``extras``: what each publisher
+    (:meth:`SchedulerPort.add_publisher`) made of the state then; ``recent``: the latest
+    decision log lines."""
+
+    covers: int
+    view: QueueView
+    extras: Mapping[str, object]
+    recent: tuple[str, ...]
 
 
 class PassListener(Protocol):
@@ -103,8 +121,22 @@ class SchedulerPort(Protocol):
         """Observers called on every pass; a reader registers itself by appending."""
         ...
 
-    def wake(self) -> None:
-        """Something changed in the store (submission, cancel, budgets): run a pass soon."""
+    def wake(self, by: str | None = None) -> None:
+        """Something changed in the store (submission, cancel, budgets): run a pass soon.
+        ``by``: who wrote it; that caller's reads of :meth:`published` wait for the pass
+        that takes it in."""
+        ...
+
+    def published(self, reader: str | None = None) -> Published | None:
+        """The latest publication (None before the first start), without waiting for a
+        pass in progress; but if ``reader`` wrote something it does not cover yet, after
+        the pass that takes it in (a bounded wait, none while passes fail)."""
+        ...
+
+    def add_publisher(self, name: str, make: Callable[[FleetState, QueueView], object]
+                      ) -> None:
+        """Have ``make(state, view)`` run under the lock at each publication, its result
+        in :attr:`Published.extras` under ``name``."""
         ...
 
     def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
@@ -113,8 +145,9 @@ class SchedulerPort(Protocol):
         host's state does not allow."""
         ...
 
-    def queue_view(self) -> QueueView:
-        """The queue as the last pass saw it (``GET /v1/queue``; docs/api.md)."""
+    def queue_view(self, reader: str | None = None) -> QueueView:
+        """The queue as the last pass saw it (``GET /v1/queue``; docs/api.md): the view
+        of :meth:`published` for ``reader``."""
         ...
 
     def hold_reason(self, workload_id: str) -> str | None:
@@ -133,4 +166,4 @@ class SchedulerPort(Protocol):
         ...
 
 
-__all__ = ["PassListener", "SchedulerPort"]
+__all__ = ["PassListener", "Published", "SchedulerPort"]

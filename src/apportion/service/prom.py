@@ -6,9 +6,11 @@ several apps in one process do not collide):
 * **events** the scheduler reports as they happen (:class:`Telemetry`, a
   :class:`~apportion.service.scheduler.PassListener`): workload starts with their wait,
   preemptions by reason, scheduling pass latency. Counters and histograms.
-* **state** read from the scheduler's :class:`~apportion.core.ClusterState` on every scrape
-  (:class:`StateCollector`): usage ratio, owed and delivered GPUs per budget node, queue
-  length by class, hosts by state. Gauges, so a scrape always shows the present.
+* **state** of the scheduler's :class:`~apportion.core.ClusterState` (:class:`StateCollector`):
+  usage ratio, owed and delivered GPUs per budget node, queue length by class, hosts by
+  state. Gauges, worked out at the end of each pass (:func:`gauges_of`, published by the
+  scheduler) so that a scrape never waits for a pass in progress; they show the state at
+  the end of the last pass.
 
 Workload classes (label ``class``): ``debug`` (allocated, few GPUs, short minimum runtime,
 see ``core.is_debug``), ``allocated`` (other allocated work) and ``unallocated``.
@@ -44,6 +46,7 @@ from apportion.core import (
 from apportion.core.fleet import FleetState
 
 from .port import SchedulerPort
+from .replies import QueueView
 
 CLASSES = ("debug", "allocated", "unallocated")
 HOUR = 3600.0
@@ -263,13 +266,65 @@ class Telemetry:
             return {n: (o / HOUR, d / HOUR) for n, (o, d) in out.items()}
 
 
-# ---- state, read on each scrape -----------------------------------------------------------
-class StateCollector(Collector):
-    """Gauges computed from the scheduler's state when Prometheus scrapes."""
+# ---- state, published at each pass, read on each scrape -------------------------------------
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """The state's gauges at one publication (:func:`gauges_of`)."""
 
-    def __init__(self, scheduler: SchedulerPort, now: Callable[[], float]) -> None:
+    nodes: list[NodeNow]
+    queue: dict[str, int]  # class -> pending workloads
+    run_n: dict[str, int]  # class -> running workloads
+    run_g: dict[str, int]  # class -> GPUs they hold
+    hosts: dict[tuple[str, str], int]  # (pool, host state) -> hosts
+    gpus: dict[tuple[str, str], int]  # (pool, host state) -> their GPUs
+    used: dict[str, int]  # pool -> GPUs held
+    used_healthy: dict[str, int]  # pool -> GPUs held on healthy hosts
+    healthy: dict[str, int]  # pool -> healthy GPUs
+
+
+def gauges_of(config: PolicyConfig) -> Callable[[FleetState, QueueView], Gauges]:
+    """What the scheduler publishes for :class:`StateCollector` at the end of each pass
+    (under its lock, at the publication's ``now``: the view's)."""
+    def make(st: FleetState, view: QueueView) -> Gauges:
+        now = st.time if view.now is None else max(view.now, st.time)
+        queue = dict.fromkeys(CLASSES, 0)
+        for p in st.pending.values():
+            queue[workload_class(p.spec, config)] += 1
+        run_n = dict.fromkeys(CLASSES, 0)
+        run_g = dict.fromkeys(CLASSES, 0)
+        for r in st.running.values():
+            c = workload_class(r.spec, config)
+            run_n[c] += 1
+            run_g[c] += r.gpus_held
+        # per pool (cluster/kind): hosts and GPUs by state, GPUs held, healthy GPUs
+        hosts: dict[tuple[str, str], int] = {}
+        gpus: dict[tuple[str, str], int] = {}
+        used: dict[str, int] = {}
+        used_healthy: dict[str, int] = {}  # held on healthy hosts: occupancy's numerator
+        healthy: dict[str, int] = {}
+        for pool, ps in st.pools.items():
+            for s in HostState:
+                hosts[pool, s.value] = gpus[pool, s.value] = 0
+            for h in ps.hosts.values():
+                hosts[pool, h.state.value] += 1
+                gpus[pool, h.state.value] += h.gpus
+            used[pool] = sum(ps.used.values())
+            used_healthy[pool] = sum(n for h, n in ps.used.items()
+                                     if ps.hosts[h].state is HostState.HEALTHY)
+            healthy[pool] = ps.healthy_gpus()
+        return Gauges(nodes_now(st, now, config), queue, run_n, run_g, hosts, gpus, used,
+                      used_healthy, healthy)
+
+    return make
+
+
+class StateCollector(Collector):
+    """Gauges of the scheduler's state when Prometheus scrapes: the counters read as they
+    are, the rest as published at the end of the last pass (never waiting for one)."""
+
+    def __init__(self, scheduler: SchedulerPort) -> None:
         self.scheduler = scheduler
-        self.now = now  # () -> float, the scheduler's clock
+        scheduler.add_publisher("metrics", gauges_of(scheduler.config))
 
     def collect(self) -> Iterator[Metric]:
         sched = self.scheduler
@@ -289,45 +344,19 @@ class StateCollector(Collector):
             "apportion_clock_behind_seconds",
             "How far the wall clock is behind the latest time recorded (set back; 0: it is "
             "not): the scheduler's time stands still meanwhile.")
-        with sched.lock:
-            passes.add_metric([], float(sched.passes))
-            errors.add_metric([], float(sched.errors))
-            skipped.add_metric([], float(sched.passes_skipped))
-            deferred.add_metric([], float(sched.launches_deferred))
-            up.add_metric([], 0.0 if sched.executor_down_since is not None else 1.0)
-            behind.add_metric([], float(sched.clock_behind_s))
-            st = sched.state
-            if st is None:
-                yield from (passes, errors, skipped, deferred, up, behind)
-                return
-            now = max(float(self.now()), st.time)
-            nodes = nodes_now(st, now, sched.config)
-            queue = dict.fromkeys(CLASSES, 0)
-            for p in st.pending.values():
-                queue[workload_class(p.spec, sched.config)] += 1
-            run_n = dict.fromkeys(CLASSES, 0)
-            run_g = dict.fromkeys(CLASSES, 0)
-            for r in st.running.values():
-                c = workload_class(r.spec, sched.config)
-                run_n[c] += 1
-                run_g[c] += r.gpus_held
-            # per pool (cluster/kind): hosts and GPUs by state, GPUs held, healthy GPUs
-            hosts: dict[tuple[str, str], int] = {}
-            gpus: dict[tuple[str, str], int] = {}
-            used: dict[str, int] = {}
-            used_healthy: dict[str, int] = {}  # held on healthy hosts: occupancy's numerator
-            healthy: dict[str, int] = {}
-            for pool, ps in st.pools.items():
-                for s in HostState:
-                    hosts[pool, s.value] = gpus[pool, s.value] = 0
-                for h in ps.hosts.values():
-                    hosts[pool, h.state.value] += 1
-                    gpus[pool, h.state.value] += h.gpus
-                used[pool] = sum(ps.used.values())
-                used_healthy[pool] = sum(n for h, n in ps.used.items()
-                                         if ps.hosts[h].state is HostState.HEALTHY)
-                healthy[pool] = ps.healthy_gpus()
+        # plain counters, read as they are (each read is atomic; no lock needed)
+        passes.add_metric([], float(sched.passes))
+        errors.add_metric([], float(sched.errors))
+        skipped.add_metric([], float(sched.passes_skipped))
+        deferred.add_metric([], float(sched.launches_deferred))
+        up.add_metric([], 0.0 if sched.executor_down_since is not None else 1.0)
+        behind.add_metric([], float(sched.clock_behind_s))
         yield from (passes, errors, skipped, deferred, up, behind)
+        published = sched.published()
+        g = published.extras.get("metrics") if published is not None else None
+        if not isinstance(g, Gauges):  # before the first start
+            return
+        nodes = g.nodes
 
         def per_node(name: str, doc: str, attr: str) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=["budget"])
@@ -352,26 +381,27 @@ class StateCollector(Collector):
         rg = GaugeMetricFamily("apportion_running_gpus", "GPUs held by running work by class.",
                                labels=["class"])
         for c in CLASSES:
-            q.add_metric([c], float(queue[c]))
-            rn.add_metric([c], float(run_n[c]))
-            rg.add_metric([c], float(run_g[c]))
+            q.add_metric([c], float(g.queue[c]))
+            rn.add_metric([c], float(g.run_n[c]))
+            rg.add_metric([c], float(g.run_g[c]))
         yield from (q, rn, rg)
         hs = GaugeMetricFamily("apportion_hosts", "Hosts by pool (cluster/kind) and state.",
                                labels=["pool", "state"])
         hg = GaugeMetricFamily("apportion_host_gpus", "GPUs of hosts by pool and host state.",
                                labels=["pool", "state"])
-        for (pool, state), n in hosts.items():
+        for (pool, state), n in g.hosts.items():
             hs.add_metric([pool, state], float(n))
-            hg.add_metric([pool, state], float(gpus[pool, state]))
+            hg.add_metric([pool, state], float(g.gpus[pool, state]))
         yield from (hs, hg)
         gu = GaugeMetricFamily("apportion_gpus_used", "GPUs held by running work, by pool.",
                                labels=["pool"])
         oc = GaugeMetricFamily("apportion_pool_occupancy", "GPUs held on healthy hosts / "
                                "healthy GPUs of the pool now (work still on a draining host "
                                "is in neither; 0 with no healthy GPU).", labels=["pool"])
-        for pool, n in used.items():
+        for pool, n in g.used.items():
             gu.add_metric([pool], float(n))
-            oc.add_metric([pool], used_healthy[pool] / healthy[pool] if healthy[pool] else 0.0)
+            oc.add_metric([pool], g.used_healthy[pool] / g.healthy[pool] if g.healthy[pool]
+                          else 0.0)
         yield from (gu, oc)
 
 
@@ -380,7 +410,7 @@ def metrics_router(scheduler: SchedulerPort, telemetry: Telemetry) -> APIRouter:
     scheduler's state, read on each scrape."""
     from prometheus_client import generate_latest
 
-    telemetry.registry.register(StateCollector(scheduler, scheduler.clock.now))
+    telemetry.registry.register(StateCollector(scheduler))
     router = APIRouter(tags=["metrics"])
 
     @router.get("/metrics", include_in_schema=False)
@@ -392,9 +422,11 @@ def metrics_router(scheduler: SchedulerPort, telemetry: Telemetry) -> APIRouter:
 
 __all__ = [
     "CLASSES",
+    "Gauges",
     "NodeNow",
     "StateCollector",
     "Telemetry",
+    "gauges_of",
     "metrics_router",
     "nodes_now",
     "workload_class",

@@ -69,7 +69,7 @@ from apportion.service.executor import (
 )
 from apportion.service.pools import fleet_of
 from apportion.service.pools import validate as _validate
-from apportion.service.port import PassListener
+from apportion.service.port import PassListener, Published
 from apportion.service.replies import (
     QueueBudget,
     QueuedPending,
@@ -99,6 +99,7 @@ TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
 CLOCK_BEHIND_S = 5.0  # a wall clock further behind the times recorded was set back: said
+READ_WAIT_S = 10.0  # a reader waits at most this long for the pass that takes in its writes
 
 
 @dataclass(slots=True)
@@ -179,6 +180,16 @@ class Scheduler:
         self.errors = 0  # failed passes, ever
         self.failing = 0  # failed passes in a row
         self.listeners: list[PassListener] = []
+        # what readers use without the lock (docs/operations.md, "Reads during a pass"):
+        # the latest Published, made by _publish; the generation of wake calls (writes)
+        # and, per caller, that of its latest write; publishers: name -> what it makes of
+        # the state and the view at each publication (the dashboard's and the metrics')
+        self.publishers: dict[str, Callable[[FleetState, QueueView], object]] = {}
+        self._reads = threading.Condition()  # guards the four below; not the state's lock
+        self._published: Published | None = None
+        self._asked = 0
+        self._wrote: dict[str, int] = {}
+        self._looping = False  # run_forever runs: a pass follows every wake
         self._said_empty = False  # logged once that there are no budgets yet
         # the executor's silence, for the readers: since when (None: it answered last
         # pass), why, and the passes that decided nothing because of it
@@ -204,6 +215,7 @@ class Scheduler:
         executor runs for no open attempt (a restored backup's lost future) is stopped."""
         with self.lock:
             self._started = False
+            covers = self._asked_now()  # before the state is read from the store
             if not self.store.budgets():  # nothing can be submitted yet: wait, quietly
                 if not self._said_empty:
                     self._said_empty = True
@@ -225,12 +237,14 @@ class Scheduler:
                                  self._recorded or now)
             self._check_clock(now)
             self._fold(now)
+            self._publish(covers)
 
     def step(self, now: float | None = None) -> list[str]:
         """One pass at ``now`` (default: the clock). Returns the decision log lines."""
         with self.lock:
             lines: list[str] = []
             wall = time.perf_counter()
+            covers = self._asked_now()  # the writes this pass's store sync will see
             try:
                 if not self._started:
                     self.start()
@@ -283,6 +297,7 @@ class Scheduler:
             self._last_pass_at = t
             seconds = time.perf_counter() - wall
             self._notify("passed", t, seconds, st)
+            self._publish(covers)
             return lines
 
     def _count_failure(self) -> None:
@@ -291,6 +306,8 @@ class Scheduler:
         self.errors += 1
         self.failing += 1
         self._started = False
+        with self._reads:  # readers waiting for a pass take the last good publication
+            self._reads.notify_all()
 
     def _check_clock(self, wall: float) -> None:
         """Say once (a warning) when the wall clock ``wall`` is more than ``CLOCK_BEHIND_S``
@@ -373,9 +390,68 @@ class Scheduler:
             except Exception:  # an observer's bug must never stop scheduling
                 log.exception("pass listener failed")
 
-    def wake(self) -> None:
-        """Ask the background loop for a pass now (after a submission, a cancel, ...)."""
+    def wake(self, by: str | None = None) -> None:
+        """Ask the background loop for a pass now (after a submission, a cancel, ...).
+        ``by``: who wrote (the caller's name): its reads wait for the pass that takes the
+        write in (:meth:`published`)."""
+        with self._reads:
+            self._asked += 1
+            if by is not None:
+                self._wrote[by] = self._asked
         self._wake.set()
+
+    def _asked_now(self) -> int:
+        with self._reads:
+            return self._asked
+
+    def add_publisher(self, name: str, make: Callable[[FleetState, QueueView], object]
+                      ) -> None:
+        """Have ``make(state, view)`` called under the lock at each publication, its result
+        in :attr:`Published.extras` under ``name``; published again at once if the state
+        exists."""
+        with self.lock:
+            self.publishers[name] = make
+            if self._published is not None:
+                self._publish(self._published.covers)
+
+    def _publish(self, covers: int) -> None:
+        """Make what readers use without the lock (called under it, the state settled)."""
+        st = self.state
+        if st is None:
+            return
+        try:
+            view = self._view()
+        except Exception:  # a reader's bug must never stop scheduling: the last one stays
+            log.exception("queue view failed: readers see the previous pass's")
+            return
+        extras: dict[str, object] = {}
+        for name, make in self.publishers.items():
+            try:
+                extras[name] = make(st, view)
+            except Exception:  # a reader's bug must never stop scheduling
+                log.exception("publisher %s failed", name)
+        p = Published(covers, view, extras, tuple(self.recent)[-20:])
+        with self._reads:
+            self._published = p
+            self._reads.notify_all()
+
+    def published(self, reader: str | None = None, wait_s: float = READ_WAIT_S
+                  ) -> Published | None:
+        """The latest publication, without the scheduler's lock (None before the first
+        start). If ``reader`` wrote something (``wake(by=reader)``) that it does not cover
+        yet, wait (up to ``wait_s``) for the pass that takes it in: a researcher who
+        submitted sees the work in their next read. No wait when no loop runs passes (the
+        scheduler driven by :meth:`step`) or while passes fail (the last good one then)."""
+        deadline = time.monotonic() + wait_s
+        with self._reads:
+            need = self._wrote.get(reader, 0) if reader is not None else 0
+            while (self._published is None or self._published.covers < need) \
+                    and self._looping and not self.failing:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._reads.wait(left)
+            return self._published
 
     def run_forever(self, interval_s: float, stop_event: threading.Event,
                     guard: Callable[[], None] | None = None) -> None:
@@ -385,6 +461,17 @@ class Scheduler:
         is logged and retried, and so is a failed ``guard`` (the database is down: counted
         as a failed pass, in ``errors``); neither ends the loop, but :class:`LockLost` does
         (raised: another server schedules with the database now)."""
+        with self._reads:
+            self._looping = True
+        try:
+            self._loop(interval_s, stop_event, guard)
+        finally:
+            with self._reads:
+                self._looping = False
+                self._reads.notify_all()
+
+    def _loop(self, interval_s: float, stop_event: threading.Event,
+              guard: Callable[[], None] | None) -> None:
         while not stop_event.is_set():
             self._wake.clear()
             try:
@@ -433,6 +520,7 @@ class Scheduler:
             st.set_host_state(name, state, now)
             self._host_reason[name] = reason
             self._mirror_drain(name, state, reason)
+            self._publish(self._published.covers if self._published else 0)
         self.wake()
 
     def validate(self, spec: WorkloadSpec) -> None:
@@ -461,7 +549,34 @@ class Scheduler:
             out.append((pool, [w if st.waits_in(w)[0] == pool else None for w in order]))
         return out
 
-    def queue_view(self) -> QueueView:
+    def queue_view(self, reader: str | None = None) -> QueueView:
+        """The queue view of the latest publication (:meth:`published`: without waiting
+        for a pass in progress, but for the one that takes in ``reader``'s own writes).
+        When no pass holds the lock, its ``now`` and budgets are counted again at the
+        clock (as :meth:`_view` counts them; a few milliseconds); during a pass it is as
+        published. Made now under the lock before the first publication."""
+        if self.published(reader) is None:
+            return self._view()
+        if not self.lock.acquire(blocking=False):
+            p = self.published()  # a pass in progress: as the last one published it
+            assert p is not None
+            return p.view
+        try:
+            p, st = self.published(), self.state
+            assert p is not None
+            view = p.view
+            if st is None:
+                return view
+            now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
+            if view.now == now:
+                return view
+            budgets, capacity = self._budgets(st, now)
+            return view.model_copy(update={"now": now, "budgets": budgets,
+                                           "capacity_gpu_s": capacity})
+        finally:
+            self.lock.release()
+
+    def _view(self) -> QueueView:
         """The queue as the policy sees it, for the API and the dashboard, as of the
         scheduler's clock (``now``; ``last_pass_at``: when the order and the wait reasons
         were decided):
@@ -541,31 +656,37 @@ class Scheduler:
                     qh.pool = st.pool_of(h.name)
                     qh.cluster, qh.kind = st.where(qh.pool)
                 hosts.append(qh)
-            lookback = self.config.lookback
-            capacity = st.ledger.capacity(now, lookback)
-            # GPUs held per node and allocated or not: in GPUs, whatever the billing weights
-            # (the ledger's rates are in billed units)
-            held: dict[tuple[str, bool], int] = {}
-            for r in st.running.values():
-                for node in ancestors(r.spec.budget):
-                    key = (node, r.spec.allocated)
-                    held[key] = held.get(key, 0) + r.gpus_held
-            budgets = []
-            for node in st.tree.nodes():
-                charged = st.ledger.charged(node, now, lookback)
-                share = st.tree.share(node)
-                budgets.append(QueueBudget(
-                    path=node, share=share, charged_gpu_s=charged,
-                    usage_ratio=usage_ratio(charged, share, capacity) if capacity > 0 else None,
-                    gpus_charged_now=float(held.get((node, True), 0)),
-                    gpus_free_now=float(held.get((node, False), 0)),
-                    units_charged_now=st.ledger.rate(node),
-                ))
+            budgets, capacity = self._budgets(st, now)
             return QueueView(now=now, last_pass_at=self._last_pass_at, pending=pending,
                              running=running, hosts=hosts, budgets=budgets,
                              capacity_gpu_s=capacity,
                              executor_down_since=self.executor_down_since,
                              executor_problem=self.executor_problem)
+
+    def _budgets(self, st: FleetState, now: float) -> tuple[list[QueueBudget], float]:
+        """The queue view's budgets, counted at ``now``, and the window's capacity (under
+        the lock)."""
+        lookback = self.config.lookback
+        capacity = st.ledger.capacity(now, lookback)
+        # GPUs held per node and allocated or not: in GPUs, whatever the billing weights
+        # (the ledger's rates are in billed units)
+        held: dict[tuple[str, bool], int] = {}
+        for r in st.running.values():
+            for node in ancestors(r.spec.budget):
+                key = (node, r.spec.allocated)
+                held[key] = held.get(key, 0) + r.gpus_held
+        budgets = []
+        for node in st.tree.nodes():
+            charged = st.ledger.charged(node, now, lookback)
+            share = st.tree.share(node)
+            budgets.append(QueueBudget(
+                path=node, share=share, charged_gpu_s=charged,
+                usage_ratio=usage_ratio(charged, share, capacity) if capacity > 0 else None,
+                gpus_charged_now=float(held.get((node, True), 0)),
+                gpus_free_now=float(held.get((node, False), 0)),
+                units_charged_now=st.ledger.rate(node),
+            ))
+        return budgets, capacity
 
     def hold_reason(self, workload_id: str) -> str | None:
         """What keeps a held workload out of the queue (None: it is not held)."""
@@ -1485,4 +1606,4 @@ def _replay_resize(st: FleetState, name: str, gpus: int,
     return apply
 
 
-__all__ = ["ACTOR", "PassListener", "Scheduler"]
+__all__ = ["ACTOR", "PassListener", "Published", "Scheduler"]

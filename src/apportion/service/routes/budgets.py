@@ -42,10 +42,10 @@ def router(api: Api) -> APIRouter:
         return [_node(b, tree) for b in rows]
 
     @router.get(f"{v1}/budgets/usage", tags=["budgets"])
-    def usage(_who: Reader) -> BudgetUsage:
+    def usage(who: Reader) -> BudgetUsage:
         """Charged and free GPU-hours of every node over the lookback window, and its usage
         ratio (charged / (share x healthy GPU-hours))."""
-        return _usage(store, settings, now(), scheduler.queue_view())
+        return _usage(store, settings, now(), scheduler.queue_view(who.name))
 
     @router.post(f"{v1}/budgets", status_code=201, tags=["budgets"])
     def create_budget(body: CreateBudgetBody, user: User) -> BudgetCreated:
@@ -61,7 +61,7 @@ def router(api: Api) -> APIRouter:
             if "weight" in str(e):  # a share too small: invalid input, not a state
                 raise fail(422, f"weight: {e}") from None
             raise
-        scheduler.wake()
+        scheduler.wake(by=user.name)
         return BudgetCreated.of(b)
 
     @router.patch(f"{v1}/budgets/{{path:path}}", tags=["budgets"])
@@ -75,7 +75,7 @@ def router(api: Api) -> APIRouter:
         except CoreError as e:
             raise fail(422, f"weight: {e}") from None
         b = store.set_budget_weight(path, body.weight, actor=user.name)
-        scheduler.wake()
+        scheduler.wake(by=user.name)
         return _node(b, store.load_tree())
 
     @router.put(f"{v1}/budgets/{{path:path}}/members", tags=["budgets"])

@@ -205,7 +205,7 @@ def router(api: Api) -> APIRouter:
             return replay(e.row, e.digest)
         except NotALeaf as e:  # a child was added since the check above: refused as there
             raise fail(422, str(e)) from None
-        scheduler.wake()
+        scheduler.wake(by=user.name)
         out = _workload(row)
         if indexes:
             out.array_ids = store.array_ids(row.id)
@@ -279,7 +279,7 @@ def router(api: Api) -> APIRouter:
         """Cancel: pending ones end at once, running ones are stopped by the scheduler."""
         _may_touch(user, store.get_workload(workload_id), "cancel")
         row = store.cancel_workload(workload_id, actor=user.name)
-        scheduler.wake()
+        scheduler.wake(by=user.name)
         return _workload(row)
 
     @router.post(f"{v1}/workloads/cancel", tags=["workloads"])
@@ -304,7 +304,7 @@ def router(api: Api) -> APIRouter:
             ids = store.workload_ids(only, budget=body.budget, user=body.user,
                                      array=body.array)
         done = store.cancel_workloads(ids, user.name, rights(user).can_cancel, only)
-        scheduler.wake()
+        scheduler.wake(by=user.name)
         return BulkCancel(workloads=[_cancel_outcome(r, user.name) for r in done])
 
     @router.get(
@@ -375,13 +375,15 @@ def router(api: Api) -> APIRouter:
                                        "X-Log-Size": str(size)})
 
     @router.get(f"{v1}/queue", tags=["workloads"])
-    def policy_queue(_who: Reader) -> QueueView:
+    def policy_queue(who: Reader) -> QueueView:
         """The queue as the scheduler's last pass saw it: pending work in policy order with
         its wait reason, running work with its protection, hosts and budget ratios. 503
-        before the first pass (an empty queue would say nothing is pending)."""
+        before the first pass (an empty queue would say nothing is pending). Never waits
+        for a pass in progress, only for the one that takes in the caller's own writes
+        (submissions, cancels): what it submitted is listed."""
         if scheduler.state is None:
             raise fail(503, not_started(store))
-        return scheduler.queue_view()
+        return scheduler.queue_view(who.name)
 
     @router.get(f"{v1}/workloads/{{workload_id}}/why", tags=["workloads"])
     def why(
