@@ -82,7 +82,9 @@ def test_other_replies_are_the_stored_rows(env: Env) -> None:
                       "account": u.account, "cannot_run": None}  # memory: no account checks
                      for u in env.store.users()]
     tokens = _ok(env.call("GET", "/v1/tokens", "root"))
-    assert tokens == [t.as_dict() for t in env.store.tokens()]
+    # and whether each has expired, on the service's clock
+    assert tokens == [{**t.as_dict(), "expired": t.expired(env.clock.now())}
+                      for t in env.store.tokens()]
     new = _ok(env.call("POST", "/v1/users/alice/tokens", "root", {"label": "ci"}))
     assert set(new) == {*tokens[0], "token"} and new["label"] == "ci"
     audit = _ok(env.call("GET", "/v1/audit?limit=5", "root"))
