@@ -1224,8 +1224,15 @@ def logs(client: Client, workload_id: str, attempt: int | None, tail: int,
 
 def _say_where_output_goes(client: Client, wid: str, printed: bool) -> None:
     """Tell, on stderr, where the output of a workload submitted with --output went (when
-    its log printed nothing), and where its stderr went if --error sent it elsewhere."""
-    w = client.json("GET", f"/workloads/{wid}")
+    its log printed nothing), and where its stderr went if --error sent it elsewhere. Once
+    the log is printed this is a hint only: a workload the server cannot answer then (an
+    older server, an outage) leaves the command done, not failed."""
+    try:
+        w = client.json("GET", f"/workloads/{wid}")
+    except click.ClickException:
+        if printed:
+            return
+        raise
     out, err = _output_files(w)
     to_err = "" if err is None else f"its stderr to {escape_controls(err)} (--error)"
     if out is not None and not printed:
