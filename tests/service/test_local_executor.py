@@ -726,3 +726,36 @@ def test_a_job_sees_the_slurm_variables_a_batch_script_reads_to_know_its_job() -
     bare = own_env(Launch("w-000014", 1, ["true"], (HostSlots("h0", (0,)),)), [[0]], "")
     assert "SLURM_JOB_NAME" not in bare and "SLURM_SUBMIT_DIR" not in bare
     assert bare["SLURM_JOB_ID"] == "w-000014" and bare["SLURM_GPUS_ON_NODE"] == "1"
+
+
+def test_a_cgroup_removed_between_open_and_read_counts_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading ``cgroup.procs`` of a cgroup its wrapper removes at that moment fails with
+    ENODEV (cgroup v1, a read after the rmdir): :func:`_cgroup.procs` counts it as empty, as
+    one already gone, and still lists the processes of the others; any other error is
+    raised."""
+    import errno
+    import io
+
+    from apportion.service.executors import _cgroup
+
+    removed, other = tmp_path / "removed", tmp_path / "other"
+    for d in (removed, other):
+        d.mkdir()
+        (d / "cgroup.procs").write_text("12\n" if d == other else "34\n")
+    real_open = open
+    fail_with = errno.ENODEV
+
+    class Gone(io.StringIO):
+        def read(self, *_: object) -> str:
+            raise OSError(fail_with, os.strerror(fail_with))
+
+    def fake_open(path: str, *args: object, **kw: object) -> object:
+        return Gone() if str(path).startswith(str(removed)) else real_open(path, *args, **kw)
+
+    monkeypatch.setattr(_cgroup, "open", fake_open, raising=False)
+    assert _cgroup.procs([str(removed), str(other)]) == {12}
+    fail_with = errno.EIO
+    with pytest.raises(OSError, match="Input/output error"):
+        _cgroup.procs([str(removed), str(other)])

@@ -16,6 +16,7 @@ list and kill the processes of an attempt it did not launch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import time
@@ -108,10 +109,16 @@ def procs(dirs: Sequence[str]) -> set[int]:
     """Every live process of the attempt (zombies are not listed)."""
     out: set[int] = set()
     for d in dirs:
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError), open(
-            os.path.join(d, "cgroup.procs")
-        ) as f:
-            out.update(int(x) for x in f.read().split())
+        try:
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                out.update(int(x) for x in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+        except OSError as e:
+            # ENODEV: removed between the open and the read (its wrapper removes it once
+            # no process is left in it): as empty as one already gone
+            if e.errno != errno.ENODEV:
+                raise
     return out
 
 
