@@ -567,3 +567,40 @@ def test_a_ray_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) 
         assert (run.returncode, run.stderr) == (1, (
             f"Error: {source} {address}: no Ray cluster answers there (Connection refused); "
             "give the head's GCS address, HOST:PORT (port 6379 by default)\n"))
+
+
+def test_a_ray_address_of_a_server_that_is_no_ray_cluster_is_refused_quickly(
+        tmp_path: Path) -> None:
+    """--address naming a port that accepts connections but is no Ray cluster (a web
+    server answering HTTP/1, a server that accepts and says nothing): the sweep ends within
+    seconds with exit 1 and one error naming --address, the address and that no Ray cluster
+    answers there (ray.init retried there for minutes: the old probe only connected)."""
+    import http.server
+    import threading
+
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    silent = socket.create_server(("127.0.0.1", 0))  # its backlog accepts; nobody answers
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    command = [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "small",
+               "--days", "1", "--grid", "lookback=12h", "--engine", "ray", "--quiet", "--out",
+               str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    try:
+        for port, why in ((web.server_address[1], "it accepts connections but answered "),
+                          (silent.getsockname()[1], "it accepts connections but sent no gRPC "
+                                                    "answer within 5 s")):
+            address = f"127.0.0.1:{port}"
+            start = time.monotonic()
+            run = subprocess.run([*command, "--address", address], capture_output=True,
+                                 text=True, timeout=60, env=env)
+            assert time.monotonic() - start < 30, run.stderr
+            assert run.returncode == 1, run.stdout + run.stderr
+            assert run.stderr.startswith(
+                f"Error: --address {address}: no Ray cluster answers there ({why}"), run.stderr
+            assert run.stderr.endswith(
+                "; give the head's GCS address, HOST:PORT (port 6379 by default)\n")
+            assert run.stderr.count("\n") == 1, run.stderr
+    finally:
+        web.shutdown()
+        web.server_close()
+        silent.close()

@@ -23,7 +23,7 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from apportion.core import After, BudgetTree, Hold, Host, HostState, WorkloadSpec
 from apportion.core.fleet import FleetConfig
@@ -127,22 +127,56 @@ def _cause(error: BaseException) -> BaseException:
     return cause if isinstance(cause, BaseException) else error
 
 
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # to connect
+HANDSHAKE_TIMEOUT_S = 5.0  # for the first frame of the answer
+# HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113, 3.4): a gRPC
+# server, as Ray's GCS is, answers with a SETTINGS frame of its own (its preface) at once
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_SETTINGS = 0x4
 
 
 def _probe(address: str, source: str) -> None:
-    """Refuse at once a ``HOST:PORT`` where nothing listens: Ray would retry connecting to
-    its GCS there for minutes, printing a warning every few seconds. Other forms (``auto``,
+    """Refuse at once a ``HOST:PORT`` where no Ray cluster answers: Ray would retry
+    connecting to its GCS there for minutes, printing a warning every few seconds. Nothing
+    may listen there, or a server that is no gRPC server (a web server, apportion's own
+    service): the GCS speaks gRPC, so whatever does not answer HTTP/2's connection preface
+    with a SETTINGS frame within seconds is refused. With RAY_USE_TLS the GCS answers only
+    after a TLS handshake, so only the connection is checked. Other forms (``auto``,
     ``ray://...``) are left to Ray."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "://" in address:
         return
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
-    except OSError as e:
-        why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+
+    def refuse(why: str) -> NoReturn:
         raise RuntimeError(f"{source} {address}: no Ray cluster answers there ({why}); give "
-                           "the head's GCS address, HOST:PORT (port 6379 by default)") from None
+                           "the head's GCS address, HOST:PORT (port 6379 by default)")
+
+    try:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S)
+    except OSError as e:
+        refuse("timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e)))
+    with conn:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        answer = b""
+        try:
+            conn.settimeout(HANDSHAKE_TIMEOUT_S)
+            conn.sendall(_H2_PREFACE)
+            while len(answer) < 9 and (chunk := conn.recv(9 - len(answer))):
+                answer += chunk
+        except TimeoutError:
+            refuse(f"it accepts connections but sent no gRPC answer within "
+                   f"{HANDSHAKE_TIMEOUT_S:g} s")
+        except OSError as e:
+            if not answer:
+                refuse(f"it accepts connections but {e.strerror or e} on a gRPC greeting")
+    if len(answer) == 9 and answer[3] == _H2_SETTINGS and answer[5:] == bytes(4):
+        return
+    if answer.startswith(b"HTTP/"):
+        refuse("an HTTP/1 server answered, not Ray's GCS, which speaks gRPC")
+    if not answer:
+        refuse("it accepts connections but closed one without a gRPC answer")
+    refuse(f"it accepts connections but answered {answer!r}, not gRPC")
 
 
 def run_ray(
