@@ -743,3 +743,76 @@ def test_an_error_file_that_cannot_be_opened_fails_the_attempt_as_an_output_file
         assert f"cannot create {tmp_path}/{where}" in ran.stderr, (flags, ran.stderr)
         assert not ran_bad.exists()
     assert (tmp_path / "good.out").read_text() == ""
+
+
+@pytest.mark.parametrize(("typed", "sent"), [
+    ("B:USR1@120", "B:USR1@120"),
+    ("USR1@120", "USR1@120"),
+    ("10@120", "USR1@120"),  # a number: this system's name for it
+    ("sigusr2", "USR2@60"),  # no @: 60 s, as sbatch; SIG and any case
+    ("b:TERM@0", "B:TERM@0"),
+    ("B:40@5", "B:40@5"),  # a real-time signal: no name in sbatch's table
+])
+def test_signal_is_read_as_sbatch_reads_it_and_sent_canonical(
+    monkeypatch: pytest.MonkeyPatch, typed: str, sent: str,
+) -> None:
+    """``--signal`` takes sbatch's forms (``[B:]SIG[@SECONDS]``, the signal a number or a
+    name with or without ``SIG``, any case; no ``@`` is 60 s) and is sent in one
+    canonical text: ``B:`` when given, the name from sbatch's table, the time always."""
+    body = sent_body(monkeypatch, *FLAGS, "--signal", typed, "--", "true")
+    assert body["signal"] == sent
+
+
+def test_signal_from_an_sbatch_line_is_sent_and_none_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH --signal=B:USR1@120`` in a batch script is read like the flag; a
+    submission without one sends no ``signal`` (the server stores none)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --signal=B:USR1@120\n#APPORTION "
+                                     "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    assert sent_body(monkeypatch, "job.sh")["signal"] == "B:USR1@120"
+    assert "signal" not in sent_body(monkeypatch, *FLAGS, "--", "true")
+
+
+@pytest.mark.parametrize(("typed", "says"), [
+    ("B:FOO@120", "'FOO' is not a signal: give a number (1 to"),
+    ("USR1@65536", "65536 s: at most 65535 seconds before the time limit"),
+    ("USR1@2m", "after @ comes the number of seconds before the time limit, 0 to 65535 "
+                "(got '2m')"),
+    ("0@10", "'0' is not a signal"),
+    ("BB:USR1", "the prefix is B:, R: or RB: (got BB:)"),
+])
+def test_a_bad_signal_is_refused_naming_the_flag_or_the_script_line(
+    tmp_path: Path, typed: str, says: str,
+) -> None:
+    """An unknown signal name, a number that is no signal, a time over sbatch's 65535 or
+    not a whole number of seconds: a usage error naming ``--signal`` and its value, or the
+    script's file and line, before anything is sent."""
+    r = submit(*FLAGS, "--signal", typed, "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: --signal {typed}: {says}" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH --signal={typed}\n#APPORTION --budget ai/llm "
+                      "--gpus 1 --min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert f"Error: job.sh:2: #SBATCH --signal={typed}: {says}" in r.stderr
+
+
+def test_signal_with_r_warns_that_it_has_no_effect_and_sends_the_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--signal=R:USR1@30`` (Slurm's leave to overlap a reservation, which apportion has
+    none of) is accepted with a warning saying so, and the signal is sent without it."""
+    sent: list[dict[str, Any]] = []
+
+    def caught(self: Client, method: str, path: str, body: Any = None, **kw: Any) -> NoReturn:
+        sent.append(body)
+        raise click.ClickException("caught")
+
+    monkeypatch.setattr(Client, "json", caught)
+    r = submit(*FLAGS, "--signal", "RB:USR1@30", "--", "true")
+    assert r.exit_code == 1
+    assert "warning: --signal RB:USR1@30: R: has no effect" in r.stderr
+    assert sent[0]["signal"] == "B:USR1@30"

@@ -24,6 +24,7 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import DurationError, format_duration_exact, parse_duration
+from apportion.service import warn_signal
 from apportion.service.executors.identity import max_arg_strlen
 from apportion.service.replies import (
     BulkCancel,
@@ -35,6 +36,7 @@ from apportion.service.replies import (
     Workload,
 )
 from apportion.service.validation import MAX_CANCEL_IDS
+from apportion.service.warn_signal import WarnSignal
 from apportion.text import escape_controls
 
 from .client import (
@@ -84,7 +86,7 @@ _APPORTION_OPTS = {
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
     "--gpu-kind": "gpu_kind", "--cluster": "cluster", "--open-mode": "open_mode",
-    "--error": "error",
+    "--error": "error", "--signal": "signal",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
@@ -95,7 +97,7 @@ _SBATCH_OPTS = {
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
-    "--open-mode": "open_mode", "--error": "error", "-e": "error",
+    "--open-mode": "open_mode", "--error": "error", "-e": "error", "--signal": "signal",
 }
 
 # #SBATCH options that say when or whether the job runs, not how: apportion has no start
@@ -475,6 +477,26 @@ def _with_output(command: list[str], output: str | None, append: bool = False,
     return ["/bin/sh", "-c", fill, "sh", output or "", error, *command]
 
 
+def _warn_signal(value: Any, named: Callable[[str, str], str]) -> WarnSignal | None:
+    """``--signal`` as sbatch reads it (:mod:`apportion.service.warn_signal`), or None
+    when not given; a bad one is a usage error naming the flag or the script line
+    (``named``). ``R:`` (Slurm's leave to overlap a reservation) is read, said to have no
+    effect, and dropped."""
+    if value is None:
+        return None
+    text = str(value)
+    where = named("signal", escape_controls(f"--signal {text}"))
+    try:
+        warn = warn_signal.parse(text)
+    except ValueError as e:
+        raise click.UsageError(escape_controls(f"{where}: {e}")) from None
+    if warn.reservation:
+        click.echo(f"warning: {where}: R: has no effect (it lets a Slurm job overlap a "
+                   "reservation, and apportion has none); the signal is sent as without it",
+                   err=True)
+    return warn
+
+
 def _appends(text: str, flag: str) -> bool:
     """``--open-mode`` as sbatch reads it, by its first letter (any case): ``append``
     (True) or ``truncate`` (False, the default); anything else is a usage error naming
@@ -560,6 +582,10 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 @click.option("--open-mode", default=None, metavar="append|truncate",
               help="with --output or --error: append to the file (append), or start it "
                    "afresh (truncate, the default; a requeued attempt appends either way)")
+@click.option("--signal", "signal", default=None, metavar="[B:]SIG[@SECONDS]",
+              help="send SIG (USR1, 10, ...) SECONDS (default 60) before the time limit, "
+                   "to every process of the work, or with B: to the batch script's own "
+                   "process only; it runs on until the limit")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -577,7 +603,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
     --gpus, --nodes, --chdir, --output, --error, --open-mode, --array, --dependency,
-    --nodelist, --exclude, --export); options on the
+    --nodelist, --exclude, --export, --signal); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers;
     an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
@@ -633,6 +659,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
                                f". _ + -, at most {MAX_NAME} of them (got {name!r})")
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
+    warn = _warn_signal(opts.get("signal"), named)
     priority = _whole(opts, "priority", named("priority", "--priority"))
     open_mode = opts.get("open_mode")
     append = open_mode is not None and _appends(
@@ -677,6 +704,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
+    if warn is not None:
+        body["signal"] = warn.text
     if opts.get("gpu_kind"):
         body["gpu_kind"] = [k.strip() for k in str(opts["gpu_kind"]).split(",") if k.strip()]
     for key in ("nodelist", "exclude"):
