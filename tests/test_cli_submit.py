@@ -207,6 +207,29 @@ def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its
         assert output_file(w) == "/x/w-000007.out"
 
 
+@pytest.mark.parametrize(("open_mode", "out", "err"), [
+    (["--open-mode", "truncate"], "out 2\n", "err 2\n"),
+    (["--open-mode", "append"], "old\nout 1\nout 2\n", "old\nerr 1\nerr 2\n"),
+    ([], "out 1\nout 2\n", "err 1\nerr 2\n"),
+])
+def test_open_mode_opens_the_error_file_as_the_output_file_on_a_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_mode: list[str], out: str, err: str,
+) -> None:
+    """With ``--error`` apart from ``--output``, a requeued attempt opens both files as
+    ``--open-mode`` says: ``truncate`` starts both afresh (the first attempt's lines
+    gone, as under Slurm), ``append`` keeps what was there, and without it the requeued
+    attempt appends to what the first wrote; ``error_file`` names the file."""
+    monkeypatch.chdir(tmp_path)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "o.log", "-e", "e.log", *open_mode, "--",
+                     "sh", "-c", 'echo "out $APPORTION_ATTEMPT"; echo "err $APPORTION_ATTEMPT" >&2')
+    (tmp_path / "o.log").write_text("old\n")
+    (tmp_path / "e.log").write_text("old\n")
+    for attempt in (1, 2):
+        _run_attempt(body["command"], "w-000001", attempt)
+    assert ((tmp_path / "o.log").read_text(), (tmp_path / "e.log").read_text()) == (out, err)
+    assert error_file({"id": "w-000001", "command": body["command"]}) == str(tmp_path / "e.log")
+
+
 def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -288,9 +311,12 @@ def _run_attempt(command: list[str], wid: str, attempt: int) -> None:
     # append: every attempt of every workload appends
     (["--open-mode", "append"], "one 1\none 2\ntwo 1\ntwo 2\n"),
     (["--open-mode=A"], "one 1\none 2\ntwo 1\ntwo 2\n"),  # sbatch reads the first letter
-    # truncate (the default): each workload's first attempt starts the file afresh, a
-    # requeued attempt appends to it
-    (["--open-mode", "truncate"], "two 1\ntwo 2\n"),
+    # truncate: every attempt starts the file afresh, a requeued one too, as Slurm
+    # (slurmstepd opens it O_TRUNC whatever the restart count)
+    (["--open-mode", "truncate"], "two 2\n"),
+    (["--open-mode=T"], "two 2\n"),
+    # without it: each workload's first attempt starts the file afresh, a requeued attempt
+    # appends to it (apportion's default: no attempt's output is lost)
     ([], "two 1\ntwo 2\n"),
 ])
 def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
@@ -299,9 +325,10 @@ def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
     """Two workloads (a --dependency chain) with one ``--output`` file, each run twice (a
     requeue): with ``--open-mode append`` (on the command line, or as a script's ``#SBATCH
     --open-mode=append``) the file keeps every attempt's output of both (the second
-    workload's first attempt truncated it); with ``truncate`` or without the option, the
-    second workload's first attempt starts it afresh and its requeued attempt appends.
-    ``output_file`` (what ``logs`` names) knows each line."""
+    workload's first attempt truncated it); with ``truncate`` every attempt starts it
+    afresh, the requeued one too, as Slurm does (it appended, keeping the first attempt's
+    lines); without the option, the second workload's first attempt starts it afresh and
+    its requeued attempt appends. ``output_file`` (what ``logs`` names) knows each line."""
     monkeypatch.chdir(tmp_path)
     body = sent_body(monkeypatch, *FLAGS, "-o", "chain.log", *open_mode, "--", "sh", "-c",
                      'echo "$0 $APPORTION_ATTEMPT"')
