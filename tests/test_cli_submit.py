@@ -207,6 +207,29 @@ def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its
         assert output_file(w) == "/x/w-000007.out"
 
 
+@pytest.mark.parametrize(("open_mode", "out", "err"), [
+    (["--open-mode", "truncate"], "out 2\n", "err 2\n"),
+    (["--open-mode", "append"], "old\nout 1\nout 2\n", "old\nerr 1\nerr 2\n"),
+    ([], "out 1\nout 2\n", "err 1\nerr 2\n"),
+])
+def test_open_mode_opens_the_error_file_as_the_output_file_on_a_requeue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, open_mode: list[str], out: str, err: str,
+) -> None:
+    """With ``--error`` apart from ``--output``, a requeued attempt opens both files as
+    ``--open-mode`` says: ``truncate`` starts both afresh (the first attempt's lines
+    gone, as under Slurm), ``append`` keeps what was there, and without it the requeued
+    attempt appends to what the first wrote; ``error_file`` names the file."""
+    monkeypatch.chdir(tmp_path)
+    body = sent_body(monkeypatch, *FLAGS, "-o", "o.log", "-e", "e.log", *open_mode, "--",
+                     "sh", "-c", 'echo "out $APPORTION_ATTEMPT"; echo "err $APPORTION_ATTEMPT" >&2')
+    (tmp_path / "o.log").write_text("old\n")
+    (tmp_path / "e.log").write_text("old\n")
+    for attempt in (1, 2):
+        _run_attempt(body["command"], "w-000001", attempt)
+    assert ((tmp_path / "o.log").read_text(), (tmp_path / "e.log").read_text()) == (out, err)
+    assert error_file({"id": "w-000001", "command": body["command"]}) == str(tmp_path / "e.log")
+
+
 def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -288,9 +311,12 @@ def _run_attempt(command: list[str], wid: str, attempt: int) -> None:
     # append: every attempt of every workload appends
     (["--open-mode", "append"], "one 1\none 2\ntwo 1\ntwo 2\n"),
     (["--open-mode=A"], "one 1\none 2\ntwo 1\ntwo 2\n"),  # sbatch reads the first letter
-    # truncate (the default): each workload's first attempt starts the file afresh, a
-    # requeued attempt appends to it
-    (["--open-mode", "truncate"], "two 1\ntwo 2\n"),
+    # truncate: every attempt starts the file afresh, a requeued one too, as Slurm
+    # (slurmstepd opens it O_TRUNC whatever the restart count)
+    (["--open-mode", "truncate"], "two 2\n"),
+    (["--open-mode=T"], "two 2\n"),
+    # without it: each workload's first attempt starts the file afresh, a requeued attempt
+    # appends to it (apportion's default: no attempt's output is lost)
     ([], "two 1\ntwo 2\n"),
 ])
 def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
@@ -299,9 +325,10 @@ def test_open_mode_append_keeps_what_earlier_work_wrote_to_the_output_file(
     """Two workloads (a --dependency chain) with one ``--output`` file, each run twice (a
     requeue): with ``--open-mode append`` (on the command line, or as a script's ``#SBATCH
     --open-mode=append``) the file keeps every attempt's output of both (the second
-    workload's first attempt truncated it); with ``truncate`` or without the option, the
-    second workload's first attempt starts it afresh and its requeued attempt appends.
-    ``output_file`` (what ``logs`` names) knows each line."""
+    workload's first attempt truncated it); with ``truncate`` every attempt starts it
+    afresh, the requeued one too, as Slurm does (it appended, keeping the first attempt's
+    lines); without the option, the second workload's first attempt starts it afresh and
+    its requeued attempt appends. ``output_file`` (what ``logs`` names) knows each line."""
     monkeypatch.chdir(tmp_path)
     body = sent_body(monkeypatch, *FLAGS, "-o", "chain.log", *open_mode, "--", "sh", "-c",
                      'echo "$0 $APPORTION_ATTEMPT"')
@@ -743,3 +770,76 @@ def test_an_error_file_that_cannot_be_opened_fails_the_attempt_as_an_output_file
         assert f"cannot create {tmp_path}/{where}" in ran.stderr, (flags, ran.stderr)
         assert not ran_bad.exists()
     assert (tmp_path / "good.out").read_text() == ""
+
+
+@pytest.mark.parametrize(("typed", "sent"), [
+    ("B:USR1@120", "B:USR1@120"),
+    ("USR1@120", "USR1@120"),
+    ("10@120", "USR1@120"),  # a number: this system's name for it
+    ("sigusr2", "USR2@60"),  # no @: 60 s, as sbatch; SIG and any case
+    ("b:TERM@0", "B:TERM@0"),
+    ("B:40@5", "B:40@5"),  # a real-time signal: no name in sbatch's table
+])
+def test_signal_is_read_as_sbatch_reads_it_and_sent_canonical(
+    monkeypatch: pytest.MonkeyPatch, typed: str, sent: str,
+) -> None:
+    """``--signal`` takes sbatch's forms (``[B:]SIG[@SECONDS]``, the signal a number or a
+    name with or without ``SIG``, any case; no ``@`` is 60 s) and is sent in one
+    canonical text: ``B:`` when given, the name from sbatch's table, the time always."""
+    body = sent_body(monkeypatch, *FLAGS, "--signal", typed, "--", "true")
+    assert body["signal"] == sent
+
+
+def test_signal_from_an_sbatch_line_is_sent_and_none_sends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``#SBATCH --signal=B:USR1@120`` in a batch script is read like the flag; a
+    submission without one sends no ``signal`` (the server stores none)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.sh").write_text("#!/bin/bash\n#SBATCH --signal=B:USR1@120\n#APPORTION "
+                                     "--budget ai/llm --gpus 1 --min-runtime 0\ntrue\n")
+    assert sent_body(monkeypatch, "job.sh")["signal"] == "B:USR1@120"
+    assert "signal" not in sent_body(monkeypatch, *FLAGS, "--", "true")
+
+
+@pytest.mark.parametrize(("typed", "says"), [
+    ("B:FOO@120", "'FOO' is not a signal: give a number (1 to"),
+    ("USR1@65536", "65536 s: at most 65535 seconds before the time limit"),
+    ("USR1@2m", "after @ comes the number of seconds before the time limit, 0 to 65535 "
+                "(got '2m')"),
+    ("0@10", "'0' is not a signal"),
+    ("BB:USR1", "the prefix is B:, R: or RB: (got BB:)"),
+])
+def test_a_bad_signal_is_refused_naming_the_flag_or_the_script_line(
+    tmp_path: Path, typed: str, says: str,
+) -> None:
+    """An unknown signal name, a number that is no signal, a time over sbatch's 65535 or
+    not a whole number of seconds: a usage error naming ``--signal`` and its value, or the
+    script's file and line, before anything is sent."""
+    r = submit(*FLAGS, "--signal", typed, "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: --signal {typed}: {says}" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH --signal={typed}\n#APPORTION --budget ai/llm "
+                      "--gpus 1 --min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert f"Error: job.sh:2: #SBATCH --signal={typed}: {says}" in r.stderr
+
+
+def test_signal_with_r_warns_that_it_has_no_effect_and_sends_the_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--signal=R:USR1@30`` (Slurm's leave to overlap a reservation, which apportion has
+    none of) is accepted with a warning saying so, and the signal is sent without it."""
+    sent: list[dict[str, Any]] = []
+
+    def caught(self: Client, method: str, path: str, body: Any = None, **kw: Any) -> NoReturn:
+        sent.append(body)
+        raise click.ClickException("caught")
+
+    monkeypatch.setattr(Client, "json", caught)
+    r = submit(*FLAGS, "--signal", "RB:USR1@30", "--", "true")
+    assert r.exit_code == 1
+    assert "warning: --signal RB:USR1@30: R: has no effect" in r.stderr
+    assert sent[0]["signal"] == "B:USR1@30"

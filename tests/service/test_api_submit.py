@@ -183,6 +183,8 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"umask": 512}, "umask: Input should be less than or equal to 511"),
         ({"umask": -1}, "umask: Input should be greater than or equal to 0"),
         ({"umask": "077"}, "umask: Input should be a valid integer"),
+        ({"signal": "B:FOO@120"}, "signal: 'FOO' is not a signal"),
+        ({"signal": "USR1@65536"}, "signal: 65536 s: at most 65535 seconds"),
     ],
 )
 def test_bad_submission_vocabulary_is_refused_naming_the_field(
@@ -208,6 +210,47 @@ def test_the_submitters_umask_is_stored_and_given_to_the_launch(svc: Service) ->
     assert isinstance(executor, MemoryExecutor)
     launched = {la.workload_id: la.umask for la in executor.launches}
     assert launched == {given["id"]: 0o077, plain["id"]: None}
+
+
+def test_a_signal_is_stored_answered_and_sent_once_before_the_time_limit(
+    svc: Service,
+) -> None:
+    """``signal: "b:sigusr1@120"`` with a 1 h limit is stored and answered canonical
+    (``B:USR1@120``); the launch asks the batch script to forward SIGUSR1; the pass 120 s
+    before the limit sends it to the batch shell (none before), its time is kept with the
+    attempt (``signal_sent_at``) and a restarted scheduler does not send it again; the
+    work runs on and ends at its limit as ``timeout``, as without it."""
+    import signal as signals
+
+    w = submit(svc, gpus=1, time_limit="1h", signal="b:sigusr1@120").json()
+    wid = w["id"]
+    assert w["signal"] == "B:USR1@120"
+    assert submit(svc, gpus=1).json()["signal"] is None
+    svc.scheduler.step()
+    executor = svc.scheduler.executor
+    assert isinstance(executor, MemoryExecutor)
+    assert {la.workload_id: la.batch_signal for la in executor.launches}[wid] == \
+        signals.SIGUSR1
+    started = svc.store.get_workload(wid).attempts[0].started_at
+    svc.clock.set(started + 3479)
+    svc.scheduler.step()
+    assert executor.signals == []
+    assert svc.scheduler.signal_due_at == started + 3480  # the loop passes then
+    svc.clock.set(started + 3480)
+    svc.scheduler.step()
+    assert executor.signals == [(f"mem:{wid}:1", signals.SIGUSR1, True, started + 3480)]
+    got = svc.call("GET", f"/v1/workloads/{wid}", "alice").json()
+    assert (got["signal"], got["attempt"]["signal_sent_at"]) == ("B:USR1@120", started + 3480)
+    again = restarted(svc)
+    svc.clock.set(started + 3500)
+    again.step()
+    assert len(executor.signals) == 1
+    assert svc.store.get_workload(wid).status is Status.RUNNING
+    svc.clock.set(started + 3600)
+    again.step()
+    svc.clock.advance(again.grace_s + 1)
+    again.step()
+    assert svc.store.get_workload(wid).status is Status.TIMEOUT
 
 
 def test_logs_offset_and_me(svc: Service) -> None:

@@ -898,6 +898,20 @@ def test_submit_checkpoint_on_term_is_stored_and_shown(server: Server) -> None:
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_submit_signal_is_stored_and_shown(server: Server) -> None:
+    """``--signal sigusr1`` with ``--time 1h`` reaches the store canonical (show --json:
+    ``USR1@60``, sbatch's 60 s when ``@`` is left out) and the text view says it."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--time", "1h", "--signal", "B:sigusr1", "--", "sleep", "600")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    assert run_json(server, "bob", "show", wid)["signal"] == "B:USR1@60"
+    assert ("signal:              SIGUSR1 60 s before the time limit (to the batch script)"
+            in run(server, "bob", "show", wid).stdout)
+    assert run(server, "bob", "cancel", wid).exit_code == 0
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
 def test_checkpoint_on_term_without_resumable_is_warned_about(
     server: Server, tmp_path: Path,
 ) -> None:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import stat
@@ -759,3 +760,87 @@ def test_a_cgroup_removed_between_open_and_read_counts_as_empty(
     fail_with = errno.EIO
     with pytest.raises(OSError, match="Input/output error"):
         _cgroup.procs([str(removed), str(other)])
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().split() if path.exists() else []
+
+
+def test_signal_reaches_the_batch_shell_alone_or_every_process_of_the_job(
+    tmp_path: Path,
+) -> None:
+    """``signal(handle, USR1, batch=True)`` (``--signal=B:``) reaches the command's own
+    process (the batch script's shell) and no other process of the job; with
+    ``batch=False`` every process of the job gets it, the command's children too. The job
+    runs on after either (both trap it), until it is stopped."""
+    e = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", cgroups=None)
+    try:
+        shell, child = tmp_path / "shell", tmp_path / "child"
+        script = (f'trap "echo usr1 >> {child}" USR1; echo ready >> {child}; '
+                  "while :; do sleep 0.05; done")
+        h = launch(e, f'trap "echo usr1 >> {shell}" USR1; sh -c {shlex.quote(script)} & '
+                      "while :; do sleep 0.05; done")
+        wait_file(child)  # both traps are set
+        e.signal(h, signal.SIGUSR1, True)
+        deadline = time.monotonic() + DEADLINE_S
+        while _lines(shell) != ["usr1"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # what else would get it, had it been sent to more than the shell
+        assert (_lines(shell), _lines(child)) == (["usr1"], ["ready"])
+        e.signal(h, signal.SIGUSR1, False)
+        while _lines(child) != ["ready", "usr1"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (_lines(shell), _lines(child)) == (["usr1", "usr1"], ["ready", "usr1"])
+        assert e.observe([h])[h].state is AttemptState.RUNNING
+        e.stop(h, 0.0)
+        assert wait_for(e, h).state is AttemptState.EXITED
+        e.signal(h, signal.SIGUSR1, True)  # ended: nothing to reach, and no error
+    finally:
+        e.close()
+
+
+def test_a_signal_before_the_time_limit_reaches_a_real_job_that_runs_on_until_the_limit(
+    tmp_path: Path,
+) -> None:
+    """A workload with a 5 s time limit and ``--signal=B:USR1@2``, run by the scheduler
+    with the local executor (as the server's own account, passes every 0.1 s): its batch
+    script, which traps USR1 and writes the time, hears it 2 s before the limit (3 s after
+    its start, never before), keeps running after it (it writes on), and is stopped at its
+    limit as ``timeout``, as without the signal."""
+    from store_db import open_store
+
+    from apportion.core import PolicyConfig, Status
+    from apportion.service.clock import WallClock
+    from apportion.service.scheduler import Scheduler
+
+    store = open_store("sqlite", tmp_path)
+    store.add_budget("ai/llm", 1.0, "admin", create_parents=True)
+    store.add_host("h0", 8, "admin", at=time.time())
+    e = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", cgroups=None)
+    sched = Scheduler(store, e, PolicyConfig(), WallClock(), grace_s=2.0)
+    heard, ticks = tmp_path / "heard", tmp_path / "ticks"
+    script = (f'trap \'date +%s.%N >> {heard}\' USR1; '
+              f"while :; do date +%s.%N >> {ticks}; sleep 0.1; done")
+    try:
+        wid = store.add_workload(
+            budget="ai/llm", gpus=1, min_runtime=0.0, submit_time=time.time(),
+            command=["bash", "-c", script], actor="alice", time_limit=5.0,
+            signal="B:USR1@2", chdir=str(tmp_path),
+        ).id
+        deadline = time.monotonic() + DEADLINE_S
+        while store.get_workload(wid).status not in (Status.TIMEOUT, Status.FAILED,
+                                                      Status.COMPLETED):
+            assert time.monotonic() < deadline, store.get_workload(wid)
+            sched.step()
+            time.sleep(0.1)
+        w = store.get_workload(wid)
+        a = w.attempts[0]
+        assert w.status is Status.TIMEOUT, w.end_reason
+        assert a.signal_sent_at is not None and 3.0 <= a.signal_sent_at - a.started_at < 4.0
+        times = [float(x) for x in _lines(heard)]
+        assert len(times) == 1  # once
+        assert 3.0 <= times[0] - a.started_at < 4.0
+        assert any(float(t) > times[0] + 0.5 for t in _lines(ticks))  # it ran on
+    finally:
+        e.close()
+        store.close()

@@ -216,6 +216,58 @@ def test_batch_script_forwards_sigterm_and_keeps_exit_status(tmp_path: Path) -> 
         assert proc.wait(30) == 5
 
 
+def test_batch_script_forwards_the_b_signal_to_the_command_which_runs_on(
+    tmp_path: Path,
+) -> None:
+    """With ``--signal=B:USR1`` (``Launch.batch_signal``), SIGUSR1 sent to the batch script
+    (``scancel --batch``, the batch shell as Slurm sees it) reaches the command, the batch
+    shell the owner wrote, and the script waits on for it: a later SIGTERM still stops it
+    with the command's own status. Without it, the script traps no USR1."""
+    import signal
+
+    launch = Launch(
+        workload_id="w", attempt=1, slots=(HostSlots("h", (0,)),), batch_signal=signal.SIGUSR1,
+        command=["bash", "-c", 'trap "echo got-USR1" USR1; trap "echo got-TERM; exit 5" TERM; '
+                 "echo up; while true; do sleep 0.1 & wait $!; done"],
+    )
+    script = tmp_path / "job.sh"
+    script.write_text(batch_script(launch, ["h"]))
+    with subprocess.Popen(["bash", str(script)], stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "up\n"
+        proc.send_signal(signal.SIGUSR1)
+        assert proc.stdout.readline() == "got-USR1\n"
+        assert proc.poll() is None  # it runs on
+        proc.terminate()
+        assert proc.stdout.readline() == "got-TERM\n"
+        assert proc.wait(30) == 5
+    assert " USR1" not in batch_script(
+        Launch(workload_id="w", attempt=1, slots=(HostSlots("h", (0,)),), command=["true"]),
+        ["h"])
+
+
+def test_signal_is_sent_with_scancel_to_the_batch_script_or_to_the_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``signal(job, USR1, batch=True)`` is ``scancel --batch --signal=USR1 JOB`` (the batch
+    script, which forwards it); ``batch=False`` is ``scancel --signal=USR1 JOB`` (the job's
+    steps and not the batch script, as sbatch's --signal without B:); a signal Slurm has
+    no name for goes by its number."""
+    ex = SlurmExecutor(tmp_path / "jobs")
+    calls: list[list[str]] = []
+
+    def run(args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(ex, "_run", run)
+    ex.signal("7", 10, True)
+    ex.signal("7", 10, False)
+    ex.signal("7", 40, False)
+    assert calls == [["scancel", "--batch", "--signal=USR1", "7"],
+                     ["scancel", "--signal=USR1", "7"], ["scancel", "--signal=40", "7"]]
+
+
 def test_bad_kinds_in_the_config_name_the_file_and_option(tmp_path: Path) -> None:
     """apportion serve's config: [executor.slurm] kinds with a non-type value is a config
     error naming the file, executor.slurm and the kind."""

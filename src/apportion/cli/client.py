@@ -593,6 +593,16 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
         say("array", f"{w.array_id} index {w.array_index}")
     if w.time_limit:
         say("time limit", format_duration_exact(w.time_limit))
+    if w.signal:  # "B:USR1@120": SIGUSR1 to the batch script 120 s before the limit
+        sig, _, before = w.signal.partition("@")
+        batch = sig.startswith("B:")
+        sent = w.attempt.signal_sent_at if w.attempt is not None else None
+        name = sig.removeprefix("B:")
+        say("signal", f"{f'signal {name}' if name.isdigit() else f'SIG{name}'} {before} s "
+                      "before the time limit"
+                      f"{' (to the batch script)' if batch else ''}"
+                      f"{'' if w.time_limit else ' (it has none: never sent)'}"
+                      f"{f'; sent {fmt_time(sent)}' if sent is not None else ''}")
     if w.dependencies:
         say("dependency", ",".join(f"{k}:{d}" for k, d in w.dependencies))
     if w.nodelist or w.exclude:

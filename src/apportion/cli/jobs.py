@@ -24,6 +24,7 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import DurationError, format_duration_exact, parse_duration
+from apportion.service import warn_signal
 from apportion.service.executors.identity import max_arg_strlen
 from apportion.service.replies import (
     BulkCancel,
@@ -35,6 +36,7 @@ from apportion.service.replies import (
     Workload,
 )
 from apportion.service.validation import MAX_CANCEL_IDS
+from apportion.service.warn_signal import WarnSignal
 from apportion.text import escape_controls
 
 from .client import (
@@ -84,7 +86,7 @@ _APPORTION_OPTS = {
     "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
     "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
     "--gpu-kind": "gpu_kind", "--cluster": "cluster", "--open-mode": "open_mode",
-    "--error": "error",
+    "--error": "error", "--signal": "signal",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
@@ -95,7 +97,7 @@ _SBATCH_OPTS = {
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
-    "--open-mode": "open_mode", "--error": "error", "-e": "error",
+    "--open-mode": "open_mode", "--error": "error", "-e": "error", "--signal": "signal",
 }
 
 # #SBATCH options that say when or whether the job runs, not how: apportion has no start
@@ -375,10 +377,11 @@ _NAME_FILL = ('printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLO
               '-e "s/%x/$APPORTION_JOB_NAME/g" '
               '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
               '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"')
-# the shell line --output wraps a command in: it fills in the file's name and sends the
-# command's output (stdout and stderr) there, the first attempt's from the start of the
-# file, a requeued attempt's after what is there (as Slurm appends a requeued batch job's
-# output)
+# the shell line --output wraps a command in (without --open-mode): it fills in the file's
+# name and sends the command's output (stdout and stderr) there, the first attempt's from
+# the start of the file, a requeued attempt's after what is there, so that no attempt's
+# output is lost (apportion's default; Slurm's, JobFileAppend=0, truncates on requeue too:
+# --open-mode=truncate below)
 _OUTPUT_FILL = (f'out=$({_NAME_FILL}); shift; '
                 'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
                 'else exec >"$out" 2>&1; fi; exec "$@"')
@@ -394,7 +397,14 @@ _EARLIER_OUTPUT_FILL = (
 _APPEND_OUTPUT_FILL = _OUTPUT_FILL.replace(
     'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
     'else exec >"$out" 2>&1; fi;', 'exec >>"$out" 2>&1;')
-_OUTPUT_FILLS = (_OUTPUT_FILL, _APPEND_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
+# --open-mode=truncate: every attempt starts the file afresh, a requeued one too, as Slurm
+# does: slurmstepd opens a batch job's output with O_TRUNC whenever the job's open mode is
+# truncate, whatever its restart count (io_get_file_flags in slurmstepd's io.c; slurmctld
+# sends the job's open_mode unchanged with each launch)
+_TRUNCATE_OUTPUT_FILL = _OUTPUT_FILL.replace(
+    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
+    'else exec >"$out" 2>&1; fi;', 'exec >"$out" 2>&1;')
+_OUTPUT_FILLS = (_OUTPUT_FILL, _APPEND_OUTPUT_FILL, _TRUNCATE_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
 # the line --error (a file other than --output's) wraps a command in: "$1" is --output's
 # file (empty without one: stdout stays the attempt's log), "$2" --error's, each filled in
 # as above and opened as --output's is (the stdout file first, so a failure to open either
@@ -410,7 +420,12 @@ _APPEND_ERROR_FILL = _ERROR_FILL.replace(
     '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
     'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi;',
     '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err";')
-_ERROR_FILLS = (_ERROR_FILL, _APPEND_ERROR_FILL)
+_TRUNCATE_ERROR_FILL = _ERROR_FILL.replace(
+    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
+    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
+    'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi;',
+    '[ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err";')
+_ERROR_FILLS = (_ERROR_FILL, _APPEND_ERROR_FILL, _TRUNCATE_ERROR_FILL)
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -458,29 +473,52 @@ def _user_name() -> str:
         return os.environ.get("LOGNAME") or os.environ.get("USER") or str(uid)
 
 
-def _with_output(command: list[str], output: str | None, append: bool = False,
+def _with_output(command: list[str], output: str | None, mode: str | None = None,
                  error: str | None = None) -> list[str]:
     """Send the command's output to ``output`` (``sbatch --output``) and its stderr to
     ``error`` (``sbatch --error``; without it, or the same name, to ``output`` too), in the
-    workload's own directory and account: truncated by its first attempt, appended to by
-    the next; with ``append`` (``--open-mode=append``) appended to by every attempt, the
-    first too. Without ``output`` its stdout stays in the attempt's log. ``%j`` is the
-    workload id, ``%x`` its name, ``%A`` its array's id (else its own) and ``%a`` its
-    index, ``%%`` a percent sign: filled in when it starts."""
+    workload's own directory and account: by ``mode`` (``--open-mode``) ``"append"``,
+    appended to by every attempt, the first too; ``"truncate"``, started afresh by every
+    attempt, a requeued one too (as Slurm); None (not given), truncated by its first
+    attempt and appended to by the next. Without ``output`` its stdout stays in the
+    attempt's log. ``%j`` is the workload id, ``%x`` its name, ``%A`` its array's id (else
+    its own) and ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
     if error is None or error == output:  # one file, as before --error was read
         assert output is not None
-        fill = _APPEND_OUTPUT_FILL if append else _OUTPUT_FILL
+        fill = {"append": _APPEND_OUTPUT_FILL, "truncate": _TRUNCATE_OUTPUT_FILL}.get(
+            mode or "", _OUTPUT_FILL)
         return ["/bin/sh", "-c", fill, "sh", output, *command]
-    fill = _APPEND_ERROR_FILL if append else _ERROR_FILL
+    fill = {"append": _APPEND_ERROR_FILL, "truncate": _TRUNCATE_ERROR_FILL}.get(
+        mode or "", _ERROR_FILL)
     return ["/bin/sh", "-c", fill, "sh", output or "", error, *command]
 
 
-def _appends(text: str, flag: str) -> bool:
-    """``--open-mode`` as sbatch reads it, by its first letter (any case): ``append``
-    (True) or ``truncate`` (False, the default); anything else is a usage error naming
-    ``flag`` (the flag or the script line)."""
+def _warn_signal(value: Any, named: Callable[[str, str], str]) -> WarnSignal | None:
+    """``--signal`` as sbatch reads it (:mod:`apportion.service.warn_signal`), or None
+    when not given; a bad one is a usage error naming the flag or the script line
+    (``named``). ``R:`` (Slurm's leave to overlap a reservation) is read, said to have no
+    effect, and dropped."""
+    if value is None:
+        return None
+    text = str(value)
+    where = named("signal", escape_controls(f"--signal {text}"))
+    try:
+        warn = warn_signal.parse(text)
+    except ValueError as e:
+        raise click.UsageError(escape_controls(f"{where}: {e}")) from None
+    if warn.reservation:
+        click.echo(f"warning: {where}: R: has no effect (it lets a Slurm job overlap a "
+                   "reservation, and apportion has none); the signal is sent as without it",
+                   err=True)
+    return warn
+
+
+def _open_mode(text: str, flag: str) -> str:
+    """``--open-mode`` as sbatch reads it, by its first letter (any case): ``"append"`` or
+    ``"truncate"``; anything else is a usage error naming ``flag`` (the flag or the script
+    line)."""
     if text[:1] in ("a", "A", "t", "T"):
-        return text[:1] in ("a", "A")
+        return "append" if text[:1] in ("a", "A") else "truncate"
     raise click.UsageError(f"{flag}: must be append or truncate")
 
 
@@ -558,8 +596,13 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
               help="write its stderr to this file (the same fields as --output; default: "
                    "with its output)")
 @click.option("--open-mode", default=None, metavar="append|truncate",
-              help="with --output or --error: append to the file (append), or start it "
-                   "afresh (truncate, the default; a requeued attempt appends either way)")
+              help="with --output or --error: every attempt appends to the file (append), "
+                   "or starts it afresh, a requeued one too, as Slurm (truncate); default: "
+                   "the first starts it afresh, a requeued one appends")
+@click.option("--signal", "signal", default=None, metavar="[B:]SIG[@SECONDS]",
+              help="send SIG (USR1, 10, ...) SECONDS (default 60) before the time limit, "
+                   "to every process of the work, or with B: to the batch script's own "
+                   "process only; it runs on until the limit")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
 @json_option
@@ -577,7 +620,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
     --gpus, --nodes, --chdir, --output, --error, --open-mode, --array, --dependency,
-    --nodelist, --exclude, --export); options on the
+    --nodelist, --exclude, --export, --signal); options on the
     command line win. Lines it does not use are listed on stderr with their line numbers;
     an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
@@ -633,9 +676,10 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
                                f". _ + -, at most {MAX_NAME} of them (got {name!r})")
     gpus = _whole(opts, "gpus", named("gpus", "--gpus"))
+    warn = _warn_signal(opts.get("signal"), named)
     priority = _whole(opts, "priority", named("priority", "--priority"))
     open_mode = opts.get("open_mode")
-    append = open_mode is not None and _appends(
+    mode = None if open_mode is None else _open_mode(
         str(open_mode), named("open_mode", escape_controls(f"--open-mode {open_mode}")))
     files: dict[str, str] = {}  # --output's and --error's file, as the shell line takes them
     for key, flag in (("output", "--output"), ("error", "--error")):
@@ -654,7 +698,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
         base = Path(str(opts.get("chdir") or ".")).expanduser().absolute()
         files[key] = str(base / text)
     if files:
-        cmd = _with_output(cmd, files.get("output"), append, files.get("error"))
+        cmd = _with_output(cmd, files.get("output"), mode, files.get("error"))
     elif open_mode is not None:
         # as sbatch's, it says how the output files are opened; apportion has none to open
         click.echo(f"warning: {named('open_mode', '--open-mode')}: no effect without "
@@ -677,6 +721,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     for key in ("name", "time_limit", "array", "cluster"):
         if opts.get(key):
             body[key] = str(opts[key])
+    if warn is not None:
+        body["signal"] = warn.text
     if opts.get("gpu_kind"):
         body["gpu_kind"] = [k.strip() for k in str(opts["gpu_kind"]).split(",") if k.strip()]
     for key in ("nodelist", "exclude"):

@@ -157,6 +157,11 @@ class SubmitBody(_Body):
     cluster: QueryText | None = Field(
         None, description="the cluster it must run in; absent: any"
     )
+    signal: Annotated[str, Field(max_length=v.MAX_QUERY),
+                      AfterValidator(v.check_signal)] | None = Field(
+        None, description='sbatch\'s --signal: "[B:]SIG[@SECONDS]" (USR1 or 10; default 60 '
+                          's), sent that long before the time limit; stored as "B:USR1@120"'
+    )
 
     def kinds(self) -> tuple[str, ...]:
         """The accepted kinds as a list, whichever way they were sent."""

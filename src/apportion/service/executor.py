@@ -85,6 +85,9 @@ class Launch:
     # the pool of the slots (a gang never spans pools): e.g. Slurm's partition and gres type
     cluster: str = ""
     kind: str = ""
+    # the signal of the workload's ``--signal=B:...`` (0: none): what the Slurm batch
+    # script forwards to the command when Slurm's --batch signal reaches the script
+    batch_signal: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +172,14 @@ class Executor(Protocol):
     def stop(self, handle: str, grace_s: float) -> None:
         """Ask the attempt to stop: SIGTERM now, SIGKILL after ``grace_s`` if still alive.
         Returns at once; the exit shows up in :meth:`observe`."""
+        ...
+
+    def signal(self, handle: str, signum: int, batch: bool) -> None:
+        """Send signal ``signum`` to the running attempt, which runs on (sbatch's
+        ``--signal``, due some time before its time limit). ``batch``: to the batch shell
+        only (the command's own process: ``B:``); else to every process of the job (the
+        local executor) or to its job steps but not the batch shell (Slurm, as its own
+        ``--signal`` without ``B:``). Nothing to an attempt that has ended."""
         ...
 
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:

@@ -63,6 +63,7 @@ class Attempt(Reply):
     exit_code: int | None
     end_reason: str | None
     gpu_seconds: float | None
+    signal_sent_at: float | None = None  # when its workload's --signal was sent to it
 
 
 class Workload(Reply):
@@ -95,6 +96,9 @@ class Workload(Reply):
     exclude: list[str]
     gpu_kinds: list[str] = []  # accepted, in order of preference; empty: any
     cluster: str = ""  # "": any
+    # --signal, canonical: "B:USR1@120" (USR1 to the batch shell 120 s before the time
+    # limit); None: none
+    signal: str | None = None
     submit_time: float
     queued_at: float
     status: str

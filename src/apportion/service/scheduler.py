@@ -54,6 +54,7 @@ from apportion.core.consequences import on_host_death, on_stopped
 from apportion.core.fleet import FleetState, decide_fleet
 from apportion.core.preemption import rebalance_protected_until
 from apportion.core.types import WorkloadSpec
+from apportion.service import warn_signal
 from apportion.service.clock import Clock
 from apportion.service.config import PoolsConfig
 from apportion.service.executor import (
@@ -86,6 +87,7 @@ from apportion.service.store import (
     WorkloadRow,
 )
 from apportion.service.store.seed import SEED_ACTOR
+from apportion.service.warn_signal import WarnSignal
 
 log = logging.getLogger("apportion.scheduler")
 
@@ -114,6 +116,7 @@ class _Attempt:
     requeue: bool = False  # when it has stopped: back to the queue (else a final status)
     stop_sent: bool = False  # the executor accepted the stop
     stop_issued_at: float | None = None  # when the stop was decided: SIGKILL at this + grace
+    signal_sent_at: float | None = None  # when its workload's --signal was sent to it
 
 
 @dataclass(slots=True)
@@ -160,6 +163,9 @@ class Scheduler:
         self._hold_reason: dict[str, str] = {}  # held id -> what it waits for, for views
         self._array_of: dict[str, str] = {}  # released array element -> its array id
         self._env: dict[str, dict[str, str]] = {}  # id -> variables the scheduler sets
+        self._warn: dict[str, WarnSignal] = {}  # id -> its --signal, if it has one
+        # when the next --signal is due (None: none is): the loop passes then (run_forever)
+        self.signal_due_at: float | None = None
         self._array_span: dict[str, tuple[int, int, int]] = {}  # array id -> count, min, max
         self._free: dict[str, list[int]] = {}  # host -> free GPU indexes, ascending
         self._host_reason: dict[str, str] = {}
@@ -259,10 +265,12 @@ class Scheduler:
                 self._recorded = max(self._recorded or t, t)
                 self._check_clock(clock_now)
                 self._sync_store(t)
+                self.signal_due_at = None  # worked out again below, once the executor answers
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
                     self._retry(t)
                     self._fold(t)
+                    self._send_signals(t)
                 self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
                     self._release_held(t)
@@ -494,7 +502,11 @@ class Scheduler:
                     log.warning("scheduling pass failed again (%d in a row): %s", self.failing, e)
             if stop_event.is_set():
                 break
-            self._wake.wait(interval_s)
+            wait = interval_s
+            due = self.signal_due_at
+            if due is not None:  # a --signal is due before the next timer pass: pass then
+                wait = min(wait, max(0.0, due - self.clock.now()))
+            self._wake.wait(wait)
 
     # ---- commands from the API -------------------------------------------------------
     def set_host_state(self, name: str, state: HostState, reason: str, actor: str) -> None:
@@ -859,6 +871,7 @@ class Scheduler:
         self._free = {h.name: list(range(h.gpus)) for h in hosts}
         self._open = {}
         self._commands = {}
+        self._warn = {}
         self._held, self._hold_reason, self._array_of, self._env = {}, {}, {}, {}
         self._array_span = {}
         for row in running:
@@ -876,9 +889,10 @@ class Scheduler:
                     stop_reason = f"{TIMEOUT}: reached its time limit"
             self._open[row.id] = _Attempt(
                 a.n, slots, a.started_at, a.handle, stop_reason, row.resumable, False,
-                a.stop_issued_at,
+                a.stop_issued_at, a.signal_sent_at,
             )
             self._commands[row.id] = row.command
+            self._keep_warning(row)
             if row.array_id is not None:
                 self._array_of[row.id] = row.array_id
         t = max(now, st.time)
@@ -906,6 +920,7 @@ class Scheduler:
             self.store.refuse(row.id, reason, ACTOR)  # False: cancelled meanwhile, as well
             return
         self._commands[row.id] = row.command
+        self._keep_warning(row)
         env = {"APPORTION_JOB_NAME": row.name} if row.name else {}
         if row.array_id is not None:
             self._array_of[row.id] = row.array_id
@@ -1005,6 +1020,7 @@ class Scheduler:
         for wid in [w for w in queued if index.get(w, ("", False))[0] != pending]:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
+            self._warn.pop(wid, None)
             self._env.pop(wid, None)
         for wid in [w for w in self._held if index.get(w, ("", False))[0] != pending]:
             del self._held[wid]  # cancelled while held
@@ -1191,6 +1207,50 @@ class Scheduler:
             elif o is not None and o.checkpoint_at is not None:
                 self._checkpointed(wid, o.checkpoint_at, now)
 
+    def _keep_warning(self, row: WorkloadRow) -> None:
+        """Keep ``row``'s ``--signal``, read from its stored text; one that no longer reads
+        (stored by another system, whose signal numbers differ) is logged and not sent."""
+        if not row.signal:
+            return
+        try:
+            self._warn[row.id] = warn_signal.parse(row.signal)
+        except ValueError as e:
+            log.warning("%s: --signal %r not sent: %s", row.id, row.signal, e)
+
+    def _send_signals(self, t: float) -> None:
+        """Send each running attempt's ``--signal`` once it is due (its time before the
+        time limit, the attempt's start if the limit is shorter), once per attempt: its
+        time is stored, so a restart does not send it again. Work told to stop gets none.
+        One the executor could not send is tried again on the next pass. Sets
+        :attr:`signal_due_at` to the next one due."""
+        next_due: float | None = None
+        for wid, a in self._open.items():
+            warn = self._warn.get(wid)
+            r = self._st().running.get(wid)
+            if (warn is None or r is None or a.handle is None or a.signal_sent_at is not None
+                    or a.stop_reason is not None):
+                continue
+            due = warn_signal.due_at(a.started_at, r.spec.time_limit, warn)
+            if due is None:
+                continue
+            if due > t:
+                next_due = due if next_due is None else min(next_due, due)
+                continue
+            try:
+                self.executor.signal(a.handle, warn.number, warn.batch)
+            except Exception as e:
+                log.warning("%s: --signal %s not sent (tried again next pass): %s",
+                            wid, warn.text, e)
+                continue
+            a.signal_sent_at = t
+            log.info("%s attempt %d: sent SIG%s, %d s before its time limit%s", wid, a.n,
+                     warn.name, warn.time, " (to the batch script)" if warn.batch else "")
+            try:
+                self.store.mark_signalled(wid, a.n, t)
+            except Exception as e:  # sent all the same: a restart may send it once more
+                log.warning("%s: --signal sent, its time not stored: %s", wid, e)
+        self.signal_due_at = next_due
+
     def _checkpointed(self, wid: str, t: float, now: float) -> None:
         """A checkpoint reported at ``t``. Only a time within the run (from its start to
         ``now``) and later than the one already known counts: one in the future (a clock
@@ -1264,6 +1324,7 @@ class Scheduler:
         else:
             st.finish(wid, ts, ended_at=t)
             self._commands.pop(wid, None)
+            self._warn.pop(wid, None)
             self._env.pop(wid, None)
             self._array_of.pop(wid, None)
         del self._open[wid]
@@ -1366,6 +1427,8 @@ class Scheduler:
                 whole_hosts=len(slots) > 1,
                 cluster=cluster,
                 kind=kind,
+                batch_signal=warn.number if (warn := self._warn.get(wid)) and warn.batch
+                else 0,
                 **self._identity(wid),
             )
             a.handle = self.executor.launch(launch)

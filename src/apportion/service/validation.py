@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
 from apportion.core.units import format_duration, parse_duration
+from apportion.service import warn_signal
 
 # ---- budgets ------------------------------------------------------------------------------
 SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
@@ -51,8 +52,8 @@ __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_DURATION_S", "MAX_GPUS", "MAX_ID",
     "MAX_PATH", "MAX_PATH_BYTES", "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT",
     "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "check_budget_path",
-    "check_command", "check_duration", "check_idempotency_key", "check_text", "check_user_name",
-    "check_workload_id", "duration_seconds", "json_kind", "json_types",
+    "check_command", "check_duration", "check_idempotency_key", "check_signal", "check_text",
+    "check_user_name", "check_workload_id", "duration_seconds", "json_kind", "json_types",
 ]
 
 # a value's JSON type (as a JSON schema names it), and as a refusal words it
@@ -185,6 +186,12 @@ def check_workload_id(wid: str) -> str:
         shown = wid if len(wid) <= 40 else wid[:40] + "..."
         raise ValueError(f"{shown!r} is not a workload id (w-000005)")
     return wid
+
+
+def check_signal(text: str) -> str:
+    """sbatch's ``--signal`` (:mod:`apportion.service.warn_signal`), as its canonical text
+    (``B:USR1@120``; an ``R:`` dropped)."""
+    return warn_signal.parse(text).text
 
 
 def check_command(argv: Sequence[str]) -> list[str]:

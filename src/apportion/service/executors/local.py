@@ -432,6 +432,35 @@ class LocalExecutor:
         if grace_s <= 0:
             self._kill(handle)
 
+    def signal(self, handle: str, signum: int, batch: bool) -> None:
+        """Send ``signum`` to the attempt's job, which runs on: with ``batch`` to the
+        command's own process only (the batch script's shell, ``B:``), else to every
+        process of the job (its cgroup's, and every one below its wrapper, the command's
+        first), as the wrapper forwards a stop's SIGTERM. An attempt whose wrapper has
+        not started the command, or has ended, gets nothing. The command's process is
+        signalled only while its parent is still the attempt's wrapper, so a pid the
+        system gave to another process once the job ended is never signalled."""
+        self._reap()
+        stem = self._stem(handle)
+        if stem is None or self._exit_info(stem, handle) is not None:
+            return
+        info = _procfs.read_json(self.run_dir / f"{stem}.run")
+        if info is None or info.get("handle") != handle or not _procfs.alive(handle):
+            return  # not claimed yet (the command not started), voided, or ended
+        wrapper = _procfs.parse_handle(handle)[0]
+        child = info.get("child_pgid")
+        fields = _procfs.stat_fields(child) if isinstance(child, int) else None
+        own = fields is not None and int(fields[1]) == wrapper and fields[0] not in "ZXx"
+        if batch:
+            targets = [child] if own and isinstance(child, int) else []
+        else:
+            rest = (_cgroup.procs(_cgroups_of(info)) | set(_procfs.descendants(wrapper))
+                    ) - {child, wrapper}
+            targets = ([child] if own and isinstance(child, int) else []) + sorted(rest)
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
+
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
         self._reap()
         now = time.monotonic()

@@ -101,6 +101,8 @@ class MemoryExecutor:
         # when True every call raises ExecutorUnavailable, like an unreachable backend
         self.broken = False
         self.launches: list[Launch] = []
+        # (handle, signal, batch only, when) of each signal sent to a running attempt
+        self.signals: list[tuple[str, int, bool, float]] = []
 
     # ---- the Executor protocol -------------------------------------------------------
     def describe(self) -> str:
@@ -157,6 +159,17 @@ class MemoryExecutor:
             self._end(a, now, code, signalled=True)
         else:
             a.exit_code = code  # applied when the clock reaches kill_at
+
+    def signal(self, handle: str, signum: int, batch: bool) -> None:
+        """Recorded in :attr:`signals` (the work runs on, as a trapped signal leaves it)."""
+        self._check()
+        a = self.attempts.get(handle)
+        now = self.clock.now()
+        if a is None or a.gone:
+            return
+        self._advance(a, now)
+        if a.ended_at is None:
+            self.signals.append((handle, signum, batch, now))
 
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
         self._check()

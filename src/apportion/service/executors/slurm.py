@@ -26,6 +26,7 @@ import os
 import pwd
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import threading
@@ -36,6 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from apportion.service import warn_signal
 from apportion.service.executor import (
     AttemptState,
     ExecutorUnavailable,
@@ -408,6 +410,16 @@ class SlurmExecutor:
         with self._lock:
             self._kill_at[handle] = time.monotonic() + grace_s
 
+    def signal(self, handle: str, signum: int, batch: bool) -> None:
+        """``scancel --signal``: with ``batch`` (``--batch``) to the batch script, which
+        forwards it to the command (:func:`batch_script`, ``Launch.batch_signal``), else to
+        the job's steps (what ``srun`` started), not the batch script, as Slurm's own
+        ``--signal`` without ``B:`` does."""
+        if not handle.isdigit():
+            return
+        sig = f"--signal={warn_signal.name_of(signum)}"
+        self._scancel(["--batch", sig, handle] if batch else [sig, handle])
+
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
         """State of each handle from one ``squeue --json`` (plus ``scontrol`` for misses)."""
         self.tick()
@@ -748,12 +760,15 @@ def batch_script(
         "forwarded=",
         "child=",
         'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
+        *_forward_warning(launch.batch_signal),
         f"{shlex.join(launch.command)} &",
         "child=$!",
         '[ -n "$forwarded" ] && kill -TERM "$child" 2>/dev/null  # TERM came before the start',
+        *([f'[ -n "$warned" ] && kill -{warn} "$child" 2>/dev/null  # it came before the start']
+          if (warn := _forwarded_warning(launch.batch_signal)) else []),
         'wait "$child"; rc=$?',
-        "# a trapped TERM interrupts wait: wait again for the command's own status",
-        'while [ -n "$forwarded" ]; do forwarded=; wait "$child"; rc=$?; done',
+        "# a trapped signal interrupts wait: wait again for the command's own status",
+        'while [ -n "$forwarded$again" ]; do forwarded=; again=; wait "$child"; rc=$?; done',
         *([f'printf \'%s %s %s\\n\' "${{SLURM_JOB_ID:-}}" "$rc" "${{EPOCHREALTIME/,/.}}" '
            f'> {shlex.quote(end_file)} 2>/dev/null']
           if end_file else []),
@@ -761,6 +776,28 @@ def batch_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _forwarded_warning(signum: int) -> str | None:
+    """The name (``USR1``) of the ``--signal=B:`` signal the batch script forwards to the
+    command, or None: none asked for, or one the script does not trap (TERM is forwarded
+    already; KILL and STOP cannot be trapped, and reach the script alone, as they would
+    reach the batch shell under sbatch)."""
+    if not signum or signum in (signal.SIGTERM, signal.SIGKILL, signal.SIGSTOP):
+        return None
+    return warn_signal.name_of(signum)
+
+
+def _forward_warning(signum: int) -> list[str]:
+    """Script lines forwarding ``--signal=B:``'s signal (``scancel --batch`` sends it to
+    this script) to the command, which is the batch shell the owner wrote; one that comes
+    before the command started is sent to it once it has."""
+    warn = _forwarded_warning(signum)
+    if warn is None:
+        return []
+    return ["warned=", "again=",
+            f"trap 'again=1; if [ -n \"$child\" ]; then kill -{warn} \"$child\" 2>/dev/null; "
+            f"else warned=1; fi' {warn}"]
 
 
 def _enter(chdir: str) -> list[str]:

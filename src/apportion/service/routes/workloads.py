@@ -198,7 +198,7 @@ def router(api: Api) -> APIRouter:
                 time_limit=time_limit, dependencies=[(a.value, d) for a, d in after],
                 array=indexes, array_throttle=throttle, nodelist=body.nodelist,
                 exclude=body.exclude, checkpoint_on_term=body.checkpoint_on_term,
-                gpu_kinds=spec.gpu_kinds, cluster=spec.cluster,
+                gpu_kinds=spec.gpu_kinds, cluster=spec.cluster, signal=body.signal,
                 idempotency_key=idempotency_key, request_digest=digest,
             )
         except AlreadySubmitted as e:  # the same key, stored concurrently

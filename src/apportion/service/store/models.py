@@ -121,6 +121,8 @@ class WorkloadModel(Base):
     # the GPU kinds it accepts, in its owner's order (NULL: any), and its cluster ("": any)
     gpu_kinds: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
     cluster: Mapped[str] = mapped_column(String(64), nullable=False, server_default="")
+    # sbatch's --signal, canonical ("B:USR1@120", warn_signal.py); NULL: none (0014)
+    signal: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
     # the submitter's Idempotency-Key, unique per user, and the digest of that request
     idempotency_key: Mapped[str | None] = mapped_column(String(255), nullable=True)
@@ -153,6 +155,9 @@ class AttemptModel(Base):
     # "timeout: ...", "cancelled") and its time, on the scheduler's clock (0009)
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     stop_issued_at: Mapped[float | None] = mapped_column(Double, nullable=True)
+    # when the workload's --signal was sent to this attempt, on the scheduler's clock
+    # (NULL: not yet, or none to send), so that a restart does not send it twice (0014)
+    signal_sent_at: Mapped[float | None] = mapped_column(Double, nullable=True)
 
     __table_args__ = (Index("ix_attempts_ended_at", "ended_at"),)
 

@@ -76,6 +76,7 @@ class AttemptRow:
     log_path: str | None = None
     stop_reason: str | None = None
     stop_issued_at: float | None = None
+    signal_sent_at: float | None = None  # when its --signal was sent (None: not yet)
 
     def core_placement(self) -> Placement:
         """The placement as the policy core knows it (host and GPU count per slice)."""
@@ -92,6 +93,7 @@ class AttemptRow:
             "exit_code": self.exit_code,
             "end_reason": self.end_reason,
             "gpu_seconds": self.gpu_seconds,
+            "signal_sent_at": self.signal_sent_at,
         }
 
 
@@ -132,6 +134,7 @@ class WorkloadRow:
     checkpoint_on_term: bool = False
     gpu_kinds: tuple[str, ...] = ()  # accepted, in its owner's order; empty: any
     cluster: str = ""  # "": any
+    signal: str | None = None  # --signal, canonical ("B:USR1@120"); None: none
     released_at: float | None = None  # held work: when it joined the queue
     attempt: AttemptRow | None = None
     attempts: tuple[AttemptRow, ...] = field(default=())
@@ -201,6 +204,7 @@ class WorkloadRow:
             "exclude": list(self.exclude),
             "gpu_kinds": list(self.gpu_kinds),
             "cluster": self.cluster,
+            "signal": self.signal,
             "submit_time": self.submit_time,
             "queued_at": self.queued_at,
             "status": self.status.value,

@@ -493,13 +493,15 @@ class Store:
         checkpoint_on_term: bool = False,
         gpu_kinds: Sequence[str] = (),
         cluster: str = "",
+        signal: str | None = None,
     ) -> WorkloadRow:
         """Store a new pending workload; durable when this returns. ``user`` (the owner)
         defaults to ``actor``; ``chdir``, ``env`` and ``umask`` are the directory, the
         exported environment and the file mode creation mask it runs with;
         ``dependencies`` ``(type, workload id)`` pairs;
         ``nodelist``/``exclude`` the hosts it may (only) and may not use; ``gpu_kinds``
-        the GPU kinds it accepts (empty: any) and ``cluster`` its cluster ("": any). With
+        the GPU kinds it accepts (empty: any) and ``cluster`` its cluster ("": any);
+        ``signal`` its ``--signal``, canonical (``warn_signal.WarnSignal.text``). With
         ``array`` (indexes), one workload per index, all in this one transaction, the
         first's id naming the array; the first is returned (:meth:`array_ids` lists all).
         The caller validated the spec (core.validate_spec).
@@ -546,6 +548,7 @@ class Store:
                         constraints={"nodelist": list(nodelist), "exclude": list(exclude)}
                         if nodelist or exclude else None,
                         gpu_kinds=list(gpu_kinds) or None, cluster=cluster,
+                        signal=signal,
                     )
                     s.add(m)
                     s.flush()
@@ -798,6 +801,17 @@ class Store:
             )
             if preempted is not None:
                 self._audit(s, actor, "workload.preempt", workload_id, None, dict(preempted))
+
+    def mark_signalled(self, workload_id: str, n: int, at: float) -> None:
+        """Attempt ``n`` of ``workload_id`` was sent its ``--signal`` at ``at``: kept, so a
+        restarted scheduler does not send it again."""
+        with self._tx() as s:
+            s.execute(
+                update(AttemptModel)
+                .where(AttemptModel.workload_id == workload_id, AttemptModel.n == n)
+                .values(signal_sent_at=at)
+                .execution_options(synchronize_session=False)
+            )
 
     def end_attempt(
         self,
@@ -1593,6 +1607,7 @@ def _attempt(a: AttemptModel) -> AttemptRow:
         log_path=a.log_path,
         stop_reason=a.stop_reason,
         stop_issued_at=a.stop_issued_at,
+        signal_sent_at=a.signal_sent_at,
     )
 
 
@@ -1632,6 +1647,7 @@ def _workload(
         exclude=tuple((m.constraints or {}).get("exclude", ())),
         gpu_kinds=tuple(m.gpu_kinds or ()),
         cluster=m.cluster or "",
+        signal=m.signal,
         released_at=m.released_at,
         attempt=attempt,
         attempts=attempts,
