@@ -774,6 +774,7 @@ def test_signal_reaches_the_batch_shell_alone_or_every_process_of_the_job(
     ``batch=False`` every process of the job gets it, the command's children too. The job
     runs on after either (both trap it), until it is stopped."""
     e = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", cgroups=None)
+    h: str | None = None
     try:
         shell, child = tmp_path / "shell", tmp_path / "child"
         script = (f'trap "echo usr1 >> {child}" USR1; echo ready >> {child}; '
@@ -788,7 +789,8 @@ def test_signal_reaches_the_batch_shell_alone_or_every_process_of_the_job(
         time.sleep(0.5)  # what else would get it, had it been sent to more than the shell
         assert (_lines(shell), _lines(child)) == (["usr1"], ["ready"])
         e.signal(h, signal.SIGUSR1, False)
-        while _lines(child) != ["ready", "usr1"] and time.monotonic() < deadline:
+        while ((_lines(shell), _lines(child)) != (["usr1", "usr1"], ["ready", "usr1"])
+               and time.monotonic() < deadline):  # each shell runs its trap after its sleep
             time.sleep(0.02)
         assert (_lines(shell), _lines(child)) == (["usr1", "usr1"], ["ready", "usr1"])
         assert e.observe([h])[h].state is AttemptState.RUNNING
@@ -796,6 +798,8 @@ def test_signal_reaches_the_batch_shell_alone_or_every_process_of_the_job(
         assert wait_for(e, h).state is AttemptState.EXITED
         e.signal(h, signal.SIGUSR1, True)  # ended: nothing to reach, and no error
     finally:
+        if h is not None:  # a failed check must not leave the endless job running
+            e.stop(h, 0.0)
         e.close()
 
 
@@ -821,6 +825,7 @@ def test_a_signal_before_the_time_limit_reaches_a_real_job_that_runs_on_until_th
     heard, ticks = tmp_path / "heard", tmp_path / "ticks"
     script = (f'trap \'date +%s.%N >> {heard}\' USR1; '
               f"while :; do date +%s.%N >> {ticks}; sleep 0.1; done")
+    wid: str | None = None
     try:
         wid = store.add_workload(
             budget="ai/llm", gpus=1, min_runtime=0.0, submit_time=time.time(),
@@ -842,5 +847,8 @@ def test_a_signal_before_the_time_limit_reaches_a_real_job_that_runs_on_until_th
         assert 3.0 <= times[0] - a.started_at < 4.0
         assert any(float(t) > times[0] + 0.5 for t in _lines(ticks))  # it ran on
     finally:
+        for att in store.get_workload(wid).attempts if wid is not None else []:
+            if att.handle is not None:  # a failed check must not leave the endless job
+                e.stop(att.handle, 0.0)
         e.close()
         store.close()
