@@ -3,6 +3,7 @@ own user; running work as its owner's account is tested in test_isolation.py).""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -257,7 +258,8 @@ def test_stop_unknown_ends_the_wrappers_no_known_attempt_names(
     """After a restart, ``stop_unknown`` given the handles the database knows stops a
     wrapper it was not given, whose command ignores SIGTERM (killed after the grace), names
     it in one warning and moves its files to stale/ once it is dead (with the exit record
-    its wrapper wrote); the known attempt runs on, its files in place."""
+    its wrapper wrote, and the stop deadline written for it); the known attempt runs on,
+    its files in place."""
     old = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run")
     ready = tmp_path / "ready"
     known = launch(old, "exec sleep 1000", wid="w-000001")
@@ -277,7 +279,7 @@ def test_stop_unknown_ends_the_wrappers_no_known_attempt_names(
             f"the database knows (a backup restored from before it started?): stopped, its "
             f"files moved to {stale}"]
         aside = {p.name.split(".")[2]: p for p in stale.iterdir()}
-        assert sorted(aside) == ["exit", "run", "spec"]
+        assert sorted(aside) == ["exit", "run", "spec", "stop"]
         assert json.loads(aside["exit"].read_text())["exit_code"] == -signal.SIGKILL
         assert not list((tmp_path / "run").glob("w-000002.*"))
         assert (tmp_path / "run" / "w-000001.1.run").exists()
@@ -507,11 +509,12 @@ def test_a_stop_between_the_wrappers_claim_and_its_fork_leaves_no_cgroup(
         return claimed
 
     monkeypatch.setattr(_wrapper, "create_json_exclusive", claim_then_term)
-    handler = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGALRM)}
     try:
         assert _wrapper.main([str(spec)]) == 0
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        for s, h in handlers.items():
+            signal.signal(s, h)
     record = _procfs.read_json(tmp_path / "w-000001.1.exit") or {}
     assert (record.get("exit_code"), record.get("signalled")) == (-signal.SIGTERM, True)
     assert _existing(dirs) == []
@@ -852,3 +855,114 @@ def test_a_signal_before_the_time_limit_reaches_a_real_job_that_runs_on_until_th
                 e.stop(att.handle, 0.0)
         e.close()
         store.close()
+
+
+def _gone(pid: int) -> bool:
+    fields = _procfs.stat_fields(pid)
+    return fields is None or fields[0] in "ZXx"
+
+
+def test_a_stops_kill_deadline_holds_while_the_server_is_down(tmp_path: Path) -> None:
+    """A workload whose command ignores SIGTERM (and so does a child it started), run by
+    the scheduler with the local executor (the server's own account, no cgroups), stopped
+    at its 1 s time limit with a 2 s grace, the server then gone at once (its executor
+    closed and dropped, as a crash leaves it: nobody sends the server's SIGKILL): every
+    process of the job is killed at the stop's deadline by its wrapper (gone within the
+    grace and 1 s), and the server restarted 2 s after that ends the attempt, and charges
+    it, at the deadline (``stop_issued_at + grace_s``, within 1 s), not at the restart."""
+    from store_db import open_store
+
+    from apportion.core import PolicyConfig, Status
+    from apportion.service.clock import WallClock
+    from apportion.service.scheduler import Scheduler
+
+    grace = 2.0
+    store = open_store("sqlite", tmp_path)
+    store.add_budget("ai/llm", 1.0, "admin", create_parents=True)
+    store.add_host("h0", 8, "admin", at=time.time())
+    pids = tmp_path / "pids"
+    script = f"trap '' TERM; sleep 300 & echo $$ $! > {pids}; while :; do sleep 0.05; done"
+    wid = store.add_workload(
+        budget="ai/llm", gpus=1, min_runtime=0.0, submit_time=time.time(),
+        command=["sh", "-c", script], actor="alice", time_limit=1.0, chdir=str(tmp_path),
+    ).id
+
+    def executor() -> LocalExecutor:
+        return LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", cgroups=None)
+
+    e = executor()
+    sched = Scheduler(store, e, PolicyConfig(), WallClock(), grace_s=grace)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not any(x.stop_issued_at for x in store.get_workload(wid).attempts):
+            assert time.monotonic() < deadline, store.get_workload(wid)
+            sched.step()
+            time.sleep(0.05)
+    finally:
+        e.close()  # the server is gone: its timer with it
+    del sched, e
+    a = store.get_workload(wid).attempts[0]
+    assert a.stop_issued_at is not None
+    kill_at = a.stop_issued_at + grace
+    job = [int(p) for p in wait_file(pids).split()]
+    try:
+        assert not any(_gone(p) for p in job)  # SIGTERM ignored, within the grace
+        while not all(_gone(p) for p in job):
+            assert time.time() < kill_at + 1.0, "the job outlived its stop's deadline"
+            time.sleep(0.02)
+        assert time.time() >= kill_at - 0.1  # not before its grace ended
+    finally:  # failing, leave nothing running
+        for p in job:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+    time.sleep(2.0)  # the outage goes on after the deadline
+    e = executor()
+    sched = Scheduler(store, e, PolicyConfig(), WallClock(), grace_s=grace)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while store.get_workload(wid).status is not Status.TIMEOUT:
+            assert time.monotonic() < deadline, store.get_workload(wid)
+            sched.step()
+            time.sleep(0.05)
+    finally:
+        e.close()
+        store.close()
+    a = store.get_workload(wid).attempts[0]
+    assert a.ended_at is not None and a.gpu_seconds is not None
+    assert kill_at <= a.ended_at < kill_at + 1.0
+    assert a.gpu_seconds == pytest.approx(a.ended_at - a.started_at)
+
+
+@pytest.mark.parametrize("cgroups", ["auto", None])
+def test_a_stop_sent_again_never_puts_the_wrappers_kill_later(
+    tmp_path: Path, cgroups: str | None
+) -> None:
+    """A stop with a 2 s grace, then the same stop sent again by a restarted server's
+    executor with a 30 s grace, both executors closed at once (no server kill): the
+    command, which ignores SIGTERM, is killed by its wrapper at the first stop's deadline
+    (its exit record written within 1 s of it, dated there, and marked SIGKILL), with the
+    host's cgroups (as the other tests here, when root) and without."""
+    def executor() -> LocalExecutor:
+        return LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run",
+                             cgroups=cgroups)
+
+    old = executor()
+    ready = tmp_path / "ready"
+    h = launch(old, f"trap '' TERM; touch {ready}; while true; do sleep 0.05; done")
+    wait_file_exists(ready)
+    kill_at = time.time() + 2.0
+    old.stop(h, grace_s=2.0)
+    old.close()
+    new = executor()
+    new.stop(h, grace_s=30.0)
+    new.close()
+    exit_file = tmp_path / "run" / "w-000001.1.exit"
+    try:
+        while not exit_file.exists():
+            assert time.time() < kill_at + 1.0, "not killed at the first stop's deadline"
+            time.sleep(0.02)
+    finally:  # failing, leave nothing running
+        executor().stop(h, grace_s=0)
+    ex = _procfs.read_json(exit_file)
+    assert ex is not None and ex["exit_code"] == -signal.SIGKILL
+    assert kill_at - 0.1 <= ex["ended_at"] < kill_at + 1.0

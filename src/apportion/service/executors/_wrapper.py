@@ -19,7 +19,15 @@ so the run and exit files it writes cannot be forged by the job, which runs as i
    environment of the spec. If any of that fails, the reason comes back through a
    close-on-exec pipe ("chdir /x: Permission denied", "command not found: foo") and is
    written to the exit file as ``refused``: the attempt ends and is never retried.
-3. Forwards SIGTERM to every process of the job (the scheduler's stop goes through here).
+3. Forwards SIGTERM to every process of the job (the scheduler's stop goes through here),
+   and enforces the stop's kill deadline itself: the executor writes it (a wall-clock
+   time, ``kill_at``) to ``<workload>.<attempt>.stop`` before it sends the SIGTERM, and at
+   that time the wrapper SIGKILLs every process of the job (its cgroup's and all below
+   this subreaper), whether or not the server is up to send its own SIGKILL (an outage
+   during the grace period is not the job's to pay for). Each SIGTERM reads the file
+   again; the earliest deadline read holds, so a stop sent again (by a restarted server,
+   with what is left of the grace) never puts the kill later. A SIGTERM with no stop file
+   of this wrapper's (anyone else's) only forwards, as before.
 4. When the command exits, kills every process it left (through its cgroup, or as the
    descendants of this subreaper without cgroups), waits until none lives, removes the
    cgroups and the attempt's private TMPDIR (``_tmpdir.py``: what cannot be removed is said
@@ -70,8 +78,11 @@ def main(argv: list[str]) -> int:
     base = spec_path.with_suffix("")
     workload, attempt = str(spec["workload"]), int(spec["attempt"])
     cgroups: list[str] = list(spec.get("cgroups") or [])
-    state: dict[str, Any] = {"term": False, "forwarded": False, "child": None}
+    state: dict[str, Any] = {"term": False, "forwarded": False, "child": None,
+                             "kill_at": None}
     me = os.getpid()
+    handle = handle_of(me)
+    stop_file = base.with_name(base.name + ".stop")
 
     def signal_job(sig: int) -> None:
         # once to each process of the job (its cgroup's, and all below this subreaper),
@@ -83,8 +94,39 @@ def main(argv: list[str]) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
+    def kill_job() -> None:
+        # as the executor's kill: the cgroup at once (nothing forks past it), then every
+        # process of the job by pid; once the command's process dies, _clean_up does the rest
+        if cgroups:
+            _cgroup.kill(cgroups)
+        signal_job(signal.SIGKILL)
+
+    def enforce_deadline() -> None:
+        # kill now if the stop's deadline has passed, else be woken at it (SIGALRM)
+        kill_at = state["kill_at"]
+        if kill_at is None:
+            return
+        left = kill_at - time.time()
+        if left > 0:
+            signal.setitimer(signal.ITIMER_REAL, left)
+            return
+        try:
+            kill_job()
+        except Exception as e:  # noqa: BLE001 - as on_term's: the executor kills too
+            print(f"apportion: killing the job at the stop's deadline: {e}",
+                  file=sys.stderr, flush=True)
+
+    def on_alarm(signum: int, frame: FrameType | None) -> None:
+        enforce_deadline()
+
     def on_term(signum: int, frame: FrameType | None) -> None:
         state["term"] = True
+        stop = read_json(stop_file) or {}
+        kill_at = stop.get("kill_at")
+        if stop.get("handle") == handle and isinstance(kill_at, int | float):
+            # the earliest deadline holds: a stop sent again never extends it
+            state["kill_at"] = (kill_at if state["kill_at"] is None
+                                else min(state["kill_at"], kill_at))
         if state["child"] is not None and not state["forwarded"]:
             state["forwarded"] = True
             try:
@@ -93,10 +135,12 @@ def main(argv: list[str]) -> int:
                 # below unfinished and the attempt with no exit record; the executor's
                 # kill after the grace reaches every process of the job anyway
                 print(f"apportion: forwarding SIGTERM: {e}", file=sys.stderr, flush=True)
+        if state["child"] is not None:
+            enforce_deadline()
 
+    signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     started_at = time.time()
-    handle = handle_of(me)
     info: dict[str, Any] = {
         "handle": handle,
         "pid": me,
@@ -166,7 +210,10 @@ def main(argv: list[str]) -> int:
     if state["term"] and not state["forwarded"]:
         state["forwarded"] = True
         signal_job(signal.SIGTERM)  # the TERM arrived while the child was being started
+    enforce_deadline()  # the TERM's deadline, if one came before the child was known
     rc = _wait_for(pid)
+    signal.setitimer(signal.ITIMER_REAL, 0)  # reaped: its pid may be another's from now
+    state["child"] = None
     _clean_up(cgroups, me)
     return finish(rc, rc < 0 or bool(state["term"]))
 

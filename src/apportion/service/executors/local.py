@@ -7,9 +7,12 @@ own cgroup where the host offers one (``_cgroup.py``; else a process group, and 
 wrapper as child subreaper), forwards SIGTERM to every process of it, and writes an exit
 file with the real exit code and time once none of them lives. The handle is the
 wrapper's ``pid:starttime``, so a pid recycled by the kernel is never mistaken for the
-attempt. Because everything needed to observe an attempt lives in ``run_dir`` and /proc, a
-new executor (after a server restart) observes attempts launched by an old one, including
-ones that ended while the server was down.
+attempt. A stop's SIGKILL deadline is written for the wrapper (``<stem>.stop``) before its
+SIGTERM, and the wrapper kills its job then, so the deadline holds while the server is
+down; the executor's own kill at the deadline stays. Because everything needed to
+observe an attempt lives in ``run_dir`` and /proc, a new executor (after a server restart)
+observes attempts launched by an old one, including ones that ended while the server was
+down.
 
 ``run_dir`` holds one directory per database (``run/<db_id>/``), written only by the server
 and its wrappers (mode 0700); a run or exit file is taken for an attempt only if it names
@@ -417,6 +420,8 @@ class LocalExecutor:
             return
         if stem is not None and self._void(stem, handle):
             return  # stopped before its wrapper claimed it: the command will never start
+        if stem is not None:
+            self._record_stop(stem, handle, grace_s)  # read by the wrapper at the SIGTERM
         _signal(handle, signal.SIGTERM)  # the wrapper forwards it to the whole job
         with self._lock:
             if handle in self._timers:
@@ -431,6 +436,28 @@ class LocalExecutor:
                 t.start()
         if grace_s <= 0:
             self._kill(handle)
+
+    def _record_stop(self, stem: str, handle: str, grace_s: float) -> None:
+        """Write the stop's kill deadline (``now + grace_s``, wall clock) for the wrapper of
+        ``handle``, which SIGKILLs its job then itself (``_wrapper.py``), so the job is
+        killed at its deadline even if this server is down by then; this server's own
+        kill stays (harmless twice). A deadline already recorded for that wrapper that is
+        earlier is kept: a stop sent again never extends it. Not written (said in the log),
+        the server's kill alone remains, as before."""
+        path = self.run_dir / f"{stem}.stop"
+        kill_at = time.time() + max(0.0, grace_s)
+        old = _procfs.read_json(path) or {}
+        if (old.get("handle") == handle and isinstance(old.get("kill_at"), int | float)
+                and old["kill_at"] <= kill_at):
+            return
+        try:
+            _procfs.write_json_atomic(path, {"handle": handle, "kill_at": kill_at},
+                                      durable=False)
+        except OSError as e:  # a full or read-only disk
+            wid, attempt = stem.rsplit(".", 1)
+            log.warning("%s attempt %s: its kill deadline was not recorded for its wrapper "
+                        "(%s): only this server kills it at the end of its grace", wid,
+                        attempt, e.strerror or e)
 
     def signal(self, handle: str, signum: int, batch: bool) -> None:
         """Send ``signum`` to the attempt's job, which runs on: with ``batch`` to the
@@ -716,9 +743,10 @@ class LocalExecutor:
         self._move_aside(stem)
 
     def _move_aside(self, stem: str) -> None:
-        """Move the run, exit and spec files of ``stem`` to ``stale/``, never read again."""
+        """Move the run, exit, spec and stop files of ``stem`` to ``stale/``, never read
+        again."""
         stale = self.run_dir / "stale"
-        for suffix in (".run", ".exit", ".spec"):
+        for suffix in (".run", ".exit", ".spec", ".stop"):
             p = self.run_dir / f"{stem}{suffix}"
             if p.exists():
                 stale.mkdir(exist_ok=True)
@@ -731,7 +759,8 @@ class LocalExecutor:
         ``grace_s`` (their wrappers then reap them, write their exit records and leave),
         and to the wrappers themselves after :data:`KILL_WAIT_S` more; their cgroups are
         removed."""
-        for handle in wrappers.values():
+        for stem, handle in wrappers.items():
+            self._record_stop(stem, handle, grace_s)
             _signal(handle, signal.SIGTERM)
         live = self._wait_ended(wrappers.values(), grace_s)
         for stem, handle in wrappers.items():
