@@ -7,6 +7,7 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -304,6 +305,80 @@ def test_queue_and_cancel(server: Server) -> None:
     c = run(server, "bob", "cancel", wid)
     assert c.exit_code == 0 and wid in c.stdout
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_queue_table_is_one_request_and_the_same_table_as_from_the_workloads(
+    server: Server, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``apportion queue`` (the table) asks ``GET /v1/queue`` only (before: also every
+    active workload, page by page, from ``GET /v1/workloads``: seconds with thousands), and
+    prints exactly the table it printed from the workloads' rows (NAME, USER, GPUS,
+    PROTECTED, LIMIT: pending, held and running work; with ``--user``/``--budget``, checked
+    by the server in one row's request); from a server whose queue view carries no
+    ``name`` (an older one), it reads the workloads as before and prints the same table."""
+    from apportion.cli import jobs
+
+    sub = ["submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime", "1h", "-t",
+           "2h", "--name"]
+    r = run(server, "bob", *sub, "long-one", "--", "sleep", "600")
+    assert r.exit_code == 0, r.output
+    running = r.stdout.split()[1]
+    wait_status(server, running, {"running"})
+    held = run(server, "bob", *sub, "after", "--dependency", f"afterok:{running}", "--",
+               "true").stdout.split()[1]
+    other = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1",
+                "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    calls: list[str] = []
+    real_call = Client.call
+
+    def call(self: Client, method: str, path: str, *a: Any, **kw: Any) -> httpx.Response:
+        calls.append(f"{method} {path}")
+        return real_call(self, method, path, *a, **kw)
+
+    monkeypatch.setattr(Client, "call", call)
+    try:
+        client = Client(server.url, server.tokens["bob"])
+        for flt in ({}, {"user": "bob"}, {"budget": "ai"}, {"user": "alice"}):
+            kw: dict[str, Any] = {"me": False, "user": None, "budget": None, "states": [],
+                                  **flt}
+            calls.clear()
+            now, entries = jobs.queue_entries(client, full=False, **kw)
+            assert calls == ["GET /queue"] + (["GET /workloads"] if flt else []), calls
+            _, rows = jobs.queue_entries(client, full=True, **kw)
+            # the same workloads, each row as the table prints it (durations counted at
+            # each answer's own now: its columns are compared without them)
+            def cells(es: list[dict[str, Any]]) -> list[list[str]]:
+                return [[re.sub(r"waited [^)]*", "waited", c) for i, c in enumerate(r)
+                         if i not in (7, 8)] for r in jobs.queue_rows(es)]
+
+            assert cells(entries) == cells(rows)
+            ids = [e["id"] for e in entries]
+            assert (running in ids and held in ids and other in ids) == (
+                flt.get("user") != "alice"), (flt, ids)
+            if not flt:
+                table = {e["id"]: r for e, r in zip(entries, jobs.queue_rows(entries),
+                                                    strict=True)}
+                assert [table[w][2:4] for w in (running, held, other)] == [
+                    ["long-one", "bob"], ["after", "bob"], ["-", "bob"]]
+        # an older server: no name in the view's entries
+        real_json = Client.json
+
+        def old(self: Client, method: str, path: str, *a: Any, **kw: Any) -> Any:
+            out = real_json(self, method, path, *a, **kw)
+            if path == "/queue":
+                for e in (*out["pending"], *out["running"]):
+                    del e["name"]
+            return out
+
+        monkeypatch.setattr(Client, "json", old)
+        calls.clear()
+        _, entries = jobs.queue_entries(client, False, None, None, [], full=False)
+        assert calls[:2] == ["GET /queue", "GET /workloads"]
+        named = {e["id"]: e["name"] for e in entries}
+        assert (named[running], named[held], named[other]) == ("long-one", "after", None)
+    finally:
+        monkeypatch.undo()
+        run(server, "bob", "cancel", running, held, other)
 
 
 def test_a_filter_naming_no_budget_or_user_is_an_error_not_an_empty_queue(

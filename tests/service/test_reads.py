@@ -108,3 +108,37 @@ def test_a_caller_sees_its_own_submission_in_its_next_queue_read(env: Env) -> No
         stop.set()
         env.scheduler.wake()
         loop.join(30)
+
+
+def test_dashboard_usage_does_not_wait_for_a_pass_in_progress(env: Env) -> None:
+    """While a pass holds the scheduler's lock, ``/v1/dashboard/usage`` answers at once
+    (within 5 s; before, it took the lock and waited for the pass) with the hourly series
+    the last finished pass published, ending at its time: exactly the series worked out
+    from the ledger at that time, for the hours asked lately (168) and for fewer (24)."""
+    from apportion.service.dashboard import usage_of
+
+    env.call("POST", "/v1/workloads", "alice", SUBMIT)
+    env.scheduler.step()
+    env.clock.advance(3 * 3600.0)
+    assert _get(env, "/v1/dashboard/usage?hours=168", "bob", 5).status_code == 200
+    env.scheduler.step()  # publishes the series of the 168 hours just asked for
+    gate = Gate(env)
+    env.clock.advance(600.0)
+    busy = threading.Thread(target=env.scheduler.step)
+    busy.start()
+    try:
+        assert gate.entered.wait(10)
+        week = _get(env, "/v1/dashboard/usage?hours=168", "bob", 5)
+        day = _get(env, "/v1/dashboard/usage?hours=24", "bob", 5)
+    finally:
+        gate.open()
+        busy.join(30)
+    assert week.status_code == day.status_code == 200
+    end = week.json()["end"]
+    assert day.json()["end"] == end < env.clock.now()  # the last finished pass's time
+    assert week.json()["usage"]["ai/llm"][-1] == 1.0  # its one GPU, all of the last hour
+    with env.scheduler.lock:
+        st = env.scheduler.state
+        assert st is not None
+        for got, hours in ((week, 168), (day, 24)):
+            assert got.json() == usage_of(st, end, hours).last(hours).model_dump()

@@ -100,7 +100,7 @@ def test_other_replies_are_the_stored_rows(env: Env) -> None:
 
 
 SPEC_KEYS = {"id", "budget", "user", "gpus", "min_runtime", "allocated", "resumable",
-             "priority", "submit_time", "time_limit"}
+             "priority", "submit_time", "time_limit", "name"}
 
 
 def test_queue_reply_has_the_documented_keys(env: Env) -> None:

@@ -31,6 +31,7 @@ from apportion.service.replies import (
     CancelOutcome,
     Me,
     QueuedPending,
+    QueuedSpec,
     QueueHost,
     QueueView,
     Workload,
@@ -955,28 +956,65 @@ TABLE_ONLY = frozenset({"state", "reason"})
 ``status``, ``reason`` the table's words for ``wait_reason``/``hold``/``stop_reason``."""
 
 
+def _named(view: dict[str, Any]) -> bool:
+    """Whether a ``GET /v1/queue`` answer carries each entry's ``name`` (a server from
+    before it does not: ``queue`` then reads the workloads themselves)."""
+    return all("name" in e for e in (*view.get("pending", ()), *view.get("running", ())))
+
+
+def _in(budget: str | None, user: str | None, w: QueuedSpec) -> bool:
+    """Whether ``w`` is in ``budget``'s subtree and ``user``'s, as ``GET /v1/workloads``
+    filters (each None: any)."""
+    return (user is None or w.user == user) and (
+        budget is None or w.budget == budget or w.budget.startswith(budget + "/"))
+
+
 def queue_entries(client: Client, me: bool, user: str | None, budget: str | None,
-                  states: Sequence[str]) -> tuple[float | None, list[dict[str, Any]]]:
+                  states: Sequence[str], full: bool = True
+                  ) -> tuple[float | None, list[dict[str, Any]]]:
     """The queue as ``squeue`` shows it: pending work in the policy's order, then running
     work. Each entry is the workload (as ``GET /v1/workloads`` gives it) with ``position``
     (None: held or not yet ranked; with several pools, in its ``pool``'s order), ``pool``
     (None with one pool), ``wait_reason``, ``hold`` and ``stop_reason`` (as ``GET
     /v1/queue`` names them), ``elapsed_s``, ``waited_s``, ``protected_s`` (protection
     left; None: unallocated) and ``hosts``; and for the table only (:data:`TABLE_ONLY`)
-    ``state`` and ``reason``, the REASON column's text."""
-    view = client.reply(QueueView, "GET", "/queue")
-    rows = {w["id"]: w for w in _workloads(client, {"budget": budget, "user": user})}
+    ``state`` and ``reason``, the REASON column's text.
+
+    ``full`` False (the table): each entry is the queue view's own (with ``name``, all the
+    table shows), from the one ``GET /v1/queue``, not the workload's whole row (pages of
+    ``GET /v1/workloads``: seconds with thousands of active workloads); a filter is still
+    checked by the server (one row asked for), which names a budget or user that does not
+    exist. From a server whose view has no ``name``, the rows are read as with ``full``."""
+    raw = client.json("GET", "/queue")
+    view = parse(QueueView, raw, "GET /v1/queue")
+    rows: dict[str, dict[str, Any]] | None = None
+    if full or not _named(raw):
+        rows = {w["id"]: w for w in _workloads(client, {"budget": budget, "user": user})}
+    elif budget is not None or user is not None:  # a typo is an error, not an empty queue
+        try:
+            client.call("GET", "/workloads", params={"budget": budget, "user": user,
+                                                     "limit": 1})
+        except click.ClickException as e:
+            raise as_typed(e, {"budget": "--budget", "user": "--user"}) from None
     who = _me(client) if me else None
     now = view.now
     out: list[dict[str, Any]] = []
 
-    def keep(wid: str, state: str) -> bool:
-        w = rows.get(wid)
-        return w is not None and (who is None or w["user"] == who) and (
-            not states or state in states)
+    def row(e: QueuedSpec) -> dict[str, Any] | None:
+        if rows is not None:
+            return rows.get(e.id)
+        return e.model_dump() if _in(budget, user, e) else None
+
+    def keep(e: QueuedSpec, state: str) -> dict[str, Any] | None:
+        w = row(e)
+        if w is not None and (who is None or w["user"] == who) and (
+                not states or state in states):
+            return w
+        return None
 
     for p in view.pending:
-        if not keep(p.id, "pending"):
+        w = keep(p, "pending")
+        if w is None:
             continue
         reason = p.hold or (
             f"executor unreachable since {fmt_time(view.executor_down_since)}"
@@ -985,7 +1023,7 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
             else REASONS.get(p.wait_reason or "", "not reached yet"))
         if p.retry_at is not None:  # set aside after a failed launch
             reason += f", next try at {fmt_time(p.retry_at)}"
-        out.append({**rows[p.id], "position": p.position, "pool": p.pool,
+        out.append({**w, "position": p.position, "pool": p.pool,
                     "wait_reason": p.wait_reason, "hold": p.hold, "stop_reason": None,
                     "state": "pending", "reason": reason, "elapsed_s": None,
                     "protected_s": None, "hosts": [],
@@ -993,9 +1031,9 @@ def queue_entries(client: Client, me: bool, user: str | None, budget: str | None
     draining = {h.name for h in view.hosts if h.state == "draining"}
     for r in view.running:
         state = "stopping" if r.stopping else "running"
-        if not keep(r.id, state):
+        w = keep(r, state)
+        if w is None:
             continue
-        w = rows[r.id]
         left = None
         if w["min_runtime"] and now is not None:
             left = max(0.0, r.protected_until - now)
@@ -1094,11 +1132,11 @@ def queue(client: Client, me: bool, user: str | None, budget: str | None,
                      for e in queue_entries(client, me, user, budget, wanted)[1]])
         return
     if watch is None:
-        _print_queue(queue_entries(client, me, user, budget, wanted)[1])
+        _print_queue(queue_entries(client, me, user, budget, wanted, full=False)[1])
         return
     try:
         while True:
-            now, entries = queue_entries(client, me, user, budget, wanted)
+            now, entries = queue_entries(client, me, user, budget, wanted, full=False)
             click.clear()
             click.echo(f"every {watch:g} s: apportion queue    {fmt_time(now)}")
             _print_queue(entries)

@@ -12,7 +12,8 @@ may set it (``PATCH /v1/budgets/{path}``).
   with drain progress; the audit log. At most ``MAX_LISTED`` rows of the queue and of
   running work (``max_listed``; ``cluster`` counts them all), and with ``?user=NAME``
   that user's pending work beyond them, so that its owner finds it;
-* ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines);
+* ``/v1/dashboard/usage``: hourly usage per budget node from the usage ledger (sparklines),
+  as published at the end of the last pass (:class:`UsagePublisher`);
 * ``/v1/dashboard/why/{id}``: the explanation of one workload (``core.explain``), or for
   ended work what happened to it, its times in the zone ``?tz=`` names (the page sends the
   browser's);
@@ -30,7 +31,9 @@ sends the token given once as ``/#token=<token>`` (kept in the browser's local s
 from __future__ import annotations
 
 import mimetypes
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from pathlib import Path
@@ -310,23 +313,87 @@ def dashboard_state(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The hourly series of ``/v1/dashboard/usage`` for the last ``hours`` hours ending at
+    ``now``, as published at the end of a pass: each node's charged GPUs and fair share per
+    hour, oldest first (those of fewer hours are their last ones)."""
+
+    now: float
+    hours: int
+    usage: Mapping[str, tuple[float, ...]]
+    fair: Mapping[str, tuple[float, ...]]
+
+    def last(self, hours: int) -> UsageSeries:
+        """The reply for the last ``hours`` (no more than :attr:`hours`) of them."""
+        return UsageSeries(end=self.now, step_s=HOUR, hours=hours,
+                           usage={n: list(v[-hours:]) for n, v in self.usage.items()},
+                           fair={n: list(v[-hours:]) for n, v in self.fair.items()})
+
+
+def usage_of(st: FleetState, now: float, hours: int) -> Usage:
+    """Average charged GPUs per node in each of the last ``hours`` hours to ``now`` (from
+    the usage ledger), and each node's fair share of the healthy GPUs in the same hours
+    (read under the scheduler's lock)."""
+    ends = [now - (hours - 1 - k) * HOUR for k in range(hours)]
+    ledger = st.ledger
+    healthy = [ledger.capacity(t, HOUR) / HOUR for t in ends]
+    # memo=False: the pass's kept windows are left as they are
+    series = {node: tuple(round(ledger.charged(node, t, HOUR, memo=False) / HOUR, 3)
+                          for t in ends) for node in st.tree.nodes()}
+    fair = {node: tuple(round(st.tree.share(node) * h, 3) for h in healthy)
+            for node in st.tree.nodes()}
+    return Usage(now, hours, series, fair)
+
+
+class UsagePublisher:
+    """What the scheduler publishes for ``/v1/dashboard/usage`` at the end of each pass
+    (a publisher, :meth:`SchedulerPort.add_publisher`): the series of the most hours asked
+    in the last ``USAGE_ASKED_S`` (nothing while no one asks: the pass pays for them only
+    while a dashboard shows them), so that the endpoint never waits for a pass in progress.
+    Only a request for more hours than were asked lately is made at once, under the lock."""
+
+    USAGE_ASKED_S = 600.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked: dict[int, float] = {}  # hours -> when last asked (monotonic)
+
+    def __call__(self, st: FleetState, view: QueueView) -> Usage | None:
+        with self._lock:
+            since = time.monotonic() - self.USAGE_ASKED_S
+            self._asked = {h: t for h, t in self._asked.items() if t >= since}
+            hours = max(self._asked, default=0)
+        if not hours:
+            return None
+        return usage_of(st, st.time if view.now is None else max(view.now, st.time), hours)
+
+    def series(self, scheduler: SchedulerPort, hours: int, reader: str | None = None
+               ) -> UsageSeries:
+        """The reply for ``hours``: from the latest publication (for ``reader`` one that
+        covers its own writes, as the queue's), else made now under the lock."""
+        with self._lock:
+            self._asked[hours] = time.monotonic()
+        p = scheduler.published(reader)
+        u = p.extras.get("usage") if p is not None else None
+        if isinstance(u, Usage) and u.hours >= hours:
+            return u.last(hours)
+        return usage_series(scheduler, hours)
+
+
 def usage_series(scheduler: SchedulerPort, hours: int) -> UsageSeries:
     """Average charged GPUs per node in each of the last ``hours`` hours (from the usage
-    ledger), and each node's fair share of the healthy GPUs in the same hours."""
+    ledger), and each node's fair share of the healthy GPUs in the same hours, made now
+    under the scheduler's lock (as of its clock)."""
     with scheduler.lock:
         st = scheduler.state
         if st is None:
             raise HTTPException(503, "scheduler: not started yet, retry in a moment")
-        now = max(scheduler.clock.now(), st.time)
-        ends = [now - (hours - 1 - k) * HOUR for k in range(hours)]
-        healthy = [st.ledger.capacity(t, HOUR) / HOUR for t in ends]
-        series = {
-            node: [round(st.ledger.charged(node, t, HOUR) / HOUR, 3) for t in ends]
-            for node in st.tree.nodes()
-        }
-        fair = {node: [round(st.tree.share(node) * h, 3) for h in healthy]
-                for node in st.tree.nodes()}
-    return UsageSeries(end=now, step_s=HOUR, hours=hours, usage=series, fair=fair)
+        return usage_of(st, max(scheduler.clock.now(), st.time), hours).last(hours)
+
+
+def _nobody() -> None:
+    """The caller of a route no token guards: no one."""
 
 
 def weight_controls(store: Store, user: UserRow) -> WeightControls:
@@ -355,6 +422,8 @@ def dashboard_router(
     rather than refused so that a wall display's page logs no error."""
     tel = telemetry or Telemetry(settings.policy).attach(scheduler)
     scheduler.add_publisher("dashboard", reading_of(settings.policy))
+    usage_published = UsagePublisher()
+    scheduler.add_publisher("usage", usage_published)
     router = APIRouter()
     deps = [Depends(reader)] if reader is not None else []
     router.include_router(metrics_router(scheduler, tel), dependencies=deps)
@@ -388,9 +457,13 @@ def dashboard_router(
         return dashboard_state(store, scheduler, settings, tel, user)
 
     @router.get("/v1/dashboard/usage", tags=["dashboard"], dependencies=deps)
-    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168) -> UsageSeries:
-        """Hourly charged GPUs per budget node over the last ``hours`` hours."""
-        return usage_series(scheduler, hours)
+    def usage(hours: Annotated[int, Query(ge=1, le=24 * 31)] = 168,
+              who: object = Depends(reader or _nobody),  # noqa: B008
+              ) -> UsageSeries:
+        """Hourly charged GPUs per budget node over the last ``hours`` hours, as of the
+        end of the last pass."""
+        return usage_published.series(scheduler, hours,
+                                      who.name if isinstance(who, Principal) else None)
 
     @router.get("/v1/dashboard/why/{workload_id}", tags=["dashboard"], dependencies=deps)
     def why(workload_id: str, zone: Annotated[tzinfo, Depends(reader_zone)]
@@ -411,5 +484,5 @@ def dashboard_router(
     return router
 
 
-__all__ = ["dashboard_router", "dashboard_state", "explain_workload", "not_started",
-           "reader_zone", "usage_series", "weight_controls"]
+__all__ = ["UsagePublisher", "dashboard_router", "dashboard_state", "explain_workload",
+           "not_started", "reader_zone", "usage_series", "weight_controls"]

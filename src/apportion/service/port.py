@@ -5,7 +5,7 @@ against :class:`~apportion.service.scheduler.Scheduler` itself, and use nothing 
 (tests/service/test_port.py checks both: that a ``Scheduler`` has every name, and that the
 readers name no other attribute). Everything here is safe to call from an API handler
 while the scheduler's thread runs passes: the state is read only under :attr:`lock`, and
-what is read often (the queue, the dashboard's state, the metrics' gauges) from
+what is read often (the queue, the dashboard's state and usage, the metrics' gauges) from
 :meth:`SchedulerPort.published`, made at the end of each pass and read without the lock.
 """
 

@@ -218,6 +218,9 @@ class QueuedSpec(Reply):
     # the GPU kinds it accepts (preferred first) and its cluster; None (left out): any
     gpu_kinds: list[str] | None = None
     cluster: str | None = None
+    # its name (submit --job-name; None: none), always sent: a client that finds the key
+    # missing talks to an older server (``apportion queue`` then reads GET /v1/workloads)
+    name: str | None = None
 
     omit_if_none = frozenset({"gpu_kinds", "cluster"})
 

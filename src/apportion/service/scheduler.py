@@ -158,6 +158,7 @@ class Scheduler:
         self.state: FleetState | None = None
         self._open: dict[str, _Attempt] = {}
         self._commands: dict[str, tuple[str, ...]] = {}
+        self._names: dict[str, str] = {}  # id -> its name (--job-name), for the queue view
         # submitted work kept out of the queue (dependencies, array throttle; core.gating)
         self._held: dict[str, WorkloadRow] = {}
         self._hold_reason: dict[str, str] = {}  # held id -> what it waits for, for views
@@ -353,6 +354,7 @@ class Scheduler:
                 log.error("%s: set aside: the policy fails on it: %r", wid, first)
                 st.unqueue(wid)
                 self._commands.pop(wid, None)
+                self._names.pop(wid, None)
                 self.store.set_aside(wid, f"set aside: the policy fails on it ({first!r})",
                                      ACTOR)
             return decide_fleet(st, t, self.config)
@@ -617,6 +619,7 @@ class Scheduler:
             # pass (a clock set back holds the scheduler still)
             now = max(self.clock.now(), st.time, self._last_pass_at or st.time)
             several = len(st.pools) > 1  # pools are shown only when there are several
+            names = self._names
             pending = []
             queued = st.pending  # with several pools, made at each reading
             for pool, order in self._pool_orders(st):
@@ -626,20 +629,23 @@ class Scheduler:
                     p = queued[wid]
                     reason = self._last.waiting.get(wid)
                     pending.append(QueuedPending(
-                        **_spec_fields(p.spec), position=i + 1, queued_at=p.queued_at,
+                        **_spec_fields(p.spec), name=names.get(wid), position=i + 1,
+                        queued_at=p.queued_at,
                         wait_reason=reason.value if reason else None,
                         pool=pool if several else None,
                     ))
             for wid, row in self._held.items():  # after all queued work, in id order
                 pending.append(QueuedPending(
-                    **_spec_fields(row.spec()), position=None, queued_at=row.queued_at,
+                    **_spec_fields(row.spec()), name=row.name, position=None,
+                    queued_at=row.queued_at,
                     wait_reason="held", hold=self._hold_reason.get(wid, "held"),
                 ))
             for wid, b in sorted(self._backoff.items()):  # set aside after a failed launch
                 if wid in queued or wid in st.running:  # tried again already
                     continue
                 pending.append(QueuedPending(
-                    **_spec_fields(b.spec), position=None, queued_at=b.queued_at,
+                    **_spec_fields(b.spec), name=names.get(wid), position=None,
+                    queued_at=b.queued_at,
                     wait_reason="launch_failing", hold=f"launch failing: {b.error}",
                     retry_at=b.until,
                 ))
@@ -647,7 +653,7 @@ class Scheduler:
             for wid, r in sorted(st.running.items(), key=lambda kv: (kv[1].started_at, kv[0])):
                 a = self._open.get(wid)
                 running.append(QueuedRunning(
-                    **_spec_fields(r.spec),
+                    **_spec_fields(r.spec), name=names.get(wid),
                     attempt=a.n if a else None,
                     placement=[(s.host, len(s.gpu_indexes), list(s.gpu_indexes))
                                for s in (a.slots if a else ())],
@@ -870,7 +876,7 @@ class Scheduler:
         self._host_reason = {h.name: h.reason for h in hosts}
         self._free = {h.name: list(range(h.gpus)) for h in hosts}
         self._open = {}
-        self._commands = {}
+        self._commands, self._names = {}, {}
         self._warn = {}
         self._held, self._hold_reason, self._array_of, self._env = {}, {}, {}, {}
         self._array_span = {}
@@ -893,6 +899,8 @@ class Scheduler:
             )
             self._commands[row.id] = row.command
             self._keep_warning(row)
+            if row.name:
+                self._names[row.id] = row.name
             if row.array_id is not None:
                 self._array_of[row.id] = row.array_id
         t = max(now, st.time)
@@ -921,6 +929,8 @@ class Scheduler:
             return
         self._commands[row.id] = row.command
         self._keep_warning(row)
+        if row.name:
+            self._names[row.id] = row.name
         env = {"APPORTION_JOB_NAME": row.name} if row.name else {}
         if row.array_id is not None:
             self._array_of[row.id] = row.array_id
@@ -997,6 +1007,7 @@ class Scheduler:
         pending = Status.PENDING.value
         for wid in [w for w in self._backoff if w not in index]:
             del self._backoff[wid]  # cancelled while set aside
+            self._names.pop(wid, None)
         queued, running = st.pending, st.running
         new = [wid for wid, (status, _) in index.items()
                if status == pending and wid not in queued and wid not in running
@@ -1021,6 +1032,7 @@ class Scheduler:
             st.unqueue(wid)  # cancelled while pending
             self._commands.pop(wid, None)
             self._warn.pop(wid, None)
+            self._names.pop(wid, None)
             self._env.pop(wid, None)
         for wid in [w for w in self._held if index.get(w, ("", False))[0] != pending]:
             del self._held[wid]  # cancelled while held
@@ -1325,6 +1337,7 @@ class Scheduler:
             st.finish(wid, ts, ended_at=t)
             self._commands.pop(wid, None)
             self._warn.pop(wid, None)
+            self._names.pop(wid, None)
             self._env.pop(wid, None)
             self._array_of.pop(wid, None)
         del self._open[wid]
@@ -1410,6 +1423,7 @@ class Scheduler:
             log.info("%s: not started: %s", wid, e)
             st.unqueue(wid)
             self._commands.pop(wid, None)
+            self._names.pop(wid, None)
             self._env.pop(wid, None)
             return True
         self._take(slots)
