@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -445,3 +446,143 @@ def test_a_refusal_quoting_control_characters_is_read_with_them_escaped(
         "7 refused 1700000000.5 command not found: \x1b[2J\x1b]0;owned\x07nope\n")
     assert _read_marker("7", "apportion-w-1", str(tmp_path / "1.log")) == _Marker(
         1700000000.5, "command not found: \\x1b[2J\\x1b]0;owned\\x07nope")
+
+
+def _deadline_job(tmp_path: Path, command: str) -> tuple[list[str], dict[str, str], Path]:
+    """A batch script with a stop file, run as Slurm job 4242 would run it, with stand-ins
+    for squeue (the job has one srun step) and scancel that log their arguments; returns
+    its argv, environment and the log of those calls."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    (fake / "squeue").write_text(f'#!/bin/sh\necho "squeue $*" >> {calls}\n'
+                                 "printf '4242.batch\\n4242.0\\n'\n")
+    (fake / "scancel").write_text(f'#!/bin/sh\necho "scancel $*" >> {calls}\n')
+    for tool in ("squeue", "scancel"):
+        (fake / tool).chmod(0o755)
+    launch = Launch(workload_id="w", attempt=1, slots=(HostSlots("h", (0,)),),
+                    command=["bash", "-c", command],
+                    env={"PATH": f"{fake}:{os.environ['PATH']}"})
+    script = tmp_path / "job.sh"
+    script.write_text(batch_script(launch, ["h"], str(tmp_path / "job.end"),
+                                   stop_file=str(tmp_path / "job.stop")))
+    return ["bash", str(script)], {**os.environ, "SLURM_JOB_ID": "4242"}, calls
+
+
+def _group_alive(pgid: int) -> list[str]:
+    """The processes of process group ``pgid`` that still run (not zombies)."""
+    out = subprocess.run(["ps", "-o", "stat=,args=", "-g", str(pgid)], capture_output=True,
+                         text=True).stdout
+    return [line for line in out.splitlines() if line.strip() and not line.startswith("Z")]
+
+
+def test_batch_script_kills_its_job_at_the_stops_earliest_deadline_without_the_server(
+    tmp_path: Path,
+) -> None:
+    """A job that ignores SIGTERM is killed by its batch script itself at the deadline the
+    stop file gave (no server involved): at each SIGTERM the script reads the file and the
+    earliest deadline holds (one sent later never puts the kill later), a SIGTERM sent to
+    its whole process group (a job's ``kill 0``) does not disarm the timer, and at the
+    deadline the end marker is written dated then, the job's step and batch step get
+    ``scancel --signal=KILL``, and every process of the script's group is killed."""
+    import signal
+
+    argv, env, calls = _deadline_job(
+        tmp_path, 'trap "echo ignored" TERM; sleep 600 & echo up; while :; do sleep 0.1; done')
+    stop = tmp_path / "job.stop"
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "up\n"
+        t0 = time.time()
+        stop.write_text(f"4242 {t0 + 4:.6f}\n")
+        proc.terminate()
+        time.sleep(0.3)
+        deadline = t0 + 1.5
+        stop.write_text(f"4242 {deadline:.6f}\n")  # earlier: it holds
+        os.killpg(proc.pid, signal.SIGTERM)
+        time.sleep(0.3)
+        stop.write_text(f"4242 {t0 + 9:.6f}\n")  # later: ignored
+        proc.terminate()
+        assert proc.wait(30) == -signal.SIGKILL
+        ended = time.time()
+    assert deadline <= ended < deadline + 2.0
+    job_id, status, at = (tmp_path / "job.end").read_text().split()
+    assert (job_id, status) == ("4242", "137")
+    assert deadline <= float(at) < deadline + 0.5
+    assert calls.read_text().splitlines() == [
+        "squeue -h -s -j 4242 -o %i", "scancel --signal=KILL 4242.0",
+        "scancel --batch --full --signal=KILL 4242"]
+    time.sleep(0.2)
+    assert _group_alive(proc.pid) == []  # the command, its sleep and the timer
+
+
+def test_batch_script_of_a_job_ending_within_the_grace_kills_nothing_and_leaves_no_timer(
+    tmp_path: Path,
+) -> None:
+    """A job that exits within its grace period keeps its own exit status and end marker:
+    its script drops the deadline's timer when the command ends, so nothing of the job
+    (no timer, no sleep) outlives it and no kill is ever sent."""
+    argv, env, calls = _deadline_job(
+        tmp_path, 'trap "sleep 0.3; exit 3" TERM; echo up; while :; do sleep 0.1; done')
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "up\n"
+        (tmp_path / "job.stop").write_text(f"4242 {time.time() + 1.5:.6f}\n")
+        proc.terminate()
+        assert proc.wait(30) == 3
+    time.sleep(0.2)
+    assert _group_alive(proc.pid) == []
+    time.sleep(1.5)  # past the deadline
+    assert not calls.exists()
+    assert (tmp_path / "job.end").read_text().split()[:2] == ["4242", "3"]
+
+
+def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``stop(job, grace)`` writes ``<job id> <now + grace>`` to ``<log dir>/<job
+    name>.stop`` (the job's name and log from scontrol) before it sends the SIGTERM,
+    readable by the job's owner whatever the server's umask; a stop sent again keeps an
+    earlier deadline of this job's; a link put there is replaced, never written through;
+    a stop of grace 0 writes nothing (it kills at once)."""
+    ex = SlurmExecutor(tmp_path / "jobs")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stop_file = logs / "apportion-w-1.stop"
+    seen: list[str] = []
+    monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
+        "JobName": "apportion-w-1", "StdOut": str(logs / "1.log")})
+    monkeypatch.setattr(ex, "_hard_kill", lambda job_id: seen.append("kill"))
+
+    def scancel(args: list[str]) -> None:
+        seen.append(" ".join(args) + (f" ({stop_file.read_text().strip()})"
+                                      if stop_file.exists() else ""))
+
+    monkeypatch.setattr(ex, "_scancel", scancel)
+    old = os.umask(0o077)
+    try:
+        before = time.time()
+        ex.stop("7", grace_s=30)
+        job_id, at = stop_file.read_text().split()
+        assert job_id == "7" and before + 30 <= float(at) <= time.time() + 30
+        assert seen[-1] == f"--batch --signal=TERM 7 (7 {at})"
+        assert stat.S_IMODE(stop_file.stat().st_mode) == 0o644
+        ex.stop("7", grace_s=60)
+        assert stop_file.read_text().split() == ["7", at]  # the earlier one holds
+        stop_file.write_text(f"6 {float(at) - 10:.6f}\n")  # another job's: replaced
+        ex.stop("7", grace_s=5)
+        assert stop_file.read_text().split()[0] == "7"
+        secret = tmp_path / "secret"
+        secret.write_text("root's\n")
+        stop_file.unlink()
+        stop_file.symlink_to(secret)
+        ex.stop("7", grace_s=5)
+        assert secret.read_text() == "root's\n"
+        assert not stop_file.is_symlink() and stop_file.read_text().startswith("7 ")
+        stop_file.unlink()
+        ex.stop("7", grace_s=0)
+        assert not stop_file.exists() and seen[-1] == "kill"
+    finally:
+        os.umask(old)

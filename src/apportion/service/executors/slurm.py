@@ -320,11 +320,13 @@ class SlurmExecutor:
         end_file = _end_file(str(log), base)
         end_file.unlink(missing_ok=True)
         checkpoint = _checkpoint_file(str(log), base)
-        with contextlib.suppress(OSError):  # another timeline's; a directory is ignored
-            checkpoint.unlink(missing_ok=True)
+        stop_file = _stop_file(str(log), base)
+        for stale in (checkpoint, stop_file):
+            with contextlib.suppress(OSError):  # another timeline's; a directory is ignored
+                stale.unlink(missing_ok=True)
         workdir = launch.chdir or run_as.home or "/"
         script.write_text(batch_script(launch, hosts, str(end_file), env, str(checkpoint),
-                                       workdir))
+                                       workdir, str(stop_file)))
         if acct is not None and prefix:
             os.chown(script, acct.uid, acct.gid)  # sbatch reads it as the owner
         args = [
@@ -395,8 +397,13 @@ class SlurmExecutor:
 
     def stop(self, handle: str, grace_s: float) -> None:
         """SIGTERM the batch script now (it forwards it to the command); SIGKILL after
-        ``grace_s``, enforced by :meth:`tick` (called by :meth:`observe`). Never blocks on
-        the job itself."""
+        ``grace_s``, enforced by :meth:`tick` (called by :meth:`observe`) and by the batch
+        script itself, which is told the deadline first (:meth:`_record_stop`), so it holds
+        while this server is down. Never blocks on the job itself."""
+        self._stop(handle, grace_s)
+
+    def _stop(self, handle: str, grace_s: float, job: tuple[str, str] | None = None) -> None:
+        """:meth:`stop`; ``job``: the job's name and log path, if known (else asked)."""
         if not handle.isdigit():
             return
         with self._lock:
@@ -406,9 +413,47 @@ class SlurmExecutor:
         if grace_s <= 0:
             self._hard_kill(handle)
             return
+        self._record_stop(handle, grace_s, job)  # read by the batch script at the SIGTERM
         self._scancel(["--batch", "--signal=TERM", handle])
         with self._lock:
             self._kill_at[handle] = time.monotonic() + grace_s
+
+    def _record_stop(self, handle: str, grace_s: float, job: tuple[str, str] | None) -> None:
+        """Write the stop's kill deadline (``now + grace_s``, wall clock) beside the job's
+        end marker, as ``<job id> <epoch seconds>``, for its batch script: at each SIGTERM
+        the script reads it and at that time SIGKILLs its whole job itself
+        (:func:`batch_script`), so the job is killed at its deadline even if this server is
+        down by then; :meth:`tick`'s kill stays (harmless twice). An earlier deadline
+        already recorded for this job is kept: a stop sent again never extends it. ``job``
+        (name, log path) is asked of ``scontrol`` when not given. Not written (said in the
+        log), the server's kill alone remains, as before."""
+        if job is None:
+            try:
+                found = self._scontrol_job(handle)
+            except SlurmUnavailable:
+                raise  # the SIGTERM cannot be sent either: the caller tries again
+            except SlurmError as e:
+                log.warning("Slurm job %s: its kill deadline was not recorded for its batch "
+                            "script (%s): only this server kills it at the end of its "
+                            "grace", handle, e)
+                return
+            if found is None:
+                return  # gone: nothing to stop
+            job = found.get("JobName", ""), found.get("StdOut", "")
+        name, stdout = job
+        if not name.startswith(JOB_NAME_PREFIX) or not stdout:
+            return
+        path = _stop_file(stdout, name)
+        kill_at = time.time() + max(0.0, grace_s)
+        old = _read_stop(handle, path)
+        if old is not None and old <= kill_at:
+            return
+        try:
+            _write_stop(path, handle, kill_at)
+        except OSError as e:  # a full disk; a directory where the file goes
+            log.warning("Slurm job %s: its kill deadline was not recorded for its batch "
+                        "script (%s: %s): only this server kills it at the end of its grace",
+                        handle, path, e.strerror or e)
 
     def signal(self, handle: str, signum: int, batch: bool) -> None:
         """``scancel --signal``: with ``batch`` (``--batch``) to the batch script, which
@@ -597,7 +642,8 @@ class SlurmExecutor:
             log.warning("%s attempt %d (Slurm job %s) runs for no attempt the database "
                         "knows (a backup restored from before it started?): stopped",
                         workload_id, attempt, job_id)
-            self.stop(job_id, grace_s)
+            self._stop(job_id, grace_s, (str(job.get("name") or ""),
+                                         str(job.get("standard_output") or "")))
 
     # -- beyond the protocol -------------------------------------------------------------
 
@@ -711,6 +757,7 @@ class SlurmExecutor:
 def batch_script(
     launch: Launch, hosts: Sequence[str], end_file: str = "",
     env: Mapping[str, str] | None = None, checkpoint_file: str = "", chdir: str = "",
+    stop_file: str = "",
 ) -> str:
     """The bash batch script of one attempt.
 
@@ -729,6 +776,9 @@ def batch_script(
     hears of it, which after a controller outage can be long after the real end.
     ``checkpoint_file``: exported as ``APPORTION_CHECKPOINT_FILE`` (the job touches it
     after each checkpoint). ``chdir`` is exported as ``SLURM_SUBMIT_DIR`` too.
+
+    With ``stop_file``, the script enforces a stop's kill deadline itself
+    (:func:`_deadline_lines`), so it holds while apportion's server is down.
     """
     env = {
         **dict((launch.env or {}) if env is None else env),
@@ -759,16 +809,25 @@ def batch_script(
         _check_program(launch.command[0]),
         "forwarded=",
         "child=",
-        'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM',
+        *(_deadline_lines(stop_file, marker) if stop_file else []),
+        # (the timer is armed once the command's pid is known: a background job of its
+        # own before then would take its place in $!)
+        ('trap \'forwarded=1; if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; '
+         "arm_kill; fi' TERM" if stop_file else
+         'trap \'forwarded=1; [ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM'),
         *_forward_warning(launch.batch_signal),
         f"{shlex.join(launch.command)} &",
         "child=$!",
-        '[ -n "$forwarded" ] && kill -TERM "$child" 2>/dev/null  # TERM came before the start',
+        ('[ -n "$forwarded" ] && { kill -TERM "$child" 2>/dev/null; arm_kill; }  # TERM came '
+         "before the start" if stop_file else
+         '[ -n "$forwarded" ] && kill -TERM "$child" 2>/dev/null  # TERM came before the start'),
         *([f'[ -n "$warned" ] && kill -{warn} "$child" 2>/dev/null  # it came before the start']
           if (warn := _forwarded_warning(launch.batch_signal)) else []),
         'wait "$child"; rc=$?',
         "# a trapped signal interrupts wait: wait again for the command's own status",
         'while [ -n "$forwarded$again" ]; do forwarded=; again=; wait "$child"; rc=$?; done',
+        *(['[ -n "$timer" ] && kill -KILL "$timer" 2>/dev/null  # it ended in time: no kill']
+          if stop_file else []),
         *([f'printf \'%s %s %s\\n\' "${{SLURM_JOB_ID:-}}" "$rc" "${{EPOCHREALTIME/,/.}}" '
            f'> {shlex.quote(end_file)} 2>/dev/null']
           if end_file else []),
@@ -776,6 +835,61 @@ def batch_script(
         "",
     ]
     return "\n".join(lines)
+
+
+def _deadline_lines(stop_file: str, marker: str) -> list[str]:
+    """Batch script lines enforcing a stop's kill deadline, as the server's :meth:`tick`
+    does, so that it holds while the server is down (a crash, a restart).
+
+    ``stop()`` writes ``<job id> <epoch seconds>`` to ``stop_file`` before its SIGTERM; at
+    each SIGTERM the script reads it (``arm_kill``) and, if it is this job's and earlier
+    than the deadline it keeps (a stop sent again never puts the kill later), arms a timer
+    in place of any earlier one. The timer is a subshell that waits with ``read -t`` (no
+    ``sleep`` left behind when the script kills it, once the command ended in time) and
+    ignores TERM, INT and HUP (a job signalling its own process group does not disarm it).
+    At the deadline it writes the end marker, dated then, and SIGKILLs every process of
+    the job as the server's kill does: each step (``srun``, outside this script's
+    processes), then the batch step (``--batch --full``: this script, the timer and all
+    they started), and this script's process group directly (when it leads one, as
+    slurmstepd starts it), should Slurm not answer.
+    The job runs as its owner, who may end the timer: the server's kill stays."""
+    q = shlex.quote(stop_file)
+    return [
+        "# a stop's kill deadline (apportion's stop() writes it before its SIGTERM)",
+        "kill_at=",
+        "timer=",
+        "kill_job() {  # at the deadline: the end marker, dated now; SIGKILL to the whole job",
+        "  printf '%s %s %s\\n' \"${SLURM_JOB_ID:-}\" 137 \"${EPOCHREALTIME/,/.}\""
+        f"{marker}",
+        "  local s steps=()",
+        '  for s in $(squeue -h -s -j "${SLURM_JOB_ID:-}" -o %i 2>/dev/null); do',
+        r'    [[ $s =~ \.[0-9]+$ ]] && steps+=("$s")',
+        "  done",
+        '  [ ${#steps[@]} -gt 0 ] && scancel --signal=KILL "${steps[@]}" 2>/dev/null',
+        '  scancel --batch --full --signal=KILL "${SLURM_JOB_ID:-}" 2>/dev/null',
+        "  local pgid; pgid=$(ps -o pgid= -p $$ 2>/dev/null)  # a group it leads (slurmstepd's",
+        '  [ "${pgid// /}" = "$$" ] && kill -KILL -- "-$$"  # way), never one it joined',
+        "}",
+        "arm_kill() {  # at each SIGTERM: the earliest deadline recorded for this job holds",
+        "  local id at",
+        f"  [ -f {q} ] && read -r id at < {q} 2>/dev/null || return 0",
+        r'  [[ $id == "${SLURM_JOB_ID:-}" && $at =~ ^([0-9]+)\.([0-9]{6})$ ]] || return 0',
+        "  at=$((10#${BASH_REMATCH[1]}${BASH_REMATCH[2]}))  # microseconds",
+        '  [[ -z $kill_at || $at -lt $kill_at ]] || return 0',
+        "  kill_at=$at",
+        '  [ -n "$timer" ] && kill -KILL "$timer" 2>/dev/null',
+        "  (",
+        "    trap '' TERM INT HUP",
+        "    exec 3<> <(:)  # a pipe nobody writes to: read -t waits without a child",
+        '    while now=${EPOCHREALTIME/[.,]/}; [ "$now" -lt "$at" ]; do',
+        "      printf -v left '%d.%06d' $(((at - now) / 1000000)) $(((at - now) % 1000000))",
+        '      read -r -t "$left" -u 3 _ || [ $? -gt 128 ] || sleep "$left"',
+        "    done",
+        "    kill_job",
+        "  ) &",
+        "  timer=$!",
+        "}",
+    ]
 
 
 def _forwarded_warning(signum: int) -> str | None:
@@ -980,6 +1094,47 @@ def _is_script(command: str, script: str, users: str, name: str) -> bool:
 def _end_file(log: str, job_name: str) -> Path:
     """The end marker of an attempt: beside its log (which the nodes can write), by job name."""
     return Path(log).parent / f"{job_name}.end"
+
+
+def _stop_file(log: str, job_name: str) -> Path:
+    """A stop's kill deadline for the batch script (``SlurmExecutor._record_stop``): beside
+    the end marker, where the nodes can read it (the jobs directory may be the server's
+    alone)."""
+    return Path(log).parent / f"{job_name}.stop"
+
+
+def _read_stop(handle: str, path: Path) -> float | None:
+    """The kill deadline recorded in ``path`` for job ``handle`` (``<job id> <epoch>``), or
+    None: none, another job's, or not a finite time."""
+    fields = (_read_small_file(path, MARKER_MAX_BYTES) or "").split()
+    if len(fields) != 2 or fields[0] != handle:
+        return None
+    try:
+        at = float(fields[1])
+    except ValueError:
+        return None
+    return at if math.isfinite(at) else None
+
+
+def _write_stop(path: Path, handle: str, kill_at: float) -> None:
+    """Write ``<handle> <kill_at>`` (six decimals, as the batch script reads it) to
+    ``path``, readable by the job's owner. The directory is the owner's, and this runs as
+    root: a new file is made beside it (never following a link) and renamed over it, so
+    whatever the owner put there is replaced, never written through."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        try:
+            os.fchmod(fd, 0o644)  # whatever the server's umask: the job reads it as its owner
+            os.write(fd, f"{handle} {kill_at:.6f}\n".encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _checkpoint_file(log: str, job_name: str) -> Path:
