@@ -543,17 +543,21 @@ def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sig
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``stop(job, grace)`` writes ``<job id> <now + grace>`` to ``<log dir>/<job
-    name>.stop`` (the job's name and log from scontrol) before it sends the SIGTERM,
-    readable by the job's owner whatever the server's umask; a stop sent again keeps an
-    earlier deadline of this job's; a link put there is replaced, never written through;
-    a stop of grace 0 writes nothing (it kills at once)."""
-    ex = SlurmExecutor(tmp_path / "jobs")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    stop_file = logs / "apportion-w-1.stop"
+    name>.stop``, where the executor put the attempt's log (the attempt and workload from
+    the job's comment, never the name or output path the job's owner can change in Slurm),
+    before it sends the SIGTERM, readable by the job's owner whatever the server's umask; a
+    stop sent again keeps an earlier deadline of this job's; a link put there is replaced,
+    never written through; a stop of grace 0 writes nothing (it kills at once)."""
+    ex = SlurmExecutor(tmp_path / "jobs", logs_dir=tmp_path / "logs")
+    logs = ex.log_path("w-1", 1).parent
+    logs.mkdir(parents=True)
+    stop_file = logs / "apportion-w-1-1.stop"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     seen: list[str] = []
     monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
-        "JobName": "apportion-w-1", "StdOut": str(logs / "1.log")})
+        "Comment": "apportion:1:w-1", "JobName": "apportion-x",
+        "StdOut": str(elsewhere / "out.log")})
     monkeypatch.setattr(ex, "_hard_kill", lambda job_id: seen.append("kill"))
 
     def scancel(args: list[str]) -> None:
@@ -584,5 +588,6 @@ def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sig
         stop_file.unlink()
         ex.stop("7", grace_s=0)
         assert not stop_file.exists() and seen[-1] == "kill"
+        assert list(elsewhere.iterdir()) == []  # the output path the job names: untouched
     finally:
         os.umask(old)

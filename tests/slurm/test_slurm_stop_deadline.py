@@ -27,9 +27,10 @@ def test_a_stopped_job_ignoring_sigterm_is_killed_at_its_deadline_with_the_serve
     sign of life is within Slurm's latencies of it, its end marker is dated at it, and a
     restarted executor reads it ended, signalled, charged up to the deadline's second."""
     beat = 'trap "" TERM; while :; do date +%s.%N > {}; sleep 0.1; done'
+    log = executor.log_path("outage", 1)  # where the scheduler puts it (the stop file's dir)
     handle = executor.launch(Launch(
         workload_id="outage", attempt=1, slots=(HostSlots("gpu1", (0,)),),
-        log_path=str(tmp_path / "outage.log"),
+        log_path=str(log),
         command=["bash", "-c", f"srun -n1 bash -c '{beat.format(tmp_path / 'step')}' & "
                                f"{beat.format(tmp_path / 'batch')}"],
     ))
@@ -38,7 +39,7 @@ def test_a_stopped_job_ignoring_sigterm_is_killed_at_its_deadline_with_the_serve
     stopped_at = time.time()
     executor.stop(handle, grace_s=3.0)
     # the server is gone from here: no observe, no tick of that executor
-    job_id, at = (tmp_path / "apportion-outage-1.stop").read_text().split()
+    job_id, at = (log.parent / "apportion-outage-1.stop").read_text().split()
     deadline = float(at)
     assert job_id == handle and stopped_at + 3.0 <= deadline <= time.time() + 3.0
 
@@ -52,7 +53,7 @@ def test_a_stopped_job_ignoring_sigterm_is_killed_at_its_deadline_with_the_serve
     time.sleep(1.0)  # a survivor would write again meanwhile
     last = max(float((tmp_path / n).read_text()) for n in ("batch", "step"))
     assert deadline - 1.0 < last < deadline + 2.0
-    marker = (tmp_path / "apportion-outage-1.end").read_text().split()
+    marker = (log.parent / "apportion-outage-1.end").read_text().split()
     assert marker[0] == handle and deadline <= float(marker[2]) < deadline + 0.5
 
     restarted = SlurmExecutor(executor.jobs_dir, partition=slurm_cluster.partition,

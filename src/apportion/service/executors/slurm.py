@@ -402,8 +402,8 @@ class SlurmExecutor:
         while this server is down. Never blocks on the job itself."""
         self._stop(handle, grace_s)
 
-    def _stop(self, handle: str, grace_s: float, job: tuple[str, str] | None = None) -> None:
-        """:meth:`stop`; ``job``: the job's name and log path, if known (else asked)."""
+    def _stop(self, handle: str, grace_s: float, job: tuple[int, str] | None = None) -> None:
+        """:meth:`stop`; ``job``: the job's attempt and workload id, if known (else asked)."""
         if not handle.isdigit():
             return
         with self._lock:
@@ -418,15 +418,18 @@ class SlurmExecutor:
         with self._lock:
             self._kill_at[handle] = time.monotonic() + grace_s
 
-    def _record_stop(self, handle: str, grace_s: float, job: tuple[str, str] | None) -> None:
+    def _record_stop(self, handle: str, grace_s: float, job: tuple[int, str] | None) -> None:
         """Write the stop's kill deadline (``now + grace_s``, wall clock) beside the job's
         end marker, as ``<job id> <epoch seconds>``, for its batch script: at each SIGTERM
         the script reads it and at that time SIGKILLs its whole job itself
         (:func:`batch_script`), so the job is killed at its deadline even if this server is
         down by then; :meth:`tick`'s kill stays (harmless twice). An earlier deadline
         already recorded for this job is kept: a stop sent again never extends it. ``job``
-        (name, log path) is asked of ``scontrol`` when not given. Not written (said in the
-        log), the server's kill alone remains, as before."""
+        (attempt, workload id) is read from the job's comment (``scontrol``) when not
+        given. The file goes where this executor put the attempt's log
+        (:meth:`log_path`), never where the job says its output goes: the job's owner can
+        change its name and output path in Slurm, and this runs as root. Not written (said
+        in the log), the server's kill alone remains, as before."""
         if job is None:
             try:
                 found = self._scontrol_job(handle)
@@ -439,18 +442,19 @@ class SlurmExecutor:
                 return
             if found is None:
                 return  # gone: nothing to stop
-            job = found.get("JobName", ""), found.get("StdOut", "")
-        name, stdout = job
-        if not name.startswith(JOB_NAME_PREFIX) or not stdout:
-            return
-        path = _stop_file(stdout, name)
+            job = _parse_comment(found.get("Comment", ""))
+            if job is None:
+                return  # not a job of apportion's
+        attempt, workload_id = job
+        base = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}"
+        path = _stop_file(str(self.log_path(workload_id, attempt)), base)
         kill_at = time.time() + max(0.0, grace_s)
         old = _read_stop(handle, path)
         if old is not None and old <= kill_at:
             return
         try:
             _write_stop(path, handle, kill_at)
-        except OSError as e:  # a full disk; a directory where the file goes
+        except OSError as e:  # a full disk; a directory where the file goes; no log dir
             log.warning("Slurm job %s: its kill deadline was not recorded for its batch "
                         "script (%s: %s): only this server kills it at the end of its grace",
                         handle, path, e.strerror or e)
@@ -642,8 +646,7 @@ class SlurmExecutor:
             log.warning("%s attempt %d (Slurm job %s) runs for no attempt the database "
                         "knows (a backup restored from before it started?): stopped",
                         workload_id, attempt, job_id)
-            self._stop(job_id, grace_s, (str(job.get("name") or ""),
-                                         str(job.get("standard_output") or "")))
+            self._stop(job_id, grace_s, parsed)
 
     # -- beyond the protocol -------------------------------------------------------------
 
