@@ -556,7 +556,7 @@ def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sig
     elsewhere.mkdir()
     seen: list[str] = []
     monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
-        "Comment": "apportion:1:w-1", "JobName": "apportion-x",
+        "Comment": "apportion:1:w-1 ", "JobName": "apportion-x",  # as scontrol -o gives it
         "StdOut": str(elsewhere / "out.log")})
     monkeypatch.setattr(ex, "_hard_kill", lambda job_id: seen.append("kill"))
 

@@ -442,7 +442,7 @@ class SlurmExecutor:
                 return
             if found is None:
                 return  # gone: nothing to stop
-            job = _parse_comment(found.get("Comment", ""))
+            job = _parse_comment(found.get("Comment", "").strip())
             if job is None:
                 return  # not a job of apportion's
         attempt, workload_id = job
