@@ -522,16 +522,18 @@ def test_batch_script_of_a_job_ending_within_the_grace_kills_nothing_and_leaves_
 ) -> None:
     """A job that exits within its grace period keeps its own exit status and end marker:
     its script drops the deadline's timer when the command ends, so nothing of the job
-    (no timer, no sleep) outlives it and no kill is ever sent."""
+    (no timer, no sleep) outlives it and no kill is ever sent; dropping the timer writes
+    nothing to the job's log (bash notes a SIGKILLed background job it still tracks)."""
     argv, env, calls = _deadline_job(
         tmp_path, 'trap "sleep 0.3; exit 3" TERM; echo up; while :; do sleep 0.1; done')
-    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True,
-                          start_new_session=True) as proc:
-        assert proc.stdout is not None
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline() == "up\n"
         (tmp_path / "job.stop").write_text(f"4242 {time.time() + 1.5:.6f}\n")
         proc.terminate()
         assert proc.wait(30) == 3
+        assert proc.stderr.read() == ""
     time.sleep(0.2)
     assert _group_alive(proc.pid) == []
     time.sleep(1.5)  # past the deadline

@@ -891,6 +891,7 @@ def _deadline_lines(stop_file: str, marker: str) -> list[str]:
         "    kill_job",
         "  ) &",
         "  timer=$!",
+        '  disown "$timer"  # bash would note its SIGKILL ("Killed") in the job\'s log',
         "}",
     ]
 
