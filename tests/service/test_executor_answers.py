@@ -5,7 +5,7 @@ exception is a bug that neither ends work nor counts as an answer."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from apportion.service.executor import (
     Launch,
     LaunchDeferred,
     LaunchRefused,
+    Observation,
 )
 from apportion.service.executors.memory import MemoryExecutor
 from apportion.service.executors.slurm import SlurmExecutor
@@ -33,6 +34,7 @@ class _Scripted(MemoryExecutor):
 
     fail_launch: Exception | None = None
     fail_inventory: Exception | None = None
+    fail_find: Exception | None = None
     launch_first = False
 
     def launch(self, launch: Launch) -> str:
@@ -48,6 +50,12 @@ class _Scripted(MemoryExecutor):
         if error is not None:
             raise error
         return super().inventory()
+
+    def find(self, workload_id: str, attempt: int) -> str | None:
+        error, self.fail_find = self.fail_find, None
+        if error is not None:
+            raise error
+        return super().find(workload_id, attempt)
 
 
 @pytest.fixture
@@ -225,3 +233,42 @@ def test_launch_deferred_takes_the_attempt_back_and_the_pass_launches_no_more(
         assert w.status is Status.RUNNING and [a.n for a in w.attempts] == [1]
     finally:
         env.store.close()
+
+
+def test_each_pass_hands_the_executor_what_is_open_after_its_observe_to_stop_strays(
+    lite: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each pass that reaches the executor observes it (even with nothing open) and right
+    after asks it to stop work of no open attempt (``stop_strays``), passing the open
+    attempts' handles and, as launching, the attempts whose launch got no answer and that
+    ``find`` could not look for yet; once ``find`` found nothing, that attempt (ended
+    never launched) is no longer passed, so a job of it that shows up later is stopped."""
+    ex = _scripted(lite)
+    calls: list[tuple[object, ...]] = []
+    real_observe = ex.observe
+
+    def observe(handles: Sequence[str]) -> dict[str, Observation]:
+        calls.append(("observe", sorted(handles)))
+        return real_observe(handles)
+
+    def stop_strays(known: Collection[str], launching: Collection[tuple[str, int]],
+                    grace_s: float) -> None:
+        calls.append(("strays", sorted(known), sorted(launching)))
+
+    monkeypatch.setattr(ex, "observe", observe)
+    monkeypatch.setattr(ex, "stop_strays", stop_strays)
+    ex.fail_launch = ExecutorUnavailable("sbatch: timed out")
+    wid = lite.submit(gpus=2)
+    lite.at(0.0)  # nothing open before the launch, which gets no answer
+    assert calls == [("observe", []), ("strays", [], [])]
+    calls.clear()
+    ex.fail_find = ExecutorUnavailable("squeue: timed out")
+    lite.at(1.0)
+    assert calls == [("observe", []), ("strays", [], [(wid, 1)])]
+    calls.clear()
+    lite.at(2.0)  # find: nothing; ended never launched, launched again as attempt 2
+    assert calls[:2] == [("observe", []), ("strays", [], [])]
+    calls.clear()
+    lite.at(3.0)
+    handle = f"mem:{wid}:2"
+    assert calls[:2] == [("observe", [handle]), ("strays", [handle], [])]

@@ -15,8 +15,9 @@ import pytest
 from apportion.core import PolicyConfig, Status
 from apportion.service.clock import WallClock
 from apportion.service.executor import Launch
+from apportion.service.executors import slurm
 from apportion.service.executors.identity import Identity
-from apportion.service.executors.slurm import SlurmExecutor
+from apportion.service.executors.slurm import ACTIVE_JOB_STATES, SlurmExecutor, SlurmUnavailable
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store, WorkloadRow
 from harness.slurm_cluster import SlurmCluster
@@ -35,7 +36,9 @@ class HangingLaunch(SlurmExecutor):
                          timeout_s=2.0, logs_dir=jobs_dir / "logs",
                          identity=Identity(single_user=True))
         self.cluster = cluster
-        self.next_launch = ""  # "frozen" | "stopped" | "" (normal)
+        self.next_launch = ""  # "frozen" | "stopped" | "lost" | "" (normal)
+        self.find_misses = 0  # the next finds say there is no such job, as too early
+        self.lost: list[str] = []  # ids of the jobs whose launch answer was "lost"
 
     def launch(self, launch: Launch) -> str:
         mode, self.next_launch = self.next_launch, ""
@@ -47,6 +50,9 @@ class HangingLaunch(SlurmExecutor):
                 return super().launch(launch)
             finally:
                 os.kill(pid, signal.SIGCONT)
+        if mode == "lost":  # sbatch went through, but its answer never came
+            self.lost.append(super().launch(launch))
+            raise SlurmUnavailable("sbatch: no answer within 2 s (slurmctld down or slow)")
         if mode == "stopped":
             self.cluster.stop_controller()
             try:
@@ -54,6 +60,12 @@ class HangingLaunch(SlurmExecutor):
             finally:
                 self.cluster.start_controller()
         return super().launch(launch)
+
+    def find(self, workload_id: str, attempt: int) -> str | None:
+        if self.find_misses:
+            self.find_misses -= 1
+            return None  # a slow controller had not listed the job yet
+        return super().find(workload_id, attempt)
 
 
 @pytest.fixture
@@ -73,10 +85,10 @@ def setup(
     slurm_cluster.wait_no_jobs_running()
 
 
-def submit(store: Store) -> str:
+def submit(store: Store, sleep_s: int = 1) -> str:
     return store.add_workload(
         budget="ai/llm", gpus=8, min_runtime=60, submit_time=time.time(), actor="alice",
-        command=["bash", "-c", "echo attempt $APPORTION_ATTEMPT; sleep 1"],
+        command=["bash", "-c", f"echo attempt $APPORTION_ATTEMPT; sleep {sleep_s}"],
     ).id
 
 
@@ -131,3 +143,38 @@ def test_launch_that_never_reached_slurm_is_retried_with_nothing_charged(
     assert (first.end_reason, first.gpu_seconds, first.handle) == ("never launched", 0.0, None)
     assert our_jobs(ex) == [second.handle]
     assert ex.log_path(wid, 2).read_text() == "attempt 2\n"
+
+
+def test_a_job_of_an_attempt_ended_never_launched_is_stopped_while_the_server_runs(
+    setup: tuple[Store, HangingLaunch, Scheduler], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """sbatch queues the job but its answer is lost, and ``find`` then finds nothing (a
+    slow controller): attempt 1 ends never launched and attempt 2 runs. The job of attempt
+    1, which no open attempt owns, is stopped a few passes later (once it has been seen so
+    for STRAY_SETTLE_S), with a warning naming it; attempt 2's job runs on."""
+    monkeypatch.setattr(slurm, "STRAY_SETTLE_S", 1.0)
+    store, ex, sched = setup
+    ex.next_launch, ex.find_misses = "lost", 1
+    wid = submit(store, sleep_s=300)
+    sched.step()
+    [stray] = ex.lost
+    passes = 0
+    with caplog.at_level("WARNING", logger="apportion.executor.slurm"):
+        while job_state(ex, stray) in ACTIVE_JOB_STATES:
+            assert passes < 20, f"Slurm job {stray} still {job_state(ex, stray)}"
+            sched.step()
+            passes += 1
+            time.sleep(0.5)
+    first, second = store.get_workload(wid).attempts
+    assert (first.end_reason, first.handle) == ("never launched", None)
+    assert second.handle is not None and second.handle != stray
+    assert job_state(ex, second.handle) in ACTIVE_JOB_STATES
+    assert [r.getMessage() for r in caplog.records if r.name == slurm.log.name] == [
+        f"{wid} attempt 1 (Slurm job {stray}) runs for no open attempt (a launch given up "
+        "as never launched that Slurm queued late, or a second job of one attempt): stopped"]
+
+
+def job_state(ex: HangingLaunch, job_id: str) -> str:
+    """Slurm's state of a job (as long as Slurm lists it)."""
+    return ex.cluster.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"]).stdout.strip()

@@ -13,6 +13,7 @@ import pytest
 from apportion.cli.serve import build_executor
 from apportion.service.config import ConfigError, load_config
 from apportion.service.executor import AttemptState, HostSlots, Launch
+from apportion.service.executors import slurm
 from apportion.service.executors.slurm import (
     SlurmExecutor,
     SlurmUnavailable,
@@ -29,6 +30,7 @@ from apportion.service.executors.slurm import (
     parse_exit_code,
     parse_gpu_count,
     parse_gpu_types,
+    unowned_jobs,
 )
 
 
@@ -417,6 +419,96 @@ def test_stop_unknown_stops_only_this_executors_jobs_no_attempt_names(
         f"{wid} attempt {n} (Slurm job {job_id}) runs for no attempt the database knows (a "
         "backup restored from before it started?): stopped"
         for wid, n, job_id in (("w-000002", 1, "12"), ("w-000003", 2, "13"))]
+
+
+def _listed(jobs_dir: Path, state: str, wid: str, attempt: int = 1,
+            scripts: Path | None = None, comment: str | None = None) -> dict[str, object]:
+    """A job as ``squeue --json`` lists it, running ``scripts``' batch script (default:
+    ``jobs_dir``'s) of ``wid``'s attempt."""
+    return {"job_state": state,
+            "comment": f"apportion:{attempt}:{wid}" if comment is None else comment,
+            "command": str((scripts or jobs_dir) / f"apportion-{wid}-{attempt}.sh")}
+
+
+def test_unowned_jobs_are_this_executors_active_jobs_no_open_attempt_owns(
+    tmp_path: Path,
+) -> None:
+    """``unowned_jobs`` lists, by job id, the running or pending jobs of this executor's
+    scripts whose id is no open attempt's handle and whose attempt is not one still
+    launching (its launch unanswered): a duplicate of an adopted attempt is listed; a
+    known one, one of a launching attempt, a finished one, another data directory's and
+    one that is not apportion's are not."""
+    jobs_dir = (tmp_path / "jobs").absolute()
+    listing = {
+        "21": _listed(jobs_dir, "RUNNING", "w-000001"),  # adopted by its attempt
+        "22": _listed(jobs_dir, "PENDING", "w-000001"),  # a second job of that attempt
+        "23": _listed(jobs_dir, "RUNNING", "w-000002"),  # its attempt ended never launched
+        "24": _listed(jobs_dir, "RUNNING", "w-000003", 2),  # its launch still unanswered
+        "25": _listed(jobs_dir, "COMPLETED", "w-000004"),
+        "26": _listed(jobs_dir, "RUNNING", "w-000005", scripts=tmp_path / "elsewhere"),
+        "27": _listed(jobs_dir, "RUNNING", "w-000006", comment="someone else's"),
+        "9": _listed(jobs_dir, "RUNNING", "w-000007"),
+    }
+    assert unowned_jobs(listing, {"21"}, tmp_path / "jobs", {("w-000003", 2)}) == [
+        ("9", 1, "w-000007"), ("22", 1, "w-000001"), ("23", 1, "w-000002")]
+
+
+def test_stop_strays_stops_unowned_jobs_after_settling_from_observes_listing_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``stop_strays`` reads the listing of the ``observe`` just before it (no Slurm call
+    of its own), stops a job no open attempt owns only once listings have shown it so for
+    STRAY_SETTLE_S (here a second job of the attempt whose first job ``find`` adopted),
+    names it in one warning and stops it once; a job of an attempt still
+    launching is left alone, and without a fresh listing (none since the last call, or the
+    observe got no answer) nothing is looked at."""
+    ex = SlurmExecutor(jobs_dir=tmp_path / "jobs")
+    jobs_dir = (tmp_path / "jobs").absolute()
+    listing = {"31": _listed(jobs_dir, "RUNNING", "w-000001"),
+               "32": _listed(jobs_dir, "RUNNING", "w-000001"),  # a second sbatch of it
+               "33": _listed(jobs_dir, "PENDING", "w-000002")}
+    listed: list[int] = []
+    cancels: list[list[str]] = []
+    clock = [1000.0]
+
+    def squeue() -> dict[str, dict[str, object]]:
+        listed.append(1)
+        return listing
+
+    monkeypatch.setattr(ex, "_squeue", squeue)
+    monkeypatch.setattr(ex, "_scancel", cancels.append)
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock[0])
+    known, launching = {"31"}, {("w-000002", 1)}
+
+    def a_pass(after_s: float) -> None:
+        clock[0] += after_s
+        ex.observe(["31"])
+        ex.stop_strays(known, launching, grace_s=30.0)
+
+    assert ex.find("w-000001", 1) == "31"  # the oldest of the attempt's two jobs
+    with caplog.at_level("WARNING", logger="apportion.executor.slurm"):
+        a_pass(0.0)  # 32 first seen unowned: not yet
+        a_pass(slurm.STRAY_SETTLE_S - 1)
+        assert cancels == []
+        a_pass(1.0)
+        assert cancels == [["--state=PENDING", "32"], ["--batch", "--signal=TERM", "32"]]
+        a_pass(1.0)  # stopped already: not again
+        ex.stop_strays(known, launching, grace_s=30.0)  # no observe since: nothing read
+    assert len(cancels) == 2 and len(listed) == 5  # find's and the four observes'
+    assert [r.getMessage() for r in caplog.records] == [
+        "w-000001 attempt 1 (Slurm job 32) runs for no open attempt (a launch given up as "
+        "never launched that Slurm queued late, or a second job of one attempt): stopped"]
+
+    def down() -> dict[str, dict[str, object]]:
+        raise SlurmUnavailable("squeue: Unable to contact slurm controller")
+
+    monkeypatch.setattr(ex, "_squeue", down)
+    known, launching = set(), set()
+    with pytest.raises(SlurmUnavailable):
+        ex.observe([])
+    clock[0] += 2 * slurm.STRAY_SETTLE_S
+    ex.stop_strays(known, launching, grace_s=30.0)  # the failed observe listed nothing
+    assert len(cancels) == 2
 
 
 def test_stop_unknown_without_an_answer_from_slurm_only_warns(

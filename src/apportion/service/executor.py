@@ -164,6 +164,16 @@ class Executor(Protocol):
         GPUs as free."""
         ...
 
+    def stop_strays(
+        self, known: Collection[str], launching: Collection[tuple[str, int]], grace_s: float
+    ) -> None:
+        """Stop, without waiting, work of this executor that runs for no open attempt while
+        the server runs: its handle is none of ``known`` and its (workload id, attempt) none
+        of ``launching`` (open attempts whose launch is not answered yet). Called on each
+        pass that reached the executor, right after :meth:`observe`, whose listing it may
+        reuse. Each one stopped is named in a warning."""
+        ...
+
     def log_path(self, workload_id: str, attempt: int) -> Path | None:
         """Where the attempt's output goes (passed as :attr:`Launch.log_path`); None for an
         executor that keeps no output."""

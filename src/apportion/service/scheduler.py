@@ -270,7 +270,7 @@ class Scheduler:
                 reachable = self._sync_inventory(t)
                 if reachable:  # else: decide nothing until the executor answers again
                     self._retry(t)
-                    self._fold(t)
+                    self._fold(t, strays=True)
                     self._send_signals(t)
                 self.recheck_at = None
                 for _ in range(MAX_ROUNDS if reachable else 0):
@@ -1196,11 +1196,13 @@ class Scheduler:
             status = Status.PENDING
         self._end(wid, a.started_at, None, "never launched", status)
 
-    def _fold(self, now: float) -> None:
+    def _fold(self, now: float, strays: bool = False) -> None:
         """Exits and vanished attempts, from the executor into the store, then the state;
-        checkpoints that running attempts reported, into the state."""
+        checkpoints that running attempts reported, into the state. With ``strays``
+        (once a pass), then the executor's work of no open attempt is stopped
+        (:meth:`_stop_strays`), and the executor is asked even with no open handle."""
         handles = {a.handle: wid for wid, a in self._open.items() if a.handle is not None}
-        if not handles:
+        if not handles and not strays:
             return
         try:
             seen = self.executor.observe(list(handles))
@@ -1218,6 +1220,23 @@ class Scheduler:
                 self._ended(wid, o, now)
             elif o is not None and o.checkpoint_at is not None:
                 self._checkpointed(wid, o.checkpoint_at, now)
+        if strays:
+            self._stop_strays()
+
+    def _stop_strays(self) -> None:
+        """Have the executor stop its work of no open attempt (e.g. a Slurm job whose
+        ``sbatch`` timed out, went through only after ``find`` found nothing, and so runs
+        for an attempt ended ``never launched``). What is open is read after the observe
+        just before (whose listing the executor reuses): every launch that returned by
+        then has its handle here, and the attempts whose launch got no answer are passed
+        as ``launching``, since ``find`` may still adopt their job."""
+        known = {a.handle for a in self._open.values() if a.handle is not None}
+        launching = {(wid, a.n) for wid, a in self._open.items() if a.handle is None}
+        try:
+            self.executor.stop_strays(known, launching, self.grace_s)
+        except Exception as e:
+            log.warning("executor: work of no open attempt not stopped (looked for again "
+                        "next pass): %s", e)
 
     def _keep_warning(self, row: WorkloadRow) -> None:
         """Keep ``row``'s ``--signal``, read from its stored text; one that no longer reads

@@ -582,6 +582,12 @@ class LocalExecutor:
             self._remove_tmp(stem)  # its wrapper's, unless it was killed before it could
             self._move_aside(stem)
 
+    def stop_strays(
+        self, known: Collection[str], launching: Collection[tuple[str, int]], grace_s: float
+    ) -> None:
+        """Nothing to do: :meth:`find`'s void claim makes a wrapper it found nothing of
+        refuse to run, so no launch given up starts later."""
+
     def find(self, workload_id: str, attempt: int) -> str | None:
         """The handle of attempt ``attempt`` of ``workload_id`` if its wrapper claimed it.
 

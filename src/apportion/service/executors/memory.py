@@ -210,6 +210,12 @@ class MemoryExecutor:
         """Nothing to do: its attempts live in this process, which a restored database's
         lost future never reached."""
 
+    def stop_strays(
+        self, known: Collection[str], launching: Collection[tuple[str, int]], grace_s: float
+    ) -> None:
+        """Nothing to do: a launch either happened when it returned or raised, or never
+        will (``find`` answers from the same process)."""
+
     def log_path(self, workload_id: str, attempt: int) -> None:
         """Nothing runs, so there is no output."""
         return None

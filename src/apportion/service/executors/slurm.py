@@ -68,6 +68,7 @@ __all__ = [
     "parse_exit_code",
     "parse_gpu_count",
     "parse_gpu_types",
+    "unowned_jobs",
 ]
 
 JOB_NAME_PREFIX = "apportion-"
@@ -114,6 +115,11 @@ OUTAGE_SETTLE_S = 60.0
 # a launched job Slurm keeps PENDING for longer than this (behind a job submitted to Slurm
 # directly, say) is warned about: apportion counts it as running, and charges it, meanwhile
 PENDING_WARN_S = 10.0
+# a job of this executor's scripts that no open attempt owns (a launch given up as never
+# launched whose sbatch went through late, a second job of one attempt) is stopped once the
+# listings have shown it so for this long: the scheduler's own launch, whose id it learns as
+# sbatch returns, never looks unowned for so long
+STRAY_SETTLE_S = 10.0
 # a job's umask when its submitter sent none, as the local executor's (_wrapper.CHILD_UMASK):
 # sbatch would pass on the server's 077, and every file a job wrote would be its owner's alone
 JOB_UMASK = 0o022
@@ -235,6 +241,10 @@ class SlurmExecutor:
         self._active_at: dict[str, float] = {}
         self._unreachable_at: float | None = None
         self._pending_warned: set[str] = set()  # handles warned about as long PENDING
+        # the jobs of the last observe's listing, for stop_strays (None: taken since, or
+        # that observe got no listing); job id -> when first seen owned by no open attempt
+        self._listing: dict[str, dict[str, Any]] | None = None
+        self._unowned_since: dict[str, float] = {}
 
     # -- Executor protocol ---------------------------------------------------------------
 
@@ -473,7 +483,11 @@ class SlurmExecutor:
         """State of each handle from one ``squeue --json`` (plus ``scontrol`` for misses)."""
         self.tick()
         asked_at = time.time()
+        with self._lock:
+            self._listing = None  # a listing older than this call is never stop_strays'
         jobs = self._squeue()
+        with self._lock:
+            self._listing = jobs
         result: dict[str, Observation] = {}
         for handle in handles:
             job = jobs.get(handle)
@@ -605,7 +619,9 @@ class SlurmExecutor:
         """The job id of this attempt if Slurm has it (a launch whose answer was lost, e.g. an
         ``sbatch`` that timed out after the controller had queued the job), else None.
         Only a job of this executor's script counts: another apportion (or an earlier
-        database) on the same cluster may have used the same workload id. Raises
+        database) on the same cluster may have used the same workload id. Of several (the
+        attempt submitted twice) the oldest is adopted; :meth:`stop_strays` stops the
+        others, as it stops one that shows up only after this found nothing. Raises
         :class:`SlurmUnavailable` when Slurm cannot say."""
         name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
         script = os.path.abspath(self.jobs_dir / name)
@@ -625,28 +641,55 @@ class SlurmExecutor:
         warning and stopped as :meth:`stop` does, which returns at once: Slurm gives its
         GPUs to no other job before it has ended. Jobs of another data directory's
         scripts are left alone. When Slurm does not answer, a warning says so and nothing
-        else happens (the start goes on; they are looked for at the next start)."""
+        else happens (the start goes on; :meth:`stop_strays` finds them on a later pass)."""
         try:
             self._stop_unknown(known, grace_s)
         except SlurmUnavailable as e:
             log.warning("Slurm jobs the database does not know were not looked for: %s", e)
 
     def _stop_unknown(self, known: Collection[str], grace_s: float) -> None:
-        users = os.path.abspath(self.jobs_dir / "users")
-        for job_id, job in sorted(self._squeue().items(), key=lambda j: int(j[0])):
-            parsed = _parse_comment(str(job.get("comment") or ""))
-            if (parsed is None or job_id in known
-                    or _job_state(job.get("job_state")) not in ACTIVE_JOB_STATES):
-                continue
-            attempt, workload_id = parsed
-            name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
-            script = os.path.abspath(self.jobs_dir / name)
-            if not _is_script(str(job.get("command") or ""), script, users, name):
-                continue
+        for job_id, attempt, workload_id in unowned_jobs(self._squeue(), known, self.jobs_dir):
             log.warning("%s attempt %d (Slurm job %s) runs for no attempt the database "
                         "knows (a backup restored from before it started?): stopped",
                         workload_id, attempt, job_id)
-            self._stop(job_id, grace_s, parsed)
+            self._stop(job_id, grace_s, (attempt, workload_id))
+
+    def stop_strays(
+        self, known: Collection[str], launching: Collection[tuple[str, int]], grace_s: float
+    ) -> None:
+        """Stop, while the server runs, each job of this executor's scripts that Slurm
+        runs or holds for no open attempt: its id is none of ``known`` (the open attempts'
+        handles) and its attempt is none of ``launching`` (open attempts whose launch got
+        no answer yet, which ``find`` may still adopt). That is an ``sbatch`` that timed out
+        and went through only after ``find`` had found nothing (the attempt ended
+        ``never launched`` and requeued), or a second job of one attempt beside the one
+        ``find`` adopted (the oldest). Each is stopped as :meth:`stop` does once the
+        listings have shown it unowned for STRAY_SETTLE_S, and named in a warning.
+
+        No Slurm call of its own: it reads the listing of the :meth:`observe` called just
+        before it (the scheduler computes ``known`` after that observe, so any job in the
+        listing that its launches started already has its handle there); without one
+        (that observe got no answer) it does nothing."""
+        with self._lock:
+            jobs, self._listing = self._listing, None
+        if jobs is None:
+            return
+        now = time.monotonic()
+        found = unowned_jobs(jobs, known, self.jobs_dir, launching)
+        with self._lock:
+            self._unowned_since = {j: self._unowned_since.get(j, now) for j, _, _ in found}
+            due = [(j, n, w) for j, n, w in found if j not in self._stopped
+                   and now - self._unowned_since[j] >= STRAY_SETTLE_S]
+        for job_id, attempt, workload_id in due:
+            try:
+                self._stop(job_id, grace_s, (attempt, workload_id))
+            except SlurmError:
+                with self._lock:  # not stopped after all: looked at again next time
+                    self._stopped.discard(job_id)
+                raise
+            log.warning("%s attempt %d (Slurm job %s) runs for no open attempt (a launch "
+                        "given up as never launched that Slurm queued late, or a second "
+                        "job of one attempt): stopped", workload_id, attempt, job_id)
 
     # -- beyond the protocol -------------------------------------------------------------
 
@@ -1084,6 +1127,32 @@ def _log_dir(d: Path, acct: Account | None) -> None:
         os.chmod(d.parent, 0o711)
         os.chown(d, acct.uid, acct.gid)
         os.chmod(d, 0o700)
+
+
+def unowned_jobs(
+    jobs: Mapping[str, Mapping[str, Any]], known: Collection[str], jobs_dir: Path,
+    launching: Collection[tuple[str, int]] = (),
+) -> list[tuple[str, int, str]]:
+    """(job id, attempt, workload id), by job id, of each job of ``jobs`` (``squeue
+    --json``'s, by id) that is still active (running or pending), runs this executor's
+    script for its attempt (``jobs_dir``, as :meth:`SlurmExecutor.find` counts it), and
+    is owned by no open attempt: its id is not in ``known`` and its (workload id,
+    attempt) not in ``launching``."""
+    users = os.path.abspath(jobs_dir / "users")
+    found = []
+    for job_id, job in jobs.items():
+        parsed = _parse_comment(str(job.get("comment") or ""))
+        if (parsed is None or job_id in known
+                or _job_state(job.get("job_state")) not in ACTIVE_JOB_STATES):
+            continue
+        attempt, workload_id = parsed
+        if (workload_id, attempt) in launching:
+            continue
+        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+        script = os.path.abspath(jobs_dir / name)
+        if _is_script(str(job.get("command") or ""), script, users, name):
+            found.append((job_id, attempt, workload_id))
+    return sorted(found, key=lambda j: int(j[0]) if j[0].isdigit() else -1)
 
 
 def _is_script(command: str, script: str, users: str, name: str) -> bool:
