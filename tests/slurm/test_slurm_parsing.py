@@ -436,7 +436,8 @@ def test_unowned_jobs_are_this_executors_active_jobs_no_open_attempt_owns(
     """``unowned_jobs`` lists, by job id, the running or pending jobs of this executor's
     scripts whose id is no open attempt's handle and whose attempt is not one still
     launching (its launch unanswered): a duplicate of an adopted attempt is listed; a
-    known one, one of a launching attempt, a finished one, another data directory's and
+    known one, one of a launching attempt, a finished or completing one (its attempt
+    closed on its end marker while Slurm runs its epilog), another data directory's and
     one that is not apportion's are not."""
     jobs_dir = (tmp_path / "jobs").absolute()
     listing = {
@@ -445,6 +446,7 @@ def test_unowned_jobs_are_this_executors_active_jobs_no_open_attempt_owns(
         "23": _listed(jobs_dir, "RUNNING", "w-000002"),  # its attempt ended never launched
         "24": _listed(jobs_dir, "RUNNING", "w-000003", 2),  # its launch still unanswered
         "25": _listed(jobs_dir, "COMPLETED", "w-000004"),
+        "28": _listed(jobs_dir, "COMPLETING", "w-000008"),  # its attempt closed; epilog runs
         "26": _listed(jobs_dir, "RUNNING", "w-000005", scripts=tmp_path / "elsewhere"),
         "27": _listed(jobs_dir, "RUNNING", "w-000006", comment="someone else's"),
         "9": _listed(jobs_dir, "RUNNING", "w-000007"),

@@ -1134,16 +1134,19 @@ def unowned_jobs(
     launching: Collection[tuple[str, int]] = (),
 ) -> list[tuple[str, int, str]]:
     """(job id, attempt, workload id), by job id, of each job of ``jobs`` (``squeue
-    --json``'s, by id) that is still active (running or pending), runs this executor's
-    script for its attempt (``jobs_dir``, as :meth:`SlurmExecutor.find` counts it), and
-    is owned by no open attempt: its id is not in ``known`` and its (workload id,
-    attempt) not in ``launching``."""
+    --json``'s, by id) that is still active (running or pending; not completing: that one
+    ends anyway), runs this executor's script for its attempt (``jobs_dir``, as
+    :meth:`SlurmExecutor.find` counts it), and is owned by no open attempt: its id is not
+    in ``known`` and its (workload id, attempt) not in ``launching``."""
     users = os.path.abspath(jobs_dir / "users")
     found = []
     for job_id, job in jobs.items():
         parsed = _parse_comment(str(job.get("comment") or ""))
-        if (parsed is None or job_id in known
-                or _job_state(job.get("job_state")) not in ACTIVE_JOB_STATES):
+        state = _job_state(job.get("job_state"))
+        # COMPLETING: ending already (its epilog runs), like the job of an attempt that
+        # just closed on its end marker: nothing to stop, nothing to warn of
+        if (parsed is None or job_id in known or state not in ACTIVE_JOB_STATES
+                or state == "COMPLETING"):
             continue
         attempt, workload_id = parsed
         if (workload_id, attempt) in launching:
