@@ -806,6 +806,45 @@ def test_signal_reaches_the_batch_shell_alone_or_every_process_of_the_job(
         e.close()
 
 
+def test_signal_never_reaches_a_listed_pid_that_is_no_longer_below_the_wrapper(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pid listed as the job's (its cgroup's, or below its wrapper) may be freed by the
+    job and given to another account's process before the signal goes out: ``signal``
+    (``--signal`` without ``B:``) sends it only to a process still below the attempt's
+    wrapper, checked once the process is pinned, so a listed pid that is now a process
+    outside the job (here: one the listing names, as a recycled pid would be) gets
+    nothing, while the job's own processes still do."""
+    e = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", cgroups=None)
+    h: str | None = None
+    heard, job = tmp_path / "stranger", tmp_path / "job"
+    stranger = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time\n"
+         f"signal.signal(signal.SIGUSR1, lambda *a: open({str(heard)!r}, 'a').write('usr1'))\n"
+         "print('ready', flush=True)\ntime.sleep(60)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline() == "ready\n"
+        h = launch(e, f'trap "echo usr1 >> {job}" USR1; echo ready >> {job}; '
+                      "while :; do sleep 0.05; done")
+        wait_file(job)
+        listed = _procfs.descendants
+        monkeypatch.setattr(_procfs, "descendants",
+                            lambda pid: [*listed(pid), stranger.pid])
+        e.signal(h, signal.SIGUSR1, False)
+        deadline = time.monotonic() + DEADLINE_S
+        while _lines(job) != ["ready", "usr1"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert _lines(job) == ["ready", "usr1"]
+        assert not heard.exists() and stranger.poll() is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+        if h is not None:
+            e.stop(h, 0.0)
+        e.close()
+
+
 def test_a_signal_before_the_time_limit_reaches_a_real_job_that_runs_on_until_the_limit(
     tmp_path: Path,
 ) -> None:

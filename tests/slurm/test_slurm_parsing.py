@@ -653,7 +653,8 @@ def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sig
     seen: list[str] = []
     monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
         "Comment": "apportion:1:w-1 ", "JobName": "apportion-x",  # as scontrol -o gives it
-        "StdOut": str(elsewhere / "out.log")})
+        "StdOut": str(elsewhere / "out.log"),
+        "Command": str(tmp_path / "jobs" / "apportion-w-1-1.sh")})
     monkeypatch.setattr(ex, "_hard_kill", lambda job_id: seen.append("kill"))
 
     def scancel(args: list[str]) -> None:
@@ -687,3 +688,31 @@ def test_stop_records_the_earliest_deadline_beside_the_end_marker_before_its_sig
         assert list(elsewhere.iterdir()) == []  # the output path the job names: untouched
     finally:
         os.umask(old)
+
+
+def test_stop_writes_no_deadline_file_where_a_changed_comment_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's owner can change its comment in Slurm (``scontrol update Comment=``): a
+    stop of their job whose comment names another attempt (another user's workload) writes
+    no deadline file there, as root, and leaves that attempt's own file as it was; the
+    comment is believed only for a job whose command is this executor's script of the
+    attempt it names (run directly, or through runuser from an owner's directory)."""
+    ex = SlurmExecutor(tmp_path / "jobs", logs_dir=tmp_path / "logs")
+    theirs = ex.log_path("w-2", 1).parent
+    theirs.mkdir(parents=True)
+    their_stop = theirs / "apportion-w-2-1.stop"
+    their_stop.write_text("8 1000.000000\n")
+    mine = str(tmp_path / "jobs" / "users" / "alice" / "apportion-w-1-1.sh")
+    monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
+        "Comment": "apportion:1:w-2", "JobName": "apportion-w-2-1", "Command": mine})
+    monkeypatch.setattr(ex, "_scancel", lambda args: None)
+    ex.stop("7", grace_s=30)
+    assert their_stop.read_text() == "8 1000.000000\n"
+    assert sorted(p.name for p in theirs.iterdir()) == ["apportion-w-2-1.stop"]
+    # the same job with its comment as launched: its own file is written
+    ex.log_path("w-1", 1).parent.mkdir(parents=True)
+    monkeypatch.setattr(ex, "_scontrol_job", lambda job_id: {
+        "Comment": "apportion:1:w-1", "JobName": "x", "Command": mine})
+    ex.stop("7", grace_s=30)
+    assert (ex.log_path("w-1", 1).parent / "apportion-w-1-1.stop").read_text().startswith("7 ")

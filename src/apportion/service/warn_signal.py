@@ -55,6 +55,7 @@ def parse(text: str) -> WarnSignal:
     sig = m.group("sig").strip()
     number = _signal_number(sig)
     if number is None:
+        sig = sig if len(sig) <= 40 else f"{sig[:40]}... ({len(sig)} characters)"
         raise ValueError(f"{sig!r} is not a signal: give a number (1 to "
                          f"{signal.NSIG - 1}) or a name: {', '.join(NAMES)} (SIG before "
                          "it, any case)")
@@ -64,17 +65,23 @@ def parse(text: str) -> WarnSignal:
         if not (seconds.isascii() and seconds.isdigit()):
             raise ValueError(f"after @ comes the number of seconds before the time "
                              f"limit, 0 to {MAX_TIME_S} (got {seconds!r})")
-        time = int(seconds)
-        if time > MAX_TIME_S:
-            raise ValueError(f"{time} s: at most {MAX_TIME_S} seconds before the "
+        # a bound before int(): one of over 4300 digits would raise Python's own words
+        digits = seconds.lstrip("0") or "0"
+        if len(digits) > len(str(MAX_TIME_S)) or int(digits) > MAX_TIME_S:
+            shown = digits if len(digits) <= 20 else f"{digits[:20]}... ({len(digits)} digits)"
+            raise ValueError(f"{shown} s: at most {MAX_TIME_S} seconds before the "
                              "time limit (as sbatch takes it)")
+        time = int(digits)
     return WarnSignal(number, name_of(number), time, "B" in flags, "R" in flags)
 
 
 def _signal_number(sig: str) -> int | None:
     """A signal as sbatch names it: a number this system has, or a name of its table."""
     if sig.isascii() and sig.isdigit():
-        n = int(sig)
+        digits = sig.lstrip("0") or "0"
+        if len(digits) > len(str(signal.NSIG)):  # never int() thousands of digits
+            return None
+        n = int(digits)
         return n if 1 <= n < signal.NSIG else None
     upper = sig.upper()
     return _NUMBERS.get(upper[3:] if upper.startswith("SIG") else upper)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
+
+MAX_TREE_DEPTH = 4096  # a bound on the walk up the tree (pid 1 ends it long before)
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -79,6 +82,44 @@ def descendants(pid: int) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, ()))
     return out
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether the live process ``pid`` is below ``ancestor`` in the process tree now."""
+    for _ in range(MAX_TREE_DEPTH):
+        f = stat_fields(pid)
+        if f is None or f[0] in ("Z", "X", "x"):
+            return False
+        pid = int(f[1])
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def signal_below(pid: int, sig: int, ancestor: int) -> None:
+    """Send ``sig`` to ``pid`` only if it is still a process below ``ancestor`` (an
+    attempt's wrapper: every process of its job is). A pid listed a moment ago may have
+    been freed by the job and given to another account's process since: the process is
+    pinned first (a pidfd), then its place in the tree checked, then signalled through
+    the pidfd, so no other process is ever signalled in its stead."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except OSError:  # no pidfd (a kernel before 5.3): checked, then signalled by pid
+        if descends_from(pid, ancestor):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return
+    try:
+        if descends_from(pid, ancestor):
+            signal.pidfd_send_signal(fd, sig)
+    except ProcessLookupError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json_atomic(path: Path, data: dict[str, Any], durable: bool = True) -> None:

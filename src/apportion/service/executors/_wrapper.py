@@ -58,6 +58,7 @@ from apportion.service.executors._procfs import (
     descendants,
     handle_of,
     read_json,
+    signal_below,
     write_json_atomic,
 )
 from apportion.text import escape_controls
@@ -91,8 +92,7 @@ def main(argv: list[str]) -> int:
         child = state["child"]
         rest = (_cgroup.procs(cgroups) | set(descendants(me))) - {child}
         for pid in [child, *sorted(rest)] if isinstance(child, int) else sorted(rest):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+            signal_below(pid, sig, me)  # never a pid the job freed and another now has
 
     def kill_job() -> None:
         # as the executor's kill: the cgroup at once (nothing forks past it), then every
@@ -323,8 +323,7 @@ def _clean_up(cgroups: list[str], me: int) -> None:
         if cgroups:
             _cgroup.kill(cgroups)
         for pid in descendants(me):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            signal_below(pid, signal.SIGKILL, me)
         reaped = _reap_all()
         if not (cgroups and _cgroup.procs(cgroups)) and not descendants(me) and reaped:
             break

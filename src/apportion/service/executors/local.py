@@ -484,9 +484,8 @@ class LocalExecutor:
             rest = (_cgroup.procs(_cgroups_of(info)) | set(_procfs.descendants(wrapper))
                     ) - {child, wrapper}
             targets = ([child] if own and isinstance(child, int) else []) + sorted(rest)
-        for pid in targets:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
+        for pid in targets:  # each only while still below the wrapper (a pid is recycled)
+            _procfs.signal_below(pid, signum, wrapper)
 
     def observe(self, handles: Sequence[str]) -> dict[str, Observation]:
         self._reap()
@@ -917,10 +916,10 @@ class LocalExecutor:
                 os.killpg(pgid, signal.SIGKILL)
         handle = info.get("handle")
         if isinstance(handle, str) and _procfs.alive(handle):  # what the wrapper adopted
-            for pid in _procfs.descendants(_procfs.parse_handle(handle)[0]):
+            wrapper = _procfs.parse_handle(handle)[0]
+            for pid in _procfs.descendants(wrapper):
                 alive = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+                _procfs.signal_below(pid, signal.SIGKILL, wrapper)
         return alive
 
     def _exit_info(self, stem: str, handle: str) -> dict[str, object] | None:

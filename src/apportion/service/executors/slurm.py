@@ -436,10 +436,13 @@ class SlurmExecutor:
         down by then; :meth:`tick`'s kill stays (harmless twice). An earlier deadline
         already recorded for this job is kept: a stop sent again never extends it. ``job``
         (attempt, workload id) is read from the job's comment (``scontrol``) when not
-        given. The file goes where this executor put the attempt's log
-        (:meth:`log_path`), never where the job says its output goes: the job's owner can
-        change its name and output path in Slurm, and this runs as root. Not written (said
-        in the log), the server's kill alone remains, as before."""
+        given, and believed only if the job runs this executor's batch script of that
+        attempt (its command, which the owner cannot change; the comment they can, and
+        would otherwise have this write into another attempt's directory). The file goes
+        where this executor put the attempt's log (:meth:`log_path`), never where the job
+        says its output goes: the job's owner can change its name and output path in
+        Slurm, and this runs as root. Not written (said in the log), the server's kill
+        alone remains, as before."""
         if job is None:
             try:
                 found = self._scontrol_job(handle)
@@ -455,6 +458,14 @@ class SlurmExecutor:
             job = _parse_comment(found.get("Comment", "").strip())
             if job is None:
                 return  # not a job of apportion's
+            # the comment is the owner's to change (scontrol update): believed only for the
+            # job of this executor's script of that attempt, as find() believes it
+            if not self._is_script_of(found.get("Command", "").strip(), *job):
+                log.warning("Slurm job %s: its comment names %s attempt %d, whose batch "
+                            "script it does not run (%s): its kill deadline was not "
+                            "recorded; only this server kills it at the end of its grace",
+                            handle, job[1], job[0], found.get("Command", "").strip())
+                return
         attempt, workload_id = job
         base = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}"
         path = _stop_file(str(self.log_path(workload_id, attempt)), base)
@@ -623,16 +634,20 @@ class SlurmExecutor:
         attempt submitted twice) the oldest is adopted; :meth:`stop_strays` stops the
         others, as it stops one that shows up only after this found nothing. Raises
         :class:`SlurmUnavailable` when Slurm cannot say."""
-        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
-        script = os.path.abspath(self.jobs_dir / name)
-        users = os.path.abspath(self.jobs_dir / "users")
         ids = sorted(
             (job_id for job_id, job in self._squeue().items()
              if _parse_comment(str(job.get("comment") or "")) == (attempt, workload_id)
-             and _is_script(str(job.get("command") or ""), script, users, name)),
+             and self._is_script_of(str(job.get("command") or ""), attempt, workload_id)),
             key=int,
         )
         return ids[0] if ids else None
+
+    def _is_script_of(self, command: str, attempt: int, workload_id: str) -> bool:
+        """Whether a job's command (which its owner cannot change in Slurm, unlike its
+        comment, name and output path) is this executor's batch script of that attempt."""
+        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+        return _is_script(command, os.path.abspath(self.jobs_dir / name),
+                          os.path.abspath(self.jobs_dir / "users"), name)
 
     def stop_unknown(self, known: Collection[str], grace_s: float) -> None:
         """Stop every job of this executor's scripts that Slurm still runs or holds for no
