@@ -33,3 +33,14 @@ def wait_for_text(path: Path, text: str, timeout_s: float = 60.0) -> str:
         if time.monotonic() > deadline:
             raise AssertionError(f"{path}: no {text!r} after {timeout_s} s; has {content!r}")
         time.sleep(0.1)
+
+
+# a heartbeat a test job writes every 0.1 s: one line appended each time, so a kill in the
+# middle of a write leaves the earlier lines whole (``date > file`` would leave it empty)
+BEAT = 'trap "" TERM; while :; do date +%s.%N >> {}; sleep 0.1; done'
+
+
+def last_beat(path: Path) -> float:
+    """The time of the last whole line of a :data:`BEAT` file."""
+    return float([line for line in path.read_text().splitlines(keepends=True)
+                  if line.endswith("\n")][-1])

@@ -19,7 +19,7 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from harness.slurm_cluster import SlurmCluster
 
-from .helpers import wait_for_state, wait_for_text
+from .helpers import BEAT, last_beat, wait_for_state, wait_for_text
 
 pytestmark = pytest.mark.slurm
 
@@ -46,7 +46,7 @@ def test_the_hard_kill_after_the_grace_is_a_sigkill_to_every_process_of_the_job(
     """A job whose command and srun step ignore SIGTERM dies at the end of the grace
     period, not a second SIGTERM and Slurm's KillWait (5 s here) later; its end as observed
     covers the last moment its processes were alive (Slurm's whole seconds)."""
-    beat = 'trap "" TERM; while :; do date +%s.%N > {}; sleep 0.1; done'
+    beat = BEAT
     command = ["bash", "-c", f"srun -n1 bash -c '{beat.format(tmp_path / 'step')}' & "
                              f"{beat.format(tmp_path / 'batch')}"]
     handle = launch(executor, tmp_path, "stubborn", command)
@@ -57,7 +57,7 @@ def test_the_hard_kill_after_the_grace_is_a_sigkill_to_every_process_of_the_job(
     executor.stop(handle, grace_s=grace)
     obs = wait_for_state(executor, handle, AttemptState.EXITED)
     time.sleep(1.0)  # a survivor would write again meanwhile
-    last = max(float((tmp_path / n).read_text()) for n in ("batch", "step"))
+    last = max(last_beat(tmp_path / n) for n in ("batch", "step"))
     assert last < stopped_at + grace + 1.5  # KillWait would give stopped_at + grace + 5
     assert obs.signalled and obs.ended_at is not None
     assert last - 1.0 <= obs.ended_at <= time.time()

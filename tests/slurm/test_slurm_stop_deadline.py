@@ -13,7 +13,7 @@ from apportion.service.executors.identity import Identity
 from apportion.service.executors.slurm import SlurmExecutor
 from harness.slurm_cluster import SlurmCluster
 
-from .helpers import wait_for_state, wait_for_text
+from .helpers import BEAT, last_beat, wait_for_state, wait_for_text
 
 pytestmark = pytest.mark.slurm
 
@@ -26,7 +26,7 @@ def test_a_stopped_job_ignoring_sigterm_is_killed_at_its_deadline_with_the_serve
     server's SIGKILL), still dies at its deadline (``stop_issued_at + grace``): its last
     sign of life is within Slurm's latencies of it, its end marker is dated at it, and a
     restarted executor reads it ended, signalled, charged up to the deadline's second."""
-    beat = 'trap "" TERM; while :; do date +%s.%N > {}; sleep 0.1; done'
+    beat = BEAT
     log = executor.log_path("outage", 1)  # where the scheduler puts it (the stop file's dir)
     handle = executor.launch(Launch(
         workload_id="outage", attempt=1, slots=(HostSlots("gpu1", (0,)),),
@@ -51,7 +51,7 @@ def test_a_stopped_job_ignoring_sigterm_is_killed_at_its_deadline_with_the_serve
         time.sleep(0.2)
     assert time.time() < deadline + 5.0, "the job ran on past its deadline"
     time.sleep(1.0)  # a survivor would write again meanwhile
-    last = max(float((tmp_path / n).read_text()) for n in ("batch", "step"))
+    last = max(last_beat(tmp_path / n) for n in ("batch", "step"))
     assert deadline - 1.0 < last < deadline + 2.0
     marker = (log.parent / "apportion-outage-1.end").read_text().split()
     assert marker[0] == handle and deadline <= float(marker[2]) < deadline + 0.5
