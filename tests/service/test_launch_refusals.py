@@ -134,7 +134,7 @@ def test_restored_backup_stops_the_lost_futures_running_work(
     while the lost future's w-000001 (``sleep``) still runs: the start stops it (its
     wrapper and command are gone before anything is placed), says so in one warning naming
     the workload, attempt and wrapper pid, and sets its files aside with the exit record
-    its wrapper wrote. The new w-000001 attempt 1, given the same GPU and cgroup name, runs
+    its wrapper wrote (and the kill deadline its stop gave the wrapper). The new w-000001 attempt 1, given the same GPU and cgroup name, runs
     alone and ends with its own exit code (3) in an exit record naming its own wrapper."""
     db, data = shared / "db.sqlite", shared / "data"
     store, sched = local_service(db, data, accounts)
@@ -168,7 +168,7 @@ def test_restored_backup_stops_the_lost_futures_running_work(
         f"database knows (a backup restored from before it started?): stopped, its files "
         f"moved to {stale}"]
     set_aside = {p.name.split(".")[2]: p for p in stale.iterdir()}
-    assert sorted(set_aside) == ["exit", "run", "spec"]
+    assert sorted(set_aside) == ["exit", "run", "spec", "stop"]  # stop: the deadline it got
     assert json.loads(set_aside["exit"].read_text())["handle"] == wrapper
     new = submit(store, ["sh", "-c", "exit 3"])
     assert new == lost
