@@ -134,8 +134,9 @@ def test_restored_backup_stops_the_lost_futures_running_work(
     while the lost future's w-000001 (``sleep``) still runs: the start stops it (its
     wrapper and command are gone before anything is placed), says so in one warning naming
     the workload, attempt and wrapper pid, and sets its files aside with the exit record
-    its wrapper wrote (and the kill deadline its stop gave the wrapper). The new w-000001 attempt 1, given the same GPU and cgroup name, runs
-    alone and ends with its own exit code (3) in an exit record naming its own wrapper."""
+    its wrapper wrote (and the kill deadline its stop gave the wrapper). The new w-000001
+    attempt 1, given the same GPU and cgroup name, runs alone and ends with its own exit
+    code (3) in an exit record naming its own wrapper."""
     db, data = shared / "db.sqlite", shared / "data"
     store, sched = local_service(db, data, accounts)
     store.close()
