@@ -312,10 +312,17 @@ def test_a_stale_run_file_of_the_same_attempt_is_set_aside(
 ) -> None:
     """Run and exit files of the same workload and attempt from another timeline (a restored
     backup of this database) are neither read nor in the way: the new attempt runs, and is
-    observed with its own exit."""
+    observed with its own exit. The old wrapper has left (the exit record is written just
+    before it does) so that no stop of it adds a fourth file; a wrapper still running is
+    the case of test_local_executor's wrapper-of-another-timeline test."""
     ex = make_executor(shared)
     h = launch(ex, accounts.alice.name, ["true"], chdir=str(alice_dir))
     assert wait_end(ex, h).exit_code == 0
+    deadline = time.monotonic() + DEADLINE_S
+    while _procfs.alive(h) and time.monotonic() < deadline:
+        ex.observe([h])  # reaps the wrapper, a child of this process
+        time.sleep(0.02)
+    assert not _procfs.alive(h), "the first wrapper did not leave after its exit record"
     ex2 = make_executor(shared)  # the server again, its database restored to before w-000001
     h2 = launch(ex2, accounts.alice.name, ["sh", "-c", "exit 3"], chdir=str(alice_dir))
     o = wait_end(ex2, h2)

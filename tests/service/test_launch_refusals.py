@@ -106,7 +106,9 @@ def test_restored_backup_does_not_read_the_lost_futures_run_files(
 ) -> None:
     """A backup taken before w-000001 existed is restored with the data directory kept: the
     new w-000001 (``exit 3``) really runs and fails with its own exit code; the old
-    w-000001's run and exit files (exit 0) are set aside, not read."""
+    w-000001's run and exit files (exit 0) are set aside, not read. The old wrapper has
+    left before the restore (it writes its exit record just before): one still running is
+    the case of the next test."""
     db, data = shared / "db.sqlite", shared / "data"
     store, sched = local_service(db, data, accounts)
     store.close()
@@ -114,6 +116,11 @@ def test_restored_backup_does_not_read_the_lost_futures_run_files(
     store, sched = local_service(db, data, accounts)
     old = submit(store, ["true"])
     assert run_until_final(store, sched, [old])[old].status is Status.COMPLETED
+    wrapper = json.loads((data / "run" / store.db_id() / f"{old}.1.run").read_text())["handle"]
+    deadline = time.monotonic() + DEADLINE_S
+    while _procfs.alive(wrapper) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _procfs.alive(wrapper), "the old wrapper did not leave after its exit record"
     store.close()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
