@@ -378,14 +378,36 @@ _NAME_FILL = ('printf %s "$1" | sed -e "s/%%/\\x01/g" -e "s/%j/$APPORTION_WORKLO
               '-e "s/%x/$APPORTION_JOB_NAME/g" '
               '-e "s/%A/${APPORTION_ARRAY_ID:-$APPORTION_WORKLOAD_ID}/g" '
               '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"')
-# the shell line --output wraps a command in (without --open-mode): it fills in the file's
-# name and sends the command's output (stdout and stderr) there, the first attempt's from
-# the start of the file, a requeued attempt's after what is there, so that no attempt's
-# output is lost (apportion's default; Slurm's, JobFileAppend=0, truncates on requeue too:
-# --open-mode=truncate below)
-_OUTPUT_FILL = (f'out=$({_NAME_FILL}); shift; '
-                'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
-                'else exec >"$out" 2>&1; fi; exec "$@"')
+# How an attempt opens its files, by --open-mode. Without one (apportion's default) the
+# first attempt starts the file afresh and a requeued one writes after what is there, so
+# that no attempt's output is lost (Slurm's default, JobFileAppend=0, truncates on requeue
+# too). "append": every attempt appends, the first too, so work writing to one file after
+# other work (a chain of --dependency jobs with one --output) keeps what they wrote.
+# "truncate": every attempt starts the file afresh, a requeued one too, as Slurm does:
+# slurmstepd opens a batch job's output with O_TRUNC whenever the job's open mode is
+# truncate, whatever its restart count (io_get_file_flags in slurmstepd's io.c; slurmctld
+# sends the job's open_mode unchanged with each launch). Each is a shell clause given
+# ">" to start afresh or ">>" to append; the lines below are stored in workloads' commands
+# and recognised there, so their text must not change.
+def _by_attempt(opening: str) -> str:
+    """The clause of the default mode: ``opening`` with ``>`` on the first attempt, with
+    ``>>`` on a requeued one."""
+    return (f'if [ "${{APPORTION_ATTEMPT:-1}}" -gt 1 ]; then {opening.format(o=">>")} '
+            f'else {opening.format(o=">")} fi;')
+
+
+def _open_modes(opening: str) -> dict[str | None, str]:
+    """The clause of each --open-mode (None: none given) for a shell ``opening``."""
+    return {None: _by_attempt(opening), "append": opening.format(o=">>"),
+            "truncate": opening.format(o=">")}
+
+
+# the shell line --output wraps a command in: it fills in the file's name and sends the
+# command's output (stdout and stderr) there, opened as the --open-mode says
+_OUTPUT_OPENINGS = _open_modes('exec {o}"$out" 2>&1;')
+_OUTPUT_FILL_OF = {mode: f'out=$({_NAME_FILL}); shift; {opening} exec "$@"'
+                   for mode, opening in _OUTPUT_OPENINGS.items()}
+_OUTPUT_FILL = _OUTPUT_FILL_OF[None]
 # the line earlier versions wrapped a command in (every attempt truncating the file, %A
 # empty outside an array): their stored work is still known as writing to its file
 _EARLIER_OUTPUT_FILL = (
@@ -393,40 +415,19 @@ _EARLIER_OUTPUT_FILL = (
     '-e "s/%x/$APPORTION_JOB_NAME/g" -e "s/%A/$APPORTION_ARRAY_ID/g" '
     '-e "s/%a/$APPORTION_ARRAY_INDEX/g" -e "s/\\x01/%/g"); shift; '
     'exec >"$out" 2>&1; exec "$@"')
-# --open-mode=append: every attempt appends, the first too, so work writing to one file
-# after other work (a chain of --dependency jobs with one --output) keeps what they wrote
-_APPEND_OUTPUT_FILL = _OUTPUT_FILL.replace(
-    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
-    'else exec >"$out" 2>&1; fi;', 'exec >>"$out" 2>&1;')
-# --open-mode=truncate: every attempt starts the file afresh, a requeued one too, as Slurm
-# does: slurmstepd opens a batch job's output with O_TRUNC whenever the job's open mode is
-# truncate, whatever its restart count (io_get_file_flags in slurmstepd's io.c; slurmctld
-# sends the job's open_mode unchanged with each launch)
-_TRUNCATE_OUTPUT_FILL = _OUTPUT_FILL.replace(
-    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then exec >>"$out" 2>&1; '
-    'else exec >"$out" 2>&1; fi;', 'exec >"$out" 2>&1;')
-_OUTPUT_FILLS = (_OUTPUT_FILL, _APPEND_OUTPUT_FILL, _TRUNCATE_OUTPUT_FILL, _EARLIER_OUTPUT_FILL)
+_OUTPUT_FILLS = (*_OUTPUT_FILL_OF.values(), _EARLIER_OUTPUT_FILL)
 # the line --error (a file other than --output's) wraps a command in: "$1" is --output's
 # file (empty without one: stdout stays the attempt's log), "$2" --error's, each filled in
 # as above and opened as --output's is (the stdout file first, so a failure to open either
 # is said in the log); names that come out the same when filled in are one file, as Slurm
 # opens them once
-_ERROR_FILL = (f'fill() {{ {_NAME_FILL}; }}; out=$(fill "$1"); err=$(fill "$2"); shift 2; '
-               'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
-               '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
-               'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi; '
-               '[ "$err" != "$out" ] || exec 2>&1; exec "$@"')
-_APPEND_ERROR_FILL = _ERROR_FILL.replace(
-    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
-    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
-    'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi;',
-    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err";')
-_TRUNCATE_ERROR_FILL = _ERROR_FILL.replace(
-    'if [ "${APPORTION_ATTEMPT:-1}" -gt 1 ]; then '
-    '[ -z "$out" ] || exec >>"$out"; [ "$err" = "$out" ] || exec 2>>"$err"; '
-    'else [ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err"; fi;',
-    '[ -z "$out" ] || exec >"$out"; [ "$err" = "$out" ] || exec 2>"$err";')
-_ERROR_FILLS = (_ERROR_FILL, _APPEND_ERROR_FILL, _TRUNCATE_ERROR_FILL)
+_ERROR_OPENINGS = _open_modes('[ -z "$out" ] || exec {o}"$out"; '
+                              '[ "$err" = "$out" ] || exec 2{o}"$err";')
+_ERROR_FILL_OF = {mode: (f'fill() {{ {_NAME_FILL}; }}; out=$(fill "$1"); err=$(fill "$2"); '
+                         f'shift 2; {opening} [ "$err" != "$out" ] || exec 2>&1; exec "$@"')
+                  for mode, opening in _ERROR_OPENINGS.items()}
+_ERROR_FILL = _ERROR_FILL_OF[None]
+_ERROR_FILLS = tuple(_ERROR_FILL_OF.values())
 
 
 _FIELD = re.compile(r"%([%jxAa])")  # a field of --output's file name, as _OUTPUT_FILL fills it
@@ -486,11 +487,9 @@ def _with_output(command: list[str], output: str | None, mode: str | None = None
     its own) and ``%a`` its index, ``%%`` a percent sign: filled in when it starts."""
     if error is None or error == output:  # one file, as before --error was read
         assert output is not None
-        fill = {"append": _APPEND_OUTPUT_FILL, "truncate": _TRUNCATE_OUTPUT_FILL}.get(
-            mode or "", _OUTPUT_FILL)
+        fill = _OUTPUT_FILL_OF[mode]
         return ["/bin/sh", "-c", fill, "sh", output, *command]
-    fill = {"append": _APPEND_ERROR_FILL, "truncate": _TRUNCATE_ERROR_FILL}.get(
-        mode or "", _ERROR_FILL)
+    fill = _ERROR_FILL_OF[mode]
     return ["/bin/sh", "-c", fill, "sh", output or "", error, *command]
 
 
