@@ -4,6 +4,7 @@ traceback nor a request the server would read otherwise than the user meant."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import subprocess
@@ -16,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from apportion.cli.client import Client
 from apportion.cli.jobs import (
+    _ERROR_FILLS,
     _OUTPUT_FILL,
     _OUTPUT_FILLS,
     _with_output,
@@ -205,6 +207,20 @@ def test_work_stored_with_the_earlier_output_line_is_still_known_to_write_to_its
     for fill in _OUTPUT_FILLS:
         w = {"id": "w-000007", "command": ["/bin/sh", "-c", fill, "sh", "/x/%j.out", "true"]}
         assert output_file(w) == "/x/w-000007.out"
+
+
+def test_the_stored_output_and_error_lines_are_those_earlier_versions_stored() -> None:
+    """The shell lines that --output and --error wrap a command in are stored in workloads'
+    commands and recognised there by their text (``logs`` and ``show`` find the files from
+    them), so they must never change: the SHA-1 of each (no --open-mode, append, truncate;
+    and the earliest --output line) is that of the lines stored since --open-mode and
+    --error were first read."""
+    def sha1(text: str) -> str:
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    assert [sha1(f) for f in _OUTPUT_FILLS] == [
+        "d4c0de240d22", "2f36b63bf6a1", "af46f634c4f3", "ee126007df94"]
+    assert [sha1(f) for f in _ERROR_FILLS] == ["5371500466bf", "774dadaebbd0", "53fea5d27c97"]
 
 
 @pytest.mark.parametrize(("open_mode", "out", "err"), [
