@@ -825,44 +825,30 @@ def test_signal_from_an_sbatch_line_is_sent_and_none_sends_nothing(
                 "(got '2m')"),
     ("0@10", "'0' is not a signal"),
     ("BB:USR1", "the prefix is B:, R: or RB: (got BB:)"),
-])
+    # more digits than Python converts (4300): shortened, in the same words
+    ("9" * 5000, "'" + "9" * 40 + "... (5000 characters)' is not a signal: give a number (1 to"),
+    ("USR1@" + "9" * 5000, "9" * 20 + "... (5000 digits) s: at most 65535 seconds before the "
+                                      "time limit"),
+], ids=["unknown-name", "time-over-65535", "time-not-seconds", "signal-0", "bad-prefix",
+        "signal-of-5000-digits", "time-of-5000-digits"])
 def test_a_bad_signal_is_refused_naming_the_flag_or_the_script_line(
     tmp_path: Path, typed: str, says: str,
 ) -> None:
     """An unknown signal name, a number that is no signal, a time over sbatch's 65535 or
-    not a whole number of seconds: a usage error naming ``--signal`` and its value, or the
-    script's file and line, before anything is sent."""
+    not a whole number of seconds, a bad prefix: a usage error naming ``--signal`` and its
+    value, or the script's file and line, before anything is sent. A signal or a time of
+    more digits than Python converts (4300) is refused the same way, shown shortened, with
+    no word of Python's own limit (``sys.set_int_max_str_digits``)."""
     r = submit(*FLAGS, "--signal", typed, "--", "true")
     assert r.exit_code == 2
     assert f"Error: --signal {typed}: {says}" in r.stderr
+    assert "int_max_str_digits" not in r.stderr
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/sh\n#SBATCH --signal={typed}\n#APPORTION --budget ai/llm "
                       "--gpus 1 --min-runtime 0\ntrue\n")
     r = submit(str(script))
     assert r.exit_code == 2
     assert f"Error: job.sh:2: #SBATCH --signal={typed}: {says}" in r.stderr
-
-
-def test_a_signal_or_time_of_thousands_of_digits_is_refused_in_words_not_pythons(
-    tmp_path: Path,
-) -> None:
-    """A signal number or a time of more digits than Python converts (4300) is refused as
-    any number out of range is, naming ``--signal`` (or the script's line), shortened, with
-    no word of Python's own limit (``sys.set_int_max_str_digits``)."""
-    for typed, says in (("9" * 5000, "'" + "9" * 40 + "... (5000 characters)' is not a "
-                                       "signal: give a number (1 to"),
-                        ("USR1@" + "9" * 5000, "9" * 20 + "... (5000 digits) s: at most "
-                                               "65535 seconds before the time limit")):
-        r = submit(*FLAGS, "--signal", typed, "--", "true")
-        assert r.exit_code == 2
-        assert f"Error: --signal {typed}: {says}" in r.stderr
-        assert "int_max_str_digits" not in r.stderr
-        script = tmp_path / "job.sh"
-        script.write_text(f"#!/bin/sh\n#SBATCH --signal={typed}\n#APPORTION --budget ai/llm "
-                          "--gpus 1 --min-runtime 0\ntrue\n")
-        r = submit(str(script))
-        assert r.exit_code == 2
-        assert f"Error: job.sh:2: #SBATCH --signal={typed}: {says}" in r.stderr
 
 
 def test_signal_with_r_warns_that_it_has_no_effect_and_sends_the_signal(
