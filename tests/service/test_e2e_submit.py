@@ -148,15 +148,35 @@ def test_time_limit_over_the_cap_is_refused_in_human_units(live_sqlite: LiveFact
     assert "--time: 30 min is shorter than its minimum runtime of 1 h" in r.stderr, r.stderr
 
 
-def test_submit_wait_exits_with_the_workloads_exit_code(live_sqlite: LiveFactory) -> None:
+def test_submit_wait_exits_with_the_workloads_exit_code(live_sqlite: LiveFactory,
+                                                        tmp_path: Path) -> None:
     """``submit --wait`` blocks until the workload ends, printing its state changes, and
-    exits with its exit code: 7 for ``exit 7``, 0 for a success."""
+    exits with its exit code: 7 for ``exit 7``, 0 for a success. The first workload exits
+    only once ``--wait`` has printed it running (a fixed ``sleep 0.5`` could end between
+    two of its polls, 0.5 s apart, on a loaded machine: no running line to see)."""
     s = live_sqlite({"h0": 2})
-    r = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
-              "--wait", "--", "bash", "-c", "sleep 0.5; exit 7")
-    assert r.returncode == 7, (r.stdout, r.stderr)
-    wid = submitted_id(r.stdout)
-    lines = r.stdout.splitlines()
+    go, out, err = tmp_path / "go", tmp_path / "wait.out", tmp_path / "wait.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "apportion.cli.main", "submit", "--budget", "ai/llm",
+             "--gpus", "1", "--min-runtime", "1s", "--wait", "--", "bash", "-c",
+             f"while [ ! -e {q(go)} ]; do sleep 0.05; done; exit 7"],
+            env={**cli_env(s, "alice"), "TMPDIR": str(s.tmp)}, stdout=stdout, stderr=stderr)
+
+    def shown_running() -> bool:  # or ended, saying why not
+        return " running on " in out.read_text() or waiting.poll() is not None
+
+    try:
+        s.wait("submit --wait to show the workload running", shown_running)
+        go.touch()
+        assert waiting.wait(timeout=DEADLINE_S) == 7, (out.read_text(), err.read_text())
+    finally:
+        go.touch()  # the workload ends even if an assertion failed before
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    wid = submitted_id(out.read_text())
+    lines = out.read_text().splitlines()
     assert f"{wid}: running on h0:1 (attempt 1)" in lines, lines
     assert lines[-1] == f"{wid}: failed (exited 7)"
     ok = s.cli("alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime", "1s",
@@ -489,7 +509,9 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
     """In a tmux terminal: ``queue --watch 0.5`` shows the running workload with its name,
     hosts and protection left, and a pending one at position 1 with its reason; once the
     first is cancelled the refreshed screen shows the second running. Then ``submit --wait``
-    prints the state changes and the shell sees its exit code (5)."""
+    prints the state changes and the shell sees its exit code (5); that workload exits only
+    once the screen shows it running (a fixed ``sleep 0.5`` could end between two polls of
+    ``--wait``, 0.5 s apart, on a loaded machine)."""
     s = live_sqlite({"h0": 2})
     env = cli_env(s, "alice")
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
@@ -523,8 +545,12 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
         term.wait_for("the prompt back", lambda t: t.rstrip().endswith("term$"))
         s.cli("alice", "cancel", small)
         term.type("clear")
+        go = tmp_path / "go"  # the workload exits once --wait has shown it running
         term.type(f"{exe} -m apportion.cli.main submit --budget ai/llm --gpus 1 "
-                  "--min-runtime 1s --wait -- bash -c 'sleep 0.5; exit 5'; echo \"rc=$?\"")
+                  f"--min-runtime 1s --wait -- bash -c 'while [ ! -e {go} ]; do sleep 0.05; "
+                  "done; exit 5'; echo \"rc=$?\"")
+        term.wait_for("the workload running", lambda t: "running on h0:1 (attempt 1)" in t)
+        go.touch()
         # the shell's own output line, not the typed command that holds "rc=" too
         screen = term.wait_for("the exit code",
                                lambda t: re.search(r"^rc=\d+$", t, re.M) is not None)
@@ -532,6 +558,7 @@ def test_terminal_queue_watch_and_submit_wait(live_sqlite: LiveFactory,
         assert "running on h0:1 (attempt 1)" in screen
         assert "failed (exited 5)" in screen
     finally:
+        (tmp_path / "go").touch()  # the workload ends even if an assertion failed before
         term.close()
 
 

@@ -207,7 +207,10 @@ def test_a_kill_after_the_job_ended_leaves_its_wrapper_to_write_the_exit_record(
     wrapper: once it runs on, the attempt is reported ended, by the signal that killed it,
     never gone without a record. ``pgid-not-yet``: the same moment one step earlier, when
     the command has started and ended before the wrapper recorded its process group in the
-    run file (the file is put back as it was before that write)."""
+    run file (the file is put back as it was before that write). The wrapper is held only
+    once its command runs and it has recorded the command's group (its last write of the
+    run file: held in the middle of it, it would finish it after the test's), and only
+    once it is really stopped."""
     assert cgroups == "none" or CgroupHost.detect() is not None, "cgroups not mounted here"
     ex = make_executor(shared, CGROUPS[cgroups])
     h = launch(ex, accounts.alice.name, ["sleep", "300"], chdir=str(alice_dir))
@@ -221,14 +224,25 @@ def test_a_kill_after_the_job_ended_leaves_its_wrapper_to_write_the_exit_record(
                     return pid
         return None
 
-    while (job := the_sleep()) is None:
+    def recorded_group() -> Path | None:
+        for p in ex.run_dir.glob("*.run"):
+            claim = _procfs.read_json(p) or {}
+            if claim.get("handle") == h and claim.get("child_pgid") is not None:
+                return p
+        return None
+
+    while True:
+        job, run_file = the_sleep(), recorded_group()
+        if job is not None and run_file is not None:
+            break
         assert time.monotonic() < deadline, log_of(ex)
         time.sleep(0.02)
     os.kill(wrapper, signal.SIGSTOP)
     try:
+        while (f := _procfs.stat_fields(wrapper)) is not None and f[0] not in "tT":
+            assert time.monotonic() < deadline, f"the wrapper never stopped: {f[0]}"
+            time.sleep(0.005)
         if not recorded:
-            [run_file] = [p for p in ex.run_dir.glob("*.run")
-                          if (_procfs.read_json(p) or {}).get("handle") == h]
             claim = _procfs.read_json(run_file)
             assert claim is not None and claim["child_pgid"] is not None
             _procfs.write_json_atomic(run_file, {**claim, "child_pgid": None})

@@ -364,16 +364,28 @@ def test_find_adopts_claimed_attempts_and_voids_unclaimed_ones(
     assert not marker.exists()
 
 
+def _freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped: the signal only takes effect when the
+    process next leaves the kernel, so one in the middle of a system call (the link that
+    makes its claim) finishes that call first."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + DEADLINE_S
+    while (fields := _procfs.stat_fields(pid)) is not None and fields[0] not in "tT":
+        assert time.monotonic() < deadline, f"{pid} never stopped: {fields[0]}"
+        time.sleep(0.005)
+
+
 def _voided_before_its_claim(ex: LocalExecutor, run_dir: Path) -> tuple[str, str]:
     """Launch, freeze the wrapper before it claims its attempt, and stop it: the stop voids
     the attempt. Returns (handle, stem); tries new workloads until a wrapper was frozen
     before its claim (it takes Python's start-up to claim, so the first try nearly always
-    is)."""
+    is). Whether it claimed is looked at once it is stopped, never while it may still be
+    in the middle of writing its claim."""
     for i in range(1, 21):
         wid = f"w-{i:06d}"
         h = launch(ex, "sleep 300", wid=wid)
         pid, _ = _procfs.parse_handle(h)
-        os.kill(pid, signal.SIGSTOP)
+        _freeze(pid)
         stem = f"{wid}.1"
         if not (run_dir / f"{stem}.run").exists():
             ex.stop(h, grace_s=5.0)

@@ -23,9 +23,10 @@ from apportion.service.store import ServerLock
 def test_a_second_server_on_the_same_database_refuses_to_start(
     backend: str, tmp_path: Path
 ) -> None:
-    """Server A runs a workload; server B, same database, another port: B exits 1 saying
-    another server schedules with the database, A's workload still runs, A still answers;
-    once A has stopped, B starts (the lock goes with its holder)."""
+    """Server A runs a workload (B starts once A has started it); server B, same database,
+    another port: B exits 1 saying another server schedules with the database, A's workload
+    still runs, A still answers; once A has stopped, B starts (the lock goes with its
+    holder)."""
     url = db_url(backend, tmp_path)
     config = write_config(tmp_path / "apportion.toml", free_port(), db_url=url,
                           executor="memory")
@@ -37,6 +38,11 @@ def test_a_second_server_on_the_same_database_refuses_to_start(
             "budget": "ai/llm", "gpus": 1, "min_runtime": "1h", "command": ["sleep", "600"]})
         assert w.status_code == 201, w.text
         wid = w.json()["id"]
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{a.url}/v1/workloads/{wid}", headers=headers).json()[
+                "status"] != "running":
+            assert time.monotonic() < deadline, "A never started its workload"
+            time.sleep(0.1)
         b = subprocess.run(
             [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config),
              "--port", str(free_port())],

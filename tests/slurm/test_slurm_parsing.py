@@ -570,6 +570,43 @@ def _group_alive(pgid: int) -> list[str]:
     return [line for line in out.splitlines() if line.strip() and not line.startswith("Z")]
 
 
+def _group_alive_until(pgid: int, until: float) -> list[str]:
+    """:func:`_group_alive` once it is empty, or at ``until`` (wall clock) at the latest: a
+    process sent SIGKILL runs until it is next scheduled, a moment on a loaded machine."""
+    while (alive := _group_alive(pgid)) and time.time() < until:
+        time.sleep(0.02)
+    return alive
+
+
+def _timers(script: int) -> set[int]:
+    """The running deadline timers of the batch script ``script``: its subshells (children
+    with its own command line; the command is ``bash -c ...``)."""
+    def read(pid: str, what: str) -> bytes:
+        try:
+            return Path(f"/proc/{pid}/{what}").read_bytes()
+        except OSError:
+            return b""
+
+    own = read(str(script), "cmdline")
+    found = set()
+    for entry in Path("/proc").glob("[0-9]*"):
+        fields = read(entry.name, "stat").rpartition(b")")[2].split()
+        if (len(fields) > 1 and int(fields[1]) == script and fields[0] not in (b"Z", b"X")
+                and read(entry.name, "cmdline") == own):
+            found.add(int(entry.name))
+    return found
+
+
+def _armed(script: int, other_than: set[int]) -> set[int]:
+    """Wait until ``script`` runs a deadline timer that is none of ``other_than`` (it has
+    read its stop file at a SIGTERM and armed its timer anew); its timers then."""
+    deadline = time.monotonic() + 30
+    while not (timers := _timers(script)) - other_than:
+        assert time.monotonic() < deadline, f"no new timer (had {other_than})"
+        time.sleep(0.01)
+    return timers
+
+
 def test_batch_script_kills_its_job_at_the_stops_earliest_deadline_without_the_server(
     tmp_path: Path,
 ) -> None:
@@ -578,7 +615,9 @@ def test_batch_script_kills_its_job_at_the_stops_earliest_deadline_without_the_s
     earliest deadline holds (one sent later never puts the kill later), a SIGTERM sent to
     its whole process group (a job's ``kill 0``) does not disarm the timer, and at the
     deadline the end marker is written dated then, the job's step and batch step get
-    ``scancel --signal=KILL``, and every process of the script's group is killed."""
+    ``scancel --signal=KILL``, and every process of the script's group is killed. Each
+    deadline is written once the script has read the one before (its timer armed anew:
+    a fixed 0.3 s let a slow script read the next one in its place)."""
     import signal
 
     argv, env, calls = _deadline_job(
@@ -591,11 +630,11 @@ def test_batch_script_kills_its_job_at_the_stops_earliest_deadline_without_the_s
         t0 = time.time()
         stop.write_text(f"4242 {t0 + 4:.6f}\n")
         proc.terminate()
-        time.sleep(0.3)
+        first = _armed(proc.pid, set())
         deadline = t0 + 1.5
         stop.write_text(f"4242 {deadline:.6f}\n")  # earlier: it holds
         os.killpg(proc.pid, signal.SIGTERM)
-        time.sleep(0.3)
+        _armed(proc.pid, first)
         stop.write_text(f"4242 {t0 + 9:.6f}\n")  # later: ignored
         proc.terminate()
         assert proc.wait(30) == -signal.SIGKILL
@@ -607,8 +646,7 @@ def test_batch_script_kills_its_job_at_the_stops_earliest_deadline_without_the_s
     assert calls.read_text().splitlines() == [
         "squeue -h -s -j 4242 -o %i", "scancel --signal=KILL 4242.0",
         "scancel --batch --full --signal=KILL 4242"]
-    time.sleep(0.2)
-    assert _group_alive(proc.pid) == []  # the command, its sleep and the timer
+    assert _group_alive_until(proc.pid, ended + 10) == []  # the command, its sleep, the timer
 
 
 def test_batch_script_of_a_job_ending_within_the_grace_kills_nothing_and_leaves_no_timer(
@@ -617,19 +655,21 @@ def test_batch_script_of_a_job_ending_within_the_grace_kills_nothing_and_leaves_
     """A job that exits within its grace period keeps its own exit status and end marker:
     its script drops the deadline's timer when the command ends, so nothing of the job
     (no timer, no sleep) outlives it and no kill is ever sent; dropping the timer writes
-    nothing to the job's log (bash notes a SIGKILLed background job it still tracks)."""
+    nothing to the job's log (bash notes a SIGKILLed background job it still tracks). (The
+    timer, sent SIGKILL as the script ends, is waited for until its deadline at most: one
+    that survived would act then.)"""
     argv, env, calls = _deadline_job(
         tmp_path, 'trap "sleep 0.3; exit 3" TERM; echo up; while :; do sleep 0.1; done')
     with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline() == "up\n"
-        (tmp_path / "job.stop").write_text(f"4242 {time.time() + 1.5:.6f}\n")
+        kill_at = time.time() + 1.5
+        (tmp_path / "job.stop").write_text(f"4242 {kill_at:.6f}\n")
         proc.terminate()
         assert proc.wait(30) == 3
         assert proc.stderr.read() == ""
-    time.sleep(0.2)
-    assert _group_alive(proc.pid) == []
+    assert _group_alive_until(proc.pid, kill_at) == []
     time.sleep(1.5)  # past the deadline
     assert not calls.exists()
     assert (tmp_path / "job.end").read_text().split()[:2] == ["4242", "3"]
