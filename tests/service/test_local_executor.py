@@ -315,6 +315,37 @@ def test_a_launch_kills_another_timelines_wrapper_still_running_its_name(
     assert json.loads(aside["exit"].read_text())["handle"] == old
 
 
+def test_a_launch_leaves_another_timelines_wrapper_that_has_written_its_exit_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrapper of another timeline that has written its exit record but not yet left
+    (here a stand-in process named by both of its files) is neither stopped nor warned
+    about when w-000001 attempt 1 is launched again: its command has ended. Its run and
+    exit files (no stop file: none was written) are set aside, and the new attempt records
+    its own exit (5)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    leaving = subprocess.Popen(["sleep", "1000"])
+    try:
+        handle = _procfs.handle_of(leaving.pid)
+        assert handle is not None
+        _procfs.write_json_atomic(run_dir / "w-000001.1.run", {"handle": handle})
+        _procfs.write_json_atomic(run_dir / "w-000001.1.exit",
+                                  {"handle": handle, "exit_code": 0, "ended_at": time.time()})
+        ex = LocalExecutor([("h0", 8)], tmp_path / "logs", run_dir)
+        with caplog.at_level(logging.WARNING, logger="apportion.executor.local"):
+            new = launch(ex, "exit 5")
+        assert _procfs.alive(handle)
+        assert caplog.records == []
+        o = wait_for(ex, new)
+        assert (o.state, o.exit_code) == (AttemptState.EXITED, 5)
+        assert sorted(p.name.split(".")[2] for p in (run_dir / "stale").iterdir()) == [
+            "exit", "run"]
+    finally:
+        leaving.kill()
+        leaving.wait()
+
+
 def test_a_wrapper_whose_files_were_set_aside_writes_no_exit_record(
     ex: LocalExecutor, tmp_path: Path
 ) -> None:

@@ -736,10 +736,13 @@ class LocalExecutor:
         """A new attempt's files cannot exist yet in this database's history: any found
         are another timeline's (a restored backup) and are moved out of the way. A wrapper
         they name that still runs (one :meth:`stop_unknown` did not see) is killed first:
-        it holds the GPUs and the cgroup names the new attempt is about to be given."""
+        it holds the GPUs and the cgroup names the new attempt is about to be given. One
+        that has written its exit record is left to leave (as :meth:`stop_unknown` leaves
+        it): its command has ended, and it writes nothing more."""
         info = _procfs.read_json(self.run_dir / f"{stem}.run")
         handle = info.get("handle") if info else None
-        if isinstance(handle, str) and _procfs.alive(handle):
+        if (isinstance(handle, str) and _procfs.alive(handle)
+                and self._exit_info(stem, handle) is None):
             wid, attempt = stem.rsplit(".", 1)
             log.warning("%s attempt %s: the wrapper (pid %d) of another timeline's attempt "
                         "of that name still runs: killed before the new attempt starts",
