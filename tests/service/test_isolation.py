@@ -326,9 +326,9 @@ def test_a_stale_run_file_of_the_same_attempt_is_set_aside(
 ) -> None:
     """Run and exit files of the same workload and attempt from another timeline (a restored
     backup of this database) are neither read nor in the way: the new attempt runs, and is
-    observed with its own exit. The old wrapper has left (the exit record is written just
-    before it does) so that no stop of it adds a fourth file; a wrapper still running is
-    the case of test_local_executor's wrapper-of-another-timeline test."""
+    observed with its own exit. The old wrapper is waited for until it has left (it writes
+    its exit record just before), so the files found are those of a wrapper that has ended;
+    one still leaving, and one still running, are test_local_executor's cases."""
     ex = make_executor(shared)
     h = launch(ex, accounts.alice.name, ["true"], chdir=str(alice_dir))
     assert wait_end(ex, h).exit_code == 0

@@ -106,9 +106,9 @@ def test_restored_backup_does_not_read_the_lost_futures_run_files(
 ) -> None:
     """A backup taken before w-000001 existed is restored with the data directory kept: the
     new w-000001 (``exit 3``) really runs and fails with its own exit code; the old
-    w-000001's run and exit files (exit 0) are set aside, not read. The old wrapper has
-    left before the restore (it writes its exit record just before): one still running is
-    the case of the next test."""
+    w-000001's run and exit files (exit 0) are set aside, not read. The old wrapper is
+    waited for until it has left (it writes its exit record just before), so the files are
+    those of a wrapper that has ended; one still running is the case of the next test."""
     db, data = shared / "db.sqlite", shared / "data"
     store, sched = local_service(db, data, accounts)
     store.close()
