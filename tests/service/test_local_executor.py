@@ -533,6 +533,23 @@ def test_an_attempt_voided_before_its_claim_leaves_no_cgroup(tmp_path: Path) -> 
     assert _existing(made) == []
 
 
+def test_a_launch_killed_before_its_spec_leaves_no_cgroup_once_found_void(
+        tmp_path: Path) -> None:
+    """A server killed during a launch, after it made the attempt's cgroups and before it
+    wrote the spec naming them, leaves them behind with nothing recording them. The next
+    server's reconciliation finds no claim for the attempt, voids it, and removes them by
+    the name the launch gives them: none is left, and the attempt counts as never
+    started."""
+    ex = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", db_id="nospec")
+    assert ex.cgroups is not None, "cgroups are not available here"
+    made = [str(d) for d in ex.cgroups.create(ex._cgroup_name("w-000001.1"), {0})]
+    assert _existing(made) == made and not (ex.run_dir / "w-000001.1.spec").exists()
+    after = LocalExecutor([("h0", 8)], tmp_path / "logs", tmp_path / "run", db_id="nospec")
+    assert after.find("w-000001", 1) is None
+    assert _existing(made) == []
+    assert (_procfs.read_json(after.run_dir / "w-000001.1.run") or {}).get("void") is True
+
+
 def test_a_stop_between_the_wrappers_claim_and_its_fork_leaves_no_cgroup(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A SIGTERM that reaches the wrapper after it claimed its attempt but before it forked

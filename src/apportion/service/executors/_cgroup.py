@@ -63,15 +63,18 @@ class CgroupHost:
         fence = "GPU device nodes fenced" if self.devices else "no devices controller"
         return f"cgroup v1 at {self.root} ({', '.join(self.controllers)}; {fence})"
 
+    def dirs(self, name: str) -> list[Path]:
+        """The directories :meth:`create` makes for ``name`` (whether made or not)."""
+        if self.version == 2:
+            return [self.root / PREFIX / name]
+        return [self.root / c / PREFIX / name for c in self.controllers]
+
     def create(self, name: str, gpus: Iterable[int] | None,
                pids_max: int | None = None) -> list[str]:
         """Make the attempt's cgroups; ``gpus``: GPU indexes it may open (None: no fence);
         ``pids_max``: how many processes and threads it may have at once (None or 0: no
         limit), where the pids controller is there (v1 mounted; v2 enabled at the root)."""
-        if self.version == 2:
-            dirs = [self.root / PREFIX / name]
-        else:
-            dirs = [self.root / c / PREFIX / name for c in self.controllers]
+        dirs = self.dirs(name)
         for d in dirs:
             d.mkdir(parents=True, exist_ok=True)
         if pids_max:

@@ -228,8 +228,7 @@ class LocalExecutor:
         cgroups: list[str] = []
         if self.cgroups is not None:
             gpus = {i for d in devices for i in d}
-            name = f"{self.db_id[:12] or 'local'}-{stem}"
-            cgroups = self.cgroups.create(name, gpus, self.pids_max)
+            cgroups = self.cgroups.create(self._cgroup_name(stem), gpus, self.pids_max)
         spec: dict[str, Any] = {
             "db_id": self.db_id, "workload": wid, "attempt": launch.attempt,
             "argv": argv, "env": env, "chdir": launch.chdir or run_as.home or "/",
@@ -608,8 +607,9 @@ class LocalExecutor:
             if _procfs.create_json_exclusive(run_file, {"void": True, "at": time.time()}):
                 break
         # never started: the cgroups made for it at launch hold nothing, and nobody else
-        # knows them (only its spec names them); nor does its private TMPDIR
-        _cgroup.remove(_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
+        # knows them (its spec names them, if the launch got as far as writing it); nor
+        # does its private TMPDIR
+        _cgroup.remove(self._cgroups(stem))
         self._remove_tmp(stem)
         return None
 
@@ -955,9 +955,17 @@ class LocalExecutor:
 
     def _cgroups(self, stem: str) -> list[str]:
         """The cgroups made for attempt ``stem`` at launch: its wrapper's claim names them;
-        before a claim, or after a void one, only its spec does."""
-        return (_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.run"))
-                or _cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
+        before a claim, or after a void one, only its spec does; with no spec (the server
+        died between making them and writing it), the name the launch gives them."""
+        named = (_cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.run"))
+                 or _cgroups_of(_procfs.read_json(self.run_dir / f"{stem}.spec")))
+        if named or self.cgroups is None:
+            return named
+        return [str(d) for d in self.cgroups.dirs(self._cgroup_name(stem))]
+
+    def _cgroup_name(self, stem: str) -> str:
+        """The name of attempt ``stem``'s cgroups, one per server store and attempt."""
+        return f"{self.db_id[:12] or 'local'}-{stem}"
 
     def _reap(self) -> None:
         """Collect exited wrappers started by this process, so none lingers as a zombie."""
