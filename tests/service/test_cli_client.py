@@ -629,6 +629,7 @@ def test_budget_commands(server: Server) -> None:
         3.0, ["alice", "bob"], ["dave"])
     text = run(server, "bob", "budgets", "tree").stdout
     assert "  robotics" in text
+    assert run(server, "bob", "budgets", "list").stdout == text  # as `hosts list` is
     usage = run_json(server, "bob", "budgets", "usage")
     assert {b["path"] for b in usage["budgets"]} >= {"ai", "ai/robotics"}
     audit = run_json(server, "bob", "audit", "--target", "ai/robotics")

@@ -10,6 +10,7 @@ server's message on stderr and exit with the status of its kind (``EXIT_CODES``)
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -684,6 +685,13 @@ def budgets_tree(client: Client, as_json: bool) -> None:
           f"{100 * r.share:.1f}%", ",".join(r.managers) or "-",
           ",".join(r.members) or "-"] for r in parse_list(Budget, data, "GET /v1/budgets")],
     )
+
+
+# `budgets list` is `budgets tree`, as hosts, users and tokens have `list`; hidden, so the
+# help lists the command once
+_budgets_list = copy.copy(budgets_tree)
+_budgets_list.hidden = True
+budgets.add_command(_budgets_list, "list")
 
 
 @budgets.command("set")
