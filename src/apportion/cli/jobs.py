@@ -91,6 +91,9 @@ _APPORTION_OPTS = {
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
+    # a Slurm account is what the job is charged to: apportion's budget (as the sacct
+    # importer reads Account)
+    "--account": "budget", "-A": "budget",
     "--job-name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
     "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
     "--output": "output", "-o": "output", "--array": "array", "-a": "array",
@@ -558,7 +561,9 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 
 # ---- submit ----------------------------------------------------------------------------------
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--budget", help="leaf budget path, e.g. ai/llm/alice")
+@click.option("--budget", "--account", "-A", "budget",
+              help="leaf budget path, e.g. ai/llm/alice (--account, -A: as sbatch names "
+                   "what a job is charged to)")
 @click.option("--gpus", type=int, help="GPUs (gang-scheduled)")
 @click.option("--min-runtime",
               help="minimum runtime: 30m, 8h, seconds; 0 = unallocated (free, preemptible)")
@@ -618,11 +623,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
       apportion submit job.sh [ARGS...]
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
-    #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
-    --gpus, --nodes, --chdir, --output, --error, --open-mode, --array, --dependency,
-    --nodelist, --exclude, --export, --signal); options on the
-    command line win. Lines it does not use are listed on stderr with their line numbers;
-    an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
+    #SBATCH lines the common subset (--account (the budget), --job-name, --time,
+    --gres=gpu:N, --gpus-per-node, --gpus, --nodes, --chdir, --output, --error,
+    --open-mode, --array, --dependency, --nodelist, --exclude, --export, --signal);
+    options on the command line win. Lines it does not use are listed on stderr with their
+    line numbers; an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
     start time.
     A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
