@@ -497,6 +497,28 @@ def test_cancel_state_refuses_states_that_are_not_active_before_cancelling_anyth
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_queue_and_cancel_take_slurms_user_and_state_options_and_state_names(
+    server: Server,
+) -> None:
+    """``queue -u USER -t PD`` and ``cancel -u USER -t PENDING``, as squeue and scancel
+    take them: ``-u`` is ``--user``, ``-t`` (and queue's ``--states``) ``--state``, whose
+    states are read in any case and as Slurm's codes (``PD``, ``R``, ``CG``); they were
+    refused (``No such option '-u'``; ``'PENDING': must be pending, ...``)."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    assert wait_status(server, wid, {"running"})["status"] == "running"
+    for args in (("-u", "dave", "-t", "R"), ("--user", "dave", "--states", "Running"),
+                 ("-u", "dave", "-t", "pd,r,cg")):
+        rows = run_json(server, "dave", "queue", *args)
+        assert [w["id"] for w in rows] == [wid], args
+    assert run_json(server, "dave", "queue", "-u", "dave", "-t", "PD") == []
+    r = run(server, "dave", "cancel", "-u", "dave", "-t", "PENDING")
+    assert (r.exit_code, r.stdout) == (0, "nothing to cancel\n"), r.output
+    r = run(server, "dave", "cancel", "-u", "dave", "-t", "RUNNING")
+    assert r.exit_code == 0 and wid in r.stdout, r.output
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
 def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
     """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
     (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""

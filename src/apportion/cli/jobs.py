@@ -929,15 +929,22 @@ ACTIVE = ("pending", "running", "stopping")  # the states queue shows and cancel
 WORKLOADS_PAGE = 100_000  # GET /v1/workloads's largest limit
 
 
+# Slurm's state codes as squeue and scancel take them (-t PD,R); its names are read in any
+# case (PENDING), as Slurm reads them
+_SLURM_STATES = {"pd": "pending", "r": "running", "cg": "stopping", "completing": "stopping"}
+
+
 def active_states(text: str | None, finished: str) -> list[str]:
-    """The states ``--state`` names (comma-separated); one that is not active is a usage
-    error naming it, ``finished`` saying what to do about finished work instead."""
-    wanted = [s.strip() for s in (text or "").split(",") if s.strip()]
-    bad = [s for s in wanted if s not in ACTIVE]
+    """The states ``--state`` names (comma-separated, any case, or Slurm's codes ``PD``,
+    ``R``, ``CG``); one that is not active is a usage error naming it, ``finished`` saying
+    what to do about finished work instead."""
+    typed = [s.strip() for s in (text or "").split(",") if s.strip()]
+    wanted = [_SLURM_STATES.get(s.lower(), s.lower()) for s in typed]
+    bad = [t for t, s in zip(typed, wanted, strict=True) if s not in ACTIVE]
     if bad:
         raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
                                f"({finished})")
-    return wanted
+    return list(dict.fromkeys(wanted))
 
 
 def _me(client: Client) -> str:
@@ -1115,10 +1122,11 @@ QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSE
 
 @click.command()
 @click.option("--me", is_flag=True, help="only my workloads")
-@click.option("--user", default=None, help="only this user's workloads")
+@click.option("--user", "-u", default=None, help="only this user's workloads")
 @click.option("--budget", default=None, help="only this budget node's subtree")
-@click.option("--state", "states", default=None,
-              help="only these states, comma-separated: pending,running,stopping")
+@click.option("--state", "--states", "-t", "states", default=None,
+              help="only these states, comma-separated: pending,running,stopping (any "
+                   "case; Slurm's PD,R,CG too)")
 @click.option("--watch", type=FiniteFloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS",
               help="refresh every SECONDS (at most a day) until interrupted (Ctrl-C)")
@@ -1208,11 +1216,11 @@ def _ancestors(path: str) -> list[str]:
 @click.command()
 @click.argument("ids", nargs=-1, type=WORKLOAD_ID)
 @click.option("--me", is_flag=True, help="every active workload of mine (--user ME)")
-@click.option("--user", default=None, help="every active workload of this user")
+@click.option("--user", "-u", default=None, help="every active workload of this user")
 @click.option("--budget", default=None, help="every active workload in this budget's subtree")
-@click.option("--state", "states", default=None,
+@click.option("--state", "-t", "states", default=None,
               help="with --me/--user/--budget/--array: only these states, comma-separated: "
-                   "pending,running,stopping")
+                   "pending,running,stopping (any case; Slurm's PD,R,CG too)")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
 @click.option("--json", "as_json", is_flag=True,
