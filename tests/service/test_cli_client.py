@@ -519,6 +519,26 @@ def test_queue_and_cancel_take_slurms_user_and_state_options_and_state_names(
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_submit_parsable_prints_only_the_id_for_a_script_to_keep(server: Server) -> None:
+    """``submit --parsable`` (sbatch's, for ``jid=$(sbatch --parsable job.sh)``) prints the
+    workload's id alone on stdout, an array's id for an array (which ``afterok:`` takes for
+    the whole array), and with ``--wait`` only that: the state changes go to stderr;
+    ``--parsable`` with ``--json`` is a usage error (it was refused: ``No such option
+    '--parsable'. Did you mean '--resumable'?``)."""
+    flags = ("--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", "submit", "--parsable", *flags, "--array", "0-1", "--", "true")
+    assert r.exit_code == 0, r.output
+    array = r.stdout.strip()
+    assert r.stdout == f"{array}\n" and run_json(server, "alice", "show", array)["array_index"] == 0
+    r = run(server, "alice", "submit", "--parsable", "--wait", *flags, "-d",
+            f"afterok:{array}", "--", "true")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.strip()
+    assert r.stdout == f"{wid}\n" and f"{wid}: completed (exited 0)" in r.stderr
+    both = run(server, "alice", "submit", "--parsable", "--json", *flags, "--", "true")
+    assert both.exit_code == 2 and "--parsable and --json: give one of them" in both.stderr
+
+
 def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
     """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
     (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""

@@ -610,11 +610,15 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
                    "process only; it runs on until the limit")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
+@click.option("--parsable", "parsable", is_flag=True,
+              help="print only its id (an array's: the array's id), as sbatch --parsable: "
+                   "jid=$(apportion submit --parsable job.sh); with --wait, the state "
+                   "changes go to stderr")
 @json_option
 @click.argument("command", nargs=-1, required=True)
 @connection
 @click.pass_context
-def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
+def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, parsable: bool,
            command: tuple[str, ...], **given: Any) -> None:
     """Submit a workload.
 
@@ -637,6 +641,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
     answered again, never stored twice."""
+    if parsable and as_json:
+        raise click.UsageError("--parsable and --json: give one of them")
     opts = dict(given)
     cmd = list(command)
     from_script: dict[str, str] = {}  # option -> the script line that gave it
@@ -749,6 +755,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     ids = row.array_ids or [row.id]
     if as_json and not wait:
         _print_json(w)
+    elif parsable:  # the id alone, for a script to keep (afterok: takes an array's id)
+        click.echo(row.id)
     elif not as_json:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
@@ -759,7 +767,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
         if not as_json:
-            sys.exit(wait_for(client, ids, click.echo))
+            sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
         # stdout: one JSON document, the final workload (an array: its elements, a list),
         # with its exit_code and attempts; the changes of state go to stderr
         code = wait_for(client, ids, lambda line: click.echo(line, err=True))
