@@ -539,6 +539,22 @@ def test_submit_parsable_prints_only_the_id_for_a_script_to_keep(server: Server)
     assert both.exit_code == 2 and "--parsable and --json: give one of them" in both.stderr
 
 
+def test_a_submission_over_the_body_limit_says_what_of_it_is_large(server: Server) -> None:
+    """A submission over ``[server] max_body_bytes`` (here by an exported variable of 1.1
+    MB, ``--export ALL`` being the default) is refused (exit 2) saying its size, the limit,
+    and the bytes of its exported environment and of its command, with the way to send
+    fewer variables (it said only ``body: must be at most 1048576 bytes ([server]
+    max_body_bytes), got ...``: not what the body is, nor what to do)."""
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "0", "--", "true", env={"BIG": "b" * 1_100_000})
+    assert r.exit_code == 2, r.output
+    assert re.search(r"^Error: the submission is \d+ bytes, over the server's limit of "
+                     r"1048576 \(\[server\] max_body_bytes\): of it, the exported "
+                     r"environment is \d{7} bytes \(--export: ALL of yours by default; "
+                     r"--export NONE, or NAME,\.\.\., sends fewer\) and the command 8 bytes "
+                     r"\(HTTP 413\)$", r.stderr), r.stderr
+
+
 def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
     """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
     (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""

@@ -5,6 +5,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -750,6 +751,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
     except click.ClickException as e:  # name the flag (or script line) as typed
         if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
             raise reworded(e, f"{named('budget', '--budget')}: {e.message}") from None
+        if e.message.startswith("body: must be at most "):  # 413: say what made it large
+            raise reworded(e, _body_too_large(e.message, body)) from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
@@ -774,6 +777,26 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
         _print_json(final if row.array_ids else final[0])
         sys.exit(code)
+
+
+_BODY_LIMIT = re.compile(r"body: must be at most (\d+) bytes \(\[server\] max_body_bytes\), "
+                         r"got (\d+)(.*)$")
+
+
+def _body_too_large(message: str, body: dict[str, Any]) -> str:
+    """The server's 413 (``body: must be at most N bytes ..., got M (HTTP 413)``) for a
+    submission, saying what of it is large: the exported environment (``--export ALL`` by
+    default) and the command (a batch script's text among it), in bytes as sent."""
+    def size(value: Any) -> int:
+        return len(json.dumps(value).encode())
+
+    m = _BODY_LIMIT.match(message)
+    said = (f"the submission is {m[2]} bytes, over the server's limit of {m[1]} ([server] "
+            "max_body_bytes)") if m else message
+    return (f"{said}: of it, the exported environment is {size(body.get('env') or {})} "
+            "bytes (--export: ALL of yours by default; --export NONE, or NAME,..., sends "
+            f"fewer) and the command {size(body.get('command') or [])} bytes"
+            f"{m[3] if m else ''}")
 
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
