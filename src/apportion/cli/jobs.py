@@ -59,7 +59,7 @@ from .client import (
     table,
 )
 from .environ import user_environ
-from .ids import WORKLOAD_ID, workload_id
+from .ids import WORKLOAD_ID, not_an_id, workload_id
 from .numbers import FiniteFloatRange
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
@@ -906,8 +906,7 @@ def _full_dependency(text: str, flag: str) -> str:
         for typed in (i for i in ids.split(":") if i):
             wid = workload_id(typed)
             if wid is None:
-                raise click.UsageError(f"{flag}: {typed!r} is not a workload id (5 or "
-                                       "w-000005)")
+                raise click.UsageError(f"{flag}: {not_an_id(typed)}")
             full.append(wid)
         parts.append(":".join(full))
     return ",".join(parts)
