@@ -41,3 +41,23 @@ def test_a_gres_gpu_count_is_read_in_ascii_digits_only(gres: str, gpus: str | No
     """``#SBATCH --gres=gpu:N`` gives N GPUs only for ASCII digits: ``gpu:٥`` was read as
     5 GPUs (``int()`` takes Arabic-Indic digits), ``gpu:²`` crashed it."""
     assert _gres_gpus(gres) == gpus
+
+
+@pytest.mark.parametrize("args", [("show", "15_2"), ("cancel", "w-15_2"), ("why", "15_[1-3]"),
+                                  ("submit", "--budget", "ai/llm", "--gpus", "1",
+                                   "--min-runtime", "0", "-d", "afterok:15_2", "--", "true")])
+def test_slurms_array_element_id_is_refused_saying_elements_have_ids_of_their_own(
+    args: tuple[str, ...],
+) -> None:
+    """Slurm's ``JOBID_INDEX`` (``15_2``, ``w-15_2``, ``15_[1-3]``) where a workload id is
+    taken (an argument, ``--dependency``) is a usage error that says an array's element has
+    an id of its own and the array's id stands for the whole array (it said only ``is not a
+    workload id (5 or w-000005)``); nothing is sent."""
+    r = CliRunner().invoke(main, list(args), env={"APPORTION_URL": "http://127.0.0.1:9",
+                                                  "APPORTION_TOKEN": "t",
+                                                  "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    assert r.exit_code == 2, r.output
+    assert ("is not a workload id (5 or w-000005); an array's element has an id of its own, "
+            "not Slurm's JOBID_INDEX (apportion queue lists them), and the array's id (its "
+            "first element's) stands for the whole array in --dependency and cancel --array"
+            ) in " ".join(r.output.split())

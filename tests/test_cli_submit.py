@@ -867,3 +867,29 @@ def test_signal_with_r_warns_that_it_has_no_effect_and_sends_the_signal(
     assert r.exit_code == 1
     assert "warning: --signal RB:USR1@30: R: has no effect" in r.stderr
     assert sent[0]["signal"] == "B:USR1@30"
+
+
+@pytest.mark.parametrize("line", ["#SBATCH --account=ai/llm", "#SBATCH --account ai/llm",
+                                  "#SBATCH -A ai/llm", "#SBATCH -Aai/llm"])
+def test_an_sbatch_account_line_gives_the_budget(tmp_path: Path, line: str) -> None:
+    """``#SBATCH --account``/``-A`` (spaced, ``=`` or attached), what sbatch charges a job
+    to, gives the budget, named by its line in an error, and is not ignored (it was ignored
+    as "not an option apportion reads", and the submission then refused as giving no
+    ``--budget``)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{line}\n#SBATCH --gpus=1\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.ignored == []
+    assert got.options["budget"] == "ai/llm"
+    assert got.origins["budget"] == f"job.sh:2: {line}"
+
+
+@pytest.mark.parametrize("flag", ["--account", "-A"])
+def test_account_on_the_command_line_is_the_budget(
+    monkeypatch: pytest.MonkeyPatch, flag: str,
+) -> None:
+    """``submit --account B`` and ``-A B``, as a Slurm user types them, send B as the
+    budget (they were refused: ``No such option``)."""
+    body = sent_body(monkeypatch, flag, "ai/llm", "--gpus", "1", "--min-runtime", "0", "--",
+                     "true")
+    assert body["budget"] == "ai/llm"

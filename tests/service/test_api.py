@@ -734,6 +734,22 @@ def test_audit_filters_by_actor_action_family_and_period(svc: Service) -> None:
     assert [a["action"] for a in json.loads(listed.stdout)] == ["budget.create"]
 
 
+def test_audit_command_names_an_unknown_actor_or_action_by_its_flag(svc: Service) -> None:
+    """``apportion audit --actor carl`` and ``--action budget.wieght`` are refused (exit 2)
+    naming the flag as typed, ``--actor:`` and ``--action:``, with the closest names (they
+    were named as the API's query fields, ``actor:`` and ``action:``)."""
+    svc.call("PATCH", "/v1/budgets/ai/llm", "carol", {"weight": 3})
+    for args, said in [
+        (("--actor", "carl"), "Error: --actor: no user and no entry by 'carl'; did you mean "
+                              "'carol'? (HTTP 422)\n"),
+        (("--action", "budget.wieght"), "Error: --action: no entry of 'budget.wieght'; did "
+                                        "you mean 'budget.weight'"),
+    ]:
+        r = cli(svc, "bob", "audit", *args)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.startswith(said), r.stderr
+
+
 @pytest.mark.parametrize(("who", "method", "url", "body"), [
     ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 5}),
     ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob", "alice"]}),

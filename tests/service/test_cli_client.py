@@ -497,6 +497,64 @@ def test_cancel_state_refuses_states_that_are_not_active_before_cancelling_anyth
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_queue_and_cancel_take_slurms_user_and_state_options_and_state_names(
+    server: Server,
+) -> None:
+    """``queue -u USER -t PD`` and ``cancel -u USER -t PENDING``, as squeue and scancel
+    take them: ``-u`` is ``--user``, ``-t`` (and queue's ``--states``) ``--state``, whose
+    states are read in any case and as Slurm's codes (``PD``, ``R``, ``CG``); they were
+    refused (``No such option '-u'``; ``'PENDING': must be pending, ...``)."""
+    wid = run(server, "dave", "submit", "--budget", "ai/llm", "--gpus", "1",
+              "--min-runtime", "0", "--", "sleep", "600").stdout.split()[1]
+    assert wait_status(server, wid, {"running"})["status"] == "running"
+    for args in (("-u", "dave", "-t", "R"), ("--user", "dave", "--states", "Running"),
+                 ("-u", "dave", "-t", "pd,r,cg")):
+        rows = run_json(server, "dave", "queue", *args)
+        assert [w["id"] for w in rows] == [wid], args
+    assert run_json(server, "dave", "queue", "-u", "dave", "-t", "PD") == []
+    r = run(server, "dave", "cancel", "-u", "dave", "-t", "PENDING")
+    assert (r.exit_code, r.stdout) == (0, "nothing to cancel\n"), r.output
+    r = run(server, "dave", "cancel", "-u", "dave", "-t", "RUNNING")
+    assert r.exit_code == 0 and wid in r.stdout, r.output
+    assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
+
+
+def test_submit_parsable_prints_only_the_id_for_a_script_to_keep(server: Server) -> None:
+    """``submit --parsable`` (sbatch's, for ``jid=$(sbatch --parsable job.sh)``) prints the
+    workload's id alone on stdout, an array's id for an array (which ``afterok:`` takes for
+    the whole array), and with ``--wait`` only that: the state changes go to stderr;
+    ``--parsable`` with ``--json`` is a usage error (it was refused: ``No such option
+    '--parsable'. Did you mean '--resumable'?``)."""
+    flags = ("--budget", "ai/llm", "--gpus", "1", "--min-runtime", "0")
+    r = run(server, "alice", "submit", "--parsable", *flags, "--array", "0-1", "--", "true")
+    assert r.exit_code == 0, r.output
+    array = r.stdout.strip()
+    assert r.stdout == f"{array}\n" and run_json(server, "alice", "show", array)["array_index"] == 0
+    r = run(server, "alice", "submit", "--parsable", "--wait", *flags, "-d",
+            f"afterok:{array}", "--", "true")
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.strip()
+    assert r.stdout == f"{wid}\n" and f"{wid}: completed (exited 0)" in r.stderr
+    both = run(server, "alice", "submit", "--parsable", "--json", *flags, "--", "true")
+    assert both.exit_code == 2 and "--parsable and --json: give one of them" in both.stderr
+
+
+def test_a_submission_over_the_body_limit_says_what_of_it_is_large(server: Server) -> None:
+    """A submission over ``[server] max_body_bytes`` (here by an exported variable of 1.1
+    MB, ``--export ALL`` being the default) is refused (exit 2) saying its size, the limit,
+    and the bytes of its exported environment and of its command, with the way to send
+    fewer variables (it said only ``body: must be at most 1048576 bytes ([server]
+    max_body_bytes), got ...``: not what the body is, nor what to do)."""
+    r = run(server, "alice", "submit", "--budget", "ai/llm", "--gpus", "1", "--min-runtime",
+            "0", "--", "true", env={"BIG": "b" * 1_100_000})
+    assert r.exit_code == 2, r.output
+    assert re.search(r"^Error: the submission is \d+ bytes, over the server's limit of "
+                     r"1048576 \(\[server\] max_body_bytes\): of it, the exported "
+                     r"environment is \d{7} bytes \(--export: ALL of yours by default; "
+                     r"--export NONE, or NAME,\.\.\., sends fewer\) and the command 8 bytes "
+                     r"\(HTTP 413\)$", r.stderr), r.stderr
+
+
 def test_cancel_cancels_an_id_given_twice_once(server: Server) -> None:
     """``cancel 40 40 w-000040``: the workload is cancelled once and the command succeeds
     (the repeats were sent again, answered 409 as already cancelled, and it exited 1)."""

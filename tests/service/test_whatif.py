@@ -292,6 +292,21 @@ def test_export_round_trips_through_simulate(live: Live, tmp_path: Path) -> None
     assert_current_side_is(whatif(live), summary)
 
 
+def test_export_trace_says_one_host_event_in_the_singular(tmp_path: Path) -> None:
+    """With one host event in the period, export-trace's note says ``the 1 host event in
+    ... is not part of the trace format; apportion whatif replays it`` (it said ``the 1
+    host event ... are not part ... replays them``)."""
+    config = memory_config(tmp_path)
+    start = 1_700_000_000.0
+    until, _ = make_history(config, start, 0.5, {2 * HOUR: ("h1", HostState.DRAINING)})
+    run = apportion("export-trace", "--config", str(config), "--since", "12h", "--until",
+                    repr(until), "--out", str(tmp_path / "t.csv"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (f"note: the 1 host event in {tmp_path / 't.host-events.csv'} is not part of the "
+            "trace format; apportion whatif replays it, apportion simulate --trace does not"
+            ) in run.stdout
+
+
 def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
     """A host drained 2 h into the history (the scheduler sends it to repair once empty)
     and marked healthy at 10 h: read_history gives an unhealthy event at 2 h and a repaired
@@ -333,7 +348,9 @@ def test_host_health_comes_from_the_audit_log(tmp_path: Path) -> None:
         "7200.0,h1,unhealthy",
         "36000.0,h1,repaired",
     ]
-    assert "not part of the trace format" in run.stdout
+    assert (f"note: the 2 host events in {tmp_path / 't.host-events.csv'} are not part of the "
+            "trace format; apportion whatif replays them, apportion simulate --trace does "
+            "not") in run.stdout
     run = apportion(
         "whatif", "--config", str(config), "--since", "12h", "--until", repr(until), "--json"
     )

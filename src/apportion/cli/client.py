@@ -861,8 +861,11 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     query = {"actor": actor, "action": action,
              "from": None if since is None else repr(since),
              "to": None if until is None else repr(until)}
-    data, more = client.pages("/audit", {"target": target, **query}, "before", AUDIT_PAGE,
-                              most=limit)
+    try:
+        data, more = client.pages("/audit", {"target": target, **query}, "before",
+                                  AUDIT_PAGE, most=limit)
+    except click.ClickException as e:  # "actor: no user ...": named as typed
+        raise as_typed(e, {"actor": "--actor", "action": "--action"}) from None
     wid = workload_id(target) if target else None
     if not data and wid is not None and wid != target:
         # a short workload id: budgets, hosts and users may be named "5" or "w-5" too, so

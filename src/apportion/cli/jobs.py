@@ -5,6 +5,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -58,7 +59,7 @@ from .client import (
     table,
 )
 from .environ import user_environ
-from .ids import WORKLOAD_ID, workload_id
+from .ids import WORKLOAD_ID, not_an_id, workload_id
 from .numbers import FiniteFloatRange
 
 POLL_S = 0.5  # how often --wait and logs -f ask the server
@@ -91,6 +92,9 @@ _APPORTION_OPTS = {
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {
+    # a Slurm account is what the job is charged to: apportion's budget (as the sacct
+    # importer reads Account)
+    "--account": "budget", "-A": "budget",
     "--job-name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
     "--gpus": "gpus", "-G": "gpus", "--chdir": "chdir", "-D": "chdir",
     "--output": "output", "-o": "output", "--array": "array", "-a": "array",
@@ -558,7 +562,9 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 
 # ---- submit ----------------------------------------------------------------------------------
 @click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--budget", help="leaf budget path, e.g. ai/llm/alice")
+@click.option("--budget", "--account", "-A", "budget",
+              help="leaf budget path, e.g. ai/llm/alice (--account, -A: as sbatch names "
+                   "what a job is charged to)")
 @click.option("--gpus", type=int, help="GPUs (gang-scheduled)")
 @click.option("--min-runtime",
               help="minimum runtime: 30m, 8h, seconds; 0 = unallocated (free, preemptible)")
@@ -605,11 +611,15 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
                    "process only; it runs on until the limit")
 @click.option("--wait", "wait", is_flag=True,
               help="block, print its state changes, exit with its exit code")
+@click.option("--parsable", "parsable", is_flag=True,
+              help="print only its id (an array's: the array's id), as sbatch --parsable: "
+                   "jid=$(apportion submit --parsable job.sh); with --wait, the state "
+                   "changes go to stderr")
 @json_option
 @click.argument("command", nargs=-1, required=True)
 @connection
 @click.pass_context
-def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
+def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, parsable: bool,
            command: tuple[str, ...], **given: Any) -> None:
     """Submit a workload.
 
@@ -618,11 +628,11 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
       apportion submit job.sh [ARGS...]
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
-    #SBATCH lines the common subset (--job-name, --time, --gres=gpu:N, --gpus-per-node,
-    --gpus, --nodes, --chdir, --output, --error, --open-mode, --array, --dependency,
-    --nodelist, --exclude, --export, --signal); options on the
-    command line win. Lines it does not use are listed on stderr with their line numbers;
-    an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
+    #SBATCH lines the common subset (--account (the budget), --job-name, --time,
+    --gres=gpu:N, --gpus-per-node, --gpus, --nodes, --chdir, --output, --error,
+    --open-mode, --array, --dependency, --nodelist, --exclude, --export, --signal);
+    options on the command line win. Lines it does not use are listed on stderr with their
+    line numbers; an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
     --immediate, --reservation, --test-only) refuses the submission: apportion has no
     start time.
     A first argument with a / or ending in .sh, .sbatch or .slurm must be a file that can be
@@ -632,6 +642,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     Sent with a fresh Idempotency-Key and retried with it if the connection is lost or the
     server answers 5xx: a submission the server stored before the answer was lost is
     answered again, never stored twice."""
+    if parsable and as_json:
+        raise click.UsageError("--parsable and --json: give one of them")
     opts = dict(given)
     cmd = list(command)
     from_script: dict[str, str] = {}  # option -> the script line that gave it
@@ -739,11 +751,15 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
     except click.ClickException as e:  # name the flag (or script line) as typed
         if e.message.startswith("budget '"):  # the tree's "budget 'x': unknown budget"
             raise reworded(e, f"{named('budget', '--budget')}: {e.message}") from None
+        if e.message.startswith("body: must be at most "):  # 413: say what made it large
+            raise reworded(e, _body_too_large(e.message, body)) from None
         raise as_typed(e, {f: named(f, typed) for f, typed in _FLAGS.items()}) from None
     row = parse(Workload, w, "POST /v1/workloads")
     ids = row.array_ids or [row.id]
     if as_json and not wait:
         _print_json(w)
+    elif parsable:  # the id alone, for a script to keep (afterok: takes an array's id)
+        click.echo(row.id)
     elif not as_json:
         what = (f"array {row.id} of {plural(len(ids), 'workload')} ({ids[0]}..{ids[-1]})"
                 if row.array_ids else row.id)
@@ -754,13 +770,33 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool,
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
         if not as_json:
-            sys.exit(wait_for(client, ids, click.echo))
+            sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
         # stdout: one JSON document, the final workload (an array: its elements, a list),
         # with its exit_code and attempts; the changes of state go to stderr
         code = wait_for(client, ids, lambda line: click.echo(line, err=True))
         final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
         _print_json(final if row.array_ids else final[0])
         sys.exit(code)
+
+
+_BODY_LIMIT = re.compile(r"body: must be at most (\d+) bytes \(\[server\] max_body_bytes\), "
+                         r"got (\d+)(.*)$")
+
+
+def _body_too_large(message: str, body: dict[str, Any]) -> str:
+    """The server's 413 (``body: must be at most N bytes ..., got M (HTTP 413)``) for a
+    submission, saying what of it is large: the exported environment (``--export ALL`` by
+    default) and the command (a batch script's text among it), in bytes as sent."""
+    def size(value: Any) -> int:
+        return len(json.dumps(value).encode())
+
+    m = _BODY_LIMIT.match(message)
+    said = (f"the submission is {m[2]} bytes, over the server's limit of {m[1]} ([server] "
+            "max_body_bytes)") if m else message
+    return (f"{said}: of it, the exported environment is {size(body.get('env') or {})} "
+            "bytes (--export: ALL of yours by default; --export NONE, or NAME,..., sends "
+            f"fewer) and the command {size(body.get('command') or [])} bytes"
+            f"{m[3] if m else ''}")
 
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
@@ -870,8 +906,7 @@ def _full_dependency(text: str, flag: str) -> str:
         for typed in (i for i in ids.split(":") if i):
             wid = workload_id(typed)
             if wid is None:
-                raise click.UsageError(f"{flag}: {typed!r} is not a workload id (5 or "
-                                       "w-000005)")
+                raise click.UsageError(f"{flag}: {not_an_id(typed)}")
             full.append(wid)
         parts.append(":".join(full))
     return ",".join(parts)
@@ -924,15 +959,22 @@ ACTIVE = ("pending", "running", "stopping")  # the states queue shows and cancel
 WORKLOADS_PAGE = 100_000  # GET /v1/workloads's largest limit
 
 
+# Slurm's state codes as squeue and scancel take them (-t PD,R); its names are read in any
+# case (PENDING), as Slurm reads them
+_SLURM_STATES = {"pd": "pending", "r": "running", "cg": "stopping", "completing": "stopping"}
+
+
 def active_states(text: str | None, finished: str) -> list[str]:
-    """The states ``--state`` names (comma-separated); one that is not active is a usage
-    error naming it, ``finished`` saying what to do about finished work instead."""
-    wanted = [s.strip() for s in (text or "").split(",") if s.strip()]
-    bad = [s for s in wanted if s not in ACTIVE]
+    """The states ``--state`` names (comma-separated, any case, or Slurm's codes ``PD``,
+    ``R``, ``CG``); one that is not active is a usage error naming it, ``finished`` saying
+    what to do about finished work instead."""
+    typed = [s.strip() for s in (text or "").split(",") if s.strip()]
+    wanted = [_SLURM_STATES.get(s.lower(), s.lower()) for s in typed]
+    bad = [t for t, s in zip(typed, wanted, strict=True) if s not in ACTIVE]
     if bad:
         raise click.UsageError(f"--state: {bad[0]!r}: must be pending, running or stopping "
                                f"({finished})")
-    return wanted
+    return list(dict.fromkeys(wanted))
 
 
 def _me(client: Client) -> str:
@@ -1110,10 +1152,11 @@ QUEUE_HEADERS = ["POS", "ID", "NAME", "USER", "BUDGET", "STATE", "GPUS", "ELAPSE
 
 @click.command()
 @click.option("--me", is_flag=True, help="only my workloads")
-@click.option("--user", default=None, help="only this user's workloads")
+@click.option("--user", "-u", default=None, help="only this user's workloads")
 @click.option("--budget", default=None, help="only this budget node's subtree")
-@click.option("--state", "states", default=None,
-              help="only these states, comma-separated: pending,running,stopping")
+@click.option("--state", "--states", "-t", "states", default=None,
+              help="only these states, comma-separated: pending,running,stopping (any "
+                   "case; Slurm's PD,R,CG too)")
 @click.option("--watch", type=FiniteFloatRange(min=0, min_open=True, max=86400), default=None,
               metavar="SECONDS",
               help="refresh every SECONDS (at most a day) until interrupted (Ctrl-C)")
@@ -1203,11 +1246,11 @@ def _ancestors(path: str) -> list[str]:
 @click.command()
 @click.argument("ids", nargs=-1, type=WORKLOAD_ID)
 @click.option("--me", is_flag=True, help="every active workload of mine (--user ME)")
-@click.option("--user", default=None, help="every active workload of this user")
+@click.option("--user", "-u", default=None, help="every active workload of this user")
 @click.option("--budget", default=None, help="every active workload in this budget's subtree")
-@click.option("--state", "states", default=None,
+@click.option("--state", "-t", "states", default=None,
               help="with --me/--user/--budget/--array: only these states, comma-separated: "
-                   "pending,running,stopping")
+                   "pending,running,stopping (any case; Slurm's PD,R,CG too)")
 @click.option("--array", "array", type=WORKLOAD_ID, default=None,
               help="every element of this array (its id: the first element's)")
 @click.option("--json", "as_json", is_flag=True,

@@ -36,7 +36,26 @@ _COMMANDS: dict[str, str] = {
 }
 
 
+# Slurm's commands, typed after `apportion` by habit: what to type instead (docs/cli.md's
+# table), said in the error rather than click's bare "No such command"
+_SLURM_COMMANDS: dict[str, str] = {
+    "sbatch": "'apportion submit'", "squeue": "'apportion queue'",
+    "scancel": "'apportion cancel'", "scontrol": "'apportion show ID'",
+    "sprio": "'apportion order'", "sshare": "'apportion order'",
+    "sinfo": "'apportion hosts list'", "sacctmgr": "'apportion budgets'",
+    "sacct": "'apportion show ID' (one job) or 'apportion report usage'",
+}
+
+
 class _LazyGroup(click.Group):
+    def resolve_command(self, ctx: click.Context, args: list[str],
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name in _SLURM_COMMANDS and name not in _COMMANDS:
+            ctx.fail(f"No such command {name!r}: that is Slurm's; apportion's is "
+                     f"{_SLURM_COMMANDS[name]} (docs/cli.md maps Slurm's commands)")
+        return super().resolve_command(ctx, args)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
 

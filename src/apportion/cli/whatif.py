@@ -165,9 +165,11 @@ def export_trace(config_path: str | None, since: str, until: str | None, out: Pa
     click.echo(f"replay: apportion simulate --trace {files['trace']} --tree {files['tree']} "
                f"--cluster {files['hosts']} --days {days(history)!r} --out DIR")
     if history.host_events:
+        one = len(history.host_events) == 1
         click.echo(f"note: the {plural(len(history.host_events), 'host event')} in "
-                   f"{files['host_events']} are not part of the trace format; apportion whatif "
-                   "replays them, apportion simulate --trace does not")
+                   f"{files['host_events']} {'is' if one else 'are'} not part of the trace "
+                   f"format; apportion whatif replays {'it' if one else 'them'}, apportion "
+                   "simulate --trace does not")
 
 
 def _pct(v: Any) -> str:
