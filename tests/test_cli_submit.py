@@ -569,6 +569,47 @@ def test_per_node_gpu_counts_are_read_and_multiplied_by_the_nodes_as_slurm_count
     assert got.options.get("gpu_kind") == kind
 
 
+@pytest.mark.parametrize(("lines", "gpus", "ignored"), [
+    ("#SBATCH --gpus-per-task=1", "1", []),
+    ("#SBATCH --ntasks=8\n#SBATCH --gpus-per-task=1", "8", []),
+    ("#SBATCH -n 4\n#SBATCH --gpus-per-task=a100:2", "8", []),
+    ("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=1", "8", []),
+    ("#SBATCH --nodes=2\n#SBATCH --gpus-per-task=2", "4", []),
+    ("#SBATCH --ntasks=8\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-task=1", "8",
+     ["job.sh:3: #SBATCH --ntasks-per-node=4: ignored (--ntasks gives the tasks)"]),
+    ("#SBATCH --ntasks=8\n#SBATCH --gpus=4", "4",
+     ["job.sh:2: #SBATCH --ntasks=8: ignored (the tasks count only with --gpus-per-task)"]),
+    ("#SBATCH --gpus-per-task=1\n#SBATCH --ntasks=x", "1",
+     ["job.sh:3: #SBATCH --ntasks=x: ignored (only a whole number of tasks is read)"]),
+])
+def test_per_task_gpu_counts_are_multiplied_by_the_tasks_as_slurm_counts_them(
+    tmp_path: Path, lines: str, gpus: str, ignored: list[str],
+) -> None:
+    """``#SBATCH --gpus-per-task=N`` (or ``TYPE:N``) asks for N GPUs per task, and the job
+    for N times its tasks, as Slurm counts them: ``--ntasks``/``-n``, else ``--nodes`` times
+    ``--ntasks-per-node`` (each 1 when not given). They were ignored, and the submission
+    refused as giving no ``--gpus``. A task count that counts nothing (no per-task GPU
+    count, or ``--ntasks-per-node`` beside ``--ntasks``) or is no whole number is named as
+    ignored, with its line."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.ignored == ignored
+    assert got.options.get("gpus") == gpus
+
+
+def test_a_per_task_gpu_count_multiplied_by_the_tasks_names_every_line(tmp_path: Path) -> None:
+    """What a GPU count that the tasks multiplied is named by, in an error: the per-task
+    count's line, then those of the nodes and the tasks per node."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=8\n"
+                      "#SBATCH --gpus-per-task=1\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.options["gpus"] == "16"
+    assert got.origins["gpus"] == ("job.sh:4: #SBATCH --gpus-per-task=1 on job.sh:2: "
+                                   "#SBATCH --nodes=2 on job.sh:3: #SBATCH --ntasks-per-node=8")
+
+
 def test_a_per_node_gpu_count_multiplied_by_the_nodes_names_both_lines(tmp_path: Path) -> None:
     """What a GPU count that ``--nodes`` multiplied is named by, in an error (too many for
     the cluster, say): both script lines."""

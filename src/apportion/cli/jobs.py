@@ -6,6 +6,7 @@ and ``scancel`` expect them. Ids may be given short (``5`` for ``w-000005``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import pwd
 import re
@@ -101,6 +102,8 @@ _SBATCH_OPTS = {
     "--export": "export",
     "--dependency": "dependency", "-d": "dependency", "--gres": "gres",
     "--gpus-per-node": "gpus_per_node", "--nodes": "nodes", "-N": "nodes",
+    "--gpus-per-task": "gpus_per_task", "--ntasks": "ntasks", "-n": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
     "--nodelist": "nodelist", "-w": "nodelist", "--exclude": "exclude", "-x": "exclude",
     "--open-mode": "open_mode", "--error": "error", "-e": "error", "--signal": "signal",
 }
@@ -129,9 +132,13 @@ class Script:
     ignored: list[str] = field(default_factory=list)  # "job.sh:5: #SBATCH --mem=4G: why"
     # where each option was given, to name it in an error: "job.sh:3: #SBATCH --gres=gpu:2"
     origins: dict[str, str] = field(default_factory=dict)
-    # the GPU count is one node's (--gres=gpu:8, --gpus-per-node=8), not the job's (--gpus)
-    gpus_per_node: bool = False
-    nodes: int | None = None  # #SBATCH --nodes, a whole number
+    # what the GPU count is of: the job (--gpus), one node (--gres=gpu:8,
+    # --gpus-per-node=8: --nodes multiplies it) or one task (--gpus-per-task=1: the tasks do)
+    count_of: str = "job"
+    # #SBATCH --nodes, --ntasks, --ntasks-per-node: whole numbers
+    nodes: int | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
 
 
 # a line read_script takes for a directive, the first line included
@@ -248,16 +255,32 @@ def read_script(path: str, args: Sequence[str]) -> Script:
                                    "command; directives go at the top)")
             else:
                 _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
-    if out.gpus_per_node and out.nodes is not None and out.nodes > 1:
-        # as Slurm counts them: --gres=gpu:8 on --nodes=2 is 16 GPUs (apportion places
-        # GPUs, not nodes: it gangs them over as many hosts as they need)
-        out.options["gpus"] = str(int(out.options["gpus"]) * out.nodes)
-        out.origins["gpus"] = f"{out.origins['gpus']} on {out.origins['nodes']}"
+    _count_gpus(out)
     shebang = text.splitlines()[0][2:].split() if text.startswith("#!") else []
     interpreter = shlex.join(shebang or ["/bin/sh"])
     out.command = ["/bin/sh", "-c", f'{_SCRIPT_COPY} exec {interpreter} "$f" "$@"', name, text,
                    *args]
     return out
+
+
+def _count_gpus(out: Script) -> None:
+    """The job's GPUs from a per-node or per-task count, as Slurm counts them: --gres=gpu:8
+    on --nodes=2 is 16 GPUs; --gpus-per-task=1 on --ntasks=8 (or --nodes=2 with
+    --ntasks-per-node=4) is 8 (apportion places GPUs, not nodes or tasks: it gangs them
+    over as many hosts as they need). A task count with no per-task GPU count is named
+    as not used."""
+    times = {"job": [], "node": ["nodes"],
+             "task": ["ntasks"] if out.ntasks is not None else ["nodes", "ntasks_per_node"]}
+    by = [k for k in times[out.count_of] if getattr(out, k) is not None]
+    if by:
+        out.options["gpus"] = str(math.prod([int(out.options["gpus"]),
+                                             *(getattr(out, k) for k in by)]))
+        out.origins["gpus"] = " on ".join([out.origins["gpus"], *(out.origins[k] for k in by)])
+    for k in ("ntasks", "ntasks_per_node"):
+        if k in out.origins and k not in by:
+            why = ("the tasks count only with --gpus-per-task" if out.count_of != "task"
+                   else "--ntasks gives the tasks")
+            out.ignored.append(f"{out.origins[k]}: ignored ({why})")
 
 
 _SHELLS = frozenset({"sh", "bash", "dash", "ksh", "mksh", "zsh", "csh", "tcsh"})
@@ -319,16 +342,17 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
         # how errors name the line: as the reader's terminal may show it (control and
         # format characters escaped)
         origin = escape_controls(f"{where}: {prefix} {word if attached else f'{opt} {value}'}")
-        if key == "nodes":
+        if key in ("nodes", "ntasks", "ntasks_per_node"):
             if not (value.isascii() and value.isdigit() and int(value) > 0):
+                what = "nodes" if key == "nodes" else "tasks"
                 out.ignored.append(f"{where}: {prefix} {word if attached else f'{opt} {value}'}"
-                                   ": ignored (only a whole number of nodes is read)")
+                                   f": ignored (only a whole number of {what} is read)")
                 continue
-            out.nodes = int(value)
-            out.origins["nodes"] = origin
+            setattr(out, key, int(value))
+            out.origins[key] = origin
             continue
         sbatch_gpus = key == "gpus" and prefix == "#SBATCH"  # sbatch's -G takes TYPE:N too
-        if key in ("gres", "gpus_per_node") or (sbatch_gpus and ":" in value):
+        if key in ("gres", "gpus_per_node", "gpus_per_task") or (sbatch_gpus and ":" in value):
             typed = _gres_typed(value) if key == "gres" else _typed_count(value)
             if typed is None:
                 if key == "gpus":  # as an untyped count that is no number is
@@ -344,11 +368,12 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             if kind is not None and "gpu_kind" not in out.options:
                 out.options["gpu_kind"] = kind.upper()
                 out.origins["gpu_kind"] = origin
-            # one node's count, which --nodes multiplies; --gpus=a100:8 the job's
-            out.gpus_per_node = key != "gpus"
+            # one node's count, which --nodes multiplies, or one task's; --gpus=a100:8 the
+            # job's
+            out.count_of = {"gpus": "job", "gpus_per_task": "task"}.get(key, "node")
             key, value = "gpus", gpus
         elif key == "gpus":
-            out.gpus_per_node = False  # the job's count, whatever --nodes says
+            out.count_of = "job"  # the job's count, whatever --nodes says
         out.options[key] = value
         out.origins[key] = origin
 
@@ -629,7 +654,8 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
 
     A batch script's #APPORTION lines take these same options (#APPORTION --gpus 8) and its
     #SBATCH lines the common subset (--account (the budget), --job-name, --time,
-    --gres=gpu:N, --gpus-per-node, --gpus, --nodes, --chdir, --output, --error,
+    --gres=gpu:N, --gpus-per-node, --gpus, --nodes, --gpus-per-task with --ntasks or
+    --ntasks-per-node, --chdir, --output, --error,
     --open-mode, --array, --dependency, --nodelist, --exclude, --export, --signal);
     options on the command line win. Lines it does not use are listed on stderr with their
     line numbers; an #SBATCH line saying when or whether the job runs (--begin, --deadline, --hold,
