@@ -879,10 +879,12 @@ def test_a_bad_signal_is_refused_naming_the_flag_or_the_script_line(
     not a whole number of seconds, a bad prefix: a usage error naming ``--signal`` and its
     value, or the script's file and line, before anything is sent. A signal or a time of
     more digits than Python converts (4300) is refused the same way, shown shortened, with
-    no word of Python's own limit (``sys.set_int_max_str_digits``)."""
+    no word of Python's own limit (``sys.set_int_max_str_digits``), and the flag's value
+    named by its first 40 characters and its length."""
     r = submit(*FLAGS, "--signal", typed, "--", "true")
     assert r.exit_code == 2
-    assert f"Error: --signal {typed}: {says}" in r.stderr
+    shown = typed if len(typed) <= 40 else f"{typed[:40]}... ({len(typed)} characters)"
+    assert f"Error: --signal {shown}: {says}" in r.stderr
     assert "int_max_str_digits" not in r.stderr
     script = tmp_path / "job.sh"
     script.write_text(f"#!/bin/sh\n#SBATCH --signal={typed}\n#APPORTION --budget ai/llm "
@@ -934,3 +936,20 @@ def test_account_on_the_command_line_is_the_budget(
     body = sent_body(monkeypatch, flag, "ai/llm", "--gpus", "1", "--min-runtime", "0", "--",
                      "true")
     assert body["budget"] == "ai/llm"
+
+
+@pytest.mark.parametrize(("flag", "why"), [
+    ("--signal", "is not a signal"),
+    ("--time", "must be a duration"),
+    ("--open-mode", "must be append or truncate"),
+])
+def test_an_over_long_flag_value_is_named_shortened_in_its_error(flag: str, why: str) -> None:
+    """A value of 3,000 characters refused by ``--signal``, ``--time`` or ``--open-mode`` is
+    named by its first 40 characters and its length, not echoed whole after ``Error:
+    --<flag>`` (it was: 3 KB of error for a 3 KB value)."""
+    value = "x" * 3000
+    r = submit(*FLAGS, flag, value, "--", "true")
+    assert r.exit_code == 2
+    [error] = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
+    assert error.startswith(f"Error: {flag} {'x' * 40}... (3000 characters): "), error
+    assert why in error and len(error) < 400, error

@@ -522,6 +522,17 @@ def _with_output(command: list[str], output: str | None, mode: str | None = None
     return ["/bin/sh", "-c", fill, "sh", output or "", error, *command]
 
 
+SHOWN_VALUE_CHARS = 40  # of a flag's value echoed in an error, as the server shortens them
+
+
+def _flag_shown(flag: str, value: str) -> str:
+    """``--time 2x``: a flag as typed, to name it in an error; a value of more than
+    :data:`SHOWN_VALUE_CHARS` characters is cut there, saying how long it was."""
+    if len(value) > SHOWN_VALUE_CHARS:
+        value = f"{value[:SHOWN_VALUE_CHARS]}... ({len(value)} characters)"
+    return escape_controls(f"{flag} {value}")
+
+
 def _warn_signal(value: Any, named: Callable[[str, str], str]) -> WarnSignal | None:
     """``--signal`` as sbatch reads it (:mod:`apportion.service.warn_signal`), or None
     when not given; a bad one is a usage error naming the flag or the script line
@@ -530,7 +541,7 @@ def _warn_signal(value: Any, named: Callable[[str, str], str]) -> WarnSignal | N
     if value is None:
         return None
     text = str(value)
-    where = named("signal", escape_controls(f"--signal {text}"))
+    where = named("signal", _flag_shown("--signal", text))
     try:
         warn = warn_signal.parse(text)
     except ValueError as e:
@@ -708,7 +719,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
     limit = str(opts.get("time_limit") or "").strip()
     if limit:
         opts["time_limit"] = _time_limit(
-            limit, named("time_limit", f"--time {escape_controls(limit)}"))
+            limit, named("time_limit", _flag_shown("--time", limit)))
     name = str(opts.get("name") or "")
     if _NOT_IN_A_NAME.search(name) or len(name) > MAX_NAME:  # the API's rule, said in words
         raise click.UsageError(f"{named('name', '--name')}: only letters A-Z a-z, digits and "
@@ -718,7 +729,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
     priority = _whole(opts, "priority", named("priority", "--priority"))
     open_mode = opts.get("open_mode")
     mode = None if open_mode is None else _open_mode(
-        str(open_mode), named("open_mode", escape_controls(f"--open-mode {open_mode}")))
+        str(open_mode), named("open_mode", _flag_shown("--open-mode", str(open_mode))))
     files: dict[str, str] = {}  # --output's and --error's file, as the shell line takes them
     for key, flag in (("output", "--output"), ("error", "--error")):
         if not opts.get(key):
