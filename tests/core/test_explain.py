@@ -101,6 +101,28 @@ def test_unprotected_blocker_the_rules_keep_gives_no_future_time() -> None:
     assert any("waits for the rebalance rules" in line for line in e.lines())
 
 
+def test_a_blocker_of_its_own_budget_is_said_never_to_be_displaced_for_it() -> None:
+    """a1 (8 GPUs, protected until 4600) fills h1 and a2 of the same budget waits for room:
+    the victim search names a1, whose line says its own budget's work is never displaced
+    for it and it waits for it to end (not 'rules do not allow it now', as if a ratio moving
+    could change that), and no caveat says it waits for the ratios to move."""
+    st = cluster()
+    run(st, "a1", "p/a", 8, 3600, 1000)
+    queue(st, "a2", "p/a", 4, 600, 1900)
+    e = explain(st, 2000.0, CFG, "a2")
+    assert [(v.id, v.protected, v.rules_allow) for v in e.victims] == [("a1", True, False)]
+    lines = e.lines()
+    assert ("would displace a1 (p/a, 8 GPUs): protected for another 43 min 20 s, its own "
+            "budget's work: never displaced for it, it waits for it to end") in lines
+    assert not any("ratios to move" in line for line in lines), lines
+    # another budget's blocker the rules keep is still said so
+    st = cluster()
+    run(st, "b1", "q/b", 8, 3600, 1000)
+    queue(st, "a1", "p/a", 2, 600, 1900)
+    assert any(line.endswith(", rules do not allow it now")
+               for line in explain(st, 2000.0, CFG, "a1").lines())
+
+
 def test_rival_budget_ahead_is_listed_and_estimate_is_a_lower_bound() -> None:
     """b3 comes after a1 because a's side ``p`` (ratio 0) is below b's side ``q`` (0.75) at
     the root, where the paths diverge; a1 still waits, so b3's estimate is a lower bound."""

@@ -364,7 +364,9 @@ def explain(
         )
     if config.debug_lane and is_debug(spec, config):
         caveats.append(_debug_lane_caveat(pas, spec, config))
-    if any(not v.rules_allow for v in victims):
+    # work of its own budget is never displaced for it (priority orders the queue, nothing
+    # more): its victim line says so, and no ratio moving changes that
+    if any(not v.rules_allow and not _own(v, spec.budget) for v in victims):
         caveats.append(
             "the rebalance rules do not let it displace some of this work now; then it "
             "waits for that work to end or for the ratios to move"
@@ -661,6 +663,12 @@ def _hypothetical_plan(
     return tuple(h for h, _ in plan.hosts), tuple(out)
 
 
+def _own(v: Victim, budget: str) -> bool:
+    """Whether victim ``v`` is allocated work of leaf ``budget``: work of a budget never
+    preempts its own budget's allocated work (docs/policy.md, "Preemption")."""
+    return v.allocated and v.budget == budget
+
+
 def _unprotected(c: Candidate) -> Candidate:
     """Victim ``c`` as the rebalance rules judge it once its restart protection is over:
     the victim's ``protected`` tells the protection, ``rules_allow`` the rest of the rules
@@ -817,7 +825,9 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
     for v in e.victims:
         state = (f"protected for another {format_duration(v.protected_until - e.now)}"
                  if v.protected else "not protected")
-        rule = "" if v.rules_allow else ", rules do not allow it now"
+        rule = ("" if v.rules_allow else
+                ", its own budget's work: never displaced for it, it waits for it to end"
+                if _own(v, e.budget) else ", rules do not allow it now")
         out.append(f"would displace {v.id} ({v.budget}, {plural(v.gpus, 'GPU')}): "
                    f"{state}{rule}")
     # waiting for preempted work: the stopping work is named above, whatever pass stopped it
