@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import json
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -82,6 +83,39 @@ def test_itp_without_budget_options_is_an_error_naming_the_options() -> None:
     """ITP has no budget or user column, so the caller must say how to make budgets."""
     with pytest.raises(TraceError, match=r"cluster10.csv: budget: .*budgets=N"):
         load_trace(CLUSTER10, format="itp")
+
+
+@pytest.mark.parametrize("fmt", ["itp", "csv"])
+@pytest.mark.parametrize("ext", [".parquet", ".jsonl", ".jsonl.gz"])
+def test_itp_and_csv_formats_read_parquet_and_json_lines_by_the_file_name(
+        tmp_path: Path, fmt: str, ext: str) -> None:
+    """--format itp and csv read a .parquet or .jsonl(.gz) file as Parquet or JSON Lines, as
+    canonical does, not as CSV (which reported a Parquet file's bytes as 'not UTF-8 text'):
+    cluster10.csv saved in that form loads the same jobs as the CSV itself."""
+    import pyarrow.csv as pacsv
+
+    table = pacsv.read_csv(CLUSTER10)
+    path = tmp_path / f"cluster10{ext}"
+    if ext == ".parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    else:
+        lines = "".join(f"{json.dumps(r)}\n" for r in table.to_pylist())
+        opener = gzip.open if ext.endswith(".gz") else open
+        with opener(path, "wt") as f:
+            f.write(lines)
+    mapping = None if fmt == "itp" else {"id": "job_id", "submit_time": "submission_time",
+                                         "gpus": "num_gpu"}
+    want = load_trace(CLUSTER10, format=fmt, mapping=mapping, budgets=4).jobs
+    assert load_trace(path, format=fmt, mapping=mapping, budgets=4).jobs == want
+
+
+def test_csv_format_reads_a_file_of_no_known_name_as_csv(tmp_path: Path) -> None:
+    """--format csv and itp still read a CSV named otherwise (jobs.txt) as CSV."""
+    path = tmp_path / "jobs.txt"
+    path.write_bytes(CLUSTER10.read_bytes())
+    assert len(load_trace(path, format="itp", budgets=4).jobs) == 260
 
 
 # ---- canonical round trips ---------------------------------------------------------------

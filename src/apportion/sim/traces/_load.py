@@ -14,7 +14,7 @@ from apportion.core import BudgetTree, CoreError, Host, WorkloadSpec, format_dur
 from ..model import SimJob
 from ._budgets import BudgetCount, BudgetOptions, assign, key_columns
 from ._errors import Notes, TraceError
-from ._read import kind_of, read_table
+from ._read import kind_of, known_kind, read_table
 from ._record import Record, legacy_from_priority
 from ._rules import HOUR, MINUTE, default_min_runtime, default_resumable, stable_unit
 from ._sacct import hosts_of, read_sacct
@@ -84,8 +84,10 @@ def load_trace(
     """Read a trace file into :class:`Trace` (jobs, budget tree, skipped-row counts).
 
     ``format``: ``"canonical"`` (CSV, JSON Lines or Parquet, told by the file extension),
-    ``"itp"`` (Microsoft ITP CSV), ``"sacct"`` (``sacct --parsable2`` output) or ``"csv"``
-    (any CSV; ``mapping`` maps canonical names to its columns, ``{"gpus": "num_gpu"}``).
+    ``"itp"`` (Microsoft ITP columns), ``"sacct"`` (``sacct --parsable2`` output) or ``"csv"``
+    (any columns; ``mapping`` maps canonical names to them, ``{"gpus": "num_gpu"}``). ``itp``
+    and ``csv`` read CSV, or JSON Lines or Parquet when the file name says so, as canonical
+    does; a name of no known kind (``jobs.txt``) is read as CSV.
 
     Budgets: ``budget_column`` (one budget per value of a column, or per combination of
     several), ``budgets`` (``N`` stable synthetic budgets ``trace/b00``.., or a list of leaf
@@ -123,12 +125,11 @@ def load_trace(
     if format == "sacct":
         records = read_sacct(file, extras, notes)
     else:
-        if format == "itp":
-            kind, cols = "csv", {**ITP_MAPPING, **(mapping or {})}
-        elif format == "csv":
-            kind, cols = "csv", dict(mapping or {})
-        else:
+        if format == "canonical":
             kind, cols = kind_of(file), dict(mapping or {})
+        else:  # itp, csv: CSV, unless the name says JSON Lines or Parquet (a .txt is CSV)
+            kind = kind_of(file) if known_kind(file) else "csv"
+            cols = {**ITP_MAPPING, **(mapping or {})} if format == "itp" else dict(mapping or {})
         records = read_mapped(file, read_table(file, kind, delimiter), cols, extras, notes)
     if not records:
         raise TraceError(f"{source}: no jobs in the trace" + "".join(

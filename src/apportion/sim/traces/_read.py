@@ -49,6 +49,12 @@ def kind_of(path: Path) -> str:
     return kind
 
 
+def known_kind(path: Path) -> bool:
+    """Whether the file name ends as a trace kind does (``.parquet``, ``.jsonl.gz``, ...;
+    ``.parquet.gz`` too, which :func:`kind_of` then refuses)."""
+    return _ending(path)[0] in KINDS
+
+
 def delimiter_of(path: Path, default: str = ",") -> str:
     """The column separator of a CSV trace: a tab for ``.tsv`` (and ``.tsv.gz``)."""
     return "\t" if _ending(path)[0] == ".tsv" else default
