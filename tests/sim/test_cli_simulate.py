@@ -668,3 +668,36 @@ def test_cluster_hosts_x_gpus_beyond_any_fleet_is_refused_naming_the_flag(
                        "--out", str(tmp_path / "o"))
     assert code == 2 and f"Invalid value for --cluster: {problem}" in out, out
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_cluster_and_tree_files_unreadable_or_not_utf8_are_refused_and_a_bom_is_skipped(
+        tmp_path: Path) -> None:
+    """A --cluster that is a directory, or a --cluster / --tree file with a byte that is
+    not UTF-8, is a usage error naming the flag, the file and (for the byte) its line and
+    column, not a traceback; a file saved with a byte-order mark and CRLF line ends (as
+    Windows editors write) is read like any other."""
+    folder = tmp_path / "hosts.toml"
+    folder.mkdir()
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(folder), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and f"Invalid value for --cluster: {folder}: cannot read: " in out, out
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(b'hosts = [\r\n  { name = "h\xe9", gpus = 8 },\r\n]\r\n')
+    for flag in ("--cluster", "--tree"):
+        code, out = invoke("simulate", "--scenario", "small", flag, str(latin1), "--quiet",
+                           "--out", str(tmp_path / "o"))
+        assert code == 2, out
+        assert (f"Invalid value for {flag}: {latin1}:2: not UTF-8 text: byte 0xe9 at column "
+                "14 (save the file as UTF-8)") in out, out
+    hosts = tmp_path / "bom.toml"
+    hosts.write_bytes(b"\xef\xbb\xbfhosts = [\r\n" + b"".join(
+        b'  { name = "h00%d", gpus = 8 },\r\n' % i for i in range(4)) + b"]\r\n")
+    tree = tmp_path / "bom-tree.json"
+    tree.write_bytes(b'\xef\xbb\xbf{"a": 1, "b": 1}\r\n')
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\nx,0,8,3600,a\ny,0,8,3600,b\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--cluster", str(hosts), "--tree",
+                       str(tree), "--policy", "fairshare", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary[0]["gpus"] == 32 and summary[0]["completed"] == 2

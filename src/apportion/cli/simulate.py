@@ -3,6 +3,7 @@ policies and write comparable tables (docs/simulator.md)."""
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import itertools
 import json
@@ -114,7 +115,23 @@ TOML_AT_END = "(at end of document)"
 
 
 def _read_table(path: Path, option: str) -> Any:
-    text = path.read_text()
+    """The TOML (by its name) or JSON file ``path`` as data; an unreadable file, one that is
+    not UTF-8 or not valid is refused naming the option, the file and where. A leading
+    byte-order mark (as some Windows editors write) is skipped, as in trace files."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise click.BadParameter(f"{path}: cannot read: {e.strerror or e}",
+                                 param_hint=option) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        before = raw[: e.start].removeprefix(codecs.BOM_UTF8)
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1:].decode("utf-8")) + 1
+        raise click.BadParameter(f"{path}:{line}: not UTF-8 text: byte 0x{raw[e.start]:02x} at "
+                                 f"column {column} (save the file as UTF-8)",
+                                 param_hint=option) from None
     try:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
