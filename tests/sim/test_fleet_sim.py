@@ -128,25 +128,29 @@ def test_simulate_with_a_cluster_file_of_two_kinds_reports_each_pool(tmp_path: P
         (HOSTS + '[[hosts]]\nname = "c0"\ngpus = 8\n',
          "host #5 (c0): cluster and kind: every host needs both when any host has one"),
         ('[overrides."west/B200"]\n"nobody" = 2.0\n' + HOSTS,
-         "fleet: overrides: west/B200: 'nobody': unknown budget"),
-        ('billing = { B200 = -1 }\n' + HOSTS, "fleet: billing: B200: must be a number > 0"),
+         "overrides: west/B200: 'nobody': unknown budget"),
+        ('[overrides."west/B200"]\n"llm" = -2\n' + HOSTS,
+         "overrides: west/B200: llm: must be a number >= 0, got -2"),
+        ('billing = { B200 = -1 }\n' + HOSTS, "billing: B200: must be a number > 0"),
         ('[overrides."west/B300"]\n"nobody" = 2.0\n' + HOSTS,
          "overrides.west/B300: no host is in pool west/B300 (the hosts' pools: east/H100, "
          "west/B200)"),
     ],
-    ids=["host without kind", "unknown budget in overrides", "negative billing weight",
-         "override of a pool no host is in"],
+    ids=["host without kind", "unknown budget in overrides", "negative override weight",
+         "negative billing weight", "override of a pool no host is in"],
 )
-def test_a_bad_cluster_file_is_refused_naming_the_option_and_the_field(
+def test_a_bad_cluster_file_is_refused_naming_the_option_the_file_and_the_field(
     tmp_path: Path, body: str, message: str
 ) -> None:
-    """A --cluster file with pools that cannot work is a usage error naming --cluster and
-    what is wrong, never a traceback."""
+    """A --cluster file with pools that cannot work is a usage error naming --cluster, the
+    file (never 'fleet:', a name the user did not write: the billing and overrides errors
+    of the core said that) and what is wrong, never a traceback."""
     path = _cluster_file(tmp_path, body)
     result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
                                        str(path), "--quiet", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
-    assert "--cluster" in result.output and message in result.output
+    assert "--cluster" in result.output
+    assert f"{path}: {message}" in " ".join(result.output.split()), result.output
 
 
 def test_the_fleet_scenario_has_three_pools_and_work_asking_for_kinds() -> None:

@@ -291,7 +291,13 @@ def parse_pools(text: str) -> Pools | None:
                                  f"hosts' pools: {', '.join(there)})")
         return Pools(of_host, FleetConfig(billing=billing, overrides=overrides))
     except (ValueError, CoreError) as e:
-        raise click.BadParameter(str(e), param_hint="--cluster") from None
+        raise click.BadParameter(_of_file(path, e), param_hint="--cluster") from None
+
+
+def _of_file(path: Path | str, error: Exception) -> str:
+    """A fleet's error said of the ``--cluster`` file it came from: the core names no file
+    (``fleet: billing: H100: ...``), the user wrote ``fleet.toml``."""
+    return f"{path}: {str(error).removeprefix('fleet: ').removeprefix(f'{path}: ')}"
 
 
 def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
@@ -376,7 +382,7 @@ def build_scenario(
         if hosts is None:
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         jobs = loaded.jobs if pools is None else _kinds_as_in_fleet(loaded.jobs, pools)
-        return _fleet_checked(Scenario(
+        return _fleet_checked(cluster, Scenario(
             name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
             min_runtime_lowered=loaded.min_runtime_lowered))
@@ -412,7 +418,7 @@ def build_scenario(
                    if k in sc.meta}
         sc = dataclasses.replace(sc, hosts=hosts, host_events=kept, pools=pools,
                                  dropped_host_events=dropped, meta={**sc.meta, **counted})
-    return _fleet_checked(sc)
+    return _fleet_checked(cluster, sc)
 
 
 def _kinds_as_in_fleet(jobs: tuple[SimJob, ...], pools: Pools) -> tuple[SimJob, ...]:
@@ -470,8 +476,9 @@ def _warn_replaced_cluster(sc: Scenario, hosts: tuple[Host, ...], dropped: int) 
                    "--cluster were dropped (counted in ignored_host_events)", err=True)
 
 
-def _fleet_checked(sc: Scenario) -> Scenario:
-    """``sc``, once its pools' overrides are known to fit its tree (the error names them)."""
+def _fleet_checked(cluster: str | None, sc: Scenario) -> Scenario:
+    """``sc``, once its pools' overrides are known to fit its tree (the error names them and
+    ``cluster``, the file that gave them)."""
     if sc.pools is not None:
         from apportion.core.fleet import FleetState, pool_tree
 
@@ -480,7 +487,7 @@ def _fleet_checked(sc: Scenario) -> Scenario:
             for pool, weights in sc.pools.config.overrides.items():
                 pool_tree(sc.tree, weights, pool)
         except CoreError as e:
-            raise click.BadParameter(str(e), param_hint="--cluster") from None
+            raise click.BadParameter(_of_file(cluster or "", e), param_hint="--cluster") from None
     return sc
 
 
