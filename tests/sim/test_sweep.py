@@ -532,6 +532,19 @@ def test_grid_values_that_break_a_rule_together_are_refused_before_anything_runs
     assert not out.exists()
 
 
+def test_a_setting_given_by_both_set_and_grid_is_refused(tmp_path: Path) -> None:
+    """sweep --set lookback=2d --grid lookback=1d,3d: a usage error (exit 2) naming --grid
+    and the key, before anything runs (the grid's values replaced the --set one without a
+    word, so the run was not the one asked for); nothing written."""
+    out = tmp_path / "out"
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--set",
+                          "lookback=2d", "--grid", "lookback=1d,3d", "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: lookback is given by --set too; give its values in "
+            "--grid only") in " ".join(err.split())
+    assert not out.exists()
+
+
 def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
     """--seeds 0,-1 (sweep) and --seed -1 (sweep, simulate, bench): a usage error naming
     the flag typed; it was 'Invalid value for --scenario: expected non-negative integer'."""

@@ -625,6 +625,9 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
             raise click.BadParameter(f"expected KEY=V1,V2,..., got {item!r}", param_hint="--grid")
         if key in axes:
             raise click.BadParameter(f"{key} is given twice", param_hint="--grid")
+        if key in base:  # the grid's values would replace the --set one without a word
+            raise click.BadParameter(f"{key} is given by --set too; give its values in --grid "
+                                     "only", param_hint="--grid")
         axes[key], labels[key] = [], {}
         for typed in (v.strip() for v in text.split(",")):
             value = parse_settings([f"{key}={typed}"], option="--grid")[key]
