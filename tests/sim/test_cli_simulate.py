@@ -701,3 +701,21 @@ def test_cluster_and_tree_files_unreadable_or_not_utf8_are_refused_and_a_bom_is_
     assert code == 0, out
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary[0]["gpus"] == 32 and summary[0]["completed"] == 2
+
+
+@pytest.mark.parametrize(("cluster", "problem"), [
+    ("fleet-next.toml", "no such file, and not HOSTSxGPUS: 'fleet-next.toml'"),
+    ("hosts.toml", "no such file, and not HOSTSxGPUS: 'hosts.toml'"),
+    ("4x8x2", "expected HOSTSxGPUS like 128x8 or a file, got '4x8x2'"),
+])
+def test_a_missing_cluster_file_is_named_as_missing_even_with_an_x_in_its_name(
+        tmp_path: Path, cluster: str, problem: str) -> None:
+    """--cluster naming a .toml or .json file that does not exist says no such file, whether
+    or not its name holds an 'x' (fleet-next.toml was told 'expected HOSTSxGPUS like
+    128x8', as if it were a mistyped size); a mistyped size still gets that message."""
+    where = str(tmp_path / cluster) if cluster.endswith(".toml") else cluster
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", where, "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for --cluster: {problem.replace(cluster, where)}" in " ".join(
+        out.split()), out

@@ -200,6 +200,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         try:
             hosts, gpus = int(n), int(g)
         except ValueError:
+            if Path(text).suffix.lower() in (".toml", ".json"):  # a file name: nonexist.toml
+                raise click.BadParameter(f"no such file, and not HOSTSxGPUS: {text!r}",
+                                         param_hint="--cluster") from None
             raise click.BadParameter(f"expected HOSTSxGPUS like 128x8 or a file, got {text!r}",
                                      param_hint="--cluster") from None
         if hosts <= 0 or gpus <= 0:
