@@ -719,3 +719,17 @@ def test_a_missing_cluster_file_is_named_as_missing_even_with_an_x_in_its_name(
     assert code == 2, out
     assert f"Invalid value for --cluster: {problem.replace(cluster, where)}" in " ".join(
         out.split()), out
+
+
+@pytest.mark.parametrize("scenario", ["small", "seed", "fleet"])
+def test_a_built_in_scenario_of_less_than_a_second_runs(tmp_path: Path, scenario: str) -> None:
+    """--days 1e-9 (a window shorter than a second) is a run like any other: the scenario's
+    workloads arrive at 0, not at 'a second before the end', which was before the start
+    and crashed the run ('CoreError: state: time went backwards (-1.0 < 0.0)', a
+    traceback); its calibration has no nan."""
+    size = ("--size", "32") if scenario == "seed" else ()
+    code, out = invoke("simulate", "--scenario", scenario, *size, "--days", "1e-9",
+                       "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["sim_days"] == 1e-9
+    assert "<td>nan</td>" not in (tmp_path / "report.html").read_text()
