@@ -733,3 +733,22 @@ def test_a_built_in_scenario_of_less_than_a_second_runs(tmp_path: Path, scenario
     assert code == 0, out
     assert json.loads((tmp_path / "summary.json").read_text())[0]["sim_days"] == 1e-9
     assert "<td>nan</td>" not in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("command", [
+    ("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_a_scenario_beside_a_trace_or_a_format_without_one_is_refused(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--trace with --scenario, and --format with a built-in scenario, are usage errors
+    naming the flags, before anything runs: the trace was replayed with the --scenario
+    ignored, and the --format ignored, without a word (bench refused only the first)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, "--trace", str(trace), "--budgets", "1", "--size", "32",
+                        "--scenario", "small", *out)
+    assert code == 2 and "--trace and --scenario exclude each other" in text, text
+    code, text = invoke(*command, "--scenario", "small", "--format", "itp", "--days", "0.1",
+                        *out)
+    assert code == 2 and "Error: --format needs --trace" in text, text
+    assert not (tmp_path / "o").exists()

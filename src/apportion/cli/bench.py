@@ -116,8 +116,14 @@ def _decide(passes: int, pending: int, pools: int, as_json: bool,
 def _replay(trace: Path | None, scenario: str, policies: list[str], as_json: bool,
             kw: dict[str, Any]) -> None:
     from apportion.bench.replay import run
-    from apportion.cli.simulate import build_configs, build_scenario, parse_settings
+    from apportion.cli.simulate import (
+        build_configs,
+        build_scenario,
+        parse_settings,
+        refuse_unused_input_flags,
+    )
 
+    refuse_unused_input_flags(trace)
     config, sim = build_configs(parse_settings(kw["settings"]))
     sc = build_scenario(scenario, trace, kw["fmt"], kw["maps"], kw["budgets"],
                         kw["budget_column"], kw["tree_file"], kw["cluster"], kw["days"],

@@ -542,7 +542,22 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def refuse_unused_input_flags(trace: Path | None) -> None:
+    """Refuse, naming it, a flag typed that the input would not use: --scenario beside
+    --trace (the trace was replayed and the scenario ignored), --format without --trace."""
+    ctx = click.get_current_context()
+
+    def typed(name: str) -> bool:
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if trace is not None and typed("scenario"):
+        raise click.UsageError("--trace and --scenario exclude each other")
+    if trace is None and typed("fmt"):
+        raise click.UsageError("--format needs --trace")
+
+
 def _scenario_from(kw: dict[str, Any], config: PolicyConfig, warn: bool = True) -> Scenario:
+    refuse_unused_input_flags(kw["trace"])
     return build_scenario(
         kw["scenario"], kw["trace"], kw["fmt"], kw["maps"], kw["budgets"], kw["budget_column"],
         kw["tree_file"], kw["cluster"], kw["days"], kw["seed"], kw["size"],
