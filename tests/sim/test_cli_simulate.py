@@ -752,3 +752,20 @@ def test_a_scenario_beside_a_trace_or_a_format_without_one_is_refused(
                         *out)
     assert code == 2 and "Error: --format needs --trace" in text, text
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_budgets_beyond_any_organisation_are_refused_naming_the_flag(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--budgets 100000000 (a typo with extra zeros) is a usage error naming --budgets and
+    the bound of 10,000, before any run: every synthetic budget is a tree node with a row
+    per simulated hour, so it ran for hours on gigabytes (100,000 budgets took over 2 min
+    and 1.7 GB for one simulated day)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, "--trace", str(trace), "--budgets", "100000000", "--size",
+                        "32", *out)
+    assert code == 2, text
+    assert "Invalid value for '--budgets': 100000000 is not in the range 1<=x<=10000." in text
+    assert not (tmp_path / "o").exists()

@@ -32,7 +32,7 @@ from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
 
-from .numbers import MAX_DAYS, days_option
+from .numbers import MAX_BUDGETS, MAX_DAYS, days_option
 from .paths import OUTPUT_DIR, output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
@@ -515,7 +515,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="trace format"),
         click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
                      help="map a canonical field to a trace column (repeatable)"),
-        click.option("--budgets", type=click.IntRange(min=1),
+        click.option("--budgets", type=click.IntRange(min=1, max=MAX_BUDGETS),
                      help="synthesise N budgets for a trace without a budget column"),
         click.option("--budget-column", help="trace column that names the budget"),
         click.option("--tree", "tree_file",
