@@ -769,3 +769,22 @@ def test_budgets_beyond_any_organisation_are_refused_naming_the_flag(
     assert code == 2, text
     assert "Invalid value for '--budgets': 100000000 is not in the range 1<=x<=10000." in text
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("source", [("--scenario", "seed"), ("--trace",)])
+@pytest.mark.parametrize("command", [("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_a_size_beyond_any_fleet_is_refused_naming_the_flag(
+        tmp_path: Path, command: tuple[str, ...], source: tuple[str, ...]) -> None:
+    """--size 800000000 (a typo with extra zeros) is a usage error naming --size and the
+    bound, 100,000 hosts of 8 GPUs as --cluster HOSTSxGPUS allows, before any run: it ran
+    for minutes building the hosts, printing nothing."""
+    if source == ("--trace",):
+        trace = tmp_path / "t.csv"
+        trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+        source = ("--trace", str(trace), "--budgets", "1")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, *source, "--size", "800000000", "--days", "0.1", *out)
+    assert code == 2, text
+    assert ("Invalid value for '--size': 800,000,000 GPUs is more than any fleet has (at "
+            "most 800,000: 100,000 hosts of 8)") in " ".join(text.split())
+    assert not (tmp_path / "o").exists()

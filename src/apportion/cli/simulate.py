@@ -500,6 +500,9 @@ def hosts_of_eight(_ctx: click.Context, _param: click.Parameter, size: int | Non
     if size is not None and size % 8:
         raise click.BadParameter(f"{size} is not a multiple of 8 (hosts of 8 GPUs); "
                                  f"{size // 8 * 8 or 8} or {size // 8 * 8 + 8}?")
+    if size is not None and size > MAX_HOSTS * 8:  # as --cluster's bound: a typo, not a fleet
+        raise click.BadParameter(f"{size:,} GPUs is more than any fleet has (at most "
+                                 f"{MAX_HOSTS * 8:,}: {MAX_HOSTS:,} hosts of 8)")
     return size
 
 
