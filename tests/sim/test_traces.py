@@ -118,6 +118,29 @@ def test_csv_format_reads_a_file_of_no_known_name_as_csv(tmp_path: Path) -> None
     assert len(load_trace(path, format="itp", budgets=4).jobs) == 260
 
 
+@pytest.mark.parametrize(("name", "fmt"), [("t.csv.gz", "canonical"),
+                                            ("t.jsonl.gz", "canonical"),
+                                            ("jobs.txt.gz", "sacct")])
+def test_a_damaged_gzip_trace_is_a_trace_error_naming_the_file(
+        tmp_path: Path, name: str, fmt: str) -> None:
+    """A .gz trace cut short (a partial copy) or not gzip at all is a TraceError naming the
+    file and what is wrong: gzip raised EOFError, which the command line reported as a bare
+    'Aborted!', and BadGzipFile, a traceback."""
+    text = (SACCT.read_text() if fmt == "sacct"
+            else "submit_time,gpus,duration,budget\n" + "0,8,1h,a\n" * 2000)
+    if name.startswith("t.jsonl"):
+        text = '{"submit_time": 0, "gpus": 8, "duration": "1h", "budget": "a"}\n' * 2000
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode())[:40])
+    with pytest.raises(TraceError, match=r"^.*: gzip: the compressed data ends early"):
+        load_trace(path, format=fmt)
+    path.write_text(text[:500])
+    with pytest.raises(TraceError, match=r"^.*: gzip: not a gzip file, though its name ends "
+                       r"in \.gz$") as e:
+        load_trace(path, format=fmt)
+    assert str(e.value).startswith(f"{path}: ")
+
+
 # ---- canonical round trips ---------------------------------------------------------------
 @pytest.mark.parametrize("ext", [".csv", ".jsonl", ".parquet", ".csv.gz", ".tsv", ".tsv.gz"])
 def test_canonical_round_trip(tmp_path: Path, ext: str) -> None:
