@@ -788,3 +788,15 @@ def test_a_size_beyond_any_fleet_is_refused_naming_the_flag(
     assert ("Invalid value for '--size': 800,000,000 GPUs is more than any fleet has (at "
             "most 800,000: 100,000 hosts of 8)") in " ".join(text.split())
     assert not (tmp_path / "o").exists()
+
+
+def test_a_trace_whose_budget_column_is_empty_says_so_naming_the_flags(tmp_path: Path) -> None:
+    """simulate on a trace whose budget column is empty on every row: a usage error naming
+    the column as empty and the flags to use, not 'the trace has no budget column'."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--size", "32", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"{trace}: budget: the budget column is empty on every row; pass --budgets N"
+            in " ".join(out.split())), out

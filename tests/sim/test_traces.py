@@ -16,6 +16,7 @@ from apportion.core import BudgetNode, BudgetTree, PolicyConfig, WorkloadSpec, i
 from apportion.sim.model import LegacyPriority, SimJob
 from apportion.sim.scenarios import seed_scenario
 from apportion.sim.traces import (
+    NoBudgetColumn,
     TraceError,
     default_min_runtime,
     load_trace,
@@ -139,6 +140,21 @@ def test_a_damaged_gzip_trace_is_a_trace_error_naming_the_file(
                        r"in \.gz$") as e:
         load_trace(path, format=fmt)
     assert str(e.value).startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize(("header", "mapping", "column"), [
+    ("budget", None, "budget"), ("Budget", None, "Budget"), ("team", {"budget": "team"}, "team")])
+def test_a_budget_column_empty_on_every_row_is_named_as_empty(
+        tmp_path: Path, header: str, mapping: dict[str, str] | None, column: str) -> None:
+    """A trace whose budget column is there but empty on every row (and names no users)
+    is a NoBudgetColumn naming that column as empty, not 'the trace has no budget
+    column', which the user, looking at the column, could not make sense of."""
+    path = write(tmp_path, "t.csv", f"id,submit_time,gpus,duration,{header}\na,0,8,1h,\n")
+    with pytest.raises(NoBudgetColumn) as e:
+        load_trace(path, mapping=mapping)
+    assert str(e.value).startswith(
+        f"{path}: {column}: the budget column is empty on every row; pass budgets=N")
+    assert e.value.empty == column
 
 
 # ---- canonical round trips ---------------------------------------------------------------

@@ -359,7 +359,10 @@ def build_scenario(
             )
         except NoBudgetColumn as e:
             raise click.UsageError(
-                f"{e.source}: the trace has no budget column; pass --budgets N (N synthetic "
+                f"{e.source}: "
+                + (f"{e.empty}: the budget column is empty on every row" if e.empty
+                   else "the trace has no budget column")
+                + "; pass --budgets N (N synthetic "
                 "budgets) or --budget-column NAME (one budget per value of that column)"
             ) from None
         except TraceError as e:

@@ -13,8 +13,8 @@ from apportion.core import BudgetTree, CoreError, Host, WorkloadSpec, format_dur
 
 from ..model import SimJob
 from ._budgets import BudgetCount, BudgetOptions, assign, key_columns
-from ._errors import Notes, TraceError
-from ._read import kind_of, known_kind, read_table
+from ._errors import NoBudgetColumn, Notes, TraceError
+from ._read import find_column, kind_of, known_kind, read_table
 from ._record import Record, legacy_from_priority
 from ._rules import HOUR, MINUTE, default_min_runtime, default_resumable, stable_unit
 from ._sacct import hosts_of, read_sacct
@@ -122,6 +122,8 @@ def load_trace(
     source = str(file)
     notes = Notes(source)
     extras = key_columns(opts)
+    header: list[str] = []  # a column trace's, to name its budget column
+    cols: dict[str, str] = {}
     if format == "sacct":
         records = read_sacct(file, extras, notes)
     else:
@@ -130,7 +132,9 @@ def load_trace(
         else:  # itp, csv: CSV, unless the name says JSON Lines or Parquet (a .txt is CSV)
             kind = kind_of(file) if known_kind(file) else "csv"
             cols = {**ITP_MAPPING, **(mapping or {})} if format == "itp" else dict(mapping or {})
-        records = read_mapped(file, read_table(file, kind, delimiter), cols, extras, notes)
+        table = read_table(file, kind, delimiter)
+        header = table[0]
+        records = read_mapped(file, table, cols, extras, notes)
     if not records:
         raise TraceError(f"{source}: no jobs in the trace" + "".join(
             f"; {w.split(': ', 1)[1]}" for w in notes.warnings()
@@ -146,7 +150,14 @@ def load_trace(
                 f"{source}:{rec.line}: id: duplicate id {rec.id!r} (first at line {first})"
             )
     origin = min(r.submit for r in records) if (records[0].absolute or rebase) else 0.0
-    budget_tree = assign(source, records, opts)
+    try:
+        budget_tree = assign(source, records, opts)
+    except NoBudgetColumn:
+        # the file has a budget column, empty on every row: say so, not "no budget column"
+        column = find_column(header, cols.get("budget", "budget"))
+        if column is None:
+            raise
+        raise NoBudgetColumn(source, column) from None
     rule = min_runtime_rule or partial(default_min_runtime, max_min_runtime=max_min_runtime)
 
     jobs: list[SimJob] = []
