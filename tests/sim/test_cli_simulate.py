@@ -800,3 +800,23 @@ def test_a_trace_whose_budget_column_is_empty_says_so_naming_the_flags(tmp_path:
     assert code == 2, out
     assert (f"{trace}: budget: the budget column is empty on every row; pass --budgets N"
             in " ".join(out.split())), out
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"ai": {"weight": "x", "x": 1, "y": 1}}', "ai: weight must be a number, got 'x'"),
+    ('{"ai": {"weight": null, "x": 1, "y": 1}}', "ai: weight must be a number, got None"),
+    ('{"ai": {"weight": true, "x": 1, "y": 1}}', "ai: weight must be a number, got True"),
+])
+def test_a_tree_nodes_own_weight_is_checked_as_a_leafs_is(
+        tmp_path: Path, text: str, problem: str) -> None:
+    """--tree with a node's own weight ({"ai": {"weight": ..., "x": 1}}) that is not a number
+    is a usage error naming --tree, the file and the node, as a leaf's weight is: a string
+    or null was a traceback (ValueError, TypeError from float()), and true was read as 1."""
+    tree = tmp_path / "tree.json"
+    tree.write_text(text)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,ai/x\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--tree", str(tree), "--size", "32",
+                       "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for --tree: {tree}: {problem}" in " ".join(out.split()), out

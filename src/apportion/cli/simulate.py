@@ -155,19 +155,21 @@ def load_tree(path: Path) -> BudgetTree:
                                  param_hint="--tree")
     weights: dict[str, float] = {}
 
+    def weight(where: str, value: Any) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise click.BadParameter(f"{path}: {where}: weight must be a number, got {value!r}",
+                                 param_hint="--tree")
+
     def walk(prefix: str, table: dict[str, Any]) -> None:
         for key, value in table.items():
             path_ = f"{prefix}/{key}" if prefix else str(key)
             if isinstance(value, dict):
-                if "weight" in value:
-                    weights[path_] = value["weight"]
+                if "weight" in value:  # a node's own weight beside its children
+                    weights[path_] = weight(path_, value["weight"])
                 walk(path_, {k: v for k, v in value.items() if k != "weight"})
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                weights[path_] = float(value)
             else:
-                raise click.BadParameter(
-                    f"{path}: {path_}: weight must be a number, got {value!r}",
-                    param_hint="--tree")
+                weights[path_] = weight(path_, value)
 
     walk("", data)
     try:
