@@ -312,3 +312,28 @@ def test_a_cluster_file_key_or_billed_kind_that_would_be_ignored_is_refused_nami
                                        str(path), "--quiet", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for --cluster: {path.parent}/{message}" in result.output
+
+
+@pytest.mark.parametrize(("host", "message"), [
+    ('cluster = "a/b", kind = "H100"', "host #1 (h000): cluster: must be a name without '/', "
+                                       "got 'a/b'"),
+    ('cluster = "east", kind = "H100/SXM"', "host #1 (h000): kind: must be a name without "
+                                            "'/', got 'H100/SXM'"),
+    ('cluster = 5, kind = "H100"', "host #1 (h000): cluster: must be a name without '/', "
+                                   "got 5"),
+])
+def test_a_fleet_hosts_cluster_or_kind_that_is_no_pool_name_is_refused_naming_it(
+        tmp_path: Path, host: str, message: str) -> None:
+    """A --cluster host whose cluster or kind holds a '/' (a pool is 'cluster/kind') is a
+    usage error naming the file, the host and the key, before any run: it crashed the run
+    with a traceback ('CoreError: host h000: cluster: must be a name without '/''). A
+    cluster that is not a string (5) is named as such, not as missing."""
+    path = tmp_path / "fleet.toml"
+    path.write_text(f'hosts = [ {{ name = "h000", gpus = 8, {host} }} ]\n')
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for --cluster: {path}: {message}"
+            in " ".join(result.output.split())), result.output
+    assert not (tmp_path / "o" / "summary.json").exists()
