@@ -337,3 +337,20 @@ def test_a_fleet_hosts_cluster_or_kind_that_is_no_pool_name_is_refused_naming_it
     assert (f"Invalid value for --cluster: {path}: {message}"
             in " ".join(result.output.split())), result.output
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ("billing = { B200 = true }\n", "billing: B200: must be a number > 0, got True"),
+    ('[overrides."west/B200"]\n"llm" = true\n',
+     "overrides: west/B200: llm: must be a number >= 0, got True"),
+])
+def test_a_fleet_files_boolean_weight_is_refused_not_read_as_one(
+        tmp_path: Path, table: str, message: str) -> None:
+    """A --cluster file's billing or overrides weight given as true is refused naming the
+    file and the key, as a host's gpus = true is: it was read as weight 1 without a word."""
+    path = _cluster_file(tmp_path, table + HOSTS)
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for --cluster: {path}: {message}"
+            in " ".join(result.output.split())), result.output

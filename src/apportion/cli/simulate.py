@@ -284,6 +284,13 @@ def parse_pools(text: str) -> Pools | None:
                 isinstance(v, dict) for v in overrides.values()):
             raise ValueError(f"{path}: billing: a table kind -> weight; overrides: a table "
                              "pool -> {budget: weight}")
+        # read as typed: true is not weight 1 (the core takes a bool for the number it is)
+        typed = [(f"billing: {k}", w, "> 0") for k, w in billing.items()] + [
+            (f"overrides: {pool}: {b}", w, ">= 0")
+            for pool, weights in overrides.items() for b, w in weights.items()]
+        for where, w, bound in typed:
+            if isinstance(w, bool):
+                raise ValueError(f"{path}: {where}: must be a number {bound}, got {w!r}")
         kinds = sorted({k for _, k in of_host.values()})
         for kind in billing:  # a mistyped kind (or its case) would bill that kind 1
             if kind not in kinds:
