@@ -820,3 +820,21 @@ def test_a_tree_nodes_own_weight_is_checked_as_a_leafs_is(
                        "--quiet", "--out", str(tmp_path / "o"))
     assert code == 2, out
     assert f"Invalid value for --tree: {tree}: {problem}" in " ".join(out.split()), out
+
+
+def test_a_budget_column_of_more_than_10000_values_is_refused_naming_the_flag(
+        tmp_path: Path) -> None:
+    """--budget-column job_id (a column of ids, one budget per job) on a trace of 10,001 jobs
+    is a usage error naming --budget-column, the count and the bound --budgets has, before
+    any run: it ran as 10,001 budgets (cluster04's 15,802 jobs took a minute and 650 MB for
+    one simulated day)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,gpus,duration\n"
+                     + "".join(f"j{i},{i},1,60\n" for i in range(10_001)))
+    code, out = invoke("simulate", "--trace", str(trace), "--budget-column", "job_id",
+                       "--size", "32", "--days", "0.01", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert ("Invalid value for --budget-column: job_id: 10,001 distinct values, so 10,001 "
+            "budgets (at most 10,000, as --budgets): a column of ids rather than of teams?"
+            in " ".join(out.split())), out
+    assert not (tmp_path / "o").exists()

@@ -379,6 +379,12 @@ def build_scenario(
                 raise click.BadParameter(str(e).removeprefix("mapping: "),
                                          param_hint="--map") from None
             raise click.ClickException(str(e)) from None
+        leaves = len(loaded.tree.leaves)
+        if budget_column is not None and leaves > MAX_BUDGETS:  # as --budgets' bound
+            raise click.BadParameter(
+                f"{budget_column}: {leaves:,} distinct values, so {leaves:,} budgets (at most "
+                f"{MAX_BUDGETS:,}, as --budgets): a column of ids rather than of teams?",
+                param_hint="--budget-column")
         if warn:
             for line in loaded.warnings:
                 click.echo(f"warning: {line}", err=True)
