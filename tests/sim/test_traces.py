@@ -157,6 +157,17 @@ def test_a_budget_column_empty_on_every_row_is_named_as_empty(
     assert e.value.empty == column
 
 
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_json_lines_trace_is_refused_as_empty(tmp_path: Path, text: str) -> None:
+    """A JSON Lines trace with no object (empty, or blank lines only) is refused as an
+    empty file, as an empty CSV is, not as missing every column ('submit_time: required
+    column missing (columns: )')."""
+    path = write(tmp_path, "t.jsonl", text)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}: row: the file is empty (no JSON objects)"
+
+
 # ---- canonical round trips ---------------------------------------------------------------
 @pytest.mark.parametrize("ext", [".csv", ".jsonl", ".parquet", ".csv.gz", ".tsv", ".tsv.gz"])
 def test_canonical_round_trip(tmp_path: Path, ext: str) -> None:

@@ -220,6 +220,8 @@ def _read_jsonl(path: Path) -> Table:
                 records.append((line, record))
         except UnicodeDecodeError as e:
             raise not_utf8(path, e, header=False) from None
+    if not records:  # else refused as missing every column, "(columns: )"
+        raise TraceError(f"{path}: row: the file is empty (no JSON objects)")
     return list(header), iter(records)
 
 
