@@ -838,3 +838,24 @@ def test_a_budget_column_of_more_than_10000_values_is_refused_naming_the_flag(
             "budgets (at most 10,000, as --budgets): a column of ids rather than of teams?"
             in " ".join(out.split())), out
     assert not (tmp_path / "o").exists()
+
+
+def test_a_cluster_file_beyond_any_fleet_is_refused_as_hosts_x_gpus_is(tmp_path: Path) -> None:
+    """A --cluster file with a host of more than 1,024 GPUs, or more than 100,000 hosts, is
+    refused naming --cluster, the file (and the host) and the bound, as --cluster HOSTSxGPUS
+    is: the file was taken as typed (a host of 2,000 GPUs ran)."""
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"hosts": [{"name": "h000", "gpus": 2000}]}))
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(big), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"Invalid value for --cluster: {big}: hosts[1].gpus: 2,000 GPUs is more than any "
+            "host has (at most 1,024)") in " ".join(out.split()), out
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([{"name": f"h{i}", "gpus": 8} for i in range(100_001)]))
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(many), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"Invalid value for --cluster: {many}: 100,001 hosts is more than any fleet has "
+            "(at most 100,000)") in " ".join(out.split()), out
+    assert not (tmp_path / "o").exists()

@@ -227,6 +227,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
     if not isinstance(data, list) or not data:
         raise click.BadParameter(f"{path}: expected a list of hosts (name, gpus)",
                                  param_hint="--cluster")
+    if len(data) > MAX_HOSTS:
+        raise click.BadParameter(f"{path}: {len(data):,} hosts is more than any fleet has (at "
+                                 f"most {MAX_HOSTS:,})", param_hint="--cluster")
     out = []
     for i, item in enumerate(data):
         where = f"{path}: hosts[{i + 1}]"
@@ -245,6 +248,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise click.BadParameter(f"{where}.gpus: must be a whole number >= 1, got "
                                      f"{gpus!r}", param_hint="--cluster")
+        if gpus > MAX_HOST_GPUS:  # the bound of HOSTSxGPUS: a typo, not a host
+            raise click.BadParameter(f"{where}.gpus: {gpus:,} GPUs is more than any host has "
+                                     f"(at most {MAX_HOST_GPUS:,})", param_hint="--cluster")
         try:
             out.append(Host(name, gpus))
         except CoreError as e:
