@@ -859,3 +859,20 @@ def test_a_cluster_file_beyond_any_fleet_is_refused_as_hosts_x_gpus_is(tmp_path:
     assert (f"Invalid value for --cluster: {many}: 100,001 hosts is more than any fleet has "
             "(at most 100,000)") in " ".join(out.split()), out
     assert not (tmp_path / "o").exists()
+
+
+def test_size_and_cluster_together_on_a_trace_are_refused(tmp_path: Path) -> None:
+    """--trace with both --cluster 2x8 and --size 800 is a usage error naming both: each
+    gives the trace's cluster, and --size was dropped without a word (the run was on 2
+    hosts). With the seed scenario both still run (--size sizes its workload)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--budgets", "1", "--cluster", "2x8",
+                       "--size", "800", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert "--size and --cluster exclude each other with --trace" in out
+    assert not (tmp_path / "o").exists()
+    code, out = invoke("simulate", "--scenario", "seed", "--cluster", "2x8", "--size", "32",
+                       "--days", "0.1", "--policy", "fairshare", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 0, out

@@ -358,6 +358,9 @@ def build_scenario(
 
         if budgets is not None and budget_column is not None:
             raise click.UsageError("--budgets and --budget-column exclude each other")
+        if size is not None and cluster is not None:  # --size is only a trace's cluster
+            raise click.UsageError("--size and --cluster exclude each other with --trace (both "
+                                   "give the trace's cluster)")
         if maps and fmt == "sacct":
             raise click.UsageError("--map is not used with --format sacct (its columns are fixed)")
         try:
