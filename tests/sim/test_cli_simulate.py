@@ -876,3 +876,16 @@ def test_size_and_cluster_together_on_a_trace_are_refused(tmp_path: Path) -> Non
                        "--days", "0.1", "--policy", "fairshare", "--quiet", "--out",
                        str(tmp_path / "o"))
     assert code == 0, out
+
+
+@pytest.mark.parametrize("command", [("simulate", "--quiet", "--out", "OUT"), ("bench",)])
+def test_a_set_rule_between_two_settings_is_said_in_durations(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--set checkpoint_wait=2h --set max_min_runtime=1h: the refusal says the times as
+    durations, as they were typed and as sweep's --grid says them, not in seconds
+    ('7200 s is over max_min_runtime (3600 s)')."""
+    args = [str(tmp_path / "o") if a == "OUT" else a for a in command]
+    code, out = invoke(*args, "--set", "checkpoint_wait=2h", "--set", "max_min_runtime=1h")
+    assert code == 2, out
+    assert ("Invalid value for --set: policy: checkpoint_wait: 2 h is over max_min_runtime "
+            "(1 h)") in " ".join(out.split()), out

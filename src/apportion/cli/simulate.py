@@ -107,8 +107,8 @@ def build_configs(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
     sim = {k: v for k, v in settings.items() if fields[k][0] == "sim"}
     try:
         return policy_from(policy), SimConfig(**sim)
-    except (CoreError, ValueError) as e:
-        raise click.BadParameter(str(e), param_hint="--set") from None
+    except (CoreError, ValueError) as e:  # times as durations, as --set takes them
+        raise click.BadParameter(_in_durations(e), param_hint="--set") from None
 
 
 TOML_AT_END = "(at end of document)"
