@@ -668,3 +668,224 @@ def test_cluster_hosts_x_gpus_beyond_any_fleet_is_refused_naming_the_flag(
                        "--out", str(tmp_path / "o"))
     assert code == 2 and f"Invalid value for --cluster: {problem}" in out, out
     assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_cluster_and_tree_files_unreadable_or_not_utf8_are_refused_and_a_bom_is_skipped(
+        tmp_path: Path) -> None:
+    """A --cluster that is a directory, or a --cluster / --tree file with a byte that is
+    not UTF-8, is a usage error naming the flag, the file and (for the byte) its line and
+    column, not a traceback; a file saved with a byte-order mark and CRLF line ends (as
+    Windows editors write) is read like any other."""
+    folder = tmp_path / "hosts.toml"
+    folder.mkdir()
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(folder), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2 and f"Invalid value for --cluster: {folder}: cannot read: " in out, out
+    latin1 = tmp_path / "latin1.toml"
+    latin1.write_bytes(b'hosts = [\r\n  { name = "h\xe9", gpus = 8 },\r\n]\r\n')
+    for flag in ("--cluster", "--tree"):
+        code, out = invoke("simulate", "--scenario", "small", flag, str(latin1), "--quiet",
+                           "--out", str(tmp_path / "o"))
+        assert code == 2, out
+        assert (f"Invalid value for {flag}: {latin1}:2: not UTF-8 text: byte 0xe9 at column "
+                "14 (save the file as UTF-8)") in out, out
+    hosts = tmp_path / "bom.toml"
+    hosts.write_bytes(b"\xef\xbb\xbfhosts = [\r\n" + b"".join(
+        b'  { name = "h00%d", gpus = 8 },\r\n' % i for i in range(4)) + b"]\r\n")
+    tree = tmp_path / "bom-tree.json"
+    tree.write_bytes(b'\xef\xbb\xbf{"a": 1, "b": 1}\r\n')
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\nx,0,8,3600,a\ny,0,8,3600,b\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--cluster", str(hosts), "--tree",
+                       str(tree), "--policy", "fairshare", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary[0]["gpus"] == 32 and summary[0]["completed"] == 2
+
+
+@pytest.mark.parametrize(("cluster", "problem"), [
+    ("fleet-next.toml", "no such file, and not HOSTSxGPUS: 'fleet-next.toml'"),
+    ("hosts.toml", "no such file, and not HOSTSxGPUS: 'hosts.toml'"),
+    ("4x8x2", "expected HOSTSxGPUS like 128x8 or a file, got '4x8x2'"),
+])
+def test_a_missing_cluster_file_is_named_as_missing_even_with_an_x_in_its_name(
+        tmp_path: Path, cluster: str, problem: str) -> None:
+    """--cluster naming a .toml or .json file that does not exist says no such file, whether
+    or not its name holds an 'x' (fleet-next.toml was told 'expected HOSTSxGPUS like
+    128x8', as if it were a mistyped size); a mistyped size still gets that message."""
+    where = str(tmp_path / cluster) if cluster.endswith(".toml") else cluster
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", where, "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for --cluster: {problem.replace(cluster, where)}" in " ".join(
+        out.split()), out
+
+
+@pytest.mark.parametrize("scenario", ["small", "seed", "fleet"])
+def test_a_built_in_scenario_of_less_than_a_second_runs(tmp_path: Path, scenario: str) -> None:
+    """--days 1e-9 (a window shorter than a second) is a run like any other: the scenario's
+    workloads arrive at 0, not at 'a second before the end', which was before the start
+    and crashed the run ('CoreError: state: time went backwards (-1.0 < 0.0)', a
+    traceback); its calibration has no nan."""
+    size = ("--size", "32") if scenario == "seed" else ()
+    code, out = invoke("simulate", "--scenario", scenario, *size, "--days", "1e-9",
+                       "--quiet", "--out", str(tmp_path))
+    assert code == 0, out
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["sim_days"] == 1e-9
+    assert "<td>nan</td>" not in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("command", [
+    ("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_a_scenario_beside_a_trace_or_a_format_without_one_is_refused(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--trace with --scenario, and --format with a built-in scenario, are usage errors
+    naming the flags, before anything runs: the trace was replayed with the --scenario
+    ignored, and the --format ignored, without a word (bench refused only the first)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, "--trace", str(trace), "--budgets", "1", "--size", "32",
+                        "--scenario", "small", *out)
+    assert code == 2 and "--trace and --scenario exclude each other" in text, text
+    code, text = invoke(*command, "--scenario", "small", "--format", "itp", "--days", "0.1",
+                        *out)
+    assert code == 2 and "Error: --format needs --trace" in text, text
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", [("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_budgets_beyond_any_organisation_are_refused_naming_the_flag(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--budgets 100000000 (a typo with extra zeros) is a usage error naming --budgets and
+    the bound of 10,000, before any run: every synthetic budget is a tree node with a row
+    per simulated hour, so it ran for hours on gigabytes (100,000 budgets took over 2 min
+    and 1.7 GB for one simulated day)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, "--trace", str(trace), "--budgets", "100000000", "--size",
+                        "32", *out)
+    assert code == 2, text
+    assert "Invalid value for '--budgets': 100000000 is not in the range 1<=x<=10000." in text
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("source", [("--scenario", "seed"), ("--trace",)])
+@pytest.mark.parametrize("command", [("simulate",), ("sweep", "--grid", "lookback=1d"), ("bench",)])
+def test_a_size_beyond_any_fleet_is_refused_naming_the_flag(
+        tmp_path: Path, command: tuple[str, ...], source: tuple[str, ...]) -> None:
+    """--size 800000000 (a typo with extra zeros) is a usage error naming --size and the
+    bound, 100,000 hosts of 8 GPUs as --cluster HOSTSxGPUS allows, before any run: it ran
+    for minutes building the hosts, printing nothing."""
+    if source == ("--trace",):
+        trace = tmp_path / "t.csv"
+        trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+        source = ("--trace", str(trace), "--budgets", "1")
+    out = ("--quiet", "--out", str(tmp_path / "o")) if command[0] != "bench" else ()
+    code, text = invoke(*command, *source, "--size", "800000000", "--days", "0.1", *out)
+    assert code == 2, text
+    assert ("Invalid value for '--size': 800,000,000 GPUs is more than any fleet has (at "
+            "most 800,000: 100,000 hosts of 8)") in " ".join(text.split())
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_trace_whose_budget_column_is_empty_says_so_naming_the_flags(tmp_path: Path) -> None:
+    """simulate on a trace whose budget column is empty on every row: a usage error naming
+    the column as empty and the flags to use, not 'the trace has no budget column'."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--size", "32", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"{trace}: budget: the budget column is empty on every row; pass --budgets N"
+            in " ".join(out.split())), out
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('{"ai": {"weight": "x", "x": 1, "y": 1}}', "ai: weight must be a number, got 'x'"),
+    ('{"ai": {"weight": null, "x": 1, "y": 1}}', "ai: weight must be a number, got None"),
+    ('{"ai": {"weight": true, "x": 1, "y": 1}}', "ai: weight must be a number, got True"),
+])
+def test_a_tree_nodes_own_weight_is_checked_as_a_leafs_is(
+        tmp_path: Path, text: str, problem: str) -> None:
+    """--tree with a node's own weight ({"ai": {"weight": ..., "x": 1}}) that is not a number
+    is a usage error naming --tree, the file and the node, as a leaf's weight is: a string
+    or null was a traceback (ValueError, TypeError from float()), and true was read as 1."""
+    tree = tmp_path / "tree.json"
+    tree.write_text(text)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,ai/x\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--tree", str(tree), "--size", "32",
+                       "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for --tree: {tree}: {problem}" in " ".join(out.split()), out
+
+
+def test_a_budget_column_of_more_than_10000_values_is_refused_naming_the_flag(
+        tmp_path: Path) -> None:
+    """--budget-column job_id (a column of ids, one budget per job) on a trace of 10,001 jobs
+    is a usage error naming --budget-column, the count and the bound --budgets has, before
+    any run: it ran as 10,001 budgets (cluster04's 15,802 jobs took a minute and 650 MB for
+    one simulated day)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,gpus,duration\n"
+                     + "".join(f"j{i},{i},1,60\n" for i in range(10_001)))
+    code, out = invoke("simulate", "--trace", str(trace), "--budget-column", "job_id",
+                       "--size", "32", "--days", "0.01", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert ("Invalid value for --budget-column: job_id: 10,001 distinct values, so 10,001 "
+            "budgets (at most 10,000, as --budgets): a column of ids rather than of teams?"
+            in " ".join(out.split())), out
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_cluster_file_beyond_any_fleet_is_refused_as_hosts_x_gpus_is(tmp_path: Path) -> None:
+    """A --cluster file with a host of more than 1,024 GPUs, or more than 100,000 hosts, is
+    refused naming --cluster, the file (and the host) and the bound, as --cluster HOSTSxGPUS
+    is: the file was taken as typed (a host of 2,000 GPUs ran)."""
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"hosts": [{"name": "h000", "gpus": 2000}]}))
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(big), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"Invalid value for --cluster: {big}: hosts[1].gpus: 2,000 GPUs is more than any "
+            "host has (at most 1,024)") in " ".join(out.split()), out
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([{"name": f"h{i}", "gpus": 8} for i in range(100_001)]))
+    code, out = invoke("simulate", "--scenario", "small", "--cluster", str(many), "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert (f"Invalid value for --cluster: {many}: 100,001 hosts is more than any fleet has "
+            "(at most 100,000)") in " ".join(out.split()), out
+    assert not (tmp_path / "o").exists()
+
+
+def test_size_and_cluster_together_on_a_trace_are_refused(tmp_path: Path) -> None:
+    """--trace with both --cluster 2x8 and --size 800 is a usage error naming both: each
+    gives the trace's cluster, and --size was dropped without a word (the run was on 2
+    hosts). With the seed scenario both still run (--size sizes its workload)."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,8,3600\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--budgets", "1", "--cluster", "2x8",
+                       "--size", "800", "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert "--size and --cluster exclude each other with --trace" in out
+    assert not (tmp_path / "o").exists()
+    code, out = invoke("simulate", "--scenario", "seed", "--cluster", "2x8", "--size", "32",
+                       "--days", "0.1", "--policy", "fairshare", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 0, out
+
+
+@pytest.mark.parametrize("command", [("simulate", "--quiet", "--out", "OUT"), ("bench",)])
+def test_a_set_rule_between_two_settings_is_said_in_durations(
+        tmp_path: Path, command: tuple[str, ...]) -> None:
+    """--set checkpoint_wait=2h --set max_min_runtime=1h: the refusal says the times as
+    durations, as they were typed and as sweep's --grid says them, not in seconds
+    ('7200 s is over max_min_runtime (3600 s)')."""
+    args = [str(tmp_path / "o") if a == "OUT" else a for a in command]
+    code, out = invoke(*args, "--set", "checkpoint_wait=2h", "--set", "max_min_runtime=1h")
+    assert code == 2, out
+    assert ("Invalid value for --set: policy: checkpoint_wait: 2 h is over max_min_runtime "
+            "(1 h)") in " ".join(out.split()), out

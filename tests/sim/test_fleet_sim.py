@@ -128,25 +128,29 @@ def test_simulate_with_a_cluster_file_of_two_kinds_reports_each_pool(tmp_path: P
         (HOSTS + '[[hosts]]\nname = "c0"\ngpus = 8\n',
          "host #5 (c0): cluster and kind: every host needs both when any host has one"),
         ('[overrides."west/B200"]\n"nobody" = 2.0\n' + HOSTS,
-         "fleet: overrides: west/B200: 'nobody': unknown budget"),
-        ('billing = { B200 = -1 }\n' + HOSTS, "fleet: billing: B200: must be a number > 0"),
+         "overrides: west/B200: 'nobody': unknown budget"),
+        ('[overrides."west/B200"]\n"llm" = -2\n' + HOSTS,
+         "overrides: west/B200: llm: must be a number >= 0, got -2"),
+        ('billing = { B200 = -1 }\n' + HOSTS, "billing: B200: must be a number > 0"),
         ('[overrides."west/B300"]\n"nobody" = 2.0\n' + HOSTS,
          "overrides.west/B300: no host is in pool west/B300 (the hosts' pools: east/H100, "
          "west/B200)"),
     ],
-    ids=["host without kind", "unknown budget in overrides", "negative billing weight",
-         "override of a pool no host is in"],
+    ids=["host without kind", "unknown budget in overrides", "negative override weight",
+         "negative billing weight", "override of a pool no host is in"],
 )
-def test_a_bad_cluster_file_is_refused_naming_the_option_and_the_field(
+def test_a_bad_cluster_file_is_refused_naming_the_option_the_file_and_the_field(
     tmp_path: Path, body: str, message: str
 ) -> None:
-    """A --cluster file with pools that cannot work is a usage error naming --cluster and
-    what is wrong, never a traceback."""
+    """A --cluster file with pools that cannot work is a usage error naming --cluster, the
+    file (never 'fleet:', a name the user did not write: the billing and overrides errors
+    of the core said that) and what is wrong, never a traceback."""
     path = _cluster_file(tmp_path, body)
     result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
                                        str(path), "--quiet", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
-    assert "--cluster" in result.output and message in result.output
+    assert "--cluster" in result.output
+    assert f"{path}: {message}" in " ".join(result.output.split()), result.output
 
 
 def test_the_fleet_scenario_has_three_pools_and_work_asking_for_kinds() -> None:
@@ -308,3 +312,45 @@ def test_a_cluster_file_key_or_billed_kind_that_would_be_ignored_is_refused_nami
                                        str(path), "--quiet", "--out", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for --cluster: {path.parent}/{message}" in result.output
+
+
+@pytest.mark.parametrize(("host", "message"), [
+    ('cluster = "a/b", kind = "H100"', "host #1 (h000): cluster: must be a name without '/', "
+                                       "got 'a/b'"),
+    ('cluster = "east", kind = "H100/SXM"', "host #1 (h000): kind: must be a name without "
+                                            "'/', got 'H100/SXM'"),
+    ('cluster = 5, kind = "H100"', "host #1 (h000): cluster: must be a name without '/', "
+                                   "got 5"),
+])
+def test_a_fleet_hosts_cluster_or_kind_that_is_no_pool_name_is_refused_naming_it(
+        tmp_path: Path, host: str, message: str) -> None:
+    """A --cluster host whose cluster or kind holds a '/' (a pool is 'cluster/kind') is a
+    usage error naming the file, the host and the key, before any run: it crashed the run
+    with a traceback ('CoreError: host h000: cluster: must be a name without '/''). A
+    cluster that is not a string (5) is named as such, not as missing."""
+    path = tmp_path / "fleet.toml"
+    path.write_text(f'hosts = [ {{ name = "h000", gpus = 8, {host} }} ]\n')
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")],
+                                catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for --cluster: {path}: {message}"
+            in " ".join(result.output.split())), result.output
+    assert not (tmp_path / "o" / "summary.json").exists()
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ("billing = { B200 = true }\n", "billing: B200: must be a number > 0, got True"),
+    ('[overrides."west/B200"]\n"llm" = true\n',
+     "overrides: west/B200: llm: must be a number >= 0, got True"),
+])
+def test_a_fleet_files_boolean_weight_is_refused_not_read_as_one(
+        tmp_path: Path, table: str, message: str) -> None:
+    """A --cluster file's billing or overrides weight given as true is refused naming the
+    file and the key, as a host's gpus = true is: it was read as weight 1 without a word."""
+    path = _cluster_file(tmp_path, table + HOSTS)
+    result = CliRunner().invoke(main, ["simulate", "--scenario", "small", "--cluster",
+                                       str(path), "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2, result.output
+    assert (f"Invalid value for --cluster: {path}: {message}"
+            in " ".join(result.output.split())), result.output

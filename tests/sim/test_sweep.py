@@ -532,6 +532,42 @@ def test_grid_values_that_break_a_rule_together_are_refused_before_anything_runs
     assert not out.exists()
 
 
+def test_a_process_sweep_forks_no_more_workers_than_it_has_points(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--engine process --jobs 8 on a sweep of 2 points starts a pool of 2 workers, not 8:
+    a forking pool starts all its workers at once, so a large --jobs forked that many
+    copies of the command for nothing. The rows are those of any --jobs."""
+    import apportion.sim.sweep as sweep_module
+
+    sizes: list[int] = []
+
+    class Recording(sweep_module.ProcessPoolExecutor):  # type: ignore[misc]
+        def __init__(self, max_workers: int, **kw: Any) -> None:
+            sizes.append(max_workers)
+            super().__init__(max_workers=max_workers, **kw)
+
+    monkeypatch.setattr(sweep_module, "ProcessPoolExecutor", Recording)
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "0.2", "--grid",
+                          "lookback=1d,2d", "--jobs", "8", "--quiet", "--out", str(tmp_path))
+    assert code == 0, err
+    assert sizes == [2]
+    with (tmp_path / "sweep.csv").open() as f:
+        assert [r["error"] for r in csv.DictReader(f)] == ["", ""]
+
+
+def test_a_setting_given_by_both_set_and_grid_is_refused(tmp_path: Path) -> None:
+    """sweep --set lookback=2d --grid lookback=1d,3d: a usage error (exit 2) naming --grid
+    and the key, before anything runs (the grid's values replaced the --set one without a
+    word, so the run was not the one asked for); nothing written."""
+    out = tmp_path / "out"
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", "--set",
+                          "lookback=2d", "--grid", "lookback=1d,3d", "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: lookback is given by --set too; give its values in "
+            "--grid only") in " ".join(err.split())
+    assert not out.exists()
+
+
 def test_a_negative_seed_is_refused_naming_its_flag(tmp_path: Path) -> None:
     """--seeds 0,-1 (sweep) and --seed -1 (sweep, simulate, bench): a usage error naming
     the flag typed; it was 'Invalid value for --scenario: expected non-negative integer'."""

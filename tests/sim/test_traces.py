@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import gzip
+import json
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
@@ -15,6 +16,7 @@ from apportion.core import BudgetNode, BudgetTree, PolicyConfig, WorkloadSpec, i
 from apportion.sim.model import LegacyPriority, SimJob
 from apportion.sim.scenarios import seed_scenario
 from apportion.sim.traces import (
+    NoBudgetColumn,
     TraceError,
     default_min_runtime,
     load_trace,
@@ -82,6 +84,88 @@ def test_itp_without_budget_options_is_an_error_naming_the_options() -> None:
     """ITP has no budget or user column, so the caller must say how to make budgets."""
     with pytest.raises(TraceError, match=r"cluster10.csv: budget: .*budgets=N"):
         load_trace(CLUSTER10, format="itp")
+
+
+@pytest.mark.parametrize("fmt", ["itp", "csv"])
+@pytest.mark.parametrize("ext", [".parquet", ".jsonl", ".jsonl.gz"])
+def test_itp_and_csv_formats_read_parquet_and_json_lines_by_the_file_name(
+        tmp_path: Path, fmt: str, ext: str) -> None:
+    """--format itp and csv read a .parquet or .jsonl(.gz) file as Parquet or JSON Lines, as
+    canonical does, not as CSV (which reported a Parquet file's bytes as 'not UTF-8 text'):
+    cluster10.csv saved in that form loads the same jobs as the CSV itself."""
+    import pyarrow.csv as pacsv
+
+    table = pacsv.read_csv(CLUSTER10)
+    path = tmp_path / f"cluster10{ext}"
+    if ext == ".parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path)
+    else:
+        lines = "".join(f"{json.dumps(r)}\n" for r in table.to_pylist())
+        opener = gzip.open if ext.endswith(".gz") else open
+        with opener(path, "wt") as f:
+            f.write(lines)
+    mapping = None if fmt == "itp" else {"id": "job_id", "submit_time": "submission_time",
+                                         "gpus": "num_gpu"}
+    want = load_trace(CLUSTER10, format=fmt, mapping=mapping, budgets=4).jobs
+    assert load_trace(path, format=fmt, mapping=mapping, budgets=4).jobs == want
+
+
+def test_csv_format_reads_a_file_of_no_known_name_as_csv(tmp_path: Path) -> None:
+    """--format csv and itp still read a CSV named otherwise (jobs.txt) as CSV."""
+    path = tmp_path / "jobs.txt"
+    path.write_bytes(CLUSTER10.read_bytes())
+    assert len(load_trace(path, format="itp", budgets=4).jobs) == 260
+
+
+@pytest.mark.parametrize(("name", "fmt"), [("t.csv.gz", "canonical"),
+                                            ("t.jsonl.gz", "canonical"),
+                                            ("jobs.txt.gz", "sacct")])
+def test_a_damaged_gzip_trace_is_a_trace_error_naming_the_file(
+        tmp_path: Path, name: str, fmt: str) -> None:
+    """A .gz trace cut short (a partial copy) or not gzip at all is a TraceError naming the
+    file and what is wrong: gzip raised EOFError, which the command line reported as a bare
+    'Aborted!', and BadGzipFile, a traceback."""
+    text = (SACCT.read_text() if fmt == "sacct"
+            else "submit_time,gpus,duration,budget\n" + "0,8,1h,a\n" * 2000)
+    if name.startswith("t.jsonl"):
+        text = '{"submit_time": 0, "gpus": 8, "duration": "1h", "budget": "a"}\n' * 2000
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text.encode())[:40])
+    with pytest.raises(TraceError, match=r"^.*: gzip: the compressed data ends early"):
+        load_trace(path, format=fmt)
+    path.write_text(text[:500])
+    with pytest.raises(TraceError, match=r"^.*: gzip: not a gzip file, though its name ends "
+                       r"in \.gz$") as e:
+        load_trace(path, format=fmt)
+    assert str(e.value).startswith(f"{path}: ")
+
+
+@pytest.mark.parametrize(("header", "mapping", "column"), [
+    ("budget", None, "budget"), ("Budget", None, "Budget"), ("team", {"budget": "team"}, "team")])
+def test_a_budget_column_empty_on_every_row_is_named_as_empty(
+        tmp_path: Path, header: str, mapping: dict[str, str] | None, column: str) -> None:
+    """A trace whose budget column is there but empty on every row (and names no users)
+    is a NoBudgetColumn naming that column as empty, not 'the trace has no budget
+    column', which the user, looking at the column, could not make sense of."""
+    path = write(tmp_path, "t.csv", f"id,submit_time,gpus,duration,{header}\na,0,8,1h,\n")
+    with pytest.raises(NoBudgetColumn) as e:
+        load_trace(path, mapping=mapping)
+    assert str(e.value).startswith(
+        f"{path}: {column}: the budget column is empty on every row; pass budgets=N")
+    assert e.value.empty == column
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_an_empty_json_lines_trace_is_refused_as_empty(tmp_path: Path, text: str) -> None:
+    """A JSON Lines trace with no object (empty, or blank lines only) is refused as an
+    empty file, as an empty CSV is, not as missing every column ('submit_time: required
+    column missing (columns: )')."""
+    path = write(tmp_path, "t.jsonl", text)
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value) == f"{path}: row: the file is empty (no JSON objects)"
 
 
 # ---- canonical round trips ---------------------------------------------------------------

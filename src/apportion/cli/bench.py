@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .numbers import days_option
+from .numbers import MAX_BUDGETS, days_option
 
 POLICY_CHOICES = ("fairshare", "legacy")
 
@@ -38,7 +38,7 @@ def _of_eight(ctx: click.Context, param: click.Parameter, size: int | None) -> i
               type=click.Choice(["canonical", "itp", "sacct", "csv"]), help="trace format")
 @click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
               help="map a canonical field to a trace column (repeatable)")
-@click.option("--budgets", type=click.IntRange(min=1),
+@click.option("--budgets", type=click.IntRange(min=1, max=MAX_BUDGETS),
               help="synthesise N budgets for a trace without a budget column")
 @click.option("--budget-column", help="trace column that names the budget")
 @click.option("--tree", "tree_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -116,8 +116,14 @@ def _decide(passes: int, pending: int, pools: int, as_json: bool,
 def _replay(trace: Path | None, scenario: str, policies: list[str], as_json: bool,
             kw: dict[str, Any]) -> None:
     from apportion.bench.replay import run
-    from apportion.cli.simulate import build_configs, build_scenario, parse_settings
+    from apportion.cli.simulate import (
+        build_configs,
+        build_scenario,
+        parse_settings,
+        refuse_unused_input_flags,
+    )
 
+    refuse_unused_input_flags(trace)
     config, sim = build_configs(parse_settings(kw["settings"]))
     sc = build_scenario(scenario, trace, kw["fmt"], kw["maps"], kw["budgets"],
                         kw["budget_column"], kw["tree_file"], kw["cluster"], kw["days"],

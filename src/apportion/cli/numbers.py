@@ -9,6 +9,9 @@ import math
 import click
 
 MAX_DAYS = 3660  # ten years: a run keeps a row per simulated hour and budget
+# --budgets: a run keeps a row per budget and simulated hour, so a typo with extra zeros
+# (150 -> 150000) would run for hours on gigabytes; no organisation funds more leaves
+MAX_BUDGETS = 10_000
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -30,4 +33,4 @@ days_option = click.option(
          "days up to the day of its last submission, included)")
 
 
-__all__ = ["MAX_DAYS", "FiniteFloatRange", "days_option"]
+__all__ = ["MAX_BUDGETS", "MAX_DAYS", "FiniteFloatRange", "days_option"]

@@ -3,6 +3,7 @@ policies and write comparable tables (docs/simulator.md)."""
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import itertools
 import json
@@ -31,7 +32,7 @@ from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
 
-from .numbers import MAX_DAYS, days_option
+from .numbers import MAX_BUDGETS, MAX_DAYS, days_option
 from .paths import OUTPUT_DIR, output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
@@ -106,15 +107,31 @@ def build_configs(settings: dict[str, Any]) -> tuple[PolicyConfig, SimConfig]:
     sim = {k: v for k, v in settings.items() if fields[k][0] == "sim"}
     try:
         return policy_from(policy), SimConfig(**sim)
-    except (CoreError, ValueError) as e:
-        raise click.BadParameter(str(e), param_hint="--set") from None
+    except (CoreError, ValueError) as e:  # times as durations, as --set takes them
+        raise click.BadParameter(_in_durations(e), param_hint="--set") from None
 
 
 TOML_AT_END = "(at end of document)"
 
 
 def _read_table(path: Path, option: str) -> Any:
-    text = path.read_text()
+    """The TOML (by its name) or JSON file ``path`` as data; an unreadable file, one that is
+    not UTF-8 or not valid is refused naming the option, the file and where. A leading
+    byte-order mark (as some Windows editors write) is skipped, as in trace files."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise click.BadParameter(f"{path}: cannot read: {e.strerror or e}",
+                                 param_hint=option) from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        before = raw[: e.start].removeprefix(codecs.BOM_UTF8)
+        line = before.count(b"\n") + 1
+        column = len(before[before.rfind(b"\n") + 1:].decode("utf-8")) + 1
+        raise click.BadParameter(f"{path}:{line}: not UTF-8 text: byte 0x{raw[e.start]:02x} at "
+                                 f"column {column} (save the file as UTF-8)",
+                                 param_hint=option) from None
     try:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
@@ -138,19 +155,21 @@ def load_tree(path: Path) -> BudgetTree:
                                  param_hint="--tree")
     weights: dict[str, float] = {}
 
+    def weight(where: str, value: Any) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise click.BadParameter(f"{path}: {where}: weight must be a number, got {value!r}",
+                                 param_hint="--tree")
+
     def walk(prefix: str, table: dict[str, Any]) -> None:
         for key, value in table.items():
             path_ = f"{prefix}/{key}" if prefix else str(key)
             if isinstance(value, dict):
-                if "weight" in value:
-                    weights[path_] = value["weight"]
+                if "weight" in value:  # a node's own weight beside its children
+                    weights[path_] = weight(path_, value["weight"])
                 walk(path_, {k: v for k, v in value.items() if k != "weight"})
-            elif isinstance(value, int | float) and not isinstance(value, bool):
-                weights[path_] = float(value)
             else:
-                raise click.BadParameter(
-                    f"{path}: {path_}: weight must be a number, got {value!r}",
-                    param_hint="--tree")
+                weights[path_] = weight(path_, value)
 
     walk("", data)
     try:
@@ -183,6 +202,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         try:
             hosts, gpus = int(n), int(g)
         except ValueError:
+            if Path(text).suffix.lower() in (".toml", ".json"):  # a file name: nonexist.toml
+                raise click.BadParameter(f"no such file, and not HOSTSxGPUS: {text!r}",
+                                         param_hint="--cluster") from None
             raise click.BadParameter(f"expected HOSTSxGPUS like 128x8 or a file, got {text!r}",
                                      param_hint="--cluster") from None
         if hosts <= 0 or gpus <= 0:
@@ -205,6 +227,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
     if not isinstance(data, list) or not data:
         raise click.BadParameter(f"{path}: expected a list of hosts (name, gpus)",
                                  param_hint="--cluster")
+    if len(data) > MAX_HOSTS:
+        raise click.BadParameter(f"{path}: {len(data):,} hosts is more than any fleet has (at "
+                                 f"most {MAX_HOSTS:,})", param_hint="--cluster")
     out = []
     for i, item in enumerate(data):
         where = f"{path}: hosts[{i + 1}]"
@@ -223,6 +248,9 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise click.BadParameter(f"{where}.gpus: must be a whole number >= 1, got "
                                      f"{gpus!r}", param_hint="--cluster")
+        if gpus > MAX_HOST_GPUS:  # the bound of HOSTSxGPUS: a typo, not a host
+            raise click.BadParameter(f"{where}.gpus: {gpus:,} GPUs is more than any host has "
+                                     f"(at most {MAX_HOST_GPUS:,})", param_hint="--cluster")
         try:
             out.append(Host(name, gpus))
         except CoreError as e:
@@ -262,6 +290,13 @@ def parse_pools(text: str) -> Pools | None:
                 isinstance(v, dict) for v in overrides.values()):
             raise ValueError(f"{path}: billing: a table kind -> weight; overrides: a table "
                              "pool -> {budget: weight}")
+        # read as typed: true is not weight 1 (the core takes a bool for the number it is)
+        typed = [(f"billing: {k}", w, "> 0") for k, w in billing.items()] + [
+            (f"overrides: {pool}: {b}", w, ">= 0")
+            for pool, weights in overrides.items() for b, w in weights.items()]
+        for where, w, bound in typed:
+            if isinstance(w, bool):
+                raise ValueError(f"{path}: {where}: must be a number {bound}, got {w!r}")
         kinds = sorted({k for _, k in of_host.values()})
         for kind in billing:  # a mistyped kind (or its case) would bill that kind 1
             if kind not in kinds:
@@ -274,7 +309,13 @@ def parse_pools(text: str) -> Pools | None:
                                  f"hosts' pools: {', '.join(there)})")
         return Pools(of_host, FleetConfig(billing=billing, overrides=overrides))
     except (ValueError, CoreError) as e:
-        raise click.BadParameter(str(e), param_hint="--cluster") from None
+        raise click.BadParameter(_of_file(path, e), param_hint="--cluster") from None
+
+
+def _of_file(path: Path | str, error: Exception) -> str:
+    """A fleet's error said of the ``--cluster`` file it came from: the core names no file
+    (``fleet: billing: H100: ...``), the user wrote ``fleet.toml``."""
+    return f"{path}: {str(error).removeprefix('fleet: ').removeprefix(f'{path}: ')}"
 
 
 def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
@@ -317,6 +358,9 @@ def build_scenario(
 
         if budgets is not None and budget_column is not None:
             raise click.UsageError("--budgets and --budget-column exclude each other")
+        if size is not None and cluster is not None:  # --size is only a trace's cluster
+            raise click.UsageError("--size and --cluster exclude each other with --trace (both "
+                                   "give the trace's cluster)")
         if maps and fmt == "sacct":
             raise click.UsageError("--map is not used with --format sacct (its columns are fixed)")
         try:
@@ -333,7 +377,10 @@ def build_scenario(
             )
         except NoBudgetColumn as e:
             raise click.UsageError(
-                f"{e.source}: the trace has no budget column; pass --budgets N (N synthetic "
+                f"{e.source}: "
+                + (f"{e.empty}: the budget column is empty on every row" if e.empty
+                   else "the trace has no budget column")
+                + "; pass --budgets N (N synthetic "
                 "budgets) or --budget-column NAME (one budget per value of that column)"
             ) from None
         except TraceError as e:
@@ -341,6 +388,12 @@ def build_scenario(
                 raise click.BadParameter(str(e).removeprefix("mapping: "),
                                          param_hint="--map") from None
             raise click.ClickException(str(e)) from None
+        leaves = len(loaded.tree.leaves)
+        if budget_column is not None and leaves > MAX_BUDGETS:  # as --budgets' bound
+            raise click.BadParameter(
+                f"{budget_column}: {leaves:,} distinct values, so {leaves:,} budgets (at most "
+                f"{MAX_BUDGETS:,}, as --budgets): a column of ids rather than of teams?",
+                param_hint="--budget-column")
         if warn:
             for line in loaded.warnings:
                 click.echo(f"warning: {line}", err=True)
@@ -359,7 +412,7 @@ def build_scenario(
         if hosts is None:
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         jobs = loaded.jobs if pools is None else _kinds_as_in_fleet(loaded.jobs, pools)
-        return _fleet_checked(Scenario(
+        return _fleet_checked(cluster, Scenario(
             name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
             min_runtime_lowered=loaded.min_runtime_lowered))
@@ -395,7 +448,7 @@ def build_scenario(
                    if k in sc.meta}
         sc = dataclasses.replace(sc, hosts=hosts, host_events=kept, pools=pools,
                                  dropped_host_events=dropped, meta={**sc.meta, **counted})
-    return _fleet_checked(sc)
+    return _fleet_checked(cluster, sc)
 
 
 def _kinds_as_in_fleet(jobs: tuple[SimJob, ...], pools: Pools) -> tuple[SimJob, ...]:
@@ -453,8 +506,9 @@ def _warn_replaced_cluster(sc: Scenario, hosts: tuple[Host, ...], dropped: int) 
                    "--cluster were dropped (counted in ignored_host_events)", err=True)
 
 
-def _fleet_checked(sc: Scenario) -> Scenario:
-    """``sc``, once its pools' overrides are known to fit its tree (the error names them)."""
+def _fleet_checked(cluster: str | None, sc: Scenario) -> Scenario:
+    """``sc``, once its pools' overrides are known to fit its tree (the error names them and
+    ``cluster``, the file that gave them)."""
     if sc.pools is not None:
         from apportion.core.fleet import FleetState, pool_tree
 
@@ -463,7 +517,7 @@ def _fleet_checked(sc: Scenario) -> Scenario:
             for pool, weights in sc.pools.config.overrides.items():
                 pool_tree(sc.tree, weights, pool)
         except CoreError as e:
-            raise click.BadParameter(str(e), param_hint="--cluster") from None
+            raise click.BadParameter(_of_file(cluster or "", e), param_hint="--cluster") from None
     return sc
 
 
@@ -473,6 +527,9 @@ def hosts_of_eight(_ctx: click.Context, _param: click.Parameter, size: int | Non
     if size is not None and size % 8:
         raise click.BadParameter(f"{size} is not a multiple of 8 (hosts of 8 GPUs); "
                                  f"{size // 8 * 8 or 8} or {size // 8 * 8 + 8}?")
+    if size is not None and size > MAX_HOSTS * 8:  # as --cluster's bound: a typo, not a fleet
+        raise click.BadParameter(f"{size:,} GPUs is more than any fleet has (at most "
+                                 f"{MAX_HOSTS * 8:,}: {MAX_HOSTS:,} hosts of 8)")
     return size
 
 
@@ -488,7 +545,7 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="trace format"),
         click.option("--map", "maps", multiple=True, metavar="FIELD=COLUMN",
                      help="map a canonical field to a trace column (repeatable)"),
-        click.option("--budgets", type=click.IntRange(min=1),
+        click.option("--budgets", type=click.IntRange(min=1, max=MAX_BUDGETS),
                      help="synthesise N budgets for a trace without a budget column"),
         click.option("--budget-column", help="trace column that names the budget"),
         click.option("--tree", "tree_file",
@@ -515,7 +572,22 @@ def input_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def refuse_unused_input_flags(trace: Path | None) -> None:
+    """Refuse, naming it, a flag typed that the input would not use: --scenario beside
+    --trace (the trace was replayed and the scenario ignored), --format without --trace."""
+    ctx = click.get_current_context()
+
+    def typed(name: str) -> bool:
+        return ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+
+    if trace is not None and typed("scenario"):
+        raise click.UsageError("--trace and --scenario exclude each other")
+    if trace is None and typed("fmt"):
+        raise click.UsageError("--format needs --trace")
+
+
 def _scenario_from(kw: dict[str, Any], config: PolicyConfig, warn: bool = True) -> Scenario:
+    refuse_unused_input_flags(kw["trace"])
     return build_scenario(
         kw["scenario"], kw["trace"], kw["fmt"], kw["maps"], kw["budgets"], kw["budget_column"],
         kw["tree_file"], kw["cluster"], kw["days"], kw["seed"], kw["size"],
@@ -601,6 +673,9 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
             raise click.BadParameter(f"expected KEY=V1,V2,..., got {item!r}", param_hint="--grid")
         if key in axes:
             raise click.BadParameter(f"{key} is given twice", param_hint="--grid")
+        if key in base:  # the grid's values would replace the --set one without a word
+            raise click.BadParameter(f"{key} is given by --set too; give its values in --grid "
+                                     "only", param_hint="--grid")
         axes[key], labels[key] = [], {}
         for typed in (v.strip() for v in text.split(",")):
             value = parse_settings([f"{key}={typed}"], option="--grid")[key]

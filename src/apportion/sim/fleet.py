@@ -496,11 +496,15 @@ def read_pools(items: list[Mapping[str, Any]], where: str) -> dict[str, tuple[st
         return None
     out: dict[str, tuple[str, str]] = {}
     for i, it in enumerate(items):
-        cluster, kind = it.get("cluster"), it.get("kind")
-        if not (isinstance(cluster, str) and cluster and isinstance(kind, str) and kind):
-            raise ValueError(f"{where}: host #{i + 1} ({it.get('name')}): cluster and kind: "
-                             "every host needs both when any host has one")
-        out[str(it["name"])] = (cluster, kind)
+        host = f"{where}: host #{i + 1} ({it.get('name')})"
+        if "cluster" not in it or "kind" not in it:
+            raise ValueError(f"{host}: cluster and kind: every host needs both when any host "
+                             "has one")
+        for key in ("cluster", "kind"):  # a pool is 'cluster/kind': neither may hold a '/'
+            value = it[key]
+            if not (isinstance(value, str) and value.strip()) or "/" in value:
+                raise ValueError(f"{host}: {key}: must be a name without '/', got {value!r}")
+        out[str(it["name"])] = (it["cluster"], it["kind"])
     return out
 
 

@@ -167,13 +167,20 @@ def _seasons(rng: np.random.Generator, n_hours: int) -> np.ndarray:
     return out
 
 
+def _last(window: float) -> float:
+    """The latest submission time in a window: a second before its end, so that every
+    workload arrives within the run; 0 in a window shorter than a second (``--days 1e-9``),
+    where a second before the end would be before the start."""
+    return max(window - 1.0, 0.0)
+
+
 def _times(rng: np.random.Generator, weights: np.ndarray, n: int, window: float) -> np.ndarray:
     """``n`` submission times drawn from an hourly rate profile, inside ``[0, window)``."""
     if n == 0:
         return np.empty(0)
     p = weights / weights.sum()
     hours = rng.choice(len(weights), size=n, p=p)
-    return np.minimum((hours + rng.random(n)) * HOUR, window - 1.0)
+    return np.minimum((hours + rng.random(n)) * HOUR, _last(window))
 
 
 # ---- per-class draws --------------------------------------------------------------------
@@ -429,7 +436,7 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
         cols, session, offset = _debug(rng, n_sessions)
         starts = _times(rng, interactive, n_sessions, window)
         who = users(n_sessions)
-        submit = np.minimum(starts[session] + offset, window - 1.0)
+        submit = np.minimum(starts[session] + offset, _last(window))
         batches.append(_Batch(DEBUG, submit, user=who[session],
                               patience=_patience(prng, DEBUG, len(submit)), **cols))
         cols, batch = _sweep_trials(rng, vol[4])
@@ -437,7 +444,7 @@ def _generate(name: str, org: Sequence[ProgramSpec], days: float, seed: int, siz
         starts = _times(rng, interactive, nb, window)
         who = users(nb)
         # a sweep's trials go in within a minute of each other (one launcher loop)
-        submit = np.minimum(starts[batch] + rng.random(len(batch)) * MINUTE, window - 1.0)
+        submit = np.minimum(starts[batch] + rng.random(len(batch)) * MINUTE, _last(window))
         batches.append(_Batch(SWEEP, submit, user=who[batch],
                               patience=_patience(prng, SWEEP, nb)[batch], **cols))
 
@@ -601,7 +608,9 @@ def calibration(scenario: Scenario, seed: int | None = None) -> dict[str, object
         "offered_load_p50": round(float(np.percentile(steady, 50)), 3),
         "offered_load_p90": round(float(np.percentile(steady, 90)), 3),
         "patience_h": patience,
-        "unallocated_demand_share": round(float(volume[unalloc].sum() / volume.sum()), 3),
+        # a window of a fraction of a second may hold no GPU-hours: 0 of 0, not nan
+        "unallocated_demand_share": (round(float(volume[unalloc].sum() / volume.sum()), 3)
+                                     if volume.sum() else 0.0),
         "legacy_high_share": round(high / n, 3),
         "legacy_urgent_share": round(urgent / n, 3),
         "legacy_nonpreemptible_share_of_allocated": round(nonpre / max(1, len(allocated)), 3),

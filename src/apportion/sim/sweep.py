@@ -144,8 +144,9 @@ def run_processes(
                 done(p.index, summary, None)
         return
     # fork: workers inherit the scenarios instead of unpickling them (the compiled core's
-    # classes cannot be pickled, and a 30-day scenario is large)
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init,
+    # classes cannot be pickled, and a 30-day scenario is large). A forking pool starts all
+    # its workers at once: no more than there are points (--jobs 500 for 4 points forked 500)
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(points))), initializer=_init,
                                initargs=(scenarios, os.getpid()),
                                mp_context=multiprocessing.get_context("fork"))
     try:

@@ -20,16 +20,21 @@ class TraceError(ValueError):
 
 
 class NoBudgetColumn(TraceError):
-    """The trace has no budget column (nor users to make budgets of) and neither ``budgets``
-    nor ``budget_column`` was given. A separate class so a front end can name its own
-    options (the CLI says ``--budgets N`` or ``--budget-column NAME``)."""
+    """The trace has no budget column, or one empty on every row (``empty`` names it), nor
+    users to make budgets of, and neither ``budgets`` nor ``budget_column`` was given. A
+    separate class so a front end can name its own options (the CLI says ``--budgets N`` or
+    ``--budget-column NAME``)."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, empty: str | None = None) -> None:
+        # ``empty``: the file's budget column, there but empty on every row
+        self.what = (f"{empty}: the budget column is empty on every row" if empty
+                     else "budget: the trace has no budget column")
         super().__init__(
-            f"{source}: budget: the trace has no budget column; pass budgets=N "
+            f"{source}: {self.what}; pass budgets=N "
             "(N synthetic budgets) or budget_column=NAME (one budget per value)"
         )
         self.source = source
+        self.empty = empty
 
 
 class Bad(Exception):

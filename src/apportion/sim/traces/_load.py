@@ -13,8 +13,8 @@ from apportion.core import BudgetTree, CoreError, Host, WorkloadSpec, format_dur
 
 from ..model import SimJob
 from ._budgets import BudgetCount, BudgetOptions, assign, key_columns
-from ._errors import Notes, TraceError
-from ._read import kind_of, read_table
+from ._errors import NoBudgetColumn, Notes, TraceError
+from ._read import find_column, kind_of, known_kind, read_table
 from ._record import Record, legacy_from_priority
 from ._rules import HOUR, MINUTE, default_min_runtime, default_resumable, stable_unit
 from ._sacct import hosts_of, read_sacct
@@ -84,8 +84,10 @@ def load_trace(
     """Read a trace file into :class:`Trace` (jobs, budget tree, skipped-row counts).
 
     ``format``: ``"canonical"`` (CSV, JSON Lines or Parquet, told by the file extension),
-    ``"itp"`` (Microsoft ITP CSV), ``"sacct"`` (``sacct --parsable2`` output) or ``"csv"``
-    (any CSV; ``mapping`` maps canonical names to its columns, ``{"gpus": "num_gpu"}``).
+    ``"itp"`` (Microsoft ITP columns), ``"sacct"`` (``sacct --parsable2`` output) or ``"csv"``
+    (any columns; ``mapping`` maps canonical names to them, ``{"gpus": "num_gpu"}``). ``itp``
+    and ``csv`` read CSV, or JSON Lines or Parquet when the file name says so, as canonical
+    does; a name of no known kind (``jobs.txt``) is read as CSV.
 
     Budgets: ``budget_column`` (one budget per value of a column, or per combination of
     several), ``budgets`` (``N`` stable synthetic budgets ``trace/b00``.., or a list of leaf
@@ -120,16 +122,19 @@ def load_trace(
     source = str(file)
     notes = Notes(source)
     extras = key_columns(opts)
+    header: list[str] = []  # a column trace's, to name its budget column
+    cols: dict[str, str] = {}
     if format == "sacct":
         records = read_sacct(file, extras, notes)
     else:
-        if format == "itp":
-            kind, cols = "csv", {**ITP_MAPPING, **(mapping or {})}
-        elif format == "csv":
-            kind, cols = "csv", dict(mapping or {})
-        else:
+        if format == "canonical":
             kind, cols = kind_of(file), dict(mapping or {})
-        records = read_mapped(file, read_table(file, kind, delimiter), cols, extras, notes)
+        else:  # itp, csv: CSV, unless the name says JSON Lines or Parquet (a .txt is CSV)
+            kind = kind_of(file) if known_kind(file) else "csv"
+            cols = {**ITP_MAPPING, **(mapping or {})} if format == "itp" else dict(mapping or {})
+        table = read_table(file, kind, delimiter)
+        header = table[0]
+        records = read_mapped(file, table, cols, extras, notes)
     if not records:
         raise TraceError(f"{source}: no jobs in the trace" + "".join(
             f"; {w.split(': ', 1)[1]}" for w in notes.warnings()
@@ -145,7 +150,14 @@ def load_trace(
                 f"{source}:{rec.line}: id: duplicate id {rec.id!r} (first at line {first})"
             )
     origin = min(r.submit for r in records) if (records[0].absolute or rebase) else 0.0
-    budget_tree = assign(source, records, opts)
+    try:
+        budget_tree = assign(source, records, opts)
+    except NoBudgetColumn:
+        # the file has a budget column, empty on every row: say so, not "no budget column"
+        column = find_column(header, cols.get("budget", "budget"))
+        if column is None:
+            raise
+        raise NoBudgetColumn(source, column) from None
     rule = min_runtime_rule or partial(default_min_runtime, max_min_runtime=max_min_runtime)
 
     jobs: list[SimJob] = []

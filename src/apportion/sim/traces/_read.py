@@ -11,7 +11,9 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
+import io
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -49,18 +51,52 @@ def kind_of(path: Path) -> str:
     return kind
 
 
+def known_kind(path: Path) -> bool:
+    """Whether the file name ends as a trace kind does (``.parquet``, ``.jsonl.gz``, ...;
+    ``.parquet.gz`` too, which :func:`kind_of` then refuses)."""
+    return _ending(path)[0] in KINDS
+
+
 def delimiter_of(path: Path, default: str = ",") -> str:
     """The column separator of a CSV trace: a tab for ``.tsv`` (and ``.tsv.gz``)."""
     return "\t" if _ending(path)[0] == ".tsv" else default
 
 
+class _CheckedGzip(gzip.GzipFile):
+    """A gzip file whose damage is a :class:`TraceError` naming the file: gzip says it as
+    ``BadGzipFile`` (a traceback) or ``EOFError`` (which click reports as "Aborted!")."""
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return super().read(size)
+        except (EOFError, OSError, zlib.error) as e:
+            raise _damaged(self.name, e) from None
+
+    def read1(self, size: int = -1) -> bytes:
+        try:
+            return super().read1(size)
+        except (EOFError, OSError, zlib.error) as e:
+            raise _damaged(self.name, e) from None
+
+
+def _damaged(name: object, error: Exception) -> TraceError:
+    if isinstance(error, EOFError):
+        problem = "the compressed data ends early (a truncated or partly copied file?)"
+    elif isinstance(error, gzip.BadGzipFile):
+        problem = "not a gzip file, though its name ends in .gz"
+    else:
+        problem = f"cannot decompress: {error}"
+    return TraceError(f"{name}: gzip: {problem}")
+
+
 def open_text(path: Path, newline: str = "") -> IO[str]:
     """Open a text trace, gzip-compressed or not; a UTF-8 byte-order mark is skipped.
     ``newline`` as for :func:`open`: ``""`` for the ``csv`` module, ``"\n"`` to end lines
-    at line feeds only."""
+    at line feeds only. A damaged ``.gz`` is a :class:`TraceError` when read."""
     try:
         if path.suffix.lower() == ".gz":
-            return gzip.open(path, "rt", encoding="utf-8-sig", newline=newline)
+            return io.TextIOWrapper(_CheckedGzip(str(path), "rb"), encoding="utf-8-sig",
+                                    newline=newline)
         return open(path, encoding="utf-8-sig", newline=newline)  # noqa: SIM115 - caller closes
     except OSError as e:
         raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
@@ -184,6 +220,8 @@ def _read_jsonl(path: Path) -> Table:
                 records.append((line, record))
         except UnicodeDecodeError as e:
             raise not_utf8(path, e, header=False) from None
+    if not records:  # else refused as missing every column, "(columns: )"
+        raise TraceError(f"{path}: row: the file is empty (no JSON objects)")
     return list(header), iter(records)
 
 
