@@ -517,7 +517,8 @@ def _fleet_checked(cluster: str | None, sc: Scenario) -> Scenario:
             for pool, weights in sc.pools.config.overrides.items():
                 pool_tree(sc.tree, weights, pool)
         except CoreError as e:
-            raise click.BadParameter(_of_file(cluster or "", e), param_hint="--cluster") from None
+            said = str(e) if cluster is None else _of_file(cluster, e)  # a built-in's pools
+            raise click.BadParameter(said, param_hint="--cluster") from None
     return sc
 
 
