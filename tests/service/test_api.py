@@ -750,6 +750,26 @@ def test_audit_command_names_an_unknown_actor_or_action_by_its_flag(svc: Service
         assert r.stderr.startswith(said), r.stderr
 
 
+def test_audit_command_names_a_target_that_is_nothing_by_its_flag(svc: Service) -> None:
+    """``audit --target ai/lm`` (no budget, host, user or workload of that name, no entry
+    about it) is refused (exit 2) naming ``--target`` with the closest names, and a short
+    workload id that is nothing either names both readings (before: an empty table, as for
+    a target nothing happened to); a workload with no entries still gives an empty table."""
+    for typed, said in [
+        ("ai/lm", "Error: --target: no budget, host, user or workload 'ai/lm' and no entry "
+                  "about it; did you mean 'ai/llm'?"),
+        ("999", "Error: --target: no budget, host, user or workload '999' (or 'w-000999') "
+                "and no entry about it"),
+    ]:
+        r = cli(svc, "bob", "audit", "--target", typed)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.startswith(said), r.stderr
+    wid = submit(svc).json()["id"]  # pending: nothing audited about it yet
+    r = cli(svc, "bob", "audit", "--target", wid)
+    assert (r.exit_code, r.stdout.split()) == (0, ["WHEN", "ACTOR", "ACTION", "TARGET", "OLD",
+                                                   "NEW"]), r.output
+
+
 @pytest.mark.parametrize(("who", "method", "url", "body"), [
     ("carol", "PATCH", "/v1/budgets/ai/llm", {"weight": 5}),
     ("dave", "PUT", "/v1/budgets/ai/llm/members", {"members": ["bob", "alice"]}),

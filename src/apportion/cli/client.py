@@ -861,17 +861,26 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     query = {"actor": actor, "action": action,
              "from": None if since is None else repr(since),
              "to": None if until is None else repr(until)}
+    typed = {"actor": "--actor", "action": "--action", "target": "--target"}
+    wid = workload_id(target) if target else None
+    # a short workload id: budgets, hosts and users may be named "5" or "w-5" too, so it
+    # is read as a workload's only when nothing of that very name has entries
+    short = wid is not None and wid != target
     try:
         data, more = client.pages("/audit", {"target": target, **query}, "before",
                                   AUDIT_PAGE, most=limit)
     except click.ClickException as e:  # "actor: no user ...": named as typed
-        raise as_typed(e, {"actor": "--actor", "action": "--action"}) from None
-    wid = workload_id(target) if target else None
-    if not data and wid is not None and wid != target:
-        # a short workload id: budgets, hosts and users may be named "5" or "w-5" too, so
-        # it is read as a workload's only when nothing of that very name has entries
-        data, more = client.pages("/audit", {"target": wid, **query}, "before", AUDIT_PAGE,
-                                  most=limit)
+        if not (short and e.message.startswith("target:")):
+            raise as_typed(e, typed) from None
+        data, more = [], False
+    if not data and short:
+        try:
+            data, more = client.pages("/audit", {"target": wid, **query}, "before",
+                                      AUDIT_PAGE, most=limit)
+        except click.ClickException as e:  # neither name: both said, as typed first
+            e = as_typed(e, typed)
+            raise reworded(e, e.message.replace(repr(wid), f"{target!r} (or {wid!r})", 1)
+                           ) from None
     if more:
         click.echo(f"the {limit} newest entries; older ones left out (raise --limit)",
                    err=True)

@@ -13,6 +13,7 @@ from .. import validation as v
 from ..accounting import ReportError, parse_time
 from ..auth import Principal
 from ..replies import AuditEntry, Health
+from ..store import NotFound
 from .context import NEXT_PAGE, V1, Api, fail, next_page
 
 
@@ -60,6 +61,8 @@ def router(api: Api) -> APIRouter:
                            action=action, since=since, until=until)
         if not rows and (actor or action):  # nothing: is it a name nothing has?
             unknown_names(actor, action)
+        if not rows and target:
+            unknown_target(target)
         if len(rows) > limit:  # one more than asked for: there are older ones
             rows = rows[:limit]
             next_page(request, response, "before", rows[-1].id)
@@ -79,6 +82,24 @@ def router(api: Api) -> APIRouter:
         if action and action not in families:
             raise fail(422, f"action: no entry of {action!r}"
                             + did_you_mean(action, families, quote=True))
+
+    def unknown_target(target: str) -> None:
+        """422 for a ``target`` that no entry is about and that is no budget, host, user
+        or workload, with the closest budget, host and user names: a mistyped target read
+        as an empty audit looks like a target nothing happened to."""
+        if store.audit(limit=1, target=target):
+            return
+        known = ({b.path for b in store.budgets()} | {h.name for h in store.hosts()}
+                 | {u.name for u in store.users()})
+        if target in known:
+            return
+        try:
+            store.get_workload(target)
+            return
+        except NotFound:
+            pass
+        raise fail(422, f"target: no budget, host, user or workload {target!r} and no entry "
+                        f"about it" + did_you_mean(target, known, quote=True))
 
     @router.get(f"{v1}/health", tags=["health"])
     def health() -> Health:
