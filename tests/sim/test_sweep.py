@@ -132,6 +132,20 @@ def test_sweep_shows_grid_values_as_typed(tmp_path: Path) -> None:
         assert float(next(csv.DictReader(f))["lookback"]) == 43200
 
 
+def test_an_empty_grid_value_is_shown_as_none(tmp_path: Path) -> None:
+    """``--grid checkpoint_default=,30m``: the empty value (no default checkpoint interval)
+    is ``none`` in the table's first column, in the plot's tick labels and in sweep.json's
+    ``typed`` (it was blank in all three)."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "1", "--grid",
+                            "checkpoint_default=,30m", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert [line.split()[0] for line in out.splitlines()[1:3]] == ["none", "30m"]
+    assert (tmp_path / "sweep.svg").read_text().count(">none<") == 4  # one per panel
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert [d["typed"] for d in data] == [{"checkpoint_default": "none"},
+                                          {"checkpoint_default": "30m"}]
+
+
 @pytest.mark.parametrize("waits", [(150.0, 600.0), (20.0, 150.0)])
 def test_debug_wait_panel_has_tick_labels_among_its_values(waits: tuple[float, float]) -> None:
     """Debug wait p90s of 150 and 600 s (within one decade, no power of ten among them) or

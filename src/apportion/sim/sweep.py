@@ -300,10 +300,13 @@ def run_sweep(
 
 
 def label(key: str, value: Any, labels: Mapping[str, Mapping[Any, str]] | None) -> str:
-    """A grid value as typed (``3d``) when known, else as a number or text."""
+    """A grid value as typed (``3d``) when known, else as a number or text; no value
+    (typed ``none`` or empty, ``checkpoint_default=,30m``) is ``none``, never blank."""
     typed = (labels or {}).get(key, {}).get(value)
-    if typed is not None:
+    if typed:
         return typed
+    if value is None:
+        return "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
