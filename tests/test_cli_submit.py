@@ -22,6 +22,7 @@ from apportion.cli.jobs import (
     _OUTPUT_FILLS,
     _with_output,
     error_file,
+    looks_like_script,
     output_file,
     read_script,
 )
@@ -953,3 +954,25 @@ def test_an_over_long_flag_value_is_named_shortened_in_its_error(flag: str, why:
     [error] = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
     assert error.startswith(f"Error: {flag} {'x' * 40}... (3000 characters): "), error
     assert why in error and len(error) < 400, error
+
+
+def test_an_sbatch_line_with_a_tab_after_the_prefix_is_read_as_sbatch_reads_it(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH<tab>--gres=gpu:4`` is a directive, as sbatch reads it (any blank after the
+    prefix), so it gives the same options as with a space, each named by its line, and a
+    file whose only directives are so written is taken for a batch script; such lines were
+    taken for plain comments, so the GPUs, time limit and budget they asked for were
+    dropped without a word."""
+    tabbed = tmp_path / "tabbed.sh"
+    tabbed.write_text("#SBATCH\t--gres=gpu:4\n#SBATCH\t-t 30\n#APPORTION\t--budget ai/llm\n"
+                      "true\n")
+    spaced = tmp_path / "spaced.sh"
+    spaced.write_text("#SBATCH --gres=gpu:4\n#SBATCH -t 30\n#APPORTION --budget ai/llm\n"
+                      "true\n")
+    assert looks_like_script(str(tabbed))
+    got, want = read_script(str(tabbed), []), read_script(str(spaced), [])
+    assert got.ignored == []
+    assert got.options == want.options == {"gpus": "4", "time_limit": "30",
+                                           "budget": "ai/llm"}
+    assert got.origins["gpus"] == "tabbed.sh:1: #SBATCH --gres=gpu:4"

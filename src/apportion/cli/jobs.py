@@ -142,7 +142,8 @@ class Script:
 
 
 # a line read_script takes for a directive, the first line included
-_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?: |\s*$)", re.MULTILINE)
+# (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
+_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?:[ \t]|\s*$)", re.MULTILINE)
 _SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
 MAX_NAME = 128
@@ -248,7 +249,8 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         if stripped and not stripped.startswith("#"):
             commands = True
         for prefix, opts in (("#APPORTION", _APPORTION_OPTS), ("#SBATCH", _SBATCH_OPTS)):
-            if not (stripped.startswith(prefix + " ") or stripped == prefix):
+            # the prefix, then a blank (a space or a tab, as sbatch reads it) or nothing
+            if not (stripped.startswith((prefix + " ", prefix + "\t")) or stripped == prefix):
                 continue
             if commands:
                 out.ignored.append(f"{name}:{no}: {stripped}: ignored (after the first "
