@@ -380,8 +380,8 @@ def test_an_open_mode_that_is_neither_append_nor_truncate_is_refused_naming_it(
                                    "true\n")
     r = submit("o.sh")
     assert r.exit_code == 2
-    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: must be append or "
-                             "truncate\n")
+    why = "must be append or truncate" if typed else "needs a value"  # sbatch: refused too
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: {why}\n")
     r = submit(*FLAGS, "--open-mode", "append", "--", "true")
     assert ("warning: --open-mode: no effect without --output or --error (the output goes "
             "to the attempt's own log)\n") in r.stderr
@@ -976,3 +976,33 @@ def test_an_sbatch_line_with_a_tab_after_the_prefix_is_read_as_sbatch_reads_it(
     assert got.options == want.options == {"gpus": "4", "time_limit": "30",
                                            "budget": "ai/llm"}
     assert got.origins["gpus"] == "tabbed.sh:1: #SBATCH --gres=gpu:4"
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("--time=", "#SBATCH --time="), ("-t ''", "#SBATCH -t ''"),
+    ("--output=", "#SBATCH --output="), ("--account=", "#SBATCH --account="),
+])
+def test_an_sbatch_option_with_an_empty_value_is_refused_naming_the_line(
+    tmp_path: Path, line: str, shown: str,
+) -> None:
+    """``#SBATCH --time=`` (or ``-t ''``, an empty ``--output=`` or ``--account=``) is a
+    usage error naming the line, as sbatch refuses it: it was taken for the option left
+    out, so the work was stored with no time limit (its output in its log) and nothing
+    said so."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH -G 1\n#SBATCH {line}\ntrue\n")
+    r = submit("--budget", "ai/llm", "--min-runtime", "0", str(script))
+    assert r.exit_code == 2
+    assert f"Error: job.sh:3: {shown}: needs a value" in r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--time", "--output", "--name", "--budget"])
+def test_a_flag_given_an_empty_value_is_refused_naming_it(flag: str) -> None:
+    """``--time ''`` (``--output ''``, ``--name ''``, ``--budget ''``) on the command line
+    is a usage error naming the flag: it was taken for the flag left out (no time limit,
+    the output in the log) without a word."""
+    flags = dict(zip(FLAGS[::2], FLAGS[1::2], strict=True))
+    flags[flag] = ""
+    r = submit(*[w for kv in flags.items() for w in kv], "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: {flag}: needs a value (it is empty)" in r.stderr

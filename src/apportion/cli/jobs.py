@@ -340,6 +340,9 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             value = words[i + 1]
             i += 1
         i += 1
+        if not value:  # --time= or -t '': sbatch refuses it; dropped, it ran with no limit
+            shown = word if attached else f"{opt} ''"
+            raise click.UsageError(escape_controls(f"{where}: {prefix} {shown}: needs a value"))
         key = opts[opt]
         # how errors name the line: as the reader's terminal may show it (control and
         # format characters escaped)
@@ -692,6 +695,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         return from_script.get(key, typed)
 
     _refuse_what_is_not_utf8(ctx, cmd, given)
+    _refuse_empty_values(ctx, given)
     problem = unopenable_path(cmd[0], given.get("chdir"))
     if problem is not None:
         raise click.UsageError(problem)
@@ -852,6 +856,16 @@ def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
         if isinstance(value, str) and not _is_utf8(value):
             raise click.UsageError(f"{flags[key]}: {_escaped(value)}: not UTF-8 text, "
                                    "which the server takes")
+
+
+def _refuse_empty_values(ctx: click.Context, given: dict[str, Any]) -> None:
+    """A usage error for an option given an empty value (``--time ''``), as sbatch refuses
+    ``--time=``: it was taken for the option left out, so the work ran with no time limit
+    (or its log, or the script's name) without a word."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for key, value in given.items():
+        if value == "":
+            raise click.UsageError(f"{flags[key]}: needs a value (it is empty)")
 
 
 def _is_utf8(text: str) -> bool:
