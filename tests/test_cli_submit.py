@@ -1006,3 +1006,20 @@ def test_a_flag_given_an_empty_value_is_refused_naming_it(flag: str) -> None:
     r = submit(*[w for kv in flags.items() for w in kv], "--", "true")
     assert r.exit_code == 2
     assert f"Error: {flag}: needs a value (it is empty)" in r.stderr
+
+
+def test_an_sbatch_gres_list_gives_its_gpu_entry_and_names_the_others_as_not_used(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH --gres=gpu:2,mps:100`` (sbatch's --gres is a comma-separated list) gives
+    the gpu entry's 2 GPUs, with no kind, and names ``mps:100`` as not used; ``gpu:h100:2``
+    in such a list gives kind H100. The list was read as one entry of type ``2,mps`` and
+    count 100: 100 GPUs of a kind '2', refused as ``unknown GPU kind '2'``."""
+    script = tmp_path / "job.sh"
+    for line, kind in (("--gres=gpu:2,mps:100", None), ("--gres=mps:100,gpu:h100:2", "H100")):
+        script.write_text(f"#!/bin/sh\n#SBATCH {line}\ntrue\n")
+        got = read_script(str(script), [])
+        assert got.options["gpus"] == "2"
+        assert got.options.get("gpu_kind") == kind
+        assert got.ignored == [f"job.sh:2: #SBATCH {line}: mps:100: ignored (only gpu:N is "
+                               "read)"]

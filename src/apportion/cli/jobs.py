@@ -356,6 +356,18 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             setattr(out, key, int(value))
             out.origins[key] = origin
             continue
+        if key == "gres" and "," in value:
+            # sbatch's --gres is a list (gpu:2,mps:100): its one gpu entry is read, each
+            # other one named as not used (the list was read as one entry: type '2,mps')
+            items = value.split(",")
+            gpu_items = [x for x in items if x.partition(":")[0] == "gpu"]
+            if len(gpu_items) == 1:
+                for x in items:
+                    if x not in gpu_items:
+                        out.ignored.append(escape_controls(
+                            f"{where}: {prefix} --gres={value}: {x}: ignored (only gpu:N "
+                            "is read)"))
+                value = gpu_items[0]
         sbatch_gpus = key == "gpus" and prefix == "#SBATCH"  # sbatch's -G takes TYPE:N too
         if key in ("gres", "gpus_per_node", "gpus_per_task") or (sbatch_gpus and ":" in value):
             typed = _gres_typed(value) if key == "gres" else _typed_count(value)
@@ -383,6 +395,10 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
         out.origins[key] = origin
 
 
+# a Slurm gres type as a node's Gres= names it (h100, nvidia_h100_80gb_hbm3, a100-sxm4)
+_GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def _gres_gpus(value: str) -> str | None:
     """``gpu:4`` or ``gpu:a100:4`` -> ``"4"``; anything else None."""
     typed = _gres_typed(value)
@@ -402,6 +418,8 @@ def _typed_count(value: str) -> tuple[str, str | None] | None:
     parts = value.split(":")
     count = parts[-1]  # ASCII digits only: int() reads "٥" as 5
     if len(parts) > 2 or not (count.isascii() and count.isdigit()) or not all(parts):
+        return None
+    if len(parts) == 2 and not _GRES_TYPE.fullmatch(parts[0]):  # "2,mps" is no type
         return None
     return count, (parts[0] if len(parts) == 2 else None)
 
