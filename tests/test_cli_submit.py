@@ -1023,3 +1023,28 @@ def test_an_sbatch_gres_list_gives_its_gpu_entry_and_names_the_others_as_not_use
         assert got.options.get("gpu_kind") == kind
         assert got.ignored == [f"job.sh:2: #SBATCH {line}: mps:100: ignored (only gpu:N is "
                                "read)"]
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    (["--gres=gpu:8"], "--gres is sbatch's: on the command line give the job's GPUs as "
+                       "--gpus N (their type as --gpu-kind); a batch script's #SBATCH --gres "
+                       "line is read"),
+    (["-N", "2"], "-N is sbatch's: on the command line give the job's GPUs as --gpus N"),
+    (["--mem=32G"], "--mem is sbatch's, and apportion does not use it (it places GPUs; a "
+                    "batch script's #SBATCH --mem line is named as ignored): leave it out"),
+    (["-p", "gpu"], "-p is sbatch's, and apportion does not use it"),
+    (["--wrap=python train.py"], "--wrap is sbatch's: give the command after the options: "
+                                 "apportion submit [OPTIONS] -- CMD ARGS..."),
+])
+def test_an_sbatch_option_on_the_command_line_is_refused_saying_what_to_type_instead(
+    typed: list[str], said: str,
+) -> None:
+    """``apportion submit --gres=gpu:8 job.sh`` (``-N 2``, ``--mem=32G``, ``-p gpu``,
+    ``--wrap=...``), sbatch's options typed by habit, is a usage error saying what to do
+    instead: the GPUs as --gpus, or leave out what apportion does not use. Click's bare
+    error guessed at flags of a similar spelling (``--mem``: "Did you mean one of:
+    '--name', '--time'?"), or had no hint (``-N``, ``-p``)."""
+    r = submit(*FLAGS, *typed, "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: No such option: {said}" in r.stderr
+    assert "Did you mean" not in r.stderr

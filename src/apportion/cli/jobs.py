@@ -620,7 +620,46 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 # ---- submit ----------------------------------------------------------------------------------
-@click.command(context_settings={"ignore_unknown_options": False})
+# sbatch's options typed on submit's command line by habit, which it does not take: what
+# to do instead, said in the error rather than click's bare "No such option" (or a guess
+# at a flag of a similar spelling: --mem, "did you mean --name, --time?")
+_SBATCH_IN_SCRIPTS = ("--gres", "-G", "--gpus-per-node", "--gpus-per-task", "--nodes", "-N",
+                      "--ntasks", "-n", "--ntasks-per-node")
+_SBATCH_UNUSED = ("--partition", "-p", "--qos", "-q", "--mem", "--mem-per-cpu",
+                  "--mem-per-gpu", "--cpus-per-task", "-c", "--cpus-per-gpu", "--exclusive",
+                  "--constraint", "-C", "--mail-type", "--mail-user", "--requeue",
+                  "--no-requeue", "--licenses", "-L", "--comment", "--wckey", "--time-min",
+                  "--mincpus", "--tmp", "--hint", "--distribution", "-m")
+
+
+def _sbatch_option_hint(option: str) -> str | None:
+    """What to type instead of sbatch's ``option`` on submit's command line, or None."""
+    if option in _SBATCH_IN_SCRIPTS:
+        return (f"{option} is sbatch's: on the command line give the job's GPUs as --gpus N "
+                f"(their type as --gpu-kind); a batch script's #SBATCH {option} line is read")
+    if option == "--wrap":
+        return ("--wrap is sbatch's: give the command after the options: apportion submit "
+                "[OPTIONS] -- CMD ARGS...")
+    if option in _SBATCH_UNUSED:
+        return (f"{option} is sbatch's, and apportion does not use it (it places GPUs; a "
+                f"batch script's #SBATCH {option} line is named as ignored): leave it out")
+    return None
+
+
+class _SubmitCommand(click.Command):
+    """``submit``, whose error for one of sbatch's options says what to type instead."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            hint = _sbatch_option_hint(e.option_name)
+            if hint is None:
+                raise
+            raise click.UsageError(f"No such option: {hint}", ctx=ctx) from None
+
+
+@click.command(cls=_SubmitCommand, context_settings={"ignore_unknown_options": False})
 @click.option("--budget", "--account", "-A", "budget",
               help="leaf budget path, e.g. ai/llm/alice (--account, -A: as sbatch names "
                    "what a job is charged to)")
