@@ -1048,3 +1048,29 @@ def test_an_sbatch_option_on_the_command_line_is_refused_saying_what_to_type_ins
     assert r.exit_code == 2
     assert f"Error: No such option: {said}" in r.stderr
     assert "Did you mean" not in r.stderr
+
+
+def test_what_submit_misses_is_said_with_where_a_command_or_a_script_can_give_it(
+    tmp_path: Path,
+) -> None:
+    """A missing --budget, --gpus or --min-runtime is said with where it can be given: a
+    command's on the command line alone (it said "or in a #APPORTION line of the script"
+    with no script), a batch script's also by its #SBATCH lines (--account, --gres), which
+    it left unsaid; the minimum runtime, which sbatch has not, is said in a few words."""
+    r = submit("--gpus", "1", "--min-runtime", "0", "--", "true")
+    assert r.stderr.endswith("Error: --budget: missing: give it on the command line\n")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --time=10\ntrue\n")
+    r = submit("--min-runtime", "0", str(script))
+    assert r.stderr.endswith("Error: --budget: missing: give it on the command line, or in "
+                             "the script: #SBATCH --account=ai/llm or #APPORTION --budget "
+                             "ai/llm\n")
+    r = submit("--budget", "ai/llm", str(script))
+    assert r.exit_code == 2
+    assert "Error: --gpus: missing: give it on the command line, or in the script: #SBATCH " \
+           "--gres=gpu:N, --gpus=N or #APPORTION --gpus N\n" in r.stderr
+    r = submit("--budget", "ai/llm", "--gpus", "1", str(script))
+    assert r.stderr.endswith("Error: --min-runtime: missing: give it on the command line, or "
+                             "in the script: #APPORTION --min-runtime 30m (sbatch has none: "
+                             "the shortest run that makes progress, never preempted before "
+                             "it; 0 for free, preemptible work)\n")

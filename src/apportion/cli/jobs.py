@@ -620,6 +620,15 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 # ---- submit ----------------------------------------------------------------------------------
+# what submit needs, and the lines of a batch script that can give it
+_REQUIRED = (
+    ("--budget", "budget", "#SBATCH --account=ai/llm or #APPORTION --budget ai/llm"),
+    ("--gpus", "gpus", "#SBATCH --gres=gpu:N, --gpus=N or #APPORTION --gpus N"),
+    ("--min-runtime", "min_runtime", "#APPORTION --min-runtime 30m (sbatch has none: the "
+     "shortest run that makes progress, never preempted before it; 0 for free, preemptible "
+     "work)"),
+)
+
 # sbatch's options typed on submit's command line by habit, which it does not take: what
 # to do instead, said in the error rather than click's bare "No such option" (or a guess
 # at a flag of a similar spelling: --mem, "did you mean --name, --time?")
@@ -744,7 +753,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
     if parsable and as_json:
         raise click.UsageError("--parsable and --json: give one of them")
     opts = dict(given)
-    cmd = list(command)
+    cmd = command_words = list(command)  # cmd becomes a batch script's shell line
     from_script: dict[str, str] = {}  # option -> the script line that gave it
 
     def named(key: str, typed: str) -> str:
@@ -769,11 +778,12 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         if not opts.get("name"):  # as sbatch names a job after its script (%x fills it)
             opts["name"] = script_name(cmd[0])
         cmd = script.command
-    for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
-                      ("--min-runtime", "min_runtime")):
+    for flag, key, in_script in _REQUIRED:
         if opts.get(key) in (None, ""):
-            raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
-                                   "#APPORTION line of the script)")
+            # a script may give it in its lines too (#SBATCH ones for the budget and GPUs);
+            # a command has only the command line
+            where = f", or in the script: {in_script}" if cmd is not command_words else ""
+            raise click.UsageError(f"{flag}: missing: give it on the command line{where}")
     if opts.get("checkpoint_on_term") and not opts.get("resumable"):
         # stored as asked, but the policy reads it only for resumable work: say so
         click.echo(f"warning: {named('checkpoint_on_term', '--checkpoint-on-term')}: no "
