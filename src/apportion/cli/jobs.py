@@ -686,7 +686,8 @@ class _SubmitCommand(click.Command):
               help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
                    "Slurm; 0 or UNLIMITED: none); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
-              help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
+              help="one workload per index: 0-99, 1,3,5-7, 0-15:4 (every 4th); 0-99%10 runs "
+                   "at most 10 at once")
 @click.option("--dependency", "-d", default=None,
               help="afterok|afterany|afternotok:ID[:ID...] (ids short or long)")
 @click.option("--chdir", "-D", default=None, metavar="DIR",
