@@ -1074,3 +1074,21 @@ def test_what_submit_misses_is_said_with_where_a_command_or_a_script_can_give_it
                              "in the script: #APPORTION --min-runtime 30m (sbatch has none: "
                              "the shortest run that makes progress, never preempted before "
                              "it; 0 for free, preemptible work)\n")
+
+
+def test_slurms_any_of_dependency_is_refused_saying_so_not_as_a_bad_id(tmp_path: Path) -> None:
+    """``--dependency afterok:5?afterok:6`` (Slurm's ``?``: any one of them met) is refused
+    saying that ``?`` is not read and that apportion waits for every dependency, from the
+    flag or the script line; it said "'5?afterok' is not a workload id", as if an id were
+    mistyped."""
+    r = submit(*FLAGS, "-d", "afterok:5?afterok:6", "--", "true")
+    assert r.exit_code == 2
+    assert ("Error: --dependency: 'afterok:5?afterok:6': '?' (Slurm's: when any one of them "
+            "is met) is not read: apportion waits until every dependency is met (several "
+            "separated by ',': afterok:5,afterany:6)") in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --dependency=afterok:5?afterany:6\ntrue\n")
+    r = submit(*FLAGS, str(script))
+    assert r.exit_code == 2
+    assert "Error: job.sh:2: #SBATCH --dependency=afterok:5?afterany:6: 'afterok:5?" in r.stderr
+    assert "is not a workload id" not in r.stderr

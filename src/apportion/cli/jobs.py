@@ -1020,6 +1020,10 @@ def _full_dependency(text: str, flag: str) -> str:
     """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``. A word that is no
     workload id (``abc``) is a usage error naming ``flag`` (the flag or the script line),
     not a lookup by the server."""
+    if "?" in text:  # Slurm's "any of them": the words around it are no ids
+        raise click.UsageError(f"{flag}: {text!r}: '?' (Slurm's: when any one of them is "
+                               "met) is not read: apportion waits until every dependency is "
+                               "met (several separated by ',': afterok:5,afterany:6)")
     parts = []
     for part in text.split(","):
         kind, _, ids = part.partition(":")
