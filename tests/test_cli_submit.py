@@ -22,6 +22,7 @@ from apportion.cli.jobs import (
     _OUTPUT_FILLS,
     _with_output,
     error_file,
+    looks_like_script,
     output_file,
     read_script,
 )
@@ -379,8 +380,8 @@ def test_an_open_mode_that_is_neither_append_nor_truncate_is_refused_naming_it(
                                    "true\n")
     r = submit("o.sh")
     assert r.exit_code == 2
-    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: must be append or "
-                             "truncate\n")
+    why = "must be append or truncate" if typed else "needs a value"  # sbatch: refused too
+    assert r.stderr.endswith(f"Error: o.sh:2: #SBATCH --open-mode={typed}: {why}\n")
     r = submit(*FLAGS, "--open-mode", "append", "--", "true")
     assert ("warning: --open-mode: no effect without --output or --error (the output goes "
             "to the attempt's own log)\n") in r.stderr
@@ -953,3 +954,141 @@ def test_an_over_long_flag_value_is_named_shortened_in_its_error(flag: str, why:
     [error] = [line for line in r.stderr.splitlines() if line.startswith("Error:")]
     assert error.startswith(f"Error: {flag} {'x' * 40}... (3000 characters): "), error
     assert why in error and len(error) < 400, error
+
+
+def test_an_sbatch_line_with_a_tab_after_the_prefix_is_read_as_sbatch_reads_it(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH<tab>--gres=gpu:4`` is a directive, as sbatch reads it (any blank after the
+    prefix), so it gives the same options as with a space, each named by its line, and a
+    file whose only directives are so written is taken for a batch script; such lines were
+    taken for plain comments, so the GPUs, time limit and budget they asked for were
+    dropped without a word."""
+    tabbed = tmp_path / "tabbed.sh"
+    tabbed.write_text("#SBATCH\t--gres=gpu:4\n#SBATCH\t-t 30\n#APPORTION\t--budget ai/llm\n"
+                      "true\n")
+    spaced = tmp_path / "spaced.sh"
+    spaced.write_text("#SBATCH --gres=gpu:4\n#SBATCH -t 30\n#APPORTION --budget ai/llm\n"
+                      "true\n")
+    assert looks_like_script(str(tabbed))
+    got, want = read_script(str(tabbed), []), read_script(str(spaced), [])
+    assert got.ignored == []
+    assert got.options == want.options == {"gpus": "4", "time_limit": "30",
+                                           "budget": "ai/llm"}
+    assert got.origins["gpus"] == "tabbed.sh:1: #SBATCH --gres=gpu:4"
+
+
+@pytest.mark.parametrize(("line", "shown"), [
+    ("--time=", "#SBATCH --time="), ("-t ''", "#SBATCH -t ''"),
+    ("--output=", "#SBATCH --output="), ("--account=", "#SBATCH --account="),
+])
+def test_an_sbatch_option_with_an_empty_value_is_refused_naming_the_line(
+    tmp_path: Path, line: str, shown: str,
+) -> None:
+    """``#SBATCH --time=`` (or ``-t ''``, an empty ``--output=`` or ``--account=``) is a
+    usage error naming the line, as sbatch refuses it: it was taken for the option left
+    out, so the work was stored with no time limit (its output in its log) and nothing
+    said so."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH -G 1\n#SBATCH {line}\ntrue\n")
+    r = submit("--budget", "ai/llm", "--min-runtime", "0", str(script))
+    assert r.exit_code == 2
+    assert f"Error: job.sh:3: {shown}: needs a value" in r.stderr
+
+
+@pytest.mark.parametrize("flag", ["--time", "--output", "--name", "--budget"])
+def test_a_flag_given_an_empty_value_is_refused_naming_it(flag: str) -> None:
+    """``--time ''`` (``--output ''``, ``--name ''``, ``--budget ''``) on the command line
+    is a usage error naming the flag: it was taken for the flag left out (no time limit,
+    the output in the log) without a word."""
+    flags = dict(zip(FLAGS[::2], FLAGS[1::2], strict=True))
+    flags[flag] = ""
+    r = submit(*[w for kv in flags.items() for w in kv], "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: {flag}: needs a value (it is empty)" in r.stderr
+
+
+def test_an_sbatch_gres_list_gives_its_gpu_entry_and_names_the_others_as_not_used(
+    tmp_path: Path,
+) -> None:
+    """``#SBATCH --gres=gpu:2,mps:100`` (sbatch's --gres is a comma-separated list) gives
+    the gpu entry's 2 GPUs, with no kind, and names ``mps:100`` as not used; ``gpu:h100:2``
+    in such a list gives kind H100. The list was read as one entry of type ``2,mps`` and
+    count 100: 100 GPUs of a kind '2', refused as ``unknown GPU kind '2'``."""
+    script = tmp_path / "job.sh"
+    for line, kind in (("--gres=gpu:2,mps:100", None), ("--gres=mps:100,gpu:h100:2", "H100")):
+        script.write_text(f"#!/bin/sh\n#SBATCH {line}\ntrue\n")
+        got = read_script(str(script), [])
+        assert got.options["gpus"] == "2"
+        assert got.options.get("gpu_kind") == kind
+        assert got.ignored == [f"job.sh:2: #SBATCH {line}: mps:100: ignored (only gpu:N is "
+                               "read)"]
+
+
+@pytest.mark.parametrize(("typed", "said"), [
+    (["--gres=gpu:8"], "--gres is sbatch's: on the command line give the job's GPUs as "
+                       "--gpus N (their type as --gpu-kind); a batch script's #SBATCH --gres "
+                       "line is read"),
+    (["-N", "2"], "-N is sbatch's: on the command line give the job's GPUs as --gpus N"),
+    (["--mem=32G"], "--mem is sbatch's, and apportion does not use it (it places GPUs; a "
+                    "batch script's #SBATCH --mem line is named as ignored): leave it out"),
+    (["-p", "gpu"], "-p is sbatch's, and apportion does not use it"),
+    (["--wrap=python train.py"], "--wrap is sbatch's: give the command after the options: "
+                                 "apportion submit [OPTIONS] -- CMD ARGS..."),
+])
+def test_an_sbatch_option_on_the_command_line_is_refused_saying_what_to_type_instead(
+    typed: list[str], said: str,
+) -> None:
+    """``apportion submit --gres=gpu:8 job.sh`` (``-N 2``, ``--mem=32G``, ``-p gpu``,
+    ``--wrap=...``), sbatch's options typed by habit, is a usage error saying what to do
+    instead: the GPUs as --gpus, or leave out what apportion does not use. Click's bare
+    error guessed at flags of a similar spelling (``--mem``: "Did you mean one of:
+    '--name', '--time'?"), or had no hint (``-N``, ``-p``)."""
+    r = submit(*FLAGS, *typed, "--", "true")
+    assert r.exit_code == 2
+    assert f"Error: No such option: {said}" in r.stderr
+    assert "Did you mean" not in r.stderr
+
+
+def test_what_submit_misses_is_said_with_where_a_command_or_a_script_can_give_it(
+    tmp_path: Path,
+) -> None:
+    """A missing --budget, --gpus or --min-runtime is said with where it can be given: a
+    command's on the command line alone (it said "or in a #APPORTION line of the script"
+    with no script), a batch script's also by its #SBATCH lines (--account, --gres), which
+    it left unsaid; the minimum runtime, which sbatch has not, is said in a few words."""
+    r = submit("--gpus", "1", "--min-runtime", "0", "--", "true")
+    assert r.stderr.endswith("Error: --budget: missing: give it on the command line\n")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --time=10\ntrue\n")
+    r = submit("--min-runtime", "0", str(script))
+    assert r.stderr.endswith("Error: --budget: missing: give it on the command line, or in "
+                             "the script: #SBATCH --account=ai/llm or #APPORTION --budget "
+                             "ai/llm\n")
+    r = submit("--budget", "ai/llm", str(script))
+    assert r.exit_code == 2
+    assert "Error: --gpus: missing: give it on the command line, or in the script: #SBATCH " \
+           "--gres=gpu:N, --gpus=N or #APPORTION --gpus N\n" in r.stderr
+    r = submit("--budget", "ai/llm", "--gpus", "1", str(script))
+    assert r.stderr.endswith("Error: --min-runtime: missing: give it on the command line, or "
+                             "in the script: #APPORTION --min-runtime 30m (sbatch has none: "
+                             "the shortest run that makes progress, never preempted before "
+                             "it; 0 for free, preemptible work)\n")
+
+
+def test_slurms_any_of_dependency_is_refused_saying_so_not_as_a_bad_id(tmp_path: Path) -> None:
+    """``--dependency afterok:5?afterok:6`` (Slurm's ``?``: any one of them met) is refused
+    saying that ``?`` is not read and that apportion waits for every dependency, from the
+    flag or the script line; it said "'5?afterok' is not a workload id", as if an id were
+    mistyped."""
+    r = submit(*FLAGS, "-d", "afterok:5?afterok:6", "--", "true")
+    assert r.exit_code == 2
+    assert ("Error: --dependency: 'afterok:5?afterok:6': '?' (Slurm's: when any one of them "
+            "is met) is not read: apportion waits until every dependency is met (several "
+            "separated by ',': afterok:5,afterany:6)") in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --dependency=afterok:5?afterany:6\ntrue\n")
+    r = submit(*FLAGS, str(script))
+    assert r.exit_code == 2
+    assert "Error: job.sh:2: #SBATCH --dependency=afterok:5?afterany:6: 'afterok:5?" in r.stderr
+    assert "is not a workload id" not in r.stderr

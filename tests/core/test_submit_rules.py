@@ -186,6 +186,22 @@ def test_parse_array_refuses_with_the_part_at_fault(text: str, message: str) -> 
         parse_array(text)
 
 
+def test_parse_array_reads_a_ranges_step_as_slurm_does() -> None:
+    """``0-6:2`` is every 2nd index of the range (0, 2, 4, 6), as sbatch's ``--array``
+    reads a step, beside other parts and a throttle (``0-15:4,21%2``); it was refused as
+    "'0-6:2' is not an index or a range". A step of 0, or one on a single index, is
+    refused naming the part; the size bound counts the stepped indexes."""
+    assert parse_array("0-6:2") == ((0, 2, 4, 6), 0)
+    assert parse_array("0-15:4,21%2") == ((0, 4, 8, 12, 21), 2)
+    assert parse_array("1-4:10") == ((1,), 0)
+    assert len(parse_array("0-99990:10")[0]) == 10_000
+    with pytest.raises(CoreError, match="the step after : in '0-6:0' must be at least 1"):
+        parse_array("0-6:0")
+    for bad in ("5:2", "0-6:", "0-6:x"):
+        with pytest.raises(CoreError, match="is not an index or a range like 0-99"):
+            parse_array(bad)
+
+
 def test_parse_dependency() -> None:
     assert parse_dependency("afterok:w-1:w-2,afternotok:w-3") == (
         (After.OK, "w-1"), (After.OK, "w-2"), (After.NOTOK, "w-3"))

@@ -142,7 +142,8 @@ class Script:
 
 
 # a line read_script takes for a directive, the first line included
-_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?: |\s*$)", re.MULTILINE)
+# (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
+_DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?:[ \t]|\s*$)", re.MULTILINE)
 _SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
 MAX_NAME = 128
@@ -248,7 +249,8 @@ def read_script(path: str, args: Sequence[str]) -> Script:
         if stripped and not stripped.startswith("#"):
             commands = True
         for prefix, opts in (("#APPORTION", _APPORTION_OPTS), ("#SBATCH", _SBATCH_OPTS)):
-            if not (stripped.startswith(prefix + " ") or stripped == prefix):
+            # the prefix, then a blank (a space or a tab, as sbatch reads it) or nothing
+            if not (stripped.startswith((prefix + " ", prefix + "\t")) or stripped == prefix):
                 continue
             if commands:
                 out.ignored.append(f"{name}:{no}: {stripped}: ignored (after the first "
@@ -338,6 +340,9 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             value = words[i + 1]
             i += 1
         i += 1
+        if not value:  # --time= or -t '': sbatch refuses it; dropped, it ran with no limit
+            shown = word if attached else f"{opt} ''"
+            raise click.UsageError(escape_controls(f"{where}: {prefix} {shown}: needs a value"))
         key = opts[opt]
         # how errors name the line: as the reader's terminal may show it (control and
         # format characters escaped)
@@ -351,6 +356,18 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             setattr(out, key, int(value))
             out.origins[key] = origin
             continue
+        if key == "gres" and "," in value:
+            # sbatch's --gres is a list (gpu:2,mps:100): its one gpu entry is read, each
+            # other one named as not used (the list was read as one entry: type '2,mps')
+            items = value.split(",")
+            gpu_items = [x for x in items if x.partition(":")[0] == "gpu"]
+            if len(gpu_items) == 1:
+                for x in items:
+                    if x not in gpu_items:
+                        out.ignored.append(escape_controls(
+                            f"{where}: {prefix} --gres={value}: {x}: ignored (only gpu:N "
+                            "is read)"))
+                value = gpu_items[0]
         sbatch_gpus = key == "gpus" and prefix == "#SBATCH"  # sbatch's -G takes TYPE:N too
         if key in ("gres", "gpus_per_node", "gpus_per_task") or (sbatch_gpus and ":" in value):
             typed = _gres_typed(value) if key == "gres" else _typed_count(value)
@@ -378,6 +395,10 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
         out.origins[key] = origin
 
 
+# a Slurm gres type as a node's Gres= names it (h100, nvidia_h100_80gb_hbm3, a100-sxm4)
+_GRES_TYPE = re.compile(r"[A-Za-z0-9_.-]+")
+
+
 def _gres_gpus(value: str) -> str | None:
     """``gpu:4`` or ``gpu:a100:4`` -> ``"4"``; anything else None."""
     typed = _gres_typed(value)
@@ -397,6 +418,8 @@ def _typed_count(value: str) -> tuple[str, str | None] | None:
     parts = value.split(":")
     count = parts[-1]  # ASCII digits only: int() reads "٥" as 5
     if len(parts) > 2 or not (count.isascii() and count.isdigit()) or not all(parts):
+        return None
+    if len(parts) == 2 and not _GRES_TYPE.fullmatch(parts[0]):  # "2,mps" is no type
         return None
     return count, (parts[0] if len(parts) == 2 else None)
 
@@ -597,7 +620,55 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
 
 
 # ---- submit ----------------------------------------------------------------------------------
-@click.command(context_settings={"ignore_unknown_options": False})
+# what submit needs, and the lines of a batch script that can give it
+_REQUIRED = (
+    ("--budget", "budget", "#SBATCH --account=ai/llm or #APPORTION --budget ai/llm"),
+    ("--gpus", "gpus", "#SBATCH --gres=gpu:N, --gpus=N or #APPORTION --gpus N"),
+    ("--min-runtime", "min_runtime", "#APPORTION --min-runtime 30m (sbatch has none: the "
+     "shortest run that makes progress, never preempted before it; 0 for free, preemptible "
+     "work)"),
+)
+
+# sbatch's options typed on submit's command line by habit, which it does not take: what
+# to do instead, said in the error rather than click's bare "No such option" (or a guess
+# at a flag of a similar spelling: --mem, "did you mean --name, --time?")
+_SBATCH_IN_SCRIPTS = ("--gres", "-G", "--gpus-per-node", "--gpus-per-task", "--nodes", "-N",
+                      "--ntasks", "-n", "--ntasks-per-node")
+_SBATCH_UNUSED = ("--partition", "-p", "--qos", "-q", "--mem", "--mem-per-cpu",
+                  "--mem-per-gpu", "--cpus-per-task", "-c", "--cpus-per-gpu", "--exclusive",
+                  "--constraint", "-C", "--mail-type", "--mail-user", "--requeue",
+                  "--no-requeue", "--licenses", "-L", "--comment", "--wckey", "--time-min",
+                  "--mincpus", "--tmp", "--hint", "--distribution", "-m")
+
+
+def _sbatch_option_hint(option: str) -> str | None:
+    """What to type instead of sbatch's ``option`` on submit's command line, or None."""
+    if option in _SBATCH_IN_SCRIPTS:
+        return (f"{option} is sbatch's: on the command line give the job's GPUs as --gpus N "
+                f"(their type as --gpu-kind); a batch script's #SBATCH {option} line is read")
+    if option == "--wrap":
+        return ("--wrap is sbatch's: give the command after the options: apportion submit "
+                "[OPTIONS] -- CMD ARGS...")
+    if option in _SBATCH_UNUSED:
+        return (f"{option} is sbatch's, and apportion does not use it (it places GPUs; a "
+                f"batch script's #SBATCH {option} line is named as ignored): leave it out")
+    return None
+
+
+class _SubmitCommand(click.Command):
+    """``submit``, whose error for one of sbatch's options says what to type instead."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            hint = _sbatch_option_hint(e.option_name)
+            if hint is None:
+                raise
+            raise click.UsageError(f"No such option: {hint}", ctx=ctx) from None
+
+
+@click.command(cls=_SubmitCommand, context_settings={"ignore_unknown_options": False})
 @click.option("--budget", "--account", "-A", "budget",
               help="leaf budget path, e.g. ai/llm/alice (--account, -A: as sbatch names "
                    "what a job is charged to)")
@@ -615,7 +686,8 @@ def _output_files(w: dict[str, Any]) -> tuple[str | None, str | None]:
               help="wall-time limit (2h, 1-00:00:00; a bare number is whole minutes, as in "
                    "Slurm; 0 or UNLIMITED: none); at the limit it is stopped: timeout")
 @click.option("--array", "-a", default=None,
-              help="one workload per index: 0-99, 1,3,5-7; 0-99%10 runs at most 10 at once")
+              help="one workload per index: 0-99, 1,3,5-7, 0-15:4 (every 4th); 0-99%10 runs "
+                   "at most 10 at once")
 @click.option("--dependency", "-d", default=None,
               help="afterok|afterany|afternotok:ID[:ID...] (ids short or long)")
 @click.option("--chdir", "-D", default=None, metavar="DIR",
@@ -682,7 +754,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
     if parsable and as_json:
         raise click.UsageError("--parsable and --json: give one of them")
     opts = dict(given)
-    cmd = list(command)
+    cmd = command_words = list(command)  # cmd becomes a batch script's shell line
     from_script: dict[str, str] = {}  # option -> the script line that gave it
 
     def named(key: str, typed: str) -> str:
@@ -690,6 +762,7 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         return from_script.get(key, typed)
 
     _refuse_what_is_not_utf8(ctx, cmd, given)
+    _refuse_empty_values(ctx, given)
     problem = unopenable_path(cmd[0], given.get("chdir"))
     if problem is not None:
         raise click.UsageError(problem)
@@ -706,11 +779,12 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         if not opts.get("name"):  # as sbatch names a job after its script (%x fills it)
             opts["name"] = script_name(cmd[0])
         cmd = script.command
-    for flag, key in (("--budget", "budget"), ("--gpus", "gpus"),
-                      ("--min-runtime", "min_runtime")):
+    for flag, key, in_script in _REQUIRED:
         if opts.get(key) in (None, ""):
-            raise click.UsageError(f"{flag}: missing (give it on the command line or in a "
-                                   "#APPORTION line of the script)")
+            # a script may give it in its lines too (#SBATCH ones for the budget and GPUs);
+            # a command has only the command line
+            where = f", or in the script: {in_script}" if cmd is not command_words else ""
+            raise click.UsageError(f"{flag}: missing: give it on the command line{where}")
     if opts.get("checkpoint_on_term") and not opts.get("resumable"):
         # stored as asked, but the policy reads it only for resumable work: say so
         click.echo(f"warning: {named('checkpoint_on_term', '--checkpoint-on-term')}: no "
@@ -852,6 +926,16 @@ def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
                                    "which the server takes")
 
 
+def _refuse_empty_values(ctx: click.Context, given: dict[str, Any]) -> None:
+    """A usage error for an option given an empty value (``--time ''``), as sbatch refuses
+    ``--time=``: it was taken for the option left out, so the work ran with no time limit
+    (or its log, or the script's name) without a word."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    for key, value in given.items():
+        if value == "":
+            raise click.UsageError(f"{flags[key]}: needs a value (it is empty)")
+
+
 def _is_utf8(text: str) -> bool:
     """Whether ``text`` is UTF-8 text: bytes that are not (in an argument, a file name)
     reach Python as lone surrogates, which cannot be encoded."""
@@ -936,6 +1020,10 @@ def _full_dependency(text: str, flag: str) -> str:
     """Long ids in ``afterok:5:6`` -> ``afterok:w-000005:w-000006``. A word that is no
     workload id (``abc``) is a usage error naming ``flag`` (the flag or the script line),
     not a lookup by the server."""
+    if "?" in text:  # Slurm's "any of them": the words around it are no ids
+        raise click.UsageError(f"{flag}: {text!r}: '?' (Slurm's: when any one of them is "
+                               "met) is not read: apportion waits until every dependency is "
+                               "met (several separated by ',': afterok:5,afterany:6)")
     parts = []
     for part in text.split(","):
         kind, _, ids = part.partition(":")

@@ -81,7 +81,8 @@ def _whole(digits: str) -> int:
 
 
 def parse_array(text: str) -> tuple[tuple[int, ...], int]:
-    """``0-99``, ``1,3,5-7``, ``0-15%4`` -> (indexes ascending, throttle; 0 = none). At
+    """``0-99``, ``1,3,5-7``, ``0-15%4``, ``0-15:4`` (a range's every 4th index, as
+    Slurm's step) -> (indexes ascending, throttle; 0 = none). At
     most ``MAX_ARRAY`` indexes, each at most ``MAX_ARRAY_INDEX``: checked before a range
     is expanded, so a huge range costs nothing."""
     spec, _, limit = text.strip().partition("%")
@@ -95,18 +96,25 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
                             f"from 1 to {MAX_ARRAY}")
     indexes: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
-        lo, dash, hi = part.partition("-")
-        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)):
-            raise CoreError(f"array: {text!r}: {part!r} is not an index or a range like 0-99")
+        span, colon, by = part.partition(":")
+        lo, dash, hi = span.partition("-")
+        if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)) or (
+                colon and not (dash and _DIGITS.fullmatch(by))):
+            raise CoreError(f"array: {text!r}: {part!r} is not an index or a range like 0-99 "
+                            "(or 0-99:2, every 2nd)")
+        step = _whole(by) if colon else 1
+        if step < 1:
+            raise CoreError(f"array: {text!r}: the step after : in {part!r} must be at least 1")
         first, last = _whole(lo), _whole(hi) if dash else _whole(lo)
         if last < first:
             raise CoreError(f"array: {text!r}: range {part!r} ends before it starts")
         if last > MAX_ARRAY_INDEX:
             raise CoreError(f"array: {text!r}: index {hi if dash else lo} is over "
                             f"{MAX_ARRAY_INDEX}")
-        if last - first + 1 > MAX_ARRAY:
-            raise CoreError(f"array: {last - first + 1} elements, at most {MAX_ARRAY}")
-        indexes.update(range(first, last + 1))
+        if (last - first) // step + 1 > MAX_ARRAY:
+            raise CoreError(f"array: {(last - first) // step + 1} elements, at most "
+                            f"{MAX_ARRAY}")
+        indexes.update(range(first, last + 1, step))
         if len(indexes) > MAX_ARRAY:  # so far, which bounds what is built
             raise CoreError(f"array: more than {MAX_ARRAY} elements, at most {MAX_ARRAY}")
     return tuple(sorted(indexes)), throttle
