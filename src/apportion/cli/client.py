@@ -858,6 +858,9 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
         until = None if end is None else parse_time(end, "--to", now)
     except ReportError as e:
         raise click.ClickException(str(e)) from None
+    if since is not None and until is not None and since >= until:
+        # as report usage says it: the server's 422 would name epoch seconds never typed
+        raise BadInput(f"--from: {start} is not before --to ({end})")
     query = {"actor": actor, "action": action,
              "from": None if since is None else repr(since),
              "to": None if until is None else repr(until)}
