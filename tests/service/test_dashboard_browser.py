@@ -543,6 +543,35 @@ def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     page.locator("#occupancy").screenshot(path=str(SHOTS / "sim-occupancy.png"))
 
 
+def test_sim_page_bolds_no_policy_where_the_figures_read_the_same(
+    served: Served, page: Any, tmp_path: Path
+) -> None:
+    """/sim bolds a policy's headline figure as the better one only where the two read
+    differently as shown: occupancy 13.2% against 13.2% (0.13201 and 0.13204), 0s against
+    0s of wait, 0 against 0 GPU-hours lost are bolded for neither (the unrounded values
+    picked one); completed 11 against 12 still bolds 12."""
+    base = {"scenario": "trace", "seed": 0, "hosts": 2, "gpus": 16, "workloads": 12}
+    summaries = [
+        {**base, "policy": "fairshare", "completed": 11, "occupancy": 0.13201,
+         "wait_s": {"all": {"p50": 0.2}}, "lost_gpu_hours": 0.0001},
+        {**base, "policy": "legacy", "completed": 12, "occupancy": 0.13204,
+         "wait_s": {"all": {"p50": 0.0}}, "lost_gpu_hours": 0.0},
+    ]
+    (tmp_path / "summary.json").write_text(json.dumps(summaries))
+    page.goto(served.url + "/sim")
+    page.set_input_files("#files", [str(tmp_path / "summary.json")])
+    page.wait_for_selector("#headline:not([hidden]) tbody tr", timeout=WAIT_MS)
+    rows = page.eval_on_selector_all(
+        "#headline tbody tr",
+        "trs => trs.map(r => [...r.cells].map(c => [c.innerText, getComputedStyle(c).fontWeight]))")
+    figures = {r[0][0]: r[1:] for r in rows}
+    for label in ("Occupancy", "Wait p50", "GPU-hours of work lost"):
+        (cur, cur_w), (leg, leg_w) = figures[label]
+        assert cur == leg, (label, cur, leg)
+        assert int(cur_w) < 600 and int(leg_w) < 600, (label, cur_w, leg_w)
+    assert [int(w) >= 600 for _, w in figures["Completed"]] == [False, True]
+
+
 NO_BUDGET = """
 [server]
 host = "127.0.0.1"

@@ -92,7 +92,8 @@ function renderHeadline(summaries) {
     let best = -1;
     if (better && summaries.length > 1 && vals.every((v) => typeof v === "number")) {
       const target = better > 0 ? Math.max(...vals) : Math.min(...vals);
-      if (vals.filter((v) => v === target).length === 1) best = vals.indexOf(target);
+      // the better one only where it reads better as shown: 13.2% against 13.2% is a tie
+      if (vals.filter((v) => fmt(v) === fmt(target)).length === 1) best = vals.indexOf(target);
     }
     const cells = summaries.map((s, i) => {
       const text = path ? fmt(vals[i]) : fmt(s);
