@@ -217,6 +217,22 @@ def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) 
     _shot(page, "dashboard-why.png")
 
 
+def test_the_budgets_legend_says_what_owed_and_delivered_are(served: Served, page: Any) -> None:
+    """Under the budgets table the page says what its "delivered / owed" and GPU-hour
+    columns mean, as docs/dashboard.md defines them (it named the columns and never said
+    what owed is): delivered, the GPUs its allocated running work holds; owed, the lesser
+    of its share of the healthy GPUs and the GPUs its allocated work asks for; the GPU-hours
+    the same two over the lookback window."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#budgets tbody tr[data-path="ops"]', timeout=WAIT_MS)
+    note = page.inner_text("#owed-note")
+    assert note.startswith(
+        "GPUs now: delivered, the GPUs its allocated running work holds; owed, the lesser of "
+        "its share of the healthy GPUs and the GPUs its allocated pending and running work "
+        "asks for. Owed and delivered GPU-hours: the same two over the lookback window (7 d)"
+    ), note
+
+
 @contextmanager
 def zoned_page(browser: Any, zone: str) -> Iterator[Any]:
     """A page in a browser whose time zone is ``zone`` (the server's stays UTC)."""
