@@ -132,7 +132,8 @@ function renderBudgets(s) {
   // what the columns mean (docs/dashboard.md, "Budgets"): a name alone does not say it
   let note = "GPUs now: delivered, the GPUs its allocated running work holds; owed, the " +
     "lesser of its share of the healthy GPUs and the GPUs its allocated pending and running " +
-    `work asks for. Owed and delivered GPU-hours: the same two over the lookback window (${days} d)`;
+    `work asks for. Owed and delivered GPU-hours: the same two over the lookback window (${days} d), ` +
+    "owed from each hour's averages, as apportion report usage counts it";
   if (s.owed_since !== null && s.owed_since > s.now - s.lookback_s) {
     note += `, counted since the server started ${dur(s.now - s.owed_since)} ago`;
   }
