@@ -588,6 +588,24 @@ def test_sim_page_bolds_no_policy_where_the_figures_read_the_same(
     assert [int(w) >= 600 for _, w in figures["Completed"]] == [False, True]
 
 
+def test_sim_page_gives_a_run_under_a_day_as_a_duration(
+    served: Served, page: Any, tmp_path: Path
+) -> None:
+    """/sim's "Simulated days" of a replay shorter than a day (an exported trace of a
+    quarter of an hour, 0.01 days) is its duration, 14.4m, not "0" (one decimal of a day);
+    a run of 3 days stays 3."""
+    base = {"scenario": "t", "seed": 0, "hosts": 2, "gpus": 16}
+    for days, said in ((0.01, "14.4m"), (3, "3")):
+        (tmp_path / "summary.json").write_text(json.dumps([{**base, "policy": "fairshare",
+                                                            "sim_days": days}]))
+        page.goto(served.url + "/sim")
+        page.set_input_files("#files", [str(tmp_path / "summary.json")])
+        page.wait_for_selector("#headline:not([hidden]) tbody tr", timeout=WAIT_MS)
+        rows = page.eval_on_selector_all(
+            "#headline tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.innerText))")
+        assert {r[0]: r[1:] for r in rows}["Simulated days"] == [said]
+
+
 NO_BUDGET = """
 [server]
 host = "127.0.0.1"

@@ -525,3 +525,15 @@ def test_no_worse_sentence_over_figures_that_read_the_same(seed_run: Run) -> Non
     said = [w for ws in notes.values() for w in ws]
     assert not [w for w in said if w.startswith(("Fair share lost more GPU-hours",
                                                  "Fair share kept fewer"))], said
+
+
+def test_the_title_gives_a_span_under_a_day_as_a_duration(seed_run: Run, tmp_path: Path) -> None:
+    """A replay shorter than a day (an exported trace of a quarter of an hour, 0.01 days;
+    of 1.7 minutes, 0.0012 days) is titled with its duration, '14 min 24 s' and '1 min 44
+    s', not '0.01 days' and '0 days' (rounded to two decimals, a short replay read as
+    nothing)."""
+    _, summaries, _ = seed_run
+    for days, said in ((0.01, "14 min 24 s"), (0.0012, "1 min 44 s")):
+        run = [{**summaries[0], "scenario": "t", "sim_days": days}]
+        text = write_report(tmp_path, run).read_text(encoding="utf-8")
+        assert f"<h1>apportion simulation: t, {said}, 128 GPUs on 16 hosts</h1>" in text

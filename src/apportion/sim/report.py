@@ -1034,8 +1034,14 @@ def write_report(
     palette = Palette.build(policies, shown_budgets(chart_budgets(runs, depth))[0])
     first = summaries[0]
     days = first.get("sim_days")
-    # to two decimals: a replayed history's span is any float (3.083631805772031 days)
-    span = plural(round(float(days), 2), "day") if _num(days) else "– days"  # type: ignore[arg-type]
+    # to two decimals: a replayed history's span is any float (3.083631805772031 days);
+    # under a day as a duration (a quarter of an hour read '0.01 days', less '0 days')
+    if not _num(days):
+        span = "– days"
+    elif float(days) < 1:  # type: ignore[arg-type]
+        span = fmt_dur(float(days) * 86400)  # type: ignore[arg-type]
+    else:
+        span = plural(round(float(days), 2), "day")  # type: ignore[arg-type]
     gpus, hosts = first.get("gpus"), first.get("hosts")
     size = (f"{plural(float(gpus), 'GPU')} on {plural(float(hosts), 'host')}"  # type: ignore[arg-type]
             if _num(gpus) and _num(hosts) else "– GPUs")

@@ -24,7 +24,8 @@ function dur(v) {
 
 // [label, path in one policy's summary, format, which way is better (+1 higher, -1 lower, 0 none)]
 const ROWS = [
-  ["Simulated days", "sim_days", n1, 0],
+  // under a day as a duration: a quarter of an hour's replay is not "0" days
+  ["Simulated days", "sim_days", (v) => (typeof v === "number" && v < 1 ? dur(v * 86400) : n1(v)), 0],
   ["Cluster", null, (s) => `${n0(s.hosts)} hosts, ${n0(s.gpus)} GPUs`, 0],
   ["Workloads", "workloads", n0, 0],
   ["Completed", "completed", n0, 1],
