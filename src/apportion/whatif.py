@@ -15,7 +15,7 @@ import difflib
 import json
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,16 +77,22 @@ def load_history(store: Store, since: float, end: float,
     return history
 
 
+def check_paths(paths: Iterable[str], nodes: Sequence[str]) -> None:
+    """Refuse the first of ``paths`` that is none of the budget ``nodes``, naming the
+    closest one (``set_weight: no budget 'ai/visoin'; did you mean 'ai/vision'?``)."""
+    for path in paths:
+        if path not in nodes:
+            near = difflib.get_close_matches(path, nodes, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise WhatifError("set_weight", f"no budget {path!r}{hint}")
+
+
 def check_weights(weights: Mapping[str, float], tree: BudgetTree) -> dict[str, float]:
     """``weights`` if every path is a node of ``tree`` and the tree with them is one the
     service would accept (each weight in range, every share above the floor: the same
     rules as a weight change, ``BudgetTree.build``'s)."""
-    nodes = tree.nodes()
+    check_paths(weights, tree.nodes())
     for path, weight in weights.items():
-        if path not in tree:
-            near = difflib.get_close_matches(path, nodes, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
-            raise WhatifError("set_weight", f"no budget {path!r}{hint}")
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise WhatifError("set_weight", f"{path}: weight must be a number, got {weight!r}")
     try:

@@ -455,3 +455,38 @@ def test_parse_time_refuses_digits_other_than_ascii(typed: str) -> None:
         parse_time(typed, "--from", NOW)
     assert parse_time("1796515200", "--from", NOW) == 1796515200.0
     assert parse_time("20261399", "--from", NOW) == 20261399.0  # no such date: seconds
+
+
+def test_the_html_reports_bars_keep_most_of_the_width_beside_a_long_budget_path(
+        tmp_path: Path) -> None:
+    """With a budget path of 78 characters (research/vision-and-perception-long-name/
+    very-long-subproject-name-for-testing), the page's GPU-hours plot still gives its
+    longest bar at least half the image's width: the path is wrapped at its slashes and the
+    figure widened for it (the label took the figure's width and left the bars a sliver,
+    under a tenth of it)."""
+    import base64
+
+    from matplotlib import image
+
+    from apportion.service.accounting import to_html
+
+    long = "research/vision-and-perception-long-name/very-long-subproject-name-for-testing"
+    store = open_store("sqlite", tmp_path)
+    clock = {"t": T0}
+    store.clock = lambda: clock["t"]
+    for path in ("research", "research/vision-and-perception-long-name", long):
+        store.add_budget(path, 1.0, actor="root")
+    store.add_host("h1", 8, actor="root")
+    wid = store.add_workload(budget=long, gpus=8, min_runtime=H, submit_time=T0,
+                             command=["x"], actor="alice").id
+    store.begin_attempt(wid, [("h1", 8, list(range(8)))], T0)
+    store.end_attempt(wid, 1, T0 + 4 * H, 0, "exited 0", Status.COMPLETED)
+    html = to_html(usage_report(store, T0, T0 + D, "budget", NOW))
+    store.close()
+    pngs = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
+    pixels = image.imread(io.BytesIO(base64.b64decode(pngs[1])), format="png")
+    charged = (abs(pixels[:, :, 0] - 0x1F / 255) < 0.02) & \
+        (abs(pixels[:, :, 1] - 0x77 / 255) < 0.02) & (abs(pixels[:, :, 2] - 0xB4 / 255) < 0.02)
+    longest = max(max((len(run) for run in "".join("x" if c else " " for c in row).split()),
+                      default=0) for row in charged)
+    assert longest >= pixels.shape[1] / 2, (longest, pixels.shape[1])

@@ -962,6 +962,41 @@ def test_an_audit_period_that_ends_before_it_starts_is_refused_naming_from(
     assert svc.call("GET", f"/v1/reports/usage?{query}", "root").status_code == 422
 
 
+@pytest.mark.parametrize(("start", "end"), [("1d", "2d"), ("2026-12-06", "2026-12-05")])
+def test_audit_command_refuses_a_period_that_ends_before_it_starts_naming_the_flags_as_typed(
+        svc: Service, start: str, end: str) -> None:
+    """``apportion audit --from 1d --to 2d`` is refused (exit 2) as ``report usage``
+    refuses the same period, naming the flags and their values as typed: ``Error: --from:
+    1d is not before --to (2d)`` (it said the API's ``from: must be before to
+    (1796565957.0283341 is not before 1796479557.0283341)``, epoch seconds the user never
+    typed)."""
+    r = cli(svc, "bob", "audit", "--from", start, "--to", end)
+    assert r.exit_code == 2, r.output
+    assert r.stderr == f"Error: --from: {start} is not before --to ({end})\n"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("hosts", "drain", "h1", "--reason", "x" * 1100),
+     "Error: --reason: String should have at most 1024 characters"),
+    (("hosts", "repair", "h1", "--reason", "x" * 1100),
+     "Error: --reason: String should have at most 1024 characters"),
+    (("users", "add", "erin", "--unix-user", "bad name"),
+     "Error: --unix-user: 'bad name' is not a Unix account name"),
+    (("users", "set", "bob", "--unix-user", "bad name"),
+     "Error: --unix-user: 'bad name' is not a Unix account name"),
+    (("tokens", "create", "bob", "--label", "x" * 300),
+     "Error: --label: String should have at most 255 characters"),
+])
+def test_admin_commands_name_a_refused_value_by_its_flag(
+        svc: Service, args: tuple[str, ...], said: str) -> None:
+    """``hosts drain|repair --reason``, ``users add|set --unix-user`` and ``tokens create
+    --label`` refused by the server (exit 2) name the flag as typed, ``--reason:``, not the
+    API's field (``reason:``, ``unix_user:``, ``label:``)."""
+    r = cli(svc, "root", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(said), r.stderr
+
+
 def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> None:
     """``before`` over the largest id the audit's 32-bit column holds is a 422 naming it
     (PostgreSQL could not compare it with the column: a 500)."""

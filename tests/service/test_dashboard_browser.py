@@ -217,6 +217,22 @@ def test_dashboard_shows_tree_queue_and_updates_live(served: Served, page: Any) 
     _shot(page, "dashboard-why.png")
 
 
+def test_the_budgets_legend_says_what_owed_and_delivered_are(served: Served, page: Any) -> None:
+    """Under the budgets table the page says what its "delivered / owed" and GPU-hour
+    columns mean, as docs/dashboard.md defines them (it named the columns and never said
+    what owed is): delivered, the GPUs its allocated running work holds; owed, the lesser
+    of its share of the healthy GPUs and the GPUs its allocated work asks for; the GPU-hours
+    the same two over the lookback window."""
+    page.goto(served.url + "/#token=" + served.tokens["bob"])
+    page.wait_for_selector('#budgets tbody tr[data-path="ops"]', timeout=WAIT_MS)
+    note = page.inner_text("#owed-note")
+    assert note.startswith(
+        "GPUs now: delivered, the GPUs its allocated running work holds; owed, the lesser of "
+        "its share of the healthy GPUs and the GPUs its allocated pending and running work "
+        "asks for. Owed and delivered GPU-hours: the same two over the lookback window (7 d)"
+    ), note
+
+
 @contextmanager
 def zoned_page(browser: Any, zone: str) -> Iterator[Any]:
     """A page in a browser whose time zone is ``zone`` (the server's stays UTC)."""
@@ -541,6 +557,53 @@ def test_sim_page_occupancy_of_the_whole_run_is_the_headlines(
     assert [r[1:] for r in headline if r[0] == "Occupancy"] == [[r[1] for r in rows]]
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#occupancy").screenshot(path=str(SHOTS / "sim-occupancy.png"))
+
+
+def test_sim_page_bolds_no_policy_where_the_figures_read_the_same(
+    served: Served, page: Any, tmp_path: Path
+) -> None:
+    """/sim bolds a policy's headline figure as the better one only where the two read
+    differently as shown: occupancy 13.2% against 13.2% (0.13201 and 0.13204), 0s against
+    0s of wait, 0 against 0 GPU-hours lost are bolded for neither (the unrounded values
+    picked one); completed 11 against 12 still bolds 12."""
+    base = {"scenario": "trace", "seed": 0, "hosts": 2, "gpus": 16, "workloads": 12}
+    summaries = [
+        {**base, "policy": "fairshare", "completed": 11, "occupancy": 0.13201,
+         "wait_s": {"all": {"p50": 0.2}}, "lost_gpu_hours": 0.0001},
+        {**base, "policy": "legacy", "completed": 12, "occupancy": 0.13204,
+         "wait_s": {"all": {"p50": 0.0}}, "lost_gpu_hours": 0.0},
+    ]
+    (tmp_path / "summary.json").write_text(json.dumps(summaries))
+    page.goto(served.url + "/sim")
+    page.set_input_files("#files", [str(tmp_path / "summary.json")])
+    page.wait_for_selector("#headline:not([hidden]) tbody tr", timeout=WAIT_MS)
+    rows = page.eval_on_selector_all(
+        "#headline tbody tr",
+        "trs => trs.map(r => [...r.cells].map(c => [c.innerText, getComputedStyle(c).fontWeight]))")
+    figures = {r[0][0]: r[1:] for r in rows}
+    for label in ("Occupancy", "Wait p50", "GPU-hours of work lost"):
+        (cur, cur_w), (leg, leg_w) = figures[label]
+        assert cur == leg, (label, cur, leg)
+        assert int(cur_w) < 600 and int(leg_w) < 600, (label, cur_w, leg_w)
+    assert [int(w) >= 600 for _, w in figures["Completed"]] == [False, True]
+
+
+def test_sim_page_gives_a_run_under_a_day_as_a_duration(
+    served: Served, page: Any, tmp_path: Path
+) -> None:
+    """/sim's "Simulated days" of a replay shorter than a day (an exported trace of a
+    quarter of an hour, 0.01 days) is its duration, 14.4m, not "0" (one decimal of a day);
+    a run of 3 days stays 3."""
+    base = {"scenario": "t", "seed": 0, "hosts": 2, "gpus": 16}
+    for days, said in ((0.01, "14.4m"), (3, "3")):
+        (tmp_path / "summary.json").write_text(json.dumps([{**base, "policy": "fairshare",
+                                                            "sim_days": days}]))
+        page.goto(served.url + "/sim")
+        page.set_input_files("#files", [str(tmp_path / "summary.json")])
+        page.wait_for_selector("#headline:not([hidden]) tbody tr", timeout=WAIT_MS)
+        rows = page.eval_on_selector_all(
+            "#headline tbody tr", "trs => trs.map(r => [...r.cells].map(c => c.innerText))")
+        assert {r[0]: r[1:] for r in rows}["Simulated days"] == [said]
 
 
 NO_BUDGET = """

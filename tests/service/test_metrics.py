@@ -203,12 +203,14 @@ def test_pass_latency_and_pass_count(live: Live) -> None:
 
 
 def test_dashboard_state_integrates_owed_and_delivered(live: Live) -> None:
-    """Between the passes at T0+100 and T0+1900 ai/llm was owed min(16/3, 16) GPUs and got
-    16: 16/3 x 0.5 h = 2.67 owed and 8 delivered GPU-hours; the queue holds B, first, with
-    its wait reason, and C runs protected until T0+3700."""
+    """ai/llm's share of the healthy GPUs is 16/3 from T0 on, and it asked for 16 from the
+    pass at T0+100 (C) on: in each UTC hour (one ends at T0+800) the lesser of the two
+    averaged is its share, so it was owed 16/3 x 1900 s = 2.81 GPU-hours, and got 16 GPUs
+    from T0+100, 8 GPU-hours; the queue holds B, first, with its wait reason, and C runs
+    protected until T0+3700."""
     s = live.client.get("/v1/dashboard/state").json()
     llm = next(b for b in s["budgets"] if b["path"] == "ai/llm")
-    assert llm["owed_gpu_hours"] == pytest.approx(16 / 3 * 0.5)
+    assert llm["owed_gpu_hours"] == pytest.approx(16 / 3 * 1900 / 3600)
     assert llm["delivered_gpu_hours"] == pytest.approx(8.0)
     assert (llm["owed_gpus"], llm["delivered_gpus"]) == (pytest.approx(16 / 3), 16.0)
     assert [(p["id"], p["position"], p["wait_reason"], p["class"]) for p in s["pending"]] == [
@@ -217,6 +219,24 @@ def test_dashboard_state_integrates_owed_and_delivered(live: Live) -> None:
         (live.ids["C"], T0 + 3700)]
     assert s["cluster"] == {"hosts": 2, "gpus": 16, "healthy_gpus": 16, "used_gpus": 16,
                             "pending": 1, "held": 0, "running": 1}
+
+
+def test_dashboard_owed_and_delivered_gpu_hours_are_report_usages(live: Live) -> None:
+    """The dashboard's owed and delivered GPU-hours of every node over the lookback window
+    are those ``apportion report usage`` gives for the same 7 days (GET /v1/reports/usage):
+    owed in each hour is the lesser of the share of the healthy GPUs and the GPUs asked,
+    both averaged over the hour. The page integrated the lesser of the two at each
+    instant, so it gave ai/llm 2.67 owed GPU-hours where the report gives 2.81 (in the hour
+    ending at T0+800 it asked nothing for 100 s and 16 GPUs for 700 s, more than its share
+    of 16/3 on average)."""
+    s = live.client.get("/v1/dashboard/state").json()
+    r = live.client.get("/v1/reports/usage", params={"from": "7d", "format": "json"})
+    assert r.status_code == 200, r.text
+    report = {row["budget"]: row for row in r.json()["rows"]}
+    page = {b["path"]: (b["owed_gpu_hours"], b["delivered_gpu_hours"]) for b in s["budgets"]}
+    assert page == {p: (pytest.approx(report[p]["owed_gpu_hours"]),
+                        pytest.approx(report[p]["delivered_gpu_hours"])) for p in page}
+    assert page["ai/llm"][0] == pytest.approx(16 / 3 * 1900 / 3600)
 
 
 def test_dashboard_usage_series_from_the_ledger(live: Live) -> None:

@@ -403,6 +403,35 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     assert factor.json()["detail"] == "set: victim_max_factor: must be a number >= 0, got '2h'"
 
 
+def test_post_whatif_names_a_managers_mistyped_budget_as_it_does_an_admins(
+        live: Live) -> None:
+    """A manager of ai proposing a weight for a budget that does not exist outside ai
+    (``ai-vision``, ``AI/Vision``) is told it does not exist, with the closest one (422,
+    ``set_weight: no budget 'ai-vision'; did you mean 'ai/vision'?``), as an admin is and
+    as ``PATCH /v1/budgets/{path}`` answers an unknown one: the rights were checked first,
+    so a typo read ``forbidden: alice may not set the weight of ai-vision``. A budget that
+    exists and is not hers stays refused (403)."""
+    url = f"{live.server.url}/v1/whatif"
+    admin = {"Authorization": f"Bearer {live.server.token('admin')}"}
+    managers = f"{live.server.url}/v1/budgets/ai/managers"
+    assert httpx.put(managers, json={"managers": ["alice"]}, headers=admin).status_code == 200
+    try:
+        for typo in ("ai-vision", "AI/Vision"):
+            for user in ("alice", "admin"):
+                r = httpx.post(url, json={"since": "2d", "until": live.until,
+                                          "set_weight": {typo: 4}}, timeout=300,
+                               headers={"Authorization": f"Bearer {live.server.token(user)}"})
+                assert (r.status_code, r.json()["detail"]) == (
+                    422, f"set_weight: no budget {typo!r}; did you mean 'ai/vision'?"), user
+        r = httpx.post(url, json={"since": "2d", "until": live.until, "set_weight": {"ai": 4}},
+                       timeout=300,
+                       headers={"Authorization": f"Bearer {live.server.token('alice')}"})
+        assert (r.status_code, r.json()["detail"]) == (
+            403, "forbidden: alice may not set the weight of ai")
+    finally:
+        httpx.put(managers, json={"managers": []}, headers=admin)
+
+
 def test_the_server_answers_other_requests_while_a_whatif_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -509,3 +509,31 @@ def test_more_budgets_than_colours_fold_into_one_band(tmp_path: Path) -> None:
     assert OTHER_COLOR in band_colors
     assert "5 other budgets" in {t.text for t in texts(figs["budgets"])}
     assert shape_colors(figs["ratio"]) & set(BUDGET_COLORS) == band_colors & set(BUDGET_COLORS)
+
+
+def test_no_worse_sentence_over_figures_that_read_the_same(seed_run: Run) -> None:
+    """Where fair share is worse only below what the sentence shows, no sentence says it
+    is worse: lost GPU-hours 0.0004 against 0.0001 ("lost more GPU-hours to preemption (0
+    vs 0)") and occupancy 13.201% against 13.204% ("kept fewer of the healthy GPUs busy
+    (13.2% vs 13.2%)"), as the waits' sentences already compare what they show."""
+    out, summaries, _ = seed_run
+    fs, lg = (json.loads(json.dumps(s)) for s in summaries)
+    fs["lost_gpu_hours"], lg["lost_gpu_hours"] = 0.0004, 0.0001
+    fs["occupancy"], lg["occupancy"] = 0.13201, 0.13204
+    runs: list[RunTables] = [load_tables(out, p) for p in POLICIES]
+    notes = worse_notes([fs, lg], runs)
+    said = [w for ws in notes.values() for w in ws]
+    assert not [w for w in said if w.startswith(("Fair share lost more GPU-hours",
+                                                 "Fair share kept fewer"))], said
+
+
+def test_the_title_gives_a_span_under_a_day_as_a_duration(seed_run: Run, tmp_path: Path) -> None:
+    """A replay shorter than a day (an exported trace of a quarter of an hour, 0.01 days;
+    of 1.7 minutes, 0.0012 days) is titled with its duration, '14 min 24 s' and '1 min 44
+    s', not '0.01 days' and '0 days' (rounded to two decimals, a short replay read as
+    nothing)."""
+    _, summaries, _ = seed_run
+    for days, said in ((0.01, "14 min 24 s"), (0.0012, "1 min 44 s")):
+        run = [{**summaries[0], "scenario": "t", "sim_days": days}]
+        text = write_report(tmp_path, run).read_text(encoding="utf-8")
+        assert f"<h1>apportion simulation: t, {said}, 128 GPUs on 16 hosts</h1>" in text

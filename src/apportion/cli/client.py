@@ -476,12 +476,16 @@ def _print_json(data: Any) -> None:
 
 
 def write(client: Client, model: type[R], method: str, path: str, body: Any, as_json: bool,
-          text: Callable[[R], str]) -> R:
+          text: Callable[[R], str], typed: Mapping[str, str] | None = None) -> R:
     """A write command's request, whose answer is one ``model``, and its stdout: with
     ``--json`` (``as_json``) the answer as the server gave it, one JSON document; else
     ``text(answer)``. Returns the answer (read either way: a reply of another shape is an
-    error, not printed), for what the command says on stderr."""
-    data = client.json(method, path, body)
+    error, not printed), for what the command says on stderr. ``typed``: the body's fields
+    as the user typed them (``{"reason": "--reason"}``), to name in the server's refusals."""
+    try:
+        data = client.json(method, path, body)
+    except click.ClickException as e:
+        raise as_typed(e, typed or {}) from None
     answer = parse(model, data, f"{method} /v1{path}")
     if as_json:
         _print_json(data)
@@ -807,7 +811,7 @@ def hosts_list(client: Client, as_json: bool) -> None:
 def hosts_drain(client: Client, name: str, reason: str, as_json: bool) -> None:
     """Drain a host: no new work; it empties as protections end, then goes to repair."""
     write(client, Host, "POST", f"/hosts/{url_part(name)}/drain", {"reason": reason}, as_json,
-          _drained)
+          _drained, {"reason": "--reason"})
 
 
 def _drained(h: Host) -> str:
@@ -827,7 +831,7 @@ def _drained(h: Host) -> str:
 def hosts_repair(client: Client, name: str, reason: str, as_json: bool) -> None:
     """Mark a host repaired: healthy again (also calls off a drain)."""
     write(client, Host, "POST", f"/hosts/{url_part(name)}/repair", {"reason": reason},
-          as_json, lambda h: f"{h.name}: {h.state}")
+          as_json, lambda h: f"{h.name}: {h.state}", {"reason": "--reason"})
 
 
 @click.command()
@@ -858,6 +862,9 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
         until = None if end is None else parse_time(end, "--to", now)
     except ReportError as e:
         raise click.ClickException(str(e)) from None
+    if since is not None and until is not None and since >= until:
+        # as report usage says it: the server's 422 would name epoch seconds never typed
+        raise BadInput(f"--from: {start} is not before --to ({end})")
     query = {"actor": actor, "action": action,
              "from": None if since is None else repr(since),
              "to": None if until is None else repr(until)}
@@ -944,7 +951,7 @@ def users_add(client: Client, name: str, admin: bool, unix_user: str | None,
     """Add a user (then give it a token: apportion tokens create NAME)."""
     u = write(client, User, "POST", "/users",
               {"name": name, "admin": admin, "unix_user": unix_user}, as_json,
-              lambda u: f"added {_user_line(u)}")
+              lambda u: f"added {_user_line(u)}", {"unix_user": "--unix-user"})
     _warn_cannot_run(u)
 
 
@@ -980,7 +987,8 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
         body["unix_user"] = unix_user
     if not body:
         raise click.UsageError("nothing to change: give --admin/--no-admin or --unix-user")
-    u = write(client, User, "PATCH", f"/users/{url_part(name)}", body, as_json, _user_line)
+    u = write(client, User, "PATCH", f"/users/{url_part(name)}", body, as_json, _user_line,
+              {"unix_user": "--unix-user"})
     _warn_cannot_run(u)
 
 
@@ -1042,7 +1050,8 @@ def tokens_create(client: Client, user: str, kind: str, label: str, expires: str
     try:
         data = client.json("POST", f"/users/{url_part(user)}/tokens", body)
     except click.ClickException as e:
-        raise as_typed(e, {"expires_in": "--expires", "expires_at": "--expires"}) from None
+        raise as_typed(e, {"expires_in": "--expires", "expires_at": "--expires",
+                           "label": "--label"}) from None
     if as_json:
         _print_json(data)
         return

@@ -508,6 +508,21 @@ def daily_chart(report: dict[str, Any], colour: dict[str, Any]) -> Any:
     return fig
 
 
+def _wrapped_path(path: str, width: int = 30) -> str:
+    """A budget path as a plot's label: on lines of at most ``width`` characters, broken
+    after a slash (a longer name keeps a line of its own, whole)."""
+    lines: list[str] = []
+    for part in path.split("/"):
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "/" + part
+        elif lines:
+            lines[-1] += "/"
+            lines.append(part)
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
 def _figure_png(fig: Any) -> str:
     import base64
 
@@ -538,9 +553,14 @@ def to_html(report: dict[str, Any]) -> str:
 
     images: list[tuple[str, str]] = []
     if budgets:
-        labels = [r["budget"] for r in budgets]
-        height = 0.35 * len(budgets) + 1.2
-        fig, ax = plt.subplots(figsize=(7, height))
+        labels = [_wrapped_path(r["budget"]) for r in budgets]
+        lines = max(label.count("\n") + 1 for label in labels)
+        chars = max(len(line) for label in labels for line in label.split("\n"))
+        # a long path's label would squeeze the bars to a sliver: wrapped at its slashes,
+        # with the figure widened for what is left, the bars keep most of the width
+        width = max(7.0, 4.5 + 0.085 * chars)
+        height = (0.35 if lines == 1 else 0.2 + 0.18 * lines) * len(budgets) + 1.2
+        fig, ax = plt.subplots(figsize=(width, height))
         att = [100 * (r["attainment"] if r["attainment"] is not None else 0) for r in budgets]
         ax.barh(range(len(budgets)), att, color=[colour.get(top_of(r["budget"]), "grey")
                                                  for r in budgets])
@@ -560,7 +580,7 @@ def to_html(report: dict[str, Any]) -> str:
         images.append(("Attainment per budget (dotted: 95%)", _figure_png(fig)))
         plt.close(fig)
 
-        fig, ax = plt.subplots(figsize=(7, height))
+        fig, ax = plt.subplots(figsize=(width, height))
         charged = [r["charged_gpu_hours"] for r in budgets]
         free = [r["free_gpu_hours"] for r in budgets]
         ax.barh(range(len(budgets)), charged, label="charged (allocated)", color="#1f77b4")

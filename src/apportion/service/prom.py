@@ -166,9 +166,10 @@ class Telemetry:
         self._lock = threading.Lock()
         self.since: float | None = None  # time of the first pass seen
         self._t: float | None = None
-        self._owed: dict[str, float] = {}  # current owed GPUs per node
-        self._delivered: dict[str, float] = {}
-        self._bins: dict[int, dict[str, list[float]]] = {}  # hour -> node -> [owed, delivered]
+        # per node now: [share x healthy GPUs, GPUs asked, GPUs delivered]; owed is the
+        # lesser of the first two averaged over each hour, as report usage counts it
+        self._now: dict[str, tuple[float, float, float]] = {}
+        self._bins: dict[int, dict[str, list[float]]] = {}  # hour -> node -> GPU-seconds
         self._seen: dict[str, tuple[float, frozenset[str]]] = {}  # running: start, hosts
         self._preempted: set[str] = set()
 
@@ -201,10 +202,9 @@ class Telemetry:
             self._integrate(now)
             if self.since is None:
                 self.since = now
-            self._owed, self._delivered = {}, {}
-            for n in nodes_now(state, now, self.config):
-                self._owed[n.path] = n.owed
-                self._delivered[n.path] = n.delivered
+            healthy = state.healthy_gpus()
+            self._now = {n.path: (n.share * healthy, float(n.asked), n.delivered)
+                         for n in nodes_now(state, now, self.config)}
 
     def _count_host_failures(self, state: FleetState) -> None:
         """Work that left (or restarted) since the last pass while one of its hosts is down,
@@ -225,44 +225,49 @@ class Telemetry:
         self._preempted &= set(self._seen)
 
     def _integrate(self, now: float) -> None:
-        """Add the current owed/delivered GPUs x elapsed time to the hourly bins."""
+        """Add the current GPUs (fair, asked, delivered) x elapsed time to the hourly bins."""
         t = self._t
         self._t = now
-        if t is None or now <= t:
-            return
-        while t < now:
-            hour = int(t // HOUR)
-            end = min(now, (hour + 1) * HOUR)
-            dt = end - t
-            b = self._bins.setdefault(hour, {})
-            for node, owed in self._owed.items():
-                cell = b.setdefault(node, [0.0, 0.0])
-                cell[0] += owed * dt
-                cell[1] += self._delivered.get(node, 0.0) * dt
-            t = end
+        if t is not None:
+            self._add(self._bins, t, now)
         keep = int((now - max(self.config.lookback, 30 * 86400.0)) // HOUR)
         for hour in [h for h in self._bins if h < keep]:
             del self._bins[hour]
 
+    def _add(self, bins: dict[int, dict[str, list[float]]], t: float, now: float) -> None:
+        """The GPUs of ``_now`` x the time from ``t`` to ``now``, hour by hour, into ``bins``."""
+        while t < now:
+            hour = int(t // HOUR)
+            end = min(now, (hour + 1) * HOUR)
+            b = bins.setdefault(hour, {})
+            for node, gpus in self._now.items():
+                cell = b.setdefault(node, [0.0, 0.0, 0.0])
+                for i, g in enumerate(gpus):
+                    cell[i] += g * (end - t)
+            t = end
+
     def window(self, now: float) -> dict[str, tuple[float, float]]:
         """Owed and delivered GPU-hours per node over the lookback window ending at ``now``
-        (whole hours at the window's start; only since :attr:`since`)."""
+        (whole hours at the window's start; only since :attr:`since`). Owed in each hour is
+        the lesser of the share of the healthy GPUs and the GPUs asked, both averaged over
+        the hour, as ``apportion report usage`` (service/accounting.py) counts it."""
         with self._lock:
             first = int((now - self.config.lookback) // HOUR)
+            later: dict[int, dict[str, list[float]]] = {}  # the pass-free stretch until now
+            if self._t is not None and now > self._t:
+                self._add(later, self._t, now)
             out: dict[str, list[float]] = {}
-            for hour, cells in self._bins.items():
+            for hour in self._bins.keys() | later.keys():
                 if hour < first:
                     continue
-                for node, (o, d) in cells.items():
+                cells, more = self._bins.get(hour, {}), later.get(hour, {})
+                for node in cells.keys() | more.keys():
+                    fair, asked, delivered = (a + b for a, b in zip(
+                        cells.get(node, (0.0, 0.0, 0.0)), more.get(node, (0.0, 0.0, 0.0)),
+                        strict=True))
                     acc = out.setdefault(node, [0.0, 0.0])
-                    acc[0] += o
-                    acc[1] += d
-            if self._t is not None and now > self._t:  # the pass-free stretch until now
-                dt = now - self._t
-                for node, owed in self._owed.items():
-                    acc = out.setdefault(node, [0.0, 0.0])
-                    acc[0] += owed * dt
-                    acc[1] += self._delivered.get(node, 0.0) * dt
+                    acc[0] += min(fair, asked)
+                    acc[1] += delivered
             return {n: (o / HOUR, d / HOUR) for n, (o, d) in out.items()}
 
 

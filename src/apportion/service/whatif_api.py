@@ -136,9 +136,14 @@ def whatif_router(store: Store, settings: ServiceConfig,
     def checked(body: WhatifBody, user: UserRow) -> Callable[[], Whatif]:
         """The replay ``body`` asks for, once the caller's rights and the inputs are checked
         (403 or 422 here, before the replay takes a slot)."""
-        from apportion.whatif import WhatifError, compare, load_history
+        from apportion.whatif import WhatifError, check_paths, compare, load_history
 
-        rights = Rights.of(user, store.budgets())
+        budgets = store.budgets()
+        try:  # a mistyped budget is said so (and the closest one) before any right on it
+            check_paths(body.set_weight, [b.path for b in budgets])
+        except WhatifError as e:
+            raise HTTPException(422, f"{e.field}: {e}") from None
+        rights = Rights.of(user, budgets)
         if not rights.admin:
             if body.set:
                 raise HTTPException(403, f"forbidden: {user.name} may not propose policy "

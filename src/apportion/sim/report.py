@@ -798,7 +798,7 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
     # GPU-hours lost to preemption (headline table)
     host_stops = sum(float(pre_f.get(r) or 0) for r in ("drain", "host_failure"))
     lost_f, lost_l = _get(fs, "lost_gpu_hours"), _get(lg, "lost_gpu_hours")
-    if _bigger(lost_f, lost_l):
+    if _bigger(lost_f, lost_l) and n(lost_f) != n(lost_l):
         text = f"Fair share lost more GPU-hours to preemption ({n(lost_f)} vs {n(lost_l)})"
         kf, kl = _by_kind(ft, "lost_gpu_hours", ""), _by_kind(lt, "lost_gpu_hours", "")
         if kf is not None and kl is not None and kf[0] > kl[0]:
@@ -888,7 +888,7 @@ def worse_notes(summaries: Sequence[Json], runs: Sequence[RunTables]) -> dict[st
 
     # occupancy and pending work (occupancy figure)
     occ_f, occ_l = _get(fs, "occupancy"), _get(lg, "occupancy")
-    if _bigger(occ_l, occ_f):
+    if _bigger(occ_l, occ_f) and fmt_pct(occ_l) != fmt_pct(occ_f):
         un_f, un_l = _get(fs, "unallocated_fraction"), _get(lg, "unallocated_fraction")
         text = f"Fair share kept fewer of the healthy GPUs busy ({fmt_pct(occ_f)} vs " \
                f"{fmt_pct(occ_l)})"
@@ -1034,8 +1034,14 @@ def write_report(
     palette = Palette.build(policies, shown_budgets(chart_budgets(runs, depth))[0])
     first = summaries[0]
     days = first.get("sim_days")
-    # to two decimals: a replayed history's span is any float (3.083631805772031 days)
-    span = plural(round(float(days), 2), "day") if _num(days) else "– days"  # type: ignore[arg-type]
+    # to two decimals: a replayed history's span is any float (3.083631805772031 days);
+    # under a day as a duration (a quarter of an hour read '0.01 days', less '0 days')
+    if not _num(days):
+        span = "– days"
+    elif float(days) < 1:  # type: ignore[arg-type]
+        span = fmt_dur(float(days) * 86400)  # type: ignore[arg-type]
+    else:
+        span = plural(round(float(days), 2), "day")  # type: ignore[arg-type]
     gpus, hosts = first.get("gpus"), first.get("hosts")
     size = (f"{plural(float(gpus), 'GPU')} on {plural(float(hosts), 'host')}"  # type: ignore[arg-type]
             if _num(gpus) and _num(hosts) else "– GPUs")

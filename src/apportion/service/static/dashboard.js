@@ -129,7 +129,11 @@ function renderBudgets(s) {
   const edited = editor && s.budgets.find((b) => b.path === editor.path);
   if (edited) $("#we-now").textContent = `now ${weightNum(edited.weight)}, share ${pct(edited.share)}`;
   const days = (s.lookback_s / 86400).toFixed(s.lookback_s % 86400 ? 1 : 0);
-  let note = `Owed and delivered GPU-hours over the lookback window (${days} d)`;
+  // what the columns mean (docs/dashboard.md, "Budgets"): a name alone does not say it
+  let note = "GPUs now: delivered, the GPUs its allocated running work holds; owed, the " +
+    "lesser of its share of the healthy GPUs and the GPUs its allocated pending and running " +
+    `work asks for. Owed and delivered GPU-hours: the same two over the lookback window (${days} d), ` +
+    "owed from each hour's averages, as apportion report usage counts it";
   if (s.owed_since !== null && s.owed_since > s.now - s.lookback_s) {
     note += `, counted since the server started ${dur(s.now - s.owed_since)} ago`;
   }

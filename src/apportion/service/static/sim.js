@@ -24,7 +24,8 @@ function dur(v) {
 
 // [label, path in one policy's summary, format, which way is better (+1 higher, -1 lower, 0 none)]
 const ROWS = [
-  ["Simulated days", "sim_days", n1, 0],
+  // under a day as a duration: a quarter of an hour's replay is not "0" days
+  ["Simulated days", "sim_days", (v) => (typeof v === "number" && v < 1 ? dur(v * 86400) : n1(v)), 0],
   ["Cluster", null, (s) => `${n0(s.hosts)} hosts, ${n0(s.gpus)} GPUs`, 0],
   ["Workloads", "workloads", n0, 0],
   ["Completed", "completed", n0, 1],
@@ -92,7 +93,8 @@ function renderHeadline(summaries) {
     let best = -1;
     if (better && summaries.length > 1 && vals.every((v) => typeof v === "number")) {
       const target = better > 0 ? Math.max(...vals) : Math.min(...vals);
-      if (vals.filter((v) => v === target).length === 1) best = vals.indexOf(target);
+      // the better one only where it reads better as shown: 13.2% against 13.2% is a tie
+      if (vals.filter((v) => fmt(v) === fmt(target)).length === 1) best = vals.indexOf(target);
     }
     const cells = summaries.map((s, i) => {
       const text = path ? fmt(vals[i]) : fmt(s);
