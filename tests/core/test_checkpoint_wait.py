@@ -313,5 +313,5 @@ def test_settings_without_checkpoint_wait_default_it_to_a_shorter_max_min_runtim
     assert policy_from(short).checkpoint_wait == 120.0
     assert policy_from({"max_min_runtime": HOUR}).checkpoint_wait == PolicyConfig().checkpoint_wait
     assert policy_from({}) == PolicyConfig()
-    with pytest.raises(CoreError, match="checkpoint_wait: 900 s is over max_min_runtime"):
+    with pytest.raises(CoreError, match="checkpoint_wait: 15 min is over max_min_runtime"):
         policy_from({**short, "checkpoint_wait": 900.0})

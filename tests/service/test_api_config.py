@@ -230,15 +230,16 @@ def test_a_short_max_min_runtime_alone_shortens_the_default_checkpoint_wait(
 
 @pytest.mark.parametrize(("text", "problem"), [
     ('max_min_runtime = "2m"\nrestart_protection = "1m"\ncheckpoint_wait = "15m"',
-     "policy.checkpoint_wait: 900 s is over max_min_runtime (120 s)"),
+     "policy.checkpoint_wait: 15 min is over max_min_runtime (2 min)"),
     ('max_min_runtime = "2m"',
-     "policy.restart_protection: 3600 s is over max_min_runtime (120 s) (the default: "
+     "policy.restart_protection: 1 h is over max_min_runtime (2 min) (the default: "
      "restart_protection is not set)"),
 ])
 def test_a_policy_value_over_max_min_runtime_is_named_as_a_key_and_as_a_default(
         tmp_path: Path, text: str, problem: str) -> None:
     """A knob over max_min_runtime is refused as ``file: policy.<knob>: problem`` (it was
-    ``policy: <knob>``), saying when the value refused is the knob's default."""
+    ``policy: <knob>``), saying when the value refused is the knob's default, with both
+    times as durations as they are typed (they were said in seconds: ``900 s``)."""
     with pytest.raises(ConfigError) as e:
         load_config_text(tmp_path, f"[policy]\n{text}\n")
     assert str(e.value) == f"{tmp_path / 'svc.toml'}: {problem}"

@@ -23,7 +23,7 @@ from server_proc import Server, free_port, write_config
 from sqlalchemy import text
 
 from apportion.cli.whatif import _summary_line, format_pools
-from apportion.core import BudgetTree, HostState, format_amount
+from apportion.core import BudgetTree, HostState, PolicyConfig, format_amount
 from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
@@ -34,7 +34,7 @@ from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
 from apportion.service.store.store import MIGRATIONS, newest_revision
 from apportion.sim.model import HostEvent, HostEventKind
-from apportion.whatif import WhatifError, check_weights
+from apportion.whatif import WhatifError, check_weights, proposed_configs
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -1298,3 +1298,13 @@ def test_a_since_over_ten_years_is_refused_as_typed(live: Live) -> None:
     run = apportion("export-trace", "--config", str(live.config), "--since", "1e308",
                     "--out", str(live.config.parent / "never.csv"))
     assert run.returncode == 2 and want in " ".join(run.stderr.split())
+
+
+def test_a_proposed_setting_over_max_min_runtime_is_said_in_durations() -> None:
+    """whatif's ``--set checkpoint_wait=9h`` over the default max_min_runtime (8 h) is
+    refused, about the field ``set``, as ``...: 9 h is over max_min_runtime (8 h)``, in the
+    durations typed (it said ``32400 s is over max_min_runtime (28800 s)``)."""
+    with pytest.raises(WhatifError) as e:
+        proposed_configs(PolicyConfig(), {"checkpoint_wait": 9 * 3600.0})
+    assert (e.value.field, str(e.value)) == (
+        "set", "policy: checkpoint_wait: 9 h is over max_min_runtime (8 h)")

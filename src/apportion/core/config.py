@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from .types import CoreError, WorkloadSpec
-from .units import format_duration
+from .units import format_duration, format_duration_exact
 
 MINUTE = 60.0
 HOUR = 3600.0
@@ -99,14 +99,15 @@ class PolicyConfig:
             )
         if self.checkpoint_wait > self.max_min_runtime:
             raise CoreError(
-                f"policy: checkpoint_wait: {self.checkpoint_wait:g} s is over "
-                f"max_min_runtime ({self.max_min_runtime:g} s)"
+                f"policy: checkpoint_wait: {format_duration_exact(self.checkpoint_wait)} is over "
+                f"max_min_runtime ({format_duration_exact(self.max_min_runtime)})"
             )
         if self.restart_protection > self.max_min_runtime:
             # the share guarantee waits for victims' protections: at most max_min_runtime
             raise CoreError(
-                f"policy: restart_protection: {self.restart_protection:g} s is over "
-                f"max_min_runtime ({self.max_min_runtime:g} s)"
+                f"policy: restart_protection: "
+                f"{format_duration_exact(self.restart_protection)} is over "
+                f"max_min_runtime ({format_duration_exact(self.max_min_runtime)})"
             )
 
 
