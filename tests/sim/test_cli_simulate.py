@@ -173,6 +173,23 @@ def test_trace_replay(tmp_path: Path) -> None:
     assert all(s["workloads"] == 40 for s in summaries)
 
 
+def test_a_gzipped_traces_scenario_is_named_without_its_suffixes(tmp_path: Path) -> None:
+    """``--trace trace.csv.gz``: the run's scenario (summary.json, the report's title) is
+    ``trace``, as for ``trace.csv``; it was ``trace.csv``."""
+    import gzip
+
+    lines = ["job_id,submission_time,duration,num_gpu"]
+    lines += [f"j{i},{1000 + 600 * i},{1800 + 300 * (i % 5)},{1 + i % 8}" for i in range(10)]
+    with gzip.open(tmp_path / "trace.csv.gz", "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    code, out = invoke("simulate", "--trace", str(tmp_path / "trace.csv.gz"), "--format",
+                       "itp", "--budgets", "2", "--cluster", "2x8", "--quiet", "--out",
+                       str(tmp_path / "o"))
+    assert code == 0, out
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [s["scenario"] for s in summaries] == ["trace", "trace"]
+
+
 def test_sweep_runs_every_combination(tmp_path: Path) -> None:
     """A 2 x 1 grid on two worker processes: two rows in sweep.csv and sweep.json, a plot."""
     code, out = invoke("sweep", "--scenario", "small", "--grid", "lookback=1d,3d", "--grid",

@@ -145,6 +145,15 @@ def _read_table(path: Path, option: str) -> Any:
         raise click.BadParameter(f"{path}: {problem}", param_hint=option) from None
 
 
+def _trace_name(trace: Path) -> str:
+    """The scenario's name for a trace: its file name without the kind's suffix, a ``.gz``
+    looked past (``cluster04`` of ``cluster04.csv.gz``, not ``cluster04.csv``)."""
+    name = trace.name
+    if name.lower().endswith(".gz"):
+        name = name[:-3]
+    return Path(name).stem or trace.name
+
+
 def load_tree(path: Path) -> BudgetTree:
     """A TOML or JSON table ``budget path -> weight`` (nested tables are flattened)."""
     data = _read_table(path, "--tree")
@@ -413,7 +422,7 @@ def build_scenario(
             hosts = _trace_hosts(trace, loaded.hosts, fmt, size)
         jobs = loaded.jobs if pools is None else _kinds_as_in_fleet(loaded.jobs, pools)
         return _fleet_checked(cluster, Scenario(
-            name=trace.stem, tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
+            name=_trace_name(trace), tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
             min_runtime_lowered=loaded.min_runtime_lowered))
     if maps or budgets is not None or budget_column is not None:
