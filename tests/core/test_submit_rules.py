@@ -202,6 +202,21 @@ def test_parse_array_reads_a_ranges_step_as_slurm_does() -> None:
             parse_array(bad)
 
 
+def test_an_array_error_names_the_value_once_when_the_part_refused_is_all_of_it() -> None:
+    """``--array abc`` is refused as ``array: 'abc' is not an index ...`` (it said
+    ``array: 'abc': 'abc' is not ...``); a part of a longer value is named after the whole
+    value (``array: '1,abc': 'abc' is not ...``, ``'abc%2'`` likewise)."""
+    cases = [("abc", "array: 'abc' is not an index or a range"),
+             ("5-2", "array: range '5-2' ends before it starts"),
+             ("0-6:0", "array: the step after : in '0-6:0' must be at least 1"),
+             ("1,abc", "array: '1,abc': 'abc' is not an index or a range"),
+             ("abc%2", "array: 'abc%2': 'abc' is not an index or a range")]
+    for text, said in cases:
+        with pytest.raises(CoreError) as e:
+            parse_array(text)
+        assert str(e.value).startswith(said), (text, str(e.value))
+
+
 def test_parse_dependency() -> None:
     assert parse_dependency("afterok:w-1:w-2,afternotok:w-3") == (
         (After.OK, "w-1"), (After.OK, "w-2"), (After.NOTOK, "w-3"))

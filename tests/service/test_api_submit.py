@@ -159,7 +159,7 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
 @pytest.mark.parametrize(
     ("body", "detail"),
     [
-        ({"array": "5-3"}, "array: '5-3': range '5-3' ends before it starts"),
+        ({"array": "5-3"}, "array: range '5-3' ends before it starts"),
         ({"array": "0-20000"}, "array: 20001 elements, at most 10000"),
         ({"array": "0-3%0"}, "array: '0-3%0': the throttle after % must be a whole number"),
         ({"dependency": "after:w-000001"}, "dependency: 'after:w-000001': type must be one"),

@@ -96,20 +96,22 @@ def parse_array(text: str) -> tuple[tuple[int, ...], int]:
                             f"from 1 to {MAX_ARRAY}")
     indexes: set[int] = set()
     for part in (p.strip() for p in spec.split(",")):
+        # the whole value, then the part refused in it, unless the part is all of it
+        where = "array: " if part == text.strip() else f"array: {text!r}: "
         span, colon, by = part.partition(":")
         lo, dash, hi = span.partition("-")
         if not _DIGITS.fullmatch(lo) or (dash and not _DIGITS.fullmatch(hi)) or (
                 colon and not (dash and _DIGITS.fullmatch(by))):
-            raise CoreError(f"array: {text!r}: {part!r} is not an index or a range like 0-99 "
+            raise CoreError(f"{where}{part!r} is not an index or a range like 0-99 "
                             "(or 0-99:2, every 2nd)")
         step = _whole(by) if colon else 1
         if step < 1:
-            raise CoreError(f"array: {text!r}: the step after : in {part!r} must be at least 1")
+            raise CoreError(f"{where}the step after : in {part!r} must be at least 1")
         first, last = _whole(lo), _whole(hi) if dash else _whole(lo)
         if last < first:
-            raise CoreError(f"array: {text!r}: range {part!r} ends before it starts")
+            raise CoreError(f"{where}range {part!r} ends before it starts")
         if last > MAX_ARRAY_INDEX:
-            raise CoreError(f"array: {text!r}: index {hi if dash else lo} is over "
+            raise CoreError(f"{where}index {hi if dash else lo} is over "
                             f"{MAX_ARRAY_INDEX}")
         if (last - first) // step + 1 > MAX_ARRAY:
             raise CoreError(f"array: {(last - first) // step + 1} elements, at most "
