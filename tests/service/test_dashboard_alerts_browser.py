@@ -31,7 +31,7 @@ def test_dashboard_says_when_the_executor_does_not_answer_and_when_it_answers_ag
 ) -> None:
     """The executor stops answering at T0 + 2000 and a pass at T0 + 2010 still finds it
     down: /v1/dashboard/state carries since when and its last answer, and the page shows
-    one alert saying for how long (10s), the answer, and that nothing starts or ends
+    one alert saying for how long (10 s), the answer, and that nothing starts or ends
     meanwhile. The next pass that reaches it clears both."""
     executor = live.sched.executor
     assert isinstance(executor, MemoryExecutor)
@@ -45,7 +45,7 @@ def test_dashboard_says_when_the_executor_does_not_answer_and_when_it_answers_ag
     page.goto(f"{live.client.base_url}/#token={live.tokens['bob']}")
     page.wait_for_selector(ALERTS, timeout=WAIT_MS)
     assert _alerts(page) == [
-        "The executor (memory) has not answered for 10s: memory executor: backend "
+        "The executor (memory) has not answered for 10 s: memory executor: backend "
         "unavailable. Nothing starts, stops or ends until it does; waiting work keeps its "
         "place."]
     _shot(page, "dashboard-executor-down.png")
@@ -70,7 +70,7 @@ def test_dashboard_says_when_the_wall_clock_was_set_back(
     page.goto(f"{live.client.base_url}/#token={live.tokens['bob']}")
     page.wait_for_selector(ALERTS, timeout=WAIT_MS)
     assert _alerts(page) == [
-        "The server's wall clock is 8m behind the latest time it recorded (it was set "
+        "The server's wall clock is 8 min behind the latest time it recorded (it was set "
         "back): the scheduler's time stands still until the clock catches up."]
 
     live.at(T0 + 1910)

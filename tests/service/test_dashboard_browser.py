@@ -524,7 +524,7 @@ def test_a_draining_host_past_its_protections_says_it_ended_not_that_it_ends_in_
         }""", host)
         return said
 
-    assert progress(2, 1, 1600.0) == "2 workloads left, 1 stopping; last protection ends in 10m"
+    assert progress(2, 1, 1600.0) == "2 workloads left, 1 stopping; last protection ends in 10 min"
     assert progress(2, 2, 1000.0) == "2 workloads left; protection ended; 2 stopping (grace)"
     assert progress(2, 1, 1000.0) == ("2 workloads left; protection ended; 1 stopping (grace); "
                                       "1 stopped on the next pass")
@@ -588,14 +588,31 @@ def test_sim_page_bolds_no_policy_where_the_figures_read_the_same(
     assert [int(w) >= 600 for _, w in figures["Completed"]] == [False, True]
 
 
+DURATIONS = [0, 1, 44.6, 59, 60, 61, 119, 120, 125, 3599, 3600, 3660, 5400, 7199, 86399,
+             86400, 90000, 2 * 86400 + 3 * 3600 + 59, 40 * 86400]
+
+
+@pytest.mark.parametrize("path", ["/", "/sim"])
+def test_the_pages_write_durations_as_the_cli_does(served: Served, page: Any, path: str) -> None:
+    """The dashboard's and /sim's ``dur`` write a duration as ``format_duration`` (what the
+    CLI prints) does, for durations from 0 s to 40 days: ``1 min``, ``1 h``, ``1 h 30
+    min``, ``2 d 3 h`` (the pages wrote ``60s``, ``60m``, ``1h30``, ``2d03h`` or ``1.5h``)."""
+    from apportion.core import format_duration
+
+    page.goto(served.url + path)
+    page.wait_for_function("typeof dur === 'function'", timeout=WAIT_MS)
+    written = page.evaluate("(xs) => xs.map(dur)", DURATIONS)
+    assert written == [format_duration(x) for x in DURATIONS]
+
+
 def test_sim_page_gives_a_run_under_a_day_as_a_duration(
     served: Served, page: Any, tmp_path: Path
 ) -> None:
     """/sim's "Simulated days" of a replay shorter than a day (an exported trace of a
-    quarter of an hour, 0.01 days) is its duration, 14.4m, not "0" (one decimal of a day);
+    quarter of an hour, 0.01 days) is its duration, 14 min 24 s, not "0" (one decimal of a day);
     a run of 3 days stays 3."""
     base = {"scenario": "t", "seed": 0, "hosts": 2, "gpus": 16}
-    for days, said in ((0.01, "14.4m"), (3, "3")):
+    for days, said in ((0.01, "14 min 24 s"), (3, "3")):
         (tmp_path / "summary.json").write_text(json.dumps([{**base, "policy": "fairshare",
                                                             "sim_days": days}]))
         page.goto(served.url + "/sim")

@@ -254,7 +254,7 @@ def test_manager_previews_then_applies_a_weight(live: Live, page: Any) -> None: 
     replayed = page.evaluate("([first, end]) => `Replayed ${dur(end - first)} of this cluster's "
                              "history, from its first submission at ${clockTime(first)} to now: `",
                              [first, end])
-    assert replayed.startswith("Replayed 5d00h of this cluster's history, from its first "
+    assert replayed.startswith("Replayed 5 d of this cluster's history, from its first "
                                "submission at ")
     assert page.inner_text("#we-period").startswith(f"Proposed: ai/vision = 4. {replayed}")
     _shot(page, "dashboard-preview.png")
@@ -347,7 +347,7 @@ def test_a_preview_with_a_drain_says_what_the_replays_pool_occupancy_counts(
         return text
 
     text = drawn(1)
-    assert "Replayed 2m of this cluster's history, from its first submission at " in text
+    assert "Replayed 2 min of this cluster's history, from its first submission at " in text
     assert "Pool east/H100 32 GPUs; replay occupancy 108.8% \u2192 108.8%" in text
     assert text.rstrip().endswith(
         "Replay occupancy: assigned GPUs over healthy GPUs, as the simulator counts them; work "
