@@ -727,6 +727,40 @@ def test_a_host_gone_from_the_executor_cannot_be_repaired(backend: str, tmp_path
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_gone_from_the_executor_is_healthy_again_when_reported_after_a_restart(
+        backend: str, tmp_path: Path) -> None:
+    """h1, taken out of the config's [[hosts]] and the server restarted, is drained by the
+    executor (empty: in repair); put back and the server restarted again (the only way the
+    local executor's hosts change), it is healthy again at the next pass and takes work, as
+    it is within one run (it once stayed in repair for good: what the executor had drained
+    was remembered in memory only). A host an admin drained, gone and back across
+    restarts, stays in repair with the admin's reason."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        env.at(5.0)
+        gone = env.executor._hosts.pop("h1")  # as if taken out of the config's [[hosts]]
+        env.restart()
+        env.at(10.0)
+        assert env.store.get_host("h1").state is HostState.REPAIR
+        env.sched.set_host_state("h0", HostState.DRAINING, "ECC", "admin")
+        h0 = env.executor._hosts.pop("h0")
+        env.at(15.0)
+        env.executor._hosts["h1"], env.executor._hosts["h0"] = gone, h0  # put back
+        env.restart()
+        env.at(20.0)
+        h1 = env.store.get_host("h1")
+        assert (h1.state, h1.reason) == (HostState.HEALTHY, "executor: back up")
+        assert (env.store.get_host("h0").state, env.store.get_host("h0").reason) == (
+            HostState.REPAIR, "ECC (drained: empty)")
+        w = env.submit(gpus=8)
+        env.at(25.0)
+        assert status(env, w) is Status.RUNNING
+        assert env.executor.launches[-1].slots[0].host == "h1"
+    finally:
+        env.store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_host_the_executor_resizes_is_drained_then_takes_its_new_size(
         backend: str, tmp_path: Path) -> None:
     """h0 (8 GPUs) runs 4-GPU work when the executor starts reporting it with 4 GPUs: it is

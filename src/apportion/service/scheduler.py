@@ -97,6 +97,9 @@ MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default c
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
 RESIZING = EXECUTOR_DOWN + "resizing: "  # a host drained until it can take its new size
+# reason of hosts drained because the executor no longer reports them; stored with the host
+# (a repair keeps it as its prefix), so a restart knows that its coming back ends the drain
+GONE = EXECUTOR_DOWN + "not among the executor's hosts any more"
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
@@ -1093,8 +1096,7 @@ class Scheduler:
             if known[name].state is not HostState.HEALTHY:
                 continue
             self._follow_host(InventoryHost(
-                name, known[name].gpus, "draining", "not among the executor's hosts any more"),
-                now)
+                name, known[name].gpus, "draining", GONE.removeprefix(EXECUTOR_DOWN)), now)
         if moved:
             self._started = False  # rebuilt from the store on the next pass
             return False
@@ -1140,7 +1142,10 @@ class Scheduler:
         name = ih.name
         cur = st.hosts[name].state
         by_executor = self._host_reason.get(name, "").startswith(EXECUTOR_DOWN)
-        was_drained = name in self._seen_drained
+        # drained by the executor: seen draining in this run, or (across a restart, the only
+        # way the local executor's hosts change) drained for being gone, as its reason says
+        was_drained = (name in self._seen_drained
+                       or self._host_reason.get(name, "").startswith(GONE))
         if ih.state == "draining":
             self._seen_drained.add(name)
         else:
