@@ -513,6 +513,38 @@ def test_a_failed_server_lock_check_counts_as_a_failed_pass_logged_once_in_full(
     ]
 
 
+def test_the_first_pass_after_a_run_of_failures_says_that_passes_succeed_again(
+        lite: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """The guard fails twice (the database down) and the clock moves on 30 s meanwhile; the
+    next pass that succeeds logs, at INFO, one line saying that passes succeed again, after how
+    many failures and how long (before, the last line an operator read was the last
+    failure, as if the database were still down); the passes after it log nothing."""
+    calls = iter(range(2))
+
+    def guard() -> None:
+        if next(calls, None) is not None:
+            lite.clock.set(lite.clock.now() + 15.0)
+            raise StoreUnavailable("database postgresql://db/apportion: connection failed")
+
+    passes = lite.sched.passes
+    stop = threading.Event()
+    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop, guard),
+                              daemon=True)
+    with caplog.at_level("INFO", logger="apportion.scheduler"):
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10.0
+            while lite.sched.passes < passes + 3:
+                assert time.monotonic() < deadline, "no 3 passes after the guard's failures"
+                stop.wait(0.01)
+        finally:
+            stop.set()
+            lite.sched.wake()
+            thread.join(timeout=5.0)
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert infos == ["scheduling passes succeed again, after 2 failed in a row over 15 s"]
+
+
 def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     """The queue view lists pending work in the policy's order with wait reasons, and
     running work with the end of its protection; ``why`` answers the same for one workload

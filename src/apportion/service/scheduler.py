@@ -189,6 +189,7 @@ class Scheduler:
         self.passes = 0
         self.errors = 0  # failed passes, ever
         self.failing = 0  # failed passes in a row
+        self._failing_since = 0.0  # when the first of them failed (the clock's time)
         self.listeners: list[PassListener] = []
         # what readers use without the lock (docs/operations.md, "Reads during a pass"):
         # the latest Published, made by _publish; the generation of wake calls (writes)
@@ -304,6 +305,9 @@ class Scheduler:
             except Exception:
                 self._count_failure()
                 raise
+            if self.failing:  # an operator who read the failures learns they are over
+                log.info("scheduling passes succeed again, after %d failed in a row over %s",
+                         self.failing, format_duration(max(0.0, t - self._failing_since)))
             self.failing = 0
             self.passes += 1
             self._last_pass_at = t
@@ -316,6 +320,8 @@ class Scheduler:
         """A pass failed: counted (``/metrics``, the dashboard), and the state is rebuilt
         from the store before the next one."""
         self.errors += 1
+        if not self.failing:
+            self._failing_since = self.clock.now()
         self.failing += 1
         self._started = False
         with self._reads:  # readers waiting for a pass take the last good publication
