@@ -115,6 +115,21 @@ def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
         server.stop()
 
 
+def test_serve_says_in_its_log_the_address_it_listens_on(tmp_path: Path) -> None:
+    """Among its start lines ``apportion serve`` writes ``apportion: listening on
+    http://127.0.0.1:PORT``, the address and port it answers on (uvicorn, handed a socket
+    bound by the server, says nothing of it: the log never said where the server was)."""
+    port = free_port()
+    server = Server(write_config(tmp_path / "apportion.toml", port, executor="memory"),
+                    tmp_path / "server.log")
+    server.start()
+    try:
+        text = server.log.read_text()
+    finally:
+        server.stop()
+    assert text.count(f"apportion: listening on http://127.0.0.1:{port}\n") == 1, text
+
+
 def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) -> None:
     """With ``[server] access_log = false`` requests add no line to the server's log (a
     polling client wrote one per request), while its own lines (the start) are still

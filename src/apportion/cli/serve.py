@@ -244,6 +244,10 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     click.echo(f"apportion: database {shown_url(config.db_url)}; logs in {config.logs_dir}",
                err=True)
     click.echo(f"apportion: {executor.describe()}", err=True)
+    # uvicorn says where it listens only for a socket it binds itself, never for ours
+    at, bound = listener.getsockname()[:2]
+    shown = f"[{at}]" if ":" in at else at
+    click.echo(f"apportion: listening on http://{shown}:{bound}", err=True)
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)
