@@ -69,6 +69,11 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
         raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
 
 
+# the level says which lines are problems (WARNING, ERROR) and which are news (INFO), as
+# uvicorn's own lines do ("INFO:     ..."), so an operator can look for them
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
 class LogFormatter(logging.Formatter):
     """The server's log lines, stamped in the server's zone with its offset from UTC (the
     rule of every time shown: apportion.times), so a line pasted elsewhere still says when."""
@@ -207,7 +212,7 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     from apportion.service.store.seed import check_overrides, ignored_seed, seed_store
 
     log = logging.StreamHandler()
-    log.setFormatter(LogFormatter("%(asctime)s %(name)s %(message)s"))
+    log.setFormatter(LogFormatter(LOG_FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[log])
     # the server's files are the server's: the database, tokens, run files and logs it
     # creates are readable by it alone (a workload gets its own umask back)
