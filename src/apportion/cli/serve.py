@@ -36,8 +36,7 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     hosts = [InventoryHost(h.name, h.gpus, "healthy", cluster=h.cluster, kind=h.kind)
              for h in config.hosts]
     data_dir: Path = config.server.data_dir
-    if kind in ("local", "memory") and not hosts:
-        raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
+    check_hosts(config)
     if kind == "local":
         from apportion.service.executors.local import GpusInUse, LocalExecutor, UnsafeTmpDir
 
@@ -57,10 +56,6 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
         return MemoryExecutor(hosts, clock)
     from apportion.service.executors.slurm import SlurmExecutor
 
-    if hosts:
-        # a configured host Slurm does not know would take work that can never start there
-        raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
-                          "Slurm (sinfo); remove the [[hosts]] tables")
     options = {"timeout_s": SLURM_TIMEOUT_S, "logs_dir": config.logs_dir,
                "identity": config.identity, **dict(config.executor.slurm)}
     try:
@@ -72,6 +67,20 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
 # the level says which lines are problems (WARNING, ERROR) and which are news (INFO), as
 # uvicorn's own lines do ("INFO:     ..."), so an operator can look for them
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def check_hosts(config: Any) -> None:
+    """The config's ``[[hosts]]`` as its executor needs them, a :class:`ConfigError`
+    otherwise: checked before the server makes anything (data directory, database)."""
+    from apportion.service.config import ConfigError
+
+    kind = config.executor.kind
+    if kind in ("local", "memory") and not config.hosts:
+        raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
+    if kind == "slurm" and config.hosts:
+        # a configured host Slurm does not know would take work that can never start there
+        raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
+                          "Slurm (sinfo); remove the [[hosts]] tables")
 
 
 class LogFormatter(logging.Formatter):
@@ -219,6 +228,11 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
+        if not config_path and not config.hosts:  # the defaults: nothing could ever run
+            raise click.UsageError("no --config given, and without a config there are no "
+                                   "[[hosts]] to run work on: give --config FILE "
+                                   "(apportion init writes a commented one)")
+        check_hosts(config)  # before a data directory and a database are made for nothing
         if config_path:
             warn_readable_password(config_path, config.database.url)
         secure_data_dir(config)  # a directory that is not the server's: said first
