@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,10 +183,14 @@ def test_max_token_lifetime_is_read_as_a_duration(tmp_path: Path) -> None:
     ],
 )
 def test_errors_name_file_and_key(tmp_path: Path, text: str, message: str) -> None:
-    """Each problem is reported as `file: key: problem`."""
+    """Each problem is reported as `file:line: key: problem`, the line the key (or its
+    table) is on (a TOML syntax error as the TOML reader says it, with its line)."""
     with pytest.raises(ConfigError) as e:
         load_config_text(tmp_path, text)
-    assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}: "), str(e.value)
+    where = re.escape(str(tmp_path / "svc.toml"))
+    assert re.match(rf"{where}:[0-9]+: ", str(e.value)) or (
+        str(e.value).startswith(f"{tmp_path / 'svc.toml'}: ") and "(at line " in str(e.value)
+    ), str(e.value)
     assert message in str(e.value)
 
 
@@ -197,7 +202,7 @@ def test_an_unknown_key_in_executor_slurm_is_refused_naming_it_and_the_valid_key
     an unexpected keyword argument 'bogus'``); the keys it may hold are read."""
     with pytest.raises(ConfigError) as e:
         load_config_text(tmp_path, "[executor]\nkind = 'slurm'\n[executor.slurm]\nbogus = 1")
-    assert str(e.value) == (f"{tmp_path / 'svc.toml'}: executor.slurm.bogus: unknown key "
+    assert str(e.value) == (f"{tmp_path / 'svc.toml'}:4: executor.slurm.bogus: unknown key "
                             "(valid keys: cluster, env, kinds, logs_dir, partition, timeout_s)")
     cfg = load_config_text(tmp_path, """
 [executor]
@@ -228,21 +233,22 @@ def test_a_short_max_min_runtime_alone_shortens_the_default_checkpoint_wait(
     assert cfg.policy.checkpoint_wait == 600.0
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('max_min_runtime = "2m"\nrestart_protection = "1m"\ncheckpoint_wait = "15m"',
+@pytest.mark.parametrize(("text", "line", "problem"), [
+    ('max_min_runtime = "2m"\nrestart_protection = "1m"\ncheckpoint_wait = "15m"', 4,
      "policy.checkpoint_wait: 15 min is over max_min_runtime (2 min)"),
-    ('max_min_runtime = "2m"',
+    ('max_min_runtime = "2m"', 1,
      "policy.restart_protection: 1 h is over max_min_runtime (2 min) (the default: "
      "restart_protection is not set)"),
 ])
 def test_a_policy_value_over_max_min_runtime_is_named_as_a_key_and_as_a_default(
-        tmp_path: Path, text: str, problem: str) -> None:
-    """A knob over max_min_runtime is refused as ``file: policy.<knob>: problem`` (it was
-    ``policy: <knob>``), saying when the value refused is the knob's default, with both
-    times as durations as they are typed (they were said in seconds: ``900 s``)."""
+        tmp_path: Path, text: str, line: int, problem: str) -> None:
+    """A knob over max_min_runtime is refused as ``file:line: policy.<knob>: problem`` (it
+    was ``policy: <knob>``), saying when the value refused is the knob's default (then
+    the line is its table's, [policy]), with both times as durations as they are typed
+    (they were said in seconds: ``900 s``)."""
     with pytest.raises(ConfigError) as e:
         load_config_text(tmp_path, f"[policy]\n{text}\n")
-    assert str(e.value) == f"{tmp_path / 'svc.toml'}: {problem}"
+    assert str(e.value) == f"{tmp_path / 'svc.toml'}:{line}: {problem}"
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -271,7 +277,7 @@ def test_a_database_url_that_cannot_work_is_refused_naming_the_key(
     printed tracebacks: ValueError, NoSuchModuleError, ArgumentError, FileNotFoundError)."""
     with pytest.raises(ConfigError) as e:
         load_config_text(tmp_path, f'[database]\nurl = "{url}"\n')
-    assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}: {message}"), str(e.value)
+    assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}:2: {message}"), str(e.value)
     assert "s3cret" not in str(e.value)
 
 
@@ -281,3 +287,33 @@ def test_postgresql_urls_get_the_psycopg_driver(tmp_path: Path, spelling: str) -
     postgresql:// both mean PostgreSQL through psycopg 3."""
     cfg = load_config_text(tmp_path, f'[database]\nurl = "{spelling}ops@db/apportion"\n')
     assert cfg.db_url == "postgresql+psycopg://ops@db/apportion"
+
+
+def test_a_config_error_names_the_line_of_its_key_as_the_file_writes_it(
+        tmp_path: Path) -> None:
+    """Read from a file, a problem says the line its key is written on, after the file's
+    name (``svc.toml:12: hosts[1].gpus: ...``), however the key is written: in a [table],
+    the second [[hosts]] table, a list spread over lines (its key's line), a quoted key in
+    a dotted [table."name"], an inline table (its key's line); a key the file does not
+    write is named at its table's line. Before, it said the file and the key only, and an
+    operator had to find the line. The problem itself is unchanged."""
+    head = ('# comment\n[server]\nport = 8642\n\n[[hosts]]\nname = "a"\ngpus = 8\n\n'
+            '[[hosts]]  # the second\nname = "b"\n')
+    cases = [
+        (head + "gpus = 0\n", 11, "hosts[1].gpus: must be an integer >= 1, got 0"),
+        (head + 'gpus = 8\n[[users]]\nname = "x"\n[[budgets]]\npath = "ai"\n'
+                'members = [\n  "x",\n  "nobody",\n]\n', 16,
+         "budgets[0].members[1]: unknown user 'nobody' (not in [[users]])"),
+        ('billing = { H100 = 1.0, B200 = 0 }\n[server]\n', 1,
+         "billing.B200: must be a number > 0, got 0"),
+        ('[[hosts]]\nname = "w"\ngpus = 8\ncluster = "west"\nkind = "B200"\n'
+         '[[budgets]]\npath = "r"\n[overrides."west/B200"]\n"r" = 1\n"r/x" = -1\n', 10,
+         "overrides.west/B200.r/x: "),
+        (head + 'gpus = 8\n[policy]\nmax_min_runtime = "2m"\n', 12,
+         "policy.restart_protection: 3600 s is over max_min_runtime"),
+    ]
+    for text, line, problem in cases:
+        with pytest.raises(ConfigError) as e:
+            load_config_text(tmp_path, text)
+        assert str(e.value).startswith(f"{tmp_path / 'svc.toml'}:{line}: {problem}"), (
+            text, str(e.value))

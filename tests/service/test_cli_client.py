@@ -696,6 +696,25 @@ def test_budget_commands(server: Server) -> None:
     assert all(a["actor"] == "carol" for a in audit)
 
 
+def test_budget_people_refused_are_named_as_typed(server: Server) -> None:
+    """A name the server refuses in ``budgets members``/``managers`` (the NAMES arguments)
+    or ``budgets create --member``/``--manager`` is named as the user typed it, not as the
+    API's field (``members.1: 'bobb' is not a user``, which no flag or argument is
+    called); nothing is changed."""
+    before = run_json(server, "bob", "budgets", "tree")
+    for args, typed in (
+            (("budgets", "members", "ai/llm", "alice", "bobb"), "NAMES"),
+            (("budgets", "managers", "ai/llm", "bobb"), "NAMES"),
+            (("budgets", "create", "ai/x", "--member", "alice", "--member", "bobb"),
+             "--member"),
+            (("budgets", "create", "ai/x", "--manager", "bobb"), "--manager")):
+        r = run(server, "carol", *args)
+        assert r.exit_code == 2, r.output
+        assert r.stderr.startswith(f"Error: {typed}: 'bobb' is not a user (did you mean "), (
+            args, r.stderr)
+    assert run_json(server, "bob", "budgets", "tree") == before
+
+
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
         server: Server) -> None:
     """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they

@@ -51,6 +51,21 @@ def test_config_errors_name_the_key(data: dict[str, object], message: str) -> No
         parse_config(data, source="apportion.toml")
 
 
+def test_serves_start_line_as_root_says_who_may_run_as_root_without_naming_nobody() -> None:
+    """As root, ``apportion serve``'s start line about accounts says that no work runs as
+    root when ``allow_root_for`` is empty, and lists its users otherwise; it once said
+    "(as root only for: nobody)" for the empty list, the same words as for a list naming
+    the user ``nobody`` (a Unix account of most systems)."""
+    def line(allowed: frozenset[str]) -> str:
+        return Identity(euid=0, allow_root_for=allowed).describe()
+
+    owner = "running as root: each workload runs as its owner's Unix account"
+    assert line(frozenset()) == (
+        f"{owner} (never as root: [server] allow_root_for is empty)")
+    assert line(frozenset({"ops", "nobody"})) == (
+        f"{owner} (as root only for the users in [server] allow_root_for: nobody, ops)")
+
+
 def test_as_root_work_runs_as_the_owner_and_never_as_root_unless_allowed() -> None:
     """As root: an existing account is switched to; a missing one is refused by name; an
     account of uid 0 only for users in allow_root_for."""

@@ -143,7 +143,7 @@ def test_serve_says_whom_work_runs_as_and_how_it_is_isolated(site: Site) -> None
     and that each attempt gets a cgroup (v1 here, with the GPU device fence)."""
     log = (site.base / "server.log").read_text()
     assert "running as root: each workload runs as its owner's Unix account " \
-           "(as root only for: nobody)" in log
+           "(never as root: [server] allow_root_for is empty)" in log
     assert "cgroup v1 at /sys/fs/cgroup" in log and "GPU device nodes fenced" in log
 
 

@@ -32,8 +32,8 @@ from apportion.service.executor import (
 from apportion.service.executors import _procfs, _wrapper
 from apportion.service.executors._cgroup import CgroupHost
 from apportion.service.executors.identity import Identity, child_env, server_account
+from apportion.service.executors.local import LOG_FULL, own_env
 from apportion.service.executors.local import LocalExecutor as _LocalExecutor
-from apportion.service.executors.local import own_env
 
 DEADLINE_S = 30.0  # generous: only bounds a hang, never asserts speed
 
@@ -1065,3 +1065,29 @@ def test_a_stop_sent_again_never_puts_the_wrappers_kill_later(
     ex = _procfs.read_json(exit_file)
     assert ex is not None and ex["exit_code"] == -signal.SIGKILL
     assert kill_at - 0.1 <= ex["ended_at"] < kill_at + 1.0
+
+
+def test_a_full_logs_file_system_is_said_once_in_the_servers_log_and_its_end_too(
+        ex: LocalExecutor, caplog: pytest.LogCaptureFixture) -> None:
+    """Exit records that say the logs' file system was full when the job ended (the
+    wrapper's ``log_full``) are said in the server's log once, as a warning naming the
+    logs directory, the first such attempt and what it costs (before, only the attempt's
+    end reason said it, to an owner who can free nothing there); a job ending with room
+    there again is said once at INFO, and a full file system after that is said again.
+    Nothing is launched: the records are handed to the executor as its poll reads them."""
+    for n, stem in enumerate(("w-000003.1", "w-000004.2", "w-000005.1", "w-000006.1")):
+        ex._index[f"{100 + n}:1"] = stem
+    record = {"exit_code": 0, "ended_at": 1.0}
+    with caplog.at_level("INFO", logger="apportion.executor.local"):
+        for n, full in enumerate((True, True, False, True)):
+            assert ex._exited(f"{100 + n}:1", {**record, "log_full": full}).log_note == (
+                LOG_FULL if full else None)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    full_line = ("logs directory {}: its file system is full ({} ended with its log cut "
+                 "short): every job writing there loses output until space is freed there")
+    assert said == [
+        ("WARNING", full_line.format(ex.logs_dir, "w-000003 attempt 1")),
+        ("INFO", f"logs directory {ex.logs_dir}: its file system had room again when a job "
+                 "ended"),
+        ("WARNING", full_line.format(ex.logs_dir, "w-000006 attempt 1")),
+    ]

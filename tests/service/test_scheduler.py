@@ -513,6 +513,38 @@ def test_a_failed_server_lock_check_counts_as_a_failed_pass_logged_once_in_full(
     ]
 
 
+def test_the_first_pass_after_a_run_of_failures_says_that_passes_succeed_again(
+        lite: Env, caplog: pytest.LogCaptureFixture) -> None:
+    """The guard fails twice (the database down) and the clock moves on 30 s meanwhile; the
+    next pass that succeeds logs, at INFO, one line saying that passes succeed again, after how
+    many failures and how long (before, the last line an operator read was the last
+    failure, as if the database were still down); the passes after it log nothing."""
+    calls = iter(range(2))
+
+    def guard() -> None:
+        if next(calls, None) is not None:
+            lite.clock.set(lite.clock.now() + 15.0)
+            raise StoreUnavailable("database postgresql://db/apportion: connection failed")
+
+    passes = lite.sched.passes
+    stop = threading.Event()
+    thread = threading.Thread(target=lite.sched.run_forever, args=(0.01, stop, guard),
+                              daemon=True)
+    with caplog.at_level("INFO", logger="apportion.scheduler"):
+        thread.start()
+        try:
+            deadline = time.monotonic() + 10.0
+            while lite.sched.passes < passes + 3:
+                assert time.monotonic() < deadline, "no 3 passes after the guard's failures"
+                stop.wait(0.01)
+        finally:
+            stop.set()
+            lite.sched.wake()
+            thread.join(timeout=5.0)
+    infos = [r.getMessage() for r in caplog.records if r.levelname == "INFO"]
+    assert infos == ["scheduling passes succeed again, after 2 failed in a row over 15 s"]
+
+
 def test_queue_view_explains_waits_and_protection(lite: Env) -> None:
     """The queue view lists pending work in the policy's order with wait reasons, and
     running work with the end of its protection; ``why`` answers the same for one workload
@@ -722,6 +754,40 @@ def test_a_host_gone_from_the_executor_cannot_be_repaired(backend: str, tmp_path
         env.executor._hosts["h1"] = gone
         env.at(20.0)
         assert env.store.get_host("h1").state is HostState.HEALTHY
+    finally:
+        env.store.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_host_gone_from_the_executor_is_healthy_again_when_reported_after_a_restart(
+        backend: str, tmp_path: Path) -> None:
+    """h1, taken out of the config's [[hosts]] and the server restarted, is drained by the
+    executor (empty: in repair); put back and the server restarted again (the only way the
+    local executor's hosts change), it is healthy again at the next pass and takes work, as
+    it is within one run (it once stayed in repair for good: what the executor had drained
+    was remembered in memory only). A host an admin drained, gone and back across
+    restarts, stays in repair with the admin's reason."""
+    env = make_env(backend, tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        env.at(5.0)
+        gone = env.executor._hosts.pop("h1")  # as if taken out of the config's [[hosts]]
+        env.restart()
+        env.at(10.0)
+        assert env.store.get_host("h1").state is HostState.REPAIR
+        env.sched.set_host_state("h0", HostState.DRAINING, "ECC", "admin")
+        h0 = env.executor._hosts.pop("h0")
+        env.at(15.0)
+        env.executor._hosts["h1"], env.executor._hosts["h0"] = gone, h0  # put back
+        env.restart()
+        env.at(20.0)
+        h1 = env.store.get_host("h1")
+        assert (h1.state, h1.reason) == (HostState.HEALTHY, "executor: back up")
+        assert (env.store.get_host("h0").state, env.store.get_host("h0").reason) == (
+            HostState.REPAIR, "ECC (drained: empty)")
+        w = env.submit(gpus=8)
+        env.at(25.0)
+        assert status(env, w) is Status.RUNNING
+        assert env.executor.launches[-1].slots[0].host == "h1"
     finally:
         env.store.close()
 

@@ -3,6 +3,7 @@ database file whole on its own; SIGHUP (a habitual reload) is answered and ignor
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 import subprocess
@@ -113,6 +114,37 @@ def test_sighup_is_answered_with_one_line_and_the_server_keeps_running(
         assert server.log.read_text().count(line) == 1
     finally:
         server.stop()
+
+
+def test_serve_says_in_its_log_the_address_it_listens_on(tmp_path: Path) -> None:
+    """Among its start lines ``apportion serve`` writes ``apportion: listening on
+    http://127.0.0.1:PORT``, the address and port it answers on (uvicorn, handed a socket
+    bound by the server, says nothing of it: the log never said where the server was)."""
+    port = free_port()
+    server = Server(write_config(tmp_path / "apportion.toml", port, executor="memory"),
+                    tmp_path / "server.log")
+    server.start()
+    try:
+        text = server.log.read_text()
+    finally:
+        server.stop()
+    assert text.count(f"apportion: listening on http://127.0.0.1:{port}\n") == 1, text
+
+
+def test_serves_log_lines_say_their_level(tmp_path: Path) -> None:
+    """A line ``apportion serve`` logs says its level after its time (``WARNING``,
+    ``ERROR``, ``INFO``), so that a problem can be told from news and looked for (before,
+    ``<time> apportion.scheduler scheduling pass failed ...`` and ``<time>
+    apportion.scheduler launches go again ...`` looked alike)."""
+    from apportion.cli.serve import LOG_FORMAT, LogFormatter
+
+    formatter = LogFormatter(LOG_FORMAT)
+    for level, name in ((logging.WARNING, "WARNING"), (logging.ERROR, "ERROR"),
+                        (logging.INFO, "INFO")):
+        record = logging.LogRecord("apportion.scheduler", level, __file__, 1,
+                                   "scheduling pass failed", None, None)
+        line = formatter.format(record)
+        assert line.split(" ", 3)[2:] == [name, "apportion.scheduler scheduling pass failed"], line
 
 
 def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) -> None:

@@ -429,3 +429,30 @@ def test_serve_warns_once_of_a_database_password_others_can_read(
                "password in the server's ~/.pgpass or PGPASSWORD instead")
     assert r.stderr.splitlines().count(warning) == (0 if mode == 0o600 else 1), r.stderr
     assert "s3cret" not in r.stderr
+
+
+def test_serve_refuses_a_config_without_usable_hosts_before_making_anything(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``apportion serve`` with no ``--config`` is a usage error saying to give one (it said
+    ``<defaults>: hosts: the local executor needs [[hosts]]``), and a config whose
+    ``[[hosts]]`` its executor cannot take (none for the local executor, some for Slurm's)
+    is refused naming the key: both before anything is made, where it once left a data
+    directory with a new database (and its lock file) behind."""
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["serve", "--port", str(free_port())])
+    assert r.exit_code == 2, r.output
+    assert ("Error: no --config given, and without a config there are no [[hosts]] to run "
+            "work on: give --config FILE (apportion init writes a commented one)") in r.output
+    for executor, hosts, problem in (
+            ("local", "", "hosts: the local executor needs [[hosts]]"),
+            ("slurm", '[[hosts]]\nname = "n"\ngpus = 8\n',
+             "hosts: the slurm executor takes its hosts from Slurm (sinfo); remove the "
+             "[[hosts]] tables")):
+        config = tmp_path / f"{executor}.toml"
+        config.write_text(f'[server]\ndata_dir = "data-{executor}"\n[executor]\n'
+                          f'kind = "{executor}"\n{hosts}')
+        r = CliRunner().invoke(main, ["serve", "--config", str(config),
+                                      "--port", str(free_port())])
+        assert r.exit_code == 1, r.output
+        assert f"Error: {config}: {problem}" in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local.toml", "slurm.toml"]

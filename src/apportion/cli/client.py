@@ -727,7 +727,14 @@ def budgets_members(client: Client, path: str, names: tuple[str, ...], as_json: 
     """Replace a node's members (none: remove all)."""
     write(client, BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
           {"members": list(names)}, as_json,
-          lambda b: f"{b.path}: members {', '.join(b.members) or '(none)'}")
+          lambda b: f"{b.path}: members {', '.join(b.members) or '(none)'}",
+          typed=people_as_typed("members", names, "NAMES"))
+
+
+def people_as_typed(field_name: str, names: tuple[str, ...], typed: str) -> dict[str, str]:
+    """The body's list of people ``field_name`` (and each of its items, ``members.1``, as
+    the server names them) as typed: an argument or a flag (``NAMES``, ``--member``)."""
+    return {field_name: typed, **{f"{field_name}.{i}": typed for i in range(len(names))}}
 
 
 @budgets.command("managers")
@@ -740,7 +747,8 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...],
     """Replace a node's managers (none: remove all)."""
     write(client, BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
           {"managers": list(names)}, as_json,
-          lambda b: f"{b.path}: managers {', '.join(b.managers) or '(none)'}")
+          lambda b: f"{b.path}: managers {', '.join(b.managers) or '(none)'}",
+          typed=people_as_typed("managers", names, "NAMES"))
 
 
 @budgets.command("create")
@@ -755,7 +763,9 @@ def budgets_create(client: Client, path: str, weight: float, managers: tuple[str
     """Create a budget node below an existing one."""
     write(client, BudgetCreated, "POST", "/budgets", {
         "path": path, "weight": weight, "managers": list(managers), "members": list(members)},
-        as_json, lambda b: f"created {b.path} (weight {b.weight:g})")
+        as_json, lambda b: f"created {b.path} (weight {b.weight:g})",
+        typed={**people_as_typed("managers", managers, "--manager"),
+               **people_as_typed("members", members, "--member")})
 
 
 @budgets.command("usage")

@@ -36,8 +36,7 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
     hosts = [InventoryHost(h.name, h.gpus, "healthy", cluster=h.cluster, kind=h.kind)
              for h in config.hosts]
     data_dir: Path = config.server.data_dir
-    if kind in ("local", "memory") and not hosts:
-        raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
+    check_hosts(config)
     if kind == "local":
         from apportion.service.executors.local import GpusInUse, LocalExecutor, UnsafeTmpDir
 
@@ -57,16 +56,31 @@ def build_executor(config: Any, clock: Any, db_id: str = "") -> Executor:
         return MemoryExecutor(hosts, clock)
     from apportion.service.executors.slurm import SlurmExecutor
 
-    if hosts:
-        # a configured host Slurm does not know would take work that can never start there
-        raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
-                          "Slurm (sinfo); remove the [[hosts]] tables")
     options = {"timeout_s": SLURM_TIMEOUT_S, "logs_dir": config.logs_dir,
                "identity": config.identity, **dict(config.executor.slurm)}
     try:
         return SlurmExecutor(data_dir / "slurm-jobs", **options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{config.source}: executor.slurm: {e}") from None
+
+
+# the level says which lines are problems (WARNING, ERROR) and which are news (INFO), as
+# uvicorn's own lines do ("INFO:     ..."), so an operator can look for them
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def check_hosts(config: Any) -> None:
+    """The config's ``[[hosts]]`` as its executor needs them, a :class:`ConfigError`
+    otherwise: checked before the server makes anything (data directory, database)."""
+    from apportion.service.config import ConfigError
+
+    kind = config.executor.kind
+    if kind in ("local", "memory") and not config.hosts:
+        raise ConfigError(f"{config.source}: hosts: the {kind} executor needs [[hosts]]")
+    if kind == "slurm" and config.hosts:
+        # a configured host Slurm does not know would take work that can never start there
+        raise ConfigError(f"{config.source}: hosts: the slurm executor takes its hosts from "
+                          "Slurm (sinfo); remove the [[hosts]] tables")
 
 
 class LogFormatter(logging.Formatter):
@@ -207,13 +221,18 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     from apportion.service.store.seed import check_overrides, ignored_seed, seed_store
 
     log = logging.StreamHandler()
-    log.setFormatter(LogFormatter("%(asctime)s %(name)s %(message)s"))
+    log.setFormatter(LogFormatter(LOG_FORMAT))
     logging.basicConfig(level=logging.INFO, handlers=[log])
     # the server's files are the server's: the database, tokens, run files and logs it
     # creates are readable by it alone (a workload gets its own umask back)
     os.umask(0o077)
     try:
         config = load_config(config_path) if config_path else ServiceConfig()
+        if not config_path and not config.hosts:  # the defaults: nothing could ever run
+            raise click.UsageError("no --config given, and without a config there are no "
+                                   "[[hosts]] to run work on: give --config FILE "
+                                   "(apportion init writes a commented one)")
+        check_hosts(config)  # before a data directory and a database are made for nothing
         if config_path:
             warn_readable_password(config_path, config.database.url)
         secure_data_dir(config)  # a directory that is not the server's: said first
@@ -244,6 +263,10 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     click.echo(f"apportion: database {shown_url(config.db_url)}; logs in {config.logs_dir}",
                err=True)
     click.echo(f"apportion: {executor.describe()}", err=True)
+    # uvicorn says where it listens only for a socket it binds itself, never for ours
+    at, bound = listener.getsockname()[:2]
+    shown = f"[{at}]" if ":" in at else at
+    click.echo(f"apportion: listening on http://{shown}:{bound}", err=True)
     if tokens:
         click.echo(f"apportion: first start: tokens for {', '.join(sorted(tokens))} written "
                    f"to {config.tokens_dir}", err=True)

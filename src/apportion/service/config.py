@@ -1,7 +1,9 @@
 """The service's TOML configuration, loaded into frozen dataclasses.
 
 Every problem is reported as ``file: key: problem`` (``key`` dotted, list items by index,
-e.g. ``apportion.toml: hosts[1].gpus: must be an integer > 0``). Relative paths
+e.g. ``apportion.toml: hosts[1].gpus: must be an integer > 0``); read from a file, with the
+line the key (or its table) is written on, ``apportion.toml:12: hosts[1].gpus: ...``
+(:func:`load_config`; none for a key the file does not write). Relative paths
 (``server.data_dir``) are taken relative to the config file's directory, so a config means
 the same thing whatever directory the server is started from.
 """
@@ -281,15 +283,70 @@ def _database_url(r: _Reader) -> str:
 
 
 def load_config(path: str | Path) -> ServiceConfig:
-    """Read and check a TOML config file."""
+    """Read and check a TOML config file; a problem names the line of its key, when the
+    file writes it (``file:line: key: problem``)."""
     p = Path(path)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except OSError as e:
         raise ConfigError(f"{p}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: {e}") from None
-    return parse_config(data, source=str(p), base_dir=p.resolve().parent)
+    try:
+        return parse_config(data, source=str(p), base_dir=p.resolve().parent)
+    except ConfigError as e:
+        prefix, message = f"{p}: ", str(e)
+        line = key_line(text, message[len(prefix):].split(": ", 1)[0]) if (
+            message.startswith(prefix)) else None
+        if line is None:
+            raise
+        raise ConfigError(f"{p}:{line}: {message[len(prefix):]}") from None
+
+
+_HEADER = re.compile(r"\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_PART = r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'"""  # a bare or quoted key
+_ASSIGN = re.compile(rf"\s*((?:{_KEY_PART})(?:\s*\.\s*(?:{_KEY_PART}))*)\s*=")
+_PART = re.compile(_KEY_PART)
+
+
+def _parts(dotted: str) -> list[str]:
+    return [m.group(0).strip("\"'") for m in _PART.finditer(dotted)]
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line (from 1) of ``text`` where the config key ``key`` as errors name it
+    (``policy.lookbak``, ``hosts[1].gpus``, ``budgets[0].members[2]``) is written: the
+    line of the key, or of the nearest enclosing key or table the file writes (a value
+    inside an inline table or a list: the line of its key). None if the file writes
+    neither (a default). Found by reading the lines as TOML's tables and keys are
+    written, not by parsing: a best effort, for the message only."""
+    table: list[str] = []
+    counts: dict[tuple[str, ...], int] = {}
+    best: tuple[int, int] | None = None  # (length of the match, line)
+
+    def consider(path: list[str], n: int) -> None:
+        nonlocal best
+        full = ".".join(path)
+        if (key == full or key.startswith((full + ".", full + "["))) and (
+                best is None or len(full) > best[0]):
+            best = (len(full), n)
+
+    for n, raw in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(raw)
+        if header is not None and _ASSIGN.match(raw) is None:
+            names = _parts(header.group(2))
+            if header.group(1) == "[[":
+                i = counts.get(tuple(names), -1) + 1
+                counts[tuple(names)] = i
+                names = names[:-1] + [f"{names[-1]}[{i}]"]
+            table = names
+            consider(table, n)
+            continue
+        assign = _ASSIGN.match(raw)
+        if assign is not None:
+            consider(table + _parts(assign.group(1)), n)
+    return best[1] if best is not None else None
 
 
 def parse_config(

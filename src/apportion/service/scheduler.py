@@ -97,6 +97,9 @@ MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default c
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
 RESIZING = EXECUTOR_DOWN + "resizing: "  # a host drained until it can take its new size
+# reason of hosts drained because the executor no longer reports them; stored with the host
+# (a repair keeps it as its prefix), so a restart knows that its coming back ends the drain
+GONE = EXECUTOR_DOWN + "not among the executor's hosts any more"
 TIMEOUT = "timeout"  # stop reason prefix of work stopped at its time limit
 BACKOFF_FIRST_S = 1.0  # a launch that raised an unexpected error waits this long first,
 BACKOFF_MAX_S = 60.0  # doubling on each failure in a row, up to this
@@ -186,6 +189,7 @@ class Scheduler:
         self.passes = 0
         self.errors = 0  # failed passes, ever
         self.failing = 0  # failed passes in a row
+        self._failing_since = 0.0  # when the first of them failed (the clock's time)
         self.listeners: list[PassListener] = []
         # what readers use without the lock (docs/operations.md, "Reads during a pass"):
         # the latest Published, made by _publish; the generation of wake calls (writes)
@@ -301,6 +305,9 @@ class Scheduler:
             except Exception:
                 self._count_failure()
                 raise
+            if self.failing:  # an operator who read the failures learns they are over
+                log.info("scheduling passes succeed again, after %d failed in a row over %s",
+                         self.failing, format_duration(max(0.0, t - self._failing_since)))
             self.failing = 0
             self.passes += 1
             self._last_pass_at = t
@@ -313,6 +320,8 @@ class Scheduler:
         """A pass failed: counted (``/metrics``, the dashboard), and the state is rebuilt
         from the store before the next one."""
         self.errors += 1
+        if not self.failing:
+            self._failing_since = self.clock.now()
         self.failing += 1
         self._started = False
         with self._reads:  # readers waiting for a pass take the last good publication
@@ -1093,8 +1102,7 @@ class Scheduler:
             if known[name].state is not HostState.HEALTHY:
                 continue
             self._follow_host(InventoryHost(
-                name, known[name].gpus, "draining", "not among the executor's hosts any more"),
-                now)
+                name, known[name].gpus, "draining", GONE.removeprefix(EXECUTOR_DOWN)), now)
         if moved:
             self._started = False  # rebuilt from the store on the next pass
             return False
@@ -1140,7 +1148,10 @@ class Scheduler:
         name = ih.name
         cur = st.hosts[name].state
         by_executor = self._host_reason.get(name, "").startswith(EXECUTOR_DOWN)
-        was_drained = name in self._seen_drained
+        # drained by the executor: seen draining in this run, or (across a restart, the only
+        # way the local executor's hosts change) drained for being gone, as its reason says
+        was_drained = (name in self._seen_drained
+                       or self._host_reason.get(name, "").startswith(GONE))
         if ih.state == "draining":
             self._seen_drained.add(name)
         else:

@@ -90,9 +90,12 @@ class Identity:
             return (f"single-user mode: every workload runs as the server's own user "
                     f"{me}{root}, whoever submits it")
         if self.euid == 0:
-            allowed = ", ".join(sorted(self.allow_root_for)) or "nobody"
+            # never "for: nobody", which reads as the user nobody (a Unix account's name)
+            allowed = (f"as root only for the users in [server] allow_root_for: "
+                       f"{', '.join(sorted(self.allow_root_for))}" if self.allow_root_for
+                       else "never as root: [server] allow_root_for is empty")
             return ("running as root: each workload runs as its owner's Unix account "
-                    f"(as root only for: {allowed})")
+                    f"({allowed})")
         return (f"running as {me}, not root: only {me}'s own work can run; other users' "
                 "submissions are refused (run the server as root, or set [server] "
                 f"single_user = true to run all work as {me})")

@@ -166,6 +166,9 @@ class LocalExecutor:
         self._kill_at: dict[str, float] = {}  # handle -> SIGKILL deadline (monotonic)
         self._timers: dict[str, threading.Timer] = {}
         self._scanned: set[str] = set()  # run files already indexed
+        # the logs' file system was full when the last job ended (said once in the server's
+        # log, and again once it has had room and filled up again)
+        self._logs_full = False
         self.drained: dict[str, str] = {}
         self._jobs: dict[str, dict[str, Any]] = {}  # handle -> its run file, job recorded
         self._job_gone_since: dict[str, float] = {}  # handle -> no job seen since (monotonic)
@@ -870,6 +873,7 @@ class LocalExecutor:
         stem = self._stem(handle)
         if ex.get("tmp_left") and stem is not None:  # said in the attempt's log too
             self._say_tmp_left(stem, str(ex["tmp_left"]))
+        self._say_logs_full(stem, bool(ex.get("log_full")))
         code = ex.get("exit_code")
         ended = ex.get("ended_at")
         return Observation(
@@ -881,6 +885,22 @@ class LocalExecutor:
             refused=str(ex["refused"]) if ex.get("refused") else None,
             log_note=LOG_FULL if ex.get("log_full") else None,
         )
+
+    def _say_logs_full(self, stem: str | None, full: bool) -> None:
+        """Tell the operator, once, that the logs' file system is full (a job ended with its
+        log cut short: every job writing there loses output until room is made), and once
+        again when a job ended with room there. The attempt's end reason tells its owner,
+        who can free nothing there."""
+        if full and not self._logs_full:
+            wid, _, attempt = (stem or "").rpartition(".")
+            log.warning("logs directory %s: its file system is full (%s ended with its log "
+                        "cut short): every job writing there loses output until space is "
+                        "freed there", self.logs_dir,
+                        f"{wid} attempt {attempt}" if wid else "a job")
+        elif not full and self._logs_full:
+            log.info("logs directory %s: its file system had room again when a job ended",
+                     self.logs_dir)
+        self._logs_full = full
 
     def _kill(self, handle: str) -> None:
         with self._lock:
