@@ -3,7 +3,6 @@ database file whole on its own; SIGHUP (a habitual reload) is answered and ignor
 
 from __future__ import annotations
 
-import logging
 import shutil
 import signal
 import subprocess
@@ -132,19 +131,26 @@ def test_serve_says_in_its_log_the_address_it_listens_on(tmp_path: Path) -> None
 
 
 def test_serves_log_lines_say_their_level(tmp_path: Path) -> None:
-    """A line ``apportion serve`` logs says its level after its time (``WARNING``,
-    ``ERROR``, ``INFO``), so that a problem can be told from news and looked for (before,
-    ``<time> apportion.scheduler scheduling pass failed ...`` and ``<time>
-    apportion.scheduler launches go again ...`` looked alike)."""
-    from apportion.cli.serve import LOG_FORMAT, LogFormatter
-
-    formatter = LogFormatter(LOG_FORMAT)
-    for level, name in ((logging.WARNING, "WARNING"), (logging.ERROR, "ERROR"),
-                        (logging.INFO, "INFO")):
-        record = logging.LogRecord("apportion.scheduler", level, __file__, 1,
-                                   "scheduling pass failed", None, None)
-        line = formatter.format(record)
-        assert line.split(" ", 3)[2:] == [name, "apportion.scheduler scheduling pass failed"], line
+    """A line ``apportion serve`` logs says its level after its time: a server with no
+    budgets writes ``<date> <time> INFO apportion.scheduler no budgets yet ...``, so
+    that a problem (``WARNING``, ``ERROR``) can be told from news and looked for (before,
+    ``<time> apportion.scheduler scheduling pass failed ...`` and news looked
+    alike)."""
+    config = write_config(tmp_path / "apportion.toml", free_port(), executor="memory")
+    text = config.read_text()
+    # no [[budgets]]: the scheduler says, once, that it waits for one
+    config.write_text(text[:text.index("[[budgets]]")] + text[text.index("[[users]]"):])
+    server = Server(config, tmp_path / "server.log")
+    server.start()
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while "no budgets yet" not in server.log.read_text():
+            assert time.monotonic() < deadline, server.log.read_text()[-2000:]
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    [line] = [ln for ln in server.log.read_text().splitlines() if "no budgets yet" in ln]
+    assert line.split(" ", 4)[2:4] == ["INFO", "apportion.scheduler"], line
 
 
 def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) -> None:
