@@ -310,7 +310,7 @@ def test_a_config_error_names_the_line_of_its_key_as_the_file_writes_it(
          '[[budgets]]\npath = "r"\n[overrides."west/B200"]\n"r" = 1\n"r/x" = -1\n', 10,
          "overrides.west/B200.r/x: "),
         (head + 'gpus = 8\n[policy]\nmax_min_runtime = "2m"\n', 12,
-         "policy.restart_protection: 3600 s is over max_min_runtime"),
+         "policy.restart_protection: 1 h is over max_min_runtime"),
     ]
     for text, line, problem in cases:
         with pytest.raises(ConfigError) as e:
