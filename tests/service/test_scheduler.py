@@ -781,13 +781,37 @@ def test_a_host_gone_from_the_executor_is_healthy_again_when_reported_after_a_re
         env.restart()
         env.at(20.0)
         h1 = env.store.get_host("h1")
-        assert (h1.state, h1.reason) == (HostState.HEALTHY, "executor: back up")
+        assert (h1.state, h1.reason) == (HostState.HEALTHY, "executor: reported again")
         assert (env.store.get_host("h0").state, env.store.get_host("h0").reason) == (
             HostState.REPAIR, "ECC (drained: empty)")
         w = env.submit(gpus=8)
         env.at(25.0)
         assert status(env, w) is Status.RUNNING
         assert env.executor.launches[-1].slots[0].host == "h1"
+    finally:
+        env.store.close()
+
+
+def test_a_host_healthy_again_by_the_executor_says_how_in_its_reason(tmp_path: Path) -> None:
+    """A host the executor reports healthy again is stored with what happened as its
+    reason: ``executor: back up`` after it was down, ``executor: resumed`` after the
+    executor drained it (Slurm's ``scontrol update state=resume``); a resumed drain said
+    ``back up`` too, as if the host had been down."""
+    env = make_env("sqlite", tmp_path, hosts=(("h0", 8), ("h1", 8)))
+    try:
+        env.at(5.0)
+        env.executor.fail_host("h0")
+        h1 = env.executor._hosts["h1"]
+        env.executor._hosts["h1"] = replace(h1, state="draining", reason="maint")
+        env.at(10.0)
+        assert [env.store.get_host(h).state for h in ("h0", "h1")] == [
+            HostState.DOWN, HostState.REPAIR]
+        env.executor.revive_host("h0")
+        env.executor._hosts["h1"] = h1
+        env.at(15.0)
+        assert [(env.store.get_host(h).state, env.store.get_host(h).reason)
+                for h in ("h0", "h1")] == [(HostState.HEALTHY, "executor: back up"),
+                                           (HostState.HEALTHY, "executor: resumed")]
     finally:
         env.store.close()
 

@@ -1169,7 +1169,12 @@ class Scheduler:
             (cur is HostState.DOWN and by_executor)
             or (cur in (HostState.DRAINING, HostState.REPAIR) and was_drained)
         ):
-            self._host_to(name, HostState.HEALTHY, EXECUTOR_DOWN + "back up", now)
+            # what happened, as its reason until the next change: back up after it was down,
+            # reported again after it was gone, else resumed after the executor's drain
+            back = ("back up" if cur is HostState.DOWN
+                    else "reported again" if self._host_reason.get(name, "").startswith(GONE)
+                    else "resumed")
+            self._host_to(name, HostState.HEALTHY, EXECUTOR_DOWN + back, now)
 
     def _host_to(self, name: str, state: HostState, reason: str, now: float) -> None:
         self.store.set_host_state(name, state, reason, ACTOR, at=now)
