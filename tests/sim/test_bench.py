@@ -169,3 +169,25 @@ def test_the_scenario_help_names_every_built_in_scenario(command: str) -> None:
     scenario_help = " ".join(options.split("--scenario", 1)[1].split("--", 1)[0].split())
     for name in SCENARIOS:
         assert name in scenario_help, (name, scenario_help)
+
+
+def test_bench_replay_counts_the_workloads_of_the_days_replayed() -> None:
+    """bench --trace cluster10 (260 workloads over 33 days) with --days 4: the first line
+    counts the workloads submitted in the 4 days replayed (times from the first
+    submission), as the runs see them, with the trace's own count beside it (`(of 260 in
+    it)`), and says `4 days`; it said `260 workloads`, every workload of the trace, beside a
+    4-day replay. Its JSON has both counts."""
+    args = ("bench", "--trace", str(ITP), "--format", "itp", "--cluster", "4x8", "--budgets",
+            "3", "--days", "4")
+    jobs = load_trace(ITP, "itp", budgets=3).jobs
+    first = min(j.spec.submit_time for j in jobs)
+    replayed = sum(1 for j in jobs if j.spec.submit_time - first < 4 * 86400.0)
+    assert 0 < replayed < len(jobs) == 260
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert out.splitlines()[0].startswith(
+        f"replay: cluster10, {replayed:,} workloads submitted in the 4 days replayed (of "
+        "260 in it), 4 hosts (32 GPUs), 3 budgets, ")
+    code, out = invoke(*args, "--json")
+    result = json.loads(out)
+    assert (result["workloads"], result["workloads_in_input"]) == (replayed, 260)

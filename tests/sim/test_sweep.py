@@ -654,3 +654,23 @@ def test_a_ray_address_of_a_server_that_is_no_ray_cluster_is_refused_quickly(
         web.shutdown()
         web.server_close()
         silent.close()
+
+
+def test_a_grid_of_more_points_than_a_sweep_runs_is_refused_at_once(tmp_path: Path) -> None:
+    """sweep with three --grid of 30 values each and --seeds 0,1 (54,000 points, over the
+    bound of 10,000): a usage error (exit 2) naming --grid, the number of points and how
+    they multiply, within seconds and before anything runs; it checked combinations for
+    minutes without a word (200 x 200 x 200 values ran over a minute before any point)."""
+    out = tmp_path / "out"
+    values = {"lookback": [f"{i}h" for i in range(1, 31)],
+              "checkpoint_wait": [f"{i}m" for i in range(1, 31)],
+              "rebalance_margin": [f"{1 + i / 100:g}" for i in range(30)]}
+    grids = [a for key, vs in values.items() for a in ("--grid", f"{key}={','.join(vs)}")]
+    start = time.monotonic()
+    code, _, err = invoke("sweep", "--scenario", "small", "--days", "1", *grids,
+                          "--seeds", "0,1", "--out", str(out))
+    assert code == 2, err
+    assert ("Invalid value for --grid: 54,000 points (30 x 30 x 30 values x 2 seeds) is more "
+            "than a sweep runs (at most 10,000)") in " ".join(err.split())
+    assert time.monotonic() - start < 10
+    assert not out.exists()

@@ -68,6 +68,10 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     """A one-node Ray cluster with 2 CPUs on 127.0.0.1 and a token of its own (Ray's
     servers listen on every interface even so: the token keeps others out, and a token of
     its own keeps the test clear of ~/.ray/auth_token, which other clusters share)."""
+    yield from _head(tmp_path_factory, cpus=2)
+
+
+def _head(tmp_path_factory: pytest.TempPathFactory, cpus: int) -> Iterator[Head]:
     auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
             "RAY_USAGE_STATS_ENABLED": "0"}
     temp_dir = tmp_path_factory.mktemp("ray")  # short: Ray's Unix socket paths live under it
@@ -76,7 +80,7 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
     log = (temp_dir.parent / "ray-head.log").open("w")
     head = subprocess.Popen(
         [str(BIN / "ray"), "start", "--head", "--block", f"--port={port}",
-         "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
+         "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", "--include-dashboard=false",
          "--disable-usage-stats", f"--temp-dir={temp_dir}",
          f"--node-manager-port={node_manager}",
          f"--object-manager-port={object_manager}",
@@ -227,3 +231,39 @@ def test_ray_sweep_without_address_starts_and_stops_its_own_cluster(tmp_path: Pa
     while set(ours("apportion-ray-")) - before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not set(ours("apportion-ray-")) - before, "the sweep's own Ray cluster is running"
+
+
+@pytest.fixture(scope="module")
+def ray_head_without_cpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    """A one-node Ray cluster as ``ray_head``, with no CPU (``--num-cpus=0``, as the head of
+    a large or autoscaling cluster often is)."""
+    yield from _head(tmp_path_factory, cpus=0)
+
+
+def test_ray_sweep_on_a_cluster_without_cpus_says_no_point_can_start(
+        ray_head_without_cpus: Head, tmp_path: Path) -> None:
+    """--address of a cluster with no CPU: the sweep says on stderr, within a minute, that
+    the cluster has no CPU and every point needs one, naming --address and the address, and
+    waits (a node may join); Ctrl-C then stops it, nothing written. It waited for ever
+    without a word."""
+    base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = tmp_path / "out"
+    run = subprocess.Popen(
+        [str(BIN / "apportion"), "sweep", "--scenario", "small", "--days", "2", "--grid",
+         "lookback=12h,1d", "--quiet", "--engine", "ray", "--address",
+         ray_head_without_cpus.address, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, **ray_head_without_cpus.env})
+    try:
+        assert run.stderr is not None
+        line = run.stderr.readline()  # blocks until the sweep says something
+        assert line.strip() == (
+            f"warning: --address {ray_head_without_cpus.address}: the Ray cluster has no CPU, "
+            "and every point needs one: none starts until a node with CPUs joins it (Ctrl-C "
+            "stops the sweep)")
+    finally:
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err
+    assert "interrupted after 0 of 2 points; nothing written" in err
+    assert not out.exists()

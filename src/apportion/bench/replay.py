@@ -43,7 +43,8 @@ class PolicyCost:
 @dataclass(frozen=True)
 class ReplayBench:
     scenario: str
-    workloads: int
+    workloads: int  # submitted within the days replayed (the runs' workloads)
+    workloads_in_input: int  # the scenario's or trace's own, beyond the days replayed too
     hosts: int
     gpus: int
     days: float
@@ -72,7 +73,9 @@ def run(
     config = config or PolicyConfig()
     sim = sim or SimConfig()
     bench = ReplayBench(
-        scenario=scenario.name, workloads=len(scenario.jobs), hosts=len(scenario.hosts),
+        scenario=scenario.name,
+        workloads=sum(1 for j in scenario.jobs if j.spec.submit_time < scenario.days * 86400.0),
+        workloads_in_input=len(scenario.jobs), hosts=len(scenario.hosts),
         gpus=sum(h.gpus for h in scenario.hosts), days=scenario.days,
         budgets=len(scenario.tree.leaves), rss_before_mb=peak_rss_mb(), core_build=core_build(),
     )

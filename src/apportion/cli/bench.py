@@ -122,6 +122,7 @@ def _replay(trace: Path | None, scenario: str, policies: list[str], as_json: boo
         parse_settings,
         refuse_unused_input_flags,
     )
+    from apportion.core import plural
 
     refuse_unused_input_flags(trace)
     config, sim = build_configs(parse_settings(kw["settings"]))
@@ -132,9 +133,11 @@ def _replay(trace: Path | None, scenario: str, policies: list[str], as_json: boo
     if as_json:
         click.echo(json.dumps({**dataclasses.asdict(result), "ratio": result.ratio}))
         return
-    click.echo(f"replay: {result.scenario}, {result.workloads:,} workloads, {result.hosts} hosts "
-               f"({result.gpus:,} GPUs), {result.budgets} budgets, {result.days:g} days, "
-               f"{result.core_build} core")
+    of = ("" if result.workloads == result.workloads_in_input
+          else f" (of {result.workloads_in_input:,} in it)")
+    click.echo(f"replay: {result.scenario}, {plural(result.workloads, 'workload')} submitted in "
+               f"the {plural(result.days, 'day')} replayed{of}, {result.hosts} hosts "
+               f"({result.gpus:,} GPUs), {result.budgets} budgets, {result.core_build} core")
     click.echo(f"  peak resident memory with the scenario built: {result.rss_before_mb:,.0f} MB")
     for r in result.runs:
         click.echo(f"  {r.policy:<9}  cpu {r.cpu_s:7.2f} s   wall {r.wall_s:7.2f} s   "

@@ -12,6 +12,10 @@ MAX_DAYS = 3660  # ten years: a run keeps a row per simulated hour and budget
 # --budgets: a run keeps a row per budget and simulated hour, so a typo with extra zeros
 # (150 -> 150000) would run for hours on gigabytes; no organisation funds more leaves
 MAX_BUDGETS = 10_000
+# points of a sweep (combinations of its --grid values x seeds): a 100 x 100 grid, or
+# 2,000 combinations x 5 seeds, hours of CPU on a large Ray cluster; a grid that multiplies
+# past it is a value list pasted too long or a --grid too many
+MAX_POINTS = 10_000
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -33,4 +37,4 @@ days_option = click.option(
          "days up to the day of its last submission, included)")
 
 
-__all__ = ["MAX_BUDGETS", "MAX_DAYS", "FiniteFloatRange", "days_option"]
+__all__ = ["MAX_BUDGETS", "MAX_DAYS", "MAX_POINTS", "FiniteFloatRange", "days_option"]

@@ -7,6 +7,7 @@ import codecs
 import dataclasses
 import itertools
 import json
+import math
 import re
 import tomllib
 import types
@@ -32,7 +33,7 @@ from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
 
-from .numbers import MAX_BUDGETS, MAX_DAYS, days_option
+from .numbers import MAX_BUDGETS, MAX_DAYS, MAX_POINTS, days_option
 from .paths import OUTPUT_DIR, output_dir
 
 POLICY_CHOICES = ("fairshare", "legacy")
@@ -699,9 +700,10 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
                                          param_hint="--grid") from None
             axes[key].append(value)
             labels[key][value] = typed
+    seed_list = _seed_list(seeds, kw)
+    _refuse_huge(axes, seed_list)
     _check_combinations(base, axes, labels)
     config, _ = build_configs(base)
-    seed_list = _seed_list(seeds, kw)
     caps = [float(v) for v in axes.get("max_min_runtime", [])]
     scenarios: dict[int, Scenario | dict[float, Scenario]] = {}
     for s in seed_list:
@@ -737,6 +739,19 @@ def _in_durations(error: Exception) -> str:
     """A config error with its times in seconds (``7200 s``, as the policy says them) said
     as durations (``2 h``), as the grid's values are typed."""
     return SECONDS.sub(lambda m: format_duration(float(m[1])), str(error))
+
+
+def _refuse_huge(axes: dict[str, list[Any]], seed_list: list[int]) -> None:
+    """Refuse, before anything runs, a grid of more points than any sweep runs: a value
+    list pasted too long or one --grid too many multiplies the points, and the combinations
+    alone would be checked for minutes before the first point, without a word."""
+    points = math.prod(len(v) for v in axes.values()) * len(seed_list)
+    if points > MAX_POINTS:
+        sizes = " x ".join(str(len(v)) for v in axes.values())
+        raise click.BadParameter(
+            f"{points:,} points ({sizes} values x {plural(len(seed_list), 'seed')}) is more "
+            f"than a sweep runs (at most {MAX_POINTS:,}): give fewer values",
+            param_hint="--grid")
 
 
 def _check_combinations(base: dict[str, Any], axes: dict[str, list[Any]],

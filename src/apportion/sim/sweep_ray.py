@@ -21,6 +21,7 @@ import os
 import secrets
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -217,6 +218,12 @@ def run_ray(
             ray.init(address=address, log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise RuntimeError(f"{source} {address}: cannot connect to Ray: {e}") from None
+        if ray.cluster_resources().get("CPU", 0.0) < 1:  # type: ignore[no-untyped-call]
+            # a point's task needs a CPU: none would start, and the sweep would wait without
+            # a word for ever (an autoscaler may yet add nodes with CPUs, so it waits)
+            print(f"warning: {source} {address}: the Ray cluster has no CPU, and every point "
+                  "needs one: none starts until a node with CPUs joins it (Ctrl-C stops the "
+                  "sweep)", file=sys.stderr, flush=True)
     try:
         refs = {key: ray.put(pack(sc)) for key, sc in scenarios.items()}
         task = ray.remote(num_cpus=1)(_task)
