@@ -400,6 +400,7 @@ class SlurmCluster:
         self.dir.chmod(0o755)
         for sub in ("state", "run", "log", "dev", "jobs", "munge", "munge-run"):
             (self.dir / sub).mkdir()
+            (self.dir / sub).chmod(0o755)  # whatever the umask: munge-run must be searchable
         (self.dir / "munge").chmod(0o700)
         (self.dir / "jobs").chmod(0o777)
         for node in self.node_names:  # slurmd does not create its %n spool dir

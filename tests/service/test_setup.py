@@ -432,17 +432,23 @@ def test_serve_warns_once_of_a_database_password_others_can_read(
 
 
 def test_serve_refuses_a_config_without_usable_hosts_before_making_anything(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """``apportion serve`` with no ``--config`` is a usage error saying to give one (it said
     ``<defaults>: hosts: the local executor needs [[hosts]]``), and a config whose
     ``[[hosts]]`` its executor cannot take (none for the local executor, some for Slurm's)
     is refused naming the key: both before anything is made, where it once left a data
-    directory with a new database (and its lock file) behind."""
-    monkeypatch.chdir(tmp_path)
-    r = CliRunner().invoke(main, ["serve", "--port", str(free_port())])
-    assert r.exit_code == 2, r.output
+    directory with a new database (and its lock file) behind. Run as a process, as the
+    server runs: serve sets the process's umask and logging, which must not leak into the
+    tests after it."""
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "apportion.cli.main", "serve", *args,
+                               "--port", str(free_port())], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+
+    r = serve()
+    assert r.returncode == 2, r.stdout + r.stderr
     assert ("Error: no --config given, and without a config there are no [[hosts]] to run "
-            "work on: give --config FILE (apportion init writes a commented one)") in r.output
+            "work on: give --config FILE (apportion init writes a commented one)") in r.stderr
     for executor, hosts, problem in (
             ("local", "", "hosts: the local executor needs [[hosts]]"),
             ("slurm", '[[hosts]]\nname = "n"\ngpus = 8\n',
@@ -451,8 +457,7 @@ def test_serve_refuses_a_config_without_usable_hosts_before_making_anything(
         config = tmp_path / f"{executor}.toml"
         config.write_text(f'[server]\ndata_dir = "data-{executor}"\n[executor]\n'
                           f'kind = "{executor}"\n{hosts}')
-        r = CliRunner().invoke(main, ["serve", "--config", str(config),
-                                      "--port", str(free_port())])
-        assert r.exit_code == 1, r.output
-        assert f"Error: {config}: {problem}" in r.output
+        r = serve("--config", str(config))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert f"Error: {config}: {problem}" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local.toml", "slurm.toml"]
