@@ -4,6 +4,7 @@ against legacy on the same input in one process, peak memory as the OS counts it
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,18 @@ def test_bench_pass_reports_build_time_and_memory() -> None:
     assert code == 0, out
     result = json.loads(out)
     assert 100 < result["pending"] < 300 and result["passes"] == 3
+    assert result["submitted"] == 200
     assert result["build_s"] > 0 and result["peak_rss_mb"] > 0
+
+
+def test_bench_pass_says_how_the_timed_queue_differs_from_pending_asked() -> None:
+    """The pass benchmark's text names both the queue it timed and the --pending asked for,
+    so that 1,940 pending after ``--pending 2000`` does not read as a miscount."""
+    code, out = invoke("bench", "--pending", "200", "--passes", "2")
+    assert code == 0, out
+    pending = int(re.search(r", ([\d,]+) pending, ", out).group(1).replace(",", ""))
+    assert f"the {pending:,} pending timed: the 200 submitted, less what settling started, " \
+        "plus what it requeued" in out
 
 
 def test_bench_flags_are_checked() -> None:

@@ -42,7 +42,9 @@ class DecideBench:
     gpus_per_host: int
     budgets: int
     running: int
-    pending: int
+    submitted: int  # pending workloads submitted (--pending)
+    pending: int  # pending while the passes are timed: less what settling started, plus
+    # what it requeued
     passes: int
     p50_ms: float
     p99_ms: float
@@ -238,6 +240,7 @@ def run(passes: int = 50, pending: int = 10_000, seed: int = 0, pools: int = 1,
         gpus_per_host=8,
         budgets=len(state.tree.leaves),
         running=len(state.running),
+        submitted=pending,
         pending=len(state.pending),
         passes=passes,
         p50_ms=statistics.median(times),

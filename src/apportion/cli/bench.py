@@ -109,6 +109,8 @@ def _decide(passes: int, pending: int, pools: int, as_json: bool,
         f"  settling the random fill: first pass {result.first_pass_ms:.1f} ms with "
         f"{result.first_pass_preemptions} preemptions, quiet after {result.settle_rounds} rounds"
     )
+    click.echo(f"  the {result.pending:,} pending timed: the {result.submitted:,} submitted, less "
+               "what settling started, plus what it requeued")
     click.echo(f"  building the state: {result.build_s:.1f} s; peak resident memory "
                f"{result.peak_rss_mb:,.0f} MB")
 
