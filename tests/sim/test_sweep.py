@@ -619,6 +619,23 @@ def test_a_ray_address_where_nothing_listens_is_refused_at_once(tmp_path: Path) 
             "give the head's GCS address, HOST:PORT (port 6379 by default)\n"))
 
 
+def test_a_ray_address_with_a_port_out_of_range_is_refused_naming_the_port(
+        tmp_path: Path) -> None:
+    """--address HOST:99999 (or :0): the sweep ends with exit 1 and one error saying the
+    port is no TCP port (it said no Ray cluster answered there, "Connection refused", as if
+    the network were at fault)."""
+    command = [sys.executable, "-m", "apportion.cli.main", "sweep", "--scenario", "small",
+               "--days", "1", "--grid", "lookback=12h", "--engine", "ray", "--quiet", "--out",
+               str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    for port in ("99999", "0"):
+        run = subprocess.run([*command, "--address", f"127.0.0.1:{port}"], capture_output=True,
+                             text=True, timeout=60, env=env)
+        assert (run.returncode, run.stderr) == (1, (
+            f"Error: --address 127.0.0.1:{port}: {port} is not a port: a TCP port is 1 to "
+            "65535 (the head's GCS listens on 6379 by default)\n"))
+
+
 def test_a_ray_address_of_a_server_that_is_no_ray_cluster_is_refused_quickly(
         tmp_path: Path) -> None:
     """--address naming a port that accepts connections but is no Ray cluster (a web

@@ -147,6 +147,9 @@ def _probe(address: str, source: str) -> None:
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "://" in address:
         return
+    if not 0 < int(port) < 65536:  # the socket call's own message would blame the network
+        raise RuntimeError(f"{source} {address}: {port} is not a port: a TCP port is 1 to "
+                           "65535 (the head's GCS listens on 6379 by default)")
 
     def refuse(why: str) -> NoReturn:
         raise RuntimeError(f"{source} {address}: no Ray cluster answers there ({why}); give "
