@@ -150,6 +150,10 @@ class Explanation:
     checkpoint_interval: float = 0.0  # as declared, else the policy's default
     time_limit: float = 0.0  # of one run, as given or the policy's default (0: none)
     time_limit_at: float | None = None  # the pass from then stops it: timeout (None: no limit)
+    # stopping work: when the driver kills it if it has not exited (None: not known), and
+    # why it was told to stop (the driver's words: the core does not keep them; "": not known)
+    killed_at: float | None = None
+    stop_reason: str = ""
 
     def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
         """The explanation as short sentences for people. Times are relative to ``now``
@@ -205,6 +209,8 @@ class Explanation:
             "checkpoint_interval": self.checkpoint_interval,
             "time_limit": self.time_limit,
             "time_limit_at": self.time_limit_at,
+            "killed_at": self.killed_at,
+            "stop_reason": self.stop_reason,
             "min_runtime": self.min_runtime,
             "projected_start": self.projected_start,
             "projection_end": self.projection_end,
@@ -256,6 +262,7 @@ def explain(
             time_limit=spec.time_limit,
             # the very deadline Pass.time_limits stops it at
             time_limit_at=state.deadlines.get(workload_id),
+            killed_at=(grace_ends or {}).get(workload_id) if r.stopping else None,
         )
     p = state.pending.get(workload_id)
     if p is None:
@@ -752,6 +759,17 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         assert e.min_runtime_ends is not None
         where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
         out.append(f"running on {where} for {format_duration(e.now - e.started_at)}")
+        if e.status == "stopping":  # told to stop: no protection or limit matters any more
+            why = f" ({e.stop_reason})" if e.stop_reason else ""
+            if e.killed_at is None:
+                out.append(f"stopping{why}: told to stop (SIGTERM), it ends when it exits")
+            elif e.killed_at > e.now:
+                out.append(f"stopping{why}: told to stop (SIGTERM), it is killed "
+                           f"{at(e.killed_at)} if it has not exited by then")
+            else:
+                out.append(f"stopping{why}: told to stop (SIGTERM), its grace is over: "
+                           "killed now")
+            return out
         restart = e.restarted and e.allocated  # its restart protection applies
         if e.protected_until > e.now:
             why = ""

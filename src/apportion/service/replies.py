@@ -479,6 +479,10 @@ class WhyExplanation(Reply):
     # these fields: none said)
     time_limit: float = 0.0
     time_limit_at: float | None = None
+    # stopping work: when it is killed if it has not exited, and why it was told to stop
+    # (servers before these fields: none said)
+    killed_at: float | None = None
+    stop_reason: str = ""
     min_runtime: float
     projected_start: float | None
     projection_end: float | None
