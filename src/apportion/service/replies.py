@@ -422,6 +422,7 @@ class WhyVictim(Reply):
     protected_until: float
     protected: bool
     rules_allow: bool
+    why_not: str = ""  # rules_allow false: what the rules refuse (servers before: none said)
 
 
 class WhyAdvice(Reply):
