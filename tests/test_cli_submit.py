@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from apportion.cli.client import Client
 from apportion.cli.jobs import (
+    _APPORTION_OPTS,
     _ERROR_FILLS,
     _OUTPUT_FILL,
     _OUTPUT_FILLS,
@@ -26,6 +27,7 @@ from apportion.cli.jobs import (
     output_file,
     read_script,
 )
+from apportion.cli.jobs import submit as submit_command
 from apportion.cli.main import main
 from apportion.core.units import parse_duration
 from apportion.service.executors.identity import max_arg_strlen
@@ -1092,3 +1094,25 @@ def test_slurms_any_of_dependency_is_refused_saying_so_not_as_a_bad_id(tmp_path:
     assert r.exit_code == 2
     assert "Error: job.sh:2: #SBATCH --dependency=afterok:5?afterany:6: 'afterok:5?" in r.stderr
     assert "is not a workload id" not in r.stderr
+
+
+def test_an_apportion_line_takes_every_name_submit_takes_an_option_by(tmp_path: Path) -> None:
+    """Every name by which ``submit`` takes an option that ``#APPORTION`` lines read (its
+    short ones, ``-J``, ``-t``, ``-A``, ``-o``, ..., and ``--account``) is read from an
+    ``#APPORTION`` line as its long name is, from its line, and nothing is ignored (the
+    short names and ``--account`` were ignored as "not an option apportion reads", so
+    ``#APPORTION -J big`` left the work unnamed)."""
+    read = set(_APPORTION_OPTS.values())
+    checked = 0
+    for param in submit_command.params:
+        if not isinstance(param, click.Option) or param.name not in read:
+            continue
+        for name in param.opts:
+            script = tmp_path / "job.sh"
+            script.write_text(f"#!/bin/sh\n#APPORTION {name} value\ntrue\n")
+            got = read_script(str(script), [])
+            assert got.ignored == [], name
+            assert got.options == {param.name: "value"}, name
+            assert got.origins[param.name] == f"job.sh:2: #APPORTION {name} value"
+            checked += 1
+    assert checked >= 30  # the long names and the aliases: the loop did look at them

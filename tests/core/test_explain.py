@@ -88,6 +88,34 @@ def test_victim_the_rules_would_not_give_up() -> None:
     assert any("rebalance rules" in c for c in e.caveats)
 
 
+def test_a_victim_the_rules_refuse_is_said_what_they_refuse_with_the_figures() -> None:
+    """A victim of another budget the rebalance rules keep is said why, with the figures the
+    rules read, not only 'rules do not allow it now': b1 (8 GPUs) is more than the 6 the
+    rules let a1 (2 GPUs) take from q, which holds 8 against its share of 4; and where no
+    rule takes a GPU from the side for it (p at its share and more used than q), that the
+    guarantee and fair-share rules move none, with both sides' figures."""
+    st = cluster()
+    run(st, "b1", "q/b", 8, 600, 1000)
+    queue(st, "a1", "p/a", 2, 600, 1900)
+    e = explain(st, 5000.0, CFG, "a1")
+    assert [(v.id, v.rules_allow) for v in e.victims] == [("b1", False)]
+    assert ("would displace b1 (q/b, 8 GPUs): not protected, rules do not allow it now: the "
+            "rules let it take at most 6 GPUs from q now (q holds 8 GPUs against its share "
+            "of 4), and b1 holds 8") in e.lines()
+    st = cluster()
+    run(st, "a1", "p/a", 4, 600, 1000)
+    run(st, "b1", "q/b", 4, 600, 1500)
+    queue(st, "a2", "p/a", 2, 600, 1900)
+    (v,) = explain(st, 5000.0, CFG, "a2").victims
+    assert (v.id, v.rules_allow) == ("b1", False)
+    assert v.why_not == (
+        "q holds 4 GPUs against its share of 4, p 4 against its share of 4, usage ratios "
+        "0.700 and 0.800: neither the guarantee rule (a side over its share gives way to one "
+        "within it) nor the fair-share rule (a side more used, by the margin, gives way while "
+        "it keeps its share; this request's admission charge counted) moves GPUs from q to p "
+        "for it now")
+
+
 def test_unprotected_blocker_the_rules_keep_gives_no_future_time() -> None:
     """b1 is past its minimum runtime but the rules keep it (b would drop below its share):
     the earliest start by protection is now, and the text says the rules are the reason."""
@@ -119,7 +147,7 @@ def test_a_blocker_of_its_own_budget_is_said_never_to_be_displaced_for_it() -> N
     st = cluster()
     run(st, "b1", "q/b", 8, 3600, 1000)
     queue(st, "a1", "p/a", 2, 600, 1900)
-    assert any(line.endswith(", rules do not allow it now")
+    assert any(", rules do not allow it now: " in line
                for line in explain(st, 2000.0, CFG, "a1").lines())
 
 

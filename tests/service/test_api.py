@@ -225,6 +225,21 @@ def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
         "alice"]
 
 
+def test_an_arrays_other_element_given_as_the_array_is_refused_naming_the_arrays_id(
+    svc: Service,
+) -> None:
+    """GET /v1/workloads?array= (what ``cancel --array`` asks) with the id of an array's
+    element other than its first: a 422 saying it is an element, its index and the
+    array's id to give, not "not an array" (it is one's element), and nothing listed."""
+    array = submit(svc, array="0-2").json()
+    second = array["array_ids"][1]
+    r = svc.call("GET", f"/v1/workloads?array={second}", "root")
+    assert r.status_code == 422
+    assert r.json()["detail"] == (
+        f"array: workload {second}: not an array's id: it is element 1 of array "
+        f"{array['id']} (the array's id, its first element's, names the whole array)")
+
+
 def test_queue_and_show(svc: Service) -> None:
     """The queue lists active workloads; show gives one with its attempts."""
     wid = submit(svc).json()["id"]

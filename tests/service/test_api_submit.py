@@ -311,6 +311,23 @@ def test_work_stopping_at_its_limit_across_a_restart_ends_as_timeout(svc: Servic
     assert (w.status, w.end_reason) == (Status.TIMEOUT, "timeout: reached its time limit of 1 h")
 
 
+def test_a_hold_on_many_dependencies_names_the_first_three_and_counts_the_rest(
+    svc: Service,
+) -> None:
+    """Work waiting on a whole array of 8 (stored as 8 dependencies) is held, in the
+    queue view and ``why``, by ``dependency: waiting for <first>, <second>, <third> and 5
+    more``, one short line however large the array (every id was listed: a 1000-element
+    array's made a queue row thousands of characters long); five are still all listed."""
+    ids = submit(svc, gpus=1, array="0-7%1").json()["array_ids"]
+    many = submit(svc, gpus=1, dependency=f"afterok:{ids[0]}").json()["id"]
+    five = submit(svc, gpus=1, dependency="afterok:" + ":".join(ids[3:])).json()["id"]
+    svc.scheduler.step()
+    want = f"dependency: waiting for {ids[0]}, {ids[1]}, {ids[2]} and 5 more"
+    assert svc.scheduler.hold_reason(many) == want
+    assert svc.scheduler.hold_reason(five) == f"dependency: waiting for {', '.join(ids[3:])}"
+    assert svc.call("GET", f"/v1/workloads/{many}/why", "alice").json()["hold"] == want
+
+
 def test_why_of_held_work_says_what_holds_it(svc: Service) -> None:
     """``why`` of an array element held by its throttle and of work waiting on a dependency
     answers 200 (``kind: held``) with the queue view's hold text, not a 409 'not yet seen

@@ -1065,6 +1065,25 @@ def test_submit_signal_is_stored_and_shown(server: Server) -> None:
     assert wait_status(server, wid, {"cancelled"})["status"] == "cancelled"
 
 
+def test_show_says_when_the_signal_was_sent_after_the_work_ended(server: Server) -> None:
+    """``show`` of work whose ``--signal`` was sent and which has ended since still says
+    ``sent <time>``, the last attempt's (it said it only while an attempt was open, so
+    once the work ended it read as never sent)."""
+    r = run(server, "bob", "submit", "--budget", "ai/vision", "--gpus", "1", "--min-runtime",
+            "0", "--time", "1", "--signal", "B:USR1@60", "--", "sh", "-c",
+            'trap "exit 0" USR1; while :; do sleep 0.1; done')
+    assert r.exit_code == 0, r.output
+    wid = r.stdout.split()[1]
+    done = wait_status(server, wid, {"completed", "failed", "timeout"})
+    assert done["status"] == "completed"
+    shown = run_json(server, "bob", "show", wid)
+    assert shown["attempt"] is None and shown["attempts"][-1]["signal_sent_at"] is not None
+    line = next(x for x in run(server, "bob", "show", wid).stdout.splitlines()
+                if x.startswith("signal:"))
+    assert line.startswith("signal:              SIGUSR1 60 s before the time limit "
+                           "(to the batch script); sent 20"), line
+
+
 def test_checkpoint_on_term_without_resumable_is_warned_about(
     server: Server, tmp_path: Path,
 ) -> None:

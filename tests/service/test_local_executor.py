@@ -1091,3 +1091,27 @@ def test_a_full_logs_file_system_is_said_once_in_the_servers_log_and_its_end_too
                  "ended"),
         ("WARNING", full_line.format(ex.logs_dir, "w-000006 attempt 1")),
     ]
+
+
+def test_a_command_on_no_directory_of_path_is_not_found_though_one_cannot_be_searched(
+    tmp_path: Path,
+) -> None:
+    """A bare command name whose search failed with EACCES (``execvpe`` prefers it to
+    ENOENT: a directory of the exported PATH the job's account may not search, as root's
+    ``/root/.cargo/bin`` for a researcher's account) is refused as ``command not found``
+    when no directory of PATH holds a file of that name (it was ``permission denied``,
+    for a command that exists nowhere); a file of that name it may not run is still
+    ``permission denied``."""
+    import errno
+
+    empty, holding = tmp_path / "empty", tmp_path / "holding"
+    empty.mkdir()
+    holding.mkdir()
+    (holding / "script").write_text("#!/bin/sh\n")  # there, but not executable
+    denied = OSError(errno.EACCES, "Permission denied")
+    path = {"PATH": f"{empty}:{holding}"}
+    missing = {"argv": ["apportion-no-such-command"], "env": path}
+    there = {"argv": ["script"], "env": path}
+    assert _wrapper._reason("exec", denied, missing) == \
+        "command not found: apportion-no-such-command"
+    assert _wrapper._reason("exec", denied, there) == "permission denied: script"

@@ -72,6 +72,29 @@ def test_running_workload_reports_its_protection(live: Live) -> None:
     assert e["placement"] == [["h1", 8], ["h2", 8]]
 
 
+def test_stopping_workload_says_why_it_stops_and_when_it_is_killed(live: Live) -> None:
+    """C cancelled while it runs, and slow to exit: while it stops, ``why`` says it is
+    stopping, why (the stop's reason, ``cancelled``) and when it is killed if it has not
+    exited (its stop plus the grace period), not that it is "not protected: it may be
+    preempted" (it said so, as of running work, and nothing of the stop)."""
+    c = live.ids["C"]
+    executor = live.sched.executor
+    assert isinstance(executor, MemoryExecutor)
+    executor.term_delays[c] = 100.0  # it takes longer to exit than its grace
+    live.sched.grace_s = 30.0
+    r = live.client.post(f"/v1/workloads/{c}/cancel",
+                         headers={"Authorization": f"Bearer {live.tokens['alice']}"})
+    assert r.status_code == 200, r.text
+    live.at(T0 + 1910)  # the pass that tells it to stop
+    e = why(live, c).json()
+    assert (e["status"], e["stop_reason"], e["killed_at"]) == ("stopping", "cancelled",
+                                                               T0 + 1940)
+    assert e["text"][2:] == [f"stopping (cancelled): told to stop (SIGTERM), it is killed at "
+                             f"{format_time(T0 + 1940, UTC)} (in 30 s) if it has not exited "
+                             "by then"]
+    assert not any("may be preempted" in line or "protected" in line for line in e["text"])
+
+
 def test_why_writes_its_times_in_the_zone_tz_names_with_the_offset(live: Live) -> None:
     """B's earliest start, T0 + 3700 (1970-01-12 14:48:20 UTC), is written with its offset
     from UTC: in UTC without ``tz``, in the zone ``tz`` names (an IANA name or an offset),

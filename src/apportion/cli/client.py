@@ -601,7 +601,9 @@ def show(client: Client, workload_id: str, as_json: bool) -> None:
     if w.signal:  # "B:USR1@120": SIGUSR1 to the batch script 120 s before the limit
         sig, _, before = w.signal.partition("@")
         batch = sig.startswith("B:")
-        sent = w.attempt.signal_sent_at if w.attempt is not None else None
+        # to the latest attempt: the open one, else (it ended) the last one
+        latest = w.attempt or (w.attempts[-1] if w.attempts else None)
+        sent = latest.signal_sent_at if latest is not None else None
         name = sig.removeprefix("B:")
         say("signal", f"{f'signal {name}' if name.isdigit() else f'SIG{name}'} {before} s "
                       "before the time limit"

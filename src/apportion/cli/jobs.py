@@ -81,15 +81,19 @@ def _current_umask() -> int:
 
 
 # ---- batch scripts ---------------------------------------------------------------------------
-# #APPORTION lines take submit's own options; #SBATCH lines this subset (long, short, =value)
+# #APPORTION lines take submit's own options, by every name submit takes them (long,
+# short, =value); #SBATCH lines this subset
 _APPORTION_OPTS = {
-    "--budget": "budget", "--gpus": "gpus", "--min-runtime": "min_runtime",
+    "--budget": "budget", "--account": "budget", "-A": "budget", "--gpus": "gpus",
+    "--min-runtime": "min_runtime",
     "--priority": "priority", "--checkpoint-interval": "checkpoint_interval",
-    "--name": "name", "--time": "time_limit", "--array": "array",
-    "--dependency": "dependency", "--chdir": "chdir", "--output": "output",
-    "--export": "export", "--nodelist": "nodelist", "--exclude": "exclude",
+    "--name": "name", "-J": "name", "--time": "time_limit", "-t": "time_limit",
+    "--array": "array", "-a": "array", "--dependency": "dependency", "-d": "dependency",
+    "--chdir": "chdir", "-D": "chdir", "--output": "output", "-o": "output",
+    "--export": "export", "--nodelist": "nodelist", "-w": "nodelist",
+    "--exclude": "exclude", "-x": "exclude",
     "--gpu-kind": "gpu_kind", "--cluster": "cluster", "--open-mode": "open_mode",
-    "--error": "error", "--signal": "signal",
+    "--error": "error", "-e": "error", "--signal": "signal",
 }
 _APPORTION_FLAGS = {"--resumable": "resumable", "--checkpoint-on-term": "checkpoint_on_term"}
 _SBATCH_OPTS = {

@@ -84,6 +84,8 @@ class Victim:
     # unallocated, or the rebalance rules let this workload take it now, its protection
     # apart (that is ``protected``)
     rules_allow: bool
+    # when the rules do not (work of another budget): what they refuse, in words
+    why_not: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,10 @@ class Explanation:
     checkpoint_interval: float = 0.0  # as declared, else the policy's default
     time_limit: float = 0.0  # of one run, as given or the policy's default (0: none)
     time_limit_at: float | None = None  # the pass from then stops it: timeout (None: no limit)
+    # stopping work: when the driver kills it if it has not exited (None: not known), and
+    # why it was told to stop (the driver's words: the core does not keep them; "": not known)
+    killed_at: float | None = None
+    stop_reason: str = ""
 
     def lines(self, clock: Callable[[float], str] | None = None) -> list[str]:
         """The explanation as short sentences for people. Times are relative to ``now``
@@ -186,7 +192,8 @@ class Explanation:
             "victims": [
                 {"id": v.id, "budget": v.budget, "gpus": v.gpus, "allocated": v.allocated,
                  "resumable": v.resumable, "protected_until": v.protected_until,
-                 "protected": v.protected, "rules_allow": v.rules_allow}
+                 "protected": v.protected, "rules_allow": v.rules_allow,
+                 "why_not": v.why_not}
                 for v in self.victims
             ],
             "earliest_start": self.earliest_start,
@@ -205,6 +212,8 @@ class Explanation:
             "checkpoint_interval": self.checkpoint_interval,
             "time_limit": self.time_limit,
             "time_limit_at": self.time_limit_at,
+            "killed_at": self.killed_at,
+            "stop_reason": self.stop_reason,
             "min_runtime": self.min_runtime,
             "projected_start": self.projected_start,
             "projection_end": self.projection_end,
@@ -256,6 +265,7 @@ def explain(
             time_limit=spec.time_limit,
             # the very deadline Pass.time_limits stops it at
             time_limit_at=state.deadlines.get(workload_id),
+            killed_at=(grace_ends or {}).get(workload_id) if r.stopping else None,
         )
     p = state.pending.get(workload_id)
     if p is None:
@@ -653,14 +663,58 @@ def _hypothetical_plan(
         allowed = c.klass == UNALLOCATED or (
             config.rebalance and pas.rules.may_preempt(spec, _unprotected(c), taken, sides)
         )
+        why_not = "" if allowed else _why_not(state, config, spec, c, taken, sides, pas)
         taken[c.budget] = taken.get(c.budget, 0) + c.gpus
         until = rebalance_protected_until(state.running[c.id], config)
         out.append(Victim(
             id=c.id, budget=c.budget, gpus=c.gpus, allocated=c.klass != UNALLOCATED,
             resumable=c.resumable, protected_until=until, protected=now < until,
-            rules_allow=allowed,
+            rules_allow=allowed, why_not=why_not,
         ))
     return tuple(h for h, _ in plan.hosts), tuple(out)
+
+
+def _gpus(x: float) -> str:
+    """A count of GPUs the rules compute with (a share may be fractional): ``4``, ``1.3``."""
+    return f"{round(x, 1):g}"
+
+
+def _why_not(
+    state: ClusterState, config: PolicyConfig, spec: WorkloadSpec, c: Candidate,
+    taken: dict[str, int], sides: dict[str, str], pas: Pass,
+) -> str:
+    """In words, what of ``RebalanceRules.may_preempt`` keeps ``spec`` from taking the
+    allocated victim ``c`` (its protection apart), with ``taken`` the plan's victims before
+    it: the sides' figures the rules read (docs/policy.md, "Preemption"). Empty for work of
+    its own budget (its line says so) or what the lines say elsewhere (the size bound)."""
+    if not config.rebalance:
+        return "rebalancing is off ([policy] rebalance)"
+    div = state.tree.divergence(spec.budget, c.budget)
+    if div is None:
+        return ""
+    mine, theirs = div
+    rules = pas.rules
+    p, v = rules.figures(mine), rules.figures(theirs)
+    holds = f"{theirs} holds {_gpus(v.held)} GPUs against its share of {_gpus(v.fair)}"
+    if v.held < v.fair:
+        return f"{holds}: no rule takes from work within its share"
+    side = rules.side_in(c.budget, sides)  # None: no rule takes even one GPU from that side
+    limit = -1.0 if side is None else rules.limit(spec, p, v)
+    if limit < 1:
+        return (f"{holds}, {mine} {_gpus(p.held)} against its share of {_gpus(p.fair)}, "
+                f"usage ratios {rules.ratio(theirs):.3f} and {rules.ratio(mine):.3f}: neither "
+                "the guarantee rule (a side over its share gives way to one within it) nor the "
+                "fair-share rule (a side more used, by the margin, gives way while it keeps its "
+                f"share; this request's admission charge counted) moves GPUs from {theirs} to "
+                f"{mine} for it now")
+    already = sum(g for leaf, g in taken.items()
+                  if leaf == theirs or leaf.startswith(theirs + "/"))
+    if already + c.gpus > limit:
+        with_others = (f" (with the {already} taken before it, {already + c.gpus})"
+                       if already else "")
+        return (f"the rules let it take at most {plural(int(limit + 1e-9), 'GPU')} from "
+                f"{theirs} now ({holds}), and {c.id} holds {c.gpus}{with_others}")
+    return ""
 
 
 def _own(v: Victim, budget: str) -> bool:
@@ -752,6 +806,17 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
         assert e.min_runtime_ends is not None
         where = ", ".join(f"{s.host} ({plural(s.gpus, 'GPU')})" for s in e.placement)
         out.append(f"running on {where} for {format_duration(e.now - e.started_at)}")
+        if e.status == "stopping":  # told to stop: no protection or limit matters any more
+            why = f" ({e.stop_reason})" if e.stop_reason else ""
+            if e.killed_at is None:
+                out.append(f"stopping{why}: told to stop (SIGTERM), it ends when it exits")
+            elif e.killed_at > e.now:
+                out.append(f"stopping{why}: told to stop (SIGTERM), it is killed "
+                           f"{at(e.killed_at)} if it has not exited by then")
+            else:
+                out.append(f"stopping{why}: told to stop (SIGTERM), its grace is over: "
+                           "killed now")
+            return out
         restart = e.restarted and e.allocated  # its restart protection applies
         if e.protected_until > e.now:
             why = ""
@@ -827,7 +892,8 @@ def _lines(e: Explanation, clock: Callable[[float], str] | None = None) -> list[
                  if v.protected else "not protected")
         rule = ("" if v.rules_allow else
                 ", its own budget's work: never displaced for it, it waits for it to end"
-                if _own(v, e.budget) else ", rules do not allow it now")
+                if _own(v, e.budget) else ", rules do not allow it now"
+                + (f": {v.why_not}" if v.why_not else ""))
         out.append(f"would displace {v.id} ({v.budget}, {plural(v.gpus, 'GPU')}): "
                    f"{state}{rule}")
     # waiting for preempted work: the stopping work is named above, whatever pass stopped it

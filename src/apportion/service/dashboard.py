@@ -34,7 +34,7 @@ import mimetypes
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Annotated
@@ -158,6 +158,8 @@ def explain_workload(store: Store, scheduler: SchedulerPort, workload_id: str,
                 if workload_id in st.pending else []
         except CoreError as err:
             raise HTTPException(409, str(err)) from None
+        if e.status == "stopping" and row.attempt is not None and row.attempt.stop_reason:
+            e = replace(e, stop_reason=row.attempt.stop_reason)
         text = e.lines(clock)
         if scheduler.executor_down_since is not None:  # what it says cannot happen now
             text.insert(1, "nothing starts or ends while the executor does not answer "

@@ -422,6 +422,7 @@ class WhyVictim(Reply):
     protected_until: float
     protected: bool
     rules_allow: bool
+    why_not: str = ""  # rules_allow false: what the rules refuse (servers before: none said)
 
 
 class WhyAdvice(Reply):
@@ -479,6 +480,10 @@ class WhyExplanation(Reply):
     # these fields: none said)
     time_limit: float = 0.0
     time_limit_at: float | None = None
+    # stopping work: when it is killed if it has not exited, and why it was told to stop
+    # (servers before these fields: none said)
+    killed_at: float | None = None
+    stop_reason: str = ""
     min_runtime: float
     projected_start: float | None
     projection_end: float | None

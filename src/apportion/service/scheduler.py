@@ -93,6 +93,8 @@ log = logging.getLogger("apportion.scheduler")
 
 ACTOR = "scheduler"
 BULK_LOAD = 200  # more new submissions than this in one pass: load them in one query
+# a hold's dependencies listed in full up to this many; more: the first three, and a count
+_WAITS_LISTED = 5
 MAX_ROUNDS = 50  # decide/apply rounds at one instant (the simulator's default cap too)
 DAY = 86400.0
 EXECUTOR_DOWN = "executor: "  # reason prefix of hosts the executor reported down
@@ -990,7 +992,12 @@ class Scheduler:
             met, _ = dependency_state(row.hold(), statuses.get)
             if not met:
                 waits = [d for _, d in row.dependencies if statuses.get(d) not in FINAL]
-                self._hold_reason[wid] = "dependency: waiting for " + ", ".join(waits)
+                # a whole array's elements, hundreds perhaps: a few and how many more, so
+                # the queue's row stays a line (show lists every dependency)
+                listed = (", ".join(waits) if len(waits) <= _WAITS_LISTED else
+                          f"{', '.join(waits[:_WAITS_LISTED - 2])} and "
+                          f"{len(waits) - _WAITS_LISTED + 2} more")
+                self._hold_reason[wid] = "dependency: waiting for " + listed
             else:
                 self._hold_reason[wid] = (
                     f"array throttle: {row.array_throttle} of array {row.array_id} at once"

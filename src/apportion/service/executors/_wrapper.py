@@ -296,6 +296,11 @@ def _reason(stage: str, e: OSError, spec: dict[str, Any]) -> str:
     if stage == "exec":
         if e.errno == errno.ENOENT:
             return f"command not found: {cmd}"
+        # a bare name's search takes EACCES over ENOENT, so a directory of PATH this
+        # account cannot search (the submitter's, exported) made a command that is nowhere
+        # "permission denied"; as a shell, say "not found" unless a file of that name is seen
+        if e.errno == errno.EACCES and not _on_path(spec["argv"][0], spec["env"]):
+            return f"command not found: {cmd}"
         if e.errno == errno.EACCES:
             return f"permission denied: {cmd}"
         if e.errno == errno.E2BIG:
@@ -304,6 +309,15 @@ def _reason(stage: str, e: OSError, spec: dict[str, Any]) -> str:
     if stage == "account":
         return f"cannot switch to account uid {spec['account']['uid']}: {what}"
     return f"{stage}: {what}"
+
+
+def _on_path(name: str, env: dict[str, str]) -> bool:
+    """Whether ``name`` is a path, or a file of that name is seen (by this process's
+    account) in a directory of ``env``'s ``PATH``, as ``execvpe`` searches it."""
+    if "/" in name:
+        return True
+    dirs = env.get("PATH", os.defpath).split(os.pathsep)
+    return any(os.path.exists(os.path.join(d or ".", name)) for d in dirs)
 
 
 def _wait_for(pid: int) -> int:

@@ -461,10 +461,15 @@ def _cancel_outcome(row: CancelRow, caller: str) -> CancelOutcome:
 
 def _array_ids(store: Store, array_id: str) -> list[str]:
     """The elements of the array ``array_id`` names; :class:`NotFound` when it names no
-    workload, or one that is no array's."""
+    workload, or one that is no array's (another element of an array: naming the array's
+    id, the one to give)."""
     ids = store.array_ids(array_id)
     if not ids:
-        store.get_workload(array_id)  # NotFound: no such workload
+        row = store.get_workload(array_id)  # NotFound: no such workload
+        if row.array_id is not None:
+            raise NotFound(f"workload {array_id}: not an array's id: it is element "
+                           f"{row.array_index} of array {row.array_id} (the array's id, its "
+                           "first element's, names the whole array)")
         raise NotFound(f"workload {array_id}: not an array")
     return ids
 
