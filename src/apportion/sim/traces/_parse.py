@@ -4,6 +4,7 @@ with the problem; the caller adds ``file:line: field:``. Empty cells are handled
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -119,9 +120,22 @@ def parse_bool(value: object) -> bool:
 
 
 def text(value: object) -> str:
-    """A cell as a string (numbers from JSON or Parquet become their usual text)."""
+    """A cell as a string (numbers from JSON or Parquet become their usual text). A Parquet
+    binary cell (a string column written without its UTF-8 annotation, as some writers do)
+    is decoded as UTF-8; a list or an object (JSON, Parquet) is no text and raises
+    :class:`Bad`, rather than its Python form becoming a name."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, bytes | bytearray):
+        try:
+            return value.decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise Bad(f"not UTF-8 text: byte 0x{value[e.start]:02x} at byte {e.start + 1} "
+                      "of the value") from None
+    if isinstance(value, list | tuple | dict):
+        kind = "an object" if isinstance(value, dict) else "a list"
+        shown = json.dumps(value, ensure_ascii=False, default=str)  # as the file has it
+        raise Bad(f"expected text, got {kind}: {shown}")
     return str(value).strip()
 
 
