@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.sim.report import (
     BUDGET_COLORS,
+    LABEL_WIDTH,
     OTHER_COLOR,
     POLICY_COLORS,
     REASON_COLORS,
@@ -537,3 +538,32 @@ def test_the_title_gives_a_span_under_a_day_as_a_duration(seed_run: Run, tmp_pat
         run = [{**summaries[0], "scenario": "t", "sim_days": days}]
         text = write_report(tmp_path, run).read_text(encoding="utf-8")
         assert f"<h1>apportion simulation: t, {said}, 128 GPUs on 16 hosts</h1>" in text
+
+
+def test_a_long_budget_name_neither_widens_the_headline_nor_squeezes_the_plots(
+        tmp_path: Path) -> None:
+    """A trace's team named with 100 characters, and one with 300: in the attainment figure
+    no line of their labels is longer than LABEL_WIDTH characters (a label as wide as its
+    name squeezed the bars to nothing); the 100-character name is there whole, over three
+    lines, and the 300-character one by its start and end around a '…'. In the headline the
+    worst team's name is in a span the CSS lets wrap anywhere (the cell's no-wrap pushed the
+    legacy column off the page)."""
+    mid, huge = "lab/" + "r" * 96, "ops/" + "x" * 148 + "y" * 148
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     f"a,0,{mid},8,7200\nb,0,{huge},8,7200\nc,0,lab/short,8,7200\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    lines = [t.text or "" for t in texts(figures(text)["attain"])]
+    names = [line for line in lines if any(c * 3 in line for c in "rxy")]
+    assert len(names) == 6 and max(len(line) for line in names) <= LABEL_WIDTH
+    joined = "".join(lines)
+    assert mid in joined
+    assert huge not in joined and "ops/xxxx" in joined and "yyyy" in joined and "…" in joined
+    worst = re.search(r"<span class='name'>([^<]*)</span>", text)
+    assert worst is not None and worst.group(1) in (mid, huge, "lab/short")
+    assert ".name{white-space:normal}" in text
+    assert re.search(r"\.name,[^{]*\{overflow-wrap:anywhere\}", text)
