@@ -567,3 +567,21 @@ def test_a_long_budget_name_neither_widens_the_headline_nor_squeezes_the_plots(
     assert worst is not None and worst.group(1) in (mid, huge, "lab/short")
     assert ".name{white-space:normal}" in text
     assert re.search(r"\.name,[^{]*\{overflow-wrap:anywhere\}", text)
+
+
+def test_a_budget_name_in_a_script_the_plot_font_lacks_is_written_without_a_warning(
+        tmp_path: Path) -> None:
+    """A trace whose team is named in Japanese (``研究/チーム``): the run succeeds with
+    nothing on stderr about missing glyphs (matplotlib warned once per character, naming a
+    line of report.py, though the SVG keeps the name as text for the browser to draw), and
+    the attainment figure holds the name as text."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     "a,0,研究/チーム/alice,1,600\nb,0,ops/x,1,600\n", encoding="utf-8")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "Glyph" not in result.output
+    text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert "研究/チーム" in {t.text for t in texts(figures(text)["attain"])}

@@ -17,6 +17,7 @@ import html
 import io
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,7 +216,12 @@ def svg_of(fig: Figure, key: str) -> str:
     figures can live in one HTML document; metadata and namespace URLs are dropped (inline SVG
     in HTML needs neither), so the file holds no URL at all."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    with warnings.catch_warnings():
+        # the SVG keeps text as text (svg.fonttype none): the browser draws a name in a
+        # script matplotlib's font lacks (CJK budget names), so its warning about the glyph
+        # it measures with would only alarm the reader of the command's stderr
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     svg = _SVG_START.sub("", buf.getvalue(), count=1)
     svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
