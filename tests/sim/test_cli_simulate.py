@@ -906,3 +906,29 @@ def test_a_set_rule_between_two_settings_is_said_in_durations(
     assert code == 2, out
     assert ("Invalid value for --set: policy: checkpoint_wait: 2 h is over max_min_runtime "
             "(1 h)") in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize(("option", "name", "text", "problem"), [
+    ("--tree", "tree.yaml", "ai: 1\n", "tree.yaml:1: not valid JSON (read as JSON: only a "
+     "name ending in .toml is read as TOML): Expecting value at column 1"),
+    ("--tree", "tree.json", '{\n "ai": 1,\n}', "tree.json:3: not valid JSON: Expecting "
+     "property name enclosed in double quotes at column 1"),
+    ("--cluster", "hosts.tml", 'hosts = [{name = "h1", gpus = 8}]\n',
+     "hosts.tml:1: not valid JSON (read as JSON: only a name ending in .toml is read as "
+     "TOML): Expecting value at column 1"),
+])
+def test_a_tree_or_host_file_that_is_not_json_says_it_was_read_as_json(
+        tmp_path: Path, option: str, name: str, text: str, problem: str) -> None:
+    """A --tree or --cluster file not named .toml is read as JSON; one that is no JSON is a
+    usage error naming the option, the file, the line and column, and, unless it is named
+    .json, that it was read as JSON because of its name (it said only 'Expecting value:
+    line 1 column 1 (char 0)' of a YAML tree or a TOML file named .tml)."""
+    path = tmp_path / name
+    path.write_text(text)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,ai\n")
+    code, out = invoke("simulate", "--trace", str(trace), option, str(path),
+                       *(["--size", "32"] if option == "--tree" else []),
+                       "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for {option}: {tmp_path}/{problem}" in " ".join(out.split()), out

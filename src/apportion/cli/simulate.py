@@ -137,7 +137,13 @@ def _read_table(path: Path, option: str) -> Any:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
         return json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+    except json.JSONDecodeError as e:
+        # say what was expected: a tree.yaml or a hosts.tml is read as JSON, by its name
+        named = "" if path.suffix.lower() == ".json" else (
+            " (read as JSON: only a name ending in .toml is read as TOML)")
+        raise click.BadParameter(f"{path}:{e.lineno}: not valid JSON{named}: {e.msg} at "
+                                 f"column {e.colno}", param_hint=option) from None
+    except tomllib.TOMLDecodeError as e:
         problem = str(e)
         if problem.endswith(TOML_AT_END):  # tomllib gives the line of any other place
             line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
