@@ -166,6 +166,27 @@ def test_debug_wait_panel_has_tick_labels_among_its_values(waits: tuple[float, f
     assert len(shown) >= 2, shown
 
 
+def test_no_panel_of_the_plot_goes_below_zero_when_its_figures_are_all_zero() -> None:
+    """Two points with no debug wait and no lost GPU-hours (all 0, as a small trace gives):
+    no panel's y axis starts below 0, none shows negative waits or GPU-hours (an axis
+    centred on a constant 0 ran from -0.05 to 0.05); the waits, occupancy and loss panels
+    start at 0, and the attainment panel stays zoomed on its values (0.8 to 0.9)."""
+    import matplotlib.pyplot as plt
+
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_teams": 0.9,
+             "attainment_min": 0.8, "debug_wait_p90_s": 0.0, "occupancy": 0.9,
+             "unallocated_fraction": 0.0, "lost_gpu_hours": 0.0}
+            for x in (43200.0, 86400.0)]
+    fig = sweep_figure(rows, ["lookback"])
+    fig.canvas.draw()
+    bottoms = {a.get_title(): a.get_ylim()[0] for a in fig.axes}
+    plt.close(fig)
+    assert bottoms == {"attainment per team (solid), worst team (dashed)": pytest.approx(0.795),
+                       "debug wait p90 (s)": 0,
+                       "occupancy (solid), unallocated fraction (dashed)": 0,
+                       "lost GPU-hours": 0}
+
+
 def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> None:
     """--days 2 with lookbacks of 2d and 3d: a warning on stderr naming both as typed and
     --days, and indeed the two rows have the same figures."""
