@@ -660,7 +660,7 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
         ("outstanding / healthy GPUs, mean (p10 / p90)",
          f"{fmt_ratio(out.get('mean'))} ({fmt_ratio(out.get('p10'))} / "
          f"{fmt_ratio(out.get('p90'))})", "outstanding"),
-        ("rejected (cannot run on this cluster)", fmt_num(_get(s, "rejected")), ""),
+        ("rejected (too large or invalid)", fmt_num(_get(s, "rejected")), ""),
         ("abandoned (never started): all / debug",
          f"{fmt_num(abandoned.get('count'))} / {fmt_num(abandoned.get('debug'))}", ""),
         ("abandoned GPU-hours asked", fmt_num(abandoned.get("gpu_hours_requested"), 0), ""),
