@@ -201,6 +201,36 @@ def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> N
     assert rows[0] == rows[1]
 
 
+def test_sweep_warns_when_every_seed_imports_a_trace_alike(tmp_path: Path) -> None:
+    """--seeds 0,1 over a trace with a budget column of its own: the seed changes nothing the
+    import makes, so stderr warns that each setting's rows are one run repeated (and indeed
+    the two seeds' figures are equal); over a trace given --budgets 3, where the seed
+    assigns the budgets, there is no such warning."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     + "".join(f"j{i},{i * 600},{'ab'[i % 2]}/x,{1 + i % 8},3600\n"
+                               for i in range(24)))
+    code, out, err = invoke("sweep", "--trace", str(trace), "--cluster", "2x8", "--days", "1",
+                            "--grid", "lookback=6h,12h", "--seeds", "0,1", "--quiet", "--out",
+                            str(tmp_path / "s"))
+    assert code == 0, out + err
+    assert ("warning: --seeds 0,1: the trace imports the same for every seed (with a trace, "
+            "the seed only changes budgets the import synthesises, as with --budgets N), so "
+            "each setting's rows are one run repeated; give one seed") in " ".join(err.split())
+    rows = figures(json.loads((tmp_path / "s" / "sweep.json").read_text()))
+    for row in rows:
+        del row["seed"], row["typed"], row["summary"]["seed"]
+    assert rows[0] == rows[1] and rows[2] == rows[3]
+    itp = tmp_path / "itp.csv"
+    itp.write_text("job_id,submission_time,duration,num_gpu\n"
+                   + "".join(f"j{i},{i * 600},3600,{1 + i % 8}\n" for i in range(24)))
+    code, out, err = invoke("sweep", "--trace", str(itp), "--format", "itp", "--budgets", "3",
+                            "--cluster", "2x8", "--days", "1", "--grid", "lookback=6h,12h",
+                            "--seeds", "0,1", "--quiet", "--out", str(tmp_path / "i"))
+    assert code == 0, out + err
+    assert "--seeds" not in err
+
+
 def test_sweep_does_not_warn_when_the_run_outlasts_every_lookback(tmp_path: Path) -> None:
     """--days 2 with lookbacks of 12h and 1d: no warning."""
     code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
