@@ -585,3 +585,26 @@ def test_a_budget_name_in_a_script_the_plot_font_lacks_is_written_without_a_warn
     assert "Glyph" not in result.output
     text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
     assert "研究/チーム" in {t.text for t in texts(figures(text)["attain"])}
+
+
+def test_a_wait_curve_of_work_that_all_started_at_once_is_drawn_along_the_top(
+        tmp_path: Path) -> None:
+    """A trace whose every workload starts the moment it is submitted: each policy's curve
+    in the waits figure runs from the left edge to the right one at 100%, over the frame
+    (unclipped), not as a vertical line hidden in the left spine, which left the panel
+    looking empty beside a headline of 0 s waits."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\na,0,ai/x,1,600\nb,60,ai/y,1,600\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    svg = figures((tmp_path / "o" / "report.html").read_text(encoding="utf-8"))["waits"]
+    curves = [el for el in svg.iter() if el.tag == "path"  # lines, not the legend's patches
+              and "fill: none" in (el.get("style") or "")
+              and any(f"stroke: {c}" in (el.get("style") or "") for c in POLICY_COLORS.values())]
+    assert len(curves) == 2 * len(POLICY_COLORS)  # both panels (all work is debug work here)
+    for el in curves:
+        xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", el.get("d") or "")]
+        assert max(xs) - min(xs) > 100, el.get("d")  # across the panel, not a point's width
+        assert el.get("clip-path") is None

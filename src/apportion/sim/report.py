@@ -330,6 +330,9 @@ def _percent_axis(axis: Any) -> None:
     axis.set_major_formatter(PERCENT)
 
 
+CDF_RIGHT = 7 * 86400.0  # the waits' axis ends at 7 d, or the longest wait if longer
+
+
 def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | None:
     """CDF of the first wait (submission to first start) per policy, all and debug, log x.
 
@@ -349,8 +352,13 @@ def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | N
                 continue
             q = np.linspace(0, 1, CDF_POINTS)
             xs = np.quantile(vals, q)
-            ax.step(xs, q, where="post", color=palette.policy(run.policy), lw=1.6,
-                    label=run.policy)
+            # on to the axis' right end at 100% (every start is within a longer wait), over
+            # the frame: work that all started at once is a line along the top, not one
+            # hidden in the left spine
+            right = max(CDF_RIGHT, float(xs[-1]))
+            ax.step(np.append(xs, right), np.append(q, 1.0), where="post",
+                    color=palette.policy(run.policy), lw=1.6, label=run.policy,
+                    clip_on=False, zorder=3)
             drawn = True
     if not drawn:
         plt.close(fig)
@@ -359,7 +367,7 @@ def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | N
         ax.set_xscale("log")
         ax.set_xlim(left=1)
         ax.set_ylim(0, 1)
-        ticks = [1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400]
+        ticks = [1, 10, 60, 600, 3600, 6 * 3600, 86400, CDF_RIGHT]
         ax.set_xticks(ticks, ["1 s", "10 s", "1 min", "10 min", "1 h", "6 h", "1 d", "7 d"])
         ax.minorticks_off()
         _percent_axis(ax.yaxis)
