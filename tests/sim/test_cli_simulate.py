@@ -354,8 +354,8 @@ def test_trace_warnings_and_rejected_workloads_are_shown(tmp_path: Path) -> None
     assert result.exit_code == 0, result.output
     assert f"warning: {trace}: skipped 1 row: no GPUs (first at line 3)\n" in result.stderr
     rejected = next(line for line in result.stdout.splitlines() if "rejected" in line)
-    assert rejected.split() == ["rejected", "(cannot", "run", "on", "this", "cluster)", "1"]
-    assert "rejected (cannot run on this cluster)</th><td>1<" in (
+    assert rejected.split() == ["rejected", "(too", "large", "or", "invalid)", "1"]
+    assert "rejected (too large or invalid)</th><td>1<" in (
         tmp_path / "o" / "report.html").read_text()
     result = CliRunner().invoke(main, [
         "sweep", "--trace", str(trace), "--budgets", "2", "--cluster", "1x8", "--days", "1",
@@ -434,7 +434,7 @@ def test_a_trace_where_no_workload_starts_is_reported_to_the_end(tmp_path: Path)
     summaries = json.loads((out / "summary.json").read_text())
     assert [(s["policy"], s["rejected"]) for s in summaries] == [("fairshare", 1),
                                                                  ("legacy", 1)]
-    assert "rejected (cannot run on this cluster)</th><td>1</td><td>1<" in (
+    assert "rejected (too large or invalid)</th><td>1</td><td>1<" in (
         out / "report.html").read_text()
 
 
@@ -906,3 +906,51 @@ def test_a_set_rule_between_two_settings_is_said_in_durations(
     assert code == 2, out
     assert ("Invalid value for --set: policy: checkpoint_wait: 2 h is over max_min_runtime "
             "(1 h)") in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize(("option", "name", "text", "problem"), [
+    ("--tree", "tree.yaml", "ai: 1\n", "tree.yaml:1: not valid JSON (read as JSON: only a "
+     "name ending in .toml is read as TOML): Expecting value at column 1"),
+    ("--tree", "tree.json", '{\n "ai": 1,\n}', "tree.json:3: not valid JSON: Expecting "
+     "property name enclosed in double quotes at column 1"),
+    ("--cluster", "hosts.tml", 'hosts = [{name = "h1", gpus = 8}]\n',
+     "hosts.tml:1: not valid JSON (read as JSON: only a name ending in .toml is read as "
+     "TOML): Expecting value at column 1"),
+])
+def test_a_tree_or_host_file_that_is_not_json_says_it_was_read_as_json(
+        tmp_path: Path, option: str, name: str, text: str, problem: str) -> None:
+    """A --tree or --cluster file not named .toml is read as JSON; one that is no JSON is a
+    usage error naming the option, the file, the line and column, and, unless it is named
+    .json, that it was read as JSON because of its name (it said only 'Expecting value:
+    line 1 column 1 (char 0)' of a YAML tree or a TOML file named .tml)."""
+    path = tmp_path / name
+    path.write_text(text)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration,budget\na,0,8,3600,ai\n")
+    code, out = invoke("simulate", "--trace", str(trace), option, str(path),
+                       *(["--size", "32"] if option == "--tree" else []),
+                       "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for {option}: {tmp_path}/{problem}" in " ".join(out.split()), out
+
+
+def test_a_workload_the_policy_refuses_is_not_said_to_be_too_big_for_the_cluster(
+        tmp_path: Path) -> None:
+    """A trace row whose time limit (1 h) is shorter than its minimum runtime (2 h) fits the
+    cluster but is refused at submission: the table's and the report's row call it rejected
+    as too large or invalid, not 'cannot run on this cluster' (which sent the reader to a
+    larger --cluster), and stderr gives the reason with the workload."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration,min_runtime,time_limit\n"
+                     "a,0,x/y,1,7200,2h,1h\nb,0,x/y,1,600,,\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "1", "--policy",
+        "fairshare", "--quiet", "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    rejected = next(line for line in result.stdout.splitlines() if "rejected" in line)
+    assert rejected.split() == ["rejected", "(too", "large", "or", "invalid)", "1"]
+    assert ("warning: 1 workload rejected: time_limit: 1 h is shorter than its minimum "
+            "runtime of 2 h (first: workload a)") in result.stderr
+    report = (tmp_path / "o" / "report.html").read_text()
+    assert "rejected (too large or invalid)</th><td>1<" in report
+    assert "cannot run on this cluster" not in report

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from apportion.cli.main import main
 from apportion.sim.report import (
     BUDGET_COLORS,
+    LABEL_WIDTH,
     OTHER_COLOR,
     POLICY_COLORS,
     REASON_COLORS,
@@ -537,3 +538,73 @@ def test_the_title_gives_a_span_under_a_day_as_a_duration(seed_run: Run, tmp_pat
         run = [{**summaries[0], "scenario": "t", "sim_days": days}]
         text = write_report(tmp_path, run).read_text(encoding="utf-8")
         assert f"<h1>apportion simulation: t, {said}, 128 GPUs on 16 hosts</h1>" in text
+
+
+def test_a_long_budget_name_neither_widens_the_headline_nor_squeezes_the_plots(
+        tmp_path: Path) -> None:
+    """A trace's team named with 100 characters, and one with 300: in the attainment figure
+    no line of their labels is longer than LABEL_WIDTH characters (a label as wide as its
+    name squeezed the bars to nothing); the 100-character name is there whole, over three
+    lines, and the 300-character one by its start and end around a '…'. In the headline the
+    worst team's name is in a span the CSS lets wrap anywhere (the cell's no-wrap pushed the
+    legacy column off the page)."""
+    mid, huge = "lab/" + "r" * 96, "ops/" + "x" * 148 + "y" * 148
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     f"a,0,{mid},8,7200\nb,0,{huge},8,7200\nc,0,lab/short,8,7200\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    lines = [t.text or "" for t in texts(figures(text)["attain"])]
+    names = [line for line in lines if any(c * 3 in line for c in "rxy")]
+    assert len(names) == 6 and max(len(line) for line in names) <= LABEL_WIDTH
+    joined = "".join(lines)
+    assert mid in joined
+    assert huge not in joined and "ops/xxxx" in joined and "yyyy" in joined and "…" in joined
+    worst = re.search(r"<span class='name'>([^<]*)</span>", text)
+    assert worst is not None and worst.group(1) in (mid, huge, "lab/short")
+    assert ".name{white-space:normal}" in text
+    assert re.search(r"\.name,[^{]*\{overflow-wrap:anywhere\}", text)
+
+
+def test_a_budget_name_in_a_script_the_plot_font_lacks_is_written_without_a_warning(
+        tmp_path: Path) -> None:
+    """A trace whose team is named in Japanese (``研究/チーム``): the run succeeds with
+    nothing on stderr about missing glyphs (matplotlib warned once per character, naming a
+    line of report.py, though the SVG keeps the name as text for the browser to draw), and
+    the attainment figure holds the name as text."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     "a,0,研究/チーム/alice,1,600\nb,0,ops/x,1,600\n", encoding="utf-8")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "Glyph" not in result.output
+    text = (tmp_path / "o" / "report.html").read_text(encoding="utf-8")
+    assert "研究/チーム" in {t.text for t in texts(figures(text)["attain"])}
+
+
+def test_a_wait_curve_of_work_that_all_started_at_once_is_drawn_along_the_top(
+        tmp_path: Path) -> None:
+    """A trace whose every workload starts the moment it is submitted: each policy's curve
+    in the waits figure runs from the left edge to the right one at 100%, over the frame
+    (unclipped), not as a vertical line hidden in the left spine, which left the panel
+    looking empty beside a headline of 0 s waits."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\na,0,ai/x,1,600\nb,60,ai/y,1,600\n")
+    result = CliRunner().invoke(main, [
+        "simulate", "--trace", str(trace), "--cluster", "1x8", "--days", "0.2", "--quiet",
+        "--out", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    svg = figures((tmp_path / "o" / "report.html").read_text(encoding="utf-8"))["waits"]
+    curves = [el for el in svg.iter() if el.tag == "path"  # lines, not the legend's patches
+              and "fill: none" in (el.get("style") or "")
+              and any(f"stroke: {c}" in (el.get("style") or "") for c in POLICY_COLORS.values())]
+    assert len(curves) == 2 * len(POLICY_COLORS)  # both panels (all work is debug work here)
+    for el in curves:
+        xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", el.get("d") or "")]
+        assert max(xs) - min(xs) > 100, el.get("d")  # across the panel, not a point's width
+        assert el.get("clip-path") is None

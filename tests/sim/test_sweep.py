@@ -166,6 +166,27 @@ def test_debug_wait_panel_has_tick_labels_among_its_values(waits: tuple[float, f
     assert len(shown) >= 2, shown
 
 
+def test_no_panel_of_the_plot_goes_below_zero_when_its_figures_are_all_zero() -> None:
+    """Two points with no debug wait and no lost GPU-hours (all 0, as a small trace gives):
+    no panel's y axis starts below 0, none shows negative waits or GPU-hours (an axis
+    centred on a constant 0 ran from -0.05 to 0.05); the waits, occupancy and loss panels
+    start at 0, and the attainment panel stays zoomed on its values (0.8 to 0.9)."""
+    import matplotlib.pyplot as plt
+
+    rows = [{"lookback": x, "seed": 0, "attainment_overall": 0.9, "attainment_teams": 0.9,
+             "attainment_min": 0.8, "debug_wait_p90_s": 0.0, "occupancy": 0.9,
+             "unallocated_fraction": 0.0, "lost_gpu_hours": 0.0}
+            for x in (43200.0, 86400.0)]
+    fig = sweep_figure(rows, ["lookback"])
+    fig.canvas.draw()
+    bottoms = {a.get_title(): a.get_ylim()[0] for a in fig.axes}
+    plt.close(fig)
+    assert bottoms == {"attainment per team (solid), worst team (dashed)": pytest.approx(0.795),
+                       "debug wait p90 (s)": 0,
+                       "occupancy (solid), unallocated fraction (dashed)": 0,
+                       "lost GPU-hours": 0}
+
+
 def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> None:
     """--days 2 with lookbacks of 2d and 3d: a warning on stderr naming both as typed and
     --days, and indeed the two rows have the same figures."""
@@ -178,6 +199,36 @@ def test_sweep_warns_when_the_lookback_covers_the_whole_run(tmp_path: Path) -> N
     for row in rows:
         del row["lookback"], row["typed"], row["summary"]["config"]
     assert rows[0] == rows[1]
+
+
+def test_sweep_warns_when_every_seed_imports_a_trace_alike(tmp_path: Path) -> None:
+    """--seeds 0,1 over a trace with a budget column of its own: the seed changes nothing the
+    import makes, so stderr warns that each setting's rows are one run repeated (and indeed
+    the two seeds' figures are equal); over a trace given --budgets 3, where the seed
+    assigns the budgets, there is no such warning."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n"
+                     + "".join(f"j{i},{i * 600},{'ab'[i % 2]}/x,{1 + i % 8},3600\n"
+                               for i in range(24)))
+    code, out, err = invoke("sweep", "--trace", str(trace), "--cluster", "2x8", "--days", "1",
+                            "--grid", "lookback=6h,12h", "--seeds", "0,1", "--quiet", "--out",
+                            str(tmp_path / "s"))
+    assert code == 0, out + err
+    assert ("warning: --seeds 0,1: the trace imports the same for every seed (with a trace, "
+            "the seed only changes budgets the import synthesises, as with --budgets N), so "
+            "each setting's rows are one run repeated; give one seed") in " ".join(err.split())
+    rows = figures(json.loads((tmp_path / "s" / "sweep.json").read_text()))
+    for row in rows:
+        del row["seed"], row["typed"], row["summary"]["seed"]
+    assert rows[0] == rows[1] and rows[2] == rows[3]
+    itp = tmp_path / "itp.csv"
+    itp.write_text("job_id,submission_time,duration,num_gpu\n"
+                   + "".join(f"j{i},{i * 600},3600,{1 + i % 8}\n" for i in range(24)))
+    code, out, err = invoke("sweep", "--trace", str(itp), "--format", "itp", "--budgets", "3",
+                            "--cluster", "2x8", "--days", "1", "--grid", "lookback=6h,12h",
+                            "--seeds", "0,1", "--quiet", "--out", str(tmp_path / "i"))
+    assert code == 0, out + err
+    assert "--seeds" not in err
 
 
 def test_sweep_does_not_warn_when_the_run_outlasts_every_lookback(tmp_path: Path) -> None:

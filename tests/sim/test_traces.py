@@ -723,6 +723,66 @@ def test_a_byte_that_is_not_utf8_is_reported_at_its_own_line(
                             f"{column} (save the file as UTF-8)")
 
 
+def test_parquet_binary_text_is_decoded_and_lists_are_no_names(tmp_path: Path) -> None:
+    """A Parquet string column stored as binary (no UTF-8 annotation) gives the decoded text
+    as the budget (``ai/llm``, not ``b'ai/llm'``); a binary cell that is not UTF-8 is refused
+    at its line and column; a JSON list or object where a name belongs (``id``, ``budget``)
+    is refused at its line, shown as the file writes it, instead of its Python form becoming
+    the name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": pa.array([b"a", b"b"], pa.binary()),
+                             "submit_time": [0, 5],
+                             "budget": pa.array([b"ai/llm", b"ai/vision"], pa.binary()),
+                             "gpus": [1, 2], "duration": [3600, 60]}), path)
+    trace = load_trace(path)
+    assert [(j.spec.id, j.spec.budget) for j in trace.jobs] == [("a", "ai/llm"),
+                                                                ("b", "ai/vision")]
+    pq.write_table(pa.table({"submit_time": [0, 5],
+                             "budget": pa.array([b"ai/llm", b"ai/\xff"], pa.binary()),
+                             "gpus": [1, 2], "duration": [3600, 60]}), path)
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value) == f"{path}:3: budget: not UTF-8 text: byte 0xff at byte 4 of the value"
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text('{"id": "a", "submit_time": 0, "budget": "ai/llm", "gpus": 1, '
+                     '"duration": 60}\n{"id": ["b"], "submit_time": 0, "budget": "ai/llm", '
+                     '"gpus": 1, "duration": 60}\n')
+    with pytest.raises(TraceError) as e:
+        load_trace(jsonl)
+    assert str(e.value) == f'{jsonl}:2: id: expected text, got a list: ["b"]'
+    jsonl.write_text('{"submit_time": 0, "budget": {"ai": "llm"}, "gpus": 1, "duration": 60}\n')
+    with pytest.raises(TraceError) as e:
+        load_trace(jsonl)
+    assert str(e.value) == f'{jsonl}:1: budget: expected text, got an object: {{"ai": "llm"}}'
+
+
+@pytest.mark.parametrize(("cells", "expected"), [
+    ('"gpus": true, "duration": 60', "gpus: not a whole number: true"),
+    ('"gpus": [2], "duration": 60', "gpus: not a whole number: [2]"),
+    ('"gpus": 1, "duration": false', "duration: must be a duration like 30m, 8h, 7d, 1h30m, "
+     "HH:MM:SS or a number of seconds, got false"),
+    ('"gpus": 1, "duration": 60, "resumable": null, "preemptible": ["y"]',
+     'preemptible: not a boolean: ["y"] (use true/false, yes/no or 1/0)'),
+    ('"gpus": 1, "duration": 60, "priority": {"level": "high"}',
+     'priority: not a priority: {"level": "high"} (use a whole number or '
+     "low/normal/high/urgent)"),
+    ('"gpus": "eight", "duration": 60', "gpus: not a whole number: 'eight'"),
+])
+def test_a_bad_json_value_is_named_as_the_file_writes_it(
+        tmp_path: Path, cells: str, expected: str) -> None:
+    """A JSON Lines value of the wrong type is named in the error as JSON writes it (``true``,
+    ``[2]``, ``{"level": "high"}``), not as Python does (``True``, ``[2]``, ``{'level':
+    'high'}``); a string stays quoted."""
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"submit_time": 0, "budget": "ai/llm", ' + cells + "}\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value) == f"{path}:1: {expected}"
+
+
 def test_parquet_decimal_columns_are_read_as_numbers(tmp_path: Path) -> None:
     """Parquet decimal128 columns: gpus 1.0 and 2.0 are 1 and 2 GPUs, decimal submit times and
     durations are seconds, a decimal priority 1.0 is 1; gpus 1.5 is still refused at its line."""
@@ -744,7 +804,7 @@ def test_parquet_decimal_columns_are_read_as_numbers(tmp_path: Path) -> None:
     pq.write_table(pa.table({**columns, "gpus": dec("1.0", "1.5")}), path)
     with pytest.raises(TraceError) as e:
         load_trace(path, budgets=1)
-    assert str(e.value) == f"{path}:3: gpus: not a whole number: Decimal('1.5')"
+    assert str(e.value) == f"{path}:3: gpus: not a whole number: 1.5"
 
 
 def test_bad_row_in_mapped_csv_names_the_file_column(tmp_path: Path) -> None:

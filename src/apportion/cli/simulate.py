@@ -137,7 +137,13 @@ def _read_table(path: Path, option: str) -> Any:
         if path.suffix.lower() == ".toml":
             return tomllib.loads(text)
         return json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+    except json.JSONDecodeError as e:
+        # say what was expected: a tree.yaml or a hosts.tml is read as JSON, by its name
+        named = "" if path.suffix.lower() == ".json" else (
+            " (read as JSON: only a name ending in .toml is read as TOML)")
+        raise click.BadParameter(f"{path}:{e.lineno}: not valid JSON{named}: {e.msg} at "
+                                 f"column {e.colno}", param_hint=option) from None
+    except tomllib.TOMLDecodeError as e:
         problem = str(e)
         if problem.endswith(TOML_AT_END):  # tomllib gives the line of any other place
             line, column = text.count("\n") + 1, len(text) - text.rfind("\n")
@@ -719,6 +725,8 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
     first = scenarios[seed_list[0]]
     days = (first if isinstance(first, Scenario) else next(iter(first.values()))).days
     _warn_lookback(days, kw["days"], base, axes, labels)
+    if kw["trace"] is not None:
+        _warn_same_seeds(scenarios, seeds)
     out: Path = kw["out"]
     try:
         rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],
@@ -793,6 +801,27 @@ def _seed_list(seeds: str | None, kw: dict[str, Any]) -> list[int]:
     if len(set(out)) != len(out):
         raise click.BadParameter("a seed is given twice", param_hint="--seeds")
     return out
+
+
+def _warn_same_seeds(scenarios: dict[int, Scenario | dict[float, Scenario]],
+                     seeds: str | None) -> None:
+    """Warn when a trace imports the same for every seed of --seeds: with a trace the seed
+    only picks what the import synthesises (the budget of each job under --budgets), so a
+    trace with budgets of its own gives every seed the same run, and each setting's rows (and
+    the plot's "mean of N seeds") repeat one run."""
+    if len(scenarios) < 2:
+        return
+
+    def key(entry: Scenario | dict[float, Scenario]) -> list[Any]:
+        runs = [entry] if isinstance(entry, Scenario) else list(entry.values())
+        return [(sc.jobs, sc.tree.as_dict()) for sc in runs]
+
+    first, *rest = scenarios.values()
+    if all(key(other) == key(first) for other in rest):
+        click.echo(f"warning: --seeds {seeds}: the trace imports the same for every seed "
+                   "(with a trace, the seed only changes budgets the import synthesises, as "
+                   "with --budgets N), so each setting's rows are one run repeated; give one "
+                   "seed", err=True)
 
 
 def _warn_lookback(days: float, days_flag: float | None, base: dict[str, Any],

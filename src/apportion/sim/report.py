@@ -17,6 +17,7 @@ import html
 import io
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +183,30 @@ def _esc(x: object) -> str:
     return html.escape(str(x))
 
 
+#: A budget's name on a plot (a bar's label, a legend entry) takes lines of at most this many
+#: characters, and at most LABEL_LINES of them: a long name (a Slurm account path, a trace's
+#: own budget strings) would otherwise widen its label until the plot beside it collapses.
+LABEL_WIDTH = 40
+LABEL_LINES = 3
+
+
+def plot_label(name: str) -> str:
+    """``name`` for a plot: whole when it fits one line of :data:`LABEL_WIDTH` characters,
+    else broken into lines (after a ``/`` where one is near the end of a line); a name longer
+    than :data:`LABEL_LINES` lines keeps its start and end around a ``…`` (the tables of the
+    report give it whole)."""
+    room = LABEL_WIDTH * LABEL_LINES
+    if len(name) > room:
+        keep = room - 1
+        name = name[: keep - keep // 2] + "…" + name[len(name) - keep // 2:]
+    lines: list[str] = []
+    while len(name) > LABEL_WIDTH:
+        cut = name.rfind("/", LABEL_WIDTH // 2, LABEL_WIDTH) + 1 or LABEL_WIDTH
+        lines.append(name[:cut])
+        name = name[cut:]
+    return "\n".join([*lines, name])
+
+
 # ---- SVG ------------------------------------------------------------------------------------
 _SVG_START = re.compile(r"^.*?(?=<svg)", re.S)
 
@@ -191,7 +216,12 @@ def svg_of(fig: Figure, key: str) -> str:
     figures can live in one HTML document; metadata and namespace URLs are dropped (inline SVG
     in HTML needs neither), so the file holds no URL at all."""
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
+    with warnings.catch_warnings():
+        # the SVG keeps text as text (svg.fonttype none): the browser draws a name in a
+        # script matplotlib's font lacks (CJK budget names), so its warning about the glyph
+        # it measures with would only alarm the reader of the command's stderr
+        warnings.filterwarnings("ignore", r"Glyph \d+ .* missing from font", UserWarning)
+        fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     svg = _SVG_START.sub("", buf.getvalue(), count=1)
     svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
@@ -300,6 +330,9 @@ def _percent_axis(axis: Any) -> None:
     axis.set_major_formatter(PERCENT)
 
 
+CDF_RIGHT = 7 * 86400.0  # the waits' axis ends at 7 d, or the longest wait if longer
+
+
 def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | None:
     """CDF of the first wait (submission to first start) per policy, all and debug, log x.
 
@@ -319,8 +352,13 @@ def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | N
                 continue
             q = np.linspace(0, 1, CDF_POINTS)
             xs = np.quantile(vals, q)
-            ax.step(xs, q, where="post", color=palette.policy(run.policy), lw=1.6,
-                    label=run.policy)
+            # on to the axis' right end at 100% (every start is within a longer wait), over
+            # the frame: work that all started at once is a line along the top, not one
+            # hidden in the left spine
+            right = max(CDF_RIGHT, float(xs[-1]))
+            ax.step(np.append(xs, right), np.append(q, 1.0), where="post",
+                    color=palette.policy(run.policy), lw=1.6, label=run.policy,
+                    clip_on=False, zorder=3)
             drawn = True
     if not drawn:
         plt.close(fig)
@@ -329,7 +367,7 @@ def plot_waits(runs: Sequence[RunTables], palette: Palette, key: str) -> str | N
         ax.set_xscale("log")
         ax.set_xlim(left=1)
         ax.set_ylim(0, 1)
-        ticks = [1, 10, 60, 600, 3600, 6 * 3600, 86400, 7 * 86400]
+        ticks = [1, 10, 60, 600, 3600, 6 * 3600, 86400, CDF_RIGHT]
         ax.set_xticks(ticks, ["1 s", "10 s", "1 min", "10 min", "1 h", "6 h", "1 d", "7 d"])
         ax.minorticks_off()
         _percent_axis(ax.yaxis)
@@ -377,7 +415,8 @@ def _team_attainment(summary: Json, tables: RunTables, depth: int) -> dict[str, 
 def plot_attainment(summaries: Sequence[Json], runs: Sequence[RunTables], palette: Palette,
                     key: str) -> str | None:
     """Horizontal bars of attainment per program (top panel) and per team (bottom panel),
-    one bar per policy, labels written out in full on the left."""
+    one bar per policy, labels written out on the left (a long name on lines of
+    :data:`LABEL_WIDTH`, see :func:`plot_label`)."""
     per_policy = [
         (_team_attainment(s, r, 1), _team_attainment(s, r, 2))
         for s, r in zip(summaries, runs, strict=True)
@@ -402,7 +441,7 @@ def plot_attainment(summaries: Sequence[Json], runs: Sequence[RunTables], palett
             vals = np.array([both.get(lbl, np.nan) for lbl in labels])
             ax.barh(y - 0.4 + height * (i + 0.5), vals, height,
                     color=palette.policy(runs[i].policy))
-        ax.set_yticks(y, labels, fontsize=9)
+        ax.set_yticks(y, [plot_label(lbl) for lbl in labels], fontsize=9)
         ax.set_ylim(len(labels) - 0.5, -0.5)  # first label at the top
         ax.axvline(0.95, color="#555", lw=0.8, ls=":")
         ax.set_xlim(0, 1)
@@ -479,7 +518,7 @@ def plot_budget_time(runs: Sequence[RunTables], palette: Palette, depth: int,
         ax.margins(x=0)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-    handles: list[Artist] = [matplotlib.patches.Patch(color=c, label=n)
+    handles: list[Artist] = [matplotlib.patches.Patch(color=c, label=plot_label(n))
                              for n, c in zip(labels, colors, strict=True)]
     handles += [matplotlib.patches.Patch(color=UNALLOCATED_COLOR, label="unallocated work"),
                 matplotlib.lines.Line2D([], [], color="#000000", lw=0.8, label="healthy GPUs")]
@@ -516,7 +555,8 @@ def plot_usage_ratio(runs: Sequence[RunTables], palette: Palette, depth: int,
     for ax in axes:
         ax.set_ylim(0, top)  # one scale, so the panels compare at a glance
     axes[0].set_ylabel("usage / share")
-    handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2, label=n)
+    handles = [matplotlib.lines.Line2D([], [], color=palette.budget(n), lw=1.2,
+                                       label=plot_label(n))
                for n in shown]
     fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
                title=f"the {len(shown)} of {len(nodes)} given\nthe most GPU-hours"
@@ -628,7 +668,7 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
         ("outstanding / healthy GPUs, mean (p10 / p90)",
          f"{fmt_ratio(out.get('mean'))} ({fmt_ratio(out.get('p10'))} / "
          f"{fmt_ratio(out.get('p90'))})", "outstanding"),
-        ("rejected (cannot run on this cluster)", fmt_num(_get(s, "rejected")), ""),
+        ("rejected (too large or invalid)", fmt_num(_get(s, "rejected")), ""),
         ("abandoned (never started): all / debug",
          f"{fmt_num(abandoned.get('count'))} / {fmt_num(abandoned.get('debug'))}", ""),
         ("abandoned GPU-hours asked", fmt_num(abandoned.get("gpu_hours_requested"), 0), ""),
@@ -636,7 +676,8 @@ def _headline_rows(s: Json) -> list[tuple[str, str, str]]:
          "attainment_overall"),
         ("attainment, overall per researcher", fmt_pct(_get(att, "overall")), ""),
         ("attainment, worst team", fmt_pct(_get(att, "min"))
-         + (f" ({_esc(min_name)})" if min_name else ""), "attainment_min"),
+         + (f" (<span class='name'>{_esc(min_name)}</span>)" if min_name else ""),
+         "attainment_min"),
         ("teams at >= 95%", f"{fmt_num(ge95)} of {fmt_num(teams)}" if _num(teams) else "–",
          "teams_ge_95"),
         ("attainment, worst researcher", fmt_pct(_get(att, "min_leaf")), ""),
@@ -997,6 +1038,7 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #dd
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.9em}
 th,td{border:1px solid #ddd;padding:0.25em 0.6em;text-align:right;vertical-align:top}
 table.headline td,table.budgets td{white-space:nowrap}table.meta td{text-align:left}
+.name{white-space:normal}.name,table.budgets th,p.why,summary{overflow-wrap:anywhere}
 th:first-child{text-align:left;font-weight:normal}
 thead th{background:#f4f4f4;font-weight:600;text-align:center}
 td.ref,th.ref{color:#666;font-style:italic}

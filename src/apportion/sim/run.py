@@ -205,7 +205,7 @@ def _spread(v: Any) -> str:
 
 ROWS: tuple[tuple[str, str, Any], ...] = (
     ("workloads", "workloads", _num),
-    ("  rejected (cannot run on this cluster)", "rejected", _num),
+    ("  rejected (too large or invalid)", "rejected", _num),
     ("outstanding / healthy (mean)", "outstanding_ratio.mean", _ratio),
     ("  p10 / p90", "outstanding_ratio", _spread),
     ("abandoned", "abandoned.count", _num),

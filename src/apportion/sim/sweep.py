@@ -396,6 +396,10 @@ def sweep_figure(rows: list[dict[str, Any]], keys: list[str],
         # two decades or less a linear axis, whose ticks fall between the values
         if log and _wide(drawn):
             ax.set_yscale("symlog", linthresh=1.0)
+        # every figure here is >= 0: an axis whose margin dips below a 0 (no debug wait, no
+        # work lost) would show negative waits and GPU-hours; a zoomed one is left as it is
+        if ax.get_ylim()[0] < 0:
+            ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     if groups and len(groups) > 1:
         axs.flat[0].legend(fontsize=8)

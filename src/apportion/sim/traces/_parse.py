@@ -4,6 +4,7 @@ with the problem; the caller adds ``file:line: field:``. Empty cells are handled
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -14,9 +15,21 @@ from apportion.core import parse_duration as core_parse_duration
 from ._errors import Bad
 
 
+def shown(value: object) -> str:
+    """A cell's value for an error message, as the file writes it: text quoted (``'eight'``),
+    a number, ``Decimal`` or time as its digits (``1.5``, not ``Decimal('1.5')``), JSON's
+    ``true``/``false``/``null`` and lists and objects as JSON (``[1]``), never Python's form
+    (``True``, ``None``, ``['a']``)."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool | list | tuple | dict) or value is None:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
 def _finite(x: float, text: object) -> float:
     if not math.isfinite(x):
-        raise Bad(f"must be a finite number, got {text!r}")
+        raise Bad(f"must be a finite number, got {shown(text)}")
     return x
 
 
@@ -32,14 +45,18 @@ def parse_duration(value: object) -> float:
     try:
         return core_parse_duration(value)
     except DurationError as e:
-        raise Bad(str(e)) from None
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            raise Bad(str(e)) from None
+        # core names the value as Python writes it (True, [1]): say it as the file does
+        problem = str(e).rsplit(", got ", 1)[0]
+        raise Bad(f"{problem}, got {shown(value)}") from None
 
 
 def parse_patience(value: object) -> float:
     """A patience: a duration > 0 (an owner who waits forever leaves the cell empty)."""
     seconds = parse_duration(value)
     if seconds <= 0:
-        raise Bad(f"must be a duration > 0 (empty: waits forever), got {value!r}")
+        raise Bad(f"must be a duration > 0 (empty: waits forever), got {shown(value)}")
     return seconds
 
 
@@ -50,7 +67,7 @@ def parse_time(value: object) -> tuple[float, bool]:
     if isinstance(value, Decimal):
         value = float(value)
     if isinstance(value, bool):
-        raise Bad(f"not seconds or an ISO 8601 time: {value!r}")
+        raise Bad(f"not seconds or an ISO 8601 time: {shown(value)}")
     if isinstance(value, int | float):
         return _finite(float(value), value), False
     if isinstance(value, datetime):
@@ -67,7 +84,7 @@ def parse_time(value: object) -> tuple[float, bool]:
             return _epoch(datetime.fromisoformat(text)), True
         except ValueError:
             pass
-    raise Bad(f"not seconds or an ISO 8601 time: {value!r}")
+    raise Bad(f"not seconds or an ISO 8601 time: {shown(value)}")
 
 
 def _epoch(dt: datetime) -> float:
@@ -80,7 +97,7 @@ def parse_int(value: object) -> int:
     """A whole number (``"8"``, ``8``, ``"8.0"``, a Parquet ``Decimal('8.0')``); anything
     else raises :class:`Bad`."""
     if isinstance(value, bool):
-        raise Bad(f"not a whole number: {value!r}")
+        raise Bad(f"not a whole number: {shown(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
@@ -97,7 +114,7 @@ def parse_int(value: object) -> int:
             raise Bad(f"not a whole number: {text!r}") from None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    raise Bad(f"not a whole number: {value!r}")
+    raise Bad(f"not a whole number: {shown(value)}")
 
 
 _TRUE = {"true", "t", "yes", "y", "1"}
@@ -115,13 +132,25 @@ def parse_bool(value: object) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise Bad(f"not a boolean: {value!r} (use true/false, yes/no or 1/0)")
+    raise Bad(f"not a boolean: {shown(value)} (use true/false, yes/no or 1/0)")
 
 
 def text(value: object) -> str:
-    """A cell as a string (numbers from JSON or Parquet become their usual text)."""
+    """A cell as a string (numbers from JSON or Parquet become their usual text). A Parquet
+    binary cell (a string column written without its UTF-8 annotation, as some writers do)
+    is decoded as UTF-8; a list or an object (JSON, Parquet) is no text and raises
+    :class:`Bad`, rather than its Python form becoming a name."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if isinstance(value, bytes | bytearray):
+        try:
+            return value.decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            raise Bad(f"not UTF-8 text: byte 0x{value[e.start]:02x} at byte {e.start + 1} "
+                      "of the value") from None
+    if isinstance(value, list | tuple | dict):
+        kind = "an object" if isinstance(value, dict) else "a list"
+        raise Bad(f"expected text, got {kind}: {shown(value)}")
     return str(value).strip()
 
 
@@ -130,7 +159,7 @@ def parse_kinds(value: object) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else text(value).split(",")
     kinds = tuple(text(k).strip() for k in items)
     if not all(kinds) or len(set(kinds)) != len(kinds):
-        raise Bad(f"expected GPU kinds separated by commas, each once, got {value!r}")
+        raise Bad(f"expected GPU kinds separated by commas, each once, got {shown(value)}")
     return kinds
 
 

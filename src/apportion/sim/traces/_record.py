@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ..model import LegacyPriority
 from ._errors import Bad, TraceError
-from ._parse import parse_int, text
+from ._parse import parse_int, shown
 
 #: The canonical trace columns, in the order :func:`write_canonical` writes them.
 CANONICAL_COLUMNS: tuple[str, ...] = (
@@ -111,10 +111,10 @@ def parse_priority(value: object) -> tuple[int, LegacyPriority]:
     try:
         p = parse_int(value)
     except Bad:
-        name = text(value).upper()
+        name = value.strip().upper() if isinstance(value, str) else ""  # a level's name
         if name not in LegacyPriority.__members__:
             raise Bad(
-                f"not a priority: {value!r} (use a whole number or low/normal/high/urgent)"
+                f"not a priority: {shown(value)} (use a whole number or low/normal/high/urgent)"
             ) from None
         level = LegacyPriority[name]
         return int(level) - 1, level
@@ -123,10 +123,10 @@ def parse_priority(value: object) -> tuple[int, LegacyPriority]:
 
 def parse_level(value: object) -> LegacyPriority:
     """A legacy level by name or number (0-3)."""
-    name = text(value).upper()
+    name = value.strip().upper() if isinstance(value, str) else ""
     if name in LegacyPriority.__members__:
         return LegacyPriority[name]
     try:
         return LegacyPriority(parse_int(value))
     except (Bad, ValueError):
-        raise Bad(f"not a legacy priority: {value!r} (use low/normal/high/urgent)") from None
+        raise Bad(f"not a legacy priority: {shown(value)} (use low/normal/high/urgent)") from None

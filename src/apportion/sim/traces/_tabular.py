@@ -15,6 +15,7 @@ from ._parse import (
     parse_kinds,
     parse_patience,
     parse_time,
+    shown,
     text,
 )
 from ._read import Table, find_column
@@ -147,7 +148,7 @@ def read_mapped(
                 raise Bad("missing value (required)")
             submit, absolute = parse_time(value)
             if not absolute and submit < 0:
-                raise Bad(f"must be >= 0 seconds, got {value!r}")
+                raise Bad(f"must be >= 0 seconds, got {shown(value)}")
             kind.check(absolute, line, c_submit)
             column = c_gpus
             value = row.get(c_gpus)
