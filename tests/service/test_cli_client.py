@@ -753,6 +753,24 @@ def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: 
     assert "budget.weight" in run(server, "bob", "audit").stdout
 
 
+def test_budgets_set_refuses_a_negative_weight_as_the_value_it_is(server: Server) -> None:
+    """``budgets set PATH -1`` (and ``-0.5``, ``-1e3``, ``-inf``) is refused as the WEIGHT
+    argument out of range (exit 2), not as ``No such option '-1'``; an option after it is
+    still read, the arguments keep their order, and nothing is changed."""
+    before = run_json(server, "bob", "budgets", "tree")
+    for args in (("ai/llm", "-1"), ("ai/llm", "-0.5", "--json"), ("ai/llm", "-1e3"),
+                 ("--json", "ai/llm", "-inf")):
+        r = run(server, "root", "budgets", "set", *args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "Error: Invalid value for '[WEIGHT]': -" in r.stderr, (args, r.stderr)
+        assert "No such option" not in r.stderr
+    r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--bogus")
+    assert r.exit_code == 2 and "No such option '--bogus'" in r.stderr
+    r = run(server, "root", "budgets", "set", "ai/llm", "--weight", "-1")
+    assert r.exit_code == 2 and "Invalid value for '--weight': -1.0" in r.stderr
+    assert run_json(server, "bob", "budgets", "tree") == before
+
+
 def test_out_of_range_numbers_are_refused_naming_the_flag(server: Server) -> None:
     """A weight out of the tree's range, a negative --tail or a --limit under 1 is a usage
     error naming the flag as typed (exit 2), not the API's field after a round trip."""

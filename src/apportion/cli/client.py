@@ -95,6 +95,37 @@ class Name(click.ParamType[str]):
 NAME = Name()
 BUDGET_PATH = Name(path=True)
 
+# a word that reads as a negative number (-1, -0.5, -1e3, -inf): an argument, not an option
+_NEGATIVE_NUMBER = re.compile(r"-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+class NumbersAsArguments(click.Command):
+    """A command whose arguments may be negative numbers (``budgets set ai -1``): click
+    reads any word starting with ``-`` as an option, so ``-1`` was refused as ``No such
+    option '-1'`` instead of as the value it is. Such a word is read as an argument, in its
+    place among the others, unless it is the value of the option before it (``--weight
+    -1``): the options are read first, then the arguments after a ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {name for p in self.get_params(ctx) if isinstance(p, click.Option)
+                       and not p.is_flag and not p.count for name in p.opts}
+        options: list[str] = []
+        arguments: list[str] = []
+        words = iter(args)
+        for arg in words:
+            if arg == "--":  # the rest are arguments already
+                arguments.extend(words)
+            elif arg.startswith("-") and len(arg) > 1 and not _NEGATIVE_NUMBER.match(arg):
+                options.append(arg)
+                value = next(words, None) if arg in takes_value else None
+                if value is not None:  # the option's value, whatever it looks like
+                    options.append(value)
+            else:
+                arguments.append(arg)
+        if not any(_NEGATIVE_NUMBER.match(a) for a in arguments):
+            return super().parse_args(ctx, args)
+        return super().parse_args(ctx, [*options, "--", *arguments])
+
 
 def url_part(name: str) -> str:
     """``name`` (a :class:`Name`) as the segments of a URL path: each percent-quoted."""
@@ -698,7 +729,7 @@ _budgets_list.hidden = True
 budgets.add_command(_budgets_list, "list")
 
 
-@budgets.command("set")
+@budgets.command("set", cls=NumbersAsArguments)
 @click.argument("path", type=BUDGET_PATH)
 @click.argument("weight", type=WEIGHT, required=False)
 @click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
