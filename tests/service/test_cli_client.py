@@ -1163,6 +1163,19 @@ def test_names_in_a_request_path_are_sent_as_typed_and_name_nothing_else(
             and "Traceback" not in r.output, r.output
 
 
+def test_adding_a_user_that_exists_says_what_to_do_instead(server: Server) -> None:
+    """``users add alice`` when alice exists is refused (exit 49) with the commands that do
+    what the admin may have meant, changing her (``users set alice``) or giving her another
+    token (``tokens create alice``), not only "already exists"; alice is unchanged."""
+    before = run_json(server, "root", "users", "list")
+    r = run(server, "root", "users", "add", "alice", "--admin")
+    assert r.exit_code == 49, r.output
+    assert r.stderr.startswith("Error: user alice: name: already exists; "), r.stderr
+    assert "apportion users set alice" in r.stderr, r.stderr
+    assert "apportion tokens create alice" in r.stderr, r.stderr
+    assert run_json(server, "root", "users", "list") == before
+
+
 def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -> None:
     """One exit code per kind of failure (docs/cli.md, "Exit codes"), whatever the command:
     404 -> 44, 403 and 401 -> 43, 409 -> 49 (also the logs of work not started yet, which

@@ -1357,7 +1357,10 @@ class Store:
             raise Conflict("user: name: must not be empty")
         with self._tx() as s:
             if s.get(UserModel, name) is not None:
-                raise Conflict(f"user {name}: name: already exists")
+                raise Conflict(
+                    f"user {name}: name: already exists; change it with apportion users set "
+                    f"{name} (--admin/--no-admin, --unix-user), give it another token with "
+                    f"apportion tokens create {name}")
             s.add(UserModel(name=name, admin=admin, unix_user=unix_user))
             self._audit(s, actor, "user.create", name, None,
                         {"admin": admin, "unix_user": unix_user})
