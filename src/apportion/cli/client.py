@@ -28,7 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
-from apportion.core.units import format_duration_exact
+from apportion.core.units import format_duration_exact, format_figure
 from apportion.service.replies import (
     AuditEntry,
     Budget,
@@ -717,7 +717,7 @@ def budgets_tree(client: Client, as_json: bool) -> None:
     table(
         ["BUDGET", "WEIGHT", "SHARE", "MANAGERS", "MEMBERS"],
         [["  " * r.path.count("/") + r.path.rsplit("/", 1)[-1], f"{r.weight:g}",
-          f"{100 * r.share:.1f}%", ",".join(r.managers) or "-",
+          f"{format_figure(100 * r.share)}%", ",".join(r.managers) or "-",
           ",".join(r.members) or "-"] for r in parse_list(Budget, data, "GET /v1/budgets")],
     )
 
@@ -815,9 +815,10 @@ def budgets_usage(client: Client, as_json: bool) -> None:
     table(
         ["BUDGET", "SHARE", "CHARGED_GPU_H", *units, "FREE_GPU_H", "RATIO"],
         [["  " * b.path.count("/") + b.path.rsplit("/", 1)[-1],
-          f"{100 * b.share:.1f}%", f"{b.charged_gpu_hours:.1f}",
-          *(["-" if b.charged_units is None else f"{b.charged_units:.1f}"] if u.billed else []),
-          f"{b.free_gpu_hours:.1f}",
+          f"{format_figure(100 * b.share)}%", format_figure(b.charged_gpu_hours),
+          *(["-" if b.charged_units is None else format_figure(b.charged_units)]
+            if u.billed else []),
+          format_figure(b.free_gpu_hours),
           "-" if b.usage_ratio is None else f"{b.usage_ratio:.2f}"]
          for b in u.budgets],
     )
