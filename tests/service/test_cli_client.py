@@ -735,6 +735,21 @@ def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
     assert [(a["action"], a["target"]) for a in named] == [("budget.create", short)]
 
 
+def test_the_action_audit_help_gives_as_an_example_is_one_the_server_writes(
+        server: Server) -> None:
+    """The action ``audit --help`` gives as its example of ``--action`` (it named
+    ``budget.set``, which no entry is: ``--action budget.set`` was refused) is an action the
+    server audits: after a weight change, ``audit --action`` of it lists that change."""
+    example = re.search(r"only this action \((\S+)\)",
+                        " ".join(run(server, None, "audit", "--help").stdout.split()))
+    assert example is not None
+    assert run(server, "root", "budgets", "create", "ops/example").exit_code == 0
+    assert run(server, "root", "budgets", "set", "ops/example", "3").exit_code == 0
+    r = run(server, "root", "audit", "--action", example[1], "--json")
+    assert r.exit_code == 0, r.output
+    assert {e["action"] for e in json.loads(r.stdout)} == {example[1]}
+
+
 def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: Server) -> None:
     """``budgets set PATH W`` and ``budgets set PATH --weight W`` (the flag ``budgets create``
     takes) both set the weight; giving two different weights, or none, is a usage error

@@ -885,7 +885,7 @@ def hosts_repair(client: Client, name: str, reason: str, as_json: bool) -> None:
                    "unless something of that very name has entries)")
 @click.option("--actor", default=None, help="only entries by this user (or scheduler, config)")
 @click.option("--action", default=None,
-              help="only this action (budget.set) or family (budget: every budget.*)")
+              help="only this action (budget.weight) or family (budget: every budget.*)")
 @click.option("--from", "start", default=None, metavar="WHEN",
               help="only entries at or after: 2026-11-01, 2026-11-01T08:00 (UTC unless an "
                    "offset is given: 2026-11-01T08:00+05:30), 30d (ago)")

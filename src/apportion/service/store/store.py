@@ -1527,7 +1527,7 @@ class Store:
     ) -> list[AuditRow]:
         """Audit entries, newest first (``after_id``: only entries with a larger id;
         ``before_id``: only those with a smaller one, the next page of a list), of
-        ``target``, by ``actor``, of ``action`` (``budget.set``, or a family: ``budget``
+        ``target``, by ``actor``, of ``action`` (``budget.weight``, or a family: ``budget``
         is every ``budget.*``), at or after ``since`` and before ``until``."""
         with self._tx(write=False) as s:
             q = select(AuditModel).where(AuditModel.id > after_id)
