@@ -1055,6 +1055,8 @@ def expiry(text: str, now: float) -> dict[str, Any]:
             return {"expires_in": given}
         except ValueError:
             pass
+    if _NEGATIVE_NUMBER.match(given):  # -1: a lifetime of -1 s, not 1 s before 1970
+        raise BadInput(f"--expires: must be a lifetime > 0, got {text!r}")
     try:
         return {"expires_at": parse_time(given, "--expires", now)}
     except ReportError as e:
