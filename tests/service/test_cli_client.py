@@ -1191,6 +1191,29 @@ def test_adding_a_user_that_exists_says_what_to_do_instead(server: Server) -> No
     assert run_json(server, "root", "users", "list") == before
 
 
+@pytest.mark.parametrize(("args", "said"), [
+    (("users", "remove", "alice"), "users are never removed"),
+    (("users", "delete", "alice"), "users are never removed"),
+    (("users", "disable", "alice"), "users are never removed"),
+    (("tokens", "delete", "t-000000000000"), "apportion tokens revoke ID"),
+])
+def test_removing_a_user_or_token_says_what_to_do_instead(
+        server: Server, args: tuple[str, ...], said: str) -> None:
+    """``users remove``/``delete``/``disable`` (no such commands: users are kept) is a usage
+    error (exit 2) that says how to take a user's access away instead (revoke the tokens,
+    take them out of the budgets, cancel their work), and ``tokens delete`` names ``tokens
+    revoke``, not click's bare ``No such command``; nothing is changed."""
+    before = run_json(server, "root", "users", "list")
+    r = run(server, "root", *args)
+    assert r.exit_code == 2, r.output
+    assert f"Error: No such command '{args[1]}': " in r.stderr and said in r.stderr, r.stderr
+    if args[0] == "users":
+        for step in ("apportion tokens revoke", "apportion budgets members",
+                     "apportion cancel --user"):
+            assert step in r.stderr
+    assert run_json(server, "root", "users", "list") == before
+
+
 def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -> None:
     """One exit code per kind of failure (docs/cli.md, "Exit codes"), whatever the command:
     404 -> 44, 403 and 401 -> 43, 409 -> 49 (also the logs of work not started yet, which

@@ -699,6 +699,40 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
         click.echo(escape_controls(line))
 
 
+class HintedGroup(click.Group):
+    """A group that answers a command it lacks but an admin would type (``users remove``)
+    with what to do instead, rather than click's bare ``No such command``."""
+
+    hints: Mapping[str, str] = {}
+
+    def resolve_command(self, ctx: click.Context, args: list[str],
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name in self.hints and name not in self.commands:
+            ctx.fail(f"No such command {name!r}: {self.hints[name]}")
+        return super().resolve_command(ctx, args)
+
+
+_LEAVING = ("users are never removed: their name stays on their past work, in the audit and "
+            "in the usage reports. To take a user's access away, revoke their tokens "
+            "(apportion tokens list --user NAME, then apportion tokens revoke ID) and take "
+            "them out of the budgets that name them (apportion budgets members PATH ...), "
+            "and cancel the work they left if it should not run (apportion cancel --user "
+            "NAME); "
+            "docs/operations.md, \"People joining, moving and leaving\"")
+
+
+class UsersGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "disable", "deactivate", "lock"),
+                          _LEAVING)
+
+
+class TokensGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "disable"),
+                          "a token is revoked, not deleted: apportion tokens revoke ID (the "
+                          "ids are in apportion tokens list)")
+
+
 # ---- budgets ---------------------------------------------------------------------------------
 @click.group()
 def budgets() -> None:
@@ -977,7 +1011,7 @@ def _warn_cannot_run(u: User) -> None:
                    f"{_cannot_run(u)}", err=True)
 
 
-@click.group()
+@click.group(cls=UsersGroup)
 def users() -> None:
     """Users (admins): add, list, set."""
 
@@ -1034,7 +1068,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
     _warn_cannot_run(u)
 
 
-@click.group()
+@click.group(cls=TokensGroup)
 def tokens() -> None:
     """Tokens: create (admins), list, revoke."""
 
