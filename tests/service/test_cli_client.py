@@ -696,6 +696,21 @@ def test_budget_commands(server: Server) -> None:
     assert all(a["actor"] == "carol" for a in audit)
 
 
+def test_a_manager_refused_their_own_nodes_weight_is_told_whose_it_is(server: Server) -> None:
+    """dave manages ai/llm: ``budgets set ai/llm 3`` is refused (exit 43) saying that the
+    weight is ai/llm's share of ai's, set by a manager of ai or above or an admin, not only
+    that dave may not; a top-level node's is the cluster's, an admin's. Nothing changes."""
+    before = run_json(server, "bob", "budgets", "tree")
+    r = run(server, "dave", "budgets", "set", "ai/llm", "3")
+    assert r.exit_code == 43, r.output
+    assert r.stderr.strip() == (
+        "Error: forbidden: dave may not change the weight of budget ai/llm (its share of "
+        "ai's, set by a manager of ai or above, or an admin) (HTTP 403)")
+    r = run(server, "carol", "budgets", "set", "ai", "3")
+    assert r.exit_code == 43 and "(its share of the cluster, set by an admin)" in r.stderr
+    assert run_json(server, "bob", "budgets", "tree") == before
+
+
 def test_budget_people_refused_are_named_as_typed(server: Server) -> None:
     """A name the server refuses in ``budgets members``/``managers`` (the NAMES arguments)
     or ``budgets create --member``/``--manager`` is named as the user typed it, not as the
