@@ -730,6 +730,26 @@ def test_budget_people_refused_are_named_as_typed(server: Server) -> None:
     assert run_json(server, "bob", "budgets", "tree") == before
 
 
+def test_a_path_or_name_the_server_refuses_is_named_as_the_argument(server: Server) -> None:
+    """``budgets create ai/ü`` and ``users add Alice.Smith``: the server's refusal names the
+    PATH or NAME argument as ``--help`` shows it (``PATH: segment 2 ('ü'): ...``, ``NAME:
+    'Alice.Smith' is not a user name``), as the other commands name theirs, not the API's
+    field (``path:``, ``name:``), which is no flag or argument of theirs; exit 2, nothing
+    made."""
+    before = (run_json(server, "root", "budgets", "tree"),
+              run_json(server, "root", "users", "list"))
+    r = run(server, "root", "budgets", "create", "ai/\u00fc")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("Error: PATH: segment 2 ('\u00fc'): may only hold"), r.stderr
+    r = run(server, "root", "budgets", "create", "ai/" + "x/" * 130 + "x")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: PATH: "), r.stderr
+    r = run(server, "root", "users", "add", "Alice.Smith")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("Error: NAME: 'Alice.Smith' is not a user name: "), r.stderr
+    assert (run_json(server, "root", "budgets", "tree"),
+            run_json(server, "root", "users", "list")) == before
+
+
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
         server: Server) -> None:
     """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they

@@ -829,7 +829,8 @@ def budgets_create(client: Client, path: str, weight: float, managers: tuple[str
     write(client, BudgetCreated, "POST", "/budgets", {
         "path": path, "weight": weight, "managers": list(managers), "members": list(members)},
         as_json, lambda b: f"created {b.path} (weight {b.weight:g})",
-        typed={**people_as_typed("managers", managers, "--manager"),
+        typed={"path": "PATH", "weight": "--weight",
+               **people_as_typed("managers", managers, "--manager"),
                **people_as_typed("members", members, "--member")})
 
 
@@ -1027,7 +1028,7 @@ def users_add(client: Client, name: str, admin: bool, unix_user: str | None,
     """Add a user (then give it a token: apportion tokens create NAME)."""
     u = write(client, User, "POST", "/users",
               {"name": name, "admin": admin, "unix_user": unix_user}, as_json,
-              lambda u: f"added {_user_line(u)}", {"unix_user": "--unix-user"})
+              lambda u: f"added {_user_line(u)}", {"name": "NAME", "unix_user": "--unix-user"})
     _warn_cannot_run(u)
 
 
