@@ -854,6 +854,23 @@ def test_an_empty_name_is_refused_naming_the_argument(
     assert f"Error: Invalid value for '{argument}': empty" in r.output
 
 
+@pytest.mark.parametrize("command", [("budgets", "set"), ("budgets", "members"),
+                                     ("budgets", "managers")])
+def test_a_budget_path_over_255_characters_is_refused_naming_path_and_the_limit(
+        server: Server, command: tuple[str, ...]) -> None:
+    """A budget path longer than the 255 characters any budget's may have (security.md,
+    "Input limits") is a usage error naming PATH, its first 40 characters, its length and
+    the limit (exit 2), not the server's ``path.path: must be at most 319 characters``
+    (its cap on a URL's part, which names no argument and no budget limit) or, under 320
+    characters, ``not found``."""
+    for length in (256, 400):
+        path = ("abcdefgh/" * 50)[:length - 1] + "x"
+        r = run(server, "root", *command, path, *(["2"] if command[1] == "set" else []))
+        assert r.exit_code == 2, r.output
+        assert (f"Error: Invalid value for 'PATH': {path[:40]!r}... ({length} characters) is "
+                "not a budget path: at most 255 characters") in r.stderr, r.stderr
+
+
 def test_host_commands(server: Server) -> None:
     """An admin drains and repairs a host; hosts list shows the state."""
     r = run(server, "root", "hosts", "drain", "h2", "--reason", "ECC errors")

@@ -45,6 +45,7 @@ from apportion.service.replies import (
     Why,
     Workload,
 )
+from apportion.service.validation import MAX_PATH
 from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
@@ -85,6 +86,9 @@ class Name(click.ParamType[str]):
         text = str(value)
         if not text:
             self.fail("empty", param, ctx)
+        if self.path and len(text) > MAX_PATH:  # the server's own cap on a URL's part is longer
+            self.fail(f"{escape_controls(text[:40])!r}... ({len(text)} characters) is not a "
+                      f"budget path: at most {MAX_PATH} characters", param, ctx)
         for part in text.split("/") if self.path else [text]:
             if part in ("", ".", "..") or "/" in part:
                 what = "a budget path: names separated by '/'" if self.path else "a name"
