@@ -750,6 +750,20 @@ def test_a_path_or_name_the_server_refuses_is_named_as_the_argument(server: Serv
             run_json(server, "root", "users", "list")) == before
 
 
+@pytest.mark.parametrize("args", [("--from", "yesterday"), ("--to", "last week"),
+                                  ("--from", "20261206")])
+def test_audit_refuses_a_period_it_cannot_read_as_bad_input_exit_2(
+        server: Server, args: tuple[str, ...]) -> None:
+    """``audit --from yesterday`` (or a --to, or a date without dashes) is bad input:
+    exit 2, as ``report usage`` refuses the very same text and as docs/cli.md's "Exit codes"
+    says of input refused, with the one ``Error: --from: ...`` line (it exited 1, the code
+    of a reply the client cannot read)."""
+    r = run(server, "root", "audit", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: {args[0]}: "), r.stderr
+    assert run(server, "root", "report", "usage", *args).exit_code == 2
+
+
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
         server: Server) -> None:
     """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they

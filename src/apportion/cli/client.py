@@ -941,8 +941,8 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     try:  # here, as report usage reads them: so that an empty page can say what was searched
         since = None if start is None else parse_time(start, "--from", now)
         until = None if end is None else parse_time(end, "--to", now)
-    except ReportError as e:
-        raise click.ClickException(str(e)) from None
+    except ReportError as e:  # bad input, exit 2, as report usage refuses the same text
+        raise BadInput(str(e)) from None
     if since is not None and until is not None and since >= until:
         # as report usage says it: the server's 422 would name epoch seconds never typed
         raise BadInput(f"--from: {start} is not before --to ({end})")
