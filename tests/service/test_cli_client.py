@@ -764,6 +764,22 @@ def test_audit_refuses_a_period_it_cannot_read_as_bad_input_exit_2(
     assert run(server, "root", "report", "usage", *args).exit_code == 2
 
 
+@pytest.mark.parametrize(("args", "flag"), [
+    (("audit", "--target"), "--target"), (("audit", "--actor"), "--actor"),
+    (("queue", "--user"), "--user"), (("queue", "--budget"), "--budget"),
+    (("tokens", "list", "--user"), "--user"),
+])
+def test_a_filter_over_the_servers_length_limit_is_named_as_the_flag(
+        server: Server, args: tuple[str, ...], flag: str) -> None:
+    """A filter the server refuses for its length (every query value: at most 255
+    characters) is named by the flag typed (``--target: must be at most 255 characters,
+    got 300``), exit 2, not as the API's ``query.target``, which no flag is called."""
+    r = run(server, "root", *args, "x" * 300)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: {flag}: must be at most 255 characters, got 300"), (
+        r.stderr)
+
+
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
         server: Server) -> None:
     """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they
