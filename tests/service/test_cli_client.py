@@ -1296,6 +1296,22 @@ def test_removing_a_user_or_token_says_what_to_do_instead(
     assert run_json(server, "root", "users", "list") == before
 
 
+@pytest.mark.parametrize(("word", "said"), [
+    ("resume", "apportion hosts repair NAME"), ("undrain", "apportion hosts repair NAME"),
+    ("down", "apportion hosts drain NAME"), ("offline", "apportion hosts drain NAME"),
+])
+def test_slurms_words_for_a_hosts_state_name_drain_or_repair(
+        server: Server, word: str, said: str) -> None:
+    """``hosts resume h1`` (Slurm's ``state=resume``, ``undrain``) is a usage error (exit
+    2) naming ``hosts repair NAME``, and ``hosts down``/``offline`` one naming ``hosts drain
+    NAME``, not click's bare ``No such command``; the host is unchanged."""
+    before = run_json(server, "root", "hosts", "list")
+    r = run(server, "root", "hosts", word, "h1")
+    assert r.exit_code == 2, r.output
+    assert f"Error: No such command '{word}': {said}" in r.stderr, r.stderr
+    assert run_json(server, "root", "hosts", "list") == before
+
+
 def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -> None:
     """One exit code per kind of failure (docs/cli.md, "Exit codes"), whatever the command:
     404 -> 44, 403 and 401 -> 43, 409 -> 49 (also the logs of work not started yet, which

@@ -740,6 +740,18 @@ class TokensGroup(HintedGroup):
                           "ids are in apportion tokens list)")
 
 
+class HostsGroup(HintedGroup):
+    # Slurm's words for a node's state (scontrol update state=resume|drain|down), typed by habit
+    hints = {
+        **dict.fromkeys(("resume", "undrain", "enable", "up"),
+                        "apportion hosts repair NAME makes a host healthy again (and calls "
+                        "off a drain)"),
+        **dict.fromkeys(("down", "disable", "offline"),
+                        "apportion hosts drain NAME takes a host out of service (it empties "
+                        "as protections end, then goes to repair)"),
+    }
+
+
 # ---- budgets ---------------------------------------------------------------------------------
 @click.group()
 def budgets() -> None:
@@ -867,7 +879,7 @@ def budgets_usage(client: Client, as_json: bool) -> None:
 
 
 # ---- hosts and audit -------------------------------------------------------------------------
-@click.group()
+@click.group(cls=HostsGroup)
 def hosts() -> None:
     """Hosts: list, drain, repair."""
 
