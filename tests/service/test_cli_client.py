@@ -901,6 +901,23 @@ def test_a_budget_path_over_255_characters_is_refused_naming_path_and_the_limit(
                 "not a budget path: at most 255 characters") in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize(("args", "argument"), [
+    (("hosts", "drain"), "NAME"), (("hosts", "repair"), "NAME"),
+    (("users", "set", "--admin"), "NAME"), (("tokens", "create"), "USER"),
+    (("tokens", "revoke"), "TOKEN_ID"),
+])
+def test_a_name_over_255_characters_is_refused_naming_the_argument(
+        server: Server, args: tuple[str, ...], argument: str) -> None:
+    """A host, user or token id longer than any may be (255 characters) is a usage error
+    naming the argument, its first 40 characters and its length (exit 2), not the server's
+    ``path.name: must be at most 319 characters`` (its cap on a URL's part)."""
+    name = "h" * 400
+    r = run(server, "root", *args[:2], name, *args[2:])
+    assert r.exit_code == 2, r.output
+    assert (f"Error: Invalid value for '{argument}': {name[:40]!r}... (400 characters) is "
+            "not a name: at most 255 characters") in r.stderr, r.stderr
+
+
 def test_host_commands(server: Server) -> None:
     """An admin drains and repairs a host; hosts list shows the state."""
     r = run(server, "root", "hosts", "drain", "h2", "--reason", "ECC errors")

@@ -86,9 +86,12 @@ class Name(click.ParamType[str]):
         text = str(value)
         if not text:
             self.fail("empty", param, ctx)
-        if self.path and len(text) > MAX_PATH:  # the server's own cap on a URL's part is longer
-            self.fail(f"{escape_controls(text[:40])!r}... ({len(text)} characters) is not a "
-                      f"budget path: at most {MAX_PATH} characters", param, ctx)
+        # a budget path's limit, and over any host's, user's or token id's: the server's own
+        # cap on a URL's part is longer, and names no argument (path.name: ...)
+        if len(text) > MAX_PATH:
+            what = "a budget path" if self.path else "a name"
+            self.fail(f"{escape_controls(text[:40])!r}... ({len(text)} characters) is not "
+                      f"{what}: at most {MAX_PATH} characters", param, ctx)
         for part in text.split("/") if self.path else [text]:
             if part in ("", ".", "..") or "/" in part:
                 what = "a budget path: names separated by '/'" if self.path else "a name"
