@@ -780,6 +780,25 @@ def test_a_filter_over_the_servers_length_limit_is_named_as_the_flag(
         r.stderr)
 
 
+def test_budget_people_may_be_given_comma_separated_as_sacctmgr_takes_them(
+        server: Server) -> None:
+    """``budgets members PATH alice,bob`` (and ``managers``, ``create --member
+    alice,bob``) gives both people, as sacctmgr takes a list of users, mixed with names
+    given one by one; it was refused as the one name ``'alice,bob'``. A name of the list
+    that is no user is still refused naming the argument or flag."""
+    assert run(server, "root", "budgets", "create", "ops/team",
+               "--member", "alice,bob", "--manager", "carol").exit_code == 0
+    assert run(server, "root", "budgets", "managers", "ops/team", "carol,dave").exit_code == 0
+    tree = {b["path"]: b for b in run_json(server, "root", "budgets", "tree")}
+    assert (tree["ops/team"]["members"], tree["ops/team"]["managers"]) == (
+        ["alice", "bob"], ["carol", "dave"])
+    r = run(server, "root", "budgets", "members", "ops/team", "bob,alice", "dave")
+    assert (r.exit_code, r.stdout.strip()) == (0, "ops/team: members alice, bob, dave")
+    r = run(server, "root", "budgets", "members", "ops/team", "alice,bobb")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: NAMES: 'bobb' is not a user"), (
+        r.stderr)
+
+
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
         server: Server) -> None:
     """``audit --target 66`` and ``--target w-66`` show the entries of w-000066 (they

@@ -811,11 +811,19 @@ def budgets_set(client: Client, path: str, weight: float | None,
 @answer_json_option
 @connection
 def budgets_members(client: Client, path: str, names: tuple[str, ...], as_json: bool) -> None:
-    """Replace a node's members (none: remove all)."""
+    """Replace a node's members (none: remove all; alice bob, or alice,bob)."""
+    names = people(names)
     write(client, BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
           {"members": list(names)}, as_json,
           lambda b: f"{b.path}: members {', '.join(b.members) or '(none)'}",
           typed=people_as_typed("members", names, "NAMES"))
+
+
+def people(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names given, each argument or flag value also read as a comma-separated list
+    (``alice,bob``, as sacctmgr takes users): a comma is in no user's name, so the list
+    typed was refused as one name ``'alice,bob'``."""
+    return tuple(part for name in names for part in name.split(","))
 
 
 def people_as_typed(field_name: str, names: tuple[str, ...], typed: str) -> dict[str, str]:
@@ -831,7 +839,8 @@ def people_as_typed(field_name: str, names: tuple[str, ...], typed: str) -> dict
 @connection
 def budgets_managers(client: Client, path: str, names: tuple[str, ...],
                      as_json: bool) -> None:
-    """Replace a node's managers (none: remove all)."""
+    """Replace a node's managers (none: remove all; alice bob, or alice,bob)."""
+    names = people(names)
     write(client, BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
           {"managers": list(names)}, as_json,
           lambda b: f"{b.path}: managers {', '.join(b.managers) or '(none)'}",
@@ -841,13 +850,14 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...],
 @budgets.command("create")
 @click.argument("path")
 @click.option("--weight", type=WEIGHT, default=1.0, show_default=True)
-@click.option("--manager", "managers", multiple=True, help="repeatable")
-@click.option("--member", "members", multiple=True, help="repeatable")
+@click.option("--manager", "managers", multiple=True, help="repeatable, or alice,bob")
+@click.option("--member", "members", multiple=True, help="repeatable, or alice,bob")
 @answer_json_option
 @connection
 def budgets_create(client: Client, path: str, weight: float, managers: tuple[str, ...],
                    members: tuple[str, ...], as_json: bool) -> None:
     """Create a budget node below an existing one."""
+    managers, members = people(managers), people(members)
     write(client, BudgetCreated, "POST", "/budgets", {
         "path": path, "weight": weight, "managers": list(managers), "members": list(members)},
         as_json, lambda b: f"created {b.path} (weight {b.weight:g})",
