@@ -124,8 +124,11 @@ class NumbersAsArguments(click.Command):
                 arguments.extend(words)
             elif arg.startswith("-") and len(arg) > 1 and not _NEGATIVE_NUMBER.match(arg):
                 options.append(arg)
-                value = next(words, None) if arg in takes_value else None
-                if value is not None:  # the option's value, whatever it looks like
+                if arg in takes_value:  # the option's value, whatever it looks like
+                    value = next(words, None)
+                    if value is None:  # as click says it
+                        raise click.BadOptionUsage(arg, f"Option '{arg}' requires an "
+                                                   "argument.", ctx)
                     options.append(value)
             else:
                 arguments.append(arg)
