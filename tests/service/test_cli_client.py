@@ -696,6 +696,21 @@ def test_budget_commands(server: Server) -> None:
     assert all(a["actor"] == "carol" for a in audit)
 
 
+def test_a_manager_refused_their_own_nodes_weight_is_told_whose_it_is(server: Server) -> None:
+    """dave manages ai/llm: ``budgets set ai/llm 3`` is refused (exit 43) saying that the
+    weight is ai/llm's share of ai's, set by a manager of ai or above or an admin, not only
+    that dave may not; a top-level node's is the cluster's, an admin's. Nothing changes."""
+    before = run_json(server, "bob", "budgets", "tree")
+    r = run(server, "dave", "budgets", "set", "ai/llm", "3")
+    assert r.exit_code == 43, r.output
+    assert r.stderr.strip() == (
+        "Error: forbidden: dave may not change the weight of budget ai/llm (its share of "
+        "ai's, set by a manager of ai or above, or an admin) (HTTP 403)")
+    r = run(server, "carol", "budgets", "set", "ai", "3")
+    assert r.exit_code == 43 and "(its share of the cluster, set by an admin)" in r.stderr
+    assert run_json(server, "bob", "budgets", "tree") == before
+
+
 def test_budget_people_refused_are_named_as_typed(server: Server) -> None:
     """A name the server refuses in ``budgets members``/``managers`` (the NAMES arguments)
     or ``budgets create --member``/``--manager`` is named as the user typed it, not as the
@@ -713,6 +728,75 @@ def test_budget_people_refused_are_named_as_typed(server: Server) -> None:
         assert r.stderr.startswith(f"Error: {typed}: 'bobb' is not a user (did you mean "), (
             args, r.stderr)
     assert run_json(server, "bob", "budgets", "tree") == before
+
+
+def test_a_path_or_name_the_server_refuses_is_named_as_the_argument(server: Server) -> None:
+    """``budgets create ai/ü`` and ``users add Alice.Smith``: the server's refusal names the
+    PATH or NAME argument as ``--help`` shows it (``PATH: segment 2 ('ü'): ...``, ``NAME:
+    'Alice.Smith' is not a user name``), as the other commands name theirs, not the API's
+    field (``path:``, ``name:``), which is no flag or argument of theirs; exit 2, nothing
+    made."""
+    before = (run_json(server, "root", "budgets", "tree"),
+              run_json(server, "root", "users", "list"))
+    r = run(server, "root", "budgets", "create", "ai/\u00fc")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("Error: PATH: segment 2 ('\u00fc'): may only hold"), r.stderr
+    r = run(server, "root", "budgets", "create", "ai/" + "x/" * 130 + "x")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: PATH: "), r.stderr
+    r = run(server, "root", "users", "add", "Alice.Smith")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("Error: NAME: 'Alice.Smith' is not a user name: "), r.stderr
+    assert (run_json(server, "root", "budgets", "tree"),
+            run_json(server, "root", "users", "list")) == before
+
+
+@pytest.mark.parametrize("args", [("--from", "yesterday"), ("--to", "last week"),
+                                  ("--from", "20261206")])
+def test_audit_refuses_a_period_it_cannot_read_as_bad_input_exit_2(
+        server: Server, args: tuple[str, ...]) -> None:
+    """``audit --from yesterday`` (or a --to, or a date without dashes) is bad input:
+    exit 2, as ``report usage`` refuses the very same text and as docs/cli.md's "Exit codes"
+    says of input refused, with the one ``Error: --from: ...`` line (it exited 1, the code
+    of a reply the client cannot read)."""
+    r = run(server, "root", "audit", *args)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: {args[0]}: "), r.stderr
+    assert run(server, "root", "report", "usage", *args).exit_code == 2
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (("audit", "--target"), "--target"), (("audit", "--actor"), "--actor"),
+    (("queue", "--user"), "--user"), (("queue", "--budget"), "--budget"),
+    (("tokens", "list", "--user"), "--user"),
+])
+def test_a_filter_over_the_servers_length_limit_is_named_as_the_flag(
+        server: Server, args: tuple[str, ...], flag: str) -> None:
+    """A filter the server refuses for its length (every query value: at most 255
+    characters) is named by the flag typed (``--target: must be at most 255 characters,
+    got 300``), exit 2, not as the API's ``query.target``, which no flag is called."""
+    r = run(server, "root", *args, "x" * 300)
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith(f"Error: {flag}: must be at most 255 characters, got 300"), (
+        r.stderr)
+
+
+def test_budget_people_may_be_given_comma_separated_as_sacctmgr_takes_them(
+        server: Server) -> None:
+    """``budgets members PATH alice,bob`` (and ``managers``, ``create --member
+    alice,bob``) gives both people, as sacctmgr takes a list of users, mixed with names
+    given one by one; it was refused as the one name ``'alice,bob'``. A name of the list
+    that is no user is still refused naming the argument or flag."""
+    assert run(server, "root", "budgets", "create", "ops/team",
+               "--member", "alice,bob", "--manager", "carol").exit_code == 0
+    assert run(server, "root", "budgets", "managers", "ops/team", "carol,dave").exit_code == 0
+    tree = {b["path"]: b for b in run_json(server, "root", "budgets", "tree")}
+    assert (tree["ops/team"]["members"], tree["ops/team"]["managers"]) == (
+        ["alice", "bob"], ["carol", "dave"])
+    r = run(server, "root", "budgets", "members", "ops/team", "bob,alice", "dave")
+    assert (r.exit_code, r.stdout.strip()) == (0, "ops/team: members alice, bob, dave")
+    r = run(server, "root", "budgets", "members", "ops/team", "alice,bobb")
+    assert r.exit_code == 2 and r.stderr.startswith("Error: NAMES: 'bobb' is not a user"), (
+        r.stderr)
 
 
 def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
@@ -735,6 +819,21 @@ def test_audit_target_takes_a_short_workload_id_unless_a_name_has_entries(
     assert [(a["action"], a["target"]) for a in named] == [("budget.create", short)]
 
 
+def test_the_action_audit_help_gives_as_an_example_is_one_the_server_writes(
+        server: Server) -> None:
+    """The action ``audit --help`` gives as its example of ``--action`` (it named
+    ``budget.set``, which no entry is: ``--action budget.set`` was refused) is an action the
+    server audits: after a weight change, ``audit --action`` of it lists that change."""
+    example = re.search(r"only this action \((\S+)\)",
+                        " ".join(run(server, None, "audit", "--help").stdout.split()))
+    assert example is not None
+    assert run(server, "root", "budgets", "create", "ops/example").exit_code == 0
+    assert run(server, "root", "budgets", "set", "ops/example", "3").exit_code == 0
+    r = run(server, "root", "audit", "--action", example[1], "--json")
+    assert r.exit_code == 0, r.output
+    assert {e["action"] for e in json.loads(r.stdout)} == {example[1]}
+
+
 def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: Server) -> None:
     """``budgets set PATH W`` and ``budgets set PATH --weight W`` (the flag ``budgets create``
     takes) both set the weight; giving two different weights, or none, is a usage error
@@ -751,6 +850,26 @@ def test_budgets_set_takes_the_weight_as_argument_or_as_create_takes_it(server: 
     tree = {b["path"]: b for b in run_json(server, "bob", "budgets", "tree")}
     assert tree["ai/speech"]["weight"] == 2.0
     assert "budget.weight" in run(server, "bob", "audit").stdout
+
+
+def test_budgets_set_refuses_a_negative_weight_as_the_value_it_is(server: Server) -> None:
+    """``budgets set PATH -1`` (and ``-0.5``, ``-1e3``, ``-inf``) is refused as the WEIGHT
+    argument out of range (exit 2), not as ``No such option '-1'``; an option after it is
+    still read, the arguments keep their order, and nothing is changed."""
+    before = run_json(server, "bob", "budgets", "tree")
+    for args in (("ai/llm", "-1"), ("ai/llm", "-0.5", "--json"), ("ai/llm", "-1e3"),
+                 ("--json", "ai/llm", "-inf")):
+        r = run(server, "root", "budgets", "set", *args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "Error: Invalid value for '[WEIGHT]': -" in r.stderr, (args, r.stderr)
+        assert "No such option" not in r.stderr
+    r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--bogus")
+    assert r.exit_code == 2 and "No such option '--bogus'" in r.stderr
+    r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--weight")
+    assert r.exit_code == 2 and "Option '--weight' requires an argument." in r.stderr
+    r = run(server, "root", "budgets", "set", "ai/llm", "--weight", "-1")
+    assert r.exit_code == 2 and "Invalid value for '--weight': -1.0" in r.stderr
+    assert run_json(server, "bob", "budgets", "tree") == before
 
 
 def test_out_of_range_numbers_are_refused_naming_the_flag(server: Server) -> None:
@@ -784,6 +903,40 @@ def test_an_empty_name_is_refused_naming_the_argument(
     r = run(server, "root", *args)
     assert r.exit_code == 2, r.output
     assert f"Error: Invalid value for '{argument}': empty" in r.output
+
+
+@pytest.mark.parametrize("command", [("budgets", "set"), ("budgets", "members"),
+                                     ("budgets", "managers")])
+def test_a_budget_path_over_255_characters_is_refused_naming_path_and_the_limit(
+        server: Server, command: tuple[str, ...]) -> None:
+    """A budget path longer than the 255 characters any budget's may have (security.md,
+    "Input limits") is a usage error naming PATH, its first 40 characters, its length and
+    the limit (exit 2), not the server's ``path.path: must be at most 319 characters``
+    (its cap on a URL's part, which names no argument and no budget limit) or, under 320
+    characters, ``not found``."""
+    for length in (256, 400):
+        path = ("abcdefgh/" * 50)[:length - 1] + "x"
+        r = run(server, "root", *command, path, *(["2"] if command[1] == "set" else []))
+        assert r.exit_code == 2, r.output
+        assert (f"Error: Invalid value for 'PATH': {path[:40]!r}... ({length} characters) is "
+                "not a budget path: at most 255 characters") in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(("args", "argument"), [
+    (("hosts", "drain"), "NAME"), (("hosts", "repair"), "NAME"),
+    (("users", "set", "--admin"), "NAME"), (("tokens", "create"), "USER"),
+    (("tokens", "revoke"), "TOKEN_ID"),
+])
+def test_a_name_over_255_characters_is_refused_naming_the_argument(
+        server: Server, args: tuple[str, ...], argument: str) -> None:
+    """A host, user or token id longer than any may be (255 characters) is a usage error
+    naming the argument, its first 40 characters and its length (exit 2), not the server's
+    ``path.name: must be at most 319 characters`` (its cap on a URL's part)."""
+    name = "h" * 400
+    r = run(server, "root", *args[:2], name, *args[2:])
+    assert r.exit_code == 2, r.output
+    assert (f"Error: Invalid value for '{argument}': {name[:40]!r}... (400 characters) is "
+            "not a name: at most 255 characters") in r.stderr, r.stderr
 
 
 def test_host_commands(server: Server) -> None:
@@ -1162,6 +1315,58 @@ def test_names_in_a_request_path_are_sent_as_typed_and_name_nothing_else(
         r = run(server, "root", *args)
         assert r.exit_code == 44 and r.stderr.startswith("Error: ") and "\x07" not in r.stderr \
             and "Traceback" not in r.output, r.output
+
+
+def test_adding_a_user_that_exists_says_what_to_do_instead(server: Server) -> None:
+    """``users add alice`` when alice exists is refused (exit 49) with the commands that do
+    what the admin may have meant, changing her (``users set alice``) or giving her another
+    token (``tokens create alice``), not only "already exists"; alice is unchanged."""
+    before = run_json(server, "root", "users", "list")
+    r = run(server, "root", "users", "add", "alice", "--admin")
+    assert r.exit_code == 49, r.output
+    assert r.stderr.startswith("Error: user alice: name: already exists; "), r.stderr
+    assert "apportion users set alice" in r.stderr, r.stderr
+    assert "apportion tokens create alice" in r.stderr, r.stderr
+    assert run_json(server, "root", "users", "list") == before
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("users", "remove", "alice"), "users are never removed"),
+    (("users", "delete", "alice"), "users are never removed"),
+    (("users", "disable", "alice"), "users are never removed"),
+    (("tokens", "delete", "t-000000000000"), "apportion tokens revoke ID"),
+])
+def test_removing_a_user_or_token_says_what_to_do_instead(
+        server: Server, args: tuple[str, ...], said: str) -> None:
+    """``users remove``/``delete``/``disable`` (no such commands: users are kept) is a usage
+    error (exit 2) that says how to take a user's access away instead (revoke the tokens,
+    take them out of the budgets, cancel their work), and ``tokens delete`` names ``tokens
+    revoke``, not click's bare ``No such command``; nothing is changed."""
+    before = run_json(server, "root", "users", "list")
+    r = run(server, "root", *args)
+    assert r.exit_code == 2, r.output
+    assert f"Error: No such command '{args[1]}': " in r.stderr and said in r.stderr, r.stderr
+    if args[0] == "users":
+        for step in ("apportion tokens revoke", "apportion budgets members",
+                     "apportion cancel --user"):
+            assert step in r.stderr
+    assert run_json(server, "root", "users", "list") == before
+
+
+@pytest.mark.parametrize(("word", "said"), [
+    ("resume", "apportion hosts repair NAME"), ("undrain", "apportion hosts repair NAME"),
+    ("down", "apportion hosts drain NAME"), ("offline", "apportion hosts drain NAME"),
+])
+def test_slurms_words_for_a_hosts_state_name_drain_or_repair(
+        server: Server, word: str, said: str) -> None:
+    """``hosts resume h1`` (Slurm's ``state=resume``, ``undrain``) is a usage error (exit
+    2) naming ``hosts repair NAME``, and ``hosts down``/``offline`` one naming ``hosts drain
+    NAME``, not click's bare ``No such command``; the host is unchanged."""
+    before = run_json(server, "root", "hosts", "list")
+    r = run(server, "root", "hosts", word, "h1")
+    assert r.exit_code == 2, r.output
+    assert f"Error: No such command '{word}': {said}" in r.stderr, r.stderr
+    assert run_json(server, "root", "hosts", "list") == before
 
 
 def test_each_kind_of_failure_has_its_own_documented_exit_code(server: Server) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +58,35 @@ def test_report_usage_forms_match_the_charged_attempts(live: Live, tmp_path: Pat
                    str(page))
     assert out.returncode == 0 and out.stdout == f"wrote {page}\n"
     assert page.read_text().count("<img ") == 3
+
+
+def test_small_usage_is_shown_with_two_significant_digits_not_as_none(live: Live) -> None:
+    """Work of seconds charges a few ten-thousandths of a GPU-hour: the tables of ``report
+    usage`` and ``budgets usage`` show ai/llm's charged and ai/vision's free GPU-hours with
+    two significant digits (``0.00056``), the figure the JSON holds, not as ``0.0``, which
+    read as no usage at all; a budget that used nothing still shows ``0.0``."""
+    a = live.submit("alice", "ai/llm", 2, "1m", "sleep 1")
+    b = live.submit("bob", "ai/vision", 1, 0, "sleep 1")
+    charged = sum(x["gpu_seconds"] for x in live.wait_status(a, "completed")["attempts"])
+    free = sum(x["gpu_seconds"] for x in live.wait_status(b, "completed")["attempts"])
+    assert 0 < charged / 3600 < 0.05 and 0 < free / 3600 < 0.05  # each 0.0 to one decimal
+
+    r = live.cli("root", "report", "usage", "--from", "1d")
+    assert r.returncode == 0, r.stderr
+    header, *lines = r.stdout.splitlines()
+    rows = {line.split()[0]: dict(zip(re.split(r"\s{2,}", header), line.split(), strict=True))
+            for line in lines[:lines.index("")]}
+    assert float(rows["ai/llm"]["CHARGED GPU-H"]) == pytest.approx(charged / 3600, rel=0.06)
+    assert float(rows["ai/vision"]["FREE GPU-H"]) == pytest.approx(free / 3600, rel=0.06)
+    assert rows["ai/vision"]["CHARGED GPU-H"] == "0.0"
+
+    r = live.cli("root", "budgets", "usage")
+    assert r.returncode == 0, r.stderr
+    _, header, *lines = r.stdout.splitlines()
+    rows = {line.split()[0]: dict(zip(header.split(), line.split(), strict=True))
+            for line in lines}
+    assert float(rows["llm"]["CHARGED_GPU_H"]) == pytest.approx(charged / 3600, rel=0.06)
+    assert float(rows["vision"]["FREE_GPU_H"]) == pytest.approx(free / 3600, rel=0.06)
 
 
 def test_report_usage_output_that_cannot_be_written_names_the_flag(

@@ -121,6 +121,19 @@ def test_the_cli_names_expires_as_typed_when_refused(env: Env) -> None:
         "date and time (2026-12-31T18:00, UTC unless it says otherwise), got 'soon'")
 
 
+def test_a_negative_expires_is_refused_as_a_lifetime_not_greater_than_0(env: Env) -> None:
+    """``--expires -1`` (``-1.5``, ``-5d``) is refused as ``--expires 0`` is, a lifetime that
+    must be > 0, quoting it as typed (exit 2), not as the epoch time -1 with pydantic's
+    ``Input should be greater than or equal to 0``, which 0 does not pass either; no token
+    is made."""
+    before = env.call("GET", "/v1/tokens", "root").json()
+    for typed in ("-1", "-1.5", "-5d"):
+        r = cli(env, "root", "tokens", "create", "alice", f"--expires={typed}")
+        assert r.exit_code == 2, r.output
+        assert r.stderr.strip() == f"Error: --expires: must be a lifetime > 0, got '{typed}'"
+    assert env.call("GET", "/v1/tokens", "root").json() == before
+
+
 def test_max_token_lifetime_is_the_default_and_a_longer_one_is_refused(capped: Env) -> None:
     """With ``[auth] max_token_lifetime = 1d``, a token made without an expiry lives a
     day; one asked for longer (as a lifetime or a date) is refused with 422 naming the

@@ -28,7 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from apportion.core import format_duration
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
-from apportion.core.units import format_duration_exact
+from apportion.core.units import format_duration_exact, format_figure
 from apportion.service.replies import (
     AuditEntry,
     Budget,
@@ -45,6 +45,7 @@ from apportion.service.replies import (
     Why,
     Workload,
 )
+from apportion.service.validation import MAX_PATH
 from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
@@ -85,6 +86,12 @@ class Name(click.ParamType[str]):
         text = str(value)
         if not text:
             self.fail("empty", param, ctx)
+        # a budget path's limit, and over any host's, user's or token id's: the server's own
+        # cap on a URL's part is longer, and names no argument (path.name: ...)
+        if len(text) > MAX_PATH:
+            what = "a budget path" if self.path else "a name"
+            self.fail(f"{escape_controls(text[:40])!r}... ({len(text)} characters) is not "
+                      f"{what}: at most {MAX_PATH} characters", param, ctx)
         for part in text.split("/") if self.path else [text]:
             if part in ("", ".", "..") or "/" in part:
                 what = "a budget path: names separated by '/'" if self.path else "a name"
@@ -94,6 +101,40 @@ class Name(click.ParamType[str]):
 
 NAME = Name()
 BUDGET_PATH = Name(path=True)
+
+# a word that reads as a negative number (-1, -0.5, -1e3, -inf): an argument, not an option
+_NEGATIVE_NUMBER = re.compile(r"-(\d|\.\d|inf|nan)", re.IGNORECASE)
+
+
+class NumbersAsArguments(click.Command):
+    """A command whose arguments may be negative numbers (``budgets set ai -1``): click
+    reads any word starting with ``-`` as an option, so ``-1`` was refused as ``No such
+    option '-1'`` instead of as the value it is. Such a word is read as an argument, in its
+    place among the others, unless it is the value of the option before it (``--weight
+    -1``): the options are read first, then the arguments after a ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value = {name for p in self.get_params(ctx) if isinstance(p, click.Option)
+                       and not p.is_flag and not p.count for name in p.opts}
+        options: list[str] = []
+        arguments: list[str] = []
+        words = iter(args)
+        for arg in words:
+            if arg == "--":  # the rest are arguments already
+                arguments.extend(words)
+            elif arg.startswith("-") and len(arg) > 1 and not _NEGATIVE_NUMBER.match(arg):
+                options.append(arg)
+                if arg in takes_value:  # the option's value, whatever it looks like
+                    value = next(words, None)
+                    if value is None:  # as click says it
+                        raise click.BadOptionUsage(arg, f"Option '{arg}' requires an "
+                                                   "argument.", ctx)
+                    options.append(value)
+            else:
+                arguments.append(arg)
+        if not any(_NEGATIVE_NUMBER.match(a) for a in arguments):
+            return super().parse_args(ctx, args)
+        return super().parse_args(ctx, [*options, "--", *arguments])
 
 
 def url_part(name: str) -> str:
@@ -393,10 +434,13 @@ class Client:
 
 def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickException:
     """The server's refusal ``"<field>: why"`` with the field named as the user typed it
-    (``names``: API field -> a flag, or a script line); other errors as they are."""
+    (``names``: API field -> a flag, or a script line); other errors as they are. A query
+    parameter's field is also refused as ``query.<field>`` (the length and NUL checks every
+    route's parameters get, service/api.py), named the same way."""
     for field_name, typed in names.items():
-        if e.message.startswith(field_name + ":"):
-            return reworded(e, typed + e.message[len(field_name):])
+        for sent in (field_name, f"query.{field_name}"):
+            if e.message.startswith(sent + ":"):
+                return reworded(e, typed + e.message[len(sent):])
     return e
 
 
@@ -670,6 +714,52 @@ def why(client: Client, workload_id: str, as_json: bool) -> None:
         click.echo(escape_controls(line))
 
 
+class HintedGroup(click.Group):
+    """A group that answers a command it lacks but an admin would type (``users remove``)
+    with what to do instead, rather than click's bare ``No such command``."""
+
+    hints: Mapping[str, str] = {}
+
+    def resolve_command(self, ctx: click.Context, args: list[str],
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name in self.hints and name not in self.commands:
+            ctx.fail(f"No such command {name!r}: {self.hints[name]}")
+        return super().resolve_command(ctx, args)
+
+
+_LEAVING = ("users are never removed: their name stays on their past work, in the audit and "
+            "in the usage reports. To take a user's access away, revoke their tokens "
+            "(apportion tokens list --user NAME, then apportion tokens revoke ID) and take "
+            "them out of the budgets that name them (apportion budgets members PATH ...), "
+            "and cancel the work they left if it should not run (apportion cancel --user "
+            "NAME); "
+            "docs/operations.md, \"People joining, moving and leaving\"")
+
+
+class UsersGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "disable", "deactivate", "lock"),
+                          _LEAVING)
+
+
+class TokensGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "disable"),
+                          "a token is revoked, not deleted: apportion tokens revoke ID (the "
+                          "ids are in apportion tokens list)")
+
+
+class HostsGroup(HintedGroup):
+    # Slurm's words for a node's state (scontrol update state=resume|drain|down), typed by habit
+    hints = {
+        **dict.fromkeys(("resume", "undrain", "enable", "up"),
+                        "apportion hosts repair NAME makes a host healthy again (and calls "
+                        "off a drain)"),
+        **dict.fromkeys(("down", "disable", "offline"),
+                        "apportion hosts drain NAME takes a host out of service (it empties "
+                        "as protections end, then goes to repair)"),
+    }
+
+
 # ---- budgets ---------------------------------------------------------------------------------
 @click.group()
 def budgets() -> None:
@@ -688,7 +778,7 @@ def budgets_tree(client: Client, as_json: bool) -> None:
     table(
         ["BUDGET", "WEIGHT", "SHARE", "MANAGERS", "MEMBERS"],
         [["  " * r.path.count("/") + r.path.rsplit("/", 1)[-1], f"{r.weight:g}",
-          f"{100 * r.share:.1f}%", ",".join(r.managers) or "-",
+          f"{format_figure(100 * r.share)}%", ",".join(r.managers) or "-",
           ",".join(r.members) or "-"] for r in parse_list(Budget, data, "GET /v1/budgets")],
     )
 
@@ -700,7 +790,7 @@ _budgets_list.hidden = True
 budgets.add_command(_budgets_list, "list")
 
 
-@budgets.command("set")
+@budgets.command("set", cls=NumbersAsArguments)
 @click.argument("path", type=BUDGET_PATH)
 @click.argument("weight", type=WEIGHT, required=False)
 @click.option("--weight", "weight_flag", type=WEIGHT, metavar="W",
@@ -726,11 +816,19 @@ def budgets_set(client: Client, path: str, weight: float | None,
 @answer_json_option
 @connection
 def budgets_members(client: Client, path: str, names: tuple[str, ...], as_json: bool) -> None:
-    """Replace a node's members (none: remove all)."""
+    """Replace a node's members (none: remove all; alice bob, or alice,bob)."""
+    names = people(names)
     write(client, BudgetMembers, "PUT", f"/budgets/{url_part(path)}/members",
           {"members": list(names)}, as_json,
           lambda b: f"{b.path}: members {', '.join(b.members) or '(none)'}",
           typed=people_as_typed("members", names, "NAMES"))
+
+
+def people(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names given, each argument or flag value also read as a comma-separated list
+    (``alice,bob``, as sacctmgr takes users): a comma is in no user's name, so the list
+    typed was refused as one name ``'alice,bob'``."""
+    return tuple(part for name in names for part in name.split(","))
 
 
 def people_as_typed(field_name: str, names: tuple[str, ...], typed: str) -> dict[str, str]:
@@ -746,7 +844,8 @@ def people_as_typed(field_name: str, names: tuple[str, ...], typed: str) -> dict
 @connection
 def budgets_managers(client: Client, path: str, names: tuple[str, ...],
                      as_json: bool) -> None:
-    """Replace a node's managers (none: remove all)."""
+    """Replace a node's managers (none: remove all; alice bob, or alice,bob)."""
+    names = people(names)
     write(client, BudgetManagers, "PUT", f"/budgets/{url_part(path)}/managers",
           {"managers": list(names)}, as_json,
           lambda b: f"{b.path}: managers {', '.join(b.managers) or '(none)'}",
@@ -756,17 +855,19 @@ def budgets_managers(client: Client, path: str, names: tuple[str, ...],
 @budgets.command("create")
 @click.argument("path")
 @click.option("--weight", type=WEIGHT, default=1.0, show_default=True)
-@click.option("--manager", "managers", multiple=True, help="repeatable")
-@click.option("--member", "members", multiple=True, help="repeatable")
+@click.option("--manager", "managers", multiple=True, help="repeatable, or alice,bob")
+@click.option("--member", "members", multiple=True, help="repeatable, or alice,bob")
 @answer_json_option
 @connection
 def budgets_create(client: Client, path: str, weight: float, managers: tuple[str, ...],
                    members: tuple[str, ...], as_json: bool) -> None:
     """Create a budget node below an existing one."""
+    managers, members = people(managers), people(members)
     write(client, BudgetCreated, "POST", "/budgets", {
         "path": path, "weight": weight, "managers": list(managers), "members": list(members)},
         as_json, lambda b: f"created {b.path} (weight {b.weight:g})",
-        typed={**people_as_typed("managers", managers, "--manager"),
+        typed={"path": "PATH", "weight": "--weight",
+               **people_as_typed("managers", managers, "--manager"),
                **people_as_typed("members", members, "--member")})
 
 
@@ -786,16 +887,17 @@ def budgets_usage(client: Client, as_json: bool) -> None:
     table(
         ["BUDGET", "SHARE", "CHARGED_GPU_H", *units, "FREE_GPU_H", "RATIO"],
         [["  " * b.path.count("/") + b.path.rsplit("/", 1)[-1],
-          f"{100 * b.share:.1f}%", f"{b.charged_gpu_hours:.1f}",
-          *(["-" if b.charged_units is None else f"{b.charged_units:.1f}"] if u.billed else []),
-          f"{b.free_gpu_hours:.1f}",
+          f"{format_figure(100 * b.share)}%", format_figure(b.charged_gpu_hours),
+          *(["-" if b.charged_units is None else format_figure(b.charged_units)]
+            if u.billed else []),
+          format_figure(b.free_gpu_hours),
           "-" if b.usage_ratio is None else f"{b.usage_ratio:.2f}"]
          for b in u.budgets],
     )
 
 
 # ---- hosts and audit -------------------------------------------------------------------------
-@click.group()
+@click.group(cls=HostsGroup)
 def hosts() -> None:
     """Hosts: list, drain, repair."""
 
@@ -855,7 +957,7 @@ def hosts_repair(client: Client, name: str, reason: str, as_json: bool) -> None:
                    "unless something of that very name has entries)")
 @click.option("--actor", default=None, help="only entries by this user (or scheduler, config)")
 @click.option("--action", default=None,
-              help="only this action (budget.set) or family (budget: every budget.*)")
+              help="only this action (budget.weight) or family (budget: every budget.*)")
 @click.option("--from", "start", default=None, metavar="WHEN",
               help="only entries at or after: 2026-11-01, 2026-11-01T08:00 (UTC unless an "
                    "offset is given: 2026-11-01T08:00+05:30), 30d (ago)")
@@ -872,8 +974,8 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     try:  # here, as report usage reads them: so that an empty page can say what was searched
         since = None if start is None else parse_time(start, "--from", now)
         until = None if end is None else parse_time(end, "--to", now)
-    except ReportError as e:
-        raise click.ClickException(str(e)) from None
+    except ReportError as e:  # bad input, exit 2, as report usage refuses the same text
+        raise BadInput(str(e)) from None
     if since is not None and until is not None and since >= until:
         # as report usage says it: the server's 422 would name epoch seconds never typed
         raise BadInput(f"--from: {start} is not before --to ({end})")
@@ -947,7 +1049,7 @@ def _warn_cannot_run(u: User) -> None:
                    f"{_cannot_run(u)}", err=True)
 
 
-@click.group()
+@click.group(cls=UsersGroup)
 def users() -> None:
     """Users (admins): add, list, set."""
 
@@ -963,7 +1065,7 @@ def users_add(client: Client, name: str, admin: bool, unix_user: str | None,
     """Add a user (then give it a token: apportion tokens create NAME)."""
     u = write(client, User, "POST", "/users",
               {"name": name, "admin": admin, "unix_user": unix_user}, as_json,
-              lambda u: f"added {_user_line(u)}", {"unix_user": "--unix-user"})
+              lambda u: f"added {_user_line(u)}", {"name": "NAME", "unix_user": "--unix-user"})
     _warn_cannot_run(u)
 
 
@@ -1004,7 +1106,7 @@ def users_set(client: Client, name: str, admin: bool | None, unix_user: str | No
     _warn_cannot_run(u)
 
 
-@click.group()
+@click.group(cls=TokensGroup)
 def tokens() -> None:
     """Tokens: create (admins), list, revoke."""
 
@@ -1025,6 +1127,8 @@ def expiry(text: str, now: float) -> dict[str, Any]:
             return {"expires_in": given}
         except ValueError:
             pass
+    if _NEGATIVE_NUMBER.match(given):  # -1: a lifetime of -1 s, not 1 s before 1970
+        raise BadInput(f"--expires: must be a lifetime > 0, got {text!r}")
     try:
         return {"expires_at": parse_time(given, "--expires", now)}
     except ReportError as e:

@@ -25,7 +25,12 @@ import httpx
 
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
-from apportion.core.units import DurationError, format_duration_exact, parse_duration
+from apportion.core.units import (
+    DurationError,
+    format_duration_exact,
+    format_figure,
+    parse_duration,
+)
 from apportion.service import warn_signal
 from apportion.service.executors.identity import max_arg_strlen
 from apportion.service.replies import (
@@ -1361,7 +1366,7 @@ def order(client: Client, as_json: bool) -> None:
     # charged hours as the ratio counts them: billed units where GPU kinds are billed
     table(["BUDGET", "RANK", "SHARE", "CHARGED_H", "RATIO", "PENDING", "FIRST_POS"],
           [["  " * b["depth"] + b["path"].rsplit("/", 1)[-1], b["rank"],
-            f"{100 * b['share']:.1f}%", f"{b['charged_gpu_s'] / 3600:.1f}",
+            f"{format_figure(100 * b['share'])}%", format_figure(b["charged_gpu_s"] / 3600),
             "-" if b["usage_ratio"] is None else f"{b['usage_ratio']:.2f}", b["pending"],
             b["first_position"] or "-"] for b in out])
 

@@ -17,7 +17,7 @@ import re
 
 __all__ = [
     "DurationError", "format_amount", "format_duration", "format_duration_exact",
-    "parse_duration", "parse_number", "plural",
+    "format_figure", "parse_duration", "parse_number", "plural",
 ]
 
 _UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "min": 60.0, "s": 1.0}
@@ -133,6 +133,23 @@ def format_amount(value: float) -> str:
     (``0.2``, ``1.5``), whole numbers above (``1,234``), so that a small period's figures
     are not all 0 and 1."""
     return f"{value:,.1f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+# the most decimals format_figure writes: below a millionth (of a GPU-hour, a percent) a
+# figure is a float's rounding noise, not usage, and is written as 0.0
+_MAX_DECIMALS = 6
+
+
+def format_figure(value: float) -> str:
+    """A figure of a table (GPU-hours, a percentage) to one decimal (``1,234.5``), but one
+    that is not 0 and would read as ``0.0`` with two significant digits (``0.017``,
+    ``0.00028``), as the dashboard writes a small share: a small usage is not shown as
+    none."""
+    text = f"{value:,.1f}"
+    if value == 0 or text.strip("-") != "0.0":
+        return text
+    decimals = 1 - math.floor(math.log10(abs(value)))
+    return text if decimals > _MAX_DECIMALS else f"{value:.{decimals}f}"
 
 
 def plural(count: int | float, word: str, words: str | None = None) -> str:

@@ -51,6 +51,7 @@ from apportion.core import (
     parse_duration,
 )
 from apportion.core.fleet import pool_name
+from apportion.core.units import format_figure
 from apportion.times import format_time
 
 from .config import PoolsConfig
@@ -416,14 +417,15 @@ def _cell(key: str, value: Any) -> str:
     if value is None:
         return "-"
     if key in ("share", "attainment", "occupancy"):
-        return f"{100 * value:.1f}%"
+        return f"{format_figure(100 * value)}%"
     if isinstance(value, float):
-        return f"{value:,.1f}"
+        return format_figure(value)
     return str(value)
 
 
 def table_rows(report: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """Header and cells for people (GPU-hours to 0.1, shares and attainment in percent)."""
+    """Header and cells for people (GPU-hours to 0.1, shares and attainment in percent, to
+    0.1 too unless that shows a figure that is not 0 as 0.0: ``core.units.format_figure``)."""
     keys = _keys(report)
     cols = [c for c in COLUMNS if any(c in r for r in report["rows"])]
     header = [k.upper() for k in keys] + [c.removesuffix("_gpu_hours").upper()

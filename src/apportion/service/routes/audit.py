@@ -33,7 +33,7 @@ def router(api: Api) -> APIRouter:
         target: str | None = None,
         actor: Annotated[str | None, Query(description="only entries by this user (or "
                                                        "scheduler, config)")] = None,
-        action: Annotated[str | None, Query(description="only this action (budget.set) or "
+        action: Annotated[str | None, Query(description="only this action (budget.weight) or "
                                                         "family (budget: every budget.*)")
                           ] = None,
         from_: Annotated[str | None, Query(alias="from", description="only entries at or "

@@ -6,7 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from apportion.core import BudgetTree, CoreError, HostState, ancestors, usage_ratio
+from apportion.core import (
+    BudgetTree,
+    CoreError,
+    HostState,
+    ancestors,
+    parent_of,
+    usage_ratio,
+)
 
 from ..auth import Principal
 from ..bodies import CreateBudgetBody, ManagersBody, MembersBody, WeightBody
@@ -69,7 +76,10 @@ def router(api: Api) -> APIRouter:
         """Change a node's weight (its parent's manager, or an admin)."""
         store.get_budget(path)
         if not rights(user).can_set_weight(path):
-            raise forbid(user, f"change the weight of budget {path}")
+            parent = parent_of(path)
+            raise forbid(user, f"change the weight of budget {path} (its share of "
+                         + (f"{parent}'s, set by a manager of {parent} or above, or an admin)"
+                            if parent else "the cluster, set by an admin)"))
         try:
             store.load_tree().with_weight(path, body.weight)
         except CoreError as e:

@@ -1357,7 +1357,10 @@ class Store:
             raise Conflict("user: name: must not be empty")
         with self._tx() as s:
             if s.get(UserModel, name) is not None:
-                raise Conflict(f"user {name}: name: already exists")
+                raise Conflict(
+                    f"user {name}: name: already exists; change it with apportion users set "
+                    f"{name} (--admin/--no-admin, --unix-user), give it another token with "
+                    f"apportion tokens create {name}")
             s.add(UserModel(name=name, admin=admin, unix_user=unix_user))
             self._audit(s, actor, "user.create", name, None,
                         {"admin": admin, "unix_user": unix_user})
@@ -1524,7 +1527,7 @@ class Store:
     ) -> list[AuditRow]:
         """Audit entries, newest first (``after_id``: only entries with a larger id;
         ``before_id``: only those with a smaller one, the next page of a list), of
-        ``target``, by ``actor``, of ``action`` (``budget.set``, or a family: ``budget``
+        ``target``, by ``actor``, of ``action`` (``budget.weight``, or a family: ``budget``
         is every ``budget.*``), at or after ``since`` and before ``until``."""
         with self._tx(write=False) as s:
             q = select(AuditModel).where(AuditModel.id > after_id)
