@@ -202,6 +202,19 @@ def test_malformed_json_is_rejected(svc: Service) -> None:
     assert svc.store.list_workloads() == []
 
 
+def test_json_nested_too_deep_is_a_400_saying_so(svc: Service) -> None:
+    """A body of arrays nested 100 000 deep (past what the JSON parser takes) gets 400 with
+    'body: nested too deep: ...', as docs/api.md says, not FastAPI's bare 'There was an
+    error parsing the body'; one nested 100 deep still gets the 422 of a body that is no
+    object; nothing is stored."""
+    r = svc.call("POST", "/v1/workloads", "alice", raw="[" * 100_000 + "]" * 100_000)
+    assert r.status_code == 400
+    assert r.json()["detail"].startswith("body: nested too deep: more arrays or objects")
+    r = svc.call("POST", "/v1/workloads", "alice", raw="[" * 100 + "]" * 100)
+    assert r.status_code == 422 and r.json()["detail"].startswith("body: ")
+    assert svc.store.list_workloads() == []
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the

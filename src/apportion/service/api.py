@@ -18,10 +18,13 @@ import json
 import logging
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import validation as v
@@ -40,6 +43,10 @@ __all__ = ["API_VERSION", "BodyLimit", "create_app"]
 
 
 # ---- errors -----------------------------------------------------------------------------
+NESTED_TOO_DEEP = ("body: nested too deep: more arrays or objects within each other than the "
+                   "JSON parser takes (about 1000 levels); send it flatter")
+
+
 def _field_errors(exc: RequestValidationError, content_type: str | None = None) -> str:
     if isinstance(exc.body, bytes):  # FastAPI reads a body as JSON only when it says so
         sent = f"it came as {content_type}" if content_type else "it came without one"
@@ -164,6 +171,14 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
     def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
         detail = _field_errors(exc, req.headers.get("content-type"))
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers a body its JSON parser gives up on with a bare 400 "There was an
+        # error parsing the body": the parser's RecursionError is JSON nested too deep
+        if isinstance(exc.__cause__, RecursionError):
+            return JSONResponse(status_code=400, content={"detail": NESTED_TOO_DEEP})
+        return await http_exception_handler(req, exc)
 
     @app.exception_handler(NotFound)
     def _not_found(_req: Request, exc: NotFound) -> JSONResponse:
