@@ -202,6 +202,20 @@ def test_malformed_json_is_rejected(svc: Service) -> None:
     assert svc.store.list_workloads() == []
 
 
+def test_malformed_json_says_the_line_and_column_where_it_breaks(svc: Service) -> None:
+    """A body that is not JSON gets 422 whose detail says what the parser expected and the
+    line and column (counted from 1) where it stopped, on the first line and on a later
+    one; nothing is stored."""
+    r = svc.call("POST", "/v1/workloads", "alice", raw='{"budget": "ai/llm", "gpus": ')
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "body: malformed JSON: Expecting value at line 1, column 30")
+    r = svc.call("POST", "/v1/workloads", "alice", raw='{\n  "budget": "ai/llm",\n  gpus: 2\n}')
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "body: malformed JSON: Expecting property name enclosed in double quotes "
+             "at line 3, column 3")
+    assert svc.store.list_workloads() == []
+
+
 def test_json_nested_too_deep_is_a_400_saying_so(svc: Service) -> None:
     """A body of arrays nested 100 000 deep (past what the JSON parser takes) gets 400 with
     'body: nested too deep: ...', as docs/api.md says, not FastAPI's bare 'There was an

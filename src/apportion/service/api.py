@@ -62,11 +62,22 @@ def _field_errors(exc: RequestValidationError, content_type: str | None = None) 
         if err.get("type") == "json_invalid":
             where = "body"
             msg = f"malformed JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"
+            msg += _json_position(exc.body, err.get("loc", ()))
         else:
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}")
     # only the first few: a list of 10,000 bad names must not make a 10,000-line answer
     return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
+
+
+def _json_position(doc: object, loc: tuple[object, ...]) -> str:
+    """Where the parser stopped, as " at line 3, column 14" (from the character offset
+    FastAPI puts after "body" in the error's location), or "" if it did not say."""
+    pos = loc[1] if len(loc) > 1 else None
+    if not isinstance(doc, str) or not isinstance(pos, int) or isinstance(pos, bool):
+        return ""
+    line, column = doc.count("\n", 0, pos) + 1, pos - doc.rfind("\n", 0, pos)
+    return f" at line {line}, column {column}"
 
 
 def _check_param(where: str, value: str) -> None:
