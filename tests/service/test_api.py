@@ -229,6 +229,28 @@ def test_json_nested_too_deep_is_a_400_saying_so(svc: Service) -> None:
     assert svc.store.list_workloads() == []
 
 
+def test_a_budgets_path_with_a_trailing_slash_is_redirected_not_405(svc: Service) -> None:
+    """GET and POST /v1/budgets/, GET /v1/budgets/usage/ and PUT
+    /v1/budgets/<path>/members/ and .../managers/ get 307 to the path without the slash,
+    as /v1/hosts/ and /v1/workloads/ do, not 405 Method Not Allowed (the PATCH route's
+    {path:path} matched them by path alone); followed, the redirect answers as the path
+    without the slash does; a path with a slash that a route takes as it is (PATCH
+    /v1/budgets/ai/llm/, a budget named so) is not redirected."""
+    for method, url, body in [("GET", "/v1/budgets/", None), ("GET", "/v1/budgets/usage/", None),
+                              ("POST", "/v1/budgets/", {"path": "ops/x"}),
+                              ("PUT", "/v1/budgets/ai/llm/members/", {"members": ["alice"]}),
+                              ("PUT", "/v1/budgets/ai/llm/managers/", {"managers": []}),
+                              ("GET", "/v1/hosts/", None)]:
+        r = svc.call(method, url, "root", body=body)
+        assert (r.status_code, r.headers.get("location")) == (
+            307, f"{svc.client.base_url}{url.rstrip('/')}"), (method, url, r.text)
+    followed = svc.client.post("/v1/budgets/", json={"path": "ops/x"}, follow_redirects=True,
+                               headers={"Authorization": f"Bearer {svc.tokens['root']}"})
+    assert followed.status_code == 201 and followed.json()["path"] == "ops/x"
+    r = svc.call("PATCH", "/v1/budgets/ai/llm/", "root", body={"weight": 2})
+    assert r.status_code == 404 and "did you mean ai/llm" in r.json()["detail"]
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the

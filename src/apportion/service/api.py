@@ -23,8 +23,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.datastructures import URL
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import validation as v
@@ -39,7 +41,7 @@ from .whatif_api import whatif_router
 
 log = logging.getLogger("apportion.api")
 
-__all__ = ["API_VERSION", "BodyLimit", "create_app"]
+__all__ = ["API_VERSION", "BodyLimit", "SlashRedirect", "create_app"]
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -165,6 +167,28 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class SlashRedirect:
+    """ASGI middleware: a request whose path ends with "/" and that no route takes as it
+    is, but would take without the slash, is redirected there (307: method and body kept),
+    as Starlette redirects it when no route matches at all. Starlette does not when some
+    route matches the path for another method: ``PATCH /v1/budgets/{path:path}`` matches
+    ``/v1/budgets/`` and ``/v1/budgets/ai/members/``, so ``POST /v1/budgets/`` got 405
+    Method Not Allowed, naming a method the route has."""
+
+    def __init__(self, app: ASGIApp, router: Router) -> None:
+        self.app, self.router = app, router
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path != "/" and path.endswith("/"):
+            bare = {**scope, "path": path.rstrip("/")}
+            if (not any(r.matches(scope)[0] is Match.FULL for r in self.router.routes)
+                    and any(r.matches(bare)[0] is Match.FULL for r in self.router.routes)):
+                await RedirectResponse(str(URL(scope=bare)), 307)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 # ---- the app -----------------------------------------------------------------------------
 def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) -> FastAPI:
     """The API bound to one store and one scheduler."""
@@ -177,6 +201,7 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         dependencies=[Depends(_check_params)],
     )
     app.add_middleware(BodyLimit, limit=settings.server.max_body_bytes)
+    app.add_middleware(SlashRedirect, router=app.router)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
