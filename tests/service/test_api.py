@@ -251,6 +251,20 @@ def test_a_budgets_path_with_a_trailing_slash_is_redirected_not_405(svc: Service
     assert r.status_code == 404 and "did you mean ai/llm" in r.json()["detail"]
 
 
+def test_an_env_name_over_the_kernels_limit_is_named_shortened(svc: Service) -> None:
+    """A submission whose env holds a variable name of 200 000 characters (a valid name,
+    over the kernel's MAX_ARG_STRLEN) gets a 422 naming env and the name's first 40
+    characters with its length, not a detail echoing all 200 000; nothing is stored."""
+    key = "A" * 200_000
+    r = submit(svc, env={key: "b"})
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert detail.startswith(f"env.{'A' * 40}... (200000 characters): 200003 bytes, over the "
+                             "kernel's limit"), detail[:200]
+    assert len(detail) < 300
+    assert svc.store.list_workloads() == []
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
