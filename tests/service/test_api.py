@@ -265,6 +265,29 @@ def test_an_env_name_over_the_kernels_limit_is_named_shortened(svc: Service) -> 
     assert svc.store.list_workloads() == []
 
 
+def test_a_body_sent_to_cancel_or_revoke_is_refused_not_ignored(svc: Service) -> None:
+    """POST /v1/workloads/{id}/cancel and POST /v1/tokens/{id}/revoke take no body: one with
+    a field gets 422 naming it and malformed JSON gets 422 'body: malformed JSON', and
+    neither cancels nor revokes (they were done, the body unread); no body, {} or null
+    cancel and revoke as before."""
+    wid = submit(svc).json()["id"]
+    tokens = [svc.call("POST", "/v1/users/alice/tokens", "root", body={}).json()["id"]
+              for _ in range(3)]
+    for url in (f"/v1/workloads/{wid}/cancel", f"/v1/tokens/{tokens[0]}/revoke"):
+        r = svc.call("POST", url, "root", body={"reason": "stuck"})
+        assert (r.status_code, r.json()["detail"]) == (
+            422, "reason: Extra inputs are not permitted"), url
+        r = svc.call("POST", url, "root", raw="{")
+        assert r.status_code == 422 and r.json()["detail"].startswith("body: malformed JSON")
+    assert svc.store.get_workload(wid).status.value == "pending"
+    assert all(t.revoked_at is None for t in svc.store.tokens("alice"))
+    assert svc.call("POST", f"/v1/workloads/{wid}/cancel", "root").status_code == 200
+    assert svc.call("POST", f"/v1/tokens/{tokens[0]}/revoke", "root").status_code == 200
+    assert svc.call("POST", f"/v1/tokens/{tokens[1]}/revoke", "root", body={}).status_code == 200
+    assert svc.call("POST", f"/v1/tokens/{tokens[2]}/revoke", "root",
+                    raw="null").status_code == 200
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
@@ -1287,6 +1310,7 @@ BODY_ROUTES: dict[type[Any], tuple[str, str, dict[str, Any]]] = {
     bodies.MembersBody: ("PUT", "/v1/budgets/ai/llm/members", {"members": ["alice"]}),
     bodies.ManagersBody: ("PUT", "/v1/budgets/ai/llm/managers", {"managers": ["dave"]}),
     bodies.HostBody: ("POST", "/v1/hosts/h1/drain", {}),
+    bodies.NoBody: ("POST", "/v1/tokens/t-000000000000/revoke", {}),
     bodies.UserBody: ("POST", "/v1/users", {"name": "zed"}),
     bodies.UserChangeBody: ("PATCH", "/v1/users/alice", {}),
     bodies.TokenBody: ("POST", "/v1/users/alice/tokens", {}),

@@ -208,6 +208,12 @@ class ManagersBody(_Body):
     managers: People
 
 
+class NoBody(_Body):
+    """The body of a request that takes none (a cancel, a revoke): nothing, ``{}`` or
+    ``null``; a field is refused (422 naming it), as every body's unknown fields are, not
+    dropped unread."""
+
+
 class HostBody(_Body):
     reason: Annotated[str, Field(max_length=v.MAX_TEXT), AfterValidator(v.check_text)] = ""
 
