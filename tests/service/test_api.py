@@ -288,6 +288,18 @@ def test_a_body_sent_to_cancel_or_revoke_is_refused_not_ignored(svc: Service) ->
                     raw="null").status_code == 200
 
 
+def test_a_report_period_of_1e300_seconds_is_refused_in_a_short_number(svc: Service) -> None:
+    """GET /v1/reports/usage?from=-1e300: 422 'from: the period may be at most 3,660 days,
+    got 1.16e+295', the length in days in a few digits, not written out with almost 300 of
+    them; a period a little over the limit is still written out whole (4,000 days)."""
+    r = svc.call("GET", "/v1/reports/usage?from=-1e300", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "from: the period may be at most 3,660 days, got 1.16e+295")
+    r = svc.call("GET", "/v1/reports/usage?from=4000d", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "from: the period may be at most 3,660 days, got 4,000")
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
