@@ -300,6 +300,24 @@ def test_a_report_period_of_1e300_seconds_is_refused_in_a_short_number(svc: Serv
         422, "from: the period may be at most 3,660 days, got 4,000")
 
 
+def test_a_workload_name_outside_its_characters_is_refused_in_words(svc: Service) -> None:
+    """A submission named with a character the name may not hold ('träin-1', 'a b') gets a
+    422 saying the rule in words and which character broke it, not pydantic's "String
+    should match pattern '^[A-Za-z0-9._+-]+$'"; an empty name is told to be left out;
+    nothing is stored."""
+    for name, detail in [
+        ("träin-1", "name: 'träin-1' is not a name: character 3 ('ä') is not an ASCII "
+                    "letter, a digit, '.', '_', '+' or '-'"),
+        ("a b", "name: 'a b' is not a name: character 2 (' ') is not an ASCII letter, a "
+                "digit, '.', '_', '+' or '-'"),
+        ("", "name: must not be empty (leave it out for none)"),
+    ]:
+        r = submit(svc, name=name)
+        assert (r.status_code, r.json()["detail"]) == (422, detail)
+    assert svc.store.list_workloads() == []
+    assert submit(svc, name="train-1.v2+x_y").status_code == 201
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
