@@ -318,6 +318,23 @@ def test_a_workload_name_outside_its_characters_is_refused_in_words(svc: Service
     assert submit(svc, name="train-1.v2+x_y").status_code == 201
 
 
+def test_a_budget_created_with_a_name_twice_stores_it_once(svc: Service) -> None:
+    """POST /v1/budgets with members ["bob", "alice", "bob"] and managers ["dave", "dave"]
+    stores, answers, lists and audits each name once (sorted, as PUT .../members stores
+    them), not the lists as sent: a manager listed twice stayed twice, and a later PUT of
+    the same single name changed nothing."""
+    r = svc.call("POST", "/v1/budgets", "root", {
+        "path": "ops/x", "members": ["bob", "alice", "bob"], "managers": ["dave", "dave"]})
+    assert r.status_code == 201, r.text
+    assert (r.json()["members"], r.json()["managers"]) == (["alice", "bob"], ["dave"])
+    listed = next(b for b in svc.call("GET", "/v1/budgets", "root").json()
+                  if b["path"] == "ops/x")
+    assert (listed["members"], listed["managers"]) == (["alice", "bob"], ["dave"])
+    created = svc.call("GET", "/v1/audit?target=ops/x", "root").json()[0]
+    assert created["action"] == "budget.create"
+    assert (created["new"]["members"], created["new"]["managers"]) == (["alice", "bob"], ["dave"])
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the
