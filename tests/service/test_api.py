@@ -335,6 +335,19 @@ def test_a_budget_created_with_a_name_twice_stores_it_once(svc: Service) -> None
     assert (created["new"]["members"], created["new"]["managers"]) == (["alice", "bob"], ["dave"])
 
 
+def test_a_query_parameter_given_twice_is_refused_naming_it(svc: Service) -> None:
+    """GET /v1/workloads?user=alice&user=bob and GET /v1/audit?action=...&action=... get a
+    422 naming the parameter and the values sent, not the answer for the last value alone
+    (the first was dropped unread); given once each, they answer 200."""
+    r = svc.call("GET", "/v1/workloads?user=alice&user=bob", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "query.user: given 2 times ('alice', 'bob'); give it once")
+    r = svc.call("GET", "/v1/audit?action=budget&action=token&action=host", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "query.action: given 3 times ('budget', 'token', 'host'); give it once")
+    assert svc.call("GET", "/v1/workloads?user=alice&status=all", "root").status_code == 200
+
+
 def test_a_filter_that_names_nothing_is_a_422_naming_it(svc: Service) -> None:
     """GET /v1/workloads with an empty status, or an array id that is no workload's or no
     array's, and GET /v1/tokens (an admin) with a user who does not exist: 422 naming the

@@ -91,10 +91,16 @@ def _check_param(where: str, value: str) -> None:
 
 def _check_params(request: Request) -> None:
     """Query and path parameters without NUL (PostgreSQL cannot compare them) and bounded,
-    so that a read answers the same on both databases."""
+    so that a read answers the same on both databases; a query parameter at most once (the
+    routes read one value, the last: ``?user=ann&user=bob`` listed bob's work alone)."""
     for key, value in request.query_params.multi_items():
         _check_param(f"query.{key}", key)
         _check_param(f"query.{key}", value)
+    for key in request.query_params:
+        if len(values := request.query_params.getlist(key)) > 1:
+            shown = ", ".join(repr(x[:40]) for x in values[:5])
+            raise fail(422, f"query.{key}: given {len(values)} times ({shown}"
+                            f"{', ...' if len(values) > 5 else ''}); give it once")
     for key, value in request.path_params.items():
         _check_param(f"path.{key}", str(value))
 
