@@ -14,13 +14,16 @@ may run already run (:mod:`apportion.service.whatif_api`). Every refusal changes
 Routes are listed in docs/api.md, rights in docs/security.md; OpenAPI at /docs.
 """
 
+import difflib
 import json
 import logging
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.datastructures import URL
@@ -89,6 +92,14 @@ def _check_param(where: str, value: str) -> None:
         raise fail(422, f"{where}: {e}") from None
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route reads, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
 def _check_params(request: Request) -> None:
     """Query and path parameters without NUL (PostgreSQL cannot compare them) and bounded,
     so that a read answers the same on both databases; a query parameter at most once (the
@@ -96,6 +107,16 @@ def _check_params(request: Request) -> None:
     for key, value in request.query_params.multi_items():
         _check_param(f"query.{key}", key)
         _check_param(f"query.{key}", value)
+    route = request.scope.get("route")
+    if isinstance(route, APIRoute) and route.path.startswith("/v1/"):
+        known = _query_names(route.dependant)
+        for key in request.query_params:
+            if key not in known:  # a typo (?stauts=) or a guess (?page=) answered as if absent
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                takes = ", ".join(sorted(known)) if known else "none"
+                raise fail(422, f"query.{key}: unknown parameter"
+                                + (f"; did you mean {close[0]}?" if close else "")
+                                + f" ({request.method} {route.path} takes: {takes})")
     for key in request.query_params:
         if len(values := request.query_params.getlist(key)) > 1:
             shown = ", ".join(repr(x[:40]) for x in values[:5])
