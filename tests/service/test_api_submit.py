@@ -179,7 +179,7 @@ def test_the_configured_default_time_limit_applies_and_the_cap_refuses(
         ({"exclude": ["h1", "h2"]}, "exclude: leaves no host to run on"),
         ({"gpu_kind": "h100"}, "gpu_kind: unknown GPU kind 'h100' (the fleet has gpu)"),
         ({"name": "x" * 129}, "name: "),
-        ({"name": "a/b"}, "name: String should match pattern"),
+        ({"name": "a/b"}, "name: 'a/b' is not a name: character 2 ('/') is not an ASCII"),
         ({"umask": 512}, "umask: Input should be less than or equal to 511"),
         ({"umask": -1}, "umask: Input should be greater than or equal to 0"),
         ({"umask": "077"}, "umask: Input should be a valid integer"),

@@ -403,6 +403,28 @@ def test_post_whatif_matches_the_command_and_checks_rights(live: Live) -> None:
     assert factor.json()["detail"] == "set: victim_max_factor: must be a number >= 0, got '2h'"
 
 
+def test_post_whatif_quotes_a_refused_setting_as_the_json_sent_it(live: Live) -> None:
+    """POST /v1/whatif with a ``set`` value of the wrong JSON type is a 422 quoting the
+    value as JSON writes it: ``true``, ``false`` and ``null``, not Python's ``True`` and
+    ``None``; a text stays quoted as in the other refusals (``'yes'``)."""
+    def refusal(settings: dict[str, Any]) -> tuple[int, str]:
+        r = httpx.post(f"{live.server.url}/v1/whatif", timeout=60,
+                       json={"since": "2d", "until": live.until, "set": settings},
+                       headers={"Authorization": f"Bearer {live.server.token('admin')}"})
+        return r.status_code, r.json()["detail"]
+
+    assert refusal({"lookback": True}) == (
+        422, "set: lookback: must be a number of seconds or a duration, got true")
+    assert refusal({"lookback": None}) == (
+        422, "set: lookback: must be a number of seconds or a duration, got null")
+    assert refusal({"reservations": False}) == (
+        422, "set: reservations: must be a whole number, got false")
+    assert refusal({"rebalance": None}) == (
+        422, "set: rebalance: must be true or false, got null")
+    assert refusal({"rebalance": "yes"}) == (
+        422, "set: rebalance: must be true or false, got 'yes'")
+
+
 def test_post_whatif_names_a_managers_mistyped_budget_as_it_does_an_admins(
         live: Live) -> None:
     """A manager of ai proposing a weight for a budget that does not exist outside ai

@@ -268,8 +268,10 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     if end - start > MAX_PERIOD_S:
         # the report is built hour by hour: an unbounded period would hold the server's
         # memory hostage
+        days = (end - start) / DAY  # past a billion, not written out: 1e300 s has 300 digits
+        got = f"{days:,.0f}" if days < 1e9 else f"{days:.3g}"
         raise ReportError(f"from: the period may be at most {MAX_PERIOD_S // DAY:,.0f} days, "
-                          f"got {(end - start) / DAY:,.0f}")
+                          f"got {got}")
     tree = store.load_tree() if store.budgets() else BudgetTree.build([])
     # only the work that can count in the period (and who submitted any before its end,
     # for the rows by user)

@@ -14,14 +14,22 @@ may run already run (:mod:`apportion.service.whatif_api`). Every refusal changes
 Routes are listed in docs/api.md, rights in docs/security.md; OpenAPI at /docs.
 """
 
+import difflib
 import json
 import logging
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi_offline import FastAPIOffline
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.datastructures import URL
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import validation as v
@@ -36,10 +44,14 @@ from .whatif_api import whatif_router
 
 log = logging.getLogger("apportion.api")
 
-__all__ = ["API_VERSION", "BodyLimit", "create_app"]
+__all__ = ["API_VERSION", "BodyLimit", "SlashRedirect", "create_app"]
 
 
 # ---- errors -----------------------------------------------------------------------------
+NESTED_TOO_DEEP = ("body: nested too deep: more arrays or objects within each other than the "
+                   "JSON parser takes (about 1000 levels); send it flatter")
+
+
 def _field_errors(exc: RequestValidationError, content_type: str | None = None) -> str:
     if isinstance(exc.body, bytes):  # FastAPI reads a body as JSON only when it says so
         sent = f"it came as {content_type}" if content_type else "it came without one"
@@ -55,11 +67,22 @@ def _field_errors(exc: RequestValidationError, content_type: str | None = None) 
         if err.get("type") == "json_invalid":
             where = "body"
             msg = f"malformed JSON: {err.get('ctx', {}).get('error', err.get('msg'))}"
+            msg += _json_position(exc.body, err.get("loc", ()))
         else:
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{where}: {msg}")
     # only the first few: a list of 10,000 bad names must not make a 10,000-line answer
     return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")
+
+
+def _json_position(doc: object, loc: tuple[object, ...]) -> str:
+    """Where the parser stopped, as " at line 3, column 14" (from the character offset
+    FastAPI puts after "body" in the error's location), or "" if it did not say."""
+    pos = loc[1] if len(loc) > 1 else None
+    if not isinstance(doc, str) or not isinstance(pos, int) or isinstance(pos, bool):
+        return ""
+    line, column = doc.count("\n", 0, pos) + 1, pos - doc.rfind("\n", 0, pos)
+    return f" at line {line}, column {column}"
 
 
 def _check_param(where: str, value: str) -> None:
@@ -69,12 +92,36 @@ def _check_param(where: str, value: str) -> None:
         raise fail(422, f"{where}: {e}") from None
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route reads, its dependencies' included."""
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
 def _check_params(request: Request) -> None:
     """Query and path parameters without NUL (PostgreSQL cannot compare them) and bounded,
-    so that a read answers the same on both databases."""
+    so that a read answers the same on both databases; a query parameter at most once (the
+    routes read one value, the last: ``?user=ann&user=bob`` listed bob's work alone)."""
     for key, value in request.query_params.multi_items():
         _check_param(f"query.{key}", key)
         _check_param(f"query.{key}", value)
+    route = request.scope.get("route")
+    if isinstance(route, APIRoute) and route.path.startswith("/v1/"):
+        known = _query_names(route.dependant)
+        for key in request.query_params:
+            if key not in known:  # a typo (?stauts=) or a guess (?page=) answered as if absent
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                takes = ", ".join(sorted(known)) if known else "none"
+                raise fail(422, f"query.{key}: unknown parameter"
+                                + (f"; did you mean {close[0]}?" if close else "")
+                                + f" ({request.method} {route.path} takes: {takes})")
+    for key in request.query_params:
+        if len(values := request.query_params.getlist(key)) > 1:
+            shown = ", ".join(repr(x[:40]) for x in values[:5])
+            raise fail(422, f"query.{key}: given {len(values)} times ({shown}"
+                            f"{', ...' if len(values) > 5 else ''}); give it once")
     for key, value in request.path_params.items():
         _check_param(f"path.{key}", str(value))
 
@@ -147,6 +194,28 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+class SlashRedirect:
+    """ASGI middleware: a request whose path ends with "/" and that no route takes as it
+    is, but would take without the slash, is redirected there (307: method and body kept),
+    as Starlette redirects it when no route matches at all. Starlette does not when some
+    route matches the path for another method: ``PATCH /v1/budgets/{path:path}`` matches
+    ``/v1/budgets/`` and ``/v1/budgets/ai/members/``, so ``POST /v1/budgets/`` got 405
+    Method Not Allowed, naming a method the route has."""
+
+    def __init__(self, app: ASGIApp, router: Router) -> None:
+        self.app, self.router = app, router
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path != "/" and path.endswith("/"):
+            bare = {**scope, "path": path.rstrip("/")}
+            if (not any(r.matches(scope)[0] is Match.FULL for r in self.router.routes)
+                    and any(r.matches(bare)[0] is Match.FULL for r in self.router.routes)):
+                await RedirectResponse(str(URL(scope=bare)), 307)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 # ---- the app -----------------------------------------------------------------------------
 def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) -> FastAPI:
     """The API bound to one store and one scheduler."""
@@ -159,11 +228,20 @@ def create_app(store: Store, scheduler: SchedulerPort, settings: ServiceConfig) 
         dependencies=[Depends(_check_params)],
     )
     app.add_middleware(BodyLimit, limit=settings.server.max_body_bytes)
+    app.add_middleware(SlashRedirect, router=app.router)
 
     @app.exception_handler(RequestValidationError)
     def _invalid(req: Request, exc: RequestValidationError) -> JSONResponse:
         detail = _field_errors(exc, req.headers.get("content-type"))
         return JSONResponse(status_code=422, content={"detail": detail})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(req: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers a body its JSON parser gives up on with a bare 400 "There was an
+        # error parsing the body": the parser's RecursionError is JSON nested too deep
+        if isinstance(exc.__cause__, RecursionError):
+            return JSONResponse(status_code=400, content={"detail": NESTED_TOO_DEEP})
+        return await http_exception_handler(req, exc)
 
     @app.exception_handler(NotFound)
     def _not_found(_req: Request, exc: NotFound) -> JSONResponse:

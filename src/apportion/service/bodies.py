@@ -120,9 +120,11 @@ class SubmitBody(_Body):
         list[str], Field(min_length=1, max_length=v.MAX_ARGS),
         AfterValidator(v.check_command),
     ] = Field(description="argv of the command to run")
-    name: str | None = Field(
-        None, max_length=128, pattern=r"^[A-Za-z0-9._+-]+$",
-        description="a name to know it by: letters, digits and . _ + - only",
+    # the pattern is the schema's only: check_workload_name's refusal says the rule in
+    # words (pydantic's says "String should match pattern '^[A-Za-z0-9._+-]+$'")
+    name: Annotated[str, Field(max_length=128, json_schema_extra={
+        "pattern": r"^[A-Za-z0-9._+-]+$"}), AfterValidator(v.check_workload_name)] | None = Field(
+        None, description="a name to know it by: ASCII letters, digits and . _ + - only",
     )
     time_limit: Duration | None = Field(
         None, description='wall-time limit, seconds or "2h"; default: the policy\'s'
@@ -206,6 +208,12 @@ class MembersBody(_Body):
 
 class ManagersBody(_Body):
     managers: People
+
+
+class NoBody(_Body):
+    """The body of a request that takes none (a cancel, a revoke): nothing, ``{}`` or
+    ``null``; a field is refused (422 naming it), as every body's unknown fields are, not
+    dropped unread."""
 
 
 class HostBody(_Body):

@@ -37,6 +37,7 @@ MAX_ARG_STRLEN = 32 * PAGE_SIZE  # the kernel's limit on one argument, its NUL i
 MAX_ARGS = 10_000  # arguments in one command, variables in one environment
 MAX_PATH_BYTES = 4096  # PATH_MAX: a working directory
 WORKLOAD_ID = re.compile(r"w-[0-9]{6,18}")  # "w-000123": the store's, from its sequence
+NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name: ASCII, as sbatch's
 MAX_CANCEL_IDS = 10_000  # workload ids in one bulk cancel: one array's elements at most
 
 # ---- free text ----------------------------------------------------------------------------
@@ -53,7 +54,8 @@ __all__ = [
     "MAX_PATH", "MAX_PATH_BYTES", "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT",
     "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "check_budget_path",
     "check_command", "check_duration", "check_idempotency_key", "check_signal", "check_text",
-    "check_user_name", "check_workload_id", "duration_seconds", "json_kind", "json_types",
+    "check_user_name", "check_workload_id", "check_workload_name", "duration_seconds",
+    "json_kind", "json_types",
 ]
 
 # a value's JSON type (as a JSON schema names it), and as a refusal words it
@@ -186,6 +188,19 @@ def check_workload_id(wid: str) -> str:
         shown = wid if len(wid) <= 40 else wid[:40] + "..."
         raise ValueError(f"{shown!r} is not a workload id (w-000005)")
     return wid
+
+
+def check_workload_name(name: str) -> str:
+    """A workload's name: 1 to 128 ASCII letters, digits and ``. _ + -`` (its length is
+    the field's bound), refused naming the first character that is none of them."""
+    shown = name if len(name) <= 40 else name[:40] + "..."
+    if not name:
+        raise ValueError("must not be empty (leave it out for none)")
+    if (bad := NOT_IN_A_NAME.search(name)) is not None:
+        raise ValueError(f"{shown!r} is not a name: character {bad.start() + 1} "
+                         f"({bad.group()!r}) is not an ASCII letter, a digit, '.', '_', '+' "
+                         "or '-'")
+    return name
 
 
 def check_signal(text: str) -> str:

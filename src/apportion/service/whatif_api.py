@@ -12,6 +12,7 @@ scheduler's, and only a few at once, one per user; more are refused at once (429
 # runtime, and they name a dependency handed in by create_app.
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 import typing
@@ -90,6 +91,12 @@ class Replays:
         return HTTPException(429, detail, {"Retry-After": str(RETRY_AFTER_S)})
 
 
+def _as_sent(value: Any) -> str:
+    """A refused ``set`` value as the client wrote it in JSON (true, null, 1.5), a text
+    quoted as the other refusals quote it ('2h'), not Python's True or None."""
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
 def _setting(key: str, value: Any) -> Any:
     """A ``set`` value as the type of its field (durations accept "3d")."""
     from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
@@ -106,11 +113,11 @@ def _setting(key: str, value: Any) -> Any:
     kind = kinds[key]
     if kind is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{key}: must be true or false, got {value!r}")
+            raise ValueError(f"{key}: must be true or false, got {_as_sent(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise ValueError(f"{key}: must be a whole number, got {value!r}")
+            raise ValueError(f"{key}: must be a whole number, got {_as_sent(value)}")
         return int(value)
     if value is None and type(None) in typing.get_args(kind):
         return None
@@ -120,7 +127,8 @@ def _setting(key: str, value: Any) -> Any:
         except DurationError as e:
             raise ValueError(f"{key}: {e}") from None
     if isinstance(value, bool) or value is None:
-        raise ValueError(f"{key}: must be a number of seconds or a duration, got {value!r}")
+        raise ValueError(f"{key}: must be a number of seconds or a duration, got "
+                         f"{_as_sent(value)}")
     try:
         return duration_seconds(value)
     except ValueError as e:

@@ -209,7 +209,8 @@ def exec_problem(
     for k, v in env.items():
         n = size(f"{k}={v}")
         if n > per:
-            return (f"env.{k}: {n} bytes, over the kernel's limit of {per} bytes per "
+            name = k if len(k) <= 40 else f"{k[:40]}... ({len(k)} characters)"
+            return (f"env.{name}: {n} bytes, over the kernel's limit of {per} bytes per "
                     "variable (MAX_ARG_STRLEN)")
         total += n + POINTER
     limit = arg_max()

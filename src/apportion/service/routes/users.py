@@ -11,7 +11,7 @@ from apportion.core.units import format_duration_exact
 from apportion.times import format_time
 
 from ..auth import Principal, hash_token, new_token
-from ..bodies import TokenBody, UserBody, UserChangeBody
+from ..bodies import NoBody, TokenBody, UserBody, UserChangeBody
 from ..replies import Me, NewToken, Token
 from ..replies import User as UserReply
 from ..store import NotFound, UserRow
@@ -140,7 +140,7 @@ def router(api: Api) -> APIRouter:
         return [Token.of(t, now) for t in store.tokens(user or None)]  # "": as if not given
 
     @router.post(f"{v1}/tokens/{{token_id}}/revoke", tags=["tokens"])
-    def revoke_token(token_id: str, user: User) -> Token:
+    def revoke_token(token_id: str, user: User, _body: NoBody | None = None) -> Token:
         """Revoke a token (admins, or the token's own user): refused from this moment."""
         mine = {t.id for t in store.tokens(user.name)}
         if not user.admin and token_id not in mine:

@@ -30,7 +30,7 @@ from apportion.core.units import parse_duration
 
 from .. import validation as v
 from ..auth import Principal, Rights, as_others_see, redact
-from ..bodies import CancelBody, SubmitBody
+from ..bodies import CancelBody, NoBody, SubmitBody
 from ..config import ServiceConfig
 from ..dashboard import explain_workload, not_started, reader_zone
 from ..executors import identity
@@ -275,7 +275,7 @@ def router(api: Api) -> APIRouter:
             raise forbid(user, f"{what} workload {w.id} (owned by {w.user})")
 
     @router.post(f"{v1}/workloads/{{workload_id}}/cancel", tags=["workloads"])
-    def cancel(workload_id: str, user: User) -> Workload:
+    def cancel(workload_id: str, user: User, _body: NoBody | None = None) -> Workload:
         """Cancel: pending ones end at once, running ones are stopped by the scheduler."""
         _may_touch(user, store.get_workload(workload_id), "cancel")
         row = store.cancel_workload(workload_id, actor=user.name)

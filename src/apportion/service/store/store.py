@@ -1295,12 +1295,13 @@ class Store:
                 self._audit(s, actor, "budget.create", p, None,
                             {"weight": 1.0, "managers": [], "members": []})
                 s.flush()
+            # each name once, sorted, as a later change of the lists stores them
+            managers, members = sorted(set(managers)), sorted(set(members))
             b = BudgetModel(path=path, parent=parent_of(path) or None, weight=float(weight),
-                            managers=list(managers), members=list(members))
+                            managers=managers, members=members)
             s.add(b)
             self._audit(s, actor, "budget.create", path, None,
-                        {"weight": float(weight), "managers": list(managers),
-                         "members": list(members)})
+                        {"weight": float(weight), "managers": managers, "members": members})
             return _budget(b)
 
     def set_budget_weight(self, path: str, weight: float, actor: str) -> BudgetRow:
