@@ -72,3 +72,19 @@ def test_days_nan_is_refused_naming_the_flag(tmp_path: Path, command: tuple[str,
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--days': nan is not a finite number." in result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("flag", "text", "bounds"), [
+    ("queue --watch", "0", "0<x<=86400"),
+    ("queue --watch", "1e5", "0<x<=86400"),
+    ("simulate --days", "5000", "0<x<=3660"),
+])
+def test_a_float_flag_out_of_its_range_is_refused_naming_the_value_as_typed(
+        flag: str, text: str, bounds: str) -> None:
+    """A float flag's value outside its bounds is refused as typed (``--watch 0``: "0 is
+    not in the range", where click wrote the float it read, "0.0"; ``1e5``, not
+    "100000.0")."""
+    [param] = [p for name, p in float_params() if name == flag]
+    with pytest.raises(click.BadParameter,
+                       match=f"^{text} is not in the range {bounds}.$"):
+        param.type.convert(text, param, None)

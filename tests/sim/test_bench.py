@@ -168,7 +168,7 @@ def test_bench_days_is_capped_as_simulate_caps_it() -> None:
     code, out = invoke("bench", "--trace", str(ITP), "--format", "itp", "--cluster", "4x8",
                        "--budgets", "3", "--days", "5000")
     assert code == 2
-    assert "Invalid value for '--days': 5000.0 is not in the range 0<x<=3660." in out
+    assert "Invalid value for '--days': 5000 is not in the range 0<x<=3660." in out
 
 
 @pytest.mark.parametrize("command", ["bench", "simulate", "sweep"])

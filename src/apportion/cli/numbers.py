@@ -19,14 +19,18 @@ MAX_POINTS = 10_000
 
 
 class FiniteFloatRange(click.FloatRange):
-    """``click.FloatRange`` that also refuses ``nan`` and ``inf``, naming the flag as typed."""
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf``, naming the flag and the
+    value as typed (``0 is not in the range 0<x<=86400``, where click wrote ``0.0``)."""
 
     def convert(self, value: float, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
         number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value} is not a finite number.", param, ctx)
-        return super().convert(number, param, ctx)
+        try:
+            return super().convert(number, param, ctx)
+        except click.BadParameter:
+            self.fail(f"{value} is not in the range {self._describe_range()}.", param, ctx)
 
 
 # ``--days`` of ``simulate``, ``sweep`` and ``bench``: one definition, so that each refuses
