@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 from server_proc import free_port
 from store_db import write_config
 
-from apportion.cli.client import Client
+from apportion.cli.client import Client, fmt_time
 from apportion.cli.main import main
 
 
@@ -1405,3 +1405,20 @@ def test_submit_wait_json_prints_only_the_final_workload_on_stdout(server: Serve
     w = json.loads(r.stdout)
     assert (w["status"], w["exit_code"], len(w["attempts"])) == ("failed", 3, 1)
     assert f"{w['id']}: failed" in r.stderr
+
+
+def test_audit_shows_a_times_old_or_new_value_as_a_time_not_epoch_seconds(
+        server: Server) -> None:
+    """``audit``'s NEW column gives a token's ``expires_at`` as every time is shown (date,
+    time and offset, this machine's zone), not as the epoch seconds the API answers; the
+    JSON answer keeps the number."""
+    assert run(server, "root", "tokens", "create", "alice", "--expires", "1d").exit_code == 0
+    [entry] = [a for a in run_json(server, "root", "audit", "--action", "token.create",
+                                   "--target", "alice")
+               if a["new"].get("expires_at")]
+    expires = entry["new"]["expires_at"]
+    assert isinstance(expires, float | int)
+    r = run(server, "root", "audit", "--action", "token.create", "--target", "alice")
+    assert r.exit_code == 0, r.output
+    assert f'"expires_at": "{fmt_time(expires)}"' in r.output, r.output
+    assert str(int(expires)) not in r.output

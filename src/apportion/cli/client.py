@@ -1012,6 +1012,9 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
         return
 
     def brief(v: Any) -> str:
+        if isinstance(v, dict):  # a time (expires_at) as every time is shown, not epoch seconds
+            v = {k: fmt_time(x) if k.endswith("_at") and isinstance(x, int | float)
+                 and not isinstance(x, bool) else x for k, x in v.items()}
         return "-" if v is None else json.dumps(v, sort_keys=True)
 
     table(["WHEN", "ACTOR", "ACTION", "TARGET", "OLD", "NEW"],
