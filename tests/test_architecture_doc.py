@@ -122,3 +122,24 @@ def test_every_phase_of_a_pass_is_named_in_the_architecture_doc() -> None:
     doc = DOC.read_text()
     missing = [p for p in phases if f"Pass.{p}`" not in doc]
     assert not missing, f"phases of a pass docs/architecture.md does not name: {missing}"
+
+
+def test_the_service_seams_doc_names_every_method_and_error() -> None:
+    """docs/architecture.md's "The service's seams" names, in backticks, every method (not
+    property) of ``SchedulerPort`` and ``Executor`` and every exception
+    ``service/executor.py`` defines (the executor's ways to say no)."""
+    doc = DOC.read_text().split("## The service's seams", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`([A-Za-z_]+)`", doc))
+    wanted: set[str] = set()
+    for file, protocol in (("port.py", "SchedulerPort"), ("executor.py", "Executor")):
+        tree = ast.parse((SRC / "service" / file).read_text())
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == protocol)
+        wanted |= {
+            f.name for f in cls.body if isinstance(f, ast.FunctionDef)
+            and not f.name.startswith("_")
+            and not any(isinstance(d, ast.Name) and d.id == "property" for d in f.decorator_list)
+        }
+    tree = ast.parse((SRC / "service" / "executor.py").read_text())
+    wanted |= {n.name for n in tree.body if isinstance(n, ast.ClassDef)
+               and any(isinstance(b, ast.Name) and b.id == "Exception" for b in n.bases)}
+    assert not wanted - named, sorted(wanted - named)
