@@ -203,3 +203,19 @@ def test_bench_replay_counts_the_workloads_of_the_days_replayed() -> None:
     code, out = invoke(*args, "--json")
     result = json.loads(out)
     assert (result["workloads"], result["workloads_in_input"]) == (replayed, 260)
+
+
+def test_documented_first_pass_preemptions_are_what_bench_makes() -> None:
+    """docs/policy.md ("Speed") and docs/simulator.md give the number of preemptions of
+    ``apportion bench``'s first pass on its random fill (a count, not a timing: the same on
+    every machine and either build) as the default benchmark state makes it now."""
+    from apportion.bench.decide import build_state, settle
+    from apportion.core import PolicyConfig
+
+    _, _, first = settle(build_state(), PolicyConfig())
+    docs = Path(__file__).parents[2] / "docs"
+    policy = re.search(r"random fill \((\d+) preemptions", (docs / "policy.md").read_text())
+    sim = re.search(r"random fill \((\d+ preemptions then; )?(\d+)",
+                    (docs / "simulator.md").read_text())
+    assert policy is not None and sim is not None
+    assert (int(policy.group(1)), int(sim.group(2))) == (first, first)

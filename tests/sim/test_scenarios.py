@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -224,6 +225,22 @@ def test_meta_has_calibration_figures(seed: Scenario) -> None:
                 "squat_count", "unallocated_demand_share", "offered_load_p50"):
         assert key in seed.meta
     assert seed.meta["teams"] == 15 and seed.meta["researchers"] == 150
+
+
+def test_documented_class_counts_and_squat_share_are_seed_zeros(seed: Scenario) -> None:
+    """The workload classes table of docs/scenarios.md gives, for seed 0 on 1,024 GPUs,
+    each class's count as the scenario generates it, and for squatting (which is not part of
+    the mix) its share of the requested GPU-time to the tenth of a per cent."""
+    docs = (Path(__file__).parents[2] / "docs" / "scenarios.md").read_text()
+    rows = {line.split("`")[1]: [c.strip() for c in line.strip("|").split("|")]
+            for line in docs.splitlines() if line.startswith("| `")}
+    counts = Counter(job_class(j) for j in seed.jobs)
+    for cls in ("train", "single", "eval", "debug", "sweep", "squat"):
+        assert int(rows[cls][-1].replace(",", "")) == counts[cls], cls
+    hours = seed.meta["gpu_hours_by_class"]
+    assert isinstance(hours, dict)
+    share = 100 * hours[SQUAT] / sum(hours.values())
+    assert rows[SQUAT][-2].startswith(f"{share:.1f}%"), (rows[SQUAT][-2], share)
 
 
 def test_small_scenario() -> None:

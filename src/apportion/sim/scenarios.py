@@ -98,7 +98,7 @@ SMALL_ORG: tuple[ProgramSpec, ...] = (
 MIX = np.array([0.72, 0.065, 0.0055, 0.0035, 0.18])
 # submitted GPU-seconds / (GPUs x window). Not the "2-3x" itself: that is the outstanding
 # demand (GPUs asked by pending and running work over healthy GPUs), which patience keeps
-# bounded; 1.4 puts its 30-day mean at 2.4x under fairshare and 2.25x under legacy on 1,024
+# bounded; 1.4 puts its 30-day mean at 2.19x under fairshare and 2.20x under legacy on 1,024
 # GPUs (measured, docs/scenarios.md)
 TARGET_RATIO = 1.4
 SEASON_ACTIVE_DAYS = (7.0, 21.0)  # a team's busy phase (a paper push, a release)
