@@ -474,6 +474,10 @@ def make_client(url: str | None, token: str | None) -> Client:
         for key, setting in _config_file().items():
             if given[key][0] is None:
                 given[key] = setting
+    if given["token"][0] is None and os.environ.get("APPORTION_TOKEN") == "":
+        # click takes an empty variable for none: without this, $(cat a-missing-file)
+        # sent no token and read as the server's "missing bearer token (HTTP 401)"
+        given["token"] = ("", "APPORTION_TOKEN")
     for key, check in (("url", url_problem), ("token", token_problem)):
         value, where = given[key]
         problem = None if value is None else check(value)
