@@ -132,6 +132,24 @@ def test_defaults(tmp_path: Path) -> None:
     assert cfg.auth.max_token_lifetime is None  # tokens never expire unless asked to
 
 
+def test_the_policy_row_of_docs_service_md_names_every_policy_field_and_each_is_read(
+    tmp_path: Path,
+) -> None:
+    """docs/service.md's ``policy.<field>`` row lists every ``PolicyConfig`` field by name
+    (it had left out ``debug_lane`` and ``shortcuts``), and ``[policy]`` reads each
+    boolean one of them from the config as given."""
+    import dataclasses
+
+    from apportion.core import PolicyConfig
+
+    doc = (Path(__file__).parents[2] / "docs" / "service.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `policy.<field>`"))
+    fields = [f.name for f in dataclasses.fields(PolicyConfig)]
+    assert [f for f in fields if f"`{f}` (" not in row] == []
+    cfg = load_config_text(tmp_path, "[policy]\ndebug_lane = false\nshortcuts = false\n")
+    assert (cfg.policy.debug_lane, cfg.policy.shortcuts) == (False, False)
+
+
 def test_max_token_lifetime_is_read_as_a_duration(tmp_path: Path) -> None:
     """``[auth] max_token_lifetime`` takes a duration as every other setting does."""
     cfg = load_config_text(tmp_path, "[auth]\nmax_token_lifetime = '90d'")

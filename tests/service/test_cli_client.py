@@ -1094,6 +1094,42 @@ def test_a_bad_url_or_token_typed_is_a_usage_error_naming_it(
     assert f"Error: {problem}" in r.stderr and "cannot reach" not in r.stderr
 
 
+def test_an_empty_token_variable_with_no_other_token_is_a_usage_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    """``APPORTION_TOKEN=`` (empty, as ``$(cat tokens/alice)`` gives when the file is not
+    there) with no ``--token`` and no token in the client config is a usage error naming the
+    variable (``APPORTION_TOKEN: the token is empty``, exit 2), before any request; it sent
+    no token and printed the server's "missing bearer token (HTTP 401)". A token in the
+    client config still wins over the empty variable, as before."""
+    base = {"APPORTION_URL": f"http://127.0.0.1:{free_port()}", "APPORTION_TOKEN": ""}
+    r = CliRunner().invoke(main, ["queue"], env={**base, "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    assert r.exit_code == 2, r.output
+    assert "Error: APPORTION_TOKEN: the token is empty" in r.stderr
+    cfg = tmp_path / "client.toml"
+    cfg.write_text('token = "t"\n')
+    r = CliRunner().invoke(main, ["queue"], env={**base, "APPORTION_CLIENT_CONFIG": str(cfg)})
+    assert r.exit_code == 50 and "cannot reach the server" in r.stderr, r.output
+
+
+def test_an_empty_url_variable_with_no_other_url_is_a_usage_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    """``APPORTION_URL=`` (empty) with no ``--url`` and no URL in the client config is a
+    usage error naming the variable (``APPORTION_URL: the URL is empty``, exit 2); it asked
+    the default URL, http://127.0.0.1:8642, as if nothing had been set. A URL in the client
+    config still wins over the empty variable, as before."""
+    base = {"APPORTION_URL": "", "APPORTION_TOKEN": "t"}
+    r = CliRunner().invoke(main, ["queue"], env={**base, "APPORTION_CLIENT_CONFIG": "/dev/null"})
+    assert r.exit_code == 2, r.output
+    assert "Error: APPORTION_URL: the URL is empty" in r.stderr
+    cfg = tmp_path / "client.toml"
+    port = free_port()
+    cfg.write_text(f'url = "http://127.0.0.1:{port}"\n')
+    r = CliRunner().invoke(main, ["queue"], env={**base, "APPORTION_CLIENT_CONFIG": str(cfg)})
+    assert r.exit_code == 50 and f"127.0.0.1:{port}" in r.stderr, r.output
+
+
 def test_a_url_ending_in_the_api_prefix_is_the_server(server: Server) -> None:
     """``--url http://host:port/v1`` (the API's base as docs/api.md writes routes) reaches
     the server: the /v1 is dropped (it asked /v1/v1/... and printed "Not Found (HTTP 404)")."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -175,3 +176,24 @@ def test_access_log_false_leaves_requests_out_of_the_server_log(tmp_path: Path) 
         assert "Application startup complete." in text, text
         requests = text.count('"GET /v1/health HTTP/1.1" 200')  # and the start's polls
         assert requests >= 5 if access_log else requests == 0, text
+
+
+def test_request_lines_go_to_stderr_with_the_rest_of_the_servers_log(tmp_path: Path) -> None:
+    """Every line ``apportion serve`` logs, uvicorn's one line per HTTP request included,
+    goes to stderr and none to stdout (docs/operations.md, "The server's log": stderr
+    only): the request lines went to stdout, so ``2>> file`` lost them."""
+    config = write_config(tmp_path / "apportion.toml", free_port(), executor="memory")
+    out_log, err_log = tmp_path / "stdout.log", tmp_path / "stderr.log"
+    server = Server(config, err_log)
+    with open(out_log, "ab") as out, open(err_log, "ab") as err:
+        server.proc = subprocess.Popen(
+            [sys.executable, "-m", "apportion.cli.main", "serve", "--config", str(config)],
+            cwd=config.parent, stdout=out, stderr=err, start_new_session=True)
+    try:
+        server.wait_healthy()
+        assert httpx.get(f"{server.url}/v1/health", timeout=5).status_code == 200
+    finally:
+        server.stop()
+    assert out_log.read_text() == ""
+    text = err_log.read_text()
+    assert '"GET /v1/health HTTP/1.1" 200' in text and "apportion: listening on" in text, text

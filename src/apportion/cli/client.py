@@ -243,6 +243,8 @@ def url_problem(url: str) -> str | None:
     """What keeps ``url`` from being the server's address, or None: it needs ``http://`` or
     ``https://`` and a host (without a scheme every request failed, after a minute of
     retries for a submission)."""
+    if not url.strip():
+        return "the URL is empty"
     scheme, sep, _ = url.partition("://")
     if not sep:
         return f"{url!r} has no scheme: give http:// or https:// (http://{url})"
@@ -474,6 +476,12 @@ def make_client(url: str | None, token: str | None) -> Client:
         for key, setting in _config_file().items():
             if given[key][0] is None:
                 given[key] = setting
+    for key, variable in (("url", "APPORTION_URL"), ("token", "APPORTION_TOKEN")):
+        if given[key][0] is None and os.environ.get(variable) == "":
+            # click takes an empty variable for none: without this, $(cat a-missing-file)
+            # sent no token and read as the server's "missing bearer token (HTTP 401)",
+            # and an empty URL asked the default one
+            given[key] = ("", variable)
     for key, check in (("url", url_problem), ("token", token_problem)):
         value, where = given[key]
         problem = None if value is None else check(value)

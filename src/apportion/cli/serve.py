@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import logging
 import os
@@ -285,9 +286,14 @@ def serve(config_path: str | None, host: str | None, port: int | None) -> None:
     stop = threading.Event()
     lost: list[str] = []
     app = create_app(store, scheduler, config)
+    # uvicorn writes its request lines to stdout by default: the server's log is stderr
+    # alone (docs/operations.md), so a service manager's or shell's 2>> gets every line
+    log_config = copy.deepcopy(uvicorn.config.LOGGING_CONFIG)
+    log_config["handlers"]["access"]["stream"] = "ext://sys.stderr"
     server = uvicorn.Server(uvicorn.Config(app, host=host or config.server.host,
                                            port=port or config.server.port, log_level="info",
-                                           access_log=config.server.access_log))
+                                           access_log=config.server.access_log,
+                                           log_config=log_config))
     handle_signals(server)
 
     def schedule() -> None:
