@@ -79,3 +79,15 @@ def test_two_close_names_are_both_offered() -> None:
     """Two equally plausible names are both offered, closest first."""
     assert did_you_mean("ai/vison", ["ai/vision", "ai/visions", "ops"]) == (
         "; did you mean ai/vision or ai/visions?")
+
+
+def test_a_name_typed_in_another_case_is_offered_the_known_spelling() -> None:
+    """A name that differs from a known one only in case (``GPU01`` for host ``gpu01``,
+    ``AI/LLM``) is offered it; difflib alone, which compares characters as they are, found
+    nothing alike and offered nothing. Names that are alike as typed are offered as before."""
+    assert did_you_mean("GPU01", ["gpu01", "gpu02", "ops"]) == "; did you mean gpu01 or gpu02?"
+    assert did_you_mean("AI/LLM", ["ai/llm", "ai/vision"], quote=True) == (
+        "; did you mean 'ai/llm'?")
+    assert did_you_mean("ai/vison", ["ai/vision", "ai/visions", "ops"]) == (
+        "; did you mean ai/vision or ai/visions?")
+    assert did_you_mean("zzz", ["ai/llm", "ops"]) == ""
