@@ -283,6 +283,8 @@ def test_parse_config_source_name() -> None:
 
 @pytest.mark.parametrize(("url", "message"), [
     ("postgresql+psycopg://ops:s3cret@db:abc/apportion", "database.url: the port is not a number"),
+    ("postgresql+psycopg://ops:s3cret@[::1/apportion", "database.url: the port is not a number; "
+     "an IPv6 host goes in brackets, then the port: [::1]:5432"),
     ("mysql://ops:s3cret@db/apportion", "database.url: mysql: not supported"),
     ("not a url", "database.url: not a database URL; expected sqlite:///PATH or"),
     ("sqlite:////nonexistent/dir/x.db",

@@ -267,8 +267,10 @@ def _database_url(r: _Reader) -> str:
     except ArgumentError:
         raise r.error("url", "not a database URL; expected sqlite:///PATH or "
                              "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE") from None
-    except ValueError:  # SQLAlchemy reads the port with int()
-        raise r.error("url", "the port is not a number") from None
+    except ValueError:  # SQLAlchemy reads the port with int(); what it read is not echoed:
+        # a malformed URL may put some of the password there
+        hint = "; an IPv6 host goes in brackets, then the port: [::1]:5432" if "[" in url else ""
+        raise r.error("url", f"the port is not a number{hint}") from None
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
