@@ -608,3 +608,20 @@ def test_a_wait_curve_of_work_that_all_started_at_once_is_drawn_along_the_top(
         xs = [float(x) for x in re.findall(r"[ML] (-?[\d.]+) ", el.get("d") or "")]
         assert max(xs) - min(xs) > 100, el.get("d")  # across the panel, not a point's width
         assert el.get("clip-path") is None
+
+
+def test_the_automated_drains_figure_has_one_name_in_the_table_report_and_sim_page() -> None:
+    """The share of drains finished with no human kill is called "drains automated (no
+    human kill)" in the terminal table (``sim.run.ROWS``), the report's headline and the
+    /sim page (``static/sim.js``); the table and the page called it "automated repairs",
+    which reads as repairs of hosts, not drains that needed no kill."""
+    from apportion.sim.report import _headline_rows
+    from apportion.sim.run import ROWS
+
+    name = "drains automated (no human kill)"
+    assert [label for label, key, _ in ROWS if key == "drains.automated_fraction"] == [name]
+    assert name in [label for label, _, _ in _headline_rows({})]
+    page = (Path(__file__).parents[2] / "src" / "apportion" / "service" / "static"
+            / "sim.js").read_text()
+    assert '["Drains automated (no human kill)", "drains.automated_fraction"' in page
+    assert "automated repairs" not in page.lower()

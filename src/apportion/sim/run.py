@@ -242,7 +242,7 @@ ROWS: tuple[tuple[str, str, Any], ...] = (
     ("squat GPU-hours", "squat_gpu_hours", _num),
     ("drains", "drains.count", _num),
     ("drain p90", "drains.p90_time_to_drain_s", _dur),
-    ("automated repairs", "drains.automated_fraction", _pct),
+    ("drains automated (no human kill)", "drains.automated_fraction", _pct),
     ("events", "events", _num),
     ("wall", "wall_s", lambda v: "-" if v is None else f"{v:.2f}s"),
     ("cpu", "cpu_s", lambda v: "-" if v is None else f"{v:.2f}s"),

@@ -41,7 +41,7 @@ const ROWS = [
   ["  host failure", "preemptions.host_failure", n0, 0],
   ["GPU-hours of work lost", "lost_gpu_hours", n1, -1],
   ["Drains finished", null, (s) => `${n0(get(s, "drains.finished"))} of ${n0(get(s, "drains.count"))}`, 0],
-  ["Automated repairs", "drains.automated_fraction", pct, 1],
+  ["Drains automated (no human kill)", "drains.automated_fraction", pct, 1],
   ["Time to drain p90", "drains.p90_time_to_drain_s", dur, -1],
   ["Workloads at high/urgent priority", "priority_inflation.high_or_urgent_share", pct, 0],
   ["Wall time of the run", "wall_s", dur, 0],
