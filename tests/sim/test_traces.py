@@ -831,6 +831,23 @@ def test_missing_required_column(tmp_path: Path) -> None:
     assert str(e.value) == f"{path}: duration: required column missing (columns: submit_time, gpus)"
 
 
+@pytest.mark.parametrize(("first", "why"), [
+    ("sep=,", "the first line is Excel's 'sep=' line, not the header: remove it"),
+    ("# exported from sacct", "the first line is a comment, not the header: the header "
+                              "must come first"),
+])
+def test_a_line_before_the_header_is_named_for_what_it_is(
+        tmp_path: Path, first: str, why: str) -> None:
+    """A CSV whose first line is Excel's ``sep=,`` or a ``#`` comment, the header after
+    it: the missing column's error says what that first line is (it listed it as the
+    columns, ``columns: sep=, ``, and said no more)."""
+    path = write(tmp_path, "t.csv", f"{first}\nsubmit_time,gpus,duration\n0,1,60\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path, budgets=1)
+    assert str(e.value).startswith(f"{path}: submit_time: required column missing"), e.value
+    assert str(e.value).endswith(f"; {why}"), e.value
+
+
 @pytest.mark.parametrize(
     "header, message",
     [

@@ -103,8 +103,20 @@ def resolve_columns(
         if name not in columns:
             raise TraceError(
                 f"{path}: {name}: required column missing (columns: {', '.join(header)})"
+                + _not_a_header(header)
             )
     return columns
+
+
+def _not_a_header(header: list[str]) -> str:
+    """Why the first line read as the header is none, when it is a line spreadsheets or
+    tools write before it: Excel's ``sep=,`` or a ``#`` comment."""
+    first = header[0].strip() if header else ""
+    if first.lower().startswith("sep="):
+        return "; the first line is Excel's 'sep=' line, not the header: remove it"
+    if first.startswith("#"):
+        return "; the first line is a comment, not the header: the header must come first"
+    return ""
 
 
 def read_mapped(
