@@ -134,4 +134,4 @@ def test_audit_from_reads_a_date_as_utc_as_its_help_says_and_an_empty_page_says_
                         "and before 2099-01-02 05:30:00+05:30 (--to 2099-01-02); a date or "
                         "time without an offset is read as UTC\n")
     r = live.cli("root", "audit", "--from", "20261207")
-    assert r.returncode == 1 and "--from: '20261207' reads as seconds since the epoch" in r.stderr
+    assert r.returncode == 2 and "--from: '20261207' reads as seconds since the epoch" in r.stderr
