@@ -477,11 +477,25 @@ def gone_within(pids: list[int], seconds: float) -> list[int]:
     return running
 
 
+def assert_only_the_finished_points_kept(out: Path, stderr: str) -> None:
+    """The interrupted sweep's line names as many finished points as ``points.jsonl`` keeps
+    (after its first line, the sweep's name), and --out holds nothing else."""
+    said = re.search(r"^sweep: interrupted after (\d+) of 16 points; (.*)$", stderr,
+                     re.MULTILINE)
+    assert said, stderr
+    journal = out / "points.jsonl"
+    assert sorted(p.name for p in out.iterdir()) == ["points.jsonl"]
+    kept = journal.read_text().splitlines()[1:]
+    assert len(kept) == int(said[1])
+    assert said[2] == (f"they are kept in {journal} (the same command with --resume runs "
+                       "only the rest)" if kept else "none finished")
+
+
 def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it) while two
     worker processes run points of a sweep of a minute or more: the command ends within a
     few seconds with click's "Aborted!" (exit 1) and a line saying how many points were
-    done and that nothing was written, its workers are gone, and --out holds no file.
+    done, its workers are gone, and --out holds only points.jsonl with those points.
     (The sweep used to run every queued point first, then write nothing.)"""
     out = tmp_path / "out"
     sweep, workers = start_long_sweep(out)
@@ -496,19 +510,17 @@ def test_ctrl_c_stops_a_process_sweep_at_once_and_leaves_no_worker(tmp_path: Pat
             sweep.wait()
     assert took < 5, f"the sweep took {took:.1f} s to stop"
     assert sweep.returncode == 1, stdout + stderr
-    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
-                     re.MULTILINE), stderr
     assert "Aborted!" in stderr and "wrote" not in stdout
+    assert_only_the_finished_points_kept(out, stderr)
     assert not [p for p in workers if Path(f"/proc/{p}").exists()]
-    assert not out.exists() or not list(out.iterdir())
 
 
 def test_sigterm_to_a_process_sweep_stops_it_as_ctrl_c_does(tmp_path: Path) -> None:
     """SIGTERM to the sweep's own process only (``kill PID``, not its group) while its two
     workers run points: as Ctrl-C, the command ends within a few seconds with exit 1, the
-    "interrupted after N of 16 points; nothing written" line and "Aborted!", its workers
-    are gone and --out holds no file. (SIGTERM used to kill the command alone and leave
-    its workers running their points on, orphaned.)"""
+    "interrupted after N of 16 points" line and "Aborted!", its workers are gone and --out
+    holds only points.jsonl with those N points. (SIGTERM used to kill the command alone
+    and leave its workers running their points on, orphaned.)"""
     out = tmp_path / "out"
     sweep, workers = start_long_sweep(out)
     try:
@@ -521,10 +533,8 @@ def test_sigterm_to_a_process_sweep_stops_it_as_ctrl_c_does(tmp_path: Path) -> N
             os.killpg(sweep.pid, signal.SIGKILL)
         sweep.wait()
     assert sweep.returncode == 1, stdout + stderr
-    assert re.search(r"^sweep: interrupted after \d+ of 16 points; nothing written$", stderr,
-                     re.MULTILINE), stderr
     assert "Aborted!" in stderr and "wrote" not in stdout
-    assert not out.exists() or not list(out.iterdir())
+    assert_only_the_finished_points_kept(out, stderr)
 
 
 def test_the_workers_of_a_process_sweep_die_with_it_when_it_is_killed(tmp_path: Path) -> None:

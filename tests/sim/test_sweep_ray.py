@@ -61,6 +61,7 @@ def ours(temp_dir: Path | str) -> list[int]:
 class Head:
     address: str
     env: dict[str, str]  # what a client needs: the cluster's own token
+    pid: int  # the ``ray start --head --block`` process: SIGTERM stops the cluster
 
 
 @pytest.fixture(scope="module")
@@ -98,7 +99,7 @@ def _head(tmp_path_factory: pytest.TempPathFactory, cpus: int) -> Iterator[Head]
             if head.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"ray start --head failed (exit {head.poll()}):\n{text}")
             time.sleep(0.5)
-        yield Head(f"127.0.0.1:{port}", auth)
+        yield Head(f"127.0.0.1:{port}", auth, head.pid)
     finally:
         head.send_signal(signal.SIGTERM)
         try:
@@ -244,8 +245,8 @@ def test_ray_sweep_on_a_cluster_without_cpus_says_no_point_can_start(
         ray_head_without_cpus: Head, tmp_path: Path) -> None:
     """--address of a cluster with no CPU: the sweep says on stderr, within a minute, that
     the cluster has no CPU and every point needs one, naming --address and the address, and
-    waits (a node may join); Ctrl-C then stops it, nothing written. It waited for ever
-    without a word."""
+    waits (a node may join); Ctrl-C then stops it, none finished: --out holds only
+    points.jsonl, with no point. It waited for ever without a word."""
     base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = tmp_path / "out"
     run = subprocess.Popen(
@@ -265,5 +266,60 @@ def test_ray_sweep_on_a_cluster_without_cpus_says_no_point_can_start(
         run.send_signal(signal.SIGINT)
         _, err = run.communicate(timeout=120)
     assert run.returncode == 1, err
-    assert "interrupted after 0 of 2 points; nothing written" in err
-    assert not out.exists()
+    assert "interrupted after 0 of 2 points; none finished" in err
+    assert [p.name for p in out.iterdir()] == ["points.jsonl"]
+    assert len((out / "points.jsonl").read_text().splitlines()) == 1  # the sweep's name only
+
+
+@pytest.fixture
+def short_lived_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Head]:
+    """A one-node Ray cluster with 1 CPU for one test, which the test stops half way (the
+    teardown stops it if the test did not)."""
+    yield from _head(tmp_path_factory, cpus=1)
+
+
+def test_a_sweep_whose_ray_cluster_goes_away_keeps_its_finished_points_for_resume(
+    short_lived_head: Head, tmp_path: Path,
+) -> None:
+    """A 4-point sweep (one point at a time) on a Ray cluster whose head is stopped once a
+    point has finished: Ray ends the driver (exit status not 0), points.jsonl keeps the
+    points finished by then (at least one, not all), and the same command with --resume
+    and --engine process runs only the rest (its stderr reports no failed point) and
+    writes the figures of a whole --engine process run. (Every finished point used to be
+    lost with the driver.)"""
+    grid = ("--scenario", "seed", "--days", "7", "--grid", "lookback=12h,1d,2d,3d", "--quiet")
+    out = tmp_path / "out"
+    base = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen(
+        [str(BIN / "apportion"), "sweep", *grid, "--engine", "ray", "--address",
+         short_lived_head.address, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, **short_lived_head.env},
+    )
+    journal = out / "points.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while not (journal.exists() and len(journal.read_text().splitlines()) >= 2):
+            assert driver.poll() is None, driver.communicate()
+            assert time.monotonic() < deadline, "no point finished in 300 s"
+            time.sleep(0.2)
+        os.kill(short_lived_head.pid, signal.SIGTERM)
+        _, err = driver.communicate(timeout=180)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode != 0, err
+    kept = len(journal.read_text().splitlines()) - 1
+    assert 1 <= kept < 4, err
+    resumed = subprocess.run(
+        [str(BIN / "apportion"), "sweep", *grid, "--resume", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env=base)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "failed" not in resumed.stderr
+    assert len(journal.read_text().splitlines()) == 5
+    whole = subprocess.run(
+        [str(BIN / "apportion"), "sweep", *grid, "--out", str(tmp_path / "whole")],
+        capture_output=True, text=True, timeout=600, env=base)
+    assert whole.returncode == 0, whole.stdout + whole.stderr
+    assert rows_of(out) == rows_of(tmp_path / "whole")

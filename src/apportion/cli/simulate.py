@@ -669,12 +669,16 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
 @click.option("--address", metavar="ADDR",
               help="Ray cluster to run on (default: RAY_ADDRESS, else a local cluster "
                    "started and stopped for the sweep)")
+@click.option("--resume", is_flag=True,
+              help="keep the points a stopped run of this same sweep finished (--out's "
+                   "points.jsonl) and run only the rest")
 def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
-          address: str | None, **kw: Any) -> None:
+          address: str | None, resume: bool, **kw: Any) -> None:
     """Run fair share over every combination of the --grid values (and --seeds) and chart
     the trade-offs.
 
-    Writes sweep.csv, sweep.json and sweep.png/svg to --out."""
+    Writes sweep.csv, sweep.json and sweep.png/svg to --out, and each point to
+    --out/points.jsonl as it finishes (what --resume keeps)."""
     from apportion.sim.sweep import format_sweep, run_sweep, split_settings
 
     if address is not None and engine != "ray":
@@ -730,8 +734,9 @@ def sweep(grid: tuple[str, ...], seeds: str | None, jobs: int, engine: str,
     out: Path = kw["out"]
     try:
         rows = run_sweep(scenarios, base, axes, out, jobs=jobs, progress=not kw["quiet"],
-                         engine=engine, address=address, labels=labels)
-    except RuntimeError as e:  # the engine could not start (no Ray, no cluster at --address)
+                         engine=engine, address=address, labels=labels, resume=resume)
+    except RuntimeError as e:  # the engine could not start (no Ray, no cluster at --address),
+        # or --resume found no points of this sweep
         raise click.ClickException(str(e)) from None
     click.echo(format_sweep(rows, list(axes), labels))
     click.echo(f"wrote {out}")

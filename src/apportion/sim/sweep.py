@@ -4,12 +4,17 @@ sweep.png, sweep.svg).
 
 A point is one (setting, seed): one fair-share run of the seed's scenario with the base
 settings and the point's grid values. A point that fails is reported with its error (its
-row keeps the grid values and the error, its figures are empty); the others go on."""
+row keeps the grid values and the error, its figures are empty); the others go on.
+
+Each point is written to ``points.jsonl`` in the output directory as it finishes, so a sweep
+that stops half way (Ctrl-C, a time limit, a Ray cluster that goes away and takes the
+driver with it) keeps what it ran: ``resume`` runs only the rest (:class:`Journal`)."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import itertools
 import json
 import math
@@ -22,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from apportion.core import PolicyConfig, format_duration
 from apportion.core.config import policy_from
@@ -184,7 +189,7 @@ def _raise_interrupt(_signum: int, _frame: object) -> None:
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM (``kill``, a batch system's time limit) stops the sweep as Ctrl-C does: its
-    workers killed and nothing written, not the command killed with its workers running on.
+    workers killed and no table written, not the command killed with its workers running on.
     Only the main thread can take a signal; elsewhere SIGTERM is left as it is. (``ray.init``
     puts Ray's own handler in its place: the Ray engine's SIGTERM is Ray's.)"""
     if threading.current_thread() is not threading.main_thread():
@@ -204,6 +209,76 @@ def combinations(axes: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
             for values in itertools.product(*(axes[k] for k in keys))]
 
 
+class Journal:
+    """The points of a sweep finished so far, one JSON line each in ``points.jsonl`` in the
+    output directory, written as each finishes (a line and a flush: what a killed command
+    wrote stays). The first line names the sweep (:func:`sweep_identity`): a resumed sweep
+    keeps the points only if it is the same sweep. Only points that ran to the end are kept;
+    a failed one runs again on resume (its error may have been the cluster's)."""
+
+    NAME = "points.jsonl"
+
+    def __init__(self, out: Path, identity: str, resume: bool) -> None:
+        self.path = out / self.NAME
+        self.done: dict[int, dict[str, Any]] = {}
+        kept = self._read(identity)
+        if resume:
+            if kept is None:
+                raise RuntimeError(f"--resume: {self.path} holds no points of this sweep "
+                                 "(none was written, or it is of a sweep with other settings, "
+                                 "grid, seeds or input); run without --resume")
+            self.done = kept
+        elif kept:
+            print(f"warning: {self.path}: the {len(kept)} points an earlier run of this sweep "
+                  "finished are run again (--resume would have kept them)", file=sys.stderr)
+        out.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = self.path.open("w")
+        self._write({"sweep": identity})
+        for index, summary in sorted(self.done.items()):
+            self._write({"point": index, "summary": summary})
+
+    def _read(self, identity: str) -> dict[int, dict[str, Any]] | None:
+        """The points kept for ``identity`` (None: no journal of this sweep). A last line cut
+        short (the command killed while writing it) is dropped: that point runs again."""
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        records = []
+        for number, line in enumerate(lines, 1):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if number == len(lines):
+                    break
+                raise RuntimeError(f"{self.path}, line {number}: not a point of a sweep") from None
+        if not records or records[0] != {"sweep": identity}:
+            return None
+        return {int(r["point"]): r["summary"] for r in records[1:]}
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+
+    def record(self, index: int, summary: dict[str, Any]) -> None:
+        self._write({"point": index, "summary": summary})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def sweep_identity(scenarios: Mapping[ScenarioKey, Scenario], base: Mapping[str, Any],
+                   axes: Mapping[str, Sequence[Any]]) -> str:
+    """A digest of everything a sweep's figures depend on: every scenario (all its fields,
+    as the Ray engine ships them), the base settings and the grid (its keys and values in
+    order, which numbers the points)."""
+    from .sweep_ray import pack  # no Ray import: plain data
+
+    text = repr((sorted((repr(k), pack(sc)) for k, sc in scenarios.items()),
+                 sorted(base.items()), [(k, list(v)) for k, v in axes.items()]))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def run_sweep(
     scenarios: Scenario | Mapping[int, Scenario | Mapping[float, Scenario]],
     base: dict[str, Any],
@@ -216,6 +291,7 @@ def run_sweep(
     address: str | None = None,
     labels: Mapping[str, Mapping[Any, str]] | None = None,
     runner: Runner = run_point,
+    resume: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every (combination, seed) point, write the outputs, return the rows (grid values
     first axis slowest, then seeds). ``scenarios`` maps each seed to its scenario (a single
@@ -225,7 +301,9 @@ def run_sweep(
     and so does what the summary counts as lowered). ``engine`` is ``process`` (``jobs``
     forked processes) or ``ray`` (a task per point on the cluster at ``address``, or
     RAY_ADDRESS, or a local one started for the sweep with ``jobs`` CPUs). ``labels`` give
-    the grid values as the user typed them (``3d``), for the table and the plot."""
+    the grid values as the user typed them (``3d``), for the table and the plot. With
+    ``resume``, the points a stopped run of the same sweep finished (its ``points.jsonl``,
+    :class:`Journal`) are kept and only the others run."""
     if isinstance(scenarios, Scenario):
         scenarios = {seed: scenarios}
     if engine not in ENGINES:
@@ -248,16 +326,22 @@ def run_sweep(
                 raise ValueError(f"scenarios: seed {s} has no import at the max_min_runtime "
                                  f"of point {i + 1} ({key[1]:g} s)")
         points.append(Point(i, settings, s, key))
+    journal = Journal(out, sweep_identity(by_key, base, axes), resume)
     results: list[tuple[dict[str, Any] | None, str | None] | None] = [None] * len(points)
+    for index, summary_kept in journal.done.items():
+        results[index] = (summary_kept, None)
+    todo = [p for p in points if results[p.index] is None]
     bar = None
     if progress and sys.stderr.isatty():
         from tqdm import tqdm
 
-        bar = tqdm(total=len(points), desc=f"sweep ({engine})", unit="run", file=sys.stderr,
-                   leave=False)
+        bar = tqdm(total=len(points), initial=len(points) - len(todo),
+                   desc=f"sweep ({engine})", unit="run", file=sys.stderr, leave=False)
 
     def done(index: int, summary: dict[str, Any] | None, error: str | None) -> None:
         results[index] = (summary, error)
+        if summary is not None:
+            journal.record(index, summary)
         if error is not None:  # said as it happens, bar or no bar (a log, a pipe)
             line = f"sweep: point {index + 1} failed: {error}"
             if bar is not None:
@@ -272,17 +356,21 @@ def run_sweep(
             if engine == "ray":
                 from .sweep_ray import run_ray
 
-                run_ray(by_key, points, runner, address, jobs, done)
-            else:
-                run_processes(by_key, points, runner, jobs, done)
+                if todo:
+                    run_ray(by_key, todo, runner, address, jobs, done)
+            elif todo:
+                run_processes(by_key, todo, runner, jobs, done)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         if bar is not None:
             bar.close()
-        finished = sum(1 for r in results if r is not None)
-        print(f"sweep: interrupted after {finished} of {len(points)} points; nothing written",
+        finished = sum(1 for r in results if r is not None and r[0] is not None)
+        kept = (f"they are kept in {journal.path} (the same command with --resume runs only "
+                "the rest)" if finished else "none finished")
+        print(f"sweep: interrupted after {finished} of {len(points)} points; {kept}",
               file=sys.stderr)
         raise
     finally:
+        journal.close()
         if bar is not None:
             bar.close()
     rows = []

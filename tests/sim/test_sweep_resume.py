@@ -1,0 +1,101 @@
+"""A sweep stopped half way keeps the points it finished (``points.jsonl`` in --out) and
+``--resume`` runs only the rest, to the figures of a whole run. The Ray case (a cluster that
+goes away mid-sweep) is in test_sweep_ray.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from test_sweep import figures, invoke  # tests/sim is on the path
+
+from apportion.sim.model import Scenario
+from apportion.sim.scenarios import get_scenario
+from apportion.sim.sweep import run_point, run_sweep
+
+AXES = {"lookback": [43200.0, 86400.0, 172800.0]}
+
+
+def as_written(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` without their cost figures, as sweep.json holds them (JSON: tuples read
+    back as lists)."""
+    loaded: list[dict[str, Any]] = json.loads(json.dumps(figures(rows)))
+    return loaded
+
+
+def test_a_resumed_sweep_runs_only_the_points_not_kept_and_gives_a_whole_runs_figures(
+    tmp_path: Path,
+) -> None:
+    """A 3-point sweep's points.jsonl cut back to its first point (as a sweep stopped after
+    one point leaves it): with resume, only the other two points run (their lookbacks, in
+    the runner's calls), and the rows are those of the whole run, the kept point's included."""
+    scenario = get_scenario("small", days=2, seed=0)
+    whole = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False)
+    journal = tmp_path / "points.jsonl"
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[1])["point"] in (0, 1, 2)
+    journal.write_text("\n".join(lines[:2]) + "\n")
+    kept = json.loads(lines[1])["point"]
+    ran: list[float] = []
+
+    def recording(sc: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+        ran.append(settings["lookback"])
+        return run_point(sc, settings, seed)
+
+    resumed = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False,
+                        runner=recording, resume=True)
+    assert sorted(ran) == [v for i, v in enumerate(AXES["lookback"]) if i != kept]
+    assert as_written(resumed) == as_written(whole)
+    assert len(journal.read_text().splitlines()) == 4  # the kept point and the two run
+
+
+def test_a_last_line_cut_short_is_dropped_and_its_point_runs_again(tmp_path: Path) -> None:
+    """points.jsonl whose last line was cut half way (the command killed while writing it):
+    resume drops that line, runs its point again and gives the whole run's rows."""
+    scenario = get_scenario("small", days=2, seed=0)
+    whole = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False)
+    journal = tmp_path / "points.jsonl"
+    text = journal.read_text()
+    journal.write_text(text[: len(text) - 40])  # the last point's line, cut
+    ran: list[float] = []
+
+    def recording(sc: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+        ran.append(settings["lookback"])
+        return run_point(sc, settings, seed)
+
+    resumed = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False,
+                        runner=recording, resume=True)
+    assert len(ran) == 1
+    assert as_written(resumed) == as_written(whole)
+
+
+def test_resume_refuses_the_points_of_another_sweep_and_runs_nothing(tmp_path: Path) -> None:
+    """--resume after a sweep of other grid values into the same --out: exit 1, an error
+    naming points.jsonl and saying why, and the file left as it was."""
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=12h,1d", "--quiet", "--out", str(tmp_path))
+    assert code == 0, out + err
+    before = (tmp_path / "points.jsonl").read_text()
+    code, out, err = invoke("sweep", "--scenario", "small", "--days", "2", "--grid",
+                            "lookback=12h,2d", "--quiet", "--resume", "--out", str(tmp_path))
+    assert code == 1
+    assert (f"Error: --resume: {tmp_path / 'points.jsonl'} holds no points of this sweep "
+            "(none was written, or it is of a sweep with other settings, grid, seeds or "
+            "input); run without --resume") in err
+    assert (tmp_path / "points.jsonl").read_text() == before
+
+
+def test_a_sweep_run_again_without_resume_says_it_runs_the_kept_points_again(
+    tmp_path: Path,
+) -> None:
+    """The same sweep run twice into the same --out without --resume: the second run warns
+    that it runs again the 2 points the first one finished, runs them, and succeeds."""
+    args = ("sweep", "--scenario", "small", "--days", "2", "--grid", "lookback=12h,1d",
+            "--quiet", "--out", str(tmp_path))
+    code, out, err = invoke(*args)
+    assert code == 0 and "warning" not in err, out + err
+    code, out, err = invoke(*args)
+    assert code == 0, out + err
+    assert (f"warning: {tmp_path / 'points.jsonl'}: the 2 points an earlier run of this sweep "
+            "finished are run again (--resume would have kept them)") in err
