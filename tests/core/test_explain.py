@@ -133,7 +133,9 @@ def test_a_blocker_of_its_own_budget_is_said_never_to_be_displaced_for_it() -> N
     """a1 (8 GPUs, protected until 4600) fills h1 and a2 of the same budget waits for room:
     the victim search names a1, whose line says its own budget's work is never displaced
     for it and it waits for it to end (not 'rules do not allow it now', as if a ratio moving
-    could change that), and no caveat says it waits for the ratios to move."""
+    could change that), and no caveat says it waits for the ratios to move; no earliest
+    start is told (a1's protection ending at 4600 frees nothing for a2: it was told 'could
+    start in 43 min 20 s at the earliest'), and a caveat says why."""
     st = cluster()
     run(st, "a1", "p/a", 8, 3600, 1000)
     queue(st, "a2", "p/a", 4, 600, 1900)
@@ -143,6 +145,12 @@ def test_a_blocker_of_its_own_budget_is_said_never_to_be_displaced_for_it() -> N
     assert ("would displace a1 (p/a, 8 GPUs): protected for another 43 min 20 s, its own "
             "budget's work: never displaced for it, it waits for it to end") in lines
     assert not any("ratios to move" in line for line in lines), lines
+    # its protection ending frees nothing for a2: no earliest start is told, and why not
+    assert e.earliest_start is None
+    assert not any("at the earliest" in line for line in lines), lines
+    assert ("on every host it could use, the room it needs is held by work of its own "
+            "budget, which is never displaced for it: no earliest start can be told, it "
+            "starts once enough of that work ends") in lines
     # another budget's blocker the rules keep is still said so
     st = cluster()
     run(st, "b1", "q/b", 8, 3600, 1000)
@@ -151,9 +159,12 @@ def test_a_blocker_of_its_own_budget_is_said_never_to_be_displaced_for_it() -> N
                for line in explain(st, 2000.0, CFG, "a1").lines())
 
 
-def test_rival_budget_ahead_is_listed_and_estimate_is_a_lower_bound() -> None:
+def test_rival_budget_ahead_is_listed_and_no_start_is_told_behind_its_own_budgets_work(
+) -> None:
     """b3 comes after a1 because a's side ``p`` (ratio 0) is below b's side ``q`` (0.75) at
-    the root, where the paths diverge; a1 still waits, so b3's estimate is a lower bound."""
+    the root, where the paths diverge; a1 still waits, so what it is told is a lower bound.
+    h1 is full of b's own work, never displaced for b3: no earliest start is told (it was
+    3000, when b2's protection ends, which frees nothing for b3)."""
     st = busy_b()
     queue(st, "b3", "q/b", 4, 600, 1800)
     queue(st, "a1", "p/a", 4, 600, 1900)
@@ -162,9 +173,11 @@ def test_rival_budget_ahead_is_listed_and_estimate_is_a_lower_bound() -> None:
     assert [(r.path, r.ratio, r.mine, r.mine_ratio, r.workloads) for r in e.rivals] == [
         ("p", 0.0, "q", 0.75, 1)
     ]
-    assert e.earliest_start == 3000.0
+    assert e.earliest_start is None
     assert e.lower_bound
     assert e.caveats[0].startswith("lower bound: 1 workload considered before it is still")
+    assert any(c.startswith("on every host it could use, the room it needs is held by work "
+                            "of its own budget") for c in e.caveats), e.caveats
 
 
 def test_same_budget_work_ahead_is_counted() -> None:

@@ -49,9 +49,14 @@ def test_waiting_workload_explained_with_known_answer(live: Live) -> None:
         "(in 30 min) at the earliest") for line in e["text"])
 
 
-def test_second_in_line_sees_the_rival_budget_and_a_lower_bound(live: Live) -> None:
+def test_second_in_line_sees_the_rival_budget_and_no_start_behind_its_own_budgets_work(
+    live: Live,
+) -> None:
     """D (ai/llm, submitted after B) comes second: ai/vision (ratio 0) is ahead of ai/llm
-    (ratio 16x1800 / (16x1900/3)) where their paths diverge; its estimate is a lower bound."""
+    (ratio 16x1800 / (16x1900/3)) where their paths diverge, so what it is told is a lower
+    bound. Both hosts are C's, of D's own budget, never displaced for D: no earliest start
+    is told (it was C's protection end, T0 + 3700, which frees nothing for D), and a line
+    says why."""
     d = live.submit("alice", "ai/llm", 8, 600)
     live.at(T0 + 1900)
     e = why(live, d, who="alice").json()
@@ -60,8 +65,11 @@ def test_second_in_line_sees_the_rival_budget_and_a_lower_bound(live: Live) -> N
     assert (rival["path"], rival["ratio"], rival["mine"], rival["workloads"]) == (
         "ai/vision", 0.0, "ai/llm", 1)
     assert rival["mine_ratio"] == pytest.approx(16 * 1800 / (16 * 1900 / 3))
-    assert e["earliest_start"] == T0 + 3700
+    assert e["earliest_start"] is None
     assert e["lower_bound"] is True
+    assert not any("at the earliest" in line for line in e["text"])
+    assert any(line.startswith("on every host it could use, the room it needs is held by "
+                               "work of its own budget") for line in e["text"])
 
 
 def test_running_workload_reports_its_protection(live: Live) -> None:

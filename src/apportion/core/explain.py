@@ -37,6 +37,7 @@ rules apply); a drain of its hosts waits for its minimum runtime only.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -374,6 +375,12 @@ def explain(
         )
     if config.debug_lane and is_debug(spec, config):
         caveats.append(_debug_lane_caveat(pas, spec, config))
+    if earliest is None:
+        caveats.append(
+            "on every host it could use, the room it needs is held by work of its own "
+            "budget, which is never displaced for it: no earliest start can be told, it "
+            "starts once enough of that work ends"
+        )
     # work of its own budget is never displaced for it (priority orders the queue, nothing
     # more): its victim line says so, and no ratio moving changes that
     if any(not v.rules_allow and not _own(v, spec.budget) for v in victims):
@@ -733,21 +740,28 @@ def _unprotected(c: Candidate) -> Candidate:
 
 def _earliest_start(
     state: ClusterState, now: float, config: PolicyConfig, spec: WorkloadSpec, d: Decisions
-) -> float:
+) -> float | None:
     """Min over usable hosts of the latest protection end (as a rebalance victim) among the
     work it would need there (work that frees earliest taken first); stopping work counts
-    as free now."""
+    as free now. Allocated work of ``spec``'s own budget is never displaced for it
+    (:func:`_own`): no protection ending frees it, so a host that needs it never counts.
+    None: every host needs such work (it starts when that work ends, on its own time)."""
     holders: dict[str, list[tuple[float, int]]] = {}  # host -> (protected until, gpus)
+
+    def held_until(r: Running) -> float:
+        if r.spec.allocated and r.spec.budget == spec.budget:
+            return math.inf
+        return max(now, rebalance_protected_until(r, config))
+
     for wid, r in state.running.items():
         if wid in state.stopping:
             continue
-        until = max(now, rebalance_protected_until(r, config))
+        until = held_until(r)
         for s in r.placement:
             holders.setdefault(s.host, []).append((until, s.gpus))
     for start in d.starts:  # started by this pass: protected from now on
         p = state.pending[start.workload]
-        until = rebalance_protected_until(
-            Running(p.spec, start.placement, now, restarted=p.restarted), config)
+        until = held_until(Running(p.spec, start.placement, now, restarted=p.restarted))
         for s in start.placement:
             holders.setdefault(s.host, []).append((until, s.gpus))
     usable = {n: h.gpus for n, h in state.hosts.items() if h.schedulable}
@@ -767,13 +781,14 @@ def _earliest_start(
             t = until
         free_at[name] = t
     if spec.gpus <= max_size:
-        return min(free_at.values(), default=now)
+        earliest = min(free_at.values(), default=now)
+        return None if earliest == math.inf else earliest
     # whole hosts: the earliest moment enough of them are all unprotected at once
     total = 0
     for name, t in sorted(free_at.items(), key=lambda kv: (kv[1], kv[0])):
         total += usable[name]
         if total >= spec.gpus:
-            return t
+            return None if t == math.inf else t
     return now  # not enough healthy hosts: reported as too large by the pass
 
 
