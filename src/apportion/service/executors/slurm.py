@@ -89,10 +89,12 @@ ACTIVE_JOB_STATES = frozenset({
 # what Slurm says beyond the exit code
 FAILED_JOB_STATES = {
     "FAILED": "",
-    "TIMEOUT": "reached Slurm's time limit (TIMEOUT)",
     "OUT_OF_MEMORY": "out of memory (Slurm OUT_OF_MEMORY)",
     "DEADLINE": "reached its Slurm deadline (DEADLINE)",
 }
+# Slurm ended the job at its time limit (a partition's MaxTime: apportion sets no --time):
+# the work did not fail, it ran out of time, and ends as ``timeout`` as on the local executor
+TIMEOUT_REASON = "reached Slurm's time limit (TIMEOUT)"
 # Slurm job states in which Slurm ended the job, not the work: its node failed or never
 # booted, Slurm's own preemption took it, another cluster of a federation ran it. The
 # attempt ends as on a host death (resumable work requeues, other work is lost), with why.
@@ -1002,13 +1004,14 @@ def map_job_state(
     ``nodes``: its node list; ``cancelled_by``: who cancelled it in Slurm, if known.
 
     PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
-    only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, OUT_OF_MEMORY and
-    DEADLINE keep the exit code (a signal N reads as 128 + N, like a shell) and never read as
-    0, with what Slurm says in ``reason``; NODE_FAIL, BOOT_FAIL, PREEMPTED and REVOKED are
-    Slurm's doing, not the work's: ``host_died``, with why. CANCELLED is always
-    ``signalled``, and without an exit code when Slurm has none (``0:0``: cancelled before
-    it ran), so that work cancelled in Slurm never reads as exit 0; cancelled outside
-    apportion, ``reason`` says so (and by whom, when known).
+    only has not started it yet). COMPLETED is exit 0; FAILED, OUT_OF_MEMORY and DEADLINE
+    keep the exit code (a signal N reads as 128 + N, like a shell) and never read as 0, with
+    what Slurm says in ``reason``; TIMEOUT keeps its exit code too and is ``timed_out``
+    (the workload ends as ``timeout``, as at apportion's own time limit); NODE_FAIL,
+    BOOT_FAIL, PREEMPTED and REVOKED are Slurm's doing, not the work's: ``host_died``,
+    with why. CANCELLED is always ``signalled``, and without an exit code when Slurm has
+    none (``0:0``: cancelled before it ran), so that work cancelled in Slurm never reads as
+    exit 0; cancelled outside apportion, ``reason`` says so (and by whom, when known).
     """
     if state in ACTIVE_JOB_STATES:
         return Observation(handle, AttemptState.RUNNING)
@@ -1028,6 +1031,11 @@ def map_job_state(
             code = 0
         return Observation(handle, AttemptState.EXITED, code or None, stopped or bool(signal),
                            ended_at, reason=why, host_died=True)
+    if state == "TIMEOUT":
+        # Slurm's SIGTERM, then SIGKILL after KillWait: its signal shows in the exit code,
+        # as the stop at apportion's own time limit shows in the local executor's
+        return Observation(handle, AttemptState.EXITED, code, True, ended_at,
+                           reason=TIMEOUT_REASON, timed_out=True)
     if state in FAILED_JOB_STATES:
         # e.g. OUT_OF_MEMORY may carry ExitCode 0:0; it must not look like success
         return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal),
