@@ -106,7 +106,7 @@ def main() -> None:
             wid = service.submit(**body)["id"]
             t1 = time.time()
             http.append(t1 - t0)
-            name = f"apportion-{wid}-1"
+            name = wid  # the Slurm job is named after its workload
             deadline = time.monotonic() + 60
             while slurm_states(cluster).get(name) != "RUNNING":
                 if time.monotonic() > deadline:
@@ -129,7 +129,7 @@ def main() -> None:
                    "command": ["sleep", "600"]} for i in range(n)]
         t0 = time.time()
         ids, acked = burst(service, bodies)
-        names = {f"apportion-{w}-1" for w in ids}
+        names = set(ids)
         while True:
             states = slurm_states(cluster)
             if all(states.get(nm) == "RUNNING" for nm in names):

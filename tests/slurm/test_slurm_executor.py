@@ -245,6 +245,38 @@ def test_list_jobs_finds_apportion_jobs_by_workload(
     ]
 
 
+def test_squeue_as_an_admin_types_it_shows_each_jobs_workload_id(
+    executor: SlurmExecutor, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """Plain ``squeue`` (its default format, whose NAME column shows 8 characters) shows
+    the apportion workload id of each job apportion launched, whole, in NAME (it showed
+    ``apportio``), ``squeue --name=<id>`` lists that workload's jobs, and the comment
+    still names the attempt; the attempt's end marker is still read by its file name,
+    ``apportion-<workload>-<attempt>.end``."""
+    handles = {
+        executor.launch(Launch(
+            workload_id=wid, attempt=n, slots=one_host(host, 1),
+            log_path=str(tmp_path / f"{wid}-{n}.log"),
+            command=bash(f"sleep {'30' if n == 3 else '0.2'}"),
+        )): (wid, n)
+        for wid, n, host in (("w-000012", 3, "gpu1"), ("w-000013", 1, "gpu2"))
+    }
+    [running] = [h for h, (_, n) in handles.items() if n == 3]
+    wait_for_state(executor, running, AttemptState.RUNNING)
+    out = slurm_cluster.run(["squeue"]).stdout.splitlines()
+    assert out[0].split()[2] == "NAME", out
+    names = {line.split()[0]: line.split()[2] for line in out[1:]}
+    assert names[running] == "w-000012", out
+    by_name = slurm_cluster.run(["squeue", "-h", "-o", "%i %k", "--name=w-000012"]).stdout
+    assert by_name.split() == [running, "apportion:3:w-000012"]
+    [done] = [h for h in handles if h != running]
+    obs = wait_for_state(executor, done, AttemptState.EXITED)
+    end = (tmp_path / "apportion-w-000013-1.end").read_text().split()
+    assert obs.exit_code == 0 and end[0] == done
+    assert obs.ended_at == float(end[2])  # the marker was read: its time, not Slurm's
+    executor.stop(running, grace_s=0)
+
+
 def test_stop_of_a_finished_job_is_harmless(executor: SlurmExecutor, tmp_path: Path) -> None:
     """Stopping a job that already ended changes nothing and raises nothing."""
     handle = executor.launch(Launch(

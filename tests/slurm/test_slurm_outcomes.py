@@ -195,7 +195,7 @@ def test_a_job_slurm_keeps_pending_behind_a_foreign_job_is_warned_about_once(
     finally:
         slurm_cluster.run(["scancel", foreign], check=False)
     (message,) = [r.getMessage() for r in caplog.records]
-    assert message.startswith(f"Slurm job {handle} (apportion-behind-1) is still PENDING in "
+    assert message.startswith(f"Slurm job {handle} (behind) is still PENDING in "
                               "Slurm ")
     assert message.endswith(" s after its launch (Resources): apportion counts it as running "
                             "and charges its GPUs meanwhile; a job not submitted through "

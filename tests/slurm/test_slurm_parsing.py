@@ -164,6 +164,17 @@ def test_job_state_mapping(
     assert (obs.state, obs.exit_code, obs.signalled, obs.host_died, obs.reason) == seen
 
 
+def test_only_slurm_timeout_reads_as_ended_at_a_time_limit() -> None:
+    """TIMEOUT is ``timed_out`` (the workload ends ``timeout``, not ``failed``) with Slurm's
+    exit code as recorded (143 from its SIGTERM, 137 from its kill after KillWait); no other
+    final state is, DEADLINE and OUT_OF_MEMORY included."""
+    assert map_job_state("1", "TIMEOUT", 0, 15).timed_out
+    assert map_job_state("1", "TIMEOUT", 0, 9).exit_code == 137
+    for state in ("COMPLETED", "FAILED", "CANCELLED", "DEADLINE", "OUT_OF_MEMORY",
+                  "NODE_FAIL", "PREEMPTED"):
+        assert not map_job_state("1", state, 0, 15).timed_out, state
+
+
 def test_a_job_cancelled_in_slurm_says_by_whom_unless_apportion_stopped_it() -> None:
     """CANCELLED by someone in Slurm names them in the reason; a job apportion stopped has
     no reason of its own (the stop's reason is the scheduler's)."""

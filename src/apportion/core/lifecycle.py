@@ -34,6 +34,8 @@ WORKLOAD_TRANSITIONS: Mapping[Status, Mapping[Status, str]] = {
         Status.CANCELLED: "cancelled while running",
         Status.PENDING: "host died and the workload is resumable: requeued",
         Status.LOST: "host died and the workload is not resumable",
+        Status.TIMEOUT: "ended by its executor at the executor's own time limit (Slurm's "
+                        "TIMEOUT)",
     },
     Status.STOPPING: {
         Status.PENDING: "resumable: requeued, keeps its place",

@@ -122,6 +122,10 @@ class Observation:
     # it was ended by a failure of its hosts, not by its own doing (e.g. Slurm's NODE_FAIL):
     # it ends as a host death does (resumable work requeues), with ``reason``
     host_died: bool = False
+    # it was ended at the executor's own time limit (Slurm's TIMEOUT: a partition's
+    # MaxTime), not by its own doing: it ends as ``timeout``, as work apportion stops at its
+    # time limit does, with ``reason``
+    timed_out: bool = False
     # when the running attempt last reported a checkpoint (the modification time of its
     # APPORTION_CHECKPOINT_FILE), as the executor's clock has it; None: never, or unknown
     checkpoint_at: float | None = None

@@ -1335,6 +1335,8 @@ class Scheduler:
         elif o.host_died:  # e.g. Slurm ended it NODE_FAIL: as if its host was seen down
             status = on_host_death(spec.resumable)
             reason = f"host_failure: {o.reason}" if o.reason else "host_failure"
+        elif o.timed_out:  # the executor's own time limit (Slurm's TIMEOUT): as ours
+            status, reason = Status.TIMEOUT, f"{TIMEOUT}: {o.reason or 'reached its time limit'}"
         elif o.refused is not None:  # it could never start (e.g. its directory): not retried
             status, reason = Status.FAILED, f"launch refused: {o.refused}"
         else:

@@ -71,6 +71,9 @@ __all__ = [
     "unowned_jobs",
 ]
 
+# the files of an attempt (batch script, end marker, checkpoint, stop deadline) are named
+# apportion-<workload>-<attempt>; the Slurm job is named after its workload's id alone, which
+# squeue's default 8-character NAME column shows whole (w-000012)
 JOB_NAME_PREFIX = "apportion-"
 COMMENT_PREFIX = "apportion:"
 # an end marker is one line: a job id, a status, a time, and a refusal's reason (a path
@@ -89,10 +92,12 @@ ACTIVE_JOB_STATES = frozenset({
 # what Slurm says beyond the exit code
 FAILED_JOB_STATES = {
     "FAILED": "",
-    "TIMEOUT": "reached Slurm's time limit (TIMEOUT)",
     "OUT_OF_MEMORY": "out of memory (Slurm OUT_OF_MEMORY)",
     "DEADLINE": "reached its Slurm deadline (DEADLINE)",
 }
+# Slurm ended the job at its time limit (a partition's MaxTime: apportion sets no --time):
+# the work did not fail, it ran out of time, and ends as ``timeout`` as on the local executor
+TIMEOUT_REASON = "reached Slurm's time limit (TIMEOUT)"
 # Slurm job states in which Slurm ended the job, not the work: its node failed or never
 # booted, Slurm's own preemption took it, another cluster of a federation ran it. The
 # attempt ends as on a host death (resumable work requeues, other work is lost), with why.
@@ -323,7 +328,7 @@ class SlurmExecutor:
         if too_big is not None:
             raise LaunchRefused(f"argument list too long: {too_big}")
 
-        base = f"{JOB_NAME_PREFIX}{_safe(launch.workload_id)}-{launch.attempt}"
+        base = _file_base(launch.workload_id, launch.attempt)
         prefix, script = self._submitter(acct, base)
         log = Path(launch.log_path) if launch.log_path else self.jobs_dir / f"{base}.log"
         _log_dir(log.parent, acct)
@@ -344,7 +349,8 @@ class SlurmExecutor:
             # the job's environment is exactly the script's exports, never ours
             "--export=NONE",
             f"--chdir={workdir}",  # the script enters it too: Slurm falls back to /tmp
-            f"--job-name={base}",
+            # what an admin's squeue shows: the workload's id (the attempt is the comment's)
+            f"--job-name={_safe(launch.workload_id)}",
             f"--comment={COMMENT_PREFIX}{launch.attempt}:{launch.workload_id}",
             f"--nodes={len(hosts)}",
             f"--nodelist={','.join(hosts)}",
@@ -467,7 +473,7 @@ class SlurmExecutor:
                             handle, job[1], job[0], found.get("Command", "").strip())
                 return
         attempt, workload_id = job
-        base = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}"
+        base = _file_base(workload_id, attempt)
         path = _stop_file(str(self.log_path(workload_id, attempt)), base)
         kill_at = time.time() + max(0.0, grace_s)
         old = _read_stop(handle, path)
@@ -506,6 +512,7 @@ class SlurmExecutor:
                 state = _job_state(job.get("job_state"))
                 code, sig = _wait_status(job.get("exit_code"))
                 name, stdout = str(job.get("name") or ""), str(job.get("standard_output") or "")
+                comment = str(job.get("comment") or "")
                 slurm_end = float(job.get("end_time") or 0)
                 nodes = str(job.get("nodes") or "")
                 if state == "PENDING":
@@ -518,6 +525,7 @@ class SlurmExecutor:
                 state = found.get("JobState", "")
                 code, sig = parse_exit_code(found.get("ExitCode", "0:0"))
                 name, stdout = found.get("JobName", ""), found.get("StdOut", "")
+                comment = found.get("Comment", "").strip()
                 slurm_end = _scontrol_time(found.get("EndTime", ""))
                 nodes = found.get("NodeList", "")
             else:
@@ -526,13 +534,17 @@ class SlurmExecutor:
             with self._lock:
                 stopped = handle in self._stopped
             ended_at, marker, by = None, None, ""
+            # its files' name, from the attempt its comment names (not its job name: that is
+            # the workload's id alone)
+            parsed = _parse_comment(comment)
+            base = "" if parsed is None else _file_base(parsed[1], parsed[0])
             if state in ACTIVE_JOB_STATES:
                 with self._lock:
                     outage = self._unreachable_at
                     if outage is None or asked_at - outage > OUTAGE_SETTLE_S:
                         self._active_at[handle] = asked_at
             else:
-                marker = _read_marker(handle, name, stdout)
+                marker = _read_marker(handle, base, stdout)
                 ended_at = self._end_time(handle, marker, slurm_end)
                 if state == "CANCELLED" and not stopped:
                     by = self._cancelled_by(handle)
@@ -542,10 +554,9 @@ class SlurmExecutor:
                     and (code, sig) == (REFUSED_EXIT, 0)):
                 # Slurm confirms the script's own refusal: it never started the command
                 result[handle] = replace(result[handle], refused=marker.refused)
-            if result[handle].state is AttemptState.RUNNING and name.startswith(
-                    JOB_NAME_PREFIX) and stdout:
+            if result[handle].state is AttemptState.RUNNING and base and stdout:
                 # the job's own file beside its log, on the file system the logs share
-                at = checkpoint_time(_checkpoint_file(stdout, name))
+                at = checkpoint_time(_checkpoint_file(stdout, base))
                 result[handle] = replace(result[handle], checkpoint_at=at)
         with self._lock:  # only the handles still asked about need their last sighting
             self._active_at = {h: t for h, t in self._active_at.items() if h in result}
@@ -623,7 +634,7 @@ class SlurmExecutor:
     def log_path(self, workload_id: str, attempt: int) -> Path:
         """Where an attempt's output goes (the scheduler passes it as ``Launch.log_path``)."""
         if self.logs_dir is None:
-            return self.jobs_dir / f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.log"
+            return self.jobs_dir / f"{_file_base(workload_id, attempt)}.log"
         return self.logs_dir / _safe(workload_id) / f"{attempt}.log"
 
     def find(self, workload_id: str, attempt: int) -> str | None:
@@ -645,7 +656,7 @@ class SlurmExecutor:
     def _is_script_of(self, command: str, attempt: int, workload_id: str) -> bool:
         """Whether a job's command (which its owner cannot change in Slurm, unlike its
         comment, name and output path) is this executor's batch script of that attempt."""
-        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+        name = f"{_file_base(workload_id, attempt)}.sh"
         return _is_script(command, os.path.abspath(self.jobs_dir / name),
                           os.path.abspath(self.jobs_dir / "users"), name)
 
@@ -1002,13 +1013,14 @@ def map_job_state(
     ``nodes``: its node list; ``cancelled_by``: who cancelled it in Slurm, if known.
 
     PENDING and the other not-yet-final states read as RUNNING (the job was placed; Slurm
-    only has not started it yet). COMPLETED is exit 0; FAILED, TIMEOUT, OUT_OF_MEMORY and
-    DEADLINE keep the exit code (a signal N reads as 128 + N, like a shell) and never read as
-    0, with what Slurm says in ``reason``; NODE_FAIL, BOOT_FAIL, PREEMPTED and REVOKED are
-    Slurm's doing, not the work's: ``host_died``, with why. CANCELLED is always
-    ``signalled``, and without an exit code when Slurm has none (``0:0``: cancelled before
-    it ran), so that work cancelled in Slurm never reads as exit 0; cancelled outside
-    apportion, ``reason`` says so (and by whom, when known).
+    only has not started it yet). COMPLETED is exit 0; FAILED, OUT_OF_MEMORY and DEADLINE
+    keep the exit code (a signal N reads as 128 + N, like a shell) and never read as 0, with
+    what Slurm says in ``reason``; TIMEOUT keeps its exit code too and is ``timed_out``
+    (the workload ends as ``timeout``, as at apportion's own time limit); NODE_FAIL,
+    BOOT_FAIL, PREEMPTED and REVOKED are Slurm's doing, not the work's: ``host_died``,
+    with why. CANCELLED is always ``signalled``, and without an exit code when Slurm has
+    none (``0:0``: cancelled before it ran), so that work cancelled in Slurm never reads as
+    exit 0; cancelled outside apportion, ``reason`` says so (and by whom, when known).
     """
     if state in ACTIVE_JOB_STATES:
         return Observation(handle, AttemptState.RUNNING)
@@ -1028,6 +1040,11 @@ def map_job_state(
             code = 0
         return Observation(handle, AttemptState.EXITED, code or None, stopped or bool(signal),
                            ended_at, reason=why, host_died=True)
+    if state == "TIMEOUT":
+        # Slurm's SIGTERM, then SIGKILL after KillWait: its signal shows in the exit code,
+        # as the stop at apportion's own time limit shows in the local executor's
+        return Observation(handle, AttemptState.EXITED, code, True, ended_at,
+                           reason=TIMEOUT_REASON, timed_out=True)
     if state in FAILED_JOB_STATES:
         # e.g. OUT_OF_MEMORY may carry ExitCode 0:0; it must not look like success
         return Observation(handle, AttemptState.EXITED, code or 1, stopped or bool(signal),
@@ -1166,7 +1183,7 @@ def unowned_jobs(
         attempt, workload_id = parsed
         if (workload_id, attempt) in launching:
             continue
-        name = f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}.sh"
+        name = f"{_file_base(workload_id, attempt)}.sh"
         script = os.path.abspath(jobs_dir / name)
         if _is_script(str(job.get("command") or ""), script, users, name):
             found.append((job_id, attempt, workload_id))
@@ -1182,16 +1199,22 @@ def _is_script(command: str, script: str, users: str, name: str) -> bool:
     return os.path.basename(path) == name and os.path.dirname(os.path.dirname(path)) == users
 
 
-def _end_file(log: str, job_name: str) -> Path:
-    """The end marker of an attempt: beside its log (which the nodes can write), by job name."""
-    return Path(log).parent / f"{job_name}.end"
+def _file_base(workload_id: str, attempt: int) -> str:
+    """The name of an attempt's files without their suffix: ``apportion-<workload>-<n>``."""
+    return f"{JOB_NAME_PREFIX}{_safe(workload_id)}-{attempt}"
 
 
-def _stop_file(log: str, job_name: str) -> Path:
+def _end_file(log: str, base: str) -> Path:
+    """The end marker of an attempt: beside its log (which the nodes can write), named by
+    :func:`_file_base`."""
+    return Path(log).parent / f"{base}.end"
+
+
+def _stop_file(log: str, base: str) -> Path:
     """A stop's kill deadline for the batch script (``SlurmExecutor._record_stop``): beside
     the end marker, where the nodes can read it (the jobs directory may be the server's
     alone)."""
-    return Path(log).parent / f"{job_name}.stop"
+    return Path(log).parent / f"{base}.stop"
 
 
 def _read_stop(handle: str, path: Path) -> float | None:
@@ -1228,9 +1251,9 @@ def _write_stop(path: Path, handle: str, kill_at: float) -> None:
         raise
 
 
-def _checkpoint_file(log: str, job_name: str) -> Path:
+def _checkpoint_file(log: str, base: str) -> Path:
     """An attempt's APPORTION_CHECKPOINT_FILE: beside its log, in the owner's directory."""
-    return Path(log).parent / f"{job_name}.checkpoint"
+    return Path(log).parent / f"{base}.checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
@@ -1243,13 +1266,14 @@ class _Marker:
     refused: str | None = None
 
 
-def _read_marker(handle: str, job_name: str, stdout: str) -> _Marker | None:
+def _read_marker(handle: str, base: str, stdout: str) -> _Marker | None:
     """The end marker of job ``handle`` (``<job id> <status> <epoch>``, or ``<job id>
-    refused <epoch> <why>``), if it is this job's and well formed: the job id must match
-    and the time be a finite number."""
-    if not job_name.startswith(JOB_NAME_PREFIX) or not stdout:
+    refused <epoch> <why>``), beside its log ``stdout``, named ``base`` (:func:`_file_base`
+    of the attempt its comment names), if it is this job's and well formed: the job id must
+    match and the time be a finite number."""
+    if not base.startswith(JOB_NAME_PREFIX) or not stdout:
         return None
-    text = _read_small_file(_end_file(stdout, job_name), MARKER_MAX_BYTES)
+    text = _read_small_file(_end_file(stdout, base), MARKER_MAX_BYTES)
     if text is None:
         return None
     fields = text.split(maxsplit=3)
