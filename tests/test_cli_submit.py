@@ -123,11 +123,11 @@ def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(
 
 def test_an_argument_that_is_not_utf8_is_refused_naming_its_place_in_the_command() -> None:
     """``submit ... -- echo $'\\xff'`` (Python has the byte as a lone surrogate) is a usage
-    error naming ``command[1]`` and showing the byte (it was a UnicodeEncodeError traceback
+    error naming ``command.1`` and showing the byte (it was a UnicodeEncodeError traceback
     from sending it)."""
     r = submit(*FLAGS, "--", "echo", "\udcff")
     assert r.exit_code == 2
-    assert r.stderr.endswith("Error: command[1]: \\xff: not UTF-8 text, which the server "
+    assert r.stderr.endswith("Error: command.1: \\xff: not UTF-8 text, which the server "
                              "takes\n")
 
 
@@ -141,7 +141,7 @@ def test_a_script_whose_file_name_is_not_utf8_is_refused_naming_it(
     monkeypatch.chdir(tmp_path)
     r = submit("caf\udce9.sh")
     assert r.exit_code == 2
-    assert r.stderr.endswith("Error: command[0]: caf\\xe9.sh: not UTF-8 text, which the "
+    assert r.stderr.endswith("Error: command.0: caf\\xe9.sh: not UTF-8 text, which the "
                              "server takes\n")
 
 
@@ -254,7 +254,7 @@ def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming
 ) -> None:
     """A batch script of MAX_ARG_STRLEN bytes (its text is one argument of the command, which
     also holds its NUL) is refused naming the file and its size; one byte less is read (the
-    server refused it as ``command[4]: ... bytes``, an argument the user never typed)."""
+    server refused it as ``command.4: ... bytes``, an argument the user never typed)."""
     per = max_arg_strlen()
     head = b"#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
     (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 1) + b"\n")

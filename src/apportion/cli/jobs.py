@@ -921,12 +921,12 @@ def _body_too_large(message: str, body: dict[str, Any]) -> str:
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
                              given: dict[str, Any]) -> None:
-    """A usage error for a word of the command (``command[1]``, 0 being the program or the
+    """A usage error for a word of the command (``command.1``, 0 being the program or the
     script) or an option's value that is not UTF-8 text (a file name or an argument in
     Latin-1, say): the server takes text, and sending it failed with a traceback."""
     for i, word in enumerate(command):
         if not _is_utf8(word):
-            raise click.UsageError(f"command[{i}]: {_escaped(word)}: not UTF-8 text, "
+            raise click.UsageError(f"command.{i}: {_escaped(word)}: not UTF-8 text, "
                                    "which the server takes")
     flags = {p.name: p.opts[0] for p in ctx.command.params}
     for key, value in given.items():
