@@ -78,6 +78,26 @@ def test_a_bare_number_for_time_from_a_script_line_is_refused_naming_the_line(
                 "(90); or write 90s, 1h30m, HH:MM:SS") in r.stderr
 
 
+def test_a_time_whose_clock_field_is_out_of_range_is_refused_naming_flag_or_line(
+    tmp_path: Path,
+) -> None:
+    """``--time 99:99``, ``-t 1-24:00`` and ``#SBATCH -t 99:99``: a clock form's field after
+    the first out of its range is refused naming the flag or the script line, the value as
+    typed and the field (it was sent on and read as 6,039 s)."""
+    r = submit(*FLAGS, "-t", "99:99", "--", "true")
+    assert r.exit_code == 2
+    assert ("Error: --time 99:99: '99:99': the seconds, 99, must be under 60"
+            in r.stderr)
+    r = submit(*FLAGS, "--time", "1-24:00", "--", "true")
+    assert "Error: --time 1-24:00: '1-24:00': the hours, 24, must be under 24" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -t 99:99\n#APPORTION --budget ai/llm --gpus 1 "
+                      "--min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert "Error: job.sh:2: #SBATCH -t 99:99: '99:99': the seconds, 99" in r.stderr
+
+
 def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
     """``--time soon``: the refusal says a bare number is minutes (the server's own words,
     "or a number of seconds", are the API's and contradicted the CLI)."""

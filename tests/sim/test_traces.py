@@ -280,6 +280,19 @@ def test_patience_must_be_longer_than_zero(tmp_path: Path) -> None:
         1800.0, 0.0, False)
 
 
+def test_a_clock_duration_with_a_field_out_of_range_is_refused_at_its_line(
+    tmp_path: Path,
+) -> None:
+    """A trace's ``min_runtime`` of ``99:99`` is refused at its file, line and field, naming
+    the value and the field out of range (it was read as 6,039 s)."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,budget,min_runtime\n"
+                 "0,1,60,a,30:00\n0,1,60,a,99:99\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value).startswith(
+        f"{path}:3: min_runtime: '99:99': the seconds, 99, must be under 60")
+
+
 def test_plain_trace_has_exactly_the_canonical_columns(tmp_path: Path) -> None:
     """A trace of imported jobs writes the eleven canonical columns, in order."""
     trace = load_trace(CLUSTER10, format="itp", budgets=2)

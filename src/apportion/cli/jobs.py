@@ -26,6 +26,7 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import (
+    ClockFieldError,
     DurationError,
     format_duration_exact,
     format_figure,
@@ -991,6 +992,8 @@ def _time_limit(text: str, where: str) -> str:
                                "or write 90s, 1h30m, HH:MM:SS")
     try:
         parse_duration(text)
+    except ClockFieldError as e:  # a clock form, with a field out of its range
+        raise click.UsageError(f"{where}: {e}") from None
     except DurationError:
         raise click.UsageError(f"{where}: must be a duration like 2h, 1h30m, 1-00:00:00 or "
                                "HH:MM:SS, or a whole number of minutes as in Slurm (90)"
