@@ -52,6 +52,7 @@ from .client import (
     EXIT_FAILED,
     Client,
     Failure,
+    ServerRefused,
     UnexpectedReply,
     _print_json,
     as_typed,
@@ -890,12 +891,23 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
-        if not as_json:
-            sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
-        # stdout: one JSON document, the final workload (an array: its elements, a list),
-        # with its exit_code and attempts; the changes of state go to stderr
-        code = wait_for(client, ids, lambda line: click.echo(line, err=True))
-        final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        try:
+            if not as_json:
+                sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
+            # stdout: one JSON document, the final workload (an array: its elements, a
+            # list), with its exit_code and attempts; the changes of state go to stderr
+            code = wait_for(client, ids, lambda line: click.echo(line, err=True))
+            final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        except ServerRefused as e:
+            if e.status != 401:
+                raise
+            # the token was revoked or expired while waiting: the work was stored and goes
+            # on, only the waiting ended (exit 43, no valid token)
+            what = f"array {row.id}" if row.array_ids else row.id
+            raise reworded(e, f"{what} was accepted and keeps its place in the queue, but "
+                              "waiting for it stopped: the token is no longer valid "
+                              f"({e.message}); follow it with a valid token: apportion "
+                              f"show {row.id}, apportion logs -f {row.id}") from None
         _print_json(final if row.array_ids else final[0])
         sys.exit(code)
 
