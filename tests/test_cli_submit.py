@@ -1136,3 +1136,23 @@ def test_an_apportion_line_takes_every_name_submit_takes_an_option_by(tmp_path: 
             assert got.origins[param.name] == f"job.sh:2: #APPORTION {name} value"
             checked += 1
     assert checked >= 30  # the long names and the aliases: the loop did look at them
+
+
+@pytest.mark.parametrize("indent", [" ", "    ", "\t"])
+def test_an_indented_directive_is_ignored_with_a_warning_naming_its_line(
+    tmp_path: Path, indent: str,
+) -> None:
+    """An indented ``#SBATCH`` or ``#APPORTION`` line is not read, as sbatch reads only
+    lines beginning with ``#SBATCH`` (to it one indented is a comment): it is named as
+    ignored with its line number, does not end the directive block, and the lines at the
+    start of theirs around it are read (the indented ones were read as if not indented)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH --gpus 1\n{indent}#SBATCH --gpus 4\n"
+                      f"{indent}#APPORTION --min-runtime 2h\n#SBATCH -J kept\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.options == {"gpus": "1", "name": "kept"}
+    assert got.ignored == [
+        "job.sh:3: #SBATCH --gpus 4: ignored (indented: as sbatch, a directive is read only "
+        "at the start of its line)",
+        "job.sh:4: #APPORTION --min-runtime 2h: ignored (indented: as sbatch, a directive is "
+        "read only at the start of its line)"]

@@ -152,8 +152,8 @@ class Script:
     ntasks_per_node: int | None = None
 
 
-# a line read_script takes for a directive, the first line included
-# (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
+# a line read_script takes for a directive (or, indented, names as ignored), the first line
+# included (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
 _DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?:[ \t]|\s*$)", re.MULTILINE)
 _SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
@@ -225,7 +225,8 @@ _SCRIPT_COPY = ('d=$(mktemp -d "${TMPDIR:-/tmp}/apportion.XXXXXX" 2>/dev/null ||
 
 def read_script(path: str, args: Sequence[str]) -> Script:
     """Read the directives of a batch script. As ``sbatch`` does, they are read from the
-    comment block at the top, up to the first command line. The command becomes the
+    comment block at the top, up to the first command line, and only at the start of a
+    line (an indented one is a comment, named as ignored). The command becomes the
     script's own text run by its interpreter (``#!`` line, else ``/bin/sh``) as a file
     (``_SCRIPT_COPY``), so the server keeps the script as it was at submission."""
     data = Path(path).read_bytes()
@@ -266,6 +267,9 @@ def read_script(path: str, args: Sequence[str]) -> Script:
             if commands:
                 out.ignored.append(f"{name}:{no}: {stripped}: ignored (after the first "
                                    "command; directives go at the top)")
+            elif line[:1].isspace():  # sbatch reads lines *beginning* with #SBATCH only
+                out.ignored.append(f"{name}:{no}: {stripped}: ignored (indented: as sbatch, "
+                                   "a directive is read only at the start of its line)")
             else:
                 _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
     _count_gpus(out)
