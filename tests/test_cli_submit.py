@@ -1156,3 +1156,36 @@ def test_an_indented_directive_is_ignored_with_a_warning_naming_its_line(
         "at the start of its line)",
         "job.sh:4: #APPORTION --min-runtime 2h: ignored (indented: as sbatch, a directive is "
         "read only at the start of its line)"]
+
+
+@pytest.mark.parametrize(("lines", "said"), [
+    ("#SBATCH --gpus=2\n#SBATCH --gres=gpu:4",
+     "job.sh:2: #SBATCH --gpus=2 and job.sh:3: #SBATCH --gres=gpu:4: two different GPU "
+     "counts (2 and 4 GPUs for the job); give one of them"),
+    ("#SBATCH --gres=gpu:4 -G 2",
+     "job.sh:2: #SBATCH --gres=gpu:4 and job.sh:2: #SBATCH -G 2: two different GPU counts "
+     "(4 and 2 GPUs for the job); give one of them"),
+    ("#APPORTION --gpus 3\n#SBATCH --gpus-per-node=h100:4",
+     "job.sh:2: #APPORTION --gpus 3 and job.sh:3: #SBATCH --gpus-per-node=h100:4: two "
+     "different GPU counts (3 and 4 GPUs for the job); give one of them"),
+])
+def test_two_different_gpu_counts_in_a_script_are_refused_naming_both_lines(
+    tmp_path: Path, lines: str, said: str,
+) -> None:
+    """``#SBATCH --gpus`` beside ``--gres`` (or ``--gpus-per-node``, or ``#APPORTION
+    --gpus``), on one line or two, giving the job different counts is a usage error naming
+    both as typed with their lines (the later one was taken without a word)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\n#APPORTION --budget ai/llm --min-runtime 0\n"
+                      "true\n")
+    r = submit(str(script))
+    assert r.exit_code == 2 and r.stderr.endswith(f"Error: {said}\n")
+
+
+def test_the_same_gpu_count_given_twice_in_a_script_is_read_once(tmp_path: Path) -> None:
+    """``#SBATCH --gpus=4`` and ``#SBATCH --gres=gpu:4`` (one node) ask for the same 4 GPUs:
+    read, with no error and nothing named as ignored."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gpus=4\n#SBATCH --gres=gpu:4\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.options["gpus"] == "4" and got.ignored == []

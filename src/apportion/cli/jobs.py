@@ -150,6 +150,8 @@ class Script:
     nodes: int | None = None
     ntasks: int | None = None
     ntasks_per_node: int | None = None
+    # every directive giving a GPU count: (its origin, the count as typed, what it is of)
+    gpu_counts: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 # a line read_script takes for a directive (or, indented, names as ignored), the first line
@@ -288,6 +290,24 @@ def _count_gpus(out: Script) -> None:
     as not used."""
     times = {"job": [], "node": ["nodes"],
              "task": ["ntasks"] if out.ntasks is not None else ["nodes", "ntasks_per_node"]}
+
+    def job_count(count: str, of: str) -> str:
+        """The job's GPUs by one directive (its count as typed when it is no number)."""
+        if not (count.isascii() and count.isdigit()):
+            return count
+        return str(math.prod([int(count), *(getattr(out, k) for k in times[of]
+                                             if getattr(out, k) is not None)]))
+
+    # two directives giving the job different counts (--gpus=2 and --gres=gpu:4): the later
+    # one won without a word; the same count twice is one request
+    first = out.gpu_counts[0] if out.gpu_counts else None
+    for origin, count, of in out.gpu_counts[1:]:
+        assert first is not None
+        if job_count(count, of) != job_count(first[1], first[2]):
+            raise click.UsageError(
+                f"{first[0]} and {origin}: two different GPU counts "
+                f"({job_count(first[1], first[2])} and {job_count(count, of)} GPUs for the "
+                "job); give one of them")
     by = [k for k in times[out.count_of] if getattr(out, k) is not None]
     if by:
         out.options["gpus"] = str(math.prod([int(out.options["gpus"]),
@@ -406,6 +426,8 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             key, value = "gpus", gpus
         elif key == "gpus":
             out.count_of = "job"  # the job's count, whatever --nodes says
+        if key == "gpus":
+            out.gpu_counts.append((origin, str(value), out.count_of))
         out.options[key] = value
         out.origins[key] = origin
 
