@@ -78,6 +78,26 @@ def test_a_bare_number_for_time_from_a_script_line_is_refused_naming_the_line(
                 "(90); or write 90s, 1h30m, HH:MM:SS") in r.stderr
 
 
+def test_a_time_whose_clock_field_is_out_of_range_is_refused_naming_flag_or_line(
+    tmp_path: Path,
+) -> None:
+    """``--time 99:99``, ``-t 1-24:00`` and ``#SBATCH -t 99:99``: a clock form's field after
+    the first out of its range is refused naming the flag or the script line, the value as
+    typed and the field (it was sent on and read as 6,039 s)."""
+    r = submit(*FLAGS, "-t", "99:99", "--", "true")
+    assert r.exit_code == 2
+    assert ("Error: --time 99:99: '99:99': the seconds, 99, must be under 60"
+            in r.stderr)
+    r = submit(*FLAGS, "--time", "1-24:00", "--", "true")
+    assert "Error: --time 1-24:00: '1-24:00': the hours, 24, must be under 24" in r.stderr
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -t 99:99\n#APPORTION --budget ai/llm --gpus 1 "
+                      "--min-runtime 0\ntrue\n")
+    r = submit(str(script))
+    assert r.exit_code == 2
+    assert "Error: job.sh:2: #SBATCH -t 99:99: '99:99': the seconds, 99" in r.stderr
+
+
 def test_a_time_that_is_no_duration_is_refused_in_minutes_not_seconds() -> None:
     """``--time soon``: the refusal says a bare number is minutes (the server's own words,
     "or a number of seconds", are the API's and contradicted the CLI)."""
@@ -123,11 +143,11 @@ def test_a_batch_script_that_is_not_utf8_is_refused_naming_its_file_and_line(
 
 def test_an_argument_that_is_not_utf8_is_refused_naming_its_place_in_the_command() -> None:
     """``submit ... -- echo $'\\xff'`` (Python has the byte as a lone surrogate) is a usage
-    error naming ``command[1]`` and showing the byte (it was a UnicodeEncodeError traceback
+    error naming ``command.1`` and showing the byte (it was a UnicodeEncodeError traceback
     from sending it)."""
     r = submit(*FLAGS, "--", "echo", "\udcff")
     assert r.exit_code == 2
-    assert r.stderr.endswith("Error: command[1]: \\xff: not UTF-8 text, which the server "
+    assert r.stderr.endswith("Error: command.1: \\xff: not UTF-8 text, which the server "
                              "takes\n")
 
 
@@ -141,7 +161,7 @@ def test_a_script_whose_file_name_is_not_utf8_is_refused_naming_it(
     monkeypatch.chdir(tmp_path)
     r = submit("caf\udce9.sh")
     assert r.exit_code == 2
-    assert r.stderr.endswith("Error: command[0]: caf\\xe9.sh: not UTF-8 text, which the "
+    assert r.stderr.endswith("Error: command.0: caf\\xe9.sh: not UTF-8 text, which the "
                              "server takes\n")
 
 
@@ -254,7 +274,7 @@ def test_a_batch_script_over_the_kernels_limit_on_one_argument_is_refused_naming
 ) -> None:
     """A batch script of MAX_ARG_STRLEN bytes (its text is one argument of the command, which
     also holds its NUL) is refused naming the file and its size; one byte less is read (the
-    server refused it as ``command[4]: ... bytes``, an argument the user never typed)."""
+    server refused it as ``command.4: ... bytes``, an argument the user never typed)."""
     per = max_arg_strlen()
     head = b"#!/bin/sh\n#APPORTION --budget ai/llm --gpus 1 --min-runtime 0\n"
     (tmp_path / "big.sh").write_bytes(head + b"#" * (per - len(head) - 1) + b"\n")
@@ -1116,3 +1136,56 @@ def test_an_apportion_line_takes_every_name_submit_takes_an_option_by(tmp_path: 
             assert got.origins[param.name] == f"job.sh:2: #APPORTION {name} value"
             checked += 1
     assert checked >= 30  # the long names and the aliases: the loop did look at them
+
+
+@pytest.mark.parametrize("indent", [" ", "    ", "\t"])
+def test_an_indented_directive_is_ignored_with_a_warning_naming_its_line(
+    tmp_path: Path, indent: str,
+) -> None:
+    """An indented ``#SBATCH`` or ``#APPORTION`` line is not read, as sbatch reads only
+    lines beginning with ``#SBATCH`` (to it one indented is a comment): it is named as
+    ignored with its line number, does not end the directive block, and the lines at the
+    start of theirs around it are read (the indented ones were read as if not indented)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH --gpus 1\n{indent}#SBATCH --gpus 4\n"
+                      f"{indent}#APPORTION --min-runtime 2h\n#SBATCH -J kept\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.options == {"gpus": "1", "name": "kept"}
+    assert got.ignored == [
+        "job.sh:3: #SBATCH --gpus 4: ignored (indented: as sbatch, a directive is read only "
+        "at the start of its line)",
+        "job.sh:4: #APPORTION --min-runtime 2h: ignored (indented: as sbatch, a directive is "
+        "read only at the start of its line)"]
+
+
+@pytest.mark.parametrize(("lines", "said"), [
+    ("#SBATCH --gpus=2\n#SBATCH --gres=gpu:4",
+     "job.sh:2: #SBATCH --gpus=2 and job.sh:3: #SBATCH --gres=gpu:4: two different GPU "
+     "counts (2 and 4 GPUs for the job); give one of them"),
+    ("#SBATCH --gres=gpu:4 -G 2",
+     "job.sh:2: #SBATCH --gres=gpu:4 and job.sh:2: #SBATCH -G 2: two different GPU counts "
+     "(4 and 2 GPUs for the job); give one of them"),
+    ("#APPORTION --gpus 3\n#SBATCH --gpus-per-node=h100:4",
+     "job.sh:2: #APPORTION --gpus 3 and job.sh:3: #SBATCH --gpus-per-node=h100:4: two "
+     "different GPU counts (3 and 4 GPUs for the job); give one of them"),
+])
+def test_two_different_gpu_counts_in_a_script_are_refused_naming_both_lines(
+    tmp_path: Path, lines: str, said: str,
+) -> None:
+    """``#SBATCH --gpus`` beside ``--gres`` (or ``--gpus-per-node``, or ``#APPORTION
+    --gpus``), on one line or two, giving the job different counts is a usage error naming
+    both as typed with their lines (the later one was taken without a word)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\n#APPORTION --budget ai/llm --min-runtime 0\n"
+                      "true\n")
+    r = submit(str(script))
+    assert r.exit_code == 2 and r.stderr.endswith(f"Error: {said}\n")
+
+
+def test_the_same_gpu_count_given_twice_in_a_script_is_read_once(tmp_path: Path) -> None:
+    """``#SBATCH --gpus=4`` and ``#SBATCH --gres=gpu:4`` (one node) ask for the same 4 GPUs:
+    read, with no error and nothing named as ignored."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gpus=4\n#SBATCH --gres=gpu:4\ntrue\n")
+    got = read_script(str(script), [])
+    assert got.options["gpus"] == "4" and got.ignored == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 
@@ -24,3 +25,17 @@ def escape_controls(text: str) -> str:
     it is: shown on a terminal, a user's text cannot clear the screen, set the window's
     title, forge a line or show its characters in another order than they are."""
     return _SUSPECT.sub(_escaped, text)
+
+
+def as_written(value: object) -> str:
+    """A value read from a file or a request, for an error message, as the user wrote it:
+    text quoted (``'eight'``), a number, ``Decimal`` or time as its digits (``1.5``, not
+    ``Decimal('1.5')``), JSON's and TOML's ``true``/``false``, ``null`` and lists and
+    objects as JSON (``[1]``), never Python's form (``True``, ``None``, ``['a']``). The
+    trace readers, ``simulate --tree``/``--cluster`` and the what-if's ``set`` say a
+    refused value with it."""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool | list | tuple | dict) or value is None:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)

@@ -46,6 +46,29 @@ def test_parse_duration_refuses_what_is_not_a_finite_nonnegative_duration(bad: o
         parse_duration(bad)
 
 
+@pytest.mark.parametrize(("bad", "said"), [
+    ("99:99", "the seconds, 99, must be under 60"),
+    ("1:60", "the seconds, 60, must be under 60"),
+    ("0:59.5:00", None), ("1:60:00", "the minutes, 60, must be under 60"),
+    ("1:00:75", "the seconds, 75, must be under 60"),
+    ("1-24", "the hours, 24, must be under 24"),
+    ("1-2:60", "the minutes, 60, must be under 60"),
+    ("1-24:00:00", "the hours, 24, must be under 24"),
+])
+def test_a_clock_form_refuses_a_field_after_the_first_out_of_its_range(
+    bad: str, said: str | None
+) -> None:
+    """In a clock form only the first field is unbounded (``90:00`` is 90 minutes,
+    ``100:00:00`` 100 hours): minutes or seconds of 60 or more after it, and hours of 24
+    or more after a day, are refused naming the value and the field (``99:99`` was read as
+    6,039 s)."""
+    assert parse_duration("90:00") == 5400.0 and parse_duration("100:59:59") == 363599.0
+    with pytest.raises(DurationError) as e:
+        parse_duration(bad)
+    assert str(e.value).startswith(repr(bad) if said else "must be")
+    assert said is None or said in str(e.value)
+
+
 @pytest.mark.parametrize("bad", ["٥m", "５", "²", "1_000", "1_0m", "٥:٠٠"])
 def test_parse_duration_refuses_digits_other_than_ascii_and_digit_groups(bad: str) -> None:
     """Digits of other scripts (Arabic-Indic, full width, superscript) and underscores,

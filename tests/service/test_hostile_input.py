@@ -255,7 +255,7 @@ def test_a_body_just_under_the_limit_is_read(env: Env) -> None:
     limit = env.config.server.max_body_bytes
     body = job(command=["echo", "A" * (limit - 200)])
     r = env.call("POST", "/v1/workloads", "alice", body=body)
-    assert r.status_code == 422 and r.json()["detail"].startswith("command[1]: ")
+    assert r.status_code == 422 and r.json()["detail"].startswith("command.1: ")
 
 
 def test_after_all_of_it_the_service_reads_and_schedules(env: Env) -> None:
@@ -299,3 +299,16 @@ def test_a_lone_surrogate_stored_before_the_check_does_not_break_reads(env: Env)
         r = env.call("GET", url, "root")
         assert r.status_code == 200 and '"echo","?"' in r.text, url
     assert env.call("POST", f"/v1/workloads/{w.id}/cancel", "root").status_code == 200
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    (["", "x"], "command.0: the program must not be empty"),
+    (["echo", "a\x00b"], "command.1: must not contain NUL characters"),
+])
+def test_a_refused_argument_is_named_as_its_item(env: Env, command: list[str],
+                                                 said: str) -> None:
+    """A submission whose command has an empty program or a NUL in an argument is refused
+    (422) naming the argument as ``command.N``, the spelling of an item docs/api.md uses
+    and the exec check's (``command.1: ... bytes``), not ``command: argument N``."""
+    r = env.call("POST", "/v1/workloads", "alice", body=job(command=command))
+    assert r.status_code == 422 and r.json()["detail"] == said

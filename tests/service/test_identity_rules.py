@@ -122,7 +122,7 @@ def test_exec_limits_are_counted_as_the_kernel_counts() -> None:
     assert per == 32 * os.sysconf("SC_PAGE_SIZE")
     assert exec_problem(["x" * (per - 1)], {}, reserve=0) is None
     assert exec_problem(["x" * per], {}, reserve=0) == (
-        f"command[0]: {per + 1} bytes, over the kernel's limit of {per} bytes per argument "
+        f"command.0: {per + 1} bytes, over the kernel's limit of {per} bytes per argument "
         "(MAX_ARG_STRLEN)")
     n = arg_max() // (1000 + 8)  # strings of 999 characters + NUL, + pointer
     assert exec_problem(["y" * 999] * n, {}, reserve=0) is None

@@ -150,7 +150,7 @@ def test_serve_says_whom_work_runs_as_and_how_it_is_isolated(site: Site) -> None
 @pytest.mark.parametrize(("who", "extra", "detail"), [
     ("carol", {}, "user carol: Unix account 'carol' does not exist"),
     ("alice", {"command": ["echo", "A" * 200_000]},
-     "command[1]: 200001 bytes, over the kernel's limit of 131072 bytes per argument"),
+     "command.1: 200001 bytes, over the kernel's limit of 131072 bytes per argument"),
     ("alice", {"command": ["true", *(["A" * 100_000] * 25)]},
      "command and env: "),
     ("alice", {"chdir": "relative/dir"},

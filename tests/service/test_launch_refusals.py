@@ -80,7 +80,7 @@ def test_e2big_and_enoent_end_after_one_try_and_the_work_behind_starts(
     rows = run_until_final(store, sched, [big, missing, *rest])
     assert rows[big].status is Status.FAILED and rows[big].attempts_count == 1
     assert rows[big].end_reason.startswith(
-        "launch refused: argument list too long: command[1]: 200001 bytes")
+        "launch refused: argument list too long: command.1: 200001 bytes")
     assert rows[missing].status is Status.FAILED and rows[missing].attempts_count == 1
     assert rows[missing].end_reason == "launch refused: command not found: " \
                                        "apportion-no-such-command"

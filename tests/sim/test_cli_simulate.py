@@ -489,7 +489,7 @@ def test_cluster_files_and_size_are_read_as_typed(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("id,submit_time,gpus,duration\na,0,1,3600\n")
     for text, problem in (('gpus = 8.7', "hosts[1].gpus: must be a whole number >= 1, got 8.7"),
-                          ('gpus = true', "hosts[1].gpus: must be a whole number >= 1, got True"),
+                          ('gpus = true', "hosts[1].gpus: must be a whole number >= 1, got true"),
                           ('', "hosts[1].gpus: missing")):
         hosts = tmp_path / "hosts.toml"
         hosts.write_text(f'[[hosts]]\nname = "a"\n{text}\n')
@@ -819,10 +819,36 @@ def test_a_trace_whose_budget_column_is_empty_says_so_naming_the_flags(tmp_path:
             in " ".join(out.split())), out
 
 
+@pytest.mark.parametrize(("name", "text", "problem"), [
+    ("hosts.json", '{"hosts": [{"name": null, "gpus": 8}]}',
+     "hosts[1].name: must be a non-empty string, got null"),
+    ("hosts.json", '{"hosts": [null]}', "hosts[1]: expected a table with name and gpus, got null"),
+    ("hosts.json", '{"hosts": [["a", 8]]}',
+     'hosts[1]: expected a table with name and gpus, got ["a", 8]'),
+    ("hosts.json", '{"hosts": [{"name": "a", "gpus": 8, "cluster": null, "kind": "H100"}]}',
+     "host #1 (a): cluster: must be a name without '/', got null"),
+    ("hosts.toml", '[[hosts]]\nname = "a"\ngpus = 8\ncluster = "x"\nkind = true\n',
+     "host #1 (a): kind: must be a name without '/', got true"),
+])
+def test_a_cluster_files_refused_value_is_shown_as_the_file_writes_it(
+        tmp_path: Path, name: str, text: str, problem: str) -> None:
+    """A --cluster file's refused value is shown as JSON or TOML writes it (``null``,
+    ``true``, ``["a", 8]``), by the one helper the trace readers use (text.as_written),
+    never Python's ``None``, ``True`` or ``['a', 8]``."""
+    hosts = tmp_path / name
+    hosts.write_text(text)
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,gpus,duration\na,0,1,3600\n")
+    code, out = invoke("simulate", "--trace", str(trace), "--budgets", "1", "--cluster",
+                       str(hosts), "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for --cluster: {hosts}: {problem}" in " ".join(out.split()), out
+
+
 @pytest.mark.parametrize(("text", "problem"), [
     ('{"ai": {"weight": "x", "x": 1, "y": 1}}', "ai: weight must be a number, got 'x'"),
-    ('{"ai": {"weight": null, "x": 1, "y": 1}}', "ai: weight must be a number, got None"),
-    ('{"ai": {"weight": true, "x": 1, "y": 1}}', "ai: weight must be a number, got True"),
+    ('{"ai": {"weight": null, "x": 1, "y": 1}}', "ai: weight must be a number, got null"),
+    ('{"ai": {"weight": true, "x": 1, "y": 1}}', "ai: weight must be a number, got true"),
 ])
 def test_a_tree_nodes_own_weight_is_checked_as_a_leafs_is(
         tmp_path: Path, text: str, problem: str) -> None:

@@ -340,9 +340,9 @@ def test_a_fleet_hosts_cluster_or_kind_that_is_no_pool_name_is_refused_naming_it
 
 
 @pytest.mark.parametrize(("table", "message"), [
-    ("billing = { B200 = true }\n", "billing: B200: must be a number > 0, got True"),
+    ("billing = { B200 = true }\n", "billing: B200: must be a number > 0, got true"),
     ('[overrides."west/B200"]\n"llm" = true\n',
-     "overrides: west/B200: llm: must be a number >= 0, got True"),
+     "overrides: west/B200: llm: must be a number >= 0, got true"),
 ])
 def test_a_fleet_files_boolean_weight_is_refused_not_read_as_one(
         tmp_path: Path, table: str, message: str) -> None:

@@ -280,6 +280,35 @@ def test_patience_must_be_longer_than_zero(tmp_path: Path) -> None:
         1800.0, 0.0, False)
 
 
+def test_a_clock_duration_with_a_field_out_of_range_is_refused_at_its_line(
+    tmp_path: Path,
+) -> None:
+    """A trace's ``min_runtime`` of ``99:99`` is refused at its file, line and field, naming
+    the value and the field out of range (it was read as 6,039 s)."""
+    path = write(tmp_path, "t.csv", "submit_time,gpus,duration,budget,min_runtime\n"
+                 "0,1,60,a,30:00\n0,1,60,a,99:99\n")
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value).startswith(
+        f"{path}:3: min_runtime: '99:99': the seconds, 99, must be under 60")
+
+
+def test_a_json_lines_key_in_another_case_is_read_as_that_column(tmp_path: Path) -> None:
+    """A JSON Lines row spelling a key ``GPUS`` where the others say ``gpus`` is read as the
+    ``gpus`` column, as a CSV header in another case is (it read as "gpus: missing
+    value"); an object naming a key twice in different cases is refused at its line."""
+    path = write(tmp_path, "t.jsonl",
+                 '{"submit_time": 0, "gpus": 1, "duration": 60, "budget": "a"}\n'
+                 '{"submit_time": 1, "GPUS": 2, "Duration": "2m", "budget": "a"}\n')
+    assert [(j.spec.gpus, j.duration) for j in load_trace(path).jobs] == [(1, 60.0),
+                                                                          (2, 120.0)]
+    path.write_text(path.read_text() + '{"submit_time": 2, "gpus": 1, "GPUS": 2, '
+                    '"duration": 60, "budget": "a"}\n')
+    with pytest.raises(TraceError) as e:
+        load_trace(path)
+    assert str(e.value) == f"{path}:3: row: key 'gpus' appears twice, as 'gpus' and 'GPUS'"
+
+
 def test_plain_trace_has_exactly_the_canonical_columns(tmp_path: Path) -> None:
     """A trace of imported jobs writes the eleven canonical columns, in order."""
     trace = load_trace(CLUSTER10, format="itp", budgets=2)

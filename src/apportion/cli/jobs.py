@@ -26,6 +26,7 @@ import httpx
 from apportion.core import FINAL as CORE_FINAL
 from apportion.core import format_duration, plural
 from apportion.core.units import (
+    ClockFieldError,
     DurationError,
     format_duration_exact,
     format_figure,
@@ -51,6 +52,7 @@ from .client import (
     EXIT_FAILED,
     Client,
     Failure,
+    ServerRefused,
     UnexpectedReply,
     _print_json,
     as_typed,
@@ -148,10 +150,12 @@ class Script:
     nodes: int | None = None
     ntasks: int | None = None
     ntasks_per_node: int | None = None
+    # every directive giving a GPU count: (its origin, the count as typed, what it is of)
+    gpu_counts: list[tuple[str, str, str]] = field(default_factory=list)
 
 
-# a line read_script takes for a directive, the first line included
-# (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
+# a line read_script takes for a directive (or, indented, names as ignored), the first line
+# included (sbatch reads "#SBATCH" followed by any blank, a tab as a space)
 _DIRECTIVE = re.compile(r"^\s*#(?:APPORTION|SBATCH)(?:[ \t]|\s*$)", re.MULTILINE)
 _SCRIPT_SUFFIXES = (".sh", ".sbatch", ".slurm")
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._+-]")  # a workload's name, as the API takes it
@@ -223,7 +227,8 @@ _SCRIPT_COPY = ('d=$(mktemp -d "${TMPDIR:-/tmp}/apportion.XXXXXX" 2>/dev/null ||
 
 def read_script(path: str, args: Sequence[str]) -> Script:
     """Read the directives of a batch script. As ``sbatch`` does, they are read from the
-    comment block at the top, up to the first command line. The command becomes the
+    comment block at the top, up to the first command line, and only at the start of a
+    line (an indented one is a comment, named as ignored). The command becomes the
     script's own text run by its interpreter (``#!`` line, else ``/bin/sh``) as a file
     (``_SCRIPT_COPY``), so the server keeps the script as it was at submission."""
     data = Path(path).read_bytes()
@@ -264,6 +269,9 @@ def read_script(path: str, args: Sequence[str]) -> Script:
             if commands:
                 out.ignored.append(f"{name}:{no}: {stripped}: ignored (after the first "
                                    "command; directives go at the top)")
+            elif line[:1].isspace():  # sbatch reads lines *beginning* with #SBATCH only
+                out.ignored.append(f"{name}:{no}: {stripped}: ignored (indented: as sbatch, "
+                                   "a directive is read only at the start of its line)")
             else:
                 _directive(out, f"{name}:{no}", prefix, stripped[len(prefix):], opts)
     _count_gpus(out)
@@ -282,6 +290,24 @@ def _count_gpus(out: Script) -> None:
     as not used."""
     times = {"job": [], "node": ["nodes"],
              "task": ["ntasks"] if out.ntasks is not None else ["nodes", "ntasks_per_node"]}
+
+    def job_count(count: str, of: str) -> str:
+        """The job's GPUs by one directive (its count as typed when it is no number)."""
+        if not (count.isascii() and count.isdigit()):
+            return count
+        return str(math.prod([int(count), *(getattr(out, k) for k in times[of]
+                                             if getattr(out, k) is not None)]))
+
+    # two directives giving the job different counts (--gpus=2 and --gres=gpu:4): the later
+    # one won without a word; the same count twice is one request
+    first = out.gpu_counts[0] if out.gpu_counts else None
+    for origin, count, of in out.gpu_counts[1:]:
+        assert first is not None
+        if job_count(count, of) != job_count(first[1], first[2]):
+            raise click.UsageError(
+                f"{first[0]} and {origin}: two different GPU counts "
+                f"({job_count(first[1], first[2])} and {job_count(count, of)} GPUs for the "
+                "job); give one of them")
     by = [k for k in times[out.count_of] if getattr(out, k) is not None]
     if by:
         out.options["gpus"] = str(math.prod([int(out.options["gpus"]),
@@ -400,6 +426,8 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
             key, value = "gpus", gpus
         elif key == "gpus":
             out.count_of = "job"  # the job's count, whatever --nodes says
+        if key == "gpus":
+            out.gpu_counts.append((origin, str(value), out.count_of))
         out.options[key] = value
         out.origins[key] = origin
 
@@ -889,12 +917,23 @@ def submit(ctx: click.Context, /, client: Client, as_json: bool, wait: bool, par
         click.echo(f"submitted {what} to {row.budget} ({plural(row.gpus, 'GPU')}, min "
                    f"runtime {format_duration_exact(row.min_runtime)}{limit})")
     if wait:
-        if not as_json:
-            sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
-        # stdout: one JSON document, the final workload (an array: its elements, a list),
-        # with its exit_code and attempts; the changes of state go to stderr
-        code = wait_for(client, ids, lambda line: click.echo(line, err=True))
-        final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        try:
+            if not as_json:
+                sys.exit(wait_for(client, ids, lambda line: click.echo(line, err=parsable)))
+            # stdout: one JSON document, the final workload (an array: its elements, a
+            # list), with its exit_code and attempts; the changes of state go to stderr
+            code = wait_for(client, ids, lambda line: click.echo(line, err=True))
+            final = [client.json("GET", f"/workloads/{wid}", patient=True) for wid in ids]
+        except ServerRefused as e:
+            if e.status != 401:
+                raise
+            # the token was revoked or expired while waiting: the work was stored and goes
+            # on, only the waiting ended (exit 43, no valid token)
+            what = f"array {row.id}" if row.array_ids else row.id
+            raise reworded(e, f"{what} was accepted and keeps its place in the queue, but "
+                              "waiting for it stopped: the token is no longer valid "
+                              f"({e.message}); follow it with a valid token: apportion "
+                              f"show {row.id}, apportion logs -f {row.id}") from None
         _print_json(final if row.array_ids else final[0])
         sys.exit(code)
 
@@ -921,12 +960,12 @@ def _body_too_large(message: str, body: dict[str, Any]) -> str:
 
 def _refuse_what_is_not_utf8(ctx: click.Context, command: Sequence[str],
                              given: dict[str, Any]) -> None:
-    """A usage error for a word of the command (``command[1]``, 0 being the program or the
+    """A usage error for a word of the command (``command.1``, 0 being the program or the
     script) or an option's value that is not UTF-8 text (a file name or an argument in
     Latin-1, say): the server takes text, and sending it failed with a traceback."""
     for i, word in enumerate(command):
         if not _is_utf8(word):
-            raise click.UsageError(f"command[{i}]: {_escaped(word)}: not UTF-8 text, "
+            raise click.UsageError(f"command.{i}: {_escaped(word)}: not UTF-8 text, "
                                    "which the server takes")
     flags = {p.name: p.opts[0] for p in ctx.command.params}
     for key, value in given.items():
@@ -991,6 +1030,8 @@ def _time_limit(text: str, where: str) -> str:
                                "or write 90s, 1h30m, HH:MM:SS")
     try:
         parse_duration(text)
+    except ClockFieldError as e:  # a clock form, with a field out of its range
+        raise click.UsageError(f"{where}: {e}") from None
     except DurationError:
         raise click.UsageError(f"{where}: must be a duration like 2h, 1h30m, 1-00:00:00 or "
                                "HH:MM:SS, or a whole number of minutes as in Slurm (90)"

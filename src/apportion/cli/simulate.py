@@ -32,6 +32,7 @@ from apportion.core import (
 from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
+from apportion.text import as_written
 
 from .numbers import MAX_BUDGETS, MAX_DAYS, MAX_POINTS, days_option
 from .paths import OUTPUT_DIR, output_dir
@@ -174,8 +175,8 @@ def load_tree(path: Path) -> BudgetTree:
     def weight(where: str, value: Any) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
-        raise click.BadParameter(f"{path}: {where}: weight must be a number, got {value!r}",
-                                 param_hint="--tree")
+        raise click.BadParameter(f"{path}: {where}: weight must be a number, got "
+                                 f"{as_written(value)}", param_hint="--tree")
 
     def walk(prefix: str, table: dict[str, Any]) -> None:
         for key, value in table.items():
@@ -251,7 +252,7 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         where = f"{path}: hosts[{i + 1}]"
         if not isinstance(item, dict):
             raise click.BadParameter(f"{where}: expected a table with name and gpus, got "
-                                     f"{item!r}", param_hint="--cluster")
+                                     f"{as_written(item)}", param_hint="--cluster")
         _known_keys(item, HOST_KEYS, f"{where}.", "a host")
         for key in ("name", "gpus"):
             if key not in item:
@@ -259,11 +260,11 @@ def parse_cluster(text: str) -> tuple[Host, ...]:
         name, gpus = item["name"], item["gpus"]
         if not isinstance(name, str) or not name.strip():
             raise click.BadParameter(f"{where}.name: must be a non-empty string, got "
-                                     f"{name!r}", param_hint="--cluster")
+                                     f"{as_written(name)}", param_hint="--cluster")
         # read as typed: 8.7 is not 8 GPUs, nor true 1
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise click.BadParameter(f"{where}.gpus: must be a whole number >= 1, got "
-                                     f"{gpus!r}", param_hint="--cluster")
+                                     f"{as_written(gpus)}", param_hint="--cluster")
         if gpus > MAX_HOST_GPUS:  # the bound of HOSTSxGPUS: a typo, not a host
             raise click.BadParameter(f"{where}.gpus: {gpus:,} GPUs is more than any host has "
                                      f"(at most {MAX_HOST_GPUS:,})", param_hint="--cluster")
@@ -312,7 +313,7 @@ def parse_pools(text: str) -> Pools | None:
             for pool, weights in overrides.items() for b, w in weights.items()]
         for where, w, bound in typed:
             if isinstance(w, bool):
-                raise ValueError(f"{path}: {where}: must be a number {bound}, got {w!r}")
+                raise ValueError(f"{path}: {where}: must be a number {bound}, got {as_written(w)}")
         kinds = sorted({k for _, k in of_host.values()})
         for kind in billing:  # a mistyped kind (or its case) would bill that kind 1
             if kind not in kinds:

@@ -3,7 +3,8 @@ of the whole package (configuration, API, CLI, traces, reports and explanations 
 
 ``parse_duration`` accepts a number of seconds, a suffixed form (``"90s"``, ``"30m"``,
 ``"2h"``, ``"7d"``, ``"1h30m"``, ``"1.5h"``; ``min`` for minutes too) or one of Slurm's
-clock forms (``"[D-]HH:MM:SS"``, ``"MM:SS"``, ``"D-HH"``, ``"D-HH:MM"``; ``Elapsed``).
+clock forms (``"[D-]HH:MM:SS"``, ``"MM:SS"``, ``"D-HH"``, ``"D-HH:MM"``; ``Elapsed``), in
+which only the first field may be larger than its unit (``"90:00"``; ``"99:99"`` is refused).
 ``format_duration`` writes what a person would: ``45 s``, ``30 min``, ``8 h``,
 ``1 h 30 min``, ``3 d 4 h``. The float settings that are plain numbers (a margin, a
 factor: ``apportion.core.NUMBER_KNOBS``) are read by ``parse_number`` instead, never as
@@ -16,7 +17,7 @@ import math
 import re
 
 __all__ = [
-    "DurationError", "format_amount", "format_duration", "format_duration_exact",
+    "ClockFieldError", "DurationError", "format_amount", "format_duration", "format_duration_exact",
     "format_figure", "parse_duration", "parse_number", "plural",
 ]
 
@@ -32,6 +33,11 @@ _HINT = "a duration like 30m, 8h, 7d, 1h30m, HH:MM:SS or a number of seconds"
 class DurationError(ValueError):
     """Not a duration (or not a number, for the plain-number settings); the message says
     what was given and what would do."""
+
+
+class ClockFieldError(DurationError):
+    """A clock form with a field after the first out of its range (``"99:99"``); the
+    message names the value, the field and its bound."""
 
 
 def parse_number(value: object) -> float:
@@ -76,13 +82,27 @@ def _parse_text(value: str) -> float:
     d = _DAYS_HOURS.fullmatch(text)  # before the clock: with a day, "1-2:30" is 2 h 30 min
     if d:
         days, hours, minutes = d.groups()
+        _in_range(value, ("hours", hours, 24), ("minutes", minutes, 60))
         return int(days) * 86400.0 + int(hours) * 3600.0 + int(minutes or 0) * 60.0
     m = _CLOCK.fullmatch(text)
     if m:
         days, hours, minutes, secs = m.groups()
+        # only the first field is unbounded: 90:00 is 90 min, 1:90 no time at all
+        _in_range(value, ("hours", hours if days else None, 24),
+                  ("minutes", minutes if hours or days else None, 60), ("seconds", secs, 60))
         return (int(days or 0) * 86400.0 + int(hours or 0) * 3600.0
                 + int(minutes) * 60.0 + float(secs))
     raise DurationError(f"must be {_HINT}, got {value!r}")
+
+
+def _in_range(value: str, *fields: tuple[str, str | None, int]) -> None:
+    """Refuse a field of a clock form after the first that is out of its range (minutes
+    and seconds under 60, hours after a day under 24), as Slurm's clock forms mean them:
+    ``99:99`` is no duration, not 1 h 40 min 39 s."""
+    for name, field, limit in fields:
+        if field is not None and float(field) >= limit:
+            raise ClockFieldError(f"{value!r}: the {name}, {field}, must be under {limit} (in "
+                                "[D-]HH:MM:SS only the first field may be larger)")
 
 
 def format_duration_exact(seconds: float) -> str:

@@ -70,6 +70,9 @@ def _field_errors(exc: RequestValidationError, content_type: str | None = None) 
             msg += _json_position(exc.body, err.get("loc", ()))
         else:
             msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+            item = err.get("ctx", {}).get("error")
+            if isinstance(item, v.ItemError):  # one item of the list: command.0
+                where = f"{where}.{item.index}"
         parts.append(f"{where}: {msg}")
     # only the first few: a list of 10,000 bad names must not make a 10,000-line answer
     return "; ".join(parts[:5]) + (f"; and {len(parts) - 5} more" if len(parts) > 5 else "")

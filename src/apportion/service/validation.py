@@ -52,7 +52,8 @@ MAX_DURATION_S = 3650 * 86400.0
 __all__ = [
     "MAX_ARGS", "MAX_ARG_STRLEN", "MAX_CANCEL_IDS", "MAX_DURATION_S", "MAX_GPUS", "MAX_ID",
     "MAX_PATH", "MAX_PATH_BYTES", "MAX_PEOPLE", "MAX_QUERY", "MAX_SEGMENT", "MAX_TEXT",
-    "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "check_budget_path",
+    "MAX_WEIGHT", "MIN_WEIGHT", "PRIORITY_MAX", "PRIORITY_MIN", "WORKLOAD_ID", "ItemError",
+    "check_budget_path",
     "check_command", "check_duration", "check_idempotency_key", "check_signal", "check_text",
     "check_user_name", "check_workload_id", "check_workload_name", "duration_seconds",
     "json_kind", "json_types",
@@ -209,6 +210,15 @@ def check_signal(text: str) -> str:
     return warn_signal.parse(text).text
 
 
+class ItemError(ValueError):
+    """A refusal of one item of a list field: the API names it ``field.N`` (``command.0:
+    ...``), as pydantic names an item it refuses and as docs/api.md writes them."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 def check_command(argv: Sequence[str]) -> list[str]:
     """A non-empty argv of valid UTF-8 strings without NUL. Their sizes against the
     kernel's limits (``MAX_ARG_STRLEN`` per argument, ``ARG_MAX`` with the environment) are
@@ -220,14 +230,12 @@ def check_command(argv: Sequence[str]) -> list[str]:
         raise ValueError(f"must have at most {MAX_ARGS} arguments, got {len(argv)}")
     for i, arg in enumerate(argv):
         if "\x00" in arg:
-            raise ValueError(f"argument {i}: must not contain NUL characters")
+            raise ItemError(i, "must not contain NUL characters")
         try:
             arg.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(
-                f"argument {i}: must be valid UTF-8 (character {e.start} is not)"
-            ) from None
+            raise ItemError(i, f"must be valid UTF-8 (character {e.start} is not)") from None
     if not argv[0]:
-        raise ValueError("argument 0: the program must not be empty")
+        raise ItemError(0, "the program must not be empty")
     return list(argv)
 

@@ -12,7 +12,6 @@ scheduler's, and only a few at once, one per user; more are refused at once (429
 # runtime, and they name a dependency handed in by create_app.
 import asyncio
 import dataclasses
-import json
 import threading
 import time
 import typing
@@ -30,6 +29,7 @@ from apportion.core import (
     parse_duration,
     parse_number,
 )
+from apportion.text import as_written
 
 from .auth import Rights
 from .bodies import WhatifBody
@@ -91,12 +91,6 @@ class Replays:
         return HTTPException(429, detail, {"Retry-After": str(RETRY_AFTER_S)})
 
 
-def _as_sent(value: Any) -> str:
-    """A refused ``set`` value as the client wrote it in JSON (true, null, 1.5), a text
-    quoted as the other refusals quote it ('2h'), not Python's True or None."""
-    return repr(value) if isinstance(value, str) else json.dumps(value)
-
-
 def _setting(key: str, value: Any) -> Any:
     """A ``set`` value as the type of its field (durations accept "3d")."""
     from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
@@ -113,11 +107,11 @@ def _setting(key: str, value: Any) -> Any:
     kind = kinds[key]
     if kind is bool:
         if not isinstance(value, bool):
-            raise ValueError(f"{key}: must be true or false, got {_as_sent(value)}")
+            raise ValueError(f"{key}: must be true or false, got {as_written(value)}")
         return value
     if kind is int:
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise ValueError(f"{key}: must be a whole number, got {_as_sent(value)}")
+            raise ValueError(f"{key}: must be a whole number, got {as_written(value)}")
         return int(value)
     if value is None and type(None) in typing.get_args(kind):
         return None
@@ -128,7 +122,7 @@ def _setting(key: str, value: Any) -> Any:
             raise ValueError(f"{key}: {e}") from None
     if isinstance(value, bool) or value is None:
         raise ValueError(f"{key}: must be a number of seconds or a duration, got "
-                         f"{_as_sent(value)}")
+                         f"{as_written(value)}")
     try:
         return duration_seconds(value)
     except ValueError as e:

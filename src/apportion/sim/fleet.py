@@ -20,6 +20,7 @@ import numpy as np
 
 from apportion.core import Decisions, HostState, PolicyConfig, WorkloadSpec, ancestors
 from apportion.core.fleet import FleetConfig, FleetState, decide_fleet
+from apportion.text import as_written
 
 from .legacy import LegacyPolicy
 from .metrics import percentiles, team_of
@@ -503,7 +504,8 @@ def read_pools(items: list[Mapping[str, Any]], where: str) -> dict[str, tuple[st
         for key in ("cluster", "kind"):  # a pool is 'cluster/kind': neither may hold a '/'
             value = it[key]
             if not (isinstance(value, str) and value.strip()) or "/" in value:
-                raise ValueError(f"{host}: {key}: must be a name without '/', got {value!r}")
+                raise ValueError(f"{host}: {key}: must be a name without '/', got "
+                                 f"{as_written(value)}")
         out[str(it["name"])] = (it["cluster"], it["kind"])
     return out
 

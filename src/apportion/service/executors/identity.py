@@ -203,7 +203,7 @@ def exec_problem(
     for i, a in enumerate(argv):
         n = size(a)
         if n > per:
-            return (f"command[{i}]: {n} bytes, over the kernel's limit of {per} bytes per "
+            return (f"command.{i}: {n} bytes, over the kernel's limit of {per} bytes per "
                     "argument (MAX_ARG_STRLEN)")
         total += n + POINTER
     for k, v in env.items():

@@ -4,32 +4,20 @@ with the problem; the caller adds ``file:line: field:``. Empty cells are handled
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 from apportion.core import DurationError
 from apportion.core import parse_duration as core_parse_duration
+from apportion.text import as_written
 
 from ._errors import Bad
 
 
-def shown(value: object) -> str:
-    """A cell's value for an error message, as the file writes it: text quoted (``'eight'``),
-    a number, ``Decimal`` or time as its digits (``1.5``, not ``Decimal('1.5')``), JSON's
-    ``true``/``false``/``null`` and lists and objects as JSON (``[1]``), never Python's form
-    (``True``, ``None``, ``['a']``)."""
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool | list | tuple | dict) or value is None:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    return str(value)
-
-
 def _finite(x: float, text: object) -> float:
     if not math.isfinite(x):
-        raise Bad(f"must be a finite number, got {shown(text)}")
+        raise Bad(f"must be a finite number, got {as_written(text)}")
     return x
 
 
@@ -49,14 +37,14 @@ def parse_duration(value: object) -> float:
             raise Bad(str(e)) from None
         # core names the value as Python writes it (True, [1]): say it as the file does
         problem = str(e).rsplit(", got ", 1)[0]
-        raise Bad(f"{problem}, got {shown(value)}") from None
+        raise Bad(f"{problem}, got {as_written(value)}") from None
 
 
 def parse_patience(value: object) -> float:
     """A patience: a duration > 0 (an owner who waits forever leaves the cell empty)."""
     seconds = parse_duration(value)
     if seconds <= 0:
-        raise Bad(f"must be a duration > 0 (empty: waits forever), got {shown(value)}")
+        raise Bad(f"must be a duration > 0 (empty: waits forever), got {as_written(value)}")
     return seconds
 
 
@@ -67,7 +55,7 @@ def parse_time(value: object) -> tuple[float, bool]:
     if isinstance(value, Decimal):
         value = float(value)
     if isinstance(value, bool):
-        raise Bad(f"not seconds or an ISO 8601 time: {shown(value)}")
+        raise Bad(f"not seconds or an ISO 8601 time: {as_written(value)}")
     if isinstance(value, int | float):
         return _finite(float(value), value), False
     if isinstance(value, datetime):
@@ -84,7 +72,7 @@ def parse_time(value: object) -> tuple[float, bool]:
             return _epoch(datetime.fromisoformat(text)), True
         except ValueError:
             pass
-    raise Bad(f"not seconds or an ISO 8601 time: {shown(value)}")
+    raise Bad(f"not seconds or an ISO 8601 time: {as_written(value)}")
 
 
 def _epoch(dt: datetime) -> float:
@@ -97,7 +85,7 @@ def parse_int(value: object) -> int:
     """A whole number (``"8"``, ``8``, ``"8.0"``, a Parquet ``Decimal('8.0')``); anything
     else raises :class:`Bad`."""
     if isinstance(value, bool):
-        raise Bad(f"not a whole number: {shown(value)}")
+        raise Bad(f"not a whole number: {as_written(value)}")
     if isinstance(value, int):
         return value
     if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
@@ -114,7 +102,7 @@ def parse_int(value: object) -> int:
             raise Bad(f"not a whole number: {text!r}") from None
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    raise Bad(f"not a whole number: {shown(value)}")
+    raise Bad(f"not a whole number: {as_written(value)}")
 
 
 _TRUE = {"true", "t", "yes", "y", "1"}
@@ -132,7 +120,7 @@ def parse_bool(value: object) -> bool:
         return True
     if text in _FALSE:
         return False
-    raise Bad(f"not a boolean: {shown(value)} (use true/false, yes/no or 1/0)")
+    raise Bad(f"not a boolean: {as_written(value)} (use true/false, yes/no or 1/0)")
 
 
 def text(value: object) -> str:
@@ -150,7 +138,7 @@ def text(value: object) -> str:
                       "of the value") from None
     if isinstance(value, list | tuple | dict):
         kind = "an object" if isinstance(value, dict) else "a list"
-        raise Bad(f"expected text, got {kind}: {shown(value)}")
+        raise Bad(f"expected text, got {kind}: {as_written(value)}")
     return str(value).strip()
 
 
@@ -159,7 +147,7 @@ def parse_kinds(value: object) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else text(value).split(",")
     kinds = tuple(text(k).strip() for k in items)
     if not all(kinds) or len(set(kinds)) != len(kinds):
-        raise Bad(f"expected GPU kinds separated by commas, each once, got {shown(value)}")
+        raise Bad(f"expected GPU kinds separated by commas, each once, got {as_written(value)}")
     return kinds
 
 

@@ -199,6 +199,7 @@ def _read_csv(path: Path, delimiter: str) -> Table:
 def _read_jsonl(path: Path) -> Table:
     records: list[tuple[int, Row]] = []
     header: dict[str, None] = {}  # ordered set: columns in order of first appearance
+    spelling: dict[str, str] = {}  # lower-cased key -> the file's first spelling of it
     with open_text(path) as f:
         try:
             for line, raw in enumerate(f, start=1):
@@ -216,6 +217,7 @@ def _read_jsonl(path: Path) -> Table:
                     raise TraceError(f"{path}:{line}: row: not valid JSON: {e.msg}") from None
                 if not isinstance(record, dict):
                     raise TraceError(f"{path}:{line}: row: expected a JSON object")
+                record = _one_spelling(f"{path}:{line}", record, spelling)
                 header.update(dict.fromkeys(record))
                 records.append((line, record))
         except UnicodeDecodeError as e:
@@ -223,6 +225,24 @@ def _read_jsonl(path: Path) -> Table:
     if not records:  # else refused as missing every column, "(columns: )"
         raise TraceError(f"{path}: row: the file is empty (no JSON objects)")
     return list(header), iter(records)
+
+
+def _one_spelling(where: str, record: dict[str, object],
+                  spelling: dict[str, str]) -> dict[str, object]:
+    """``record`` with each key as the file first spelt it, ignoring case: a row's ``GPUS``
+    where the others say ``gpus`` is that column, as a CSV header in another case is read
+    (it was a column of its own, and the row's ``gpus`` missing). An object naming one key
+    twice in different cases is refused, as a header naming a column twice is."""
+    out: dict[str, object] = {}
+    typed: dict[str, str] = {}  # the file's spelling -> this object's
+    for key, value in record.items():
+        name = spelling.setdefault(key.lower(), key)
+        if name in out:
+            raise TraceError(f"{where}: row: key {typed[name]!r} appears twice, as "
+                             f"{typed[name]!r} and {key!r}")
+        out[name] = value
+        typed[name] = key
+    return out
 
 
 def _read_parquet(path: Path) -> Table:

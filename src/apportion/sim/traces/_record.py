@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apportion.text import as_written
+
 from ..model import LegacyPriority
 from ._errors import Bad, TraceError
-from ._parse import parse_int, shown
+from ._parse import parse_int
 
 #: The canonical trace columns, in the order :func:`write_canonical` writes them.
 CANONICAL_COLUMNS: tuple[str, ...] = (
@@ -114,7 +116,8 @@ def parse_priority(value: object) -> tuple[int, LegacyPriority]:
         name = value.strip().upper() if isinstance(value, str) else ""  # a level's name
         if name not in LegacyPriority.__members__:
             raise Bad(
-                f"not a priority: {shown(value)} (use a whole number or low/normal/high/urgent)"
+                f"not a priority: {as_written(value)} (use a whole number or "
+                "low/normal/high/urgent)"
             ) from None
         level = LegacyPriority[name]
         return int(level) - 1, level
@@ -129,4 +132,5 @@ def parse_level(value: object) -> LegacyPriority:
     try:
         return LegacyPriority(parse_int(value))
     except (Bad, ValueError):
-        raise Bad(f"not a legacy priority: {shown(value)} (use low/normal/high/urgent)") from None
+        raise Bad(f"not a legacy priority: {as_written(value)} (use "
+                  "low/normal/high/urgent)") from None

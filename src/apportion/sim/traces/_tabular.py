@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from apportion.text import as_written
+
 from ._errors import Bad, Notes, TraceError
 from ._parse import (
     check_path,
@@ -15,7 +17,6 @@ from ._parse import (
     parse_kinds,
     parse_patience,
     parse_time,
-    shown,
     text,
 )
 from ._read import Table, find_column
@@ -160,7 +161,7 @@ def read_mapped(
                 raise Bad("missing value (required)")
             submit, absolute = parse_time(value)
             if not absolute and submit < 0:
-                raise Bad(f"must be >= 0 seconds, got {shown(value)}")
+                raise Bad(f"must be >= 0 seconds, got {as_written(value)}")
             kind.check(absolute, line, c_submit)
             column = c_gpus
             value = row.get(c_gpus)
