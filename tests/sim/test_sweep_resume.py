@@ -70,6 +70,21 @@ def test_a_last_line_cut_short_is_dropped_and_its_point_runs_again(tmp_path: Pat
     assert as_written(resumed) == as_written(whole)
 
 
+def test_resume_says_how_many_points_it_kept_and_runs(tmp_path: Path) -> None:
+    """A 2-point sweep cut back to one kept point, then --resume: stderr says 1 of 2 points
+    is kept from points.jsonl and 1 runs, and the command succeeds."""
+    args = ("sweep", "--scenario", "small", "--days", "2", "--grid", "lookback=12h,1d",
+            "--quiet", "--out", str(tmp_path))
+    code, out, err = invoke(*args)
+    assert code == 0, out + err
+    journal = tmp_path / "points.jsonl"
+    journal.write_text("\n".join(journal.read_text().splitlines()[:2]) + "\n")
+    code, out, err = invoke(*args, "--resume")
+    assert code == 0, out + err
+    assert (f"sweep: --resume: 1 of 2 points kept from {journal}; running the other 1"
+            in err)
+
+
 def test_resume_refuses_the_points_of_another_sweep_and_runs_nothing(tmp_path: Path) -> None:
     """--resume after a sweep of other grid values into the same --out: exit 1, an error
     naming points.jsonl and saying why, and the file left as it was."""

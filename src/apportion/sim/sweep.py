@@ -331,6 +331,9 @@ def run_sweep(
     for index, summary_kept in journal.done.items():
         results[index] = (summary_kept, None)
     todo = [p for p in points if results[p.index] is None]
+    if resume:
+        print(f"sweep: --resume: {len(points) - len(todo)} of {len(points)} points kept from "
+              f"{journal.path}; running the other {len(todo)}", file=sys.stderr)
     bar = None
     if progress and sys.stderr.isatty():
         from tqdm import tqdm
