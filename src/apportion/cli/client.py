@@ -756,6 +756,19 @@ class TokensGroup(HintedGroup):
                           "ids are in apportion tokens list)")
 
 
+_CLOSING = ("budgets are never removed: their history (past work, the audit, the usage "
+            "reports) stays theirs. To close one, take everyone out of it (apportion budgets "
+            "members PATH and apportion budgets managers PATH, with no names; a member of a "
+            "node above it may still submit to it), give its share to its siblings "
+            "(apportion budgets set PATH 1e-06, the least weight) and cancel the work "
+            "left in it if it should not run (apportion cancel --budget PATH); "
+            "docs/cli.md, \"budgets\"")
+
+
+class BudgetsGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "close", "disable"), _CLOSING)
+
+
 class HostsGroup(HintedGroup):
     # Slurm's words for a node's state (scontrol update state=resume|drain|down), typed by habit
     hints = {
@@ -769,7 +782,7 @@ class HostsGroup(HintedGroup):
 
 
 # ---- budgets ---------------------------------------------------------------------------------
-@click.group()
+@click.group(cls=BudgetsGroup)
 def budgets() -> None:
     """The budget tree: show, change weights and people, usage."""
 
