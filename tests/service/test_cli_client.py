@@ -861,14 +861,14 @@ def test_budgets_set_refuses_a_negative_weight_as_the_value_it_is(server: Server
                  ("--json", "ai/llm", "-inf")):
         r = run(server, "root", "budgets", "set", *args)
         assert r.exit_code == 2, (args, r.output)
-        assert "Error: Invalid value for '[WEIGHT]': -" in r.stderr, (args, r.stderr)
+        assert "Error: Invalid value for 'WEIGHT': -" in r.stderr, (args, r.stderr)
         assert "No such option" not in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--bogus")
     assert r.exit_code == 2 and "No such option '--bogus'" in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--weight")
     assert r.exit_code == 2 and "Option '--weight' requires an argument." in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "--weight", "-1")
-    assert r.exit_code == 2 and "Invalid value for '--weight': -1 is not in the range" in r.stderr
+    assert r.exit_code == 2 and "Invalid value for '--weight': -1 is out of range" in r.stderr
     assert run_json(server, "bob", "budgets", "tree") == before
 
 

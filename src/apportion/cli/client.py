@@ -50,7 +50,7 @@ from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
 from .ids import WORKLOAD_ID, workload_id
-from .numbers import FiniteFloatRange
+from .numbers import ReadableRange
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,7 +65,7 @@ _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the
 
 
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
-WEIGHT = FiniteFloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
+WEIGHT = ReadableRange("a weight", min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 
 class Name(click.ParamType[str]):
