@@ -114,8 +114,10 @@ def router(api: Api) -> APIRouter:
         now = api.now()
         expires_at = token_expiry(body, now, api.settings.auth.max_token_lifetime)
         token = new_token()
+        # one clock read for both: a lifetime counted from one read and the creation
+        # stamped from another put expires_at before created_at (expires_in: 1e-9)
         row = store.add_token(name, hash_token(token), kind=body.kind, label=body.label,
-                              expires_at=expires_at)
+                              expires_at=expires_at, created_at=now)
         store.append_audit(user.name, "token.create", name, None,
                            {"token": row.id, "kind": row.kind, "label": row.label,
                             "expires_at": row.expires_at})

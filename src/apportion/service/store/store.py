@@ -1418,17 +1418,19 @@ class Store:
 
     def add_token(
         self, user: str, token_hash: str, kind: str = "user", label: str = "",
-        expires_at: float | None = None,
+        expires_at: float | None = None, created_at: float | None = None,
     ) -> TokenRow:
         """Store a token's sha256 hex digest for ``user`` (never the token itself).
         ``kind``: ``user`` (acts as the user) or ``scrape`` (reads only); ``expires_at``:
-        when it stops being accepted (None: never)."""
+        when it stops being accepted (None: never); ``created_at``: the time its expiry was
+        counted from (None: the store's clock now)."""
         if kind not in TOKEN_KINDS:
             raise Conflict(f"token: kind: must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
         with self._tx() as s:
             if s.get(UserModel, user) is None:
                 raise _no_user(s, user)
-            t = TokenModel(hash=token_hash, user=user, created_at=self.clock(),
+            t = TokenModel(hash=token_hash, user=user,
+                           created_at=self.clock() if created_at is None else created_at,
                            id=f"t-{token_hash[:12]}", label=label, kind=kind,
                            expires_at=expires_at)
             s.add(t)
