@@ -146,9 +146,10 @@ def router(api: Api) -> APIRouter:
         """Revoke a token (admins, or the token's own user): refused from this moment."""
         mine = {t.id for t in store.tokens(user.name)}
         if not user.admin and token_id not in mine:
-            if any(t.id == token_id for t in store.tokens()):
-                raise forbid(user, f"revoke token {token_id} (not theirs)")
-            raise NotFound(f"token {token_id}: not found")
+            # the same answer whether another user's token has that id or none has: a
+            # non-admin must not learn which ids exist (a 404 for the ones that do not did)
+            raise forbid(user, f"revoke token {token_id}: it is not one of theirs (their "
+                               "own are in apportion tokens list)")
         now = api.now()
         row = store.revoke_token(token_id, actor=user.name, at=now)
         token_cache.clear()
