@@ -1145,6 +1145,28 @@ def test_an_audit_period_that_ends_before_it_starts_is_refused_naming_from(
     assert svc.call("GET", f"/v1/reports/usage?{query}", "root").status_code == 422
 
 
+@pytest.mark.parametrize("query", ["from=2026-12-06&to=2026-12-05",
+                                   "from=2026-12-06&to=2026-12-06", "from=1d&to=2d"])
+def test_a_usage_report_period_that_ends_before_it_starts_names_the_dates_as_typed(
+        svc: Service, query: str) -> None:
+    """GET /v1/reports/usage with ``from`` not before ``to`` is a 422 giving both as sent,
+    ``from: must be before to (2026-12-06 is not before 2026-12-05)``, as GET /v1/audit
+    refuses the same period (it said only 'from: must be before to (and before now)')."""
+    r = svc.call("GET", f"/v1/reports/usage?{query}", "root")
+    start, end = (q.split("=")[1] for q in query.split("&"))
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"from: must be before to ({start} is not before {end})")
+
+
+def test_a_usage_report_from_after_now_says_the_servers_time(svc: Service) -> None:
+    """A period starting after the server's now (its end cut to now) is a 422 naming
+    ``from`` with the start and the server's time in UTC."""
+    r = svc.call("GET", "/v1/reports/usage?from=1970-01-13&to=1970-01-14", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "from: must be before now (1970-01-13 00:00:00+00:00 is not before the server's "
+             "time, 1970-01-12 13:46:40+00:00)")
+
+
 @pytest.mark.parametrize(("start", "end"), [("1d", "2d"), ("2026-12-06", "2026-12-05")])
 def test_audit_command_refuses_a_period_that_ends_before_it_starts_naming_the_flags_as_typed(
         svc: Service, start: str, end: str) -> None:
