@@ -1167,6 +1167,39 @@ def test_a_usage_report_from_after_now_says_the_servers_time(svc: Service) -> No
              "time, 1970-01-12 13:46:40+00:00)")
 
 
+def test_a_usage_report_to_after_now_is_cut_to_now_and_says_so(svc: Service) -> None:
+    """A report whose ``to`` is after the server's now still ends now (the JSON's ``to``),
+    and its notes (``approximations``, the html page's "How the figures are made") say the
+    period was cut and where it ends; ``report usage --to`` a future date says so on
+    stderr naming the date as typed and the real end, for the table and the csv alike;
+    ``--to now`` (the default) says nothing."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    r = svc.call("GET", "/v1/reports/usage?from=1970-01-10&to=1970-01-20", "root")
+    assert r.status_code == 200, r.text
+    assert r.json()["to"] == 1_000_000.0
+    assert r.json()["approximations"][0] == (
+        "the period asked for ends after now (1970-01-20 00:00:00+00:00): it ends now, at "
+        "1970-01-12 13:46:40+00:00; work still running counts its run up to then")
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["root"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null", "TZ": "UTC"}
+    run = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10", "--to",
+                                    "1970-01-20"], env=env, catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    assert run.stderr == ("note: --to 1970-01-20 is after now: the report ends now, at "
+                          "1970-01-12 13:46:40+00:00 (work still running counts its run up "
+                          "to then)\n")
+    far = "2999-01-01"
+    csv = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10", "--to", far,
+                                    "--format", "csv"], env=env, catch_exceptions=False)
+    assert csv.stderr.startswith(f"note: --to {far} is after now: the report ends now, at ")
+    plain = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10"], env=env,
+                               catch_exceptions=False)
+    assert (plain.exit_code, plain.stderr) == (0, "")
+
+
 @pytest.mark.parametrize(("start", "end"), [("1d", "2d"), ("2026-12-06", "2026-12-05")])
 def test_audit_command_refuses_a_period_that_ends_before_it_starts_naming_the_flags_as_typed(
         svc: Service, start: str, end: str) -> None:

@@ -274,6 +274,10 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     if not end > start:
         raise ReportError(f"from: must be before to ({_when(start)} is not before "
                           f"{_when(end)})")
+    notes = []
+    if end > now:  # no usage after now: cut, and said so, not silently
+        notes.append(f"the period asked for ends after now ({_when(end)}): it ends now, at "
+                     f"{_when(now)}; work still running counts its run up to then")
     end = min(end, now)
     if not end > start:
         raise ReportError(f"from: must be before now ({_when(start)} is not before the "
@@ -412,7 +416,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         "pools": pool_rows,
         "days": [float(d) for d in day_edges[:-1]],
         "daily": daily,
-        "approximations": list(APPROXIMATIONS),
+        "approximations": [*notes, *APPROXIMATIONS],
     }
 
 
