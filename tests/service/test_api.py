@@ -937,7 +937,7 @@ def test_audit_command_names_a_target_that_is_nothing_by_its_flag(svc: Service) 
     """``audit --target ai/lm`` (no budget, host, user or workload of that name, no entry
     about it) is refused (exit 2) naming ``--target`` with the closest names, and a short
     workload id that is nothing either names both readings (before: an empty table, as for
-    a target nothing happened to); a workload with no entries still gives an empty table."""
+    a target nothing happened to); a workload with no entries says "no entries"."""
     for typed, said in [
         ("ai/lm", "Error: --target: no budget, host, user or workload 'ai/lm' and no entry "
                   "about it; did you mean 'ai/llm'?"),
@@ -949,8 +949,19 @@ def test_audit_command_names_a_target_that_is_nothing_by_its_flag(svc: Service) 
         assert r.stderr.startswith(said), r.stderr
     wid = submit(svc).json()["id"]  # pending: nothing audited about it yet
     r = cli(svc, "bob", "audit", "--target", wid)
-    assert (r.exit_code, r.stdout.split()) == (0, ["WHEN", "ACTOR", "ACTION", "TARGET", "OLD",
-                                                   "NEW"]), r.output
+    assert (r.exit_code, r.stdout) == (0, "no entries\n"), r.output
+
+
+def test_audit_with_no_entries_says_so_instead_of_an_empty_table_and_json_stays_a_list(
+        svc: Service) -> None:
+    """``audit --from`` a period with no entries prints "no entries" on stdout (as
+    ``queue`` prints "no active workloads"), not a table's bare header line, and says the
+    period searched on stderr; ``--json`` prints an empty JSON list, still one document."""
+    r = cli(svc, "bob", "audit", "--from", "2099-01-01")
+    assert (r.exit_code, r.stdout) == (0, "no entries\n"), r.output
+    assert r.stderr.startswith("no entries at or after "), r.stderr
+    r = cli(svc, "bob", "audit", "--from", "2099-01-01", "--json")
+    assert (r.exit_code, json.loads(r.stdout)) == (0, [])
 
 
 @pytest.mark.parametrize(("who", "method", "url", "body"), [

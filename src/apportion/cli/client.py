@@ -1031,6 +1031,9 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
     if as_json:
         _print_json(data)
         return
+    if not data:  # a sentence, not a bare header, as queue says "no active workloads"
+        click.echo("no entries")
+        return
 
     def brief(v: Any) -> str:
         if isinstance(v, dict):  # a time (expires_at) as every time is shown, not epoch seconds
