@@ -341,11 +341,34 @@ def test_a_query_parameter_given_twice_is_refused_naming_it(svc: Service) -> Non
     (the first was dropped unread); given once each, they answer 200."""
     r = svc.call("GET", "/v1/workloads?user=alice&user=bob", "root")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.user: given 2 times ('alice', 'bob'); give it once")
+        422, "user: given 2 times ('alice', 'bob'); give it once")
     r = svc.call("GET", "/v1/audit?action=budget&action=token&action=host", "root")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.action: given 3 times ('budget', 'token', 'host'); give it once")
+        422, "action: given 3 times ('budget', 'token', 'host'); give it once")
     assert svc.call("GET", "/v1/workloads?user=alice&status=all", "root").status_code == 200
+
+
+@pytest.mark.parametrize(("url", "param"), [
+    ("/v1/workloads?limit=lots", "limit"),  # the parameter's type (FastAPI's check)
+    ("/v1/workloads?limit=0", "limit"),
+    ("/v1/audit?before=0", "before"),
+    ("/v1/workloads?after=w-999999", "after"),  # the handler's own checks
+    ("/v1/workloads?status=sleeping", "status"),
+    ("/v1/workloads?budget=ai%00", "budget"),  # every route's NUL and length check
+    ("/v1/workloads?user=alice&user=bob", "user"),  # given twice
+    ("/v1/workloads?stauts=all", "stauts"),  # unknown
+    ("/v1/reports/usage?from=soon", "from"),
+    ("/v1/reports/usage?format=pdf", "format"),
+])
+def test_every_query_parameter_error_names_the_parameter_alone(
+        svc: Service, url: str, param: str) -> None:
+    """Whichever check refuses a query parameter (its type, the route's handler, the NUL,
+    length, repeat and unknown-parameter checks every route gets), the 422's detail starts
+    with the parameter's name as in the URL and a colon (``limit: ...``, as ``after: ...``),
+    never ``query.limit: ...`` for some checks and ``after: ...`` for others."""
+    r = svc.call("GET", url, "root")
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"{param}: "), r.json()["detail"]
 
 
 def test_an_unknown_query_parameter_is_refused_naming_what_the_route_takes(
@@ -358,12 +381,12 @@ def test_an_unknown_query_parameter_is_refused_naming_what_the_route_takes(
     takes = "(GET /v1/workloads takes: after, array, budget, limit, status, user)"
     r = svc.call("GET", "/v1/workloads?stauts=all", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, f"query.stauts: unknown parameter; did you mean status? {takes}")
+        422, f"stauts: unknown parameter; did you mean status? {takes}")
     r = svc.call("GET", "/v1/workloads?page=2", "bob")
-    assert (r.status_code, r.json()["detail"]) == (422, f"query.page: unknown parameter {takes}")
+    assert (r.status_code, r.json()["detail"]) == (422, f"page: unknown parameter {takes}")
     r = svc.call("GET", "/v1/hosts?verbose=1", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.verbose: unknown parameter (GET /v1/hosts takes: none)")
+        422, "verbose: unknown parameter (GET /v1/hosts takes: none)")
     wid = submit(svc).json()["id"]
     for url in ("/v1/workloads?status=all&limit=5", f"/v1/workloads/{wid}/why?tz=UTC",
                 "/v1/audit?limit=1", "/v1/tokens?user=bob"):
@@ -1251,7 +1274,7 @@ def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> N
     (PostgreSQL could not compare it with the column: a 500)."""
     r = svc.call("GET", f"/v1/audit?before={2**31}", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.before: Input should be less than or equal to 2147483647")
+        422, "before: Input should be less than or equal to 2147483647")
 
 
 def test_drain_and_repair(svc: Service) -> None:

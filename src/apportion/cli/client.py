@@ -437,8 +437,8 @@ class Client:
 def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickException:
     """The server's refusal ``"<field>: why"`` with the field named as the user typed it
     (``names``: API field -> a flag, or a script line); other errors as they are. A query
-    parameter's field is also refused as ``query.<field>`` (the length and NUL checks every
-    route's parameters get, service/api.py), named the same way."""
+    parameter is named by its name alone; a server older than that named it
+    ``query.<field>`` in some refusals (service/api.py's checks), read the same way."""
     for field_name, typed in names.items():
         for sent in (field_name, f"query.{field_name}"):
             if e.message.startswith(sent + ":"):
