@@ -88,3 +88,22 @@ def test_a_float_flag_out_of_its_range_is_refused_naming_the_value_as_typed(
     with pytest.raises(click.BadParameter,
                        match=f"^{text} is not in the range {bounds}.$"):
         param.type.convert(text, param, None)
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("budgets", "set", "ai", "-1"), "Invalid value for 'WEIGHT': -1 is out of range"),
+    (("budgets", "set", "ai", "--weight", "0"), "Invalid value for '--weight': 0 is out of range"),
+    (("budgets", "create", "ai/x", "--weight", "1e9"),
+     "Invalid value for '--weight': 1e9 is out of range"),
+    (("budgets", "set", "ai", "abc"), "Invalid value for 'WEIGHT': 'abc' is not a number"),
+])
+def test_a_weight_out_of_range_is_refused_in_words_with_the_range_readable(
+        args: tuple[str, ...], said: str) -> None:
+    """A weight ``budgets set`` (WEIGHT or --weight) or ``budgets create --weight`` refuses
+    names the argument or flag as typed (``WEIGHT``, not click's ``[WEIGHT]``) and the range
+    in readable numbers, ``a weight is a number from 0.000001 to 1,000,000``, not click's
+    ``-1 is not in the range 1e-06<=x<=1000000.0`` (exit 2, before any request)."""
+    r = CliRunner().invoke(main, [*args, "--url", "http://127.0.0.1:9"])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.splitlines()[-1] == (
+        f"Error: {said}: a weight is a number from 0.000001 to 1,000,000")

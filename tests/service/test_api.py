@@ -341,11 +341,34 @@ def test_a_query_parameter_given_twice_is_refused_naming_it(svc: Service) -> Non
     (the first was dropped unread); given once each, they answer 200."""
     r = svc.call("GET", "/v1/workloads?user=alice&user=bob", "root")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.user: given 2 times ('alice', 'bob'); give it once")
+        422, "user: given 2 times ('alice', 'bob'); give it once")
     r = svc.call("GET", "/v1/audit?action=budget&action=token&action=host", "root")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.action: given 3 times ('budget', 'token', 'host'); give it once")
+        422, "action: given 3 times ('budget', 'token', 'host'); give it once")
     assert svc.call("GET", "/v1/workloads?user=alice&status=all", "root").status_code == 200
+
+
+@pytest.mark.parametrize(("url", "param"), [
+    ("/v1/workloads?limit=lots", "limit"),  # the parameter's type (FastAPI's check)
+    ("/v1/workloads?limit=0", "limit"),
+    ("/v1/audit?before=0", "before"),
+    ("/v1/workloads?after=w-999999", "after"),  # the handler's own checks
+    ("/v1/workloads?status=sleeping", "status"),
+    ("/v1/workloads?budget=ai%00", "budget"),  # every route's NUL and length check
+    ("/v1/workloads?user=alice&user=bob", "user"),  # given twice
+    ("/v1/workloads?stauts=all", "stauts"),  # unknown
+    ("/v1/reports/usage?from=soon", "from"),
+    ("/v1/reports/usage?format=pdf", "format"),
+])
+def test_every_query_parameter_error_names_the_parameter_alone(
+        svc: Service, url: str, param: str) -> None:
+    """Whichever check refuses a query parameter (its type, the route's handler, the NUL,
+    length, repeat and unknown-parameter checks every route gets), the 422's detail starts
+    with the parameter's name as in the URL and a colon (``limit: ...``, as ``after: ...``),
+    never ``query.limit: ...`` for some checks and ``after: ...`` for others."""
+    r = svc.call("GET", url, "root")
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"].startswith(f"{param}: "), r.json()["detail"]
 
 
 def test_an_unknown_query_parameter_is_refused_naming_what_the_route_takes(
@@ -358,12 +381,12 @@ def test_an_unknown_query_parameter_is_refused_naming_what_the_route_takes(
     takes = "(GET /v1/workloads takes: after, array, budget, limit, status, user)"
     r = svc.call("GET", "/v1/workloads?stauts=all", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, f"query.stauts: unknown parameter; did you mean status? {takes}")
+        422, f"stauts: unknown parameter; did you mean status? {takes}")
     r = svc.call("GET", "/v1/workloads?page=2", "bob")
-    assert (r.status_code, r.json()["detail"]) == (422, f"query.page: unknown parameter {takes}")
+    assert (r.status_code, r.json()["detail"]) == (422, f"page: unknown parameter {takes}")
     r = svc.call("GET", "/v1/hosts?verbose=1", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.verbose: unknown parameter (GET /v1/hosts takes: none)")
+        422, "verbose: unknown parameter (GET /v1/hosts takes: none)")
     wid = submit(svc).json()["id"]
     for url in ("/v1/workloads?status=all&limit=5", f"/v1/workloads/{wid}/why?tz=UTC",
                 "/v1/audit?limit=1", "/v1/tokens?user=bob"):
@@ -937,7 +960,7 @@ def test_audit_command_names_a_target_that_is_nothing_by_its_flag(svc: Service) 
     """``audit --target ai/lm`` (no budget, host, user or workload of that name, no entry
     about it) is refused (exit 2) naming ``--target`` with the closest names, and a short
     workload id that is nothing either names both readings (before: an empty table, as for
-    a target nothing happened to); a workload with no entries still gives an empty table."""
+    a target nothing happened to); a workload with no entries says "no entries"."""
     for typed, said in [
         ("ai/lm", "Error: --target: no budget, host, user or workload 'ai/lm' and no entry "
                   "about it; did you mean 'ai/llm'?"),
@@ -949,8 +972,19 @@ def test_audit_command_names_a_target_that_is_nothing_by_its_flag(svc: Service) 
         assert r.stderr.startswith(said), r.stderr
     wid = submit(svc).json()["id"]  # pending: nothing audited about it yet
     r = cli(svc, "bob", "audit", "--target", wid)
-    assert (r.exit_code, r.stdout.split()) == (0, ["WHEN", "ACTOR", "ACTION", "TARGET", "OLD",
-                                                   "NEW"]), r.output
+    assert (r.exit_code, r.stdout) == (0, "no entries\n"), r.output
+
+
+def test_audit_with_no_entries_says_so_instead_of_an_empty_table_and_json_stays_a_list(
+        svc: Service) -> None:
+    """``audit --from`` a period with no entries prints "no entries" on stdout (as
+    ``queue`` prints "no active workloads"), not a table's bare header line, and says the
+    period searched on stderr; ``--json`` prints an empty JSON list, still one document."""
+    r = cli(svc, "bob", "audit", "--from", "2099-01-01")
+    assert (r.exit_code, r.stdout) == (0, "no entries\n"), r.output
+    assert r.stderr.startswith("no entries at or after "), r.stderr
+    r = cli(svc, "bob", "audit", "--from", "2099-01-01", "--json")
+    assert (r.exit_code, json.loads(r.stdout)) == (0, [])
 
 
 @pytest.mark.parametrize(("who", "method", "url", "body"), [
@@ -1145,6 +1179,61 @@ def test_an_audit_period_that_ends_before_it_starts_is_refused_naming_from(
     assert svc.call("GET", f"/v1/reports/usage?{query}", "root").status_code == 422
 
 
+@pytest.mark.parametrize("query", ["from=2026-12-06&to=2026-12-05",
+                                   "from=2026-12-06&to=2026-12-06", "from=1d&to=2d"])
+def test_a_usage_report_period_that_ends_before_it_starts_names_the_dates_as_typed(
+        svc: Service, query: str) -> None:
+    """GET /v1/reports/usage with ``from`` not before ``to`` is a 422 giving both as sent,
+    ``from: must be before to (2026-12-06 is not before 2026-12-05)``, as GET /v1/audit
+    refuses the same period (it said only 'from: must be before to (and before now)')."""
+    r = svc.call("GET", f"/v1/reports/usage?{query}", "root")
+    start, end = (q.split("=")[1] for q in query.split("&"))
+    assert (r.status_code, r.json()["detail"]) == (
+        422, f"from: must be before to ({start} is not before {end})")
+
+
+def test_a_usage_report_from_after_now_says_the_servers_time(svc: Service) -> None:
+    """A period starting after the server's now (its end cut to now) is a 422 naming
+    ``from`` with the start and the server's time in UTC."""
+    r = svc.call("GET", "/v1/reports/usage?from=1970-01-13&to=1970-01-14", "root")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "from: must be before now (1970-01-13 00:00:00+00:00 is not before the server's "
+             "time, 1970-01-12 13:46:40+00:00)")
+
+
+def test_a_usage_report_to_after_now_is_cut_to_now_and_says_so(svc: Service) -> None:
+    """A report whose ``to`` is after the server's now still ends now (the JSON's ``to``),
+    and its notes (``approximations``, the html page's "How the figures are made") say the
+    period was cut and where it ends; ``report usage --to`` a future date says so on
+    stderr naming the date as typed and the real end, for the table and the csv alike;
+    ``--to now`` (the default) says nothing."""
+    from click.testing import CliRunner
+
+    from apportion.cli.main import main
+
+    r = svc.call("GET", "/v1/reports/usage?from=1970-01-10&to=1970-01-20", "root")
+    assert r.status_code == 200, r.text
+    assert r.json()["to"] == 1_000_000.0
+    assert r.json()["approximations"][0] == (
+        "the period asked for ends after now (1970-01-20 00:00:00+00:00): it ends now, at "
+        "1970-01-12 13:46:40+00:00; work still running counts its run up to then")
+    env = {"APPORTION_URL": svc.server.url, "APPORTION_TOKEN": svc.tokens["root"],
+           "APPORTION_CLIENT_CONFIG": "/dev/null", "TZ": "UTC"}
+    run = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10", "--to",
+                                    "1970-01-20"], env=env, catch_exceptions=False)
+    assert run.exit_code == 0, run.output
+    assert run.stderr == ("note: --to 1970-01-20 is after now: the report ends now, at "
+                          "1970-01-12 13:46:40+00:00 (work still running counts its run up "
+                          "to then)\n")
+    far = "2999-01-01"
+    csv = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10", "--to", far,
+                                    "--format", "csv"], env=env, catch_exceptions=False)
+    assert csv.stderr.startswith(f"note: --to {far} is after now: the report ends now, at ")
+    plain = CliRunner().invoke(main, ["report", "usage", "--from", "1970-01-10"], env=env,
+                               catch_exceptions=False)
+    assert (plain.exit_code, plain.stderr) == (0, "")
+
+
 @pytest.mark.parametrize(("start", "end"), [("1d", "2d"), ("2026-12-06", "2026-12-05")])
 def test_audit_command_refuses_a_period_that_ends_before_it_starts_naming_the_flags_as_typed(
         svc: Service, start: str, end: str) -> None:
@@ -1185,7 +1274,7 @@ def test_an_audit_cursor_past_any_id_is_refused_naming_before(svc: Service) -> N
     (PostgreSQL could not compare it with the column: a 500)."""
     r = svc.call("GET", f"/v1/audit?before={2**31}", "bob")
     assert (r.status_code, r.json()["detail"]) == (
-        422, "query.before: Input should be less than or equal to 2147483647")
+        422, "before: Input should be less than or equal to 2147483647")
 
 
 def test_drain_and_repair(svc: Service) -> None:

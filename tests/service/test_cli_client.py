@@ -861,14 +861,14 @@ def test_budgets_set_refuses_a_negative_weight_as_the_value_it_is(server: Server
                  ("--json", "ai/llm", "-inf")):
         r = run(server, "root", "budgets", "set", *args)
         assert r.exit_code == 2, (args, r.output)
-        assert "Error: Invalid value for '[WEIGHT]': -" in r.stderr, (args, r.stderr)
+        assert "Error: Invalid value for 'WEIGHT': -" in r.stderr, (args, r.stderr)
         assert "No such option" not in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--bogus")
     assert r.exit_code == 2 and "No such option '--bogus'" in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "-1", "--weight")
     assert r.exit_code == 2 and "Option '--weight' requires an argument." in r.stderr
     r = run(server, "root", "budgets", "set", "ai/llm", "--weight", "-1")
-    assert r.exit_code == 2 and "Invalid value for '--weight': -1 is not in the range" in r.stderr
+    assert r.exit_code == 2 and "Invalid value for '--weight': -1 is out of range" in r.stderr
     assert run_json(server, "bob", "budgets", "tree") == before
 
 
@@ -1387,6 +1387,23 @@ def test_removing_a_user_or_token_says_what_to_do_instead(
                      "apportion cancel --user"):
             assert step in r.stderr
     assert run_json(server, "root", "users", "list") == before
+
+
+@pytest.mark.parametrize("word", ["delete", "remove", "rm", "close"])
+def test_removing_a_budget_says_budgets_are_kept_and_how_to_close_one(
+        server: Server, word: str) -> None:
+    """``budgets delete|remove|rm|close PATH`` (no such commands: budgets are kept, their
+    history feeds the reports) is a usage error (exit 2) that says so and names the real
+    commands that close one (members and managers emptied, the least weight, cancel its
+    work), not click's bare ``No such command``; the tree is unchanged."""
+    before = run_json(server, "root", "budgets", "tree")
+    r = run(server, "root", "budgets", word, "ai/llm")
+    assert r.exit_code == 2, r.output
+    assert f"Error: No such command '{word}': budgets are never removed" in r.stderr, r.stderr
+    for step in ("apportion budgets members PATH", "apportion budgets managers PATH",
+                 "apportion budgets set PATH 1e-06", "apportion cancel --budget PATH"):
+        assert step in r.stderr, r.stderr
+    assert run_json(server, "root", "budgets", "tree") == before
 
 
 @pytest.mark.parametrize(("word", "said"), [

@@ -117,3 +117,17 @@ def test_write_commands_json_prints_the_servers_answer_as_one_document(
     assert again.stderr.startswith("Error: ")
     text = cli(svc, "root", "budgets", "set", "ai/robotics", "4")
     assert (text.exit_code, text.stdout) == (0, "ai/robotics: weight 4\n")
+
+
+def test_budgets_create_under_a_missing_parent_exits_2_not_the_49_of_already_exists(
+        svc: Service) -> None:
+    """``budgets create ai/lmm/x`` (ai/lmm a typo of ai/llm) is bad input: exit 2, with
+    the error naming ``PATH``, the missing parent and the close name, nothing on stdout;
+    a path that exists already still exits 49, so a sync script skipping 49 (already
+    there) no longer skips the typo."""
+    typo = cli(svc, "root", "budgets", "create", "ai/lmm/x", "--json")
+    assert (typo.exit_code, typo.stdout, typo.stderr) == (
+        2, "", "Error: PATH: parent 'ai/lmm': unknown budget; did you mean 'ai/llm'? "
+               "(HTTP 422)\n")
+    exists = cli(svc, "root", "budgets", "create", "ai/llm", "--json")
+    assert (exists.exit_code, exists.stdout) == (49, "")

@@ -40,11 +40,14 @@ def test_unknown_budget_in_a_path_is_404_with_a_suggestion(svc: Service) -> None
         404, "budget ai/visoin: not found; did you mean ai/vision?")
 
 
-def test_unknown_parent_suggests_the_close_one(svc: Service) -> None:
-    """Creating ai/lm/alice under the mistyped parent ai/lm: 409 naming 'ai/llm'."""
+def test_unknown_parent_is_a_422_naming_path_and_the_close_one(svc: Service) -> None:
+    """Creating ai/lm/alice under the mistyped parent ai/lm: 422 (bad input, as a
+    submission to an unknown budget is; not the 409 of a path that exists already), the
+    detail naming the field ``path``, the parent and 'ai/llm'; nothing created."""
     r = svc.call("POST", "/v1/budgets", "root", {"path": "ai/lm/alice"})
-    assert r.status_code == 409
-    assert r.json()["detail"].endswith("parent: unknown budget 'ai/lm'; did you mean 'ai/llm'?")
+    assert (r.status_code, r.json()["detail"]) == (
+        422, "path: parent 'ai/lm': unknown budget; did you mean 'ai/llm'?")
+    assert "ai/lm/alice" not in [b.path for b in svc.store.budgets()]
 
 
 def test_unknown_user_suggests_the_close_one(svc: Service) -> None:

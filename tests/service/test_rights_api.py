@@ -56,6 +56,23 @@ def test_revoked_token_is_refused_at_once(env: Env) -> None:
     assert env.call("POST", f"/v1/tokens/{tid}/revoke", "root").status_code == 409
 
 
+def test_revoking_a_token_not_ones_own_answers_the_same_whether_its_id_exists(
+        env: Env) -> None:
+    """A non-admin revoking another user's token and one revoking an id no token has get
+    the same answer (403, the same words but for the id), so ids cannot be probed; nothing
+    is revoked. An admin still gets 404 for an id that does not exist."""
+    other = env.call("POST", "/v1/users/alice/tokens", "root", {}).json()["id"]
+    nobody = "t-000000000000"
+    answers = [env.call("POST", f"/v1/tokens/{tid}/revoke", "bob") for tid in (other, nobody)]
+    assert [r.status_code for r in answers] == [403, 403]
+    assert [r.json()["detail"].replace(tid, "ID") for r, tid in zip(
+        answers, (other, nobody), strict=True)] == 2 * [
+        "forbidden: bob may not revoke token ID: it is not one of theirs (their own are in "
+        "apportion tokens list)"]
+    assert all(t.revoked_at is None for t in env.store.tokens("alice"))
+    assert env.call("POST", f"/v1/tokens/{nobody}/revoke", "root").status_code == 404
+
+
 def test_admin_flag_change_takes_effect_at_once(env: Env) -> None:
     """Making bob an admin lets his cached token create users at once; taking it away
     refuses the next request."""

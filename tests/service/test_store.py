@@ -24,6 +24,7 @@ from apportion.service.store import (
     NotALeaf,
     NotFound,
     Store,
+    UnknownParent,
 )
 from apportion.service.store import store as store_module
 from apportion.service.store.models import Base
@@ -491,7 +492,7 @@ def test_budget_tree_round_trip(store: Store) -> None:
 
 def test_budget_needs_parent(store: Store) -> None:
     """Without create_parents, an unknown parent is refused and nothing is created."""
-    with pytest.raises(Conflict, match="parent: unknown budget 'ai'"):
+    with pytest.raises(UnknownParent, match="parent 'ai': unknown budget"):
         store.add_budget("ai/llm", 1, actor="admin")
     assert store.budgets() == []
 

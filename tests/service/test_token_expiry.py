@@ -65,6 +65,19 @@ def test_a_token_created_with_a_lifetime_or_a_date_expires_then_and_the_audit_sa
     assert (t["expires_at"], t["expired"]) == (None, False)
 
 
+def test_a_tokens_expiry_is_counted_from_its_created_at_one_clock_read(env: Env) -> None:
+    """A token made with ``expires_in: 1e-9`` has ``created_at`` the server's now and
+    ``expires_at`` that plus the lifetime, never before ``created_at``: both come from one
+    read of the server's clock (created_at was the store's own second read, another
+    clock's in this service)."""
+    t = new_token(env, "alice", {"expires_in": 1e-9}, "tiny")
+    assert t["created_at"] == NOW
+    assert t["expires_at"] == NOW + 1e-9
+    assert t["created_at"] <= t["expires_at"]
+    [listed] = [x for x in env.call("GET", "/v1/tokens", "root").json() if x["id"] == t["id"]]
+    assert (listed["created_at"], listed["expires_at"]) == (t["created_at"], t["expires_at"])
+
+
 def test_the_cli_creates_tokens_with_expires_as_a_lifetime_or_a_date(env: Env) -> None:
     """``tokens create --expires 90d`` and ``--expires 1970-02-01T00:00`` (UTC) give those
     expiries, and the CLI says until when the token is valid."""

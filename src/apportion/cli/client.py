@@ -50,7 +50,7 @@ from apportion.text import escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
 from .ids import WORKLOAD_ID, workload_id
-from .numbers import FiniteFloatRange
+from .numbers import ReadableRange
 
 DEFAULT_URL = "http://127.0.0.1:8642"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,7 +65,7 @@ _ERRNO = re.compile(r"^\[Errno \d+\] ")  # "[Errno 111] Connection refused": the
 
 
 # a budget's weight: out of the tree's range is refused here, naming the flag as typed
-WEIGHT = FiniteFloatRange(min=MIN_WEIGHT, max=MAX_WEIGHT)
+WEIGHT = ReadableRange("a weight", min=MIN_WEIGHT, max=MAX_WEIGHT)
 
 
 class Name(click.ParamType[str]):
@@ -437,8 +437,8 @@ class Client:
 def as_typed(e: click.ClickException, names: Mapping[str, str]) -> click.ClickException:
     """The server's refusal ``"<field>: why"`` with the field named as the user typed it
     (``names``: API field -> a flag, or a script line); other errors as they are. A query
-    parameter's field is also refused as ``query.<field>`` (the length and NUL checks every
-    route's parameters get, service/api.py), named the same way."""
+    parameter is named by its name alone; a server older than that named it
+    ``query.<field>`` in some refusals (service/api.py's checks), read the same way."""
     for field_name, typed in names.items():
         for sent in (field_name, f"query.{field_name}"):
             if e.message.startswith(sent + ":"):
@@ -756,6 +756,19 @@ class TokensGroup(HintedGroup):
                           "ids are in apportion tokens list)")
 
 
+_CLOSING = ("budgets are never removed: their history (past work, the audit, the usage "
+            "reports) stays theirs. To close one, take everyone out of it (apportion budgets "
+            "members PATH and apportion budgets managers PATH, with no names; a member of a "
+            "node above it may still submit to it), give its share to its siblings "
+            "(apportion budgets set PATH 1e-06, the least weight) and cancel the work "
+            "left in it if it should not run (apportion cancel --budget PATH); "
+            "docs/cli.md, \"budgets\"")
+
+
+class BudgetsGroup(HintedGroup):
+    hints = dict.fromkeys(("remove", "rm", "delete", "del", "close", "disable"), _CLOSING)
+
+
 class HostsGroup(HintedGroup):
     # Slurm's words for a node's state (scontrol update state=resume|drain|down), typed by habit
     hints = {
@@ -769,7 +782,7 @@ class HostsGroup(HintedGroup):
 
 
 # ---- budgets ---------------------------------------------------------------------------------
-@click.group()
+@click.group(cls=BudgetsGroup)
 def budgets() -> None:
     """The budget tree: show, change weights and people, usage."""
 
@@ -1017,6 +1030,9 @@ def audit(client: Client, limit: int, target: str | None, actor: str | None,
         click.echo(f"no entries {_searched(start, since, end, until)}", err=True)
     if as_json:
         _print_json(data)
+        return
+    if not data:  # a sentence, not a bare header, as queue says "no active workloads"
+        click.echo("no entries")
         return
 
     def brief(v: Any) -> str:

@@ -33,6 +33,43 @@ class FiniteFloatRange(click.FloatRange):
             self.fail(f"{value} is not in the range {self._describe_range()}.", param, ctx)
 
 
+def readable(number: float) -> str:
+    """A bound as people write it: ``0.000001``, ``1,000,000`` (not ``1e-06``, ``1e+06``)."""
+    return f"{number:,.6f}".rstrip("0").rstrip(".")
+
+
+class ReadableRange(FiniteFloatRange):
+    """A :class:`FiniteFloatRange` (closed: ``min`` to ``max``) whose refusals are the
+    product's words, naming the argument or flag as typed (``WEIGHT``, not click's
+    ``[WEIGHT]`` of an optional argument) and the range in readable numbers: ``Invalid
+    value for 'WEIGHT': -1 is out of range: a weight is a number from 0.000001 to
+    1,000,000``, where click wrote ``-1 is not in the range 1e-06<=x<=1000000.0``."""
+
+    def __init__(self, what: str, min: float, max: float) -> None:  # noqa: A002 (click's)
+        super().__init__(min=min, max=max)
+        self.what = what
+
+    def convert(self, value: float, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        hint = None
+        if param is not None:
+            hint = repr(param.opts[0] if isinstance(param, click.Option)
+                        else param.human_readable_name)
+        assert self.min is not None and self.max is not None
+        rule = f"{self.what} is a number from {readable(self.min)} to {readable(self.max)}"
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise click.BadParameter(f"{value!r} is not a number: {rule}", ctx, param,
+                                     hint) from None
+        if math.isfinite(number) and not (self.min <= number <= self.max):
+            raise click.BadParameter(f"{value} is out of range: {rule}", ctx, param, hint)
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as e:  # nan, inf: said as every float flag says it
+            raise click.BadParameter(e.message, ctx, param, hint) from None
+
+
 # ``--days`` of ``simulate``, ``sweep`` and ``bench``: one definition, so that each refuses
 # what the others refuse
 days_option = click.option(
@@ -41,4 +78,5 @@ days_option = click.option(
          "days up to the day of its last submission, included)")
 
 
-__all__ = ["MAX_BUDGETS", "MAX_DAYS", "MAX_POINTS", "FiniteFloatRange", "days_option"]
+__all__ = ["MAX_BUDGETS", "MAX_DAYS", "MAX_POINTS", "FiniteFloatRange", "ReadableRange",
+           "days_option", "readable"]

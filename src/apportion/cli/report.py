@@ -61,7 +61,9 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         raise BadInput(str(e)) from None
     if period[0] >= period[1]:
         raise BadInput(f"--from: {start} is not before --to ({end})")
-    params = {"from": repr(period[0]), "to": repr(period[1]), "by": by,
+    # "now" is the server's own: the client's clock, read here, may be ahead of it
+    params = {"from": repr(period[0]), "to": "now" if end.strip() == "now" else repr(period[1]),
+              "by": by,
               "format": "json" if fmt in ("table", "json") else fmt}
     try:
         # a report of a long period takes the server a while: no read timeout (as whatif)
@@ -73,12 +75,16 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
     except click.ClickException as e:  # the server's refusals, named as typed
         raise as_typed(e, {"from": "--from", "to": "--to", "by": "--by"}) from None
     if fmt in ("csv", "html"):
+        if end.strip() != "now" and period[1] > now:  # the server's end: about this now
+            _cut_note(end, now)
         if output is not None:
             output.write_text(text, encoding="utf-8")
             click.echo(f"wrote {output}")
         else:
             click.echo(text, nl=False)
         return
+    if end.strip() != "now" and float(data.get("to", period[1])) < period[1]:
+        _cut_note(end, float(data["to"]))
     if fmt == "json":
         if output is not None:
             import json
@@ -96,3 +102,12 @@ def usage(client: Client, start: str, end: str, by: str, fmt: str,
         click.echo("")
         table(header, cells)
     click.echo(f"\n{headline(report_)}")
+
+
+def _cut_note(end: str, now: float) -> None:
+    """Say on stderr that ``--to`` (as typed) was after now and the report ends ``now``
+    (the server's, from its answer): there is no usage after now to count."""
+    from .client import fmt_time
+
+    click.echo(f"note: --to {end} is after now: the report ends now, at {fmt_time(now)} "
+               "(work still running counts its run up to then)", err=True)

@@ -123,6 +123,15 @@ def parse_time(value: str, name: str, now: float) -> float:
     return when.timestamp()
 
 
+def _when(t: float) -> str:
+    """``t`` as a time in UTC (``2026-12-06 00:00:00+00:00``), or in seconds since the
+    epoch where no calendar writes it (``1e+300 s since the epoch``)."""
+    try:
+        return format_time(t, UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{t:g} s since the epoch"
+
+
 def _steps(changes: list[tuple[float, float]], edges: np.ndarray) -> np.ndarray:
     """Integral over each bucket ``[edges[i], edges[i+1])`` of the step function that is 0
     before its first change and moves by ``delta`` at each ``(time, delta)``."""
@@ -262,9 +271,17 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
     billing = pools.fleet()
     if by not in BY:
         raise ReportError(f"by: must be one of {', '.join(BY)}, got {by!r}")
+    if not end > start:
+        raise ReportError(f"from: must be before to ({_when(start)} is not before "
+                          f"{_when(end)})")
+    notes = []
+    if end > now:  # no usage after now: cut, and said so, not silently
+        notes.append(f"the period asked for ends after now ({_when(end)}): it ends now, at "
+                     f"{_when(now)}; work still running counts its run up to then")
     end = min(end, now)
     if not end > start:
-        raise ReportError("from: must be before to (and before now)")
+        raise ReportError(f"from: must be before now ({_when(start)} is not before the "
+                          f"server's time, {_when(now)})")
     if end - start > MAX_PERIOD_S:
         # the report is built hour by hour: an unbounded period would hold the server's
         # memory hostage
@@ -399,7 +416,7 @@ def usage_report(store: Store, start: float, end: float, by: str, now: float,
         "pools": pool_rows,
         "days": [float(d) for d in day_edges[:-1]],
         "daily": daily,
-        "approximations": list(APPROXIMATIONS),
+        "approximations": [*notes, *APPROXIMATIONS],
     }
 
 

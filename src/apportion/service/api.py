@@ -59,6 +59,8 @@ def _field_errors(exc: RequestValidationError, content_type: str | None = None) 
     parts = []
     for err in exc.errors():
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        if loc[:1] == ["query"] and len(loc) > 1:  # a query parameter by its name, as
+            loc = loc[1:]                           # the handlers' own checks name it
         where = ".".join(loc) if loc else "body"
         if loc[:1] == ["header"] and len(loc) == 2:  # the header as people write it
             where = "-".join(w.capitalize() for w in loc[1].split("-"))
@@ -88,9 +90,9 @@ def _json_position(doc: object, loc: tuple[object, ...]) -> str:
     return f" at line {line}, column {column}"
 
 
-def _check_param(where: str, value: str) -> None:
+def _check_param(where: str, value: str, query: bool) -> None:
     try:
-        v.check_text(value, v.MAX_QUERY if where.startswith("query") else v.MAX_PATH + 64)
+        v.check_text(value, v.MAX_QUERY if query else v.MAX_PATH + 64)
     except ValueError as e:
         raise fail(422, f"{where}: {e}") from None
 
@@ -106,10 +108,12 @@ def _query_names(dependant: Dependant) -> set[str]:
 def _check_params(request: Request) -> None:
     """Query and path parameters without NUL (PostgreSQL cannot compare them) and bounded,
     so that a read answers the same on both databases; a query parameter at most once (the
-    routes read one value, the last: ``?user=ann&user=bob`` listed bob's work alone)."""
+    routes read one value, the last: ``?user=ann&user=bob`` listed bob's work alone).
+    A query parameter is named as the routes' own checks name it, by its name alone
+    (``limit: ...``, as ``after: ...``); a path parameter as ``path.<name>``."""
     for key, value in request.query_params.multi_items():
-        _check_param(f"query.{key}", key)
-        _check_param(f"query.{key}", value)
+        _check_param(key, key, query=True)
+        _check_param(key, value, query=True)
     route = request.scope.get("route")
     if isinstance(route, APIRoute) and route.path.startswith("/v1/"):
         known = _query_names(route.dependant)
@@ -117,16 +121,16 @@ def _check_params(request: Request) -> None:
             if key not in known:  # a typo (?stauts=) or a guess (?page=) answered as if absent
                 close = difflib.get_close_matches(key, sorted(known), n=1)
                 takes = ", ".join(sorted(known)) if known else "none"
-                raise fail(422, f"query.{key}: unknown parameter"
+                raise fail(422, f"{key}: unknown parameter"
                                 + (f"; did you mean {close[0]}?" if close else "")
                                 + f" ({request.method} {route.path} takes: {takes})")
     for key in request.query_params:
         if len(values := request.query_params.getlist(key)) > 1:
             shown = ", ".join(repr(x[:40]) for x in values[:5])
-            raise fail(422, f"query.{key}: given {len(values)} times ({shown}"
+            raise fail(422, f"{key}: given {len(values)} times ({shown}"
                             f"{', ...' if len(values) > 5 else ''}); give it once")
     for key, value in request.path_params.items():
-        _check_param(f"path.{key}", str(value))
+        _check_param(f"path.{key}", str(value), query=False)
 
 
 class BodyLimit:

@@ -57,8 +57,10 @@ def reports_router(store: Store, now: Callable[[], float], user: Callable[..., A
                                 {"Retry-After": str(RETRY_AFTER_S)})
         try:
             try:
-                report = usage_report(store, parse_time(from_, "from", t),
-                                      parse_time(to, "to", t), by, t, pools)
+                start, end = parse_time(from_, "from", t), parse_time(to, "to", t)
+                if start >= end:  # named as typed, as GET /v1/audit names the same period
+                    raise ReportError(f"from: must be before to ({from_} is not before {to})")
+                report = usage_report(store, start, end, by, t, pools)
             except ReportError as e:
                 raise HTTPException(422, str(e)) from None
             if format == "csv":

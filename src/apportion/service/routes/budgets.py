@@ -26,7 +26,7 @@ from ..replies import (
     QueueBudget,
     QueueView,
 )
-from ..store import BudgetRow, Conflict, Store, UserRow
+from ..store import BudgetRow, Conflict, Store, UnknownParent, UserRow
 from .context import V1, Api, fail
 
 
@@ -64,6 +64,8 @@ def router(api: Api) -> APIRouter:
         try:
             b = store.add_budget(body.path, body.weight, actor=user.name,
                                  managers=body.managers, members=body.members)
+        except UnknownParent as e:  # bad input naming no budget, as a submission's is
+            raise fail(422, f"path: {e}") from None
         except Conflict as e:
             if "weight" in str(e):  # a share too small: invalid input, not a state
                 raise fail(422, f"weight: {e}") from None

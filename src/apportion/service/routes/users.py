@@ -114,8 +114,10 @@ def router(api: Api) -> APIRouter:
         now = api.now()
         expires_at = token_expiry(body, now, api.settings.auth.max_token_lifetime)
         token = new_token()
+        # one clock read for both: a lifetime counted from one read and the creation
+        # stamped from another put expires_at before created_at (expires_in: 1e-9)
         row = store.add_token(name, hash_token(token), kind=body.kind, label=body.label,
-                              expires_at=expires_at)
+                              expires_at=expires_at, created_at=now)
         store.append_audit(user.name, "token.create", name, None,
                            {"token": row.id, "kind": row.kind, "label": row.label,
                             "expires_at": row.expires_at})
@@ -144,9 +146,10 @@ def router(api: Api) -> APIRouter:
         """Revoke a token (admins, or the token's own user): refused from this moment."""
         mine = {t.id for t in store.tokens(user.name)}
         if not user.admin and token_id not in mine:
-            if any(t.id == token_id for t in store.tokens()):
-                raise forbid(user, f"revoke token {token_id} (not theirs)")
-            raise NotFound(f"token {token_id}: not found")
+            # the same answer whether another user's token has that id or none has: a
+            # non-admin must not learn which ids exist (a 404 for the ones that do not did)
+            raise forbid(user, f"revoke token {token_id}: it is not one of theirs (their "
+                               "own are in apportion tokens list)")
         now = api.now()
         row = store.revoke_token(token_id, actor=user.name, at=now)
         token_cache.clear()

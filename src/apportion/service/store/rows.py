@@ -36,6 +36,12 @@ class NotFound(StoreError):
     """No such workload, attempt, budget, host or user."""
 
 
+class UnknownParent(NotFound):
+    """A new budget's parent does not exist (a typo of an existing one, as a rule): bad
+    input naming a budget that is not there, not a state that forbids the change. The
+    message says which parent and the closest existing names. Nothing was created."""
+
+
 class Conflict(StoreError):
     """The change does not apply to the row's current state (compare-and-set failed,
     illegal lifecycle transition, duplicate name, ...). Nothing was changed."""

@@ -77,6 +77,7 @@ from .rows import (
     NotFound,
     PlacementEntry,
     TokenRow,
+    UnknownParent,
     UsageInterval,
     UsedAttempt,
     UsedWorkload,
@@ -1256,7 +1257,8 @@ class Store:
     ) -> BudgetRow:
         """Create a node. Its parent must exist (or ``create_parents``: missing ancestors
         get weight 1). A leaf with active workloads cannot get children (they draw on
-        leaves only). Audited. :class:`Conflict` on a bad path, weight or duplicate."""
+        leaves only). Audited. :class:`Conflict` on a bad path, weight or duplicate;
+        :class:`UnknownParent` for a parent that does not exist."""
         with self._tx() as s:
             existing = [_budget(b) for b in s.scalars(select(BudgetModel))]
             known = {b.path for b in existing}
@@ -1273,8 +1275,8 @@ class Store:
                 missing.append(parent)
                 parent = parent_of(parent)
             if missing and not create_parents:
-                raise Conflict(f"budget {path}: parent: unknown budget {missing[0]!r}"
-                               + did_you_mean(missing[0], known, quote=True))
+                raise UnknownParent(f"parent {missing[0]!r}: unknown budget"
+                                    + did_you_mean(missing[0], known, quote=True))
             # ``parent`` is now the nearest existing ancestor: the node that may stop being
             # a leaf (with create_parents, through the ancestors made for it)
             if parent:
@@ -1416,17 +1418,19 @@ class Store:
 
     def add_token(
         self, user: str, token_hash: str, kind: str = "user", label: str = "",
-        expires_at: float | None = None,
+        expires_at: float | None = None, created_at: float | None = None,
     ) -> TokenRow:
         """Store a token's sha256 hex digest for ``user`` (never the token itself).
         ``kind``: ``user`` (acts as the user) or ``scrape`` (reads only); ``expires_at``:
-        when it stops being accepted (None: never)."""
+        when it stops being accepted (None: never); ``created_at``: the time its expiry was
+        counted from (None: the store's clock now)."""
         if kind not in TOKEN_KINDS:
             raise Conflict(f"token: kind: must be one of {', '.join(TOKEN_KINDS)}, got {kind!r}")
         with self._tx() as s:
             if s.get(UserModel, user) is None:
                 raise _no_user(s, user)
-            t = TokenModel(hash=token_hash, user=user, created_at=self.clock(),
+            t = TokenModel(hash=token_hash, user=user,
+                           created_at=self.clock() if created_at is None else created_at,
                            id=f"t-{token_hash[:12]}", label=label, kind=kind,
                            expires_at=expires_at)
             s.add(t)
