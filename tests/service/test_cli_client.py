@@ -1401,7 +1401,7 @@ def test_removing_a_budget_says_budgets_are_kept_and_how_to_close_one(
     assert r.exit_code == 2, r.output
     assert f"Error: No such command '{word}': budgets are never removed" in r.stderr, r.stderr
     for step in ("apportion budgets members PATH", "apportion budgets managers PATH",
-                 "apportion budgets set PATH 1e-06", "apportion cancel --budget PATH"):
+                 "apportion budgets set PATH 0.000001", "apportion cancel --budget PATH"):
         assert step in r.stderr, r.stderr
     assert run_json(server, "root", "budgets", "tree") == before
 

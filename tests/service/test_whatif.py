@@ -246,13 +246,13 @@ def test_whatif_refuses_an_unknown_budget(live: Live) -> None:
 
 def test_whatif_refuses_a_weight_the_tree_refuses_naming_the_flag(live: Live) -> None:
     """A weight out of the tree's range (5,000,000 > 1e6) is a usage error naming
-    --set-weight and the range, as `budgets set` refuses it, before the store is read (it
-    was a traceback)."""
+    --set-weight and the range in readable numbers (0.000001 to 1,000,000, not 1e-06 to
+    1e+06), as `budgets set` refuses it, before the store is read (it was a traceback)."""
     run = whatif_run(live, "--set-weight", "ai/vision=5000000")
     assert run.returncode == 2, run.stdout + run.stderr
     assert "Traceback" not in run.stderr
     assert ("Invalid value for --set-weight: ai/vision=5000000: weight must be a number from "
-            "1e-06 to 1e+06") in " ".join(run.stderr.split())
+            "0.000001 to 1,000,000") in " ".join(run.stderr.split())
 
 
 def test_proposed_weights_are_checked_as_a_tree_change_is() -> None:
@@ -1065,7 +1065,7 @@ def test_whatif_without_config_asks_the_server(live: Live) -> None:
         out_of_range = ask("admin", "--since", "2d", "--set-weight", f"ai/vision={weight}")
         assert out_of_range.returncode == 2
         assert (f"Invalid value for --set-weight: ai/vision={weight}: weight must be a number "
-                "from 1e-06 to 1e+06") in " ".join(out_of_range.stderr.split())
+                "from 0.000001 to 1,000,000") in " ".join(out_of_range.stderr.split())
 
 
 def test_a_weight_or_until_that_is_not_a_finite_number_is_refused_naming_the_flag(
@@ -1081,7 +1081,7 @@ def test_a_weight_or_until_that_is_not_a_finite_number_is_refused_naming_the_fla
                             f"ai/vision={weight}")
             assert run.returncode == 2, run.stdout + run.stderr
             assert (f"Invalid value for --set-weight: ai/vision={weight}: weight must be a "
-                    "number from 1e-06 to 1e+06") in " ".join(run.stderr.split())
+                    "number from 0.000001 to 1,000,000") in " ".join(run.stderr.split())
         for until, want in (("nan", "must be a finite number of seconds, got 'nan'"),
                             ("inf", "must be a finite number of seconds, got 'inf'"),
                             ("-5", "seconds since the epoch must be >= 0, got '-5'")):

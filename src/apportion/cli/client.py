@@ -760,7 +760,7 @@ _CLOSING = ("budgets are never removed: their history (past work, the audit, the
             "reports) stays theirs. To close one, take everyone out of it (apportion budgets "
             "members PATH and apportion budgets managers PATH, with no names; a member of a "
             "node above it may still submit to it), give its share to its siblings "
-            "(apportion budgets set PATH 1e-06, the least weight) and cancel the work "
+            "(apportion budgets set PATH 0.000001, the least weight) and cancel the work "
             "left in it if it should not run (apportion cancel --budget PATH); "
             "docs/cli.md, \"budgets\"")
 

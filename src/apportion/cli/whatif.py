@@ -16,6 +16,7 @@ import click
 from apportion.core import format_amount, format_duration, plural
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
 
+from .numbers import readable
 from .paths import OUTPUT_DIR, OUTPUT_FILE, output_dir, output_file
 
 
@@ -265,8 +266,9 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
             weight = math.nan
         # float() reads nan and inf too; the range is the tree's, as `budgets set` takes it
         if not (math.isfinite(weight) and MIN_WEIGHT <= weight <= MAX_WEIGHT):
-            raise click.BadParameter(f"{item}: weight must be a number from {MIN_WEIGHT:g} "
-                                     f"to {MAX_WEIGHT:g}", param_hint="--set-weight")
+            raise click.BadParameter(f"{item}: weight must be a number from "
+                                     f"{readable(MIN_WEIGHT)} to {readable(MAX_WEIGHT)}",
+                                     param_hint="--set-weight")
         if path.strip() in weights:
             raise click.BadParameter(f"{path.strip()} is given twice", param_hint="--set-weight")
         weights[path.strip()] = weight
