@@ -259,7 +259,7 @@ def test_per_pool_budget_figures_add_up_to_the_runs_per_budget_figures(policy: s
     counted in the pools are the run's per-budget wait count; each pool's preemptions are
     its budgets' at the top of the tree, summed, and some happen in each pool; over
     the pools they are the run's total."""
-    from apportion.whatif import per_budget
+    from apportion.service.whatif import per_budget
 
     sc = two_pool_small()
     _, result = run(sc, policy)
