@@ -535,9 +535,40 @@ def test_the_default_span_of_a_trace_replays_its_last_workload_submitted_on_a_da
     code, out = invoke("simulate", "--trace", str(trace), "--cluster", "1x8", "--policy",
                        "fairshare", "--quiet", "--out", str(tmp_path / "o"))
     assert code == 0, out
-    assert out.startswith("scenario t: 3 workloads submitted in the 3 d replayed, 1 host\n")
+    origin = "; hour 0 is 2024-01-01 09:00:00+00:00" if "T" in times[0] else ""
+    assert out.startswith(f"scenario t: 3 workloads submitted in the 3 d replayed, 1 host"
+                          f"{origin}\n")
     (summary,) = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert (summary["sim_days"], summary["workloads"], summary["completed"]) == (3, 3, 3)
+
+
+@pytest.mark.parametrize(("times", "origin"), [
+    (("2024-03-01T10:30:00+01:00", "2024-03-01T11:00:00+01:00"), "2024-03-01T09:30:00+00:00"),
+    (("5000", "6800"), None),
+])
+def test_the_outputs_say_when_hour_0_of_a_trace_of_wall_clock_times_is(
+        tmp_path: Path, times: tuple[str, ...], origin: str | None) -> None:
+    """A trace of ISO times whose first submission is 2024-03-01T10:30:00+01:00: summary.json's
+    ``time_origin`` (after ``scenario``) is that time in UTC, 2024-03-01T09:30:00+00:00, for
+    every policy; report.html's header note and simulate's line above the table say hour 0
+    is then. A trace in seconds has no such time: ``time_origin`` is null, and neither the
+    report nor the line names an hour 0."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n" + "".join(
+        f"{name},{t},x,1,100\n" for name, t in zip("ab", times, strict=True)))
+    code, out = invoke("simulate", "--trace", str(trace), "--cluster", "1x8", "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [s["time_origin"] for s in summaries] == [origin, origin]
+    assert list(summaries[0])[:3] == ["policy", "scenario", "time_origin"]
+    report = (tmp_path / "o" / "report.html").read_text()
+    first_line = out.splitlines()[0]
+    if origin is None:
+        assert "hour 0" not in report and "hour 0" not in first_line
+    else:
+        assert f"; hour 0 is {origin} (the trace's first submission)" in report
+        assert first_line.endswith("; hour 0 is 2024-03-01 09:30:00+00:00"), first_line
 
 
 def test_clamped_min_runtime_counts_a_min_runtime_the_trace_import_lowered(

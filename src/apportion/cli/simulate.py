@@ -13,6 +13,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Callable, Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from apportion.core import (
 from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
+from apportion.times import format_time
 
 from .numbers import MAX_BUDGETS, MAX_DAYS, MAX_POINTS, days_option
 from .paths import OUTPUT_DIR, output_dir
@@ -431,7 +433,8 @@ def build_scenario(
         return _fleet_checked(cluster, Scenario(
             name=_trace_name(trace), tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
-            min_runtime_lowered=loaded.min_runtime_lowered))
+            min_runtime_lowered=loaded.min_runtime_lowered,
+            time_origin=loaded.time_origin if loaded.wall_clock else None))
     if maps or budgets is not None or budget_column is not None:
         raise click.UsageError("--map, --budgets and --budget-column need --trace")
     from apportion.sim.scenarios import get_scenario
@@ -636,7 +639,9 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     of = "" if replayed == len(scenario.jobs) else f" (of {len(scenario.jobs):,} in it)"
     click.echo(f"scenario {scenario.name}: {plural(replayed, 'workload')} submitted in the "
                f"{format_duration(end)} replayed{of}, "
-               f"{plural(len(scenario.hosts), 'host')}")
+               f"{plural(len(scenario.hosts), 'host')}"
+               + ("" if scenario.time_origin is None else
+                  f"; hour 0 is {format_time(scenario.time_origin, UTC)}"))
     click.echo(format_table([r.summary for r in results]))
     if "pools" in results[0].summary:
         from apportion.sim.fleet import pools_table
