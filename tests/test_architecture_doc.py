@@ -18,9 +18,11 @@ NOT_SOURCES = {"__pycache__", "_compiled"}
 # the top-level package exports only its version and core_build (which build of core runs):
 # every part may read them
 TOP = "apportion"
-# what the table's service row restricts to one module: "`sim` and `whatif` only in the
-# what-if route (`service/whatif_api.py`, ...)"
-ONLY_IN = {("service", part): "service/whatif_api.py" for part in ("sim", "whatif")}
+# what the table's service row restricts to a few modules: "`sim` only in the what-if: ...
+# (`service/history_trace.py`), ... (`service/whatif.py`; ...) and its route
+# (`service/whatif_api.py`, ...)"
+ONLY_IN = {("service", "sim"): {"service/history_trace.py", "service/whatif.py",
+                                "service/whatif_api.py"}}
 
 
 def documented() -> dict[str, set[str] | None]:
@@ -73,8 +75,7 @@ def imports(path: Path) -> set[str]:
 def test_every_part_imports_only_what_the_architecture_table_allows() -> None:
     """Each source file of apportion imports, of the other parts of apportion, only those
     the "may import" column of its part's row in docs/architecture.md names (the service's
-    `sim` and `whatif` only in service/whatif_api.py, as its row says), and every part has
-    a row."""
+    `sim` only in its what-if modules, as its row says), and every part has a row."""
     allowed = documented()
     wrong: list[str] = []
     for path in sorted(SRC.rglob("*.py")):
@@ -94,10 +95,57 @@ def test_every_part_imports_only_what_the_architecture_table_allows() -> None:
                 continue
             if theirs not in may:
                 wrong.append(f"{rel}: imports {module}, not in {mine}'s row")
-            elif ONLY_IN.get((mine, theirs), str(rel)) != str(rel):
+            elif str(rel) not in ONLY_IN.get((mine, theirs), {str(rel)}):
                 wrong.append(f"{rel}: imports {module}, which {mine}'s row allows only in "
-                             f"{ONLY_IN[(mine, theirs)]}")
+                             f"{', '.join(sorted(ONLY_IN[(mine, theirs)]))}")
     assert not wrong, "\n".join(wrong)
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of ``graph`` (part -> the parts it imports), as the parts in order with the
+    first repeated at the end (``['service', 'whatif', 'service']``); None if it has none."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt, path + [node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start, [])
+        if found:
+            return found
+    return None
+
+
+def test_no_two_parts_import_each_other() -> None:
+    """The parts of apportion import each other in one direction only: the graph of which
+    part imports which, from every import of every source file (at the top or inside a
+    function: a lazy import hides a cycle from Python, not from this test), has no cycle,
+    and neither has the graph the table of docs/architecture.md allows (``cli``, which may
+    import everything, left out: nothing imports it; nor the parts of one row, which share it)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(SRC.rglob("*.py")):
+        if NOT_SOURCES & set(path.parts):
+            continue
+        mine = path.relative_to(SRC).parts[0].removesuffix(".py")
+        if mine == "__init__":
+            continue
+        graph.setdefault(mine, set()).update(
+            p for p in map(part_of, imports(path)) if p not in (TOP, mine))
+    assert cycle(graph) is None, f"parts that import each other: {cycle(graph)}"
+    rows = documented()
+    # the parts of one row (``coreload``, ``corebuild``) share their set: not an edge
+    allowed = {part: {p for p in may if rows.get(p) != may}
+               for part, may in rows.items() if may is not None}
+    assert cycle(allowed) is None, f"the table lets parts import each other: {cycle(allowed)}"
 
 
 def test_every_phase_of_a_pass_is_named_in_the_architecture_doc() -> None:

@@ -1,9 +1,13 @@
 """What the built distribution ships: the package data that pyproject.toml declares is the
-data the package has, and the test harness (tests/harness) is not part of it."""
+data the package has, the test harness (tests/harness) is not part of it, and every library
+the package imports is one it declares."""
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -67,3 +71,44 @@ def test_the_package_holds_no_test_harness() -> None:
                    for n in names):
                 importers.append(f"{p.relative_to(SRC)}:{node.lineno}")
     assert importers == []
+
+
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares them (``python_hostlist`` is
+    ``python-hostlist``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_third_party_import_of_the_package_is_declared() -> None:
+    """Every module outside the standard library that a source file of the package imports
+    (at the top or inside a function) belongs to a distribution pyproject.toml requires,
+    in ``dependencies`` or in an extra other than ``test`` (the package may not lean on
+    what only the tests install, nor on what another requirement happens to pull in, as
+    ``pydantic`` and ``starlette`` once came only through FastAPI). The import name is
+    mapped to its distribution by the installed metadata (``hostlist`` is
+    ``python-hostlist``, ``mypyc`` comes with ``mypy``); a module no installed
+    distribution provides is named too."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = list(project["dependencies"])
+    for extra, reqs in project["optional-dependencies"].items():
+        if extra != "test":
+            required += reqs
+    declared = {_normalized(re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0]) for r in required}
+    provided = importlib.metadata.packages_distributions()
+    undeclared = []
+    for p in sorted(SRC.rglob("*.py")):
+        if NOT_SOURCES & set(p.relative_to(SRC).parts):
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and
+                     not node.level else [])
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
+                if top == "apportion":
+                    continue
+                dists = {_normalized(d) for d in provided.get(top, [])}
+                if not dists & declared:
+                    undeclared.append(f"{p.relative_to(SRC)}:{node.lineno}: {top} "
+                                      f"({', '.join(sorted(dists)) or 'not installed'})")
+    assert undeclared == [], "imported, not declared in pyproject.toml:\n" + "\n".join(
+        undeclared)

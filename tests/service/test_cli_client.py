@@ -1018,38 +1018,41 @@ def client_config(tmp_path: Path, text: str, *args: str,
 
 
 @pytest.mark.parametrize(("text", "problem"), [
-    ("url = 5\n", "url: must be a string, got 5"),
+    ("url = 5\n", "1: url: must be a string, got 5"),
     ('url = "http://127.0.0.1:1"\ntokn_file = "t"\n',
-     "tokn_file: unknown key (valid keys: token, token_file, url)"),
-    ('token = "a"\ntoken_file = "t"\n', "token, token_file: give one of them"),
-    ('url = "127.0.0.1:18300"\n',
-     "url: '127.0.0.1:18300' has no scheme: give http:// or https:// (http://127.0.0.1:18300)"),
-    ('url = "ftp://h"\n', "url: 'ftp://h': the scheme must be http:// or https://"),
-    ('url = "http://h:port"\n', "url: 'http://h:port': Invalid port: 'port'"),
-    ('token = " "\n', "token: the token is empty"),
-    ('token = "ab cd"\n', "token: the token must be one word of printable characters"),
+     "2: tokn_file: unknown key (valid keys: token, token_file, url)"),
+    ('token = "a"\ntoken_file = "t"\n', "2: token, token_file: give one of them"),
+    ('# the server\nurl = "127.0.0.1:18300"\n',
+     "2: url: '127.0.0.1:18300' has no scheme: give http:// or https:// "
+     "(http://127.0.0.1:18300)"),
+    ('url = "ftp://h"\n', "1: url: 'ftp://h': the scheme must be http:// or https://"),
+    ('url = "http://h:port"\n', "1: url: 'http://h:port': Invalid port: 'port'"),
+    ('token = " "\n', "1: token: the token is empty"),
+    ('\ntoken = "ab cd"\n', "2: token: the token must be one word of printable characters"),
 ], ids=["wrong type", "unknown key", "token twice", "no scheme", "other scheme", "bad port",
         "blank token", "token with a space"])
-def test_a_bad_client_config_is_refused_as_file_key_problem(
+def test_a_bad_client_config_is_refused_as_file_line_key_problem(
     tmp_path: Path, text: str, problem: str,
 ) -> None:
-    """Each problem of the client config file is one line ``file: key: problem`` (exit 2),
-    as the server's config reports its own: a value of the wrong type was a traceback, a
-    misspelled key was ignored, a URL without a scheme or a blank token failed every
-    request as if the server could not be reached."""
+    """Each problem of the client config file is one line ``file:line: key: problem``
+    (exit 2; the line the file writes the key on, the later of two keys that exclude each
+    other), as the server's config reports its own: a value of the wrong type was a
+    traceback, a misspelled key was ignored, a URL without a scheme or a blank token failed
+    every request as if the server could not be reached; and no line was named."""
     r = client_config(tmp_path, text)
     assert r.exit_code == 2, r.output
-    assert r.stderr.startswith(f"Error: {tmp_path / 'client.toml'}: {problem}"), r.stderr
+    assert r.stderr.startswith(f"Error: {tmp_path / 'client.toml'}:{problem}"), r.stderr
     assert "Traceback" not in r.output and "cannot reach" not in r.output
 
 
 def test_a_token_file_that_is_blank_is_named(tmp_path: Path) -> None:
-    """A token file holding nothing but a newline is named with the key that names it."""
+    """A token file holding nothing but a newline is named with the key that names it, and
+    that key's line."""
     (tmp_path / "tok").write_text("\n")
     r = client_config(tmp_path, f'token_file = "{tmp_path / "tok"}"\n')
     assert r.exit_code == 2
-    assert r.stderr == (f"Error: {tmp_path / 'client.toml'}: token_file: {tmp_path / 'tok'}: "
-                        "the token is empty\n")
+    assert r.stderr == (f"Error: {tmp_path / 'client.toml'}:1: token_file: "
+                        f"{tmp_path / 'tok'}: the token is empty\n")
 
 
 def test_a_client_config_named_but_missing_is_an_error(tmp_path: Path) -> None:

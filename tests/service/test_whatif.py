@@ -24,17 +24,17 @@ from sqlalchemy import text
 
 from apportion.cli.whatif import _summary_line, format_pools
 from apportion.core import BudgetTree, HostState, PolicyConfig, format_amount
-from apportion.history import read_history
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
 from apportion.service.executors.memory import MemoryExecutor
+from apportion.service.history_trace import read_history
 from apportion.service.replies import Whatif
 from apportion.service.scheduler import Scheduler
 from apportion.service.store import Store
 from apportion.service.store.seed import seed_store
 from apportion.service.store.store import MIGRATIONS, newest_revision
+from apportion.service.whatif import WhatifError, check_weights, proposed_configs
 from apportion.sim.model import HostEvent, HostEventKind
-from apportion.whatif import WhatifError, check_weights, proposed_configs
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -466,10 +466,10 @@ def test_the_server_answers_other_requests_while_a_whatif_replays(
 
     from api_env import start_env
 
-    import apportion.whatif
+    import apportion.service.whatif
 
     replaying, state_answered = threading.Event(), threading.Event()
-    real_load = apportion.whatif.load_history
+    real_load = apportion.service.whatif.load_history
 
     def held_load(*args: Any, **kwargs: Any) -> Any:
         replaying.set()
@@ -477,7 +477,7 @@ def test_the_server_answers_other_requests_while_a_whatif_replays(
             raise AssertionError("the state request was not answered while the replay ran")
         return real_load(*args, **kwargs)
 
-    monkeypatch.setattr(apportion.whatif, "load_history", held_load)
+    monkeypatch.setattr(apportion.service.whatif, "load_history", held_load)
     env = start_env(tmp_path, "sqlite")
     env.scheduler.step()  # the dashboard's state is there after the first pass
     try:
@@ -515,18 +515,18 @@ class HeldReplays:
         import queue
         import threading
 
-        import apportion.whatif
+        import apportion.service.whatif
 
         self.started: queue.Queue[None] = queue.Queue()
         self.released = threading.Event()
-        real_load = apportion.whatif.load_history
+        real_load = apportion.service.whatif.load_history
 
         def held_load(*args: Any, **kwargs: Any) -> Any:
             self.started.put(None)
             self.released.wait(timeout=60)
             return real_load(*args, **kwargs)
 
-        monkeypatch.setattr(apportion.whatif, "load_history", held_load)
+        monkeypatch.setattr(apportion.service.whatif, "load_history", held_load)
 
     def wait_started(self) -> None:
         self.started.get(timeout=60)
@@ -739,7 +739,7 @@ def test_pooled_export_round_trips_as_a_fleet(pooled: Live, tmp_path: Path) -> N
 
 def pooled_history(pooled: Live) -> Any:
     """The two-pool service's last 2 days, read from its store as the what-if reads them."""
-    from apportion.whatif import load_history
+    from apportion.service.whatif import load_history
 
     config = load_config(pooled.config)
     store = Store(config.db_url)
@@ -755,8 +755,8 @@ def test_pooled_replay_runs_work_only_on_the_kind_it_asked_for(pooled: Live) -> 
     too); replayed as one pool, as before pools, every host was one kind, so B200-only work
     started on the H100 hosts too."""
     from apportion.core import PolicyConfig
+    from apportion.service.whatif import scenario_of
     from apportion.sim.run import run_policies
-    from apportion.whatif import scenario_of
 
     history = pooled_history(pooled)
     assert history.pools is not None
@@ -791,7 +791,7 @@ def test_pooled_post_whatif_replays_the_same_fleet(pooled: Live) -> None:
                         headers={"Authorization": f"Bearer {pooled.server.token('admin')}"})
     assert answer.status_code == 200, answer.text
     assert answer.json() == whatif(pooled, "--set-weight", "ai/vision=2")
-    from apportion.whatif import compare
+    from apportion.service.whatif import compare
 
     history = pooled_history(pooled)
     one_pool = compare(dataclasses.replace(history, pools=None),
@@ -1179,9 +1179,9 @@ def test_overall_attainment_is_given_per_team_and_per_researcher() -> None:
     'attainment' of the per-researcher figure, below every team's)."""
     from apportion.cli.whatif import format_overall
     from apportion.core import Host, PolicyConfig, WorkloadSpec
-    from apportion.history import History
+    from apportion.service.history_trace import History
+    from apportion.service.whatif import compare
     from apportion.sim.model import SimJob
-    from apportion.whatif import compare
 
     tree = BudgetTree.build([("t", 1.0), ("t/a", 1.0), ("t/a/x", 1.0), ("t/a/y", 1.0)])
     jobs = [SimJob(WorkloadSpec(f"{leaf}{n}", f"t/a/{leaf}", 8, HOUR, n * HOUR), 4 * HOUR)

@@ -535,9 +535,40 @@ def test_the_default_span_of_a_trace_replays_its_last_workload_submitted_on_a_da
     code, out = invoke("simulate", "--trace", str(trace), "--cluster", "1x8", "--policy",
                        "fairshare", "--quiet", "--out", str(tmp_path / "o"))
     assert code == 0, out
-    assert out.startswith("scenario t: 3 workloads submitted in the 3 d replayed, 1 host\n")
+    origin = "; hour 0 is 2024-01-01 09:00:00+00:00" if "T" in times[0] else ""
+    assert out.startswith(f"scenario t: 3 workloads submitted in the 3 d replayed, 1 host"
+                          f"{origin}\n")
     (summary,) = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert (summary["sim_days"], summary["workloads"], summary["completed"]) == (3, 3, 3)
+
+
+@pytest.mark.parametrize(("times", "origin"), [
+    (("2024-03-01T10:30:00+01:00", "2024-03-01T11:00:00+01:00"), "2024-03-01T09:30:00+00:00"),
+    (("5000", "6800"), None),
+])
+def test_the_outputs_say_when_hour_0_of_a_trace_of_wall_clock_times_is(
+        tmp_path: Path, times: tuple[str, ...], origin: str | None) -> None:
+    """A trace of ISO times whose first submission is 2024-03-01T10:30:00+01:00: summary.json's
+    ``time_origin`` (after ``scenario``) is that time in UTC, 2024-03-01T09:30:00+00:00, for
+    every policy; report.html's header note and simulate's line above the table say hour 0
+    is then. A trace in seconds has no such time: ``time_origin`` is null, and neither the
+    report nor the line names an hour 0."""
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,submit_time,budget,gpus,duration\n" + "".join(
+        f"{name},{t},x,1,100\n" for name, t in zip("ab", times, strict=True)))
+    code, out = invoke("simulate", "--trace", str(trace), "--cluster", "1x8", "--quiet",
+                       "--out", str(tmp_path / "o"))
+    assert code == 0, out
+    summaries = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [s["time_origin"] for s in summaries] == [origin, origin]
+    assert list(summaries[0])[:3] == ["policy", "scenario", "time_origin"]
+    report = (tmp_path / "o" / "report.html").read_text()
+    first_line = out.splitlines()[0]
+    if origin is None:
+        assert "hour 0" not in report and "hour 0" not in first_line
+    else:
+        assert f"; hour 0 is {origin} (the trace's first submission)" in report
+        assert first_line.endswith("; hour 0 is 2024-03-01 09:30:00+00:00"), first_line
 
 
 def test_clamped_min_runtime_counts_a_min_runtime_the_trace_import_lowered(
@@ -596,7 +627,7 @@ def test_a_host_name_given_twice_is_refused_naming_the_host(tmp_path: Path) -> N
     code, out = invoke("simulate", "--scenario", "small", "--cluster", str(hosts), "--out",
                        str(tmp_path / "o"))
     assert code == 2
-    assert (f"Invalid value for --cluster: {hosts}: hosts[3].name: 'a' is the name of "
+    assert (f"Invalid value for --cluster: {hosts}:8: hosts[3].name: 'a' is the name of "
             "hosts[1] too") in out
 
 
@@ -980,3 +1011,37 @@ def test_a_workload_the_policy_refuses_is_not_said_to_be_too_big_for_the_cluster
     report = (tmp_path / "o" / "report.html").read_text()
     assert "rejected (too large or invalid)</th><td>1<" in report
     assert "cannot run on this cluster" not in report
+
+
+@pytest.mark.parametrize(("option", "text", "where"), [
+    ("--tree", "[ai]\nweight = 2\nllm = 1\nvision = \"x\"\n",
+     "t.toml:4: ai/vision: weight must be a number, got 'x'"),
+    ("--tree", "[budgets]\nai = 1\n\n[budgets.ml]\nweight = true\n",
+     "t.toml:5: ml: weight must be a number, got True"),
+    ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\n\n[[hosts]]\nname = \"h2\"\n"
+     "gpus = \"eight\"\n", "t.toml:7: hosts[2].gpus: must be a whole number >= 1"),
+    ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\nknid = \"H100\"\n",
+     "t.toml:4: hosts[1].knid: not a key of a host"),
+    ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\ncluster = \"east\"\nkind = \"H100\"\n"
+     "\n[[hosts]]\nname = \"h2\"\ngpus = 8\n",
+     "t.toml:7: host #2 (h2): cluster and kind: every host needs both"),
+    ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\ncluster = \"east\"\nkind = \"H100\"\n"
+     "\n[billing]\nH100 = 1\nB200 = 2\n", "t.toml:9: billing.B200: no host has GPU kind B200"),
+    ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\ncluster = \"east\"\nkind = \"H100\"\n"
+     "\n[overrides.\"east/H100\"]\n# no such budget\nnobody = 2\n",
+     "t.toml:9: overrides: east/H100: 'nobody': unknown budget"),
+    ("--cluster", "[overides.\"east/H100\"]\nsmall = 1\n\n[[hosts]]\nname = \"h1\"\ngpus = 8\n",
+     "t.toml:1: overides: not a key of a host list"),
+], ids=["tree leaf", "tree node weight", "host value", "host key", "host pool", "billing",
+        "override budget", "table inside a misspelt key"])
+def test_a_refused_toml_tree_or_cluster_file_names_the_line_of_its_key(
+        tmp_path: Path, option: str, text: str, where: str) -> None:
+    """A --tree or --cluster TOML file refused for a value or a key found after the file
+    is read names the line the file writes that key on (or its [[hosts]] table: hosts
+    are counted from 1 in the message, host #N as hosts[N]), ``file:line: key: problem``,
+    as a trace's rows are named; it named the file and the key only."""
+    (tmp_path / "t.toml").write_text(text)
+    code, out = invoke("simulate", "--scenario", "small", option, str(tmp_path / "t.toml"),
+                       "--quiet", "--out", str(tmp_path / "o"))
+    assert code == 2, out
+    assert f"Invalid value for {option}: {tmp_path / where}" in out, out

@@ -315,7 +315,8 @@ def every_field_set() -> Scenario:
         hosts=(Host("h1", 8, HostState.DRAINING), Host("h2", 4, HostState.DOWN)),
         jobs=(job,), host_events=(HostEvent(30.0, "h2", HostEventKind.FAIL),),
         days=2.5, repair_time=1800.0, meta={"seed": 7, "pools": ["east/H100", "west/B200"]},
-        pools=pools, min_runtime_lowered=("w1",), dropped_host_events=3)
+        pools=pools, min_runtime_lowered=("w1",), dropped_host_events=3,
+        time_origin=1709283600.0)
 
 
 def defaulted_fields(value: Any, where: str = "scenario") -> list[str]:

@@ -1107,3 +1107,36 @@ def test_a_json_array_file_is_refused_as_not_json_lines(tmp_path: Path, text: st
     assert str(e.value) == (f"{path}:{line}: row: expects JSON Lines (one object per line); "
                             "this file is a JSON array (convert it: jq -c '.[]' FILE > "
                             "FILE.jsonl)")
+
+
+@pytest.mark.parametrize(("kind", "values", "origin"), [
+    ("date32", ["2024-03-01", "2024-03-02"], "2024-03-01T00:00:00+00:00"),
+    ("timestamp", ["2024-03-01T09:00:00", "2024-03-02T09:00:00"], "2024-03-01T09:00:00+00:00"),
+    ("timestamp in Europe/Paris", ["2024-03-01T09:00:00+00:00", "2024-03-02T09:00:00+00:00"],
+     "2024-03-01T09:00:00+00:00"),
+])
+def test_parquet_date_and_timestamp_columns_are_read_as_docs_traces_says(
+        tmp_path: Path, kind: str, values: list[str], origin: str) -> None:
+    """As docs/traces.md ("Times") says: a Parquet ``date32`` submit_time column is midnight
+    UTC of its day; a ``timestamp`` without a zone is the time as written, read as UTC (as an
+    ISO time without a zone is); one with a zone is the instant it stores, whatever its zone.
+    Each is a wall-clock trace: time_origin is its first time, the next a day later."""
+    from datetime import UTC, date, datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if kind == "date32":
+        column = pa.array([date.fromisoformat(v) for v in values], pa.date32())
+    elif kind == "timestamp":
+        column = pa.array([datetime.fromisoformat(v) for v in values], pa.timestamp("s"))
+    else:
+        column = pa.array([datetime.fromisoformat(v) for v in values],
+                          pa.timestamp("s", tz="Europe/Paris"))
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": ["a", "b"], "submit_time": column, "budget": ["x", "x"],
+                             "gpus": [1, 1], "duration": [100, 100]}), path)
+    trace = load_trace(path)
+    assert datetime.fromtimestamp(trace.time_origin, UTC).isoformat() == origin
+    assert trace.wall_clock
+    assert [j.spec.submit_time for j in trace.jobs] == [0.0, 86400.0]

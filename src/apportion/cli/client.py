@@ -46,7 +46,7 @@ from apportion.service.replies import (
     Workload,
 )
 from apportion.service.validation import MAX_PATH
-from apportion.text import escape_controls
+from apportion.text import at_key_line, escape_controls
 from apportion.times import format_time, local_offset, local_zone, time_zone
 
 from .ids import WORKLOAD_ID, workload_id
@@ -206,18 +206,38 @@ def _config_file() -> dict[str, tuple[str, str]]:
     """The client config file's ``url`` and ``token`` (read from ``token_file`` if given
     instead), each with how to name it in an error (``client.toml: url``). The default file
     may be missing; a file named by ``APPORTION_CLIENT_CONFIG`` must be there. Every problem
-    is reported as ``file: key: problem``, as the server's config reports them."""
+    is reported as ``file:line: key: problem`` (the line of the key), as the server's
+    config reports them."""
     named = os.environ.get("APPORTION_CLIENT_CONFIG")
     path = Path(named) if named else Path.home() / ".config" / "apportion" / "client.toml"
     if not named and not path.exists():
         return {}
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except OSError as e:
         by = " (named by APPORTION_CLIENT_CONFIG)" if named else ""
         raise BadInput(f"{path}: cannot read: {e.strerror or e}{by}") from None
     except tomllib.TOMLDecodeError as e:
         raise BadInput(f"{path}: {e}") from None
+    try:
+        return _config_values(path, data, text)
+    except BadInput as e:  # "token, token_file": the line of the later one
+        located = at_key_line(e.message, str(path), text,
+                                  lambda m: m.split(": ", 1)[0].split(", ")[::-1])
+        if located == e.message:
+            raise
+        raise BadInput(located) from None
+
+
+def _config_values(path: Path, data: dict[str, Any], text: str
+                   ) -> dict[str, tuple[str, str]]:
+    """The client config file's values (``data``, read from ``path``, whose ``text`` it
+    is), checked, each with how to name it in an error: ``client.toml:2: url``."""
+
+    def named(key: str) -> str:
+        return at_key_line(f"{path}: {key}", str(path), text)
+
     for key, value in data.items():
         if key not in CONFIG_KEYS:
             raise BadInput(
@@ -227,7 +247,7 @@ def _config_file() -> dict[str, tuple[str, str]]:
     if "token" in data and "token_file" in data:
         raise BadInput(f"{path}: token, token_file: give one of them")
     out: dict[str, tuple[str, str]] = {
-        key: (data[key], f"{path}: {key}") for key in ("url", "token") if key in data}
+        key: (data[key], named(key)) for key in ("url", "token") if key in data}
     if "token_file" in data:
         token_path = Path(data["token_file"]).expanduser()
         try:
@@ -235,7 +255,7 @@ def _config_file() -> dict[str, tuple[str, str]]:
         except OSError as e:
             raise BadInput(
                 f"{path}: token_file: cannot read {token_path}: {e.strerror or e}") from None
-        out["token"] = (token, f"{path}: token_file: {token_path}")
+        out["token"] = (token, f"{named('token_file')}: {token_path}")
     return out
 
 

@@ -4,6 +4,7 @@ policies and write comparable tables (docs/simulator.md)."""
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -12,7 +13,8 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,8 @@ from apportion.core import (
 from apportion.core.config import policy_from
 from apportion.sim.engine import SIM_NUMBER_KNOBS, SimConfig
 from apportion.sim.model import HostEvent, HostEventKind, Pools, Scenario, SimJob
-from apportion.text import as_written
+from apportion.text import as_written, at_key_line
+from apportion.times import format_time
 
 from .numbers import MAX_BUDGETS, MAX_DAYS, MAX_POINTS, days_option
 from .paths import OUTPUT_DIR, output_dir
@@ -359,6 +362,48 @@ def _trace_hosts(trace: Path, derived: tuple[Host, ...], fmt: str,
         "GPUs)")
 
 
+@contextlib.contextmanager
+def _lines_of(path: Path | None, keys: Callable[[str], Iterable[str]]) -> Iterator[None]:
+    """A refusal of the TOML file ``path`` (``path: key: problem``) names the line of its
+    key, or of its table (``path:line: key: problem``), as the trace readers name lines;
+    ``keys``: where :func:`~apportion.text.key_line` finds the key the message names."""
+    try:
+        yield
+    except click.BadParameter as e:
+        if path is None or path.suffix.lower() != ".toml":
+            raise
+        try:
+            text = path.read_bytes().decode("utf-8-sig")
+        except (OSError, UnicodeDecodeError):
+            text = ""  # refused as unreadable already: the message says so
+        located = at_key_line(e.message, str(path), text, keys)
+        if located == e.message:
+            raise
+        raise click.BadParameter(located, param_hint=e.param_hint) from None
+
+
+def _tree_keys(message: str) -> list[str]:
+    """Where a ``--tree`` file writes the budget a message names (``ai/vision: ...``) or
+    its weight: as nested tables (``[ai]`` ``vision = 2``), or a quoted key
+    (``"ai/vision" = 2``), at the top or under ``[budgets]``."""
+    key = message.split(": ", 1)[0]
+    return [f"{top}{node}.weight" for top in ("", "budgets.")
+            for node in (key.replace("/", "."), key)]
+
+
+def _host_keys(message: str) -> list[str]:
+    """Where a ``--cluster`` file writes the key a message names: its hosts are counted
+    from 1 there (``hosts[2].gpus``, ``host #2 (h2)``), from 0 in ``[[hosts]]``; a weight
+    of ``billing`` or ``overrides`` is named in parts (``overrides: west/B200: llm: ...``)."""
+    parts = message.split(": ")
+    if parts[0] in ("billing", "overrides"):
+        return [".".join(p.strip("'") for p in parts[:n]) for n in (3, 2, 1)]
+    m = re.fullmatch(r"(?:hosts\[(\d+)\]|host #(\d+) \(.*\))(.*)", parts[0])
+    if m is None:
+        return [parts[0]]
+    return [f"hosts[{int(m.group(1) or m.group(2)) - 1}]{m.group(3)}"]
+
+
 def build_scenario(
     scenario: str, trace: Path | None, fmt: str, maps: Sequence[str], budgets: int | None,
     budget_column: str | None, tree_file: Path | None, cluster: str | None, days: float | None,
@@ -367,9 +412,11 @@ def build_scenario(
     """The scenario the options describe: built-in or a trace, then tree and cluster. The
     trace's warnings (rows skipped or changed on the way in) go to stderr, unless ``warn``
     is false (a sweep's further seeds load the same rows again)."""
-    tree = load_tree(tree_file) if tree_file else None
-    hosts = parse_cluster(cluster) if cluster else None
-    pools = parse_pools(cluster) if cluster else None
+    with _lines_of(tree_file, _tree_keys):
+        tree = load_tree(tree_file) if tree_file else None
+    with _lines_of(Path(cluster) if cluster else None, _host_keys):
+        hosts = parse_cluster(cluster) if cluster else None
+        pools = parse_pools(cluster) if cluster else None
     if trace is not None:
         from apportion.sim.traces import NoBudgetColumn, TraceError, load_trace, parse_mapping
 
@@ -432,7 +479,8 @@ def build_scenario(
         return _fleet_checked(cluster, Scenario(
             name=_trace_name(trace), tree=loaded.tree, hosts=hosts, jobs=jobs, days=span,
             meta={"source": str(trace), "format": fmt}, pools=pools,
-            min_runtime_lowered=loaded.min_runtime_lowered))
+            min_runtime_lowered=loaded.min_runtime_lowered,
+            time_origin=loaded.time_origin if loaded.wall_clock else None))
     if maps or budgets is not None or budget_column is not None:
         raise click.UsageError("--map, --budgets and --budget-column need --trace")
     from apportion.sim.scenarios import get_scenario
@@ -529,13 +577,14 @@ def _fleet_checked(cluster: str | None, sc: Scenario) -> Scenario:
     if sc.pools is not None:
         from apportion.core.fleet import FleetState, pool_tree
 
-        try:
-            FleetState(sc.tree, sc.pools.config)
-            for pool, weights in sc.pools.config.overrides.items():
-                pool_tree(sc.tree, weights, pool)
-        except CoreError as e:
-            said = str(e) if cluster is None else _of_file(cluster, e)  # a built-in's pools
-            raise click.BadParameter(said, param_hint="--cluster") from None
+        with _lines_of(Path(cluster) if cluster else None, _host_keys):
+            try:
+                FleetState(sc.tree, sc.pools.config)
+                for pool, weights in sc.pools.config.overrides.items():
+                    pool_tree(sc.tree, weights, pool)
+            except CoreError as e:
+                said = str(e) if cluster is None else _of_file(cluster, e)  # a built-in's
+                raise click.BadParameter(said, param_hint="--cluster") from None
     return sc
 
 
@@ -637,7 +686,9 @@ def simulate(policies: tuple[str, ...], **kw: Any) -> None:
     of = "" if replayed == len(scenario.jobs) else f" (of {len(scenario.jobs):,} in it)"
     click.echo(f"scenario {scenario.name}: {plural(replayed, 'workload')} submitted in the "
                f"{format_duration(end)} replayed{of}, "
-               f"{plural(len(scenario.hosts), 'host')}")
+               f"{plural(len(scenario.hosts), 'host')}"
+               + ("" if scenario.time_origin is None else
+                  f"; hour 0 is {format_time(scenario.time_origin, UTC)}"))
     click.echo(format_table([r.summary for r in results]))
     if "pools" in results[0].summary:
         from apportion.sim.fleet import pools_table

@@ -72,7 +72,7 @@ def _nothing_to_replay(message: str, since: str, until: str | None) -> click.Cli
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
     from apportion.service.store import StoreUnavailable, open_for_reading
-    from apportion.whatif import WhatifError, load_history
+    from apportion.service.whatif import WhatifError, load_history
 
     config = _config(config_path)
     try:
@@ -150,8 +150,8 @@ def _summary_line(period: dict[str, Any]) -> str:
 def export_trace(config_path: str | None, since: str, until: str | None, out: Path) -> None:
     """Write the service's history of a period as a canonical trace (docs/traces.md), with
     the budget tree and the hosts beside it, ready for apportion simulate --trace."""
+    from apportion.service.whatif import days, period, write_export
     from apportion.sim.traces import TraceError
-    from apportion.whatif import days, period, write_export
 
     history = _history(config_path, since, until)
     try:
@@ -344,8 +344,8 @@ def whatif(config_path: str | None, since: str, until: str | None, set_weights: 
     Without --config the server replays it (POST /v1/whatif: admins, and managers for the
     weights they may set, seeing the budgets they manage); with --config it is replayed
     here from the service's store."""
+    from apportion.service.whatif import WhatifError, compare
     from apportion.sim.run import write_csv, write_outputs
-    from apportion.whatif import WhatifError, compare
 
     from .simulate import parse_settings
 

@@ -9,7 +9,9 @@ runs the work) and :mod:`~apportion.service.executors`, :mod:`~apportion.service
 :mod:`~apportion.service.auth`, :mod:`~apportion.service.dashboard`,
 :mod:`~apportion.service.prom`, :mod:`~apportion.service.accounting`,
 :mod:`~apportion.service.reports`, :mod:`~apportion.service.history`,
-:mod:`~apportion.service.whatif_api`, :mod:`~apportion.service.validation`,
+:mod:`~apportion.service.whatif_api` and :mod:`~apportion.service.whatif` (the what-if on
+the service's history, :mod:`~apportion.service.history_trace`, replayed in the simulator),
+:mod:`~apportion.service.validation`,
 :mod:`~apportion.service.port` (what the API, dashboard and metrics may use of the scheduler),
 :mod:`~apportion.service.replies` and :mod:`~apportion.service.bodies` (the API's typed
 replies and request bodies), :mod:`~apportion.service.routes` (one router per resource).

@@ -25,6 +25,7 @@ from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, pa
 from apportion.core.config import policy_from
 from apportion.core.fleet import FleetConfig
 from apportion.core.names import did_you_mean
+from apportion.text import at_key_line
 
 from .executors.identity import Identity
 from .store import default_sqlite_url
@@ -298,57 +299,10 @@ def load_config(path: str | Path) -> ServiceConfig:
     try:
         return parse_config(data, source=str(p), base_dir=p.resolve().parent)
     except ConfigError as e:
-        prefix, message = f"{p}: ", str(e)
-        line = key_line(text, message[len(prefix):].split(": ", 1)[0]) if (
-            message.startswith(prefix)) else None
-        if line is None:
+        located = at_key_line(str(e), str(p), text)
+        if located == str(e):
             raise
-        raise ConfigError(f"{p}:{line}: {message[len(prefix):]}") from None
-
-
-_HEADER = re.compile(r"\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY_PART = r"""[A-Za-z0-9_-]+|"[^"]*"|'[^']*'"""  # a bare or quoted key
-_ASSIGN = re.compile(rf"\s*((?:{_KEY_PART})(?:\s*\.\s*(?:{_KEY_PART}))*)\s*=")
-_PART = re.compile(_KEY_PART)
-
-
-def _parts(dotted: str) -> list[str]:
-    return [m.group(0).strip("\"'") for m in _PART.finditer(dotted)]
-
-
-def key_line(text: str, key: str) -> int | None:
-    """The line (from 1) of ``text`` where the config key ``key`` as errors name it
-    (``policy.lookbak``, ``hosts[1].gpus``, ``budgets[0].members[2]``) is written: the
-    line of the key, or of the nearest enclosing key or table the file writes (a value
-    inside an inline table or a list: the line of its key). None if the file writes
-    neither (a default). Found by reading the lines as TOML's tables and keys are
-    written, not by parsing: a best effort, for the message only."""
-    table: list[str] = []
-    counts: dict[tuple[str, ...], int] = {}
-    best: tuple[int, int] | None = None  # (length of the match, line)
-
-    def consider(path: list[str], n: int) -> None:
-        nonlocal best
-        full = ".".join(path)
-        if (key == full or key.startswith((full + ".", full + "["))) and (
-                best is None or len(full) > best[0]):
-            best = (len(full), n)
-
-    for n, raw in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(raw)
-        if header is not None and _ASSIGN.match(raw) is None:
-            names = _parts(header.group(2))
-            if header.group(1) == "[[":
-                i = counts.get(tuple(names), -1) + 1
-                counts[tuple(names)] = i
-                names = names[:-1] + [f"{names[-1]}[{i}]"]
-            table = names
-            consider(table, n)
-            continue
-        assign = _ASSIGN.match(raw)
-        if assign is not None:
-            consider(table + _parts(assign.group(1)), n)
-    return best[1] if best is not None else None
+        raise ConfigError(located) from None
 
 
 def parse_config(

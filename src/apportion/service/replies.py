@@ -627,7 +627,7 @@ class UsageReport(Reply):
     approximations: list[str]
 
 
-# ---- what-if (POST /v1/whatif, apportion.whatif.compare) and the dashboard's controls ----
+# ---- what-if (POST /v1/whatif, apportion.service.whatif.compare) and the dashboard's controls ----
 class WhatifPeriod(Reply):
     """The replayed history: its span, workloads, host events and what was open at its end."""
 

@@ -1,5 +1,5 @@
 """``POST /v1/whatif``: the service's own history of a period replayed through the
-simulator under the current and a proposed setting (``apportion.whatif``; docs/api.md).
+simulator under the current and a proposed setting (:mod:`apportion.service.whatif`; docs/api.md).
 
 Allowed to admins, and to managers for their own subtree: a manager may propose weights of
 the nodes whose weight they may set (``Rights.can_set_weight``) and sees the rows of the
@@ -138,7 +138,9 @@ def whatif_router(store: Store, settings: ServiceConfig,
     def checked(body: WhatifBody, user: UserRow) -> Callable[[], Whatif]:
         """The replay ``body`` asks for, once the caller's rights and the inputs are checked
         (403 or 422 here, before the replay takes a slot)."""
-        from apportion.whatif import WhatifError, check_paths, compare, load_history
+        # the replay (and the simulator with it) is loaded when a what-if is asked, not at
+        # the server's start
+        from .whatif import WhatifError, check_paths, compare, load_history
 
         budgets = store.budgets()
         try:  # a mistyped budget is said so (and the closest one) before any right on it

@@ -89,3 +89,7 @@ class Scenario:
     # host events left out with their hosts when the cluster was replaced (simulate
     # --cluster): counted in the summary's ignored_host_events
     dropped_host_events: int = 0
+    # a trace of wall-clock times (ISO 8601): the time its 0 is, in seconds since the Unix
+    # epoch (Trace.time_origin); None for a built-in scenario or a trace in seconds. The
+    # outputs name it (summary.json's time_origin), so that result hours map back to dates
+    time_origin: float | None = None

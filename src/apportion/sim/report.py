@@ -1087,6 +1087,7 @@ def write_report(
     gpus, hosts = first.get("gpus"), first.get("hosts")
     size = (f"{plural(float(gpus), 'GPU')} on {plural(float(hosts), 'host')}"  # type: ignore[arg-type]
             if _num(gpus) and _num(hosts) else "– GPUs")
+    origin = first.get("time_origin")  # a trace of wall-clock times: when its 0 is
     name = title or (f"apportion simulation: {first.get('scenario', 'scenario')}, "
                      f"{span}, {size}")
     swatches = " ".join(
@@ -1094,8 +1095,10 @@ def write_report(
         for p in policies)
     sections: list[str] = [f"<h1>{_esc(name)}</h1>",
                            f"<p class='note'>Policies: {swatches}; seed "
-                           f"{_esc(first.get('seed', '–'))}. Metric definitions: "
-                           "docs/simulator.md.</p>"]
+                           f"{_esc(first.get('seed', '–'))}"
+                           + (f"; hour 0 is {_esc(origin)} (the trace's first submission)"
+                              if origin else "")
+                           + ". Metric definitions: docs/simulator.md.</p>"]
     missing = [m for r in runs for m in r.missing]
     if missing:
         sections.append(f"<p class='note'>Tables not found (their plots are left out): "

@@ -34,7 +34,7 @@ from apportion.core.config import policy_from
 
 from .engine import Engine, SimConfig
 from .model import Scenario
-from .run import _get, _pct, make_policy, write_csv
+from .run import _get, _pct, make_policy, with_time_origin, write_csv
 
 if TYPE_CHECKING:  # matplotlib is imported only when a sweep is plotted
     from matplotlib.figure import Figure
@@ -98,7 +98,7 @@ def run_point(scenario: Scenario, settings: dict[str, Any], seed: int) -> dict[s
     config, sim = split_settings(settings)
     engine = Engine(scenario, make_policy("fairshare", scenario, sim), config,
                     name="fairshare", sim=sim, seed=seed)
-    return engine.run().summary
+    return with_time_origin(engine.run().summary, scenario)
 
 
 def describe(error: BaseException) -> str:

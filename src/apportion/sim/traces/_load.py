@@ -33,8 +33,10 @@ class Trace:
     way in (a min_runtime lowered to the cap, a still-running job). ``warnings`` says the same
     as one line per reason, with the first line it happened on. ``time_origin`` is what was
     subtracted from the submit times: seconds since the Unix epoch for ISO 8601 traces,
-    the first submit time with ``rebase``, else 0. ``hosts`` is the cluster the trace says it
-    ran on (sacct with a ``NodeList`` column, see :func:`hosts_of`), empty otherwise.
+    the first submit time with ``rebase``, else 0; ``wall_clock`` says which: True when the
+    trace's times are wall-clock times (ISO 8601, Parquet timestamps), so that
+    ``time_origin`` is the wall-clock time of the replay's 0. ``hosts`` is the cluster the
+    trace says it ran on (sacct with a ``NodeList`` column, see :func:`hosts_of`), empty otherwise.
     ``min_runtime_lowered``: the ids of the jobs whose given min_runtime was lowered to
     ``max_min_runtime``, in submission order."""
 
@@ -47,6 +49,7 @@ class Trace:
     time_origin: float
     hosts: tuple[Host, ...] = ()
     min_runtime_lowered: tuple[str, ...] = ()
+    wall_clock: bool = False
 
     @property
     def n_skipped(self) -> int:
@@ -180,6 +183,7 @@ def load_trace(
         time_origin=origin,
         hosts=hosts_of(records) if format == "sacct" else (),
         min_runtime_lowered=tuple(j.spec.id for j in jobs if j.spec.id in lowered),
+        wall_clock=bool(records[0].absolute),
     )
 
 

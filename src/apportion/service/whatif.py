@@ -1,7 +1,7 @@
-"""What-if on live history: the service's history of a period (``apportion.history``)
-replayed through the simulator under the current and a proposed setting, per budget side by
-side. Used by ``apportion whatif`` and ``POST /v1/whatif`` (docs/simulator.md, "What-if on
-live history").
+"""What-if on live history: the service's history of a period
+(:mod:`apportion.service.history_trace`) replayed through the simulator under the current
+and a proposed setting, per budget side by side. Used by ``apportion whatif`` and
+``POST /v1/whatif`` (docs/simulator.md, "What-if on live history").
 
 Errors are :class:`WhatifError`, naming the input ``field`` they are about (``since``,
 ``until``, ``set_weight``, ``set``; ``period`` when the period as a whole has nothing to
@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from apportion.core import BudgetTree, CoreError, PolicyConfig, format_duration
-from apportion.history import History, read_history
-from apportion.service.config import PoolsConfig
-from apportion.service.store import NotFound, Store
 from apportion.sim.engine import RunResult, SimConfig
 from apportion.sim.model import Scenario
 from apportion.times import format_time
+
+from .config import PoolsConfig
+from .history_trace import History, read_history
+from .store import NotFound, Store
 
 MAX_SINCE_S = 366 * 86400.0  # a year of history at most
 MAX_UNTIL = datetime(9999, 12, 31, tzinfo=UTC).timestamp()  # the last day a time can name

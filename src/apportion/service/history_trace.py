@@ -36,11 +36,12 @@ from sqlalchemy.orm import Session
 
 from apportion.core import BudgetTree, Host, WorkloadSpec
 from apportion.core.fleet import FleetConfig
-from apportion.service.config import PoolsConfig
-from apportion.service.store import Store
-from apportion.service.store.models import AttemptModel, AuditModel, WorkloadModel
-from apportion.service.store.rows import HostRow
 from apportion.sim.model import HostEvent, HostEventKind, Pools, SimJob
+
+from .config import PoolsConfig
+from .store import Store
+from .store.models import AttemptModel, AuditModel, WorkloadModel
+from .store.rows import HostRow
 
 # the audit log's new host state -> the simulator's host event
 _HOST_EVENTS = {"draining": HostEventKind.UNHEALTHY, "down": HostEventKind.FAIL,
