@@ -859,13 +859,15 @@ def test_a_trace_whose_budget_column_is_empty_says_so_naming_the_flags(tmp_path:
     ("hosts.json", '{"hosts": [{"name": "a", "gpus": 8, "cluster": null, "kind": "H100"}]}',
      "host #1 (a): cluster: must be a name without '/', got null"),
     ("hosts.toml", '[[hosts]]\nname = "a"\ngpus = 8\ncluster = "x"\nkind = true\n',
-     "host #1 (a): kind: must be a name without '/', got true"),
+     ":5: host #1 (a): kind: must be a name without '/', got true"),
 ])
 def test_a_cluster_files_refused_value_is_shown_as_the_file_writes_it(
         tmp_path: Path, name: str, text: str, problem: str) -> None:
     """A --cluster file's refused value is shown as JSON or TOML writes it (``null``,
     ``true``, ``["a", 8]``), by the one helper the trace readers use (text.as_written),
-    never Python's ``None``, ``True`` or ``['a', 8]``."""
+    never Python's ``None``, ``True`` or ``['a', 8]``; in a TOML file, after the line of
+    the key the message names (``kind`` of host #1, line 5; not the host's ``[[hosts]]``
+    line)."""
     hosts = tmp_path / name
     hosts.write_text(text)
     trace = tmp_path / "t.csv"
@@ -873,7 +875,8 @@ def test_a_cluster_files_refused_value_is_shown_as_the_file_writes_it(
     code, out = invoke("simulate", "--trace", str(trace), "--budgets", "1", "--cluster",
                        str(hosts), "--quiet", "--out", str(tmp_path / "o"))
     assert code == 2, out
-    assert f"Invalid value for --cluster: {hosts}: {problem}" in " ".join(out.split()), out
+    at = "" if problem.startswith(":") else ": "
+    assert f"Invalid value for --cluster: {hosts}{at}{problem}" in " ".join(out.split()), out
 
 
 @pytest.mark.parametrize(("text", "problem"), [
@@ -1017,7 +1020,7 @@ def test_a_workload_the_policy_refuses_is_not_said_to_be_too_big_for_the_cluster
     ("--tree", "[ai]\nweight = 2\nllm = 1\nvision = \"x\"\n",
      "t.toml:4: ai/vision: weight must be a number, got 'x'"),
     ("--tree", "[budgets]\nai = 1\n\n[budgets.ml]\nweight = true\n",
-     "t.toml:5: ml: weight must be a number, got True"),
+     "t.toml:5: ml: weight must be a number, got true"),
     ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\n\n[[hosts]]\nname = \"h2\"\n"
      "gpus = \"eight\"\n", "t.toml:7: hosts[2].gpus: must be a whole number >= 1"),
     ("--cluster", "[[hosts]]\nname = \"h1\"\ngpus = 8\nknid = \"H100\"\n",

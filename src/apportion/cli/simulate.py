@@ -401,7 +401,10 @@ def _host_keys(message: str) -> list[str]:
     m = re.fullmatch(r"(?:hosts\[(\d+)\]|host #(\d+) \(.*\))(.*)", parts[0])
     if m is None:
         return [parts[0]]
-    return [f"hosts[{int(m.group(1) or m.group(2)) - 1}]{m.group(3)}"]
+    host = f"hosts[{int(m.group(1) or m.group(2)) - 1}]{m.group(3)}"
+    # ``host #1 (a): kind: ...``: the key of the host the message goes on to name, if any
+    field = [f"{host}.{parts[1]}"] if len(parts) > 2 and re.fullmatch(r"\w+", parts[1]) else []
+    return [*field, host]
 
 
 def build_scenario(
