@@ -262,6 +262,25 @@ def test_the_why_panel_writes_its_times_in_the_browsers_zone(
     assert said.startswith(f"could start at {kolkata} (in "), said
 
 
+def test_the_audit_log_says_when_in_the_browsers_zone_with_its_offset(
+    served: Served, browser: Any,
+) -> None:
+    """In a browser in Asia/Kolkata, each audit row's WHEN cell gives the entry's time as
+    the CLI writes one, in Kolkata time with its offset (+05:30), then how long ago it was:
+    the drain's ``host.state`` entry reads ``<its time in Kolkata> (... ago)``. It said only
+    how long ago (``3 d 15 h ago``): no date, no zone."""
+    with zoned_page(browser, "Asia/Kolkata") as page:
+        page.goto(served.url + "/#token=" + served.tokens["bob"])
+        row = '#audit tbody tr:has(td:text-is("host.state"))'
+        page.wait_for_selector(row, timeout=WAIT_MS)
+        when = page.inner_text(f"{row} >> td >> nth=0")
+    entry = next(a for a in served.call("bob", "GET", "/v1/audit")
+                 if a["action"] == "host.state")
+    kolkata = format_time(entry["at"], time_zone("Asia/Kolkata"))
+    assert kolkata.endswith("+05:30")
+    assert re.fullmatch(rf"{re.escape(kolkata)} \(.+ ago\)", when), when
+
+
 def test_the_why_panel_in_a_zone_the_server_does_not_know_is_written_at_its_offset(
     served: Served, browser: Any,
 ) -> None:

@@ -448,8 +448,36 @@ def test_post_whatif_names_a_managers_mistyped_budget_as_it_does_an_admins(
         r = httpx.post(url, json={"since": "2d", "until": live.until, "set_weight": {"ai": 4}},
                        timeout=300,
                        headers={"Authorization": f"Bearer {live.server.token('alice')}"})
+        assert r.status_code == 403
+        assert r.json()["detail"].startswith("forbidden: alice may not propose the weight of "
+                                             "budget ai ")
+    finally:
+        httpx.put(managers, json={"managers": []}, headers=admin)
+
+
+def test_post_whatif_refuses_a_managers_weight_outside_their_subtree_saying_whose_it_is(
+        live: Live) -> None:
+    """A manager of ai proposing, in a what-if, the weight of ai itself (a top-level weight)
+    is refused (403) saying the field and whose weight it is, in the words with which
+    ``PATCH /v1/budgets/ai`` refuses to set it: ``forbidden: alice may not propose the weight
+    of budget ai (set_weight: its share of the cluster, set by an admin)``. It said only
+    ``may not set the weight of ai``, with no reason, where setting it gave one."""
+    url = live.server.url
+    admin = {"Authorization": f"Bearer {live.server.token('admin')}"}
+    alice = {"Authorization": f"Bearer {live.server.token('alice')}"}
+    managers = f"{url}/v1/budgets/ai/managers"
+    assert httpx.put(managers, json={"managers": ["alice"]}, headers=admin).status_code == 200
+    try:
+        r = httpx.post(f"{url}/v1/whatif", json={"since": "2d", "until": live.until,
+                                                 "set_weight": {"ai": 4}},
+                       timeout=300, headers=alice)
+        owner = "its share of the cluster, set by an admin"
         assert (r.status_code, r.json()["detail"]) == (
-            403, "forbidden: alice may not set the weight of ai")
+            403, f"forbidden: alice may not propose the weight of budget ai (set_weight: "
+                 f"{owner})")
+        patch = httpx.patch(f"{url}/v1/budgets/ai", json={"weight": 4}, headers=alice)
+        assert (patch.status_code, patch.json()["detail"]) == (
+            403, f"forbidden: alice may not change the weight of budget ai ({owner})")
     finally:
         httpx.put(managers, json={"managers": []}, headers=admin)
 

@@ -137,6 +137,7 @@ class Rights:
         parent = parent_of(path)
         return self.admin or (bool(parent) and self.manages(parent))
 
+
     def can_set_people(self, path: str) -> bool:
         """Members and managers of ``path``."""
         return self.manages(path)
@@ -150,3 +151,12 @@ class Rights:
 
     def can_manage_users(self) -> bool:
         return self.admin
+
+
+def weight_owner(path: str) -> str:
+    """Whose ``path``'s weight is, for a refusal to set it (``PATCH /v1/budgets/{path}``)
+    or to propose it (``POST /v1/whatif``): the rule of ``Rights.can_set_weight`` in
+    words."""
+    parent = parent_of(path)
+    return (f"its share of {parent}'s, set by a manager of {parent} or above, or an admin"
+            if parent else "its share of the cluster, set by an admin")

@@ -31,7 +31,7 @@ from apportion.core import (
 )
 from apportion.text import as_written
 
-from .auth import Rights
+from .auth import Rights, weight_owner
 from .bodies import WhatifBody
 from .config import ServiceConfig
 from .replies import Whatif
@@ -156,8 +156,9 @@ def whatif_router(store: Store, settings: ServiceConfig,
                 raise HTTPException(403, f"forbidden: {user.name} manages no budget")
             for path in body.set_weight:
                 if not rights.can_set_weight(path):
-                    raise HTTPException(403, f"forbidden: {user.name} may not set the "
-                                             f"weight of {path}")
+                    raise HTTPException(403, f"forbidden: {user.name} may not propose the "
+                                             f"weight of budget {path} (set_weight: "
+                                             f"{weight_owner(path)})")
         since = parse_duration(body.since)  # checked in the body (validation.check_duration)
         try:
             proposed = {k: _setting(k, v) for k, v in body.set.items()}

@@ -11,11 +11,10 @@ from apportion.core import (
     CoreError,
     HostState,
     ancestors,
-    parent_of,
     usage_ratio,
 )
 
-from ..auth import Principal
+from ..auth import Principal, weight_owner
 from ..bodies import CreateBudgetBody, ManagersBody, MembersBody, WeightBody
 from ..config import ServiceConfig
 from ..replies import (
@@ -78,10 +77,7 @@ def router(api: Api) -> APIRouter:
         """Change a node's weight (its parent's manager, or an admin)."""
         store.get_budget(path)
         if not rights(user).can_set_weight(path):
-            parent = parent_of(path)
-            raise forbid(user, f"change the weight of budget {path} (its share of "
-                         + (f"{parent}'s, set by a manager of {parent} or above, or an admin)"
-                            if parent else "the cluster, set by an admin)"))
+            raise forbid(user, f"change the weight of budget {path} ({weight_owner(path)})")
         try:
             store.load_tree().with_weight(path, body.weight)
         except CoreError as e:

@@ -238,7 +238,9 @@ function compact(v) {
 function renderAudit(s) {
   const rows = s.audit.map((a) => {
     const change = [compact(a.old), compact(a.new)].filter((x) => x).join(" \u2192 ");
-    return `<tr><td class="muted">${dur(s.now - a.at)} ago</td><td>${esc(a.actor)}</td>` +
+    // when, in the browser's zone with its offset (as the CLI's audit writes it), and how long ago
+    return `<tr><td class="muted">${clockTime(a.at)} (${dur(s.now - a.at)} ago)</td>` +
+      `<td>${esc(a.actor)}</td>` +
       `<td class="mono">${esc(a.action)}</td><td class="mono">${esc(a.target)}</td>` +
       `<td class="mono muted">${esc(change)}</td></tr>`;
   }).join("");
