@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from apportion.core import format_amount, format_duration, plural
+from apportion.core import format_duration, plural
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+from apportion.core.units import format_figure
 
 from .numbers import readable
 from .paths import OUTPUT_DIR, OUTPUT_FILE, output_dir, output_file
@@ -276,9 +277,11 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
 
 
 def _delivered(current: dict[str, Any], proposed: dict[str, Any]) -> str:
-    """Delivered GPU-hours, current -> proposed, to a reader's precision (0.2, not 0)."""
-    return (f"{format_amount(current['delivered_gpu_hours'])} -> "
-            f"{format_amount(proposed['delivered_gpu_hours'])}")
+    """Delivered GPU-hours, current -> proposed, to one decimal at any size (``1,297.1``),
+    as the dashboard's preview and ``report usage`` write them: a change of 0.2 GPU-h
+    shows as 0.2, not as 1 once the figure passes 100."""
+    return (f"{format_figure(current['delivered_gpu_hours'])} -> "
+            f"{format_figure(proposed['delivered_gpu_hours'])}")
 
 
 def _ask_server(url: str | None, token: str | None, since: str, until: str | None,
