@@ -945,25 +945,26 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert not any(line.startswith("pool ") for line in lines)
 
 
-def test_export_without_a_store_says_so_and_creates_none(tmp_path: Path) -> None:
+def test_export_without_a_store_is_a_usage_error_naming_it_and_creates_none(tmp_path: Path) -> None:
     """export-trace without --config where no service ever started (an empty data
-    directory): exit 1 with one line naming the database file that is not there and
+    directory): exit 2, the usage code (a required input, the store, is missing), with one
+    line naming the database file that is not there and
     pointing at --config, and no database file left behind (before, SQLAlchemy's traceback
     after creating an empty database). whatif --config on a config whose database is not
-    there says the same of it."""
+    there says the same of it, with exit 2 too."""
     (tmp_path / "apportion-data").mkdir()
     db = tmp_path / "apportion-data" / "apportion.db"
     run = subprocess.run([sys.executable, "-m", "apportion.cli.main", "export-trace",
                           "--since", "1d", "--out", str(tmp_path / "t.csv")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr == (f"Error: {db}: no database there (without --config, the store of a "
                           "service started in this directory; give the service's config "
                           "with --config FILE)\n")
     assert not db.exists()
     config = write_config(tmp_path / "apportion.toml", free_port())
     run = apportion("whatif", "--config", str(config), "--since", "1d")
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr == f"Error: {tmp_path / 'data' / 'apportion.db'}: no database there\n"
     assert not (tmp_path / "data").exists()
 

@@ -72,17 +72,22 @@ def _nothing_to_replay(message: str, since: str, until: str | None) -> click.Cli
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
-    from apportion.service.store import StoreUnavailable, open_for_reading
+    from apportion.service.store import StoreMissing, StoreUnavailable, open_for_reading
     from apportion.service.whatif import WhatifError, load_history
+
+    from .client import BadInput
 
     config = _config(config_path)
     try:
         store = open_for_reading(config.db_url)
-    except StoreUnavailable as e:
+    except StoreMissing as e:  # the store named (or not named: no --config) is not there:
+        # a required input missing, the usage code as every command's (docs/cli.md)
         hint = "" if config_path else (" (without --config, the store of a service started "
                                        "in this directory; give the service's config with "
                                        "--config FILE)")
-        raise click.ClickException(f"{e}{hint}") from None
+        raise BadInput(f"{e}{hint}") from None
+    except StoreUnavailable as e:  # there, but unreachable or of another schema
+        raise click.ClickException(str(e)) from None
     end = _until(until)
     now = time.time()
     try:
