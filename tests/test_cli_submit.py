@@ -1182,6 +1182,36 @@ def test_two_different_gpu_counts_in_a_script_are_refused_naming_both_lines(
     assert r.exit_code == 2 and r.stderr.endswith(f"Error: {said}\n")
 
 
+@pytest.mark.parametrize(("lines", "said"), [
+    ("#SBATCH --gres=gpu:h100:4\n#SBATCH -G a100:4",
+     "job.sh:2: #SBATCH --gres=gpu:h100:4 and job.sh:3: #SBATCH -G a100:4: two different "
+     "GPU kinds (h100 and a100); give one of them"),
+    ("#SBATCH --gpus-per-node=a100:4 --gres=gpu:b200:4",
+     "job.sh:2: #SBATCH --gpus-per-node=a100:4 and job.sh:2: #SBATCH --gres=gpu:b200:4: two "
+     "different GPU kinds (a100 and b200); give one of them"),
+])
+def test_two_different_gpu_kinds_in_a_script_are_refused_naming_both_lines(
+    tmp_path: Path, lines: str, said: str,
+) -> None:
+    """``#SBATCH --gres=gpu:h100:4`` beside ``-G a100:4`` (the same count, two GPU kinds), on
+    one line or two, is a usage error naming both as typed with their lines, as two
+    different counts are (the first kind was kept without a word)."""
+    script = tmp_path / "job.sh"
+    script.write_text(f"#!/bin/sh\n{lines}\n#APPORTION --budget ai/llm --min-runtime 0\n"
+                      "true\n")
+    r = submit(str(script))
+    assert r.exit_code == 2 and r.stderr.endswith(f"Error: {said}\n")
+
+
+def test_the_same_gpu_kind_given_twice_in_a_script_is_read_once(tmp_path: Path) -> None:
+    """``#SBATCH --gres=gpu:h100:4`` and ``-G H100:4`` ask for the same kind (a Slurm type
+    is the kind in upper case): read as kind H100, with no error."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:4\n#SBATCH -G H100:4\ntrue\n")
+    got = read_script(str(script), [])
+    assert (got.options["gpus"], got.options["gpu_kind"]) == ("4", "H100")
+
+
 def test_the_same_gpu_count_given_twice_in_a_script_is_read_once(tmp_path: Path) -> None:
     """``#SBATCH --gpus=4`` and ``#SBATCH --gres=gpu:4`` (one node) ask for the same 4 GPUs:
     read, with no error and nothing named as ignored."""

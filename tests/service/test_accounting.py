@@ -249,6 +249,35 @@ def test_daily_chart_shows_a_single_day_on_a_two_day_axis_with_markers() -> None
     plt.close(fig)
 
 
+def test_the_per_day_plot_says_its_days_are_utc_days(tmp_path: Path) -> None:
+    """The HTML usage report's per-day plot says its days are UTC days, as the headline
+    says its period is UTC: the plot's x axis is labelled ``day (UTC)``, its dates are
+    written in UTC, and its caption reads "per UTC day"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from apportion.service.accounting import daily_chart, to_html
+
+    day = 1_796_515_200.0  # 2026-12-06 00:00 UTC
+    fig = daily_chart({"days": [day, day + D], "daily": {"ai": {"delivered": [1.0, 2.0],
+                                                               "owed": [1.0, 1.0]}}},
+                      {"ai": "tab:blue"})
+    (ax,) = fig.axes
+    assert ax.get_xlabel() == "day (UTC)"
+    assert str(ax.xaxis.get_major_locator().tz) == "UTC"
+    plt.close(fig)
+    store = open_store("sqlite", tmp_path)
+    store.clock = lambda: T0
+    store.add_budget("ai", 1.0, actor="root")
+    store.add_host("h1", 8, actor="root")
+    page = to_html(usage_report(store, T0 - 2 * D, T0, "budget", NOW))
+    store.close()
+    assert "<figcaption>Delivered (solid) and owed (dashed) per UTC day, top-level " \
+        "budgets</figcaption>" in page
+
+
 def test_a_host_counts_from_its_registration_and_as_it_was_then(store: Store) -> None:
     """h1 was added at T0: the day before it, nothing was healthy (not its 8 GPUs x 24 h),
     and the day around T0 counts its 12 h from T0 (96). Draining h1 now changes neither:

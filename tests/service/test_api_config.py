@@ -238,6 +238,28 @@ timeout_s = 3
         "logs_dir": "/l", "partition": "gpu", "timeout_s": 3}
 
 
+@pytest.mark.parametrize(("line", "message"), [
+    ("partition = 3", "executor.slurm.partition: must be a string, got 3"),
+    ("cluster = true", "executor.slurm.cluster: must be a string, got True"),
+    ("logs_dir = 1", "executor.slurm.logs_dir: must be a string, got 1"),
+    ('timeout_s = "x"', "executor.slurm.timeout_s: must be a number > 0, got 'x'"),
+    ("timeout_s = 0", "executor.slurm.timeout_s: must be a number > 0, got 0"),
+    ("env = { SLURM_CONF = 1 }",
+     "executor.slurm.env: must be a table of NAME = \"value\", got {'SLURM_CONF': 1}"),
+    ('env = "x"', "executor.slurm.env: must be a table of NAME = \"value\", got 'x'"),
+    ("kinds = { H100 = 3 }",
+     "executor.slurm.kinds: must be a table of GPU kind = \"gres type\", got {'H100': 3}"),
+])
+def test_a_value_of_the_wrong_type_in_executor_slurm_is_refused_naming_line_key_and_type(
+        tmp_path: Path, line: str, message: str) -> None:
+    """A value of [executor.slurm] of the wrong type (``partition = 3``, which was passed on
+    to sbatch unchecked) is refused when the config is read, as the config's other keys
+    are: the file and the key's line, the key, what it must be and what it got."""
+    with pytest.raises(ConfigError) as e:
+        load_config_text(tmp_path, f"[executor]\nkind = 'slurm'\n[executor.slurm]\n{line}")
+    assert str(e.value) == f"{tmp_path / 'svc.toml'}:4: {message}"
+
+
 def test_a_short_max_min_runtime_alone_shortens_the_default_checkpoint_wait(
         tmp_path: Path) -> None:
     """``max_min_runtime = "2m"`` without ``checkpoint_wait``: its default is then 2 min

@@ -22,8 +22,9 @@ from alembic.config import Config
 from server_proc import Server, free_port, write_config
 from sqlalchemy import text
 
-from apportion.cli.whatif import _summary_line, format_pools
-from apportion.core import BudgetTree, HostState, PolicyConfig, format_amount
+from apportion.cli.whatif import _summary_line, format_pool, format_pools, format_whatif
+from apportion.core import BudgetTree, HostState, PolicyConfig
+from apportion.core.units import format_figure
 from apportion.service.clock import FakeClock
 from apportion.service.config import load_config
 from apportion.service.executors.memory import MemoryExecutor
@@ -217,6 +218,24 @@ def test_the_period_line_writes_every_count_with_thousands_separators() -> None:
                  "; 5,001 cancelled unstarted", "; 3,001 submitted to budgets",
                  "1,024 hosts", "1,200 host events"):
         assert said in line, said
+
+
+def test_delivered_gpu_hours_are_written_to_one_decimal_from_100_up() -> None:
+    """whatif's delivered GPU-hours, in the budget table and in a pool's line and table, are
+    written to one decimal however large (``1,297.1 -> 1,297.3``), as the dashboard's
+    preview and ``report usage`` write them, so that a change of 0.2 GPU-h above 100 is
+    not written as 1 (``1,297 -> 1,298``)."""
+    side = {"attainment": 0.5, "wait_p50_s": 60.0, "wait_p90_s": 120.0, "preemptions": 0}
+    row = {"budget": "ai", "weight_current": 1.0, "weight_proposed": 1.0,
+           "current": {**side, "delivered_gpu_hours": 1297.14},
+           "proposed": {**side, "delivered_gpu_hours": 1297.34}}
+    assert "1,297.1 -> 1,297.3" in format_whatif([row])
+    pool = {"pool": "east/H100", "gpus": 16, "budgets": [row],
+            "current": {**side, "occupancy": 0.9, "delivered_gpu_hours": 1297.14},
+            "proposed": {**side, "occupancy": 0.9, "delivered_gpu_hours": 1297.34}}
+    text = format_pool(pool)
+    assert "delivered 1,297.1 -> 1,297.3 GPU-h" in text
+    assert text.splitlines()[-1].split()[4:7] == ["1,297.1", "->", "1,297.3"]
 
 
 def test_pool_occupancy_is_labelled_the_replays_with_why_it_can_exceed_100_percent() -> None:
@@ -864,7 +883,7 @@ def test_pooled_whatif_shows_where_a_weight_change_moves_the_work(pooled: Live,
     assert lines[head].split() == ["budget", "attainment", "delivered", "GPU-h", "wait",
                                    "p50", "preemptions"]
     c, p = vision["current"]["delivered_gpu_hours"], vision["proposed"]["delivered_gpu_hours"]
-    assert f"{format_amount(c)} -> {format_amount(p)}" in next(
+    assert f"{format_figure(c)} -> {format_figure(p)}" in next(
         line for line in lines[head:] if line.startswith("ai/vision "))
     csv_rows = (tmp_path / "out" / "whatif-pools.csv").read_text().splitlines()
     assert csv_rows[0].startswith("pool,budget,attainment_current,")
@@ -926,25 +945,26 @@ def test_one_pool_whatif_has_no_pool_section(live: Live) -> None:
     assert not any(line.startswith("pool ") for line in lines)
 
 
-def test_export_without_a_store_says_so_and_creates_none(tmp_path: Path) -> None:
+def test_export_without_a_store_is_a_usage_error_naming_it_and_creates_none(tmp_path: Path) -> None:
     """export-trace without --config where no service ever started (an empty data
-    directory): exit 1 with one line naming the database file that is not there and
+    directory): exit 2, the usage code (a required input, the store, is missing), with one
+    line naming the database file that is not there and
     pointing at --config, and no database file left behind (before, SQLAlchemy's traceback
     after creating an empty database). whatif --config on a config whose database is not
-    there says the same of it."""
+    there says the same of it, with exit 2 too."""
     (tmp_path / "apportion-data").mkdir()
     db = tmp_path / "apportion-data" / "apportion.db"
     run = subprocess.run([sys.executable, "-m", "apportion.cli.main", "export-trace",
                           "--since", "1d", "--out", str(tmp_path / "t.csv")],
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr == (f"Error: {db}: no database there (without --config, the store of a "
                           "service started in this directory; give the service's config "
                           "with --config FILE)\n")
     assert not db.exists()
     config = write_config(tmp_path / "apportion.toml", free_port())
     run = apportion("whatif", "--config", str(config), "--since", "1d")
-    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.returncode == 2, run.stdout + run.stderr
     assert run.stderr == f"Error: {tmp_path / 'data' / 'apportion.db'}: no database there\n"
     assert not (tmp_path / "data").exists()
 

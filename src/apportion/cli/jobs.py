@@ -152,6 +152,9 @@ class Script:
     ntasks_per_node: int | None = None
     # every directive giving a GPU count: (its origin, the count as typed, what it is of)
     gpu_counts: list[tuple[str, str, str]] = field(default_factory=list)
+    # the first directive giving a GPU kind with its count (gpu:h100:4, -G a100:4): (its
+    # origin, the kind as typed), so that another kind beside it is refused naming both
+    typed_kind: tuple[str, str] | None = None
 
 
 # a line read_script takes for a directive (or, indented, names as ignored), the first line
@@ -415,6 +418,15 @@ def _directive(out: Script, where: str, prefix: str, rest: str, opts: dict[str, 
                                    f"{'gpu:N' if key == 'gres' else 'N or TYPE:N'} is read)")
                 continue
             gpus, kind = typed
+            # two kinds (--gres=gpu:h100:4 and -G a100:4): the first was kept without a
+            # word; refused as two different counts are, naming both
+            if kind is not None and out.typed_kind is not None and \
+                    kind.upper() != out.typed_kind[1].upper():
+                raise click.UsageError(
+                    f"{out.typed_kind[0]} and {origin}: two different GPU kinds "
+                    f"({out.typed_kind[1]} and {kind}); give one of them")
+            if kind is not None and out.typed_kind is None:
+                out.typed_kind = (origin, kind)
             # gpu:h100:8 asks for kind H100 (--gpu-kind): a Slurm type in upper case, as
             # the Slurm executor and the sacct importer name kinds by default
             if kind is not None and "gpu_kind" not in out.options:

@@ -13,8 +13,9 @@ from typing import Any
 
 import click
 
-from apportion.core import format_amount, format_duration, plural
+from apportion.core import format_duration, plural
 from apportion.core.tree import MAX_WEIGHT, MIN_WEIGHT
+from apportion.core.units import format_figure
 
 from .numbers import readable
 from .paths import OUTPUT_DIR, OUTPUT_FILE, output_dir, output_file
@@ -71,17 +72,22 @@ def _nothing_to_replay(message: str, since: str, until: str | None) -> click.Cli
 
 
 def _history(config_path: str | None, since: str, until: str | None) -> Any:
-    from apportion.service.store import StoreUnavailable, open_for_reading
+    from apportion.service.store import StoreMissing, StoreUnavailable, open_for_reading
     from apportion.service.whatif import WhatifError, load_history
+
+    from .client import BadInput
 
     config = _config(config_path)
     try:
         store = open_for_reading(config.db_url)
-    except StoreUnavailable as e:
+    except StoreMissing as e:  # the store named (or not named: no --config) is not there:
+        # a required input missing, the usage code as every command's (docs/cli.md)
         hint = "" if config_path else (" (without --config, the store of a service started "
                                        "in this directory; give the service's config with "
                                        "--config FILE)")
-        raise click.ClickException(f"{e}{hint}") from None
+        raise BadInput(f"{e}{hint}") from None
+    except StoreUnavailable as e:  # there, but unreachable or of another schema
+        raise click.ClickException(str(e)) from None
     end = _until(until)
     now = time.time()
     try:
@@ -276,9 +282,11 @@ def _weights(items: tuple[str, ...]) -> dict[str, float]:
 
 
 def _delivered(current: dict[str, Any], proposed: dict[str, Any]) -> str:
-    """Delivered GPU-hours, current -> proposed, to a reader's precision (0.2, not 0)."""
-    return (f"{format_amount(current['delivered_gpu_hours'])} -> "
-            f"{format_amount(proposed['delivered_gpu_hours'])}")
+    """Delivered GPU-hours, current -> proposed, to one decimal at any size (``1,297.1``),
+    as the dashboard's preview and ``report usage`` write them: a change of 0.2 GPU-h
+    shows as 0.2, not as 1 once the figure passes 100."""
+    return (f"{format_figure(current['delivered_gpu_hours'])} -> "
+            f"{format_figure(proposed['delivered_gpu_hours'])}")
 
 
 def _ask_server(url: str | None, token: str | None, since: str, until: str | None,

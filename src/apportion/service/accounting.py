@@ -505,9 +505,9 @@ def headline(report: dict[str, Any]) -> str:
 
 def daily_chart(report: dict[str, Any], colour: dict[str, Any]) -> Any:
     """The per-day chart of the top-level budgets (``report["daily"]``): delivered solid,
-    owed dashed. A line needs two days: over a month or less each day is a marker too, and
-    a single day gets a two-day axis around it (matplotlib would span years around one
-    date). Returns the matplotlib figure."""
+    owed dashed, over the UTC days the axis says they are. A line needs two days: over a
+    month or less each day is a marker too, and a single day gets a two-day axis around it
+    (matplotlib would span years around one date). Returns the matplotlib figure."""
     from matplotlib import pyplot as plt
 
     days = np.array(report["days"]) / 86400.0  # matplotlib's dates: days since 1970
@@ -522,8 +522,11 @@ def daily_chart(report: dict[str, Any], colour: dict[str, Any]) -> Any:
         ax.set_xlim(days[0] - 1.0, days[0] + 1.0)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("GPU-hours per day")
+    # the days are UTC days, as the headline's period is: said on the plot itself, since a
+    # reader in another zone would take them for their own
+    ax.set_xlabel("day (UTC)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.xaxis_date()
+    ax.xaxis_date(tz=UTC)
     fig.autofmt_xdate()
     fig.tight_layout()
     return fig
@@ -617,7 +620,7 @@ def to_html(report: dict[str, Any]) -> str:
 
     if tops and len(report["days"]) > 0:
         fig = daily_chart(report, colour)
-        images.append(("Delivered (solid) and owed (dashed) per day, top-level budgets",
+        images.append(("Delivered (solid) and owed (dashed) per UTC day, top-level budgets",
                        _figure_png(fig)))
         plt.close(fig)
 

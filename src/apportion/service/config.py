@@ -238,6 +238,14 @@ class _Reader:
         except ValueError as e:
             raise self.error(name, str(e)) from None
 
+    def strings(self, name: str, what: str) -> dict[str, str]:
+        """A table of strings (``env = { SLURM_CONF = "/x" }``); ``what`` says what it
+        must be when it is not."""
+        v = self.get(name, {})
+        if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
+            raise self.error(name, f"must be {what}, got {v!r}")
+        return dict(v)
+
     def names(self, name: str) -> tuple[str, ...]:
         v = self.get(name, [])
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
@@ -349,13 +357,7 @@ def parse_config(
     if kind not in EXECUTOR_KINDS:
         raise r.error("kind", f"must be one of {', '.join(EXECUTOR_KINDS)}, got {kind!r}")
     grace = r.duration("grace_s", 10.0)
-    slurm = r.get("slurm", {})
-    if not isinstance(slurm, dict):
-        raise r.error("slurm", "must be a table")
-    unknown = sorted(set(slurm) - set(SLURM_KEYS))
-    if unknown:
-        raise r.error(f"slurm.{unknown[0]}",
-                      f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
+    slurm = _slurm(_Reader(source, "executor.slurm", r.get("slurm", {})))
     local = _Reader(source, "executor.local", r.get("local", {}))
     pids_max = local.integer("pids_max", ExecutorConfig().pids_max, minimum=0)
     tmp_dir = local.string("tmp_dir", "")
@@ -396,6 +398,26 @@ def parse_config(
               "pools", "scheduler", "server", "users"))
     return ServiceConfig(server, database, executor, policy, scheduler, hosts, budgets, users,
                          source, pools, auth)
+
+
+def _slurm(r: _Reader) -> dict[str, Any]:
+    """[executor.slurm]: the keys given, each of the type the Slurm executor takes, checked
+    here, where the file's line can be named (a number passed on as ``partition`` went on
+    to sbatch); what a value means (a cluster without '/', a gres type) the executor
+    checks when serve builds it."""
+    unknown = sorted(set(r.table) - set(SLURM_KEYS))
+    if unknown:
+        raise r.error(unknown[0], f"unknown key (valid keys: {', '.join(SLURM_KEYS)})")
+    given = set(r.table)
+    slurm: dict[str, Any] = {name: r.string(name) for name in ("cluster", "logs_dir",
+                                                                "partition") if name in given}
+    if "timeout_s" in given:
+        slurm["timeout_s"] = r.number("timeout_s", 0, positive=True)
+    if "env" in given:
+        slurm["env"] = r.strings("env", 'a table of NAME = "value"')
+    if "kinds" in given:
+        slurm["kinds"] = r.strings("kinds", 'a table of GPU kind = "gres type"')
+    return slurm
 
 
 def _pool_part(r: _Reader, name: str, default: str) -> str:

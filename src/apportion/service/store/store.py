@@ -155,6 +155,12 @@ class StoreUnavailable(Exception):
     password) and says why."""
 
 
+class StoreMissing(StoreUnavailable):
+    """The SQLite file a config names (or, without a config, ``serve``'s default) is not
+    there: the input that names the store is wrong, not the database (a usage error to a
+    command that only reads it)."""
+
+
 def shown_url(url: str) -> str:
     """``url`` as it may be printed: the password masked."""
     try:
@@ -316,7 +322,7 @@ def open_for_reading(url: str) -> Store:
     db = make_url(url)
     file = db.database if db.get_backend_name() == "sqlite" else None
     if file not in (None, "", ":memory:") and not Path(str(file)).is_file():
-        raise StoreUnavailable(f"{db.database}: no database there")
+        raise StoreMissing(f"{db.database}: no database there")
     store = Store(url)
     try:
         revision = store.revision()
