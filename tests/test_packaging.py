@@ -9,6 +9,7 @@ import importlib.metadata
 import re
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import apportion
@@ -59,18 +60,24 @@ def test_the_package_holds_no_test_harness() -> None:
     ``apportion.testing`` any more, and no module of the package imports the harness."""
     assert not (SRC / "testing").exists()
     assert (ROOT / "tests" / "harness" / "slurm_cluster.py").is_file()
-    importers = []
-    for p in SRC.rglob("*.py"):
+    importers = [f"{p.relative_to(SRC)}:{line}" for p, line, names in absolute_imports()
+                 if any(n.split(".")[0] == "harness" or n.startswith("apportion.testing")
+                        for n in names)]
+    assert importers == []
+
+
+def absolute_imports() -> Iterator[tuple[Path, int, list[str]]]:
+    """Every absolute import of the package's source files, at the top or inside a
+    function: (file, line, the modules it names)."""
+    for p in sorted(SRC.rglob("*.py")):
         if NOT_SOURCES & set(p.relative_to(SRC).parts):
             continue
         for node in ast.walk(ast.parse(p.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and
                      not node.level else [])
-            if any(n.split(".")[0] == "harness" or n.startswith("apportion.testing")
-                   for n in names):
-                importers.append(f"{p.relative_to(SRC)}:{node.lineno}")
-    assert importers == []
+            if names:
+                yield p, node.lineno, names
 
 
 def _normalized(name: str) -> str:
@@ -96,19 +103,13 @@ def test_every_third_party_import_of_the_package_is_declared() -> None:
     declared = {_normalized(re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0]) for r in required}
     provided = importlib.metadata.packages_distributions()
     undeclared = []
-    for p in sorted(SRC.rglob("*.py")):
-        if NOT_SOURCES & set(p.relative_to(SRC).parts):
-            continue
-        for node in ast.walk(ast.parse(p.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and
-                     not node.level else [])
-            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
-                if top == "apportion":
-                    continue
-                dists = {_normalized(d) for d in provided.get(top, [])}
-                if not dists & declared:
-                    undeclared.append(f"{p.relative_to(SRC)}:{node.lineno}: {top} "
-                                      f"({', '.join(sorted(dists)) or 'not installed'})")
+    for p, line, names in absolute_imports():
+        for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
+            if top == "apportion":
+                continue
+            dists = {_normalized(d) for d in provided.get(top, [])}
+            if not dists & declared:
+                undeclared.append(f"{p.relative_to(SRC)}:{line}: {top} "
+                                  f"({', '.join(sorted(dists)) or 'not installed'})")
     assert undeclared == [], "imported, not declared in pyproject.toml:\n" + "\n".join(
         undeclared)

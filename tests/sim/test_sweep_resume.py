@@ -12,7 +12,7 @@ from test_sweep import figures, invoke  # tests/sim is on the path
 
 from apportion.sim.model import Scenario
 from apportion.sim.scenarios import get_scenario
-from apportion.sim.sweep import run_point, run_sweep
+from apportion.sim.sweep import Runner, run_point, run_sweep
 
 AXES = {"lookback": [43200.0, 86400.0, 172800.0]}
 
@@ -22,6 +22,17 @@ def as_written(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     back as lists)."""
     loaded: list[dict[str, Any]] = json.loads(json.dumps(figures(rows)))
     return loaded
+
+
+def recorded_in(ran: list[float]) -> Runner:
+    """``run_point``, recording in ``ran`` the lookback of each point it runs (the sweep
+    runs it in this process with ``jobs=1``)."""
+
+    def recording(sc: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
+        ran.append(settings["lookback"])
+        return run_point(sc, settings, seed)
+
+    return recording
 
 
 def test_a_resumed_sweep_runs_only_the_points_not_kept_and_gives_a_whole_runs_figures(
@@ -38,11 +49,7 @@ def test_a_resumed_sweep_runs_only_the_points_not_kept_and_gives_a_whole_runs_fi
     journal.write_text("\n".join(lines[:2]) + "\n")
     kept = json.loads(lines[1])["point"]
     ran: list[float] = []
-
-    def recording(sc: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
-        ran.append(settings["lookback"])
-        return run_point(sc, settings, seed)
-
+    recording = recorded_in(ran)
     resumed = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False,
                         runner=recording, resume=True)
     assert sorted(ran) == [v for i, v in enumerate(AXES["lookback"]) if i != kept]
@@ -59,11 +66,7 @@ def test_a_last_line_cut_short_is_dropped_and_its_point_runs_again(tmp_path: Pat
     text = journal.read_text()
     journal.write_text(text[: len(text) - 40])  # the last point's line, cut
     ran: list[float] = []
-
-    def recording(sc: Scenario, settings: dict[str, Any], seed: int) -> dict[str, Any]:
-        ran.append(settings["lookback"])
-        return run_point(sc, settings, seed)
-
+    recording = recorded_in(ran)
     resumed = run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False,
                         runner=recording, resume=True)
     assert len(ran) == 1
