@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_sweep import figures, invoke  # tests/sim is on the path
 
 from apportion.sim.model import Scenario
@@ -117,3 +118,23 @@ def test_a_sweep_run_again_without_resume_says_it_runs_the_kept_points_again(
     assert code == 0, out + err
     assert (f"warning: {tmp_path / 'points.jsonl'}: the 2 points an earlier run of this sweep "
             "finished are run again (--resume would have kept them)") in err
+
+
+def test_a_point_line_that_is_no_point_of_the_sweep_is_refused_naming_its_line(
+    tmp_path: Path,
+) -> None:
+    """points.jsonl of this sweep whose second point line names point 7 of a 3-point sweep
+    (a hand edit): resume refuses it naming the file and line 3, and runs nothing."""
+    scenario = get_scenario("small", days=2, seed=0)
+    run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False)
+    journal = tmp_path / "points.jsonl"
+    lines = journal.read_text().splitlines()
+    lines[2] = json.dumps({"point": 7, "summary": {}})
+    journal.write_text("\n".join(lines) + "\n")
+    ran: list[float] = []
+    with pytest.raises(RuntimeError) as refused:
+        run_sweep(scenario, {}, AXES, tmp_path, jobs=1, progress=False,
+                  runner=recorded_in(ran), resume=True)
+    assert str(refused.value) == (f"{journal}, line 3: not a point of this sweep (a point's "
+                                  "number, 0 to 2, and its summary)")
+    assert ran == []

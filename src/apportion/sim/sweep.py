@@ -218,15 +218,15 @@ class Journal:
 
     NAME = "points.jsonl"
 
-    def __init__(self, out: Path, identity: str, resume: bool) -> None:
+    def __init__(self, out: Path, identity: str, points: int, resume: bool) -> None:
         self.path = out / self.NAME
         self.done: dict[int, dict[str, Any]] = {}
-        kept = self._read(identity)
+        kept = self._read(identity, points)
         if resume:
             if kept is None:
                 raise RuntimeError(f"--resume: {self.path} holds no points of this sweep "
-                                 "(none was written, or it is of a sweep with other settings, "
-                                 "grid, seeds or input); run without --resume")
+                                   "(none was written, or it is of a sweep with other "
+                                   "settings, grid, seeds or input); run without --resume")
             self.done = kept
         elif kept:
             print(f"warning: {self.path}: the {len(kept)} points an earlier run of this sweep "
@@ -237,9 +237,10 @@ class Journal:
         for index, summary in sorted(self.done.items()):
             self._write({"point": index, "summary": summary})
 
-    def _read(self, identity: str) -> dict[int, dict[str, Any]] | None:
-        """The points kept for ``identity`` (None: no journal of this sweep). A last line cut
-        short (the command killed while writing it) is dropped: that point runs again."""
+    def _read(self, identity: str, points: int) -> dict[int, dict[str, Any]] | None:
+        """The points kept for ``identity`` of its ``points`` (None: no journal of this
+        sweep). A last line cut short (the command killed while writing it) is dropped: that
+        point runs again."""
         try:
             lines = self.path.read_text().splitlines()
         except FileNotFoundError:
@@ -254,7 +255,15 @@ class Journal:
                 raise RuntimeError(f"{self.path}, line {number}: not a point of a sweep") from None
         if not records or records[0] != {"sweep": identity}:
             return None
-        return {int(r["point"]): r["summary"] for r in records[1:]}
+        kept = {}
+        for number, r in enumerate(records[1:], 2):
+            index = r.get("point") if isinstance(r, dict) else None
+            if (type(index) is not int or not 0 <= index < points
+                    or not isinstance(r.get("summary"), dict)):
+                raise RuntimeError(f"{self.path}, line {number}: not a point of this sweep (a "
+                                   f"point's number, 0 to {points - 1}, and its summary)")
+            kept[index] = r["summary"]
+        return kept
 
     def _write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -326,7 +335,7 @@ def run_sweep(
                 raise ValueError(f"scenarios: seed {s} has no import at the max_min_runtime "
                                  f"of point {i + 1} ({key[1]:g} s)")
         points.append(Point(i, settings, s, key))
-    journal = Journal(out, sweep_identity(by_key, base, axes), resume)
+    journal = Journal(out, sweep_identity(by_key, base, axes), len(points), resume)
     results: list[tuple[dict[str, Any] | None, str | None] | None] = [None] * len(points)
     for index, summary_kept in journal.done.items():
         results[index] = (summary_kept, None)
