@@ -244,11 +244,11 @@ timeout_s = 3
     ("logs_dir = 1", "executor.slurm.logs_dir: must be a string, got 1"),
     ('timeout_s = "x"', "executor.slurm.timeout_s: must be a number > 0, got 'x'"),
     ("timeout_s = 0", "executor.slurm.timeout_s: must be a number > 0, got 0"),
-    ("env = { SLURM_CONF = 1 }",
-     "executor.slurm.env: must be a table of NAME = \"value\", got {'SLURM_CONF': 1}"),
+    ("env = { SLURM_CONF = 1 }", "executor.slurm.env.SLURM_CONF: must be a string, got 1"),
     ('env = "x"', "executor.slurm.env: must be a table of NAME = \"value\", got 'x'"),
     ("kinds = { H100 = 3 }",
-     "executor.slurm.kinds: must be a table of GPU kind = \"gres type\", got {'H100': 3}"),
+     "executor.slurm.kinds.H100: must be a Slurm gres type such as 'h100', got 3"),
+    ("kinds = [1]", "executor.slurm.kinds: must be a table of GPU kind = \"gres type\", got [1]"),
 ])
 def test_a_value_of_the_wrong_type_in_executor_slurm_is_refused_naming_line_key_and_type(
         tmp_path: Path, line: str, message: str) -> None:

@@ -284,13 +284,13 @@ def test_signal_is_sent_with_scancel_to_the_batch_script_or_to_the_steps(
 
 def test_bad_kinds_in_the_config_name_the_file_and_option(tmp_path: Path) -> None:
     """apportion serve's config: [executor.slurm] kinds with a non-type value is a config
-    error naming the file, executor.slurm and the kind."""
+    error naming the file and line, executor.slurm.kinds and the kind."""
     path = tmp_path / "apportion.toml"
     path.write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\n[executor]\nkind = "slurm"\n'
                     '[executor.slurm]\nkinds = { B200 = 3 }\n')
     with pytest.raises(ConfigError) as e:
         build_executor(load_config(path), None)
-    assert str(e.value) == (f"{path}: executor.slurm: kinds: B200: must be a Slurm gres type "
+    assert str(e.value) == (f"{path}:6: executor.slurm.kinds.B200: must be a Slurm gres type "
                             "such as 'h100', got 3")
 
 

@@ -25,7 +25,7 @@ from apportion.core import NUMBER_KNOBS, BudgetTree, CoreError, PolicyConfig, pa
 from apportion.core.config import policy_from
 from apportion.core.fleet import FleetConfig
 from apportion.core.names import did_you_mean
-from apportion.text import at_key_line
+from apportion.text import as_written, at_key_line
 
 from .executors.identity import Identity
 from .store import default_sqlite_url
@@ -238,12 +238,16 @@ class _Reader:
         except ValueError as e:
             raise self.error(name, str(e)) from None
 
-    def strings(self, name: str, what: str) -> dict[str, str]:
+    def strings(self, name: str, what: str, item: str) -> dict[str, str]:
         """A table of strings (``env = { SLURM_CONF = "/x" }``); ``what`` says what it
-        must be when it is not."""
+        must be when it is no table, ``item`` what each value must be, naming the entry
+        that is not (``kinds.B200``)."""
         v = self.get(name, {})
-        if not isinstance(v, dict) or not all(isinstance(x, str) for x in v.values()):
-            raise self.error(name, f"must be {what}, got {v!r}")
+        if not isinstance(v, dict):
+            raise self.error(name, f"must be {what}, got {as_written(v)}")
+        for key, x in v.items():
+            if not isinstance(x, str):
+                raise self.error(f"{name}.{key}", f"must be {item}, got {as_written(x)}")
         return dict(v)
 
     def names(self, name: str) -> tuple[str, ...]:
@@ -414,9 +418,10 @@ def _slurm(r: _Reader) -> dict[str, Any]:
     if "timeout_s" in given:
         slurm["timeout_s"] = r.number("timeout_s", 0, positive=True)
     if "env" in given:
-        slurm["env"] = r.strings("env", 'a table of NAME = "value"')
+        slurm["env"] = r.strings("env", 'a table of NAME = "value"', "a string")
     if "kinds" in given:
-        slurm["kinds"] = r.strings("kinds", 'a table of GPU kind = "gres type"')
+        slurm["kinds"] = r.strings("kinds", 'a table of GPU kind = "gres type"',
+                                   "a Slurm gres type such as 'h100'")
     return slurm
 
 
